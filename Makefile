@@ -1,0 +1,102 @@
+# hpc — build, test, fuzz.  `make` builds bin/hpc and the two libraries;
+# `make test` runs the CPU test suite (no GPU needed); `make test-gpu` runs
+# the checks that need a CUDA device.  Sources are found by wildcard, so a new
+# module is a new file, not a Makefile edit.
+
+CC        ?= gcc
+CUDA_HOME ?= $(if $(wildcard /usr/local/cuda),/usr/local/cuda,/usr/lib/cuda)
+BUILD     := build
+OPT       ?= -O2 -g
+WARN      := -Wall -Wextra -Wshadow -Wstrict-prototypes -Wmissing-prototypes \
+             -Wno-unused-parameter -Werror=implicit-function-declaration
+CFLAGS    += -std=c11 -D_GNU_SOURCE $(OPT) $(WARN) -MMD -MP \
+             -I. -Iutil -Igrammar -Icompiler -Iruntime -I$(BUILD)/gen \
+             -I$(CUDA_HOME)/include
+# Third-party libraries from Debian are linked statically so that bin/hpc
+# runs on machines that have only the CUDA toolkit (the GPU machine).
+LDLIBS    += -Wl,-Bstatic -ljansson -lutf8proc -Wl,-Bdynamic \
+             -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 \
+             -lnvrtc -lcublasLt -lcublas -ldl -lpthread -lm
+
+COMPILER_SRC := $(wildcard util/*.c grammar/*.c compiler/*.c)
+RUNTIME_SRC  := $(wildcard runtime/*.c)
+CLI_SRC      := $(wildcard cli/*.c)
+TEST_SRC     := $(wildcard tests/test_*.c)
+GPU_TEST_SRC := $(wildcard tests/gpu/gpu_*.c)
+
+GEN_C   := $(BUILD)/gen/parser.tab.c $(BUILD)/gen/scanner.yy.c
+GEN_H   := $(BUILD)/gen/parser.tab.h $(BUILD)/gen/scanner.yy.h
+obj      = $(patsubst %.c,$(BUILD)/obj/%.o,$(1))
+
+COMPILER_OBJ := $(call obj,$(COMPILER_SRC)) $(patsubst $(BUILD)/gen/%.c,$(BUILD)/obj/gen/%.o,$(if $(wildcard grammar/parser.y),$(GEN_C)))
+RUNTIME_OBJ  := $(call obj,$(RUNTIME_SRC))
+CLI_OBJ      := $(call obj,$(CLI_SRC))
+LIBS         := $(BUILD)/libhpcrt.a $(BUILD)/libhpcc.a
+TEST_BIN     := $(patsubst tests/%.c,$(BUILD)/tests/%,$(TEST_SRC))
+GPU_TEST_BIN := $(patsubst tests/gpu/%.c,$(BUILD)/tests/gpu/%,$(GPU_TEST_SRC))
+
+.PHONY: all deps test test-gpu fuzz bench clean
+all: deps bin/hpc
+
+deps: $(BUILD)/.deps-ok
+$(BUILD)/.deps-ok: scripts/install-deps.sh
+	@mkdir -p $(BUILD) && sh scripts/install-deps.sh && touch $@
+
+# Generated sources must exist before anything that includes their headers.
+$(COMPILER_OBJ) $(RUNTIME_OBJ) $(CLI_OBJ): | $(BUILD)/.deps-ok $(if $(wildcard grammar/parser.y),$(GEN_H))
+
+$(BUILD)/gen/parser.tab.c $(BUILD)/gen/parser.tab.h: grammar/parser.y | $(BUILD)/.deps-ok
+	@mkdir -p $(@D)
+	bison -Wall -Werror --defines=$(BUILD)/gen/parser.tab.h -o $(BUILD)/gen/parser.tab.c $<
+$(BUILD)/gen/scanner.yy.c $(BUILD)/gen/scanner.yy.h: grammar/scanner.l $(BUILD)/gen/parser.tab.h | $(BUILD)/.deps-ok
+	@mkdir -p $(@D)
+	flex --header-file=$(BUILD)/gen/scanner.yy.h -o $(BUILD)/gen/scanner.yy.c $<
+
+$(BUILD)/obj/gen/%.o: $(BUILD)/gen/%.c
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS) -Wno-unused-function -Wno-missing-prototypes -Wno-sign-compare -c $< -o $@
+$(BUILD)/obj/%.o: %.c
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS) -c $< -o $@
+
+$(BUILD)/libhpcc.a: $(COMPILER_OBJ)
+	@rm -f $@ && ar rcs $@ $^
+$(BUILD)/libhpcrt.a: $(RUNTIME_OBJ)
+	@rm -f $@ && ar rcs $@ $^
+
+bin/hpc: $(CLI_OBJ) $(LIBS)
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS) -o $@ $(CLI_OBJ) $(LIBS) $(LDLIBS)
+
+# Each tests/test_*.c is its own Criterion binary, so one module's tests
+# build and run on their own: `make build/tests/test_lossscale && build/tests/test_lossscale`.
+$(BUILD)/tests/%: tests/%.c $(LIBS) | $(BUILD)/.deps-ok
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS) -Wno-missing-prototypes -o $@ $< $(LIBS) -lcriterion $(LDLIBS)
+
+test: all $(TEST_BIN)
+	@HPC_ROOT=$(CURDIR) sh tests/run-all.sh $(TEST_BIN)
+
+# GPU checks are plain C programs (no Criterion on the GPU machine).
+$(BUILD)/tests/gpu/%: tests/gpu/%.c $(LIBS)
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS) -Wno-missing-prototypes -o $@ $< $(LIBS) $(LDLIBS)
+test-gpu: all $(GPU_TEST_BIN)
+	@HPC_ROOT=$(CURDIR) sh tests/run-all.sh $(GPU_TEST_BIN)
+
+FUZZ_SECONDS ?= 60
+fuzz: all
+	@mkdir -p $(BUILD)/fuzz
+	clang -g -O1 -fsanitize=fuzzer,address,undefined -std=c11 -D_GNU_SOURCE \
+	  -I. -Iutil -Igrammar -Icompiler -I$(BUILD)/gen -o $(BUILD)/fuzz/fuzz_parser \
+	  tests/fuzz/fuzz_parser.c util/*.c grammar/*.c compiler/*.c $(GEN_C) -lm
+	$(BUILD)/fuzz/fuzz_parser -max_total_time=$(FUZZ_SECONDS) -max_len=65536 \
+	  $(BUILD)/fuzz/corpus models
+
+bench: all
+	sh bench/run.sh
+
+clean:
+	rm -rf $(BUILD) bin
+
+-include $(shell find $(BUILD)/obj -name '*.d' 2>/dev/null)

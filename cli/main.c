@@ -1,0 +1,70 @@
+/* cli/main.c — `hpc`: dispatch to a subcommand. */
+#include <stdio.h>
+#include <string.h>
+
+#include "cli.h"
+
+typedef struct {
+    const char *name;
+    const char *summary;
+    int (*run)(int argc, char **argv);
+} Command;
+
+static const Command commands[] = {
+#define HPC_COMMAND(name, summary) {#name, summary, cmd_##name},
+#include "commands.def"
+#undef HPC_COMMAND
+};
+
+static void print_help(FILE *out)
+{
+    fputs("usage: hpc COMMAND [OPTIONS] [ARGS]\n"
+          "\n"
+          "hpc compiles a transformer described in a .model file into a\n"
+          "mixed-precision training step and runs it.\n"
+          "\n"
+          "commands:\n", out);
+    for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
+        fprintf(out, "  %-10s %s\n", commands[i].name, commands[i].summary);
+    fputs("\n"
+          "`hpc COMMAND --help` describes a command's options.\n"
+          "\n"
+          "exit codes:\n"
+          "  0  success\n"
+          "  1  bad input (model file, data file, checkpoint)\n"
+          "  2  usage error (bad command line)\n"
+          "  3  file system error\n"
+          "  4  no usable GPU\n"
+          "  5  CUDA, NVRTC or cuBLAS error\n"
+          "  6  out of memory\n"
+          "  7  training diverged (loss scale collapsed)\n"
+          "  8  interrupted (state saved)\n"
+          " 70  internal error (a bug in hpc)\n", out);
+}
+
+int cli_report(const HpcError *err)
+{
+    fprintf(stderr, "hpc: %s\n", err->msg);
+    return err->code;
+}
+
+int cli_is_help(const char *arg)
+{
+    return strcmp(arg, "-h") == 0 || strcmp(arg, "--help") == 0;
+}
+
+int main(int argc, char **argv)
+{
+    if (argc < 2) {
+        print_help(stderr);
+        return HPC_ERR_USAGE;
+    }
+    if (cli_is_help(argv[1]) || strcmp(argv[1], "help") == 0) {
+        print_help(stdout);
+        return HPC_OK;
+    }
+    for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
+        if (strcmp(argv[1], commands[i].name) == 0) return commands[i].run(argc - 1, argv + 1);
+    fprintf(stderr, "hpc: unknown command '%s' (see `hpc --help`)\n", argv[1]);
+    return HPC_ERR_USAGE;
+}
