@@ -28,7 +28,8 @@ GEN_C   := $(BUILD)/gen/parser.tab.c $(BUILD)/gen/scanner.yy.c
 GEN_H   := $(BUILD)/gen/parser.tab.h $(BUILD)/gen/scanner.yy.h
 obj      = $(patsubst %.c,$(BUILD)/obj/%.o,$(1))
 
-COMPILER_OBJ := $(call obj,$(COMPILER_SRC)) $(patsubst $(BUILD)/gen/%.c,$(BUILD)/obj/gen/%.o,$(if $(wildcard grammar/parser.y),$(GEN_C)))
+KERNEL_CU    := $(wildcard compiler/kernels/*.cu)
+COMPILER_OBJ := $(call obj,$(COMPILER_SRC)) $(patsubst $(BUILD)/gen/%.c,$(BUILD)/obj/gen/%.o,$(if $(wildcard grammar/parser.y),$(GEN_C)) $(BUILD)/gen/kernel_sources_data.c)
 RUNTIME_OBJ  := $(call obj,$(RUNTIME_SRC))
 CLI_OBJ      := $(call obj,$(CLI_SRC))
 LIBS         := $(BUILD)/libhpcrt.a $(BUILD)/libhpcc.a
@@ -51,6 +52,11 @@ $(BUILD)/gen/parser.tab.c $(BUILD)/gen/parser.tab.h: grammar/parser.y | $(BUILD)
 $(BUILD)/gen/scanner.yy.c $(BUILD)/gen/scanner.yy.h: grammar/scanner.l $(BUILD)/gen/parser.tab.h | $(BUILD)/.deps-ok
 	@mkdir -p $(@D)
 	flex --header-file=$(BUILD)/gen/scanner.yy.h -o $(BUILD)/gen/scanner.yy.c $<
+
+# CUDA templates are embedded as C strings (compiler/kernel_sources.h).
+$(BUILD)/gen/kernel_sources_data.c: $(KERNEL_CU) scripts/embed-sources.sh
+	@mkdir -p $(@D)
+	sh scripts/embed-sources.sh $@ $(KERNEL_CU)
 
 $(BUILD)/obj/gen/%.o: $(BUILD)/gen/%.c
 	@mkdir -p $(@D)
@@ -89,7 +95,7 @@ fuzz: all
 	@mkdir -p $(BUILD)/fuzz
 	clang -g -O1 -fsanitize=fuzzer,address,undefined -std=c11 -D_GNU_SOURCE \
 	  -I. -Iutil -Igrammar -Icompiler -I$(BUILD)/gen -o $(BUILD)/fuzz/fuzz_parser \
-	  tests/fuzz/fuzz_parser.c util/*.c grammar/*.c compiler/*.c $(GEN_C) -lm
+	  tests/fuzz/fuzz_parser.c util/*.c grammar/*.c compiler/*.c $(GEN_C) $(BUILD)/gen/kernel_sources_data.c -lm
 	$(BUILD)/fuzz/fuzz_parser -max_total_time=$(FUZZ_SECONDS) -max_len=65536 \
 	  $(BUILD)/fuzz/corpus models
 
