@@ -11,7 +11,7 @@ WARN      := -Wall -Wextra -Wshadow -Wstrict-prototypes -Wmissing-prototypes \
              -Wno-unused-parameter -Werror=implicit-function-declaration
 CFLAGS    += -std=c11 -D_GNU_SOURCE $(OPT) $(WARN) -MMD -MP \
              -I. -Iutil -Igrammar -Icompiler -Iruntime -I$(BUILD)/gen \
-             -I$(CUDA_HOME)/include
+             -isystem $(CUDA_HOME)/include
 # Third-party libraries from Debian are linked statically so that bin/hpc
 # runs on machines that have only the CUDA toolkit (the GPU machine).
 LDLIBS    += -Wl,-Bstatic -ljansson -lutf8proc -Wl,-Bdynamic \
