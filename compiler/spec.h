@@ -126,5 +126,9 @@ const char *spec_head_kind_name(SpecHeadKind k);
 const char *spec_optimizer_name(SpecOptimizer o);
 const char *spec_schedule_name(SpecSchedule s);
 const char *spec_precision_name(SpecPrecision p);
+const char *spec_stack_kind_name(SpecStackKind k);      /* "encoder", "decoder" */
+const char *spec_norm_name(SpecNormPlacement n);       /* "post", "pre" */
+const char *spec_attention_name(SpecAttention a);      /* "bidirectional", "causal" */
+const char *spec_loss_scaling_name(SpecLossScaling m); /* "dynamic", "static", "none" */
 
 #endif
