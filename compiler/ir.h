@@ -1,0 +1,187 @@
+/* compiler/ir.h — the graph IR: one node per value, in topological order.
+ *
+ * A graph is an array of nodes; node i produces value i (exactly one output
+ * per op, as in ggml), and inputs always have smaller ids, so the array order
+ * is a valid schedule.  Each value has a dtype and a shape of up to
+ * IR_MAX_RANK dims; a dim is a constant >= 1 or one of the two symbols
+ * IR_DIM_B (batch) and IR_DIM_L (sequence length), which are bound when the
+ * graph runs.  Every other size (hidden, heads, vocab) is a constant.
+ *
+ * The op kinds, their arity and their rules come from one table,
+ * compiler/ops.def.  Attributes are typed per op kind (IrAttr is a union of
+ * small structs; ops.def says which member an op uses).
+ *
+ * Builders validate and record: ir_add computes the output shape and dtype
+ * with the op's shape rule and panics (HPC_ASSERT regime) on a shape
+ * mismatch, because graphs are built by the compiler from a checked
+ * ModelSpec, never from user input directly.
+ *
+ * Graph roles: `loss` is the scalar the backward pass starts from, `logits`
+ * the head's output (for evaluation); after autodiff, `param_grad[p]` is the
+ * value holding the gradient of parameter p (-1 if frozen or unused) and
+ * `n_forward` is the number of nodes of the forward part (forward nodes come
+ * first, so evaluation runs nodes [0, n_forward)).
+ *
+ * Ownership: IrGraph owns its node array; ir_free releases it.  Passes that
+ * rewrite the graph (precision, fuse) build a new graph or append nodes.
+ *
+ * Usage:
+ *   IrGraph g; ir_init(&g);
+ *   int x = ir_input(&g, IR_IN_INPUT_IDS);
+ *   int w = ir_param(&g, 0, DT_F32, 2, (int64_t[]){64, 16}, "emb");
+ *   int h = ir_add(&g, IR_OP_EMBEDDING, (int[]){w, x}, 2, NULL, "h");
+ *   ...
+ *   ir_free(&g);
+ */
+#ifndef HPC_COMPILER_IR_H
+#define HPC_COMPILER_IR_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#define IR_MAX_RANK 4
+#define IR_MAX_INPUTS 3
+#define IR_DIM_B (-1)   /* the batch size, bound at run time */
+#define IR_DIM_L (-2)   /* the padded sequence length, bound at run time */
+#define IR_NAME_MAX 64
+#define IR_IGNORE_INDEX (-100) /* label value that is not scored (as PyTorch) */
+
+typedef enum { DT_F32, DT_F16, DT_BF16, DT_F64, DT_I32 } DType;
+
+typedef enum {
+#define IR_OP(E, name, nmin, nmax) IR_OP_##E,
+#include "ops.def"
+#undef IR_OP
+    IR_OP_COUNT
+} IrOpKind;
+
+/* Batch fields an INPUT node can bind (runtime/batch.h). */
+typedef enum {
+    IR_IN_INPUT_IDS,      /* (B, L) i32 */
+    IR_IN_TOKEN_TYPES,    /* (B, L) i32 */
+    IR_IN_ATTN_MASK,      /* (B, L) i32, 1 = real token */
+    IR_IN_LABELS,         /* (B) i32 sequence labels */
+    IR_IN_TOKEN_LABELS,   /* (B, L) i32, -100 = ignore (token classification, masked LM) */
+    IR_IN_TARGETS,        /* (B) f32 regression targets */
+    IR_IN_LOSS_SCALE,     /* () f32: the gradient of the loss (the loss scale) */
+    IR_IN_COUNT
+} IrInputKind;
+
+typedef enum { IR_ACT_GELU, IR_ACT_GELU_TANH, IR_ACT_RELU, IR_ACT_TANH } IrActKind;
+
+typedef struct { IrInputKind kind; } IrInputAttr;
+typedef struct { int index; } IrParamAttr;                 /* index into the ParamList */
+typedef struct { int64_t offset; } IrPosAttr;              /* first position id */
+typedef struct { bool trans_a, trans_b; double alpha; } IrMatmulAttr; /* C = alpha * op(A) op(B) */
+typedef struct { double eps; } IrNormAttr;
+typedef struct { IrActKind kind; } IrActAttr;
+typedef struct { bool causal; } IrSoftmaxAttr;             /* padding mask always applies */
+typedef struct { double p; int salt; } IrDropoutAttr;      /* salt = id of the forward dropout op */
+typedef struct { int64_t heads; } IrHeadsAttr;
+typedef struct { DType to; } IrCastAttr;
+typedef struct { int64_t rows; } IrEmbedBwdAttr;           /* V: rows of the table */
+
+typedef union {
+    IrInputAttr input;
+    IrParamAttr param;
+    IrPosAttr pos;
+    IrMatmulAttr matmul;
+    IrNormAttr norm;
+    IrActAttr act;
+    IrSoftmaxAttr softmax;
+    IrDropoutAttr dropout;
+    IrHeadsAttr heads;
+    IrCastAttr cast;
+    IrEmbedBwdAttr embed_bwd;
+} IrAttr;
+
+typedef struct {
+    IrOpKind op;
+    int in[IR_MAX_INPUTS];    /* input value ids, -1 past n_in */
+    int n_in;
+    IrAttr attr;
+    DType dtype;
+    int rank;
+    int64_t dims[IR_MAX_RANK]; /* constants or IR_DIM_B / IR_DIM_L */
+    bool requires_grad;       /* depends on a trainable parameter (set by autodiff) */
+    bool backward;            /* produced by autodiff */
+    char name[IR_NAME_MAX];   /* for listings: "layer.0.attn.scores" */
+} IrNode;
+
+typedef struct {
+    IrNode *nodes;
+    int n, cap;
+    int n_forward;            /* nodes of the forward part (== n before autodiff) */
+    int loss;                 /* scalar loss value, -1 until set */
+    int logits;               /* head output, -1 until set */
+    int *param_grad;          /* (n_params) gradient value per parameter, -1 = none */
+    int n_params;
+} IrGraph;
+
+/* Shape and dtype rule of an op: fills node->dtype, rank, dims from the
+ * inputs (already in g) and the attribute; panics on a mismatch. */
+typedef void (*IrShapeFn)(const IrGraph *g, IrNode *node);
+
+typedef struct {
+    const char *name;
+    int min_inputs, max_inputs;
+    IrShapeFn shape;
+} IrOpInfo;
+
+void ir_init(IrGraph *g);
+void ir_free(IrGraph *g);
+
+/* Appends a node, runs its shape rule, returns its id.  attr may be NULL for
+ * ops without attributes.  name is copied (truncated); NULL = op name. */
+int ir_add(IrGraph *g, IrOpKind op, const int *inputs, int n_in, const IrAttr *attr,
+           const char *name);
+int ir_input(IrGraph *g, IrInputKind kind);
+int ir_param(IrGraph *g, int index, DType dtype, int rank, const int64_t *dims, const char *name);
+
+/* Backward rule of node's op (compiler/ops.c): given dy, the gradient value
+ * of node, appends the nodes that compute the gradient of each input whose
+ * requires_grad is set and writes their ids into dx[i] (-1 for the others).
+ * Autodiff calls it once per forward node, in reverse order. */
+void ir_backward(IrGraph *g, int node, int dy, int dx[IR_MAX_INPUTS]);
+
+/* For passes that rebuild a graph (precision, fuse): appends a copy of
+ * node n of another graph with its inputs remapped through map (old id ->
+ * id in g) and runs its shape rule again, so dtypes follow the new inputs
+ * (a PARAM keeps its dims and dtype; set node->dtype afterwards to store a
+ * value in another precision).  Flags, name and attributes are copied; a
+ * dropout keeps its salt, so its mask does not change.  Returns the id. */
+int ir_copy_node(IrGraph *g, const IrNode *n, const int *map);
+/* CAST(v) to `to`, or v itself when it already has that dtype. */
+int ir_cast(IrGraph *g, int v, DType to);
+/* Copies loss, logits, n_forward and param_grad of src through map. */
+void ir_copy_roles(IrGraph *g, const IrGraph *src, const int *map);
+
+const IrOpInfo *ir_op_info(IrOpKind op);
+const char *ir_op_name(IrOpKind op);
+const char *ir_dtype_name(DType dt);          /* "f32", "f16", "bf16", "f64", "i32" */
+const char *ir_input_name(IrInputKind kind);  /* "input_ids", ... */
+const char *ir_act_name(IrActKind kind);
+bool ir_dtype_is_float(DType dt);
+
+/* Number of elements of value v for a binding of B and L. */
+int64_t ir_numel(const IrNode *v, int64_t B, int64_t L);
+/* Product of all dims but the last (the "rows" of a row-wise op). */
+int64_t ir_rows(const IrNode *v, int64_t B, int64_t L);
+int64_t ir_dim(int64_t d, int64_t B, int64_t L);  /* binds one dim */
+bool ir_same_shape(const IrNode *a, const IrNode *b);
+
+/* Writes "(B, L, 768)" into buf. */
+void ir_shape_str(const IrNode *v, char *buf, size_t size);
+
+/* Writes the node's attributes as text ("trans_b alpha=0.125", "p=0.1
+ * salt=17", ...), empty for ops without attributes. */
+void ir_attr_str(const IrNode *n, char *buf, size_t size);
+
+/* The readable listing (`hpc compile --ir`): one line per value with id,
+ * name, op, inputs, attributes, shape and dtype. */
+void ir_print(const IrGraph *g, FILE *out);
+/* Graphviz dot of the whole graph (`hpc compile --dot FILE`). */
+void ir_dot(const IrGraph *g, FILE *out);
+
+#endif

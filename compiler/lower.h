@@ -1,0 +1,35 @@
+/* compiler/lower.h — ModelSpec -> forward graph (IR) and parameter list.
+ *
+ * lower_model builds the forward graph of a checked ModelSpec: embeddings,
+ * the encoder/decoder stack (post-LN BERT or pre-LN GPT-2 layers), the head
+ * and its loss.  All values are f32 (the precision pass chooses lower
+ * precisions later).  It sets g->loss (a scalar) and g->logits, and fills
+ * params with one entry per named tensor (see params.h for names, freezing
+ * and tying).  Dropout ops with p = 0 are left out.
+ *
+ * Inputs are bound from a Batch (runtime/batch.h) at run time: input_ids,
+ * token_type_ids (only if type_vocab_size > 0), attention_mask, and the
+ * labels the head needs (labels, token labels or targets).
+ *
+ * Ownership: g and params must be initialised (ir_init, params_init) and
+ * empty; the caller frees both.
+ *
+ * Usage:
+ *   IrGraph g; ParamList pl; ir_init(&g); params_init(&pl);
+ *   if (lower_model(&spec, &g, &pl, &err)) return err.code;
+ *   autodiff_build(&g, &pl, &err);
+ */
+#ifndef HPC_COMPILER_LOWER_H
+#define HPC_COMPILER_LOWER_H
+
+#include "error.h"
+#include "ir.h"
+#include "params.h"
+#include "spec.h"
+
+HpcStatus lower_model(const ModelSpec *spec, IrGraph *g, ParamList *params, HpcError *err);
+
+/* The IR activation for a spec activation. */
+IrActKind lower_act(SpecActivation a);
+
+#endif

@@ -1,0 +1,402 @@
+/* compiler/ops.c — the op table: shape/dtype rule and backward rule of every
+ * op kind listed in ops.def.  The CPU reference of each op lives in
+ * runtime/cpu_exec.c (the runtime library may not be used by the compiler). */
+#include <string.h>
+
+#include "error.h"
+#include "ir.h"
+
+#define NODE(id) (&g->nodes[(id)])
+#define IN(k) NODE(n->in[k])
+
+/* ---- shape helpers ---------------------------------------------------- */
+
+static void set_shape(IrNode *n, DType dt, int rank, const int64_t *dims)
+{
+    n->dtype = dt;
+    n->rank = rank;
+    memcpy(n->dims, dims, (size_t)rank * sizeof *dims);
+}
+
+static void copy_shape(IrNode *n, const IrNode *from)
+{
+    set_shape(n, from->dtype, from->rank, from->dims);
+}
+
+static void require(bool ok, const IrNode *n, const char *what)
+{
+    if (!ok) hpc_panic(__FILE__, __LINE__, "op %s (%s): %s", ir_op_name(n->op), n->name, what);
+}
+
+static void require_same(const IrNode *n, const IrNode *a, const IrNode *b)
+{
+    char sa[64], sb[64];
+    if (ir_same_shape(a, b)) return;
+    ir_shape_str(a, sa, sizeof sa);
+    ir_shape_str(b, sb, sizeof sb);
+    hpc_panic(__FILE__, __LINE__, "op %s (%s): shapes %s and %s differ", ir_op_name(n->op),
+              n->name, sa, sb);
+}
+
+static int64_t last(const IrNode *v) { return v->dims[v->rank - 1]; }
+
+static bool is_BL(const IrNode *v)
+{
+    return v->rank == 2 && v->dims[0] == IR_DIM_B && v->dims[1] == IR_DIM_L && v->dtype == DT_I32;
+}
+
+/* ---- shape rules, one per op ------------------------------------------ */
+
+static void ir_shape_input(const IrGraph *g, IrNode *n)
+{
+    static const int64_t bl[] = {IR_DIM_B, IR_DIM_L}, b[] = {IR_DIM_B};
+    switch (n->attr.input.kind) {
+    case IR_IN_INPUT_IDS:
+    case IR_IN_TOKEN_TYPES:
+    case IR_IN_ATTN_MASK:
+    case IR_IN_TOKEN_LABELS: set_shape(n, DT_I32, 2, bl); break;
+    case IR_IN_LABELS: set_shape(n, DT_I32, 1, b); break;
+    case IR_IN_TARGETS: set_shape(n, DT_F32, 1, b); break;
+    case IR_IN_LOSS_SCALE: set_shape(n, DT_F32, 0, NULL); break;
+    case IR_IN_COUNT: require(false, n, "bad input kind");
+    }
+}
+
+static void ir_shape_param(const IrGraph *g, IrNode *n)
+{
+    require(false, n, "parameters are made with ir_param");
+}
+
+static void ir_shape_positions(const IrGraph *g, IrNode *n)
+{
+    set_shape(n, DT_I32, 2, (int64_t[]){IR_DIM_B, IR_DIM_L});
+}
+
+static void ir_shape_embedding(const IrGraph *g, IrNode *n)
+{
+    const IrNode *t = IN(0), *ids = IN(1);
+    require(t->rank == 2 && ir_dtype_is_float(t->dtype), n, "table must be (V, H) float");
+    require(is_BL(ids), n, "ids must be (B, L) i32");
+    set_shape(n, t->dtype, 3, (int64_t[]){IR_DIM_B, IR_DIM_L, t->dims[1]});
+}
+
+static void ir_shape_linear(const IrGraph *g, IrNode *n)
+{
+    const IrNode *x = IN(0), *w = IN(1);
+    require(w->rank == 2 && x->rank >= 1 && last(x) == w->dims[1], n, "x (.., in) with W (out, in)");
+    if (n->n_in == 3) require(IN(2)->rank == 1 && IN(2)->dims[0] == w->dims[0], n, "bias (out)");
+    copy_shape(n, x);
+    n->dims[n->rank - 1] = w->dims[0];
+}
+
+static void ir_shape_matmul(const IrGraph *g, IrNode *n)
+{
+    const IrNode *a = IN(0), *b = IN(1);
+    const IrMatmulAttr *m = &n->attr.matmul;
+    int r = a->rank;
+    require(r >= 2 && b->rank == r && a->dtype == b->dtype, n, "operands of equal rank >= 2");
+    for (int i = 0; i < r - 2; i++) require(a->dims[i] == b->dims[i], n, "batch dims differ");
+    int64_t am = a->dims[r - 2], ak = a->dims[r - 1], bk = b->dims[r - 2], bn = b->dims[r - 1];
+    if (m->trans_a) { int64_t t = am; am = ak; ak = t; }
+    if (m->trans_b) { int64_t t = bk; bk = bn; bn = t; }
+    require(ak == bk, n, "inner dims differ");
+    copy_shape(n, a);
+    n->dims[r - 2] = am;
+    n->dims[r - 1] = bn;
+}
+
+static void ir_shape_add(const IrGraph *g, IrNode *n)
+{
+    require_same(n, IN(0), IN(1));
+    require(IN(0)->dtype == IN(1)->dtype, n, "dtypes differ");
+    copy_shape(n, IN(0));
+}
+
+static void ir_shape_layernorm(const IrGraph *g, IrNode *n)
+{
+    const IrNode *x = IN(0);
+    for (int k = 1; k < 3; k++) require(IN(k)->rank == 1 && IN(k)->dims[0] == last(x), n, "gamma/beta (H)");
+    copy_shape(n, x);
+}
+
+static void ir_shape_act(const IrGraph *g, IrNode *n) { copy_shape(n, IN(0)); }
+
+static void ir_shape_softmax(const IrGraph *g, IrNode *n)
+{
+    const IrNode *s = IN(0);
+    require(s->rank == 4 && s->dims[0] == IR_DIM_B && s->dims[2] == IR_DIM_L && s->dims[3] == IR_DIM_L,
+            n, "scores must be (B, h, L, L)");
+    require(is_BL(IN(1)), n, "mask must be (B, L) i32");
+    copy_shape(n, s);
+}
+
+static void ir_shape_dropout(const IrGraph *g, IrNode *n)
+{
+    if (n->attr.dropout.salt < 0) n->attr.dropout.salt = (int)(n - g->nodes);
+    copy_shape(n, IN(0));
+}
+
+static void ir_shape_split_heads(const IrGraph *g, IrNode *n)
+{
+    const IrNode *x = IN(0);
+    int64_t h = n->attr.heads.heads;
+    require(x->rank == 3 && h >= 1 && x->dims[2] % h == 0, n, "(B, L, H) with H % heads == 0");
+    set_shape(n, x->dtype, 4, (int64_t[]){x->dims[0], h, x->dims[1], x->dims[2] / h});
+}
+
+static void ir_shape_merge_heads(const IrGraph *g, IrNode *n)
+{
+    const IrNode *x = IN(0);
+    require(x->rank == 4, n, "(B, h, L, d)");
+    set_shape(n, x->dtype, 3, (int64_t[]){x->dims[0], x->dims[2], x->dims[1] * x->dims[3]});
+}
+
+static void ir_shape_slice_first(const IrGraph *g, IrNode *n)
+{
+    const IrNode *x = IN(0);
+    require(x->rank == 3 && x->dims[1] == IR_DIM_L, n, "(B, L, H)");
+    set_shape(n, x->dtype, 2, (int64_t[]){x->dims[0], x->dims[2]});
+}
+
+static void ir_shape_shift_labels(const IrGraph *g, IrNode *n)
+{
+    require(is_BL(IN(0)) && is_BL(IN(1)), n, "ids and mask (B, L) i32");
+    copy_shape(n, IN(0));
+}
+
+static void ir_shape_cross_entropy(const IrGraph *g, IrNode *n)
+{
+    const IrNode *x = IN(0), *y = IN(1);
+    require(y->dtype == DT_I32 && y->rank == x->rank - 1, n, "labels (..) i32 for logits (.., C)");
+    for (int i = 0; i < y->rank; i++) require(y->dims[i] == x->dims[i], n, "labels/logits dims");
+    set_shape(n, DT_F32, 0, NULL);
+}
+
+static void ir_shape_mse(const IrGraph *g, IrNode *n)
+{
+    const IrNode *p = IN(0), *t = IN(1);
+    require(p->rank == 2 && p->dims[1] == 1 && t->rank == 1 && t->dims[0] == p->dims[0], n,
+            "pred (B, 1), targets (B)");
+    set_shape(n, DT_F32, 0, NULL);
+}
+
+static void ir_shape_cast(const IrGraph *g, IrNode *n)
+{
+    require(ir_dtype_is_float(IN(0)->dtype) && ir_dtype_is_float(n->attr.cast.to), n, "float to float");
+    copy_shape(n, IN(0));
+    n->dtype = n->attr.cast.to;
+}
+
+static void ir_shape_embedding_bwd(const IrGraph *g, IrNode *n)
+{
+    const IrNode *dy = IN(0);
+    require(dy->rank == 3 && is_BL(IN(1)), n, "dy (B, L, H), ids (B, L)");
+    set_shape(n, dy->dtype, 2, (int64_t[]){n->attr.embed_bwd.rows, dy->dims[2]});
+}
+
+static void ir_shape_linear_dx(const IrGraph *g, IrNode *n)
+{
+    const IrNode *dy = IN(0), *w = IN(1);
+    require(w->rank == 2 && last(dy) == w->dims[0], n, "dy (.., out) with W (out, in)");
+    copy_shape(n, dy);
+    n->dims[n->rank - 1] = w->dims[1];
+}
+
+static void ir_shape_linear_dw(const IrGraph *g, IrNode *n)
+{
+    const IrNode *dy = IN(0), *x = IN(1);
+    require(dy->rank == x->rank, n, "dy and x of equal rank");
+    for (int i = 0; i + 1 < x->rank; i++) require(dy->dims[i] == x->dims[i], n, "row dims differ");
+    set_shape(n, dy->dtype, 2, (int64_t[]){last(dy), last(x)});
+}
+
+static void ir_shape_bias_grad(const IrGraph *g, IrNode *n)
+{
+    set_shape(n, IN(0)->dtype, 1, (int64_t[]){last(IN(0))});
+}
+
+static void ir_shape_layernorm_dx(const IrGraph *g, IrNode *n)
+{
+    require_same(n, IN(0), IN(1));
+    copy_shape(n, IN(0));
+}
+
+static void ir_shape_layernorm_dgamma(const IrGraph *g, IrNode *n)
+{
+    require_same(n, IN(0), IN(1));
+    set_shape(n, IN(0)->dtype, 1, (int64_t[]){last(IN(0))});
+}
+
+static void ir_shape_act_bwd(const IrGraph *g, IrNode *n)
+{
+    require_same(n, IN(0), IN(1));
+    copy_shape(n, IN(0));
+}
+
+static void ir_shape_softmax_bwd(const IrGraph *g, IrNode *n)
+{
+    require_same(n, IN(0), IN(1));
+    copy_shape(n, IN(0));
+}
+
+static void ir_shape_slice_first_bwd(const IrGraph *g, IrNode *n)
+{
+    const IrNode *dy = IN(0);
+    require(dy->rank == 2, n, "dy (B, H)");
+    set_shape(n, dy->dtype, 3, (int64_t[]){dy->dims[0], IR_DIM_L, dy->dims[1]});
+}
+
+static void ir_shape_cross_entropy_bwd(const IrGraph *g, IrNode *n)
+{
+    require(IN(0)->rank == 0, n, "dloss is a scalar");
+    copy_shape(n, IN(1));
+}
+
+static void ir_shape_mse_bwd(const IrGraph *g, IrNode *n)
+{
+    require(IN(0)->rank == 0, n, "dloss is a scalar");
+    copy_shape(n, IN(1));
+}
+
+/* ---- the table -------------------------------------------------------- */
+
+static const IrOpInfo op_table[] = {
+#define IR_OP(E, name, nmin, nmax) {#name, nmin, nmax, ir_shape_##name},
+#include "ops.def"
+#undef IR_OP
+};
+_Static_assert(sizeof op_table / sizeof op_table[0] == IR_OP_COUNT, "ops.def and the op table disagree");
+_Static_assert(IR_OP_COUNT == 29, "an op was added or removed: update ops.c, cpu_exec.c and docs/ir.md");
+
+const IrOpInfo *ir_op_info(IrOpKind op)
+{
+    HPC_ASSERT(op >= 0 && op < IR_OP_COUNT);
+    return &op_table[op];
+}
+
+const char *ir_op_name(IrOpKind op) { return ir_op_info(op)->name; }
+
+/* ---- backward rules --------------------------------------------------- */
+
+/* Appends node op(inputs) named "d.<name of forward input k>". */
+static int grad_node(IrGraph *g, int fwd, int k, IrOpKind op, const int *in, int n_in,
+                     const IrAttr *attr)
+{
+    char name[IR_NAME_MAX];
+    snprintf(name, sizeof name, "d.%.*s", IR_NAME_MAX - 3, NODE(NODE(fwd)->in[k])->name);
+    int id = ir_add(g, op, in, n_in, attr, name);
+    NODE(id)->backward = true;
+    return id;
+}
+
+static bool needs(const IrGraph *g, int fwd, int k)
+{
+    return NODE(fwd)->n_in > k && NODE(NODE(fwd)->in[k])->requires_grad;
+}
+
+static void matmul_backward(IrGraph *g, int id, int dy, int *dx)
+{
+    IrNode f = *NODE(id); /* copy: ir_add may move the node array */
+    int a = f.in[0], b = f.in[1];
+    bool ta = f.attr.matmul.trans_a, tb = f.attr.matmul.trans_b;
+    double al = f.attr.matmul.alpha;
+    IrAttr da, db;
+    int ia[2], ib[2];
+    /* C = al op(A) op(B); each case below is dC pushed through the product. */
+    if (!ta && !tb) {        /* dA = al dC B^T,   dB = al A^T dC */
+        da.matmul = (IrMatmulAttr){false, true, al}; ia[0] = dy; ia[1] = b;
+        db.matmul = (IrMatmulAttr){true, false, al}; ib[0] = a; ib[1] = dy;
+    } else if (!ta && tb) {  /* dA = al dC B,     dB = al dC^T A */
+        da.matmul = (IrMatmulAttr){false, false, al}; ia[0] = dy; ia[1] = b;
+        db.matmul = (IrMatmulAttr){true, false, al}; ib[0] = dy; ib[1] = a;
+    } else if (ta && !tb) {  /* dA = al B dC^T,   dB = al A dC */
+        da.matmul = (IrMatmulAttr){false, true, al}; ia[0] = b; ia[1] = dy;
+        db.matmul = (IrMatmulAttr){false, false, al}; ib[0] = a; ib[1] = dy;
+    } else {                 /* dA = al B^T dC^T, dB = al dC^T A^T */
+        da.matmul = (IrMatmulAttr){true, true, al}; ia[0] = b; ia[1] = dy;
+        db.matmul = (IrMatmulAttr){true, true, al}; ib[0] = dy; ib[1] = a;
+    }
+    if (needs(g, id, 0)) dx[0] = grad_node(g, id, 0, IR_OP_MATMUL, ia, 2, &da);
+    if (needs(g, id, 1)) dx[1] = grad_node(g, id, 1, IR_OP_MATMUL, ib, 2, &db);
+}
+
+void ir_backward(IrGraph *g, int id, int dy, int dx[IR_MAX_INPUTS])
+{
+    IrNode f = *NODE(id); /* copy: ir_add may move the node array */
+    for (int k = 0; k < IR_MAX_INPUTS; k++) dx[k] = -1;
+    IrAttr a = f.attr;
+    switch (f.op) {
+    case IR_OP_INPUT:
+    case IR_OP_PARAM:
+    case IR_OP_POSITIONS:
+    case IR_OP_SHIFT_LABELS:
+        break;
+    case IR_OP_EMBEDDING:
+        a.embed_bwd.rows = NODE(f.in[0])->dims[0];
+        if (needs(g, id, 0)) dx[0] = grad_node(g, id, 0, IR_OP_EMBEDDING_BWD, (int[]){dy, f.in[1]}, 2, &a);
+        break;
+    case IR_OP_LINEAR:
+        if (needs(g, id, 0)) dx[0] = grad_node(g, id, 0, IR_OP_LINEAR_DX, (int[]){dy, f.in[1]}, 2, NULL);
+        if (needs(g, id, 1)) dx[1] = grad_node(g, id, 1, IR_OP_LINEAR_DW, (int[]){dy, f.in[0]}, 2, NULL);
+        if (needs(g, id, 2)) dx[2] = grad_node(g, id, 2, IR_OP_BIAS_GRAD, &dy, 1, NULL);
+        break;
+    case IR_OP_MATMUL:
+        matmul_backward(g, id, dy, dx);
+        break;
+    case IR_OP_ADD:
+        dx[0] = needs(g, id, 0) ? dy : -1;
+        dx[1] = needs(g, id, 1) ? dy : -1;
+        break;
+    case IR_OP_LAYERNORM:
+        if (needs(g, id, 0))
+            dx[0] = grad_node(g, id, 0, IR_OP_LAYERNORM_DX, (int[]){dy, f.in[0], f.in[1]}, 3, &a);
+        if (needs(g, id, 1))
+            dx[1] = grad_node(g, id, 1, IR_OP_LAYERNORM_DGAMMA, (int[]){dy, f.in[0]}, 2, &a);
+        if (needs(g, id, 2)) dx[2] = grad_node(g, id, 2, IR_OP_BIAS_GRAD, &dy, 1, NULL);
+        break;
+    case IR_OP_ACT:
+        if (needs(g, id, 0)) dx[0] = grad_node(g, id, 0, IR_OP_ACT_BWD, (int[]){dy, f.in[0]}, 2, &a);
+        break;
+    case IR_OP_SOFTMAX:
+        if (needs(g, id, 0)) dx[0] = grad_node(g, id, 0, IR_OP_SOFTMAX_BWD, (int[]){dy, id}, 2, NULL);
+        break;
+    case IR_OP_DROPOUT: /* the same mask: same p, same salt */
+        if (needs(g, id, 0)) dx[0] = grad_node(g, id, 0, IR_OP_DROPOUT, &dy, 1, &a);
+        break;
+    case IR_OP_SPLIT_HEADS:
+        if (needs(g, id, 0)) dx[0] = grad_node(g, id, 0, IR_OP_MERGE_HEADS, &dy, 1, NULL);
+        break;
+    case IR_OP_MERGE_HEADS:
+        a.heads.heads = NODE(f.in[0])->dims[1];
+        if (needs(g, id, 0)) dx[0] = grad_node(g, id, 0, IR_OP_SPLIT_HEADS, &dy, 1, &a);
+        break;
+    case IR_OP_SLICE_FIRST:
+        if (needs(g, id, 0)) dx[0] = grad_node(g, id, 0, IR_OP_SLICE_FIRST_BWD, &dy, 1, NULL);
+        break;
+    case IR_OP_CROSS_ENTROPY:
+        if (needs(g, id, 0))
+            dx[0] = grad_node(g, id, 0, IR_OP_CROSS_ENTROPY_BWD, (int[]){dy, f.in[0], f.in[1]}, 3, NULL);
+        break;
+    case IR_OP_MSE:
+        if (needs(g, id, 0)) dx[0] = grad_node(g, id, 0, IR_OP_MSE_BWD, (int[]){dy, f.in[0], f.in[1]}, 3, NULL);
+        break;
+    case IR_OP_CAST:
+        a.cast.to = NODE(f.in[0])->dtype;
+        if (needs(g, id, 0)) dx[0] = grad_node(g, id, 0, IR_OP_CAST, &dy, 1, &a);
+        break;
+    case IR_OP_EMBEDDING_BWD:
+    case IR_OP_LINEAR_DX:
+    case IR_OP_LINEAR_DW:
+    case IR_OP_BIAS_GRAD:
+    case IR_OP_LAYERNORM_DX:
+    case IR_OP_LAYERNORM_DGAMMA:
+    case IR_OP_ACT_BWD:
+    case IR_OP_SOFTMAX_BWD:
+    case IR_OP_SLICE_FIRST_BWD:
+    case IR_OP_CROSS_ENTROPY_BWD:
+    case IR_OP_MSE_BWD:
+    case IR_OP_COUNT:
+        hpc_panic(__FILE__, __LINE__, "no backward rule for %s (second derivatives unsupported)",
+                  ir_op_name(f.op));
+    }
+}
