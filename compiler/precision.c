@@ -1,0 +1,367 @@
+/* compiler/precision.c — the precision planner; see precision.h. */
+#include "precision.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+/* dtype slots of the per-value caches */
+enum { SLOT_F32, SLOT_F16, SLOT_BF16, N_SLOTS };
+
+typedef struct {
+    const IrGraph *in;
+    IrGraph *out;
+    PrecisionPlan *plan;
+    int info_cap;
+    int (*cast)[N_SLOTS];      /* (in->n) id in out of the value cast to a dtype, -1 */
+    int (*low_param)[2];       /* (n_params) id in out of the f16 / bf16 copy, -1 */
+    bool *grad_f32;            /* (in->n) a parameter gradient: stored in f32 */
+    bool *grad_sum;            /* (in->n) an ADD summing a parameter's gradient */
+    bool backward;             /* the node being planned is a backward node */
+} Planner;
+
+PrecClass precision_op_class(IrOpKind op)
+{
+    switch (op) {
+    case IR_OP_INPUT:
+    case IR_OP_PARAM:
+    case IR_OP_POSITIONS:
+    case IR_OP_SHIFT_LABELS:
+        return PREC_CLASS_NONE;
+    case IR_OP_LINEAR:
+    case IR_OP_MATMUL:
+    case IR_OP_LINEAR_DX:
+    case IR_OP_LINEAR_DW:
+        return PREC_CLASS_LOW;
+    case IR_OP_CROSS_ENTROPY:
+    case IR_OP_MSE:
+    case IR_OP_CROSS_ENTROPY_BWD:
+    case IR_OP_MSE_BWD:
+        return PREC_CLASS_F32;
+    case IR_OP_EMBEDDING:
+    case IR_OP_ADD:
+    case IR_OP_LAYERNORM:
+    case IR_OP_ACT:
+    case IR_OP_SOFTMAX:
+    case IR_OP_DROPOUT:
+    case IR_OP_SPLIT_HEADS:
+    case IR_OP_MERGE_HEADS:
+    case IR_OP_SLICE_FIRST:
+    case IR_OP_CAST:
+    case IR_OP_EMBEDDING_BWD:
+    case IR_OP_BIAS_GRAD:
+    case IR_OP_LAYERNORM_DX:
+    case IR_OP_LAYERNORM_DGAMMA:
+    case IR_OP_ACT_BWD:
+    case IR_OP_SOFTMAX_BWD:
+    case IR_OP_SLICE_FIRST_BWD:
+    case IR_OP_COUNT:
+        break;
+    }
+    return PREC_CLASS_F32_COMPUTE;
+}
+
+const char *precision_class_name(PrecClass c)
+{
+    switch (c) {
+    case PREC_CLASS_NONE: return "-";
+    case PREC_CLASS_LOW: return "low";
+    case PREC_CLASS_F32_COMPUTE: return "f32-compute";
+    case PREC_CLASS_F32: return "f32";
+    case PREC_CLASS_CAST: return "cast";
+    }
+    return "?";
+}
+
+const char *precision_region_name(PrecRegion r)
+{
+    switch (r) {
+    case PREC_REGION_EMBEDDINGS: return "embeddings";
+    case PREC_REGION_STACK: return "stack";
+    case PREC_REGION_HEAD: return "head";
+    }
+    return "?";
+}
+
+static int slot_of(DType dt)
+{
+    return dt == DT_F16 ? SLOT_F16 : dt == DT_BF16 ? SLOT_BF16 : SLOT_F32;
+}
+
+static DType dtype_of_prec(SpecPrecision p, DType policy_low)
+{
+    switch (p) {
+    case PREC_DEFAULT: return policy_low;
+    case PREC_FP32: return DT_F32;
+    case PREC_FP16: return DT_F16;
+    case PREC_BF16: return DT_BF16;
+    }
+    return policy_low;
+}
+
+/* ---- regions ---------------------------------------------------------- */
+
+static bool starts_with(const char *s, const char *prefix)
+{
+    return strncmp(s, prefix, strlen(prefix)) == 0;
+}
+
+static PrecRegion region_of_name(const char *name)
+{
+    while (starts_with(name, "d.")) name += 2;
+    if (starts_with(name, "emb.")) return PREC_REGION_EMBEDDINGS;
+    if (starts_with(name, "layer.") || strcmp(name, "final_ln") == 0) return PREC_REGION_STACK;
+    return PREC_REGION_HEAD;
+}
+
+/* A backward node is planned with the forward op whose backward rule made
+ * it; its incoming gradient (the first backward input) is named "d.X"
+ * after that op's output X.  An ADD that sums the contributions to one
+ * gradient goes with its first contribution, so that a gradient crossing
+ * a region boundary is summed on the producers' side and cast once. */
+static PrecRegion region_of(const IrGraph *g, int id)
+{
+    const IrNode *n = &g->nodes[id];
+    if (n->backward && n->op == IR_OP_ADD) return region_of(g, n->in[0]);
+    if (n->backward)
+        for (int k = 0; k < n->n_in; k++)
+            if (g->nodes[n->in[k]].backward) return region_of_name(g->nodes[n->in[k]].name);
+    return region_of_name(n->name);
+}
+
+/* ---- parameter gradients ---------------------------------------------- */
+
+static bool produces_param_grad(IrOpKind op)
+{
+    return op == IR_OP_LINEAR_DW || op == IR_OP_BIAS_GRAD || op == IR_OP_LAYERNORM_DGAMMA ||
+           op == IR_OP_EMBEDDING_BWD || op == IR_OP_ADD;
+}
+
+/* Marks v (and, through gradient-summing ADDs, its contributions) as a
+ * parameter gradient stored in f32, if v is used by nothing else. */
+static void mark_grad(Planner *P, const int *n_uses, int v, int allowed_uses)
+{
+    const IrNode *n = &P->in->nodes[v];
+    if (!n->backward || !produces_param_grad(n->op) || n_uses[v] != allowed_uses) return;
+    P->grad_f32[v] = true;
+    if (n->op != IR_OP_ADD) return;
+    P->grad_sum[v] = true;
+    for (int k = 0; k < n->n_in; k++) mark_grad(P, n_uses, n->in[k], 1);
+}
+
+static void mark_param_grads(Planner *P)
+{
+    const IrGraph *g = P->in;
+    int *n_uses = xcalloc((size_t)g->n, sizeof *n_uses);
+    for (int i = 0; i < g->n; i++)
+        for (int k = 0; k < g->nodes[i].n_in; k++) n_uses[g->nodes[i].in[k]]++;
+    for (int p = 0; p < g->n_params && g->param_grad; p++)
+        if (g->param_grad[p] >= 0) mark_grad(P, n_uses, g->param_grad[p], 0);
+    free(n_uses);
+}
+
+/* ---- building the planned graph --------------------------------------- */
+
+static void plan_note(Planner *P, int id, PrecClass cls, PrecRegion region, DType compute, int origin)
+{
+    PrecisionPlan *pl = P->plan;
+    if (id >= P->info_cap) {
+        P->info_cap = 2 * id + 64;
+        pl->info = xrealloc(pl->info, (size_t)P->info_cap * sizeof *pl->info);
+    }
+    pl->info[id] = (PrecNodeInfo){ cls, region, compute, origin };
+    pl->n = id + 1;
+}
+
+/* The value of input node u (an id in `in`) as dtype dt, casting once. */
+static int value_as(Planner *P, int u, DType dt, PrecRegion region)
+{
+    int v = P->plan->map[u];
+    const IrNode *src = &P->out->nodes[v];
+    if (src->dtype == dt || !ir_dtype_is_float(src->dtype)) return v;
+    int *slot = &P->cast[u][slot_of(dt)];
+    if (*slot >= 0) return *slot;
+    char name[IR_NAME_MAX];
+    snprintf(name, sizeof name, "%.*s.to_%s", IR_NAME_MAX - 9, src->name, ir_dtype_name(dt));
+    IrAttr a = {.cast = {dt}};
+    bool rg = src->requires_grad;
+    *slot = ir_add(P->out, IR_OP_CAST, &v, 1, &a, name);
+    P->out->nodes[*slot].backward = P->backward;
+    P->out->nodes[*slot].requires_grad = rg;
+    plan_note(P, *slot, PREC_CLASS_CAST, region, DT_F32, -1);
+    P->plan->n_casts++;
+    return *slot;
+}
+
+/* The low-precision copy of parameter node u: a PARAM node of dtype dt that
+ * the optimizer writes; a second low dtype of one parameter is a cast. */
+static int param_as(Planner *P, int u, DType dt, PrecRegion region)
+{
+    const IrNode *p = &P->in->nodes[u];
+    int idx = p->attr.param.index, s = dt == DT_F16 ? 0 : 1;
+    if (dt == DT_F32) return P->plan->map[u];
+    if (P->low_param[idx][s] >= 0) return P->low_param[idx][s];
+    DType *low = &P->plan->param_low[idx];
+    if (*low != DT_F32 && *low != dt) return P->low_param[idx][s] = value_as(P, u, dt, region);
+    *low = dt;
+    int id = ir_param(P->out, idx, dt, p->rank, p->dims, p->name);
+    plan_note(P, id, PREC_CLASS_NONE, region, dt, -1);
+    return P->low_param[idx][s] = id;
+}
+
+/* The dtype op input k of class cls in a region of dtype low wants. */
+static DType wanted_input(PrecClass cls, bool is_param, DType low)
+{
+    switch (cls) {
+    case PREC_CLASS_LOW: return low;
+    case PREC_CLASS_F32_COMPUTE: return is_param ? DT_F32 : low;
+    default: return DT_F32;
+    }
+}
+
+static void plan_leaf(Planner *P, int i)
+{
+    const IrNode *n = &P->in->nodes[i];
+    int id = n->op == IR_OP_PARAM
+        ? ir_param(P->out, n->attr.param.index, n->dtype, n->rank, n->dims, n->name)
+        : ir_add(P->out, n->op, NULL, 0, &n->attr, n->name);
+    P->out->nodes[id].requires_grad = n->requires_grad;
+    P->out->nodes[id].backward = n->backward;
+    P->plan->map[i] = id;
+    plan_note(P, id, PREC_CLASS_NONE, region_of(P->in, i), n->dtype, i);
+}
+
+static void plan_op(Planner *P, int i)
+{
+    const IrNode *n = &P->in->nodes[i];
+    PrecClass cls = P->grad_sum[i] ? PREC_CLASS_F32 : precision_op_class(n->op);
+    PrecRegion region = region_of(P->in, i);
+    DType low = P->plan->region_dtype[region];
+    int ins[IR_MAX_INPUTS];
+    P->backward = n->backward;
+    for (int k = 0; k < n->n_in; k++) {
+        int u = n->in[k];
+        bool is_param = P->in->nodes[u].op == IR_OP_PARAM;
+        DType want = wanted_input(cls, is_param, low);
+        ins[k] = is_param ? param_as(P, u, want, region) : value_as(P, u, want, region);
+    }
+    IrAttr attr = n->attr;
+    if (n->op == IR_OP_CAST) attr.cast.to = low;   /* a cast already in the graph keeps its place */
+    int id = ir_add(P->out, n->op, ins, n->n_in, &attr, n->name);
+    IrNode *o = &P->out->nodes[id];
+    o->requires_grad = n->requires_grad;
+    o->backward = n->backward;
+    if (ir_dtype_is_float(o->dtype))
+        o->dtype = P->grad_f32[i] || cls == PREC_CLASS_F32 ? DT_F32 : low;
+    P->plan->map[i] = id;
+    plan_note(P, id, cls, region, cls == PREC_CLASS_LOW ? low : DT_F32, i);
+}
+
+/* Parameter gradients the f32 rule could not cover (a gradient value also
+ * used elsewhere) get a cast, so the optimizer always reads f32. */
+static void plan_param_grads(Planner *P)
+{
+    const IrGraph *in = P->in;
+    IrGraph *out = P->out;
+    out->n_params = in->n_params;
+    if (!in->param_grad) return;
+    out->param_grad = xmalloc((size_t)in->n_params * sizeof *out->param_grad);
+    P->backward = true;
+    for (int p = 0; p < in->n_params; p++) {
+        int v = in->param_grad[p];
+        out->param_grad[p] = v < 0 ? -1 : value_as(P, v, DT_F32, region_of(in, v));
+    }
+}
+
+static HpcStatus plan_check_input(const IrGraph *in, SpecPrecision policy, HpcError *err)
+{
+    if (policy != PREC_FP32 && policy != PREC_FP16 && policy != PREC_BF16)
+        return hpc_fail(err, HPC_ERR_USAGE, "precision_plan: policy must be fp32, fp16 or bf16, not %s",
+                        spec_precision_name(policy));
+    for (int i = 0; i < in->n; i++) {
+        DType dt = in->nodes[i].dtype;
+        if (dt != DT_F32 && dt != DT_I32)
+            return hpc_fail(err, HPC_ERR_USAGE,
+                            "precision_plan: value %d (%s) is already %s; the pass plans the all-f32 "
+                            "graph that lower and autodiff produce, once", i, in->nodes[i].name,
+                            ir_dtype_name(dt));
+    }
+    return HPC_OK;
+}
+
+static void plan_regions(PrecisionPlan *pl, const ModelSpec *spec, SpecPrecision policy)
+{
+    DType low = policy == PREC_FP16 ? DT_F16 : policy == PREC_BF16 ? DT_BF16 : DT_F32;
+    bool pins = policy != PREC_FP32;   /* the fp32 policy changes nothing */
+    pl->region_dtype[PREC_REGION_EMBEDDINGS] = pins ? dtype_of_prec(spec->stack.embedding_precision, low) : low;
+    pl->region_dtype[PREC_REGION_STACK] = pins ? dtype_of_prec(spec->stack.precision, low) : low;
+    pl->region_dtype[PREC_REGION_HEAD] = pins ? dtype_of_prec(spec->head.precision, low) : low;
+}
+
+static int max_param_index(const IrGraph *g)
+{
+    int n = g->n_params;
+    for (int i = 0; i < g->n; i++)
+        if (g->nodes[i].op == IR_OP_PARAM && g->nodes[i].attr.param.index >= n)
+            n = g->nodes[i].attr.param.index + 1;
+    return n;
+}
+
+static void planner_init(Planner *P, const IrGraph *in, IrGraph *out, PrecisionPlan *pl)
+{
+    *P = (Planner){ .in = in, .out = out, .plan = pl };
+    pl->n_in = in->n;
+    pl->map = xmalloc((size_t)(in->n > 0 ? in->n : 1) * sizeof *pl->map);
+    pl->n_params = max_param_index(in);
+    pl->param_low = xmalloc((size_t)(pl->n_params > 0 ? pl->n_params : 1) * sizeof *pl->param_low);
+    P->low_param = xmalloc((size_t)(pl->n_params > 0 ? pl->n_params : 1) * sizeof *P->low_param);
+    for (int p = 0; p < pl->n_params; p++) {
+        pl->param_low[p] = DT_F32;
+        P->low_param[p][0] = P->low_param[p][1] = -1;
+    }
+    P->cast = xmalloc((size_t)(in->n > 0 ? in->n : 1) * sizeof *P->cast);
+    for (int i = 0; i < in->n; i++) P->cast[i][0] = P->cast[i][1] = P->cast[i][2] = -1;
+    P->grad_f32 = xcalloc((size_t)(in->n > 0 ? in->n : 1), sizeof *P->grad_f32);
+    P->grad_sum = xcalloc((size_t)(in->n > 0 ? in->n : 1), sizeof *P->grad_sum);
+}
+
+static void planner_free(Planner *P)
+{
+    free(P->cast);
+    free(P->low_param);
+    free(P->grad_f32);
+    free(P->grad_sum);
+}
+
+HpcStatus precision_plan(const IrGraph *in, const ModelSpec *spec, SpecPrecision policy,
+                         IrGraph *out, PrecisionPlan *plan, HpcError *err)
+{
+    memset(plan, 0, sizeof *plan);
+    HpcStatus st = plan_check_input(in, policy, err);
+    if (st != HPC_OK) return st;
+    HPC_ASSERT(out->n == 0);
+    plan->policy = policy;
+    plan_regions(plan, spec, policy);
+    Planner P;
+    planner_init(&P, in, out, plan);
+    mark_param_grads(&P);
+    int n_forward = 0;
+    for (int i = 0; i < in->n; i++) {
+        if (in->nodes[i].n_in == 0) plan_leaf(&P, i);
+        else plan_op(&P, i);
+        if (i == in->n_forward - 1) n_forward = out->n;
+    }
+    out->loss = in->loss >= 0 ? plan->map[in->loss] : -1;
+    out->logits = in->logits >= 0 ? plan->map[in->logits] : -1;
+    plan_param_grads(&P);
+    out->n_forward = n_forward;
+    planner_free(&P);
+    return HPC_OK;
+}
+
+void precision_plan_free(PrecisionPlan *plan)
+{
+    free(plan->info);
+    free(plan->map);
+    free(plan->param_low);
+    memset(plan, 0, sizeof *plan);
+}
