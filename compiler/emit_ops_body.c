@@ -1,0 +1,589 @@
+/* compiler/emit_ops_body.c — the CUDA text of each op kind; see
+ * emit_ops_body.h.  Each case mirrors the op's CPU reference in
+ * runtime/cpu_exec_ops.inc. */
+#include "emit_ops_body.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ---- strings ---------------------------------------------------------- */
+
+void estr_add(EStr *s, const char *text)
+{
+    size_t n = strlen(text);
+    if (s->len + n + 1 > s->cap) {
+        s->cap = (s->len + n + 1) * 2;
+        s->p = xrealloc(s->p, s->cap);
+    }
+    memcpy(s->p + s->len, text, n + 1);
+    s->len += n;
+}
+
+void estr_printf(EStr *s, const char *fmt, ...)
+{
+    char tmp[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(tmp, sizeof tmp, fmt, ap);
+    va_end(ap);
+    HPC_ASSERT(n >= 0 && (size_t)n < sizeof tmp);
+    estr_add(s, tmp);
+}
+
+void estr_free(EStr *s)
+{
+    free(s->p);
+    memset(s, 0, sizeof *s);
+}
+
+/* ---- helpers ---------------------------------------------------------- */
+
+#define OUTN (&gen->g->nodes[gen->id])
+#define INN(k) (&gen->g->nodes[OUTN->in[(k)]])
+
+static const char *ctype(DType d)
+{
+    switch (d) {
+    case DT_F16:
+    case DT_BF16: return "unsigned short";
+    case DT_I32: return "int";
+    default: return "float";
+    }
+}
+
+static const char *ldf(DType d) { return d == DT_F16 ? "ld_f16" : d == DT_BF16 ? "ld_bf16" : "ld_f32"; }
+static const char *stf(DType d) { return d == DT_F16 ? "st_f16" : d == DT_BF16 ? "st_bf16" : "st_f32"; }
+
+/* C expression of the product of dims [from, to) of v: "(a.B * a.L * 768LL)". */
+static void dims_expr(const IrNode *v, int from, int to, char *buf, size_t size)
+{
+    size_t used = (size_t)snprintf(buf, size, "(1LL");
+    for (int i = from; i < to && used < size; i++) {
+        int64_t d = v->dims[i];
+        if (d == IR_DIM_B) used += (size_t)snprintf(buf + used, size - used, " * a.B");
+        else if (d == IR_DIM_L) used += (size_t)snprintf(buf + used, size - used, " * a.L");
+        else used += (size_t)snprintf(buf + used, size - used, " * %lldLL", (long long)d);
+    }
+    if (used < size) snprintf(buf + used, size - used, ")");
+}
+
+static void numel_expr(const IrNode *v, char *buf, size_t size) { dims_expr(v, 0, v->rank, buf, size); }
+static void rows_expr(const IrNode *v, char *buf, size_t size) { dims_expr(v, 0, v->rank - 1, buf, size); }
+static int64_t last_dim(const IrNode *v) { return v->rank ? v->dims[v->rank - 1] : 1; }
+
+/* "BxLx768" */
+static void shape_tag(const IrNode *v, char *buf, size_t size)
+{
+    size_t used = 0;
+    buf[0] = 0;
+    if (v->rank == 0) snprintf(buf, size, "s");
+    for (int i = 0; i < v->rank && used < size; i++) {
+        const char *sep = i ? "x" : "";
+        if (v->dims[i] == IR_DIM_B) used += (size_t)snprintf(buf + used, size - used, "%sB", sep);
+        else if (v->dims[i] == IR_DIM_L) used += (size_t)snprintf(buf + used, size - used, "%sL", sep);
+        else used += (size_t)snprintf(buf + used, size - used, "%s%lld", sep, (long long)v->dims[i]);
+    }
+}
+
+static int row_threads(int64_t D) { return D >= 1024 ? 512 : D >= 256 ? 256 : 128; }
+
+/* Starts a phase named BASE_DTYPE_TAG and writes the pointer declarations. */
+static EStr *phase(EopGen *gen, const char *base, const char *tag, EopLaunchType lt, int64_t count,
+                   int threads)
+{
+    HPC_ASSERT(gen->n_phases < EOP_MAX_PHASES);
+    EopGenPhase *ph = &gen->ph[gen->n_phases++];
+    const IrNode *n = OUTN;
+    snprintf(ph->base, sizeof ph->base, "%s_%s_%s", base, ir_dtype_name(n->dtype), tag);
+    ph->lt = lt;
+    ph->count = count;
+    ph->threads = threads;
+    EStr *s = &ph->body;
+    gen->kind = EOP_KERNELS;
+    estr_printf(s, "    %s *y = (%s *)a.y;\n", ctype(n->dtype), ctype(n->dtype));
+    for (int k = 0; k < n->n_in; k++)
+        estr_printf(s, "    const %s *x%d = (const %s *)a.x[%d];\n", ctype(INN(k)->dtype), k,
+                    ctype(INN(k)->dtype), k);
+    estr_add(s, "    const EopCtl *ctl = (const EopCtl *)a.ctl;\n"
+                "    float *sf = (float *)a.scratch;\n    double *sd = (double *)a.scratch;\n"
+                "    (void)y; (void)ctl; (void)sf; (void)sd;\n");
+    return s;
+}
+
+static EStr *elems_phase(EopGen *gen, const char *base, const IrNode *over)
+{
+    char tag[64], n[128];
+    shape_tag(over, tag, sizeof tag);
+    numel_expr(over, n, sizeof n);
+    EStr *s = phase(gen, base, tag, EOP_LT_ELEMS, ir_numel(over, gen->B, gen->L), 256);
+    estr_printf(s, "    const i64 n = %s;\n", n);
+    return s;
+}
+
+static const char *act_name(IrActKind k) { return ir_act_name(k); }
+
+/* ---- forward ops ------------------------------------------------------ */
+
+static void gen_loss_scale(EopGen *gen)
+{
+    EStr *s = elems_phase(gen, "loss_scale", OUTN);
+    estr_printf(s, "    EOP_FOR(i, n) y[i] = %s(ctl->loss_scale);\n", stf(OUTN->dtype));
+}
+
+static void gen_positions(EopGen *gen)
+{
+    EStr *s = elems_phase(gen, "positions", OUTN);
+    estr_printf(s, "    EOP_FOR(i, n) y[i] = (int)(i %% a.L) + %lld;\n", (long long)OUTN->attr.pos.offset);
+}
+
+static void gen_embedding(EopGen *gen)
+{
+    int64_t V = INN(0)->dims[0], D = INN(0)->dims[1];
+    EStr *s = elems_phase(gen, "embedding", OUTN);
+    estr_printf(s, "    EOP_FOR(i, n) {\n        int id = x1[i / %lldLL];\n"
+                   "        y[i] = %s(id >= 0 && id < %lld ? %s(x0[(i64)id * %lldLL + i %% %lldLL]) : EOP_NAN);\n    }\n",
+                (long long)D, stf(OUTN->dtype), (long long)V, ldf(INN(0)->dtype), (long long)D,
+                (long long)D);
+}
+
+static void gen_add(EopGen *gen)
+{
+    EStr *s = elems_phase(gen, "add", OUTN);
+    estr_printf(s, "    EOP_FOR(i, n) y[i] = %s(%s(x0[i]) + %s(x1[i]));\n", stf(OUTN->dtype),
+                ldf(INN(0)->dtype), ldf(INN(1)->dtype));
+}
+
+static void gen_cast(EopGen *gen)
+{
+    EStr *s = elems_phase(gen, "cast", OUTN);
+    estr_printf(s, "    EOP_FOR(i, n) y[i] = %s(%s(x0[i]));\n", stf(OUTN->dtype), ldf(INN(0)->dtype));
+}
+
+static void gen_act(EopGen *gen)
+{
+    char base[32];
+    snprintf(base, sizeof base, "%s_fwd", act_name(OUTN->attr.act.kind));
+    EStr *s = elems_phase(gen, base, OUTN);
+    estr_printf(s, "    EOP_FOR(i, n) y[i] = %s(act_%s(%s(x0[i])));\n", stf(OUTN->dtype),
+                act_name(OUTN->attr.act.kind), ldf(INN(0)->dtype));
+}
+
+static void gen_dropout(EopGen *gen)
+{
+    const IrDropoutAttr *d = &OUTN->attr.dropout;
+    EStr *s = elems_phase(gen, "dropout", OUTN);
+    estr_printf(s, "    const float p = %.9gf;\n    const float sc = (float)(1.0 / (1.0 - (double)p));\n"
+                   "    const bool on = ctl->training && p != 0.0f;\n"
+                   "    EOP_FOR(i, n) {\n        float v = %s(x0[i]);\n"
+                   "        if (on) v = philox_keep(ctl->seed, (u64)i, ctl->step, %uu, p) ? v * sc : 0.0f;\n"
+                   "        y[i] = %s(v);\n    }\n",
+                (double)(float)d->p, ldf(INN(0)->dtype), (unsigned)d->salt, stf(OUTN->dtype));
+}
+
+/* out (B, NH, L, D) from in (B, L, NH*D), or the reverse when merging. */
+static void gen_heads(EopGen *gen, bool split)
+{
+    const IrNode *h = split ? OUTN : INN(0);   /* the (B, NH, L, D) side */
+    long long NH = (long long)h->dims[1], D = (long long)h->dims[3];
+    EStr *s = elems_phase(gen, split ? "split_heads" : "merge_heads", OUTN);
+    if (split)
+        estr_printf(s, "    EOP_FOR(i, n) {\n        i64 dd = i %% %lldLL, r = i / %lldLL;\n"
+                       "        i64 l = r %% a.L; r /= a.L;\n        i64 hh = r %% %lldLL, b = r / %lldLL;\n"
+                       "        y[i] = %s(%s(x0[((b * a.L + l) * %lldLL + hh) * %lldLL + dd]));\n    }\n",
+                    D, D, NH, NH, stf(OUTN->dtype), ldf(INN(0)->dtype), NH, D);
+    else
+        estr_printf(s, "    EOP_FOR(i, n) {\n        i64 dd = i %% %lldLL, r = i / %lldLL;\n"
+                       "        i64 hh = r %% %lldLL; r /= %lldLL;\n        i64 l = r %% a.L, b = r / a.L;\n"
+                       "        y[i] = %s(%s(x0[((b * %lldLL + hh) * a.L + l) * %lldLL + dd]));\n    }\n",
+                    D, D, NH, NH, stf(OUTN->dtype), ldf(INN(0)->dtype), NH, D);
+}
+
+static void gen_slice_first(EopGen *gen)
+{
+    long long H = (long long)last_dim(OUTN);
+    EStr *s = elems_phase(gen, "slice_first", OUTN);
+    estr_printf(s, "    EOP_FOR(i, n) y[i] = %s(%s(x0[(i / %lldLL) * a.L * %lldLL + i %% %lldLL]));\n",
+                stf(OUTN->dtype), ldf(INN(0)->dtype), H, H, H);
+}
+
+static void gen_shift_labels(EopGen *gen)
+{
+    EStr *s = elems_phase(gen, "shift_labels", OUTN);
+    estr_add(s, "    EOP_FOR(i, n) {\n        i64 t = i % a.L;\n"
+                "        y[i] = t + 1 < a.L && x1[i + 1] ? x0[i + 1] : -100;\n    }\n");
+}
+
+/* Mean and rstd of row `row` of xr (D elements, dtype LD) into mean, rstd. */
+static void ln_stats_text(EStr *s, const char *ld, long long D, double eps)
+{
+    estr_printf(s, "    float s1 = 0.0f;\n    for (int c = threadIdx.x; c < %lld; c += blockDim.x) s1 += %s(xr[c]);\n"
+                   "    const float mean = block_sum(s1, sh) * (1.0f / %lld);\n"
+                   "    float q = 0.0f;\n    for (int c = threadIdx.x; c < %lld; c += blockDim.x) {\n"
+                   "        float d = %s(xr[c]) - mean;\n        q += d * d;\n    }\n"
+                   "    const float rstd = 1.0f / sqrtf(block_sum(q, sh) * (1.0f / %lld) + %.9gf);\n",
+                D, ld, D, D, ld, D, eps);
+}
+
+static void gen_layernorm(EopGen *gen)
+{
+    const IrNode *n = OUTN;
+    long long D = (long long)last_dim(n);
+    char rows[128], tag[32];
+    rows_expr(n, rows, sizeof rows);
+    snprintf(tag, sizeof tag, "h%lld", D);
+    EStr *s = phase(gen, "ln_fwd", tag, EOP_LT_ROWS, ir_rows(n, gen->B, gen->L), row_threads(D));
+    estr_printf(s, "    __shared__ float sh[32];\n    const i64 row = blockIdx.x;\n"
+                   "    if (row >= %s) return;\n    const %s *xr = x0 + row * %lldLL;\n",
+                rows, ctype(INN(0)->dtype), D);
+    ln_stats_text(s, ldf(INN(0)->dtype), D, (double)(float)n->attr.norm.eps);
+    estr_printf(s, "    for (int c = threadIdx.x; c < %lld; c += blockDim.x)\n"
+                   "        y[row * %lldLL + c] = %s((%s(xr[c]) - mean) * rstd * %s(x1[c]) + %s(x2[c]));\n",
+                D, D, stf(n->dtype), ldf(INN(0)->dtype), ldf(INN(1)->dtype), ldf(INN(2)->dtype));
+}
+
+/* One warp per row of L keys; rows = numel / L. */
+static EStr *warp_rows_phase(EopGen *gen, const char *base)
+{
+    const IrNode *n = OUTN;
+    char numel[128], tag[64];
+    numel_expr(n, numel, sizeof numel);
+    shape_tag(n, tag, sizeof tag);
+    EStr *s = phase(gen, base, tag, EOP_LT_WARP_ROWS, ir_numel(n, gen->B, gen->L) / gen->L, 128);
+    estr_printf(s, "    const i64 rows = %s / a.L;\n"
+                   "    const i64 row = (i64)blockIdx.x * 4 + (threadIdx.x >> 5);\n"
+                   "    const int lane = threadIdx.x & 31;\n    if (row >= rows) return;\n", numel);
+    return s;
+}
+
+static void gen_softmax(EopGen *gen)
+{
+    const IrNode *n = OUTN;
+    EStr *s = warp_rows_phase(gen, n->attr.softmax.causal ? "softmax_causal_fwd" : "softmax_fwd");
+    const char *ld = ldf(INN(0)->dtype);
+    estr_printf(s, "    const i64 b = row / (%lldLL * a.L), q = row %% a.L;\n"
+                   "    const int *mask = x1 + b * a.L;\n    const %s *sc = x0 + row * a.L;\n"
+                   "#define VIS(k) (mask[k] != 0 && !(%d && (k) > q))\n"
+                   "    float m = EOP_NEG_INF;\n"
+                   "    for (i64 k = lane; k < a.L; k += 32) if (VIS(k)) m = fmaxf(m, %s(sc[k]));\n"
+                   "    m = warp_max(m);\n    float sum = 0.0f;\n"
+                   "    for (i64 k = lane; k < a.L; k += 32) if (VIS(k)) sum += expf(%s(sc[k]) - m);\n"
+                   "    sum = warp_sum(sum);\n"
+                   "    for (i64 k = lane; k < a.L; k += 32)\n"
+                   "        y[row * a.L + k] = %s(VIS(k) && sum > 0.0f ? expf(%s(sc[k]) - m) / sum : 0.0f);\n"
+                   "#undef VIS\n",
+                (long long)n->dims[1], ctype(INN(0)->dtype), n->attr.softmax.causal ? 1 : 0, ld, ld,
+                stf(n->dtype), ld);
+}
+
+/* Row losses into sf (N floats), then the mean over labelled rows. */
+static void gen_cross_entropy(EopGen *gen)
+{
+    const IrNode *x = INN(0), *lab = INN(1);
+    long long C = (long long)last_dim(x);
+    char N[128], tag[32];
+    numel_expr(lab, N, sizeof N);
+    snprintf(tag, sizeof tag, "c%lld", C);
+    int64_t rows = ir_numel(lab, gen->B, gen->L);
+    const char *ld = ldf(x->dtype);
+    EStr *s = phase(gen, "xent_rows", tag, EOP_LT_ROWS, rows, C >= 256 ? 256 : 128);
+    estr_printf(s, "    __shared__ float sh[32];\n    const i64 row = blockIdx.x;\n    if (row >= %s) return;\n"
+                   "    const %s *xr = x0 + row * %lldLL;\n    const int label = x1[row];\n"
+                   "    float m = EOP_NEG_INF;\n"
+                   "    for (int c = threadIdx.x; c < %lld; c += blockDim.x) m = fmaxf(m, %s(xr[c]));\n"
+                   "    m = block_max(m, sh);\n    float e = 0.0f;\n"
+                   "    for (int c = threadIdx.x; c < %lld; c += blockDim.x) e += expf(%s(xr[c]) - m);\n"
+                   "    e = block_sum(e, sh);\n"
+                   "    if (threadIdx.x == 0)\n        sf[row] = label == -100 ? 0.0f : label >= 0 && label < %lld"
+                   " ? m + logf(e) - %s(xr[label]) : EOP_NAN;\n",
+                N, ctype(x->dtype), C, C, ld, C, ld, C, ld);
+    s = phase(gen, "xent_mean", tag, EOP_LT_ONE, 1, 1024);
+    estr_printf(s, "    __shared__ double shd[32];\n    __shared__ float sh[32];\n"
+                   "    double t = 0.0;\n    float cnt = 0.0f;\n"
+                   "    for (i64 i = threadIdx.x; i < %s; i += blockDim.x) {\n"
+                   "        t += sf[i];\n        cnt += x1[i] != -100 ? 1.0f : 0.0f;\n    }\n"
+                   "    t = block_sum_d(t, shd);\n    cnt = block_sum(cnt, sh);\n"
+                   "    if (threadIdx.x == 0) y[0] = %s(cnt > 0.0f ? (float)(t / cnt) : 0.0f);\n",
+                N, stf(OUTN->dtype));
+    gen->scratch = rows * 4;
+}
+
+static void gen_mse(EopGen *gen)
+{
+    char N[128];
+    numel_expr(INN(1), N, sizeof N);
+    EStr *s = phase(gen, "mse", "s", EOP_LT_ONE, 1, 1024);
+    estr_printf(s, "    __shared__ double shd[32];\n    const i64 n = %s;\n    double t = 0.0;\n"
+                   "    for (i64 i = threadIdx.x; i < n; i += blockDim.x) {\n"
+                   "        double d = (double)%s(x0[i]) - (double)%s(x1[i]);\n        t += d * d;\n    }\n"
+                   "    t = block_sum_d(t, shd);\n"
+                   "    if (threadIdx.x == 0) y[0] = %s(n ? (float)(t / (double)n) : 0.0f);\n",
+                N, ldf(INN(0)->dtype), ldf(INN(1)->dtype), stf(OUTN->dtype));
+}
+
+/* ---- GEMMs ------------------------------------------------------------ */
+
+static bool gemm_dtype(DType d) { return d == DT_F32 || d == DT_F16 || d == DT_BF16; }
+
+static HpcStatus gen_gemm(EopGen *gen, HpcError *err)
+{
+    const IrNode *n = OUTN, *a = INN(0), *b = INN(1);
+    gen->kind = EOP_GEMM;
+    if (!gemm_dtype(a->dtype) || a->dtype != b->dtype || !gemm_dtype(n->dtype) ||
+        (n->dtype != a->dtype && n->dtype != DT_F32))
+        return hpc_fail(err, HPC_ERR_INPUT, "emit_ops: %s node %d (%s) multiplies %s by %s into %s; "
+                        "cuBLASLt needs equal operand dtypes and an output of that dtype or f32 (run "
+                        "the precision pass, which inserts the casts)", ir_op_name(n->op), gen->id,
+                        n->name, ir_dtype_name(a->dtype), ir_dtype_name(b->dtype), ir_dtype_name(n->dtype));
+    if (n->op != IR_OP_LINEAR || n->n_in < 3) return HPC_OK;
+    if (INN(2)->dtype == n->dtype) {
+        gen->bias_epilogue = true;
+        return HPC_OK;
+    }
+    long long C = (long long)last_dim(n);
+    EStr *s = elems_phase(gen, "bias_add", n);
+    gen->kind = EOP_GEMM;
+    estr_printf(s, "    EOP_FOR(i, n) y[i] = %s(%s(y[i]) + %s(x2[i %% %lldLL]));\n", stf(n->dtype),
+                ldf(n->dtype), ldf(INN(2)->dtype), C);
+    return HPC_OK;
+}
+
+/* ---- backward ops ----------------------------------------------------- */
+
+static void gen_embedding_bwd(EopGen *gen)
+{
+    const IrNode *n = OUTN, *dy = INN(0);
+    long long V = (long long)n->dims[0], D = (long long)n->dims[1];
+    bool direct = n->dtype == DT_F32;
+    const char *acc = direct ? "y" : "sf";
+    EStr *s = elems_phase(gen, "zero", n);
+    estr_printf(s, "    EOP_FOR(i, n) %s[i] = 0.0f;\n", acc);
+    s = elems_phase(gen, "embedding_scatter", dy);
+    estr_printf(s, "    EOP_FOR(i, n) {\n        int id = x1[i / %lldLL];\n"
+                   "        if (id >= 0 && id < %lld) atomicAdd(%s + (i64)id * %lldLL + i %% %lldLL, %s(x0[i]));\n    }\n",
+                D, V, acc, D, D, ldf(dy->dtype));
+    if (direct) return;
+    s = elems_phase(gen, "embedding_grad_cast", n);
+    estr_printf(s, "    EOP_FOR(i, n) y[i] = %s(sf[i]);\n", stf(n->dtype));
+    gen->scratch = (int64_t)V * D * 4;
+}
+
+/* Column sums over rows of TERM(r, col) (a double expression) into y (C):
+ * partials in sd[0 .. EOP_COL_PARTS * C), then one thread per column. */
+static void colsum_phases(EopGen *gen, const char *base, const IrNode *rows_of, const char *term)
+{
+    const IrNode *n = OUTN;
+    long long C = (long long)last_dim(n);
+    char rows[128], tag[32], b1[64], b2[64];
+    rows_expr(rows_of, rows, sizeof rows);
+    snprintf(tag, sizeof tag, "c%lld", C);
+    snprintf(b1, sizeof b1, "%s_part", base);
+    snprintf(b2, sizeof b2, "%s_sum", base);
+    EStr *s = phase(gen, b1, tag, EOP_LT_COLPART, C, 256);
+    estr_printf(s, "    __shared__ double acc[8][33];\n    const i64 R = %s;\n"
+                   "    const int col = blockIdx.x * 32 + threadIdx.x;\n    double t = 0.0;\n"
+                   "    if (col < %lld)\n"
+                   "        for (i64 r = blockIdx.y * 8 + threadIdx.y; r < R; r += (i64)gridDim.y * 8) t += %s;\n"
+                   "    acc[threadIdx.y][threadIdx.x] = t;\n    __syncthreads();\n"
+                   "    if (threadIdx.y == 0 && col < %lld) {\n        double u = 0.0;\n"
+                   "        for (int k = 0; k < 8; k++) u += acc[k][threadIdx.x];\n"
+                   "        sd[(i64)blockIdx.y * %lldLL + col] = u;\n    }\n",
+                rows, C, term, C, C);
+    s = phase(gen, b2, tag, EOP_LT_COLFIN, C, 256);
+    estr_printf(s, "    const int col = blockIdx.x * blockDim.x + threadIdx.x;\n    if (col >= %lld) return;\n"
+                   "    double u = 0.0;\n    for (int p = 0; p < %d; p++) u += sd[(i64)p * %lldLL + col];\n"
+                   "    y[col] = %s((float)u);\n",
+                C, EOP_COL_PARTS, C, stf(n->dtype));
+    gen->scratch = (int64_t)EOP_COL_PARTS * C * 8;
+}
+
+static void gen_bias_grad(EopGen *gen)
+{
+    char term[128];
+    snprintf(term, sizeof term, "(double)%s(x0[r * %lldLL + col])", ldf(INN(0)->dtype),
+             (long long)last_dim(OUTN));
+    colsum_phases(gen, "bias_grad", INN(0), term);
+}
+
+static void gen_layernorm_dx(EopGen *gen)
+{
+    const IrNode *n = OUTN, *x = INN(1);
+    long long D = (long long)last_dim(n);
+    char rows[128], tag[32];
+    rows_expr(n, rows, sizeof rows);
+    snprintf(tag, sizeof tag, "h%lld", D);
+    EStr *s = phase(gen, "ln_dx", tag, EOP_LT_ROWS, ir_rows(n, gen->B, gen->L), row_threads(D));
+    estr_printf(s, "    __shared__ float sh[32];\n    const i64 row = blockIdx.x;\n    if (row >= %s) return;\n"
+                   "    const %s *xr = x1 + row * %lldLL;\n    const %s *dr = x0 + row * %lldLL;\n",
+                rows, ctype(x->dtype), D, ctype(INN(0)->dtype), D);
+    ln_stats_text(s, ldf(x->dtype), D, (double)(float)n->attr.norm.eps);
+    const char *lx = ldf(x->dtype), *ldy = ldf(INN(0)->dtype), *lg = ldf(INN(2)->dtype);
+    estr_printf(s, "    float a1 = 0.0f, b1 = 0.0f;\n"
+                   "    for (int c = threadIdx.x; c < %lld; c += blockDim.x) {\n"
+                   "        float xh = (%s(xr[c]) - mean) * rstd, g = %s(dr[c]) * %s(x2[c]);\n"
+                   "        a1 += g;\n        b1 += g * xh;\n    }\n"
+                   "    a1 = block_sum(a1, sh) * (1.0f / %lld);\n    b1 = block_sum(b1, sh) * (1.0f / %lld);\n"
+                   "    for (int c = threadIdx.x; c < %lld; c += blockDim.x) {\n"
+                   "        float xh = (%s(xr[c]) - mean) * rstd, g = %s(dr[c]) * %s(x2[c]);\n"
+                   "        y[row * %lldLL + c] = %s(rstd * (g - a1 - xh * b1));\n    }\n",
+                D, lx, ldy, lg, D, D, D, lx, ldy, lg, D, stf(n->dtype));
+}
+
+/* Row statistics into the scratch after the column partials, then the
+ * column sums of dy * xhat. */
+static void gen_layernorm_dgamma(EopGen *gen)
+{
+    const IrNode *n = OUTN, *x = INN(1);
+    long long D = (long long)last_dim(n);
+    char rows[128], tag[32], term[256];
+    rows_expr(x, rows, sizeof rows);
+    snprintf(tag, sizeof tag, "h%lld", D);
+    long long st_off = 2LL * EOP_COL_PARTS * D;   /* in floats, after the double partials */
+    int64_t R = ir_rows(x, gen->B, gen->L);
+    EStr *s = phase(gen, "ln_stats", tag, EOP_LT_ROWS, R, row_threads(D));
+    estr_printf(s, "    __shared__ float sh[32];\n    const i64 row = blockIdx.x, R = %s;\n"
+                   "    if (row >= R) return;\n    const %s *xr = x1 + row * %lldLL;\n",
+                rows, ctype(x->dtype), D);
+    ln_stats_text(s, ldf(x->dtype), D, (double)(float)n->attr.norm.eps);
+    estr_printf(s, "    if (threadIdx.x == 0) {\n        sf[%lldLL + row] = mean;\n"
+                   "        sf[%lldLL + R + row] = rstd;\n    }\n", st_off, st_off);
+    snprintf(term, sizeof term,
+             "(double)%s(x0[r * %lldLL + col]) * (double)((%s(x1[r * %lldLL + col]) - sf[%lldLL + r]) * sf[%lldLL + R + r])",
+             ldf(INN(0)->dtype), D, ldf(x->dtype), D, st_off, st_off);
+    colsum_phases(gen, "ln_dgamma", x, term);
+    gen->scratch = (int64_t)EOP_COL_PARTS * D * 8 + 2 * R * 4;
+}
+
+static void gen_act_bwd(EopGen *gen)
+{
+    char base[32];
+    snprintf(base, sizeof base, "%s_bwd", act_name(OUTN->attr.act.kind));
+    EStr *s = elems_phase(gen, base, OUTN);
+    estr_printf(s, "    EOP_FOR(i, n) y[i] = %s(%s(x0[i]) * actg_%s(%s(x1[i])));\n", stf(OUTN->dtype),
+                ldf(INN(0)->dtype), act_name(OUTN->attr.act.kind), ldf(INN(1)->dtype));
+}
+
+static void gen_softmax_bwd(EopGen *gen)
+{
+    EStr *s = warp_rows_phase(gen, "softmax_bwd");
+    const char *ldy = ldf(INN(0)->dtype), *lp = ldf(INN(1)->dtype);
+    estr_printf(s, "    const %s *dr = x0 + row * a.L;\n    const %s *pr = x1 + row * a.L;\n"
+                   "    float dot = 0.0f;\n"
+                   "    for (i64 k = lane; k < a.L; k += 32) dot += %s(dr[k]) * %s(pr[k]);\n"
+                   "    dot = warp_sum(dot);\n"
+                   "    for (i64 k = lane; k < a.L; k += 32)\n"
+                   "        y[row * a.L + k] = %s(%s(pr[k]) * (%s(dr[k]) - dot));\n",
+                ctype(INN(0)->dtype), ctype(INN(1)->dtype), ldy, lp, stf(OUTN->dtype), lp, ldy);
+}
+
+static void gen_slice_first_bwd(EopGen *gen)
+{
+    long long H = (long long)last_dim(OUTN);
+    EStr *s = elems_phase(gen, "slice_first_bwd", OUTN);
+    estr_printf(s, "    EOP_FOR(i, n) {\n        i64 c = i %% %lldLL, r = i / %lldLL;\n"
+                   "        y[i] = %s(r %% a.L == 0 ? %s(x0[(r / a.L) * %lldLL + c]) : 0.0f);\n    }\n",
+                H, H, stf(OUTN->dtype), ldf(INN(0)->dtype), H);
+}
+
+static void gen_cross_entropy_bwd(EopGen *gen)
+{
+    const IrNode *x = INN(1), *lab = INN(2);
+    long long C = (long long)last_dim(x);
+    char N[128], tag[32];
+    numel_expr(lab, N, sizeof N);
+    snprintf(tag, sizeof tag, "c%lld", C);
+    EStr *s = phase(gen, "xent_count", tag, EOP_LT_ONE, 1, 1024);
+    estr_printf(s, "    __shared__ float sh[32];\n    float cnt = 0.0f;\n"
+                   "    for (i64 i = threadIdx.x; i < %s; i += blockDim.x) cnt += x2[i] != -100 ? 1.0f : 0.0f;\n"
+                   "    cnt = block_sum(cnt, sh);\n    if (threadIdx.x == 0) sf[0] = cnt;\n", N);
+    const char *ld = ldf(x->dtype);
+    s = phase(gen, "xent_bwd", tag, EOP_LT_ROWS, ir_numel(lab, gen->B, gen->L), C >= 256 ? 256 : 128);
+    estr_printf(s, "    __shared__ float sh[32];\n    const i64 row = blockIdx.x;\n    if (row >= %s) return;\n"
+                   "    const %s *xr = x1 + row * %lldLL;\n    %s *dx = y + row * %lldLL;\n"
+                   "    const int label = x2[row];\n    const float cnt = sf[0];\n"
+                   "    if (label == -100 || cnt == 0.0f) {\n"
+                   "        for (int c = threadIdx.x; c < %lld; c += blockDim.x) dx[c] = %s(0.0f);\n"
+                   "        return;\n    }\n    float m = EOP_NEG_INF;\n"
+                   "    for (int c = threadIdx.x; c < %lld; c += blockDim.x) m = fmaxf(m, %s(xr[c]));\n"
+                   "    m = block_max(m, sh);\n    float e = 0.0f;\n"
+                   "    for (int c = threadIdx.x; c < %lld; c += blockDim.x) e += expf(%s(xr[c]) - m);\n"
+                   "    const float lse = m + logf(block_sum(e, sh));\n"
+                   "    const float g = %s(x0[0]) / cnt;\n"
+                   "    for (int c = threadIdx.x; c < %lld; c += blockDim.x)\n"
+                   "        dx[c] = %s(g * (expf(%s(xr[c]) - lse) - (c == label ? 1.0f : 0.0f)));\n",
+                N, ctype(x->dtype), C, ctype(OUTN->dtype), C, C, stf(OUTN->dtype), C, ld, C, ld,
+                ldf(INN(0)->dtype), C, stf(OUTN->dtype), ld);
+    gen->scratch = 256;
+}
+
+static void gen_mse_bwd(EopGen *gen)
+{
+    EStr *s = elems_phase(gen, "mse_bwd", OUTN);
+    estr_printf(s, "    EOP_FOR(i, n) y[i] = %s((float)((double)%s(x0[0]) * 2.0 * ((double)%s(x1[i]) - "
+                   "(double)%s(x2[i])) / (double)n));\n",
+                stf(OUTN->dtype), ldf(INN(0)->dtype), ldf(INN(1)->dtype), ldf(INN(2)->dtype));
+}
+
+/* ---- dispatch --------------------------------------------------------- */
+
+static HpcStatus check_dtypes(const EopGen *gen, HpcError *err)
+{
+    const IrNode *n = OUTN;
+    bool bad = n->dtype == DT_F64;
+    for (int k = 0; k < n->n_in; k++) bad |= INN(k)->dtype == DT_F64;
+    if (!bad) return HPC_OK;
+    return hpc_fail(err, HPC_ERR_INPUT, "emit_ops: node %d (%s, %s) reads or writes f64, which the GPU "
+                    "path does not support; use the f32/f16/bf16 graph", gen->id, n->name,
+                    ir_op_name(n->op));
+}
+
+HpcStatus eopb_node(EopGen *gen, HpcError *err)
+{
+    HpcStatus st = check_dtypes(gen, err);
+    if (st) return st;
+    const IrNode *n = OUTN;
+    gen->kind = EOP_NONE;
+    switch (n->op) {
+    case IR_OP_PARAM: break;
+    case IR_OP_INPUT:
+        if (n->attr.input.kind == IR_IN_LOSS_SCALE) gen_loss_scale(gen);
+        else gen->kind = EOP_UPLOAD;
+        break;
+    case IR_OP_POSITIONS: gen_positions(gen); break;
+    case IR_OP_EMBEDDING: gen_embedding(gen); break;
+    case IR_OP_LINEAR:
+    case IR_OP_MATMUL:
+    case IR_OP_LINEAR_DX:
+    case IR_OP_LINEAR_DW: return gen_gemm(gen, err);
+    case IR_OP_ADD: gen_add(gen); break;
+    case IR_OP_LAYERNORM: gen_layernorm(gen); break;
+    case IR_OP_ACT: gen_act(gen); break;
+    case IR_OP_SOFTMAX: gen_softmax(gen); break;
+    case IR_OP_DROPOUT: gen_dropout(gen); break;
+    case IR_OP_SPLIT_HEADS: gen_heads(gen, true); break;
+    case IR_OP_MERGE_HEADS: gen_heads(gen, false); break;
+    case IR_OP_SLICE_FIRST: gen_slice_first(gen); break;
+    case IR_OP_SHIFT_LABELS: gen_shift_labels(gen); break;
+    case IR_OP_CROSS_ENTROPY: gen_cross_entropy(gen); break;
+    case IR_OP_MSE: gen_mse(gen); break;
+    case IR_OP_CAST: gen_cast(gen); break;
+    case IR_OP_EMBEDDING_BWD: gen_embedding_bwd(gen); break;
+    case IR_OP_BIAS_GRAD: gen_bias_grad(gen); break;
+    case IR_OP_LAYERNORM_DX: gen_layernorm_dx(gen); break;
+    case IR_OP_LAYERNORM_DGAMMA: gen_layernorm_dgamma(gen); break;
+    case IR_OP_ACT_BWD: gen_act_bwd(gen); break;
+    case IR_OP_SOFTMAX_BWD: gen_softmax_bwd(gen); break;
+    case IR_OP_SLICE_FIRST_BWD: gen_slice_first_bwd(gen); break;
+    case IR_OP_CROSS_ENTROPY_BWD: gen_cross_entropy_bwd(gen); break;
+    case IR_OP_MSE_BWD: gen_mse_bwd(gen); break;
+    case IR_OP_COUNT: HPC_ASSERT(0);
+    }
+    return HPC_OK;
+}
+
+void eopb_free(EopGen *gen)
+{
+    for (int i = 0; i < gen->n_phases; i++) estr_free(&gen->ph[i].body);
+    gen->n_phases = 0;
+}

@@ -1,0 +1,362 @@
+/* compiler/plan.c — schedule, liveness and best-fit arena offsets; see plan.h. */
+#include "plan.h"
+
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "emit_ops.h"
+
+static int64_t align_up(int64_t n) { return (n + PLAN_ALIGN - 1) / PLAN_ALIGN * PLAN_ALIGN; }
+
+size_t plan_dtype_size(DType dt)
+{
+    switch (dt) {
+    case DT_F16:
+    case DT_BF16: return 2;
+    case DT_F64: return 8;
+    case DT_F32:
+    case DT_I32: return 4;
+    }
+    return 4;
+}
+
+/* ---- the free list of the arena --------------------------------------- */
+
+typedef struct { int64_t off, size; } Block;
+
+typedef struct {
+    Block *free;        /* sorted by offset, coalesced */
+    int n, cap;
+    int64_t top;        /* end of the used part */
+    int64_t peak;       /* largest top so far: the arena size */
+} FreeList;
+
+static void fl_remove(FreeList *f, int i)
+{
+    memmove(&f->free[i], &f->free[i + 1], (size_t)(f->n - i - 1) * sizeof *f->free);
+    f->n--;
+}
+
+/* Best fit: the smallest free block that holds `size`; else the tail block
+ * grown past top; else fresh memory at top. */
+static int64_t fl_alloc(FreeList *f, int64_t size)
+{
+    int best = -1;
+    for (int i = 0; i < f->n; i++)
+        if (f->free[i].size >= size && (best < 0 || f->free[i].size < f->free[best].size)) best = i;
+    int64_t off;
+    if (best >= 0) {
+        off = f->free[best].off;
+        f->free[best].off += size;
+        f->free[best].size -= size;
+        if (f->free[best].size == 0) fl_remove(f, best);
+        return off;
+    }
+    if (f->n > 0 && f->free[f->n - 1].off + f->free[f->n - 1].size == f->top) {
+        off = f->free[f->n - 1].off;
+        fl_remove(f, f->n - 1);
+    } else {
+        off = f->top;
+    }
+    f->top = off + size;
+    if (f->top > f->peak) f->peak = f->top;
+    return off;
+}
+
+static void fl_release(FreeList *f, int64_t off, int64_t size)
+{
+    int i = 0;
+    while (i < f->n && f->free[i].off < off) i++;
+    if (f->n == f->cap) {
+        f->cap = f->cap ? 2 * f->cap : 64;
+        f->free = xrealloc(f->free, (size_t)f->cap * sizeof *f->free);
+    }
+    memmove(&f->free[i + 1], &f->free[i], (size_t)(f->n - i) * sizeof *f->free);
+    f->free[i] = (Block){off, size};
+    f->n++;
+    if (i + 1 < f->n && f->free[i].off + f->free[i].size == f->free[i + 1].off) {
+        f->free[i].size += f->free[i + 1].size;
+        fl_remove(f, i + 1);
+    }
+    if (i > 0 && f->free[i - 1].off + f->free[i - 1].size == f->free[i].off) {
+        f->free[i - 1].size += f->free[i].size;
+        fl_remove(f, i);
+        i--;
+    }
+    if (f->free[i].off + f->free[i].size == f->top) {   /* give the tail back */
+        f->top = f->free[i].off;
+        fl_remove(f, i);
+    }
+}
+
+/* ---- liveness --------------------------------------------------------- */
+
+static bool is_batch_input(const IrNode *n)
+{
+    return n->op == IR_OP_INPUT && n->attr.input.kind != IR_IN_LOSS_SCALE;
+}
+
+static void plan_lifetimes(StepPlan *p, const IrGraph *g)
+{
+    for (int i = 0; i < g->n; i++) {
+        const IrNode *n = &g->nodes[i];
+        PlanValue *v = &p->v[i];
+        v->kind = n->op == IR_OP_PARAM ? PLAN_PARAM : PLAN_ARENA;
+        v->offset = -1;
+        v->def = is_batch_input(n) ? -1 : i;
+        v->last = v->def < 0 ? 0 : v->def;
+        int64_t bytes = ir_numel(n, p->B, p->L) * (int64_t)plan_dtype_size(n->dtype);
+        v->bytes = align_up(bytes > 0 ? bytes : 1);
+        for (int k = 0; k < n->n_in; k++)
+            if (p->v[n->in[k]].last < i) p->v[n->in[k]].last = i;
+    }
+    int end = p->n_order;
+    if (g->loss >= 0) p->v[g->loss].last = end;
+    if (g->logits >= 0) p->v[g->logits].last = end;
+    for (int q = 0; q < g->n_params && g->param_grad; q++)
+        if (g->param_grad[q] >= 0) p->v[g->param_grad[q]].last = end;
+}
+
+/* One arena range: a value (id >= 0) or node -id-1's scratch. */
+typedef struct { int id, def, last; int64_t bytes; } Range;
+
+static int range_by_def(const void *a, const void *b)
+{
+    const Range *x = a, *y = b;
+    if (x->def != y->def) return x->def < y->def ? -1 : 1;
+    return x->id < y->id ? -1 : x->id > y->id;
+}
+
+static int range_by_last(const void *a, const void *b)
+{
+    const Range *x = a, *y = b;
+    return x->last < y->last ? -1 : x->last > y->last;
+}
+
+static int collect_ranges(const StepPlan *p, Range *r)
+{
+    int n = 0;
+    for (int i = 0; i < p->n; i++) {
+        if (p->v[i].kind == PLAN_ARENA)
+            r[n++] = (Range){i, p->v[i].def, p->v[i].last, p->v[i].bytes};
+        if (p->scratch_bytes[i] > 0) r[n++] = (Range){-i - 1, i, i, p->scratch_bytes[i]};
+    }
+    return n;
+}
+
+static void set_offset(StepPlan *p, const Range *r, int64_t off)
+{
+    if (r->id >= 0) p->v[r->id].offset = off;
+    else p->scratch_off[-r->id - 1] = off;
+}
+
+/* Walks the ranges by definition; before placing the ranges born at
+ * position t, releases every range whose last use is before t. */
+static void plan_offsets(StepPlan *p)
+{
+    Range *born = xmalloc((size_t)(2 * p->n + 1) * sizeof *born);
+    Range *dying = xmalloc((size_t)(2 * p->n + 1) * sizeof *dying);
+    int n = collect_ranges(p, born);
+    memcpy(dying, born, (size_t)n * sizeof *born);
+    qsort(born, (size_t)n, sizeof *born, range_by_def);
+    qsort(dying, (size_t)n, sizeof *dying, range_by_last);
+    FreeList f = {0};
+    int64_t *off = xmalloc((size_t)(2 * p->n + 1) * sizeof *off); /* by range slot: value i or n+i */
+    int d = 0;
+    for (int b = 0; b < n; b++) {
+        for (; d < n && dying[d].last < born[b].def; d++) {
+            int slot = dying[d].id >= 0 ? dying[d].id : p->n + (-dying[d].id - 1);
+            fl_release(&f, off[slot], dying[d].bytes);
+        }
+        int slot = born[b].id >= 0 ? born[b].id : p->n + (-born[b].id - 1);
+        off[slot] = fl_alloc(&f, born[b].bytes);
+        set_offset(p, &born[b], off[slot]);
+    }
+    p->arena_bytes = f.peak;
+    free(f.free);
+    free(off);
+    free(born);
+    free(dying);
+}
+
+HpcStatus plan_build(const IrGraph *g, int64_t B, int64_t L, StepPlan *p, HpcError *err)
+{
+    memset(p, 0, sizeof *p);
+    if (B < 1 || L < 1 || g->n < 1)
+        return hpc_fail(err, HPC_ERR_USAGE, "plan_build: batch %lld and length %lld must be >= 1 "
+                        "and the graph non-empty", (long long)B, (long long)L);
+    for (int i = 0; i < g->n; i++)
+        if (g->nodes[i].dtype == DT_F64)
+            return hpc_fail(err, HPC_ERR_INPUT, "plan_build: value %d (%s) is f64, which the GPU "
+                            "step does not store; plan the f32/f16/bf16 graph", i, g->nodes[i].name);
+    p->B = B;
+    p->L = L;
+    p->n = g->n;
+    p->n_order = g->n;
+    p->n_forward = g->n_forward;
+    p->order = xmalloc((size_t)g->n * sizeof *p->order);
+    for (int i = 0; i < g->n; i++) p->order[i] = i;
+    p->v = xcalloc((size_t)g->n, sizeof *p->v);
+    p->scratch_off = xmalloc((size_t)g->n * sizeof *p->scratch_off);
+    p->scratch_bytes = xmalloc((size_t)g->n * sizeof *p->scratch_bytes);
+    for (int i = 0; i < g->n; i++) {
+        int64_t s = eop_scratch_bytes(g, i, B, L);
+        p->scratch_bytes[i] = s > 0 ? align_up(s) : 0;
+        p->scratch_off[i] = -1;
+    }
+    plan_lifetimes(p, g);
+    plan_offsets(p);
+    return HPC_OK;
+}
+
+void plan_free(StepPlan *p)
+{
+    free(p->order);
+    free(p->v);
+    free(p->scratch_off);
+    free(p->scratch_bytes);
+    memset(p, 0, sizeof *p);
+}
+
+/* ---- the memory figure ------------------------------------------------ */
+
+static int optimizer_words(const SpecTraining *t)
+{
+    switch (t->optimizer) {
+    case OPT_ADAMW:
+    case OPT_ADAM:
+    case OPT_LAMB: return 2;
+    case OPT_SGD: return t->momentum != 0 ? 1 : 0;
+    }
+    return 2;
+}
+
+void plan_memory(const StepPlan *p, const IrGraph *g, const ParamList *pl,
+                 const SpecTraining *train, PlanMemory *m)
+{
+    memset(m, 0, sizeof *m);
+    m->arena = p->arena_bytes;
+    for (int i = 0; i < p->n; i++) {
+        if (p->v[i].kind == PLAN_ARENA) m->unshared += p->v[i].bytes;
+        m->unshared += p->scratch_bytes[i];
+    }
+    for (int q = 0; q < pl->n; q++)
+        if (pl->p[q].tied_to < 0) m->params_master += params_numel(&pl->p[q]) * 4;
+    bool *low_seen = xcalloc((size_t)(pl->n > 0 ? pl->n : 1) * 3, sizeof *low_seen);
+    for (int i = 0; i < g->n; i++) {
+        const IrNode *n = &g->nodes[i];
+        if (n->op != IR_OP_PARAM || n->dtype == DT_F32) continue;
+        int slot = n->attr.param.index * 3 + (n->dtype == DT_F16 ? 1 : 2);
+        if (n->attr.param.index < pl->n && !low_seen[slot]) {
+            low_seen[slot] = true;
+            m->params_low += ir_numel(n, 1, 1) * (int64_t)plan_dtype_size(n->dtype);
+        }
+    }
+    free(low_seen);
+    int words = optimizer_words(train);
+    for (int q = 0; q < g->n_params && g->param_grad; q++) {
+        int v = g->param_grad[q];
+        if (v < 0 || q >= pl->n) continue;
+        m->gradients += p->v[v].bytes;
+        m->optimizer += params_numel(&pl->p[q]) * 4 * words;
+    }
+    m->total = m->arena + m->params_master + m->params_low + m->optimizer;
+}
+
+/* ---- invariants ------------------------------------------------------- */
+
+static bool check_fail(char *why, size_t size, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static bool check_fail(char *why, size_t size, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(why, size, fmt, ap);
+    va_end(ap);
+    return false;
+}
+
+static int64_t range_offset(const StepPlan *p, const Range *r)
+{
+    return r->id >= 0 ? p->v[r->id].offset : p->scratch_off[-r->id - 1];
+}
+
+bool plan_check(const StepPlan *p, const IrGraph *g, char *why, size_t why_size)
+{
+    for (int i = 0; i < g->n; i++) {
+        const PlanValue *v = &p->v[i];
+        for (int k = 0; k < g->nodes[i].n_in; k++)
+            if (p->v[g->nodes[i].in[k]].last < i || p->v[g->nodes[i].in[k]].def > i)
+                return check_fail(why, why_size, "value %d is not live when node %d reads it",
+                                  g->nodes[i].in[k], i);
+        if (v->kind != PLAN_ARENA) continue;
+        if (v->def > v->last || v->offset < 0 || v->offset % PLAN_ALIGN ||
+            v->offset + v->bytes > p->arena_bytes)
+            return check_fail(why, why_size, "value %d (%s): lifetime [%d, %d], range [%lld, +%lld) "
+                              "outside the arena of %lld or unaligned", i, g->nodes[i].name, v->def,
+                              v->last, (long long)v->offset, (long long)v->bytes,
+                              (long long)p->arena_bytes);
+        int64_t need = ir_numel(&g->nodes[i], p->B, p->L) * (int64_t)plan_dtype_size(g->nodes[i].dtype);
+        if (v->bytes < need)
+            return check_fail(why, why_size, "value %d holds %lld bytes, needs %lld", i,
+                              (long long)v->bytes, (long long)need);
+    }
+    Range *r = xmalloc((size_t)(2 * p->n + 1) * sizeof *r);
+    int n = collect_ranges(p, r);
+    bool ok = true;
+    for (int a = 0; a < n && ok; a++) {
+        int64_t oa = range_offset(p, &r[a]);
+        if (oa < 0 || oa % PLAN_ALIGN || oa + r[a].bytes > p->arena_bytes)
+            ok = check_fail(why, why_size, "range %d outside the arena", r[a].id);
+        for (int b = a + 1; b < n && ok; b++) {
+            bool live = r[a].def <= r[b].last && r[b].def <= r[a].last;
+            int64_t ob = range_offset(p, &r[b]);
+            bool mem = oa < ob + r[b].bytes && ob < oa + r[a].bytes;
+            if (live && mem)
+                ok = check_fail(why, why_size, "ranges %d [%d, %d] and %d [%d, %d] are live together "
+                                "and overlap in memory ([%lld, +%lld) and [%lld, +%lld))",
+                                r[a].id, r[a].def, r[a].last, r[b].id, r[b].def, r[b].last,
+                                (long long)oa, (long long)r[a].bytes, (long long)ob,
+                                (long long)r[b].bytes);
+        }
+    }
+    free(r);
+    return ok;
+}
+
+/* ---- printing --------------------------------------------------------- */
+
+static void print_mib(FILE *out, const char *what, int64_t bytes)
+{
+    fprintf(out, "  %-22s %10.1f MiB\n", what, (double)bytes / (1024.0 * 1024.0));
+}
+
+void plan_print(const StepPlan *p, const IrGraph *g, const ParamList *pl,
+                const SpecTraining *train, FILE *out)
+{
+    PlanMemory m;
+    plan_memory(p, g, pl, train, &m);
+    fprintf(out, "step plan for B=%lld L=%lld: %d nodes (%d forward)\n", (long long)p->B,
+            (long long)p->L, p->n_order, p->n_forward);
+    print_mib(out, "arena (planned)", m.arena);
+    print_mib(out, "arena without sharing", m.unshared);
+    print_mib(out, "  of which gradients", m.gradients);
+    print_mib(out, "parameters (f32)", m.params_master);
+    print_mib(out, "parameters (low copy)", m.params_low);
+    print_mib(out, "optimizer state", m.optimizer);
+    print_mib(out, "total", m.total);
+    fprintf(out, "%5s %5s  %-40s %6s %12s %12s  %s\n", "pos", "id", "value", "dtype", "bytes",
+            "offset", "live");
+    for (int t = 0; t < p->n_order; t++) {
+        int i = p->order[t];
+        const PlanValue *v = &p->v[i];
+        if (v->kind != PLAN_ARENA) continue;
+        fprintf(out, "%5d %5d  %-40.40s %6s %12lld %12lld  [%d, %d]", t, i, g->nodes[i].name,
+                ir_dtype_name(g->nodes[i].dtype), (long long)v->bytes, (long long)v->offset,
+                v->def, v->last);
+        if (p->scratch_bytes[i] > 0)
+            fprintf(out, "  scratch %lld @ %lld", (long long)p->scratch_bytes[i],
+                    (long long)p->scratch_off[i]);
+        fputc('\n', out);
+    }
+}

@@ -1,0 +1,114 @@
+/* compiler/plan.h — the step plan: schedule, liveness and arena offsets.
+ *
+ * plan_build takes a finished graph (lower + autodiff [+ precision]) and the
+ * upper bounds B, L of a run (the model's batch and max_seq_len) and decides:
+ *   - the schedule: the node order of one training step.  The IR keeps
+ *     inputs before their users, so the schedule is the node array order
+ *     (forward nodes first, so an evaluation runs the prefix
+ *     [0, n_forward) of the same plan);
+ *   - the lifetime of every value, as schedule positions [def, last]: def
+ *     the position of the node that writes it (-1 for batch inputs, which
+ *     are uploaded before the first launch), last the position of its last
+ *     reader.  The loss, the logits and every parameter gradient are pinned
+ *     live to the end of the step (the host or the optimizer reads them
+ *     after the step);
+ *   - an offset in one device block (the arena) for every value the step
+ *     computes, and for the scratch memory of each node (emit_ops.h says
+ *     how much a kernel needs), with greedy best-fit over a free list, so
+ *     values whose lifetimes do not overlap share memory.  Parameters (f32
+ *     masters and their fp16/bf16 copies) live outside the arena.
+ *   - the memory figure of a training step: arena, parameters, gradients,
+ *     optimizer state (plan_print prints it; `hpc compile --plan`).
+ *
+ * Sizes in the plan are for the bounds B, L; a run with a smaller batch or a
+ * shorter padded length uses the same offsets (every value shrinks).  All
+ * offsets and sizes are multiples of PLAN_ALIGN (256 bytes, what cuBLASLt
+ * and 16-byte vector loads want).
+ *
+ * Ownership: the plan owns its arrays; plan_free releases them.  The graph
+ * is only read.
+ *
+ * Usage:
+ *   StepPlan p;
+ *   if (plan_build(&g, spec.train.batch_size, spec.train.max_seq_len, &p, &err)) return err.code;
+ *   CUdeviceptr x = arena_base + p.v[id].offset;     // (dims of id) in g.nodes[id].dtype
+ *   plan_print(&p, &g, &pl, spec.train.optimizer, stdout);
+ *   plan_free(&p);
+ */
+#ifndef HPC_COMPILER_PLAN_H
+#define HPC_COMPILER_PLAN_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "error.h"
+#include "ir.h"
+#include "params.h"
+#include "spec.h"
+
+#define PLAN_ALIGN 256
+
+typedef enum {
+    PLAN_NONE,     /* not stored: a value the step never computes */
+    PLAN_ARENA,    /* in the arena at `offset` */
+    PLAN_PARAM,    /* parameter storage (master or low copy), outside the arena */
+} PlanKind;
+
+typedef struct {
+    PlanKind kind;
+    int64_t bytes;     /* at the plan's B, L; rounded up to PLAN_ALIGN */
+    int64_t offset;    /* PLAN_ARENA: byte offset in the arena; else -1 */
+    int def, last;     /* schedule positions, def <= last; -1 = before the first node */
+} PlanValue;
+
+/* The memory a training step needs, bytes. */
+typedef struct {
+    int64_t arena;          /* the planned block (activations, gradients, scratch) */
+    int64_t unshared;       /* what the arena would be with no sharing */
+    int64_t gradients;      /* parameter gradients (f32), inside the arena */
+    int64_t params_master;  /* f32 master weights */
+    int64_t params_low;     /* fp16/bf16 weight copies */
+    int64_t optimizer;      /* optimizer state (Adam m, v; SGD momentum) */
+    int64_t total;          /* arena + parameters + optimizer state */
+} PlanMemory;
+
+typedef struct {
+    int64_t B, L;           /* the bounds the plan was made for */
+    int *order;             /* (n_order) node ids in schedule order */
+    int n_order;
+    int n_forward;          /* the first n_forward positions are the forward pass */
+    PlanValue *v;           /* (n) per value (node) of the graph */
+    int64_t *scratch_off;   /* (n) arena offset of node i's scratch, -1 if none */
+    int64_t *scratch_bytes; /* (n) bytes of node i's scratch (0 if none) */
+    int n;
+    int64_t arena_bytes;    /* size of the planned block */
+} StepPlan;
+
+/* Builds the plan of g for bounds B, L.  HPC_ERR_USAGE if B or L < 1 or the
+ * graph is empty; HPC_ERR_INPUT for a value of a dtype the GPU does not
+ * store (f64). */
+HpcStatus plan_build(const IrGraph *g, int64_t B, int64_t L, StepPlan *p, HpcError *err);
+void plan_free(StepPlan *p);
+
+/* Bytes of one element of dt. */
+size_t plan_dtype_size(DType dt);
+
+/* The memory figure: optimizer state words per trainable element follow
+ * the optimizer (Adam/AdamW/LAMB 2, SGD 1 with momentum, else 0). */
+void plan_memory(const StepPlan *p, const IrGraph *g, const ParamList *pl,
+                 const SpecTraining *train, PlanMemory *m);
+
+/* Checks the plan's invariants: every arena range inside the arena and
+ * aligned, def <= last, each value live at its readers' positions, and no
+ * two arena ranges (values or scratch) overlap in memory while both are
+ * live.  Returns true if they hold; otherwise false with a sentence in why. */
+bool plan_check(const StepPlan *p, const IrGraph *g, char *why, size_t why_size);
+
+/* `hpc compile --plan`: the memory figure, then one line per value in
+ * schedule order (position, id, name, bytes, offset, lifetime). */
+void plan_print(const StepPlan *p, const IrGraph *g, const ParamList *pl,
+                const SpecTraining *train, FILE *out);
+
+#endif

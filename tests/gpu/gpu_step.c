@@ -1,0 +1,518 @@
+/* tests/gpu/gpu_step.c — a whole training step (forward + backward) of the
+ * IR on the GPU (runtime/cuda_exec.h) against the cpu backend
+ * (runtime/cpu_exec.h) on the same parameters, batch and dropout seed, then
+ * the step time of BERT-base.
+ *
+ * Checks, per model and precision (bert_tiny B=8 L=64 with the classifier
+ * in fp32, fp16 and bf16 and with a regression head; B=4 L=32 with the
+ * masked-LM head and as a tiny GPT-2 causal LM; then BERT-base B=2 L=16,
+ * to keep the cpu reference short):
+ *   - the loss: |gpu - cpu| / |cpu|;
+ *   - every parameter gradient and the logits: ||gpu - cpu||_2 / ||cpu||_2
+ *     per tensor (NaN fails; for gradients the denominator is at least
+ *     1e-3 of the largest gradient norm, see check_grads);
+ *   - a forward-only evaluation (dropout off): logits and loss;
+ *   - CUDA graph replay: the captured step at another dropout step gives the
+ *     eager step's loss (the control block is read on the device).
+ * Tolerances: fp32 1e-4 (different summation orders only); fp16 1e-2 and
+ * bf16 4e-2 (the cpu emulates the same 16-bit roundings, but a 1-ulp
+ * difference in a rounded value (fp16 4.9e-4, bf16 3.9e-3) propagates).
+ * Parameters are random (every tensor, biases and LayerNorm included) and, under fp16/bf16, rounded to that
+ * format so that the cpu's f32 masters equal the GPU's low copies.
+ *
+ * Timing: BERT-base (seq classification) B=32 L=128, fp16 and fp32, one
+ * step = forward + backward, CUDA events around each step, median of 20
+ * after warm-up, eager launches and CUDA graph replay.
+ *
+ * Usage: gpu_step [tiny] [base] [bench]   (default: all three).
+ * Exit 0 when every check passes, 1 on a failed check, 4 without a GPU. */
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "autodiff.h"
+#include "batch.h"
+#include "cpu_exec.h"
+#include "cuda_driver.h"
+#include "cuda_exec.h"
+#include "half.h"
+#include "ir.h"
+#include "lower.h"
+#include "params.h"
+#include "plan.h"
+#include "precision.h"
+#include "spec.h"
+
+static int g_failures, g_checks;
+static CudaDevice g_dev;
+
+static void result(int ok, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void result(int ok, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    printf("%s  ", ok ? "ok  " : "FAIL");
+    vprintf(fmt, ap);
+    putchar('\n');
+    va_end(ap);
+    fflush(stdout);
+    g_checks++;
+    g_failures += !ok;
+}
+
+static double seconds(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+static uint64_t g_rng = 0x2545f4914f6cdd1dull;
+static uint32_t rnd(void)
+{
+    g_rng ^= g_rng << 13;
+    g_rng ^= g_rng >> 7;
+    g_rng ^= g_rng << 17;
+    return (uint32_t)(g_rng >> 32);
+}
+static float uniform(void) { return (float)(rnd() >> 8) * (2.0f / 16777216.0f) - 1.0f; }
+
+/* ---- models ----------------------------------------------------------- */
+
+typedef enum { V_SEQ_CLS, V_REGRESSION, V_MLM, V_CLM } Variant;
+static const char *const variant_names[] = {"classifier", "regression", "masked-lm", "causal-lm"};
+
+static int load_model(ModelSpec *s, const char *file)
+{
+    const char *root = getenv("HPC_ROOT");
+    char path[512];
+    snprintf(path, sizeof path, "%s/models/%s", root ? root : ".", file);
+    if (spec_load(path, s, stderr) == 0) return 1;
+    result(0, "cannot load %s (run from the repository root or set HPC_ROOT)", path);
+    return 0;
+}
+
+/* BERT-base / bert_tiny with a 2-label classifier and dropout 0.1 (the
+ * spec defaults), or the tiny shape with another head: regression, the
+ * BERT masked-LM head, GPT-2's pre-LN causal LM (both tied decoders). */
+static int make_spec(ModelSpec *s, bool tiny, Variant v)
+{
+    spec_defaults(s);
+    if (v == V_MLM && !load_model(s, "bert_base_mlm.model")) return 0;
+    if (v == V_CLM && !load_model(s, "gpt2_small.model")) return 0;
+    snprintf(s->name, sizeof s->name, "%s %s", tiny ? "bert_tiny" : "bert_base", variant_names[v]);
+    if (v == V_CLM) snprintf(s->name, sizeof s->name, "gpt2_tiny causal-lm");
+    if (v == V_REGRESSION) {
+        s->head.regression = true;
+        s->head.num_labels = 1;
+    }
+    if (!tiny) return 1;
+    s->stack.hidden = 128;
+    s->stack.layers = 2;
+    s->stack.heads = 2;
+    s->stack.ffn = 512;
+    return 1;
+}
+
+typedef struct {
+    ModelSpec spec;
+    ParamList pl;
+    IrGraph g;
+    float **w;          /* (pl.n) f32 tensors; tied entries share their target's */
+} Model;
+
+/* Random parameters (faster than init_store's normals for 110M values):
+ * weights uniform with std 0.02 * sqrt(3), LayerNorm gamma 1 +- 0.1,
+ * biases and beta +- 0.02, so every tensor is non-trivial. */
+static void random_params(Model *m, SpecPrecision prec)
+{
+    m->w = xcalloc((size_t)m->pl.n, sizeof *m->w);
+    for (int q = 0; q < m->pl.n; q++) {
+        const ParamInfo *p = &m->pl.p[q];
+        if (p->tied_to >= 0) continue;
+        int64_t n = params_numel(p);
+        m->w[q] = xmalloc((size_t)n * sizeof **m->w);
+        for (int64_t i = 0; i < n; i++) {
+            float u = uniform();
+            m->w[q][i] = p->init == PARAM_INIT_ONES ? 1.0f + 0.1f * u
+                       : p->init == PARAM_INIT_ZEROS ? 0.02f * u : 0.0346f * u;
+        }
+        prec_round_array(prec, m->w[q], n);   /* masters == low copies */
+    }
+    for (int q = 0; q < m->pl.n; q++)
+        if (m->pl.p[q].tied_to >= 0) m->w[q] = m->w[m->pl.p[q].tied_to];
+}
+
+static int model_build(Model *m, bool tiny, Variant v, SpecPrecision prec)
+{
+    HpcError err = {0};
+    IrGraph raw;
+    PrecisionPlan pp;
+    if (!make_spec(&m->spec, tiny, v)) return 0;
+    ir_init(&raw);
+    ir_init(&m->g);
+    params_init(&m->pl);
+    HpcStatus st = lower_model(&m->spec, &raw, &m->pl, &err);
+    if (!st) st = autodiff_build(&raw, &m->pl, &err);
+    if (!st) st = precision_plan(&raw, &m->spec, prec, &m->g, &pp, &err);
+    if (!st) precision_plan_free(&pp);
+    ir_free(&raw);
+    if (st) {
+        result(0, "%s: build the graph: %s", m->spec.name, err.msg);
+        return 0;
+    }
+    random_params(m, prec);
+    return 1;
+}
+
+static void model_free(Model *m)
+{
+    for (int q = 0; q < m->pl.n; q++)
+        if (m->pl.p[q].tied_to < 0) free(m->w[q]);
+    free(m->w);
+    params_free(&m->pl);
+    ir_free(&m->g);
+}
+
+/* Padded rows of random length in [L/2, L], random ids, and the labels the
+ * variant's head reads: a class per row, a target per row, or ~20% of the
+ * tokens to predict (masked LM; -100 elsewhere).  The causal LM predicts
+ * its own next tokens. */
+static Batch *random_batch(const ModelSpec *s, Variant v, int64_t B, int64_t L)
+{
+    Batch *b = batch_new(B, L, v == V_REGRESSION);
+    int64_t V = s->stack.vocab_size;
+    for (int64_t r = 0; r < B; r++) {
+        int64_t len = L / 2 + (int64_t)(rnd() % (uint32_t)(L / 2 + 1));
+        for (int64_t t = 0; t < L; t++) {
+            int64_t i = r * L + t;
+            bool real = t < len;
+            b->input_ids[i] = real ? (int32_t)(1 + rnd() % (uint32_t)(V - 1)) : 0;
+            b->token_type_ids[i] = real && t >= len / 2 && s->stack.type_vocab_size > 1 ? 1 : 0;
+            b->attention_mask[i] = real;
+            if (v == V_MLM) b->labels[i] = real && (t == 1 || rnd() % 5 == 0) ? (int32_t)(rnd() % (uint32_t)V) : -100;
+        }
+        if (v == V_SEQ_CLS) b->labels[r] = (int32_t)(rnd() % (uint32_t)s->head.num_labels);
+        if (v == V_REGRESSION) b->targets[r] = uniform();
+    }
+    return b;
+}
+
+/* ---- comparison ------------------------------------------------------- */
+
+/* ||a - b|| / ||b||; NaN when either has a NaN. */
+static double rel_l2(const float *gpu, const float *cpu, int64_t n)
+{
+    double d = 0, r = 0;
+    for (int64_t i = 0; i < n; i++) {
+        double e = (double)gpu[i] - cpu[i];
+        d += e * e;
+        r += (double)cpu[i] * cpu[i];
+    }
+    return r > 0 ? sqrt(d / r) : sqrt(d);
+}
+
+/* Relative L2 error of value v, gpu against cpu (NaN on a failed read);
+ * keeps the worst (a NaN sticks) in *worst and its value id in *worst_v. */
+static double compare_value(CudaExec *ex, const CpuExec *cx, int v, double *worst, int *worst_v)
+{
+    HpcError err = {0};
+    int64_t n = cpu_exec_numel(cx, v);
+    float *gpu = xmalloc((size_t)(n > 0 ? n : 1) * sizeof *gpu);
+    double e = NAN;
+    if (cuda_exec_read(ex, v, gpu, &err)) result(0, "read value %d: %s", v, err.msg);
+    else e = rel_l2(gpu, cpu_exec_value(cx, v), n);
+    free(gpu);
+    if (!isnan(*worst) && (isnan(e) || e > *worst)) {
+        *worst = e;
+        *worst_v = v;
+    }
+    return e;
+}
+
+typedef struct {
+    int64_t B, L;
+    double tol;
+    float loss_scale;
+} StepCase;
+
+static int run_cpu(const Model *m, CpuExec *cx, const Batch *b, bool train, float scale, uint32_t step)
+{
+    HpcError err = {0};
+    CpuRunOptions o = {.training = train, .backward = train, .seed = 99, .step = step, .loss_scale = scale};
+    double t0 = seconds();
+    if (cpu_exec_run(cx, b, &o, &err)) {
+        result(0, "%s cpu step: %s", m->spec.name, err.msg);
+        return 0;
+    }
+    printf("      cpu reference %s: %.2f s\n", train ? "step" : "eval", seconds() - t0);
+    return 1;
+}
+
+/* Per parameter gradient: ||gpu - cpu|| / max(||cpu||, 1e-3 max_t ||cpu_t||).
+ * The floor is for tensors whose true gradient vanishes, where both sides
+ * hold rounding noise only: the attention key bias (softmax ignores a
+ * constant added to a row of scores, so d(key bias) == 0 exactly). */
+static void check_grads(const Model *m, CudaExec *ex, const CpuExec *cx, const char *tag, double tol)
+{
+    HpcError err = {0};
+    int np = m->g.n_params, count = 0;
+    double *dn = xcalloc((size_t)np, sizeof *dn), *rn = xcalloc((size_t)np, sizeof *rn), rmax = 0;
+    for (int q = 0; q < np; q++) {
+        int v = m->g.param_grad[q];
+        if (v < 0) continue;
+        int64_t n = cpu_exec_numel(cx, v);
+        float *gpu = xmalloc((size_t)n * sizeof *gpu);
+        const float *cpu = cpu_exec_value(cx, v);
+        dn[q] = NAN;
+        if (cuda_exec_read(ex, v, gpu, &err) == HPC_OK) {
+            dn[q] = rn[q] = 0;
+            for (int64_t i = 0; i < n; i++) {
+                double e = (double)gpu[i] - cpu[i];
+                dn[q] += e * e;
+                rn[q] += (double)cpu[i] * cpu[i];
+            }
+            dn[q] = sqrt(dn[q]);
+            rn[q] = sqrt(rn[q]);
+            rmax = fmax(rmax, rn[q]);
+        } else {
+            result(0, "%s: read gradient %d: %s", tag, v, err.msg);
+        }
+        free(gpu);
+        count++;
+    }
+    int top[3] = {-1, -1, -1};
+    double worst = 0;
+    for (int q = 0; q < np; q++) {
+        if (m->g.param_grad[q] < 0) continue;
+        double e = dn[q] / fmax(rn[q], 1e-3 * rmax);
+        dn[q] = e;
+        if (isnan(e)) worst = NAN;
+        else if (!isnan(worst) && e > worst) worst = e;
+        for (int k = 0; k < 3; k++)
+            if (top[k] < 0 || isnan(e) || e > dn[top[k]]) {
+                for (int j = 2; j > k; j--) top[j] = top[j - 1];
+                top[k] = q;
+                break;
+            }
+    }
+    result(worst <= tol, "%s: %d parameter gradients, worst rel L2 error %.3g <= %.0e", tag, count, worst, tol);
+    for (int k = 0; k < 3 && top[k] >= 0; k++)
+        printf("        %.3g  %s\n", dn[top[k]], m->pl.p[top[k]].name);
+    free(dn);
+    free(rn);
+}
+
+static int check_loss(const char *tag, const char *what, CudaExec *ex, double cpu, double tol)
+{
+    HpcError err = {0};
+    double gpu;
+    if (cuda_exec_loss(ex, &gpu, &err)) {
+        result(0, "%s: %s", tag, err.msg);
+        return 0;
+    }
+    double e = fabs(gpu - cpu) / fmax(fabs(cpu), 1e-30);
+    result(e <= tol, "%s: %s gpu %.7f cpu %.7f rel error %.3g <= %.0e", tag, what, gpu, cpu, e, tol);
+    return 1;
+}
+
+/* Graph replay at another dropout step must give the eager step's loss. */
+static void check_graph_replay(const Model *m, CudaExec *ex, const Batch *b, const StepCase *c, const char *tag)
+{
+    HpcError err = {0};
+    CudaRunOptions o = {.training = true, .backward = true, .seed = 99, .step = 8,
+                        .loss_scale = c->loss_scale};
+    double eager, replay = NAN;
+    HpcStatus st = cuda_exec_run(ex, b, &o, &err);
+    if (!st) st = cuda_exec_loss(ex, &eager, &err);
+    o.graph = true;
+    for (int i = 0; i < 3 && !st; i++) {   /* eager, capture + launch, replay */
+        o.step = i == 2 ? 8 : 5;
+        st = cuda_exec_run(ex, b, &o, &err);
+    }
+    if (!st) st = cuda_exec_loss(ex, &replay, &err);
+    if (st) {
+        result(0, "%s: CUDA graph: %s", tag, err.msg);
+        return;
+    }
+    result(fabs(replay - eager) <= 1e-6 * fabs(eager), "%s: CUDA graph replay at step 8: loss %.7f, "
+           "eager %.7f", tag, replay, eager);
+    (void)m;
+}
+
+static void check_step(bool tiny, Variant v, SpecPrecision prec, const StepCase *c)
+{
+    char tag[128];
+    Model m;
+    HpcError err = {0};
+    if (!model_build(&m, tiny, v, prec)) return;
+    snprintf(tag, sizeof tag, "%s %s B=%lld L=%lld", m.spec.name, spec_precision_name(prec),
+             (long long)c->B, (long long)c->L);
+    Batch *b = random_batch(&m.spec, v, c->B, c->L);
+    CpuExec cx;
+    cpu_exec_init(&cx, &m.g, CPU_EXEC_F32);
+    for (int q = 0; q < m.pl.n; q++)
+        if (m.pl.p[q].tied_to < 0) cpu_exec_bind_param(&cx, q, m.w[q]);
+    CudaExec ex;
+    /* Planned for larger bounds than the batch: runs below the bounds work. */
+    HpcStatus st = cuda_exec_init(&ex, &g_dev, &m.g, &m.pl, c->B + 2, c->L + 8, &err);
+    if (!st) st = cuda_exec_set_params(&ex, m.w, &err);
+    if (st) {
+        result(0, "%s: bind: %s", tag, err.msg);
+        goto out_cpu;
+    }
+    printf("      %s: arena %.1f MiB, module %s in %.2f s\n", tag, ex.plan.arena_bytes / 1048576.0,
+           ex.cache_hit ? "from the cache" : "compiled", ex.compile_seconds);
+    CudaRunOptions o = {.training = true, .backward = true, .seed = 99, .step = 7, .loss_scale = c->loss_scale};
+    if (!run_cpu(&m, &cx, b, true, c->loss_scale, 7)) goto out;
+    st = cuda_exec_run(&ex, b, &o, &err);
+    if (st) {
+        result(0, "%s: run: %s", tag, err.msg);
+        goto out;
+    }
+    check_loss(tag, "train loss", &ex, cpu_exec_loss(&cx), c->tol);
+    check_grads(&m, &ex, &cx, tag, c->tol);
+    double worst = 0;
+    int wv = -1;
+    compare_value(&ex, &cx, m.g.logits, &worst, &wv);
+    result(worst <= c->tol, "%s: train logits rel L2 error %.3g", tag, worst);
+    /* Evaluation: forward only, dropout off. */
+    o.training = o.backward = false;
+    if (run_cpu(&m, &cx, b, false, 1, 0) && !(st = cuda_exec_run(&ex, b, &o, &err))) {
+        check_loss(tag, "eval loss", &ex, cpu_exec_loss(&cx), c->tol);
+        worst = 0;
+        compare_value(&ex, &cx, m.g.logits, &worst, &wv);
+        result(worst <= c->tol, "%s: eval logits rel L2 error %.3g", tag, worst);
+    } else if (st) {
+        result(0, "%s: eval run: %s", tag, err.msg);
+    }
+    check_graph_replay(&m, &ex, b, c, tag);
+out:
+    cuda_exec_free(&ex);
+out_cpu:
+    cpu_exec_free(&cx);
+    batch_free(b);
+    model_free(&m);
+}
+
+/* ---- timing ----------------------------------------------------------- */
+
+static int cmp_float(const void *a, const void *b)
+{
+    float x = *(const float *)a, y = *(const float *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* Median step time (ms) over `reps` steps after warm-up, or -1. */
+static double time_steps(CudaExec *ex, const Batch *b, bool graph, int reps)
+{
+    const CudaDriver *cu = cuda_driver();
+    HpcError err = {0};
+    CudaRunOptions o = {.training = true, .backward = true, .seed = 5, .loss_scale = 1024, .graph = graph};
+    CUevent e0, e1;
+    float ms[64];
+    HpcStatus st = CUDA_CHECK(&err, cu->cuEventCreate(&e0, CU_EVENT_DEFAULT));
+    if (!st) st = CUDA_CHECK(&err, cu->cuEventCreate(&e1, CU_EVENT_DEFAULT));
+    for (int i = 0; i < 4 && !st; i++) {
+        o.step = (uint32_t)i;
+        st = cuda_exec_run(ex, b, &o, &err);
+    }
+    if (!st) st = cuda_exec_sync(ex, &err);
+    for (int i = 0; i < reps && !st; i++) {
+        o.step = (uint32_t)(10 + i);
+        st = CUDA_CHECK(&err, cu->cuEventRecord(e0, ex->dev->stream));
+        if (!st) st = cuda_exec_run(ex, b, &o, &err);
+        if (!st) st = CUDA_CHECK(&err, cu->cuEventRecord(e1, ex->dev->stream));
+        if (!st) st = CUDA_CHECK(&err, cu->cuEventSynchronize(e1));
+        if (!st) st = CUDA_CHECK(&err, cu->cuEventElapsedTime(&ms[i], e0, e1));
+    }
+    cu->cuEventDestroy(e0);
+    cu->cuEventDestroy(e1);
+    if (st) {
+        result(0, "timing: %s", err.msg);
+        return -1;
+    }
+    qsort(ms, (size_t)reps, sizeof ms[0], cmp_float);
+    return ms[reps / 2];
+}
+
+static double bench(SpecPrecision prec, double *graph_ms)
+{
+    Model m;
+    HpcError err = {0};
+    *graph_ms = -1;
+    if (!model_build(&m, false, V_SEQ_CLS, prec)) return -1;
+    Batch *b = random_batch(&m.spec, V_SEQ_CLS, 32, 128);
+    for (int64_t i = 0; i < 32 * 128; i++) b->attention_mask[i] = 1;   /* full rows */
+    CudaExec ex;
+    double eager = -1;
+    HpcStatus st = cuda_exec_init(&ex, &g_dev, &m.g, &m.pl, 32, 128, &err);
+    if (!st) st = cuda_exec_set_params(&ex, m.w, &err);
+    if (st) {
+        result(0, "bench %s: %s", spec_precision_name(prec), err.msg);
+    } else {
+        PlanMemory mem;
+        plan_memory(&ex.plan, &m.g, &m.pl, &m.spec.train, &mem);
+        eager = time_steps(&ex, b, false, 20);
+        *graph_ms = time_steps(&ex, b, true, 20);
+        printf("      BERT-base %s B=32 L=128 fwd+bwd: eager %.2f ms, CUDA graph %.2f ms; arena %.0f MiB "
+               "(unshared %.0f MiB), total %.0f MiB\n", spec_precision_name(prec), eager, *graph_ms,
+               mem.arena / 1048576.0, mem.unshared / 1048576.0, mem.total / 1048576.0);
+        cuda_exec_free(&ex);
+    }
+    batch_free(b);
+    model_free(&m);
+    return eager;
+}
+
+static void run_bench(void)
+{
+    double g16, g32;
+    double e16 = bench(PREC_FP16, &g16);
+    double e32 = bench(PREC_FP32, &g32);
+    if (e16 <= 0 || e32 <= 0) return;
+    double best16 = g16 > 0 && g16 < e16 ? g16 : e16, best32 = g32 > 0 && g32 < e32 ? g32 : e32;
+    printf("      fp16 step %.2f ms vs fp32 %.2f ms: %.2fx (target 2.5x); PyTorch AMP eager ~36 ms\n",
+           best16, best32, best32 / best16);
+    result(best16 > 0 && isfinite(best16), "BERT-base fp16 step timed: %.2f ms", best16);
+}
+
+int main(int argc, char **argv)
+{
+    bool tiny = argc < 2, base = argc < 2, do_bench = argc < 2;
+    for (int i = 1; i < argc; i++) {
+        tiny |= strcmp(argv[i], "tiny") == 0;
+        base |= strcmp(argv[i], "base") == 0;
+        do_bench |= strcmp(argv[i], "bench") == 0;
+    }
+    HpcError err = {0};
+    if (cuda_device_open(&g_dev, 0, &err)) {
+        printf("gpu_step: no usable GPU: %s\n", err.msg);
+        return 4;
+    }
+    printf("gpu_step on %s (sm_%d)\n", g_dev.name, g_dev.arch);
+    StepCase tiny32 = {8, 64, 1e-4, 1}, tiny16 = {8, 64, 1e-2, 128}, tinyb16 = {8, 64, 4e-2, 128};
+    StepCase base32 = {2, 16, 1e-4, 1}, base16 = {2, 16, 1e-2, 128};
+    StepCase lm32 = {4, 32, 1e-4, 1}, lm16 = {4, 32, 1e-2, 128}, lmb16 = {4, 32, 4e-2, 128};
+    if (tiny) {
+        check_step(true, V_SEQ_CLS, PREC_FP32, &tiny32);
+        check_step(true, V_SEQ_CLS, PREC_FP16, &tiny16);
+        check_step(true, V_SEQ_CLS, PREC_BF16, &tinyb16);
+        check_step(true, V_REGRESSION, PREC_FP32, &tiny32);
+        check_step(true, V_MLM, PREC_FP32, &lm32);
+        check_step(true, V_MLM, PREC_FP16, &lm16);
+        check_step(true, V_CLM, PREC_FP32, &lm32);
+        check_step(true, V_CLM, PREC_BF16, &lmb16);
+    }
+    if (base) {
+        check_step(false, V_SEQ_CLS, PREC_FP32, &base32);
+        check_step(false, V_SEQ_CLS, PREC_FP16, &base16);
+    }
+    if (do_bench) run_bench();
+    cuda_device_close(&g_dev);
+    printf("%d checks, %d failed\n", g_checks, g_failures);
+    return g_failures ? 1 : 0;
+}
