@@ -1,0 +1,226 @@
+/* tests/test_runlog.c — the run log: JSONL events and fields, plain lines
+ * every N steps, the progress bar's in-place redraw, the summary. */
+#include <criterion/criterion.h>
+#include <jansson.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "runlog.h"
+
+/* Runs a short fake training into a JSONL file and a memory stream. */
+static char *fake_run(const char *jsonl, bool bar, int64_t every)
+{
+    char *text = NULL;
+    size_t len = 0;
+    FILE *out = open_memstream(&text, &len);
+    HpcError err;
+    RunLog *log = runlog_open(jsonl, out, bar, &err);
+    cr_assert_not_null(log, "%s", err.msg);
+    runlog_set_interval(log, every);
+    runlog_message(log, "training %s", "cola");
+    for (int64_t s = 1; s <= 10; s++) {
+        RunLogStep st = {.step = s, .total_steps = 10, .epoch = (int)(s / 6), .loss = 1.0 / (double)s,
+                         .lr = 1e-4 * (double)s, .loss_scale = 65536, .skipped_total = s >= 4,
+                         .tokens = 100 * s, .device_mem_bytes = 1e9 + 1e6 * (double)s};
+        if (s == 4) {
+            st.loss = NAN;
+            runlog_skip(log, 4, 32768);
+        }
+        runlog_step(log, &st);
+        if (s == 5) runlog_eval(log, 5, 0, "mcc", 0.41, 0.6);
+        if (s == 10) runlog_eval(log, 10, 1, "mcc", 0.38, 0.55);
+    }
+    runlog_close(log, 2.5e9);
+    fclose(out);
+    return text;
+}
+
+static json_t *read_jsonl(const char *path, int *count)
+{
+    FILE *f = fopen(path, "r");
+    cr_assert_not_null(f);
+    json_t *all = json_array();
+    char line[4096];
+    *count = 0;
+    while (fgets(line, sizeof line, f)) {
+        json_error_t e;
+        json_t *o = json_loads(line, 0, &e);
+        cr_assert_not_null(o, "line %d is not JSON: %s", *count + 1, e.text);
+        json_array_append_new(all, o);
+        (*count)++;
+    }
+    fclose(f);
+    return all;
+}
+
+static const char *ev(json_t *o) { return json_string_value(json_object_get(o, "event")); }
+
+Test(runlog, jsonl_events_and_fields)
+{
+    char path[] = "/tmp/hpc_runlog_XXXXXX";
+    int fd = mkstemp(path);
+    cr_assert(fd >= 0);
+    free(fake_run(path, false, 3));
+    int n;
+    json_t *all = read_jsonl(path, &n);
+    /* start, message, 10 steps, 1 skip, 2 evals, summary */
+    cr_assert_eq(n, 16, "%d lines", n);
+    cr_expect_str_eq(ev(json_array_get(all, 0)), "start");
+    cr_expect_str_eq(ev(json_array_get(all, 1)), "message");
+    cr_expect_str_eq(ev(json_array_get(all, n - 1)), "summary");
+    int steps = 0;
+    for (int i = 0; i < n; i++) {
+        json_t *o = json_array_get(all, i);
+        cr_expect(json_is_real(json_object_get(o, "elapsed_s")), "every event has elapsed_s");
+        if (!strcmp(ev(o), "step")) {
+            steps++;
+            json_int_t s = json_integer_value(json_object_get(o, "step"));
+            json_t *loss = json_object_get(o, "loss");
+            if (s == 4) cr_expect(json_is_null(loss), "a NaN loss is written as null");
+            else cr_expect_float_eq(json_real_value(loss), 1.0 / (double)s, 1e-12);
+            cr_expect_float_eq(json_real_value(json_object_get(o, "lr")), 1e-4 * (double)s, 1e-15);
+            cr_expect_eq(json_integer_value(json_object_get(o, "tokens")), 100 * s);
+            cr_expect_float_eq(json_real_value(json_object_get(o, "loss_scale")), 65536.0, 0);
+        }
+        if (!strcmp(ev(o), "skip")) {
+            cr_expect_eq(json_integer_value(json_object_get(o, "step")), 4);
+            cr_expect_float_eq(json_real_value(json_object_get(o, "new_scale")), 32768.0, 0);
+        }
+        if (!strcmp(ev(o), "eval")) {
+            json_int_t s = json_integer_value(json_object_get(o, "step"));
+            cr_expect_eq(json_is_true(json_object_get(o, "best")), s == 5, "best flag at step %d", (int)s);
+            cr_expect_str_eq(json_string_value(json_object_get(o, "metric")), "mcc");
+        }
+    }
+    cr_expect_eq(steps, 10);
+    json_t *sum = json_array_get(all, n - 1);
+    cr_expect_eq(json_integer_value(json_object_get(sum, "steps")), 10);
+    cr_expect_eq(json_integer_value(json_object_get(sum, "tokens")), 5500);
+    cr_expect_float_eq(json_real_value(json_object_get(sum, "best_value")), 0.41, 1e-12);
+    cr_expect_eq(json_integer_value(json_object_get(sum, "best_step")), 5);
+    cr_expect_float_eq(json_real_value(json_object_get(sum, "peak_mem_bytes")), 2.5e9, 0);
+    json_decref(all);
+    remove(path);
+}
+
+Test(runlog, plain_lines_every_n)
+{
+    char *text = fake_run(NULL, false, 3);
+    /* steps 1 (first), 3, 6, 9 and 10 (last) */
+    cr_expect(strstr(text, "step 1/10") && strstr(text, "step 3/10") && strstr(text, "step 6/10") &&
+              strstr(text, "step 9/10") && strstr(text, "step 10/10"), "%s", text);
+    cr_expect(!strstr(text, "step 2/10") && !strstr(text, "step 5/10"), "%s", text);
+    cr_expect(!strchr(text, '\r') && !strstr(text, "\033["), "no terminal codes in plain mode");
+    cr_expect(strstr(text, "step 4: inf/NaN in the gradients, update skipped; loss scale now 32768"), "%s", text);
+    cr_expect(strstr(text, "eval at step 5 (epoch 0): mcc 0.4100"), "%s", text);
+    cr_expect(strstr(text, "best dev mcc 0.4100 at step 5"), "%s", text);
+    cr_expect(strstr(text, "done: 10 steps in"), "%s", text);
+    cr_expect(strstr(text, "peak device memory 2.3 GiB"), "%s", text);
+    cr_expect(strstr(text, "training cola\n"), "%s", text);
+    free(text);
+}
+
+Test(runlog, progress_bar_redraws_in_place)
+{
+    char *text = fake_run(NULL, true, 3);
+    cr_expect(strstr(text, "\rstep 1/10 [") != NULL, "%s", text);
+    cr_expect(strstr(text, "\rstep 10/10 [====================] 100%") != NULL, "%s", text);
+    cr_expect(strstr(text, "\033[K") != NULL);
+    /* an eval line clears the bar first, then prints on its own line */
+    cr_expect(strstr(text, "\r\033[Keval at step 5") != NULL, "%s", text);
+    cr_expect(strstr(text, "ETA") && strstr(text, "it/s") && strstr(text, "scale 65536") &&
+              strstr(text, "mem ") && strstr(text, "lr "), "%s", text);
+    free(text);
+}
+
+Test(runlog, open_failure_names_the_path)
+{
+    HpcError err = {0};
+    RunLog *log = runlog_open("/nonexistent/dir/run.jsonl", NULL, false, &err);
+    cr_expect_null(log);
+    cr_expect_eq(err.code, HPC_ERR_IO);
+    cr_expect(strstr(err.msg, "/nonexistent/dir/run.jsonl") != NULL, "%s", err.msg);
+    runlog_step(NULL, &(RunLogStep){0});  /* NULL log: every call is a no-op */
+    runlog_close(NULL, 0);
+}
+
+#include "plot_svg.h"
+
+static int count_of(const char *hay, const char *needle)
+{
+    int n = 0;
+    for (const char *p = hay; (p = strstr(p, needle)); p++) n++;
+    return n;
+}
+
+static char *slurp(const char *path)
+{
+    FILE *f = fopen(path, "r");
+    cr_assert_not_null(f);
+    static char buf[1 << 20];
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    buf[n] = '\0';
+    fclose(f);
+    return buf;
+}
+
+Test(plot, svg_of_a_run_log)
+{
+    char log[] = "/tmp/hpc_plotlog_XXXXXX", svg[] = "/tmp/hpc_plotsvg_XXXXXX";
+    cr_assert(mkstemp(log) >= 0 && mkstemp(svg) >= 0);
+    free(fake_run(log, false, 5));
+    HpcError err;
+    cr_assert_eq(plot_runlog(log, svg, &err), HPC_OK, "%s", err.msg);
+    char *s = slurp(svg);
+    cr_expect(!strncmp(s, "<?xml", 5) && strstr(s, "</svg>\n"), "a whole SVG document");
+    cr_expect_eq(count_of(s, "<rect x="), 4, "four panel frames");
+    cr_expect(strstr(s, ">training loss</text>") && strstr(s, ">learning rate</text>") &&
+              strstr(s, ">dev mcc</text>"), "panel titles");
+    cr_expect(strstr(s, ">2^15</text>") && strstr(s, ">2^16</text>"), "log2 ticks on the scale axis");
+    cr_expect_eq(count_of(s, "stroke-dasharray"), 1, "one skipped step marked");
+    cr_expect_eq(count_of(s, "<circle"), 2, "two evals");
+    /* the NaN loss at step 4 splits the loss line: 2 polylines for loss, 1 each for lr, scale
+     * and the line through the dev points */
+    cr_expect_eq(count_of(s, "<polyline"), 5, "polylines: %d", count_of(s, "<polyline"));
+    cr_expect(!strstr(s, "nan") && !strstr(s, "inf"), "no non-finite coordinates");
+    remove(log);
+    remove(svg);
+}
+
+Test(plot, bad_logs)
+{
+    char log[] = "/tmp/hpc_plotbad_XXXXXX";
+    int fd = mkstemp(log);
+    cr_assert(fd >= 0);
+    FILE *f = fdopen(fd, "w");
+    fputs("{\"event\":\"start\"}\nnot json\n", f);
+    fclose(f);
+    HpcError err;
+    cr_expect_eq(plot_runlog(log, "/tmp/hpc_plot_unused.svg", &err), HPC_ERR_INPUT);
+    cr_expect(strstr(err.msg, ":2: not a JSON object") != NULL, "%s", err.msg);
+    f = fopen(log, "w");
+    fputs("{\"event\":\"start\"}\n", f);
+    fclose(f);
+    cr_expect_eq(plot_runlog(log, "/tmp/hpc_plot_unused.svg", &err), HPC_ERR_INPUT);
+    cr_expect(strstr(err.msg, "no \"step\" events") != NULL, "%s", err.msg);
+    cr_expect_eq(plot_runlog("/nonexistent.jsonl", "/tmp/x.svg", &err), HPC_ERR_IO);
+    remove(log);
+}
+
+Test(plot, long_series_is_thinned_but_keeps_spikes)
+{
+    PlotPanel p = {.title = "t", .xlabel = "step", .ylabel = "y"};
+    for (int i = 0; i < 100000; i++) plot_series_push(&p.data, i, i == 54321 ? 1000.0 : sin(i * 0.01));
+    char *text = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&text, &len);
+    plot_svg_emit(f, "thin", &p, 1, 1);
+    fclose(f);
+    int points = count_of(text, ",") - 0;
+    cr_expect_lt(points, PLOT_MAX_POINTS + 50, "%d points written", points);
+    cr_expect(strstr(text, ">1000</text>") != NULL, "the spike sets the y range");
+    free(text);
+    plot_panel_free(&p);
+}
