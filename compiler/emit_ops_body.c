@@ -3,6 +3,8 @@
  * runtime/cpu_exec_ops.inc. */
 #include "emit_ops_body.h"
 
+#include "fuse.h"
+
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -525,6 +527,97 @@ static void gen_mse_bwd(EopGen *gen)
                 stf(OUTN->dtype), ldf(INN(0)->dtype), ldf(INN(1)->dtype), ldf(INN(2)->dtype));
 }
 
+/* ---- fused ops (compiler/fuse.h) ------------------------------------- */
+
+/* "ld_f16(st_f16(v))": v rounded to the storage dtype of a removed value. */
+static void round_expr(DType mid, const char *v, char *buf, size_t size)
+{
+    if (mid == DT_F16 || mid == DT_BF16) snprintf(buf, size, "%s(%s(%s))", ldf(mid), stf(mid), v);
+    else snprintf(buf, size, "(%s)", v);
+}
+
+/* Declares p, sc, on (dropout is live) for a fused op's mask. */
+static void dropout_consts(EStr *s, IrFusedAttr fa)
+{
+    estr_printf(s, "    const float p = %.9gf;\n    const float dscale = (float)(1.0 / (1.0 - (double)p));\n"
+                   "    const bool on = ctl->training && p != 0.0f;\n    const u32 salt = %uu;\n",
+                (double)fa.p, (unsigned)fa.salt);
+}
+
+/* Row max and sum of exp over the visible keys of scores `sc` (warp per row). */
+static void softmax_stats_text(EStr *s, const char *ld, bool causal)
+{
+    estr_printf(s, "#define VIS(k) (mask[k] != 0 && !(%d && (k) > q))\n"
+                   "    float m = EOP_NEG_INF;\n"
+                   "    for (i64 k = lane; k < a.L; k += 32) if (VIS(k)) m = fmaxf(m, %s(sc[k]));\n"
+                   "    m = warp_max(m);\n    float sum = 0.0f;\n"
+                   "    for (i64 k = lane; k < a.L; k += 32) if (VIS(k)) sum += expf(%s(sc[k]) - m);\n"
+                   "    sum = warp_sum(sum);\n",
+                causal ? 1 : 0, ld, ld);
+}
+
+static void gen_softmax_dropout(EopGen *gen)
+{
+    const IrNode *n = OUTN;
+    IrFusedAttr fa = fuse_attr_get(n);
+    EStr *s = warp_rows_phase(gen, fa.causal ? "softmax_dropout_causal_fwd" : "softmax_dropout_fwd");
+    const char *ld = ldf(INN(0)->dtype);
+    char pr[96];
+    round_expr((DType)fa.mid, "VIS(k) && sum > 0.0f ? expf(v - m) / sum : 0.0f", pr, sizeof pr);
+    dropout_consts(s, fa);
+    estr_printf(s, "    const i64 b = row / (%lldLL * a.L), q = row %% a.L;\n"
+                   "    const int *mask = x1 + b * a.L;\n    const %s *sc = x0 + row * a.L;\n",
+                (long long)n->dims[1], ctype(INN(0)->dtype));
+    softmax_stats_text(s, ld, fa.causal);
+    estr_printf(s, "    for (i64 k = lane; k < a.L; k += 32) {\n"
+                   "        const float v = %s(sc[k]);\n        float pk = %s;\n"
+                   "        if (on) pk = philox_keep(ctl->seed, (u64)(row * a.L + k), ctl->step, salt, p) ? pk * dscale : 0.0f;\n"
+                   "        y[row * a.L + k] = %s(pk);\n    }\n#undef VIS\n",
+                ld, pr, stf(n->dtype));
+}
+
+/* dscores from dy (x0) and the scores (x1): the probabilities and the
+ * dropped gradient are recomputed per key, rounded where the unfused chain
+ * stores them, in two passes (the dot product, then the result). */
+static void gen_softmax_dropout_bwd(EopGen *gen)
+{
+    const IrNode *n = OUTN;
+    IrFusedAttr fa = fuse_attr_get(n);
+    EStr *s = warp_rows_phase(gen, fa.causal ? "softmax_dropout_causal_bwd" : "softmax_dropout_bwd");
+    const char *ls = ldf(INN(1)->dtype), *ld = ldf(INN(0)->dtype);
+    char pr[96], gr[64];
+    round_expr((DType)fa.mid, "VIS(k) && sum > 0.0f ? expf(v - m) / sum : 0.0f", pr, sizeof pr);
+    round_expr((DType)fa.mid2, "g", gr, sizeof gr);
+    dropout_consts(s, fa);
+    estr_printf(s, "    const i64 b = row / (%lldLL * a.L), q = row %% a.L;\n"
+                   "    const int *mask = x2 + b * a.L;\n    const %s *sc = x1 + row * a.L;\n"
+                   "    const %s *dr = x0 + row * a.L;\n",
+                (long long)n->dims[1], ctype(INN(1)->dtype), ctype(INN(0)->dtype));
+    softmax_stats_text(s, ls, fa.causal);
+    estr_printf(s, "#define PG(k) const float v = %s(sc[k]); const float pk = %s; float g = %s(dr[k]); \\\n"
+                   "    if (on) g = philox_keep(ctl->seed, (u64)(row * a.L + k), ctl->step, salt, p) ? g * dscale : 0.0f; \\\n"
+                   "    const float gk = %s;\n"
+                   "    float dot = 0.0f;\n"
+                   "    for (i64 k = lane; k < a.L; k += 32) { PG(k) dot += gk * pk; }\n"
+                   "    dot = warp_sum(dot);\n"
+                   "    for (i64 k = lane; k < a.L; k += 32) { PG(k) y[row * a.L + k] = %s(pk * (gk - dot)); }\n"
+                   "#undef PG\n#undef VIS\n",
+                ls, pr, ld, gr, stf(n->dtype));
+}
+
+static void gen_dropout_add(EopGen *gen)
+{
+    IrFusedAttr fa = fuse_attr_get(OUTN);
+    char vr[48];
+    round_expr((DType)fa.mid, "v", vr, sizeof vr);
+    EStr *s = elems_phase(gen, "dropout_add", OUTN);
+    dropout_consts(s, fa);
+    estr_printf(s, "    EOP_FOR(i, n) {\n        float v = %s(x0[i]);\n"
+                   "        if (on) v = philox_keep(ctl->seed, (u64)i, ctl->step, salt, p) ? v * dscale : 0.0f;\n"
+                   "        y[i] = %s(%s + %s(x1[i]));\n    }\n",
+                ldf(INN(0)->dtype), stf(OUTN->dtype), vr, ldf(INN(1)->dtype));
+}
+
 /* ---- dispatch --------------------------------------------------------- */
 
 static HpcStatus check_dtypes(const EopGen *gen, HpcError *err)
@@ -577,6 +670,9 @@ HpcStatus eopb_node(EopGen *gen, HpcError *err)
     case IR_OP_SLICE_FIRST_BWD: gen_slice_first_bwd(gen); break;
     case IR_OP_CROSS_ENTROPY_BWD: gen_cross_entropy_bwd(gen); break;
     case IR_OP_MSE_BWD: gen_mse_bwd(gen); break;
+    case IR_OP_SOFTMAX_DROPOUT: gen_softmax_dropout(gen); break;
+    case IR_OP_SOFTMAX_DROPOUT_BWD: gen_softmax_dropout_bwd(gen); break;
+    case IR_OP_DROPOUT_ADD: gen_dropout_add(gen); break;
     case IR_OP_COUNT: HPC_ASSERT(0);
     }
     return HPC_OK;

@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "error.h"
+#include "fuse.h"
 #include "ir.h"
 
 #define NODE(id) (&g->nodes[(id)])
@@ -258,6 +259,25 @@ static void ir_shape_mse_bwd(const IrGraph *g, IrNode *n)
     copy_shape(n, IN(1));
 }
 
+static void ir_shape_softmax_dropout(const IrGraph *g, IrNode *n) { ir_shape_softmax(g, n); }
+
+static void ir_shape_softmax_dropout_bwd(const IrGraph *g, IrNode *n)
+{
+    const IrNode *s = IN(1);
+    require(s->rank == 4 && s->dims[0] == IR_DIM_B && s->dims[2] == IR_DIM_L && s->dims[3] == IR_DIM_L,
+            n, "scores must be (B, h, L, L)");
+    require(is_BL(IN(2)), n, "mask must be (B, L) i32");
+    require_same(n, IN(0), s);
+    copy_shape(n, IN(0));
+}
+
+static void ir_shape_dropout_add(const IrGraph *g, IrNode *n)
+{
+    require_same(n, IN(0), IN(1));
+    require(ir_dtype_is_float(IN(0)->dtype) && ir_dtype_is_float(IN(1)->dtype), n, "float inputs");
+    copy_shape(n, IN(1));
+}
+
 /* ---- the table -------------------------------------------------------- */
 
 static const IrOpInfo op_table[] = {
@@ -266,7 +286,7 @@ static const IrOpInfo op_table[] = {
 #undef IR_OP
 };
 _Static_assert(sizeof op_table / sizeof op_table[0] == IR_OP_COUNT, "ops.def and the op table disagree");
-_Static_assert(IR_OP_COUNT == 29, "an op was added or removed: update ops.c, cpu_exec.c and docs/ir.md");
+_Static_assert(IR_OP_COUNT == 32, "an op was added or removed: update ops.c, cpu_exec.c and docs/ir.md");
 
 const IrOpInfo *ir_op_info(IrOpKind op)
 {
@@ -318,6 +338,27 @@ static void matmul_backward(IrGraph *g, int id, int dy, int *dx)
     }
     if (needs(g, id, 0)) dx[0] = grad_node(g, id, 0, IR_OP_MATMUL, ia, 2, &da);
     if (needs(g, id, 1)) dx[1] = grad_node(g, id, 1, IR_OP_MATMUL, ib, 2, &db);
+}
+
+/* The fused ops' backward rules: the rule of the unfused chain, fused.
+ * SOFTMAX_DROPOUT: dscores = SOFTMAX_DROPOUT_BWD(dy, scores, mask), which
+ * recomputes the probabilities.  DROPOUT_ADD: dx = DROPOUT(dy) with the
+ * same mask (p, salt), dr = dy. */
+static void fused_backward(IrGraph *g, int id, int dy, int *dx)
+{
+    IrNode f = *NODE(id); /* copy: ir_add may move the node array */
+    IrFusedAttr fa = fuse_attr_get(&f);
+    IrAttr a;
+    if (f.op == IR_OP_SOFTMAX_DROPOUT) {
+        fa.mid2 = (uint8_t)NODE(dy)->dtype;
+        fuse_attr_set(&a, fa);
+        if (needs(g, id, 0))
+            dx[0] = grad_node(g, id, 0, IR_OP_SOFTMAX_DROPOUT_BWD, (int[]){dy, f.in[0], f.in[1]}, 3, &a);
+        return;
+    }
+    a.dropout = (IrDropoutAttr){fa.p, fa.salt};
+    if (needs(g, id, 0)) dx[0] = grad_node(g, id, 0, IR_OP_DROPOUT, &dy, 1, &a);
+    dx[1] = needs(g, id, 1) ? dy : -1;
 }
 
 void ir_backward(IrGraph *g, int id, int dy, int dx[IR_MAX_INPUTS])
@@ -384,6 +425,10 @@ void ir_backward(IrGraph *g, int id, int dy, int dx[IR_MAX_INPUTS])
         a.cast.to = NODE(f.in[0])->dtype;
         if (needs(g, id, 0)) dx[0] = grad_node(g, id, 0, IR_OP_CAST, &dy, 1, &a);
         break;
+    case IR_OP_SOFTMAX_DROPOUT:
+    case IR_OP_DROPOUT_ADD:
+        fused_backward(g, id, dy, dx);
+        break;
     case IR_OP_EMBEDDING_BWD:
     case IR_OP_LINEAR_DX:
     case IR_OP_LINEAR_DW:
@@ -395,6 +440,7 @@ void ir_backward(IrGraph *g, int id, int dy, int dx[IR_MAX_INPUTS])
     case IR_OP_SLICE_FIRST_BWD:
     case IR_OP_CROSS_ENTROPY_BWD:
     case IR_OP_MSE_BWD:
+    case IR_OP_SOFTMAX_DROPOUT_BWD:
     case IR_OP_COUNT:
         hpc_panic(__FILE__, __LINE__, "no backward rule for %s (second derivatives unsupported)",
                   ir_op_name(f.op));

@@ -54,6 +54,9 @@ PrecClass precision_op_class(IrOpKind op)
     case IR_OP_ACT_BWD:
     case IR_OP_SOFTMAX_BWD:
     case IR_OP_SLICE_FIRST_BWD:
+    case IR_OP_SOFTMAX_DROPOUT:
+    case IR_OP_SOFTMAX_DROPOUT_BWD:
+    case IR_OP_DROPOUT_ADD:
     case IR_OP_COUNT:
         break;
     }

@@ -3,7 +3,7 @@
  * `--ir` listing of bert_tiny.
  *
  * The golden file tests/golden/bert_tiny.ir was made by
- *   bin/hpc compile models/bert_tiny.model --ir > tests/golden/bert_tiny.ir
+ *   bin/hpc compile models/bert_tiny.model --ir --no-fuse --no-artifact > tests/golden/bert_tiny.ir
  * and is reviewed by hand: regenerate it with that command only when a
  * change to the lowering or autodiff is intended, and read the diff.
  */

@@ -43,6 +43,7 @@
 #include "lower.h"
 #include "params.h"
 #include "plan.h"
+#include "pipeline.h"
 #include "precision.h"
 #include "spec.h"
 
@@ -149,21 +150,19 @@ static void random_params(Model *m, SpecPrecision prec)
 static int model_build(Model *m, bool tiny, Variant v, SpecPrecision prec)
 {
     HpcError err = {0};
-    IrGraph raw;
-    PrecisionPlan pp;
     if (!make_spec(&m->spec, tiny, v)) return 0;
-    ir_init(&raw);
-    ir_init(&m->g);
-    params_init(&m->pl);
-    HpcStatus st = lower_model(&m->spec, &raw, &m->pl, &err);
-    if (!st) st = autodiff_build(&raw, &m->pl, &err);
-    if (!st) st = precision_plan(&raw, &m->spec, prec, &m->g, &pp, &err);
-    if (!st) precision_plan_free(&pp);
-    ir_free(&raw);
+    /* The same pipeline as hpc run, fusion included, so the fused kernels are checked too. */
+    PipeOptions o = pipeline_defaults(prec);
+    Pipeline p;
+    HpcStatus st = pipeline_build(&m->spec, &o, &p, &err);
     if (st) {
         result(0, "%s: build the graph: %s", m->spec.name, err.msg);
+        pipeline_free(&p);
         return 0;
     }
+    m->g = p.g; /* the Model owns graph and parameters now */
+    m->pl = p.pl;
+    precision_plan_free(&p.prec);
     random_params(m, prec);
     return 1;
 }

@@ -1,0 +1,77 @@
+/* compiler/fuse.h — the fuse pass: pattern rewrites of a graph into the
+ * fused op kinds of compiler/ops.def (section "Fused ops").
+ *
+ * Rewrites (docs/fuse.md has the full table and the reasons):
+ *   SOFTMAX(s, mask) -> DROPOUT            => SOFTMAX_DROPOUT(s, mask)
+ *   SOFTMAX_BWD(DROPOUT(dy), y)            => SOFTMAX_DROPOUT_BWD(dy, s, mask)
+ *       (the backward recomputes the probabilities from the scores, so the
+ *        undropped probabilities y are never stored)
+ *   ADD(DROPOUT(x), r) or ADD(r, DROPOUT(x)) => DROPOUT_ADD(x, r)
+ *       (the bias + dropout + residual epilogue: the bias is already in the
+ *        LINEAR's GEMM epilogue)
+ * Cross-entropy needs no rewrite: CROSS_ENTROPY already takes logits and
+ * computes its log-softmax inside (forward and backward).
+ *
+ * Where it runs: after precision (compiler/pipeline.c), on the whole graph
+ * (forward and backward), so every fused op records the storage dtype of
+ * the intermediate value it removes (IrFusedAttr.mid, .mid2) and its CPU
+ * reference rounds there exactly as the unfused chain stores it.  It also
+ * runs on a forward-only f32 graph before autodiff: the fused ops have
+ * backward rules (compiler/ops.c), and both orders give the same graph
+ * semantics (tests/test_fuse.c checks it).
+ *
+ * A value is fused away only when every use of it is part of the pattern
+ * (a softmax read by its dropout and by its own backward; a dropout read
+ * only by the ADD), so no rewrite changes what any other node reads.
+ *
+ * Ownership: `out` must be initialised and empty (ir_init); the caller
+ * frees it with ir_free.  `pout` (optional) receives the precision plan
+ * re-indexed for `out` (free with precision_plan_free); `pin` may be NULL
+ * for a graph that precision has not planned (then pout must be NULL).
+ * In pout, info is per node of `out`, and map[u] (u an id of the graph
+ * precision planned) is -1 for a value that was fused away.
+ *
+ * Usage:
+ *   IrGraph fused; ir_init(&fused); FuseStats st;
+ *   if (fuse_graph(&mixed, &plan, &fused, &fused_plan, &st, &err)) return err.code;
+ */
+#ifndef HPC_COMPILER_FUSE_H
+#define HPC_COMPILER_FUSE_H
+
+#include <stdint.h>
+
+#include "error.h"
+#include "ir.h"
+#include "precision.h"
+
+/* Attribute of the fused ops.  IrAttr (ir.h) has no member for it yet, so
+ * it is stored in the attribute union's bytes (fuse_attr_get/set, checked
+ * by a static assert in fuse.c); p is a float because the dropout kernels
+ * take p as a float anyway. */
+typedef struct {
+    float p;          /* dropout probability */
+    int32_t salt;     /* the forward DROPOUT's salt: the same Philox mask */
+    uint8_t causal;   /* SOFTMAX_DROPOUT*: causal mask on top of padding */
+    uint8_t mid;      /* storage dtype (DType) of the first removed value */
+    uint8_t mid2;     /* SOFTMAX_DROPOUT_BWD: storage dtype of the removed DROPOUT(dy) */
+    uint8_t pad_;
+} IrFusedAttr;
+
+IrFusedAttr fuse_attr_get(const IrNode *n);
+void fuse_attr_set(IrAttr *a, IrFusedAttr f);
+
+typedef struct {
+    int softmax_dropout;      /* SOFTMAX + DROPOUT pairs fused */
+    int softmax_dropout_bwd;  /* SOFTMAX_BWD + DROPOUT pairs fused */
+    int dropout_add;          /* DROPOUT + ADD pairs fused */
+    int nodes_before, nodes_after;
+} FuseStats;
+
+HpcStatus fuse_graph(const IrGraph *in, const PrecisionPlan *pin, IrGraph *out, PrecisionPlan *pout,
+                     FuseStats *stats, HpcError *err);
+
+/* Nodes that launch work on a device: every node but PARAM and the batch
+ * INPUTs (the loss-scale seed counts: it is a kernel). */
+int fuse_count_launches(const IrGraph *g);
+
+#endif

@@ -1,0 +1,267 @@
+/* tests/gpu/gpu_fuse.c — the fused graph (compiler/pipeline.h with the fuse
+ * pass on) trained one step on the GPU (runtime/cuda_exec.h) against the
+ * cpu backend on the same parameters, batch and dropout seed.
+ *
+ * The fused ops (SOFTMAX_DROPOUT, SOFTMAX_DROPOUT_BWD, DROPOUT_ADD) only
+ * exist in fused graphs, so this is where their CUDA kernels meet the CPU
+ * reference; their outputs feed the loss, the logits and every gradient,
+ * which are compared (intermediate values may be reused by the arena).
+ * Cases: bert_tiny-shaped classifier (hidden 128, 2 layers, 2 heads, B=8,
+ * L=64 with padding, dropout 0.1) under fp32, fp16 and bf16, and a 2-layer
+ * GPT-2 causal LM under fp16 (causal softmax).  Checks per case: the train
+ * loss, logits and every parameter gradient (rel L2, NaN fails; gradients
+ * with a floor of 1e-3 of the largest gradient norm, as tests/gpu/gpu_step.c
+ * explains), the eval loss (dropout off), and that the graph really holds
+ * fused ops.  Tolerances as gpu_step: fp32 1e-4, fp16 1e-2, bf16 4e-2.
+ *
+ * Exit 0 when every check passes, 1 on a failed check, 4 without a GPU. */
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "batch.h"
+#include "cpu_exec.h"
+#include "cuda_driver.h"
+#include "cuda_exec.h"
+#include "half.h"
+#include "ir.h"
+#include "params.h"
+#include "pipeline.h"
+#include "spec.h"
+
+static int g_failures, g_checks;
+static CudaDevice g_dev;
+
+static void result(int ok, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void result(int ok, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    printf("%s  ", ok ? "ok  " : "FAIL");
+    vprintf(fmt, ap);
+    putchar('\n');
+    va_end(ap);
+    g_checks++;
+    g_failures += !ok;
+}
+
+static uint64_t g_rng = 0x9e3779b97f4a7c15ull;
+static uint32_t rnd(void)
+{
+    g_rng ^= g_rng << 13;
+    g_rng ^= g_rng >> 7;
+    g_rng ^= g_rng << 17;
+    return (uint32_t)(g_rng >> 32);
+}
+static float uniform(void) { return (float)(rnd() >> 8) * (2.0f / 16777216.0f) - 1.0f; }
+
+static int make_spec(ModelSpec *s, bool causal)
+{
+    spec_defaults(s);
+    if (causal) {
+        const char *root = getenv("HPC_ROOT");
+        char path[512];
+        snprintf(path, sizeof path, "%s/models/gpt2_small.model", root ? root : ".");
+        if (spec_load(path, s, stderr) != 0) {
+            result(0, "cannot load %s (run from the repository root or set HPC_ROOT)", path);
+            return 0;
+        }
+    }
+    snprintf(s->name, sizeof s->name, causal ? "gpt2_tiny causal-lm" : "bert_tiny classifier");
+    s->stack.hidden = 128;
+    s->stack.layers = 2;
+    s->stack.heads = 2;
+    s->stack.ffn = 512;
+    s->stack.hidden_dropout = 0.1;
+    s->stack.attention_dropout = 0.1;
+    return 1;
+}
+
+/* Random f32 parameters, rounded to the policy's format so the cpu's
+ * masters equal the GPU's low copies; tied entries share. */
+static float **random_params(const ParamList *pl, SpecPrecision prec)
+{
+    float **w = xcalloc((size_t)pl->n, sizeof *w);
+    for (int q = 0; q < pl->n; q++) {
+        const ParamInfo *p = &pl->p[q];
+        if (p->tied_to >= 0) continue;
+        int64_t n = params_numel(p);
+        w[q] = xmalloc((size_t)n * sizeof **w);
+        for (int64_t i = 0; i < n; i++) {
+            float u = uniform();
+            w[q][i] = p->init == PARAM_INIT_ONES ? 1.0f + 0.1f * u
+                    : p->init == PARAM_INIT_ZEROS ? 0.02f * u : 0.0346f * u;
+        }
+        prec_round_array(prec, w[q], n);
+    }
+    for (int q = 0; q < pl->n; q++)
+        if (pl->p[q].tied_to >= 0) w[q] = w[pl->p[q].tied_to];
+    return w;
+}
+
+static Batch *random_batch(const ModelSpec *s, int64_t B, int64_t L, bool causal)
+{
+    Batch *b = batch_new(B, L, 0);
+    for (int64_t r = 0; r < B; r++) {
+        int64_t len = L / 2 + (int64_t)(rnd() % (uint32_t)(L / 2 + 1));
+        for (int64_t t = 0; t < L; t++) {
+            int64_t i = r * L + t;
+            b->input_ids[i] = t < len ? (int32_t)(1 + rnd() % (uint32_t)(s->stack.vocab_size - 1)) : 0;
+            b->attention_mask[i] = t < len;
+        }
+        if (!causal) b->labels[r] = (int32_t)(rnd() % (uint32_t)s->head.num_labels);
+    }
+    return b;
+}
+
+static double rel_l2(const float *gpu, const float *cpu, int64_t n, double floor_norm)
+{
+    double d = 0, r = 0;
+    for (int64_t i = 0; i < n; i++) {
+        double e = (double)gpu[i] - cpu[i];
+        d += e * e;
+        r += (double)cpu[i] * cpu[i];
+    }
+    return sqrt(d) / fmax(sqrt(r), floor_norm);
+}
+
+static double value_err(CudaExec *ex, const CpuExec *cx, int v, double floor_norm)
+{
+    HpcError err = {0};
+    int64_t n = cpu_exec_numel(cx, v);
+    float *gpu = xmalloc((size_t)(n > 0 ? n : 1) * sizeof *gpu);
+    double e = NAN;
+    if (cuda_exec_read(ex, v, gpu, &err)) result(0, "read value %d: %s", v, err.msg);
+    else e = rel_l2(gpu, cpu_exec_value(cx, v), n, floor_norm);
+    free(gpu);
+    return e;
+}
+
+static double max_grad_norm(const IrGraph *g, const CpuExec *cx)
+{
+    double m = 0;
+    for (int p = 0; p < g->n_params; p++) {
+        int v = g->param_grad[p];
+        if (v < 0) continue;
+        const float *x = cpu_exec_value(cx, v);
+        double s = 0;
+        for (int64_t i = 0; i < cpu_exec_numel(cx, v); i++) s += (double)x[i] * x[i];
+        m = fmax(m, sqrt(s));
+    }
+    return m;
+}
+
+static void check_grads(const Pipeline *P, CudaExec *ex, const CpuExec *cx, const char *tag, double tol)
+{
+    double floor_norm = 1e-3 * max_grad_norm(&P->g, cx), worst = 0;
+    int count = 0, worst_p = -1;
+    for (int p = 0; p < P->g.n_params; p++) {
+        int v = P->g.param_grad[p];
+        if (v < 0) continue;
+        double e = value_err(ex, cx, v, floor_norm);
+        count++;
+        if (isnan(worst)) continue;          /* a NaN sticks */
+        if (isnan(e) || e > worst) {
+            worst = e;
+            worst_p = p;
+        }
+    }
+    result(!isnan(worst) && worst <= tol && count > 10, "%s: %d gradients, worst rel L2 %.3g (%s) <= %.0e",
+           tag, count, worst, worst_p >= 0 ? P->pl.p[worst_p].name : "-", tol);
+}
+
+static void check_loss(CudaExec *ex, double cpu, const char *tag, const char *what, double tol)
+{
+    HpcError err = {0};
+    double gpu = NAN;
+    if (cuda_exec_loss(ex, &gpu, &err)) result(0, "%s: %s: %s", tag, what, err.msg);
+    double e = fabs(gpu - cpu) / fmax(fabs(cpu), 1e-30);
+    result(e <= tol, "%s: %s gpu %.7f cpu %.7f rel %.3g <= %.0e", tag, what, gpu, cpu, e, tol);
+}
+
+static int count_fused(const IrGraph *g)
+{
+    int n = 0;
+    for (int i = 0; i < g->n; i++) {
+        IrOpKind op = g->nodes[i].op;
+        n += op == IR_OP_SOFTMAX_DROPOUT || op == IR_OP_SOFTMAX_DROPOUT_BWD || op == IR_OP_DROPOUT_ADD;
+    }
+    return n;
+}
+
+static int run_cpu(CpuExec *cx, const Batch *b, bool train, float scale)
+{
+    HpcError err = {0};
+    CpuRunOptions o = {.training = train, .backward = train, .seed = 99, .step = 7, .loss_scale = scale};
+    if (!cpu_exec_run(cx, b, &o, &err)) return 1;
+    result(0, "cpu step: %s", err.msg);
+    return 0;
+}
+
+static void check_case(bool causal, SpecPrecision prec, int64_t B, int64_t L, double tol, float scale)
+{
+    ModelSpec s;
+    if (!make_spec(&s, causal)) return;
+    char tag[128];
+    snprintf(tag, sizeof tag, "%s %s fused B=%lld L=%lld", s.name, spec_precision_name(prec),
+             (long long)B, (long long)L);
+    PipeOptions po = pipeline_defaults(prec);
+    Pipeline P;
+    HpcError err = {0};
+    if (pipeline_build(&s, &po, &P, &err)) {
+        result(0, "%s: pipeline_build: %s", tag, err.msg);
+        pipeline_free(&P);
+        return;
+    }
+    result(count_fused(&P.g) >= 4 * (int)s.stack.layers, "%s: %d fused ops in the graph", tag, count_fused(&P.g));
+    float **w = random_params(&P.pl, prec);
+    Batch *b = random_batch(&s, B, L, causal);
+    CpuExec cx;
+    cpu_exec_init(&cx, &P.g, CPU_EXEC_F32);
+    for (int q = 0; q < P.pl.n; q++)
+        if (P.pl.p[q].tied_to < 0) cpu_exec_bind_param(&cx, q, w[q]);
+    CudaExec ex;
+    HpcStatus st = cuda_exec_init(&ex, &g_dev, &P.g, &P.pl, B, L, &err);
+    if (!st) st = cuda_exec_set_params(&ex, w, &err);
+    if (st) {
+        result(0, "%s: bind: %s", tag, err.msg);
+    } else {
+        CudaRunOptions o = {.training = true, .backward = true, .seed = 99, .step = 7, .loss_scale = scale};
+        if (run_cpu(&cx, b, true, scale) && !(st = cuda_exec_run(&ex, b, &o, &err))) {
+            check_loss(&ex, cpu_exec_loss(&cx), tag, "train loss", tol);
+            check_grads(&P, &ex, &cx, tag, tol);
+            double e = value_err(&ex, &cx, P.g.logits, 0);
+            result(e <= tol, "%s: train logits rel L2 %.3g <= %.0e", tag, e, tol);
+        }
+        o.training = o.backward = false;
+        if (!st && run_cpu(&cx, b, false, 1) && !(st = cuda_exec_run(&ex, b, &o, &err)))
+            check_loss(&ex, cpu_exec_loss(&cx), tag, "eval loss", tol);
+        if (st) result(0, "%s: run: %s", tag, err.msg);
+        cuda_exec_free(&ex);
+    }
+    cpu_exec_free(&cx);
+    batch_free(b);
+    for (int q = 0; q < P.pl.n; q++)
+        if (P.pl.p[q].tied_to < 0) free(w[q]);
+    free(w);
+    pipeline_free(&P);
+}
+
+int main(void)
+{
+    HpcError err = {0};
+    if (cuda_device_open(&g_dev, 0, &err)) {
+        printf("gpu_fuse: no usable GPU: %s\n", err.msg);
+        return 4;
+    }
+    printf("gpu_fuse on %s (sm_%d)\n", g_dev.name, g_dev.arch);
+    check_case(false, PREC_FP32, 8, 64, 1e-4, 1);
+    check_case(false, PREC_FP16, 8, 64, 1e-2, 128);
+    check_case(false, PREC_BF16, 8, 64, 4e-2, 128);
+    check_case(true, PREC_FP16, 4, 32, 1e-2, 128);
+    cuda_device_close(&g_dev);
+    printf("%d checks, %d failed\n", g_checks, g_failures);
+    return g_failures ? 1 : 0;
+}

@@ -1,0 +1,694 @@
+/* tests/test_fuse.c — the fuse pass, the fused ops and the pipeline.
+ *
+ * Equality: a bert_tiny-shaped model (hidden 16, 2 heads, 2 layers, vocab
+ * 50, B 2, L 8 with padding, dropout 0.1 everywhere, training mode) with
+ * random weights runs fused and unfused on the cpu backend; the loss and
+ * every parameter gradient must agree:
+ *   f64 executor, fp32 and fp16 policies   relative 1e-12
+ *   f32 executor, fp32 policy              relative 1e-5
+ *   f32 executor, fp16 policy              relative 1e-6 (the fused ops
+ *     round at the same points as the unfused chain, so the results are in
+ *     fact bit-identical; the tolerance only absorbs summation order)
+ * and fusing the forward before autodiff (fused backward rules) must equal
+ * fusing after (1e-12, f64).
+ * Gradients: each fused op's backward rule against central differences in
+ * f64 (h = 1e-6, relative 1e-6), as tests/test_autodiff.c.
+ * Counts: BERT-base launches (nodes that run work) drop by at least 4 per
+ * layer under fp16; the numbers are printed.
+ * Golden: the fused bert_tiny listing equals tests/golden/bert_tiny_fused.ir,
+ * made by `bin/hpc compile models/bert_tiny.model --ir --no-artifact` (fusion on), while
+ * `--no-fuse` still gives tests/golden/bert_tiny.ir (checked here through
+ * the pipeline with fuse off).
+ * CUDA: the fused graphs' modules compile with NVRTC for sm_80 and sm_90
+ * and every fused kernel is in the cubin. */
+#include <criterion/criterion.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "autodiff.h"
+#include "batch.h"
+#include "cpu_exec.h"
+#include "emit_ops.h"
+#include "fuse.h"
+#include "ir.h"
+#include "lower.h"
+#include "nvrtc_compile.h"
+#include "params.h"
+#include "philox.h"
+#include "pipeline.h"
+#include "spec.h"
+
+enum { TB = 2, TL = 8, TV = 50, TH = 16, THEADS = 2, TC = 5 };
+
+static void tiny_spec(ModelSpec *s)
+{
+    spec_defaults(s);
+    snprintf(s->name, sizeof s->name, "tiny");
+    s->stack.vocab_size = TV;
+    s->stack.max_positions = 16;
+    s->stack.hidden = TH;
+    s->stack.heads = THEADS;
+    s->stack.layers = 2;
+    s->stack.ffn = 32;
+    s->stack.ln_eps = 1e-5;
+    s->stack.hidden_dropout = 0.1;
+    s->stack.attention_dropout = 0.1;
+    s->head.num_labels = 3;
+}
+
+static Batch *tiny_batch(void)
+{
+    Batch *b = batch_new(TB, TL, 1);
+    int lens[TB] = {TL, 5}; /* row 1 is padded: the mask matters */
+    for (int r = 0; r < TB; r++)
+        for (int t = 0; t < TL; t++) {
+            int i = r * TL + t;
+            bool real = t < lens[r];
+            b->input_ids[i] = real ? (int)(philox_uniform(7, (uint64_t)i, 0, 1) * TV) : 0;
+            b->token_type_ids[i] = real && t >= 3;
+            b->attention_mask[i] = real;
+            b->labels[i] = real ? (int)(philox_uniform(7, (uint64_t)i, 0, 2) * TC) : -100;
+        }
+    b->labels[0] = 1;
+    b->labels[1] = 2;
+    return b;
+}
+
+/* Random weights for every parameter (f64 master copy); gammas around 1. */
+static double **random_weights(const ParamList *pl, double scale)
+{
+    double **w = calloc((size_t)pl->n, sizeof *w);
+    uint64_t ctr = 0;
+    for (int i = 0; i < pl->n; i++) {
+        const ParamInfo *p = &pl->p[i];
+        if (p->tied_to >= 0) continue;
+        int64_t n = params_numel(p);
+        bool gamma = strstr(p->name, "LayerNorm.weight") || strstr(p->name, "gamma");
+        w[i] = malloc((size_t)n * sizeof(double));
+        for (int64_t k = 0; k < n; k++)
+            w[i][k] = (gamma ? 1.0 : 0.0) + scale * (2.0 * philox_uniform(1234, ctr++, 0, 99) - 1.0);
+    }
+    for (int i = 0; i < pl->n; i++)
+        if (pl->p[i].tied_to >= 0) w[i] = w[pl->p[i].tied_to];
+    return w;
+}
+
+static void free_weights(const ParamList *pl, double **w)
+{
+    for (int i = 0; i < pl->n; i++)
+        if (pl->p[i].tied_to < 0) free(w[i]);
+    free(w);
+}
+
+/* The loss and every parameter gradient (as f64) of one training step. */
+typedef struct {
+    double loss;
+    double **grad;   /* (n_params) NULL where none */
+    int n;
+} StepOut;
+
+static StepOut run_step(const IrGraph *g, const ParamList *pl, double **w, CpuExecPrecision prec,
+                        const Batch *b)
+{
+    CpuExec ex;
+    cpu_exec_init(&ex, g, prec);
+    float **wf = calloc((size_t)pl->n, sizeof *wf);
+    for (int p = 0; p < pl->n; p++) {
+        if (pl->p[p].tied_to >= 0) continue;
+        if (prec == CPU_EXEC_F64) {
+            cpu_exec_bind_param(&ex, p, w[p]);
+            continue;
+        }
+        int64_t n = params_numel(&pl->p[p]);
+        wf[p] = malloc((size_t)n * sizeof(float));
+        for (int64_t k = 0; k < n; k++) wf[p][k] = (float)w[p][k];
+        cpu_exec_bind_param(&ex, p, wf[p]);
+    }
+    CpuRunOptions o = {.training = true, .backward = true, .seed = 77, .step = 3, .loss_scale = 1.0};
+    HpcError err = {0};
+    cr_assert_eq(cpu_exec_run(&ex, b, &o, &err), HPC_OK, "cpu_exec_run: %s", err.msg);
+    StepOut s = {cpu_exec_loss(&ex), calloc((size_t)pl->n, sizeof(double *)), pl->n};
+    for (int p = 0; p < pl->n; p++) {
+        int gv = g->param_grad[p];
+        if (gv < 0) continue;
+        int64_t n = params_numel(&pl->p[p]);
+        s.grad[p] = malloc((size_t)n * sizeof(double));
+        const void *v = cpu_exec_value(&ex, gv);
+        for (int64_t k = 0; k < n; k++)
+            s.grad[p][k] = prec == CPU_EXEC_F64 ? ((const double *)v)[k] : ((const float *)v)[k];
+    }
+    for (int p = 0; p < pl->n; p++) free(wf[p]);
+    free(wf);
+    cpu_exec_free(&ex);
+    return s;
+}
+
+static void step_free(StepOut *s)
+{
+    for (int p = 0; p < s->n; p++) free(s->grad[p]);
+    free(s->grad);
+}
+
+/* Relative error of a against b, ||a - b|| / ||b||; NaN never passes. */
+static double rel_err(const double *a, const double *b, int64_t n, double *norm_b)
+{
+    double num = 0, den = 0;
+    for (int64_t k = 0; k < n; k++) {
+        num += (a[k] - b[k]) * (a[k] - b[k]);
+        den += b[k] * b[k];
+    }
+    *norm_b = sqrt(den);
+    return den > 0 ? sqrt(num / den) : sqrt(num);
+}
+
+/* Every gradient and the loss of `got` within tol of `want`; returns the
+ * number of gradients compared. */
+static int expect_same(const StepOut *got, const StepOut *want, const ParamList *pl, double tol,
+                       const char *what)
+{
+    double lerr = fabs(got->loss - want->loss) / fabs(want->loss);
+    cr_expect(isfinite(got->loss) && want->loss > 0 && lerr <= tol, "%s: loss %.17g vs %.17g (rel %.3g)",
+              what, got->loss, want->loss, lerr);
+    int compared = 0;
+    double worst = 0;
+    for (int p = 0; p < pl->n; p++) {
+        cr_expect_eq(got->grad[p] == NULL, want->grad[p] == NULL, "%s: %s has a gradient on one side",
+                     what, pl->p[p].name);
+        if (!got->grad[p] || !want->grad[p]) continue;
+        double norm;
+        double e = rel_err(got->grad[p], want->grad[p], params_numel(&pl->p[p]), &norm);
+        cr_expect(e <= tol, "%s: gradient of %s differs, relative %.3g > %.3g", what, pl->p[p].name, e, tol);
+        if (!strstr(pl->p[p].name, "key.bias")) /* softmax shift invariance: exactly 0 */
+            cr_expect(norm > 0, "%s: gradient of %s is all zero", what, pl->p[p].name);
+        if (e > worst) worst = e;
+        compared++;
+    }
+    cr_log_info("%s: loss rel %.3g, worst gradient rel %.3g over %d tensors", what, lerr, worst, compared);
+    return compared;
+}
+
+static void build(const ModelSpec *s, SpecPrecision policy, bool fuse, Pipeline *p)
+{
+    PipeOptions o = pipeline_defaults(policy);
+    o.fuse = fuse;
+    HpcError err = {0};
+    cr_assert_eq(pipeline_build(s, &o, p, &err), HPC_OK, "pipeline_build: %s", err.msg);
+}
+
+static void check_equal(SpecPrecision policy, CpuExecPrecision prec, double tol, const char *what)
+{
+    ModelSpec s;
+    tiny_spec(&s);
+    Pipeline plain, fused;
+    build(&s, policy, false, &plain);
+    build(&s, policy, true, &fused);
+    cr_assert_eq(fused.fuse.softmax_dropout, 2);
+    cr_assert_eq(fused.fuse.softmax_dropout_bwd, 2);
+    cr_assert_eq(fused.fuse.dropout_add, 4);
+    cr_assert_lt(fused.g.n, plain.g.n);
+    Batch *b = tiny_batch();
+    double **w = random_weights(&plain.pl, 0.5);
+    StepOut a = run_step(&plain.g, &plain.pl, w, prec, b);
+    StepOut f = run_step(&fused.g, &fused.pl, w, prec, b);
+    cr_expect_gt(expect_same(&f, &a, &plain.pl, tol, what), 30);
+    step_free(&a);
+    step_free(&f);
+    free_weights(&plain.pl, w);
+    batch_free(b);
+    pipeline_free(&plain);
+    pipeline_free(&fused);
+}
+
+Test(fuse_equal, fp32_policy_f64) { check_equal(PREC_FP32, CPU_EXEC_F64, 1e-12, "fp32/f64"); }
+Test(fuse_equal, fp32_policy_f32) { check_equal(PREC_FP32, CPU_EXEC_F32, 1e-5, "fp32/f32"); }
+Test(fuse_equal, fp16_policy_f64) { check_equal(PREC_FP16, CPU_EXEC_F64, 1e-12, "fp16/f64"); }
+Test(fuse_equal, fp16_policy_f32) { check_equal(PREC_FP16, CPU_EXEC_F32, 1e-6, "fp16/f32"); }
+Test(fuse_equal, bf16_policy_f32) { check_equal(PREC_BF16, CPU_EXEC_F32, 1e-6, "bf16/f32"); }
+
+/* Fusing the forward graph before autodiff uses the fused ops' backward
+ * rules; the result must equal fusing the whole graph afterwards. */
+Test(fuse_equal, before_autodiff_equals_after)
+{
+    ModelSpec s;
+    tiny_spec(&s);
+    Pipeline after;
+    build(&s, PREC_FP32, true, &after);
+    IrGraph raw, early;
+    ParamList pl;
+    ir_init(&raw);
+    ir_init(&early);
+    params_init(&pl);
+    HpcError err = {0};
+    FuseStats st;
+    cr_assert_eq(lower_model(&s, &raw, &pl, &err), HPC_OK, "%s", err.msg);
+    cr_assert_eq(fuse_graph(&raw, NULL, &early, NULL, &st, &err), HPC_OK, "%s", err.msg);
+    cr_expect_eq(st.softmax_dropout, 2);
+    cr_expect_eq(st.dropout_add, 4);
+    cr_assert_eq(autodiff_build(&early, &pl, &err), HPC_OK, "%s", err.msg);
+    int n_bwd = 0;
+    for (int i = 0; i < early.n; i++) n_bwd += early.nodes[i].op == IR_OP_SOFTMAX_DROPOUT_BWD;
+    cr_expect_eq(n_bwd, 2);
+    Batch *b = tiny_batch();
+    double **w = random_weights(&pl, 0.5);
+    StepOut x = run_step(&early, &pl, w, CPU_EXEC_F64, b);
+    StepOut y = run_step(&after.g, &after.pl, w, CPU_EXEC_F64, b);
+    expect_same(&x, &y, &pl, 1e-12, "before/after autodiff");
+    step_free(&x);
+    step_free(&y);
+    free_weights(&pl, w);
+    batch_free(b);
+    ir_free(&raw);
+    ir_free(&early);
+    params_free(&pl);
+    pipeline_free(&after);
+}
+
+/* ---- finite differences of each fused op's backward rule ------------- */
+
+typedef struct {
+    IrGraph g;
+    ParamList pl;
+    int ids, mask;
+} Fx;
+
+static int fx_param(Fx *fx, const char *name, int64_t d0, int64_t d1)
+{
+    int64_t dims[2] = {d0, d1};
+    int rank = d1 ? 2 : 1;
+    int idx = params_add(&fx->pl, name, rank, dims, PARAM_INIT_NORMAL, true, false);
+    return ir_param(&fx->g, idx, DT_F32, rank, dims, name);
+}
+
+static int fx_embed(Fx *fx, const char *name)
+{
+    int t = fx_param(fx, name, TV, TH);
+    return ir_add(&fx->g, IR_OP_EMBEDDING, (int[]){t, fx->ids}, 2, NULL, name);
+}
+
+static void fx_init(Fx *fx)
+{
+    ir_init(&fx->g);
+    params_init(&fx->pl);
+    fx->ids = ir_input(&fx->g, IR_IN_INPUT_IDS);
+    fx->mask = ir_input(&fx->g, IR_IN_ATTN_MASK);
+}
+
+/* loss = cross-entropy(x W^T + b) against token labels. */
+static void fx_loss(Fx *fx, int x)
+{
+    int w = fx_param(fx, "head.w", TC, TH), b = fx_param(fx, "head.b", TC, 0);
+    int logits = ir_add(&fx->g, IR_OP_LINEAR, (int[]){x, w, b}, 3, NULL, "logits");
+    int labels = ir_input(&fx->g, IR_IN_TOKEN_LABELS);
+    fx->g.loss = ir_add(&fx->g, IR_OP_CROSS_ENTROPY, (int[]){logits, labels}, 2, NULL, "loss");
+}
+
+static double fx_loss_at(CpuExec *ex, const Batch *b, bool backward)
+{
+    CpuRunOptions o = {.training = true, .backward = backward, .seed = 77, .step = 3, .loss_scale = 1.0};
+    HpcError err = {0};
+    cr_assert_eq(cpu_exec_run(ex, b, &o, &err), HPC_OK, "%s", err.msg);
+    return cpu_exec_loss(ex);
+}
+
+/* Autodiff, then every parameter's gradient against central differences. */
+static void fx_gradcheck(Fx *fx, IrOpKind must_have)
+{
+    HpcError err = {0};
+    fx->g.n_params = fx->pl.n;
+    cr_assert_eq(autodiff_build(&fx->g, &fx->pl, &err), HPC_OK, "%s", err.msg);
+    bool found = false;
+    for (int i = 0; i < fx->g.n; i++) found |= fx->g.nodes[i].op == must_have;
+    cr_assert(found, "the graph has no %s", ir_op_name(must_have));
+    Batch *b = tiny_batch();
+    double **w = random_weights(&fx->pl, 0.5);
+    CpuExec ex;
+    cpu_exec_init(&ex, &fx->g, CPU_EXEC_F64);
+    for (int p = 0; p < fx->pl.n; p++) cpu_exec_bind_param(&ex, p, w[p]);
+    const double h = 1e-6;
+    for (int p = 0; p < fx->pl.n; p++) {
+        int gv = fx->g.param_grad[p];
+        cr_assert_geq(gv, 0);
+        int64_t n = params_numel(&fx->pl.p[p]);
+        fx_loss_at(&ex, b, true);
+        double *ad = malloc((size_t)n * sizeof *ad), *fd = malloc((size_t)n * sizeof *fd);
+        memcpy(ad, cpu_exec_value(&ex, gv), (size_t)n * sizeof *ad);
+        for (int64_t k = 0; k < n; k++) {
+            double keep = w[p][k];
+            w[p][k] = keep + h;
+            double lp = fx_loss_at(&ex, b, false);
+            w[p][k] = keep - h;
+            double lm = fx_loss_at(&ex, b, false);
+            w[p][k] = keep;
+            fd[k] = (lp - lm) / (2 * h);
+        }
+        double norm, e = rel_err(ad, fd, n, &norm);
+        cr_expect(norm > 0, "%s: finite-difference gradient is all zero", fx->pl.p[p].name);
+        cr_expect(e < 1e-6, "%s: relative error %.3g against finite differences", fx->pl.p[p].name, e);
+        free(ad);
+        free(fd);
+    }
+    cpu_exec_free(&ex);
+    free_weights(&fx->pl, w);
+    batch_free(b);
+    ir_free(&fx->g);
+    params_free(&fx->pl);
+}
+
+static IrAttr fused_attr(float p, int salt, bool causal)
+{
+    IrAttr a;
+    fuse_attr_set(&a, (IrFusedAttr){p, salt, causal, DT_F32, DT_F32, 0});
+    return a;
+}
+
+/* x -> q, k heads -> scores -> SOFTMAX_DROPOUT -> context with v -> loss. */
+static void softmax_dropout_case(bool causal)
+{
+    Fx fx;
+    fx_init(&fx);
+    IrGraph *g = &fx.g;
+    IrAttr heads = {.heads = {THEADS}};
+    int q = fx_embed(&fx, "q"), k = fx_embed(&fx, "k"), v = fx_embed(&fx, "v");
+    int qh = ir_add(g, IR_OP_SPLIT_HEADS, &q, 1, &heads, "qh");
+    int kh = ir_add(g, IR_OP_SPLIT_HEADS, &k, 1, &heads, "kh");
+    int vh = ir_add(g, IR_OP_SPLIT_HEADS, &v, 1, &heads, "vh");
+    IrAttr mm = {.matmul = {false, true, 0.5}};
+    int sc = ir_add(g, IR_OP_MATMUL, (int[]){qh, kh}, 2, &mm, "scores");
+    IrAttr fa = fused_attr(0.25f, 11, causal);
+    int pr = ir_add(g, IR_OP_SOFTMAX_DROPOUT, (int[]){sc, fx.mask}, 2, &fa, "probs");
+    IrAttr pv = {.matmul = {false, false, 1.0}};
+    int c = ir_add(g, IR_OP_MATMUL, (int[]){pr, vh}, 2, &pv, "ctx_heads");
+    c = ir_add(g, IR_OP_MERGE_HEADS, &c, 1, NULL, "ctx");
+    fx_loss(&fx, c);
+    fx_gradcheck(&fx, IR_OP_SOFTMAX_DROPOUT_BWD);
+}
+
+Test(fuse_grad, softmax_dropout) { softmax_dropout_case(false); }
+Test(fuse_grad, softmax_dropout_causal) { softmax_dropout_case(true); }
+
+Test(fuse_grad, dropout_add)
+{
+    Fx fx;
+    fx_init(&fx);
+    int x = fx_embed(&fx, "x"), r = fx_embed(&fx, "r");
+    IrAttr fa = fused_attr(0.3f, 5, false);
+    int y = ir_add(&fx.g, IR_OP_DROPOUT_ADD, (int[]){x, r}, 2, &fa, "y");
+    IrAttr act = {.act = {IR_ACT_GELU}};
+    y = ir_add(&fx.g, IR_OP_ACT, &y, 1, &act, "act"); /* so the residual's gradient is not constant */
+    fx_loss(&fx, y);
+    fx_gradcheck(&fx, IR_OP_DROPOUT);
+}
+
+/* The fused ops really drop: at p = 0.5 about half of the elements are 0. */
+Test(fuse_grad, dropout_mask_is_live)
+{
+    Fx fx;
+    fx_init(&fx);
+    int x = fx_embed(&fx, "x"), r = fx_embed(&fx, "r");
+    IrAttr fa = fused_attr(0.5f, 9, false);
+    int y = ir_add(&fx.g, IR_OP_DROPOUT_ADD, (int[]){x, r}, 2, &fa, "y");
+    fx.g.loss = -1;
+    fx.g.n_params = fx.pl.n;
+    Batch *b = tiny_batch();
+    double **w = random_weights(&fx.pl, 0.5);
+    CpuExec ex;
+    cpu_exec_init(&ex, &fx.g, CPU_EXEC_F64);
+    for (int p = 0; p < fx.pl.n; p++) cpu_exec_bind_param(&ex, p, w[p]);
+    CpuRunOptions o = {.training = true, .seed = 77, .step = 3, .loss_scale = 1.0};
+    HpcError err = {0};
+    cr_assert_eq(cpu_exec_run(&ex, b, &o, &err), HPC_OK, "%s", err.msg);
+    const double *yv = cpu_exec_value(&ex, y), *xv = cpu_exec_value(&ex, x), *rv = cpu_exec_value(&ex, r);
+    int64_t n = TB * TL * TH, dropped = 0, kept = 0;
+    for (int64_t i = 0; i < n; i++) {
+        if (yv[i] == rv[i]) dropped++;
+        else if (fabs(yv[i] - (rv[i] + 2.0 * xv[i])) < 1e-12) kept++;
+    }
+    cr_expect_eq(dropped + kept, n);
+    cr_expect(dropped > n / 4 && kept > n / 4, "dropped %lld kept %lld of %lld", (long long)dropped,
+              (long long)kept, (long long)n);
+    cpu_exec_free(&ex);
+    free_weights(&fx.pl, w);
+    batch_free(b);
+    ir_free(&fx.g);
+    params_free(&fx.pl);
+}
+
+/* ---- what must not fuse ---------------------------------------------- */
+
+static char *listing(const IrGraph *g)
+{
+    char *text = NULL;
+    size_t len = 0;
+    FILE *mem = open_memstream(&text, &len);
+    ir_print(g, mem);
+    fclose(mem);
+    return text;
+}
+
+/* Without dropout there is nothing to fuse: the graph comes out unchanged. */
+Test(fuse_negative, no_dropout_no_change)
+{
+    ModelSpec s;
+    tiny_spec(&s);
+    s.stack.hidden_dropout = 0;
+    s.stack.attention_dropout = 0;
+    Pipeline plain, fused;
+    build(&s, PREC_FP16, false, &plain);
+    build(&s, PREC_FP16, true, &fused);
+    cr_expect_eq(fused.fuse.softmax_dropout + fused.fuse.dropout_add, 0);
+    char *a = listing(&plain.g), *b = listing(&fused.g);
+    cr_expect_str_eq(b, a);
+    free(a);
+    free(b);
+    pipeline_free(&plain);
+    pipeline_free(&fused);
+}
+
+/* A softmax or dropout output read by anything outside the pattern stays. */
+Test(fuse_negative, extra_readers_block_fusion)
+{
+    Fx fx;
+    fx_init(&fx);
+    IrGraph *g = &fx.g;
+    IrAttr heads = {.heads = {THEADS}};
+    int q = fx_embed(&fx, "q");
+    int qh = ir_add(g, IR_OP_SPLIT_HEADS, &q, 1, &heads, "qh");
+    IrAttr mm = {.matmul = {false, true, 0.5}};
+    int sc = ir_add(g, IR_OP_MATMUL, (int[]){qh, qh}, 2, &mm, "scores");
+    IrAttr sm = {.softmax = {false}};
+    int pr = ir_add(g, IR_OP_SOFTMAX, (int[]){sc, fx.mask}, 2, &sm, "probs");
+    IrAttr dr = {.dropout = {0.1, -1}};
+    int pd = ir_add(g, IR_OP_DROPOUT, &pr, 1, &dr, "probs_dropout");
+    IrAttr act = {.act = {IR_ACT_TANH}};
+    int both = ir_add(g, IR_OP_ACT, &pr, 1, &act, "probs_again"); /* probs read twice */
+    (void)pd;
+    int x = fx_embed(&fx, "x");
+    int xd = ir_add(g, IR_OP_DROPOUT, &x, 1, &dr, "x_dropout");
+    int r1 = ir_add(g, IR_OP_ADD, (int[]){xd, x}, 2, NULL, "r1");
+    int r2 = ir_add(g, IR_OP_ADD, (int[]){xd, r1}, 2, NULL, "r2"); /* x_dropout read twice */
+    (void)both;
+    (void)r2;
+    IrGraph out;
+    ir_init(&out);
+    FuseStats st;
+    HpcError err = {0};
+    cr_assert_eq(fuse_graph(g, NULL, &out, NULL, &st, &err), HPC_OK, "%s", err.msg);
+    cr_expect_eq(st.softmax_dropout, 0);
+    cr_expect_eq(st.dropout_add, 0);
+    cr_expect_eq(out.n, g->n);
+    ir_free(&out);
+    ir_free(&fx.g);
+    params_free(&fx.pl);
+}
+
+Test(fuse_negative, rejects_bad_arguments)
+{
+    IrGraph a, b;
+    ir_init(&a);
+    ir_init(&b);
+    ir_input(&b, IR_IN_INPUT_IDS);
+    HpcError err = {0};
+    PrecisionPlan pp;
+    cr_expect_eq(fuse_graph(&a, NULL, &b, NULL, NULL, &err), HPC_ERR_USAGE);
+    cr_expect(strstr(err.msg, "must be empty") != NULL, "%s", err.msg);
+    ir_free(&b);
+    ir_init(&b);
+    cr_expect_eq(fuse_graph(&a, NULL, &b, &pp, NULL, &err), HPC_ERR_USAGE);
+    cr_expect(strstr(err.msg, "pass pin") != NULL, "%s", err.msg);
+    ir_free(&b);
+}
+
+/* ---- launch counts, goldens ------------------------------------------ */
+
+static void load_model(const char *file, ModelSpec *s)
+{
+    const char *root = getenv("HPC_ROOT");
+    char path[512];
+    snprintf(path, sizeof path, "%s/models/%s", root ? root : ".", file);
+    cr_assert_eq(spec_load(path, s, stderr), 0, "cannot load %s", path);
+}
+
+Test(fuse_count, bert_base_launches_drop)
+{
+    ModelSpec s;
+    load_model("bert_base.model", &s);
+    Pipeline plain, fused;
+    build(&s, PREC_FP16, false, &plain);
+    build(&s, PREC_FP16, true, &fused);
+    int before = fuse_count_launches(&plain.g), after = fuse_count_launches(&fused.g);
+    printf("bert_base fp16: %d launches unfused, %d fused (%d fewer; %d values -> %d)\n", before, after,
+           before - after, plain.g.n, fused.g.n);
+    /* per layer: softmax+dropout, its backward, two dropout+residual */
+    cr_expect_geq(before - after, 4 * (int)s.stack.layers, "%d -> %d", before, after);
+    cr_expect_eq(fused.fuse.softmax_dropout, s.stack.layers);
+    cr_expect_eq(fused.fuse.dropout_add, 2 * s.stack.layers);
+    pipeline_free(&plain);
+    pipeline_free(&fused);
+}
+
+static char *read_all(const char *path)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f) return NULL;
+    fseek(f, 0, SEEK_END);
+    long n = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    char *s = malloc((size_t)n + 1);
+    size_t got = fread(s, 1, (size_t)n, f);
+    s[got] = '\0';
+    fclose(f);
+    return s;
+}
+
+static void expect_golden(bool fuse, const char *golden_rel)
+{
+    ModelSpec s;
+    load_model("bert_tiny.model", &s);
+    Pipeline p;
+    build(&s, PREC_FP32, fuse, &p);
+    char *got = NULL;
+    size_t len = 0;
+    FILE *mem = open_memstream(&got, &len);
+    ir_print(&p.g, mem);
+    fclose(mem);
+    const char *root = getenv("HPC_ROOT");
+    char path[512];
+    snprintf(path, sizeof path, "%s/%s", root ? root : ".", golden_rel);
+    char *want = read_all(path);
+    cr_assert(want, "cannot read %s", path);
+    const char *a = got, *b = want, *la = got, *lb = want;
+    int line = 1;
+    for (; *a && *a == *b; a++, b++)
+        if (*a == '\n') line++, la = a + 1, lb = b + 1;
+    int na = (int)strcspn(la, "\n"), nb = (int)strcspn(lb, "\n");
+    cr_expect(*a == '\0' && *b == '\0', "listing differs from %s at line %d:\n got: %.*s\nwant: %.*s",
+              path, line, na, la, nb, lb);
+    free(got);
+    free(want);
+    pipeline_free(&p);
+}
+
+Test(fuse_golden, unfused_listing_unchanged) { expect_golden(false, "tests/golden/bert_tiny.ir"); }
+Test(fuse_golden, fused_listing_matches) { expect_golden(true, "tests/golden/bert_tiny_fused.ir"); }
+
+/* ---- pipeline --------------------------------------------------------- */
+
+Test(pipeline, stop_after_and_dump)
+{
+    ModelSpec s;
+    tiny_spec(&s);
+    PipeOptions o = pipeline_defaults(PREC_FP16);
+    o.stop_after = PIPE_AUTODIFF;
+    o.dump = PIPE_BIT(PIPE_LOWER);
+    char *text = NULL;
+    size_t len = 0;
+    o.dump_out = open_memstream(&text, &len);
+    Pipeline p;
+    HpcError err = {0};
+    cr_assert_eq(pipeline_build(&s, &o, &p, &err), HPC_OK, "%s", err.msg);
+    fclose(o.dump_out);
+    cr_expect_eq(p.reached, PIPE_AUTODIFF);
+    cr_expect_not(p.fused);
+    cr_expect_gt(p.g.n, p.g.n_forward);
+    cr_expect(strncmp(text, "# after lower\n", 14) == 0, "%.40s", text);
+    cr_expect(strstr(text, "# backward") == NULL, "the lower dump has no backward part");
+    free(text);
+    pipeline_free(&p);
+    cr_expect_eq(pipeline_stage_parse("precision"), PIPE_PRECISION);
+    cr_expect_eq(pipeline_stage_parse("emit"), PIPE_NONE);
+    cr_expect_str_eq(pipeline_stage_name(PIPE_FUSE), "fuse");
+}
+
+/* The re-indexed precision plan describes the fused graph. */
+Test(pipeline, plan_follows_fused_graph)
+{
+    ModelSpec s;
+    tiny_spec(&s);
+    Pipeline p;
+    build(&s, PREC_FP16, true, &p);
+    cr_assert_eq(p.prec.n, p.g.n);
+    for (int i = 0; i < p.g.n; i++) {
+        IrOpKind op = p.g.nodes[i].op;
+        if (op == IR_OP_SOFTMAX_DROPOUT || op == IR_OP_DROPOUT_ADD || op == IR_OP_SOFTMAX_DROPOUT_BWD)
+            cr_expect_eq(p.prec.info[i].cls, PREC_CLASS_F32_COMPUTE, "node %d", i);
+        if (op == IR_OP_SOFTMAX_DROPOUT) cr_expect_eq(fuse_attr_get(&p.g.nodes[i]).mid, DT_F16);
+        cr_expect_neq(op, IR_OP_SOFTMAX, "node %d: a softmax survived fusion", i);
+    }
+    pipeline_free(&p);
+}
+
+/* ---- CUDA: the fused graphs' kernels compile -------------------------- */
+
+static void expect_compiles(const ModelSpec *s, SpecPrecision prec, int arch)
+{
+    Pipeline p;
+    build(s, prec, true, &p);
+    HpcError err = {0};
+    char *src;
+    cr_assert_eq(eop_module_source(&p.g, &src, &err), HPC_OK, "%s", err.msg);
+    void *cubin;
+    size_t size;
+    char *log = NULL;
+    HpcStatus st = nvrtc_compile(src, "hpc_fuse_test", arch, NULL, 0, &cubin, &size, &log, &err);
+    cr_assert_eq(st, HPC_OK, "%s %s sm_%d: %s\n%s", s->name, spec_precision_name(prec), arch, err.msg,
+                 log ? log : "");
+    int fused = 0;
+    for (int id = 0; id < p.g.n; id++) {
+        IrOpKind op = p.g.nodes[id].op;
+        if (op != IR_OP_SOFTMAX_DROPOUT && op != IR_OP_SOFTMAX_DROPOUT_BWD && op != IR_OP_DROPOUT_ADD)
+            continue;
+        EopNodeCode c;
+        cr_assert_eq(eop_node_code(&p.g, id, 4, 16, &c, &err), HPC_OK, "%s", err.msg);
+        cr_expect_eq(c.kind, EOP_KERNELS);
+        for (int k = 0; k < c.n_phases; k++) {
+            const char *name = c.phase[k].name;
+            cr_expect(memmem(cubin, size, name, strlen(name)) != NULL, "%s not in the cubin", name);
+        }
+        fused++;
+    }
+    cr_expect_gt(fused, 3);
+    free(cubin);
+    free(log);
+    free(src);
+    pipeline_free(&p);
+}
+
+Test(fuse_cuda, tiny_fp32_fp16_bf16_sm80_sm90, .timeout = 300)
+{
+    ModelSpec s;
+    tiny_spec(&s);
+    expect_compiles(&s, PREC_FP32, 80);
+    expect_compiles(&s, PREC_FP16, 90);
+    expect_compiles(&s, PREC_BF16, 80);
+    expect_compiles(&s, PREC_FP16, 80);
+}
+
+Test(fuse_cuda, gpt2_causal_sm90, .timeout = 300)
+{
+    ModelSpec s;
+    load_model("gpt2_small.model", &s);
+    s.stack.layers = 1;
+    expect_compiles(&s, PREC_FP16, 90);
+}
