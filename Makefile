@@ -106,7 +106,11 @@ fuzz: $(GEN_C)
 check-valgrind: all
 	sh tests/check-valgrind.sh
 
-bench: all
+BENCH_BIN := $(BUILD)/bench/bench_hpc
+$(BENCH_BIN): bench/bench_hpc.c $(LIBS)
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS) -o $@ $< $(LIBS) $(LDLIBS)
+bench: all $(BENCH_BIN)
 	sh bench/run.sh
 
 clean:

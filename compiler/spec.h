@@ -3,7 +3,7 @@
  * The front end (grammar/ + compiler/check.c) turns a .model file into a
  * ModelSpec; every later stage (lower, precision, training, the runtime)
  * reads only this struct, never the AST.  All sizes are int64_t and were
- * range-checked by the checker (limits in check.c and the README), so later
+ * range-checked by the checker (limits in compiler/check_keys.c and docs/language.md), so later
  * stages may multiply them without overflow checks of their own.
  *
  * A ModelSpec owns no heap memory: copy it by value, no free needed.

@@ -1,6 +1,7 @@
 /* runtime/cuda_exec.c — the cuda backend; see cuda_exec.h. */
 #include "cuda_exec.h"
 
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -377,6 +378,9 @@ HpcStatus cuda_exec_run(CudaExec *ex, const Batch *batch, const CudaRunOptions *
                             .loss_scale = (float)opts->loss_scale};
     const CudaDriver *cu = cuda_driver();
     st = CUDA_CHECK(err, cu->cuMemcpyHtoDAsync(ex->ctl, &ex->ctl_host, sizeof ex->ctl_host, ex->dev->stream));
+    if (!st && opts->loss_scale_dev)   /* the scaler's value, in stream order: no host wait */
+        st = CUDA_CHECK(err, cu->cuMemcpyDtoDAsync(ex->ctl + offsetof(EopCtl, loss_scale), opts->loss_scale_dev,
+                                                   sizeof(float), ex->dev->stream));
     for (int i = 0; i < ex->g->n && !st; i++)
         if (ex->code[i].kind == EOP_UPLOAD) st = upload_input(ex, i, batch, err);
     if (st) return st;

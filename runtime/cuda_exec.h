@@ -61,6 +61,8 @@ typedef struct {
     uint64_t seed;             /* dropout seed */
     uint32_t step;             /* micro-step counter for dropout */
     double loss_scale;         /* d(loss) seed of the backward pass */
+    CUdeviceptr loss_scale_dev;/* if not 0: a device f32 that replaces loss_scale,
+                                  read on the stream (the device loss scaler's) */
     bool graph;                /* capture / replay the step as a CUDA graph */
 } CudaRunOptions;
 

@@ -1,117 +1,29 @@
-/* runtime/trainer.c — the cpu training loop; see trainer.h. */
+/* runtime/trainer.c — the training loop shared by the backends; see
+ * trainer.h.  The backend (train_backend.h) does the steps; this file
+ * feeds batches, logs the step records it collects, and evaluates. */
 #include "trainer.h"
 
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "autodiff.h"
-#include "cpu_exec.h"
-#include "cpu_kernels.h"
-#include "init.h"
-#include "ir.h"
 #include "loader.h"
 #include "lossscale.h"
-#include "lower.h"
-#include "optim.h"
-#include "precision.h"
+#include "predict.h"
 #include "runlog.h"
-#include "schedule.h"
 
 typedef struct {
     const ModelSpec *spec;
-    IrGraph g;
-    ParamList pl;
-    ParamStore ps;
-    CpuExec ex;
-    float **grad;         /* (pl.n) f32 gradient sums, NULL where no gradient */
-    OptimTensor *ot;      /* (n_ot) tensors the optimizer updates */
-    int *ot_param;        /* (n_ot) parameter index of each */
-    int n_ot;
-    OptimConfig oc;
-    OptimState os;
-    LossScaler ls;
-    ScheduleConfig sc;
-    uint32_t micro;       /* micro-steps so far: the dropout step */
+    const TrainOptions *opts;
+    TrainBackend be;
     RunLog *log;
+    int64_t total;
+    int64_t flush_every;                 /* collect interval (1 on the cpu) */
+    int64_t tokens[TRAIN_STAT_RING];     /* per pending step */
+    int epoch[TRAIN_STAT_RING];
+    int n_pending;
+    TrainStepStat stats[TRAIN_STAT_RING];
 } Trainer;
-
-static bool is_mixed(SpecPrecision p) { return p == PREC_FP16 || p == PREC_BF16; }
-
-/* Replaces t->g by its mixed-precision plan. */
-static HpcStatus trainer_precision(Trainer *t, SpecPrecision policy, HpcError *err)
-{
-    IrGraph mixed;
-    PrecisionPlan plan;
-    ir_init(&mixed);
-    HpcStatus st = precision_plan(&t->g, t->spec, policy, &mixed, &plan, err);
-    if (st) {
-        ir_free(&mixed);
-        return st;
-    }
-    precision_plan_free(&plan);
-    ir_free(&t->g);
-    t->g = mixed;
-    return HPC_OK;
-}
-
-static HpcStatus trainer_compile(Trainer *t, SpecPrecision policy, HpcError *err)
-{
-    ir_init(&t->g);
-    params_init(&t->pl);
-    HpcStatus st = lower_model(t->spec, &t->g, &t->pl, err);
-    if (!st) st = autodiff_build(&t->g, &t->pl, err);
-    if (!st && is_mixed(policy)) st = trainer_precision(t, policy, err);
-    if (!st) st = init_store(&t->ps, &t->pl, t->spec->train.seed, err);
-    if (st) return st;
-    cpu_exec_init(&t->ex, &t->g, CPU_EXEC_F32);
-    for (int p = 0; p < t->pl.n; p++)
-        if (t->pl.p[p].tied_to < 0) cpu_exec_bind_param(&t->ex, p, t->ps.w[p]);
-    return HPC_OK;
-}
-
-/* Gradient buffers and optimizer state for every parameter with a gradient. */
-static HpcStatus trainer_alloc_optim(Trainer *t, HpcError *err)
-{
-    optim_config_from_spec(&t->oc, &t->spec->train);
-    t->grad = xcalloc((size_t)t->pl.n, sizeof *t->grad);
-    t->ot = xcalloc((size_t)t->pl.n, sizeof *t->ot);
-    t->ot_param = xcalloc((size_t)t->pl.n, sizeof *t->ot_param);
-    for (int p = 0; p < t->pl.n; p++) {
-        if (t->g.param_grad[p] < 0) continue;
-        int64_t n = params_numel(&t->pl.p[p]);
-        OptimTensor *o = &t->ot[t->n_ot];
-        t->grad[p] = calloc((size_t)n, sizeof(float));
-        o->m = optim_needs_m(&t->oc) ? calloc((size_t)n, sizeof(float)) : NULL;
-        o->v = optim_needs_v(&t->oc) ? calloc((size_t)n, sizeof(float)) : NULL;
-        if (!t->grad[p] || (optim_needs_m(&t->oc) && !o->m) || (optim_needs_v(&t->oc) && !o->v))
-            return hpc_fail(err, HPC_ERR_OOM, "trainer: out of host memory for the optimizer "
-                            "state of %s", t->pl.p[p].name);
-        o->master = t->ps.w[p];
-        o->grad = t->grad[p];
-        o->n = n;
-        o->decay = t->pl.p[p].decay;
-        t->ot_param[t->n_ot++] = p;
-    }
-    return HPC_OK;
-}
-
-static void trainer_free(Trainer *t)
-{
-    if (t->grad)
-        for (int p = 0; p < t->pl.n; p++) free(t->grad[p]);
-    for (int i = 0; i < t->n_ot; i++) {
-        free(t->ot[i].m);
-        free(t->ot[i].v);
-    }
-    free(t->grad);
-    free(t->ot);
-    free(t->ot_param);
-    cpu_exec_free(&t->ex);
-    init_store_free(&t->ps);
-    ir_free(&t->g);
-    params_free(&t->pl);
-}
 
 /* The next batch, starting the next epoch when one ends. */
 static Batch *next_batch(Loader *ld, HpcError *err)
@@ -129,67 +41,104 @@ static int64_t real_tokens(const Batch *b)
     return n;
 }
 
-/* One micro-batch: forward + backward, gradients added into t->grad. */
-static HpcStatus micro_step(Trainer *t, const Batch *b, double *loss, HpcError *err)
+/* Argmax class (or the value, for a 1-column regression head) of each row
+ * of the (B, C) logits, stored by example index. */
+static void take_predictions(const Trainer *t, const float *lg, const Batch *b, int32_t *labels, float *values)
 {
-    CpuRunOptions o = {.training = true, .backward = true, .seed = t->spec->train.seed,
-                       .step = t->micro++, .loss_scale = t->ls.scale};
-    HpcStatus st = cpu_exec_run(&t->ex, b, &o, err);
-    if (st) return st;
-    *loss = cpu_exec_loss(&t->ex);
-    for (int i = 0; i < t->n_ot; i++) {
-        int p = t->ot_param[i];
-        ck_axpy_f32(t->grad[p], 1.0f, cpu_exec_value(&t->ex, t->g.param_grad[p]), t->ot[i].n);
-    }
-    return HPC_OK;
-}
-
-/* Counts argmax(logits) == label over a batch of sequence logits (B, C). */
-static int64_t count_correct(const Trainer *t, const Batch *b)
-{
-    const float *lg = cpu_exec_value(&t->ex, t->g.logits);
-    int64_t C = t->g.nodes[t->g.logits].dims[1], ok = 0;
+    int64_t C = t->be.g.nodes[t->be.g.logits].dims[1];
     for (int64_t r = 0; r < b->B; r++) {
+        const float *row = lg + r * C;
         int64_t best = 0;
         for (int64_t c = 1; c < C; c++)
-            if (lg[r * C + c] > lg[r * C + best]) best = c;
-        ok += best == b->labels[r];
+            if (row[c] > row[best]) best = c;
+        int64_t i = b->example_index[r];
+        if (labels) labels[i] = (int32_t)best;
+        if (values) values[i] = row[0];
     }
-    return ok;
 }
 
-static const char *eval_metric_name(const ModelSpec *s)
+static const char *eval_metric_name(const ModelSpec *s, const TaskData *task)
 {
+    if (task) return metric_name(task->main_metric);
     if (s->head.kind != HEAD_SEQ_CLASSIFICATION) return "loss";
     return s->head.regression ? "mse" : "accuracy";
 }
 
-static HpcStatus evaluate(Trainer *t, const Dataset *d, double *metric, double *loss, HpcError *err)
+static bool higher_is_better(const char *metric)
+{
+    return strcmp(metric, "mse") != 0 && strcmp(metric, "loss") != 0;
+}
+
+/* One pass over d, dropout off: the mean loss, and predictions (by example
+ * index) into labels (d->n) and/or values (d->n) when not NULL. */
+static HpcStatus run_forward(Trainer *t, const Dataset *d, int32_t *labels, float *values, double *loss,
+                             HpcError *err)
 {
     Loader ld;
     HpcStatus st = loader_init(&ld, d, t->spec->train.batch_size, t->spec->train.max_seq_len,
                                t->spec->train.seed, false, false, err);
     if (st) return st;
-    CpuRunOptions o = {.training = false, .backward = false, .loss_scale = 1.0};
     double loss_sum = 0;
-    int64_t rows = 0, correct = 0;
-    bool accuracy = strcmp(eval_metric_name(t->spec), "accuracy") == 0;
+    int64_t rows = 0;
     for (Batch *b; st == HPC_OK && (b = loader_next(&ld)); batch_free(b)) {
-        st = cpu_exec_run(&t->ex, b, &o, err);
+        for (int64_t r = 0; r < b->B; r++)
+            if (b->labels[r] < 0) b->labels[r] = 0;  /* unlabelled test rows: their loss is not used */
+        double l = 0;
+        const float *logits = NULL;
+        st = t->be.forward(&t->be, b, &l, labels || values ? &logits : NULL, err);
         if (st) continue;
-        loss_sum += cpu_exec_loss(&t->ex) * (double)b->B;
+        loss_sum += l * (double)b->B;
         rows += b->B;
-        if (accuracy) correct += count_correct(t, b);
+        if (logits) take_predictions(t, logits, b, labels, values);
     }
     loader_free(&ld);
     *loss = rows ? loss_sum / (double)rows : 0;
-    *metric = accuracy ? (rows ? (double)correct / (double)rows : 0) : *loss;
     return st;
 }
 
-static int64_t total_steps(const Trainer *t, const Dataset *train, const TrainOptions *opts)
+/* The task's scores on d (task_evaluate); logs all of them, returns the main one. */
+static HpcStatus score_task(Trainer *t, const Dataset *d, const int32_t *labels, const float *values,
+                            double *metric, HpcError *err)
 {
-    const SpecTraining *tr = &t->spec->train;
+    TaskScores sc;
+    HpcStatus st = task_evaluate(t->opts->task, d, labels, values, &sc);
+    if (st == HPC_ERR_INPUT) return hpc_fail(err, st, "trainer: %s has no labelled rows to score", d->name);
+    if (st == HPC_ERR_OOM) return hpc_fail(err, st, "trainer: out of host memory scoring %s", d->name);
+    if (st) return hpc_fail(err, HPC_ERR_INTERNAL, "trainer: predictions for %s out of range", d->name);
+    runlog_message(t->log, "%s: %s", d->name, sc.text);
+    *metric = sc.main_value;
+    return HPC_OK;
+}
+
+/* Share of rows whose predicted class is the gold label (synthetic tasks). */
+static double plain_accuracy(const Dataset *d, const int32_t *labels)
+{
+    int64_t ok = 0;
+    for (int64_t i = 0; i < d->n; i++) ok += labels[i] == d->ex[i].label;
+    return d->n ? (double)ok / (double)d->n : 0;
+}
+
+static HpcStatus evaluate(Trainer *t, const Dataset *d, double *metric, double *loss, HpcError *err)
+{
+    const TaskData *task = t->opts->task;
+    bool accuracy = !task && strcmp(eval_metric_name(t->spec, NULL), "accuracy") == 0;
+    bool reg = task && task->regression;
+    size_t n = (size_t)(d->n ? d->n : 1);
+    int32_t *labels = (task && !reg) || accuracy ? malloc(n * sizeof *labels) : NULL;
+    float *values = reg ? malloc(n * sizeof *values) : NULL;
+    if (((task && !reg) || accuracy) && !labels) return hpc_fail(err, HPC_ERR_OOM, "trainer: out of host memory");
+    if (reg && !values) return hpc_fail(err, HPC_ERR_OOM, "trainer: out of host memory");
+    HpcStatus st = run_forward(t, d, labels, values, loss, err);
+    if (!st && task) st = score_task(t, d, labels, values, metric, err);
+    else if (!st) *metric = accuracy ? plain_accuracy(d, labels) : *loss;
+    free(labels);
+    free(values);
+    return st;
+}
+
+static int64_t total_steps(const ModelSpec *spec, const Dataset *train, const TrainOptions *opts)
+{
+    const SpecTraining *tr = &spec->train;
     if (opts->steps > 0) return opts->steps;
     if (tr->steps > 0) return tr->steps;
     int64_t per_epoch = (train->n + tr->batch_size - 1) / tr->batch_size;
@@ -197,93 +146,158 @@ static int64_t total_steps(const Trainer *t, const Dataset *train, const TrainOp
     return steps > 0 ? steps : 1;
 }
 
-/* One optimizer step over grad_accum micro-batches. */
-static HpcStatus train_step(Trainer *t, Loader *ld, int64_t step, int64_t total, double *mean_loss,
-                            HpcError *err)
+/* Logs the records of the steps since the last flush; fails when the loss
+ * scaler has given up. */
+static HpcStatus flush_steps(Trainer *t, TrainResult *res, HpcError *err)
 {
-    int64_t accum = t->spec->train.grad_accum, tokens = 0;
-    for (int i = 0; i < t->n_ot; i++) memset(t->grad[t->ot_param[i]], 0, (size_t)t->ot[i].n * sizeof(float));
-    double loss_sum = 0;
-    for (int64_t m = 0; m < accum; m++) {
-        Batch *b = next_batch(ld, err);
-        if (!b) return err->code;
-        double loss = 0;
-        HpcStatus st = micro_step(t, b, &loss, err);
-        tokens += real_tokens(b);
-        batch_free(b);
-        if (st) return st;
-        loss_sum += loss;
-    }
-    *mean_loss = loss_sum / (double)accum;
-    double lr = schedule_lr(&t->sc, t->os.step);
-    OptimReport rep;
-    optim_step(&t->oc, &t->os, t->ot, t->n_ot, (float)(1.0 / (t->ls.scale * (double)accum)), lr, &rep);
-    if (ls_update(&t->ls, rep.found_inf)) {
-        runlog_skip(t->log, step + 1, t->ls.scale);
-        if (ls_gave_up(&t->ls)) {
+    int n = 0;
+    HpcStatus st = t->be.collect(&t->be, t->stats, TRAIN_STAT_RING, &n, err);
+    if (st) return st;
+    for (int i = 0; i < n; i++) {
+        const TrainStepStat *s = &t->stats[i];
+        if (s->step == 1) res->first_loss = s->loss;
+        res->last_loss = s->loss;
+        res->skipped = s->total_skips;
+        res->final_scale = s->loss_scale;
+        if (s->skipped) {
+            runlog_skip(t->log, s->step, s->loss_scale);
+            res->last_skipped_step = s->step;
+        }
+        RunLogStep r = {.step = s->step, .total_steps = t->total, .epoch = t->epoch[i],
+                        .loss = s->loss, .lr = s->lr, .loss_scale = s->loss_scale,
+                        .skipped_total = s->total_skips, .tokens = t->tokens[i],
+                        .device_mem_bytes = t->be.peak_bytes(&t->be)};
+        runlog_step(t->log, &r);
+        LossScaleConfig lc;
+        ls_config_from_spec(&lc, &t->spec->train);
+        LossScaler ls = {.cfg = lc, .scale = s->loss_scale, .consecutive_skips = s->consecutive_skips,
+                         .total_skips = s->total_skips};
+        if (s->skipped && ls_gave_up(&ls)) {
             char why[256];
-            ls_describe_give_up(&t->ls, why, sizeof why);
-            return hpc_fail(err, HPC_ERR_NUMERIC, "trainer: %s", why);
+            ls_describe_give_up(&ls, why, sizeof why);
+            return hpc_fail(err, HPC_ERR_NUMERIC, "trainer: %s (step %lld)", why, (long long)s->step);
         }
     }
-    RunLogStep s = {.step = step + 1, .total_steps = total, .epoch = (int)ld->epoch,
-                    .loss = *mean_loss, .lr = lr, .loss_scale = t->ls.scale,
-                    .skipped_total = t->ls.total_skips, .tokens = tokens};
-    runlog_step(t->log, &s);
+    t->n_pending = 0;
     return HPC_OK;
 }
 
-static HpcStatus train_loop(Trainer *t, const Dataset *train, const Dataset *eval,
-                            const TrainOptions *opts, TrainResult *res, HpcError *err)
+/* One optimizer step over grad_accum micro-batches (queued, not waited for). */
+static HpcStatus train_step(Trainer *t, Loader *ld, int64_t step, HpcError *err)
+{
+    int64_t accum = t->spec->train.grad_accum > 1 ? t->spec->train.grad_accum : 1, tokens = 0;
+    for (int64_t m = 0; m < accum; m++) {
+        Batch *b = next_batch(ld, err);
+        if (!b) return err->code;
+        HpcStatus st = t->be.micro(&t->be, b, m, err);
+        tokens += real_tokens(b);
+        batch_free(b);
+        if (st) return st;
+    }
+    t->tokens[t->n_pending] = tokens;
+    t->epoch[t->n_pending++] = (int)ld->epoch;
+    return t->be.step(&t->be, t->opts->inject_inf_step == step + 1, err);
+}
+
+static void note_best(TrainResult *res, int64_t step)
+{
+    double v = res->eval_metric;
+    bool better = higher_is_better(res->metric) ? v > res->best_metric : v < res->best_metric;
+    if (res->best_step == 0 || better) res->best_metric = v, res->best_step = step;
+}
+
+/* GLUE predictions for the task's test split into opts->predict. */
+static HpcStatus write_predictions(Trainer *t, HpcError *err)
+{
+    const TaskData *task = t->opts->task;
+    size_t n = (size_t)(task->test.n ? task->test.n : 1);
+    int32_t *labels = task->regression ? NULL : malloc(n * sizeof *labels);
+    float *values = task->regression ? malloc(n * sizeof *values) : NULL;
+    if (!labels && !values) return hpc_fail(err, HPC_ERR_OOM, "trainer: out of host memory for predictions");
+    double loss;
+    HpcStatus st = run_forward(t, &task->test, labels, values, &loss, err);
+    if (!st) st = predict_write_glue(task, labels, values, t->opts->predict, err);
+    if (!st) runlog_message(t->log, "wrote %lld %s test predictions to %s", (long long)task->test.n, task->name,
+                            t->opts->predict);
+    free(labels);
+    free(values);
+    return st;
+}
+
+static HpcStatus train_loop(Trainer *t, const Dataset *train, const Dataset *eval, TrainResult *res,
+                            HpcError *err)
 {
     const SpecTraining *tr = &t->spec->train;
+    const TrainOptions *opts = t->opts;
     Loader ld;
     HpcStatus st = loader_init(&ld, train, tr->batch_size, tr->max_seq_len, tr->seed, true, false, err);
     if (st) return st;
-    int64_t total = total_steps(t, train, opts);
-    schedule_config_from_spec(&t->sc, tr, total);
-    LossScaleConfig lc;
-    ls_config_from_spec(&lc, tr);
-    ls_init(&t->ls, &lc);
-    for (int64_t step = 0; step < total && st == HPC_OK; step++) {
-        double loss = 0;
-        st = train_step(t, &ld, step, total, &loss, err);
-        if (step == 0) res->first_loss = loss;
-        res->last_loss = loss;
+    for (int64_t step = 0; step < t->total && st == HPC_OK; step++) {
+        st = train_step(t, &ld, step, err);
         res->steps = step + 1;
-        bool last = step + 1 == total;
-        if (!st && eval && (last || (opts->eval_every > 0 && (step + 1) % opts->eval_every == 0))) {
+        bool last = step + 1 == t->total;
+        /* with a task and no --eval-every: at each epoch's end (all rows returned) */
+        bool epoch_end = opts->task && opts->eval_every == 0 && ld.cursor == train->n;
+        bool do_eval = eval && (last || epoch_end || (opts->eval_every > 0 && (step + 1) % opts->eval_every == 0));
+        if (!st && (last || do_eval || t->n_pending >= t->flush_every)) st = flush_steps(t, res, err);
+        if (!st && do_eval) {
             st = evaluate(t, eval, &res->eval_metric, &res->eval_loss, err);
             if (!st) runlog_eval(t->log, step + 1, (int)ld.epoch, res->metric, res->eval_metric, res->eval_loss);
+            if (!st) note_best(res, step + 1);
         }
     }
-    res->skipped = t->ls.total_skips;
     loader_free(&ld);
     return st;
+}
+
+static HpcStatus copy_weights(Trainer *t, float *const *out, HpcError *err)
+{
+    HpcStatus st = HPC_OK;
+    for (int p = 0; p < t->be.pl.n && !st; p++)
+        if (out[p]) st = t->be.read_param(&t->be, p, out[p], err);
+    return st;
+}
+
+static void log_start(Trainer *t, TrainResult *res)
+{
+    runlog_set_interval(t->log, t->opts->log_every > 0 ? t->opts->log_every : 50);
+    runlog_set_higher_is_better(t->log, higher_is_better(res->metric));
+    runlog_message(t->log, "%s: %lld parameters, %d values in the graph, backend %s, %s",
+                   t->spec->name, (long long)res->params, t->be.g.n, t->be.name,
+                   spec_precision_name(t->be.policy));
+    char line[1200];
+    for (int s = 0; t->opts->task && s < TASK_SPLIT_COUNT; s++)
+        if (task_split_line(t->opts->task, (TaskSplit)s, line, sizeof line)) runlog_message(t->log, "%s", line);
 }
 
 HpcStatus trainer_run(const ModelSpec *spec, const Dataset *train, const Dataset *eval,
                       const TrainOptions *opts, TrainResult *res, HpcError *err)
 {
-    Trainer t;
-    memset(&t, 0, sizeof t);
+    Trainer *t = xcalloc(1, sizeof *t);
     memset(res, 0, sizeof *res);
-    t.spec = spec;
-    res->metric = eval_metric_name(spec);
-    HpcStatus st = trainer_compile(&t, opts->policy, err);
-    if (!st) st = trainer_alloc_optim(&t, err);
-    if (!st) t.log = runlog_open(opts->jsonl, opts->out, opts->progress_bar, err);
-    if (!st && !t.log) st = err->code;
+    t->spec = spec;
+    t->opts = opts;
+    t->total = total_steps(spec, train, opts);
+    res->metric = eval_metric_name(spec, opts->task);
+    res->best_metric = NAN;
+    int64_t L = (spec->train.max_seq_len + 7) / 8 * 8;
+    HpcStatus st = train_backend_open(&t->be, opts->device, spec, opts->policy, !opts->no_fuse, t->total,
+                                      spec->train.batch_size, L, err);
+    if (!st) t->log = runlog_open(opts->jsonl, opts->out, opts->progress_bar, err);
+    if (!st && !t->log) st = err->code;
     if (!st) {
-        res->params = params_total(&t.pl);
-        runlog_set_interval(t.log, opts->log_every > 0 ? opts->log_every : 50);
-        runlog_set_higher_is_better(t.log, strcmp(res->metric, "accuracy") == 0);
-        runlog_message(t.log, "%s: %lld parameters, %d values in the graph, cpu backend (%s)",
-                       spec->name, (long long)res->params, t.g.n,
-                       is_mixed(opts->policy) ? spec_precision_name(opts->policy) : "fp32");
-        st = train_loop(&t, train, eval, opts, res, err);
+        res->params = params_total(&t->be.pl);
+        snprintf(res->backend, sizeof res->backend, "%s", t->be.name);
+        int64_t every = opts->log_every > 0 ? opts->log_every : 50;
+        t->flush_every = t->be.device == TRAIN_DEVICE_CPU ? 1 : every < TRAIN_STAT_RING ? every : TRAIN_STAT_RING;
+        log_start(t, res);
+        st = train_loop(t, train, eval, res, err);
+        if (!st && opts->weights_out) st = copy_weights(t, opts->weights_out, err);
+        if (!st && opts->task && opts->predict) st = write_predictions(t, err);
+        res->peak_device_bytes = t->be.peak_bytes(&t->be);
     }
-    if (t.log) runlog_close(t.log, 0);
-    trainer_free(&t);
+    if (t->log) runlog_close(t->log, res->peak_device_bytes);
+    train_backend_close(&t->be);
+    free(t);
     return st;
 }

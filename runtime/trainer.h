@@ -1,23 +1,34 @@
-/* runtime/trainer.h — the training loop of the cpu backend.
+/* runtime/trainer.h — the training loop, shared by the cpu and cuda
+ * backends (runtime/train_backend.h).
  *
- * trainer_run compiles the model (lower + autodiff), initialises the
- * parameters like BERT (runtime/init.h, seeded by spec->train.seed), and
- * trains on `train` for the requested number of optimizer steps:
+ * trainer_run builds the model (compiler/pipeline.h: lower, autodiff,
+ * precision, fuse), initialises the parameters like BERT (runtime/init.h, seeded
+ * by spec->train.seed), opens the backend TrainOptions.device asks for
+ * (auto: the GPU when one is usable, else the cpu; the first log line says
+ * which and why) and trains on `train` for the requested number of
+ * optimizer steps:
  *   per step, grad_accum micro-batches from the loader (runtime/loader.h,
  *   seeded shuffle, batches padded to a multiple of 8): forward, backward
- *   with d(loss) = loss scale, gradients summed over the micro-batches;
- *   then optim_step (runtime/optim.h) with inv_scale = 1 / (scale *
- *   grad_accum), i.e. the mean over micro-batches, the learning rate from
- *   schedule_lr (runtime/schedule.h) and the loss scaler's update
- *   (runtime/lossscale.h; a skipped step changes nothing).
- * With policy fp16/bf16 the graph goes through the precision pass
- * (compiler/precision.h) and the f32 executor rounds every low-precision
- * value, so the run shows what mixed precision does to training.
- * Dropout uses seed spec->train.seed and the micro-step counter as step.
+ *   with d(loss) = loss scale, gradients averaged over the micro-batches;
+ *   then the optimizer step (runtime/optim.h semantics) with the learning
+ *   rate from the schedule at the applied-step count (runtime/schedule.h)
+ *   and the loss scaler's update (runtime/lossscale.h; a skipped step
+ *   changes nothing and does not advance the schedule).
+ * On the cpu the precision pass's f32 executor rounds every low-precision
+ * value, so a run shows what mixed precision does to training; on the GPU
+ * the values are stored in 16 bits.  Dropout uses seed spec->train.seed
+ * and the micro-step counter as step on both backends.
+ * The GPU backend never waits for the device inside a step: the loop reads
+ * the per-step records (loss, lr, scale, skips) every log_every steps, at
+ * evaluations and at the end, and only then sees a give-up of the loss
+ * scaler (HPC_ERR_NUMERIC, at most log_every steps late).
  * Evaluation (forward only, dropout off) runs on `eval` every eval_every
  * steps and at the end: accuracy for classification heads, the mean loss
  * (MSE) for regression, the mean loss for LM heads.  Progress goes through
  * runtime/runlog.h.
+ *
+ * Test hook: inject_inf_step = k > 0 writes +inf into one gradient element
+ * before the optimizer step k (1-based), which must then be skipped.
  *
  * Everything the trainer allocates is freed before it returns.
  */
@@ -31,6 +42,8 @@
 #include "dataset.h"
 #include "error.h"
 #include "spec.h"
+#include "tasks.h"
+#include "train_backend.h"
 
 typedef struct {
     int64_t steps;        /* optimizer steps; 0 = spec->train.steps, else epochs over train */
@@ -42,6 +55,16 @@ typedef struct {
     SpecPrecision policy; /* PREC_FP16/PREC_BF16: emulate mixed precision (the
                              precision pass's graph, values rounded to 16 bits);
                              PREC_FP32 or PREC_DEFAULT: all f32 */
+    TrainDevice device;   /* TRAIN_DEVICE_CPU (the zero value), _CUDA or _AUTO */
+    int64_t inject_inf_step; /* test hook (above); 0 = none */
+    bool no_fuse;         /* skip the fuse pass (the unfused graph) */
+    float *const *weights_out; /* if not NULL: (ParamList order) host buffers that
+                             receive the final f32 weights; NULL entries skipped */
+    const TaskData *task; /* a GLUE task (runtime/tasks.h): eval scores the task's
+                             main metric (task_evaluate), and with eval_every 0
+                             runs at the end of every epoch; NULL: synthetic data */
+    const char *predict;  /* with task: after training, GLUE predictions for
+                             task->test go to this file (runtime/predict.h) */
 } TrainOptions;
 
 typedef struct {
@@ -50,9 +73,17 @@ typedef struct {
     int64_t params;       /* parameter elements (tied counted once) */
     double first_loss;    /* mean loss of the first step */
     double last_loss;     /* mean loss of the last step */
-    const char *metric;   /* "accuracy", "mse" or "loss" */
+    const char *metric;   /* "accuracy", "mse" or "loss"; with a task its main
+                             metric ("mcc", "f1", "pearson", ...) */
     double eval_metric;   /* final evaluation on `eval` */
     double eval_loss;
+    double best_metric;   /* best dev metric over the evaluations (higher is better
+                             except for mse/loss); NAN when none ran */
+    int64_t best_step;    /* step of best_metric, 0 when none */
+    double final_scale;   /* the loss scale after the last step */
+    int64_t last_skipped_step; /* 1-based, 0 when none was skipped */
+    double peak_device_bytes; /* GPU: peak of the executor's memory; 0 on the cpu */
+    char backend[160];    /* TrainBackend.name */
 } TrainResult;
 
 /* eval may be NULL (no evaluation).  Fails with the status of the failing

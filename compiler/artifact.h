@@ -1,0 +1,73 @@
+/* compiler/artifact.h — the NAME.hpc file `hpc compile` writes and
+ * `hpc run` loads.
+ *
+ * A text container, readable with `less`:
+ *   line 1   "HPCART 1"                      magic and format version
+ *   then     "name NAME", "policy fp16"      one key per line
+ *   then sections, each "@@ KIND BYTES" on its own line followed by exactly
+ *   BYTES bytes and a newline:
+ *     model  the resolved model text (every key the checker resolved,
+ *            `extends` already applied), so loading re-runs the front end
+ *            on a self-contained file (spec_load_string) in microseconds;
+ *     plan   the plan summary of a training step at the model's batch x
+ *            seq_len (plan_print), for people;
+ *     cuda   the CUDA source of the model's kernels (emit_ops, one
+ *            translation unit) as compiled by the runtime with NVRTC.
+ * The runtime regenerates the kernels from the model (the same generator,
+ * so the same text and the same NVRTC cache entry); the stored source is
+ * what a reader inspects.  A reader rejects another magic, a newer version,
+ * a truncated section or a missing model section (HPC_ERR_INPUT, naming the
+ * file and the byte offset).
+ *
+ * Ownership: artifact_read fills an Artifact whose strings are malloc'd;
+ * artifact_free releases them.  artifact_write borrows everything.
+ *
+ * Usage:
+ *   Artifact a = {.policy = PREC_FP16, .model_text = text, ...};
+ *   snprintf(a.name, sizeof a.name, "%s", spec.name);
+ *   if (artifact_write("bert_base.hpc", &a, &err)) return err.code;
+ *   ModelSpec s; SpecPrecision p;
+ *   if (artifact_load_spec("bert_base.hpc", &s, &p, stderr, &err)) return err.code;
+ */
+#ifndef HPC_COMPILER_ARTIFACT_H
+#define HPC_COMPILER_ARTIFACT_H
+
+#include <stddef.h>
+#include <stdio.h>
+
+#include "error.h"
+#include "spec.h"
+
+#define ARTIFACT_MAGIC "HPCART"
+#define ARTIFACT_VERSION 1
+#define ARTIFACT_EXT ".hpc"
+
+typedef struct {
+    char name[128];
+    SpecPrecision policy;   /* the policy it was compiled for */
+    char *model_text;       /* NUL-terminated */
+    char *plan_text;        /* NULL when absent */
+    char *cuda_source;      /* NULL when absent */
+} Artifact;
+
+/* Writes atomically enough for a build product: a temporary file then
+ * rename.  HPC_ERR_IO naming the path on failure. */
+HpcStatus artifact_write(const char *path, const Artifact *a, HpcError *err);
+HpcStatus artifact_read(const char *path, Artifact *a, HpcError *err);
+void artifact_free(Artifact *a);
+
+/* Reads the artifact and checks its model text into *spec; *policy gets
+ * the compiled policy.  Diagnostics of a bad model text go to diag. */
+HpcStatus artifact_load_spec(const char *path, ModelSpec *spec, SpecPrecision *policy, FILE *diag,
+                             HpcError *err);
+
+/* The resolved model text of a checked spec (malloc'd, caller frees): one
+ * `model NAME { ... }` block with every key, which spec_load_string turns
+ * back into the same spec. */
+char *artifact_model_text(const ModelSpec *spec);
+
+/* "NAME.hpc" for a model name (letters, digits, '_', '-' and '.' kept,
+ * anything else becomes '_'). */
+void artifact_path_for(const char *model_name, char *buf, size_t size);
+
+#endif
