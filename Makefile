@@ -36,8 +36,12 @@ LIBS         := $(BUILD)/libhpcrt.a $(BUILD)/libhpcc.a
 TEST_BIN     := $(patsubst tests/%.c,$(BUILD)/tests/%,$(TEST_SRC))
 GPU_TEST_BIN := $(patsubst tests/gpu/%.c,$(BUILD)/tests/gpu/%,$(GPU_TEST_SRC))
 
-.PHONY: all deps test test-gpu fuzz check-valgrind bench clean
+.PHONY: all deps demo test test-gpu fuzz check-valgrind bench clean
 all: deps bin/hpc
+
+# The README's first command: fine-tune on CoLA (GPU: BERT-base fp16; else bert_tiny on the cpu).
+demo: all
+	sh scripts/demo.sh
 
 deps: $(BUILD)/.deps-ok
 $(BUILD)/.deps-ok: scripts/install-deps.sh
@@ -82,6 +86,7 @@ $(BUILD)/tests/%: tests/%.c $(LIBS) | $(BUILD)/.deps-ok
 
 test: all $(TEST_BIN)
 	@HPC_ROOT=$(CURDIR) sh tests/run-all.sh $(TEST_BIN)
+	@sh tests/check-valgrind.sh
 
 # GPU checks are plain C programs (no Criterion on the GPU machine).
 $(BUILD)/tests/gpu/%: tests/gpu/%.c $(LIBS)
