@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "artifact.h"
+#include "checkpoint.h"
 #include "cli.h"
 #include "dataset.h"
 #include "spec.h"
@@ -23,7 +24,8 @@ static const char run_usage[] =
     "usage: hpc run [MODEL] [--device auto|cpu|cuda] [--task NAME] [--steps N]\n"
     "               [--fp32|--fp16|--bf16] [--seq-len N] [--train-rows N] [--eval-every N]\n"
     "               [--log FILE.jsonl] [--no-fuse] [--data DIR] [--vocab FILE] [--cased]\n"
-    "               [--predict FILE] [--skip-bad-rows]\n"
+    "               [--predict FILE] [--skip-bad-rows] [--checkpoint-dir DIR]\n"
+    "               [--checkpoint-every N] [--keep K] [--resume DIR] [--init DIR]\n"
     "\n"
     "Trains MODEL (a .model file or a NAME.hpc artifact from `hpc compile`) and\n"
     "evaluates it on a held-out split.  Without MODEL, runs the one *.hpc file in\n"
@@ -55,6 +57,15 @@ static const char run_usage[] =
     "                        task, at the end of every epoch)\n"
     "  --log FILE            also write a JSONL log\n"
     "  --no-fuse             train the unfused graph (compiler/fuse.h off)\n"
+    "  --checkpoint-dir DIR  save the training state in DIR/step-N at the end of each\n"
+    "                        epoch, at the end, and on SIGINT/SIGTERM (then exit 8)\n"
+    "  --checkpoint-every N  also every N steps\n"
+    "  --keep K              step directories kept in DIR (default 2)\n"
+    "  --resume DIR          continue the run saved in DIR (a --checkpoint-dir or one\n"
+    "                        step-N in it) exactly; MODEL defaults to the checkpoint's\n"
+    "                        model; give the same --steps, --task and data options\n"
+    "  --init DIR            start from the weights in DIR: a Hugging Face folder\n"
+    "                        (model.safetensors) or an hpc checkpoint\n"
     "  -h, --help            this text\n"
     "\n"
     "The model needs a sequence classification head (or a causal LM head,\n"
@@ -63,9 +74,9 @@ static const char run_usage[] =
     "which must then be skipped (the log names it).\n";
 
 typedef struct {
-    const char *model, *device, *task, *log;
+    const char *model, *device, *task, *log, *ckpt_dir, *resume, *init;
     const char *data, *vocab, *predict;   /* GLUE tasks */
-    int64_t steps, seq_len, rows, eval_every;
+    int64_t steps, seq_len, rows, eval_every, ckpt_every, keep;
     SpecPrecision policy;
     bool policy_given, no_fuse, cased, skip_bad_rows;
     char found[4096];   /* the *.hpc found when no MODEL was given */
@@ -131,6 +142,11 @@ static int run_parse(int argc, char **argv, RunArgs *a)
         else if (strcmp(o, "--seq-len") == 0) rc = parse_count(o, argv[++i], &a->seq_len);
         else if (strcmp(o, "--train-rows") == 0) rc = parse_count(o, argv[++i], &a->rows);
         else if (strcmp(o, "--eval-every") == 0) rc = parse_count(o, argv[++i], &a->eval_every);
+        else if (strcmp(o, "--checkpoint-dir") == 0) a->ckpt_dir = argv[++i];
+        else if (strcmp(o, "--checkpoint-every") == 0) rc = parse_count(o, argv[++i], &a->ckpt_every);
+        else if (strcmp(o, "--keep") == 0) rc = parse_count(o, argv[++i], &a->keep);
+        else if (strcmp(o, "--resume") == 0) a->resume = argv[++i];
+        else if (strcmp(o, "--init") == 0) a->init = argv[++i];
         else if (o[0] == '-' || a->model) rc = HPC_ERR_USAGE;
         else a->model = o;
         if (rc) {
@@ -138,7 +154,7 @@ static int run_parse(int argc, char **argv, RunArgs *a)
             return rc;
         }
     }
-    return a->model ? 0 : find_artifact(a);
+    return a->model || a->resume ? 0 : find_artifact(a);
 }
 
 static bool is_synthetic(const RunArgs *a) { return strncmp(a->task, "synthetic-", 10) == 0; }
@@ -200,6 +216,13 @@ static bool has_suffix(const char *s, const char *suffix)
 /* A .hpc artifact (its policy unless a flag was given) or a .model file. */
 static int load_spec(RunArgs *a, ModelSpec *spec)
 {
+    if (!a->model) {   /* --resume without MODEL: the checkpoint's own model */
+        HpcError err = {0};
+        SpecPrecision p;
+        if (checkpoint_read_spec(a->resume, spec, &p, &err)) return cli_report(&err);
+        if (!a->policy_given && p != PREC_DEFAULT) a->policy = p;
+        return 0;
+    }
     if (!has_suffix(a->model, ARTIFACT_EXT)) {
         int nerr = spec_load(a->model, spec, stderr);
         return nerr ? (nerr < 0 ? HPC_ERR_IO : HPC_ERR_INPUT) : 0;
@@ -240,15 +263,23 @@ int cmd_run(int argc, char **argv)
     TrainOptions o = {.steps = a.steps, .eval_every = a.eval_every, .log_every = 10, .jsonl = a.log,
                       .out = stderr, .progress_bar = isatty(2), .policy = a.policy,
                       .device = device, .inject_inf_step = inject_step(), .no_fuse = a.no_fuse,
-                      .task = glue ? &task : NULL, .predict = a.predict};
+                      .task = glue ? &task : NULL, .predict = a.predict,
+                      .checkpoint_dir = a.ckpt_dir, .checkpoint_every = a.ckpt_every, .checkpoint_keep = (int)a.keep,
+                      .resume_dir = a.resume, .init_dir = a.init, .handle_signals = true};
     TrainResult r;
     if (!st) st = trainer_run(&spec, glue ? &task.train : &train, glue ? &task.dev : &dev, &o, &r, &err);
     dataset_free(&train);
     dataset_free(&dev);
     task_free(&task);
     if (st) return cli_report(&err);
-    printf("%s: %lld steps (%lld skipped) on %s, loss %.4f -> %.4f, dev %s %.4f (best %.4f at step %lld)\n",
-           spec.name, (long long)r.steps, (long long)r.skipped, r.backend, r.first_loss, r.last_loss, r.metric,
-           r.eval_metric, r.best_metric, (long long)r.best_step);
+    if (r.resumed_from > 0)
+        printf("%s: %lld steps (%lld skipped; resumed after step %lld) on %s, loss -> %.4f, dev %s %.4f\n",
+               spec.name, (long long)r.steps, (long long)r.skipped, (long long)r.resumed_from, r.backend, r.last_loss,
+               r.metric, r.eval_metric);
+    else
+        printf("%s: %lld steps (%lld skipped) on %s, loss %.4f -> %.4f, dev %s %.4f (best %.4f at step %lld)\n",
+               spec.name, (long long)r.steps, (long long)r.skipped, r.backend, r.first_loss, r.last_loss, r.metric,
+               r.eval_metric, r.best_metric, (long long)r.best_step);
+    if (r.saved[0]) printf("checkpoint: %s\n", r.saved);
     return HPC_OK;
 }

@@ -71,6 +71,20 @@ HpcStatus hf_config_parse(const char *text, size_t len, const char *name, const 
  * info (may be NULL) adds a header comment with the source and notes. */
 void hf_model_write(const ModelSpec *spec, const HfConfigInfo *info, FILE *out);
 
+/* The inverse (runtime/hf_config_write.c), for `hpc export`; numbers are
+ * printed with 15 significant digits (0.1, not 0.10000000000000001).
+ * hf_config_family: the model_type ("bert", "roberta", "distilbert",
+ * "gpt2") whose transformers classes hold spec's architecture and head,
+ * chosen from the stack (decoder: gpt2; position offset: roberta; no token
+ * types: distilbert; else bert); NULL when none does, with the reason in
+ * why (cap bytes; why may be NULL).
+ * hf_config_write: writes path (atomically) as the config.json of
+ * model_type's class for spec's head (BertForSequenceClassification, ...,
+ * GPT2LMHeadModel) with every field hf_config_parse reads, labels named
+ * LABEL_i; HPC_ERR_USAGE when model_type cannot hold spec. */
+const char *hf_config_family(const ModelSpec *spec, char *why, size_t cap);
+HpcStatus hf_config_write(const ModelSpec *spec, const char *model_type, const char *path, HpcError *err);
+
 /* Turns any text into a model name the language accepts: [A-Za-z_][A-Za-z0-9_]*,
  * at most cap - 1 bytes ("bert-base-uncased" -> "bert_base_uncased"). */
 void hf_model_name(const char *text, char *out, size_t cap);

@@ -214,6 +214,14 @@ HpcStatus hf_names_find(const char *model_type, const StFile *f, const char *par
 /* ------------------------------------------------------------------ */
 /* Loading                                                              */
 
+/* "[a, b]" for the first ndim (at most 2 shown) of dims. */
+static void dims_text(const int64_t *dims, int ndim, char *out, size_t cap)
+{
+    if (ndim <= 0) snprintf(out, cap, "[]");
+    else if (ndim == 1) snprintf(out, cap, "[%lld]", (long long)dims[0]);
+    else snprintf(out, cap, "[%lld, %lld%s]", (long long)dims[0], (long long)dims[1], ndim > 2 ? ", ..." : "");
+}
+
 static HpcStatus check_shape(const char *model_type, const ParamInfo *p, const HfTensorRef *r, HpcError *err)
 {
     const StTensor *t = r->t;
@@ -224,12 +232,13 @@ static HpcStatus check_shape(const char *model_type, const ParamInfo *p, const H
         want[1] = out;
     }
     bool ok = t->ndim == p->rank && t->shape[0] == want[0] && (p->rank == 1 || t->shape[1] == want[1]);
-    if (!ok)
-        return hpc_fail(err, HPC_ERR_INPUT, "checkpoint tensor %s has shape [%lld%s%lld] (%d dims) but parameter "
-                        "%s needs [%lld%s%lld]; the config and the weights disagree", t->name,
-                        (long long)t->shape[0], t->ndim > 1 ? ", " : "", t->ndim > 1 ? (long long)t->shape[1] : 0LL,
-                        t->ndim, p->name, (long long)want[0], p->rank > 1 ? ", " : "",
-                        p->rank > 1 ? (long long)want[1] : 0LL);
+    if (!ok) {
+        char got[64], need[64];
+        dims_text(t->shape, t->ndim, got, sizeof got);
+        dims_text(want, p->rank, need, sizeof need);
+        return hpc_fail(err, HPC_ERR_INPUT, "checkpoint tensor %s has shape %s but parameter %s needs %s; "
+                        "the config and the weights disagree", t->name, got, p->name, need);
+    }
     if (t->dtype != ST_F32 && t->dtype != ST_F16 && t->dtype != ST_BF16 && t->dtype != ST_F64)
         return hpc_fail(err, HPC_ERR_INPUT, "checkpoint tensor %s is %s; %s weights must be F32, F16, BF16 or F64",
                         t->name, st_dtype_name(t->dtype), model_type);

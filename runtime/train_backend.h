@@ -37,6 +37,7 @@
 #include <stdint.h>
 
 #include "batch.h"
+#include "checkpoint.h"
 #include "error.h"
 #include "init.h"
 #include "ir.h"
@@ -79,6 +80,15 @@ struct TrainBackend {
     HpcStatus (*read_param)(TrainBackend *b, int p, float *out, HpcError *err);
     /* Peak device bytes (0 on the cpu). */
     double (*peak_bytes)(TrainBackend *b);
+    /* Checkpoints (runtime/checkpoint.h).  state_out copies the f32 masters,
+     * m and v into ts->w/m/v (host (numel) f32 buffers in ParamList order;
+     * NULL entries skipped) and fills ts->opt, ts->ls and ts->micro_step
+     * (waits for the device); state_in sets all of that back (the scaler's
+     * cfg stays the spec's; low-precision copies are rebuilt from the
+     * masters) and makes ts->step the number of the last step taken.
+     * NULL when the backend cannot checkpoint. */
+    HpcStatus (*state_out)(TrainBackend *b, TrainState *ts, HpcError *err);
+    HpcStatus (*state_in)(TrainBackend *b, const TrainState *ts, HpcError *err);
     void (*close)(TrainBackend *b);
 };
 

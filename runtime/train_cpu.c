@@ -147,6 +147,50 @@ static HpcStatus cpu_read_param(TrainBackend *b, int p, float *out, HpcError *er
 
 static double cpu_peak_bytes(TrainBackend *b) { return 0; }
 
+/* Copies between the backend's state and a checkpoint's buffers; to_ts
+ * chooses the direction. */
+static void cpu_copy_state(TrainBackend *b, const TrainState *ts, bool to_ts)
+{
+    CpuTrain *t = impl(b);
+    for (int p = 0; p < b->pl.n; p++) {
+        if (b->pl.p[p].tied_to >= 0 || !ts->w[p]) continue;
+        size_t bytes = (size_t)params_numel(&b->pl.p[p]) * sizeof(float);
+        memcpy(to_ts ? ts->w[p] : b->ps.w[p], to_ts ? b->ps.w[p] : ts->w[p], bytes);
+    }
+    for (int i = 0; i < t->n_ot; i++) {
+        int p = t->ot_param[i];
+        size_t bytes = (size_t)t->ot[i].n * sizeof(float);
+        if (t->ot[i].m && ts->m && ts->m[p]) memcpy(to_ts ? ts->m[p] : t->ot[i].m, to_ts ? t->ot[i].m : ts->m[p], bytes);
+        if (t->ot[i].v && ts->v && ts->v[p]) memcpy(to_ts ? ts->v[p] : t->ot[i].v, to_ts ? t->ot[i].v : ts->v[p], bytes);
+    }
+}
+
+static HpcStatus cpu_state_out(TrainBackend *b, TrainState *ts, HpcError *err)
+{
+    CpuTrain *t = impl(b);
+    cpu_copy_state(b, ts, true);
+    ts->opt = t->os;
+    ts->ls = t->ls;
+    ts->micro_step = t->micro;
+    return HPC_OK;
+}
+
+static HpcStatus cpu_state_in(TrainBackend *b, const TrainState *ts, HpcError *err)
+{
+    CpuTrain *t = impl(b);
+    if (ts->micro_step < 0 || ts->micro_step > (int64_t)UINT32_MAX)
+        return hpc_fail(err, HPC_ERR_INPUT, "trainer: checkpoint micro-step %lld out of range",
+                        (long long)ts->micro_step);
+    cpu_copy_state(b, ts, false);
+    LossScaleConfig cfg = t->ls.cfg;
+    t->os = ts->opt;
+    t->ls = ts->ls;
+    t->ls.cfg = cfg;
+    t->micro = (uint32_t)ts->micro_step;
+    t->steps = ts->step;
+    return HPC_OK;
+}
+
 HpcStatus train_cpu_open(TrainBackend *b, int64_t total_steps, HpcError *err)
 {
     CpuTrain *t = xcalloc(1, sizeof *t);
@@ -157,6 +201,8 @@ HpcStatus train_cpu_open(TrainBackend *b, int64_t total_steps, HpcError *err)
     b->forward = cpu_forward;
     b->read_param = cpu_read_param;
     b->peak_bytes = cpu_peak_bytes;
+    b->state_out = cpu_state_out;
+    b->state_in = cpu_state_in;
     b->close = cpu_close;
     snprintf(b->name, sizeof b->name, "cpu");
     cpu_exec_init(&t->ex, &b->g, CPU_EXEC_F32);

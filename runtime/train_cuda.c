@@ -147,6 +147,69 @@ static double cuda_peak_bytes(TrainBackend *b)
     return (double)s.peak_bytes;
 }
 
+/* m and v of every optimized tensor, device <-> host (to_host picks). */
+static HpcStatus copy_moments(CudaTrain *t, const TrainState *ts, bool to_host, HpcError *err)
+{
+    const CudaDriver *cu = cuda_driver();
+    CUstream s = t->dev.stream;
+    HpcStatus st = HPC_OK;
+    for (int i = 0; i < t->opt.count && !st; i++) {
+        const KemitOptTensor *k = &t->opt.host_t[i];
+        int p = t->opt.param[i];
+        size_t bytes = (size_t)k->n * sizeof(float);   // (n) f32 each
+        float *hm = ts->m ? ts->m[p] : NULL, *hv = ts->v ? ts->v[p] : NULL;
+        if (k->m && hm && to_host) st = CUDA_CHECK(err, cu->cuMemcpyDtoHAsync(hm, k->m, bytes, s));
+        if (k->m && hm && !to_host) st = CUDA_CHECK(err, cu->cuMemcpyHtoDAsync(k->m, hm, bytes, s));
+        if (!st && k->v && hv && to_host) st = CUDA_CHECK(err, cu->cuMemcpyDtoHAsync(hv, k->v, bytes, s));
+        if (!st && k->v && hv && !to_host) st = CUDA_CHECK(err, cu->cuMemcpyHtoDAsync(k->v, hv, bytes, s));
+    }
+    return st ? st : CUDA_CHECK(err, cu->cuStreamSynchronize(s));
+}
+
+static HpcStatus cuda_state_out(TrainBackend *b, TrainState *ts, HpcError *err)
+{
+    CudaTrain *t = impl(b);
+    HpcStatus st = HPC_OK;
+    for (int p = 0; p < b->pl.n && !st; p++)
+        if (b->pl.p[p].tied_to < 0 && ts->w[p]) st = cuda_optim_read_master(&t->opt, p, ts->w[p], err);
+    if (!st) st = copy_moments(t, ts, true, err);
+    KemitOptState s;
+    if (!st) st = cuda_optim_read_state(&t->opt, &s, err);
+    if (st) return st;
+    ts->opt.step = s.step;
+    ts->ls.scale = s.scale;
+    ts->ls.growth_tracker = s.growth_tracker;
+    ts->ls.consecutive_skips = s.consecutive_skips;
+    ts->ls.total_skips = s.total_skips;
+    ts->micro_step = t->micro;
+    return HPC_OK;
+}
+
+/* Masters through cuda_exec_set_params (which also rewrites the 16-bit
+ * copies), moments, then the device scaler state. */
+static HpcStatus cuda_state_in(TrainBackend *b, const TrainState *ts, HpcError *err)
+{
+    CudaTrain *t = impl(b);
+    if (ts->micro_step < 0 || ts->micro_step > (int64_t)UINT32_MAX)
+        return hpc_fail(err, HPC_ERR_INPUT, "trainer: checkpoint micro-step %lld out of range",
+                        (long long)ts->micro_step);
+    HpcStatus st = cuda_exec_set_params(&t->ex, ts->w, err);
+    if (!st) st = copy_moments(t, ts, false, err);
+    KemitOptState s;
+    if (!st) st = cuda_optim_read_state(&t->opt, &s, err);
+    if (st) return st;
+    s.step = ts->opt.step;
+    s.scale = (float)ts->ls.scale;
+    s.growth_tracker = (int32_t)ts->ls.growth_tracker;
+    s.consecutive_skips = ts->ls.consecutive_skips;
+    s.total_skips = ts->ls.total_skips;
+    st = CUDA_CHECK(err, cuda_driver()->cuMemcpyHtoD(cuda_optim_state_ptr(&t->opt), &s, sizeof s));
+    if (st) return st;
+    t->micro = (uint32_t)ts->micro_step;
+    t->steps = ts->step;
+    return HPC_OK;
+}
+
 static HpcStatus alloc_rings(CudaTrain *t, HpcError *err)
 {
     t->host_loss = xcalloc((size_t)(TRAIN_STAT_RING * t->accum), sizeof *t->host_loss);
@@ -167,6 +230,8 @@ HpcStatus train_cuda_open(TrainBackend *b, int64_t total_steps, int64_t max_B, i
     b->forward = cuda_forward;
     b->read_param = cuda_read_param;
     b->peak_bytes = cuda_peak_bytes;
+    b->state_out = cuda_state_out;
+    b->state_in = cuda_state_in;
     b->close = cuda_close;
     t->accum = b->spec->train.grad_accum > 1 ? b->spec->train.grad_accum : 1;
     if (b->g.loss < 0 || b->g.nodes[b->g.loss].dtype != DT_F32)

@@ -11,6 +11,8 @@
 #include "lossscale.h"
 #include "predict.h"
 #include "runlog.h"
+#include "signals.h"
+#include "trainer_ckpt.h"
 
 typedef struct {
     const ModelSpec *spec;
@@ -23,6 +25,7 @@ typedef struct {
     int epoch[TRAIN_STAT_RING];
     int n_pending;
     TrainStepStat stats[TRAIN_STAT_RING];
+    TrainCkpt ck;                        /* checkpoints; ck.w == NULL when not used */
 } Trainer;
 
 /* The next batch, starting the next epoch when one ends. */
@@ -224,6 +227,33 @@ static HpcStatus write_predictions(Trainer *t, HpcError *err)
     return st;
 }
 
+/* Epochs whose last batch has been used: the loader sits at (e, n) after the
+ * last batch of epoch e, and at (e + 1, c) once the next epoch began. */
+static int64_t epochs_done(const Loader *ld)
+{
+    return ld->epoch + (ld->cursor >= ld->data->n);
+}
+
+/* After step `done` (1-based): save when asked to.  A signal then stops
+ * the run with HPC_ERR_INTERRUPTED. */
+static HpcStatus step_boundary(Trainer *t, const Loader *ld, int64_t done, bool save, TrainResult *res,
+                               HpcError *err)
+{
+    const TrainOptions *o = t->opts;
+    int sig = o->handle_signals ? signals_pending() : 0;
+    HpcStatus st = HPC_OK;
+    if (o->checkpoint_dir && (save || sig)) {
+        st = trainer_ckpt_save(&t->ck, o->checkpoint_dir, o->checkpoint_keep, ld, done, res->saved,
+                               sizeof res->saved, err);
+        if (!st) runlog_message(t->log, "checkpoint: %s", res->saved);
+    }
+    if (!st && sig)
+        st = hpc_fail(err, HPC_ERR_INTERRUPTED, "interrupted by signal %d after step %lld; %s%s%s", sig,
+                      (long long)done, res->saved[0] ? "state saved in " : "no --checkpoint-dir given, nothing saved",
+                      res->saved, res->saved[0] ? " (continue with --resume)" : "");
+    return st;
+}
+
 static HpcStatus train_loop(Trainer *t, const Dataset *train, const Dataset *eval, TrainResult *res,
                             HpcError *err)
 {
@@ -232,21 +262,47 @@ static HpcStatus train_loop(Trainer *t, const Dataset *train, const Dataset *eva
     Loader ld;
     HpcStatus st = loader_init(&ld, train, tr->batch_size, tr->max_seq_len, tr->seed, true, false, err);
     if (st) return st;
-    for (int64_t step = 0; step < t->total && st == HPC_OK; step++) {
+    int64_t start = 0;
+    if (opts->resume_dir) st = trainer_ckpt_resume(&t->ck, opts->resume_dir, &ld, &start, err);
+    res->resumed_from = res->steps = start;
+    if (!st && start >= t->total && eval) {   /* a finished run: evaluate only */
+        runlog_message(t->log, "the checkpoint is at the last step (%lld); nothing left to train", (long long)start);
+        st = evaluate(t, eval, &res->eval_metric, &res->eval_loss, err);
+    }
+    int64_t epochs = epochs_done(&ld);
+    for (int64_t step = start; step < t->total && st == HPC_OK; step++) {
         st = train_step(t, &ld, step, err);
         res->steps = step + 1;
-        bool last = step + 1 == t->total;
+        bool last = step + 1 == t->total, stop = opts->stop_after > 0 && step + 1 >= opts->stop_after;
         /* with a task and no --eval-every: at each epoch's end (all rows returned) */
-        bool epoch_end = opts->task && opts->eval_every == 0 && ld.cursor == train->n;
-        bool do_eval = eval && (last || epoch_end || (opts->eval_every > 0 && (step + 1) % opts->eval_every == 0));
-        if (!st && (last || do_eval || t->n_pending >= t->flush_every)) st = flush_steps(t, res, err);
+        bool task_epoch_end = opts->task && opts->eval_every == 0 && ld.cursor == train->n;
+        bool do_eval = eval && (last || task_epoch_end ||
+                                (opts->eval_every > 0 && (step + 1) % opts->eval_every == 0));
+        if (!st && (last || stop || do_eval || t->n_pending >= t->flush_every)) st = flush_steps(t, res, err);
         if (!st && do_eval) {
             st = evaluate(t, eval, &res->eval_metric, &res->eval_loss, err);
             if (!st) runlog_eval(t->log, step + 1, (int)ld.epoch, res->metric, res->eval_metric, res->eval_loss);
             if (!st) note_best(res, step + 1);
+            if (!st && t->ck.w) trainer_ckpt_metric(&t->ck, res->eval_metric);
         }
+        bool epoch_end = epochs_done(&ld) > epochs;
+        epochs = epochs_done(&ld);
+        bool every = opts->checkpoint_every > 0 && (step + 1) % opts->checkpoint_every == 0;
+        if (!st) st = step_boundary(t, &ld, step + 1, last || stop || epoch_end || every, res, err);
+        if (stop) break;
     }
     loader_free(&ld);
+    return st;
+}
+
+/* Checkpoint buffers when the run saves, resumes or initialises, then --init. */
+static HpcStatus ckpt_start(Trainer *t, TrainResult *res, HpcError *err)
+{
+    const TrainOptions *o = t->opts;
+    if (!o->checkpoint_dir && !o->resume_dir && !o->init_dir) return HPC_OK;
+    HpcStatus st = trainer_ckpt_init(&t->ck, &t->be, t->spec, t->log, t->total,
+                                     higher_is_better(res->metric), err);
+    if (!st && o->init_dir && !o->resume_dir) st = trainer_ckpt_init_weights(&t->ck, o->init_dir, err);
     return st;
 }
 
@@ -291,11 +347,15 @@ HpcStatus trainer_run(const ModelSpec *spec, const Dataset *train, const Dataset
         int64_t every = opts->log_every > 0 ? opts->log_every : 50;
         t->flush_every = t->be.device == TRAIN_DEVICE_CPU ? 1 : every < TRAIN_STAT_RING ? every : TRAIN_STAT_RING;
         log_start(t, res);
-        st = train_loop(t, train, eval, res, err);
+        st = ckpt_start(t, res, err);
+        if (!st && opts->handle_signals) st = signals_install(err);
+        if (!st) st = train_loop(t, train, eval, res, err);
+        if (opts->handle_signals) signals_restore();
         if (!st && opts->weights_out) st = copy_weights(t, opts->weights_out, err);
         if (!st && opts->task && opts->predict) st = write_predictions(t, err);
         res->peak_device_bytes = t->be.peak_bytes(&t->be);
     }
+    if (t->ck.w) trainer_ckpt_free(&t->ck);
     if (t->log) runlog_close(t->log, res->peak_device_bytes);
     train_backend_close(&t->be);
     free(t);

@@ -27,8 +27,22 @@
  * (MSE) for regression, the mean loss for LM heads.  Progress goes through
  * runtime/runlog.h.
  *
- * Test hook: inject_inf_step = k > 0 writes +inf into one gradient element
- * before the optimizer step k (1-based), which must then be skipped.
+ * Checkpoints (runtime/checkpoint.h, docs/resume.md): with checkpoint_dir
+ * the trainer saves the whole training state every checkpoint_every steps,
+ * at the end of every epoch, at the end of the run, and when a SIGINT or
+ * SIGTERM arrived (handle_signals; runtime/signals.h: checked at step
+ * boundaries, then HPC_ERR_INTERRUPTED).  resume_dir continues such a run:
+ * weights, m, v, the optimizer's step count, the loss scaler, the micro-step
+ * counter (the dropout step) and the loader's (epoch, cursor) are restored,
+ * so the steps that follow are those of an uninterrupted run (bitwise on
+ * the cpu backend).  init_dir starts the weights from a Hugging Face folder
+ * (runtime/hf_init.h: missing, mis-shaped and unused tensors are listed,
+ * new head parameters keep their initializer) or from an hpc checkpoint.
+ *
+ * Test hooks: inject_inf_step = k > 0 writes +inf into one gradient element
+ * before the optimizer step k (1-based), which must then be skipped;
+ * stop_after = k > 0 ends the run after step k as an interruption would
+ * (saving when checkpoint_dir is set) but returns HPC_OK.
  *
  * Everything the trainer allocates is freed before it returns.
  */
@@ -60,6 +74,13 @@ typedef struct {
     bool no_fuse;         /* skip the fuse pass (the unfused graph) */
     float *const *weights_out; /* if not NULL: (ParamList order) host buffers that
                              receive the final f32 weights; NULL entries skipped */
+    const char *checkpoint_dir; /* save checkpoints here; NULL = none */
+    int64_t checkpoint_every;   /* also every N steps (0: epoch ends, signals, the end) */
+    int checkpoint_keep;        /* step directories kept (0 = CHECKPOINT_KEEP_DEFAULT) */
+    const char *resume_dir;     /* continue the run saved here (root or step-N) */
+    const char *init_dir;       /* initial weights: HF folder or hpc checkpoint */
+    int64_t stop_after;         /* test hook (above); 0 = none */
+    bool handle_signals;        /* SIGINT/SIGTERM: save and stop at the next step boundary */
     const TaskData *task; /* a GLUE task (runtime/tasks.h): eval scores the task's
                              main metric (task_evaluate), and with eval_every 0
                              runs at the end of every epoch; NULL: synthetic data */
@@ -84,6 +105,8 @@ typedef struct {
     int64_t last_skipped_step; /* 1-based, 0 when none was skipped */
     double peak_device_bytes; /* GPU: peak of the executor's memory; 0 on the cpu */
     char backend[160];    /* TrainBackend.name */
+    int64_t resumed_from; /* step the run continued after (resume_dir), else 0 */
+    char saved[4200];     /* the last checkpoint written, "" if none */
 } TrainResult;
 
 /* eval may be NULL (no evaluation).  Fails with the status of the failing
