@@ -18,6 +18,7 @@
 #include "spec.h"
 #include "synthetic.h"
 #include "tasks.h"
+#include "run_overrides.h"
 #include "trainer.h"
 
 static const char run_usage[] =
@@ -79,6 +80,7 @@ typedef struct {
     int64_t steps, seq_len, rows, eval_every, ckpt_every, keep;
     SpecPrecision policy;
     bool policy_given, no_fuse, cased, skip_bad_rows;
+    RunOverrides train;  /* --lr, --loss-scale, ... over the model's train block */
     char found[4096];   /* the *.hpc found when no MODEL was given */
 } RunArgs;
 
@@ -124,7 +126,11 @@ static int run_parse(int argc, char **argv, RunArgs *a)
     for (int i = 1; i < argc; i++) {
         const char *o = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         int rc = 0;
-        if (cli_is_help(o)) { fputs(run_usage, stdout); return -1; }
+        if (cli_is_help(o)) {
+            fputs(run_usage, stdout);
+            fputs(run_overrides_usage, stdout);
+            return -1;
+        }
         else if (strcmp(o, "--fp32") == 0) a->policy = PREC_FP32, a->policy_given = true;
         else if (strcmp(o, "--fp16") == 0) a->policy = PREC_FP16, a->policy_given = true;
         else if (strcmp(o, "--bf16") == 0) a->policy = PREC_BF16, a->policy_given = true;
@@ -147,6 +153,7 @@ static int run_parse(int argc, char **argv, RunArgs *a)
         else if (strcmp(o, "--keep") == 0) rc = parse_count(o, argv[++i], &a->keep);
         else if (strcmp(o, "--resume") == 0) a->resume = argv[++i];
         else if (strcmp(o, "--init") == 0) a->init = argv[++i];
+        else if (run_override_known(o)) rc = run_override_add(&a->train, o, argv[++i], NULL);
         else if (o[0] == '-' || a->model) rc = HPC_ERR_USAGE;
         else a->model = o;
         if (rc) {
@@ -257,7 +264,8 @@ int cmd_run(int argc, char **argv)
     memset(&dev, 0, sizeof dev);
     TaskData task;
     memset(&task, 0, sizeof task);
-    HpcStatus st = check_run(&spec, &a, &err);
+    HpcStatus st = run_overrides_apply(&a.train, &spec, &err);
+    if (!st) st = check_run(&spec, &a, &err);
     bool glue = !is_synthetic(&a);
     if (!st) st = glue ? load_task(&spec, &a, &task, &err) : make_data(&spec, &a, &train, &dev, &err);
     TrainOptions o = {.steps = a.steps, .eval_every = a.eval_every, .log_every = 10, .jsonl = a.log,
