@@ -10,7 +10,7 @@ OPT       ?= -O2 -g
 WARN      := -Wall -Wextra -Wshadow -Wstrict-prototypes -Wmissing-prototypes \
              -Wno-unused-parameter -Werror=implicit-function-declaration
 CFLAGS    += -std=c11 -D_GNU_SOURCE $(OPT) $(WARN) -MMD -MP \
-             -I. -Iutil -Igrammar -Icompiler -Iruntime -I$(BUILD)/gen \
+             -I. -Iinclude -Iutil -Igrammar -Icompiler -Iruntime -I$(BUILD)/gen \
              -isystem $(CUDA_HOME)/include
 # Third-party libraries from Debian are linked statically so that bin/hpc
 # runs on machines that have only the CUDA toolkit (the GPU machine).
@@ -36,7 +36,7 @@ LIBS         := $(BUILD)/libhpcrt.a $(BUILD)/libhpcc.a
 TEST_BIN     := $(patsubst tests/%.c,$(BUILD)/tests/%,$(TEST_SRC))
 GPU_TEST_BIN := $(patsubst tests/gpu/%.c,$(BUILD)/tests/gpu/%,$(GPU_TEST_SRC))
 
-.PHONY: all deps demo test test-gpu fuzz check-valgrind bench clean
+.PHONY: all deps demo test test-gpu fuzz check-valgrind bench examples clean
 all: deps bin/hpc
 
 # The README's first command: fine-tune on CoLA (GPU: BERT-base fp16; else bert_tiny on the cpu).
@@ -84,8 +84,14 @@ $(BUILD)/tests/%: tests/%.c $(LIBS) | $(BUILD)/.deps-ok
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS) -Wno-missing-prototypes -o $@ $< $(LIBS) -lcriterion $(LDLIBS)
 
-test: all $(TEST_BIN)
+# The C embedding example (examples/) runs on the cpu backend, also under valgrind.
+examples: all
+	$(MAKE) -C examples
+
+test: all $(TEST_BIN) examples
 	@HPC_ROOT=$(CURDIR) sh tests/run-all.sh $(TEST_BIN)
+	@$(MAKE) -s -C examples run >$(BUILD)/examples-run.log 2>&1 && echo "PASS  examples/embed_bert_tiny" || { cat $(BUILD)/examples-run.log; exit 1; }
+	@$(MAKE) -s -C examples valgrind >$(BUILD)/examples-vg.log 2>&1 && echo "PASS  examples/embed_bert_tiny under valgrind" || { cat $(BUILD)/examples-vg.log; exit 1; }
 	@sh tests/check-valgrind.sh
 
 # GPU checks are plain C programs (no Criterion on the GPU machine).
@@ -110,6 +116,7 @@ fuzz: $(GEN_C)
 # `hpc check` under valgrind on every shipped model and every bad input.
 check-valgrind: all
 	sh tests/check-valgrind.sh
+	$(MAKE) -C examples valgrind
 
 BENCH_BIN := $(BUILD)/bench/bench_hpc
 $(BENCH_BIN): bench/bench_hpc.c $(LIBS)
@@ -120,5 +127,6 @@ bench: all $(BENCH_BIN)
 
 clean:
 	rm -rf $(BUILD) bin
+	$(MAKE) -C examples clean
 
 -include $(shell find $(BUILD)/obj -name '*.d' 2>/dev/null)

@@ -1,8 +1,8 @@
 /* cli/cmd_compile.c — `hpc compile MODEL`: the compiler half of hpc.
  *
  * Runs the stages in order: check -> pipeline_build (lower -> autodiff ->
- * precision -> fuse, compiler/pipeline.h) -> plan (emit is not implemented
- * yet and is named in the output).  Dump flags print after the last stage
+ * precision -> fuse, compiler/pipeline.h) -> plan -> emit (the CUDA source
+ * goes into the NAME.hpc artifact, compiler/artifact.h).  Dump flags print after the last stage
  * that ran: --ir and --dot show the graph (after fuse unless --no-fuse or
  * --stop-after), --precision-report the precision choice per op, --plan the
  * memory plan; --dump-STAGE prints the graph after any compiler stage. */
@@ -36,8 +36,9 @@ static const char compile_usage[] =
     "\n"
     "Checks MODEL (a .model file), lowers it to the graph IR, builds the\n"
     "backward graph, plans the precision of every value and the memory of a\n"
-    "training step, and prints a summary.  Fusion and CUDA emission are not\n"
-    "implemented yet, so no artifact is written.\n"
+    "training step, fuses what it can, emits the CUDA source and writes the\n"
+    "artifact NAME.hpc (the resolved model, the plan and the CUDA source) that\n"
+    "`hpc run` takes.\n"
     "\n"
     "options:\n"
     "  --fp32, --fp16, --bf16  precision policy (default fp32: the graph stays f32)\n"
@@ -119,7 +120,12 @@ static int compile_parse(int argc, char **argv, CompileArgs *a)
         else if (strcmp(o, "--no-artifact") == 0) a->no_artifact = true;
         else if (strcmp(o, "--emit-cuda") == 0 && i + 1 < argc) a->emit_cuda = argv[++i];
         else if (strcmp(o, "--emit-lib") == 0 && i + 1 < argc) a->emit_lib = argv[++i];
-        else if (strcmp(o, "--arch") == 0 && i + 1 < argc && emitlib_parse_archs(argv[i + 1], a->archs, &a->n_archs)) i++;
+        else if (strcmp(o, "--arch") == 0 && i + 1 < argc) {
+            if (!emitlib_parse_archs(argv[++i], a->archs, &a->n_archs)) {
+                fprintf(stderr, "hpc compile: --arch '%s': want a list such as 80,90 or sm_80,sm_90\n", argv[i]);
+                return HPC_ERR_USAGE;
+            }
+        }
         else if (o[0] == '-' || a->model) {
             fprintf(stderr, "hpc compile: unexpected argument '%s'\n%s", o, compile_usage);
             return HPC_ERR_USAGE;
