@@ -607,7 +607,7 @@ Test(hf_init, missing_and_misshapen_are_all_listed)
     cr_expect_eq(rep.n_misshapen, 2 * 3, "%d", rep.n_misshapen); /* intermediate weight, bias, output weight, per layer 0-1 */
     cr_expect(any_line(&rep, "missing: bert.encoder.layer.2.attention.self.query.weight [16, 16]"), "%s", rep.lines[0]);
     cr_expect(any_line(&rep, "mis-shaped: checkpoint tensor bert.encoder.layer.0.intermediate.dense.weight has "
-                             "shape [32, 16] (2 dims) but parameter bert.encoder.layer.0.intermediate.dense.weight "
+                             "shape [32, 16] but parameter bert.encoder.layer.0.intermediate.dense.weight "
                              "needs [48, 16]"), "%s", rep.lines[0]);
     cr_expect(strstr(err.msg, "16 parameters missing, 6 mis-shaped") != NULL, "%s", err.msg);
     fixture_free(&src);
