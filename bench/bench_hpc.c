@@ -16,9 +16,15 @@
  * the run minus before it (cuMemGetInfo; adds cuBLAS workspace, modules).
  * One JSON object per line on stdout, as pytorch_bert.py prints.
  *
+ * With --profile, one more step after the timed ones runs with HPC_PROFILE=1:
+ * cuda_exec times every node with CUDA events, eagerly, and prints its
+ * tables to stderr (runtime/cuda_exec.c, docs/perf.md); the optimizer and
+ * loss-scaler step, outside cuda_exec, is timed here and printed after them.
+ *
  * Usage: bench_hpc [--shapes 32x128,32x32,256x128] [--policies fp16,fp32]
- *                  [--warmup 10] [--iters 30]
+ *                  [--warmup 10] [--iters 30] [--profile]
  * Exit 0 on success, 1 on an error, 4 without a GPU. */
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -97,8 +103,32 @@ static HpcStatus time_steps(TrainBackend *be, const Batch *b, int warmup, int it
     return st;
 }
 
+/* One step with cuda_exec's profile mode on: its tables go to stderr; the
+ * optimizer step is timed here with events. */
+static HpcStatus profile_step(TrainBackend *be, const Batch *b, HpcError *err)
+{
+    const CudaDriver *cu = cuda_driver();
+    CUstream s = be->cuda_stream;
+    CUevent e0 = NULL, e1 = NULL;
+    float ms = 0;
+    setenv("HPC_PROFILE", "1", 1);
+    HpcStatus st = CUDA_CHECK(err, cu->cuEventCreate(&e0, CU_EVENT_DEFAULT));
+    if (!st) st = CUDA_CHECK(err, cu->cuEventCreate(&e1, CU_EVENT_DEFAULT));
+    if (!st) st = be->micro(be, b, 0, err);
+    if (!st) st = CUDA_CHECK(err, cu->cuEventRecord(e0, s));
+    if (!st) st = be->step(be, false, err);
+    if (!st) st = CUDA_CHECK(err, cu->cuEventRecord(e1, s));
+    if (!st) st = CUDA_CHECK(err, cu->cuEventSynchronize(e1));
+    if (!st) st = CUDA_CHECK(err, cu->cuEventElapsedTime(&ms, e0, e1));
+    unsetenv("HPC_PROFILE");
+    if (!st) fprintf(stderr, "hpc profile: optimizer + loss scaler step (outside cuda_exec): %.3f ms\n\n", ms);
+    if (e0) cu->cuEventDestroy(e0);
+    if (e1) cu->cuEventDestroy(e1);
+    return st;
+}
+
 static HpcStatus bench_one(const ModelSpec *spec, SpecPrecision policy, int64_t B, int64_t L, int warmup,
-                           int iters, BenchResult *r, HpcError *err)
+                           int iters, bool profile, BenchResult *r, HpcError *err)
 {
     size_t free0 = 0, free1 = 0, total = 0;
     HpcStatus st = cuda_mem_info(&free0, &total, err);
@@ -107,6 +137,7 @@ static HpcStatus bench_one(const ModelSpec *spec, SpecPrecision policy, int64_t 
     if (st) return st;
     Batch *b = random_batch(spec, B, L);
     st = time_steps(&be, b, warmup, iters, r, err);
+    if (!st && profile) st = profile_step(&be, b, err);
     if (!st) st = cuda_mem_info(&free1, &total, err);
     r->peak_mib = be.peak_bytes(&be) / 1048576.0;
     r->device_mib = ((double)free0 - (double)free1) / 1048576.0;
@@ -119,11 +150,14 @@ int main(int argc, char **argv)
 {
     const char *shapes = "32x128,32x32,256x128", *policies = "fp16,fp32";
     int warmup = 10, iters = 30;
-    for (int i = 1; i + 1 < argc; i += 2) {
-        if (strcmp(argv[i], "--shapes") == 0) shapes = argv[i + 1];
-        else if (strcmp(argv[i], "--policies") == 0) policies = argv[i + 1];
-        else if (strcmp(argv[i], "--warmup") == 0) warmup = atoi(argv[i + 1]);
-        else if (strcmp(argv[i], "--iters") == 0) iters = atoi(argv[i + 1]);
+    bool profile = false;
+    for (int i = 1; i < argc; i++) {
+        if (strcmp(argv[i], "--profile") == 0) profile = true;
+        else if (i + 1 == argc) break;
+        else if (strcmp(argv[i], "--shapes") == 0) shapes = argv[++i];
+        else if (strcmp(argv[i], "--policies") == 0) policies = argv[++i];
+        else if (strcmp(argv[i], "--warmup") == 0) warmup = atoi(argv[++i]);
+        else if (strcmp(argv[i], "--iters") == 0) iters = atoi(argv[++i]);
     }
     if (iters < 1) iters = 1;
     HpcError err = {0};
@@ -144,7 +178,7 @@ int main(int argc, char **argv)
         for (SpecPrecision p = PREC_FP32; p <= PREC_BF16; p++) {
             if (!strstr(policies, spec_precision_name(p))) continue;
             BenchResult r = {0};
-            if (bench_one(&spec, p, B, L, warmup, iters, &r, &err)) {
+            if (bench_one(&spec, p, B, L, warmup, iters, profile, &r, &err)) {
                 fprintf(stderr, "bench_hpc: B=%lld L=%lld %s: %s\n", B, L, spec_precision_name(p), err.msg);
                 rc = 1;
                 continue;

@@ -49,8 +49,9 @@
 
 #define EOP_MAX_PHASES 3
 #define EOP_NAME_MAX 96
-/* Row blocks of the column-sum reductions (bias and gamma gradients). */
-#define EOP_COL_PARTS 64
+/* Row blocks of the column-sum reductions (bias and gamma gradients):
+ * enough blocks to fill an H100/H200 at C = 768 (docs/perf.md). */
+#define EOP_COL_PARTS 128
 
 typedef enum { EOP_NONE, EOP_UPLOAD, EOP_GEMM, EOP_KERNELS } EopKind;
 

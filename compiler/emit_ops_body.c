@@ -126,6 +126,56 @@ static EStr *elems_phase(EopGen *gen, const char *base, const IrNode *over)
 
 static const char *act_name(IrActKind k) { return ir_act_name(k); }
 
+static bool float_dtype(DType d) { return d == DT_F32 || d == DT_F16 || d == DT_BF16; }
+
+static bool same_shape(const IrNode *a, const IrNode *b)
+{
+    if (a->rank != b->rank) return false;
+    for (int i = 0; i < a->rank; i++)
+        if (a->dims[i] != b->dims[i]) return false;
+    return true;
+}
+
+/* Whether every input of the node has the output's shape and all are float:
+ * then the op may run 8 elements per thread (vec_elems). */
+static bool vec_ok(const EopGen *gen)
+{
+    if (!float_dtype(OUTN->dtype)) return false;
+    for (int k = 0; k < OUTN->n_in; k++)
+        if (!float_dtype(INN(k)->dtype) || !same_shape(INN(k), OUTN)) return false;
+    return true;
+}
+
+/* An elementwise phase over the output, 8 elements per thread through
+ * 16-byte loads and stores (emit_ops.c's ld8_ / st8_), then a scalar tail.
+ * `expr` is element i's f32 value from v0[j], v1[j], ... (input k's element
+ * i as f32); `pre` declares constants.  The result is rounded once to the
+ * output dtype, as in the scalar kernels. */
+static void vec_elems(EopGen *gen, const char *base, const char *pre, const char *expr)
+{
+    const IrNode *n = OUTN;
+    char tag[64], num[128];
+    shape_tag(n, tag, sizeof tag);
+    numel_expr(n, num, sizeof num);
+    EStr *s = phase(gen, base, tag, EOP_LT_ELEMS, (ir_numel(n, gen->B, gen->L) + 7) / 8, 256);
+    estr_printf(s, "    const i64 n = %s, nv = n / 8;\n", num);
+    estr_add(s, pre);
+    estr_add(s, "    EOP_FOR(iv, nv) {\n        const i64 i0 = iv * 8;\n");
+    for (int k = 0; k < n->n_in; k++)
+        estr_printf(s, "        float v%d[8];\n        ld8_%s(x%d + i0, v%d);\n", k, ir_dtype_name(INN(k)->dtype), k, k);
+    estr_add(s, "        float r[8];\n#pragma unroll\n        for (int j = 0; j < 8; j++) {\n"
+                "            const i64 i = i0 + j;\n            (void)i;\n            r[j] = ");
+    estr_add(s, expr);
+    estr_printf(s, ";\n        }\n        st8_%s(y + i0, r);\n    }\n", ir_dtype_name(n->dtype));
+    estr_add(s, "    for (i64 i = nv * 8 + (i64)blockIdx.x * blockDim.x + threadIdx.x; i < n; "
+                "i += (i64)gridDim.x * blockDim.x) {\n        const int j = 0;\n");
+    for (int k = 0; k < n->n_in; k++)
+        estr_printf(s, "        float v%d[1];\n        v%d[0] = %s(x%d[i]);\n", k, k, ldf(INN(k)->dtype), k);
+    estr_printf(s, "        y[i] = %s(", stf(n->dtype));
+    estr_add(s, expr);
+    estr_add(s, ");\n    }\n");
+}
+
 /* ---- forward ops ------------------------------------------------------ */
 
 static void gen_loss_scale(EopGen *gen)
@@ -152,6 +202,10 @@ static void gen_embedding(EopGen *gen)
 
 static void gen_add(EopGen *gen)
 {
+    if (vec_ok(gen)) {
+        vec_elems(gen, "add", "", "v0[j] + v1[j]");
+        return;
+    }
     EStr *s = elems_phase(gen, "add", OUTN);
     estr_printf(s, "    EOP_FOR(i, n) y[i] = %s(%s(x0[i]) + %s(x1[i]));\n", stf(OUTN->dtype),
                 ldf(INN(0)->dtype), ldf(INN(1)->dtype));
@@ -159,6 +213,10 @@ static void gen_add(EopGen *gen)
 
 static void gen_cast(EopGen *gen)
 {
+    if (vec_ok(gen)) {
+        vec_elems(gen, "cast", "", "v0[j]");
+        return;
+    }
     EStr *s = elems_phase(gen, "cast", OUTN);
     estr_printf(s, "    EOP_FOR(i, n) y[i] = %s(%s(x0[i]));\n", stf(OUTN->dtype), ldf(INN(0)->dtype));
 }
@@ -167,6 +225,12 @@ static void gen_act(EopGen *gen)
 {
     char base[32];
     snprintf(base, sizeof base, "%s_fwd", act_name(OUTN->attr.act.kind));
+    if (vec_ok(gen)) {
+        char expr[64];
+        snprintf(expr, sizeof expr, "act_%s(v0[j])", act_name(OUTN->attr.act.kind));
+        vec_elems(gen, base, "", expr);
+        return;
+    }
     EStr *s = elems_phase(gen, base, OUTN);
     estr_printf(s, "    EOP_FOR(i, n) y[i] = %s(act_%s(%s(x0[i])));\n", stf(OUTN->dtype),
                 act_name(OUTN->attr.act.kind), ldf(INN(0)->dtype));
@@ -175,6 +239,15 @@ static void gen_act(EopGen *gen)
 static void gen_dropout(EopGen *gen)
 {
     const IrDropoutAttr *d = &OUTN->attr.dropout;
+    if (vec_ok(gen)) {
+        char pre[256], expr[160];
+        snprintf(pre, sizeof pre, "    const float p = %.9gf;\n    const float sc = (float)(1.0 / (1.0 - (double)p));\n"
+                                  "    const bool on = ctl->training && p != 0.0f;\n", (double)(float)d->p);
+        snprintf(expr, sizeof expr, "on ? (philox_keep(ctl->seed, (u64)i, ctl->step, %uu, p) ? v0[j] * sc : 0.0f) : v0[j]",
+                 (unsigned)d->salt);
+        vec_elems(gen, "dropout", pre, expr);
+        return;
+    }
     EStr *s = elems_phase(gen, "dropout", OUTN);
     estr_printf(s, "    const float p = %.9gf;\n    const float sc = (float)(1.0 / (1.0 - (double)p));\n"
                    "    const bool on = ctl->training && p != 0.0f;\n"
@@ -184,11 +257,40 @@ static void gen_dropout(EopGen *gen)
                 (double)(float)d->p, ldf(INN(0)->dtype), (unsigned)d->salt, stf(OUTN->dtype));
 }
 
+/* The permutation as a copy of 16-byte chunks: each head's D elements are
+ * contiguous on both sides, so chunk i (elements i*W ..) moves as a whole. */
+static void heads_copy(EopGen *gen, bool split, long long NH, long long D, long long W)
+{
+    char tag[64], num[128];
+    shape_tag(OUTN, tag, sizeof tag);
+    numel_expr(OUTN, num, sizeof num);
+    EStr *s = phase(gen, split ? "split_heads_v" : "merge_heads_v", tag, EOP_LT_ELEMS,
+                    ir_numel(OUTN, gen->B, gen->L) / W, 256);
+    estr_printf(s, "    const i64 n = %s / %lldLL;\n    EOP_FOR(c, n) {\n        const i64 i = c * %lldLL;\n"
+                   "        i64 dd = i %% %lldLL, r = i / %lldLL;\n",
+                num, W, W, D, D);
+    if (split)
+        estr_printf(s, "        i64 l = r %% a.L; r /= a.L;\n        i64 hh = r %% %lldLL, b = r / %lldLL;\n"
+                       "        const i64 src = ((b * a.L + l) * %lldLL + hh) * %lldLL + dd;\n",
+                    NH, NH, NH, D);
+    else
+        estr_printf(s, "        i64 hh = r %% %lldLL; r /= %lldLL;\n        i64 l = r %% a.L, b = r / a.L;\n"
+                       "        const i64 src = ((b * %lldLL + hh) * a.L + l) * %lldLL + dd;\n",
+                    NH, NH, NH, D);
+    estr_add(s, "        *(eop_v16 *)(y + i) = *(const eop_v16 *)(x0 + src);\n    }\n");
+}
+
 /* out (B, NH, L, D) from in (B, L, NH*D), or the reverse when merging. */
 static void gen_heads(EopGen *gen, bool split)
 {
     const IrNode *h = split ? OUTN : INN(0);   /* the (B, NH, L, D) side */
     long long NH = (long long)h->dims[1], D = (long long)h->dims[3];
+    size_t es = OUTN->dtype == DT_F32 ? 4 : 2;
+    long long W = (long long)(16 / es);   /* elements per 16-byte chunk */
+    if (INN(0)->dtype == OUTN->dtype && float_dtype(OUTN->dtype) && D > 0 && D % W == 0) {
+        heads_copy(gen, split, NH, D, W);
+        return;
+    }
     EStr *s = elems_phase(gen, split ? "split_heads" : "merge_heads", OUTN);
     if (split)
         estr_printf(s, "    EOP_FOR(i, n) {\n        i64 dd = i %% %lldLL, r = i / %lldLL;\n"
@@ -228,10 +330,87 @@ static void ln_stats_text(EStr *s, const char *ld, long long D, double eps)
                 D, ld, D, D, ld, D, eps);
 }
 
+/* LayerNorm rows of D % 8 == 0 keep the row in registers: one block of
+ * ln_threads(D) threads per row (a multiple of 32, at most 256), thread t
+ * holding the 8-column chunks t + T u (u < NU), loaded and stored 16 bytes
+ * at a time; one pass over global memory per input. */
+static bool ln_vec_ok(long long D) { return D > 0 && D % 8 == 0 && D <= 8192; }
+static int ln_threads(long long D)
+{
+    long long t = (D / 8 + 31) / 32 * 32;
+    return t > 256 ? 256 : (int)t;
+}
+static int ln_nu(long long D) { return (int)((D / 8 + ln_threads(D) - 1) / ln_threads(D)); }
+
+/* A block-per-row phase over the rows of `rows_of`: declares sh, R, row. */
+static EStr *ln_row_phase(EopGen *gen, const char *base, const IrNode *rows_of, long long D)
+{
+    char rows[128], tag[32];
+    rows_expr(rows_of, rows, sizeof rows);
+    snprintf(tag, sizeof tag, "h%lld", D);
+    EStr *s = phase(gen, base, tag, EOP_LT_ROWS, ir_rows(rows_of, gen->B, gen->L), ln_threads(D));
+    estr_printf(s, "    __shared__ float sh[32];\n    const i64 R = %s;\n    const i64 row = blockIdx.x;\n"
+                   "    if (row >= R) return;\n", rows);
+    return s;
+}
+
+/* Loads row `row` of PTR (dtype dt, D columns) into NAME[NU][8] (zeros past D). */
+static void ln_row_load(EStr *s, const char *name, const char *ptr, DType dt, long long D)
+{
+    int nu = ln_nu(D), T = ln_threads(D);
+    estr_printf(s, "    float %s[%d][8];\n#pragma unroll\n    for (int u = 0; u < %d; u++) {\n"
+                   "        const int cu = threadIdx.x + %d * u;\n"
+                   "        if (cu < %lld) ld8_%s(%s + row * %lldLL + cu * 8, %s[u]);\n"
+                   "        else for (int j = 0; j < 8; j++) %s[u][j] = 0.0f;\n    }\n",
+                name, nu, nu, T, D / 8, ir_dtype_name(dt), ptr, D, name, name);
+}
+
+/* mean and rstd of the row in xv (two passes over the registers, f32). */
+static void ln_row_stats(EStr *s, long long D, double eps)
+{
+    int nu = ln_nu(D), T = ln_threads(D);
+    estr_printf(s, "    float s1 = 0.0f;\n#pragma unroll\n    for (int u = 0; u < %d; u++)\n"
+                   "        for (int j = 0; j < 8; j++) s1 += xv[u][j];\n"
+                   "    const float mean = block_sum(s1, sh) * (1.0f / %lld);\n    float q = 0.0f;\n"
+                   "#pragma unroll\n    for (int u = 0; u < %d; u++)\n"
+                   "        if (threadIdx.x + %d * u < %lld)\n"
+                   "            for (int j = 0; j < 8; j++) {\n                float d = xv[u][j] - mean;\n                q += d * d;\n            }\n"
+                   "    const float rstd = 1.0f / sqrtf(block_sum(q, sh) * (1.0f / %lld) + %.9gf);\n",
+                nu, D, nu, T, D / 8, D, eps);
+}
+
+static bool ln_vec_dtypes(const EopGen *gen)
+{
+    if (!float_dtype(OUTN->dtype)) return false;
+    for (int k = 0; k < OUTN->n_in; k++)
+        if (!float_dtype(INN(k)->dtype)) return false;
+    return true;
+}
+
+static void gen_layernorm_vec(EopGen *gen)
+{
+    const IrNode *n = OUTN;
+    long long D = (long long)last_dim(n);
+    int nu = ln_nu(D);
+    EStr *s = ln_row_phase(gen, "ln_fwd", n, D);
+    ln_row_load(s, "xv", "x0", INN(0)->dtype, D);
+    ln_row_stats(s, D, (double)(float)n->attr.norm.eps);
+    estr_printf(s, "#pragma unroll\n    for (int u = 0; u < %d; u++) {\n        const int cu = threadIdx.x + blockDim.x * u;\n"
+                   "        if (cu >= %lld) break;\n        float g[8], bt[8], r[8];\n"
+                   "        ld8_%s(x1 + cu * 8, g);\n        ld8_%s(x2 + cu * 8, bt);\n"
+                   "        for (int j = 0; j < 8; j++) r[j] = (xv[u][j] - mean) * rstd * g[j] + bt[j];\n"
+                   "        st8_%s(y + row * %lldLL + cu * 8, r);\n    }\n",
+                nu, D / 8, ir_dtype_name(INN(1)->dtype), ir_dtype_name(INN(2)->dtype), ir_dtype_name(n->dtype), D);
+}
+
 static void gen_layernorm(EopGen *gen)
 {
     const IrNode *n = OUTN;
     long long D = (long long)last_dim(n);
+    if (ln_vec_ok(D) && ln_vec_dtypes(gen)) {
+        gen_layernorm_vec(gen);
+        return;
+    }
     char rows[128], tag[32];
     rows_expr(n, rows, sizeof rows);
     snprintf(tag, sizeof tag, "h%lld", D);
@@ -353,6 +532,29 @@ static HpcStatus gen_gemm(EopGen *gen, HpcError *err)
 
 /* ---- backward ops ----------------------------------------------------- */
 
+/* Tables of at most this many floats (token types: 2 x 768) accumulate in
+ * shared memory first: every token hits the same few rows, and global
+ * atomics on them serialise (0.33 ms at B=256 L=128, docs/perf.md). */
+#define EOP_EMB_SMEM_FLOATS 4096
+#define EOP_EMB_SMEM_BLOCKS 1024
+
+static void embedding_scatter_smem(EopGen *gen, const char *acc, long long V, long long D)
+{
+    const IrNode *dy = INN(0);
+    char tag[64], num[128];
+    shape_tag(dy, tag, sizeof tag);
+    numel_expr(dy, num, sizeof num);
+    int64_t numel = ir_numel(dy, gen->B, gen->L), cap = (int64_t)EOP_EMB_SMEM_BLOCKS * 256;
+    EStr *s = phase(gen, "embedding_scatter_smem", tag, EOP_LT_ELEMS, numel < cap ? numel : cap, 256);
+    estr_printf(s, "    __shared__ float tab[%lld];\n"
+                   "    for (int k = threadIdx.x; k < %lld; k += blockDim.x) tab[k] = 0.0f;\n    __syncthreads();\n"
+                   "    const i64 n = %s;\n    EOP_FOR(i, n) {\n        int id = x1[i / %lldLL];\n"
+                   "        if (id >= 0 && id < %lld) atomicAdd(&tab[id * %lldLL + i %% %lldLL], %s(x0[i]));\n    }\n"
+                   "    __syncthreads();\n"
+                   "    for (int k = threadIdx.x; k < %lld; k += blockDim.x) atomicAdd(%s + k, tab[k]);\n",
+                V * D, V * D, num, D, V, D, D, ldf(dy->dtype), V * D, acc);
+}
+
 static void gen_embedding_bwd(EopGen *gen)
 {
     const IrNode *n = OUTN, *dy = INN(0);
@@ -361,10 +563,14 @@ static void gen_embedding_bwd(EopGen *gen)
     const char *acc = direct ? "y" : "sf";
     EStr *s = elems_phase(gen, "zero", n);
     estr_printf(s, "    EOP_FOR(i, n) %s[i] = 0.0f;\n", acc);
-    s = elems_phase(gen, "embedding_scatter", dy);
-    estr_printf(s, "    EOP_FOR(i, n) {\n        int id = x1[i / %lldLL];\n"
-                   "        if (id >= 0 && id < %lld) atomicAdd(%s + (i64)id * %lldLL + i %% %lldLL, %s(x0[i]));\n    }\n",
-                D, V, acc, D, D, ldf(dy->dtype));
+    if (V * D <= EOP_EMB_SMEM_FLOATS) {
+        embedding_scatter_smem(gen, acc, V, D);
+    } else {
+        s = elems_phase(gen, "embedding_scatter", dy);
+        estr_printf(s, "    EOP_FOR(i, n) {\n        int id = x1[i / %lldLL];\n"
+                       "        if (id >= 0 && id < %lld) atomicAdd(%s + (i64)id * %lldLL + i %% %lldLL, %s(x0[i]));\n    }\n",
+                    D, V, acc, D, D, ldf(dy->dtype));
+    }
     if (direct) return;
     s = elems_phase(gen, "embedding_grad_cast", n);
     estr_printf(s, "    EOP_FOR(i, n) y[i] = %s(sf[i]);\n", stf(n->dtype));
@@ -400,18 +606,95 @@ static void colsum_phases(EopGen *gen, const char *base, const IrNode *rows_of, 
     gen->scratch = (int64_t)EOP_COL_PARTS * C * 8;
 }
 
+/* Column sums as colsum_phases, 8 columns per thread (C % 8 == 0): a block
+ * of (32, 8) threads covers 256 columns of 8 rows at a time, each thread
+ * loading 16 bytes per row (`load` fills va[8], vb[8] for row r, column c0);
+ * `term` is column c0 + j's double term.  Partials go to sd as before. */
+static void colsum8_phases(EopGen *gen, const char *base, const IrNode *rows_of, const char *load,
+                           const char *term)
+{
+    const IrNode *n = OUTN;
+    long long C = (long long)last_dim(n);
+    char rows[128], tag[32], b1[64], b2[64];
+    rows_expr(rows_of, rows, sizeof rows);
+    snprintf(tag, sizeof tag, "c%lld", C);
+    snprintf(b1, sizeof b1, "%s_part8", base);
+    snprintf(b2, sizeof b2, "%s_sum", base);
+    EStr *s = phase(gen, b1, tag, EOP_LT_COLPART, C / 8, 256);
+    estr_printf(s, "    __shared__ double acc[8][257];\n    const i64 R = %s;\n"
+                   "    const int c0 = (blockIdx.x * 32 + threadIdx.x) * 8;\n"
+                   "    double t[8];\n#pragma unroll\n    for (int j = 0; j < 8; j++) t[j] = 0.0;\n"
+                   "    if (c0 < %lld) {\n#pragma unroll 4\n"
+                   "        for (i64 r = blockIdx.y * 8 + threadIdx.y; r < R; r += (i64)gridDim.y * 8) {\n"
+                   "            float va[8], vb[8];\n            (void)vb;\n",
+                rows, C);
+    estr_add(s, load);
+    estr_add(s, "#pragma unroll\n            for (int j = 0; j < 8; j++) t[j] += ");
+    estr_add(s, term);
+    estr_printf(s, ";\n        }\n    }\n"
+                   "#pragma unroll\n    for (int j = 0; j < 8; j++) acc[threadIdx.y][threadIdx.x * 8 + j] = t[j];\n"
+                   "    __syncthreads();\n"
+                   "    const int col = blockIdx.x * 256 + threadIdx.y * 32 + threadIdx.x;\n"
+                   "    if (col < %lld) {\n        double u = 0.0;\n"
+                   "        for (int k = 0; k < 8; k++) u += acc[k][threadIdx.y * 32 + threadIdx.x];\n"
+                   "        sd[(i64)blockIdx.y * %lldLL + col] = u;\n    }\n",
+                C, C);
+    s = phase(gen, b2, tag, EOP_LT_COLFIN, C, 256);
+    estr_printf(s, "    const int col = blockIdx.x * blockDim.x + threadIdx.x;\n    if (col >= %lld) return;\n"
+                   "    double u = 0.0;\n    for (int p = 0; p < %d; p++) u += sd[(i64)p * %lldLL + col];\n"
+                   "    y[col] = %s((float)u);\n",
+                C, EOP_COL_PARTS, C, stf(n->dtype));
+    gen->scratch = (int64_t)EOP_COL_PARTS * C * 8;
+}
+
 static void gen_bias_grad(EopGen *gen)
 {
+    if (last_dim(OUTN) > 0 && last_dim(OUTN) % 8 == 0 && float_dtype(INN(0)->dtype)) {
+        char load[128];
+        snprintf(load, sizeof load, "            ld8_%s(x0 + r * %lldLL + c0, va);\n", ir_dtype_name(INN(0)->dtype),
+                 (long long)last_dim(OUTN));
+        colsum8_phases(gen, "bias_grad", INN(0), load, "(double)va[j]");
+        return;
+    }
     char term[128];
     snprintf(term, sizeof term, "(double)%s(x0[r * %lldLL + col])", ldf(INN(0)->dtype),
              (long long)last_dim(OUTN));
     colsum_phases(gen, "bias_grad", INN(0), term);
 }
 
+/* dx = rstd * (g - mean(g) - xhat * mean(g * xhat)), g = dy * gamma, with
+ * x and dy of the row in registers. */
+static void gen_layernorm_dx_vec(EopGen *gen)
+{
+    const IrNode *n = OUTN;
+    long long D = (long long)last_dim(n);
+    int nu = ln_nu(D);
+    EStr *s = ln_row_phase(gen, "ln_dx", n, D);
+    ln_row_load(s, "xv", "x1", INN(1)->dtype, D);
+    ln_row_stats(s, D, (double)(float)n->attr.norm.eps);
+    ln_row_load(s, "dv", "x0", INN(0)->dtype, D);
+    estr_printf(s, "    float a1 = 0.0f, b1 = 0.0f;\n#pragma unroll\n    for (int u = 0; u < %d; u++) {\n"
+                   "        const int cu = threadIdx.x + blockDim.x * u;\n        if (cu >= %lld) break;\n        float gm[8];\n"
+                   "        ld8_%s(x2 + cu * 8, gm);\n"
+                   "        for (int j = 0; j < 8; j++) {\n            xv[u][j] = (xv[u][j] - mean) * rstd;\n"
+                   "            dv[u][j] = dv[u][j] * gm[j];\n            a1 += dv[u][j];\n            b1 += dv[u][j] * xv[u][j];\n"
+                   "        }\n    }\n"
+                   "    a1 = block_sum(a1, sh) * (1.0f / %lld);\n    b1 = block_sum(b1, sh) * (1.0f / %lld);\n"
+                   "#pragma unroll\n    for (int u = 0; u < %d; u++) {\n        const int cu = threadIdx.x + blockDim.x * u;\n"
+                   "        if (cu >= %lld) break;\n        float r[8];\n"
+                   "        for (int j = 0; j < 8; j++) r[j] = rstd * (dv[u][j] - a1 - xv[u][j] * b1);\n"
+                   "        st8_%s(y + row * %lldLL + cu * 8, r);\n    }\n",
+                nu, D / 8, ir_dtype_name(INN(2)->dtype), D, D, nu, D / 8, ir_dtype_name(n->dtype), D);
+}
+
 static void gen_layernorm_dx(EopGen *gen)
 {
     const IrNode *n = OUTN, *x = INN(1);
     long long D = (long long)last_dim(n);
+    if (ln_vec_ok(D) && ln_vec_dtypes(gen)) {
+        gen_layernorm_dx_vec(gen);
+        return;
+    }
     char rows[128], tag[32];
     rows_expr(n, rows, sizeof rows);
     snprintf(tag, sizeof tag, "h%lld", D);
@@ -434,10 +717,34 @@ static void gen_layernorm_dx(EopGen *gen)
 
 /* Row statistics into the scratch after the column partials, then the
  * column sums of dy * xhat. */
+static void gen_layernorm_dgamma_vec(EopGen *gen)
+{
+    const IrNode *n = OUTN, *x = INN(1);
+    long long D = (long long)last_dim(n);
+    long long st_off = 2LL * EOP_COL_PARTS * D;   /* in floats, after the double partials */
+    int64_t R = ir_rows(x, gen->B, gen->L);
+    EStr *s = ln_row_phase(gen, "ln_stats", x, D);
+    ln_row_load(s, "xv", "x1", x->dtype, D);
+    ln_row_stats(s, D, (double)(float)n->attr.norm.eps);
+    estr_printf(s, "    if (threadIdx.x == 0) {\n        sf[%lldLL + row] = mean;\n        sf[%lldLL + R + row] = rstd;\n    }\n",
+                st_off, st_off);
+    char load[256], term[160];
+    snprintf(load, sizeof load, "            ld8_%s(x0 + r * %lldLL + c0, va);\n            ld8_%s(x1 + r * %lldLL + c0, vb);\n"
+                                "            const float mu = sf[%lldLL + r], rs = sf[%lldLL + R + r];\n",
+             ir_dtype_name(INN(0)->dtype), D, ir_dtype_name(x->dtype), D, st_off, st_off);
+    snprintf(term, sizeof term, "(double)va[j] * (double)((vb[j] - mu) * rs)");
+    colsum8_phases(gen, "ln_dgamma", x, load, term);
+    gen->scratch = (int64_t)EOP_COL_PARTS * D * 8 + 2 * R * 4;
+}
+
 static void gen_layernorm_dgamma(EopGen *gen)
 {
     const IrNode *n = OUTN, *x = INN(1);
     long long D = (long long)last_dim(n);
+    if (ln_vec_ok(D) && ln_vec_dtypes(gen)) {
+        gen_layernorm_dgamma_vec(gen);
+        return;
+    }
     char rows[128], tag[32], term[256];
     rows_expr(x, rows, sizeof rows);
     snprintf(tag, sizeof tag, "h%lld", D);
@@ -461,6 +768,12 @@ static void gen_act_bwd(EopGen *gen)
 {
     char base[32];
     snprintf(base, sizeof base, "%s_bwd", act_name(OUTN->attr.act.kind));
+    if (vec_ok(gen)) {
+        char expr[64];
+        snprintf(expr, sizeof expr, "v0[j] * actg_%s(v1[j])", act_name(OUTN->attr.act.kind));
+        vec_elems(gen, base, "", expr);
+        return;
+    }
     EStr *s = elems_phase(gen, base, OUTN);
     estr_printf(s, "    EOP_FOR(i, n) y[i] = %s(%s(x0[i]) * actg_%s(%s(x1[i])));\n", stf(OUTN->dtype),
                 ldf(INN(0)->dtype), act_name(OUTN->attr.act.kind), ldf(INN(1)->dtype));
@@ -547,13 +860,34 @@ static void dropout_consts(EStr *s, IrFusedAttr fa)
 /* Row max and sum of exp over the visible keys of scores `sc` (warp per row). */
 static void softmax_stats_text(EStr *s, const char *ld, bool causal)
 {
-    estr_printf(s, "#define VIS(k) (mask[k] != 0 && !(%d && (k) > q))\n"
-                   "    float m = EOP_NEG_INF;\n"
+    estr_printf(s, "    float m = EOP_NEG_INF;\n"
                    "    for (i64 k = lane; k < a.L; k += 32) if (VIS(k)) m = fmaxf(m, %s(sc[k]));\n"
                    "    m = warp_max(m);\n    float sum = 0.0f;\n"
                    "    for (i64 k = lane; k < a.L; k += 32) if (VIS(k)) sum += expf(%s(sc[k]) - m);\n"
                    "    sum = warp_sum(sum);\n",
-                causal ? 1 : 0, ld, ld);
+                ld, ld);
+}
+
+/* Rows of at most SM_KPL * 32 keys keep their keys in registers: the same
+ * statistics as softmax_stats_text (same per-lane order, so the same bits),
+ * with e[t] = expf(score - m) of key lane + 32 t computed once. */
+#define SM_KPL 4
+static void softmax_regs_text(EStr *s, const char *ld)
+{
+    estr_printf(s, "        float e[%d];\n        bool vis[%d];\n        float m = EOP_NEG_INF;\n"
+                   "#pragma unroll\n        for (int t = 0; t < %d; t++) {\n"
+                   "            const i64 k = lane + 32 * t;\n            vis[t] = k < a.L && VIS(k);\n"
+                   "            e[t] = vis[t] ? %s(sc[k]) : 0.0f;\n            if (vis[t]) m = fmaxf(m, e[t]);\n        }\n"
+                   "        m = warp_max(m);\n        float sum = 0.0f;\n"
+                   "#pragma unroll\n        for (int t = 0; t < %d; t++)\n"
+                   "            if (vis[t]) {\n                e[t] = expf(e[t] - m);\n                sum += e[t];\n            }\n"
+                   "        sum = warp_sum(sum);\n",
+                SM_KPL, SM_KPL, SM_KPL, ld, SM_KPL);
+}
+
+static void vis_define(EStr *s, bool causal)
+{
+    estr_printf(s, "#define VIS(k) (mask[k] != 0 && !(%d && (k) > q))\n", causal ? 1 : 0);
 }
 
 static void gen_softmax_dropout(EopGen *gen)
@@ -568,6 +902,16 @@ static void gen_softmax_dropout(EopGen *gen)
     estr_printf(s, "    const i64 b = row / (%lldLL * a.L), q = row %% a.L;\n"
                    "    const int *mask = x1 + b * a.L;\n    const %s *sc = x0 + row * a.L;\n",
                 (long long)n->dims[1], ctype(INN(0)->dtype));
+    vis_define(s, fa.causal);
+    char rp[96];
+    round_expr((DType)fa.mid, "vis[t] && sum > 0.0f ? e[t] / sum : 0.0f", rp, sizeof rp);
+    estr_printf(s, "    if (a.L <= %d) {\n", 32 * SM_KPL);
+    softmax_regs_text(s, ld);
+    estr_printf(s, "#pragma unroll\n        for (int t = 0; t < %d; t++) {\n            const i64 k = lane + 32 * t;\n"
+                   "            if (k >= a.L) break;\n            float pk = %s;\n"
+                   "            if (on) pk = philox_keep(ctl->seed, (u64)(row * a.L + k), ctl->step, salt, p) ? pk * dscale : 0.0f;\n"
+                   "            y[row * a.L + k] = %s(pk);\n        }\n        return;\n    }\n",
+                SM_KPL, rp, stf(n->dtype));
     softmax_stats_text(s, ld, fa.causal);
     estr_printf(s, "    for (i64 k = lane; k < a.L; k += 32) {\n"
                    "        const float v = %s(sc[k]);\n        float pk = %s;\n"
@@ -593,6 +937,23 @@ static void gen_softmax_dropout_bwd(EopGen *gen)
                    "    const int *mask = x2 + b * a.L;\n    const %s *sc = x1 + row * a.L;\n"
                    "    const %s *dr = x0 + row * a.L;\n",
                 (long long)n->dims[1], ctype(INN(1)->dtype), ctype(INN(0)->dtype));
+    vis_define(s, fa.causal);
+    char rp[96], rg[64];
+    round_expr((DType)fa.mid, "vis[t] && sum > 0.0f ? e[t] / sum : 0.0f", rp, sizeof rp);
+    round_expr((DType)fa.mid2, "g", rg, sizeof rg);
+    estr_printf(s, "    if (a.L <= %d) {\n", 32 * SM_KPL);
+    softmax_regs_text(s, ls);
+    estr_printf(s, "        float pk[%d], gk[%d], dot = 0.0f;\n"
+                   "#pragma unroll\n        for (int t = 0; t < %d; t++) {\n            const i64 k = lane + 32 * t;\n"
+                   "            pk[t] = gk[t] = 0.0f;\n            if (k >= a.L) continue;\n"
+                   "            pk[t] = %s;\n            float g = %s(dr[k]);\n"
+                   "            if (on) g = philox_keep(ctl->seed, (u64)(row * a.L + k), ctl->step, salt, p) ? g * dscale : 0.0f;\n"
+                   "            gk[t] = %s;\n            dot += gk[t] * pk[t];\n        }\n"
+                   "        dot = warp_sum(dot);\n"
+                   "#pragma unroll\n        for (int t = 0; t < %d; t++) {\n            const i64 k = lane + 32 * t;\n"
+                   "            if (k < a.L) y[row * a.L + k] = %s(pk[t] * (gk[t] - dot));\n        }\n"
+                   "        return;\n    }\n",
+                SM_KPL, SM_KPL, SM_KPL, rp, ld, rg, SM_KPL, stf(n->dtype));
     softmax_stats_text(s, ls, fa.causal);
     estr_printf(s, "#define PG(k) const float v = %s(sc[k]); const float pk = %s; float g = %s(dr[k]); \\\n"
                    "    if (on) g = philox_keep(ctl->seed, (u64)(row * a.L + k), ctl->step, salt, p) ? g * dscale : 0.0f; \\\n"
@@ -610,6 +971,18 @@ static void gen_dropout_add(EopGen *gen)
     IrFusedAttr fa = fuse_attr_get(OUTN);
     char vr[48];
     round_expr((DType)fa.mid, "v", vr, sizeof vr);
+    if (vec_ok(gen)) {
+        EStr pre = {0};
+        char keep[160], expr[320];
+        dropout_consts(&pre, fa);
+        snprintf(keep, sizeof keep, "(on ? (philox_keep(ctl->seed, (u64)i, ctl->step, salt, p) ? v0[j] * dscale : 0.0f) : v0[j])");
+        round_expr((DType)fa.mid, keep, expr, sizeof expr);
+        size_t len = strlen(expr);
+        snprintf(expr + len, sizeof expr - len, " + v1[j]");
+        vec_elems(gen, "dropout_add", pre.p, expr);
+        estr_free(&pre);
+        return;
+    }
     EStr *s = elems_phase(gen, "dropout_add", OUTN);
     dropout_consts(s, fa);
     estr_printf(s, "    EOP_FOR(i, n) {\n        float v = %s(x0[i]);\n"

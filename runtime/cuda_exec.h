@@ -26,6 +26,9 @@
  * the bounds, ids inside their tables, positions inside max_positions,
  * labels in range or -100 (HPC_ERR_INPUT, as the cpu backend).
  *
+ * HPC_PROFILE=1: an eager run with per-node CUDA events; tables to stderr
+ * (docs/perf.md).
+ *
  * Ownership: the executor borrows the graph, the parameter list and the
  * device (all must outlive it); it owns every device buffer it allocates.
  *
