@@ -50,3 +50,50 @@ Test(cli_run, scale_settings_reach_the_loss_scaler, .timeout = 120)
     cr_expect(strstr(out, "step 3: inf/NaN in the gradients, update skipped; loss scale now 256"), "%s", out);
     cr_expect(strstr(out, "(1 skipped)"), "%s", out);
 }
+
+/* Mean loss of the step events numbered [from, to] in a JSONL run log. */
+static double mean_loss(const char *path, int from, int to)
+{
+    FILE *f = fopen(path, "r");
+    cr_assert(f, "open %s", path);
+    char line[4096];
+    double sum = 0;
+    int n = 0;
+    while (fgets(line, sizeof line, f)) {
+        int step;
+        double loss;
+        const char *s = strstr(line, "\"event\":\"step\",\"step\":");
+        const char *l = strstr(line, "\"loss\":");
+        if (!s || !l || sscanf(s + 22, "%d", &step) != 1 || sscanf(l + 7, "%lf", &loss) != 1) continue;
+        if (step >= from && step <= to) sum += loss, n++;
+    }
+    fclose(f);
+    cr_assert_eq(n, to - from + 1, "%d step events in [%d, %d] of %s", n, from, to, path);
+    return sum / n;
+}
+
+/* The main job in small: bert_tiny on the bundled CoLA on the cpu backend.
+ * From random weights the loss falls from ~0.69 (chance) towards the class
+ * prior's entropy (~0.61: 70% of CoLA is acceptable); the run's JSONL log is
+ * written and `hpc plot` draws it. */
+Test(cli_run, cola_on_cpu_loss_falls_and_log_plots, .timeout = 300)
+{
+    char out[65536];
+    const char *jsonl = "/tmp/hpc_test_cola.jsonl", *svg = "/tmp/hpc_test_cola.svg";
+    remove(jsonl);
+    remove(svg);
+    int rc = hpc("run models/bert_tiny.model --task cola --device cpu --steps 80 --log /tmp/hpc_test_cola.jsonl",
+                 out, sizeof out);
+    cr_assert_eq(rc, 0, "exit %d: %s", rc, out);
+    cr_expect(strstr(out, "cola/dev: mcc"), "%s", out);
+    double first = mean_loss(jsonl, 1, 3), last = mean_loss(jsonl, 71, 80);
+    cr_expect(last < first - 0.03, "loss did not fall: first 3 steps %.4f, last 10 %.4f", first, last);
+    rc = hpc("plot /tmp/hpc_test_cola.jsonl -o /tmp/hpc_test_cola.svg", out, sizeof out);
+    cr_assert_eq(rc, 0, "plot exit %d: %s", rc, out);
+    FILE *f = fopen(svg, "r");
+    cr_assert(f, "no %s", svg);
+    char head[256] = {0};
+    cr_expect(fread(head, 1, sizeof head - 1, f) > 0);
+    fclose(f);
+    cr_expect(strstr(head, "<svg"), "%s", head);
+}
