@@ -7,7 +7,9 @@
  * The caller's stream replaces the device's own for every launch and copy
  * (CUDA graph capture is then off: the caller's stream may be the legacy
  * default stream, which cannot be captured).  A caller's device allocator
- * is refused for now: the executor's arena comes from cuMemAlloc.
+ * serves the executor's arena and every buffer beside it (parameters,
+ * optimizer state), through runtime/device_arena.h; cuBLASLt's workspace
+ * (32 MiB) and the loaded modules still come from the driver.
  * hpc_model_hidden is cpu-only: the step plan may reuse the hidden states'
  * arena slot once the head has read them. */
 #include <stdio.h>
@@ -28,6 +30,8 @@ typedef struct {
     CudaOptim opt;
     LossScaleConfig lc;        /* for the give-up limit */
     uint32_t micro;            /* training forwards so far: the dropout step */
+    HpcDeviceAllocator user_alloc; /* the caller's allocator (alloc NULL: none) */
+    ArenaAllocator arena_alloc;    /* adapts it for runtime/device_arena.h */
 } ApiCuda;
 
 static ApiCuda *cuda_of(HpcModel *m) { return m->impl; }
@@ -128,11 +132,24 @@ static HpcStatus upload_initial(HpcModel *m, ApiCuda *c, HpcError *err)
     return st;
 }
 
+/* The caller's HpcDeviceAllocator seen as an ArenaAllocator: device
+ * pointers travel as void *, and every call gets the model's stream. */
+static CUdeviceptr user_alloc(void *user, size_t bytes)
+{
+    ApiCuda *c = user;
+    return (CUdeviceptr)(uintptr_t)c->user_alloc.alloc(c->user_alloc.user, bytes, (void *)c->dev.stream);
+}
+
+static void user_free(void *user, CUdeviceptr ptr)
+{
+    ApiCuda *c = user;
+    c->user_alloc.free(c->user_alloc.user, (void *)(uintptr_t)ptr, (void *)c->dev.stream);
+}
+
 HpcStatus api_cuda_open(HpcModel *m, const HpcModelOptions *o, HpcError *err)
 {
-    if (o->allocator)
-        return hpc_fail(err, HPC_ERR_USAGE, "hpc_model_open: options.allocator is not supported by the "
-                        "cuda backend of this build (device memory comes from cuMemAlloc); pass NULL");
+    if (o->allocator && (!o->allocator->alloc || !o->allocator->free))
+        return hpc_fail(err, HPC_ERR_USAGE, "hpc_model_open: options.allocator needs both alloc and free");
     ApiCuda *c = xcalloc(1, sizeof *c);
     m->impl = c;
     m->ops = &api_cuda_ops;
@@ -143,6 +160,11 @@ HpcStatus api_cuda_open(HpcModel *m, const HpcModelOptions *o, HpcError *err)
     c->own_stream = c->dev.stream;
     c->graphs = o->cuda_stream == NULL;
     if (o->cuda_stream) c->dev.stream = (CUstream)o->cuda_stream;
+    if (o->allocator) {
+        c->user_alloc = *o->allocator;
+        c->arena_alloc = (ArenaAllocator){.alloc = user_alloc, .free = user_free, .user = c};
+        c->dev.allocator = &c->arena_alloc;
+    }
     st = cuda_exec_init(&c->ex, &c->dev, &m->pipe.g, &m->pipe.pl, m->max_B, m->max_L, err);
     if (st) return st;
     c->ex_open = true;

@@ -102,6 +102,9 @@ typedef struct {
     int sm_count;
     size_t total_mem;        /* bytes */
     int driver_version;      /* 13000 = 13.0 */
+    /* The caller's device allocator for executors on this device (the C API
+     * sets it; runtime/device_arena.h), or NULL for cuMemAlloc.  Borrowed. */
+    const struct ArenaAllocator *allocator;
 } CudaDevice;
 
 /* Oldest compute capability hpc generates code for (sm_80: bf16, cp.async). */

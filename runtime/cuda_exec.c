@@ -124,7 +124,8 @@ HpcStatus cuda_exec_init(CudaExec *ex, CudaDevice *dev, const IrGraph *g, const 
     ex->pl = pl;
     ex->dev = dev;
     HpcStatus st = plan_build(g, max_B, max_L, &ex->plan, err);
-    if (!st) st = arena_init(&ex->arena, "activations and gradients", (size_t)ex->plan.arena_bytes, err);
+    if (!st) st = arena_init_with(&ex->arena, dev->allocator, "activations and gradients",
+                                  (size_t)ex->plan.arena_bytes, err);
     if (!st) st = alloc_params(ex, err);
     if (!st) st = arena_alloc(&ex->arena, &ex->ctl, sizeof(EopCtl), "step control", err);
     if (!st) st = gemm_init(&ex->gemm, dev->stream, 0, err);

@@ -31,6 +31,29 @@ HpcStatus arena_alloc_raw(CUdeviceptr *ptr, size_t bytes, const char *what, HpcE
                     "(`nvidia-smi`)", bytes, gib(bytes), what, gib(free_b), gib(total_b));
 }
 
+/* From the caller's allocator when there is one, else cuMemAlloc. */
+static HpcStatus arena_get(const DeviceArena *a, CUdeviceptr *ptr, size_t bytes, const char *what, HpcError *err)
+{
+    if (!a->allocator.alloc) return arena_alloc_raw(ptr, bytes, what, err);
+    *ptr = bytes ? a->allocator.alloc(a->allocator.user, bytes) : 0;
+    if (bytes && !*ptr)
+        return hpc_fail(err, HPC_ERR_OOM, "out of GPU memory: the caller's allocator returned no memory for "
+                        "%s (%zu bytes, %.2f GiB); give it more memory or use a smaller batch size or "
+                        "sequence length", what, bytes, gib(bytes));
+    return HPC_OK;
+}
+
+static void arena_put(const DeviceArena *a, CUdeviceptr ptr)
+{
+    if (!ptr) return;
+    if (a->allocator.alloc) {
+        a->allocator.free(a->allocator.user, ptr);
+        return;
+    }
+    const CudaDriver *cu = cuda_driver();
+    if (cu) cu->cuMemFree(ptr);
+}
+
 static void note_peak(DeviceArena *a)
 {
     size_t now = a->size + a->odd_bytes;
@@ -39,8 +62,15 @@ static void note_peak(DeviceArena *a)
 
 HpcStatus arena_init(DeviceArena *a, const char *what, size_t bytes, HpcError *err)
 {
+    return arena_init_with(a, NULL, what, bytes, err);
+}
+
+HpcStatus arena_init_with(DeviceArena *a, const ArenaAllocator *allocator, const char *what, size_t bytes,
+                          HpcError *err)
+{
     memset(a, 0, sizeof *a);
-    HpcStatus st = arena_alloc_raw(&a->base, bytes, what, err);
+    if (allocator) a->allocator = *allocator;
+    HpcStatus st = arena_get(a, &a->base, bytes, what, err);
     if (st) return st;
     a->size = bytes;
     note_peak(a);
@@ -49,11 +79,8 @@ HpcStatus arena_init(DeviceArena *a, const char *what, size_t bytes, HpcError *e
 
 void arena_free(DeviceArena *a)
 {
-    const CudaDriver *cu = cuda_driver();
-    if (cu) {
-        if (a->base) cu->cuMemFree(a->base);
-        for (int i = 0; i < a->num_odd; i++) cu->cuMemFree(a->odd[i].ptr);
-    }
+    arena_put(a, a->base);
+    for (int i = 0; i < a->num_odd; i++) arena_put(a, a->odd[i].ptr);
     free(a->odd);
     memset(a, 0, sizeof *a);
 }
@@ -67,7 +94,7 @@ CUdeviceptr arena_ptr(const DeviceArena *a, size_t offset, size_t bytes)
 HpcStatus arena_alloc(DeviceArena *a, CUdeviceptr *ptr, size_t bytes, const char *what,
                       HpcError *err)
 {
-    HpcStatus st = arena_alloc_raw(ptr, bytes, what, err);
+    HpcStatus st = arena_get(a, ptr, bytes, what, err);
     if (st || bytes == 0) return st;
     if (a->num_odd == a->cap_odd) {
         a->cap_odd = a->cap_odd ? 2 * a->cap_odd : 16;
@@ -87,8 +114,7 @@ void arena_release(DeviceArena *a, CUdeviceptr ptr)
     if (!ptr) return;
     for (int i = 0; i < a->num_odd; i++) {
         if (a->odd[i].ptr != ptr) continue;
-        const CudaDriver *cu = cuda_driver();
-        if (cu) cu->cuMemFree(ptr);
+        arena_put(a, ptr);
         a->odd_bytes -= a->odd[i].bytes;
         a->odd[i] = a->odd[--a->num_odd];
         return;

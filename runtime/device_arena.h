@@ -10,6 +10,10 @@
  * Offsets should be multiples of ARENA_ALIGN (256 bytes, what cuBLASLt and
  * vector loads want); arena_ptr asserts they are in range.
  *
+ * A caller may supply its own device allocator (ArenaAllocator, e.g. the C
+ * API's HpcDeviceAllocator): arena_init_with routes the block and every odd
+ * buffer of that arena through it; arena_init uses cuMemAlloc.
+ *
  * Out of memory is HPC_ERR_OOM with a message giving the bytes asked for,
  * the bytes free on the device and the remedy (a smaller batch or length).
  *
@@ -37,7 +41,15 @@ typedef struct {
     char what[48];
 } ArenaBuffer;
 
+/* A caller's device memory: alloc returns 0 when it cannot serve `bytes`. */
+typedef struct ArenaAllocator {
+    CUdeviceptr (*alloc)(void *user, size_t bytes);
+    void (*free)(void *user, CUdeviceptr ptr);
+    void *user;
+} ArenaAllocator;
+
 typedef struct {
+    ArenaAllocator allocator;  /* alloc NULL: cuMemAlloc / cuMemFree */
     CUdeviceptr base;          /* the planned block, or 0 when size is 0 */
     size_t size;               /* bytes of the planned block */
     ArenaBuffer *odd;          /* live odd buffers */
@@ -53,6 +65,9 @@ typedef struct {
 
 /* what: a short name for messages ("activations"). bytes may be 0. */
 HpcStatus arena_init(DeviceArena *a, const char *what, size_t bytes, HpcError *err);
+/* The same with the caller's allocator (NULL: cuMemAlloc). */
+HpcStatus arena_init_with(DeviceArena *a, const ArenaAllocator *allocator, const char *what, size_t bytes,
+                          HpcError *err);
 void arena_free(DeviceArena *a);
 
 /* base + offset, checked against the block. */

@@ -7,11 +7,14 @@
  *     the optimizer differs only in f32 rounding) and the eval loss after;
  *   - save on cuda, load into a fresh cpu handle: logits agree (1e-4);
  *   - the caller's stream (cuStreamCreate through the driver) works;
+ *   - a caller's device allocator serves the model's device memory (a train
+ *     step and logits match the cpu) and gets every buffer back at free;
  *   - hpc_model_hidden on cuda fails with HPC_API_ERR_USAGE (documented);
  *   - misuse on a cuda handle: an over-long batch is refused.
  * Exit 0 when every check passes, 1 on a failed check, 4 without a GPU. */
 #include <math.h>
 #include <stdarg.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -52,6 +55,31 @@ static double rel_l2(const float *a, const float *b, int n)
     return isfinite(r) ? r : INFINITY;
 }
 
+/* A caller's device allocator that counts: every byte of the model's
+ * device memory must come from it and go back to it. */
+typedef struct {
+    int live, calls;
+    size_t bytes;
+} CountingAllocator;
+
+static void *count_alloc(void *user, size_t bytes, void *stream)
+{
+    CountingAllocator *a = user;
+    CUdeviceptr p = 0;
+    if (cuda_driver()->cuMemAlloc(&p, bytes) != CUDA_SUCCESS) return NULL;
+    a->live++, a->calls++, a->bytes += bytes;
+    return (void *)(uintptr_t)p;
+}
+
+static void count_free(void *user, void *ptr, void *stream)
+{
+    CountingAllocator *a = user;
+    cuda_driver()->cuMemFree((CUdeviceptr)(uintptr_t)ptr);
+    a->live--;
+}
+
+static const HpcDeviceAllocator *open_allocator; /* for the next open_on */
+
 static HpcModel *open_on(HpcBackend be, void *stream, const char *root)
 {
     char path[1024], msg[2048];
@@ -65,6 +93,7 @@ static HpcModel *open_on(HpcBackend be, void *stream, const char *root)
     o.total_steps = 10;
     o.seed = 5;
     o.cuda_stream = stream;
+    o.allocator = be == HPC_BACKEND_CUDA ? open_allocator : NULL;
     HpcModel *m;
     HpcApiStatus st = hpc_model_open(&o, &m, msg, sizeof msg);
     if (st) {
@@ -150,6 +179,23 @@ int main(void)
     } else {
         result(0, "cuStreamCreate for the caller's-stream check");
     }
+    /* The caller's allocator serves the model's device memory and gets it all back. */
+    CountingAllocator counter = {0};
+    HpcDeviceAllocator alloc = {.alloc = count_alloc, .free = count_free, .user = &counter};
+    open_allocator = &alloc;
+    HpcModel *ga = open_on(HPC_BACKEND_CUDA, NULL, root), *ca = open_on(HPC_BACKEND_CPU, NULL, root);
+    open_allocator = NULL;
+    HpcStepReport ra = {0}, rb = {0};
+    int trained = !hpc_model_train_step(ga, &b, &ra) && !hpc_model_train_step(ca, &b, &rb);
+    result(trained && fabs(ra.loss - rb.loss) <= 1e-3 * fabs(rb.loss), "caller's allocator: train step loss %.6f vs %.6f",
+           ra.loss, rb.loss);
+    compare_forward(ga, ca, &b, "caller's allocator");
+    result(counter.calls > 0 && counter.bytes > 1000000, "caller's allocator served %d buffers, %.1f MiB",
+           counter.calls, counter.bytes / 1048576.0);
+    hpc_model_free(ga);
+    hpc_model_free(ca);
+    result(counter.live == 0, "caller's allocator: every buffer returned (%d left)", counter.live);
+
     hpc_model_free(g);
     printf("%d/%d checks passed\n", checks - failures, checks);
     return failures ? 1 : 0;
