@@ -36,7 +36,7 @@ LIBS         := $(BUILD)/libhpcrt.a $(BUILD)/libhpcc.a
 TEST_BIN     := $(patsubst tests/%.c,$(BUILD)/tests/%,$(TEST_SRC))
 GPU_TEST_BIN := $(patsubst tests/gpu/%.c,$(BUILD)/tests/gpu/%,$(GPU_TEST_SRC))
 
-.PHONY: all deps demo test test-gpu fuzz check-valgrind bench examples clean
+.PHONY: all deps demo test test-gpu fuzz check-valgrind bench examples verify-hf clean
 all: deps bin/hpc
 
 # The README's first command: fine-tune on CoLA (GPU: BERT-base fp16; else bert_tiny on the cpu).
@@ -136,6 +136,20 @@ bench:
 else
 bench: all $(BENCH_BIN)
 	sh bench/run.sh
+endif
+
+# hpc against the real transformers classes (needs torch and transformers):
+# import, load, save back bit-identically, and the same logits on the cpu backend.
+HF_HELPERS := $(BUILD)/hf/hf_roundtrip $(BUILD)/hf/hf_forward
+$(BUILD)/hf/%: tests/data/hf/%.c $(LIBS)
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS) -Wno-missing-prototypes -o $@ $< $(LIBS) $(LDLIBS)
+ifeq ($(PREBUILT),1)
+verify-hf:
+	python3 tests/data/hf/verify_with_transformers.py bin/hpc $(BUILD)/hf/hf_roundtrip $(BUILD)/hf-check $(BUILD)/hf/hf_forward
+else
+verify-hf: all $(HF_HELPERS)
+	python3 tests/data/hf/verify_with_transformers.py bin/hpc $(BUILD)/hf/hf_roundtrip $(BUILD)/hf-check $(BUILD)/hf/hf_forward
 endif
 
 clean:
