@@ -312,6 +312,24 @@ static void gen_slice_first(EopGen *gen)
                 stf(OUTN->dtype), ldf(INN(0)->dtype), H, H, H);
 }
 
+/* Declares `tl`, the token SLICE_LAST reads in batch row `bexpr`: the last
+ * t with mask x1[b, t] != 0, else 0 (cpu_exec_ops.inc's slice_last_pos). */
+static void slice_last_pos_text(EStr *s, const char *bexpr)
+{
+    estr_printf(s, "        const int *mr = x1 + (%s) * a.L;\n        i64 tl = a.L - 1;\n"
+                   "        while (tl > 0 && mr[tl] == 0) tl--;\n", bexpr);
+}
+
+static void gen_slice_last(EopGen *gen)
+{
+    long long H = (long long)last_dim(OUTN);
+    EStr *s = elems_phase(gen, "slice_last", OUTN);
+    estr_printf(s, "    EOP_FOR(i, n) {\n        const i64 b = i / %lldLL, c = i %% %lldLL;\n", H, H);
+    slice_last_pos_text(s, "b");
+    estr_printf(s, "        y[i] = %s(%s(x0[(b * a.L + tl) * %lldLL + c]));\n    }\n", stf(OUTN->dtype),
+                ldf(INN(0)->dtype), H);
+}
+
 static void gen_shift_labels(EopGen *gen)
 {
     EStr *s = elems_phase(gen, "shift_labels", OUTN);
@@ -801,6 +819,16 @@ static void gen_slice_first_bwd(EopGen *gen)
                 H, H, stf(OUTN->dtype), ldf(INN(0)->dtype), H);
 }
 
+static void gen_slice_last_bwd(EopGen *gen)
+{
+    long long H = (long long)last_dim(OUTN);
+    EStr *s = elems_phase(gen, "slice_last_bwd", OUTN);
+    estr_printf(s, "    EOP_FOR(i, n) {\n        const i64 c = i %% %lldLL, r = i / %lldLL, b = r / a.L;\n", H, H);
+    slice_last_pos_text(s, "b");
+    estr_printf(s, "        y[i] = %s(r %% a.L == tl ? %s(x0[b * %lldLL + c]) : 0.0f);\n    }\n",
+                stf(OUTN->dtype), ldf(INN(0)->dtype), H);
+}
+
 static void gen_cross_entropy_bwd(EopGen *gen)
 {
     const IrNode *x = INN(1), *lab = INN(2);
@@ -1030,6 +1058,7 @@ HpcStatus eopb_node(EopGen *gen, HpcError *err)
     case IR_OP_SPLIT_HEADS: gen_heads(gen, true); break;
     case IR_OP_MERGE_HEADS: gen_heads(gen, false); break;
     case IR_OP_SLICE_FIRST: gen_slice_first(gen); break;
+    case IR_OP_SLICE_LAST: gen_slice_last(gen); break;
     case IR_OP_SHIFT_LABELS: gen_shift_labels(gen); break;
     case IR_OP_CROSS_ENTROPY: gen_cross_entropy(gen); break;
     case IR_OP_MSE: gen_mse(gen); break;
@@ -1041,6 +1070,7 @@ HpcStatus eopb_node(EopGen *gen, HpcError *err)
     case IR_OP_ACT_BWD: gen_act_bwd(gen); break;
     case IR_OP_SOFTMAX_BWD: gen_softmax_bwd(gen); break;
     case IR_OP_SLICE_FIRST_BWD: gen_slice_first_bwd(gen); break;
+    case IR_OP_SLICE_LAST_BWD: gen_slice_last_bwd(gen); break;
     case IR_OP_CROSS_ENTROPY_BWD: gen_cross_entropy_bwd(gen); break;
     case IR_OP_MSE_BWD: gen_mse_bwd(gen); break;
     case IR_OP_SOFTMAX_DROPOUT: gen_softmax_dropout(gen); break;

@@ -216,7 +216,13 @@ static int lower_seq_head(Lower *lw, int x)
     const SpecHead *h = &lw->spec->head;
     int64_t hid = lw->spec->stack.hidden;
     char n[PARAM_NAME_MAX];
-    x = ir_add(lw->g, IR_OP_SLICE_FIRST, &x, 1, NULL, "head.first_token");
+    /* Under causal attention only the last real token has seen the whole
+     * row (HF GPT2ForSequenceClassification pools it); a bidirectional
+     * stack pools the first ([CLS]) token as BERT does. */
+    if (lw->spec->stack.attention == ATTN_CAUSAL)
+        x = ir_add(lw->g, IR_OP_SLICE_LAST, (int[]){x, lw->mask}, 2, NULL, "head.last_token");
+    else
+        x = ir_add(lw->g, IR_OP_SLICE_FIRST, &x, 1, NULL, "head.first_token");
     if (h->pooler) {
         snprintf(n, sizeof n, "%s.pooler.dense", lw->prefix);
         x = lw_linear(lw, x, n, hid, hid, "head.pooler");

@@ -159,6 +159,14 @@ static void ir_shape_slice_first(const IrGraph *g, IrNode *n)
     set_shape(n, x->dtype, 2, (int64_t[]){x->dims[0], x->dims[2]});
 }
 
+static void ir_shape_slice_last(const IrGraph *g, IrNode *n)
+{
+    const IrNode *x = IN(0);
+    require(x->rank == 3 && x->dims[0] == IR_DIM_B && x->dims[1] == IR_DIM_L, n, "x must be (B, L, H)");
+    require(is_BL(IN(1)), n, "mask must be (B, L) i32");
+    set_shape(n, x->dtype, 2, (int64_t[]){x->dims[0], x->dims[2]});
+}
+
 static void ir_shape_shift_labels(const IrGraph *g, IrNode *n)
 {
     require(is_BL(IN(0)) && is_BL(IN(1)), n, "ids and mask (B, L) i32");
@@ -247,6 +255,14 @@ static void ir_shape_slice_first_bwd(const IrGraph *g, IrNode *n)
     set_shape(n, dy->dtype, 3, (int64_t[]){dy->dims[0], IR_DIM_L, dy->dims[1]});
 }
 
+static void ir_shape_slice_last_bwd(const IrGraph *g, IrNode *n)
+{
+    const IrNode *dy = IN(0);
+    require(dy->rank == 2 && dy->dims[0] == IR_DIM_B, n, "dy must be (B, H)");
+    require(is_BL(IN(1)), n, "mask must be (B, L) i32");
+    set_shape(n, dy->dtype, 3, (int64_t[]){dy->dims[0], IR_DIM_L, dy->dims[1]});
+}
+
 static void ir_shape_cross_entropy_bwd(const IrGraph *g, IrNode *n)
 {
     require(IN(0)->rank == 0, n, "dloss is a scalar");
@@ -286,7 +302,7 @@ static const IrOpInfo op_table[] = {
 #undef IR_OP
 };
 _Static_assert(sizeof op_table / sizeof op_table[0] == IR_OP_COUNT, "ops.def and the op table disagree");
-_Static_assert(IR_OP_COUNT == 32, "an op was added or removed: update ops.c, cpu_exec.c and docs/ir.md");
+_Static_assert(IR_OP_COUNT == 34, "an op was added or removed: update ops.c, cpu_exec.c and docs/ir.md");
 
 const IrOpInfo *ir_op_info(IrOpKind op)
 {
@@ -414,6 +430,9 @@ void ir_backward(IrGraph *g, int id, int dy, int dx[IR_MAX_INPUTS])
     case IR_OP_SLICE_FIRST:
         if (needs(g, id, 0)) dx[0] = grad_node(g, id, 0, IR_OP_SLICE_FIRST_BWD, &dy, 1, NULL);
         break;
+    case IR_OP_SLICE_LAST: /* the same mask picks the same token */
+        if (needs(g, id, 0)) dx[0] = grad_node(g, id, 0, IR_OP_SLICE_LAST_BWD, (int[]){dy, f.in[1]}, 2, NULL);
+        break;
     case IR_OP_CROSS_ENTROPY:
         if (needs(g, id, 0))
             dx[0] = grad_node(g, id, 0, IR_OP_CROSS_ENTROPY_BWD, (int[]){dy, f.in[0], f.in[1]}, 3, NULL);
@@ -438,6 +457,7 @@ void ir_backward(IrGraph *g, int id, int dy, int dx[IR_MAX_INPUTS])
     case IR_OP_ACT_BWD:
     case IR_OP_SOFTMAX_BWD:
     case IR_OP_SLICE_FIRST_BWD:
+    case IR_OP_SLICE_LAST_BWD:
     case IR_OP_CROSS_ENTROPY_BWD:
     case IR_OP_MSE_BWD:
     case IR_OP_SOFTMAX_DROPOUT_BWD:

@@ -46,6 +46,7 @@ PrecClass precision_op_class(IrOpKind op)
     case IR_OP_SPLIT_HEADS:
     case IR_OP_MERGE_HEADS:
     case IR_OP_SLICE_FIRST:
+    case IR_OP_SLICE_LAST:
     case IR_OP_CAST:
     case IR_OP_EMBEDDING_BWD:
     case IR_OP_BIAS_GRAD:
@@ -54,6 +55,7 @@ PrecClass precision_op_class(IrOpKind op)
     case IR_OP_ACT_BWD:
     case IR_OP_SOFTMAX_BWD:
     case IR_OP_SLICE_FIRST_BWD:
+    case IR_OP_SLICE_LAST_BWD:
     case IR_OP_SOFTMAX_DROPOUT:
     case IR_OP_SOFTMAX_DROPOUT_BWD:
     case IR_OP_DROPOUT_ADD:

@@ -472,11 +472,9 @@ static HpcStatus read_head(Cfg *c, Family fam, const HfImportOptions *opt, Model
             h->pooler = fam != FAM_GPT2;
             h->pooler_activation = fam == FAM_DISTILBERT ? ACT_RELU : ACT_TANH;
         }
-        /* compiler/lower.c classifies from the first token; under causal
-         * attention transformers uses the last non-padding one. */
-        if (kind == HEAD_SEQ_CLASSIFICATION && fam == FAM_GPT2)
-            note(c, "hpc's classifier reads the first token, GPT2ForSequenceClassification the last "
-                    "non-padding token: outputs differ from transformers");
+        /* The token read needs no setting: compiler/lower.c pools the last
+         * token with attention_mask 1 under causal attention (GPT-2), the
+         * first otherwise, as transformers does. */
         return st;
     case HEAD_MASKED_LM:
     case HEAD_CAUSAL_LM:

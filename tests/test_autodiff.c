@@ -327,6 +327,59 @@ Test(autodiff_ops, slice_first_pooler_cross_entropy)
     fx_free(&fx);
 }
 
+/* Last-token pooling (causal classifiers): SLICE_LAST reads row b's last
+ * position with mask 1.  The forward value is checked against the
+ * embedding row of that token (row 0: t = 7, row 1 padded: t = 4, then a
+ * hole inside row 1 and an all-zero row 1: t = 0); the gradient check then
+ * fails unless SLICE_LAST_BWD scatters to the same position. */
+static void check_slice_last_forward(Fx *fx, int x, int f, const int want_t[TB])
+{
+    CpuExec ex;
+    fx->g.n_params = fx->pl.n;
+    cpu_exec_init(&ex, &fx->g, CPU_EXEC_F64);
+    for (int p = 0; p < fx->pl.n; p++)
+        if (fx->pl.p[p].tied_to < 0) cpu_exec_bind_param(&ex, p, fx->w[p]);
+    run_loss(&ex, fx, false);
+    const double *xv = cpu_exec_value(&ex, x), *fv = cpu_exec_value(&ex, f); /* (B, L, H), (B, H) */
+    cr_assert_eq(cpu_exec_numel(&ex, f), TB * TH);
+    for (int b = 0; b < TB; b++) {
+        double energy = 0;
+        for (int c = 0; c < TH; c++) {
+            double want = xv[((int64_t)b * TL + want_t[b]) * TH + c];
+            cr_expect(fv[b * TH + c] == want, "row %d col %d: %g, want token %d's %g", b, c,
+                      fv[b * TH + c], want_t[b], want);
+            energy += want * want;
+        }
+        cr_expect(energy > 0, "row %d: the picked embedding is all zero", b);
+    }
+    cpu_exec_free(&ex);
+}
+
+Test(autodiff_ops, slice_last_cross_entropy)
+{
+    Fx fx;
+    fx_init(&fx, true, 3);
+    int x = fx_embed(&fx, "x");
+    int f = ir_add(&fx.g, IR_OP_SLICE_LAST, (int[]){x, fx.mask}, 2, NULL, "last");
+    char buf[64];
+    ir_shape_str(&fx.g.nodes[f], buf, sizeof buf);
+    cr_expect_str_eq(buf, "(B, 16)");
+    int w = fx_param(&fx, "cls.w", 3, TH), b = fx_param(&fx, "cls.b", 3, 0);
+    int logits = ir_add(&fx.g, IR_OP_LINEAR, (int[]){f, w, b}, 3, NULL, "logits");
+    int labels = ir_input(&fx.g, IR_IN_LABELS);
+    fx.g.loss = ir_add(&fx.g, IR_OP_CROSS_ENTROPY, (int[]){logits, labels}, 2, NULL, "loss");
+    fx_fill(&fx, 0.5);
+    check_slice_last_forward(&fx, x, f, (int[TB]){TL - 1, 4});
+    cr_expect_eq(gradcheck(&fx), 3);
+    /* a zero inside the row does not move the last real token */
+    fx.batch->attention_mask[TL + 2] = 0;
+    check_slice_last_forward(&fx, x, f, (int[TB]){TL - 1, 4});
+    /* a row with no real token reads token 0 */
+    for (int t = 0; t < TL; t++) fx.batch->attention_mask[TL + t] = 0;
+    check_slice_last_forward(&fx, x, f, (int[TB]){TL - 1, 0});
+    fx_free(&fx);
+}
+
 Test(autodiff_ops, mse_regression)
 {
     Fx fx;
@@ -397,6 +450,23 @@ Test(autodiff_model, gpt_tiny_causal_lm_tied, .timeout = 120)
     s.head.decoder_bias = false;
     /* word, position + 16 per layer + ln_f 2; the tied lm_head has no grad of its own */
     cr_expect_eq(check_model(&s, false, TV), 2 + 2 * 16 + 2);
+}
+
+Test(autodiff_model, gpt_tiny_seq_classification_last_token, .timeout = 120)
+{
+    ModelSpec s;
+    tiny_spec(&s);
+    s.stack.kind = STACK_DECODER;
+    s.stack.norm = NORM_PRE;
+    s.stack.attention = ATTN_CAUSAL;
+    s.stack.embedding_ln = false;
+    s.stack.final_ln = true;
+    s.stack.type_vocab_size = 0;
+    s.stack.activation = ACT_GELU_TANH;
+    s.head.kind = HEAD_SEQ_CLASSIFICATION;
+    s.head.pooler = false;
+    /* word, position + 16 per layer + ln_f 2 + classifier 2 */
+    cr_expect_eq(check_model(&s, true, 3), 2 + 2 * 16 + 2 + 2);
 }
 
 Test(autodiff_model, bert_tiny_masked_lm_tied, .timeout = 120)

@@ -692,3 +692,26 @@ Test(fuse_cuda, gpt2_causal_sm90, .timeout = 300)
     s.stack.layers = 1;
     expect_compiles(&s, PREC_FP16, 90);
 }
+
+/* A causal classifier: fusion leaves slice_last and its backward alone,
+ * and the fused module compiles. */
+Test(fuse_cuda, gpt2_classifier_keeps_slice_last_sm80, .timeout = 300)
+{
+    ModelSpec s;
+    load_model("gpt2_small.model", &s);
+    s.stack.layers = 1;
+    s.head.kind = HEAD_SEQ_CLASSIFICATION;
+    s.head.pooler = false;
+    s.head.num_labels = 3;
+    Pipeline p;
+    build(&s, PREC_FP16, true, &p);
+    int fwd = 0, bwd = 0;
+    for (int id = 0; id < p.g.n; id++) {
+        fwd += p.g.nodes[id].op == IR_OP_SLICE_LAST;
+        bwd += p.g.nodes[id].op == IR_OP_SLICE_LAST_BWD;
+    }
+    cr_expect_eq(fwd, 1);
+    cr_expect_eq(bwd, 1);
+    pipeline_free(&p);
+    expect_compiles(&s, PREC_FP16, 80);
+}

@@ -185,6 +185,7 @@ Test(hf_config, head_from_architectures)
                        NULL, &s, &info, &err), HPC_OK, "%s", err.msg);
     cr_expect(!s.head.pooler && !s.head.regression && s.head.num_labels == 1);
     cr_expect_float_eq(s.head.classifier_dropout, 0.0, 1e-15);
+    cr_expect_eq(info.n_notes, 0, "GPT-2 classifier import printed a note");
 }
 
 Test(hf_config, command_line_overrides)

@@ -175,6 +175,72 @@ Test(ir, tied_decoder_accumulates_into_word_embeddings)
     params_free(&pl);
 }
 
+/* A causal stack with a sequence classifier pools the last real token
+ * (slice_last, reading attention_mask) as HF GPT2ForSequenceClassification;
+ * its gradient goes back through slice_last_bwd with the same mask. */
+Test(ir, causal_classifier_pools_the_last_token)
+{
+    ModelSpec s;
+    tiny(&s);
+    s.stack.kind = STACK_DECODER;
+    s.stack.norm = NORM_PRE;
+    s.stack.attention = ATTN_CAUSAL;
+    s.stack.embedding_ln = false;
+    s.stack.final_ln = true;
+    s.stack.type_vocab_size = 0;
+    s.head.kind = HEAD_SEQ_CLASSIFICATION;
+    s.head.pooler = false;
+    s.head.num_labels = 3;
+    IrGraph g;
+    ParamList pl;
+    ir_init(&g);
+    params_init(&pl);
+    HpcError err = {0};
+    cr_assert_eq(lower_model(&s, &g, &pl, &err), HPC_OK, "%s", err.msg);
+    cr_assert_eq(autodiff_build(&g, &pl, &err), HPC_OK, "%s", err.msg);
+    int n_last = 0, n_last_bwd = 0, n_first = 0, pooled = -1;
+    for (int i = 0; i < g.n; i++) {
+        const IrNode *n = &g.nodes[i];
+        n_first += n->op == IR_OP_SLICE_FIRST || n->op == IR_OP_SLICE_FIRST_BWD;
+        if (n->op == IR_OP_SLICE_LAST) {
+            n_last++;
+            pooled = i;
+            cr_expect_eq(g.nodes[n->in[1]].op, IR_OP_INPUT);
+            cr_expect_eq(g.nodes[n->in[1]].attr.input.kind, IR_IN_ATTN_MASK);
+        }
+        if (n->op == IR_OP_SLICE_LAST_BWD) {
+            n_last_bwd++;
+            cr_expect(n->backward);
+            cr_expect_eq(g.nodes[n->in[1]].attr.input.kind, IR_IN_ATTN_MASK);
+        }
+    }
+    cr_expect_eq(n_last, 1);
+    cr_expect_eq(n_last_bwd, 1);
+    cr_expect_eq(n_first, 0);
+    cr_assert(pooled >= 0);
+    char buf[64];
+    ir_shape_str(&g.nodes[pooled], buf, sizeof buf);
+    cr_expect_str_eq(buf, "(B, 8)");
+    ir_free(&g);
+    params_free(&pl);
+
+    /* the same head on a bidirectional stack keeps [CLS] pooling */
+    tiny(&s);
+    s.head.kind = HEAD_SEQ_CLASSIFICATION;
+    ir_init(&g);
+    params_init(&pl);
+    cr_assert_eq(lower_model(&s, &g, &pl, &err), HPC_OK, "%s", err.msg);
+    n_last = n_first = 0;
+    for (int i = 0; i < g.n; i++) {
+        n_first += g.nodes[i].op == IR_OP_SLICE_FIRST;
+        n_last += g.nodes[i].op == IR_OP_SLICE_LAST;
+    }
+    cr_expect_eq(n_first, 1);
+    cr_expect_eq(n_last, 0);
+    ir_free(&g);
+    params_free(&pl);
+}
+
 /* CAST to f16/bf16 in the f32 executor rounds exactly like runtime/half.h. */
 Test(cpu_exec, cast_rounds_to_16_bits)
 {

@@ -245,6 +245,13 @@ Test(emit_ops, other_heads_compile, .timeout = 300)
     load_model("bert_base_mlm.model", &s);  /* masked LM, tied decoder, transform LN */
     s.stack.layers = 1;
     expect_compiles(&s, PREC_BF16, 80);
+    load_model("gpt2_small.model", &s);     /* causal classifier: slice_last(_bwd) */
+    s.stack.layers = 1;
+    s.head.kind = HEAD_SEQ_CLASSIFICATION;
+    s.head.pooler = false;
+    s.head.num_labels = 3;
+    expect_compiles(&s, PREC_BF16, 80);
+    expect_compiles(&s, PREC_FP32, 90);
     bert_tiny(&s);                           /* regression: MSE */
     s.head.regression = true;
     s.head.num_labels = 1;

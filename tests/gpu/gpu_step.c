@@ -5,7 +5,8 @@
  *
  * Checks, per model and precision (bert_tiny B=8 L=64 with the classifier
  * in fp32, fp16 and bf16 and with a regression head; B=4 L=32 with the
- * masked-LM head and as a tiny GPT-2 causal LM; then BERT-base B=2 L=16,
+ * masked-LM head, as a tiny GPT-2 causal LM and as a tiny GPT-2 classifier
+ * (last-token pooling); then BERT-base B=2 L=16,
  * to keep the cpu reference short):
  *   - the loss: |gpu - cpu| / |cpu|;
  *   - every parameter gradient and the logits: ||gpu - cpu||_2 / ||cpu||_2
@@ -83,8 +84,9 @@ static float uniform(void) { return (float)(rnd() >> 8) * (2.0f / 16777216.0f) -
 
 /* ---- models ----------------------------------------------------------- */
 
-typedef enum { V_SEQ_CLS, V_REGRESSION, V_MLM, V_CLM } Variant;
-static const char *const variant_names[] = {"classifier", "regression", "masked-lm", "causal-lm"};
+typedef enum { V_SEQ_CLS, V_REGRESSION, V_MLM, V_CLM, V_CCLS } Variant;
+static const char *const variant_names[] = {"classifier", "regression", "masked-lm", "causal-lm",
+                                            "causal classifier"};
 
 static int load_model(ModelSpec *s, const char *file)
 {
@@ -103,9 +105,15 @@ static int make_spec(ModelSpec *s, bool tiny, Variant v)
 {
     spec_defaults(s);
     if (v == V_MLM && !load_model(s, "bert_base_mlm.model")) return 0;
-    if (v == V_CLM && !load_model(s, "gpt2_small.model")) return 0;
+    if ((v == V_CLM || v == V_CCLS) && !load_model(s, "gpt2_small.model")) return 0;
     snprintf(s->name, sizeof s->name, "%s %s", tiny ? "bert_tiny" : "bert_base", variant_names[v]);
     if (v == V_CLM) snprintf(s->name, sizeof s->name, "gpt2_tiny causal-lm");
+    if (v == V_CCLS) { /* GPT2ForSequenceClassification: pools the last real token */
+        snprintf(s->name, sizeof s->name, "gpt2_tiny classifier");
+        s->head.kind = HEAD_SEQ_CLASSIFICATION;
+        s->head.pooler = false;
+        s->head.num_labels = 3;
+    }
     if (v == V_REGRESSION) {
         s->head.regression = true;
         s->head.num_labels = 1;
@@ -194,7 +202,7 @@ static Batch *random_batch(const ModelSpec *s, Variant v, int64_t B, int64_t L)
             b->attention_mask[i] = real;
             if (v == V_MLM) b->labels[i] = real && (t == 1 || rnd() % 5 == 0) ? (int32_t)(rnd() % (uint32_t)V) : -100;
         }
-        if (v == V_SEQ_CLS) b->labels[r] = (int32_t)(rnd() % (uint32_t)s->head.num_labels);
+        if (v == V_SEQ_CLS || v == V_CCLS) b->labels[r] = (int32_t)(rnd() % (uint32_t)s->head.num_labels);
         if (v == V_REGRESSION) b->targets[r] = uniform();
     }
     return b;
@@ -505,6 +513,8 @@ int main(int argc, char **argv)
         check_step(true, V_MLM, PREC_FP16, &lm16);
         check_step(true, V_CLM, PREC_FP32, &lm32);
         check_step(true, V_CLM, PREC_BF16, &lmb16);
+        check_step(true, V_CCLS, PREC_FP32, &lm32);
+        check_step(true, V_CCLS, PREC_FP16, &lm16);
     }
     if (base) {
         check_step(false, V_SEQ_CLS, PREC_FP32, &base32);
