@@ -3,8 +3,10 @@
  *
  * MODEL is a .model file or a NAME.hpc artifact (compiler/artifact.h);
  * without one, the only *.hpc in the working directory.  The data is a
- * synthetic task (runtime/synthetic.h, chosen in make_data); the backend
- * is the GPU when one is usable, else the cpu (runtime/trainer.h). */
+ * GLUE task (runtime/tasks.h, load_task) or a synthetic one
+ * (runtime/synthetic.h, make_data); training settings on the command line
+ * override the model's (cli/run_overrides.h); the backend is the GPU when
+ * one is usable, else the cpu (runtime/trainer.h). */
 #include <glob.h>
 #include <stdio.h>
 #include <stdlib.h>

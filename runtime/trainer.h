@@ -23,8 +23,10 @@
  * evaluations and at the end, and only then sees a give-up of the loss
  * scaler (HPC_ERR_NUMERIC, at most log_every steps late).
  * Evaluation (forward only, dropout off) runs on `eval` every eval_every
- * steps and at the end: accuracy for classification heads, the mean loss
- * (MSE) for regression, the mean loss for LM heads.  Progress goes through
+ * steps and at the end (with a GLUE task and no eval_every: at every
+ * epoch's end): the task's metrics (runtime/tasks.h, e.g. MCC for CoLA),
+ * else accuracy for classification heads, the mean loss (MSE) for
+ * regression, the mean loss for LM heads; the best value is kept.  Progress goes through
  * runtime/runlog.h.
  *
  * Checkpoints (runtime/checkpoint.h, docs/resume.md): with checkpoint_dir
