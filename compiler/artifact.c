@@ -3,129 +3,21 @@
 #include "artifact.h"
 
 #include <errno.h>
-#include <inttypes.h>
-#include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
 
 /* ---- the resolved model text --------------------------------------------- */
 
-typedef struct { char *s; size_t n, cap; } Buf;
-
-static void bprintf(Buf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void bprintf(Buf *b, const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    int need = vsnprintf(NULL, 0, fmt, ap);
-    va_end(ap);
-    if (b->n + (size_t)need + 1 > b->cap) {
-        b->cap = (b->n + (size_t)need + 1) * 2;
-        b->s = xrealloc(b->s, b->cap);
-    }
-    va_start(ap, fmt);
-    vsnprintf(b->s + b->n, (size_t)need + 1, fmt, ap);
-    va_end(ap);
-    b->n += (size_t)need;
-}
-
-static const char *bool_name(bool v) { return v ? "true" : "false"; }
-
-static const char *prec_key(SpecPrecision p)
-{
-    static const char *const names[] = {"default", "fp32", "fp16", "bf16"};
-    return names[p];
-}
-
-static const char *act_key(SpecActivation a)
-{
-    static const char *const names[] = {"gelu", "gelu_tanh", "relu", "tanh"};
-    return names[a];
-}
-
-/* %.17g round-trips a double; the DSL reads 1e-05 and 65536 as numbers. */
-static void stack_text(Buf *b, const SpecStack *s)
-{
-    bprintf(b, "  %s {\n", s->kind == STACK_DECODER ? "decoder" : "encoder");
-    bprintf(b, "    vocab = %" PRId64 "  max_positions = %" PRId64 "  token_types = %" PRId64
-               "  position_offset = %" PRId64 "\n", s->vocab_size, s->max_positions, s->type_vocab_size,
-            s->position_offset);
-    bprintf(b, "    hidden = %" PRId64 "  layers = %" PRId64 "  heads = %" PRId64 "  ffn = %" PRId64 "\n",
-            s->hidden, s->layers, s->heads, s->ffn);
-    bprintf(b, "    activation = %s  dropout = %.17g  attention_dropout = %.17g  layer_norm_eps = %.17g\n",
-            act_key(s->activation), s->hidden_dropout, s->attention_dropout, s->ln_eps);
-    bprintf(b, "    norm = %s  attention = %s  embedding_norm = %s  final_norm = %s\n",
-            s->norm == NORM_PRE ? "pre" : "post", s->attention == ATTN_CAUSAL ? "causal" : "bidirectional",
-            bool_name(s->embedding_ln), bool_name(s->final_ln));
-    bprintf(b, "    precision = %s  embedding_precision = %s\n  }\n", prec_key(s->precision),
-            prec_key(s->embedding_precision));
-}
-
-static void head_text(Buf *b, const SpecHead *h)
-{
-    static const char *const kinds[] = {"classifier", "token_classifier", "masked_lm", "causal_lm"};
-    bool lm = h->kind == HEAD_MASKED_LM || h->kind == HEAD_CAUSAL_LM;
-    bprintf(b, "  head %s {\n   ", h->regression ? "regression" : kinds[h->kind]);
-    if (!lm) bprintf(b, " labels = %" PRId64, h->num_labels);
-    if (h->kind == HEAD_SEQ_CLASSIFICATION)
-        bprintf(b, " pooler = %s", h->pooler ? act_key(h->pooler_activation) : "none");
-    if (lm) bprintf(b, " tie_embeddings = %s decoder_bias = %s", bool_name(h->tie_word_embeddings),
-                    bool_name(h->decoder_bias));
-    bprintf(b, " dropout = %.17g precision = %s\n  }\n", h->classifier_dropout, prec_key(h->precision));
-}
-
-static void scale_text(Buf *b, const SpecTraining *t)
-{
-    if (t->loss_scaling == LOSS_SCALE_NONE) {
-        bprintf(b, "    loss_scale = none\n");
-    } else if (t->loss_scaling == LOSS_SCALE_STATIC) {
-        bprintf(b, "    loss_scale = static %.17g\n", t->scale_init);
-    } else {
-        bprintf(b, "    loss_scale = dynamic { init = %.17g growth = %.17g backoff = %.17g interval = %" PRId64,
-                t->scale_init, t->scale_growth, t->scale_backoff, t->scale_interval);
-        if (t->max_skipped_steps > 0) bprintf(b, " max_skips = %" PRId64, t->max_skipped_steps);
-        bprintf(b, " }\n");
-    }
-}
-
-static void train_text(Buf *b, const SpecTraining *t)
-{
-    static const char *const opts[] = {"adamw", "adam", "sgd", "lamb"};
-    static const char *const scheds[] = {"constant", "linear", "cosine"};
-    bprintf(b, "  train {\n    optimizer = %s { lr = %.17g weight_decay = %.17g", opts[t->optimizer], t->lr,
-            t->weight_decay);
-    if (t->optimizer == OPT_SGD)   /* the checker allows these per kind */
-        bprintf(b, " momentum = %.17g nesterov = %s }\n", t->momentum, bool_name(t->nesterov));
-    else
-        bprintf(b, " betas = (%.17g, %.17g) eps = %.17g }\n", t->beta1, t->beta2, t->eps);
-    if (t->warmup_steps > 0)
-        bprintf(b, "    schedule = %s { warmup = %" PRId64, scheds[t->schedule], t->warmup_steps);
-    else
-        bprintf(b, "    schedule = %s { warmup = %.17g", scheds[t->schedule], t->warmup_ratio);
-    if (t->schedule == SCHED_COSINE) bprintf(b, " min_lr_ratio = %.17g", t->min_lr_ratio);
-    bprintf(b, " }\n");
-    scale_text(b, t);
-    bprintf(b, "    clip_grad_norm = %.17g  batch = %" PRId64 "  grad_accum = %" PRId64 "  seq_len = %" PRId64
-               "  seed = %" PRIu64 "\n", t->max_grad_norm, t->batch_size, t->grad_accum, t->max_seq_len, t->seed);
-    if (t->steps > 0) bprintf(b, "    steps = %" PRId64 "\n", t->steps);
-    else bprintf(b, "    epochs = %" PRId64 "\n", t->epochs);
-    if (t->freeze_embeddings && t->freeze_layers > 0)
-        bprintf(b, "    freeze = (embeddings, layers %" PRId64 ")\n", t->freeze_layers);
-    else if (t->freeze_embeddings) bprintf(b, "    freeze = embeddings\n");
-    else if (t->freeze_layers > 0) bprintf(b, "    freeze = layers %" PRId64 "\n", t->freeze_layers);
-    bprintf(b, "  }\n");
-}
-
 char *artifact_model_text(const ModelSpec *spec)
 {
-    Buf b = {0};
-    bprintf(&b, "# resolved by hpc compile from %s\nmodel %s {\n", spec->source[0] ? spec->source : "(memory)",
-            spec->name);
-    stack_text(&b, &spec->stack);
-    head_text(&b, &spec->head);
-    train_text(&b, &spec->train);
-    bprintf(&b, "}\n");
-    return b.s;
+    char *text = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&text, &len);
+    if (!f) hpc_panic(__FILE__, __LINE__, "out of host memory for the model text");
+    fprintf(f, "# resolved by hpc compile from %s\n", spec->source[0] ? spec->source : "(memory)");
+    spec_write(spec, f);
+    fclose(f);
+    return text;
 }
 
 void artifact_path_for(const char *model_name, char *buf, size_t size)
@@ -158,7 +50,7 @@ HpcStatus artifact_write(const char *path, const Artifact *a, HpcError *err)
     if (!f)
         return hpc_fail(err, HPC_ERR_IO, "artifact: open %s for writing: %s; check the directory is writable",
                         tmp, strerror(errno));
-    fprintf(f, "%s %d\nname %s\npolicy %s\n", ARTIFACT_MAGIC, ARTIFACT_VERSION, a->name, prec_key(a->policy));
+    fprintf(f, "%s %d\nname %s\npolicy %s\n", ARTIFACT_MAGIC, ARTIFACT_VERSION, a->name, spec_precision_name(a->policy));
     put_section(f, "model", a->model_text);
     put_section(f, "plan", a->plan_text);
     put_section(f, "cuda", a->cuda_source);
@@ -178,14 +70,15 @@ static char *read_all(const char *path, size_t *len, HpcError *err)
         hpc_fail(err, HPC_ERR_IO, "artifact: open %s: %s", path, strerror(errno));
         return NULL;
     }
-    Buf b = {0};
-    char chunk[65536];
-    size_t n;
-    while ((n = fread(chunk, 1, sizeof chunk, f)) > 0) bprintf(&b, "%.*s", (int)n, chunk);
+    char *text = NULL, chunk[65536];
+    size_t size = 0, n;
+    FILE *mem = open_memstream(&text, &size);
+    if (!mem) hpc_panic(__FILE__, __LINE__, "out of host memory reading %s", path);
+    while ((n = fread(chunk, 1, sizeof chunk, f)) > 0) fwrite(chunk, 1, n, mem);
     fclose(f);
-    if (!b.s) b.s = xcalloc(1, 1);
-    *len = b.n;
-    return b.s;
+    fclose(mem);
+    *len = size;
+    return text;
 }
 
 static HpcStatus bad_file(HpcError *err, const char *path, size_t off, const char *why)
@@ -209,7 +102,7 @@ static HpcStatus parse_header(const char *path, const char *s, size_t len, size_
     snprintf(a->name, sizeof a->name, "%s", name);
     a->policy = PREC_DEFAULT;
     for (SpecPrecision p = PREC_DEFAULT; p <= PREC_BF16; p++)
-        if (strcmp(pol, prec_key(p)) == 0) a->policy = p;
+        if (strcmp(pol, spec_precision_name(p)) == 0) a->policy = p;
     *pos = (size_t)(used + n2);
     return *pos <= len ? HPC_OK : bad_file(err, path, len, "truncated header");
 }

@@ -120,6 +120,11 @@ int spec_load(const char *path, ModelSpec *out, FILE *diag);
 int spec_load_string(const char *name, const char *text, size_t len,
                      const char *base_dir, ModelSpec *out, FILE *diag);
 
+/* Writes spec as .model source ("model NAME { ... }", every field
+ * explicit): spec_load of the text gives back an equal spec (not the
+ * source file name).  Used for artifacts, imports and checkpoints. */
+void spec_write(const ModelSpec *spec, FILE *out);
+
 /* Names for printing and for the artifact ("gelu", "adamw", ...). */
 const char *spec_activation_name(SpecActivation a);
 const char *spec_head_kind_name(SpecHeadKind k);

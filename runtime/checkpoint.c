@@ -46,14 +46,14 @@ static void shape_of(const ParamInfo *p, int64_t shape[2])
     shape[1] = p->rank > 1 ? p->dims[1] : 0;
 }
 
-/* The spec as .model text (hf_model_write), heap string. */
+/* The spec as .model text (spec_write), heap string. */
 static char *model_text(const ModelSpec *spec)
 {
     char *text = NULL;
     size_t len = 0;
     FILE *f = open_memstream(&text, &len);
     if (!f) return NULL;
-    hf_model_write(spec, NULL, f);
+    spec_write(spec, f);
     fclose(f);
     return text;
 }

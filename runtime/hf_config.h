@@ -19,8 +19,9 @@
  * embd_pdrop differing from resid_pdrop) become notes in HfConfigInfo for
  * the caller to show; this module prints nothing.
  *
- * hf_model_write then prints a ModelSpec as .model source (the language of
- * docs/language.md) that spec_load reads back into an equal spec.
+ * hf_model_write then prints a header comment (source, labels, notes) and
+ * the ModelSpec as .model source (spec_write, compiler/spec.h), which
+ * spec_load reads back into an equal spec.
  *
  * Usage:
  *   ModelSpec spec; HfConfigInfo info; HpcError err;
@@ -66,9 +67,8 @@ HpcStatus hf_config_load(const char *path, const HfImportOptions *opt, ModelSpec
 HpcStatus hf_config_parse(const char *text, size_t len, const char *name, const HfImportOptions *opt,
                           ModelSpec *spec, HfConfigInfo *info, HpcError *err);
 
-/* Writes spec as a .model file: one `model NAME { ... }` with every
- * architecture and head setting spelled out, and the training section.
- * info (may be NULL) adds a header comment with the source and notes. */
+/* Writes spec as a .model file (spec_write); info (may be NULL) adds a
+ * header comment with the source, labels and notes. */
 void hf_model_write(const ModelSpec *spec, const HfConfigInfo *info, FILE *out);
 
 /* The inverse (runtime/hf_config_write.c), for `hpc export`; numbers are
