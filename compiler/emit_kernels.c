@@ -2,12 +2,12 @@
  * See emit_kernels.h for the naming and the kernels' contracts. */
 #include "emit_kernels.h"
 
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "kernel_sources.h"
+#include "strbuf.h"
 
 /* The kernels' numeric codes for these enums are fixed in the templates. */
 _Static_assert(OPT_ADAMW == 0 && OPT_ADAM == 1 && OPT_SGD == 2 && OPT_LAMB == 3, "optimizer.cu codes");
@@ -83,31 +83,6 @@ KemitRowLayout kemit_row_layout(const KernelConfig *cfg)
 }
 
 /* A growing string; allocation failure panics (sources are small). */
-typedef struct { char *p; size_t len, cap; } Buf;
-
-static void buf_add(Buf *b, const char *s, size_t n)
-{
-    if (b->len + n + 1 > b->cap) {
-        b->cap = (b->len + n + 1) * 2;
-        b->p = xrealloc(b->p, b->cap);
-    }
-    memcpy(b->p + b->len, s, n);
-    b->len += n;
-    b->p[b->len] = 0;
-}
-
-static void buf_printf(Buf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void buf_printf(Buf *b, const char *fmt, ...)
-{
-    char tmp[512];
-    va_list ap;
-    va_start(ap, fmt);
-    int n = vsnprintf(tmp, sizeof tmp, fmt, ap);
-    va_end(ap);
-    HPC_ASSERT(n >= 0 && (size_t)n < sizeof tmp);
-    buf_add(b, tmp, (size_t)n);
-}
-
 static uint64_t fnv1a(const char *s, size_t n)
 {
     uint64_t h = 0xcbf29ce484222325ull;
@@ -142,29 +117,29 @@ static HpcStatus kemit_check(const KernelConfig *c, HpcError *err)
 }
 
 /* The constants every template reads. */
-static void kemit_constants(Buf *b, const KernelConfig *c)
+static void kemit_constants(StrBuf *b, const KernelConfig *c)
 {
     KemitRowLayout r = kemit_row_layout(c);
-    buf_printf(b, "#define HPC_DTYPE %d /* 0 f32, 1 f16, 2 bf16 */\n", (int)c->dtype);
-    buf_printf(b, "#define HPC_HIDDEN %lld\n", (long long)c->hidden);
-    buf_printf(b, "#define HPC_HEADS %lld\n", (long long)c->heads);
-    buf_printf(b, "#define HPC_HEAD_DIM %lld\n", (long long)c->head_dim);
-    buf_printf(b, "#define HPC_FFN %lld\n", (long long)c->ffn);
-    buf_printf(b, "#define HPC_VOCAB %lld\n", (long long)c->vocab);
-    buf_printf(b, "#define HPC_LABELS %lld\n", (long long)c->labels);
-    buf_printf(b, "#define HPC_MAX_POSITIONS %lld\n", (long long)c->max_positions);
-    buf_printf(b, "#define HPC_TYPE_VOCAB %lld\n", (long long)c->type_vocab);
-    buf_printf(b, "#define HPC_POS_OFFSET %lld\n", (long long)c->position_offset);
-    buf_printf(b, "#define HPC_LN_EPS %.8ef\n", (double)(float)c->ln_eps);
-    buf_printf(b, "#define HPC_HIDDEN_DROPOUT %.8ef\n", (double)(float)c->hidden_dropout);
-    buf_printf(b, "#define HPC_ATTN_DROPOUT %.8ef\n", (double)(float)c->attention_dropout);
-    buf_printf(b, "#define HPC_ACTIVATION %d /* gelu, gelu_tanh, relu, tanh */\n", (int)c->activation);
-    buf_printf(b, "#define HPC_CAUSAL %d\n", c->causal ? 1 : 0);
-    buf_printf(b, "#define HPC_EMB_LN %d\n", c->embedding_ln ? 1 : 0);
-    buf_printf(b, "#define HPC_ROW_VEC %d\n#define HPC_ROW_THREADS %d\n#define HPC_ROW_NPT %d\n"
+    strbuf_printf(b, "#define HPC_DTYPE %d /* 0 f32, 1 f16, 2 bf16 */\n", (int)c->dtype);
+    strbuf_printf(b, "#define HPC_HIDDEN %lld\n", (long long)c->hidden);
+    strbuf_printf(b, "#define HPC_HEADS %lld\n", (long long)c->heads);
+    strbuf_printf(b, "#define HPC_HEAD_DIM %lld\n", (long long)c->head_dim);
+    strbuf_printf(b, "#define HPC_FFN %lld\n", (long long)c->ffn);
+    strbuf_printf(b, "#define HPC_VOCAB %lld\n", (long long)c->vocab);
+    strbuf_printf(b, "#define HPC_LABELS %lld\n", (long long)c->labels);
+    strbuf_printf(b, "#define HPC_MAX_POSITIONS %lld\n", (long long)c->max_positions);
+    strbuf_printf(b, "#define HPC_TYPE_VOCAB %lld\n", (long long)c->type_vocab);
+    strbuf_printf(b, "#define HPC_POS_OFFSET %lld\n", (long long)c->position_offset);
+    strbuf_printf(b, "#define HPC_LN_EPS %.8ef\n", (double)(float)c->ln_eps);
+    strbuf_printf(b, "#define HPC_HIDDEN_DROPOUT %.8ef\n", (double)(float)c->hidden_dropout);
+    strbuf_printf(b, "#define HPC_ATTN_DROPOUT %.8ef\n", (double)(float)c->attention_dropout);
+    strbuf_printf(b, "#define HPC_ACTIVATION %d /* gelu, gelu_tanh, relu, tanh */\n", (int)c->activation);
+    strbuf_printf(b, "#define HPC_CAUSAL %d\n", c->causal ? 1 : 0);
+    strbuf_printf(b, "#define HPC_EMB_LN %d\n", c->embedding_ln ? 1 : 0);
+    strbuf_printf(b, "#define HPC_ROW_VEC %d\n#define HPC_ROW_THREADS %d\n#define HPC_ROW_NPT %d\n"
                   "#define HPC_ROW_RPB %d\n", r.vec, r.threads, r.npt, r.rpb);
-    buf_printf(b, "#define HPC_SOFTMAX_MAXLEN %lld\n", (long long)((c->max_positions + 127) / 128 * 128));
-    buf_printf(b, "#define HPC_CAT2(a, b) a##b\n#define HPC_CAT(a, b) HPC_CAT2(a, b)\n"
+    strbuf_printf(b, "#define HPC_SOFTMAX_MAXLEN %lld\n", (long long)((c->max_positions + 127) / 128 * 128));
+    strbuf_printf(b, "#define HPC_CAT2(a, b) a##b\n#define HPC_CAT(a, b) HPC_CAT2(a, b)\n"
                   "#define KN(base) HPC_CAT(base, HPC_SUFFIX)\n");
 }
 
@@ -174,7 +149,7 @@ HpcStatus kemit_source(const KernelConfig *cfg, char **source, char suffix[KEMIT
     *source = NULL;
     HpcStatus st = kemit_check(cfg, err);
     if (st) return st;
-    Buf body = {0};
+    StrBuf body = {0};
     kemit_constants(&body, cfg);
     for (int i = 0; i < KEMIT_TEMPLATE_COUNT; i++) {
         const char *text = kernel_source_find(kemit_templates[i]);
@@ -183,16 +158,16 @@ HpcStatus kemit_source(const KernelConfig *cfg, char **source, char suffix[KEMIT
             return hpc_fail(err, HPC_ERR_INTERNAL, "kernel emitter: template compiler/kernels/%s is "
                             "not in the build; rebuild with `make` from a full checkout", kemit_templates[i]);
         }
-        buf_printf(&body, "\n// ---- %s ----\n", kemit_templates[i]);
-        buf_add(&body, text, strlen(text));
+        strbuf_printf(&body, "\n// ---- %s ----\n", kemit_templates[i]);
+        strbuf_add(&body, text);
     }
     uint64_t h = fnv1a(body.p, body.len);
     snprintf(suffix, KEMIT_SUFFIX_MAX, "_%s_h%lld_%06llx", kemit_dtype_name(cfg->dtype),
              (long long)cfg->hidden, (unsigned long long)(h & 0xffffff));
-    Buf out = {0};
-    buf_printf(&out, "// hpc kernels, generated by compiler/emit_kernels.c from compiler/kernels/*.cu\n"
+    StrBuf out = {0};
+    strbuf_printf(&out, "// hpc kernels, generated by compiler/emit_kernels.c from compiler/kernels/*.cu\n"
                      "#define HPC_SUFFIX %s\n", suffix);
-    buf_add(&out, body.p, body.len);
+    strbuf_addn(&out, body.p, body.len);
     free(body.p);
     *source = out.p;
     return HPC_OK;

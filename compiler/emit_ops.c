@@ -136,15 +136,15 @@ static bool nameset_add(NameSet *s, const char *name)
     return true;
 }
 
-static void add_kernel(EStr *src, const EopGenPhase *ph, const char *name)
+static void add_kernel(StrBuf *src, const EopGenPhase *ph, const char *name)
 {
     int threads = ph->lt == EOP_LT_ONE ? 1024 : ph->lt == EOP_LT_ROWS ? ph->threads : 256;
-    estr_printf(src, "\nextern \"C\" __global__ void __launch_bounds__(%d) %s(EopArgs a)\n{\n", threads, name);
-    estr_add(src, ph->body.p);
-    estr_add(src, "}\n");
+    strbuf_printf(src, "\nextern \"C\" __global__ void __launch_bounds__(%d) %s(EopArgs a)\n{\n", threads, name);
+    strbuf_add(src, ph->body.p);
+    strbuf_add(src, "}\n");
 }
 
-static HpcStatus module_build(const IrGraph *g, EStr *src, NameSet *names, HpcError *err)
+static HpcStatus module_build(const IrGraph *g, StrBuf *src, NameSet *names, HpcError *err)
 {
     for (int id = 0; id < g->n; id++) {
         EopGen gen;
@@ -168,14 +168,14 @@ HpcStatus eop_module_source(const IrGraph *g, char **source, HpcError *err)
         return hpc_fail(err, HPC_ERR_INTERNAL, "emit_ops: the device Philox template "
                         "compiler/kernels/philox.cu is not in the build; rebuild with `make` from a "
                         "full checkout");
-    EStr src = {0};
+    StrBuf src = {0};
     NameSet names = {0};
-    estr_add(&src, eop_prelude);
-    estr_add(&src, philox);
+    strbuf_add(&src, eop_prelude);
+    strbuf_add(&src, philox);
     HpcStatus st = module_build(g, &src, &names, err);
     free(names.name);
     if (st) {
-        estr_free(&src);
+        strbuf_free(&src);
         return st;
     }
     *source = src.p;

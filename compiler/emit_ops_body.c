@@ -10,36 +10,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* ---- strings ---------------------------------------------------------- */
-
-void estr_add(EStr *s, const char *text)
-{
-    size_t n = strlen(text);
-    if (s->len + n + 1 > s->cap) {
-        s->cap = (s->len + n + 1) * 2;
-        s->p = xrealloc(s->p, s->cap);
-    }
-    memcpy(s->p + s->len, text, n + 1);
-    s->len += n;
-}
-
-void estr_printf(EStr *s, const char *fmt, ...)
-{
-    char tmp[1024];
-    va_list ap;
-    va_start(ap, fmt);
-    int n = vsnprintf(tmp, sizeof tmp, fmt, ap);
-    va_end(ap);
-    HPC_ASSERT(n >= 0 && (size_t)n < sizeof tmp);
-    estr_add(s, tmp);
-}
-
-void estr_free(EStr *s)
-{
-    free(s->p);
-    memset(s, 0, sizeof *s);
-}
-
 /* ---- helpers ---------------------------------------------------------- */
 
 #define OUTN (&gen->g->nodes[gen->id])
@@ -92,7 +62,7 @@ static void shape_tag(const IrNode *v, char *buf, size_t size)
 static int row_threads(int64_t D) { return D >= 1024 ? 512 : D >= 256 ? 256 : 128; }
 
 /* Starts a phase named BASE_DTYPE_TAG and writes the pointer declarations. */
-static EStr *phase(EopGen *gen, const char *base, const char *tag, EopLaunchType lt, int64_t count,
+static StrBuf *phase(EopGen *gen, const char *base, const char *tag, EopLaunchType lt, int64_t count,
                    int threads)
 {
     HPC_ASSERT(gen->n_phases < EOP_MAX_PHASES);
@@ -102,25 +72,25 @@ static EStr *phase(EopGen *gen, const char *base, const char *tag, EopLaunchType
     ph->lt = lt;
     ph->count = count;
     ph->threads = threads;
-    EStr *s = &ph->body;
+    StrBuf *s = &ph->body;
     gen->kind = EOP_KERNELS;
-    estr_printf(s, "    %s *y = (%s *)a.y;\n", ctype(n->dtype), ctype(n->dtype));
+    strbuf_printf(s, "    %s *y = (%s *)a.y;\n", ctype(n->dtype), ctype(n->dtype));
     for (int k = 0; k < n->n_in; k++)
-        estr_printf(s, "    const %s *x%d = (const %s *)a.x[%d];\n", ctype(INN(k)->dtype), k,
+        strbuf_printf(s, "    const %s *x%d = (const %s *)a.x[%d];\n", ctype(INN(k)->dtype), k,
                     ctype(INN(k)->dtype), k);
-    estr_add(s, "    const EopCtl *ctl = (const EopCtl *)a.ctl;\n"
+    strbuf_add(s, "    const EopCtl *ctl = (const EopCtl *)a.ctl;\n"
                 "    float *sf = (float *)a.scratch;\n    double *sd = (double *)a.scratch;\n"
                 "    (void)y; (void)ctl; (void)sf; (void)sd;\n");
     return s;
 }
 
-static EStr *elems_phase(EopGen *gen, const char *base, const IrNode *over)
+static StrBuf *elems_phase(EopGen *gen, const char *base, const IrNode *over)
 {
     char tag[64], n[128];
     shape_tag(over, tag, sizeof tag);
     numel_expr(over, n, sizeof n);
-    EStr *s = phase(gen, base, tag, EOP_LT_ELEMS, ir_numel(over, gen->B, gen->L), 256);
-    estr_printf(s, "    const i64 n = %s;\n", n);
+    StrBuf *s = phase(gen, base, tag, EOP_LT_ELEMS, ir_numel(over, gen->B, gen->L), 256);
+    strbuf_printf(s, "    const i64 n = %s;\n", n);
     return s;
 }
 
@@ -157,44 +127,44 @@ static void vec_elems(EopGen *gen, const char *base, const char *pre, const char
     char tag[64], num[128];
     shape_tag(n, tag, sizeof tag);
     numel_expr(n, num, sizeof num);
-    EStr *s = phase(gen, base, tag, EOP_LT_ELEMS, (ir_numel(n, gen->B, gen->L) + 7) / 8, 256);
-    estr_printf(s, "    const i64 n = %s, nv = n / 8;\n", num);
-    estr_add(s, pre);
-    estr_add(s, "    EOP_FOR(iv, nv) {\n        const i64 i0 = iv * 8;\n");
+    StrBuf *s = phase(gen, base, tag, EOP_LT_ELEMS, (ir_numel(n, gen->B, gen->L) + 7) / 8, 256);
+    strbuf_printf(s, "    const i64 n = %s, nv = n / 8;\n", num);
+    strbuf_add(s, pre);
+    strbuf_add(s, "    EOP_FOR(iv, nv) {\n        const i64 i0 = iv * 8;\n");
     for (int k = 0; k < n->n_in; k++)
-        estr_printf(s, "        float v%d[8];\n        ld8_%s(x%d + i0, v%d);\n", k, ir_dtype_name(INN(k)->dtype), k, k);
-    estr_add(s, "        float r[8];\n#pragma unroll\n        for (int j = 0; j < 8; j++) {\n"
+        strbuf_printf(s, "        float v%d[8];\n        ld8_%s(x%d + i0, v%d);\n", k, ir_dtype_name(INN(k)->dtype), k, k);
+    strbuf_add(s, "        float r[8];\n#pragma unroll\n        for (int j = 0; j < 8; j++) {\n"
                 "            const i64 i = i0 + j;\n            (void)i;\n            r[j] = ");
-    estr_add(s, expr);
-    estr_printf(s, ";\n        }\n        st8_%s(y + i0, r);\n    }\n", ir_dtype_name(n->dtype));
-    estr_add(s, "    for (i64 i = nv * 8 + (i64)blockIdx.x * blockDim.x + threadIdx.x; i < n; "
+    strbuf_add(s, expr);
+    strbuf_printf(s, ";\n        }\n        st8_%s(y + i0, r);\n    }\n", ir_dtype_name(n->dtype));
+    strbuf_add(s, "    for (i64 i = nv * 8 + (i64)blockIdx.x * blockDim.x + threadIdx.x; i < n; "
                 "i += (i64)gridDim.x * blockDim.x) {\n        const int j = 0;\n");
     for (int k = 0; k < n->n_in; k++)
-        estr_printf(s, "        float v%d[1];\n        v%d[0] = %s(x%d[i]);\n", k, k, ldf(INN(k)->dtype), k);
-    estr_printf(s, "        y[i] = %s(", stf(n->dtype));
-    estr_add(s, expr);
-    estr_add(s, ");\n    }\n");
+        strbuf_printf(s, "        float v%d[1];\n        v%d[0] = %s(x%d[i]);\n", k, k, ldf(INN(k)->dtype), k);
+    strbuf_printf(s, "        y[i] = %s(", stf(n->dtype));
+    strbuf_add(s, expr);
+    strbuf_add(s, ");\n    }\n");
 }
 
 /* ---- forward ops ------------------------------------------------------ */
 
 static void gen_loss_scale(EopGen *gen)
 {
-    EStr *s = elems_phase(gen, "loss_scale", OUTN);
-    estr_printf(s, "    EOP_FOR(i, n) y[i] = %s(ctl->loss_scale);\n", stf(OUTN->dtype));
+    StrBuf *s = elems_phase(gen, "loss_scale", OUTN);
+    strbuf_printf(s, "    EOP_FOR(i, n) y[i] = %s(ctl->loss_scale);\n", stf(OUTN->dtype));
 }
 
 static void gen_positions(EopGen *gen)
 {
-    EStr *s = elems_phase(gen, "positions", OUTN);
-    estr_printf(s, "    EOP_FOR(i, n) y[i] = (int)(i %% a.L) + %lld;\n", (long long)OUTN->attr.pos.offset);
+    StrBuf *s = elems_phase(gen, "positions", OUTN);
+    strbuf_printf(s, "    EOP_FOR(i, n) y[i] = (int)(i %% a.L) + %lld;\n", (long long)OUTN->attr.pos.offset);
 }
 
 static void gen_embedding(EopGen *gen)
 {
     int64_t V = INN(0)->dims[0], D = INN(0)->dims[1];
-    EStr *s = elems_phase(gen, "embedding", OUTN);
-    estr_printf(s, "    EOP_FOR(i, n) {\n        int id = x1[i / %lldLL];\n"
+    StrBuf *s = elems_phase(gen, "embedding", OUTN);
+    strbuf_printf(s, "    EOP_FOR(i, n) {\n        int id = x1[i / %lldLL];\n"
                    "        y[i] = %s(id >= 0 && id < %lld ? %s(x0[(i64)id * %lldLL + i %% %lldLL]) : EOP_NAN);\n    }\n",
                 (long long)D, stf(OUTN->dtype), (long long)V, ldf(INN(0)->dtype), (long long)D,
                 (long long)D);
@@ -206,8 +176,8 @@ static void gen_add(EopGen *gen)
         vec_elems(gen, "add", "", "v0[j] + v1[j]");
         return;
     }
-    EStr *s = elems_phase(gen, "add", OUTN);
-    estr_printf(s, "    EOP_FOR(i, n) y[i] = %s(%s(x0[i]) + %s(x1[i]));\n", stf(OUTN->dtype),
+    StrBuf *s = elems_phase(gen, "add", OUTN);
+    strbuf_printf(s, "    EOP_FOR(i, n) y[i] = %s(%s(x0[i]) + %s(x1[i]));\n", stf(OUTN->dtype),
                 ldf(INN(0)->dtype), ldf(INN(1)->dtype));
 }
 
@@ -217,8 +187,8 @@ static void gen_cast(EopGen *gen)
         vec_elems(gen, "cast", "", "v0[j]");
         return;
     }
-    EStr *s = elems_phase(gen, "cast", OUTN);
-    estr_printf(s, "    EOP_FOR(i, n) y[i] = %s(%s(x0[i]));\n", stf(OUTN->dtype), ldf(INN(0)->dtype));
+    StrBuf *s = elems_phase(gen, "cast", OUTN);
+    strbuf_printf(s, "    EOP_FOR(i, n) y[i] = %s(%s(x0[i]));\n", stf(OUTN->dtype), ldf(INN(0)->dtype));
 }
 
 static void gen_act(EopGen *gen)
@@ -231,8 +201,8 @@ static void gen_act(EopGen *gen)
         vec_elems(gen, base, "", expr);
         return;
     }
-    EStr *s = elems_phase(gen, base, OUTN);
-    estr_printf(s, "    EOP_FOR(i, n) y[i] = %s(act_%s(%s(x0[i])));\n", stf(OUTN->dtype),
+    StrBuf *s = elems_phase(gen, base, OUTN);
+    strbuf_printf(s, "    EOP_FOR(i, n) y[i] = %s(act_%s(%s(x0[i])));\n", stf(OUTN->dtype),
                 act_name(OUTN->attr.act.kind), ldf(INN(0)->dtype));
 }
 
@@ -248,8 +218,8 @@ static void gen_dropout(EopGen *gen)
         vec_elems(gen, "dropout", pre, expr);
         return;
     }
-    EStr *s = elems_phase(gen, "dropout", OUTN);
-    estr_printf(s, "    const float p = %.9gf;\n    const float sc = (float)(1.0 / (1.0 - (double)p));\n"
+    StrBuf *s = elems_phase(gen, "dropout", OUTN);
+    strbuf_printf(s, "    const float p = %.9gf;\n    const float sc = (float)(1.0 / (1.0 - (double)p));\n"
                    "    const bool on = ctl->training && p != 0.0f;\n"
                    "    EOP_FOR(i, n) {\n        float v = %s(x0[i]);\n"
                    "        if (on) v = philox_keep(ctl->seed, (u64)i, ctl->step, %uu, p) ? v * sc : 0.0f;\n"
@@ -264,20 +234,20 @@ static void heads_copy(EopGen *gen, bool split, long long NH, long long D, long 
     char tag[64], num[128];
     shape_tag(OUTN, tag, sizeof tag);
     numel_expr(OUTN, num, sizeof num);
-    EStr *s = phase(gen, split ? "split_heads_v" : "merge_heads_v", tag, EOP_LT_ELEMS,
+    StrBuf *s = phase(gen, split ? "split_heads_v" : "merge_heads_v", tag, EOP_LT_ELEMS,
                     ir_numel(OUTN, gen->B, gen->L) / W, 256);
-    estr_printf(s, "    const i64 n = %s / %lldLL;\n    EOP_FOR(c, n) {\n        const i64 i = c * %lldLL;\n"
+    strbuf_printf(s, "    const i64 n = %s / %lldLL;\n    EOP_FOR(c, n) {\n        const i64 i = c * %lldLL;\n"
                    "        i64 dd = i %% %lldLL, r = i / %lldLL;\n",
                 num, W, W, D, D);
     if (split)
-        estr_printf(s, "        i64 l = r %% a.L; r /= a.L;\n        i64 hh = r %% %lldLL, b = r / %lldLL;\n"
+        strbuf_printf(s, "        i64 l = r %% a.L; r /= a.L;\n        i64 hh = r %% %lldLL, b = r / %lldLL;\n"
                        "        const i64 src = ((b * a.L + l) * %lldLL + hh) * %lldLL + dd;\n",
                     NH, NH, NH, D);
     else
-        estr_printf(s, "        i64 hh = r %% %lldLL; r /= %lldLL;\n        i64 l = r %% a.L, b = r / a.L;\n"
+        strbuf_printf(s, "        i64 hh = r %% %lldLL; r /= %lldLL;\n        i64 l = r %% a.L, b = r / a.L;\n"
                        "        const i64 src = ((b * %lldLL + hh) * a.L + l) * %lldLL + dd;\n",
                     NH, NH, NH, D);
-    estr_add(s, "        *(eop_v16 *)(y + i) = *(const eop_v16 *)(x0 + src);\n    }\n");
+    strbuf_add(s, "        *(eop_v16 *)(y + i) = *(const eop_v16 *)(x0 + src);\n    }\n");
 }
 
 /* out (B, NH, L, D) from in (B, L, NH*D), or the reverse when merging. */
@@ -291,14 +261,14 @@ static void gen_heads(EopGen *gen, bool split)
         heads_copy(gen, split, NH, D, W);
         return;
     }
-    EStr *s = elems_phase(gen, split ? "split_heads" : "merge_heads", OUTN);
+    StrBuf *s = elems_phase(gen, split ? "split_heads" : "merge_heads", OUTN);
     if (split)
-        estr_printf(s, "    EOP_FOR(i, n) {\n        i64 dd = i %% %lldLL, r = i / %lldLL;\n"
+        strbuf_printf(s, "    EOP_FOR(i, n) {\n        i64 dd = i %% %lldLL, r = i / %lldLL;\n"
                        "        i64 l = r %% a.L; r /= a.L;\n        i64 hh = r %% %lldLL, b = r / %lldLL;\n"
                        "        y[i] = %s(%s(x0[((b * a.L + l) * %lldLL + hh) * %lldLL + dd]));\n    }\n",
                     D, D, NH, NH, stf(OUTN->dtype), ldf(INN(0)->dtype), NH, D);
     else
-        estr_printf(s, "    EOP_FOR(i, n) {\n        i64 dd = i %% %lldLL, r = i / %lldLL;\n"
+        strbuf_printf(s, "    EOP_FOR(i, n) {\n        i64 dd = i %% %lldLL, r = i / %lldLL;\n"
                        "        i64 hh = r %% %lldLL; r /= %lldLL;\n        i64 l = r %% a.L, b = r / a.L;\n"
                        "        y[i] = %s(%s(x0[((b * %lldLL + hh) * a.L + l) * %lldLL + dd]));\n    }\n",
                     D, D, NH, NH, stf(OUTN->dtype), ldf(INN(0)->dtype), NH, D);
@@ -307,40 +277,40 @@ static void gen_heads(EopGen *gen, bool split)
 static void gen_slice_first(EopGen *gen)
 {
     long long H = (long long)last_dim(OUTN);
-    EStr *s = elems_phase(gen, "slice_first", OUTN);
-    estr_printf(s, "    EOP_FOR(i, n) y[i] = %s(%s(x0[(i / %lldLL) * a.L * %lldLL + i %% %lldLL]));\n",
+    StrBuf *s = elems_phase(gen, "slice_first", OUTN);
+    strbuf_printf(s, "    EOP_FOR(i, n) y[i] = %s(%s(x0[(i / %lldLL) * a.L * %lldLL + i %% %lldLL]));\n",
                 stf(OUTN->dtype), ldf(INN(0)->dtype), H, H, H);
 }
 
 /* Declares `tl`, the token SLICE_LAST reads in batch row `bexpr`: the last
  * t with mask x1[b, t] != 0, else 0 (cpu_exec_ops.inc's slice_last_pos). */
-static void slice_last_pos_text(EStr *s, const char *bexpr)
+static void slice_last_pos_text(StrBuf *s, const char *bexpr)
 {
-    estr_printf(s, "        const int *mr = x1 + (%s) * a.L;\n        i64 tl = a.L - 1;\n"
+    strbuf_printf(s, "        const int *mr = x1 + (%s) * a.L;\n        i64 tl = a.L - 1;\n"
                    "        while (tl > 0 && mr[tl] == 0) tl--;\n", bexpr);
 }
 
 static void gen_slice_last(EopGen *gen)
 {
     long long H = (long long)last_dim(OUTN);
-    EStr *s = elems_phase(gen, "slice_last", OUTN);
-    estr_printf(s, "    EOP_FOR(i, n) {\n        const i64 b = i / %lldLL, c = i %% %lldLL;\n", H, H);
+    StrBuf *s = elems_phase(gen, "slice_last", OUTN);
+    strbuf_printf(s, "    EOP_FOR(i, n) {\n        const i64 b = i / %lldLL, c = i %% %lldLL;\n", H, H);
     slice_last_pos_text(s, "b");
-    estr_printf(s, "        y[i] = %s(%s(x0[(b * a.L + tl) * %lldLL + c]));\n    }\n", stf(OUTN->dtype),
+    strbuf_printf(s, "        y[i] = %s(%s(x0[(b * a.L + tl) * %lldLL + c]));\n    }\n", stf(OUTN->dtype),
                 ldf(INN(0)->dtype), H);
 }
 
 static void gen_shift_labels(EopGen *gen)
 {
-    EStr *s = elems_phase(gen, "shift_labels", OUTN);
-    estr_add(s, "    EOP_FOR(i, n) {\n        i64 t = i % a.L;\n"
+    StrBuf *s = elems_phase(gen, "shift_labels", OUTN);
+    strbuf_add(s, "    EOP_FOR(i, n) {\n        i64 t = i % a.L;\n"
                 "        y[i] = t + 1 < a.L && x1[i + 1] ? x0[i + 1] : -100;\n    }\n");
 }
 
 /* Mean and rstd of row `row` of xr (D elements, dtype LD) into mean, rstd. */
-static void ln_stats_text(EStr *s, const char *ld, long long D, double eps)
+static void ln_stats_text(StrBuf *s, const char *ld, long long D, double eps)
 {
-    estr_printf(s, "    float s1 = 0.0f;\n    for (int c = threadIdx.x; c < %lld; c += blockDim.x) s1 += %s(xr[c]);\n"
+    strbuf_printf(s, "    float s1 = 0.0f;\n    for (int c = threadIdx.x; c < %lld; c += blockDim.x) s1 += %s(xr[c]);\n"
                    "    const float mean = block_sum(s1, sh) * (1.0f / %lld);\n"
                    "    float q = 0.0f;\n    for (int c = threadIdx.x; c < %lld; c += blockDim.x) {\n"
                    "        float d = %s(xr[c]) - mean;\n        q += d * d;\n    }\n"
@@ -361,22 +331,22 @@ static int ln_threads(long long D)
 static int ln_nu(long long D) { return (int)((D / 8 + ln_threads(D) - 1) / ln_threads(D)); }
 
 /* A block-per-row phase over the rows of `rows_of`: declares sh, R, row. */
-static EStr *ln_row_phase(EopGen *gen, const char *base, const IrNode *rows_of, long long D)
+static StrBuf *ln_row_phase(EopGen *gen, const char *base, const IrNode *rows_of, long long D)
 {
     char rows[128], tag[32];
     rows_expr(rows_of, rows, sizeof rows);
     snprintf(tag, sizeof tag, "h%lld", D);
-    EStr *s = phase(gen, base, tag, EOP_LT_ROWS, ir_rows(rows_of, gen->B, gen->L), ln_threads(D));
-    estr_printf(s, "    __shared__ float sh[32];\n    const i64 R = %s;\n    const i64 row = blockIdx.x;\n"
+    StrBuf *s = phase(gen, base, tag, EOP_LT_ROWS, ir_rows(rows_of, gen->B, gen->L), ln_threads(D));
+    strbuf_printf(s, "    __shared__ float sh[32];\n    const i64 R = %s;\n    const i64 row = blockIdx.x;\n"
                    "    if (row >= R) return;\n", rows);
     return s;
 }
 
 /* Loads row `row` of PTR (dtype dt, D columns) into NAME[NU][8] (zeros past D). */
-static void ln_row_load(EStr *s, const char *name, const char *ptr, DType dt, long long D)
+static void ln_row_load(StrBuf *s, const char *name, const char *ptr, DType dt, long long D)
 {
     int nu = ln_nu(D), T = ln_threads(D);
-    estr_printf(s, "    float %s[%d][8];\n#pragma unroll\n    for (int u = 0; u < %d; u++) {\n"
+    strbuf_printf(s, "    float %s[%d][8];\n#pragma unroll\n    for (int u = 0; u < %d; u++) {\n"
                    "        const int cu = threadIdx.x + %d * u;\n"
                    "        if (cu < %lld) ld8_%s(%s + row * %lldLL + cu * 8, %s[u]);\n"
                    "        else for (int j = 0; j < 8; j++) %s[u][j] = 0.0f;\n    }\n",
@@ -384,10 +354,10 @@ static void ln_row_load(EStr *s, const char *name, const char *ptr, DType dt, lo
 }
 
 /* mean and rstd of the row in xv (two passes over the registers, f32). */
-static void ln_row_stats(EStr *s, long long D, double eps)
+static void ln_row_stats(StrBuf *s, long long D, double eps)
 {
     int nu = ln_nu(D), T = ln_threads(D);
-    estr_printf(s, "    float s1 = 0.0f;\n#pragma unroll\n    for (int u = 0; u < %d; u++)\n"
+    strbuf_printf(s, "    float s1 = 0.0f;\n#pragma unroll\n    for (int u = 0; u < %d; u++)\n"
                    "        for (int j = 0; j < 8; j++) s1 += xv[u][j];\n"
                    "    const float mean = block_sum(s1, sh) * (1.0f / %lld);\n    float q = 0.0f;\n"
                    "#pragma unroll\n    for (int u = 0; u < %d; u++)\n"
@@ -410,10 +380,10 @@ static void gen_layernorm_vec(EopGen *gen)
     const IrNode *n = OUTN;
     long long D = (long long)last_dim(n);
     int nu = ln_nu(D);
-    EStr *s = ln_row_phase(gen, "ln_fwd", n, D);
+    StrBuf *s = ln_row_phase(gen, "ln_fwd", n, D);
     ln_row_load(s, "xv", "x0", INN(0)->dtype, D);
     ln_row_stats(s, D, (double)(float)n->attr.norm.eps);
-    estr_printf(s, "#pragma unroll\n    for (int u = 0; u < %d; u++) {\n        const int cu = threadIdx.x + blockDim.x * u;\n"
+    strbuf_printf(s, "#pragma unroll\n    for (int u = 0; u < %d; u++) {\n        const int cu = threadIdx.x + blockDim.x * u;\n"
                    "        if (cu >= %lld) break;\n        float g[8], bt[8], r[8];\n"
                    "        ld8_%s(x1 + cu * 8, g);\n        ld8_%s(x2 + cu * 8, bt);\n"
                    "        for (int j = 0; j < 8; j++) r[j] = (xv[u][j] - mean) * rstd * g[j] + bt[j];\n"
@@ -432,25 +402,25 @@ static void gen_layernorm(EopGen *gen)
     char rows[128], tag[32];
     rows_expr(n, rows, sizeof rows);
     snprintf(tag, sizeof tag, "h%lld", D);
-    EStr *s = phase(gen, "ln_fwd", tag, EOP_LT_ROWS, ir_rows(n, gen->B, gen->L), row_threads(D));
-    estr_printf(s, "    __shared__ float sh[32];\n    const i64 row = blockIdx.x;\n"
+    StrBuf *s = phase(gen, "ln_fwd", tag, EOP_LT_ROWS, ir_rows(n, gen->B, gen->L), row_threads(D));
+    strbuf_printf(s, "    __shared__ float sh[32];\n    const i64 row = blockIdx.x;\n"
                    "    if (row >= %s) return;\n    const %s *xr = x0 + row * %lldLL;\n",
                 rows, ctype(INN(0)->dtype), D);
     ln_stats_text(s, ldf(INN(0)->dtype), D, (double)(float)n->attr.norm.eps);
-    estr_printf(s, "    for (int c = threadIdx.x; c < %lld; c += blockDim.x)\n"
+    strbuf_printf(s, "    for (int c = threadIdx.x; c < %lld; c += blockDim.x)\n"
                    "        y[row * %lldLL + c] = %s((%s(xr[c]) - mean) * rstd * %s(x1[c]) + %s(x2[c]));\n",
                 D, D, stf(n->dtype), ldf(INN(0)->dtype), ldf(INN(1)->dtype), ldf(INN(2)->dtype));
 }
 
 /* One warp per row of L keys; rows = numel / L. */
-static EStr *warp_rows_phase(EopGen *gen, const char *base)
+static StrBuf *warp_rows_phase(EopGen *gen, const char *base)
 {
     const IrNode *n = OUTN;
     char numel[128], tag[64];
     numel_expr(n, numel, sizeof numel);
     shape_tag(n, tag, sizeof tag);
-    EStr *s = phase(gen, base, tag, EOP_LT_WARP_ROWS, ir_numel(n, gen->B, gen->L) / gen->L, 128);
-    estr_printf(s, "    const i64 rows = %s / a.L;\n"
+    StrBuf *s = phase(gen, base, tag, EOP_LT_WARP_ROWS, ir_numel(n, gen->B, gen->L) / gen->L, 128);
+    strbuf_printf(s, "    const i64 rows = %s / a.L;\n"
                    "    const i64 row = (i64)blockIdx.x * 4 + (threadIdx.x >> 5);\n"
                    "    const int lane = threadIdx.x & 31;\n    if (row >= rows) return;\n", numel);
     return s;
@@ -459,9 +429,9 @@ static EStr *warp_rows_phase(EopGen *gen, const char *base)
 static void gen_softmax(EopGen *gen)
 {
     const IrNode *n = OUTN;
-    EStr *s = warp_rows_phase(gen, n->attr.softmax.causal ? "softmax_causal_fwd" : "softmax_fwd");
+    StrBuf *s = warp_rows_phase(gen, n->attr.softmax.causal ? "softmax_causal_fwd" : "softmax_fwd");
     const char *ld = ldf(INN(0)->dtype);
-    estr_printf(s, "    const i64 b = row / (%lldLL * a.L), q = row %% a.L;\n"
+    strbuf_printf(s, "    const i64 b = row / (%lldLL * a.L), q = row %% a.L;\n"
                    "    const int *mask = x1 + b * a.L;\n    const %s *sc = x0 + row * a.L;\n"
                    "#define VIS(k) (mask[k] != 0 && !(%d && (k) > q))\n"
                    "    float m = EOP_NEG_INF;\n"
@@ -486,8 +456,8 @@ static void gen_cross_entropy(EopGen *gen)
     snprintf(tag, sizeof tag, "c%lld", C);
     int64_t rows = ir_numel(lab, gen->B, gen->L);
     const char *ld = ldf(x->dtype);
-    EStr *s = phase(gen, "xent_rows", tag, EOP_LT_ROWS, rows, C >= 256 ? 256 : 128);
-    estr_printf(s, "    __shared__ float sh[32];\n    const i64 row = blockIdx.x;\n    if (row >= %s) return;\n"
+    StrBuf *s = phase(gen, "xent_rows", tag, EOP_LT_ROWS, rows, C >= 256 ? 256 : 128);
+    strbuf_printf(s, "    __shared__ float sh[32];\n    const i64 row = blockIdx.x;\n    if (row >= %s) return;\n"
                    "    const %s *xr = x0 + row * %lldLL;\n    const int label = x1[row];\n"
                    "    float m = EOP_NEG_INF;\n"
                    "    for (int c = threadIdx.x; c < %lld; c += blockDim.x) m = fmaxf(m, %s(xr[c]));\n"
@@ -498,7 +468,7 @@ static void gen_cross_entropy(EopGen *gen)
                    " ? m + logf(e) - %s(xr[label]) : EOP_NAN;\n",
                 N, ctype(x->dtype), C, C, ld, C, ld, C, ld);
     s = phase(gen, "xent_mean", tag, EOP_LT_ONE, 1, 1024);
-    estr_printf(s, "    __shared__ double shd[32];\n    __shared__ float sh[32];\n"
+    strbuf_printf(s, "    __shared__ double shd[32];\n    __shared__ float sh[32];\n"
                    "    double t = 0.0;\n    float cnt = 0.0f;\n"
                    "    for (i64 i = threadIdx.x; i < %s; i += blockDim.x) {\n"
                    "        t += sf[i];\n        cnt += x1[i] != -100 ? 1.0f : 0.0f;\n    }\n"
@@ -512,8 +482,8 @@ static void gen_mse(EopGen *gen)
 {
     char N[128];
     numel_expr(INN(1), N, sizeof N);
-    EStr *s = phase(gen, "mse", "s", EOP_LT_ONE, 1, 1024);
-    estr_printf(s, "    __shared__ double shd[32];\n    const i64 n = %s;\n    double t = 0.0;\n"
+    StrBuf *s = phase(gen, "mse", "s", EOP_LT_ONE, 1, 1024);
+    strbuf_printf(s, "    __shared__ double shd[32];\n    const i64 n = %s;\n    double t = 0.0;\n"
                    "    for (i64 i = threadIdx.x; i < n; i += blockDim.x) {\n"
                    "        double d = (double)%s(x0[i]) - (double)%s(x1[i]);\n        t += d * d;\n    }\n"
                    "    t = block_sum_d(t, shd);\n"
@@ -541,9 +511,9 @@ static HpcStatus gen_gemm(EopGen *gen, HpcError *err)
         return HPC_OK;
     }
     long long C = (long long)last_dim(n);
-    EStr *s = elems_phase(gen, "bias_add", n);
+    StrBuf *s = elems_phase(gen, "bias_add", n);
     gen->kind = EOP_GEMM;
-    estr_printf(s, "    EOP_FOR(i, n) y[i] = %s(%s(y[i]) + %s(x2[i %% %lldLL]));\n", stf(n->dtype),
+    strbuf_printf(s, "    EOP_FOR(i, n) y[i] = %s(%s(y[i]) + %s(x2[i %% %lldLL]));\n", stf(n->dtype),
                 ldf(n->dtype), ldf(INN(2)->dtype), C);
     return HPC_OK;
 }
@@ -563,8 +533,8 @@ static void embedding_scatter_smem(EopGen *gen, const char *acc, long long V, lo
     shape_tag(dy, tag, sizeof tag);
     numel_expr(dy, num, sizeof num);
     int64_t numel = ir_numel(dy, gen->B, gen->L), cap = (int64_t)EOP_EMB_SMEM_BLOCKS * 256;
-    EStr *s = phase(gen, "embedding_scatter_smem", tag, EOP_LT_ELEMS, numel < cap ? numel : cap, 256);
-    estr_printf(s, "    __shared__ float tab[%lld];\n"
+    StrBuf *s = phase(gen, "embedding_scatter_smem", tag, EOP_LT_ELEMS, numel < cap ? numel : cap, 256);
+    strbuf_printf(s, "    __shared__ float tab[%lld];\n"
                    "    for (int k = threadIdx.x; k < %lld; k += blockDim.x) tab[k] = 0.0f;\n    __syncthreads();\n"
                    "    const i64 n = %s;\n    EOP_FOR(i, n) {\n        int id = x1[i / %lldLL];\n"
                    "        if (id >= 0 && id < %lld) atomicAdd(&tab[id * %lldLL + i %% %lldLL], %s(x0[i]));\n    }\n"
@@ -579,19 +549,19 @@ static void gen_embedding_bwd(EopGen *gen)
     long long V = (long long)n->dims[0], D = (long long)n->dims[1];
     bool direct = n->dtype == DT_F32;
     const char *acc = direct ? "y" : "sf";
-    EStr *s = elems_phase(gen, "zero", n);
-    estr_printf(s, "    EOP_FOR(i, n) %s[i] = 0.0f;\n", acc);
+    StrBuf *s = elems_phase(gen, "zero", n);
+    strbuf_printf(s, "    EOP_FOR(i, n) %s[i] = 0.0f;\n", acc);
     if (V * D <= EOP_EMB_SMEM_FLOATS) {
         embedding_scatter_smem(gen, acc, V, D);
     } else {
         s = elems_phase(gen, "embedding_scatter", dy);
-        estr_printf(s, "    EOP_FOR(i, n) {\n        int id = x1[i / %lldLL];\n"
+        strbuf_printf(s, "    EOP_FOR(i, n) {\n        int id = x1[i / %lldLL];\n"
                        "        if (id >= 0 && id < %lld) atomicAdd(%s + (i64)id * %lldLL + i %% %lldLL, %s(x0[i]));\n    }\n",
                     D, V, acc, D, D, ldf(dy->dtype));
     }
     if (direct) return;
     s = elems_phase(gen, "embedding_grad_cast", n);
-    estr_printf(s, "    EOP_FOR(i, n) y[i] = %s(sf[i]);\n", stf(n->dtype));
+    strbuf_printf(s, "    EOP_FOR(i, n) y[i] = %s(sf[i]);\n", stf(n->dtype));
     gen->scratch = (int64_t)V * D * 4;
 }
 
@@ -606,8 +576,8 @@ static void colsum_phases(EopGen *gen, const char *base, const IrNode *rows_of, 
     snprintf(tag, sizeof tag, "c%lld", C);
     snprintf(b1, sizeof b1, "%s_part", base);
     snprintf(b2, sizeof b2, "%s_sum", base);
-    EStr *s = phase(gen, b1, tag, EOP_LT_COLPART, C, 256);
-    estr_printf(s, "    __shared__ double acc[8][33];\n    const i64 R = %s;\n"
+    StrBuf *s = phase(gen, b1, tag, EOP_LT_COLPART, C, 256);
+    strbuf_printf(s, "    __shared__ double acc[8][33];\n    const i64 R = %s;\n"
                    "    const int col = blockIdx.x * 32 + threadIdx.x;\n    double t = 0.0;\n"
                    "    if (col < %lld)\n"
                    "        for (i64 r = blockIdx.y * 8 + threadIdx.y; r < R; r += (i64)gridDim.y * 8) t += %s;\n"
@@ -617,7 +587,7 @@ static void colsum_phases(EopGen *gen, const char *base, const IrNode *rows_of, 
                    "        sd[(i64)blockIdx.y * %lldLL + col] = u;\n    }\n",
                 rows, C, term, C, C);
     s = phase(gen, b2, tag, EOP_LT_COLFIN, C, 256);
-    estr_printf(s, "    const int col = blockIdx.x * blockDim.x + threadIdx.x;\n    if (col >= %lld) return;\n"
+    strbuf_printf(s, "    const int col = blockIdx.x * blockDim.x + threadIdx.x;\n    if (col >= %lld) return;\n"
                    "    double u = 0.0;\n    for (int p = 0; p < %d; p++) u += sd[(i64)p * %lldLL + col];\n"
                    "    y[col] = %s((float)u);\n",
                 C, EOP_COL_PARTS, C, stf(n->dtype));
@@ -638,18 +608,18 @@ static void colsum8_phases(EopGen *gen, const char *base, const IrNode *rows_of,
     snprintf(tag, sizeof tag, "c%lld", C);
     snprintf(b1, sizeof b1, "%s_part8", base);
     snprintf(b2, sizeof b2, "%s_sum", base);
-    EStr *s = phase(gen, b1, tag, EOP_LT_COLPART, C / 8, 256);
-    estr_printf(s, "    __shared__ double acc[8][257];\n    const i64 R = %s;\n"
+    StrBuf *s = phase(gen, b1, tag, EOP_LT_COLPART, C / 8, 256);
+    strbuf_printf(s, "    __shared__ double acc[8][257];\n    const i64 R = %s;\n"
                    "    const int c0 = (blockIdx.x * 32 + threadIdx.x) * 8;\n"
                    "    double t[8];\n#pragma unroll\n    for (int j = 0; j < 8; j++) t[j] = 0.0;\n"
                    "    if (c0 < %lld) {\n#pragma unroll 4\n"
                    "        for (i64 r = blockIdx.y * 8 + threadIdx.y; r < R; r += (i64)gridDim.y * 8) {\n"
                    "            float va[8], vb[8];\n            (void)vb;\n",
                 rows, C);
-    estr_add(s, load);
-    estr_add(s, "#pragma unroll\n            for (int j = 0; j < 8; j++) t[j] += ");
-    estr_add(s, term);
-    estr_printf(s, ";\n        }\n    }\n"
+    strbuf_add(s, load);
+    strbuf_add(s, "#pragma unroll\n            for (int j = 0; j < 8; j++) t[j] += ");
+    strbuf_add(s, term);
+    strbuf_printf(s, ";\n        }\n    }\n"
                    "#pragma unroll\n    for (int j = 0; j < 8; j++) acc[threadIdx.y][threadIdx.x * 8 + j] = t[j];\n"
                    "    __syncthreads();\n"
                    "    const int col = blockIdx.x * 256 + threadIdx.y * 32 + threadIdx.x;\n"
@@ -658,7 +628,7 @@ static void colsum8_phases(EopGen *gen, const char *base, const IrNode *rows_of,
                    "        sd[(i64)blockIdx.y * %lldLL + col] = u;\n    }\n",
                 C, C);
     s = phase(gen, b2, tag, EOP_LT_COLFIN, C, 256);
-    estr_printf(s, "    const int col = blockIdx.x * blockDim.x + threadIdx.x;\n    if (col >= %lld) return;\n"
+    strbuf_printf(s, "    const int col = blockIdx.x * blockDim.x + threadIdx.x;\n    if (col >= %lld) return;\n"
                    "    double u = 0.0;\n    for (int p = 0; p < %d; p++) u += sd[(i64)p * %lldLL + col];\n"
                    "    y[col] = %s((float)u);\n",
                 C, EOP_COL_PARTS, C, stf(n->dtype));
@@ -687,11 +657,11 @@ static void gen_layernorm_dx_vec(EopGen *gen)
     const IrNode *n = OUTN;
     long long D = (long long)last_dim(n);
     int nu = ln_nu(D);
-    EStr *s = ln_row_phase(gen, "ln_dx", n, D);
+    StrBuf *s = ln_row_phase(gen, "ln_dx", n, D);
     ln_row_load(s, "xv", "x1", INN(1)->dtype, D);
     ln_row_stats(s, D, (double)(float)n->attr.norm.eps);
     ln_row_load(s, "dv", "x0", INN(0)->dtype, D);
-    estr_printf(s, "    float a1 = 0.0f, b1 = 0.0f;\n#pragma unroll\n    for (int u = 0; u < %d; u++) {\n"
+    strbuf_printf(s, "    float a1 = 0.0f, b1 = 0.0f;\n#pragma unroll\n    for (int u = 0; u < %d; u++) {\n"
                    "        const int cu = threadIdx.x + blockDim.x * u;\n        if (cu >= %lld) break;\n        float gm[8];\n"
                    "        ld8_%s(x2 + cu * 8, gm);\n"
                    "        for (int j = 0; j < 8; j++) {\n            xv[u][j] = (xv[u][j] - mean) * rstd;\n"
@@ -716,13 +686,13 @@ static void gen_layernorm_dx(EopGen *gen)
     char rows[128], tag[32];
     rows_expr(n, rows, sizeof rows);
     snprintf(tag, sizeof tag, "h%lld", D);
-    EStr *s = phase(gen, "ln_dx", tag, EOP_LT_ROWS, ir_rows(n, gen->B, gen->L), row_threads(D));
-    estr_printf(s, "    __shared__ float sh[32];\n    const i64 row = blockIdx.x;\n    if (row >= %s) return;\n"
+    StrBuf *s = phase(gen, "ln_dx", tag, EOP_LT_ROWS, ir_rows(n, gen->B, gen->L), row_threads(D));
+    strbuf_printf(s, "    __shared__ float sh[32];\n    const i64 row = blockIdx.x;\n    if (row >= %s) return;\n"
                    "    const %s *xr = x1 + row * %lldLL;\n    const %s *dr = x0 + row * %lldLL;\n",
                 rows, ctype(x->dtype), D, ctype(INN(0)->dtype), D);
     ln_stats_text(s, ldf(x->dtype), D, (double)(float)n->attr.norm.eps);
     const char *lx = ldf(x->dtype), *ldy = ldf(INN(0)->dtype), *lg = ldf(INN(2)->dtype);
-    estr_printf(s, "    float a1 = 0.0f, b1 = 0.0f;\n"
+    strbuf_printf(s, "    float a1 = 0.0f, b1 = 0.0f;\n"
                    "    for (int c = threadIdx.x; c < %lld; c += blockDim.x) {\n"
                    "        float xh = (%s(xr[c]) - mean) * rstd, g = %s(dr[c]) * %s(x2[c]);\n"
                    "        a1 += g;\n        b1 += g * xh;\n    }\n"
@@ -741,10 +711,10 @@ static void gen_layernorm_dgamma_vec(EopGen *gen)
     long long D = (long long)last_dim(n);
     long long st_off = 2LL * EOP_COL_PARTS * D;   /* in floats, after the double partials */
     int64_t R = ir_rows(x, gen->B, gen->L);
-    EStr *s = ln_row_phase(gen, "ln_stats", x, D);
+    StrBuf *s = ln_row_phase(gen, "ln_stats", x, D);
     ln_row_load(s, "xv", "x1", x->dtype, D);
     ln_row_stats(s, D, (double)(float)n->attr.norm.eps);
-    estr_printf(s, "    if (threadIdx.x == 0) {\n        sf[%lldLL + row] = mean;\n        sf[%lldLL + R + row] = rstd;\n    }\n",
+    strbuf_printf(s, "    if (threadIdx.x == 0) {\n        sf[%lldLL + row] = mean;\n        sf[%lldLL + R + row] = rstd;\n    }\n",
                 st_off, st_off);
     char load[256], term[160];
     snprintf(load, sizeof load, "            ld8_%s(x0 + r * %lldLL + c0, va);\n            ld8_%s(x1 + r * %lldLL + c0, vb);\n"
@@ -768,12 +738,12 @@ static void gen_layernorm_dgamma(EopGen *gen)
     snprintf(tag, sizeof tag, "h%lld", D);
     long long st_off = 2LL * EOP_COL_PARTS * D;   /* in floats, after the double partials */
     int64_t R = ir_rows(x, gen->B, gen->L);
-    EStr *s = phase(gen, "ln_stats", tag, EOP_LT_ROWS, R, row_threads(D));
-    estr_printf(s, "    __shared__ float sh[32];\n    const i64 row = blockIdx.x, R = %s;\n"
+    StrBuf *s = phase(gen, "ln_stats", tag, EOP_LT_ROWS, R, row_threads(D));
+    strbuf_printf(s, "    __shared__ float sh[32];\n    const i64 row = blockIdx.x, R = %s;\n"
                    "    if (row >= R) return;\n    const %s *xr = x1 + row * %lldLL;\n",
                 rows, ctype(x->dtype), D);
     ln_stats_text(s, ldf(x->dtype), D, (double)(float)n->attr.norm.eps);
-    estr_printf(s, "    if (threadIdx.x == 0) {\n        sf[%lldLL + row] = mean;\n"
+    strbuf_printf(s, "    if (threadIdx.x == 0) {\n        sf[%lldLL + row] = mean;\n"
                    "        sf[%lldLL + R + row] = rstd;\n    }\n", st_off, st_off);
     snprintf(term, sizeof term,
              "(double)%s(x0[r * %lldLL + col]) * (double)((%s(x1[r * %lldLL + col]) - sf[%lldLL + r]) * sf[%lldLL + R + r])",
@@ -792,16 +762,16 @@ static void gen_act_bwd(EopGen *gen)
         vec_elems(gen, base, "", expr);
         return;
     }
-    EStr *s = elems_phase(gen, base, OUTN);
-    estr_printf(s, "    EOP_FOR(i, n) y[i] = %s(%s(x0[i]) * actg_%s(%s(x1[i])));\n", stf(OUTN->dtype),
+    StrBuf *s = elems_phase(gen, base, OUTN);
+    strbuf_printf(s, "    EOP_FOR(i, n) y[i] = %s(%s(x0[i]) * actg_%s(%s(x1[i])));\n", stf(OUTN->dtype),
                 ldf(INN(0)->dtype), act_name(OUTN->attr.act.kind), ldf(INN(1)->dtype));
 }
 
 static void gen_softmax_bwd(EopGen *gen)
 {
-    EStr *s = warp_rows_phase(gen, "softmax_bwd");
+    StrBuf *s = warp_rows_phase(gen, "softmax_bwd");
     const char *ldy = ldf(INN(0)->dtype), *lp = ldf(INN(1)->dtype);
-    estr_printf(s, "    const %s *dr = x0 + row * a.L;\n    const %s *pr = x1 + row * a.L;\n"
+    strbuf_printf(s, "    const %s *dr = x0 + row * a.L;\n    const %s *pr = x1 + row * a.L;\n"
                    "    float dot = 0.0f;\n"
                    "    for (i64 k = lane; k < a.L; k += 32) dot += %s(dr[k]) * %s(pr[k]);\n"
                    "    dot = warp_sum(dot);\n"
@@ -813,8 +783,8 @@ static void gen_softmax_bwd(EopGen *gen)
 static void gen_slice_first_bwd(EopGen *gen)
 {
     long long H = (long long)last_dim(OUTN);
-    EStr *s = elems_phase(gen, "slice_first_bwd", OUTN);
-    estr_printf(s, "    EOP_FOR(i, n) {\n        i64 c = i %% %lldLL, r = i / %lldLL;\n"
+    StrBuf *s = elems_phase(gen, "slice_first_bwd", OUTN);
+    strbuf_printf(s, "    EOP_FOR(i, n) {\n        i64 c = i %% %lldLL, r = i / %lldLL;\n"
                    "        y[i] = %s(r %% a.L == 0 ? %s(x0[(r / a.L) * %lldLL + c]) : 0.0f);\n    }\n",
                 H, H, stf(OUTN->dtype), ldf(INN(0)->dtype), H);
 }
@@ -822,10 +792,10 @@ static void gen_slice_first_bwd(EopGen *gen)
 static void gen_slice_last_bwd(EopGen *gen)
 {
     long long H = (long long)last_dim(OUTN);
-    EStr *s = elems_phase(gen, "slice_last_bwd", OUTN);
-    estr_printf(s, "    EOP_FOR(i, n) {\n        const i64 c = i %% %lldLL, r = i / %lldLL, b = r / a.L;\n", H, H);
+    StrBuf *s = elems_phase(gen, "slice_last_bwd", OUTN);
+    strbuf_printf(s, "    EOP_FOR(i, n) {\n        const i64 c = i %% %lldLL, r = i / %lldLL, b = r / a.L;\n", H, H);
     slice_last_pos_text(s, "b");
-    estr_printf(s, "        y[i] = %s(r %% a.L == tl ? %s(x0[b * %lldLL + c]) : 0.0f);\n    }\n",
+    strbuf_printf(s, "        y[i] = %s(r %% a.L == tl ? %s(x0[b * %lldLL + c]) : 0.0f);\n    }\n",
                 stf(OUTN->dtype), ldf(INN(0)->dtype), H);
 }
 
@@ -836,13 +806,13 @@ static void gen_cross_entropy_bwd(EopGen *gen)
     char N[128], tag[32];
     numel_expr(lab, N, sizeof N);
     snprintf(tag, sizeof tag, "c%lld", C);
-    EStr *s = phase(gen, "xent_count", tag, EOP_LT_ONE, 1, 1024);
-    estr_printf(s, "    __shared__ float sh[32];\n    float cnt = 0.0f;\n"
+    StrBuf *s = phase(gen, "xent_count", tag, EOP_LT_ONE, 1, 1024);
+    strbuf_printf(s, "    __shared__ float sh[32];\n    float cnt = 0.0f;\n"
                    "    for (i64 i = threadIdx.x; i < %s; i += blockDim.x) cnt += x2[i] != -100 ? 1.0f : 0.0f;\n"
                    "    cnt = block_sum(cnt, sh);\n    if (threadIdx.x == 0) sf[0] = cnt;\n", N);
     const char *ld = ldf(x->dtype);
     s = phase(gen, "xent_bwd", tag, EOP_LT_ROWS, ir_numel(lab, gen->B, gen->L), C >= 256 ? 256 : 128);
-    estr_printf(s, "    __shared__ float sh[32];\n    const i64 row = blockIdx.x;\n    if (row >= %s) return;\n"
+    strbuf_printf(s, "    __shared__ float sh[32];\n    const i64 row = blockIdx.x;\n    if (row >= %s) return;\n"
                    "    const %s *xr = x1 + row * %lldLL;\n    %s *dx = y + row * %lldLL;\n"
                    "    const int label = x2[row];\n    const float cnt = sf[0];\n"
                    "    if (label == -100 || cnt == 0.0f) {\n"
@@ -862,8 +832,8 @@ static void gen_cross_entropy_bwd(EopGen *gen)
 
 static void gen_mse_bwd(EopGen *gen)
 {
-    EStr *s = elems_phase(gen, "mse_bwd", OUTN);
-    estr_printf(s, "    EOP_FOR(i, n) y[i] = %s((float)((double)%s(x0[0]) * 2.0 * ((double)%s(x1[i]) - "
+    StrBuf *s = elems_phase(gen, "mse_bwd", OUTN);
+    strbuf_printf(s, "    EOP_FOR(i, n) y[i] = %s((float)((double)%s(x0[0]) * 2.0 * ((double)%s(x1[i]) - "
                    "(double)%s(x2[i])) / (double)n));\n",
                 stf(OUTN->dtype), ldf(INN(0)->dtype), ldf(INN(1)->dtype), ldf(INN(2)->dtype));
 }
@@ -878,17 +848,17 @@ static void round_expr(DType mid, const char *v, char *buf, size_t size)
 }
 
 /* Declares p, sc, on (dropout is live) for a fused op's mask. */
-static void dropout_consts(EStr *s, IrFusedAttr fa)
+static void dropout_consts(StrBuf *s, IrFusedAttr fa)
 {
-    estr_printf(s, "    const float p = %.9gf;\n    const float dscale = (float)(1.0 / (1.0 - (double)p));\n"
+    strbuf_printf(s, "    const float p = %.9gf;\n    const float dscale = (float)(1.0 / (1.0 - (double)p));\n"
                    "    const bool on = ctl->training && p != 0.0f;\n    const u32 salt = %uu;\n",
                 (double)fa.p, (unsigned)fa.salt);
 }
 
 /* Row max and sum of exp over the visible keys of scores `sc` (warp per row). */
-static void softmax_stats_text(EStr *s, const char *ld, bool causal)
+static void softmax_stats_text(StrBuf *s, const char *ld, bool causal)
 {
-    estr_printf(s, "    float m = EOP_NEG_INF;\n"
+    strbuf_printf(s, "    float m = EOP_NEG_INF;\n"
                    "    for (i64 k = lane; k < a.L; k += 32) if (VIS(k)) m = fmaxf(m, %s(sc[k]));\n"
                    "    m = warp_max(m);\n    float sum = 0.0f;\n"
                    "    for (i64 k = lane; k < a.L; k += 32) if (VIS(k)) sum += expf(%s(sc[k]) - m);\n"
@@ -900,9 +870,9 @@ static void softmax_stats_text(EStr *s, const char *ld, bool causal)
  * statistics as softmax_stats_text (same per-lane order, so the same bits),
  * with e[t] = expf(score - m) of key lane + 32 t computed once. */
 #define SM_KPL 4
-static void softmax_regs_text(EStr *s, const char *ld)
+static void softmax_regs_text(StrBuf *s, const char *ld)
 {
-    estr_printf(s, "        float e[%d];\n        bool vis[%d];\n        float m = EOP_NEG_INF;\n"
+    strbuf_printf(s, "        float e[%d];\n        bool vis[%d];\n        float m = EOP_NEG_INF;\n"
                    "#pragma unroll\n        for (int t = 0; t < %d; t++) {\n"
                    "            const i64 k = lane + 32 * t;\n            vis[t] = k < a.L && VIS(k);\n"
                    "            e[t] = vis[t] ? %s(sc[k]) : 0.0f;\n            if (vis[t]) m = fmaxf(m, e[t]);\n        }\n"
@@ -913,35 +883,35 @@ static void softmax_regs_text(EStr *s, const char *ld)
                 SM_KPL, SM_KPL, SM_KPL, ld, SM_KPL);
 }
 
-static void vis_define(EStr *s, bool causal)
+static void vis_define(StrBuf *s, bool causal)
 {
-    estr_printf(s, "#define VIS(k) (mask[k] != 0 && !(%d && (k) > q))\n", causal ? 1 : 0);
+    strbuf_printf(s, "#define VIS(k) (mask[k] != 0 && !(%d && (k) > q))\n", causal ? 1 : 0);
 }
 
 static void gen_softmax_dropout(EopGen *gen)
 {
     const IrNode *n = OUTN;
     IrFusedAttr fa = fuse_attr_get(n);
-    EStr *s = warp_rows_phase(gen, fa.causal ? "softmax_dropout_causal_fwd" : "softmax_dropout_fwd");
+    StrBuf *s = warp_rows_phase(gen, fa.causal ? "softmax_dropout_causal_fwd" : "softmax_dropout_fwd");
     const char *ld = ldf(INN(0)->dtype);
     char pr[96];
     round_expr((DType)fa.mid, "VIS(k) && sum > 0.0f ? expf(v - m) / sum : 0.0f", pr, sizeof pr);
     dropout_consts(s, fa);
-    estr_printf(s, "    const i64 b = row / (%lldLL * a.L), q = row %% a.L;\n"
+    strbuf_printf(s, "    const i64 b = row / (%lldLL * a.L), q = row %% a.L;\n"
                    "    const int *mask = x1 + b * a.L;\n    const %s *sc = x0 + row * a.L;\n",
                 (long long)n->dims[1], ctype(INN(0)->dtype));
     vis_define(s, fa.causal);
     char rp[96];
     round_expr((DType)fa.mid, "vis[t] && sum > 0.0f ? e[t] / sum : 0.0f", rp, sizeof rp);
-    estr_printf(s, "    if (a.L <= %d) {\n", 32 * SM_KPL);
+    strbuf_printf(s, "    if (a.L <= %d) {\n", 32 * SM_KPL);
     softmax_regs_text(s, ld);
-    estr_printf(s, "#pragma unroll\n        for (int t = 0; t < %d; t++) {\n            const i64 k = lane + 32 * t;\n"
+    strbuf_printf(s, "#pragma unroll\n        for (int t = 0; t < %d; t++) {\n            const i64 k = lane + 32 * t;\n"
                    "            if (k >= a.L) break;\n            float pk = %s;\n"
                    "            if (on) pk = philox_keep(ctl->seed, (u64)(row * a.L + k), ctl->step, salt, p) ? pk * dscale : 0.0f;\n"
                    "            y[row * a.L + k] = %s(pk);\n        }\n        return;\n    }\n",
                 SM_KPL, rp, stf(n->dtype));
     softmax_stats_text(s, ld, fa.causal);
-    estr_printf(s, "    for (i64 k = lane; k < a.L; k += 32) {\n"
+    strbuf_printf(s, "    for (i64 k = lane; k < a.L; k += 32) {\n"
                    "        const float v = %s(sc[k]);\n        float pk = %s;\n"
                    "        if (on) pk = philox_keep(ctl->seed, (u64)(row * a.L + k), ctl->step, salt, p) ? pk * dscale : 0.0f;\n"
                    "        y[row * a.L + k] = %s(pk);\n    }\n#undef VIS\n",
@@ -955,13 +925,13 @@ static void gen_softmax_dropout_bwd(EopGen *gen)
 {
     const IrNode *n = OUTN;
     IrFusedAttr fa = fuse_attr_get(n);
-    EStr *s = warp_rows_phase(gen, fa.causal ? "softmax_dropout_causal_bwd" : "softmax_dropout_bwd");
+    StrBuf *s = warp_rows_phase(gen, fa.causal ? "softmax_dropout_causal_bwd" : "softmax_dropout_bwd");
     const char *ls = ldf(INN(1)->dtype), *ld = ldf(INN(0)->dtype);
     char pr[96], gr[64];
     round_expr((DType)fa.mid, "VIS(k) && sum > 0.0f ? expf(v - m) / sum : 0.0f", pr, sizeof pr);
     round_expr((DType)fa.mid2, "g", gr, sizeof gr);
     dropout_consts(s, fa);
-    estr_printf(s, "    const i64 b = row / (%lldLL * a.L), q = row %% a.L;\n"
+    strbuf_printf(s, "    const i64 b = row / (%lldLL * a.L), q = row %% a.L;\n"
                    "    const int *mask = x2 + b * a.L;\n    const %s *sc = x1 + row * a.L;\n"
                    "    const %s *dr = x0 + row * a.L;\n",
                 (long long)n->dims[1], ctype(INN(1)->dtype), ctype(INN(0)->dtype));
@@ -969,9 +939,9 @@ static void gen_softmax_dropout_bwd(EopGen *gen)
     char rp[96], rg[64];
     round_expr((DType)fa.mid, "vis[t] && sum > 0.0f ? e[t] / sum : 0.0f", rp, sizeof rp);
     round_expr((DType)fa.mid2, "g", rg, sizeof rg);
-    estr_printf(s, "    if (a.L <= %d) {\n", 32 * SM_KPL);
+    strbuf_printf(s, "    if (a.L <= %d) {\n", 32 * SM_KPL);
     softmax_regs_text(s, ls);
-    estr_printf(s, "        float pk[%d], gk[%d], dot = 0.0f;\n"
+    strbuf_printf(s, "        float pk[%d], gk[%d], dot = 0.0f;\n"
                    "#pragma unroll\n        for (int t = 0; t < %d; t++) {\n            const i64 k = lane + 32 * t;\n"
                    "            pk[t] = gk[t] = 0.0f;\n            if (k >= a.L) continue;\n"
                    "            pk[t] = %s;\n            float g = %s(dr[k]);\n"
@@ -983,7 +953,7 @@ static void gen_softmax_dropout_bwd(EopGen *gen)
                    "        return;\n    }\n",
                 SM_KPL, SM_KPL, SM_KPL, rp, ld, rg, SM_KPL, stf(n->dtype));
     softmax_stats_text(s, ls, fa.causal);
-    estr_printf(s, "#define PG(k) const float v = %s(sc[k]); const float pk = %s; float g = %s(dr[k]); \\\n"
+    strbuf_printf(s, "#define PG(k) const float v = %s(sc[k]); const float pk = %s; float g = %s(dr[k]); \\\n"
                    "    if (on) g = philox_keep(ctl->seed, (u64)(row * a.L + k), ctl->step, salt, p) ? g * dscale : 0.0f; \\\n"
                    "    const float gk = %s;\n"
                    "    float dot = 0.0f;\n"
@@ -1000,7 +970,7 @@ static void gen_dropout_add(EopGen *gen)
     char vr[48];
     round_expr((DType)fa.mid, "v", vr, sizeof vr);
     if (vec_ok(gen)) {
-        EStr pre = {0};
+        StrBuf pre = {0};
         char keep[160], expr[320];
         dropout_consts(&pre, fa);
         snprintf(keep, sizeof keep, "(on ? (philox_keep(ctl->seed, (u64)i, ctl->step, salt, p) ? v0[j] * dscale : 0.0f) : v0[j])");
@@ -1008,12 +978,12 @@ static void gen_dropout_add(EopGen *gen)
         size_t len = strlen(expr);
         snprintf(expr + len, sizeof expr - len, " + v1[j]");
         vec_elems(gen, "dropout_add", pre.p, expr);
-        estr_free(&pre);
+        strbuf_free(&pre);
         return;
     }
-    EStr *s = elems_phase(gen, "dropout_add", OUTN);
+    StrBuf *s = elems_phase(gen, "dropout_add", OUTN);
     dropout_consts(s, fa);
-    estr_printf(s, "    EOP_FOR(i, n) {\n        float v = %s(x0[i]);\n"
+    strbuf_printf(s, "    EOP_FOR(i, n) {\n        float v = %s(x0[i]);\n"
                    "        if (on) v = philox_keep(ctl->seed, (u64)i, ctl->step, salt, p) ? v * dscale : 0.0f;\n"
                    "        y[i] = %s(%s + %s(x1[i]));\n    }\n",
                 ldf(INN(0)->dtype), stf(OUTN->dtype), vr, ldf(INN(1)->dtype));
@@ -1083,6 +1053,6 @@ HpcStatus eopb_node(EopGen *gen, HpcError *err)
 
 void eopb_free(EopGen *gen)
 {
-    for (int i = 0; i < gen->n_phases; i++) estr_free(&gen->ph[i].body);
+    for (int i = 0; i < gen->n_phases; i++) strbuf_free(&gen->ph[i].body);
     gen->n_phases = 0;
 }

@@ -10,13 +10,8 @@
 #define HPC_COMPILER_EMIT_OPS_BODY_H
 
 #include "emit_ops.h"
+#include "strbuf.h"
 
-/* A growing string; allocation failure panics (kernel texts are small). */
-typedef struct { char *p; size_t len, cap; } EStr;
-
-void estr_add(EStr *s, const char *text);
-void estr_printf(EStr *s, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-void estr_free(EStr *s);
 
 typedef enum {
     EOP_LT_ELEMS,      /* grid-stride over count elements, 256 threads */
@@ -29,7 +24,7 @@ typedef enum {
 
 typedef struct {
     char base[64];
-    EStr body;
+    StrBuf body;
     EopLaunchType lt;
     int64_t count;
     int threads;
