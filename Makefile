@@ -19,7 +19,7 @@ LDLIBS    += -Wl,-Bstatic -ljansson -lutf8proc -Wl,-Bdynamic \
              -lnvrtc -lcublasLt -lcublas -ldl -lpthread -lm
 
 COMPILER_SRC := $(wildcard util/*.c grammar/*.c compiler/*.c)
-RUNTIME_SRC  := $(wildcard runtime/*.c)
+RUNTIME_SRC  := $(wildcard runtime/*/*.c)
 CLI_SRC      := $(wildcard cli/*.c)
 TEST_SRC     := $(wildcard tests/test_*.c)
 GPU_TEST_SRC := $(wildcard tests/gpu/gpu_*.c)

@@ -1,9 +1,9 @@
 /* bench/bench_hpc.c — hpc's BERT-base training step on the GPU, timed.
  *
- * The step is the trainer's own (runtime/train_backend.h, cuda backend):
+ * The step is the trainer's own (runtime/train/train_backend.h, cuda backend):
  * forward + backward of the fused graph (compiler/pipeline.h) through
  * cuda_exec with CUDA-graph replay, then the device optimizer (AdamW,
- * clipping at 1.0) and the dynamic loss scaler (runtime/cuda_optim.h), with
+ * clipping at 1.0) and the dynamic loss scaler (runtime/cuda/cuda_optim.h), with
  * the step's batch uploaded from the host as in training.  The model is
  * models/bert_base.model's shape (spec defaults: BERT-base, 2 labels,
  * dropout 0.1), the batch random token ids in [1000, vocab) (never zeros),
@@ -12,13 +12,13 @@
  * For each shape B x L and policy: `warmup` steps, then `iters` steps each
  * timed with CUDA events on the backend's stream; the median in ms.  Peak
  * memory: the executor's peak (plan arena + parameters + optimizer state +
- * odd buffers, runtime/device_arena.h) and the device memory in use after
+ * odd buffers, runtime/cuda/device_arena.h) and the device memory in use after
  * the run minus before it (cuMemGetInfo; adds cuBLAS workspace, modules).
  * One JSON object per line on stdout, as pytorch_bert.py prints.
  *
  * With --profile, one more step after the timed ones runs with HPC_PROFILE=1:
  * cuda_exec times every node with CUDA events, eagerly, and prints its
- * tables to stderr (runtime/cuda_exec.c, docs/perf.md); the optimizer and
+ * tables to stderr (runtime/cuda/cuda_exec.c, docs/perf.md); the optimizer and
  * loss-scaler step, outside cuda_exec, is timed here and printed after them.
  *
  * Usage: bench_hpc [--shapes 32x128,32x32,256x128] [--policies fp16,fp32]
@@ -29,10 +29,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "batch.h"
-#include "cuda_driver.h"
+#include "data/batch.h"
+#include "cuda/cuda_driver.h"
 #include "spec.h"
-#include "train_backend.h"
+#include "train/train_backend.h"
 
 static uint64_t g_rng = 0x9e3779b97f4a7c15ull;
 static uint32_t rnd(void)

@@ -3,9 +3,9 @@
 #include <string.h>
 
 #include "cli.h"
-#include "cuda_driver.h"
-#include "kernel_cache.h"
-#include "nvrtc_compile.h"
+#include "cuda/cuda_driver.h"
+#include "cuda/kernel_cache.h"
+#include "cuda/nvrtc_compile.h"
 
 static const char devices_usage[] =
     "usage: hpc devices\n"

@@ -1,10 +1,10 @@
 /* cli/cmd_export.c — `hpc export CHECKPOINT --hf OUT_DIR`: a training
- * checkpoint (runtime/checkpoint.h) as a Hugging Face model folder.
+ * checkpoint (runtime/train/checkpoint.h) as a Hugging Face model folder.
  *
  * The model comes from the checkpoint's own .model text, so the original
  * file is not needed; the weights are its f32 masters.  OUT_DIR gets
- * config.json (runtime/hf_config.h, hf_config_write) and model.safetensors
- * (runtime/hf_names.h, hf_names_save), each replaced atomically, which
+ * config.json (runtime/formats/hf_config.h, hf_config_write) and model.safetensors
+ * (runtime/formats/hf_names.h, hf_names_save), each replaced atomically, which
  * transformers' from_pretrained loads. */
 #include <errno.h>
 #include <stdio.h>
@@ -12,10 +12,10 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#include "checkpoint.h"
+#include "train/checkpoint.h"
 #include "cli.h"
-#include "hf_config.h"
-#include "hf_names.h"
+#include "formats/hf_config.h"
+#include "formats/hf_names.h"
 #include "lower.h"
 
 static const char export_usage[] =

@@ -10,12 +10,12 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#include "atomic_file.h"
+#include "formats/atomic_file.h"
 #include "cli.h"
-#include "hf_config.h"
-#include "hf_names.h"
+#include "formats/hf_config.h"
+#include "formats/hf_names.h"
 #include "lower.h"
-#include "safetensors.h"
+#include "formats/safetensors.h"
 
 static const char import_usage[] =
     "usage: hpc import HF_DIR [-o NAME.model] [--head KIND] [--labels N]\n"

@@ -3,7 +3,7 @@
 #include <string.h>
 
 #include "cli.h"
-#include "plot_svg.h"
+#include "report/plot_svg.h"
 
 static const char plot_usage[] =
     "usage: hpc plot LOG.jsonl -o FILE.svg\n"

@@ -3,10 +3,10 @@
  *
  * MODEL is a .model file or a NAME.hpc artifact (compiler/artifact.h);
  * without one, the only *.hpc in the working directory.  The data is a
- * GLUE task (runtime/tasks.h, load_task) or a synthetic one
- * (runtime/synthetic.h, make_data); training settings on the command line
+ * GLUE task (runtime/data/tasks.h, load_task) or a synthetic one
+ * (runtime/data/synthetic.h, make_data); training settings on the command line
  * override the model's (cli/run_overrides.h); the backend is the GPU when
- * one is usable, else the cpu (runtime/trainer.h). */
+ * one is usable, else the cpu (runtime/train/trainer.h). */
 #include <glob.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -14,14 +14,14 @@
 #include <unistd.h>
 
 #include "artifact.h"
-#include "checkpoint.h"
+#include "train/checkpoint.h"
 #include "cli.h"
-#include "dataset.h"
+#include "data/dataset.h"
 #include "spec.h"
-#include "synthetic.h"
-#include "tasks.h"
+#include "data/synthetic.h"
+#include "data/tasks.h"
 #include "run_overrides.h"
-#include "trainer.h"
+#include "train/trainer.h"
 
 static const char run_usage[] =
     "usage: hpc run [MODEL] [--device auto|cpu|cuda] [--task NAME] [--steps N]\n"

@@ -4,7 +4,7 @@
 #include <string.h>
 
 #include "cli.h"
-#include "tokenizer.h"
+#include "data/tokenizer.h"
 
 static const char tokenize_usage[] =
     "usage: hpc tokenize --vocab FILE [--cased] [--pair TEXT_B] [--max-len N] [--ids] TEXT...\n"

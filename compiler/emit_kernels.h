@@ -19,7 +19,7 @@
  * (double where noted).  R = rows.  Activation gradients (st_t) are
  * OVERWRITTEN unless an `accumulate` argument says otherwise; parameter
  * gradients (f32) are ACCUMULATED (+=), so micro-batches add up.  Dropout
- * follows runtime/philox.h exactly: the flat index named per kernel, the
+ * follows runtime/cpu/philox.h exactly: the flat index named per kernel, the
  * step and salt given, p == 0 means no dropout (eval).  Pointers to (H)
  * vectors and row starts must be 16-byte aligned (cuMemAlloc gives 256).
  * H = hidden, NH = heads, ROW_THREADS = kemit_row_layout().threads.
@@ -97,7 +97,7 @@
  * opt_lamb_ratio(float *ratio, const double *part_pu, int P2)   (count x 256): ratio[k] = ||p||/||u||
  * opt_update(KemitOptState *state, const KemitOptTensor *t, int count, const double *part_sq,
  *        const int *part_inf, int P, const float *lamb_ratio|NULL, KemitOptParams prm)
- *   (any x 256)                          runtime/optim.h step (AdamW, Adam, SGD, LAMB with
+ *   (any x 256)                          runtime/train/optim.h step (AdamW, Adam, SGD, LAMB with
  *                                        lamb_ratio) with lr from the schedule at state->step
  * opt_finish(KemitOptState *state, KemitOptParams prm)     (1 x 1): loss scaler + step counters
  *
@@ -183,9 +183,9 @@ typedef struct {
     int32_t sched_kind; /* SpecSchedule */
     int32_t ls_mode;    /* SpecLossScaling */
     double beta1, beta2, eps, weight_decay, momentum, max_grad_norm;
-    double lr, min_lr_ratio;            /* schedule: runtime/schedule.h */
+    double lr, min_lr_ratio;            /* schedule: runtime/train/schedule.h */
     int64_t warmup_steps, total_steps;
-    double ls_growth, ls_backoff;       /* loss scaler: runtime/lossscale.h */
+    double ls_growth, ls_backoff;       /* loss scaler: runtime/train/lossscale.h */
     int64_t ls_interval;
 } KemitOptParams;
 

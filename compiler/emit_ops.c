@@ -53,7 +53,7 @@ static const char eop_prelude[] =
     "{\n    int lane = threadIdx.x & 31, w = threadIdx.x >> 5, nw = blockDim.x >> 5;\n"
     "    v = warp_sum_d(v);\n    if (lane == 0) sh[w] = v;\n    __syncthreads();\n"
     "    double t = warp_sum_d(lane < nw ? sh[lane] : 0.0);\n    __syncthreads();\n    return t;\n}\n"
-    "// Activations and their derivatives (runtime/cpu_kernels.h), in f32.\n"
+    "// Activations and their derivatives (runtime/cpu/cpu_kernels.h), in f32.\n"
     "__device__ __forceinline__ float act_gelu(float x) { return 0.5f * x * (1.0f + erff(x * 0.70710678118654752f)); }\n"
     "__device__ __forceinline__ float actg_gelu(float x)\n"
     "{ return 0.5f * (1.0f + erff(x * 0.70710678118654752f)) + x * 0.39894228040143268f * expf(-0.5f * x * x); }\n"

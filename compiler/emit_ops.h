@@ -1,11 +1,11 @@
 /* compiler/emit_ops.h — CUDA source for every IR op kind, one kernel per
  * (op, dtypes, constant sizes, attributes), and how to launch it.
  *
- * The cuda executor (runtime/cuda_exec.h) runs a graph node by node:
+ * The cuda executor (runtime/cuda/cuda_exec.h) runs a graph node by node:
  *   EOP_NONE     PARAM: storage bound by the executor, nothing to run;
  *   EOP_UPLOAD   a batch INPUT: the executor copies the field from the host;
  *   EOP_GEMM     LINEAR, MATMUL, LINEAR_DX, LINEAR_DW: one cuBLASLt GEMM
- *                (runtime/gemm_cublas.h), then the node's phases if any
+ *                (runtime/cuda/gemm_cublas.h), then the node's phases if any
  *                (a bias add when the bias cannot use the GEMM epilogue);
  *   EOP_KERNELS  everything else: 1..EOP_MAX_PHASES emitted kernels launched
  *                in order on the stream.
@@ -23,10 +23,10 @@
  * hex digits of an FNV-1a hash of its text: `add_f16_n128_3fa9c1`,
  * `ln_fwd_f32_h768_0b12ee`.  Nodes with identical kernels share one.
  *
- * Semantics are those of runtime/cpu_exec.c (the cpu backend): compute in
+ * Semantics are those of runtime/cpu/cpu_exec.c (the cpu backend): compute in
  * f32 (sums of losses and column reductions in double), inputs converted
  * from their storage dtype, the result rounded once to the output's dtype;
- * dropout draws runtime/philox.h's mask with the device Philox of
+ * dropout draws runtime/cpu/philox.h's mask with the device Philox of
  * compiler/kernels/philox.cu (index = flat element index, salt = the op's
  * salt attribute).  Known difference: an embedding id outside the table
  * gives NaN on the device (the executor checks ids on the host first).

@@ -1,6 +1,6 @@
 /* compiler/emit_ops_body.c — the CUDA text of each op kind; see
  * emit_ops_body.h.  Each case mirrors the op's CPU reference in
- * runtime/cpu_exec_ops.inc. */
+ * runtime/cpu/cpu_exec_ops.inc. */
 #include "emit_ops_body.h"
 
 #include "fuse.h"

@@ -56,7 +56,7 @@ typedef enum {
     IR_OP_COUNT
 } IrOpKind;
 
-/* Batch fields an INPUT node can bind (runtime/batch.h). */
+/* Batch fields an INPUT node can bind (runtime/data/batch.h). */
 typedef enum {
     IR_IN_INPUT_IDS,      /* (B, L) i32 */
     IR_IN_TOKEN_TYPES,    /* (B, L) i32 */

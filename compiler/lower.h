@@ -7,7 +7,7 @@
  * params with one entry per named tensor (see params.h for names, freezing
  * and tying).  Dropout ops with p = 0 are left out.
  *
- * Inputs are bound from a Batch (runtime/batch.h) at run time: input_ids,
+ * Inputs are bound from a Batch (runtime/data/batch.h) at run time: input_ids,
  * token_type_ids (only if type_vocab_size > 0), attention_mask, and the
  * labels the head needs (labels, token labels or targets).
  *

@@ -1,6 +1,6 @@
 /* compiler/ops.c — the op table: shape/dtype rule and backward rule of every
  * op kind listed in ops.def.  The CPU reference of each op lives in
- * runtime/cpu_exec.c (the runtime library may not be used by the compiler). */
+ * runtime/cpu/cpu_exec.c (the runtime library may not be used by the compiler). */
 #include <string.h>
 
 #include "error.h"

@@ -45,7 +45,7 @@
  *     contributions are summed in f32 (as PyTorch autocast does);
  *   - a LOW op that reads a parameter reads its low-precision copy: a PARAM
  *     node of the same index and dtype f16/bf16, which the optimizer writes
- *     after each update (runtime/optim.h, OptimTensor.low).  plan->param_low
+ *     after each update (runtime/train/optim.h, OptimTensor.low).  plan->param_low
  *     says which parameters have one and in which dtype.  If a parameter is
  *     wanted in two low dtypes (pins of fp16 and bf16 on a tied weight), the
  *     second comes from a CAST of the master.
@@ -53,7 +53,7 @@
  * After this pass node->dtype is the storage dtype of each value; the
  * compute dtype is plan->info[id].compute.  The cpu backend computes every
  * op in f32 from its inputs' values and rounds the result to node->dtype
- * (runtime/half.h, prec_round_array).
+ * (runtime/cpu/half.h, prec_round_array).
  *
  * Ownership: `out` must be initialised and empty (ir_init); the caller
  * frees it with ir_free and the plan with precision_plan_free.

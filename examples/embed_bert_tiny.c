@@ -13,7 +13,7 @@
 #include <string.h>
 
 #include "hpc.h"
-#include "tokenizer.h"  /* runtime/tokenizer.h: WordPiece, identical to Hugging Face's */
+#include "data/tokenizer.h"  /* runtime/data/tokenizer.h: WordPiece, identical to Hugging Face's */
 
 #define N_SENT 8
 #define MAX_LEN 16

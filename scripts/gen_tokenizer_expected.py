@@ -21,7 +21,7 @@ Inputs: every CoLA dev sentence (data/cola/dev.tsv), every SST-2 dev sentence,
 RTE dev sentence pairs (truncated at 128 tokens, so real longest-first
 truncation is exercised), CoLA dev neighbours as pairs at max_len 24, and the
 hand-written tricky strings below, plus every code point of
-runtime/tokenizer_unicode.inc.  All of it is run for both vocabularies.
+runtime/data/tokenizer_unicode.inc.  All of it is run for both vocabularies.
 """
 import argparse
 import json
@@ -111,11 +111,11 @@ TRICKY = [
 
 
 def override_cases():
-    """Every code point of runtime/tokenizer_unicode.inc (where HF's Unicode
+    """Every code point of runtime/data/tokenizer_unicode.inc (where HF's Unicode
     data differs from utf8proc), each as x<c>y, 40 to a case."""
     import re
     cps = []
-    with open("runtime/tokenizer_unicode.inc", encoding="utf-8") as f:
+    with open("runtime/data/tokenizer_unicode.inc", encoding="utf-8") as f:
         for lo, hi in re.findall(r"\{0x([0-9A-F]+), 0x([0-9A-F]+),", f.read()):
             cps.extend(range(int(lo, 16), int(hi, 16) + 1))
     for i in range(0, len(cps), 40):

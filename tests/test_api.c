@@ -11,11 +11,11 @@
 #include <unistd.h>
 
 #include "hpc.h"
-#include "api_backend.h"
+#include "api/api_backend.h"
 #include "emit_kernels.h"
 #include "emit_lib.h"
-#include "philox.h"
-#include "safetensors.h"
+#include "cpu/philox.h"
+#include "formats/safetensors.h"
 #include "spec.h"
 
 #define TB 4   /* compiled maximum batch of the test handles */

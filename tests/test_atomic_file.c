@@ -12,9 +12,9 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "atomic_file.h"
-#include "philox.h"
-#include "safetensors.h"
+#include "formats/atomic_file.h"
+#include "cpu/philox.h"
+#include "formats/safetensors.h"
 
 static char *make_dir(void)
 {

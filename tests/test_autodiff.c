@@ -23,12 +23,12 @@
 #include <string.h>
 
 #include "autodiff.h"
-#include "batch.h"
-#include "cpu_exec.h"
+#include "data/batch.h"
+#include "cpu/cpu_exec.h"
 #include "ir.h"
 #include "lower.h"
 #include "params.h"
-#include "philox.h"
+#include "cpu/philox.h"
 #include "spec.h"
 
 enum { TB = 2, TL = 8, TV = 50, TH = 16, TC = 5, THEADS = 2 };

@@ -1,6 +1,6 @@
-/* tests/test_checkpoint.c — training checkpoints (runtime/checkpoint.h),
- * the stop signals (runtime/signals.h) and the export to a transformers
- * folder (runtime/hf_config.h hf_config_write + hf_names_save).
+/* tests/test_checkpoint.c — training checkpoints (runtime/train/checkpoint.h),
+ * the stop signals (runtime/train/signals.h) and the export to a transformers
+ * folder (runtime/formats/hf_config.h hf_config_write + hf_names_save).
  *
  * Every tensor holds Philox normals keyed by (step / 1000, parameter, buffer), so
  * a loaded state can be checked against the state of the step it claims
@@ -27,13 +27,13 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "checkpoint.h"
-#include "hf_config.h"
-#include "hf_init.h"
-#include "hf_names.h"
+#include "train/checkpoint.h"
+#include "formats/hf_config.h"
+#include "formats/hf_init.h"
+#include "formats/hf_names.h"
 #include "lower.h"
-#include "philox.h"
-#include "signals.h"
+#include "cpu/philox.h"
+#include "train/signals.h"
 
 typedef struct {
     ModelSpec spec;
@@ -535,7 +535,7 @@ Test(export, refuses_what_transformers_cannot_hold)
 }
 
 /* ------------------------------------------------------------------ */
-/* --init HF_DIR (runtime/hf_init.h)                                    */
+/* --init HF_DIR (runtime/formats/hf_init.h)                                    */
 
 /* Writes the weights of a fixture of `from` as a transformers folder and
  * initialises a fixture of `to` from it. */

@@ -1,4 +1,4 @@
-/* tests/test_cpu_kernels.c — the reference kernels of runtime/cpu_kernels.h.
+/* tests/test_cpu_kernels.c — the reference kernels of runtime/cpu/cpu_kernels.h.
  *
  * Four kinds of check:
  *   - every backward against central finite differences of its forward in
@@ -17,7 +17,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "cpu_kernels.h"
+#include "cpu/cpu_kernels.h"
 
 /* ---- helpers ------------------------------------------------------------ */
 

@@ -12,7 +12,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "cuda_driver.h"
+#include "cuda/cuda_driver.h"
 
 static void expect_in(const char *msg, const char *part)
 {

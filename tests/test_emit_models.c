@@ -11,7 +11,7 @@
 #include <stdlib.h>
 
 #include "emit_ops.h"
-#include "nvrtc_compile.h"
+#include "cuda/nvrtc_compile.h"
 #include "pipeline.h"
 #include "spec.h"
 

@@ -28,15 +28,15 @@
 #include <string.h>
 
 #include "autodiff.h"
-#include "batch.h"
-#include "cpu_exec.h"
+#include "data/batch.h"
+#include "cpu/cpu_exec.h"
 #include "emit_ops.h"
 #include "fuse.h"
 #include "ir.h"
 #include "lower.h"
-#include "nvrtc_compile.h"
+#include "cuda/nvrtc_compile.h"
 #include "params.h"
-#include "philox.h"
+#include "cpu/philox.h"
 #include "pipeline.h"
 #include "spec.h"
 

@@ -5,7 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "glue.h"
+#include "data/glue.h"
 
 static Tokenizer *tok;
 

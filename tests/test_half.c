@@ -7,7 +7,7 @@
 #include <math.h>
 #include <string.h>
 
-#include "half.h"
+#include "cpu/half.h"
 
 static uint32_t bits_of(float x)
 {

@@ -6,7 +6,7 @@
 #include <criterion/criterion.h>
 #include <string.h>
 
-#include "hf_config.h"
+#include "formats/hf_config.h"
 
 static void load_fixture(const char *dir, const HfImportOptions *opt, ModelSpec *spec, HfConfigInfo *info)
 {
@@ -405,7 +405,7 @@ Test(hf_model_write, training_settings_reload_equal)
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "safetensors.h"
+#include "formats/safetensors.h"
 
 static const char *hpc_bin(void)
 {

@@ -11,10 +11,10 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "half.h"
-#include "hf_names.h"
+#include "cpu/half.h"
+#include "formats/hf_names.h"
 #include "lower.h"
-#include "philox.h"
+#include "cpu/philox.h"
 
 enum { V = 11, P = 12, H = 8, F = 16, NL = 3 };
 

@@ -15,9 +15,9 @@
 #include <string.h>
 
 #include "autodiff.h"
-#include "batch.h"
-#include "cpu_exec.h"
-#include "half.h"
+#include "data/batch.h"
+#include "cpu/cpu_exec.h"
+#include "cpu/half.h"
 #include "ir.h"
 #include "lower.h"
 #include "params.h"
@@ -241,7 +241,7 @@ Test(ir, causal_classifier_pools_the_last_token)
     params_free(&pl);
 }
 
-/* CAST to f16/bf16 in the f32 executor rounds exactly like runtime/half.h. */
+/* CAST to f16/bf16 in the f32 executor rounds exactly like runtime/cpu/half.h. */
 Test(cpu_exec, cast_rounds_to_16_bits)
 {
     IrGraph g;

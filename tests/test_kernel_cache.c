@@ -10,7 +10,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "kernel_cache.h"
+#include "cuda/kernel_cache.h"
 
 static char g_dir[256];
 

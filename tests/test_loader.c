@@ -5,7 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "loader.h"
+#include "data/loader.h"
 
 #define ROWS 203   /* not a multiple of any batch size used, so the last batch is short */
 #define MAXLEN 64

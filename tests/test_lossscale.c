@@ -6,7 +6,7 @@
 #include <math.h>
 #include <string.h>
 
-#include "lossscale.h"
+#include "train/lossscale.h"
 
 static LossScaleConfig cfg_dynamic(double init, int64_t interval)
 {

@@ -5,7 +5,7 @@
 #include <math.h>
 #include <stdlib.h>
 
-#include "metrics.h"
+#include "data/metrics.h"
 
 #define CLOSE(a, b) cr_expect(fabs((a) - (b)) < 1e-9, "%s = %.12f, want %.12f", #a, (double)(a), (double)(b))
 

@@ -7,7 +7,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#include "nvrtc_compile.h"
+#include "cuda/nvrtc_compile.h"
 
 /* A kernel in the style hpc emits: fp16/bf16 headers, extern "C". */
 static const char *sample_src =

@@ -8,9 +8,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "half.h"
-#include "lossscale.h"
-#include "optim.h"
+#include "cpu/half.h"
+#include "train/lossscale.h"
+#include "train/optim.h"
 
 #define NT 4
 static const int64_t sizes[NT] = {1, 7, 33, 130};

@@ -2,7 +2,7 @@
  * vectors, and the dropout draw's rate. */
 #include <criterion/criterion.h>
 #include <math.h>
-#include "philox.h"
+#include "cpu/philox.h"
 
 Test(philox, known_answer_zero)
 {

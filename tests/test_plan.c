@@ -19,7 +19,7 @@
 #include "emit_ops.h"
 #include "ir.h"
 #include "lower.h"
-#include "nvrtc_compile.h"
+#include "cuda/nvrtc_compile.h"
 #include "params.h"
 #include "plan.h"
 #include "precision.h"

@@ -1,5 +1,5 @@
 /* tests/test_resume.c — an interrupted and resumed run trains exactly as an
- * uninterrupted one (runtime/trainer.h checkpoint options, cpu backend).
+ * uninterrupted one (runtime/train/trainer.h checkpoint options, cpu backend).
  *
  * The model is a tiny BERT (vocab 64, hidden 32, 2 layers) with dropout
  * 0.1, fp16 emulated (so the dynamic loss scaler matters), grad_accum 2
@@ -20,10 +20,10 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "dataset.h"
+#include "data/dataset.h"
 #include "lower.h"
-#include "synthetic.h"
-#include "trainer.h"
+#include "data/synthetic.h"
+#include "train/trainer.h"
 
 typedef struct {
     ModelSpec spec;

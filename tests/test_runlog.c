@@ -7,7 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "runlog.h"
+#include "report/runlog.h"
 
 /* Runs a short fake training into a JSONL file and a memory stream. */
 static char *fake_run(const char *jsonl, bool bar, int64_t every)
@@ -146,7 +146,7 @@ Test(runlog, open_failure_names_the_path)
     runlog_close(NULL, 0);
 }
 
-#include "plot_svg.h"
+#include "report/plot_svg.h"
 
 static int count_of(const char *hay, const char *needle)
 {

@@ -10,8 +10,8 @@
 #include <sys/resource.h>
 #include <unistd.h>
 
-#include "philox.h"
-#include "safetensors.h"
+#include "cpu/philox.h"
+#include "formats/safetensors.h"
 
 /* Random bytes from Philox: reproducible, never all zeros. */
 static void fill_random(void *buf, size_t n, uint32_t salt)

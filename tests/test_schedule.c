@@ -4,7 +4,7 @@
 #include <math.h>
 #include <string.h>
 
-#include "schedule.h"
+#include "train/schedule.h"
 
 static ScheduleConfig sched(SpecSchedule kind, double lr, int64_t warmup, int64_t total, double floor_ratio)
 {

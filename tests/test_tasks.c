@@ -10,8 +10,8 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "predict.h"
-#include "tasks.h"
+#include "train/predict.h"
+#include "data/tasks.h"
 
 #define VOCAB "data/vocab/bert-base-uncased-vocab.txt"
 

@@ -11,7 +11,7 @@
 #include <string.h>
 #include <utf8proc.h>
 
-#include "tokenizer.h"
+#include "data/tokenizer.h"
 
 static char *root_path(const char *rel)
 {
@@ -168,11 +168,11 @@ Test(tokenizer, vocab_errors)
     remove(path);
 }
 
-/* runtime/tokenizer_unicode.inc lists where HF's Unicode data differs from
+/* runtime/data/tokenizer_unicode.inc lists where HF's Unicode data differs from
  * utf8proc's; a different utf8proc needs the table made again. */
 Test(tokenizer, unicode_table_matches_utf8proc)
 {
     cr_expect_str_eq(utf8proc_version(), tokenizer_unicode_version(),
-                     "utf8proc %s but runtime/tokenizer_unicode.inc was made for %s: "
+                     "utf8proc %s but runtime/data/tokenizer_unicode.inc was made for %s: "
                      "rerun scripts/gen_tokenizer_unicode.py", utf8proc_version(), tokenizer_unicode_version());
 }

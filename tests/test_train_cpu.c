@@ -1,6 +1,6 @@
 /* tests/test_train_cpu.c — end-to-end training on the cpu backend.
  *
- * The task (runtime/synthetic.h, "contains"): does token 5 occur in the
+ * The task (runtime/data/synthetic.h, "contains"): does token 5 occur in the
  * sequence?  Rows are [CLS] t_1 .. t_n [SEP] with n random in [4, 14], so
  * batches are padded and the attention mask matters; labels are balanced.
  * The model is bert_tiny (hidden 128, 2 layers, 2 heads, FFN 512, BERT
@@ -22,14 +22,14 @@
 #include <math.h>
 #include <stdlib.h>
 
-#include "dataset.h"
+#include "data/dataset.h"
 #include "ir.h"
 #include "lower.h"
 #include "params.h"
 #include "spec.h"
 #include "summary.h"
-#include "synthetic.h"
-#include "trainer.h"
+#include "data/synthetic.h"
+#include "train/trainer.h"
 
 static void bert_tiny(ModelSpec *s)
 {

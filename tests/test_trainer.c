@@ -1,4 +1,4 @@
-/* tests/test_trainer.c — the shared training loop (runtime/trainer.h) on
+/* tests/test_trainer.c — the shared training loop (runtime/train/trainer.h) on
  * the cpu backend: the injected-inf hook skips exactly its step, the device
  * switch falls back to the cpu and says why, weights_out returns the trained
  * weights, and grad_accum averages micro-batches (A = 2 with half the batch
@@ -9,11 +9,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "dataset.h"
-#include "init.h"
+#include "data/dataset.h"
+#include "train/init.h"
 #include "lower.h"
-#include "synthetic.h"
-#include "trainer.h"
+#include "data/synthetic.h"
+#include "train/trainer.h"
 
 static void tiny(ModelSpec *s, int64_t steps)
 {

@@ -1,6 +1,6 @@
 // compiler/kernels/activation.cu — y = act(x + bias) for the FFN and the
 // pooler, its backward, and the deterministic column sums that give bias
-// gradients.  Activations (runtime/cpu_kernels.h):
+// gradients.  Activations (runtime/cpu/cpu_kernels.h):
 //   gelu       0.5 x (1 + erf(x / sqrt 2))
 //   gelu_tanh  0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))
 //   relu       max(x, 0)    (derivative 0 at 0)

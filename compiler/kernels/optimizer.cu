@@ -1,5 +1,5 @@
 // compiler/kernels/optimizer.cu — the fused multi-tensor optimizer step,
-// no host round trip (runtime/optim.h and lossscale.h are the cpu
+// no host round trip (runtime/train/optim.h and lossscale.h are the cpu
 // references):
 //   opt_check_norm  grid P (<= 1024), 256 threads: per block, the sum of
 //                   squares of grad * inv_scale (f64) and a non-finite flag,

@@ -1,5 +1,5 @@
 // compiler/kernels/philox.cu — Philox-4x32-10 on the device, bit for bit the
-// function of runtime/philox.c, and the dropout draw of runtime/philox.h:
+// function of runtime/cpu/philox.c, and the dropout draw of runtime/cpu/philox.h:
 //   key = {seed lo, seed hi}, counter = {i lo, i hi, step, salt},
 //   u = (x0 >> 8) * 2^-24, keep = u >= p, kept values scaled by 1/(1-p).
 
@@ -31,7 +31,7 @@ __device__ __forceinline__ philox_out philox4x32_10(u32 c0, u32 c1, u32 c2, u32 
     return o;
 }
 
-// Uniform in [0, 1) with 24 random bits: philox_uniform() of runtime/philox.c.
+// Uniform in [0, 1) with 24 random bits: philox_uniform() of runtime/cpu/philox.c.
 __device__ __forceinline__ float philox_uniform(u64 seed, u64 index, u32 step, u32 salt)
 {
     philox_out r = philox4x32_10((u32)index, (u32)(index >> 32), step, salt, (u32)seed, (u32)(seed >> 32));

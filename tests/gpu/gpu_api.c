@@ -21,8 +21,8 @@
 #include <unistd.h>
 
 #include "hpc.h"
-#include "api_backend.h"
-#include "cuda_driver.h"
+#include "api/api_backend.h"
+#include "cuda/cuda_driver.h"
 
 /* Links the cuda backend in (api.c refers to it weakly). */
 __attribute__((used)) static HpcStatus (*const link_cuda)(HpcModel *, const HpcModelOptions *, HpcError *) =

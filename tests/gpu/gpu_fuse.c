@@ -1,5 +1,5 @@
 /* tests/gpu/gpu_fuse.c — the fused graph (compiler/pipeline.h with the fuse
- * pass on) trained one step on the GPU (runtime/cuda_exec.h) against the
+ * pass on) trained one step on the GPU (runtime/cuda/cuda_exec.h) against the
  * cpu backend on the same parameters, batch and dropout seed.
  *
  * The fused ops (SOFTMAX_DROPOUT, SOFTMAX_DROPOUT_BWD, DROPOUT_ADD) only
@@ -21,11 +21,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "batch.h"
-#include "cpu_exec.h"
-#include "cuda_driver.h"
-#include "cuda_exec.h"
-#include "half.h"
+#include "data/batch.h"
+#include "cpu/cpu_exec.h"
+#include "cuda/cuda_driver.h"
+#include "cuda/cuda_exec.h"
+#include "cpu/half.h"
 #include "ir.h"
 #include "params.h"
 #include "pipeline.h"

@@ -1,5 +1,5 @@
 /* tests/gpu/gpu_kernels.c — every emitted CUDA kernel against the cpu
- * reference (runtime/cpu_kernels.h in f64, runtime/optim.h, lossscale.h,
+ * reference (runtime/cpu/cpu_kernels.h in f64, runtime/train/optim.h, lossscale.h,
  * schedule.h, philox.c) on fresh random inputs, in f32, f16 and bf16, then
  * timings at BERT-base sizes (B=32, L=128, H=768) with achieved bandwidth.
  *
@@ -21,15 +21,15 @@
 #include <string.h>
 #include <time.h>
 
-#include "cpu_kernels.h"
-#include "cuda_driver.h"
+#include "cpu/cpu_kernels.h"
+#include "cuda/cuda_driver.h"
 #include "emit_kernels.h"
-#include "half.h"
-#include "lossscale.h"
-#include "nvrtc_compile.h"
-#include "optim.h"
-#include "philox.h"
-#include "schedule.h"
+#include "cpu/half.h"
+#include "train/lossscale.h"
+#include "cuda/nvrtc_compile.h"
+#include "train/optim.h"
+#include "cpu/philox.h"
+#include "train/schedule.h"
 
 /* ---- the harness --------------------------------------------------------- */
 
@@ -228,7 +228,7 @@ static void test_philox(const Mod *m)
     }
     checks++;
     if (wrong) failures++;
-    printf("%s  %-12s %-34s %lld of %lld words differ from runtime/philox.c\n", wrong ? "FAIL" : "ok  ",
+    printf("%s  %-12s %-34s %lld of %lld words differ from runtime/cpu/philox.c\n", wrong ? "FAIL" : "ok  ",
            m->label, "philox4x32_10 bitwise", wrong, 4 * n);
     free(got);
     cu->cuMemFree(out);

@@ -1,5 +1,5 @@
 /* tests/gpu/gpu_resume.c — checkpoint and resume on the cuda backend
- * (TrainBackend.state_out/state_in of runtime/train_cuda.c).
+ * (TrainBackend.state_out/state_in of runtime/train/train_cuda.c).
  *
  * A tiny BERT (vocab 64, hidden 32, 2 layers, dropout 0.1, fp16, grad_accum
  * 2, an injected inf gradient at step 4) trains 12 steps in one go (A),
@@ -16,10 +16,10 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "cuda_driver.h"
+#include "cuda/cuda_driver.h"
 #include "lower.h"
-#include "synthetic.h"
-#include "trainer.h"
+#include "data/synthetic.h"
+#include "train/trainer.h"
 
 static int g_fail;
 

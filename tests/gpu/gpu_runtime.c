@@ -16,12 +16,12 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cpu_kernels.h"
-#include "cuda_driver.h"
-#include "device_arena.h"
-#include "gemm_cublas.h"
-#include "half.h"
-#include "nvrtc_compile.h"
+#include "cpu/cpu_kernels.h"
+#include "cuda/cuda_driver.h"
+#include "cuda/device_arena.h"
+#include "cuda/gemm_cublas.h"
+#include "cpu/half.h"
+#include "cuda/nvrtc_compile.h"
 
 static int g_failures, g_checks;
 static CudaDevice g_dev;

@@ -1,6 +1,6 @@
 /* tests/gpu/gpu_step.c — a whole training step (forward + backward) of the
- * IR on the GPU (runtime/cuda_exec.h) against the cpu backend
- * (runtime/cpu_exec.h) on the same parameters, batch and dropout seed, then
+ * IR on the GPU (runtime/cuda/cuda_exec.h) against the cpu backend
+ * (runtime/cpu/cpu_exec.h) on the same parameters, batch and dropout seed, then
  * the step time of BERT-base.
  *
  * Checks, per model and precision (bert_tiny B=8 L=64 with the classifier
@@ -35,11 +35,11 @@
 #include <time.h>
 
 #include "autodiff.h"
-#include "batch.h"
-#include "cpu_exec.h"
-#include "cuda_driver.h"
-#include "cuda_exec.h"
-#include "half.h"
+#include "data/batch.h"
+#include "cpu/cpu_exec.h"
+#include "cuda/cuda_driver.h"
+#include "cuda/cuda_exec.h"
+#include "cpu/half.h"
 #include "ir.h"
 #include "lower.h"
 #include "params.h"

@@ -1,10 +1,10 @@
-/* tests/gpu/gpu_train.c — training on the GPU (runtime/trainer.h with
+/* tests/gpu/gpu_train.c — training on the GPU (runtime/train/trainer.h with
  * TRAIN_DEVICE_CUDA: cuda_exec + the device optimizer and loss scaler of
- * runtime/cuda_optim.h) against the cpu trainer.
+ * runtime/cuda/cuda_optim.h) against the cpu trainer.
  *
  * The model is bert_tiny (hidden 128, 2 layers, 2 heads, FFN 512) with a
  * 64-token vocabulary and 64 positions on the synthetic "contains" task
- * (runtime/synthetic.h: does token 5 occur?), as tests/test_train_cpu.c.
+ * (runtime/data/synthetic.h: does token 5 occur?), as tests/test_train_cpu.c.
  * Checks:
  *   1. the full step with the optimizer: 3 steps in fp32 (AdamW, constant
  *      lr 1e-3, no warmup, dropout on, clipping at 1.0) on the GPU and on
@@ -33,14 +33,14 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cuda_driver.h"
-#include "dataset.h"
-#include "init.h"
+#include "cuda/cuda_driver.h"
+#include "data/dataset.h"
+#include "train/init.h"
 #include "lower.h"
 #include "params.h"
 #include "spec.h"
-#include "synthetic.h"
-#include "trainer.h"
+#include "data/synthetic.h"
+#include "train/trainer.h"
 
 static int g_failures, g_checks;
 static TrainDevice g_gpu = TRAIN_DEVICE_CUDA;
@@ -120,7 +120,7 @@ static void weights_free(Weights *w)
     params_free(&w->pl);
 }
 
-/* The weights every run starts from (runtime/init.h: seeded, per index). */
+/* The weights every run starts from (runtime/train/init.h: seeded, per index). */
 static void initial_weights(Weights *w, const ModelSpec *s)
 {
     ParamStore ps;

@@ -8,8 +8,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cpu_exec.h"
-#include "hf_names.h"
+#include "cpu/cpu_exec.h"
+#include "formats/hf_names.h"
 #include "lower.h"
 
 static int fail(const HpcError *err)

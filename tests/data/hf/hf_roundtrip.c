@@ -10,7 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#include "hf_names.h"
+#include "formats/hf_names.h"
 #include "lower.h"
 
 static int fail(const HpcError *err)

@@ -1,0 +1,76 @@
+/* runtime/cpu/cpu_kernels_elem.c — elementwise kernels, dropout, embedding,
+ * layout copies and array helpers (contracts in cpu_kernels.h).
+ *
+ * Activations are evaluated in double and rounded once to the element type,
+ * so the f32 versions are as close to the exact value as a float can be;
+ * the CUDA kernels are held to these within their dtype's tolerance. */
+#include <math.h>
+#include <string.h>
+
+#include "cpu/cpu_kernels.h"
+#include "cpu/cpu_kernels_tmpl.h"
+#include "cpu/philox.h"
+
+#define CK_SQRT1_2 0.70710678118654752440   /* 1 / sqrt(2) */
+#define CK_SQRT2_PI 0.79788456080286535588  /* sqrt(2 / pi) */
+#define CK_INV_SQRT_2PI 0.39894228040143267794 /* 1 / sqrt(2 pi) */
+#define CK_GELU_C 0.044715
+
+static double gelu_d(double x) { return 0.5 * x * (1.0 + erf(x * CK_SQRT1_2)); }
+
+/* d/dx [x Phi(x)] = Phi(x) + x phi(x). */
+static double gelu_grad_d(double x)
+{
+    double cdf = 0.5 * (1.0 + erf(x * CK_SQRT1_2));
+    return cdf + x * CK_INV_SQRT_2PI * exp(-0.5 * x * x);
+}
+
+static double gelu_tanh_d(double x)
+{
+    double u = CK_SQRT2_PI * (x + CK_GELU_C * x * x * x);
+    return 0.5 * x * (1.0 + tanh(u));
+}
+
+static double gelu_tanh_grad_d(double x)
+{
+    double u = CK_SQRT2_PI * (x + CK_GELU_C * x * x * x);
+    double t = tanh(u);
+    double du = CK_SQRT2_PI * (1.0 + 3.0 * CK_GELU_C * x * x);
+    return 0.5 * (1.0 + t) + 0.5 * x * (1.0 - t * t) * du;
+}
+
+/* Every id in [0, V), or HPC_ERR_INPUT naming the first one that is not. */
+static HpcStatus ck_check_ids(const char *fn, const int32_t *ids, int64_t n, int64_t V,
+                              HpcError *err)
+{
+    for (int64_t i = 0; i < n; i++)
+        if (ids[i] < 0 || ids[i] >= V)
+            return hpc_fail(err, HPC_ERR_INPUT,
+                            "%s: token id %d at position %lld is outside the vocabulary "
+                            "[0, %lld); check that the data was tokenized with a vocabulary "
+                            "no larger than the model's vocab_size",
+                            fn, (int)ids[i], (long long)i, (long long)V);
+    return HPC_OK;
+}
+
+#define REAL float
+#define CK_SFX _f32
+#include "cpu/cpu_kernels_elem.inc"
+#undef REAL
+#undef CK_SFX
+
+#define REAL double
+#define CK_SFX _f64
+#include "cpu/cpu_kernels_elem.inc"
+#undef REAL
+#undef CK_SFX
+
+void ck_copy_f32_to_f64(double *dst, const float *src, int64_t n)
+{
+    for (int64_t i = 0; i < n; i++) dst[i] = src[i];
+}
+
+void ck_copy_f64_to_f32(float *dst, const double *src, int64_t n)
+{
+    for (int64_t i = 0; i < n; i++) dst[i] = (float)src[i];
+}

@@ -1,0 +1,600 @@
+/* runtime/cuda/cuda_exec.c — the cuda backend; see cuda_exec.h. */
+#include "cuda/cuda_exec.h"
+
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "cpu/half.h"
+#include "cuda/nvrtc_compile.h"
+
+#define NODE(id) (&ex->g->nodes[(id)])
+
+static double now_seconds(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+CUdeviceptr cuda_exec_ptr(const CudaExec *ex, int v)
+{
+    if (ex->g->nodes[v].op == IR_OP_PARAM) return ex->param_dev[v];
+    HPC_ASSERT(ex->plan.v[v].kind == PLAN_ARENA);
+    return ex->arena.base + (CUdeviceptr)ex->plan.v[v].offset;
+}
+
+CUdeviceptr cuda_exec_param_ptr(const CudaExec *ex, int p, DType dt)
+{
+    HPC_ASSERT(p >= 0 && p < ex->pl->n);
+    if (dt == DT_F32) return ex->master[p];
+    for (int i = 0; i < ex->g->n; i++)
+        if (NODE(i)->op == IR_OP_PARAM && NODE(i)->attr.param.index == p && NODE(i)->dtype == dt)
+            return ex->param_dev[i];
+    return 0;
+}
+
+/* ---- binding: parameters, module ------------------------------------- */
+
+/* One device buffer per (parameter, dtype) the graph reads, plus a master
+ * for every parameter that owns storage. */
+static HpcStatus alloc_params(CudaExec *ex, HpcError *err)
+{
+    const IrGraph *g = ex->g;
+    ex->param_dev = xcalloc((size_t)g->n, sizeof *ex->param_dev);
+    ex->master = xcalloc((size_t)(ex->pl->n > 0 ? ex->pl->n : 1), sizeof *ex->master);
+    for (int q = 0; q < ex->pl->n; q++) {
+        if (ex->pl->p[q].tied_to >= 0) continue;
+        HpcStatus st = arena_alloc(&ex->arena, &ex->master[q], (size_t)params_numel(&ex->pl->p[q]) * 4,
+                                   "parameter (f32)", err);
+        if (st) return st;
+    }
+    for (int i = 0; i < g->n; i++) {
+        const IrNode *n = &g->nodes[i];
+        if (n->op != IR_OP_PARAM) continue;
+        int q = n->attr.param.index;
+        HPC_ASSERT(q >= 0 && q < ex->pl->n && ex->pl->p[q].tied_to < 0);
+        if (n->dtype == DT_F32) {
+            ex->param_dev[i] = ex->master[q];
+            continue;
+        }
+        for (int j = 0; j < i && !ex->param_dev[i]; j++)   /* one copy per (index, dtype) */
+            if (g->nodes[j].op == IR_OP_PARAM && g->nodes[j].attr.param.index == q &&
+                g->nodes[j].dtype == n->dtype)
+                ex->param_dev[i] = ex->param_dev[j];
+        if (ex->param_dev[i]) continue;
+        HpcStatus st = arena_alloc(&ex->arena, &ex->param_dev[i], (size_t)ir_numel(n, 1, 1) * 2,
+                                   "parameter (low copy)", err);
+        if (st) return st;
+    }
+    return HPC_OK;
+}
+
+static HpcStatus compile_module(CudaExec *ex, HpcError *err)
+{
+    char *src;
+    HpcStatus st = eop_module_source(ex->g, &src, err);
+    if (st) return st;
+    void *cubin = NULL;
+    size_t size = 0;
+    NvrtcCacheInfo info;
+    double t0 = now_seconds();
+    st = nvrtc_compile_cached(src, "hpc_ops", ex->dev->arch, NULL, 0, &cubin, &size, &info, err);
+    free(src);
+    if (st) return st;
+    ex->compile_seconds = now_seconds() - t0;
+    ex->cache_hit = info.result == KCACHE_HIT;
+    st = CUDA_CHECK(err, cuda_driver()->cuModuleLoadData(&ex->module, cubin));
+    free(cubin);
+    return st;
+}
+
+/* Launch shapes for B, L (recomputed when a run's binding changes). */
+static HpcStatus refresh_code(CudaExec *ex, int64_t B, int64_t L, HpcError *err)
+{
+    if (ex->code_B == B && ex->code_L == L) return HPC_OK;
+    for (int i = 0; i < ex->g->n; i++) {
+        HpcStatus st = eop_node_code(ex->g, i, B, L, &ex->code[i], err);
+        if (st) return st;
+    }
+    ex->code_B = B;
+    ex->code_L = L;
+    return HPC_OK;
+}
+
+static HpcStatus lookup_kernels(CudaExec *ex, HpcError *err)
+{
+    const CudaDriver *cu = cuda_driver();
+    ex->fn = xcalloc((size_t)ex->g->n, sizeof *ex->fn);
+    ex->code = xcalloc((size_t)ex->g->n, sizeof *ex->code);
+    HpcStatus st = refresh_code(ex, ex->plan.B, ex->plan.L, err);
+    for (int i = 0; i < ex->g->n && !st; i++)
+        for (int k = 0; k < ex->code[i].n_phases && !st; k++)
+            st = CUDA_CHECK(err, cu->cuModuleGetFunction(&ex->fn[i][k], ex->module, ex->code[i].phase[k].name));
+    return st;
+}
+
+HpcStatus cuda_exec_init(CudaExec *ex, CudaDevice *dev, const IrGraph *g, const ParamList *pl,
+                         int64_t max_B, int64_t max_L, HpcError *err)
+{
+    memset(ex, 0, sizeof *ex);
+    ex->g = g;
+    ex->pl = pl;
+    ex->dev = dev;
+    HpcStatus st = plan_build(g, max_B, max_L, &ex->plan, err);
+    if (!st) st = arena_init_with(&ex->arena, dev->allocator, "activations and gradients",
+                                  (size_t)ex->plan.arena_bytes, err);
+    if (!st) st = alloc_params(ex, err);
+    if (!st) st = arena_alloc(&ex->arena, &ex->ctl, sizeof(EopCtl), "step control", err);
+    if (!st) st = gemm_init(&ex->gemm, dev->stream, 0, err);
+    if (!st) ex->gemm_ready = true;
+    if (!st) st = compile_module(ex, err);
+    if (!st) st = lookup_kernels(ex, err);
+    if (st) cuda_exec_free(ex);
+    return st;
+}
+
+void cuda_exec_free(CudaExec *ex)
+{
+    const CudaDriver *cu = cuda_driver();
+    if (!ex->g) return;
+    for (int i = 0; i < ex->n_graphs; i++)
+        if (ex->graphs[i].exec && cu) cu->cuGraphExecDestroy(ex->graphs[i].exec);
+    if (ex->module && cu) cu->cuModuleUnload(ex->module);
+    if (ex->gemm_ready) gemm_free(&ex->gemm);
+    arena_free(&ex->arena);
+    plan_free(&ex->plan);
+    free(ex->fn);
+    free(ex->code);
+    free(ex->param_dev);
+    free(ex->master);
+    memset(ex, 0, sizeof *ex);
+}
+
+HpcStatus cuda_exec_set_params(CudaExec *ex, float *const *w, HpcError *err)
+{
+    const CudaDriver *cu = cuda_driver();
+    HpcStatus st = HPC_OK;
+    for (int q = 0; q < ex->pl->n && !st; q++)
+        if (ex->pl->p[q].tied_to < 0)
+            st = CUDA_CHECK(err, cu->cuMemcpyHtoDAsync(ex->master[q], w[q], (size_t)params_numel(&ex->pl->p[q]) * 4,
+                                                       ex->dev->stream));
+    for (int i = 0; i < ex->g->n && !st; i++) {
+        const IrNode *n = NODE(i);
+        if (n->op != IR_OP_PARAM || n->dtype == DT_F32) continue;
+        int64_t numel = ir_numel(n, 1, 1);
+        const float *src = w[n->attr.param.index];
+        uint16_t *low = malloc((size_t)numel * 2);
+        if (!low) return hpc_fail(err, HPC_ERR_OOM, "cuda_exec_set_params: out of host memory");
+        for (int64_t j = 0; j < numel; j++)
+            low[j] = n->dtype == DT_F16 ? half_from_f32(src[j]) : bf16_from_f32(src[j]);
+        st = CUDA_CHECK(err, cu->cuMemcpyHtoDAsync(ex->param_dev[i], low, (size_t)numel * 2, ex->dev->stream));
+        if (!st) st = cuda_exec_sync(ex, err);
+        free(low);
+    }
+    /* On the run's stream (non-blocking: the legacy stream's copies would
+     * not be ordered with its kernels); done when this returns. */
+    return st ? st : cuda_exec_sync(ex, err);
+}
+
+/* ---- batch checks and uploads ------------------------------------------ */
+
+static HpcStatus check_ids(const int32_t *ids, int64_t n, int64_t limit, const char *what, HpcError *err)
+{
+    for (int64_t i = 0; i < n; i++)
+        if (ids[i] < 0 || ids[i] >= limit)
+            return hpc_fail(err, HPC_ERR_INPUT, "cuda_exec: %s %d at position %lld is outside [0, %lld); "
+                            "check the tokenizer's vocabulary against the model", what, ids[i],
+                            (long long)i, (long long)limit);
+    return HPC_OK;
+}
+
+/* The checks the cpu kernels make on ids and labels, done before the step. */
+static HpcStatus check_batch(const CudaExec *ex, const Batch *b, HpcError *err)
+{
+    HpcStatus st = HPC_OK;
+    for (int i = 0; i < ex->g->n && !st; i++) {
+        const IrNode *n = NODE(i);
+        if (n->op == IR_OP_EMBEDDING) {
+            const IrNode *ids = NODE(n->in[1]);
+            int64_t V = NODE(n->in[0])->dims[0];
+            if (ids->op == IR_OP_POSITIONS && ids->attr.pos.offset + b->L > V)
+                st = hpc_fail(err, HPC_ERR_INPUT, "cuda_exec: length %lld needs %lld positions, the "
+                              "model has %lld; truncate the batch", (long long)b->L,
+                              (long long)(ids->attr.pos.offset + b->L), (long long)V);
+            if (ids->op == IR_OP_INPUT && ids->attr.input.kind == IR_IN_INPUT_IDS)
+                st = check_ids(b->input_ids, b->B * b->L, V, "token id", err);
+            if (ids->op == IR_OP_INPUT && ids->attr.input.kind == IR_IN_TOKEN_TYPES)
+                st = check_ids(b->token_type_ids, b->B * b->L, V, "token type id", err);
+        }
+        if (n->op == IR_OP_CROSS_ENTROPY && NODE(n->in[1])->op == IR_OP_INPUT) {
+            int64_t C = NODE(n->in[0])->dims[NODE(n->in[0])->rank - 1];
+            int64_t cnt = NODE(n->in[1])->attr.input.kind == IR_IN_LABELS ? b->B : b->B * b->L;
+            for (int64_t r = 0; r < cnt && !st; r++)
+                if (b->labels[r] != IR_IGNORE_INDEX && (b->labels[r] < 0 || b->labels[r] >= C))
+                    st = hpc_fail(err, HPC_ERR_INPUT, "cuda_exec: label %d at row %lld is outside [0, %lld) "
+                                  "and not -100", b->labels[r], (long long)r, (long long)C);
+        }
+    }
+    return st;
+}
+
+static HpcStatus upload_input(CudaExec *ex, int id, const Batch *b, HpcError *err)
+{
+    const void *src = NULL;
+    int64_t bl = b->B * b->L;
+    size_t bytes = (size_t)bl * 4;
+    switch (NODE(id)->attr.input.kind) {
+    case IR_IN_INPUT_IDS: src = b->input_ids; break;
+    case IR_IN_TOKEN_TYPES: src = b->token_type_ids; break;
+    case IR_IN_ATTN_MASK: src = b->attention_mask; break;
+    case IR_IN_LABELS: src = b->labels; bytes = (size_t)b->B * 4; break;
+    case IR_IN_TOKEN_LABELS: src = b->labels; break;
+    case IR_IN_TARGETS: src = b->targets; bytes = (size_t)b->B * 4; break;
+    case IR_IN_LOSS_SCALE:
+    case IR_IN_COUNT: return HPC_OK;
+    }
+    if (!src)
+        return hpc_fail(err, HPC_ERR_INPUT, "cuda_exec: the graph reads the batch's %s, which this "
+                        "batch does not have", ir_input_name(NODE(id)->attr.input.kind));
+    /* From pageable memory the driver stages the bytes before returning, so
+     * the batch may be freed or reused right away. */
+    return CUDA_CHECK(err, cuda_driver()->cuMemcpyHtoDAsync(cuda_exec_ptr(ex, id), src, bytes, ex->dev->stream));
+}
+
+/* ---- launches ---------------------------------------------------------- */
+
+static GemmDtype gemm_type(DType d) { return d == DT_F16 ? GEMM_F16 : d == DT_BF16 ? GEMM_BF16 : GEMM_F32; }
+
+static void gemm_desc_node(const CudaExec *ex, int id, GemmDesc *d)
+{
+    const IrNode *n = NODE(id), *a = NODE(n->in[0]), *b = NODE(n->in[1]);
+    GemmDtype ab = gemm_type(a->dtype), c = gemm_type(n->dtype);
+    CUdeviceptr A = cuda_exec_ptr(ex, n->in[0]), Bp = cuda_exec_ptr(ex, n->in[1]), C = cuda_exec_ptr(ex, id);
+    int64_t rows = ir_rows(n, ex->B, ex->L);
+    switch (n->op) {
+    case IR_OP_LINEAR: /* y (rows, out) = x (rows, in) W^T (+ b) */
+        gemm_desc_linear(d, ab, c, rows, b->dims[0], b->dims[1], A, Bp,
+                         ex->code[id].bias_epilogue ? cuda_exec_ptr(ex, n->in[2]) : 0, C);
+        break;
+    case IR_OP_LINEAR_DX: /* dx (rows, in) = dy (rows, out) W (out, in) */
+        gemm_desc_rm(d, ab, c, rows, b->dims[1], b->dims[0], A, Bp, C);
+        break;
+    case IR_OP_LINEAR_DW: /* dW (out, in) = dy^T (out, R) x (R, in) */
+        gemm_desc_rm(d, ab, c, n->dims[0], n->dims[1], ir_rows(a, ex->B, ex->L), A, Bp, C);
+        d->trans_a = true;
+        d->lda = n->dims[0];
+        break;
+    default: { /* MATMUL: batched (.., M, K) x (.., K, N), alpha */
+        const IrMatmulAttr *m = &n->attr.matmul;
+        int r = n->rank;
+        int64_t M = ir_dim(n->dims[r - 2], ex->B, ex->L), N = ir_dim(n->dims[r - 1], ex->B, ex->L);
+        int64_t K = ir_dim(m->trans_a ? a->dims[r - 2] : a->dims[r - 1], ex->B, ex->L);
+        gemm_desc_rm(d, ab, c, M, N, K, A, Bp, C);
+        d->trans_a = m->trans_a;
+        d->trans_b = m->trans_b;
+        d->lda = m->trans_a ? M : K;
+        d->ldb = m->trans_b ? K : N;
+        d->batch = ir_numel(n, ex->B, ex->L) / (M * N);
+        d->stride_a = M * K;
+        d->stride_b = K * N;
+        d->stride_c = M * N;
+        d->alpha = (float)m->alpha;
+        break;
+    }
+    }
+}
+
+static HpcStatus launch_phases(CudaExec *ex, int id, HpcError *err)
+{
+    const IrNode *n = NODE(id);
+    EopArgs a = {.y = cuda_exec_ptr(ex, id), .ctl = ex->ctl, .B = ex->B, .L = ex->L};
+    for (int k = 0; k < n->n_in; k++) a.x[k] = cuda_exec_ptr(ex, n->in[k]);
+    if (ex->plan.scratch_off[id] >= 0) a.scratch = ex->arena.base + (CUdeviceptr)ex->plan.scratch_off[id];
+    void *args[] = {&a};
+    HpcStatus st = HPC_OK;
+    for (int k = 0; k < ex->code[id].n_phases && !st; k++)
+        st = cuda_launch(ex->fn[id][k], ex->code[id].phase[k].grid, ex->code[id].phase[k].block, 0,
+                         ex->dev->stream, args, err);
+    return st;
+}
+
+static HpcStatus launch_node(CudaExec *ex, int id, HpcError *err)
+{
+    HpcStatus st;
+    GemmDesc d;
+    switch (ex->code[id].kind) {
+    case EOP_NONE:
+    case EOP_UPLOAD: return HPC_OK;
+    case EOP_GEMM:
+        gemm_desc_node(ex, id, &d);
+        st = gemm_run(&ex->gemm, &d, err);
+        return st ? st : launch_phases(ex, id, err);
+    case EOP_KERNELS: return launch_phases(ex, id, err);
+    }
+    return HPC_OK;
+}
+
+static HpcStatus launch_all(CudaExec *ex, int end, HpcError *err)
+{
+    HpcStatus st = HPC_OK;
+    for (int t = 0; t < end && !st; t++) {
+        st = launch_node(ex, ex->plan.order[t], err);
+        if (st) {
+            size_t len = strlen(err->msg);
+            snprintf(err->msg + len, sizeof err->msg - len, " (node %d, %s)", ex->plan.order[t],
+                     NODE(ex->plan.order[t])->name);
+        }
+    }
+    return st;
+}
+
+static CudaExecGraph *graph_slot(CudaExec *ex, bool backward)
+{
+    for (int i = 0; i < ex->n_graphs; i++) {
+        CudaExecGraph *s = &ex->graphs[i];
+        if (s->B == ex->B && s->L == ex->L && s->backward == backward) return s;
+    }
+    if (ex->n_graphs == CUDA_EXEC_MAX_GRAPHS) return NULL;
+    CudaExecGraph *s = &ex->graphs[ex->n_graphs++];
+    *s = (CudaExecGraph){.B = ex->B, .L = ex->L, .backward = backward};
+    return s;
+}
+
+/* The first run of a shape is eager (cuBLASLt picks its algorithms outside
+ * a capture); the second is captured and launched; later ones replay. */
+static HpcStatus run_graph(CudaExec *ex, int end, bool backward, HpcError *err)
+{
+    const CudaDriver *cu = cuda_driver();
+    CudaExecGraph *s = graph_slot(ex, backward);
+    if (!s || (!s->exec && s->runs++ == 0)) return launch_all(ex, end, err);
+    if (!s->exec) {
+        CUgraph graph = NULL;
+        HpcStatus st = CUDA_CHECK(err, cu->cuStreamBeginCapture(ex->dev->stream, CU_STREAM_CAPTURE_MODE_RELAXED));
+        if (st) return st;
+        HpcStatus run = launch_all(ex, end, err);
+        st = CUDA_CHECK(err, cu->cuStreamEndCapture(ex->dev->stream, &graph));
+        if (run) st = run;
+        if (!st) st = CUDA_CHECK(err, cu->cuGraphInstantiate(&s->exec, graph, 0));
+        if (graph) cu->cuGraphDestroy(graph);
+        if (st) return st;
+    }
+    return CUDA_CHECK(err, cu->cuGraphLaunch(s->exec, ex->dev->stream));
+}
+
+/* ---- profile mode (HPC_PROFILE=1) -------------------------------------- */
+
+/* One row of the profile: the nodes that ran the same kernels (or the same
+ * GEMM configuration). */
+typedef struct {
+    char key[200];             /* kernel names (no hash), or the GEMM's shape and dtypes */
+    const char *op;            /* IR op kind */
+    bool gemm;
+    int calls;
+    double ms, bytes, flops;
+} ProfRow;
+
+static bool profile_enabled(void)
+{
+    const char *e = getenv("HPC_PROFILE");
+    return e && *e && strcmp(e, "0") != 0;
+}
+
+static const char *prof_dtype_name(GemmDtype d) { return d == GEMM_F16 ? "f16" : d == GEMM_BF16 ? "bf16" : "f32"; }
+
+/* Bytes a node's kernels must move at least: every input and the output once. */
+static double node_bytes(const CudaExec *ex, int id)
+{
+    const IrNode *n = NODE(id);
+    double b = (double)ir_numel(n, ex->B, ex->L) * (double)plan_dtype_size(n->dtype);
+    for (int k = 0; k < n->n_in; k++) {
+        const IrNode *x = NODE(n->in[k]);
+        b += (double)ir_numel(x, ex->B, ex->L) * (double)plan_dtype_size(x->dtype);
+    }
+    return b;
+}
+
+static void profile_key(const CudaExec *ex, int id, ProfRow *r)
+{
+    const IrNode *n = NODE(id);
+    const EopNodeCode *c = &ex->code[id];
+    r->op = ir_op_name(n->op);
+    r->gemm = c->kind == EOP_GEMM;
+    size_t used = 0;
+    r->key[0] = 0;
+    if (r->gemm) {
+        GemmDesc d;
+        gemm_desc_node(ex, id, &d);
+        used = (size_t)snprintf(r->key, sizeof r->key, "gemm %s %s->%s M%lld N%lld K%lld x%lld%s%s%s",
+                                r->op, prof_dtype_name(d.ab_type), prof_dtype_name(d.c_type), (long long)d.M,
+                                (long long)d.N, (long long)d.K, (long long)d.batch, d.trans_a ? " tA" : "",
+                                d.trans_b ? " tB" : "", c->bias_epilogue ? " +bias" : "");
+        r->flops = 2.0 * (double)d.M * (double)d.N * (double)d.K * (double)d.batch;
+    } else {
+        r->bytes = node_bytes(ex, id);
+    }
+    /* Kernels that differ only in a constant (a dropout salt) share a row:
+     * the name without its six-digit hash. */
+    for (int k = 0; k < c->n_phases && used < sizeof r->key; k++) {
+        const char *name = c->phase[k].name;
+        int len = (int)strlen(name);
+        if (len > 7 && name[len - 7] == '_') len -= 7;
+        used += (size_t)snprintf(r->key + used, sizeof r->key - used, "%s%.*s", used ? " + " : "", len, name);
+    }
+}
+
+static int prof_cmp(const void *a, const void *b)
+{
+    double x = ((const ProfRow *)a)->ms, y = ((const ProfRow *)b)->ms;
+    return (x < y) - (x > y);
+}
+
+/* Adds node time ms to its row (rows grow as needed; n_rows <= nodes). */
+static void profile_add(ProfRow *rows, int *n_rows, const ProfRow *one, double ms)
+{
+    int i = 0;
+    while (i < *n_rows && strcmp(rows[i].key, one->key) != 0) i++;
+    if (i == *n_rows) {
+        rows[i] = *one;
+        rows[i].ms = rows[i].bytes = rows[i].flops = 0;
+        rows[i].calls = 0;
+        (*n_rows)++;
+    }
+    rows[i].calls++;
+    rows[i].ms += ms;
+    rows[i].bytes += one->bytes;
+    rows[i].flops += one->flops;
+}
+
+static void profile_print(const CudaExec *ex, ProfRow *rows, int n_rows, double total, FILE *f)
+{
+    qsort(rows, (size_t)n_rows, sizeof *rows, prof_cmp);
+    fprintf(f, "hpc profile: B=%lld L=%lld, %.3f ms in %d kernel rows (eager, one CUDA event per node; "
+            "GB/s from each input and output read or written once)\n",
+            (long long)ex->B, (long long)ex->L, total, n_rows);
+    fprintf(f, "%9s %6s %6s %9s %10s  %-20s %s\n", "ms", "share", "calls", "us/call", "rate", "op", "kernels");
+    for (int i = 0; i < n_rows; i++) {
+        const ProfRow *r = &rows[i];
+        char rate[32];
+        if (r->gemm) snprintf(rate, sizeof rate, "%.1f TF/s", r->ms > 0 ? r->flops / (r->ms * 1e9) : 0.0);
+        else snprintf(rate, sizeof rate, "%.0f GB/s", r->ms > 0 ? r->bytes / (r->ms * 1e6) : 0.0);
+        fprintf(f, "%9.3f %5.1f%% %6d %9.1f %10s  %-20s %s\n", r->ms, total > 0 ? 100.0 * r->ms / total : 0.0,
+                r->calls, 1000.0 * r->ms / r->calls, rate, r->op, r->key);
+    }
+}
+
+/* By op kind: the same rows summed per IR op (GEMMs and kernels apart). */
+static void profile_print_ops(const ProfRow *rows, int n_rows, double total, FILE *f)
+{
+    ProfRow *ops = xcalloc((size_t)(n_rows > 0 ? n_rows : 1), sizeof *ops);
+    int n_ops = 0;
+    for (int i = 0; i < n_rows; i++) {
+        ProfRow one = rows[i];
+        snprintf(one.key, sizeof one.key, "%s%s", rows[i].gemm ? "gemm " : "", rows[i].op);
+        int j = 0;
+        while (j < n_ops && strcmp(ops[j].key, one.key) != 0) j++;
+        if (j == n_ops) {
+            ops[j] = one;
+            ops[j].calls = 0;
+            ops[j].ms = ops[j].bytes = ops[j].flops = 0;
+            n_ops++;
+        }
+        ops[j].calls += one.calls;
+        ops[j].ms += one.ms;
+        ops[j].bytes += one.bytes;
+        ops[j].flops += one.flops;
+    }
+    qsort(ops, (size_t)n_ops, sizeof *ops, prof_cmp);
+    fprintf(f, "hpc profile by op kind:\n%9s %6s %6s %10s  %s\n", "ms", "share", "calls", "rate", "op");
+    for (int i = 0; i < n_ops; i++) {
+        char rate[32];
+        if (ops[i].gemm) snprintf(rate, sizeof rate, "%.1f TF/s", ops[i].ms > 0 ? ops[i].flops / (ops[i].ms * 1e9) : 0.0);
+        else snprintf(rate, sizeof rate, "%.0f GB/s", ops[i].ms > 0 ? ops[i].bytes / (ops[i].ms * 1e6) : 0.0);
+        fprintf(f, "%9.3f %5.1f%% %6d %10s  %s\n", ops[i].ms, total > 0 ? 100.0 * ops[i].ms / total : 0.0,
+                ops[i].calls, rate, ops[i].key);
+    }
+    free(ops);
+}
+
+/* Runs nodes [0, end) eagerly with an event after each launching node, waits,
+ * and prints the tables to stderr. */
+static HpcStatus profile_run(CudaExec *ex, int end, HpcError *err)
+{
+    const CudaDriver *cu = cuda_driver();
+    CUevent *ev = xcalloc((size_t)end + 1, sizeof *ev);
+    int *node = xcalloc((size_t)end + 1, sizeof *node);
+    int n_ev = 0;
+    HpcStatus st = HPC_OK;
+    for (int t = 0; t <= end && !st; t++) st = CUDA_CHECK(err, cu->cuEventCreate(&ev[t], CU_EVENT_DEFAULT));
+    if (!st) st = CUDA_CHECK(err, cu->cuEventRecord(ev[n_ev++], ex->dev->stream));
+    for (int t = 0; t < end && !st; t++) {
+        int id = ex->plan.order[t];
+        if (ex->code[id].kind != EOP_GEMM && ex->code[id].kind != EOP_KERNELS) continue;
+        st = launch_node(ex, id, err);
+        node[n_ev] = id;
+        if (!st) st = CUDA_CHECK(err, cu->cuEventRecord(ev[n_ev++], ex->dev->stream));
+    }
+    if (!st) st = CUDA_CHECK(err, cu->cuEventSynchronize(ev[n_ev - 1]));
+    ProfRow *rows = xcalloc((size_t)n_ev + 1, sizeof *rows);
+    int n_rows = 0;
+    double total = 0;
+    for (int k = 1; k < n_ev && !st; k++) {
+        float ms = 0;
+        st = CUDA_CHECK(err, cu->cuEventElapsedTime(&ms, ev[k - 1], ev[k]));
+        ProfRow one = {0};
+        profile_key(ex, node[k], &one);
+        profile_add(rows, &n_rows, &one, ms);
+        total += ms;
+    }
+    if (!st) {
+        profile_print(ex, rows, n_rows, total, stderr);
+        profile_print_ops(rows, n_rows, total, stderr);
+    }
+    for (int t = 0; t <= end; t++)
+        if (ev[t]) cu->cuEventDestroy(ev[t]);
+    free(rows);
+    free(node);
+    free(ev);
+    return st;
+}
+
+HpcStatus cuda_exec_run(CudaExec *ex, const Batch *batch, const CudaRunOptions *opts, HpcError *err)
+{
+    if (batch->B < 1 || batch->L < 1 || batch->B > ex->plan.B || batch->L > ex->plan.L)
+        return hpc_fail(err, HPC_ERR_USAGE, "cuda_exec: batch %lld x %lld outside the planned bounds "
+                        "%lld x %lld; plan with the largest batch and length", (long long)batch->B,
+                        (long long)batch->L, (long long)ex->plan.B, (long long)ex->plan.L);
+    HpcStatus st = check_batch(ex, batch, err);
+    if (!st) st = refresh_code(ex, batch->B, batch->L, err);
+    if (st) return st;
+    ex->B = batch->B;
+    ex->L = batch->L;
+    ex->ctl_host = (EopCtl){.seed = opts->seed, .step = opts->step, .training = opts->training,
+                            .loss_scale = (float)opts->loss_scale};
+    const CudaDriver *cu = cuda_driver();
+    st = CUDA_CHECK(err, cu->cuMemcpyHtoDAsync(ex->ctl, &ex->ctl_host, sizeof ex->ctl_host, ex->dev->stream));
+    if (!st && opts->loss_scale_dev)   /* the scaler's value, in stream order: no host wait */
+        st = CUDA_CHECK(err, cu->cuMemcpyDtoDAsync(ex->ctl + offsetof(EopCtl, loss_scale), opts->loss_scale_dev,
+                                                   sizeof(float), ex->dev->stream));
+    for (int i = 0; i < ex->g->n && !st; i++)
+        if (ex->code[i].kind == EOP_UPLOAD) st = upload_input(ex, i, batch, err);
+    if (st) return st;
+    int end = opts->backward ? ex->plan.n_order : ex->plan.n_forward;
+    if (profile_enabled()) return profile_run(ex, end, err);   /* eager: a graph has no per-node times */
+    return opts->graph ? run_graph(ex, end, opts->backward, err) : launch_all(ex, end, err);
+}
+
+HpcStatus cuda_exec_sync(CudaExec *ex, HpcError *err)
+{
+    return CUDA_CHECK(err, cuda_driver()->cuStreamSynchronize(ex->dev->stream));
+}
+
+HpcStatus cuda_exec_read(CudaExec *ex, int v, float *out, HpcError *err)
+{
+    const IrNode *n = NODE(v);
+    if (!ir_dtype_is_float(n->dtype))
+        return hpc_fail(err, HPC_ERR_USAGE, "cuda_exec_read: value %d (%s) is an integer value", v, n->name);
+    int64_t numel = ir_numel(n, ex->B, ex->L);
+    size_t es = plan_dtype_size(n->dtype);
+    void *dst = out;
+    uint16_t *tmp = NULL;
+    if (n->dtype != DT_F32 && !(dst = tmp = malloc((size_t)numel * 2 + 1)))
+        return hpc_fail(err, HPC_ERR_OOM, "cuda_exec_read: out of host memory");
+    HpcStatus st = CUDA_CHECK(err, cuda_driver()->cuMemcpyDtoHAsync(dst, cuda_exec_ptr(ex, v),
+                                                                    (size_t)numel * es, ex->dev->stream));
+    if (!st) st = cuda_exec_sync(ex, err);
+    for (int64_t i = 0; tmp && i < numel && !st; i++)
+        out[i] = n->dtype == DT_F16 ? half_to_f32(tmp[i]) : bf16_to_f32(tmp[i]);
+    free(tmp);
+    return st;
+}
+
+HpcStatus cuda_exec_loss(CudaExec *ex, double *loss, HpcError *err)
+{
+    float l = 0;
+    HpcStatus st = cuda_exec_read(ex, ex->g->loss, &l, err);
+    *loss = l;
+    return st;
+}

@@ -1,0 +1,141 @@
+/* runtime/cuda/cuda_exec.h — the cuda backend: runs an IR graph on one GPU.
+ *
+ * The device twin of runtime/cpu/cpu_exec.h, with the same semantics (it is
+ * checked against it: tests/gpu/gpu_step.c).  cuda_exec_init binds a graph
+ * once:
+ *   - plans the step for the bounds B, L (compiler/plan.h: schedule,
+ *     liveness, best-fit arena offsets) and allocates the arena in one
+ *     cuMemAlloc, plus the parameter storage (f32 masters and the fp16/bf16
+ *     copies the precision plan asks for) and a small control block;
+ *   - generates the module of per-op kernels (compiler/emit_ops.h) and
+ *     compiles it once for the device's arch through the NVRTC disk cache
+ *     (runtime/cuda/nvrtc_compile.h), then looks up every kernel;
+ *   - sets up cuBLASLt (runtime/cuda/gemm_cublas.h) for LINEAR, MATMUL,
+ *     LINEAR_DX and LINEAR_DW (fp32 accumulation, TF32 off).
+ * cuda_exec_run then queues one step on the device's stream: the batch
+ * fields and the control block (dropout seed and step, training flag, loss
+ * scale) are copied to the device, then every node in schedule order is a
+ * kernel launch or a GEMM.  Nothing in a step waits for the device; read
+ * results with cuda_exec_loss / cuda_exec_read, which synchronise.  With
+ * CudaRunOptions.graph the launches of a (B, L, backward) shape are
+ * captured into a CUDA graph the second time that shape runs and replayed
+ * afterwards (the control block lives in device memory, so a replay sees
+ * the new seed, step and loss scale).
+ *
+ * Batch checks happen on the host before anything is queued: B and L within
+ * the bounds, ids inside their tables, positions inside max_positions,
+ * labels in range or -100 (HPC_ERR_INPUT, as the cpu backend).
+ *
+ * HPC_PROFILE=1: an eager run with per-node CUDA events; tables to stderr
+ * (docs/perf.md).
+ *
+ * Ownership: the executor borrows the graph, the parameter list and the
+ * device (all must outlive it); it owns every device buffer it allocates.
+ *
+ * Usage:
+ *   CudaExec ex;
+ *   if (cuda_exec_init(&ex, &dev, &g, &pl, B_max, L_max, &err)) return err.code;
+ *   cuda_exec_set_params(&ex, store.w, &err);       // host f32 per parameter
+ *   CudaRunOptions o = {.training = true, .backward = true, .seed = 42, .loss_scale = 1};
+ *   cuda_exec_run(&ex, batch, &o, &err);
+ *   double loss; cuda_exec_loss(&ex, &loss, &err);
+ *   cuda_exec_read(&ex, g.param_grad[p], host_f32, &err);
+ *   cuda_exec_free(&ex);
+ */
+#ifndef HPC_RUNTIME_CUDA_EXEC_H
+#define HPC_RUNTIME_CUDA_EXEC_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "data/batch.h"
+#include "cuda/cuda_driver.h"
+#include "cuda/device_arena.h"
+#include "compiler/emit_ops.h"
+#include "util/error.h"
+#include "cuda/gemm_cublas.h"
+#include "compiler/ir.h"
+#include "compiler/params.h"
+#include "compiler/plan.h"
+
+typedef struct {
+    bool training;             /* dropout on */
+    bool backward;             /* run the backward part too */
+    uint64_t seed;             /* dropout seed */
+    uint32_t step;             /* micro-step counter for dropout */
+    double loss_scale;         /* d(loss) seed of the backward pass */
+    CUdeviceptr loss_scale_dev;/* if not 0: a device f32 that replaces loss_scale,
+                                  read on the stream (the device loss scaler's) */
+    bool graph;                /* capture / replay the step as a CUDA graph */
+} CudaRunOptions;
+
+#define CUDA_EXEC_MAX_GRAPHS 8
+
+typedef struct {
+    int64_t B, L;
+    bool backward;
+    int runs;                  /* eager runs of this shape so far */
+    CUgraphExec exec;          /* 0 until captured */
+} CudaExecGraph;
+
+typedef struct {
+    const IrGraph *g;          /* borrowed */
+    const ParamList *pl;       /* borrowed */
+    CudaDevice *dev;           /* borrowed */
+    StepPlan plan;
+    DeviceArena arena;
+    GemmContext gemm;
+    bool gemm_ready;
+    CUmodule module;
+    CUfunction (*fn)[EOP_MAX_PHASES];   /* (g->n) kernels of each node */
+    EopNodeCode *code;         /* (g->n) launch shapes for code_B, code_L */
+    int64_t code_B, code_L;
+    CUdeviceptr *param_dev;    /* (g->n) storage of each PARAM node, 0 for other nodes */
+    CUdeviceptr *master;       /* (pl->n) f32 master of each parameter that owns storage */
+    CUdeviceptr ctl;           /* EopCtl */
+    EopCtl ctl_host;
+    CudaExecGraph graphs[CUDA_EXEC_MAX_GRAPHS];
+    int n_graphs;
+    int64_t B, L;              /* binding of the last run */
+    double compile_seconds;    /* NVRTC (or cache) time of the module */
+    bool cache_hit;
+} CudaExec;
+
+/* Plans, allocates and compiles as described above.  HPC_ERR_OOM when the
+ * plan does not fit (the message gives the figure), HPC_ERR_CUDA for a
+ * failed compile or load, HPC_ERR_INPUT for a graph the GPU path cannot run. */
+HpcStatus cuda_exec_init(CudaExec *ex, CudaDevice *dev, const IrGraph *g, const ParamList *pl,
+                         int64_t max_B, int64_t max_L, HpcError *err);
+void cuda_exec_free(CudaExec *ex);
+
+/* Uploads every parameter from host f32 tensors w[p] (laid out as the
+ * parameter's dims; tied parameters are skipped) into its master, and
+ * writes the fp16/bf16 copies (round to nearest even, runtime/cpu/half.h).
+ * Synchronous. */
+HpcStatus cuda_exec_set_params(CudaExec *ex, float *const *w, HpcError *err);
+
+/* Queues one step (see the header comment); returns without waiting. */
+HpcStatus cuda_exec_run(CudaExec *ex, const Batch *batch, const CudaRunOptions *opts, HpcError *err);
+
+/* Waits for the stream. */
+HpcStatus cuda_exec_sync(CudaExec *ex, HpcError *err);
+
+/* The scalar loss of the last run (waits). */
+HpcStatus cuda_exec_loss(CudaExec *ex, double *loss, HpcError *err);
+
+/* Copies float value v of the last run to out (numel under the last run's
+ * B, L), converted to f32 (waits).  HPC_ERR_USAGE for an integer value. */
+HpcStatus cuda_exec_read(CudaExec *ex, int v, float *out, HpcError *err);
+
+/* Device pointer of value v (arena or parameter storage).  After a
+ * backward run, cuda_exec_ptr(ex, g->param_grad[p]) is parameter p's f32
+ * gradient (times the loss scale), valid until the next run. */
+CUdeviceptr cuda_exec_ptr(const CudaExec *ex, int v);
+
+/* Storage of parameter p (an index of the ParamList that owns storage) in
+ * dtype dt: the f32 master for DT_F32, the low copy the graph reads for
+ * DT_F16 / DT_BF16, or 0 when the graph has no such copy.  This is what a
+ * fused optimizer updates (KemitOptTensor.master / .low). */
+CUdeviceptr cuda_exec_param_ptr(const CudaExec *ex, int p, DType dt);
+
+#endif

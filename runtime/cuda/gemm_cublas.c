@@ -1,0 +1,332 @@
+/* runtime/cuda/gemm_cublas.c — see gemm_cublas.h.
+ *
+ * The row-major call C = op(A) op(B) is the column-major call
+ * C^T = op(B)^T op(A)^T, and a row-major matrix with leading dimension ld is
+ * its own transpose in column-major with the same ld.  So cuBLASLt sees
+ * m' = N, n' = M, its "A" is our B and its "B" is our A, with the same
+ * transpose flags, and bias vectors (length m' = N) run along our columns.
+ */
+#include "cuda/gemm_cublas.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* What decides descriptors and algorithm; pointers only by their alignment. */
+typedef struct {
+    int64_t M, N, K, batch, lda, ldb, ldc, stride_a, stride_b, stride_c, ld_aux;
+    int trans_a, trans_b, ab_type, c_type, epilogue, allow_tf32;
+    int align_a, align_b, align_c, align_bias, align_aux;
+} PlanKey;
+
+struct GemmPlan {
+    PlanKey key;
+    cublasLtMatmulDesc_t op;
+    cublasLtMatrixLayout_t la, lb, lc;   /* cuBLASLt's A (our B), B (our A), C */
+    cublasLtMatmulAlgo_t algo;
+};
+
+size_t gemm_dtype_size(GemmDtype t) { return t == GEMM_F32 ? 4 : 2; }
+
+const char *gemm_dtype_name(GemmDtype t)
+{
+    return t == GEMM_F32 ? "f32" : t == GEMM_F16 ? "f16" : "bf16";
+}
+
+static cudaDataType_t cuda_type(GemmDtype t)
+{
+    return t == GEMM_F32 ? CUDA_R_32F : t == GEMM_F16 ? CUDA_R_16F : CUDA_R_16BF;
+}
+
+static cublasLtEpilogue_t lt_epilogue(GemmEpilogue e)
+{
+    switch (e) {
+    case GEMM_EPI_NONE: return CUBLASLT_EPILOGUE_DEFAULT;
+    case GEMM_EPI_BIAS: return CUBLASLT_EPILOGUE_BIAS;
+    case GEMM_EPI_GELU_BIAS: return CUBLASLT_EPILOGUE_GELU_BIAS;
+    case GEMM_EPI_GELU_AUX_BIAS: return CUBLASLT_EPILOGUE_GELU_AUX_BIAS;
+    case GEMM_EPI_DGELU_BGRAD: return CUBLASLT_EPILOGUE_DGELU_BGRAD;
+    case GEMM_EPI_BGRAD_A: return CUBLASLT_EPILOGUE_BGRADB;   /* our A is cuBLASLt's B */
+    }
+    return CUBLASLT_EPILOGUE_DEFAULT;
+}
+
+static int uses_bias(GemmEpilogue e) { return e != GEMM_EPI_NONE; }
+static int uses_aux(GemmEpilogue e)
+{
+    return e == GEMM_EPI_GELU_AUX_BIAS || e == GEMM_EPI_DGELU_BGRAD;
+}
+
+/* Largest power of two (<= 256) dividing the address: cuBLASLt picks
+ * kernels assuming 256-byte alignment unless told otherwise. */
+static int alignment(CUdeviceptr p)
+{
+    int a = 256;
+    while (a > 1 && p % (CUdeviceptr)a) a /= 2;
+    return a;
+}
+
+/* ---- validation ---------------------------------------------------------- */
+
+static HpcStatus bad(HpcError *err, const GemmDesc *d, const char *why)
+{
+    return hpc_fail(err, HPC_ERR_USAGE,
+                    "gemm_run: %s (M=%lld N=%lld K=%lld batch=%lld %s->%s lda=%lld ldb=%lld "
+                    "ldc=%lld); a bug in the caller", why, (long long)d->M, (long long)d->N,
+                    (long long)d->K, (long long)d->batch, gemm_dtype_name(d->ab_type),
+                    gemm_dtype_name(d->c_type), (long long)d->lda, (long long)d->ldb,
+                    (long long)d->ldc);
+}
+
+static HpcStatus validate(const GemmDesc *d, HpcError *err)
+{
+    if (d->M <= 0 || d->N <= 0 || d->K <= 0 || d->batch <= 0) return bad(err, d, "empty shape");
+    if (d->c_type != GEMM_F32 && d->c_type != d->ab_type)
+        return bad(err, d, "output must be f32 or the input dtype");
+    if (d->lda < (d->trans_a ? d->M : d->K)) return bad(err, d, "lda too small");
+    if (d->ldb < (d->trans_b ? d->K : d->N)) return bad(err, d, "ldb too small");
+    if (d->ldc < d->N) return bad(err, d, "ldc too small");
+    if (d->epilogue != GEMM_EPI_NONE && d->batch != 1)
+        return bad(err, d, "epilogues need batch == 1");
+    if (uses_bias(d->epilogue) && !d->bias) return bad(err, d, "epilogue needs a bias pointer");
+    if (uses_aux(d->epilogue) && (!d->aux || d->ld_aux < d->N || d->ld_aux % 8))
+        return bad(err, d, "GELU aux needs a pointer and ld_aux >= N, a multiple of 8");
+    if (!d->A || !d->B || !d->C) return bad(err, d, "null matrix pointer");
+    return HPC_OK;
+}
+
+static void plan_key(PlanKey *k, const GemmContext *g, const GemmDesc *d)
+{
+    memset(k, 0, sizeof *k);
+    k->M = d->M; k->N = d->N; k->K = d->K; k->batch = d->batch;
+    k->lda = d->lda; k->ldb = d->ldb; k->ldc = d->ldc;
+    if (d->batch > 1) {
+        k->stride_a = d->stride_a; k->stride_b = d->stride_b; k->stride_c = d->stride_c;
+    }
+    k->trans_a = d->trans_a; k->trans_b = d->trans_b;
+    k->ab_type = d->ab_type; k->c_type = d->c_type;
+    k->epilogue = d->epilogue;
+    k->ld_aux = uses_aux(d->epilogue) ? d->ld_aux : 0;
+    k->allow_tf32 = d->ab_type == GEMM_F32 && g->allow_tf32;
+    k->align_a = alignment(d->A); k->align_b = alignment(d->B); k->align_c = alignment(d->C);
+    k->align_bias = uses_bias(d->epilogue) ? alignment(d->bias) : 0;
+    k->align_aux = uses_aux(d->epilogue) ? alignment(d->aux) : 0;
+}
+
+/* ---- plans ----------------------------------------------------------------- */
+
+static void plan_destroy(GemmPlan *p)
+{
+    if (p->la) cublasLtMatrixLayoutDestroy(p->la);
+    if (p->lb) cublasLtMatrixLayoutDestroy(p->lb);
+    if (p->lc) cublasLtMatrixLayoutDestroy(p->lc);
+    if (p->op) cublasLtMatmulDescDestroy(p->op);
+    memset(p, 0, sizeof *p);
+}
+
+static HpcStatus layout(cublasLtMatrixLayout_t *l, cudaDataType_t t, int64_t rows, int64_t cols,
+                        int64_t ld, int64_t batch, int64_t stride, HpcError *err)
+{
+    HpcStatus st = CUDA_CHECK(err, cublasLtMatrixLayoutCreate(l, t, (uint64_t)rows,
+                                                              (uint64_t)cols, ld));
+    if (st || batch == 1) return st;
+    int32_t count = (int32_t)batch;
+    st = CUDA_CHECK(err, cublasLtMatrixLayoutSetAttribute(*l, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT,
+                                                          &count, sizeof count));
+    if (!st)
+        st = CUDA_CHECK(err, cublasLtMatrixLayoutSetAttribute(
+                                 *l, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, &stride,
+                                 sizeof stride));
+    return st;
+}
+
+static HpcStatus plan_layouts(GemmPlan *p, const GemmDesc *d, HpcError *err)
+{
+    cudaDataType_t ab = cuda_type(d->ab_type), c = cuda_type(d->c_type);
+    HpcStatus st = layout(&p->la, ab, d->trans_b ? d->K : d->N, d->trans_b ? d->N : d->K,
+                          d->ldb, d->batch, d->stride_b, err);
+    if (!st)
+        st = layout(&p->lb, ab, d->trans_a ? d->M : d->K, d->trans_a ? d->K : d->M, d->lda,
+                    d->batch, d->stride_a, err);
+    if (!st) st = layout(&p->lc, c, d->N, d->M, d->ldc, d->batch, d->stride_c, err);
+    return st;
+}
+
+static HpcStatus desc_set(cublasLtMatmulDesc_t op, cublasLtMatmulDescAttributes_t a,
+                          const void *v, size_t n, HpcError *err)
+{
+    return CUDA_CHECK(err, cublasLtMatmulDescSetAttribute(op, a, v, n));
+}
+
+static HpcStatus plan_desc(GemmPlan *p, const GemmContext *g, const GemmDesc *d, HpcError *err)
+{
+    cublasComputeType_t compute = p->key.allow_tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32
+                                                    : CUBLAS_COMPUTE_32F;
+    HpcStatus st = CUDA_CHECK(err, cublasLtMatmulDescCreate(&p->op, compute, CUDA_R_32F));
+    if (st) return st;
+    int32_t ta = d->trans_b ? CUBLAS_OP_T : CUBLAS_OP_N, tb = d->trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
+    uint32_t epi = lt_epilogue(d->epilogue);
+    if ((st = desc_set(p->op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta, err)) ||
+        (st = desc_set(p->op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb, err)) ||
+        (st = desc_set(p->op, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof epi, err)))
+        return st;
+    if (uses_aux(d->epilogue)) {
+        int64_t ld = d->ld_aux;
+        st = desc_set(p->op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &ld, sizeof ld, err);
+    }
+    return st;
+}
+
+/* Points the descriptor at this call's bias and aux (heuristics read them
+ * for alignment, so this happens before the algorithm is chosen, too). */
+static HpcStatus plan_pointers(GemmPlan *p, const GemmDesc *d, HpcError *err)
+{
+    HpcStatus st = HPC_OK;
+    if (uses_bias(d->epilogue)) {
+        void *bias = (void *)(uintptr_t)d->bias;
+        st = desc_set(p->op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias, err);
+    }
+    if (!st && uses_aux(d->epilogue)) {
+        void *aux = (void *)(uintptr_t)d->aux;
+        st = desc_set(p->op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &aux, sizeof aux, err);
+    }
+    return st;
+}
+
+static HpcStatus pref_set(cublasLtMatmulPreference_t pref, cublasLtMatmulPreferenceAttributes_t a,
+                          uint32_t v, HpcError *err)
+{
+    return CUDA_CHECK(err, cublasLtMatmulPreferenceSetAttribute(pref, a, &v, sizeof v));
+}
+
+static HpcStatus plan_algo(GemmPlan *p, const GemmContext *g, const GemmDesc *d, HpcError *err)
+{
+    cublasLtMatmulPreference_t pref;
+    cublasLtMatmulHeuristicResult_t res;
+    int found = 0;
+    uint64_t ws = g->workspace_bytes;
+    HpcStatus st = CUDA_CHECK(err, cublasLtMatmulPreferenceCreate(&pref));
+    if (st) return st;
+    st = CUDA_CHECK(err, cublasLtMatmulPreferenceSetAttribute(
+                             pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws));
+    /* cuBLASLt's A is our B and vice versa. */
+    if (!st) st = pref_set(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, (uint32_t)p->key.align_b, err);
+    if (!st) st = pref_set(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, (uint32_t)p->key.align_a, err);
+    if (!st) st = pref_set(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, (uint32_t)p->key.align_c, err);
+    if (!st) st = pref_set(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, (uint32_t)p->key.align_c, err);
+    if (!st)
+        st = CUDA_CHECK(err, cublasLtMatmulAlgoGetHeuristic(g->lt, p->op, p->la, p->lb, p->lc,
+                                                            p->lc, pref, 1, &res, &found));
+    cublasLtMatmulPreferenceDestroy(pref);
+    if (st) return st;
+    if (found == 0)
+        return hpc_fail(err, HPC_ERR_CUDA,
+                        "cuBLASLt has no algorithm for a %lldx%lldx%lld %s->%s GEMM (batch %lld, "
+                        "epilogue %d, trans %d%d, alignment %d/%d/%d bytes); a bug in hpc's GEMM "
+                        "lowering: report it with the model file", (long long)d->M,
+                        (long long)d->N, (long long)d->K, gemm_dtype_name(d->ab_type),
+                        gemm_dtype_name(d->c_type), (long long)d->batch, (int)d->epilogue,
+                        d->trans_a, d->trans_b, p->key.align_a, p->key.align_b, p->key.align_c);
+    p->algo = res.algo;
+    return HPC_OK;
+}
+
+static HpcStatus plan_make(GemmPlan *p, const GemmContext *g, const GemmDesc *d, HpcError *err)
+{
+    HpcStatus st = plan_layouts(p, d, err);
+    if (!st) st = plan_desc(p, g, d, err);
+    if (!st) st = plan_pointers(p, d, err);
+    if (!st) st = plan_algo(p, g, d, err);
+    if (st) plan_destroy(p);
+    return st;
+}
+
+static HpcStatus plan_find(GemmContext *g, const GemmDesc *d, GemmPlan **out, HpcError *err)
+{
+    PlanKey key;
+    plan_key(&key, g, d);
+    for (int i = 0; i < g->num_plans; i++) {
+        if (memcmp(&g->plans[i].key, &key, sizeof key) != 0) continue;
+        *out = &g->plans[i];
+        return plan_pointers(*out, d, err);
+    }
+    if (g->num_plans == g->cap_plans) {
+        g->cap_plans = g->cap_plans ? 2 * g->cap_plans : 32;
+        g->plans = xrealloc(g->plans, (size_t)g->cap_plans * sizeof *g->plans);
+    }
+    GemmPlan *p = &g->plans[g->num_plans];
+    memset(p, 0, sizeof *p);
+    p->key = key;
+    HpcStatus st = plan_make(p, g, d, err);
+    if (st) return st;
+    g->num_plans++;
+    *out = p;
+    return HPC_OK;
+}
+
+/* ---- public ------------------------------------------------------------------ */
+
+HpcStatus gemm_init(GemmContext *g, CUstream stream, size_t workspace_bytes, HpcError *err)
+{
+    memset(g, 0, sizeof *g);
+    const CudaDriver *cu = cuda_driver();
+    if (!cu)
+        return hpc_fail(err, HPC_ERR_NO_GPU, "gemm_init: the CUDA driver is not loaded "
+                        "(open the device first)");
+    g->stream = stream;
+    g->workspace_bytes = workspace_bytes ? workspace_bytes : GEMM_DEFAULT_WORKSPACE;
+    HpcStatus st = CUDA_CHECK(err, cublasLtCreate(&g->lt));
+    if (st) return st;
+    CUresult r = cu->cuMemAlloc(&g->workspace, g->workspace_bytes);
+    if (r == CUDA_SUCCESS) return HPC_OK;
+    cublasLtDestroy(g->lt);
+    g->lt = NULL;
+    return CUDA_CHECK(err, r);
+}
+
+void gemm_free(GemmContext *g)
+{
+    for (int i = 0; i < g->num_plans; i++) plan_destroy(&g->plans[i]);
+    free(g->plans);
+    const CudaDriver *cu = cuda_driver();
+    if (cu && g->workspace) cu->cuMemFree(g->workspace);
+    if (g->lt) cublasLtDestroy(g->lt);
+    memset(g, 0, sizeof *g);
+}
+
+HpcStatus gemm_run(GemmContext *g, const GemmDesc *d, HpcError *err)
+{
+    GemmPlan *p;
+    HpcStatus st = validate(d, err);
+    if (!st) st = plan_find(g, d, &p, err);
+    if (st) return st;
+    void *a = (void *)(uintptr_t)d->A, *b = (void *)(uintptr_t)d->B;
+    void *c = (void *)(uintptr_t)d->C, *ws = (void *)(uintptr_t)g->workspace;
+    /* cuBLASLt's A is our B, its B our A; C is both input (beta) and output. */
+    return CUDA_CHECK(err, cublasLtMatmul(g->lt, p->op, &d->alpha, b, p->la, a, p->lb, &d->beta,
+                                          c, p->lc, c, p->lc, &p->algo, ws, g->workspace_bytes,
+                                          (cudaStream_t)g->stream));
+}
+
+void gemm_desc_rm(GemmDesc *d, GemmDtype ab, GemmDtype c, int64_t M, int64_t N, int64_t K,
+                  CUdeviceptr A, CUdeviceptr B, CUdeviceptr C)
+{
+    memset(d, 0, sizeof *d);
+    d->M = M; d->N = N; d->K = K;
+    d->batch = 1;
+    d->ab_type = ab; d->c_type = c;
+    d->A = A; d->lda = K;
+    d->B = B; d->ldb = N;
+    d->C = C; d->ldc = N;
+    d->alpha = 1.0f;
+}
+
+void gemm_desc_linear(GemmDesc *d, GemmDtype ab, GemmDtype c, int64_t tokens, int64_t out,
+                      int64_t in, CUdeviceptr x, CUdeviceptr W, CUdeviceptr bias, CUdeviceptr y)
+{
+    gemm_desc_rm(d, ab, c, tokens, out, in, x, W, y);
+    d->trans_b = true;      /* W is stored (out, in) */
+    d->ldb = in;
+    d->bias = bias;
+    d->epilogue = bias ? GEMM_EPI_BIAS : GEMM_EPI_NONE;
+}

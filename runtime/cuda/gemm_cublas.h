@@ -1,0 +1,119 @@
+/* runtime/cuda/gemm_cublas.h — GEMMs through cuBLASLt, in row-major terms.
+ *
+ * Every matrix here is row-major (PyTorch layout); the module maps a call to
+ * cuBLASLt's column-major view by swapping operands (C^T = B^T A^T).
+ *
+ *   C (M, N) = alpha * op(A) @ op(B) + beta * C        [+ epilogue]
+ *   op(A) (M, K): A stored (M, K), lda >= K; with trans_a stored (K, M), lda >= M
+ *   op(B) (K, N): B stored (K, N), ldb >= N; with trans_b stored (N, K), ldb >= K
+ *   C stored (M, N), ldc >= N.  batch > 1: matrix i starts at ptr + i*stride
+ *   (strides in elements).
+ *
+ * Precision: A and B share ab_type (f32, f16, bf16); C has c_type (f32, or
+ * equal to ab_type); accumulation is always fp32.  For f32 inputs TF32 is
+ * off (exact fp32 products) unless GemmContext.allow_tf32 is set.
+ *
+ * Epilogues (fused by cuBLASLt; vectors are packed, ld 1):
+ *   GEMM_EPI_BIAS           C = AB + bias[n]                bias (N) c_type
+ *   GEMM_EPI_GELU_BIAS      C = gelu(AB + bias[n])
+ *   GEMM_EPI_GELU_AUX_BIAS  as GELU_BIAS, and aux (M, N) = AB + bias (the
+ *                           GELU input, for the backward pass)
+ *   GEMM_EPI_DGELU_BGRAD    C = (AB) * gelu'(aux), and bias (N) receives the
+ *                           column sums of C (the bias gradient)
+ *   GEMM_EPI_BGRAD_A        bias (M) receives sum_k op(A)[m, k] (with
+ *                           op(A) = dY^T this is the bias gradient of dW = dY^T X)
+ * cuBLASLt's GELU is the tanh approximation (gelu_tanh, GPT-2's
+ * "gelu_new"), not the exact erf GELU of BERT; a model using exact GELU
+ * must not use the GELU epilogues.  aux: c_type, row-major, ld_aux a
+ * multiple of 8 and >= N; epilogues need batch == 1.
+ *
+ * The linear layer y = x @ W^T + b with W (out, in) is
+ *   gemm_desc_linear(&d, GEMM_F16, GEMM_F16, tokens, out, in, x, W, b, y);
+ *
+ * A GemmContext owns the cuBLASLt handle, a workspace and a cache of
+ * matmul descriptors and chosen algorithms per shape, so a training step
+ * creates nothing.  It runs on one stream; all pointers are device pointers.
+ *
+ *   GemmContext g;
+ *   if (gemm_init(&g, dev.stream, 0, &err)) return err.code;
+ *   GemmDesc d; gemm_desc_linear(&d, ...);
+ *   if (gemm_run(&g, &d, &err)) return err.code;
+ *   gemm_free(&g);
+ */
+#ifndef HPC_RUNTIME_GEMM_CUBLAS_H
+#define HPC_RUNTIME_GEMM_CUBLAS_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "cuda/cuda_driver.h"
+
+/* cublasLt.h declares one function without a prototype; keep our strict
+ * warnings for our own code. */
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wstrict-prototypes"
+#include <cublasLt.h>
+#pragma GCC diagnostic pop
+
+typedef enum { GEMM_F32, GEMM_F16, GEMM_BF16 } GemmDtype;
+
+typedef enum {
+    GEMM_EPI_NONE,
+    GEMM_EPI_BIAS,
+    GEMM_EPI_GELU_BIAS,
+    GEMM_EPI_GELU_AUX_BIAS,
+    GEMM_EPI_DGELU_BGRAD,
+    GEMM_EPI_BGRAD_A,
+} GemmEpilogue;
+
+typedef struct {
+    int64_t M, N, K;
+    int64_t batch;              /* 1 for a plain GEMM */
+    bool trans_a, trans_b;
+    GemmDtype ab_type, c_type;
+    CUdeviceptr A; int64_t lda, stride_a;
+    CUdeviceptr B; int64_t ldb, stride_b;
+    CUdeviceptr C; int64_t ldc, stride_c;
+    float alpha, beta;          /* beta != 0 reads C */
+    GemmEpilogue epilogue;
+    CUdeviceptr bias;           /* see the epilogue table */
+    CUdeviceptr aux;            /* (M, N) c_type, ld_aux */
+    int64_t ld_aux;
+} GemmDesc;
+
+typedef struct GemmPlan GemmPlan;   /* private: descriptors + algorithm */
+
+typedef struct {
+    cublasLtHandle_t lt;
+    CUstream stream;
+    CUdeviceptr workspace;
+    size_t workspace_bytes;
+    bool allow_tf32;            /* f32 GEMMs may use TF32 (off by default) */
+    GemmPlan *plans;
+    int num_plans, cap_plans;
+} GemmContext;
+
+/* Default workspace: 32 MiB, what cuBLASLt asks for on Hopper. */
+#define GEMM_DEFAULT_WORKSPACE ((size_t)32 << 20)
+
+/* Needs a current context (cuda_device_open).  workspace_bytes 0 = default. */
+HpcStatus gemm_init(GemmContext *g, CUstream stream, size_t workspace_bytes, HpcError *err);
+void gemm_free(GemmContext *g);
+
+/* Queues one (batched) GEMM on g->stream. */
+HpcStatus gemm_run(GemmContext *g, const GemmDesc *d, HpcError *err);
+
+/* Fills d for C (M, N) = A (M, K) @ B (K, N), packed, batch 1, alpha 1, beta 0. */
+void gemm_desc_rm(GemmDesc *d, GemmDtype ab, GemmDtype c, int64_t M, int64_t N, int64_t K,
+                  CUdeviceptr A, CUdeviceptr B, CUdeviceptr C);
+
+/* Fills d for y (tokens, out) = x (tokens, in) @ W^T + b, W (out, in).
+ * bias 0 means no bias (GEMM_EPI_NONE), else GEMM_EPI_BIAS. */
+void gemm_desc_linear(GemmDesc *d, GemmDtype ab, GemmDtype c, int64_t tokens, int64_t out,
+                      int64_t in, CUdeviceptr x, CUdeviceptr W, CUdeviceptr bias, CUdeviceptr y);
+
+/* Bytes of one element. */
+size_t gemm_dtype_size(GemmDtype t);
+const char *gemm_dtype_name(GemmDtype t);
+
+#endif

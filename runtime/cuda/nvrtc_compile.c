@@ -1,0 +1,272 @@
+/* runtime/cuda/nvrtc_compile.c — see nvrtc_compile.h. */
+#include "cuda/nvrtc_compile.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "cuda/cuda_driver.h"
+
+#define NVRTC_MAX_OPTIONS 64
+
+/* The full option list of one compile: arch, toolkit headers, the caller's. */
+typedef struct {
+    const char *v[NVRTC_MAX_OPTIONS];
+    int n;
+    char arch_opt[48];
+    char include_opt[KCACHE_PATH_MAX];
+} OptionList;
+
+int nvrtc_version_number(void)
+{
+    int major = 0, minor = 0;
+    if (nvrtcVersion(&major, &minor) != NVRTC_SUCCESS) return 0;
+    return major * 1000 + minor * 10;
+}
+
+void nvrtc_supported_archs(char *buf, size_t size)
+{
+    int n = 0, archs[64];
+    buf[0] = '\0';
+    if (nvrtcGetNumSupportedArchs(&n) != NVRTC_SUCCESS || n <= 0 || n > 64 ||
+        nvrtcGetSupportedArchs(archs) != NVRTC_SUCCESS)
+        return;
+    size_t used = 0;
+    for (int i = 0; i < n && used < size; i++)
+        used += (size_t)snprintf(buf + used, size - used, "%s%d", i ? "," : "", archs[i]);
+}
+
+static int arch_supported(int arch)
+{
+    int n = 0, archs[64];
+    if (nvrtcGetNumSupportedArchs(&n) != NVRTC_SUCCESS || n <= 0 || n > 64 ||
+        nvrtcGetSupportedArchs(archs) != NVRTC_SUCCESS)
+        return 1;   /* cannot tell: let the compile itself decide */
+    for (int i = 0; i < n; i++)
+        if (archs[i] == arch) return 1;
+    return 0;
+}
+
+/* NVRTC has no built-in search path for cuda_fp16.h / cuda_bf16.h. */
+static int find_toolkit_include(char *buf, size_t size)
+{
+    const char *roots[] = {getenv("CUDA_HOME"), getenv("CUDA_PATH"), "/usr/local/cuda", "/usr"};
+    for (size_t i = 0; i < sizeof roots / sizeof roots[0]; i++) {
+        char probe[KCACHE_PATH_MAX];
+        if (!roots[i] || !*roots[i]) continue;
+        snprintf(probe, sizeof probe, "%s/include/cuda_fp16.h", roots[i]);
+        if (access(probe, R_OK) != 0) continue;
+        snprintf(buf, size, "-I%s/include", roots[i]);
+        return 1;
+    }
+    return 0;
+}
+
+static HpcStatus options_build(OptionList *o, int arch, const char *const *extra, int n_extra,
+                               HpcError *err)
+{
+    if (arch < CUDA_MIN_ARCH)
+        return hpc_fail(err, HPC_ERR_USAGE, "cannot compile for sm_%d: hpc generates code for "
+                        "sm_%d and newer", arch, CUDA_MIN_ARCH);
+    if (n_extra < 0 || n_extra > NVRTC_MAX_OPTIONS - 2)
+        return hpc_fail(err, HPC_ERR_USAGE, "nvrtc_compile: %d options, at most %d", n_extra,
+                        NVRTC_MAX_OPTIONS - 2);
+    o->n = 0;
+    snprintf(o->arch_opt, sizeof o->arch_opt, "--gpu-architecture=sm_%d", arch);
+    o->v[o->n++] = o->arch_opt;
+    if (find_toolkit_include(o->include_opt, sizeof o->include_opt))
+        o->v[o->n++] = o->include_opt;
+    for (int i = 0; i < n_extra; i++) o->v[o->n++] = extra[i];
+    return HPC_OK;
+}
+
+/* ---- failures: keep the source and the log on disk ---------------------- */
+
+static void safe_name(char *out, size_t size, const char *name)
+{
+    size_t i = 0;
+    for (; name && name[i] && i + 1 < size && i < 80; i++) {
+        char c = name[i];
+        int ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+                 c == '_' || c == '-';
+        out[i] = ok ? c : '_';
+    }
+    out[i] = '\0';
+    if (i == 0) snprintf(out, size, "kernel");
+}
+
+static int write_text(const char *path, const char *text)
+{
+    FILE *f = fopen(path, "w");
+    if (!f) return 0;
+    int ok = fputs(text, f) >= 0;
+    return fclose(f) == 0 && ok;
+}
+
+/* Writes STEM.cu and STEM.log under the cache's failed/ or /tmp; stem gets the path prefix. */
+static int save_failure(char *stem, size_t size, const char *name, const KcacheKey *key,
+                        const char *source, const char *log)
+{
+    char dir[KCACHE_PATH_MAX], base[96], hex[65], path[KCACHE_PATH_MAX + 128];
+    HpcError ignored;
+    safe_name(base, sizeof base, name);
+    kcache_key_hex(key, hex);
+    hex[8] = '\0';
+    if (kcache_dir(dir, sizeof dir, &ignored) == HPC_OK) {
+        strncat(dir, "/failed", sizeof dir - strlen(dir) - 1);
+        if (access(dir, W_OK) != 0 && mkdir(dir, 0755) != 0) snprintf(dir, sizeof dir, "/tmp");
+    } else {
+        snprintf(dir, sizeof dir, "/tmp");
+    }
+    snprintf(stem, size, "%s/%s-%s", dir, base, hex);
+    snprintf(path, sizeof path, "%s.cu", stem);
+    int ok = write_text(path, source);
+    snprintf(path, sizeof path, "%s.log", stem);
+    return write_text(path, log) && ok;
+}
+
+/* The first line of the log that says "error", or its first line. */
+static void first_error(char *out, size_t size, const char *log)
+{
+    const char *p = strstr(log, "error");
+    const char *start = p ? p : log;
+    while (p && start > log && start[-1] != '\n') start--;
+    size_t n = strcspn(start, "\n");
+    if (n >= size) n = size - 1;
+    memcpy(out, start, n);
+    out[n] = '\0';
+}
+
+static HpcStatus compile_failed(const char *name, int arch, const OptionList *o,
+                                const char *source, const char *log, HpcError *err)
+{
+    KcacheKey key;
+    char stem[KCACHE_PATH_MAX + 100], line[320];
+    kcache_key(&key, source, o->v, o->n, arch, nvrtc_version_number());
+    first_error(line, sizeof line, log);
+    if (!save_failure(stem, sizeof stem, name, &key, source, log))
+        return hpc_fail(err, HPC_ERR_CUDA, "NVRTC could not compile %s for sm_%d: %s "
+                        "(and saving the source and log failed); this is a bug in hpc's code "
+                        "generator, please report it", name, arch, line);
+    return hpc_fail(err, HPC_ERR_CUDA,
+                    "NVRTC could not compile %s for sm_%d: %s; source saved to %s.cu, full "
+                    "log to %s.log; this is a bug in hpc's code generator, please report it "
+                    "with both files", name, arch, line, stem, stem);
+}
+
+/* ---- compiling ---------------------------------------------------------- */
+
+static HpcStatus program_log(nvrtcProgram prog, char **log, HpcError *err)
+{
+    size_t n = 0;
+    HpcStatus st = CUDA_CHECK(err, nvrtcGetProgramLogSize(prog, &n));
+    if (st) return st;
+    *log = malloc(n + 1);
+    if (!*log) return hpc_fail(err, HPC_ERR_OOM, "out of host memory for an NVRTC log");
+    (*log)[0] = '\0';
+    if ((st = CUDA_CHECK(err, nvrtcGetProgramLog(prog, *log)))) {
+        free(*log);
+        *log = NULL;
+    }
+    return st;
+}
+
+static HpcStatus program_cubin(nvrtcProgram prog, void **cubin, size_t *size, HpcError *err)
+{
+    HpcStatus st = CUDA_CHECK(err, nvrtcGetCUBINSize(prog, size));
+    if (st) return st;
+    if (*size == 0)
+        return hpc_fail(err, HPC_ERR_CUDA, "NVRTC produced no CUBIN (nvrtcGetCUBINSize = 0): "
+                        "the architecture must be a real sm_XX, not compute_XX");
+    *cubin = malloc(*size);
+    if (!*cubin) return hpc_fail(err, HPC_ERR_OOM, "out of host memory for a %zu-byte cubin", *size);
+    if ((st = CUDA_CHECK(err, nvrtcGetCUBIN(prog, *cubin)))) {
+        free(*cubin);
+        *cubin = NULL;
+    }
+    return st;
+}
+
+static HpcStatus compile_options(const char *source, const char *name, int arch,
+                                 const OptionList *o, void **cubin, size_t *size, char **log_out,
+                                 HpcError *err)
+{
+    nvrtcProgram prog;
+    char *log = NULL;
+    char file[128];
+    snprintf(file, sizeof file, "%s.cu", name);
+    HpcStatus st = CUDA_CHECK(err, nvrtcCreateProgram(&prog, source, file, 0, NULL, NULL));
+    if (st) return st;
+    nvrtcResult r = nvrtcCompileProgram(prog, o->n, o->v);
+    st = program_log(prog, &log, err);
+    if (!st && r == NVRTC_ERROR_COMPILATION)
+        st = compile_failed(name, arch, o, source, log, err);
+    else if (!st)
+        st = CUDA_CHECK(err, r);
+    if (!st) st = program_cubin(prog, cubin, size, err);
+    nvrtcDestroyProgram(&prog);
+    if (log_out && !st) *log_out = log;
+    else free(log);
+    return st;
+}
+
+HpcStatus nvrtc_compile(const char *source, const char *name, int arch,
+                        const char *const *options, int num_options,
+                        void **cubin, size_t *size, char **log, HpcError *err)
+{
+    OptionList o;
+    *cubin = NULL;
+    *size = 0;
+    if (log) *log = NULL;
+    HpcStatus st = options_build(&o, arch, options, num_options, err);
+    if (st) return st;
+    if (!arch_supported(arch)) {
+        char list[256];
+        nvrtc_supported_archs(list, sizeof list);
+        int v = nvrtc_version_number();
+        return hpc_fail(err, HPC_ERR_CUDA, "NVRTC %d.%d cannot generate code for sm_%d (it "
+                        "supports %s); install a newer CUDA toolkit", v / 1000, v % 1000 / 10,
+                        arch, list);
+    }
+    return compile_options(source, name ? name : "kernel", arch, &o, cubin, size, log, err);
+}
+
+/* ---- through the cache -------------------------------------------------- */
+
+static void cache_note(NvrtcCacheInfo *info, const HpcError *e)
+{
+    snprintf(info->note, sizeof info->note, "%s", e->msg);
+}
+
+HpcStatus nvrtc_compile_cached(const char *source, const char *name, int arch,
+                               const char *const *options, int num_options,
+                               void **cubin, size_t *size, NvrtcCacheInfo *info,
+                               HpcError *err)
+{
+    OptionList o;
+    KcacheKey key;
+    HpcError cerr;
+    char dir[KCACHE_PATH_MAX];
+    memset(info, 0, sizeof *info);
+    info->result = KCACHE_MISS;
+    HpcStatus st = options_build(&o, arch, options, num_options, err);
+    if (st) return st;
+    kcache_key(&key, source, o.v, o.n, arch, nvrtc_version_number());
+    int have_dir = kcache_dir(dir, sizeof dir, &cerr) == HPC_OK;
+    if (!have_dir) cache_note(info, &cerr);
+    if (have_dir) {
+        kcache_entry_path(info->path, sizeof info->path, dir, &key);
+        if (kcache_load(dir, &key, cubin, size, &info->result, &cerr) != HPC_OK) {
+            cache_note(info, &cerr);
+            info->result = KCACHE_MISS;
+        }
+        if (info->result == KCACHE_HIT) return HPC_OK;
+    }
+    st = nvrtc_compile(source, name, arch, options, num_options, cubin, size, NULL, err);
+    if (st || !have_dir) return st;
+    if (kcache_store(dir, &key, *cubin, *size, &cerr) == HPC_OK) info->stored = true;
+    else cache_note(info, &cerr);
+    return HPC_OK;
+}

@@ -1,0 +1,62 @@
+/* runtime/cuda/nvrtc_compile.h — CUDA C++ source to a cubin with NVRTC, cached.
+ *
+ * nvrtc_compile() compiles one translation unit for one real architecture
+ * (--gpu-architecture=sm_XX, XX >= 80) and returns the CUBIN from
+ * nvrtcGetCUBIN.  NVRTC needs no GPU, so CI compiles every emitted kernel.
+ * The options always include the arch and -I for the toolkit's headers
+ * (cuda_fp16.h, cuda_bf16.h) when found; pass extra ones in `options`.
+ *
+ * When compilation fails, the source and NVRTC's log are saved to
+ * DIR/failed/NAME-KEY8.cu and .log (DIR: the kernel cache directory, or
+ * /tmp when that is unusable); the HPC_ERR_CUDA message quotes the first
+ * error line and names both files.
+ *
+ * nvrtc_compile_cached() looks in the disk cache (kernel_cache.h) first and
+ * stores what it compiles; a damaged entry is recompiled and replaced.  A
+ * cache that cannot be written is not an error: the cubin is still returned
+ * and info->note says why it was not stored.
+ *
+ * The caller frees *cubin with free().
+ *
+ *   void *cubin; size_t n; NvrtcCacheInfo info;
+ *   if (nvrtc_compile_cached(src, "ln_fwd_f16_h768", 90, NULL, 0,
+ *                            &cubin, &n, &info, &err)) return err.code;
+ *   CUmodule m; CUDA_CHECK(&err, cu->cuModuleLoadData(&m, cubin)); free(cubin);
+ */
+#ifndef HPC_RUNTIME_NVRTC_COMPILE_H
+#define HPC_RUNTIME_NVRTC_COMPILE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#include "util/error.h"
+#include "cuda/kernel_cache.h"
+
+/* NVRTC's version as major*1000 + minor*10 (13.0 -> 13000). */
+int nvrtc_version_number(void);
+
+/* Comma-separated list of the sm_XX NVRTC can target, e.g. "75,80,86,...". */
+void nvrtc_supported_archs(char *buf, size_t size);
+
+/* Compiles `source` (NUL-terminated) for sm_<arch>.  `name` names the
+ * program in messages and saved files (letters, digits, '_' and '-').
+ * On success *cubin (malloc'd) and *size hold the CUBIN.  If log is not
+ * NULL it receives NVRTC's log (malloc'd, possibly empty) on success too. */
+HpcStatus nvrtc_compile(const char *source, const char *name, int arch,
+                        const char *const *options, int num_options,
+                        void **cubin, size_t *size, char **log, HpcError *err);
+
+typedef struct {
+    KcacheResult result;   /* HIT, MISS (compiled) or CORRUPT (recompiled) */
+    bool stored;           /* a fresh cubin was written to the cache */
+    char note[1024];       /* why it was not stored, or "" */
+    char path[KCACHE_PATH_MAX]; /* the entry's file, or "" with no cache */
+} NvrtcCacheInfo;
+
+/* As nvrtc_compile, through the disk cache in kcache_dir(). */
+HpcStatus nvrtc_compile_cached(const char *source, const char *name, int arch,
+                               const char *const *options, int num_options,
+                               void **cubin, size_t *size, NvrtcCacheInfo *info,
+                               HpcError *err);
+
+#endif

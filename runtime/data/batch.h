@@ -1,0 +1,32 @@
+/* runtime/data/batch.h — one batch of token ids, the unit the trainer consumes.
+ *
+ * Produced by the data loaders (synthetic tasks, GLUE readers) and consumed
+ * by every backend.  Row-major, batch-major: element (b, t) is at b * L + t.
+ * L is the padded length of this batch (data loaders pad to a multiple of 8,
+ * never beyond the model's max_seq_len).  A Batch owns its arrays; free it
+ * with batch_free.
+ */
+#ifndef HPC_RUNTIME_BATCH_H
+#define HPC_RUNTIME_BATCH_H
+
+#include <stdint.h>
+
+typedef struct {
+    int64_t B, L;             /* rows, padded length */
+    int32_t *input_ids;       /* (B, L) token ids, pad id where masked out */
+    int32_t *token_type_ids;  /* (B, L) segment ids, 0 or 1 */
+    int32_t *attention_mask;  /* (B, L) 1 = real token, 0 = padding */
+    int32_t *labels;          /* classification: (B) class ids;
+                                 token classification: (B, L), -100 = ignore;
+                                 masked LM: (B, L) target ids, -100 = not masked;
+                                 causal LM: unused (targets are input_ids shifted) */
+    float *targets;           /* regression: (B) values; otherwise NULL */
+    int64_t *example_index;   /* (B) which dataset row each batch row came from */
+} Batch;
+
+/* Allocates all arrays for B x L (labels as (B, L) so every head fits),
+ * zero-filled; targets only when with_targets.  Returns NULL on OOM. */
+Batch *batch_new(int64_t B, int64_t L, int with_targets);
+void batch_free(Batch *batch);
+
+#endif

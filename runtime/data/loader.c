@@ -1,0 +1,181 @@
+/* runtime/data/loader.c — see loader.h. */
+#include "data/loader.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "cpu/philox.h"
+
+/* Philox salts, so the shuffle and the bucket order draw independent streams. */
+#define SALT_SHUFFLE 0x53485546u /* "SHUF" */
+#define SALT_BUCKET 0x4255434bu  /* "BUCK" */
+
+/* A uniform integer in [0, bound) from (seed, epoch, salt, i).  The modulo
+ * bias is below 2^-40 for any dataset under 2^24 rows. */
+static uint64_t loader_draw(uint64_t seed, int64_t epoch, uint32_t salt, uint64_t i, uint64_t bound)
+{
+    Philox4x32 c = {{(uint32_t)i, (uint32_t)(i >> 32), (uint32_t)epoch, salt}};
+    PhiloxKey k = {{(uint32_t)seed, (uint32_t)(seed >> 32)}};
+    Philox4x32 r = philox4x32_10(c, k);
+    uint64_t v = ((uint64_t)r.x[1] << 32) | r.x[0];
+    return v % bound;
+}
+
+/* Fisher–Yates over a[0..n). */
+static void loader_permute(int64_t *a, int64_t n, uint64_t seed, int64_t epoch, uint32_t salt)
+{
+    for (int64_t i = n - 1; i > 0; i--) {
+        int64_t j = (int64_t)loader_draw(seed, epoch, salt, (uint64_t)i, (uint64_t)i + 1);
+        int64_t t = a[i];
+        a[i] = a[j];
+        a[j] = t;
+    }
+}
+
+/* Sorting key for bucketing: (length, position in the window), so qsort is stable. */
+typedef struct { int32_t len; int64_t pos, row; } BucketKey;
+
+static int bucket_cmp(const void *pa, const void *pb)
+{
+    const BucketKey *a = pa, *b = pb;
+    if (a->len != b->len) return a->len < b->len ? -1 : 1;
+    return (a->pos > b->pos) - (a->pos < b->pos);
+}
+
+/* Sorts one window order[0..n) by length, then (with shuffle) permutes its
+ * full batches; a partial batch stays last so every batch is contiguous. */
+static bool loader_bucket_window(Loader *ld, int64_t *order, int64_t n, int64_t window_id)
+{
+    BucketKey *k = malloc((size_t)n * sizeof *k);
+    int64_t nb = n / ld->batch_size;
+    int64_t *perm = malloc((size_t)(nb ? nb : 1) * sizeof *perm);
+    if (!k || !perm) {
+        free(k);
+        free(perm);
+        return false;
+    }
+    for (int64_t i = 0; i < n; i++) k[i] = (BucketKey){ld->data->ex[order[i]].len, i, order[i]};
+    qsort(k, (size_t)n, sizeof *k, bucket_cmp);
+    for (int64_t b = 0; b < nb; b++) perm[b] = b;
+    if (ld->shuffle)
+        loader_permute(perm, nb, ld->seed, ld->epoch, SALT_BUCKET ^ (uint32_t)window_id);
+    int64_t bs = ld->batch_size;
+    for (int64_t b = 0; b < nb; b++)
+        for (int64_t r = 0; r < bs; r++) order[b * bs + r] = k[perm[b] * bs + r].row;
+    for (int64_t i = nb * bs; i < n; i++) order[i] = k[i].row;
+    free(k);
+    free(perm);
+    return true;
+}
+
+/* Builds ld->order for ld->epoch. */
+static bool loader_build_order(Loader *ld)
+{
+    int64_t n = ld->data->n;
+    for (int64_t i = 0; i < n; i++) ld->order[i] = i;
+    if (ld->shuffle) loader_permute(ld->order, n, ld->seed, ld->epoch, SALT_SHUFFLE);
+    if (ld->bucket) {
+        int64_t w = LOADER_BUCKET_WINDOW * ld->batch_size;
+        for (int64_t s = 0; s < n; s += w)
+            if (!loader_bucket_window(ld, ld->order + s, n - s < w ? n - s : w, s / w)) return false;
+    }
+    ld->order_epoch = ld->epoch;
+    return true;
+}
+
+HpcStatus loader_init(Loader *ld, const Dataset *d, int64_t batch_size, int64_t max_len,
+                      uint64_t seed, bool shuffle, bool bucket, HpcError *err)
+{
+    memset(ld, 0, sizeof *ld);
+    if (batch_size < 1 || max_len < 1)
+        return hpc_fail(err, HPC_ERR_USAGE, "loader_init(%s): batch size (%lld) and max length (%lld) must be >= 1",
+                        d->name, (long long)batch_size, (long long)max_len);
+    if (d->n < 1)
+        return hpc_fail(err, HPC_ERR_INPUT, "loader_init(%s): the dataset has no rows", d->name);
+    for (int64_t i = 0; i < d->n; i++)
+        if (d->ex[i].len > max_len)
+            return hpc_fail(err, HPC_ERR_INPUT,
+                            "loader_init(%s): row %lld has %d tokens, more than max length %lld; "
+                            "tokenize with the same max length",
+                            d->name, (long long)i, (int)d->ex[i].len, (long long)max_len);
+    ld->order = malloc((size_t)d->n * sizeof *ld->order);
+    if (!ld->order)
+        return hpc_fail(err, HPC_ERR_OOM, "loader_init(%s): out of host memory for %lld rows",
+                        d->name, (long long)d->n);
+    ld->data = d;
+    ld->batch_size = batch_size;
+    ld->max_len = max_len;
+    ld->seed = seed;
+    ld->shuffle = shuffle;
+    ld->bucket = bucket;
+    ld->order_epoch = -1;
+    return HPC_OK;
+}
+
+/* L for rows order[from..from+B): the longest, rounded up to 8, capped. */
+static int64_t loader_padded_len(const Loader *ld, int64_t from, int64_t B)
+{
+    int64_t m = 1;
+    for (int64_t b = 0; b < B; b++) {
+        int64_t len = ld->data->ex[ld->order[from + b]].len;
+        if (len > m) m = len;
+    }
+    m = (m + 7) / 8 * 8;
+    return m < ld->max_len ? m : ld->max_len;
+}
+
+static void loader_fill_row(const Loader *ld, Batch *bt, int64_t b, int64_t row)
+{
+    const Example *ex = &ld->data->ex[row];
+    int32_t *ids = bt->input_ids + b * bt->L;
+    int32_t *types = bt->token_type_ids + b * bt->L;
+    int32_t *mask = bt->attention_mask + b * bt->L;
+    for (int64_t t = 0; t < bt->L; t++) {
+        bool real = t < ex->len;
+        ids[t] = real ? ex->ids[t] : ld->pad_id;
+        types[t] = real ? ex->type_ids[t] : 0;
+        mask[t] = real;
+    }
+    bt->labels[b] = ex->label;
+    if (bt->targets) bt->targets[b] = ex->target;
+    bt->example_index[b] = row;
+}
+
+Batch *loader_next(Loader *ld)
+{
+    int64_t n = ld->data->n;
+    if (ld->cursor >= n) {
+        ld->epoch++;
+        ld->cursor = 0;
+        return NULL;
+    }
+    if (ld->order_epoch != ld->epoch && !loader_build_order(ld)) return NULL;
+    int64_t B = n - ld->cursor < ld->batch_size ? n - ld->cursor : ld->batch_size;
+    Batch *bt = batch_new(B, loader_padded_len(ld, ld->cursor, B), ld->data->regression);
+    if (!bt) return NULL;
+    for (int64_t b = 0; b < B; b++) loader_fill_row(ld, bt, b, ld->order[ld->cursor + b]);
+    ld->cursor += B;
+    return bt;
+}
+
+HpcStatus loader_seek(Loader *ld, int64_t epoch, int64_t cursor, HpcError *err)
+{
+    if (epoch < 0 || cursor < 0 || cursor > ld->data->n)
+        return hpc_fail(err, HPC_ERR_USAGE,
+                        "loader_seek(%s): position (epoch %lld, row %lld) out of range; the dataset has %lld rows",
+                        ld->data->name, (long long)epoch, (long long)cursor, (long long)ld->data->n);
+    ld->epoch = epoch;
+    ld->cursor = cursor;
+    return HPC_OK;
+}
+
+int64_t loader_batches_per_epoch(const Loader *ld)
+{
+    return (ld->data->n + ld->batch_size - 1) / ld->batch_size;
+}
+
+void loader_free(Loader *ld)
+{
+    free(ld->order);
+    ld->order = NULL;
+}

@@ -1,0 +1,80 @@
+/* runtime/data/loader.h — batches from a Dataset: seeded shuffle, dynamic padding,
+ * optional length bucketing, attention masks, and a resumable position.
+ *
+ * Epoch order: with shuffle, the row order of epoch e is a Fisher–Yates
+ * permutation drawn from Philox keyed by (seed, e), so it depends only on the
+ * seed and the epoch number, never on what happened before; a restarted run
+ * that calls loader_seek(ld, e, c) sees exactly the batches it would have
+ * seen.  Without shuffle the order is the file order.
+ *
+ * Bucketing (bucket = true): the epoch's permutation is cut into windows of
+ * LOADER_BUCKET_WINDOW batches; each window is sorted by length (stable) and
+ * its batches are then visited in a seeded random order.  Batches hold rows of
+ * similar length (less padding) while every row is still seen once per epoch.
+ *
+ * Padding: a batch's L is its longest row rounded up to a multiple of 8 and
+ * capped at max_len.  Positions past a row's length hold pad_id (0, [PAD] in
+ * BERT vocabularies), type id 0 and attention mask 0.  loader_init rejects a
+ * dataset with a row longer than max_len (tokenize with the same max_len).
+ *
+ * The last batch of an epoch may be smaller than batch_size (B = rows left).
+ * labels[b] holds the class id of row b (labels is allocated (B, L) by
+ * batch_new; only the first B entries are used for sequence tasks); for a
+ * regression dataset targets[b] holds the target and labels[b] = -1.
+ *
+ * Ownership: the Loader borrows the Dataset (which must outlive it) and owns
+ * `order`.  Each Batch returned by loader_next is the caller's: batch_free it.
+ *
+ * Usage:
+ *   Loader ld;
+ *   if (loader_init(&ld, &train, 32, 128, seed, true, false, &err)) return err.code;
+ *   for (int e = 0; e < epochs; e++)
+ *       for (Batch *b; (b = loader_next(&ld)); batch_free(b)) train_step(b);
+ *   loader_free(&ld);
+ */
+#ifndef HPC_RUNTIME_LOADER_H
+#define HPC_RUNTIME_LOADER_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "data/batch.h"
+#include "data/dataset.h"
+#include "util/error.h"
+
+/* Batches per bucketing window (see above). */
+#define LOADER_BUCKET_WINDOW 50
+
+typedef struct {
+    const Dataset *data;  /* borrowed */
+    int64_t batch_size, max_len;
+    uint64_t seed;
+    bool shuffle, bucket;
+    int32_t pad_id;       /* 0 unless set after loader_init */
+    int64_t epoch;        /* epoch being read, from 0 */
+    int64_t cursor;       /* rows of this epoch already returned (position in order) */
+    int64_t *order;       /* (n) row indices of this epoch, in visiting order */
+    int64_t order_epoch;  /* epoch `order` was built for; -1 = not built */
+} Loader;
+
+/* Checks arguments (batch_size >= 1, max_len >= 1, no row longer than max_len,
+ * a non-empty dataset) and positions the loader at epoch 0, cursor 0. */
+HpcStatus loader_init(Loader *ld, const Dataset *d, int64_t batch_size, int64_t max_len,
+                      uint64_t seed, bool shuffle, bool bucket, HpcError *err);
+
+/* The next batch, or NULL at the end of an epoch; the call after a NULL
+ * starts epoch + 1 with a fresh seeded order.  Also NULL on OOM (then
+ * ld->cursor is unchanged; the caller reports out of memory). */
+Batch *loader_next(Loader *ld);
+
+/* Moves to (epoch, cursor), e.g. from a checkpoint.  cursor must be in
+ * [0, n] and should be a value ld->cursor held after a loader_next call.
+ * Returns HPC_ERR_USAGE for a cursor out of range or a negative epoch. */
+HpcStatus loader_seek(Loader *ld, int64_t epoch, int64_t cursor, HpcError *err);
+
+/* Batches in one epoch: ceil(n / batch_size). */
+int64_t loader_batches_per_epoch(const Loader *ld);
+
+void loader_free(Loader *ld);
+
+#endif

@@ -1,0 +1,298 @@
+/* runtime/report/runlog.c — see runlog.h. */
+#include "report/runlog.h"
+
+#include <errno.h>
+#include <jansson.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/ioctl.h>
+#include <time.h>
+#include <unistd.h>
+
+/* Bar redraws closer together than this are skipped: a fast run would
+ * otherwise spend its time writing to the terminal. */
+#define RUNLOG_REDRAW_S 0.1
+/* Weight of the newest step in the smoothed step rate. */
+#define RUNLOG_RATE_ALPHA 0.1
+
+struct RunLog {
+    FILE *out;            /* borrowed, may be NULL */
+    FILE *jsonl;          /* owned, may be NULL */
+    bool bar;             /* redraw a progress bar in place */
+    bool bar_shown;       /* the bar is on screen (the cursor is on its line) */
+    int64_t every;
+    bool higher_is_better;
+    double t_open, t_last_step, t_last_draw;
+    double rate;          /* smoothed steps per second, 0 = unknown */
+    int64_t steps;        /* runlog_step calls */
+    int64_t tokens;       /* sum of RunLogStep.tokens */
+    double peak_mem;      /* largest device_mem_bytes seen */
+    RunLogStep last;
+    bool have_best;
+    double best_value;
+    int64_t best_step;
+    char best_metric[32];
+    int64_t write_errors; /* JSONL lines that failed to write */
+};
+
+static double runlog_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* "1h02m", "2m12s", "45s", "-" for unknown. */
+static void fmt_duration(char *buf, size_t n, double s)
+{
+    if (!isfinite(s) || s < 0) snprintf(buf, n, "-");
+    else if (s >= 3600) snprintf(buf, n, "%dh%02dm", (int)(s / 3600), (int)fmod(s / 60, 60));
+    else if (s >= 60) snprintf(buf, n, "%dm%02ds", (int)(s / 60), (int)fmod(s, 60));
+    else snprintf(buf, n, s < 10 ? "%.1fs" : "%.0fs", s);
+}
+
+static void fmt_bytes(char *buf, size_t n, double b)
+{
+    if (b >= 1024.0 * 1024 * 1024) snprintf(buf, n, "%.1f GiB", b / (1024.0 * 1024 * 1024));
+    else snprintf(buf, n, "%.0f MiB", b / (1024.0 * 1024));
+}
+
+/* ---- JSONL ---- */
+
+/* JSON has no NaN or inf: a non-finite number is written as null. */
+static json_t *json_num(double x)
+{
+    return isfinite(x) ? json_real(x) : json_null();
+}
+
+static void jsonl_write(RunLog *log, json_t *obj)
+{
+    if (!obj) return;
+    if (log->jsonl) {
+        json_object_set_new(obj, "elapsed_s", json_real(runlog_now() - log->t_open));
+        if (json_dumpf(obj, log->jsonl, JSON_COMPACT) != 0 || fputc('\n', log->jsonl) == EOF ||
+            fflush(log->jsonl) != 0)
+            log->write_errors++;
+    }
+    json_decref(obj);
+}
+
+/* ---- console ---- */
+
+static int terminal_width(FILE *out)
+{
+    struct winsize ws;
+    if (ioctl(fileno(out), TIOCGWINSZ, &ws) == 0 && ws.ws_col >= 20) return ws.ws_col;
+    return 120;
+}
+
+/* Clears the bar's line so a normal line can be printed in its place. */
+static void bar_clear(RunLog *log)
+{
+    if (log->bar_shown) fputs("\r\033[K", log->out);
+    log->bar_shown = false;
+}
+
+/* The fields shared by the bar and the plain lines, after "step S/T". */
+static void fmt_fields(const RunLog *log, char *buf, size_t n)
+{
+    const RunLogStep *s = &log->last;
+    char eta[32], mem[32] = "";
+    double left = (double)(s->total_steps - s->step);
+    fmt_duration(eta, sizeof eta, log->rate > 0 ? left / log->rate : NAN);
+    if (s->device_mem_bytes > 0) {
+        char m[24];
+        fmt_bytes(m, sizeof m, s->device_mem_bytes);
+        snprintf(mem, sizeof mem, "  mem %s", m);
+    }
+    snprintf(buf, n, "%.2f it/s  ETA %s  loss %.4f  lr %.2e  scale %g  skipped %lld%s",
+             log->rate, eta, s->loss, s->lr, s->loss_scale, (long long)s->skipped_total, mem);
+}
+
+static void bar_draw(RunLog *log)
+{
+    const RunLogStep *s = &log->last;
+    double frac = s->total_steps > 0 ? (double)s->step / (double)s->total_steps : 0;
+    if (frac > 1) frac = 1;
+    enum { W = 20 };
+    char bar[W + 1];
+    int full = (int)(frac * W);
+    for (int i = 0; i < W; i++) bar[i] = i < full ? '=' : i == full ? '>' : ' ';
+    bar[W] = '\0';
+    char fields[256], line[512];
+    fmt_fields(log, fields, sizeof fields);
+    int len = snprintf(line, sizeof line, "step %lld/%lld [%s] %3.0f%%  %s", (long long)s->step,
+                       (long long)s->total_steps, bar, 100 * frac, fields);
+    int width = terminal_width(log->out) - 1;
+    if (len > width) line[width] = '\0';
+    fprintf(log->out, "\r%s\033[K", line);
+    fflush(log->out);
+    log->bar_shown = true;
+    log->t_last_draw = runlog_now();
+}
+
+/* A whole line on the console; the bar (if any) is redrawn under it. */
+static void console_line(RunLog *log, const char *text)
+{
+    if (!log->out) return;
+    bar_clear(log);
+    fprintf(log->out, "%s\n", text);
+    if (log->bar && log->steps > 0) bar_draw(log);
+    else fflush(log->out);
+}
+
+/* ---- the API ---- */
+
+RunLog *runlog_open(const char *jsonl_path, FILE *out, bool progress_bar, HpcError *err)
+{
+    RunLog *log = calloc(1, sizeof *log);
+    if (!log) {
+        hpc_fail(err, HPC_ERR_OOM, "runlog_open: out of host memory");
+        return NULL;
+    }
+    if (jsonl_path && !(log->jsonl = fopen(jsonl_path, "w"))) {
+        hpc_fail(err, HPC_ERR_IO, "cannot create run log %s: %s; check the directory exists and is writable",
+                 jsonl_path, strerror(errno));
+        free(log);
+        return NULL;
+    }
+    log->out = out;
+    log->bar = progress_bar && out;
+    log->every = 50;
+    log->higher_is_better = true;
+    log->t_open = log->t_last_step = runlog_now();
+    jsonl_write(log, json_pack("{s:s, s:i, s:I}", "event", "start", "version", 1, "unix_time", (json_int_t)time(NULL)));
+    return log;
+}
+
+void runlog_set_interval(RunLog *log, int64_t every)
+{
+    if (log) log->every = every < 1 ? 1 : every;
+}
+
+void runlog_set_higher_is_better(RunLog *log, bool higher)
+{
+    if (log) log->higher_is_better = higher;
+}
+
+static void runlog_update_rate(RunLog *log, double now)
+{
+    double dt = now - log->t_last_step;
+    log->t_last_step = now;
+    if (log->steps == 1 || dt <= 0) return;  /* the first step includes start-up */
+    double r = 1.0 / dt;
+    log->rate = log->rate > 0 ? (1 - RUNLOG_RATE_ALPHA) * log->rate + RUNLOG_RATE_ALPHA * r : r;
+}
+
+void runlog_step(RunLog *log, const RunLogStep *s)
+{
+    if (!log) return;
+    double now = runlog_now();
+    log->steps++;
+    log->tokens += s->tokens;
+    if (s->device_mem_bytes > log->peak_mem) log->peak_mem = s->device_mem_bytes;
+    log->last = *s;
+    runlog_update_rate(log, now);
+    jsonl_write(log, json_pack("{s:s, s:I, s:I, s:i, s:o, s:o, s:o, s:I, s:I, s:o, s:o}", "event", "step",
+                               "step", (json_int_t)s->step, "total_steps", (json_int_t)s->total_steps,
+                               "epoch", s->epoch, "loss", json_num(s->loss), "lr", json_num(s->lr),
+                               "loss_scale", json_num(s->loss_scale), "skipped_total", (json_int_t)s->skipped_total,
+                               "tokens", (json_int_t)s->tokens, "it_per_s", json_num(log->rate),
+                               "device_mem_bytes", json_num(s->device_mem_bytes)));
+    if (!log->out) return;
+    bool edge = log->steps == 1 || s->step == s->total_steps;
+    if (log->bar) {
+        if (edge || now - log->t_last_draw >= RUNLOG_REDRAW_S) bar_draw(log);
+    } else if (edge || s->step % log->every == 0) {
+        char fields[256];
+        fmt_fields(log, fields, sizeof fields);
+        fprintf(log->out, "step %lld/%lld  epoch %d  %s\n", (long long)s->step, (long long)s->total_steps,
+                s->epoch, fields);
+        fflush(log->out);
+    }
+}
+
+void runlog_skip(RunLog *log, int64_t step, double new_scale)
+{
+    if (!log) return;
+    jsonl_write(log, json_pack("{s:s, s:I, s:o}", "event", "skip", "step", (json_int_t)step,
+                               "new_scale", json_num(new_scale)));
+    char line[160];
+    snprintf(line, sizeof line, "step %lld: inf/NaN in the gradients, update skipped; loss scale now %g",
+             (long long)step, new_scale);
+    console_line(log, line);
+}
+
+void runlog_eval(RunLog *log, int64_t step, int epoch, const char *metric, double value, double loss)
+{
+    if (!log) return;
+    bool better = isfinite(value) && (!log->have_best || (log->higher_is_better ? value > log->best_value
+                                                                                 : value < log->best_value));
+    if (better) {
+        log->have_best = true;
+        log->best_value = value;
+        log->best_step = step;
+        snprintf(log->best_metric, sizeof log->best_metric, "%s", metric);
+    }
+    jsonl_write(log, json_pack("{s:s, s:I, s:i, s:s, s:o, s:o, s:b}", "event", "eval", "step", (json_int_t)step,
+                               "epoch", epoch, "metric", metric, "value", json_num(value), "loss", json_num(loss),
+                               "best", better));
+    char line[200];
+    snprintf(line, sizeof line, "eval at step %lld (epoch %d): %s %.4f, loss %.4f%s", (long long)step, epoch,
+             metric, value, loss, better ? "  (best so far)" : "");
+    console_line(log, line);
+}
+
+void runlog_message(RunLog *log, const char *fmt, ...)
+{
+    if (!log) return;
+    char text[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(text, sizeof text, fmt, ap);
+    va_end(ap);
+    jsonl_write(log, json_pack("{s:s, s:s}", "event", "message", "text", text));
+    console_line(log, text);
+}
+
+static void runlog_print_summary(RunLog *log, double wall, double peak)
+{
+    char dur[32], mem[32] = "unknown";
+    fmt_duration(dur, sizeof dur, wall);
+    if (peak > 0) fmt_bytes(mem, sizeof mem, peak);
+    bar_clear(log);
+    fprintf(log->out, "done: %lld steps in %s (%.2f steps/s, %.0f tokens/s)\n", (long long)log->steps, dur,
+            wall > 0 ? (double)log->steps / wall : 0.0, wall > 0 ? (double)log->tokens / wall : 0.0);
+    fprintf(log->out, "peak device memory %s; skipped steps %lld\n", mem, (long long)log->last.skipped_total);
+    if (log->have_best)
+        fprintf(log->out, "best dev %s %.4f at step %lld\n", log->best_metric, log->best_value,
+                (long long)log->best_step);
+    if (log->write_errors)
+        fprintf(log->out, "warning: %lld lines of the JSONL run log could not be written (disk full?)\n",
+                (long long)log->write_errors);
+    fflush(log->out);
+}
+
+void runlog_close(RunLog *log, double peak_mem_bytes)
+{
+    if (!log) return;
+    double wall = runlog_now() - log->t_open;
+    double peak = peak_mem_bytes > log->peak_mem ? peak_mem_bytes : log->peak_mem;
+    json_t *sum = json_pack("{s:s, s:o, s:I, s:o, s:I, s:o, s:o, s:I}", "event", "summary", "wall_s", json_num(wall),
+                            "steps", (json_int_t)log->steps,
+                            "steps_per_s", json_num(wall > 0 ? (double)log->steps / wall : 0),
+                            "tokens", (json_int_t)log->tokens,
+                            "tokens_per_s", json_num(wall > 0 ? (double)log->tokens / wall : 0),
+                            "peak_mem_bytes", json_num(peak), "skipped_total", (json_int_t)log->last.skipped_total);
+    if (sum && log->have_best) {
+        json_object_set_new(sum, "best_metric", json_string(log->best_metric));
+        json_object_set_new(sum, "best_value", json_num(log->best_value));
+        json_object_set_new(sum, "best_step", json_integer(log->best_step));
+    }
+    jsonl_write(log, sum);
+    if (log->out) runlog_print_summary(log, wall, peak);
+    if (log->jsonl) fclose(log->jsonl);
+    free(log);
+}

@@ -1,0 +1,65 @@
+/* runtime/report/runlog.h — what a training run tells the user and writes down.
+ *
+ * Three outputs, all optional:
+ *   - a progress bar on a terminal, redrawn in place with \r:
+ *       step 120/2000 [=====>      ] 6%  14.2 it/s  ETA 2m12s  loss 0.5312
+ *       lr 1.8e-05  scale 65536  skipped 0  mem 3.1 GiB
+ *     (messages, evals and skips print on their own line above the bar);
+ *   - plain log lines every `every` steps when `out` is not a terminal
+ *     (progress_bar = false), so CI logs and `tee` stay readable;
+ *   - a JSONL file: one JSON object per line and per event, with "event"
+ *     = "start" | "step" | "skip" | "eval" | "message" | "summary"; the
+ *     fields are listed in docs/data.md and read back by `hpc plot`.
+ * runlog_close prints a summary: wall time, steps/s, tokens/s, peak memory,
+ * best dev metric (and at which step), skipped steps.
+ *
+ * Ownership: runlog_open returns a RunLog the caller closes with runlog_close
+ * (which also frees it and closes the JSONL file); `out` is borrowed and may
+ * be NULL for no console output.  Write errors on the JSONL file after a
+ * successful open are counted and reported in the summary, not fatal.
+ *
+ * Usage:
+ *   RunLog *log = runlog_open("run.jsonl", stderr, isatty(2), &err);
+ *   if (!log) return err.code;
+ *   runlog_step(log, &(RunLogStep){.step = 1, .total_steps = 100, .loss = 0.7, ...});
+ *   runlog_eval(log, 100, 0, "mcc", 0.52, 0.61);
+ *   runlog_close(log, peak_bytes);
+ */
+#ifndef HPC_RUNTIME_RUNLOG_H
+#define HPC_RUNTIME_RUNLOG_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "util/error.h"
+
+typedef struct RunLog RunLog;
+
+typedef struct {
+    int64_t step, total_steps;   /* step = optimizer steps done so far (1-based) */
+    int epoch;
+    double loss, lr, loss_scale; /* loss_scale: 0 or 1 when no scaling is used */
+    int64_t skipped_total;       /* steps skipped for inf/NaN gradients so far */
+    int64_t tokens;              /* real (unpadded) tokens in this step */
+    double device_mem_bytes;     /* current device memory in use, 0 = unknown */
+} RunLogStep;
+
+/* Opens jsonl_path for writing (truncating it) unless NULL.  Returns NULL
+ * and fills err (HPC_ERR_IO, naming the path) if it cannot be opened. */
+RunLog *runlog_open(const char *jsonl_path, FILE *out, bool progress_bar, HpcError *err);
+
+/* Plain-line interval when progress_bar is false (default 50 steps; the first
+ * and last step are always printed).  every < 1 is taken as 1. */
+void runlog_set_interval(RunLog *log, int64_t every);
+
+/* Whether a higher dev metric is better (default true); false for a loss. */
+void runlog_set_higher_is_better(RunLog *log, bool higher);
+
+void runlog_step(RunLog *log, const RunLogStep *s);
+void runlog_skip(RunLog *log, int64_t step, double new_scale);      /* named in the log, always */
+void runlog_eval(RunLog *log, int64_t step, int epoch, const char *metric, double value, double loss);
+void runlog_message(RunLog *log, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+void runlog_close(RunLog *log, double peak_mem_bytes);              /* prints the summary, frees */
+
+#endif

@@ -1,0 +1,48 @@
+/* runtime/train/init.c — see init.h. */
+#include "train/init.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "cpu/philox.h"
+
+void init_param_f32(const ParamInfo *p, int index, float *w, uint64_t seed)
+{
+    int64_t n = params_numel(p);
+    for (int64_t i = 0; i < n; i++) {
+        switch (p->init) {
+        case PARAM_INIT_NORMAL: w[i] = (float)(INIT_STD * philox_normal(seed, (uint64_t)i, (uint32_t)index)); break;
+        case PARAM_INIT_ZEROS: w[i] = 0.0f; break;
+        case PARAM_INIT_ONES: w[i] = 1.0f; break;
+        }
+    }
+}
+
+HpcStatus init_store(ParamStore *ps, const ParamList *pl, uint64_t seed, HpcError *err)
+{
+    ps->pl = pl;
+    ps->w = xcalloc((size_t)(pl->n > 0 ? pl->n : 1), sizeof *ps->w);
+    for (int i = 0; i < pl->n; i++) {
+        const ParamInfo *p = &pl->p[i];
+        if (p->tied_to >= 0) continue;
+        ps->w[i] = malloc((size_t)params_numel(p) * sizeof(float));
+        if (!ps->w[i]) {
+            init_store_free(ps);
+            return hpc_fail(err, HPC_ERR_OOM, "init: out of host memory for parameter %s "
+                            "(%lld elements)", p->name, (long long)params_numel(p));
+        }
+        init_param_f32(p, i, ps->w[i], seed);
+    }
+    for (int i = 0; i < pl->n; i++)
+        if (pl->p[i].tied_to >= 0) ps->w[i] = ps->w[pl->p[i].tied_to];
+    return HPC_OK;
+}
+
+void init_store_free(ParamStore *ps)
+{
+    if (ps->w && ps->pl)
+        for (int i = 0; i < ps->pl->n; i++)
+            if (ps->pl->p[i].tied_to < 0) free(ps->w[i]);
+    free(ps->w);
+    memset(ps, 0, sizeof *ps);
+}

@@ -1,0 +1,115 @@
+/* runtime/train/train_backend.h — where a training step runs: the small
+ * interface between the shared loop (runtime/train/trainer.c) and a backend.
+ *
+ * A backend owns the compiled graph, the parameters and the optimizer
+ * state of one model and does four things:
+ *   micro    forward + backward of one micro-batch; gradients of the step's
+ *            micro-batches add up (the first overwrites);
+ *   step     the optimizer step with the loss scaler (a skipped step
+ *            changes nothing), lr from the schedule at the applied-step
+ *            count; `poison` (test hook) first writes +inf into one
+ *            gradient element, so the step must be skipped;
+ *   collect  the records of the steps since the last collect, in order
+ *            (the cuda backend keeps them on the device and reads them
+ *            here, the only place it waits for the GPU);
+ *   forward  evaluation: the loss and the (B, C) f32 logits of a batch
+ *            (dropout off).
+ * Backends: cpu (runtime/cpu/cpu_exec.h + optim.h + lossscale.h on the host)
+ * and cuda (runtime/cuda/cuda_exec.h + cuda_optim.h, nothing waits per step).
+ * Both start from the same parameters (runtime/train/init.h, seeded by
+ * spec->train.seed) and draw the same dropout masks (seed, micro-step), so
+ * they train the same function.
+ *
+ * Ownership: train_backend_open fills *b; train_backend_close frees
+ * everything it allocated.  The spec is borrowed and must outlive b.
+ *
+ * Usage:
+ *   TrainBackend b;
+ *   if (train_backend_open(&b, TRAIN_DEVICE_AUTO, &spec, PREC_FP16, true, total, B, L, &err)) ...
+ *   b.micro(&b, batch, 0, &err); b.step(&b, false, &err);
+ *   TrainStepStat st[64]; int n; b.collect(&b, st, 64, &n, &err);
+ *   train_backend_close(&b);
+ */
+#ifndef HPC_RUNTIME_TRAIN_BACKEND_H
+#define HPC_RUNTIME_TRAIN_BACKEND_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "data/batch.h"
+#include "train/checkpoint.h"
+#include "util/error.h"
+#include "train/init.h"
+#include "compiler/ir.h"
+#include "compiler/params.h"
+#include "compiler/spec.h"
+
+typedef enum { TRAIN_DEVICE_CPU, TRAIN_DEVICE_CUDA, TRAIN_DEVICE_AUTO } TrainDevice;
+
+/* Steps a backend remembers between two collects. */
+#define TRAIN_STAT_RING 256
+
+typedef struct {
+    int64_t step;              /* 1-based optimizer step */
+    double loss;               /* mean over the step's micro-batches */
+    double lr;                 /* learning rate the step used */
+    double loss_scale;         /* the scale after the step */
+    double grad_norm;          /* unscaled, before clipping; inf when skipped */
+    bool skipped;
+    int64_t total_skips, consecutive_skips;
+} TrainStepStat;
+
+typedef struct TrainBackend TrainBackend;
+struct TrainBackend {
+    char name[160];            /* "cpu" or "cuda (NVIDIA H200, sm_90)" */
+    TrainDevice device;        /* CPU or CUDA */
+    const ModelSpec *spec;     /* borrowed */
+    SpecPrecision policy;
+    IrGraph g;
+    ParamList pl;
+    ParamStore ps;             /* host parameters (initial values) */
+    void *impl;                /* the backend's own state */
+    void *cuda_stream;         /* cuda: the CUstream every step is queued on (for
+                                  timing with events); NULL on the cpu */
+    HpcStatus (*micro)(TrainBackend *b, const Batch *batch, int64_t m, HpcError *err);
+    HpcStatus (*step)(TrainBackend *b, bool poison, HpcError *err);
+    HpcStatus (*collect)(TrainBackend *b, TrainStepStat *out, int max, int *n, HpcError *err);
+    HpcStatus (*forward)(TrainBackend *b, const Batch *batch, double *loss, const float **logits,
+                         HpcError *err);
+    /* Parameter p's current f32 master, (numel) floats (waits). */
+    HpcStatus (*read_param)(TrainBackend *b, int p, float *out, HpcError *err);
+    /* Peak device bytes (0 on the cpu). */
+    double (*peak_bytes)(TrainBackend *b);
+    /* Checkpoints (runtime/train/checkpoint.h).  state_out copies the f32 masters,
+     * m and v into ts->w/m/v (host (numel) f32 buffers in ParamList order;
+     * NULL entries skipped) and fills ts->opt, ts->ls and ts->micro_step
+     * (waits for the device); state_in sets all of that back (the scaler's
+     * cfg stays the spec's; low-precision copies are rebuilt from the
+     * masters) and makes ts->step the number of the last step taken.
+     * NULL when the backend cannot checkpoint. */
+    HpcStatus (*state_out)(TrainBackend *b, TrainState *ts, HpcError *err);
+    HpcStatus (*state_in)(TrainBackend *b, const TrainState *ts, HpcError *err);
+    void (*close)(TrainBackend *b);
+};
+
+/* Builds the graph (compiler/pipeline.h: lower -> autodiff -> precision
+ * -> fuse, the fuse pass only when `fuse`),
+ * initialises the parameters and opens the backend for batches up to
+ * max_B x max_L.  TRAIN_DEVICE_AUTO takes GPU 0 when cuda_device_open
+ * succeeds, else the cpu; b->name says which (and, with auto on the cpu,
+ * why not the GPU).  HPC_ERR_NO_GPU for TRAIN_DEVICE_CUDA without a GPU. */
+HpcStatus train_backend_open(TrainBackend *b, TrainDevice dev, const ModelSpec *spec, SpecPrecision policy,
+                             bool fuse, int64_t total_steps, int64_t max_B, int64_t max_L, HpcError *err);
+void train_backend_close(TrainBackend *b);
+
+/* "cpu", "cuda", "auto"; parse returns false for anything else. */
+const char *train_device_name(TrainDevice d);
+bool train_device_parse(const char *s, TrainDevice *d);
+
+/* The backends' open functions (train_backend_open calls them after the
+ * graph is built). */
+HpcStatus train_cpu_open(TrainBackend *b, int64_t total_steps, HpcError *err);
+HpcStatus train_cuda_open(TrainBackend *b, int64_t total_steps, int64_t max_B, int64_t max_L,
+                          HpcError *err);
+
+#endif

@@ -1,0 +1,252 @@
+/* runtime/train/train_cuda.c — the cuda training backend: the step on the GPU
+ * (runtime/cuda/cuda_exec.h), the optimizer and loss scaler on the GPU
+ * (runtime/cuda/cuda_optim.h), per-step records kept on the device until
+ * collect (train_backend.h).  A step queues work and returns: the loss
+ * scale reaches the backward pass by a device copy, the learning rate is
+ * computed on the device from the applied-step count, and each step's loss
+ * and optimizer state are copied into device rings. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cuda/cuda_exec.h"
+#include "cuda/cuda_optim.h"
+#include "train/train_backend.h"
+
+typedef struct {
+    CudaDevice dev;
+    bool dev_open;
+    CudaExec ex;
+    bool ex_open;
+    CudaOptim opt;
+    bool opt_open;
+    int64_t accum;             /* micro-batches per step (ring row width) */
+    uint32_t micro;            /* micro-steps so far: the dropout step */
+    int64_t steps;             /* optimizer steps queued */
+    CUdeviceptr loss_ring;     /* (RING, accum) f32 micro-batch losses */
+    CUdeviceptr state_ring;    /* (RING) KemitOptState after each step */
+    int n_pending;             /* steps queued since the last collect */
+    float *host_loss;          /* (RING * accum) */
+    KemitOptState *host_state; /* (RING) */
+    float *logits;             /* eval: (B, C) f32 */
+    size_t logits_cap;
+} CudaTrain;
+
+static CudaTrain *impl(TrainBackend *b) { return b->impl; }
+
+static void cuda_close(TrainBackend *b)
+{
+    CudaTrain *t = impl(b);
+    if (!t) return;
+    if (t->loss_ring) arena_release(&t->ex.arena, t->loss_ring);
+    if (t->state_ring) arena_release(&t->ex.arena, t->state_ring);
+    if (t->opt_open) cuda_optim_free(&t->opt);
+    if (t->ex_open) cuda_exec_free(&t->ex);
+    if (t->dev_open) cuda_device_close(&t->dev);
+    free(t->host_loss);
+    free(t->host_state);
+    free(t->logits);
+    free(t);
+    b->impl = NULL;
+}
+
+static HpcStatus cuda_micro(TrainBackend *b, const Batch *batch, int64_t m, HpcError *err)
+{
+    CudaTrain *t = impl(b);
+    if (m >= t->accum)
+        return hpc_fail(err, HPC_ERR_USAGE, "trainer: micro-batch %lld of a step with grad_accum %lld",
+                        (long long)m, (long long)t->accum);
+    CudaRunOptions o = {.training = true, .backward = true, .seed = b->spec->train.seed,
+                        .step = t->micro++, .loss_scale_dev = cuda_optim_scale_ptr(&t->opt),
+                        .graph = true};
+    HpcStatus st = cuda_exec_run(&t->ex, batch, &o, err);
+    CUdeviceptr slot = t->loss_ring + (CUdeviceptr)(((int64_t)t->n_pending * t->accum + m) * 4);
+    if (!st) st = CUDA_CHECK(err, cuda_driver()->cuMemcpyDtoDAsync(slot, cuda_exec_ptr(&t->ex, b->g.loss), 4,
+                                                                   t->dev.stream));
+    return st ? st : cuda_optim_accumulate(&t->opt, m, err);
+}
+
+static HpcStatus cuda_step(TrainBackend *b, bool poison, HpcError *err)
+{
+    CudaTrain *t = impl(b);
+    if (t->n_pending == TRAIN_STAT_RING)
+        return hpc_fail(err, HPC_ERR_INTERNAL, "trainer: %d steps without collect", TRAIN_STAT_RING);
+    HpcStatus st = poison ? cuda_optim_poison(&t->opt, err) : HPC_OK;
+    if (!st) st = cuda_optim_step(&t->opt, err);
+    CUdeviceptr slot = t->state_ring + (CUdeviceptr)((size_t)t->n_pending * sizeof(KemitOptState));
+    if (!st) st = CUDA_CHECK(err, cuda_driver()->cuMemcpyDtoDAsync(slot, cuda_optim_state_ptr(&t->opt),
+                                                                   sizeof(KemitOptState), t->dev.stream));
+    if (!st) {
+        t->n_pending++;
+        t->steps++;
+    }
+    return st;
+}
+
+/* The one place the backend waits for the GPU during training. */
+static HpcStatus cuda_collect(TrainBackend *b, TrainStepStat *out, int max, int *n, HpcError *err)
+{
+    CudaTrain *t = impl(b);
+    const CudaDriver *cu = cuda_driver();
+    *n = 0;
+    if (t->n_pending == 0) return HPC_OK;
+    if (max < t->n_pending)
+        return hpc_fail(err, HPC_ERR_USAGE, "trainer: collect wants room for %d steps", t->n_pending);
+    HpcStatus st = CUDA_CHECK(err, cu->cuMemcpyDtoHAsync(t->host_loss, t->loss_ring,
+                                                         (size_t)(t->n_pending * t->accum) * 4, t->dev.stream));
+    if (!st) st = CUDA_CHECK(err, cu->cuMemcpyDtoHAsync(t->host_state, t->state_ring,
+                                                        (size_t)t->n_pending * sizeof(KemitOptState), t->dev.stream));
+    if (!st) st = CUDA_CHECK(err, cu->cuStreamSynchronize(t->dev.stream));
+    if (st) return st;
+    int64_t first = t->steps - t->n_pending;
+    for (int i = 0; i < t->n_pending; i++) {
+        const KemitOptState *s = &t->host_state[i];
+        double sum = 0;
+        for (int64_t m = 0; m < t->accum; m++) sum += t->host_loss[i * t->accum + m];
+        out[i] = (TrainStepStat){.step = first + i + 1, .loss = sum / (double)t->accum, .lr = s->lr,
+                                 .loss_scale = s->scale, .grad_norm = s->grad_norm,
+                                 .skipped = s->found_inf != 0, .total_skips = s->total_skips,
+                                 .consecutive_skips = s->consecutive_skips};
+    }
+    *n = t->n_pending;
+    t->n_pending = 0;
+    return HPC_OK;
+}
+
+static HpcStatus cuda_forward(TrainBackend *b, const Batch *batch, double *loss, const float **logits,
+                              HpcError *err)
+{
+    CudaTrain *t = impl(b);
+    CudaRunOptions o = {.training = false, .backward = false, .loss_scale = 1.0};
+    HpcStatus st = cuda_exec_run(&t->ex, batch, &o, err);
+    if (!st) st = cuda_exec_loss(&t->ex, loss, err);
+    if (st || !logits) return st;
+    *logits = NULL;
+    if (b->g.logits < 0) return HPC_OK;
+    size_t need = (size_t)ir_numel(&b->g.nodes[b->g.logits], batch->B, batch->L) * sizeof(float);
+    if (need > t->logits_cap) {
+        free(t->logits);
+        t->logits = xmalloc(need);
+        t->logits_cap = need;
+    }
+    st = cuda_exec_read(&t->ex, b->g.logits, t->logits, err);
+    if (!st) *logits = t->logits;
+    return st;
+}
+
+static HpcStatus cuda_read_param(TrainBackend *b, int p, float *out, HpcError *err)
+{
+    int q = b->pl.p[p].tied_to >= 0 ? b->pl.p[p].tied_to : p;
+    return cuda_optim_read_master(&impl(b)->opt, q, out, err);
+}
+
+static double cuda_peak_bytes(TrainBackend *b)
+{
+    ArenaStats s;
+    arena_stats(&impl(b)->ex.arena, &s);
+    return (double)s.peak_bytes;
+}
+
+/* m and v of every optimized tensor, device <-> host (to_host picks). */
+static HpcStatus copy_moments(CudaTrain *t, const TrainState *ts, bool to_host, HpcError *err)
+{
+    const CudaDriver *cu = cuda_driver();
+    CUstream s = t->dev.stream;
+    HpcStatus st = HPC_OK;
+    for (int i = 0; i < t->opt.count && !st; i++) {
+        const KemitOptTensor *k = &t->opt.host_t[i];
+        int p = t->opt.param[i];
+        size_t bytes = (size_t)k->n * sizeof(float);   // (n) f32 each
+        float *hm = ts->m ? ts->m[p] : NULL, *hv = ts->v ? ts->v[p] : NULL;
+        if (k->m && hm && to_host) st = CUDA_CHECK(err, cu->cuMemcpyDtoHAsync(hm, k->m, bytes, s));
+        if (k->m && hm && !to_host) st = CUDA_CHECK(err, cu->cuMemcpyHtoDAsync(k->m, hm, bytes, s));
+        if (!st && k->v && hv && to_host) st = CUDA_CHECK(err, cu->cuMemcpyDtoHAsync(hv, k->v, bytes, s));
+        if (!st && k->v && hv && !to_host) st = CUDA_CHECK(err, cu->cuMemcpyHtoDAsync(k->v, hv, bytes, s));
+    }
+    return st ? st : CUDA_CHECK(err, cu->cuStreamSynchronize(s));
+}
+
+static HpcStatus cuda_state_out(TrainBackend *b, TrainState *ts, HpcError *err)
+{
+    CudaTrain *t = impl(b);
+    HpcStatus st = HPC_OK;
+    for (int p = 0; p < b->pl.n && !st; p++)
+        if (b->pl.p[p].tied_to < 0 && ts->w[p]) st = cuda_optim_read_master(&t->opt, p, ts->w[p], err);
+    if (!st) st = copy_moments(t, ts, true, err);
+    KemitOptState s;
+    if (!st) st = cuda_optim_read_state(&t->opt, &s, err);
+    if (st) return st;
+    ts->opt.step = s.step;
+    ts->ls.scale = s.scale;
+    ts->ls.growth_tracker = s.growth_tracker;
+    ts->ls.consecutive_skips = s.consecutive_skips;
+    ts->ls.total_skips = s.total_skips;
+    ts->micro_step = t->micro;
+    return HPC_OK;
+}
+
+/* Masters through cuda_exec_set_params (which also rewrites the 16-bit
+ * copies), moments, then the device scaler state. */
+static HpcStatus cuda_state_in(TrainBackend *b, const TrainState *ts, HpcError *err)
+{
+    CudaTrain *t = impl(b);
+    if (ts->micro_step < 0 || ts->micro_step > (int64_t)UINT32_MAX)
+        return hpc_fail(err, HPC_ERR_INPUT, "trainer: checkpoint micro-step %lld out of range",
+                        (long long)ts->micro_step);
+    HpcStatus st = cuda_exec_set_params(&t->ex, ts->w, err);
+    if (!st) st = copy_moments(t, ts, false, err);
+    KemitOptState s;
+    if (!st) st = cuda_optim_read_state(&t->opt, &s, err);
+    if (st) return st;
+    s.step = ts->opt.step;
+    s.scale = (float)ts->ls.scale;
+    s.growth_tracker = (int32_t)ts->ls.growth_tracker;
+    s.consecutive_skips = ts->ls.consecutive_skips;
+    s.total_skips = ts->ls.total_skips;
+    st = CUDA_CHECK(err, cuda_driver()->cuMemcpyHtoD(cuda_optim_state_ptr(&t->opt), &s, sizeof s));
+    if (st) return st;
+    t->micro = (uint32_t)ts->micro_step;
+    t->steps = ts->step;
+    return HPC_OK;
+}
+
+static HpcStatus alloc_rings(CudaTrain *t, HpcError *err)
+{
+    t->host_loss = xcalloc((size_t)(TRAIN_STAT_RING * t->accum), sizeof *t->host_loss);
+    t->host_state = xcalloc(TRAIN_STAT_RING, sizeof *t->host_state);
+    HpcStatus st = arena_alloc(&t->ex.arena, &t->loss_ring, (size_t)(TRAIN_STAT_RING * t->accum) * 4,
+                               "step losses", err);
+    return st ? st : arena_alloc(&t->ex.arena, &t->state_ring, TRAIN_STAT_RING * sizeof(KemitOptState),
+                                 "step records", err);
+}
+
+HpcStatus train_cuda_open(TrainBackend *b, int64_t total_steps, int64_t max_B, int64_t max_L, HpcError *err)
+{
+    CudaTrain *t = xcalloc(1, sizeof *t);
+    b->impl = t;
+    b->micro = cuda_micro;
+    b->step = cuda_step;
+    b->collect = cuda_collect;
+    b->forward = cuda_forward;
+    b->read_param = cuda_read_param;
+    b->peak_bytes = cuda_peak_bytes;
+    b->state_out = cuda_state_out;
+    b->state_in = cuda_state_in;
+    b->close = cuda_close;
+    t->accum = b->spec->train.grad_accum > 1 ? b->spec->train.grad_accum : 1;
+    if (b->g.loss < 0 || b->g.nodes[b->g.loss].dtype != DT_F32)
+        return hpc_fail(err, HPC_ERR_INTERNAL, "trainer: the graph's loss is not an f32 scalar");
+    HpcStatus st = cuda_device_open(&t->dev, 0, err);
+    if (st) return st;
+    t->dev_open = true;
+    st = cuda_exec_init(&t->ex, &t->dev, &b->g, &b->pl, max_B, max_L, err);
+    if (st) return st;
+    t->ex_open = true;
+    st = cuda_exec_set_params(&t->ex, b->ps.w, err);
+    if (!st) st = cuda_optim_init(&t->opt, &t->ex, b->spec, b->policy, total_steps, err);
+    if (st) return st;
+    t->opt_open = true;
+    snprintf(b->name, sizeof b->name, "cuda (%.100s, sm_%d)", t->dev.name, t->dev.arch);
+    b->cuda_stream = t->dev.stream;
+    return alloc_rings(t, err);
+}
