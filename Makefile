@@ -93,6 +93,7 @@ test: all $(TEST_BIN) examples
 	@$(MAKE) -s -C examples run >$(BUILD)/examples-run.log 2>&1 && echo "PASS  examples/embed_bert_tiny" || { cat $(BUILD)/examples-run.log; exit 1; }
 	@$(MAKE) -s -C examples valgrind >$(BUILD)/examples-vg.log 2>&1 && echo "PASS  examples/embed_bert_tiny under valgrind" || { cat $(BUILD)/examples-vg.log; exit 1; }
 	@sh tests/check-valgrind.sh
+	@sh tests/reliability/run.sh
 
 # GPU checks are plain C programs (no Criterion on the GPU machine).
 $(BUILD)/tests/gpu/%: tests/gpu/%.c $(LIBS)
