@@ -63,7 +63,7 @@
     X(cuMemcpyHtoD) X(cuMemcpyDtoH) X(cuMemcpyDtoD)                           \
     X(cuMemcpyHtoDAsync) X(cuMemcpyDtoHAsync) X(cuMemcpyDtoDAsync)            \
     X(cuMemsetD8) X(cuMemsetD8Async) X(cuMemsetD32Async)                      \
-    X(cuStreamCreate) X(cuStreamDestroy) X(cuStreamSynchronize)               \
+    X(cuStreamCreate) X(cuStreamDestroy) X(cuStreamSynchronize) X(cuStreamQuery) \
     X(cuEventCreate) X(cuEventDestroy) X(cuEventRecord)                       \
     X(cuEventSynchronize) X(cuEventElapsedTime)                               \
     X(cuStreamBeginCapture) X(cuStreamEndCapture) X(cuGraphInstantiate)       \

@@ -46,8 +46,9 @@ static bool optim_found_inf(const OptimTensor *t, int count, float inv_scale)
     return false;
 }
 
-/* Pass 2: global L2 norm of the unscaled gradient, accumulated in f64. */
-static double optim_grad_norm(const OptimTensor *t, int count, float inv_scale)
+/* Pass 2: sum of squares of the unscaled gradient, accumulated in f64 (the
+ * global L2 norm is its square root). */
+static double optim_grad_sumsq(const OptimTensor *t, int count, float inv_scale)
 {
     double s = 0;
     for (int k = 0; k < count; k++)
@@ -55,7 +56,7 @@ static double optim_grad_norm(const OptimTensor *t, int count, float inv_scale)
             double g = (double)(t[k].grad[i] * inv_scale);
             s += g * g;
         }
-    return sqrt(s);
+    return s;
 }
 
 static double optim_grad(const StepConsts *c, const OptimTensor *t, int64_t i)
@@ -142,16 +143,19 @@ static void optim_update_tensor(const OptimConfig *cfg, const StepConsts *c, Opt
     }
 }
 
-void optim_step(const OptimConfig *cfg, OptimState *state, OptimTensor *tensors, int count,
-                float inv_scale, double lr, OptimReport *report)
+void optim_scan(const OptimTensor *tensors, int count, float inv_scale, bool *found_inf, double *sumsq)
 {
-    *report = (OptimReport){ .found_inf = true, .grad_norm = INFINITY, .clip_coef = 1.0 };
-    if (optim_found_inf(tensors, count, inv_scale)) return;
-    report->found_inf = false;
-    report->grad_norm = optim_grad_norm(tensors, count, inv_scale);
+    *found_inf = optim_found_inf(tensors, count, inv_scale);
+    *sumsq = *found_inf ? 0 : optim_grad_sumsq(tensors, count, inv_scale);
+}
+
+void optim_apply(const OptimConfig *cfg, OptimState *state, OptimTensor *tensors, int count,
+                 float inv_scale, double lr, double grad_norm, OptimReport *report)
+{
+    *report = (OptimReport){ .found_inf = false, .grad_norm = grad_norm, .clip_coef = 1.0 };
     double coef = 1.0;
     if (cfg->max_grad_norm > 0) {
-        double raw = cfg->max_grad_norm / (report->grad_norm + 1e-6);
+        double raw = cfg->max_grad_norm / (grad_norm + 1e-6);
         if (raw < 1.0) coef = raw;   /* torch clamps the coefficient at 1 */
     }
     report->clip_coef = coef;
@@ -162,4 +166,12 @@ void optim_step(const OptimConfig *cfg, OptimState *state, OptimTensor *tensors,
         .mom = cfg->momentum, .inv_scale = inv_scale, .coef = coef, .first = t == 1,
     };
     for (int k = 0; k < count; k++) optim_update_tensor(cfg, &c, &tensors[k]);
+}
+
+void optim_step(const OptimConfig *cfg, OptimState *state, OptimTensor *tensors, int count,
+                float inv_scale, double lr, OptimReport *report)
+{
+    *report = (OptimReport){ .found_inf = true, .grad_norm = INFINITY, .clip_coef = 1.0 };
+    if (optim_found_inf(tensors, count, inv_scale)) return;
+    optim_apply(cfg, state, tensors, count, inv_scale, lr, sqrt(optim_grad_sumsq(tensors, count, inv_scale)), report);
 }

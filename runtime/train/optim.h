@@ -62,6 +62,15 @@ void optim_config_from_spec(OptimConfig *cfg, const SpecTraining *train);
 void optim_step(const OptimConfig *cfg, OptimState *state, OptimTensor *tensors, int count,
                 float inv_scale, double lr, OptimReport *report);
 
+/* optim_step in two halves, for data-parallel runs whose ranks each hold part
+ * of the tensors (runtime/dist/dp_optim.h) and must agree before updating:
+ * optim_scan tells whether any unscaled gradient is inf/NaN and, if none, the
+ * sum of squares of the unscaled gradient (f64); optim_apply makes the update
+ * of step 4 with the global norm `grad_norm` (clipping from it), incrementing
+ * state->step.  optim_step = scan, then apply unless found_inf. */
+void optim_scan(const OptimTensor *tensors, int count, float inv_scale, bool *found_inf, double *sumsq);
+void optim_apply(const OptimConfig *cfg, OptimState *state, OptimTensor *tensors, int count,
+                 float inv_scale, double lr, double grad_norm, OptimReport *report);
 /* True if the optimizer keeps a second moment v (adam, adamw, lamb); m is
  * needed by those and by sgd with momentum != 0. */
 bool optim_needs_m(const OptimConfig *cfg);
