@@ -235,7 +235,8 @@ Test(tasks, mnli_matched_and_mismatched)
     cr_expect_eq(task_load("mnli-mm", dir, path_of(VOCAB), false, 64, false, &t, &err), HPC_ERR_IO);
     char want[1024];
     snprintf(want, sizeof want,
-             "task mnli-mm: cannot open %s/dev_mismatched.tsv: No such file or directory; copy GLUE's MNLI into "
+             "task mnli-mm: cannot open %s/dev_mismatched.tsv: No such file or directory; copy GLUE's MNLI "
+             "(the glue_data/MNLI folder of the GLUE download, gluebenchmark.com/tasks) into "
              "%s/ (train.tsv, dev_mismatched.tsv; test_mismatched.tsv optional) or point --data at a folder that "
              "holds them",
              dir, dir);
@@ -251,12 +252,14 @@ Test(tasks, missing_directory_message)
                  HPC_ERR_IO);
     cr_expect_str_eq(err.msg,
                      "task cola: cannot use data directory /nonexistent/glue/CoLA: no such directory; copy GLUE's "
-                     "CoLA into /nonexistent/glue/CoLA/ (train.tsv, dev.tsv; test.tsv optional) or point --data at "
+                     "CoLA (the glue_data/CoLA folder of the GLUE download, gluebenchmark.com/tasks) into "
+                     "/nonexistent/glue/CoLA/ (train.tsv, dev.tsv; test.tsv optional) or point --data at "
                      "a folder that holds them");
     cr_assert_eq(chdir(make_tmp()), 0);
     cr_expect_eq(task_load("sst-2", NULL, NULL, false, 128, false, &t, &err), HPC_ERR_IO);
     cr_expect_str_eq(err.msg,
-                     "task sst2: cannot use data directory data/sst2: no such directory; copy GLUE's SST-2 into "
+                     "task sst2: cannot use data directory data/sst2: no such directory; copy GLUE's SST-2 "
+                     "(the glue_data/SST-2 folder of the GLUE download, gluebenchmark.com/tasks) into "
                      "data/sst2/ (train.tsv, dev.tsv; test.tsv optional) or point --data at a folder that holds them");
     cr_expect_eq(t.tok, NULL);
     drop_tmp();
