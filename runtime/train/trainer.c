@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "data/loader.h"
+#include "train/best_model.h"
 #include "train/lossscale.h"
 #include "train/predict.h"
 #include "report/runlog.h"
@@ -26,6 +27,7 @@ typedef struct {
     int n_pending;
     TrainStepStat stats[TRAIN_STAT_RING];
     TrainCkpt ck;                        /* checkpoints; ck.w == NULL when not used */
+    BestModel best;                      /* --output; best.w == NULL when not used */
 } Trainer;
 
 /* The next batch, starting the next epoch when one ends. */
@@ -283,6 +285,7 @@ static HpcStatus train_loop(Trainer *t, const Dataset *train, const Dataset *eva
             st = evaluate(t, eval, &res->eval_metric, &res->eval_loss, err);
             if (!st) runlog_eval(t->log, step + 1, (int)ld.epoch, res->metric, res->eval_metric, res->eval_loss);
             if (!st) note_best(res, step + 1);
+            if (!st && t->best.w) st = best_model_offer(&t->best, step + 1, res->eval_metric, NULL, err);
             if (!st && t->ck.w) trainer_ckpt_metric(&t->ck, res->eval_metric);
         }
         bool epoch_end = epochs_done(&ld) > epochs;
@@ -312,6 +315,22 @@ static HpcStatus copy_weights(Trainer *t, float *const *out, HpcError *err)
     for (int p = 0; p < t->be.pl.n && !st; p++)
         if (out[p]) st = t->be.read_param(&t->be, p, out[p], err);
     return st;
+}
+
+/* --output: the best weights (the final ones when nothing was evaluated). */
+static HpcStatus write_output(Trainer *t, const TrainResult *res, HpcError *err)
+{
+    const TrainOptions *o = t->opts;
+    HpcStatus st = best_model_take_final(&t->best, res->steps, err);
+    if (!st) st = best_model_write(&t->best, o->output_dir, o->output_vocab, o->output_lower_case, err);
+    if (st || !t->log) return st;
+    if (isnan(t->best.metric))
+        runlog_message(t->log, "output: %s (transformers folder), the weights after step %lld", o->output_dir,
+                       (long long)t->best.step);
+    else
+        runlog_message(t->log, "output: %s (transformers folder), the best dev %s %.4f at step %lld", o->output_dir,
+                       res->metric, t->best.metric, (long long)t->best.step);
+    return HPC_OK;
 }
 
 static void log_start(Trainer *t, TrainResult *res)
@@ -348,14 +367,17 @@ HpcStatus trainer_run(const ModelSpec *spec, const Dataset *train, const Dataset
         t->flush_every = t->be.device == TRAIN_DEVICE_CPU ? 1 : every < TRAIN_STAT_RING ? every : TRAIN_STAT_RING;
         log_start(t, res);
         st = ckpt_start(t, res, err);
+        if (!st && opts->output_dir) st = best_model_init(&t->best, &t->be, higher_is_better(res->metric), err);
         if (!st && opts->handle_signals) st = signals_install(err);
         if (!st) st = train_loop(t, train, eval, res, err);
         if (opts->handle_signals) signals_restore();
         if (!st && opts->weights_out) st = copy_weights(t, opts->weights_out, err);
         if (!st && opts->task && opts->predict) st = write_predictions(t, err);
+        if (!st && opts->output_dir) st = write_output(t, res, err);
         res->peak_device_bytes = t->be.peak_bytes(&t->be);
     }
     if (t->ck.w) trainer_ckpt_free(&t->ck);
+    if (t->best.w) best_model_free(&t->best);
     if (t->log) runlog_close(t->log, res->peak_device_bytes);
     train_backend_close(&t->be);
     free(t);

@@ -41,6 +41,10 @@
  * (runtime/formats/hf_init.h: missing, mis-shaped and unused tensors are listed,
  * new head parameters keep their initializer) or from an hpc checkpoint.
  *
+ * With output_dir the weights of the best evaluation so far are copied to
+ * the host after each evaluation that improves on the others, and written
+ * at the end as a folder transformers loads (runtime/train/best_model.h).
+ *
  * Test hooks: inject_inf_step = k > 0 writes +inf into one gradient element
  * before the optimizer step k (1-based), which must then be skipped;
  * stop_after = k > 0 ends the run after step k as an interruption would
@@ -88,6 +92,11 @@ typedef struct {
                              runs at the end of every epoch; NULL: synthetic data */
     const char *predict;  /* with task: after training, GLUE predictions for
                              task->test go to this file (runtime/train/predict.h) */
+    const char *output_dir;   /* the best model by dev metric (the final one without
+                             evaluations) as a transformers folder
+                             (runtime/train/best_model.h); NULL = none */
+    const char *output_vocab; /* copied into output_dir as vocab.txt; NULL = none */
+    bool output_lower_case;   /* tokenizer_config.json's do_lower_case there */
 } TrainOptions;
 
 typedef struct {
