@@ -21,6 +21,7 @@
 #include "formats/hf_names.h"
 #include "formats/safetensors.h"
 #include "lower.h"
+#include "report/runlog.h"
 
 #define VOCAB "data/vocab/bert-base-uncased-vocab.txt"
 #define HIDDEN 32
@@ -161,6 +162,49 @@ static json_t *load_json(const char *name)
     return o;
 }
 
+/* The summary of a cpu run agrees with its step events: steps, tokens,
+ * training time = the sum of the step times (within the wall time),
+ * tokens/s over that time, and the last rate = 1 / the smoothed step time
+ * (first step left out; runlog.h). */
+static void check_summary_arithmetic(const char *name, int64_t want_steps)
+{
+    char p[PATH_MAX + 64], line[4096];
+    path_in(p, sizeof p, name);
+    FILE *f = fopen(p, "r");
+    cr_assert(f, "open %s", p);
+    int64_t steps = 0, tokens = 0;
+    double sum_s = 0, smooth = 0, last_rate = NAN;
+    json_t *summary = NULL;
+    while (fgets(line, sizeof line, f)) {
+        json_t *o = json_loads(line, 0, NULL);
+        cr_assert(o, "JSON line in %s", p);
+        const char *ev = json_string_value(json_object_get(o, "event"));
+        if (!strcmp(ev, "step")) {
+            double dt = json_real_value(json_object_get(o, "step_s"));
+            cr_expect(dt > 0, "step %lld has a time", (long long)steps + 1);
+            tokens += json_integer_value(json_object_get(o, "tokens"));
+            sum_s += dt;
+            if (steps++ > 0) smooth = smooth > 0 ? (1 - RUNLOG_RATE_ALPHA) * smooth + RUNLOG_RATE_ALPHA * dt : dt;
+            last_rate = json_number_value(json_object_get(o, "it_per_s"));
+        }
+        if (!strcmp(ev, "summary")) summary = json_incref(o);
+        json_decref(o);
+    }
+    fclose(f);
+    cr_assert(summary, "a summary in %s", p);
+    double train = json_real_value(json_object_get(summary, "train_s"));
+    cr_expect_eq(steps, want_steps);
+    cr_expect_eq(json_integer_value(json_object_get(summary, "steps")), steps);
+    cr_expect_eq(json_integer_value(json_object_get(summary, "tokens")), tokens);
+    cr_expect(fabs(train - sum_s) <= 1e-9 * sum_s, "train_s %.9g, sum of step_s %.9g", train, sum_s);
+    cr_expect(train <= json_real_value(json_object_get(summary, "wall_s")), "training time within the wall time");
+    cr_expect(fabs(json_real_value(json_object_get(summary, "tokens_per_s")) - (double)tokens / train) <=
+              1e-9 * (double)tokens / train);
+    cr_expect(fabs(last_rate - 1 / smooth) <= 1e-9 / smooth, "it/s %.9g, 1 / smoothed step time %.9g", last_rate,
+              1 / smooth);
+    json_decref(summary);
+}
+
 static void expect_tensor(const StFile *f, const char *name, int64_t d0, int64_t d1)
 {
     const StTensor *t = st_find(f, name);
@@ -223,6 +267,7 @@ Test(hf_output, import_init_fine_tune_output_reinit, .init = setup, .fini = tear
                           "do_lower_case true)"), "%s", out);
     cr_expect(strstr(out, "output: out (transformers folder), the best dev mcc"), "%s", out);
     check_output_files();
+    check_summary_arithmetic("run.jsonl", 6);
     double final = NAN, best = best_eval_loss("run.jsonl", &final);
     cr_assert(isfinite(best), "a best eval in run.jsonl");
     /* the dev MCC of this random model stays 0, so the first eval is the

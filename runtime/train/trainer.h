@@ -18,10 +18,13 @@
  * value, so a run shows what mixed precision does to training; on the GPU
  * the values are stored in 16 bits.  Dropout uses seed spec->train.seed
  * and the micro-step counter as step on both backends.
- * The GPU backend never waits for the device inside a step: the loop reads
- * the per-step records (loss, lr, scale, skips) every log_every steps, at
- * evaluations and at the end, and only then sees a give-up of the loss
- * scaler (HPC_ERR_NUMERIC, at most log_every steps late).
+ * The GPU backend never waits for the device inside a step: after each
+ * step the loop asks which steps the device has finished (TrainBackend.poll,
+ * no waiting) and logs their records (loss, lr, scale, skips, the step's
+ * device time), so progress, rate and ETA describe finished work; it waits
+ * for all queued steps only at evaluations, checkpoints, the end, and when
+ * TRAIN_STAT_RING / 2 steps are unread.  A give-up of the loss scaler
+ * (HPC_ERR_NUMERIC) is seen when its step's record is read.
  * Evaluation (forward only, dropout off) runs on `eval` every eval_every
  * steps and at the end (with a GLUE task and no eval_every: at every
  * epoch's end): the task's metrics (runtime/data/tasks.h, e.g. MCC for CoLA),
