@@ -38,16 +38,17 @@ CPU_PRECISION=${HPC_DEMO_CPU_PRECISION:---fp32}
 mkdir -p runs
 LOG=runs/cola.jsonl
 
-# A number from the JSONL log's summary line ("" when absent).
+# A field of the JSONL log's summary line, printed with FORMAT ("?" when absent).
 summary_field() {
-    sed -n "s/.*\"event\":\"summary\".*\"$1\":\([^,}]*\).*/\1/p" "$LOG" | tail -n 1 | tr -d '"'
+    v=$(sed -n "s/.*\"event\":\"summary\".*\"$1\":\([^,}]*\).*/\1/p" "$LOG" | tail -n 1 | tr -d '"')
+    if [ -n "$v" ] && [ "$v" != null ]; then awk -v x="$v" -v f="$2" 'BEGIN { printf f, x }'; else printf '?'; fi
 }
 
 report() {
     echo "demo: $1"
-    echo "demo:   dev MCC (best) $(summary_field best_value) at step $(summary_field best_step);" \
-         "training $(summary_field train_s) s, $(summary_field tokens_per_s) tokens/s;" \
-         "whole run $(summary_field wall_s) s"
+    echo "demo:   best dev MCC $(summary_field best_value %.4f) at step $(summary_field best_step %d);" \
+         "training $(summary_field train_s %.1f) s at $(summary_field tokens_per_s %.0f) tokens/s" \
+         "(whole run $(summary_field wall_s %.1f) s)"
     echo "demo:   log $LOG, plot runs/cola.svg${2:+, model $2}"
 }
 
