@@ -108,6 +108,30 @@ static bool has_type1(const Example *ex)
 
 /* ---- loading ---- */
 
+/* The GLUE tasks shipped in data/ (data/README.md) load by their default
+ * folder with every row and both classes (counts from the README). */
+Test(tasks, shipped_sst2_mrpc_rte_load, .timeout = 120)
+{
+    static const struct { const char *name, *dir; int64_t train, dev, train_ones; } want[] = {
+        {"sst2", "data/sst2", 67349, 872, 37569},
+        {"mrpc", "data/mrpc", 3668, 408, 2474},
+        {"rte", "data/rte", 2490, 277, 1241},   /* not_entailment = 1 */
+    };
+    for (int i = 0; i < 3; i++) {
+        TaskData t;
+        HpcError err;
+        cr_assert_eq(task_load(want[i].name, path_of(want[i].dir), path_of(VOCAB), false, 128, false, &t, &err),
+                     HPC_OK, "%s: %s", want[i].name, err.msg);
+        cr_expect_eq(t.train.n, want[i].train, "%s train", want[i].name);
+        cr_expect_eq(t.dev.n, want[i].dev, "%s dev", want[i].name);
+        int64_t ones = 0;
+        for (int64_t r = 0; r < t.train.n; r++) ones += t.train.ex[r].label == 1;
+        cr_expect_eq(ones, want[i].train_ones, "%s train label 1", want[i].name);
+        cr_expect(!t.info[TASK_SPLIT_TEST].present, "%s: no test split shipped", want[i].name);
+        task_free(&t);
+    }
+}
+
 Test(tasks, cola_counts_equal_the_files)
 {
     TaskData t;
