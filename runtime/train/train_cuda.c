@@ -51,6 +51,8 @@ static void cuda_close(TrainBackend *b)
 {
     CudaTrain *t = impl(b);
     if (!t) return;
+    /* queued copies may still target the page-locked records (an error path) */
+    if (t->dev_open) cuda_driver()->cuStreamSynchronize(t->dev.stream);
     if (t->loss_ring) arena_release(&t->ex.arena, t->loss_ring);
     if (t->state_ring) arena_release(&t->ex.arena, t->state_ring);
     for (int i = 0; i < TRAIN_STAT_RING; i++) {
