@@ -300,3 +300,31 @@ Test(hf_output, output_refuses_a_foreign_folder, .init = setup, .fini = teardown
     cr_expect_eq(sh("cat notes.txt", out, sizeof out), 0);
     cr_expect_str_eq(out, "mine\n");
 }
+
+/* --init DIR's casing: do_lower_case false means cased unless told; a
+ * tokenizer_config.json that is not JSON is named with line and column. */
+Test(hf_output, init_casing_and_a_broken_tokenizer_config, .init = setup, .fini = teardown, .timeout = 120)
+{
+    char cmd[12288], out[65536];
+    snprintf(cmd, sizeof cmd, "%s/bin/hpc import tiny -o tiny.model >/dev/null", root);
+    cr_assert_eq(sh(cmd, out, sizeof out), 0, "%s", out);
+    write_text("tiny/tokenizer_config.json", "{\"do_lower_case\": false}\n");
+    snprintf(cmd, sizeof cmd, "%s/bin/hpc run tiny.model --device cpu --task cola --data cola --init tiny --steps 1 "
+             "--batch 16 --seq-len 32", root);
+    int rc = sh(cmd, out, sizeof out);
+    cr_expect_eq(rc, 0, "exit %d: %s", rc, out);
+    cr_expect(strstr(out, "tokenizer: vocabulary tiny/vocab.txt (from --init), cased (tokenizer_config.json "
+                          "do_lower_case false)"), "%s", out);
+    snprintf(cmd, sizeof cmd, "%s/bin/hpc run tiny.model --device cpu --task cola --data cola --init tiny --steps 1 "
+             "--batch 16 --seq-len 32 --vocab tiny/vocab.txt --cased", root);
+    rc = sh(cmd, out, sizeof out);
+    cr_expect_eq(rc, 0, "exit %d: %s", rc, out);
+    cr_expect(strstr(out, "tokenizer: vocabulary tiny/vocab.txt (--vocab), cased (--cased)"), "%s", out);
+    write_text("tiny/tokenizer_config.json", "{\"do_lower_case\": true,\n  oops}\n");
+    snprintf(cmd, sizeof cmd, "%s/bin/hpc run tiny.model --device cpu --task cola --data cola --init tiny --steps 1",
+             root);
+    rc = sh(cmd, out, sizeof out);
+    cr_expect_eq(rc, 1, "exit %d: %s", rc, out);
+    cr_expect(strstr(out, "tiny/tokenizer_config.json:2:"), "%s", out);
+    cr_expect(!strstr(out, "step 1/"), "stopped before training: %s", out);
+}
