@@ -39,7 +39,7 @@ GPU_TEST_BIN := $(patsubst tests/gpu/%.c,$(BUILD)/tests/gpu/%,$(GPU_TEST_SRC))
 .PHONY: all deps demo test test-gpu fuzz check-valgrind bench examples verify-hf clean
 all: deps bin/hpc
 
-# The README's first command: fine-tune on CoLA (GPU: BERT-base fp16; else bert_tiny on the cpu).
+# The README's first command: fetch all-MiniLM-L6-v2 and fine-tune it on CoLA (scripts/demo.sh).
 demo: all
 	sh scripts/demo.sh
 

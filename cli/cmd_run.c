@@ -20,6 +20,8 @@
 #include "spec.h"
 #include "data/synthetic.h"
 #include "data/tasks.h"
+#include "formats/hf_folder.h"
+#include "formats/hf_tokenizer.h"
 #include "run_overrides.h"
 #include "train/trainer.h"
 
@@ -29,6 +31,7 @@ static const char run_usage[] =
     "               [--log FILE.jsonl] [--no-fuse] [--data DIR] [--vocab FILE] [--cased]\n"
     "               [--predict FILE] [--skip-bad-rows] [--checkpoint-dir DIR]\n"
     "               [--checkpoint-every N] [--keep K] [--resume DIR] [--init DIR]\n"
+    "               [--output DIR]\n"
     "\n"
     "Trains MODEL (a .model file or a NAME.hpc artifact from `hpc compile`) and\n"
     "evaluates it on a held-out split.  Without MODEL, runs the one *.hpc file in\n"
@@ -68,7 +71,13 @@ static const char run_usage[] =
     "                        step-N in it) exactly; MODEL defaults to the checkpoint's\n"
     "                        model; give the same --steps, --task and data options\n"
     "  --init DIR            start from the weights in DIR: a Hugging Face folder\n"
-    "                        (model.safetensors) or an hpc checkpoint\n"
+    "                        (model.safetensors) or an hpc checkpoint; with a GLUE\n"
+    "                        task its vocab.txt and tokenizer_config.json's\n"
+    "                        do_lower_case are used unless --vocab / --cased are given\n"
+    "  --output DIR          write the best model by dev metric (the final one when\n"
+    "                        nothing is evaluated) as a transformers folder: config.json,\n"
+    "                        model.safetensors, vocab.txt, tokenizer_config.json,\n"
+    "                        special_tokens_map.json; DIR is replaced as a whole\n"
     "  -h, --help            this text\n"
     "\n"
     "The model needs a sequence classification head (or a causal LM head,\n"
@@ -77,13 +86,14 @@ static const char run_usage[] =
     "which must then be skipped (the log names it).\n";
 
 typedef struct {
-    const char *model, *device, *task, *log, *ckpt_dir, *resume, *init;
+    const char *model, *device, *task, *log, *ckpt_dir, *resume, *init, *output;
     const char *data, *vocab, *predict;   /* GLUE tasks */
     int64_t steps, seq_len, rows, eval_every, ckpt_every, keep;
     SpecPrecision policy;
     bool policy_given, no_fuse, cased, skip_bad_rows;
     RunOverrides train;  /* --lr, --loss-scale, ... over the model's train block */
     char found[4096];   /* the *.hpc found when no MODEL was given */
+    char init_vocab[4096]; /* --init DIR's vocab.txt, when it is used */
 } RunArgs;
 
 static int parse_count(const char *opt, const char *s, int64_t *out)
@@ -155,6 +165,7 @@ static int run_parse(int argc, char **argv, RunArgs *a)
         else if (strcmp(o, "--keep") == 0) rc = parse_count(o, argv[++i], &a->keep);
         else if (strcmp(o, "--resume") == 0) a->resume = argv[++i];
         else if (strcmp(o, "--init") == 0) a->init = argv[++i];
+        else if (strcmp(o, "--output") == 0) a->output = argv[++i];
         else if (run_override_known(o)) rc = run_override_add(&a->train, o, argv[++i], NULL);
         else if (o[0] == '-' || a->model) rc = HPC_ERR_USAGE;
         else a->model = o;
@@ -202,6 +213,32 @@ static HpcStatus make_data(const ModelSpec *s, const RunArgs *a, Dataset *train,
     if (!st) st = synthetic_make(task, dev, a->rows / 4 + 1, s->stack.vocab_size, len,
                                  s->train.seed + 1, reg, err);
     return st;
+}
+
+/* --init DIR with a GLUE task: DIR's vocab.txt and casing unless --vocab or
+ * --cased were given; one line says what the tokenizer uses and why. */
+static HpcStatus init_tokenizer(RunArgs *a, HpcError *err)
+{
+    HfTokenizerInfo ti;
+    HpcStatus st = hf_tokenizer_read(a->init, &ti, err);
+    if (st) return st;
+    const char *vocab_from = a->vocab ? "--vocab" : "default";
+    if (!a->vocab && ti.vocab[0]) {
+        snprintf(a->init_vocab, sizeof a->init_vocab, "%s", ti.vocab);
+        a->vocab = a->init_vocab;
+        vocab_from = "from --init";
+    }
+    const char *case_from = a->cased ? "--cased" : "default";
+    if (!a->cased && ti.has_lower_case) {
+        a->cased = !ti.do_lower_case;
+        case_from = ti.do_lower_case ? "tokenizer_config.json do_lower_case true"
+                                     : "tokenizer_config.json do_lower_case false";
+    }
+    fprintf(stderr, "hpc run: tokenizer: vocabulary %s (%s), %s (%s)\n",
+            a->vocab ? a->vocab : a->cased ? "data/vocab/bert-base-cased-vocab.txt"
+                                           : "data/vocab/bert-base-uncased-vocab.txt",
+            vocab_from, a->cased ? "cased" : "lower-cased", case_from);
+    return HPC_OK;
 }
 
 /* A GLUE task: rows tokenized to the model's seq_len (or --seq-len if shorter). */
@@ -269,13 +306,17 @@ int cmd_run(int argc, char **argv)
     HpcStatus st = run_overrides_apply(&a.train, &spec, &err);
     if (!st) st = check_run(&spec, &a, &err);
     bool glue = !is_synthetic(&a);
+    if (!st && glue && a.init) st = init_tokenizer(&a, &err);
+    if (!st && a.output) st = hf_folder_check(a.output, &spec, &err);
     if (!st) st = glue ? load_task(&spec, &a, &task, &err) : make_data(&spec, &a, &train, &dev, &err);
     TrainOptions o = {.steps = a.steps, .eval_every = a.eval_every, .log_every = 10, .jsonl = a.log,
                       .out = stderr, .progress_bar = isatty(2), .policy = a.policy,
                       .device = device, .inject_inf_step = inject_step(), .no_fuse = a.no_fuse,
                       .task = glue ? &task : NULL, .predict = a.predict,
                       .checkpoint_dir = a.ckpt_dir, .checkpoint_every = a.ckpt_every, .checkpoint_keep = (int)a.keep,
-                      .resume_dir = a.resume, .init_dir = a.init, .handle_signals = true};
+                      .resume_dir = a.resume, .init_dir = a.init, .handle_signals = true,
+                      .output_dir = a.output, .output_vocab = glue && !st ? task.vocab_path : NULL,
+                      .output_lower_case = !a.cased};
     TrainResult r;
     if (!st) st = trainer_run(&spec, glue ? &task.train : &train, glue ? &task.dev : &dev, &o, &r, &err);
     dataset_free(&train);

@@ -23,7 +23,8 @@ static char *fake_run(const char *jsonl, bool bar, int64_t every)
     for (int64_t s = 1; s <= 10; s++) {
         RunLogStep st = {.step = s, .total_steps = 10, .epoch = (int)(s / 6), .loss = 1.0 / (double)s,
                          .lr = 1e-4 * (double)s, .loss_scale = 65536, .skipped_total = s >= 4,
-                         .tokens = 100 * s, .device_mem_bytes = 1e9 + 1e6 * (double)s};
+                         .tokens = 100 * s, .device_mem_bytes = 1e9 + 1e6 * (double)s,
+                         .seconds = s == 1 ? 1.0 : 0.2};   /* a slow first step (start-up) */
         if (s == 4) {
             st.loss = NAN;
             runlog_skip(log, 4, 32768);
@@ -101,6 +102,11 @@ Test(runlog, jsonl_events_and_fields)
     cr_expect_float_eq(json_real_value(json_object_get(sum, "best_value")), 0.41, 1e-12);
     cr_expect_eq(json_integer_value(json_object_get(sum, "best_step")), 5);
     cr_expect_float_eq(json_real_value(json_object_get(sum, "peak_mem_bytes")), 2.5e9, 0);
+    /* training time = the steps' own times: 1.0 + 9 x 0.2 */
+    cr_expect_float_eq(json_real_value(json_object_get(sum, "train_s")), 2.8, 1e-12);
+    cr_expect_float_eq(json_real_value(json_object_get(sum, "tokens_per_s")), 5500 / 2.8, 1e-9);
+    cr_expect_float_eq(json_real_value(json_object_get(sum, "steps_per_s")), 10 / 2.8, 1e-12);
+    cr_expect_eq(json_integer_value(json_object_get(sum, "skipped_total")), 1);
     json_decref(all);
     remove(path);
 }
@@ -116,9 +122,46 @@ Test(runlog, plain_lines_every_n)
     cr_expect(strstr(text, "step 4: inf/NaN in the gradients, update skipped; loss scale now 32768"), "%s", text);
     cr_expect(strstr(text, "eval at step 5 (epoch 0): mcc 0.4100"), "%s", text);
     cr_expect(strstr(text, "best dev mcc 0.4100 at step 5"), "%s", text);
-    cr_expect(strstr(text, "done: 10 steps in"), "%s", text);
+    cr_expect(strstr(text, "done: 10 steps (1 skipped) in 2.8s of training, 3.57 steps/s, 1964 tokens/s (whole run "),
+              "%s", text);
     cr_expect(strstr(text, "peak device memory 2.3 GiB"), "%s", text);
     cr_expect(strstr(text, "training cola\n"), "%s", text);
+    free(text);
+}
+
+/* Rate and ETA come from the steps' own times, never from when runlog_step
+ * was called: the first step (start-up) is left out of the rate, the rest
+ * take 0.2 s each, so 5 it/s and 4 steps left at step 6 = 0.8 s. */
+Test(runlog, rate_and_eta_from_step_times)
+{
+    char *text = fake_run(NULL, false, 3);
+    cr_expect(strstr(text, "step 1/10  epoch 0  0.00 it/s  ETA -  loss 1.0000"), "%s", text);
+    cr_expect(strstr(text, "step 6/10  epoch 1  5.00 it/s  ETA 0.8s  loss 0.1667"), "%s", text);
+    cr_expect(strstr(text, "step 10/10  epoch 1  5.00 it/s  ETA 0.0s"), "%s", text);
+    free(text);
+}
+
+/* A slower stretch moves the smoothed rate by RUNLOG_RATE_ALPHA per step:
+ * after 0.1 s steps, one 1.1 s step makes the smoothed step time
+ * 0.9 x 0.1 + 0.1 x 1.1 = 0.2 s, 5 it/s. */
+Test(runlog, rate_is_smoothed_step_time)
+{
+    char *text = NULL;
+    size_t len = 0;
+    FILE *out = open_memstream(&text, &len);
+    HpcError err;
+    RunLog *log = runlog_open(NULL, out, false, &err);
+    cr_assert_not_null(log, "%s", err.msg);
+    runlog_set_interval(log, 1);
+    for (int64_t s = 1; s <= 4; s++)
+        runlog_step(log, &(RunLogStep){.step = s, .total_steps = 100, .loss = 0.5, .tokens = 10,
+                                       .seconds = s == 4 ? 1.1 : 0.1});
+    runlog_close(log, 0);
+    fclose(out);
+    cr_expect(strstr(text, "step 3/100  epoch 0  10.00 it/s  ETA 9.7s"), "%s", text);
+    cr_expect(strstr(text, "step 4/100  epoch 0  5.00 it/s  ETA 19s"), "%s", text);
+    cr_expect(strstr(text, "done: 4 steps (0 skipped) in 1.4s of training, 2.86 steps/s, 29 tokens/s"), "%s", text);
+    cr_expect(strstr(text, "peak device memory unknown (cpu)"), "%s", text);
     free(text);
 }
 

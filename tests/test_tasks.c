@@ -108,6 +108,30 @@ static bool has_type1(const Example *ex)
 
 /* ---- loading ---- */
 
+/* The GLUE tasks shipped in data/ (data/README.md) load by their default
+ * folder with every row and both classes (counts from the README). */
+Test(tasks, shipped_sst2_mrpc_rte_load, .timeout = 120)
+{
+    static const struct { const char *name, *dir; int64_t train, dev, train_ones; } want[] = {
+        {"sst2", "data/sst2", 67349, 872, 37569},
+        {"mrpc", "data/mrpc", 3668, 408, 2474},
+        {"rte", "data/rte", 2490, 277, 1241},   /* not_entailment = 1 */
+    };
+    for (int i = 0; i < 3; i++) {
+        TaskData t;
+        HpcError err;
+        cr_assert_eq(task_load(want[i].name, path_of(want[i].dir), path_of(VOCAB), false, 128, false, &t, &err),
+                     HPC_OK, "%s: %s", want[i].name, err.msg);
+        cr_expect_eq(t.train.n, want[i].train, "%s train", want[i].name);
+        cr_expect_eq(t.dev.n, want[i].dev, "%s dev", want[i].name);
+        int64_t ones = 0;
+        for (int64_t r = 0; r < t.train.n; r++) ones += t.train.ex[r].label == 1;
+        cr_expect_eq(ones, want[i].train_ones, "%s train label 1", want[i].name);
+        cr_expect(!t.info[TASK_SPLIT_TEST].present, "%s: no test split shipped", want[i].name);
+        task_free(&t);
+    }
+}
+
 Test(tasks, cola_counts_equal_the_files)
 {
     TaskData t;
@@ -235,7 +259,8 @@ Test(tasks, mnli_matched_and_mismatched)
     cr_expect_eq(task_load("mnli-mm", dir, path_of(VOCAB), false, 64, false, &t, &err), HPC_ERR_IO);
     char want[1024];
     snprintf(want, sizeof want,
-             "task mnli-mm: cannot open %s/dev_mismatched.tsv: No such file or directory; copy GLUE's MNLI into "
+             "task mnli-mm: cannot open %s/dev_mismatched.tsv: No such file or directory; copy GLUE's MNLI "
+             "(the glue_data/MNLI folder of the GLUE download, gluebenchmark.com/tasks) into "
              "%s/ (train.tsv, dev_mismatched.tsv; test_mismatched.tsv optional) or point --data at a folder that "
              "holds them",
              dir, dir);
@@ -251,12 +276,14 @@ Test(tasks, missing_directory_message)
                  HPC_ERR_IO);
     cr_expect_str_eq(err.msg,
                      "task cola: cannot use data directory /nonexistent/glue/CoLA: no such directory; copy GLUE's "
-                     "CoLA into /nonexistent/glue/CoLA/ (train.tsv, dev.tsv; test.tsv optional) or point --data at "
+                     "CoLA (the glue_data/CoLA folder of the GLUE download, gluebenchmark.com/tasks) into "
+                     "/nonexistent/glue/CoLA/ (train.tsv, dev.tsv; test.tsv optional) or point --data at "
                      "a folder that holds them");
     cr_assert_eq(chdir(make_tmp()), 0);
     cr_expect_eq(task_load("sst-2", NULL, NULL, false, 128, false, &t, &err), HPC_ERR_IO);
     cr_expect_str_eq(err.msg,
-                     "task sst2: cannot use data directory data/sst2: no such directory; copy GLUE's SST-2 into "
+                     "task sst2: cannot use data directory data/sst2: no such directory; copy GLUE's SST-2 "
+                     "(the glue_data/SST-2 folder of the GLUE download, gluebenchmark.com/tasks) into "
                      "data/sst2/ (train.tsv, dev.tsv; test.tsv optional) or point --data at a folder that holds them");
     cr_expect_eq(t.tok, NULL);
     drop_tmp();

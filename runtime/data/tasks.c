@@ -91,8 +91,9 @@ static void task_remedy(const TaskInfo *ti, const char *dir, char *buf, size_t n
                  ti->dev);
     else
         snprintf(buf, n,
-                 "copy GLUE's %s into %.300s/ (train.tsv, %s; %s optional) or point --data at a folder that holds them",
-                 ti->glue_dir, dir, ti->dev, ti->test);
+                 "copy GLUE's %s (the glue_data/%s folder of the GLUE download, gluebenchmark.com/tasks) into "
+                 "%.300s/ (train.tsv, %s; %s optional) or point --data at a folder that holds them",
+                 ti->glue_dir, ti->glue_dir, dir, ti->dev, ti->test);
 }
 
 static HpcStatus task_check_dir(const TaskInfo *ti, const char *dir, HpcError *err)

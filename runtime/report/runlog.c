@@ -14,8 +14,6 @@
 /* Bar redraws closer together than this are skipped: a fast run would
  * otherwise spend its time writing to the terminal. */
 #define RUNLOG_REDRAW_S 0.1
-/* Weight of the newest step in the smoothed step rate. */
-#define RUNLOG_RATE_ALPHA 0.1
 
 struct RunLog {
     FILE *out;            /* borrowed, may be NULL */
@@ -25,7 +23,9 @@ struct RunLog {
     int64_t every;
     bool higher_is_better;
     double t_open, t_last_step, t_last_draw;
-    double rate;          /* smoothed steps per second, 0 = unknown */
+    double rate;          /* 1 / smoothed step time, 0 = unknown */
+    double step_s;        /* smoothed step time (first step left out), 0 = none yet */
+    double train_s;       /* sum of the step times */
     int64_t steps;        /* runlog_step calls */
     int64_t tokens;       /* sum of RunLogStep.tokens */
     double peak_mem;      /* largest device_mem_bytes seen */
@@ -37,7 +37,7 @@ struct RunLog {
     int64_t write_errors; /* JSONL lines that failed to write */
 };
 
-static double runlog_now(void)
+double runlog_clock(void)
 {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -71,7 +71,7 @@ static void jsonl_write(RunLog *log, json_t *obj)
 {
     if (!obj) return;
     if (log->jsonl) {
-        json_object_set_new(obj, "elapsed_s", json_real(runlog_now() - log->t_open));
+        json_object_set_new(obj, "elapsed_s", json_real(runlog_clock() - log->t_open));
         if (json_dumpf(obj, log->jsonl, JSON_COMPACT) != 0 || fputc('\n', log->jsonl) == EOF ||
             fflush(log->jsonl) != 0)
             log->write_errors++;
@@ -130,7 +130,7 @@ static void bar_draw(RunLog *log)
     fprintf(log->out, "\r%s\033[K", line);
     fflush(log->out);
     log->bar_shown = true;
-    log->t_last_draw = runlog_now();
+    log->t_last_draw = runlog_clock();
 }
 
 /* A whole line on the console; the bar (if any) is redrawn under it. */
@@ -162,7 +162,7 @@ RunLog *runlog_open(const char *jsonl_path, FILE *out, bool progress_bar, HpcErr
     log->bar = progress_bar && out;
     log->every = 50;
     log->higher_is_better = true;
-    log->t_open = log->t_last_step = runlog_now();
+    log->t_open = log->t_last_step = runlog_clock();
     jsonl_write(log, json_pack("{s:s, s:i, s:I}", "event", "start", "version", 1, "unix_time", (json_int_t)time(NULL)));
     return log;
 }
@@ -177,29 +177,34 @@ void runlog_set_higher_is_better(RunLog *log, bool higher)
     if (log) log->higher_is_better = higher;
 }
 
-static void runlog_update_rate(RunLog *log, double now)
+/* The step's time into the training time and the smoothed step time;
+ * returns the step time used. */
+static double runlog_update_rate(RunLog *log, double seconds, double now)
 {
-    double dt = now - log->t_last_step;
+    double dt = seconds > 0 ? seconds : now - log->t_last_step;
     log->t_last_step = now;
-    if (log->steps == 1 || dt <= 0) return;  /* the first step includes start-up */
-    double r = 1.0 / dt;
-    log->rate = log->rate > 0 ? (1 - RUNLOG_RATE_ALPHA) * log->rate + RUNLOG_RATE_ALPHA * r : r;
+    if (!(dt > 0) || !isfinite(dt)) return 0;
+    log->train_s += dt;
+    if (log->steps == 1) return dt;  /* the first step includes start-up */
+    log->step_s = log->step_s > 0 ? (1 - RUNLOG_RATE_ALPHA) * log->step_s + RUNLOG_RATE_ALPHA * dt : dt;
+    log->rate = 1.0 / log->step_s;
+    return dt;
 }
 
 void runlog_step(RunLog *log, const RunLogStep *s)
 {
     if (!log) return;
-    double now = runlog_now();
+    double now = runlog_clock();
     log->steps++;
     log->tokens += s->tokens;
     if (s->device_mem_bytes > log->peak_mem) log->peak_mem = s->device_mem_bytes;
     log->last = *s;
-    runlog_update_rate(log, now);
-    jsonl_write(log, json_pack("{s:s, s:I, s:I, s:i, s:o, s:o, s:o, s:I, s:I, s:o, s:o}", "event", "step",
+    double dt = runlog_update_rate(log, s->seconds, now);
+    jsonl_write(log, json_pack("{s:s, s:I, s:I, s:i, s:o, s:o, s:o, s:I, s:I, s:o, s:o, s:o}", "event", "step",
                                "step", (json_int_t)s->step, "total_steps", (json_int_t)s->total_steps,
                                "epoch", s->epoch, "loss", json_num(s->loss), "lr", json_num(s->lr),
                                "loss_scale", json_num(s->loss_scale), "skipped_total", (json_int_t)s->skipped_total,
-                               "tokens", (json_int_t)s->tokens, "it_per_s", json_num(log->rate),
+                               "tokens", (json_int_t)s->tokens, "step_s", json_num(dt), "it_per_s", json_num(log->rate),
                                "device_mem_bytes", json_num(s->device_mem_bytes)));
     if (!log->out) return;
     bool edge = log->steps == 1 || s->step == s->total_steps;
@@ -257,15 +262,20 @@ void runlog_message(RunLog *log, const char *fmt, ...)
     console_line(log, text);
 }
 
+/* x / seconds, 0 when no time was measured. */
+static double per_second(double x, double seconds) { return seconds > 0 ? x / seconds : 0.0; }
+
 static void runlog_print_summary(RunLog *log, double wall, double peak)
 {
-    char dur[32], mem[32] = "unknown";
-    fmt_duration(dur, sizeof dur, wall);
+    char train[32], whole[32], mem[32] = "unknown (cpu)";
+    fmt_duration(train, sizeof train, log->train_s);
+    fmt_duration(whole, sizeof whole, wall);
     if (peak > 0) fmt_bytes(mem, sizeof mem, peak);
     bar_clear(log);
-    fprintf(log->out, "done: %lld steps in %s (%.2f steps/s, %.0f tokens/s)\n", (long long)log->steps, dur,
-            wall > 0 ? (double)log->steps / wall : 0.0, wall > 0 ? (double)log->tokens / wall : 0.0);
-    fprintf(log->out, "peak device memory %s; skipped steps %lld\n", mem, (long long)log->last.skipped_total);
+    fprintf(log->out, "done: %lld steps (%lld skipped) in %s of training, %.2f steps/s, %.0f tokens/s "
+            "(whole run %s)\n", (long long)log->steps, (long long)log->last.skipped_total, train,
+            per_second((double)log->steps, log->train_s), per_second((double)log->tokens, log->train_s), whole);
+    fprintf(log->out, "peak device memory %s\n", mem);
     if (log->have_best)
         fprintf(log->out, "best dev %s %.4f at step %lld\n", log->best_metric, log->best_value,
                 (long long)log->best_step);
@@ -278,13 +288,14 @@ static void runlog_print_summary(RunLog *log, double wall, double peak)
 void runlog_close(RunLog *log, double peak_mem_bytes)
 {
     if (!log) return;
-    double wall = runlog_now() - log->t_open;
+    double wall = runlog_clock() - log->t_open;
     double peak = peak_mem_bytes > log->peak_mem ? peak_mem_bytes : log->peak_mem;
-    json_t *sum = json_pack("{s:s, s:o, s:I, s:o, s:I, s:o, s:o, s:I}", "event", "summary", "wall_s", json_num(wall),
+    json_t *sum = json_pack("{s:s, s:o, s:o, s:I, s:o, s:I, s:o, s:o, s:I}", "event", "summary",
+                            "wall_s", json_num(wall), "train_s", json_num(log->train_s),
                             "steps", (json_int_t)log->steps,
-                            "steps_per_s", json_num(wall > 0 ? (double)log->steps / wall : 0),
+                            "steps_per_s", json_num(per_second((double)log->steps, log->train_s)),
                             "tokens", (json_int_t)log->tokens,
-                            "tokens_per_s", json_num(wall > 0 ? (double)log->tokens / wall : 0),
+                            "tokens_per_s", json_num(per_second((double)log->tokens, log->train_s)),
                             "peak_mem_bytes", json_num(peak), "skipped_total", (json_int_t)log->last.skipped_total);
     if (sum && log->have_best) {
         json_object_set_new(sum, "best_metric", json_string(log->best_metric));

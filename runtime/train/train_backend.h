@@ -10,8 +10,12 @@
  *            count; `poison` (test hook) first writes +inf into one
  *            gradient element, so the step must be skipped;
  *   collect  the records of the steps since the last collect, in order
- *            (the cuda backend keeps them on the device and reads them
- *            here, the only place it waits for the GPU);
+ *            (the cuda backend waits here for the device to finish them);
+ *   poll     (cuda only; NULL on the cpu) the records of the steps the
+ *            device has already finished, without waiting: each step ends
+ *            with an event and a copy of its record into page-locked host
+ *            memory, and poll asks the events (cuEventQuery), so progress
+ *            reports what the GPU has done, not what the host has queued;
  *   forward  evaluation: the loss and the (B, C) f32 logits of a batch
  *            (dropout off).
  * Backends: cpu (runtime/cpu/cpu_exec.h + optim.h + lossscale.h on the host)
@@ -57,6 +61,10 @@ typedef struct {
     double grad_norm;          /* unscaled, before clipping; inf when skipped */
     bool skipped;
     int64_t total_skips, consecutive_skips;
+    double seconds;            /* how long the step took: cuda, on the device's clock
+                                  (from the previous step's end, or from the step's own
+                                  start after anything else ran); 0 when the backend
+                                  does not time steps (cpu: the trainer times them) */
 } TrainStepStat;
 
 typedef struct TrainBackend TrainBackend;
@@ -74,6 +82,7 @@ struct TrainBackend {
     HpcStatus (*micro)(TrainBackend *b, const Batch *batch, int64_t m, HpcError *err);
     HpcStatus (*step)(TrainBackend *b, bool poison, HpcError *err);
     HpcStatus (*collect)(TrainBackend *b, TrainStepStat *out, int max, int *n, HpcError *err);
+    HpcStatus (*poll)(TrainBackend *b, TrainStepStat *out, int max, int *n, HpcError *err);
     HpcStatus (*forward)(TrainBackend *b, const Batch *batch, double *loss, const float **logits,
                          HpcError *err);
     /* Parameter p's current f32 master, (numel) floats (waits). */

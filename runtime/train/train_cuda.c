@@ -4,7 +4,16 @@
  * collect (train_backend.h).  A step queues work and returns: the loss
  * scale reaches the backward pass by a device copy, the learning rate is
  * computed on the device from the applied-step count, and each step's loss
- * and optimizer state are copied into device rings. */
+ * and optimizer state are copied into device rings.
+ *
+ * Progress without stalling: each step ends with an async copy of its ring
+ * slot into page-locked host memory and an event after it; poll asks the
+ * events of the oldest unread steps (cuEventQuery, which never waits) and
+ * hands out the records whose copies have landed, timed by the device's
+ * own clock (cuEventElapsedTime).  Slots are reused round the ring
+ * (slot = step % TRAIN_STAT_RING); at most TRAIN_STAT_RING - 1 steps are
+ * unread, so the end event of the step before the oldest unread one is
+ * still valid as its start time. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -22,12 +31,16 @@ typedef struct {
     bool opt_open;
     int64_t accum;             /* micro-batches per step (ring row width) */
     uint32_t micro;            /* micro-steps so far: the dropout step */
-    int64_t steps;             /* optimizer steps queued */
+    int64_t steps;             /* optimizer steps queued (counting resumed ones) */
+    int64_t read;              /* steps whose records were handed out */
     CUdeviceptr loss_ring;     /* (RING, accum) f32 micro-batch losses */
     CUdeviceptr state_ring;    /* (RING) KemitOptState after each step */
-    int n_pending;             /* steps queued since the last collect */
-    float *host_loss;          /* (RING * accum) */
-    KemitOptState *host_state; /* (RING) */
+    float *host_loss;          /* (RING * accum) page-locked copy of loss_ring */
+    KemitOptState *host_state; /* (RING) page-locked copy of state_ring */
+    CUevent begin[TRAIN_STAT_RING]; /* per slot: before the step's first micro-batch */
+    CUevent end[TRAIN_STAT_RING];   /* per slot: after the copy of the step's record */
+    bool chained[TRAIN_STAT_RING];  /* only training ran since the previous step's end */
+    bool chain_next;           /* the next step follows the last one directly */
     float *logits;             /* eval: (B, C) f32 */
     size_t logits_cap;
 } CudaTrain;
@@ -38,13 +51,19 @@ static void cuda_close(TrainBackend *b)
 {
     CudaTrain *t = impl(b);
     if (!t) return;
+    /* queued copies may still target the page-locked records (an error path) */
+    if (t->dev_open) cuda_driver()->cuStreamSynchronize(t->dev.stream);
     if (t->loss_ring) arena_release(&t->ex.arena, t->loss_ring);
     if (t->state_ring) arena_release(&t->ex.arena, t->state_ring);
+    for (int i = 0; i < TRAIN_STAT_RING; i++) {
+        if (t->begin[i]) cuda_driver()->cuEventDestroy(t->begin[i]);
+        if (t->end[i]) cuda_driver()->cuEventDestroy(t->end[i]);
+    }
+    if (t->host_loss) cuda_driver()->cuMemFreeHost(t->host_loss);
+    if (t->host_state) cuda_driver()->cuMemFreeHost(t->host_state);
     if (t->opt_open) cuda_optim_free(&t->opt);
     if (t->ex_open) cuda_exec_free(&t->ex);
     if (t->dev_open) cuda_device_close(&t->dev);
-    free(t->host_loss);
-    free(t->host_state);
     free(t->logits);
     free(t);
     b->impl = NULL;
@@ -56,11 +75,17 @@ static HpcStatus cuda_micro(TrainBackend *b, const Batch *batch, int64_t m, HpcE
     if (m >= t->accum)
         return hpc_fail(err, HPC_ERR_USAGE, "trainer: micro-batch %lld of a step with grad_accum %lld",
                         (long long)m, (long long)t->accum);
+    int ring = (int)(t->steps % TRAIN_STAT_RING);
+    HpcStatus st = HPC_OK;
+    if (m == 0) {
+        t->chained[ring] = t->chain_next;
+        st = CUDA_CHECK(err, cuda_driver()->cuEventRecord(t->begin[ring], t->dev.stream));
+    }
     CudaRunOptions o = {.training = true, .backward = true, .seed = b->spec->train.seed,
                         .step = t->micro++, .loss_scale_dev = cuda_optim_scale_ptr(&t->opt),
                         .graph = true};
-    HpcStatus st = cuda_exec_run(&t->ex, batch, &o, err);
-    CUdeviceptr slot = t->loss_ring + (CUdeviceptr)(((int64_t)t->n_pending * t->accum + m) * 4);
+    if (!st) st = cuda_exec_run(&t->ex, batch, &o, err);
+    CUdeviceptr slot = t->loss_ring + (CUdeviceptr)(((int64_t)ring * t->accum + m) * 4);
     if (!st) st = CUDA_CHECK(err, cuda_driver()->cuMemcpyDtoDAsync(slot, cuda_exec_ptr(&t->ex, b->g.loss), 4,
                                                                    t->dev.stream));
     return st ? st : cuda_optim_accumulate(&t->opt, m, err);
@@ -69,16 +94,70 @@ static HpcStatus cuda_micro(TrainBackend *b, const Batch *batch, int64_t m, HpcE
 static HpcStatus cuda_step(TrainBackend *b, bool poison, HpcError *err)
 {
     CudaTrain *t = impl(b);
-    if (t->n_pending == TRAIN_STAT_RING)
-        return hpc_fail(err, HPC_ERR_INTERNAL, "trainer: %d steps without collect", TRAIN_STAT_RING);
+    const CudaDriver *cu = cuda_driver();
+    if (t->steps - t->read >= TRAIN_STAT_RING - 1)
+        return hpc_fail(err, HPC_ERR_INTERNAL, "trainer: %d steps without collect", TRAIN_STAT_RING - 1);
+    int ring = (int)(t->steps % TRAIN_STAT_RING);
     HpcStatus st = poison ? cuda_optim_poison(&t->opt, err) : HPC_OK;
     if (!st) st = cuda_optim_step(&t->opt, err);
-    CUdeviceptr slot = t->state_ring + (CUdeviceptr)((size_t)t->n_pending * sizeof(KemitOptState));
-    if (!st) st = CUDA_CHECK(err, cuda_driver()->cuMemcpyDtoDAsync(slot, cuda_optim_state_ptr(&t->opt),
-                                                                   sizeof(KemitOptState), t->dev.stream));
+    CUdeviceptr slot = t->state_ring + (CUdeviceptr)((size_t)ring * sizeof(KemitOptState));
+    if (!st) st = CUDA_CHECK(err, cu->cuMemcpyDtoDAsync(slot, cuda_optim_state_ptr(&t->opt),
+                                                        sizeof(KemitOptState), t->dev.stream));
+    /* the record to the host now, so that reading it later needs no wait */
+    size_t row = (size_t)t->accum * 4;
+    if (!st) st = CUDA_CHECK(err, cu->cuMemcpyDtoHAsync(t->host_loss + (size_t)ring * (size_t)t->accum,
+                                                        t->loss_ring + (CUdeviceptr)((size_t)ring * row), row,
+                                                        t->dev.stream));
+    if (!st) st = CUDA_CHECK(err, cu->cuMemcpyDtoHAsync(t->host_state + ring, slot, sizeof(KemitOptState),
+                                                        t->dev.stream));
+    if (!st) st = CUDA_CHECK(err, cu->cuEventRecord(t->end[ring], t->dev.stream));
     if (!st) {
-        t->n_pending++;
         t->steps++;
+        t->chain_next = true;
+    }
+    return st;
+}
+
+/* Step t->read + 1's record (its events have completed). */
+static HpcStatus take_record(CudaTrain *t, TrainStepStat *out, HpcError *err)
+{
+    int ring = (int)(t->read % TRAIN_STAT_RING);
+    bool chained = t->chained[ring] && t->read > 0;
+    CUevent from = chained ? t->end[(ring + TRAIN_STAT_RING - 1) % TRAIN_STAT_RING] : t->begin[ring];
+    float ms = 0;
+    HpcStatus st = CUDA_CHECK(err, cuda_driver()->cuEventElapsedTime(&ms, from, t->end[ring]));
+    if (st) return st;
+    const KemitOptState *s = &t->host_state[ring];
+    double sum = 0;
+    for (int64_t m = 0; m < t->accum; m++) sum += t->host_loss[(int64_t)ring * t->accum + m];
+    *out = (TrainStepStat){.step = ++t->read, .loss = sum / (double)t->accum, .lr = s->lr,
+                           .loss_scale = s->scale, .grad_norm = s->grad_norm, .skipped = s->found_inf != 0,
+                           .total_skips = s->total_skips, .consecutive_skips = s->consecutive_skips,
+                           .seconds = 1e-3 * (double)ms};
+    return HPC_OK;
+}
+
+/* The unread records in order: all of them, waiting for the device (wait),
+ * or those of the steps it has finished (never waits). */
+static HpcStatus read_records(TrainBackend *b, TrainStepStat *out, int max, int *n, bool wait, HpcError *err)
+{
+    CudaTrain *t = impl(b);
+    const CudaDriver *cu = cuda_driver();
+    *n = 0;
+    if (wait && max < t->steps - t->read)
+        return hpc_fail(err, HPC_ERR_USAGE, "trainer: collect wants room for %lld steps",
+                        (long long)(t->steps - t->read));
+    HpcStatus st = HPC_OK;
+    while (!st && t->read < t->steps && *n < max) {
+        CUevent done = t->end[t->read % TRAIN_STAT_RING];
+        if (wait) {
+            st = CUDA_CHECK(err, cu->cuEventSynchronize(done));
+        } else {
+            CUresult r = cu->cuEventQuery(done);
+            if (r == CUDA_ERROR_NOT_READY) break;
+            st = CUDA_CHECK(err, r);
+        }
+        if (!st) st = take_record(t, &out[(*n)++], err);
     }
     return st;
 }
@@ -86,37 +165,19 @@ static HpcStatus cuda_step(TrainBackend *b, bool poison, HpcError *err)
 /* The one place the backend waits for the GPU during training. */
 static HpcStatus cuda_collect(TrainBackend *b, TrainStepStat *out, int max, int *n, HpcError *err)
 {
-    CudaTrain *t = impl(b);
-    const CudaDriver *cu = cuda_driver();
-    *n = 0;
-    if (t->n_pending == 0) return HPC_OK;
-    if (max < t->n_pending)
-        return hpc_fail(err, HPC_ERR_USAGE, "trainer: collect wants room for %d steps", t->n_pending);
-    HpcStatus st = CUDA_CHECK(err, cu->cuMemcpyDtoHAsync(t->host_loss, t->loss_ring,
-                                                         (size_t)(t->n_pending * t->accum) * 4, t->dev.stream));
-    if (!st) st = CUDA_CHECK(err, cu->cuMemcpyDtoHAsync(t->host_state, t->state_ring,
-                                                        (size_t)t->n_pending * sizeof(KemitOptState), t->dev.stream));
-    if (!st) st = CUDA_CHECK(err, cu->cuStreamSynchronize(t->dev.stream));
-    if (st) return st;
-    int64_t first = t->steps - t->n_pending;
-    for (int i = 0; i < t->n_pending; i++) {
-        const KemitOptState *s = &t->host_state[i];
-        double sum = 0;
-        for (int64_t m = 0; m < t->accum; m++) sum += t->host_loss[i * t->accum + m];
-        out[i] = (TrainStepStat){.step = first + i + 1, .loss = sum / (double)t->accum, .lr = s->lr,
-                                 .loss_scale = s->scale, .grad_norm = s->grad_norm,
-                                 .skipped = s->found_inf != 0, .total_skips = s->total_skips,
-                                 .consecutive_skips = s->consecutive_skips};
-    }
-    *n = t->n_pending;
-    t->n_pending = 0;
-    return HPC_OK;
+    return read_records(b, out, max, n, true, err);
+}
+
+static HpcStatus cuda_poll(TrainBackend *b, TrainStepStat *out, int max, int *n, HpcError *err)
+{
+    return read_records(b, out, max, n, false, err);
 }
 
 static HpcStatus cuda_forward(TrainBackend *b, const Batch *batch, double *loss, const float **logits,
                               HpcError *err)
 {
     CudaTrain *t = impl(b);
+    t->chain_next = false;   /* the next step's time starts at its own start */
     CudaRunOptions o = {.training = false, .backward = false, .loss_scale = 1.0};
     HpcStatus st = cuda_exec_run(&t->ex, batch, &o, err);
     if (!st) st = cuda_exec_loss(&t->ex, loss, err);
@@ -137,6 +198,7 @@ static HpcStatus cuda_forward(TrainBackend *b, const Batch *batch, double *loss,
 static HpcStatus cuda_read_param(TrainBackend *b, int p, float *out, HpcError *err)
 {
     int q = b->pl.p[p].tied_to >= 0 ? b->pl.p[p].tied_to : p;
+    impl(b)->chain_next = false;
     return cuda_optim_read_master(&impl(b)->opt, q, out, err);
 }
 
@@ -169,6 +231,7 @@ static HpcStatus copy_moments(CudaTrain *t, const TrainState *ts, bool to_host, 
 static HpcStatus cuda_state_out(TrainBackend *b, TrainState *ts, HpcError *err)
 {
     CudaTrain *t = impl(b);
+    t->chain_next = false;
     HpcStatus st = HPC_OK;
     for (int p = 0; p < b->pl.n && !st; p++)
         if (b->pl.p[p].tied_to < 0 && ts->w[p]) st = cuda_optim_read_master(&t->opt, p, ts->w[p], err);
@@ -206,16 +269,25 @@ static HpcStatus cuda_state_in(TrainBackend *b, const TrainState *ts, HpcError *
     st = CUDA_CHECK(err, cuda_driver()->cuMemcpyHtoD(cuda_optim_state_ptr(&t->opt), &s, sizeof s));
     if (st) return st;
     t->micro = (uint32_t)ts->micro_step;
-    t->steps = ts->step;
+    t->steps = t->read = ts->step;   /* nothing unread: the trainer collected before */
+    t->chain_next = false;
     return HPC_OK;
 }
 
 static HpcStatus alloc_rings(CudaTrain *t, HpcError *err)
 {
-    t->host_loss = xcalloc((size_t)(TRAIN_STAT_RING * t->accum), sizeof *t->host_loss);
-    t->host_state = xcalloc(TRAIN_STAT_RING, sizeof *t->host_state);
-    HpcStatus st = arena_alloc(&t->ex.arena, &t->loss_ring, (size_t)(TRAIN_STAT_RING * t->accum) * 4,
-                               "step losses", err);
+    const CudaDriver *cu = cuda_driver();
+    void *hl = NULL, *hs = NULL;
+    HpcStatus st = CUDA_CHECK(err, cu->cuMemAllocHost(&hl, (size_t)(TRAIN_STAT_RING * t->accum) * 4));
+    t->host_loss = hl;
+    if (!st) st = CUDA_CHECK(err, cu->cuMemAllocHost(&hs, TRAIN_STAT_RING * sizeof(KemitOptState)));
+    t->host_state = hs;
+    for (int i = 0; i < TRAIN_STAT_RING && !st; i++) {
+        st = CUDA_CHECK(err, cu->cuEventCreate(&t->begin[i], CU_EVENT_DEFAULT));
+        if (!st) st = CUDA_CHECK(err, cu->cuEventCreate(&t->end[i], CU_EVENT_DEFAULT));
+    }
+    if (!st) st = arena_alloc(&t->ex.arena, &t->loss_ring, (size_t)(TRAIN_STAT_RING * t->accum) * 4,
+                              "step losses", err);
     return st ? st : arena_alloc(&t->ex.arena, &t->state_ring, TRAIN_STAT_RING * sizeof(KemitOptState),
                                  "step records", err);
 }
@@ -227,6 +299,7 @@ HpcStatus train_cuda_open(TrainBackend *b, int64_t total_steps, int64_t max_B, i
     b->micro = cuda_micro;
     b->step = cuda_step;
     b->collect = cuda_collect;
+    b->poll = cuda_poll;
     b->forward = cuda_forward;
     b->read_param = cuda_read_param;
     b->peak_bytes = cuda_peak_bytes;

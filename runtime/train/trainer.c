@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "data/loader.h"
+#include "train/best_model.h"
 #include "train/lossscale.h"
 #include "train/predict.h"
 #include "report/runlog.h"
@@ -20,12 +21,14 @@ typedef struct {
     TrainBackend be;
     RunLog *log;
     int64_t total;
-    int64_t flush_every;                 /* collect interval (1 on the cpu) */
-    int64_t tokens[TRAIN_STAT_RING];     /* per pending step */
+    int64_t flush_every;                 /* waiting collect after this many unread steps */
+    int64_t queued, logged;              /* steps queued / logged so far (1-based counts) */
+    int64_t tokens[TRAIN_STAT_RING];     /* by (step - 1) % TRAIN_STAT_RING, until logged */
     int epoch[TRAIN_STAT_RING];
-    int n_pending;
+    double host_s[TRAIN_STAT_RING];      /* host time of the step's calls (the cpu's step time) */
     TrainStepStat stats[TRAIN_STAT_RING];
     TrainCkpt ck;                        /* checkpoints; ck.w == NULL when not used */
+    BestModel best;                      /* --output; best.w == NULL when not used */
 } Trainer;
 
 /* The next batch, starting the next epoch when one ends. */
@@ -149,15 +152,20 @@ static int64_t total_steps(const ModelSpec *spec, const Dataset *train, const Tr
     return steps > 0 ? steps : 1;
 }
 
-/* Logs the records of the steps since the last flush; fails when the loss
- * scaler has given up. */
-static HpcStatus flush_steps(Trainer *t, TrainResult *res, HpcError *err)
+/* Logs the records of the steps the backend has finished: all queued ones
+ * (wait), or, where the backend can tell without waiting (poll), those
+ * done so far.  Fails when the loss scaler has given up. */
+static HpcStatus flush_steps(Trainer *t, TrainResult *res, bool wait, HpcError *err)
 {
     int n = 0;
-    HpcStatus st = t->be.collect(&t->be, t->stats, TRAIN_STAT_RING, &n, err);
+    if (!wait && !t->be.poll) return HPC_OK;
+    HpcStatus st = wait ? t->be.collect(&t->be, t->stats, TRAIN_STAT_RING, &n, err)
+                        : t->be.poll(&t->be, t->stats, TRAIN_STAT_RING, &n, err);
     if (st) return st;
     for (int i = 0; i < n; i++) {
         const TrainStepStat *s = &t->stats[i];
+        int slot = (int)((s->step - 1) % TRAIN_STAT_RING);
+        t->logged = s->step;
         if (s->step == 1) res->first_loss = s->loss;
         res->last_loss = s->loss;
         res->skipped = s->total_skips;
@@ -166,10 +174,11 @@ static HpcStatus flush_steps(Trainer *t, TrainResult *res, HpcError *err)
             runlog_skip(t->log, s->step, s->loss_scale);
             res->last_skipped_step = s->step;
         }
-        RunLogStep r = {.step = s->step, .total_steps = t->total, .epoch = t->epoch[i],
+        RunLogStep r = {.step = s->step, .total_steps = t->total, .epoch = t->epoch[slot],
                         .loss = s->loss, .lr = s->lr, .loss_scale = s->loss_scale,
-                        .skipped_total = s->total_skips, .tokens = t->tokens[i],
-                        .device_mem_bytes = t->be.peak_bytes(&t->be)};
+                        .skipped_total = s->total_skips, .tokens = t->tokens[slot],
+                        .device_mem_bytes = t->be.peak_bytes(&t->be),
+                        .seconds = s->seconds > 0 ? s->seconds : t->host_s[slot]};
         runlog_step(t->log, &r);
         LossScaleConfig lc;
         ls_config_from_spec(&lc, &t->spec->train);
@@ -181,13 +190,13 @@ static HpcStatus flush_steps(Trainer *t, TrainResult *res, HpcError *err)
             return hpc_fail(err, HPC_ERR_NUMERIC, "trainer: %s (step %lld)", why, (long long)s->step);
         }
     }
-    t->n_pending = 0;
     return HPC_OK;
 }
 
 /* One optimizer step over grad_accum micro-batches (queued, not waited for). */
 static HpcStatus train_step(Trainer *t, Loader *ld, int64_t step, HpcError *err)
 {
+    double t0 = runlog_clock();
     int64_t accum = t->spec->train.grad_accum > 1 ? t->spec->train.grad_accum : 1, tokens = 0;
     for (int64_t m = 0; m < accum; m++) {
         Batch *b = next_batch(ld, err);
@@ -197,9 +206,13 @@ static HpcStatus train_step(Trainer *t, Loader *ld, int64_t step, HpcError *err)
         batch_free(b);
         if (st) return st;
     }
-    t->tokens[t->n_pending] = tokens;
-    t->epoch[t->n_pending++] = (int)ld->epoch;
-    return t->be.step(&t->be, t->opts->inject_inf_step == step + 1, err);
+    int slot = (int)(step % TRAIN_STAT_RING);
+    t->tokens[slot] = tokens;
+    t->epoch[slot] = (int)ld->epoch;
+    HpcStatus st = t->be.step(&t->be, t->opts->inject_inf_step == step + 1, err);
+    t->host_s[slot] = runlog_clock() - t0;
+    t->queued = step + 1;
+    return st;
 }
 
 static void note_best(TrainResult *res, int64_t step)
@@ -265,6 +278,7 @@ static HpcStatus train_loop(Trainer *t, const Dataset *train, const Dataset *eva
     int64_t start = 0;
     if (opts->resume_dir) st = trainer_ckpt_resume(&t->ck, opts->resume_dir, &ld, &start, err);
     res->resumed_from = res->steps = start;
+    t->queued = t->logged = start;
     if (!st && start >= t->total && eval) {   /* a finished run: evaluate only */
         runlog_message(t->log, "the checkpoint is at the last step (%lld); nothing left to train", (long long)start);
         st = evaluate(t, eval, &res->eval_metric, &res->eval_loss, err);
@@ -278,11 +292,13 @@ static HpcStatus train_loop(Trainer *t, const Dataset *train, const Dataset *eva
         bool task_epoch_end = opts->task && opts->eval_every == 0 && ld.cursor == train->n;
         bool do_eval = eval && (last || task_epoch_end ||
                                 (opts->eval_every > 0 && (step + 1) % opts->eval_every == 0));
-        if (!st && (last || stop || do_eval || t->n_pending >= t->flush_every)) st = flush_steps(t, res, err);
+        bool wait = last || stop || do_eval || t->queued - t->logged >= t->flush_every;
+        if (!st) st = flush_steps(t, res, wait, err);   /* without wait: what the device has finished */
         if (!st && do_eval) {
             st = evaluate(t, eval, &res->eval_metric, &res->eval_loss, err);
             if (!st) runlog_eval(t->log, step + 1, (int)ld.epoch, res->metric, res->eval_metric, res->eval_loss);
             if (!st) note_best(res, step + 1);
+            if (!st && t->best.w) st = best_model_offer(&t->best, step + 1, res->eval_metric, NULL, err);
             if (!st && t->ck.w) trainer_ckpt_metric(&t->ck, res->eval_metric);
         }
         bool epoch_end = epochs_done(&ld) > epochs;
@@ -312,6 +328,22 @@ static HpcStatus copy_weights(Trainer *t, float *const *out, HpcError *err)
     for (int p = 0; p < t->be.pl.n && !st; p++)
         if (out[p]) st = t->be.read_param(&t->be, p, out[p], err);
     return st;
+}
+
+/* --output: the best weights (the final ones when nothing was evaluated). */
+static HpcStatus write_output(Trainer *t, const TrainResult *res, HpcError *err)
+{
+    const TrainOptions *o = t->opts;
+    HpcStatus st = best_model_take_final(&t->best, res->steps, err);
+    if (!st) st = best_model_write(&t->best, o->output_dir, o->output_vocab, o->output_lower_case, err);
+    if (st || !t->log) return st;
+    if (isnan(t->best.metric))
+        runlog_message(t->log, "output: %s (transformers folder), the weights after step %lld", o->output_dir,
+                       (long long)t->best.step);
+    else
+        runlog_message(t->log, "output: %s (transformers folder), the best dev %s %.4f at step %lld", o->output_dir,
+                       res->metric, t->best.metric, (long long)t->best.step);
+    return HPC_OK;
 }
 
 static void log_start(Trainer *t, TrainResult *res)
@@ -344,18 +376,23 @@ HpcStatus trainer_run(const ModelSpec *spec, const Dataset *train, const Dataset
     if (!st) {
         res->params = params_total(&t->be.pl);
         snprintf(res->backend, sizeof res->backend, "%s", t->be.name);
-        int64_t every = opts->log_every > 0 ? opts->log_every : 50;
-        t->flush_every = t->be.device == TRAIN_DEVICE_CPU ? 1 : every < TRAIN_STAT_RING ? every : TRAIN_STAT_RING;
+        /* cpu: every step is done when step() returns; cuda: poll reports
+         * finished steps as they come, the waiting collect only keeps the ring
+         * from filling up */
+        t->flush_every = t->be.device == TRAIN_DEVICE_CPU ? 1 : TRAIN_STAT_RING / 2;
         log_start(t, res);
         st = ckpt_start(t, res, err);
+        if (!st && opts->output_dir) st = best_model_init(&t->best, &t->be, higher_is_better(res->metric), err);
         if (!st && opts->handle_signals) st = signals_install(err);
         if (!st) st = train_loop(t, train, eval, res, err);
         if (opts->handle_signals) signals_restore();
         if (!st && opts->weights_out) st = copy_weights(t, opts->weights_out, err);
         if (!st && opts->task && opts->predict) st = write_predictions(t, err);
+        if (!st && opts->output_dir) st = write_output(t, res, err);
         res->peak_device_bytes = t->be.peak_bytes(&t->be);
     }
     if (t->ck.w) trainer_ckpt_free(&t->ck);
+    if (t->best.w) best_model_free(&t->best);
     if (t->log) runlog_close(t->log, res->peak_device_bytes);
     train_backend_close(&t->be);
     free(t);

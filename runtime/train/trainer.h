@@ -18,10 +18,13 @@
  * value, so a run shows what mixed precision does to training; on the GPU
  * the values are stored in 16 bits.  Dropout uses seed spec->train.seed
  * and the micro-step counter as step on both backends.
- * The GPU backend never waits for the device inside a step: the loop reads
- * the per-step records (loss, lr, scale, skips) every log_every steps, at
- * evaluations and at the end, and only then sees a give-up of the loss
- * scaler (HPC_ERR_NUMERIC, at most log_every steps late).
+ * The GPU backend never waits for the device inside a step: after each
+ * step the loop asks which steps the device has finished (TrainBackend.poll,
+ * no waiting) and logs their records (loss, lr, scale, skips, the step's
+ * device time), so progress, rate and ETA describe finished work; it waits
+ * for all queued steps only at evaluations, checkpoints, the end, and when
+ * TRAIN_STAT_RING / 2 steps are unread.  A give-up of the loss scaler
+ * (HPC_ERR_NUMERIC) is seen when its step's record is read.
  * Evaluation (forward only, dropout off) runs on `eval` every eval_every
  * steps and at the end (with a GLUE task and no eval_every: at every
  * epoch's end): the task's metrics (runtime/data/tasks.h, e.g. MCC for CoLA),
@@ -40,6 +43,10 @@
  * the cpu backend).  init_dir starts the weights from a Hugging Face folder
  * (runtime/formats/hf_init.h: missing, mis-shaped and unused tensors are listed,
  * new head parameters keep their initializer) or from an hpc checkpoint.
+ *
+ * With output_dir the weights of the best evaluation so far are copied to
+ * the host after each evaluation that improves on the others, and written
+ * at the end as a folder transformers loads (runtime/train/best_model.h).
  *
  * Test hooks: inject_inf_step = k > 0 writes +inf into one gradient element
  * before the optimizer step k (1-based), which must then be skipped;
@@ -88,6 +95,11 @@ typedef struct {
                              runs at the end of every epoch; NULL: synthetic data */
     const char *predict;  /* with task: after training, GLUE predictions for
                              task->test go to this file (runtime/train/predict.h) */
+    const char *output_dir;   /* the best model by dev metric (the final one without
+                             evaluations) as a transformers folder
+                             (runtime/train/best_model.h); NULL = none */
+    const char *output_vocab; /* copied into output_dir as vocab.txt; NULL = none */
+    bool output_lower_case;   /* tokenizer_config.json's do_lower_case there */
 } TrainOptions;
 
 typedef struct {
