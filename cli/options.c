@@ -118,12 +118,12 @@ static bool number_failed(const CliOpt *o, const char *v, NumStatus st, const ch
 
 static bool apply(const CliOpt *o, void *field, const char *v, char *why, size_t cap)
 {
-    char wanted[128];
+    char wanted[128], sp[80];
     switch (o->kind) {
     case CLI_FLAG: *(bool *)field = true; return true;
     case CLI_SET: memcpy(field, &o->set, sizeof o->set); return true;
     case CLI_STR:
-        if (!*v) return snprintf(why, cap, "--%s needs a non-empty %s", o->name, o->meta), false;
+        if (!*v) return snprintf(why, cap, "%s needs a non-empty %s", spelled(o, sp, sizeof sp), o->meta), false;
         if (o->choices && !pick_choice(o, v, why, cap)) return false;
         *(const char **)field = v;
         return true;
