@@ -33,6 +33,8 @@ COMPILER_OBJ := $(call obj,$(COMPILER_SRC)) $(patsubst $(BUILD)/gen/%.c,$(BUILD)
 RUNTIME_OBJ  := $(call obj,$(RUNTIME_SRC))
 CLI_OBJ      := $(call obj,$(CLI_SRC))
 LIBS         := $(BUILD)/libhpcrt.a $(BUILD)/libhpcc.a
+# The commands without main(), so that tests can read their option tables.
+CLI_LIB      := $(BUILD)/libhpccli.a
 TEST_BIN     := $(patsubst tests/%.c,$(BUILD)/tests/%,$(TEST_SRC))
 GPU_TEST_BIN := $(patsubst tests/gpu/%.c,$(BUILD)/tests/gpu/%,$(GPU_TEST_SRC))
 
@@ -74,15 +76,18 @@ $(BUILD)/libhpcc.a: $(COMPILER_OBJ)
 $(BUILD)/libhpcrt.a: $(RUNTIME_OBJ)
 	@rm -f $@ && ar rcs $@ $^
 
+$(CLI_LIB): $(filter-out %/main.o,$(CLI_OBJ))
+	@rm -f $@ && ar rcs $@ $^
+
 bin/hpc: $(CLI_OBJ) $(LIBS)
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS) -o $@ $(CLI_OBJ) $(LIBS) $(LDLIBS)
 
 # Each tests/test_*.c is its own Criterion binary, so one module's tests
 # build and run on their own: `make build/tests/test_lossscale && build/tests/test_lossscale`.
-$(BUILD)/tests/%: tests/%.c $(LIBS) | $(BUILD)/.deps-ok
+$(BUILD)/tests/%: tests/%.c $(CLI_LIB) $(LIBS) | $(BUILD)/.deps-ok
 	@mkdir -p $(@D)
-	$(CC) $(CFLAGS) -Wno-missing-prototypes -o $@ $< $(LIBS) -lcriterion $(LDLIBS)
+	$(CC) $(CFLAGS) -Icli -Wno-missing-prototypes -o $@ $< $(CLI_LIB) $(LIBS) -lcriterion $(LDLIBS)
 
 # The C embedding example (examples/) runs on the cpu backend, also under valgrind.
 examples: all
@@ -112,7 +117,7 @@ endif
 
 FUZZ_SECONDS ?= 60
 # The fuzzer needs only the front end, so others' half-done passes can't break it.
-FUZZ_SRC := util/error.c grammar/ast.c compiler/diag.c compiler/spec.c compiler/summary.c \
+FUZZ_SRC := util/error.c util/num_parse.c util/nearest.c grammar/ast.c compiler/diag.c compiler/spec.c compiler/summary.c \
             $(wildcard compiler/check*.c)
 fuzz: $(GEN_C)
 	@mkdir -p $(BUILD)/fuzz/corpus

@@ -7,6 +7,7 @@
  * --stop-after), --precision-report the precision choice per op, --plan the
  * memory plan; --dump-STAGE prints the graph after any compiler stage. */
 #include <errno.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -27,115 +28,101 @@
 #include "spec.h"
 #include "summary.h"
 
-static const char compile_usage[] =
-    "usage: hpc compile MODEL [--fp32|--fp16|--bf16] [--ir] [--dot FILE]\n"
-    "                         [--precision-report] [--plan] [--no-fuse]\n"
-    "                         [--dump-STAGE]... [--stop-after STAGE]\n"
-    "                         [-o FILE.hpc] [--no-artifact]\n"
-    "                         [--emit-cuda DIR] [--emit-lib DIR [--arch LIST]]\n"
-    "\n"
-    "Checks MODEL (a .model file), lowers it to the graph IR, builds the\n"
-    "backward graph, plans the precision of every value and the memory of a\n"
-    "training step, fuses what it can, emits the CUDA source and writes the\n"
-    "artifact NAME.hpc (the resolved model, the plan and the CUDA source) that\n"
-    "`hpc run` takes.\n"
-    "\n"
-    "options:\n"
-    "  --fp32, --fp16, --bf16  precision policy (default fp32: the graph stays f32)\n"
-    "  --ir                the graph, one value per line: op, inputs, attributes,\n"
-    "                      shape and dtype\n"
-    "  --dot FILE          the graph as Graphviz dot (render: dot -Tsvg FILE)\n"
-    "  --precision-report  the precision class and dtypes of every op\n"
-    "  --plan              the memory plan of a step at the model's batch x max_seq_len\n"
-    "  --no-fuse           skip the fuse pass (the unfused graph, as before fusion)\n"
-    "  --dump-STAGE        print the graph after STAGE: lower, autodiff, precision,\n"
-    "                      fuse (repeatable)\n"
-    "  --stop-after STAGE  run the compiler stages up to STAGE only\n"
-    "  -o FILE             write the artifact to FILE (default NAME.hpc in the\n"
-    "                      current directory, NAME from the model)\n"
-    "  --no-artifact       write no artifact\n"
-    "  --emit-cuda DIR     write DIR/NAME_kernels.cuh: the fused kernels for nvcc\n"
-    "  --emit-lib DIR      write a package to embed the model in a C program:\n"
-    "                      NAME.h/.c, a Makefile, the .cuh, the plan (docs/embedding.md)\n"
-    "  --arch LIST         with --emit-lib: also cubins for these archs (e.g. 80,90)\n"
-    "  -h, --help          this text\n";
+typedef struct {
+    int v[EMITLIB_MAX_ARCHS], n;
+} ArchList;
 
 typedef struct {
     const char *model, *dot;
     bool ir, report, plan;
     SpecPrecision policy;
-    PipeOptions pipe;    /* --no-fuse, --dump-STAGE, --stop-after */
+    PipeOptions pipe;    /* from --no-fuse, --dump-STAGE, --stop-after */
+    bool no_fuse, dump[PIPE_STAGE_COUNT];
+    const char *stop_after;
     const char *out;     /* -o: the artifact's path */
     bool no_artifact;
     const char *emit_cuda, *emit_lib; /* --emit-cuda DIR, --emit-lib DIR */
-    int archs[EMITLIB_MAX_ARCHS], n_archs; /* --arch */
+    ArchList arch;       /* --arch */
 } CompileArgs;
 
-/* The pipeline's flags; 1 if o was one (i advanced past its value), 0 if
- * not, -1 for a bad stage name. */
-static int compile_pipe_flag(int argc, char **argv, int *i, PipeOptions *p)
+/* --arch 80,90 into an ArchList. */
+static bool parse_archs(const CliOpt *opt, const char *v, void *field, char *why, size_t cap)
 {
-    const char *o = argv[*i];
-    if (strcmp(o, "--no-fuse") == 0) {
-        p->fuse = false;
-        return 1;
-    }
-    const char *name = NULL;
-    bool dump = strncmp(o, "--dump-", 7) == 0;
-    if (dump) name = o + 7;
-    else if (strcmp(o, "--stop-after") == 0 && *i + 1 < argc) name = argv[++*i];
-    else return 0;
-    PipeStage s = pipeline_stage_parse(name);
-    if (s == PIPE_NONE) {
-        fprintf(stderr, "hpc compile: unknown stage '%s' (want lower, autodiff, precision or fuse)\n", name);
-        return -1;
-    }
-    if (dump) p->dump |= PIPE_BIT(s);
-    else p->stop_after = s;
-    return 1;
+    ArchList *l = field;
+    if (emitlib_parse_archs(v, l->v, &l->n)) return true;
+    snprintf(why, cap, "--arch %.60s: expected up to %d compute capabilities in [50, 200], such as 80,90 "
+             "or sm_80,sm_90", v, EMITLIB_MAX_ARCHS);
+    return false;
 }
 
-static int compile_parse(int argc, char **argv, CompileArgs *a)
+/* Rows sharing a bit contradict each other: one policy; -o or --no-artifact;
+ * --no-fuse or --dump-fuse; --stop-after or an output of the whole pipeline. */
+enum { EX_PRECISION = 1, EX_OUTPUT = 2, EX_FUSE = 4, EX_STOP_OUT = 8, EX_STOP_CUDA = 16, EX_STOP_LIB = 32 };
+
+static const char *const STAGES[] = {"lower", "autodiff", "precision", "fuse", NULL};
+
+#define A(f) offsetof(CompileArgs, f)
+static const CliOpt compile_opts[] = {
+    {.name = "fp32", .kind = CLI_SET, .off = A(policy), .set = PREC_FP32, .excludes = EX_PRECISION,
+     .help = "precision policy fp32 (default: the graph stays f32)"},
+    {.name = "fp16", .kind = CLI_SET, .off = A(policy), .set = PREC_FP16, .excludes = EX_PRECISION,
+     .help = "precision policy fp16 (mixed: values stored in 16 bits)"},
+    {.name = "bf16", .kind = CLI_SET, .off = A(policy), .set = PREC_BF16, .excludes = EX_PRECISION,
+     .help = "precision policy bf16 (mixed: values stored in 16 bits)"},
+    {.name = "ir", .kind = CLI_FLAG, .off = A(ir),
+     .help = "the graph, one value per line: op, inputs, attributes, shape and dtype"},
+    {.name = "dot", .kind = CLI_STR, .off = A(dot), .meta = "FILE",
+     .help = "the graph as Graphviz dot (render: dot -Tsvg FILE)"},
+    {.name = "precision-report", .kind = CLI_FLAG, .off = A(report),
+     .help = "the precision class and dtypes of every op"},
+    {.name = "plan", .kind = CLI_FLAG, .off = A(plan),
+     .help = "the memory plan of a step at the model's batch x max_seq_len"},
+    {.name = "no-fuse", .kind = CLI_FLAG, .off = A(no_fuse), .excludes = EX_FUSE,
+     .help = "skip the fuse pass (the unfused graph, as before fusion)"},
+    {.name = "dump-lower", .kind = CLI_FLAG, .off = A(dump[PIPE_LOWER]), .help = "print the graph after lowering"},
+    {.name = "dump-autodiff", .kind = CLI_FLAG, .off = A(dump[PIPE_AUTODIFF]),
+     .help = "print the graph after autodiff (forward and backward)"},
+    {.name = "dump-precision", .kind = CLI_FLAG, .off = A(dump[PIPE_PRECISION]),
+     .help = "print the graph after the precision pass"},
+    {.name = "dump-fuse", .kind = CLI_FLAG, .off = A(dump[PIPE_FUSE]), .excludes = EX_FUSE,
+     .help = "print the graph after fusion"},
+    {.name = "stop-after", .kind = CLI_STR, .off = A(stop_after), .meta = "STAGE", .choices = STAGES,
+     .excludes = EX_STOP_OUT | EX_STOP_CUDA | EX_STOP_LIB,
+     .help = "run the compiler stages up to STAGE only: lower, autodiff, precision or fuse"},
+    {.name = "output", .short_name = 'o', .kind = CLI_STR, .off = A(out), .meta = "FILE",
+     .excludes = EX_OUTPUT | EX_STOP_OUT,
+     .help = "write the artifact to FILE (default NAME.hpc in the current directory, NAME from the model)"},
+    {.name = "no-artifact", .kind = CLI_FLAG, .off = A(no_artifact), .excludes = EX_OUTPUT,
+     .help = "write no artifact"},
+    {.name = "emit-cuda", .kind = CLI_STR, .off = A(emit_cuda), .meta = "DIR", .excludes = EX_STOP_CUDA,
+     .help = "write DIR/NAME_kernels.cuh: the fused kernels for nvcc"},
+    {.name = "emit-lib", .kind = CLI_STR, .off = A(emit_lib), .meta = "DIR", .excludes = EX_STOP_LIB,
+     .help = "write a package to embed the model in a C program: NAME.h/.c, a Makefile, the .cuh, the plan "
+             "(docs/embedding.md)"},
+    {.name = "arch", .kind = CLI_FN, .off = A(arch), .meta = "LIST", .needs = "emit-lib", .fn = parse_archs,
+     .help = "with --emit-lib: also cubins for these archs (e.g. 80,90)"},
+    CLI_END,
+};
+#undef A
+
+const CliCommand cli_compile_command = {
+    .name = "compile", .args = "MODEL", .arg_name = "MODEL", .min_args = 1, .max_args = 1,
+    .about = "Checks MODEL (a .model file), lowers it to the graph IR, builds the\n"
+             "backward graph, plans the precision of every value and the memory of a\n"
+             "training step, fuses what it can, emits the CUDA source and writes the\n"
+             "artifact NAME.hpc (the resolved model, the plan and the CUDA source) that\n"
+             "`hpc run` takes.\n",
+    .sections = {{"options", compile_opts, 0}},
+};
+
+/* The pipeline's settings from the flags. */
+static void compile_pipe_options(CompileArgs *a)
 {
-    memset(a, 0, sizeof *a);
-    a->policy = PREC_FP32;
     a->pipe = pipeline_defaults(PREC_FP32);
-    for (int i = 1; i < argc; i++) {
-        const char *o = argv[i];
-        if (cli_is_help(o)) {
-            fputs(compile_usage, stdout);
-            return -1;
-        }
-        int pf = compile_pipe_flag(argc, argv, &i, &a->pipe);
-        if (pf < 0) return HPC_ERR_USAGE;
-        if (pf > 0) continue;
-        if (strcmp(o, "--ir") == 0) a->ir = true;
-        else if (strcmp(o, "--precision-report") == 0) a->report = true;
-        else if (strcmp(o, "--plan") == 0) a->plan = true;
-        else if (strcmp(o, "--fp32") == 0) a->policy = PREC_FP32;
-        else if (strcmp(o, "--fp16") == 0) a->policy = PREC_FP16;
-        else if (strcmp(o, "--bf16") == 0) a->policy = PREC_BF16;
-        else if (strcmp(o, "--dot") == 0 && i + 1 < argc) a->dot = argv[++i];
-        else if (strcmp(o, "-o") == 0 && i + 1 < argc) a->out = argv[++i];
-        else if (strcmp(o, "--no-artifact") == 0) a->no_artifact = true;
-        else if (strcmp(o, "--emit-cuda") == 0 && i + 1 < argc) a->emit_cuda = argv[++i];
-        else if (strcmp(o, "--emit-lib") == 0 && i + 1 < argc) a->emit_lib = argv[++i];
-        else if (strcmp(o, "--arch") == 0 && i + 1 < argc) {
-            if (!emitlib_parse_archs(argv[++i], a->archs, &a->n_archs)) {
-                fprintf(stderr, "hpc compile: --arch '%s': want a list such as 80,90 or sm_80,sm_90\n", argv[i]);
-                return HPC_ERR_USAGE;
-            }
-        }
-        else if (o[0] == '-' || a->model) {
-            fprintf(stderr, "hpc compile: unexpected argument '%s'\n%s", o, compile_usage);
-            return HPC_ERR_USAGE;
-        } else a->model = o;
-    }
-    if (!a->model) {
-        fprintf(stderr, "hpc compile: no MODEL given\n%s", compile_usage);
-        return HPC_ERR_USAGE;
-    }
-    return 0;
+    a->pipe.fuse = !a->no_fuse;
+    for (int s = 0; s < PIPE_STAGE_COUNT; s++)
+        if (a->dump[s]) a->pipe.dump |= PIPE_BIT(s);
+    if (a->stop_after) a->pipe.stop_after = pipeline_stage_parse(a->stop_after);
 }
 
 static int write_dot(const IrGraph *g, const char *path)
@@ -255,8 +242,8 @@ static int write_emits(const Compiled *c, const CompileArgs *a)
     if (a->emit_cuda) st = emitlib_cuda(&c->spec, a->policy, a->emit_cuda, &err);
     if (!st && a->emit_cuda) fprintf(stderr, "hpc: wrote %s/%s_kernels.cuh\n", a->emit_cuda, c->spec.name);
     if (st || !a->emit_lib) return st ? cli_report(&err) : HPC_OK;
-    EmitLibOptions o = {.policy = a->policy, .n_archs = a->n_archs, .compile = emit_nvrtc};
-    memcpy(o.archs, a->archs, sizeof o.archs);
+    EmitLibOptions o = {.policy = a->policy, .n_archs = a->arch.n, .compile = emit_nvrtc};
+    memcpy(o.archs, a->arch.v, sizeof o.archs);
     char *plan = NULL, *cuda = NULL, root[4096];
     size_t plan_len = 0;
     FILE *mem = open_memstream(&plan, &plan_len);
@@ -285,9 +272,13 @@ static void compiled_free(Compiled *c)
 
 int cmd_compile(int argc, char **argv)
 {
-    CompileArgs a;
-    int rc = compile_parse(argc, argv, &a);
-    if (rc) return rc < 0 ? HPC_OK : rc;
+    CompileArgs a = {.policy = PREC_FP32};
+    CliParsed p;
+    HpcError perr = {0};
+    int rc = cli_parse(&cli_compile_command, argc, argv, &a, &p, &perr);
+    if (rc) return rc == CLI_HELP_SHOWN ? HPC_OK : cli_report(&perr);
+    a.model = p.args[0];
+    compile_pipe_options(&a);
     Compiled c;
     memset(&c, 0, sizeof c);
     int nerr = spec_load(a.model, &c.spec, stderr);

@@ -7,19 +7,18 @@
 #include "cuda/kernel_cache.h"
 #include "cuda/nvrtc_compile.h"
 
-static const char devices_usage[] =
-    "usage: hpc devices\n"
-    "\n"
-    "Says whether the CUDA driver loads and which GPUs hpc can use: name,\n"
-    "compute capability, memory, and whether it is usable (sm_80 or newer).\n"
-    "Also shows the NVRTC version, the architectures it targets, and the\n"
-    "kernel cache directory.\n"
-    "\n"
-    "environment:\n"
-    "  HPC_CUDA_DRIVER  path of libcuda.so.1 to load (default: the loader's search)\n"
-    "  HPC_CACHE_DIR    kernel cache directory (default $XDG_CACHE_HOME/hpc or ~/.cache/hpc)\n"
-    "\n"
-    "exit status: 0 if at least one GPU is usable, 4 if none (or no driver).\n";
+const CliCommand cli_devices_command = {
+    .name = "devices", .args = "", .arg_name = "argument", .min_args = 0, .max_args = 0,
+    .about = "Says whether the CUDA driver loads and which GPUs hpc can use: name,\n"
+             "compute capability, memory, and whether it is usable (sm_80 or newer).\n"
+             "Also shows the NVRTC version, the architectures it targets, and the\n"
+             "kernel cache directory.\n",
+    .footer = "environment:\n"
+              "  HPC_CUDA_DRIVER  path of libcuda.so.1 to load (default: the loader's search)\n"
+              "  HPC_CACHE_DIR    kernel cache directory (default $XDG_CACHE_HOME/hpc or ~/.cache/hpc)\n"
+              "\n"
+              "exit status: 0 if at least one GPU is usable, 4 if none (or no driver).\n",
+};
 
 static double gib(size_t b) { return (double)b / (1024.0 * 1024.0 * 1024.0); }
 
@@ -60,12 +59,10 @@ static int print_device(int ordinal)
 
 int cmd_devices(int argc, char **argv)
 {
-    for (int i = 1; i < argc; i++) {
-        if (cli_is_help(argv[i])) { fputs(devices_usage, stdout); return HPC_OK; }
-        fprintf(stderr, "hpc devices: unknown argument '%s'\n%s", argv[i], devices_usage);
-        return HPC_ERR_USAGE;
-    }
-    HpcError err;
+    HpcError err = {0};
+    CliParsed p;
+    int rc = cli_parse(&cli_devices_command, argc, argv, NULL, &p, &err);
+    if (rc) return rc == CLI_HELP_SHOWN ? HPC_OK : cli_report(&err);
     int count = 0, usable = 0;
     print_toolchain();
     if (cuda_device_count(&count, &err)) {

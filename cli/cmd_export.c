@@ -7,6 +7,7 @@
  * (runtime/formats/hf_names.h, hf_names_save), each replaced atomically, which
  * transformers' from_pretrained loads. */
 #include <errno.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -18,49 +19,26 @@
 #include "formats/hf_names.h"
 #include "lower.h"
 
-static const char export_usage[] =
-    "usage: hpc export CHECKPOINT --hf OUT_DIR [--model-type TYPE]\n"
-    "\n"
-    "Writes the weights of a training checkpoint (a --checkpoint-dir of `hpc run`,\n"
-    "or one of its step-N directories) as a Hugging Face transformers folder:\n"
-    "OUT_DIR/config.json and OUT_DIR/model.safetensors, which\n"
-    "AutoModelFor...from_pretrained(OUT_DIR) loads.\n"
-    "\n"
-    "options:\n"
-    "  --hf OUT_DIR       output folder (created if missing; files replaced atomically)\n"
-    "  --model-type TYPE  bert, roberta, distilbert or gpt2 (default: the family\n"
-    "                     whose architecture the model has)\n";
-
 typedef struct {
     const char *ckpt, *out, *type;
 } ExportArgs;
 
-static int export_parse(int argc, char **argv, ExportArgs *a)
-{
-    *a = (ExportArgs){0};
-    for (int i = 1; i < argc; i++) {
-        const char *o = argv[i];
-        bool val = i + 1 < argc;
-        if (cli_is_help(o)) {
-            fputs(export_usage, stdout);
-            return -1;
-        } else if (!strcmp(o, "--hf") && val) {
-            a->out = argv[++i];
-        } else if (!strcmp(o, "--model-type") && val) {
-            a->type = argv[++i];
-        } else if (o[0] == '-' || a->ckpt) {
-            fprintf(stderr, "hpc export: bad argument '%s'\n%s", o, export_usage);
-            return HPC_ERR_USAGE;
-        } else {
-            a->ckpt = o;
-        }
-    }
-    if (!a->ckpt || !a->out) {
-        fprintf(stderr, "hpc export: %s\n%s", a->ckpt ? "no --hf OUT_DIR given" : "no CHECKPOINT given", export_usage);
-        return HPC_ERR_USAGE;
-    }
-    return 0;
-}
+static const CliOpt export_opts[] = {
+    {.name = "hf", .kind = CLI_STR, .off = offsetof(ExportArgs, out), .meta = "OUT_DIR", .required = true,
+     .help = "output folder (created if missing; files replaced atomically)"},
+    {.name = "model-type", .kind = CLI_STR, .off = offsetof(ExportArgs, type), .meta = "TYPE",
+     .help = "bert, roberta, distilbert or gpt2 (default: the family whose architecture the model has)"},
+    CLI_END,
+};
+
+const CliCommand cli_export_command = {
+    .name = "export", .args = "CHECKPOINT", .arg_name = "CHECKPOINT", .min_args = 1, .max_args = 1,
+    .about = "Writes the weights of a training checkpoint (a --checkpoint-dir of `hpc run`,\n"
+             "or one of its step-N directories) as a Hugging Face transformers folder:\n"
+             "OUT_DIR/config.json and OUT_DIR/model.safetensors, which\n"
+             "AutoModelFor...from_pretrained(OUT_DIR) loads.\n",
+    .sections = {{"options", export_opts, 0}},
+};
 
 /* The checkpoint's weights into w[i] for every storage-owning parameter. */
 static HpcStatus load_weights(const char *dir, const ModelSpec *spec, const ParamList *pl, float **w, HpcError *err)
@@ -126,9 +104,11 @@ static HpcStatus export_run(const ExportArgs *a, HpcError *err)
 
 int cmd_export(int argc, char **argv)
 {
-    ExportArgs a;
-    int rc = export_parse(argc, argv, &a);
-    if (rc) return rc < 0 ? HPC_OK : rc;
+    ExportArgs a = {0};
+    CliParsed p;
     HpcError err = {0};
+    int rc = cli_parse(&cli_export_command, argc, argv, &a, &p, &err);
+    if (rc) return rc == CLI_HELP_SHOWN ? HPC_OK : cli_report(&err);
+    a.ckpt = p.args[0];
     return export_run(&a, &err) ? cli_report(&err) : HPC_OK;
 }

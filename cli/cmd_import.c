@@ -5,6 +5,7 @@
  * the .model text, loads it back with spec_load_string as a last check, and
  * only then replaces the output file atomically (runtime/atomic_file). */
 #include <errno.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -17,68 +18,37 @@
 #include "lower.h"
 #include "formats/safetensors.h"
 
-static const char import_usage[] =
-    "usage: hpc import HF_DIR [-o NAME.model] [--head KIND] [--labels N]\n"
-    "\n"
-    "Writes a .model file for the Hugging Face transformers model saved in\n"
-    "HF_DIR (config.json and model.safetensors, as save_pretrained writes\n"
-    "them).  Supported: BERT, RoBERTa, DistilBERT and GPT-2 (model_type bert,\n"
-    "roberta, distilbert, gpt2).  The head follows config.json's\n"
-    "\"architectures\"; the train block gets hpc's defaults to edit.\n"
-    "\n"
-    "options:\n"
-    "  -o FILE        output file (default: NAME.model in the current directory,\n"
-    "                 NAME from HF_DIR); replaced atomically\n"
-    "  --head KIND    classifier, token_classifier, masked_lm or causal_lm,\n"
-    "                 instead of the head in config.json\n"
-    "  --labels N     number of labels for a classifier head\n"
-    "\n"
-    "Weights saved as pytorch_model.bin must be converted first, with the\n"
-    "class named in config.json's \"architectures\" (AutoModel would drop the head):\n"
-    "  python -c \"from transformers import BertForSequenceClassification as M; "
-    "M.from_pretrained('D').save_pretrained('D', safe_serialization=True)\"\n";
-
 typedef struct {
-    const char *dir, *out;
+    const char *dir;   /* HF_DIR, the positional argument */
+    const char *out;
     HfImportOptions opt;
 } ImportArgs;
 
-static int import_parse(int argc, char **argv, ImportArgs *a)
-{
-    *a = (ImportArgs){0};
-    for (int i = 1; i < argc; i++) {
-        const char *o = argv[i];
-        bool has_val = i + 1 < argc;
-        if (cli_is_help(o)) {
-            fputs(import_usage, stdout);
-            return -1;
-        } else if (!strcmp(o, "-o") && has_val) {
-            a->out = argv[++i];
-        } else if (!strcmp(o, "--head") && has_val) {
-            a->opt.head = argv[++i];
-        } else if (!strcmp(o, "--labels") && has_val) {
-            char *end;
-            a->opt.num_labels = strtoll(argv[++i], &end, 10);
-            if (*end || a->opt.num_labels < 1) {
-                fprintf(stderr, "hpc import: --labels wants a positive integer, got '%s'\n", argv[i]);
-                return HPC_ERR_USAGE;
-            }
-        } else if (o[0] == '-' && o[1]) {
-            fprintf(stderr, "hpc import: unknown option or missing value '%s'\n%s", o, import_usage);
-            return HPC_ERR_USAGE;
-        } else if (!a->dir) {
-            a->dir = o;
-        } else {
-            fprintf(stderr, "hpc import: more than one HF_DIR ('%s', '%s')\n", a->dir, o);
-            return HPC_ERR_USAGE;
-        }
-    }
-    if (!a->dir) {
-        fprintf(stderr, "hpc import: no HF_DIR given\n%s", import_usage);
-        return HPC_ERR_USAGE;
-    }
-    return 0;
-}
+#define A(f) offsetof(ImportArgs, f)
+static const CliOpt import_opts[] = {
+    {.name = "output", .short_name = 'o', .kind = CLI_STR, .off = A(out), .meta = "FILE",
+     .help = "output file (default: NAME.model in the current directory, NAME from HF_DIR); replaced atomically"},
+    {.name = "head", .kind = CLI_STR, .off = A(opt.head), .meta = "KIND",
+     .help = "classifier, token_classifier, masked_lm or causal_lm, instead of the head in config.json"},
+    {.name = "labels", .kind = CLI_INT, .off = A(opt.num_labels), .meta = "N", .min = 1, .max = 1 << 20,
+     .help = "number of labels for a classifier head"},
+    CLI_END,
+};
+#undef A
+
+const CliCommand cli_import_command = {
+    .name = "import", .args = "HF_DIR", .arg_name = "HF_DIR", .min_args = 1, .max_args = 1,
+    .about = "Writes a .model file for the Hugging Face transformers model saved in\n"
+             "HF_DIR (config.json and model.safetensors, as save_pretrained writes\n"
+             "them).  Supported: BERT, RoBERTa, DistilBERT and GPT-2 (model_type bert,\n"
+             "roberta, distilbert, gpt2).  The head follows config.json's\n"
+             "\"architectures\"; the train block gets hpc's defaults to edit.\n",
+    .footer = "Weights saved as pytorch_model.bin must be converted first, with the\n"
+              "class named in config.json's \"architectures\" (AutoModel would drop the head):\n"
+              "  python -c \"from transformers import BertForSequenceClassification as M; "
+              "M.from_pretrained('D').save_pretrained('D', safe_serialization=True)\"\n",
+    .sections = {{"options", import_opts, 0}},
+};
 
 static bool exists(const char *dir, const char *name, char *path, size_t cap)
 {
@@ -190,10 +160,12 @@ static HpcStatus render(const ModelSpec *spec, const HfConfigInfo *info, char **
 
 int cmd_import(int argc, char **argv)
 {
-    ImportArgs a;
-    int rc = import_parse(argc, argv, &a);
-    if (rc) return rc < 0 ? HPC_OK : rc;
+    ImportArgs a = {0};
+    CliParsed p;
     HpcError err = {0};
+    int rc = cli_parse(&cli_import_command, argc, argv, &a, &p, &err);
+    if (rc) return rc == CLI_HELP_SHOWN ? HPC_OK : cli_report(&err);
+    a.dir = p.args[0];
     char config[4096], weights[4200], out_path[300];
     struct stat st;
     bool is_dir = stat(a.dir, &st) == 0 && S_ISDIR(st.st_mode);

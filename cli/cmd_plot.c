@@ -1,43 +1,38 @@
 /* cli/cmd_plot.c — `hpc plot`: draw a run's JSONL log as an SVG picture. */
+#include <stddef.h>
 #include <stdio.h>
 #include <string.h>
 
 #include "cli.h"
 #include "report/plot_svg.h"
 
-static const char plot_usage[] =
-    "usage: hpc plot LOG.jsonl -o FILE.svg\n"
-    "\n"
-    "Draws the run log that `hpc run` writes (--log FILE.jsonl) as four panels\n"
-    "against the optimizer step: training loss, learning rate, loss scale (log2\n"
-    "axis; skipped steps as dashed lines) and the dev metric.  The SVG opens in\n"
-    "any browser.\n"
-    "\n"
-    "options:\n"
-    "  -o, --output FILE.svg   where to write the picture (required)\n";
+typedef struct {
+    const char *out;
+} PlotArgs;
+
+static const CliOpt plot_opts[] = {
+    {.name = "output", .short_name = 'o', .kind = CLI_STR, .off = offsetof(PlotArgs, out), .meta = "FILE.svg",
+     .required = true, .help = "where to write the picture"},
+    CLI_END,
+};
+
+const CliCommand cli_plot_command = {
+    .name = "plot", .args = "LOG.jsonl", .arg_name = "LOG.jsonl", .min_args = 1, .max_args = 1,
+    .about = "Draws the run log that `hpc run` writes (--log FILE.jsonl) as four panels\n"
+             "against the optimizer step: training loss, learning rate, loss scale (log2\n"
+             "axis; skipped steps as dashed lines) and the dev metric.  The SVG opens in\n"
+             "any browser.\n",
+    .sections = {{"options", plot_opts, 0}},
+};
 
 int cmd_plot(int argc, char **argv)
 {
-    const char *in = NULL, *out = NULL;
-    for (int i = 1; i < argc; i++) {
-        if (cli_is_help(argv[i])) {
-            fputs(plot_usage, stdout);
-            return HPC_OK;
-        } else if ((!strcmp(argv[i], "-o") || !strcmp(argv[i], "--output")) && i + 1 < argc) {
-            out = argv[++i];
-        } else if (argv[i][0] == '-' || in) {
-            fprintf(stderr, "hpc plot: unexpected argument '%s'\n%s", argv[i], plot_usage);
-            return HPC_ERR_USAGE;
-        } else {
-            in = argv[i];
-        }
-    }
-    if (!in || !out) {
-        fprintf(stderr, "hpc plot: %s\n%s", in ? "-o FILE.svg is required" : "no LOG.jsonl given", plot_usage);
-        return HPC_ERR_USAGE;
-    }
+    PlotArgs a = {0};
+    CliParsed p;
     HpcError err = {0};
-    if (plot_runlog(in, out, &err)) return cli_report(&err);
-    fprintf(stderr, "hpc plot: wrote %s\n", out);
+    int rc = cli_parse(&cli_plot_command, argc, argv, &a, &p, &err);
+    if (rc) return rc == CLI_HELP_SHOWN ? HPC_OK : cli_report(&err);
+    if (plot_runlog(p.args[0], a.out, &err)) return cli_report(&err);
+    fprintf(stderr, "hpc plot: wrote %s\n", a.out);
     return HPC_OK;
 }

@@ -8,6 +8,7 @@
  * override the model's (cli/run_overrides.h); the backend is the GPU when
  * one is usable, else the cpu (runtime/train/trainer.h). */
 #include <glob.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -25,88 +26,100 @@
 #include "run_overrides.h"
 #include "train/trainer.h"
 
-static const char run_usage[] =
-    "usage: hpc run [MODEL] [--device auto|cpu|cuda] [--task NAME] [--steps N]\n"
-    "               [--fp32|--fp16|--bf16] [--seq-len N] [--train-rows N] [--eval-every N]\n"
-    "               [--log FILE.jsonl] [--no-fuse] [--data DIR] [--vocab FILE] [--cased]\n"
-    "               [--predict FILE] [--skip-bad-rows] [--checkpoint-dir DIR]\n"
-    "               [--checkpoint-every N] [--keep K] [--resume DIR] [--init DIR]\n"
-    "               [--output DIR]\n"
-    "\n"
-    "Trains MODEL (a .model file or a NAME.hpc artifact from `hpc compile`) and\n"
-    "evaluates it on a held-out split.  Without MODEL, runs the one *.hpc file in\n"
-    "the current directory.\n"
-    "\n"
-    "options:\n"
-    "  --device D            auto (default): the GPU when one is usable, else the cpu;\n"
-    "                        cpu: the reference backend; cuda: GPU 0 or an error\n"
-    "  --task NAME           a GLUE task: cola, sst2, mrpc, rte, qnli, qqp, stsb, mnli,\n"
-    "                        mnli-mm, wnli, or tsv:DIR (docs/tasks.md); or a synthetic\n"
-    "                        task: synthetic-contains (default: does token 5 occur?),\n"
-    "                        synthetic-sorted (is the sequence sorted?)\n"
-    "  --data DIR            the task's files (default data/NAME: train.tsv, dev.tsv,\n"
-    "                        test.tsv optional)\n"
-    "  --vocab FILE          WordPiece vocabulary (default\n"
-    "                        data/vocab/bert-base-uncased-vocab.txt)\n"
-    "  --cased               keep case and accents (default vocab: the cased one)\n"
-    "  --predict FILE        after training, write GLUE test predictions to FILE\n"
-    "  --skip-bad-rows       skip and count malformed train/dev rows instead of stopping\n"
-    "  --steps N             optimizer steps (default: the model's steps or epochs)\n"
-    "  --fp32                full precision (default; an artifact's own policy when\n"
-    "                        running a .hpc file)\n"
-    "  --fp16, --bf16        mixed precision: on the GPU values stored in 16 bits;\n"
-    "                        on the cpu emulated (every such value rounded)\n"
-    "  --seq-len N           longest row: synthetic default min(max_seq_len, 32); GLUE\n"
-    "                        rows are truncated to it (default the model's seq_len)\n"
-    "  --train-rows N        synthetic training rows (default 2000; dev: a quarter)\n"
-    "  --eval-every N        evaluate every N steps (default: at the end; with a GLUE\n"
-    "                        task, at the end of every epoch)\n"
-    "  --log FILE            also write a JSONL log\n"
-    "  --no-fuse             train the unfused graph (compiler/fuse.h off)\n"
-    "  --checkpoint-dir DIR  save the training state in DIR/step-N at the end of each\n"
-    "                        epoch, at the end, and on SIGINT/SIGTERM (then exit 8)\n"
-    "  --checkpoint-every N  also every N steps\n"
-    "  --keep K              step directories kept in DIR (default 2)\n"
-    "  --resume DIR          continue the run saved in DIR (a --checkpoint-dir or one\n"
-    "                        step-N in it) exactly; MODEL defaults to the checkpoint's\n"
-    "                        model; give the same --steps, --task and data options\n"
-    "  --init DIR            start from the weights in DIR: a Hugging Face folder\n"
-    "                        (model.safetensors) or an hpc checkpoint; with a GLUE\n"
-    "                        task its vocab.txt and tokenizer_config.json's\n"
-    "                        do_lower_case are used unless --vocab / --cased are given\n"
-    "  --output DIR          write the best model by dev metric (the final one when\n"
-    "                        nothing is evaluated) as a transformers folder: config.json,\n"
-    "                        model.safetensors, vocab.txt, tokenizer_config.json,\n"
-    "                        special_tokens_map.json; DIR is replaced as a whole\n"
-    "  -h, --help            this text\n"
-    "\n"
-    "The model needs a sequence classification head (or a causal LM head,\n"
-    "which trains on the same rows as language modelling).\n"
-    "Test hook: HPC_INJECT_INF_STEP=K writes +inf into one gradient before step K,\n"
-    "which must then be skipped (the log names it).\n";
-
 typedef struct {
     const char *model, *device, *task, *log, *ckpt_dir, *resume, *init, *output;
     const char *data, *vocab, *predict;   /* GLUE tasks */
     int64_t steps, seq_len, rows, eval_every, ckpt_every, keep;
-    SpecPrecision policy;
-    bool policy_given, no_fuse, cased, skip_bad_rows;
+    SpecPrecision policy;                 /* PREC_DEFAULT: no flag (an artifact's own, else fp32) */
+    bool no_fuse, cased, skip_bad_rows;
+    bool rows_given;                      /* --train-rows */
     RunOverrides train;  /* --lr, --loss-scale, ... over the model's train block */
+    CliParsed parsed;
+    const bool *train_seen;   /* which of run_override_opts were given (in parsed) */
     char found[4096];   /* the *.hpc found when no MODEL was given */
     char init_vocab[4096]; /* --init DIR's vocab.txt, when it is used */
 } RunArgs;
 
-static int parse_count(const char *opt, const char *s, int64_t *out)
-{
-    char *end;
-    long long v = strtoll(s, &end, 10);
-    if (*s == '\0' || *end != '\0' || v < 1) {
-        fprintf(stderr, "hpc run: %s wants a positive integer, got '%s'\n", opt, s);
-        return HPC_ERR_USAGE;
-    }
-    *out = v;
-    return 0;
-}
+/* Rows sharing a bit contradict each other (RUN_EX_LENGTH: --steps or --epochs). */
+enum { EX_PRECISION = 2, EX_START = 4 };
+
+static const char *const DEVICES[] = {"auto", "cpu", "cuda", NULL};
+
+#define A(f) offsetof(RunArgs, f)
+static const CliOpt run_opts[] = {
+    {.name = "device", .kind = CLI_STR, .off = A(device), .meta = "D", .choices = DEVICES,
+     .help = "auto (default): the GPU when one is usable, else the cpu; "
+             "cpu: the reference backend; cuda: GPU 0 or an error"},
+    {.name = "task", .kind = CLI_STR, .off = A(task), .meta = "NAME",
+     .help = "a GLUE task: cola, sst2, mrpc, rte, qnli, qqp, stsb, mnli, "
+             "mnli-mm, wnli, or tsv:DIR (docs/tasks.md); or a synthetic "
+             "task: synthetic-contains (default: does token 5 occur?), "
+             "synthetic-sorted (is the sequence sorted?)"},
+    {.name = "data", .kind = CLI_STR, .off = A(data), .meta = "DIR",
+     .help = "the task's files (default data/NAME: train.tsv, dev.tsv, test.tsv optional)"},
+    {.name = "vocab", .kind = CLI_STR, .off = A(vocab), .meta = "FILE",
+     .help = "WordPiece vocabulary (default data/vocab/bert-base-uncased-vocab.txt)"},
+    {.name = "cased", .kind = CLI_FLAG, .off = A(cased),
+     .help = "keep case and accents (default vocab: the cased one)"},
+    {.name = "predict", .kind = CLI_STR, .off = A(predict), .meta = "FILE",
+     .help = "after training, write GLUE test predictions to FILE"},
+    {.name = "skip-bad-rows", .kind = CLI_FLAG, .off = A(skip_bad_rows),
+     .help = "skip and count malformed train/dev rows instead of stopping"},
+    {.name = "steps", .kind = CLI_INT, .off = A(steps), .meta = "N", .min = 1, .max = 1000000000000,
+     .excludes = RUN_EX_LENGTH, .help = "optimizer steps (default: the model's steps or epochs)"},
+    {.name = "fp32", .kind = CLI_SET, .off = A(policy), .set = PREC_FP32, .excludes = EX_PRECISION,
+     .help = "full precision (default; an artifact's own policy when running a .hpc file)"},
+    {.name = "fp16", .kind = CLI_SET, .off = A(policy), .set = PREC_FP16, .excludes = EX_PRECISION,
+     .help = "mixed precision: on the GPU values stored in 16 bits; on the cpu emulated (every such value rounded)"},
+    {.name = "bf16", .kind = CLI_SET, .off = A(policy), .set = PREC_BF16, .excludes = EX_PRECISION,
+     .help = "as --fp16, with bfloat16"},
+    {.name = "seq-len", .kind = CLI_INT, .off = A(seq_len), .meta = "N", .min = 1, .max = 1 << 20,
+     .help = "longest row: synthetic default min(max_seq_len, 32); GLUE "
+             "rows are truncated to it (default the model's seq_len)"},
+    {.name = "train-rows", .kind = CLI_INT, .off = A(rows), .meta = "N", .min = 1, .max = 1000000,
+     .help = "synthetic training rows (default 2000; dev: a quarter)"},
+    {.name = "eval-every", .kind = CLI_INT, .off = A(eval_every), .meta = "N", .min = 1, .max = 1000000000000,
+     .help = "evaluate every N steps (default: at the end; with a GLUE task, at the end of every epoch)"},
+    {.name = "log", .kind = CLI_STR, .off = A(log), .meta = "FILE", .help = "also write a JSONL log"},
+    {.name = "no-fuse", .kind = CLI_FLAG, .off = A(no_fuse), .help = "train the unfused graph (compiler/fuse.h off)"},
+    {.name = "checkpoint-dir", .kind = CLI_STR, .off = A(ckpt_dir), .meta = "DIR",
+     .help = "save the training state in DIR/step-N at the end of each "
+             "epoch, at the end, and on SIGINT/SIGTERM (then exit 8)"},
+    {.name = "checkpoint-every", .kind = CLI_INT, .off = A(ckpt_every), .meta = "N", .min = 1,
+     .max = 1000000000000, .needs = "checkpoint-dir", .help = "also every N steps"},
+    {.name = "keep", .kind = CLI_INT, .off = A(keep), .meta = "K", .min = 1, .max = 1000000,
+     .needs = "checkpoint-dir", .help = "step directories kept in DIR (default 2)"},
+    {.name = "resume", .kind = CLI_STR, .off = A(resume), .meta = "DIR", .excludes = EX_START,
+     .help = "continue the run saved in DIR (a --checkpoint-dir or one "
+             "step-N in it) exactly; MODEL defaults to the checkpoint's "
+             "model; give the same --steps, --task and data options"},
+    {.name = "init", .kind = CLI_STR, .off = A(init), .meta = "DIR", .excludes = EX_START,
+     .help = "start from the weights in DIR: a Hugging Face folder (model.safetensors) or an hpc "
+             "checkpoint; with a GLUE task also DIR's vocab.txt and tokenizer_config.json's "
+             "do_lower_case unless --vocab or --cased say otherwise"},
+    {.name = "output", .kind = CLI_STR, .off = A(output), .meta = "DIR",
+     .help = "write the best model by dev metric (the final one when there is no evaluation) "
+             "as a Hugging Face folder: config.json, model.safetensors, vocab.txt, "
+             "tokenizer_config.json, special_tokens_map.json"},
+    CLI_END,
+};
+#undef A
+
+_Static_assert(sizeof(SpecPrecision) == sizeof(int), "--fp16 and friends store an int");
+
+const CliCommand cli_run_command = {
+    .name = "run", .args = "[MODEL]", .arg_name = "MODEL", .min_args = 0, .max_args = 1,
+    .about = "Trains MODEL (a .model file or a NAME.hpc artifact from `hpc compile`) and\n"
+             "evaluates it on a held-out split.  Without MODEL, runs the one *.hpc file in\n"
+             "the current directory.\n",
+    .footer = "The model needs a sequence classification head (or a causal LM head,\n"
+              "which trains on the same rows as language modelling).\n"
+              "Test hook: HPC_INJECT_INF_STEP=K writes +inf into one gradient before step K,\n"
+              "which must then be skipped (the log names it).\n",
+    .sections = {{"options", run_opts, 0},
+                 {"training settings (override the model's train block)", run_override_opts,
+                  offsetof(RunArgs, train)}},
+};
 
 /* No MODEL: the one *.hpc in the working directory. */
 static int find_artifact(RunArgs *a)
@@ -128,56 +141,40 @@ static int find_artifact(RunArgs *a)
     return a->model ? 0 : HPC_ERR_USAGE;
 }
 
+static bool is_synthetic(const RunArgs *a) { return strncmp(a->task, "synthetic-", 10) == 0; }
+
+/* Options that only one kind of task reads. */
+static HpcStatus run_check_task_options(const RunArgs *a, HpcError *err)
+{
+    if (is_synthetic(a) && (a->data || a->vocab || a->predict || a->cased || a->skip_bad_rows))
+        return hpc_fail(err, HPC_ERR_USAGE, "run: --data, --vocab, --cased, --predict and --skip-bad-rows "
+                        "need a GLUE task (--task cola, ...), not %s", a->task);
+    if (!is_synthetic(a) && a->rows_given)
+        return hpc_fail(err, HPC_ERR_USAGE, "run: --train-rows sets the size of a synthetic task; task %s reads "
+                        "its rows from its files", a->task);
+    return HPC_OK;
+}
+
+/* The command line into *a; 0, CLI_HELP_SHOWN or an exit code (reported). */
 static int run_parse(int argc, char **argv, RunArgs *a)
 {
     memset(a, 0, sizeof *a);
     a->device = "auto";
     a->task = "synthetic-contains";
     a->rows = 2000;
-    a->policy = PREC_FP32;
-    for (int i = 1; i < argc; i++) {
-        const char *o = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-        int rc = 0;
-        if (cli_is_help(o)) {
-            fputs(run_usage, stdout);
-            fputs(run_overrides_usage, stdout);
-            return -1;
-        }
-        else if (strcmp(o, "--fp32") == 0) a->policy = PREC_FP32, a->policy_given = true;
-        else if (strcmp(o, "--fp16") == 0) a->policy = PREC_FP16, a->policy_given = true;
-        else if (strcmp(o, "--bf16") == 0) a->policy = PREC_BF16, a->policy_given = true;
-        else if (strcmp(o, "--no-fuse") == 0) a->no_fuse = true;
-        else if (strcmp(o, "--cased") == 0) a->cased = true;
-        else if (strcmp(o, "--skip-bad-rows") == 0) a->skip_bad_rows = true;
-        else if (!v && o[0] == '-') rc = HPC_ERR_USAGE;
-        else if (strcmp(o, "--device") == 0) a->device = argv[++i];
-        else if (strcmp(o, "--task") == 0) a->task = argv[++i];
-        else if (strcmp(o, "--log") == 0) a->log = argv[++i];
-        else if (strcmp(o, "--data") == 0) a->data = argv[++i];
-        else if (strcmp(o, "--vocab") == 0) a->vocab = argv[++i];
-        else if (strcmp(o, "--predict") == 0) a->predict = argv[++i];
-        else if (strcmp(o, "--steps") == 0) rc = parse_count(o, argv[++i], &a->steps);
-        else if (strcmp(o, "--seq-len") == 0) rc = parse_count(o, argv[++i], &a->seq_len);
-        else if (strcmp(o, "--train-rows") == 0) rc = parse_count(o, argv[++i], &a->rows);
-        else if (strcmp(o, "--eval-every") == 0) rc = parse_count(o, argv[++i], &a->eval_every);
-        else if (strcmp(o, "--checkpoint-dir") == 0) a->ckpt_dir = argv[++i];
-        else if (strcmp(o, "--checkpoint-every") == 0) rc = parse_count(o, argv[++i], &a->ckpt_every);
-        else if (strcmp(o, "--keep") == 0) rc = parse_count(o, argv[++i], &a->keep);
-        else if (strcmp(o, "--resume") == 0) a->resume = argv[++i];
-        else if (strcmp(o, "--init") == 0) a->init = argv[++i];
-        else if (strcmp(o, "--output") == 0) a->output = argv[++i];
-        else if (run_override_known(o)) rc = run_override_add(&a->train, o, argv[++i], NULL);
-        else if (o[0] == '-' || a->model) rc = HPC_ERR_USAGE;
-        else a->model = o;
-        if (rc) {
-            fprintf(stderr, "hpc run: bad argument '%s'\n%s", o, run_usage);
-            return rc;
-        }
-    }
+    a->policy = PREC_DEFAULT;
+    const CliCommand *c = &cli_run_command;
+    HpcError err = {0};
+    int rc = cli_parse(c, argc, argv, a, &a->parsed, &err);
+    const bool *train_seen = a->parsed.seen + cli_section_rows(&c->sections[0]);
+    if (!rc) rc = run_overrides_check(&a->train, train_seen, &err) ? HPC_ERR_USAGE : 0;
+    if (rc) return rc == CLI_HELP_SHOWN ? rc : cli_report(&err);
+    a->train_seen = train_seen;
+    a->rows_given = cli_seen(c, &a->parsed, "train-rows");
+    if (run_check_task_options(a, &err)) return cli_report(&err);
+    if (a->parsed.n_args) a->model = a->parsed.args[0];
     return a->model || a->resume ? 0 : find_artifact(a);
 }
-
-static bool is_synthetic(const RunArgs *a) { return strncmp(a->task, "synthetic-", 10) == 0; }
 
 static HpcStatus check_run(const ModelSpec *s, const RunArgs *a, HpcError *err)
 {
@@ -185,9 +182,6 @@ static HpcStatus check_run(const ModelSpec *s, const RunArgs *a, HpcError *err)
     if (!train_device_parse(a->device, &d))
         return hpc_fail(err, HPC_ERR_USAGE, "run: unknown device '%s'; use auto, cpu or cuda", a->device);
     if (!is_synthetic(a)) return HPC_OK;  /* task_check_model checks a GLUE task */
-    if (a->data || a->vocab || a->predict || a->cased || a->skip_bad_rows)
-        return hpc_fail(err, HPC_ERR_USAGE, "run: --data, --vocab, --cased, --predict and --skip-bad-rows "
-                        "need a GLUE task (--task cola, ...), not %s", a->task);
     bool seq = s->head.kind == HEAD_SEQ_CLASSIFICATION, lm = s->head.kind == HEAD_CAUSAL_LM;
     if (!seq && !lm)
         return hpc_fail(err, HPC_ERR_USAGE, "run: %s has a %s head; synthetic tasks train sequence "
@@ -266,32 +260,38 @@ static int load_spec(RunArgs *a, ModelSpec *spec)
         HpcError err = {0};
         SpecPrecision p;
         if (checkpoint_read_spec(a->resume, spec, &p, &err)) return cli_report(&err);
-        if (!a->policy_given && p != PREC_DEFAULT) a->policy = p;
+        if (a->policy == PREC_DEFAULT) a->policy = p == PREC_DEFAULT ? PREC_FP32 : p;
         return 0;
     }
     if (!has_suffix(a->model, ARTIFACT_EXT)) {
         int nerr = spec_load(a->model, spec, stderr);
+        if (a->policy == PREC_DEFAULT) a->policy = PREC_FP32;
         return nerr ? (nerr < 0 ? HPC_ERR_IO : HPC_ERR_INPUT) : 0;
     }
     HpcError err = {0};
     SpecPrecision p;
     if (artifact_load_spec(a->model, spec, &p, stderr, &err)) return cli_report(&err);
-    if (!a->policy_given && p != PREC_DEFAULT) a->policy = p;
+    if (a->policy == PREC_DEFAULT) a->policy = p == PREC_DEFAULT ? PREC_FP32 : p;
     return 0;
 }
 
 /* HPC_INJECT_INF_STEP=K (test hook, trainer.h); 0 when unset. */
-static int64_t inject_step(void)
+static HpcStatus inject_step(int64_t *step, HpcError *err)
 {
     const char *s = getenv("HPC_INJECT_INF_STEP");
-    return s ? strtoll(s, NULL, 10) : 0;
+    char want[96];
+    *step = 0;
+    if (s && num_int(s, 1, INT64_MAX, step))
+        return hpc_fail(err, HPC_ERR_USAGE, "run: HPC_INJECT_INF_STEP=%.40s: expected %s", s,
+                        num_int_wanted(1, INT64_MAX, want, sizeof want));
+    return HPC_OK;
 }
 
 int cmd_run(int argc, char **argv)
 {
     RunArgs a;
     int rc = run_parse(argc, argv, &a);
-    if (rc) return rc < 0 ? HPC_OK : rc;
+    if (rc) return rc == CLI_HELP_SHOWN ? HPC_OK : rc;
     ModelSpec spec;
     rc = load_spec(&a, &spec);
     if (rc) return rc;
@@ -303,7 +303,9 @@ int cmd_run(int argc, char **argv)
     memset(&dev, 0, sizeof dev);
     TaskData task;
     memset(&task, 0, sizeof task);
-    HpcStatus st = run_overrides_apply(&a.train, &spec, &err);
+    int64_t inject = 0;
+    run_overrides_apply(&a.train, a.train_seen, &spec);
+    HpcStatus st = inject_step(&inject, &err);
     if (!st) st = check_run(&spec, &a, &err);
     bool glue = !is_synthetic(&a);
     if (!st && glue && a.init) st = init_tokenizer(&a, &err);
@@ -311,7 +313,7 @@ int cmd_run(int argc, char **argv)
     if (!st) st = glue ? load_task(&spec, &a, &task, &err) : make_data(&spec, &a, &train, &dev, &err);
     TrainOptions o = {.steps = a.steps, .eval_every = a.eval_every, .log_every = 10, .jsonl = a.log,
                       .out = stderr, .progress_bar = isatty(2), .policy = a.policy,
-                      .device = device, .inject_inf_step = inject_step(), .no_fuse = a.no_fuse,
+                      .device = device, .inject_inf_step = inject, .no_fuse = a.no_fuse,
                       .task = glue ? &task : NULL, .predict = a.predict,
                       .checkpoint_dir = a.ckpt_dir, .checkpoint_every = a.ckpt_every, .checkpoint_keep = (int)a.keep,
                       .resume_dir = a.resume, .init_dir = a.init, .handle_signals = true,

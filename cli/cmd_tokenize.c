@@ -1,4 +1,5 @@
 /* cli/cmd_tokenize.c — `hpc tokenize`: show how BERT WordPiece splits text. */
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -6,61 +7,37 @@
 #include "cli.h"
 #include "data/tokenizer.h"
 
-static const char tokenize_usage[] =
-    "usage: hpc tokenize --vocab FILE [--cased] [--pair TEXT_B] [--max-len N] [--ids] TEXT...\n"
-    "\n"
-    "Tokenizes each TEXT (one argument = one input; '-' reads one input per\n"
-    "line from stdin) with BERT WordPiece, exactly as Hugging Face's\n"
-    "BertTokenizer does for the same vocab.txt, and prints the tokens, their\n"
-    "ids and the token type ids.\n"
-    "\n"
-    "options:\n"
-    "  --vocab FILE   vocab.txt, one token per line (e.g. data/vocab/bert-base-uncased-vocab.txt)\n"
-    "  --cased        keep case and accents (for cased vocabularies); default lower-cases\n"
-    "  --pair TEXT_B  encode each TEXT as the pair (TEXT, TEXT_B)\n"
-    "  --max-len N    truncate to N tokens including [CLS]/[SEP] (default 512)\n"
-    "  --ids          print only the ids, one input per line\n";
-
 typedef struct {
     const char *vocab, *pair;
     bool cased, ids_only;
     int64_t max_len;
-    int first_text;
 } TokenizeArgs;
 
-static int tokenize_parse(int argc, char **argv, TokenizeArgs *a)
-{
-    *a = (TokenizeArgs){.max_len = 512};
-    int i = 1;
-    for (; i < argc && argv[i][0] == '-' && argv[i][1] != '\0'; i++) {
-        const char *o = argv[i];
-        bool has_val = i + 1 < argc;
-        if (cli_is_help(o)) { fputs(tokenize_usage, stdout); return -1; }
-        else if (!strcmp(o, "--")) { i++; break; }
-        else if (!strcmp(o, "--cased")) a->cased = true;
-        else if (!strcmp(o, "--ids")) a->ids_only = true;
-        else if (!strcmp(o, "--vocab") && has_val) a->vocab = argv[++i];
-        else if (!strcmp(o, "--pair") && has_val) a->pair = argv[++i];
-        else if (!strcmp(o, "--max-len") && has_val) {
-            char *end;
-            a->max_len = strtoll(argv[++i], &end, 10);
-            if (*end || a->max_len < 2) {
-                fprintf(stderr, "hpc tokenize: --max-len wants an integer >= 2, got '%s'\n", argv[i]);
-                return HPC_ERR_USAGE;
-            }
-        } else {
-            fprintf(stderr, "hpc tokenize: unknown option or missing value '%s'\n%s", o, tokenize_usage);
-            return HPC_ERR_USAGE;
-        }
-    }
-    a->first_text = i;
-    if (!a->vocab || i >= argc) {
-        fprintf(stderr, "hpc tokenize: %s\n%s", a->vocab ? "no TEXT given" : "--vocab FILE is required",
-                tokenize_usage);
-        return HPC_ERR_USAGE;
-    }
-    return HPC_OK;
-}
+#define A(f) offsetof(TokenizeArgs, f)
+static const CliOpt tokenize_opts[] = {
+    {.name = "vocab", .kind = CLI_STR, .off = A(vocab), .meta = "FILE", .required = true,
+     .help = "vocab.txt, one token per line (e.g. data/vocab/bert-base-uncased-vocab.txt)"},
+    {.name = "cased", .kind = CLI_FLAG, .off = A(cased),
+     .help = "keep case and accents (for cased vocabularies); default lower-cases"},
+    {.name = "pair", .kind = CLI_STR, .off = A(pair), .meta = "TEXT_B",
+     .help = "encode each TEXT as the pair (TEXT, TEXT_B)"},
+    {.name = "max-len", .kind = CLI_INT, .off = A(max_len), .meta = "N", .min = 2, .max = 1 << 20,
+     .help = "truncate to N tokens including [CLS]/[SEP] (default 512)"},
+    {.name = "ids", .kind = CLI_FLAG, .off = A(ids_only), .help = "print only the ids, one input per line"},
+    CLI_END,
+};
+#undef A
+
+const CliCommand cli_tokenize_command = {
+    .name = "tokenize", .args = "TEXT...", .arg_name = "TEXT", .min_args = 1, .max_args = -1,
+    .stop_at_arg = true,
+    .about = "Tokenizes each TEXT (one argument = one input; '-' reads one input per\n"
+             "line from stdin) with BERT WordPiece, exactly as Hugging Face's\n"
+             "BertTokenizer does for the same vocab.txt, and prints the tokens, their\n"
+             "ids and the token type ids.  Options come before the first TEXT; after\n"
+             "it (or after --) every argument is a TEXT, even one that starts with '-'.\n",
+    .sections = {{"options", tokenize_opts, 0}},
+};
 
 static void tokenize_print(const Tokenizer *tok, const TokEncoding *e, bool ids_only)
 {
@@ -107,16 +84,17 @@ static HpcStatus tokenize_stdin(const Tokenizer *tok, const TokenizeArgs *a, Tok
 
 int cmd_tokenize(int argc, char **argv)
 {
-    TokenizeArgs a;
-    int rc = tokenize_parse(argc, argv, &a);
-    if (rc) return rc < 0 ? HPC_OK : rc;
+    TokenizeArgs a = {.max_len = 512};
+    CliParsed p;
     HpcError err = {0};
+    int rc = cli_parse(&cli_tokenize_command, argc, argv, &a, &p, &err);
+    if (rc) return rc == CLI_HELP_SHOWN ? HPC_OK : cli_report(&err);
     Tokenizer *tok;
     if (tokenizer_load(a.vocab, !a.cased, &tok, &err)) return cli_report(&err);
     TokEncoding e = {0};
     HpcStatus st = HPC_OK;
-    for (int i = a.first_text; !st && i < argc; i++)
-        st = strcmp(argv[i], "-") ? tokenize_one(tok, &a, argv[i], &e, &err) : tokenize_stdin(tok, &a, &e, &err);
+    for (int i = 0; !st && i < p.n_args; i++)
+        st = strcmp(p.args[i], "-") ? tokenize_one(tok, &a, p.args[i], &e, &err) : tokenize_stdin(tok, &a, &e, &err);
     tok_encoding_free(&e);
     tokenizer_free(tok);
     return st ? cli_report(&err) : HPC_OK;

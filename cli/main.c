@@ -42,17 +42,6 @@ static void print_help(FILE *out)
           " 70  internal error (a bug in hpc)\n", out);
 }
 
-int cli_report(const HpcError *err)
-{
-    fprintf(stderr, "hpc: %s\n", err->msg);
-    return err->code;
-}
-
-int cli_is_help(const char *arg)
-{
-    return strcmp(arg, "-h") == 0 || strcmp(arg, "--help") == 0;
-}
-
 int main(int argc, char **argv)
 {
     if (argc < 2) {

@@ -1,114 +1,92 @@
 /* cli/run_overrides.c — see run_overrides.h. */
 #include "run_overrides.h"
 
-#include <errno.h>
-#include <math.h>
-#include <stdlib.h>
+#include <stddef.h>
+#include <stdio.h>
 #include <string.h>
 
-const char run_overrides_usage[] =
-    "training settings (override the model's train block):\n"
-    "  --loss-scale S        dynamic, none, or a number (a static scale)\n"
-    "  --scale-init X        first dynamic scale (default 65536)\n"
-    "  --scale-growth X      growth factor after an interval of clean steps (> 1)\n"
-    "  --scale-backoff X     factor on an overflowing step (0 < X < 1)\n"
-    "  --scale-interval N    clean steps before the scale grows (default 2000)\n"
-    "  --max-skipped-steps N consecutive skipped steps before hpc gives up (exit 7)\n"
-    "  --lr X  --batch N  --grad-accum N  --seed N  --clip-grad-norm X (0: off)\n"
-    "  --epochs N\n";
+/* Ranges: as compiler/check_keys.c. */
+static const NumRange SCALE_RANGE = {0, 1.8446744073709552e19, true, false};
 
-static const char *const known[] = {
-    "--loss-scale", "--scale-init", "--scale-growth", "--scale-backoff", "--scale-interval",
-    "--max-skipped-steps", "--lr", "--batch", "--grad-accum", "--seed", "--clip-grad-norm", "--epochs",
-};
-
-bool run_override_known(const char *option)
+/* --loss-scale dynamic|none|N */
+static bool parse_loss_scale(const CliOpt *opt, const char *v, void *field, char *why, size_t cap)
 {
-    for (size_t i = 0; i < sizeof known / sizeof known[0]; i++)
-        if (strcmp(option, known[i]) == 0) return true;
-    return false;
-}
-
-HpcStatus run_override_add(RunOverrides *o, const char *option, const char *value, HpcError *err)
-{
-    if (o->n == RUN_OVERRIDES_MAX)
-        return hpc_fail(err, HPC_ERR_USAGE, "run: more than %d training settings on the command line",
-                        RUN_OVERRIDES_MAX);
-    o->option[o->n] = option;
-    o->value[o->n] = value;
-    o->n++;
-    return HPC_OK;
-}
-
-/* A finite number in [lo, hi] (open ends when the flags say so). */
-static HpcStatus number(const char *opt, const char *text, double lo, double hi, bool open_lo, bool open_hi,
-                        double *out, HpcError *err)
-{
-    char *end;
-    errno = 0;
-    double v = strtod(text, &end);
-    bool ok = *text && !*end && errno == 0 && isfinite(v) && (open_lo ? v > lo : v >= lo) &&
-              (open_hi ? v < hi : v <= hi);
-    if (!ok)
-        return hpc_fail(err, HPC_ERR_USAGE, "run: %s %s: expected a number in %c%g, %g%c", opt, text,
-                        open_lo ? '(' : '[', lo, hi, open_hi ? ')' : ']');
-    *out = v;
-    return HPC_OK;
-}
-
-static HpcStatus count(const char *opt, const char *text, double lo, double hi, int64_t *out, HpcError *err)
-{
-    double v;
-    HpcStatus st = number(opt, text, lo, hi, false, false, &v, err);
-    if (!st && v != floor(v)) st = hpc_fail(err, HPC_ERR_USAGE, "run: %s %s: expected a whole number", opt, text);
-    if (!st) *out = (int64_t)v;
-    return st;
-}
-
-static HpcStatus loss_scale(const char *text, SpecTraining *t, HpcError *err)
-{
-    if (strcmp(text, "dynamic") == 0) t->loss_scaling = LOSS_SCALE_DYNAMIC;
-    else if (strcmp(text, "none") == 0) t->loss_scaling = LOSS_SCALE_NONE;
+    RunLossScale *ls = field;
+    if (strcmp(v, "dynamic") == 0) ls->mode = LOSS_SCALE_DYNAMIC;
+    else if (strcmp(v, "none") == 0) ls->mode = LOSS_SCALE_NONE;
+    else if (num_real(v, SCALE_RANGE, &ls->scale) == NUM_OK) ls->mode = LOSS_SCALE_STATIC;
     else {
-        HpcStatus st = number("--loss-scale", text, 0, 1e30, true, false, &t->scale_init, err);
-        if (st) return hpc_fail(err, HPC_ERR_USAGE, "run: --loss-scale %s: expected dynamic, none or a "
-                                "positive number", text);
-        t->loss_scaling = LOSS_SCALE_STATIC;
+        snprintf(why, cap, "--loss-scale %.60s: expected dynamic, none or a static scale in (0, %g]", v,
+                 SCALE_RANGE.hi);
+        return false;
     }
+    return true;
+}
+
+#define T(f) offsetof(RunOverrides, t.f)
+/* The loss scaler's rows first: run_overrides_check relies on SCALE_ROWS. */
+const CliOpt run_override_opts[] = {
+    {.name = "loss-scale", .kind = CLI_FN, .off = offsetof(RunOverrides, loss), .meta = "S", .fn = parse_loss_scale,
+     .help = "dynamic, none, or a number (a static scale)"},
+    {.name = "scale-init", .kind = CLI_REAL, .off = T(scale_init), .meta = "X", .range = SCALE_RANGE,
+     .help = "first dynamic scale (default 65536)"},
+    {.name = "scale-growth", .kind = CLI_REAL, .off = T(scale_growth), .meta = "X", .range = {1, 16, true, false},
+     .help = "growth factor after an interval of clean steps"},
+    {.name = "scale-backoff", .kind = CLI_REAL, .off = T(scale_backoff), .meta = "X", .range = {0, 1, true, true},
+     .help = "factor on an overflowing step"},
+    {.name = "scale-interval", .kind = CLI_INT, .off = T(scale_interval), .meta = "N", .min = 1, .max = 1000000000,
+     .help = "clean steps before the scale grows (default 2000)"},
+    {.name = "max-skipped-steps", .kind = CLI_INT, .off = T(max_skipped_steps), .meta = "N", .min = 1,
+     .max = 1000000000, .help = "consecutive skipped steps before hpc gives up (exit 7)"},
+    {.name = "lr", .kind = CLI_REAL, .off = T(lr), .meta = "X", .range = {0, 10, true, false},
+     .help = "peak learning rate"},
+    {.name = "batch", .kind = CLI_INT, .off = T(batch_size), .meta = "N", .min = 1, .max = 65536,
+     .help = "rows per micro-batch"},
+    {.name = "grad-accum", .kind = CLI_INT, .off = T(grad_accum), .meta = "N", .min = 1, .max = 65536,
+     .help = "micro-batches per optimizer step"},
+    {.name = "seed", .kind = CLI_INT, .off = T(seed), .meta = "N", .min = 0, .max = INT64_MAX,
+     .help = "seed of the initial weights, shuffling and dropout"},
+    {.name = "clip-grad-norm", .kind = CLI_REAL, .off = T(max_grad_norm), .meta = "X", .range = {0, 1e6, false, false},
+     .help = "clip the global gradient norm to X (0: off)"},
+    {.name = "epochs", .kind = CLI_INT, .off = T(epochs), .meta = "N", .min = 1, .max = 1000000, .excludes = RUN_EX_LENGTH,
+     .help = "passes over the training rows (instead of the model's steps)"},
+    CLI_END,
+};
+#undef T
+
+enum { ROW_LOSS_SCALE = 0, ROW_SCALE_INIT = 1, SCALE_ROWS = 4 };   /* scale-init .. scale-interval */
+
+_Static_assert(sizeof(int64_t) == 8 && sizeof(uint64_t) == 8 && sizeof(double) == 8,
+               "run_overrides_apply copies 8 bytes per number");
+
+HpcStatus run_overrides_check(const RunOverrides *o, const bool *seen, HpcError *err)
+{
+    if (!seen[ROW_LOSS_SCALE] || o->loss.mode == LOSS_SCALE_DYNAMIC) return HPC_OK;
+    bool none = o->loss.mode == LOSS_SCALE_NONE;
+    char mode[40] = "none";
+    if (!none) snprintf(mode, sizeof mode, "%g", o->loss.scale);
+    for (int i = ROW_SCALE_INIT; i < ROW_SCALE_INIT + SCALE_ROWS; i++)
+        if (seen[i])
+            return hpc_fail(err, HPC_ERR_USAGE, "run: --loss-scale %s and --%s contradict each other (%s); give one "
+                            "of them", mode, run_override_opts[i].name,
+                            none ? "without loss scaling there is no scale to set"
+                                 : i == ROW_SCALE_INIT ? "a static scale is its own initial value"
+                                                       : "a static scale never changes");
     return HPC_OK;
 }
 
-static HpcStatus apply_one(const char *opt, const char *v, SpecTraining *t, HpcError *err)
+void run_overrides_apply(const RunOverrides *o, const bool *seen, ModelSpec *spec)
 {
-    if (strcmp(opt, "--loss-scale") == 0) return loss_scale(v, t, err);
-    if (strcmp(opt, "--scale-init") == 0) return number(opt, v, 0, 1e30, true, false, &t->scale_init, err);
-    if (strcmp(opt, "--scale-growth") == 0) return number(opt, v, 1, 1e6, true, false, &t->scale_growth, err);
-    if (strcmp(opt, "--scale-backoff") == 0) return number(opt, v, 0, 1, true, true, &t->scale_backoff, err);
-    if (strcmp(opt, "--scale-interval") == 0) return count(opt, v, 1, 1e9, &t->scale_interval, err);
-    if (strcmp(opt, "--max-skipped-steps") == 0) return count(opt, v, 1, 1e9, &t->max_skipped_steps, err);
-    if (strcmp(opt, "--lr") == 0) return number(opt, v, 0, 10, true, false, &t->lr, err);
-    if (strcmp(opt, "--batch") == 0) return count(opt, v, 1, 65536, &t->batch_size, err);
-    if (strcmp(opt, "--grad-accum") == 0) return count(opt, v, 1, 65536, &t->grad_accum, err);
-    if (strcmp(opt, "--clip-grad-norm") == 0) return number(opt, v, 0, 1e9, false, false, &t->max_grad_norm, err);
-    if (strcmp(opt, "--seed") == 0) {
-        int64_t s;
-        HpcStatus st = count(opt, v, 0, 9.0e15, &s, err);
-        if (!st) t->seed = (uint64_t)s;
-        return st;
+    for (int i = 0; run_override_opts[i].name; i++) {
+        const CliOpt *r = &run_override_opts[i];
+        if (!seen[i] || (r->kind != CLI_INT && r->kind != CLI_REAL)) continue;
+        /* the field sits at the same place in o->t and spec->train */
+        size_t at = r->off - offsetof(RunOverrides, t);
+        memcpy((char *)&spec->train + at, (const char *)&o->t + at, 8);
     }
-    if (strcmp(opt, "--epochs") == 0) {
-        HpcStatus st = count(opt, v, 1, 1e6, &t->epochs, err);
-        if (!st) t->steps = 0; /* exactly one of epochs, steps */
-        return st;
+    if (seen[ROW_LOSS_SCALE]) {
+        spec->train.loss_scaling = o->loss.mode;
+        if (o->loss.mode == LOSS_SCALE_STATIC) spec->train.scale_init = o->loss.scale;
     }
-    return hpc_fail(err, HPC_ERR_INTERNAL, "run: unhandled setting %s", opt);
-}
-
-HpcStatus run_overrides_apply(const RunOverrides *o, ModelSpec *spec, HpcError *err)
-{
-    for (int i = 0; i < o->n; i++) {
-        HpcStatus st = apply_one(o->option[i], o->value[i], &spec->train, err);
-        if (st) return st;
-    }
-    return HPC_OK;
+    if (o->t.epochs > 0) spec->train.steps = 0;   /* exactly one of epochs, steps */
 }

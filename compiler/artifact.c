@@ -3,8 +3,11 @@
 #include "artifact.h"
 
 #include <errno.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include "num_parse.h"
 
 /* ---- the resolved model text --------------------------------------------- */
 
@@ -87,35 +90,63 @@ static HpcStatus bad_file(HpcError *err, const char *path, size_t off, const cha
                     path, off, why);
 }
 
+/* "HPCART VERSION\n" at s: the version (util/num_parse.h, strictly) and the line's length. */
+static bool magic_line(const char *s, size_t len, int64_t *version, size_t *used)
+{
+    size_t m = strlen(ARTIFACT_MAGIC " ");
+    const char *nl = memchr(s, '\n', len);
+    if (!nl || (size_t)(nl - s) <= m || strncmp(s, ARTIFACT_MAGIC " ", m) != 0) return false;
+    *used = (size_t)(nl - s) + 1;
+    return num_int_n(s + m, (size_t)(nl - s) - m, 1, INT64_MAX, version) == NUM_OK;
+}
+
 /* The header lines: magic + version, name, policy. */
 static HpcStatus parse_header(const char *path, const char *s, size_t len, size_t *pos, Artifact *a, HpcError *err)
 {
-    int version = 0, used = 0;
-    if (sscanf(s, ARTIFACT_MAGIC " %d\n%n", &version, &used) < 1 || used == 0)
-        return bad_file(err, path, 0, "not an hpc artifact (no " ARTIFACT_MAGIC " header)");
+    int64_t version = 0;
+    size_t used = 0;
+    if (!magic_line(s, len, &version, &used))
+        return bad_file(err, path, 0, "not an hpc artifact (no " ARTIFACT_MAGIC " header with a format version "
+                        "in [1, 9223372036854775807])");
     if (version > ARTIFACT_VERSION)
         return bad_file(err, path, 0, "written by a newer hpc (format version too new)");
     char name[128] = "", pol[16] = "";
     int n2 = 0;
     if (sscanf(s + used, "name %127s\npolicy %15s\n%n", name, pol, &n2) < 2 || n2 == 0)
-        return bad_file(err, path, (size_t)used, "the name and policy lines are missing");
+        return bad_file(err, path, used, "the name and policy lines are missing");
     snprintf(a->name, sizeof a->name, "%s", name);
-    a->policy = PREC_DEFAULT;
+    bool known = false;
     for (SpecPrecision p = PREC_DEFAULT; p <= PREC_BF16; p++)
-        if (strcmp(pol, spec_precision_name(p)) == 0) a->policy = p;
-    *pos = (size_t)(used + n2);
+        if (strcmp(pol, spec_precision_name(p)) == 0) a->policy = p, known = true;
+    char why[80];
+    snprintf(why, sizeof why, "unknown precision policy '%s' (expected default, fp32, fp16 or bf16)", pol);
+    if (!known) return bad_file(err, path, used, why);
+    *pos = used + (size_t)n2;
     return *pos <= len ? HPC_OK : bad_file(err, path, len, "truncated header");
+}
+
+/* "@@ KIND BYTES\n" at s: the kind, the byte count (strictly) and the line's length. */
+static bool section_line(const char *s, size_t avail, char kind[16], uint64_t *bytes, size_t *used)
+{
+    const char *nl = memchr(s, '\n', avail);
+    if (!nl || nl - s < 3 || strncmp(s, "@@ ", 3) != 0) return false;
+    const char *k = s + 3, *sp = memchr(k, ' ', (size_t)(nl - k));
+    if (!sp || sp == k || sp - k > 15) return false;
+    memcpy(kind, k, (size_t)(sp - k));
+    kind[sp - k] = '\0';
+    *used = (size_t)(nl - s) + 1;
+    return num_uint_n(sp + 1, (size_t)(nl - sp - 1), SIZE_MAX, bytes) == NUM_OK;
 }
 
 static HpcStatus parse_sections(const char *path, const char *s, size_t len, size_t pos, Artifact *a, HpcError *err)
 {
     while (pos < len) {
         char kind[16];
-        size_t bytes = 0;
-        int used = 0;
-        if (sscanf(s + pos, "@@ %15s %zu\n%n", kind, &bytes, &used) < 2 || used == 0)
+        uint64_t bytes = 0;
+        size_t used = 0;
+        if (!section_line(s + pos, len - pos, kind, &bytes, &used))
             return bad_file(err, path, pos, "expected a section line '@@ KIND BYTES'");
-        pos += (size_t)used;
+        pos += used;
         if (bytes > len - pos) return bad_file(err, path, pos, "truncated section");
         char *text = xmalloc(bytes + 1);
         memcpy(text, s + pos, bytes);

@@ -1,12 +1,19 @@
 /* tests/check-valgrind-main.c — `hpc check` without the rest of hpc.
  *
- * tests/check-valgrind.sh links cli/cmd_check.c with this main and
+ * tests/check-valgrind.sh links cli/cmd_check.c and cli/options.c with this main and
  * build/libhpcc.a, so valgrind runs the exact `hpc check` code path without
  * loading the CUDA libraries that bin/hpc links (which makes each run take
  * about a minute under valgrind).  Usage: check-valgrind-main check FILE. */
+#include <stdio.h>
 #include <string.h>
 
 #include "cli.h"
+
+int cli_report(const HpcError *err)
+{
+    fprintf(stderr, "hpc: %s\n", err->msg);
+    return err->code;
+}
 
 int cli_is_help(const char *arg)
 {

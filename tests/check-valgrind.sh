@@ -4,7 +4,7 @@
 # (definitely or indirectly lost).
 #
 # Usage (from the repository root, after `make`):
-#   sh tests/check-valgrind.sh            # lean `hpc check` (cmd_check.c + libhpcc.a), ~2 s a file
+#   sh tests/check-valgrind.sh            # lean `hpc check` (cmd_check.c, options.c + libhpcc.a), ~2 s a file
 #   HPC=bin/hpc sh tests/check-valgrind.sh  # the full binary; ~1 min a file, as valgrind
 #                                           # loads the CUDA libraries it links
 command -v valgrind >/dev/null || { echo "check-valgrind: valgrind is not installed" >&2; exit 2; }
@@ -14,7 +14,7 @@ if [ -z "$HPC" ]; then
     HPC=build/tests/check-valgrind-main
     mkdir -p build/tests
     $CC -std=c11 -D_GNU_SOURCE -g -Iutil -Igrammar -Icompiler -Icli -o "$HPC" \
-        tests/check-valgrind-main.c cli/cmd_check.c build/libhpcc.a -lm || exit 2
+        tests/check-valgrind-main.c cli/cmd_check.c cli/options.c build/libhpcc.a -lm || exit 2
 fi
 [ -x "$HPC" ] || { echo "check-valgrind: $HPC not built (run make)" >&2; exit 2; }
 VG="valgrind -q --error-exitcode=9 --leak-check=full --suppressions=tests/valgrind.supp"

@@ -29,12 +29,36 @@ Test(cli_run, bad_backoff_is_a_usage_error)
     cr_expect(strstr(out, "hpc: run: --scale-backoff 2: expected a number in (0, 1)"), "%s", out);
 }
 
+/* The binary's exit codes and one-line messages for numbers out of range
+ * (tests/test_cli_options.c checks the parser itself). */
+Test(cli_run, numbers_out_of_range_are_usage_errors)
+{
+    char out[65536];
+    int rc = hpc("run models/bert_tiny.model --steps 99999999999999999999", out, sizeof out);
+    cr_expect_eq(rc, 2);
+    cr_expect_str_eq(out, "hpc: run: --steps 99999999999999999999: expected an integer in [1, 1000000000000]\n");
+    rc = hpc("run models/bert_tiny.model --steps=-1", out, sizeof out);
+    cr_expect_eq(rc, 2);
+    cr_expect_str_eq(out, "hpc: run: --steps -1: expected an integer in [1, 1000000000000]\n");
+    rc = hpc("run models/bert_tiny.model --lr 1e-400", out, sizeof out);
+    cr_expect_eq(rc, 2);
+    cr_expect_str_eq(out, "hpc: run: --lr 1e-400: too close to zero for a double (the smallest is 2.2e-308); "
+                     "expected a number in (0, 10]\n");
+    rc = hpc("run models/bert_tiny.model --bf16 --fp16", out, sizeof out);
+    cr_expect_eq(rc, 2);
+    cr_expect_str_eq(out, "hpc: run: --fp16 and --bf16 contradict each other; give one of them\n");
+    rc = hpc("run --help", out, sizeof out);
+    cr_expect_eq(rc, 0);
+    cr_expect(strstr(out, "  --lr X                peak learning rate (0, 10]\n"), "%s", out);
+}
+
 Test(cli_run, bad_loss_scale_names_the_choices)
 {
     char out[65536];
     int rc = hpc("run models/bert_tiny.model --device cpu --loss-scale sometimes", out, sizeof out);
     cr_expect_eq(rc, 2);
-    cr_expect(strstr(out, "--loss-scale sometimes: expected dynamic, none or a positive number"), "%s", out);
+    cr_expect(strstr(out, "hpc: run: --loss-scale sometimes: expected dynamic, none or a static scale in (0, "
+                          "1.84467e+19]"), "%s", out);
 }
 
 /* An injected overflow at step 3 backs the scale off by the command line's

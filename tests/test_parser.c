@@ -74,7 +74,12 @@ BAD_LINE3(utf8_byte, "  train { b\xc3""\xa9""tch = 3 }", 12,
 BAD_LINE3(int_too_large, "  train { batch = 9223372036854775808 }", 19,
           "integer 9223372036854775808 is too large (the largest is 9223372036854775807)")
 BAD_LINE3(float_out_of_range, "  train { clip_grad_norm = 1e999 }", 28,
-          "number 1e999 is out of range")
+          "number 1e999 is out of range (nonzero magnitudes go from 2.2e-308 to 1.8e308)")
+/* Below the smallest normal double: refused whether strtod gives a subnormal or 0. */
+BAD_LINE3(float_subnormal, "  train { clip_grad_norm = 1e-320 }", 28,
+          "number 1e-320 is out of range (nonzero magnitudes go from 2.2e-308 to 1.8e308)")
+BAD_LINE3(float_underflow, "  train { optimizer = adamw { eps = 1e-400 } }", 37,
+          "number 1e-400 is out of range (nonzero magnitudes go from 2.2e-308 to 1.8e308)")
 BAD_LINE3(range_of_floats, "  train { freeze = layers 0..1.5 }", 30,
           "unexpected '1.5', expected an integer")
 BAD_LINE3(tuple_unclosed, "  train { optimizer = adam { betas = (0.9, 0.99 } }", 49,

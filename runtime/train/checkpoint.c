@@ -13,6 +13,7 @@
 #include "train/checkpoint_fs.h"
 #include "formats/hf_config.h"
 #include "formats/safetensors.h"
+#include "num_parse.h"
 
 #define M_PREFIX "exp_avg."
 #define V_PREFIX "exp_avg_sq."
@@ -286,7 +287,9 @@ static HpcStatus read_scalars(const char *stepdir, json_t *root, TrainState *ts,
     ts->total_steps = total;
     ts->opt.step = applied;
     ts->micro_step = micro;
-    ts->seed = strtoull(seed, NULL, 10);
+    if (num_uint(seed, UINT64_MAX, &ts->seed) != NUM_OK)
+        return hpc_fail(err, HPC_ERR_INPUT, "checkpoint: %s/state.json: seed \"%.40s\" is not an integer in [0, "
+                        "18446744073709551615]", stepdir, seed);
     ts->loader_epoch = epoch;
     ts->loader_cursor = cursor;
     ts->ls.scale = scale;

@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "formats/atomic_file.h"
+#include "num_parse.h"
 
 #define STEP_PREFIX "step-"
 
@@ -131,9 +132,8 @@ static int64_t step_of(const char *name)
 {
     if (strncmp(name, STEP_PREFIX, strlen(STEP_PREFIX)) != 0) return -1;
     const char *s = name + strlen(STEP_PREFIX);
-    char *end;
-    long long v = strtoll(s, &end, 10);
-    return (*s >= '0' && *s <= '9' && *end == '\0' && v >= 0) ? v : -1;
+    uint64_t v;
+    return num_uint(s, INT64_MAX, &v) == NUM_OK ? (int64_t)v : -1;
 }
 
 static int cmp_desc(const void *a, const void *b)
