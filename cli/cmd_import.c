@@ -11,6 +11,7 @@
 #include <sys/stat.h>
 
 #include "formats/atomic_file.h"
+#include "formats/output_check.h"
 #include "cli.h"
 #include "formats/hf_config.h"
 #include "formats/hf_names.h"
@@ -216,7 +217,9 @@ int cmd_import(int argc, char **argv)
     const char *out = a.out ? a.out : out_path;
     char *text = NULL;
     size_t len = 0;
-    s = render(&spec, &info, &text, &len, &err);
+    OutputInput inputs[] = {{"the config.json being imported", config}, {"the weights being imported", weights}};
+    s = output_check_not_input("-o", out, inputs, 2, &err);
+    if (!s) s = render(&spec, &info, &text, &len, &err);
     if (!s) s = atomic_write_file(out, text, len, &err);
     free(text);
     if (s) return cli_report(&err);

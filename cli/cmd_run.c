@@ -29,6 +29,7 @@ static const char run_usage[] =
     "               [--log FILE.jsonl] [--no-fuse] [--data DIR] [--vocab FILE] [--cased]\n"
     "               [--predict FILE] [--skip-bad-rows] [--checkpoint-dir DIR]\n"
     "               [--checkpoint-every N] [--keep K] [--resume DIR] [--init DIR]\n"
+    "               [--allow-changed-settings] [--no-memory-check]\n"
     "\n"
     "Trains MODEL (a .model file or a NAME.hpc artifact from `hpc compile`) and\n"
     "evaluates it on a held-out split.  Without MODEL, runs the one *.hpc file in\n"
@@ -69,6 +70,11 @@ static const char run_usage[] =
     "                        model; give the same --steps, --task and data options\n"
     "  --init DIR            start from the weights in DIR: a Hugging Face folder\n"
     "                        (model.safetensors) or an hpc checkpoint\n"
+    "  --allow-changed-settings  with --resume: continue although training settings\n"
+    "                        (lr, batch, steps, task, ...) differ from the checkpoint's;\n"
+    "                        the log lists each change (default: refused, exit 1)\n"
+    "  --no-memory-check     start even when the run needs more memory than is\n"
+    "                        available (default: refused with exit 6 and the figures)\n"
     "  -h, --help            this text\n"
     "\n"
     "The model needs a sequence classification head (or a causal LM head,\n"
@@ -81,7 +87,7 @@ typedef struct {
     const char *data, *vocab, *predict;   /* GLUE tasks */
     int64_t steps, seq_len, rows, eval_every, ckpt_every, keep;
     SpecPrecision policy;
-    bool policy_given, no_fuse, cased, skip_bad_rows;
+    bool policy_given, no_fuse, cased, skip_bad_rows, allow_changed, no_memory_check;
     RunOverrides train;  /* --lr, --loss-scale, ... over the model's train block */
     char found[4096];   /* the *.hpc found when no MODEL was given */
 } RunArgs;
@@ -139,6 +145,8 @@ static int run_parse(int argc, char **argv, RunArgs *a)
         else if (strcmp(o, "--no-fuse") == 0) a->no_fuse = true;
         else if (strcmp(o, "--cased") == 0) a->cased = true;
         else if (strcmp(o, "--skip-bad-rows") == 0) a->skip_bad_rows = true;
+        else if (strcmp(o, "--allow-changed-settings") == 0) a->allow_changed = true;
+        else if (strcmp(o, "--no-memory-check") == 0) a->no_memory_check = true;
         else if (!v && o[0] == '-') rc = HPC_ERR_USAGE;
         else if (strcmp(o, "--device") == 0) a->device = argv[++i];
         else if (strcmp(o, "--task") == 0) a->task = argv[++i];
@@ -243,6 +251,18 @@ static int load_spec(RunArgs *a, ModelSpec *spec)
     return 0;
 }
 
+/* What the data adds to the settings a checkpoint records (checkpoint.h). */
+static void data_settings(const RunArgs *a, const ModelSpec *s, const Dataset *train, CheckpointSettings *cs)
+{
+    cs->n = 0;
+    checkpoint_settings_add(cs, "task", "%s", a->task);
+    checkpoint_settings_add(cs, "train_rows", "%lld", (long long)train->n);
+    int64_t len = a->seq_len && a->seq_len < s->train.max_seq_len ? a->seq_len : s->train.max_seq_len;
+    if (is_synthetic(a) && !a->seq_len && len > 32) len = 32;   /* make_data's default */
+    checkpoint_settings_add(cs, "data_seq_len", "%lld", (long long)len);
+    if (!is_synthetic(a)) checkpoint_settings_add(cs, "cased", "%s", a->cased ? "true" : "false");
+}
+
 /* HPC_INJECT_INF_STEP=K (test hook, trainer.h); 0 when unset. */
 static int64_t inject_step(void)
 {
@@ -270,12 +290,16 @@ int cmd_run(int argc, char **argv)
     if (!st) st = check_run(&spec, &a, &err);
     bool glue = !is_synthetic(&a);
     if (!st) st = glue ? load_task(&spec, &a, &task, &err) : make_data(&spec, &a, &train, &dev, &err);
+    CheckpointSettings data;
+    data_settings(&a, &spec, glue ? &task.train : &train, &data);
     TrainOptions o = {.steps = a.steps, .eval_every = a.eval_every, .log_every = 10, .jsonl = a.log,
                       .out = stderr, .progress_bar = isatty(2), .policy = a.policy,
                       .device = device, .inject_inf_step = inject_step(), .no_fuse = a.no_fuse,
                       .task = glue ? &task : NULL, .predict = a.predict,
                       .checkpoint_dir = a.ckpt_dir, .checkpoint_every = a.ckpt_every, .checkpoint_keep = (int)a.keep,
-                      .resume_dir = a.resume, .init_dir = a.init, .handle_signals = true};
+                      .resume_dir = a.resume, .init_dir = a.init, .handle_signals = true,
+                      .data_settings = &data, .allow_changed_settings = a.allow_changed,
+                      .no_memory_check = a.no_memory_check};
     TrainResult r;
     if (!st) st = trainer_run(&spec, glue ? &task.train : &train, glue ? &task.dev : &dev, &o, &r, &err);
     dataset_free(&train);

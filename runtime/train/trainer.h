@@ -41,6 +41,17 @@
  * (runtime/formats/hf_init.h: missing, mis-shaped and unused tensors are listed,
  * new head parameters keep their initializer) or from an hpc checkpoint.
  *
+ * Before any work (setup checks): outputs that are inputs are refused
+ * (runtime/formats/output_check.h: --predict and --log against the model
+ * file, the task's files, the vocabulary and each other), the folders of
+ * --predict must take files, the checkpoint directory is created, probed and
+ * locked (checkpoint_lock; HPC_ERR_USAGE when another run holds it), and
+ * the memory the run needs is compared with what is available
+ * (runtime/train/memcheck.h; HPC_ERR_OOM, unless no_memory_check).  The
+ * JSONL log is appended to on a resume.  A run log that cannot be written
+ * (full disk) stops the run at the next step boundary, after a save when
+ * checkpoint_dir is set, with HPC_ERR_IO.
+ *
  * Test hooks: inject_inf_step = k > 0 writes +inf into one gradient element
  * before the optimizer step k (1-based), which must then be skipped;
  * stop_after = k > 0 ends the run after step k as an interruption would
@@ -56,6 +67,7 @@
 #include <stdio.h>
 
 #include "data/dataset.h"
+#include "train/checkpoint.h"
 #include "util/error.h"
 #include "compiler/spec.h"
 #include "data/tasks.h"
@@ -88,6 +100,10 @@ typedef struct {
                              runs at the end of every epoch; NULL: synthetic data */
     const char *predict;  /* with task: after training, GLUE predictions for
                              task->test go to this file (runtime/train/predict.h) */
+    const CheckpointSettings *data_settings; /* the data's settings (task, ...), recorded
+                             in checkpoints with the model's; NULL for none */
+    bool allow_changed_settings; /* resume: accept other settings (listed in the log) */
+    bool no_memory_check; /* skip runtime/train/memcheck.h */
 } TrainOptions;
 
 typedef struct {
