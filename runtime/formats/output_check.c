@@ -8,10 +8,33 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-bool output_same_file(const char *a, const char *b)
+/* The folder part of path ("." when none). */
+static void folder_of(const char *path, char *out, size_t cap)
+{
+    const char *slash = strrchr(path, '/');
+    if (!slash) snprintf(out, cap, ".");
+    else if (slash == path) snprintf(out, cap, "/");
+    else snprintf(out, cap, "%.*s", (int)(slash - path), path);
+}
+
+static bool same_inode(const char *a, const char *b)
 {
     struct stat sa, sb;
-    return a && b && stat(a, &sa) == 0 && stat(b, &sb) == 0 && sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino;
+    return stat(a, &sa) == 0 && stat(b, &sb) == 0 && sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino;
+}
+
+bool output_same_file(const char *a, const char *b)
+{
+    if (!a || !b) return false;
+    if (same_inode(a, b)) return true;
+    /* not there yet (two outputs): the same name in the same folder */
+    const char *ba = strrchr(a, '/'), *bb = strrchr(b, '/');
+    ba = ba ? ba + 1 : a;
+    bb = bb ? bb + 1 : b;
+    char da[4096], db[4096];
+    folder_of(a, da, sizeof da);
+    folder_of(b, db, sizeof db);
+    return *ba && strcmp(ba, bb) == 0 && same_inode(da, db) && access(a, F_OK) != 0 && access(b, F_OK) != 0;
 }
 
 HpcStatus output_check_not_input(const char *opt, const char *out, const OutputInput *in, int n, HpcError *err)
@@ -21,15 +44,6 @@ HpcStatus output_check_not_input(const char *opt, const char *out, const OutputI
             return hpc_fail(err, HPC_ERR_USAGE, "%s %s: that is %s (%s); writing it would destroy an input; "
                             "choose another output path", opt, out, in[i].what, in[i].path);
     return HPC_OK;
-}
-
-/* The folder part of path ("." when none). */
-static void folder_of(const char *path, char *out, size_t cap)
-{
-    const char *slash = strrchr(path, '/');
-    if (!slash) snprintf(out, cap, ".");
-    else if (slash == path) snprintf(out, cap, "/");
-    else snprintf(out, cap, "%.*s", (int)(slash - path), path);
 }
 
 HpcStatus output_check_writable(const char *opt, const char *path, HpcError *err)

@@ -31,7 +31,8 @@ typedef struct {
     const char *path;   /* NULL or "" entries are skipped */
 } OutputInput;
 
-/* True when a and b both exist and are the same file. */
+/* True when a and b are the same file (same device and inode), or, when
+ * neither exists yet, the same name in the same folder (two outputs). */
 bool output_same_file(const char *a, const char *b);
 
 /* HPC_ERR_USAGE when out is the same file as one of in[0..n). */
