@@ -76,7 +76,7 @@ HpcStatus ckfs_begin(const char *root, int64_t step, char *tmp, size_t cap, HpcE
     if (snprintf(tmp, cap, "%s/.%s.tmp-XXXXXX", root, name) >= (int)cap)
         return hpc_fail(err, HPC_ERR_USAGE, "checkpoint: path too long: %.200s", root);
     if (!mkdtemp(tmp))
-        return hpc_fail(err, HPC_ERR_IO, "checkpoint: mkdtemp in %s: %s; check that it is writable", root,
+        return hpc_fail(err, HPC_ERR_IO, "checkpoint: cannot create a step directory in %s: %s; check that it is writable", root,
                         strerror(errno));
     return HPC_OK;
 }

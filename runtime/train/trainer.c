@@ -381,11 +381,12 @@ HpcStatus trainer_run(const ModelSpec *spec, const Dataset *train, const Dataset
     HpcStatus st = check_outputs(t, err);
     if (!st && !opts->no_memory_check)
         st = memcheck_run(spec, opts->policy, !opts->no_fuse, opts->device, spec->train.batch_size, L, ckpt_copy, err);
-    if (!st) st = train_backend_open(&t->be, opts->device, spec, opts->policy, !opts->no_fuse, t->total,
-                                     spec->train.batch_size, L, err);
+    /* the log before the backend: a log that cannot be written fails before any compiling */
     if (!st) t->log = opts->resume_dir ? runlog_open_append(opts->jsonl, opts->out, opts->progress_bar, err)
                                        : runlog_open(opts->jsonl, opts->out, opts->progress_bar, err);
     if (!st && !t->log) st = err->code;
+    if (!st) st = train_backend_open(&t->be, opts->device, spec, opts->policy, !opts->no_fuse, t->total,
+                                     spec->train.batch_size, L, err);
     if (!st) {
         res->params = params_total(&t->be.pl);
         snprintf(res->backend, sizeof res->backend, "%s", t->be.name);

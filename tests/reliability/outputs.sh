@@ -36,6 +36,11 @@ snapshot hf/config.json hf/model.safetensors
 expect "import -o onto its config.json is refused" 2 "that is the config.json being imported" import hf -o hf/config.json
 expect "import -o onto its weights is refused" 2 "that is the weights being imported" import hf -o hf/model.safetensors
 unchanged "the imported folder is intact"
+snapshot ck/latest ck/step-00000012/model.safetensors
+expect "export --hf into the checkpoint's step folder is refused" 2 "--hf ck/step-00000012: that is the checkpoint's step folder" \
+    export ck --hf ck/step-00000012
+expect "export --hf into the checkpoint folder is refused" 2 "--hf ck: that is the checkpoint folder" export ck --hf ck
+unchanged "the checkpoint is intact"
 mkdir -p cola && cp "$HPC_ROOT/data/cola/"*.tsv cola/
 glue="run m.model --device cpu --task cola --data cola --vocab $HPC_ROOT/data/vocab/bert-base-uncased-vocab.txt --steps 1 --seq-len 8"
 snapshot cola/train.tsv cola/test.tsv
