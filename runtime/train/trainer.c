@@ -338,14 +338,41 @@ static void log_start(Trainer *t, TrainResult *res)
         if (task_split_line(t->opts->task, (TaskSplit)s, line, sizeof line)) runlog_message(t->log, "%s", line);
 }
 
-/* The files the run reads, which no output may be. */
-static int run_inputs(const ModelSpec *spec, const TrainOptions *o, OutputInput *in)
+/* The files the run reads, which no output may be; paths go to names
+ * (cap entries of 4200 bytes). */
+enum { RUN_INPUTS_MAX = TASK_SPLIT_COUNT + 12 };
+
+static int add_input(OutputInput *in, int n, char (*names)[4200], const char *what, const char *dir,
+                     const char *file)
+{
+    snprintf(names[n], sizeof names[n], "%s/%s", dir, file);
+    in[n] = (OutputInput){what, names[n]};
+    return n + 1;
+}
+
+static int run_inputs(const ModelSpec *spec, const TrainOptions *o, OutputInput *in, char (*names)[4200])
 {
     int n = 0;
     in[n++] = (OutputInput){"the model file", spec->source};
     for (int s = 0; o->task && s < TASK_SPLIT_COUNT; s++)
         if (o->task->info[s].present) in[n++] = (OutputInput){"a data file of the task", o->task->info[s].path};
     if (o->task) in[n++] = (OutputInput){"the vocabulary", o->task->vocab_path};
+    const char *dirs[] = {o->resume_dir, o->init_dir};
+    for (int d = 0; d < 2; d++) {
+        char step[4096];
+        HpcError ignore = {0};
+        if (!dirs[d]) continue;
+        const char *folder = d == 0 ? "a file of the --resume folder" : "a file of the --init folder";
+        n = add_input(in, n, names, folder, dirs[d], "model.safetensors");
+        n = add_input(in, n, names, folder, dirs[d], "config.json");
+        if (checkpoint_resolve(dirs[d], step, sizeof step, &ignore)) continue;
+        const char *what = d == 0 ? "a file of the checkpoint being resumed" : "a file of the --init checkpoint";
+        n = add_input(in, n, names, what, step, "model.safetensors");
+        n = add_input(in, n, names, what, step, "optimizer.safetensors");
+        n = add_input(in, n, names, what, step, "state.json");
+        n = add_input(in, n, names, what, step, CHECKPOINT_MANIFEST);
+    }
+    HPC_ASSERT(n <= RUN_INPUTS_MAX - 1);   /* one more: --predict adds the log */
     return n;
 }
 
@@ -353,14 +380,16 @@ static int run_inputs(const ModelSpec *spec, const TrainOptions *o, OutputInput 
 static HpcStatus check_outputs(Trainer *t, HpcError *err)
 {
     const TrainOptions *o = t->opts;
-    OutputInput in[TASK_SPLIT_COUNT + 3];
-    int n = run_inputs(t->spec, o, in);
+    OutputInput in[RUN_INPUTS_MAX];
+    char (*names)[4200] = xmalloc(RUN_INPUTS_MAX * sizeof *names);
+    int n = run_inputs(t->spec, o, in, names);
     HpcStatus st = output_check_not_input("--log", o->jsonl, in, n, err);
     if (!st && o->task && o->predict) {
         in[n++] = (OutputInput){"the --log file", o->jsonl};
         st = output_check_not_input("--predict", o->predict, in, n, err);
         if (!st) st = output_check_writable("--predict", o->predict, err);
     }
+    free(names);
     if (!st && o->checkpoint_dir) st = checkpoint_lock(o->checkpoint_dir, &t->lock, err);
     return st;
 }

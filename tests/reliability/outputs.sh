@@ -40,6 +40,10 @@ snapshot ck/latest ck/step-00000012/model.safetensors
 expect "export --hf into the checkpoint's step folder is refused" 2 "--hf ck/step-00000012: that is the checkpoint's step folder" \
     export ck --hf ck/step-00000012
 expect "export --hf into the checkpoint folder is refused" 2 "--hf ck: that is the checkpoint folder" export ck --hf ck
+expect "--log onto the state of the checkpoint being resumed is refused" 2 "that is a file of the checkpoint being resumed" \
+    run --resume ck --device cpu --train-rows 100 --log ck/step-00000012/state.json
+expect "--log onto the weights of an --init checkpoint is refused" 2 "that is a file of the --init checkpoint" \
+    $run --init ck --log ck/step-00000012/model.safetensors
 unchanged "the checkpoint is intact"
 mkdir -p cola && cp "$HPC_ROOT/data/cola/"*.tsv cola/
 glue="run m.model --device cpu --task cola --data cola --vocab $HPC_ROOT/data/vocab/bert-base-uncased-vocab.txt --steps 1 --seq-len 8"
