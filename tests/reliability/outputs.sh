@@ -62,10 +62,8 @@ expect "--log under a file is refused" 3 "--log afile/run.jsonl: cannot open the
 if grep -q "^done:" "$WORK/.err"; then notok "refused before training" "it trained first"; else ok "refused before training"; fi
 
 # the run log on a resume: appended, never truncated
-head -c "$(wc -c < run.jsonl)" run.jsonl > before.jsonl
 "$HPC" $run --steps 12 --checkpoint-dir ck2 --log resumed.jsonl --checkpoint-every 4 >/dev/null 2>&1
 cp resumed.jsonl resumed_before.jsonl
-sed -i 's/^\(.*"event":"summary".*\)$/\1/' resumed.jsonl
 printf '{"event":"step","st' >> resumed.jsonl      # a run killed mid-line
 expect "a resume with the same --log works" 0 "" $run --steps 12 --resume ck2/step-00000008 --log resumed.jsonl
 n=$(wc -c < resumed_before.jsonl)
