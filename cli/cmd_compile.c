@@ -17,6 +17,8 @@
 #include "autodiff.h"
 #include "cli.h"
 #include "emit_lib.h"
+#include "formats/atomic_file.h"
+#include "formats/output_check.h"
 #include "emit_ops.h"
 #include "ir.h"
 #include "lower.h"
@@ -125,18 +127,20 @@ static void compile_pipe_options(CompileArgs *a)
     if (a->stop_after) a->pipe.stop_after = pipeline_stage_parse(a->stop_after);
 }
 
-static int write_dot(const IrGraph *g, const char *path)
+/* The graph in Graphviz form, replaced atomically (runtime/formats/atomic_file.h). */
+static int write_dot(const IrGraph *g, const char *path, const char *model)
 {
-    FILE *f = fopen(path, "w");
-    if (!f) {
-        fprintf(stderr, "hpc: open %s for writing: %s\n", path, strerror(errno));
-        return HPC_ERR_IO;
-    }
-    ir_dot(g, f);
-    if (fclose(f) != 0) {
-        fprintf(stderr, "hpc: write %s: %s\n", path, strerror(errno));
-        return HPC_ERR_IO;
-    }
+    HpcError err = {0};
+    char *text = NULL;
+    size_t len = 0;
+    FILE *mem = open_memstream(&text, &len);
+    if (!mem) return cli_report(&(HpcError){HPC_ERR_OOM, "out of host memory for the graph"});
+    ir_dot(g, mem);
+    fclose(mem);
+    HpcStatus st = output_check_not_input("--dot", path, &(OutputInput){"the model file", model}, 1, &err);
+    if (!st) st = atomic_write_file(path, text, len, &err);
+    free(text);
+    if (st) return cli_report(&err);
     fprintf(stderr, "hpc: wrote the graph to %s (render: dot -Tsvg %s -o graph.svg)\n", path, path);
     return HPC_OK;
 }
@@ -220,7 +224,9 @@ static int write_artifact(const Compiled *c, const CompileArgs *a)
     char path[4096];
     if (a->out) snprintf(path, sizeof path, "%s", a->out);
     else artifact_path_for(c->spec.name, path, sizeof path);
-    HpcStatus st = eop_module_source(&c->g, &art.cuda_source, &err);
+    HpcStatus st = output_check_not_input("-o", path, &(OutputInput){"the model file", a->model}, 1, &err);
+    if (!st) st = output_check_writable("-o", path, &err);
+    if (!st) st = eop_module_source(&c->g, &art.cuda_source, &err);
     if (!st) st = artifact_write(path, &art, &err);
     if (!st) fprintf(stderr, "hpc: wrote %s (run it: hpc run %s)\n", path, path);
     free(art.model_text);
@@ -292,7 +298,7 @@ int cmd_compile(int argc, char **argv)
         if (a.ir) ir_print(&c.g, stdout);
         if (a.report && c.have_prec) precision_report(&c.g, &c.prec, stdout);
         if (a.plan && c.have_plan) plan_print(&c.plan, &c.g, &c.pl, &c.spec.train, stdout);
-        if (a.dot) rc = write_dot(&c.g, a.dot);
+        if (a.dot) rc = write_dot(&c.g, a.dot, a.model);
         bool quiet = a.ir || a.report || a.plan || a.pipe.dump || c.stopped;
         if (a.report && !c.have_prec) fprintf(stderr, "hpc compile: --precision-report needs the precision stage\n");
         if (!quiet && !rc) print_summary(&c, a.policy);

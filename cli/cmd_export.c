@@ -14,6 +14,7 @@
 #include <sys/stat.h>
 
 #include "train/checkpoint.h"
+#include "formats/output_check.h"
 #include "cli.h"
 #include "formats/hf_config.h"
 #include "formats/hf_names.h"
@@ -87,6 +88,10 @@ static HpcStatus export_run(const ExportArgs *a, HpcError *err)
     if (!st) st = lower_model(&spec, &g, &pl, err);
     float **w = xcalloc((size_t)pl.n + 1, sizeof *w);
     if (!st) st = load_weights(a->ckpt, &spec, &pl, w, err);
+    char step[4096] = "";
+    if (!st) st = checkpoint_resolve(a->ckpt, step, sizeof step, err);
+    OutputInput inputs[] = {{"the checkpoint folder", a->ckpt}, {"the checkpoint's step folder", step}};
+    if (!st) st = output_check_not_input("--hf", a->out, inputs, 2, err);   /* its model.safetensors would go */
     if (!st) st = make_out_dir(a->out, err);
     snprintf(path, sizeof path, "%s/config.json", a->out);
     if (!st) st = hf_config_write(&spec, type, path, err);

@@ -12,6 +12,7 @@
 #include <sys/stat.h>
 
 #include "formats/atomic_file.h"
+#include "formats/output_check.h"
 #include "cli.h"
 #include "formats/hf_config.h"
 #include "formats/hf_names.h"
@@ -188,7 +189,13 @@ int cmd_import(int argc, char **argv)
     const char *out = a.out ? a.out : out_path;
     char *text = NULL;
     size_t len = 0;
-    s = render(&spec, &info, &text, &len, &err);
+    char st_path[4200], index_path[4200];
+    snprintf(st_path, sizeof st_path, "%s/model.safetensors", a.dir);
+    snprintf(index_path, sizeof index_path, "%s/model.safetensors.index.json", a.dir);
+    OutputInput inputs[] = {{"the config.json being imported", config}, {"the weights being imported", st_path},
+                            {"the weight index being imported", index_path}};
+    s = output_check_not_input("-o", out, inputs, 3, &err);
+    if (!s) s = render(&spec, &info, &text, &len, &err);
     if (!s) s = atomic_write_file(out, text, len, &err);
     free(text);
     if (s) return cli_report(&err);

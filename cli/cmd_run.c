@@ -31,7 +31,7 @@ typedef struct {
     const char *data, *vocab, *predict;   /* GLUE tasks */
     int64_t steps, seq_len, rows, eval_every, ckpt_every, keep;
     SpecPrecision policy;                 /* PREC_DEFAULT: no flag (an artifact's own, else fp32) */
-    bool no_fuse, cased, skip_bad_rows;
+    bool no_fuse, cased, skip_bad_rows, allow_changed, no_memory_check;
     bool rows_given;                      /* --train-rows */
     RunOverrides train;  /* --lr, --loss-scale, ... over the model's train block */
     CliParsed parsed;
@@ -97,6 +97,12 @@ static const CliOpt run_opts[] = {
      .help = "start from the weights in DIR: a Hugging Face folder (model.safetensors) or an hpc "
              "checkpoint; with a GLUE task also DIR's vocab.txt and tokenizer_config.json's "
              "do_lower_case unless --vocab or --cased say otherwise"},
+    {.name = "allow-changed-settings", .kind = CLI_FLAG, .off = A(allow_changed), .needs = "resume",
+     .help = "with --resume: continue although training settings (lr, batch, steps, task, ...) "
+             "differ from the checkpoint's; the log lists each change (default: refused, exit 1)"},
+    {.name = "no-memory-check", .kind = CLI_FLAG, .off = A(no_memory_check),
+     .help = "start even when the run needs more memory than is available (default: refused "
+             "with exit 6 and the figures)"},
     {.name = "output", .kind = CLI_STR, .off = A(output), .meta = "DIR",
      .help = "write the best model by dev metric (the final one when there is no evaluation) "
              "as a Hugging Face folder: config.json, model.safetensors, vocab.txt, "
@@ -275,6 +281,18 @@ static int load_spec(RunArgs *a, ModelSpec *spec)
     return 0;
 }
 
+/* What the data adds to the settings a checkpoint records (checkpoint.h). */
+static void data_settings(const RunArgs *a, const ModelSpec *s, const Dataset *train, CheckpointSettings *cs)
+{
+    cs->n = 0;
+    checkpoint_settings_add(cs, "task", "%s", a->task);
+    checkpoint_settings_add(cs, "train_rows", "%lld", (long long)train->n);
+    int64_t len = a->seq_len && a->seq_len < s->train.max_seq_len ? a->seq_len : s->train.max_seq_len;
+    if (is_synthetic(a) && !a->seq_len && len > 32) len = 32;   /* make_data's default */
+    checkpoint_settings_add(cs, "data_seq_len", "%lld", (long long)len);
+    if (!is_synthetic(a)) checkpoint_settings_add(cs, "cased", "%s", a->cased ? "true" : "false");
+}
+
 /* HPC_INJECT_INF_STEP=K (test hook, trainer.h); 0 when unset. */
 static HpcStatus inject_step(int64_t *step, HpcError *err)
 {
@@ -311,6 +329,8 @@ int cmd_run(int argc, char **argv)
     if (!st && glue && a.init) st = init_tokenizer(&a, &err);
     if (!st && a.output) st = hf_folder_check(a.output, &spec, &err);
     if (!st) st = glue ? load_task(&spec, &a, &task, &err) : make_data(&spec, &a, &train, &dev, &err);
+    CheckpointSettings data;
+    data_settings(&a, &spec, glue ? &task.train : &train, &data);
     TrainOptions o = {.steps = a.steps, .eval_every = a.eval_every, .log_every = 10, .jsonl = a.log,
                       .out = stderr, .progress_bar = isatty(2), .policy = a.policy,
                       .device = device, .inject_inf_step = inject, .no_fuse = a.no_fuse,
@@ -318,7 +338,9 @@ int cmd_run(int argc, char **argv)
                       .checkpoint_dir = a.ckpt_dir, .checkpoint_every = a.ckpt_every, .checkpoint_keep = (int)a.keep,
                       .resume_dir = a.resume, .init_dir = a.init, .handle_signals = true,
                       .output_dir = a.output, .output_vocab = glue && !st ? task.vocab_path : NULL,
-                      .output_lower_case = !a.cased};
+                      .output_lower_case = !a.cased,
+                      .data_settings = &data, .allow_changed_settings = a.allow_changed,
+                      .no_memory_check = a.no_memory_check};
     TrainResult r;
     if (!st) st = trainer_run(&spec, glue ? &task.train : &train, glue ? &task.dev : &dev, &o, &r, &err);
     dataset_free(&train);

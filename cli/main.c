@@ -33,10 +33,10 @@ static void print_help(FILE *out)
           "  0  success\n"
           "  1  bad input (model file, data file, checkpoint)\n"
           "  2  usage error (bad command line)\n"
-          "  3  file system error\n"
+          "  3  file system error (unwritable or full disk, also of the --log file)\n"
           "  4  no usable GPU\n"
           "  5  CUDA, NVRTC or cuBLAS error\n"
-          "  6  out of memory\n"
+          "  6  out of memory, or a run that would not fit (hpc run --no-memory-check)\n"
           "  7  training diverged (loss scale collapsed)\n"
           "  8  interrupted (state saved)\n"
           " 70  internal error (a bug in hpc)\n", out);

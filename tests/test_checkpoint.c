@@ -28,6 +28,7 @@
 #include <unistd.h>
 
 #include "train/checkpoint.h"
+#include "train/checkpoint_hash.h"
 #include "formats/hf_config.h"
 #include "formats/hf_init.h"
 #include "formats/hf_names.h"
@@ -122,8 +123,8 @@ static void fill_scalars(Fixture *f, int64_t k)
     t->opt.step = k - k / 7;
     t->ls.scale = ldexp(1.0 + philox_uniform((uint64_t)k, 0, 0, 9), 10 + (int)(k % 7));
     t->ls.growth_tracker = k % 2000;
-    t->ls.consecutive_skips = k % 3;
     t->ls.total_skips = k / 7;
+    t->ls.consecutive_skips = k % 3 < k / 7 ? k % 3 : k / 7;   /* never more than the total */
     t->loader_epoch = k / 13;
     t->loader_cursor = 32 * (k % 13);
     t->micro_step = 4 * k + 1;
@@ -302,7 +303,7 @@ Test(checkpoint, another_model_is_refused)
     f.spec.train.optimizer = OPT_ADAMW;
     f.ts.policy = PREC_FP32;
     cr_expect_eq(checkpoint_load(dir, &f.ts, &err), HPC_ERR_INPUT);
-    cr_expect(strstr(err.msg, "--fp16") != NULL, "%s", err.msg);
+    cr_expect(strstr(err.msg, "policy fp16 -> fp32") != NULL, "%s", err.msg);
     f.ts.weights_only = true;   /* weights only: precision does not matter */
     cr_expect_eq(checkpoint_load(dir, &f.ts, &err), HPC_OK, "%s", err.msg);
     remove_dir(dir);
@@ -359,6 +360,248 @@ static void save_loop(Fixture *f, const char *dir, int64_t from)
         if (checkpoint_save(dir, &f->ts, &err)) _exit(3);
     }
     _exit(0);
+}
+
+Test(sha256, known_digests)
+{
+    struct { const char *msg; const char *hex; } v[] = {
+        {"", "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"},
+        {"abc", "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"},
+        {"abcdbcdecdefdefgefghfghighijhijkijkljklmklmnlmnomnopnopq",
+         "248d6a61d20638b8e5c026930c3e6039a33ce45964ff2167f6ecedd419db06c1"},
+    };
+    char hex[SHA256_HEX_LEN + 1];
+    for (size_t i = 0; i < sizeof v / sizeof v[0]; i++) {
+        Sha256 h;
+        sha256_init(&h);
+        for (const char *c = v[i].msg; *c; c++) sha256_update(&h, c, 1);   /* byte by byte: the block carry */
+        sha256_final_hex(&h, hex);
+        cr_expect_str_eq(hex, v[i].hex, "message %zu", i);
+    }
+    /* a million 'a' in uneven pieces */
+    Sha256 h;
+    sha256_init(&h);
+    char a[997];
+    memset(a, 'a', sizeof a);
+    size_t left = 1000000;
+    for (size_t k = 1; left; k = k % 997 + 1) {
+        size_t n = k < left ? k : left;
+        sha256_update(&h, a, n);
+        left -= n;
+    }
+    sha256_final_hex(&h, hex);
+    cr_expect_str_eq(hex, "cdc76e5c9914fb9281a1c7e284d73e67f1809a48a497200e046d39ccc7112cd0");
+}
+
+/* Rewrites SHA256SUMS of stepdir after a test changed a file on purpose, so
+ * that what follows tests the check after the checksums. */
+static void reseal(const char *stepdir)
+{
+    const char *files[] = {"model.safetensors", "optimizer.safetensors", "state.json"};
+    char path[700], hex[SHA256_HEX_LEN + 1];
+    snprintf(path, sizeof path, "%s/SHA256SUMS", stepdir);
+    FILE *out = fopen(path, "w");
+    cr_assert_not_null(out);
+    for (int i = 0; i < 3; i++) {
+        char f[700];
+        snprintf(f, sizeof f, "%s/%s", stepdir, files[i]);
+        HpcError err = {0};
+        cr_assert_eq(sha256_file(f, hex, &err), HPC_OK, "%s", err.msg);
+        fprintf(out, "%s  %s\n", hex, files[i]);
+    }
+    fclose(out);
+}
+
+/* Flips one bit of the byte at offset (from the end when negative). */
+static void flip_byte(const char *path, long offset)
+{
+    FILE *f = fopen(path, "r+b");
+    cr_assert_not_null(f, "%s", path);
+    fseek(f, offset, offset < 0 ? SEEK_END : SEEK_SET);
+    long at = ftell(f);
+    int c = fgetc(f);
+    fseek(f, at, SEEK_SET);
+    fputc(c ^ 0x10, f);
+    fclose(f);
+}
+
+/* Replaces the first "key": <number> in state.json by "key": value. */
+static void set_state_number(const char *stepdir, const char *key, const char *value)
+{
+    char path[700], pat[80];
+    snprintf(path, sizeof path, "%s/state.json", stepdir);
+    FILE *f = fopen(path, "rb");
+    cr_assert_not_null(f);
+    static char text[1 << 16], out[1 << 16];
+    size_t n = fread(text, 1, sizeof text - 1, f);
+    text[n] = '\0';
+    fclose(f);
+    snprintf(pat, sizeof pat, "\"%s\": ", key);
+    char *at = strstr(text, pat);
+    cr_assert_not_null(at, "no %s in state.json", key);
+    char *num = at + strlen(pat), *end = num + strspn(num, "-0123456789.e+");
+    snprintf(out, sizeof out, "%.*s%s%s", (int)(num - text), text, value, end);
+    f = fopen(path, "wb");
+    fputs(out, f);
+    fclose(f);
+}
+
+Test(checkpoint, a_flipped_byte_is_refused_naming_the_file)
+{
+    ModelSpec s;
+    tiny_spec(&s, 64, 16);
+    Fixture f;
+    fixture_init(&f, &s);
+    char dir[512], step[600], p[700];
+    temp_dir(dir, sizeof dir, "flip");
+    HpcError err = {0};
+    fill_state(&f, 6);
+    cr_assert_eq(checkpoint_save(dir, &f.ts, &err), HPC_OK, "%s", err.msg);
+    snprintf(step, sizeof step, "%s/step-00000006", dir);
+    cr_assert(exists(step, "SHA256SUMS"));
+    /* the manifest is what sha256sum -c reads */
+    char cmd[800];
+    snprintf(cmd, sizeof cmd, "cd '%s' && sha256sum --quiet -c SHA256SUMS", step);
+    cr_expect_eq(system(cmd), 0, "sha256sum -c disagrees with SHA256SUMS");
+    const char *files[] = {"model.safetensors", "optimizer.safetensors", "state.json"};
+    long offsets[] = {-5, -1000, 40};   /* a weight, a moment, a character of the JSON */
+    for (int i = 0; i < 3; i++) {
+        snprintf(p, sizeof p, "%s/%s", step, files[i]);
+        flip_byte(p, offsets[i]);
+        cr_expect_eq(checkpoint_load(dir, &f.ts, &err), HPC_ERR_INPUT, "%s", files[i]);
+        cr_expect(strstr(err.msg, p) && strstr(err.msg, "is damaged"), "%s", err.msg);
+        flip_byte(p, offsets[i]);   /* back */
+        cr_expect_eq(checkpoint_load(dir, &f.ts, &err), HPC_OK, "%s", err.msg);
+    }
+    /* weights only (export, --init) does not need the optimizer file */
+    snprintf(p, sizeof p, "%s/optimizer.safetensors", step);
+    flip_byte(p, -1000);
+    f.ts.weights_only = true;
+    cr_expect_eq(checkpoint_load(dir, &f.ts, &err), HPC_OK, "%s", err.msg);
+    f.ts.weights_only = false;
+    snprintf(p, sizeof p, "%s/SHA256SUMS", step);
+    cr_assert_eq(unlink(p), 0);
+    cr_expect_eq(checkpoint_load(dir, &f.ts, &err), HPC_ERR_INPUT);
+    cr_expect(strstr(err.msg, "SHA256SUMS is missing") != NULL, "%s", err.msg);
+    remove_dir(dir);
+    fixture_free(&f);
+}
+
+Test(checkpoint, counters_out_of_range_are_refused_naming_the_key)
+{
+    ModelSpec s;
+    tiny_spec(&s, 64, 16);
+    Fixture f;
+    fixture_init(&f, &s);
+    char dir[512], step[600];
+    temp_dir(dir, sizeof dir, "range");
+    snprintf(step, sizeof step, "%s/step-00000020", dir);
+    HpcError err = {0};
+    struct { const char *key, *value, *text; } bad[] = {
+        {"step", "100001", "step is 100001, outside [0, total_steps = 100000]"},
+        {"step", "-1", "step is -1"},
+        {"applied_steps", "21", "applied_steps is 21, outside [0, step = 20]"},
+        {"micro_step", "19", "micro_step is 19"},
+        {"cursor", "-3", "loader.cursor is -3"},
+        {"total_skips", "21", "loss_scaler.total_skips is 21"},
+        {"growth_tracker", "2001", "loss_scaler.growth_tracker is 2001, outside [0, the growth interval = 2000]"},
+        {"scale", "0", "loss_scaler.scale is 0"},
+        {"scale", "1e300", "loss_scaler.scale is 1e+300"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        fill_state(&f, 20);
+        cr_assert_eq(checkpoint_save(dir, &f.ts, &err), HPC_OK, "%s", err.msg);
+        set_state_number(step, bad[i].key, bad[i].value);
+        cr_expect_eq(checkpoint_load(dir, &f.ts, &err), HPC_ERR_INPUT, "%s", bad[i].key);
+        cr_expect(strstr(err.msg, "is damaged") != NULL, "unsealed change not caught: %s", err.msg);
+        reseal(step);
+        cr_expect_eq(checkpoint_load(dir, &f.ts, &err), HPC_ERR_INPUT, "%s = %s", bad[i].key, bad[i].value);
+        cr_expect(strstr(err.msg, bad[i].text) != NULL, "%s", err.msg);
+    }
+    remove_dir(dir);
+    fixture_free(&f);
+}
+
+Test(checkpoint, changed_settings_are_listed_and_refused_unless_allowed)
+{
+    ModelSpec s;
+    tiny_spec(&s, 64, 16);
+    Fixture f;
+    fixture_init(&f, &s);
+    char dir[512];
+    temp_dir(dir, sizeof dir, "settings");
+    HpcError err = {0};
+    fill_state(&f, 8);
+    CheckpointSettings cs;
+    checkpoint_settings_init(&cs, &f.spec, f.ts.policy, f.ts.total_steps);
+    checkpoint_settings_add(&cs, "task", "cola");
+    f.ts.settings = &cs;
+    cr_assert_eq(checkpoint_save(dir, &f.ts, &err), HPC_OK, "%s", err.msg);
+    cr_expect_eq(checkpoint_load(dir, &f.ts, &err), HPC_OK, "%s", err.msg);
+    cr_expect_str_eq(f.ts.changed, "");
+    /* another learning rate, batch, dropout and task */
+    ModelSpec other = f.spec;
+    other.train.lr = 2e-4;
+    other.train.batch_size = 16;
+    other.stack.hidden_dropout = 0.2;
+    CheckpointSettings now;
+    checkpoint_settings_init(&now, &other, f.ts.policy, f.ts.total_steps);
+    checkpoint_settings_add(&now, "task", "sst2");
+    f.ts.settings = &now;
+    cr_expect_eq(checkpoint_load(dir, &f.ts, &err), HPC_ERR_INPUT);
+    cr_expect(strstr(err.msg, "lr 2e-05 -> 0.0002") && strstr(err.msg, "batch 32 -> 16") &&
+              strstr(err.msg, "dropout 0.1 -> 0.2") && strstr(err.msg, "task cola -> sst2") &&
+              strstr(err.msg, "--allow-changed-settings"), "%s", err.msg);
+    cr_expect(!strstr(err.msg, "seed"), "an unchanged setting is listed: %s", err.msg);
+    f.ts.allow_changed_settings = true;
+    cr_expect_eq(checkpoint_load(dir, &f.ts, &err), HPC_OK, "%s", err.msg);
+    cr_expect(strstr(f.ts.changed, "lr 2e-05 -> 0.0002") && strstr(f.ts.changed, "task cola -> sst2"), "%s",
+              f.ts.changed);
+    expect_state(&f, 8);
+    /* the optimizer kind stays a hard refusal: its moments mean something else */
+    f.spec.train.optimizer = OPT_SGD;
+    cr_expect_eq(checkpoint_load(dir, &f.ts, &err), HPC_ERR_INPUT);
+    cr_expect(strstr(err.msg, "adamw optimizer state") != NULL, "%s", err.msg);
+    remove_dir(dir);
+    fixture_free(&f);
+}
+
+Test(checkpoint, one_run_per_directory_and_a_killed_holder_frees_it)
+{
+    char dir[512];
+    temp_dir(dir, sizeof dir, "lock");
+    int ready[2];
+    cr_assert_eq(pipe(ready), 0);
+    pid_t child = fork();
+    cr_assert_geq(child, 0);
+    if (child == 0) {
+        CheckpointLock lk;
+        HpcError e = {0};
+        if (checkpoint_lock(dir, &lk, &e)) _exit(3);
+        (void)!write(ready[1], "x", 1);
+        pause();   /* holds the lock until killed */
+        _exit(0);
+    }
+    char c;
+    cr_assert_eq(read(ready[0], &c, 1), 1, "the child could not take the lock");
+    CheckpointLock lk;
+    HpcError err = {0};
+    cr_expect_eq(checkpoint_lock(dir, &lk, &err), HPC_ERR_USAGE);
+    char pid[32];
+    snprintf(pid, sizeof pid, "pid %d", (int)child);
+    cr_expect(strstr(err.msg, "in use by another hpc run") && strstr(err.msg, pid), "%s", err.msg);
+    kill(child, SIGKILL);
+    waitpid(child, NULL, 0);
+    cr_expect_eq(checkpoint_lock(dir, &lk, &err), HPC_OK, "a killed holder's lock stayed: %s", err.msg);
+    checkpoint_unlock(&lk);
+    /* a directory that cannot be created: a path under a file (what stops root, too) */
+    char under[600];
+    snprintf(under, sizeof under, "%s/.lock/ckpt", dir);
+    cr_expect_eq(checkpoint_lock(under, &lk, &err), HPC_ERR_IO);
+    cr_expect(strstr(err.msg, "is not a directory") != NULL, "%s", err.msg);
+    close(ready[0]);
+    close(ready[1]);
+    remove_dir(dir);
 }
 
 Test(checkpoint, sigkill_during_save_keeps_a_loadable_checkpoint, .timeout = 240)

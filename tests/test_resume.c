@@ -149,10 +149,11 @@ Test(resume, stop_and_resume_is_bitwise, .timeout = 120)
     run(&s, &a, &ra);
     cr_assert_eq(ra.steps, 12);
     cr_assert_eq(ra.skipped, 1, "the injected inf step must be skipped");
-    TrainOptions b = {.checkpoint_dir = dir, .checkpoint_every = 2, .stop_after = 5};
+    TrainOptions b = {.jsonl = log_c, .checkpoint_dir = dir, .checkpoint_every = 2, .stop_after = 5};
     run(&s, &b, &rb);
     cr_assert_eq(rb.steps, 5);
     cr_assert(strstr(rb.saved, "step-00000005") != NULL, "%s", rb.saved);
+    /* the resumed run appends to B's log: steps 1-5 of B, then 6-12 of C */
     TrainOptions c = {.jsonl = log_c, .weights_out = wc, .resume_dir = dir, .checkpoint_dir = dir};
     run(&s, &c, &rc);
     cr_expect_eq(rc.resumed_from, 5);
@@ -162,7 +163,7 @@ Test(resume, stop_and_resume_is_bitwise, .timeout = 120)
               rc.last_loss);
     cr_expect(memcmp(&ra.eval_metric, &rc.eval_metric, sizeof(double)) == 0);
     cr_expect(memcmp(&ra.final_scale, &rc.final_scale, sizeof(double)) == 0);
-    compare_logs(log_a, log_c, 5, 12);
+    compare_logs(log_a, log_c, 0, 12);
     expect_same_weights(&s, wa, wc);
     char cmd[2048];
     snprintf(cmd, sizeof cmd, "rm -rf '%s' '%s' '%s'", dir, log_a, log_c);
@@ -214,5 +215,54 @@ Test(resume, sigterm_saves_and_resume_matches, .timeout = 300)
     cr_expect_eq(system(cmd), 0);
     weights_free(&s, wa);
     weights_free(&s, wc);
+    teardown(&s);
+}
+
+/* Resuming with other settings: refused naming them, or continued with
+ * allow_changed_settings and the changes in the log; a step beyond the new
+ * total is refused either way; a locked checkpoint directory stops a
+ * second run before it trains. */
+Test(resume, changed_settings_and_a_locked_directory, .timeout = 120)
+{
+    Setup s;
+    setup(&s, 8);
+    char dir[512], log[512];
+    tmp_path(dir, sizeof dir, "settings");
+    tmp_path(log, sizeof log, "settings.jsonl");
+    TrainResult r;
+    TrainOptions b = {.checkpoint_dir = dir, .stop_after = 5};
+    run(&s, &b, &r);
+    HpcError err = {0};
+    s.spec.train.lr = 2e-3;
+    s.spec.train.batch_size = 8;
+    TrainOptions c = {.resume_dir = dir, .policy = PREC_FP16};
+    cr_expect_eq(trainer_run(&s.spec, &s.train, &s.dev, &c, &r, &err), HPC_ERR_INPUT);
+    cr_expect(strstr(err.msg, "lr 0.001 -> 0.002") && strstr(err.msg, "batch 16 -> 8") &&
+              strstr(err.msg, "--allow-changed-settings"), "%s", err.msg);
+    c.allow_changed_settings = true;
+    c.jsonl = log;
+    cr_expect_eq(trainer_run(&s.spec, &s.train, &s.dev, &c, &r, &err), HPC_OK, "%s", err.msg);
+    cr_expect_eq(r.resumed_from, 5);
+    FILE *f = fopen(log, "r");
+    char text[1 << 15] = "";
+    cr_assert_not_null(f);
+    text[fread(text, 1, sizeof text - 1, f)] = '\0';
+    fclose(f);
+    cr_expect(strstr(text, "resuming with changed settings (--allow-changed-settings): lr 0.001 -> 0.002") != NULL,
+              "the log does not record the changes");
+    TrainOptions shorter = {.resume_dir = dir, .policy = PREC_FP16, .steps = 4, .allow_changed_settings = true};
+    cr_expect_eq(trainer_run(&s.spec, &s.train, &s.dev, &shorter, &r, &err), HPC_ERR_INPUT);
+    cr_expect(strstr(err.msg, "at step 5, beyond this run's 4 steps") != NULL, "%s", err.msg);
+    /* another run holds the directory */
+    CheckpointLock lk;
+    cr_assert_eq(checkpoint_lock(dir, &lk, &err), HPC_OK, "%s", err.msg);
+    TrainOptions second = {.checkpoint_dir = dir, .policy = PREC_FP16};
+    cr_expect_eq(trainer_run(&s.spec, &s.train, &s.dev, &second, &r, &err), HPC_ERR_USAGE);
+    cr_expect(strstr(err.msg, "is in use by another hpc run") != NULL, "%s", err.msg);
+    cr_expect_eq(r.steps, 0, "the second run trained");
+    checkpoint_unlock(&lk);
+    char cmd[1200];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s' '%s'", dir, log);
+    cr_expect_eq(system(cmd), 0);
     teardown(&s);
 }

@@ -3,9 +3,13 @@
 #include <criterion/criterion.h>
 #include <jansson.h>
 #include <math.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "report/runlog.h"
 
@@ -33,7 +37,7 @@ static char *fake_run(const char *jsonl, bool bar, int64_t every)
         if (s == 5) runlog_eval(log, 5, 0, "mcc", 0.41, 0.6);
         if (s == 10) runlog_eval(log, 10, 1, "mcc", 0.38, 0.55);
     }
-    runlog_close(log, 2.5e9);
+    cr_assert_eq(runlog_close(log, 2.5e9, &err), HPC_OK, "%s", err.msg);
     fclose(out);
     return text;
 }
@@ -186,7 +190,105 @@ Test(runlog, open_failure_names_the_path)
     cr_expect_eq(err.code, HPC_ERR_IO);
     cr_expect(strstr(err.msg, "/nonexistent/dir/run.jsonl") != NULL, "%s", err.msg);
     runlog_step(NULL, &(RunLogStep){0});  /* NULL log: every call is a no-op */
-    runlog_close(NULL, 0);
+    cr_expect_eq(runlog_close(NULL, 0, &err), HPC_OK);
+}
+
+/* The whole file as a string. */
+static char *slurp(const char *path, size_t *len)
+{
+    FILE *f = fopen(path, "rb");
+    cr_assert_not_null(f, "%s", path);
+    char *text = NULL;
+    size_t n = 0;
+    FILE *mem = open_memstream(&text, &n);
+    for (int c; (c = fgetc(f)) != EOF;) fputc(c, mem);
+    fclose(f);
+    fclose(mem);
+    if (len) *len = n;
+    return text;
+}
+
+/* Every line of text is a JSON object and the text ends with a newline. */
+static int complete_json_lines(const char *text)
+{
+    int lines = 0;
+    for (const char *p = text; *p;) {
+        const char *nl = strchr(p, '\n');
+        cr_assert_not_null(nl, "the file ends in half a line: \"%s\"", p);
+        json_error_t je;
+        json_t *o = json_loadb(p, (size_t)(nl - p), 0, &je);
+        cr_assert(json_is_object(o), "line %d is not JSON: %s", lines + 1, je.text);
+        json_decref(o);
+        lines++;
+        p = nl + 1;
+    }
+    return lines;
+}
+
+Test(runlog, resume_appends_and_drops_a_partial_last_line)
+{
+    char path[] = "/tmp/hpc_runlog_append_XXXXXX";
+    close(mkstemp(path));
+    free(fake_run(path, false, 1));
+    size_t before_len;
+    char *before = slurp(path, &before_len);
+    int before_lines = complete_json_lines(before);
+    FILE *f = fopen(path, "a");
+    fputs("{\"event\":\"step\",\"st", f);   /* a run killed in the middle of a line */
+    fclose(f);
+    HpcError err = {0};
+    RunLog *log = runlog_open_append(path, NULL, false, &err);
+    cr_assert_not_null(log, "%s", err.msg);
+    runlog_step(log, &(RunLogStep){.step = 11, .total_steps = 12, .loss = 0.5, .lr = 1e-4});
+    cr_assert_eq(runlog_close(log, 0, &err), HPC_OK, "%s", err.msg);
+    char *after = slurp(path, NULL);
+    cr_expect_eq(memcmp(before, after, before_len), 0, "the earlier log was changed");
+    /* start, the message about the removed line, the step, the summary */
+    cr_expect_eq(complete_json_lines(after), before_lines + 4);
+    cr_expect(strstr(after + before_len, "removed an incomplete last line (19 bytes)") != NULL, "%s",
+              after + before_len);
+    cr_expect(strstr(after + before_len, "\"appended\":true") != NULL);
+    free(before);
+    free(after);
+    unlink(path);
+}
+
+Test(runlog, full_disk_leaves_complete_lines_and_fails)
+{
+    /* A file-size limit stands in for a full disk: write() stops short at
+     * the limit, then fails (EFBIG once SIGXFSZ is ignored). */
+    char path[] = "/tmp/hpc_runlog_full_XXXXXX";
+    close(mkstemp(path));
+    signal(SIGXFSZ, SIG_IGN);
+    struct rlimit rl = {.rlim_cur = 1500, .rlim_max = RLIM_INFINITY};
+    cr_assert_eq(setrlimit(RLIMIT_FSIZE, &rl), 0);
+    HpcError err = {0};
+    RunLog *log = runlog_open(path, NULL, false, &err);
+    cr_assert_not_null(log, "%s", err.msg);
+    int64_t s = 1;
+    for (; s <= 100 && runlog_status(log, &err) == HPC_OK; s++)
+        runlog_step(log, &(RunLogStep){.step = s, .total_steps = 100, .loss = 1.0 / (double)s, .lr = 1e-4});
+    cr_expect_lt(s, 100, "the limit was never reached");
+    cr_expect_eq(runlog_status(log, &err), HPC_ERR_IO);
+    cr_expect_eq(runlog_close(log, 0, &err), HPC_ERR_IO);
+    cr_expect(strstr(err.msg, path) && strstr(err.msg, "File too large"), "%s", err.msg);
+    rl.rlim_cur = RLIM_INFINITY;
+    setrlimit(RLIMIT_FSIZE, &rl);
+    size_t len;
+    char *text = slurp(path, &len);
+    cr_expect_leq(len, 1500);
+    cr_expect_gt(complete_json_lines(text), 3);
+    free(text);
+    unlink(path);
+}
+
+Test(runlog, a_log_that_takes_nothing_fails_at_open)
+{
+    HpcError err = {0};
+    RunLog *log = runlog_open("/dev/full", NULL, false, &err);
+    cr_expect_null(log);
+    cr_expect_eq(err.code, HPC_ERR_IO);
+    cr_expect(strstr(err.msg, "--log /dev/full") && strstr(err.msg, "No space left on device"), "%s", err.msg);
 }
 
 #include "report/plot_svg.h"
@@ -198,17 +300,6 @@ static int count_of(const char *hay, const char *needle)
     return n;
 }
 
-static char *slurp(const char *path)
-{
-    FILE *f = fopen(path, "r");
-    cr_assert_not_null(f);
-    static char buf[1 << 20];
-    size_t n = fread(buf, 1, sizeof buf - 1, f);
-    buf[n] = '\0';
-    fclose(f);
-    return buf;
-}
-
 Test(plot, svg_of_a_run_log)
 {
     char log[] = "/tmp/hpc_plotlog_XXXXXX", svg[] = "/tmp/hpc_plotsvg_XXXXXX";
@@ -216,7 +307,7 @@ Test(plot, svg_of_a_run_log)
     free(fake_run(log, false, 5));
     HpcError err;
     cr_assert_eq(plot_runlog(log, svg, &err), HPC_OK, "%s", err.msg);
-    char *s = slurp(svg);
+    char *s = slurp(svg, NULL);
     cr_expect(!strncmp(s, "<?xml", 5) && strstr(s, "</svg>\n"), "a whole SVG document");
     cr_expect_eq(count_of(s, "<rect x="), 4, "four panel frames");
     cr_expect(strstr(s, ">training loss</text>") && strstr(s, ">learning rate</text>") &&
@@ -228,6 +319,7 @@ Test(plot, svg_of_a_run_log)
      * and the line through the dev points */
     cr_expect_eq(count_of(s, "<polyline"), 5, "polylines: %d", count_of(s, "<polyline"));
     cr_expect(!strstr(s, "nan") && !strstr(s, "inf"), "no non-finite coordinates");
+    free(s);
     remove(log);
     remove(svg);
 }
@@ -266,4 +358,37 @@ Test(plot, long_series_is_thinned_but_keeps_spikes)
     cr_expect(strstr(text, ">1000</text>") != NULL, "the spike sets the y range");
     free(text);
     plot_panel_free(&p);
+}
+
+Test(plot, output_onto_its_input_is_refused_and_a_failed_write_keeps_the_old_picture)
+{
+    char log[] = "/tmp/hpc_plotin_XXXXXX", svg[] = "/tmp/hpc_plotold_XXXXXX";
+    close(mkstemp(log));
+    close(mkstemp(svg));
+    free(fake_run(log, false, 1));
+    size_t log_len;
+    char *log_text = slurp(log, &log_len);
+    HpcError err = {0};
+    cr_expect_eq(plot_runlog(log, log, &err), HPC_ERR_USAGE);
+    cr_expect(strstr(err.msg, "the run log being drawn") != NULL, "%s", err.msg);
+    char *same = slurp(log, NULL);
+    cr_expect_str_eq(same, log_text, "the log was changed");
+    FILE *f = fopen(svg, "w");
+    fputs("<svg>old picture</svg>\n", f);
+    fclose(f);
+    signal(SIGXFSZ, SIG_IGN);   /* a full disk: the new picture does not fit */
+    struct rlimit rl = {.rlim_cur = 4096, .rlim_max = RLIM_INFINITY};
+    cr_assert_eq(setrlimit(RLIMIT_FSIZE, &rl), 0);
+    cr_expect_eq(plot_runlog(log, svg, &err), HPC_ERR_IO);
+    rl.rlim_cur = RLIM_INFINITY;
+    setrlimit(RLIMIT_FSIZE, &rl);
+    char *old = slurp(svg, NULL);
+    cr_expect_str_eq(old, "<svg>old picture</svg>\n");
+    cr_expect(strstr(err.msg, "unchanged") != NULL, "%s", err.msg);
+    cr_expect_eq(plot_runlog(log, svg, &err), HPC_OK, "%s", err.msg);
+    free(log_text);
+    free(same);
+    free(old);
+    unlink(log);
+    unlink(svg);
 }

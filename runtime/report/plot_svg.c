@@ -1,6 +1,9 @@
 /* runtime/report/plot_svg.c — see plot_svg.h. */
 #include "report/plot_svg.h"
 
+#include "formats/atomic_file.h"
+#include "formats/output_check.h"
+
 #include <errno.h>
 #include <jansson.h>
 #include <math.h>
@@ -238,14 +241,21 @@ void plot_svg_emit(FILE *f, const char *title, const PlotPanel *p, int n, int co
     fputs("</svg>\n", f);
 }
 
+/* The picture is drawn in memory, then replaces path atomically
+ * (runtime/formats/atomic_file.h): a full disk leaves the old picture. */
 HpcStatus plot_svg_write(const char *path, const char *title, const PlotPanel *p, int n, int cols, HpcError *err)
 {
-    FILE *f = fopen(path, "w");
-    if (!f) return hpc_fail(err, HPC_ERR_IO, "cannot create %s: %s", path, strerror(errno));
-    plot_svg_emit(f, title, p, n, cols);
-    bool bad = ferror(f);
-    if (fclose(f) != 0 || bad) return hpc_fail(err, HPC_ERR_IO, "writing %s failed (disk full?)", path);
-    return HPC_OK;
+    char *text = NULL;
+    size_t len = 0;
+    FILE *mem = open_memstream(&text, &len);
+    if (!mem) return hpc_fail(err, HPC_ERR_OOM, "plot: out of host memory for %s", path);
+    plot_svg_emit(mem, title, p, n, cols);
+    bool bad = ferror(mem) != 0;
+    fclose(mem);
+    HpcStatus st = bad ? hpc_fail(err, HPC_ERR_OOM, "plot: out of host memory drawing %s", path)
+                       : atomic_write_file(path, text, len, err);
+    free(text);
+    return st;
 }
 
 /* ---- the run-log picture ---- */
@@ -343,9 +353,12 @@ static void plot_align_x(PlotPanel *p)
 
 HpcStatus plot_runlog(const char *jsonl_path, const char *svg_path, HpcError *err)
 {
+    HpcStatus st = output_check_not_input("-o", svg_path, &(OutputInput){"the run log being drawn", jsonl_path}, 1,
+                                          err);
+    if (st) return st;
     PlotPanel p[PANEL_COUNT];
     plot_panels_init(p);
-    HpcStatus st = plot_read_log(jsonl_path, p, err);
+    st = plot_read_log(jsonl_path, p, err);
     if (!st) plot_align_x(p);
     const char *base = strrchr(jsonl_path, '/');
     if (!st) st = plot_svg_write(svg_path, base ? base + 1 : jsonl_path, p, PANEL_COUNT, 2, err);

@@ -51,11 +51,13 @@ typedef struct {
 bool plot_series_push(PlotSeries *s, double x, double y);
 void plot_panel_free(PlotPanel *p);
 
-/* Writes n panels in a grid `cols` wide to f / to path (HPC_ERR_IO naming it). */
+/* Writes n panels in a grid `cols` wide to f / to path (replaced atomically;
+ * HPC_ERR_IO naming it, the old file unchanged). */
 void plot_svg_emit(FILE *f, const char *title, const PlotPanel *p, int n, int cols);
 HpcStatus plot_svg_write(const char *path, const char *title, const PlotPanel *p, int n, int cols, HpcError *err);
 
-/* The run-log picture: jsonl_path in, svg_path out.  HPC_ERR_IO for files,
+/* The run-log picture: jsonl_path in, svg_path out (HPC_ERR_USAGE when they
+ * are the same file).  HPC_ERR_IO for files,
  * HPC_ERR_INPUT for a line that is not JSON (FILE:LINE) or a log without
  * any step event. */
 HpcStatus plot_runlog(const char *jsonl_path, const char *svg_path, HpcError *err);

@@ -2,12 +2,14 @@
 #include "report/runlog.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <jansson.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/ioctl.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -17,7 +19,10 @@
 
 struct RunLog {
     FILE *out;            /* borrowed, may be NULL */
-    FILE *jsonl;          /* owned, may be NULL */
+    int jsonl_fd;         /* owned, -1 for none */
+    char *jsonl_path;     /* owned copy, for messages */
+    off_t jsonl_good;     /* bytes of complete lines in the file */
+    int jsonl_errno;      /* the first failed write's errno; 0 while all is well */
     bool bar;             /* redraw a progress bar in place */
     bool bar_shown;       /* the bar is on screen (the cursor is on its line) */
     int64_t every;
@@ -34,7 +39,6 @@ struct RunLog {
     double best_value;
     int64_t best_step;
     char best_metric[32];
-    int64_t write_errors; /* JSONL lines that failed to write */
 };
 
 double runlog_clock(void)
@@ -67,14 +71,40 @@ static json_t *json_num(double x)
     return isfinite(x) ? json_real(x) : json_null();
 }
 
+/* One whole line with one write(); a line the disk cannot take whole is cut
+ * off again (ftruncate back to the last complete line), so the file never
+ * ends in half a line that `hpc plot` would reject.  After the first
+ * failure nothing more is written (runlog_status reports it). */
+static void jsonl_put_line(RunLog *log, const char *text)
+{
+    size_t n = strlen(text);
+    char *line = xmalloc(n + 2);
+    memcpy(line, text, n);
+    line[n++] = '\n';
+    size_t done = 0;
+    while (done < n) {
+        ssize_t w = write(log->jsonl_fd, line + done, n - done);
+        if (w < 0 && errno == EINTR) continue;
+        if (w <= 0) {
+            log->jsonl_errno = w < 0 ? errno : EIO;
+            if (done > 0) (void)!ftruncate(log->jsonl_fd, log->jsonl_good);
+            break;
+        }
+        done += (size_t)w;
+    }
+    if (done == n) log->jsonl_good += (off_t)n;
+    free(line);
+}
+
 static void jsonl_write(RunLog *log, json_t *obj)
 {
     if (!obj) return;
-    if (log->jsonl) {
+    if (log->jsonl_fd >= 0 && !log->jsonl_errno) {
         json_object_set_new(obj, "elapsed_s", json_real(runlog_clock() - log->t_open));
-        if (json_dumpf(obj, log->jsonl, JSON_COMPACT) != 0 || fputc('\n', log->jsonl) == EOF ||
-            fflush(log->jsonl) != 0)
-            log->write_errors++;
+        char *text = json_dumps(obj, JSON_COMPACT);
+        if (text) jsonl_put_line(log, text);
+        else log->jsonl_errno = ENOMEM;
+        free(text);
     }
     json_decref(obj);
 }
@@ -145,26 +175,87 @@ static void console_line(RunLog *log, const char *text)
 
 /* ---- the API ---- */
 
-RunLog *runlog_open(const char *jsonl_path, FILE *out, bool progress_bar, HpcError *err)
+/* Appending after a run that was killed in the middle of a line: the
+ * incomplete tail (after the last newline) is cut off so the next line
+ * starts on its own; returns the bytes removed. */
+static off_t drop_partial_line(int fd, off_t size)
+{
+    char buf[4096];
+    off_t end = size;
+    while (end > 0) {
+        off_t from = end > (off_t)sizeof buf ? end - (off_t)sizeof buf : 0;
+        ssize_t n = pread(fd, buf, (size_t)(end - from), from);
+        if (n <= 0) return 0;   /* unreadable: leave it as it is */
+        for (ssize_t i = n - 1; i >= 0; i--)
+            if (buf[i] == '\n') {
+                off_t keep = from + i + 1;
+                return keep == size || ftruncate(fd, keep) != 0 ? 0 : size - keep;
+            }
+        end = from;
+    }
+    return ftruncate(fd, 0) == 0 ? size : 0;
+}
+
+static RunLog *open_log(const char *jsonl_path, bool append, FILE *out, bool progress_bar, HpcError *err)
 {
     RunLog *log = calloc(1, sizeof *log);
     if (!log) {
-        hpc_fail(err, HPC_ERR_OOM, "runlog_open: out of host memory");
+        hpc_fail(err, HPC_ERR_OOM, "run log: out of host memory");
         return NULL;
     }
-    if (jsonl_path && !(log->jsonl = fopen(jsonl_path, "w"))) {
-        hpc_fail(err, HPC_ERR_IO, "cannot create run log %s: %s; check the directory exists and is writable",
-                 jsonl_path, strerror(errno));
-        free(log);
-        return NULL;
+    log->jsonl_fd = -1;
+    off_t dropped = 0;
+    if (jsonl_path) {
+        int flags = O_CREAT | O_CLOEXEC | (append ? O_RDWR | O_APPEND : O_WRONLY | O_TRUNC);   /* RDWR: to find a partial line */
+        log->jsonl_fd = open(jsonl_path, flags, 0644);
+        struct stat st;
+        if (log->jsonl_fd < 0 || fstat(log->jsonl_fd, &st) != 0) {
+            hpc_fail(err, HPC_ERR_IO, "--log %s: cannot open the run log: %s; check that the folder exists and "
+                     "is writable", jsonl_path, strerror(errno));
+            if (log->jsonl_fd >= 0) close(log->jsonl_fd);
+            free(log);
+            return NULL;
+        }
+        if (append && S_ISREG(st.st_mode)) dropped = drop_partial_line(log->jsonl_fd, st.st_size);
+        log->jsonl_good = S_ISREG(st.st_mode) ? st.st_size - dropped : 0;
+        log->jsonl_path = xstrdup(jsonl_path);
     }
     log->out = out;
     log->bar = progress_bar && out;
     log->every = 50;
     log->higher_is_better = true;
     log->t_open = log->t_last_step = runlog_clock();
-    jsonl_write(log, json_pack("{s:s, s:i, s:I}", "event", "start", "version", 1, "unix_time", (json_int_t)time(NULL)));
+    jsonl_write(log, json_pack("{s:s, s:i, s:I, s:b}", "event", "start", "version", 1, "unix_time",
+                               (json_int_t)time(NULL), "appended", append));
+    if (log->jsonl_errno) {   /* not even the first line fits: fail before any work */
+        runlog_status(log, err);
+        close(log->jsonl_fd);
+        free(log->jsonl_path);
+        free(log);
+        return NULL;
+    }
+    if (dropped)
+        runlog_message(log, "run log %s: removed an incomplete last line (%lld bytes) left by an interrupted run",
+                       jsonl_path, (long long)dropped);
     return log;
+}
+
+RunLog *runlog_open(const char *jsonl_path, FILE *out, bool progress_bar, HpcError *err)
+{
+    return open_log(jsonl_path, false, out, progress_bar, err);
+}
+
+RunLog *runlog_open_append(const char *jsonl_path, FILE *out, bool progress_bar, HpcError *err)
+{
+    return open_log(jsonl_path, true, out, progress_bar, err);
+}
+
+HpcStatus runlog_status(const RunLog *log, HpcError *err)
+{
+    if (!log || !log->jsonl_errno) return HPC_OK;
+    return hpc_fail(err, HPC_ERR_IO, "--log %s: writing the run log failed: %s; it holds every complete line "
+                    "up to there (%lld bytes); free space on its disk or give --log another path",
+                    log->jsonl_path, strerror(log->jsonl_errno), (long long)log->jsonl_good);
 }
 
 void runlog_set_interval(RunLog *log, int64_t every)
@@ -279,15 +370,12 @@ static void runlog_print_summary(RunLog *log, double wall, double peak)
     if (log->have_best)
         fprintf(log->out, "best dev %s %.4f at step %lld\n", log->best_metric, log->best_value,
                 (long long)log->best_step);
-    if (log->write_errors)
-        fprintf(log->out, "warning: %lld lines of the JSONL run log could not be written (disk full?)\n",
-                (long long)log->write_errors);
     fflush(log->out);
 }
 
-void runlog_close(RunLog *log, double peak_mem_bytes)
+HpcStatus runlog_close(RunLog *log, double peak_mem_bytes, HpcError *err)
 {
-    if (!log) return;
+    if (!log) return HPC_OK;
     double wall = runlog_clock() - log->t_open;
     double peak = peak_mem_bytes > log->peak_mem ? peak_mem_bytes : log->peak_mem;
     json_t *sum = json_pack("{s:s, s:o, s:o, s:I, s:o, s:I, s:o, s:o, s:I}", "event", "summary",
@@ -304,6 +392,14 @@ void runlog_close(RunLog *log, double peak_mem_bytes)
     }
     jsonl_write(log, sum);
     if (log->out) runlog_print_summary(log, wall, peak);
-    if (log->jsonl) fclose(log->jsonl);
+    if (log->jsonl_fd >= 0 && fsync(log->jsonl_fd) != 0 && errno != EINVAL && errno != EROFS && !log->jsonl_errno)
+        log->jsonl_errno = errno;
+    HpcStatus st = runlog_status(log, err);
+    if (log->jsonl_fd >= 0 && close(log->jsonl_fd) != 0 && !st) {
+        log->jsonl_errno = errno;
+        st = runlog_status(log, err);
+    }
+    free(log->jsonl_path);
     free(log);
+    return st;
 }

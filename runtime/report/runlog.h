@@ -25,15 +25,23 @@
  *
  * Ownership: runlog_open returns a RunLog the caller closes with runlog_close
  * (which also frees it and closes the JSONL file); `out` is borrowed and may
- * be NULL for no console output.  Write errors on the JSONL file after a
- * successful open are counted and reported in the summary, not fatal.
+ * be NULL for no console output.
+ *
+ * The JSONL file: runlog_open truncates it, runlog_open_append (a resumed
+ * run) adds to it, first cutting off an incomplete last line a killed run
+ * left.  Each line goes out in one write(); when the disk refuses part of
+ * a line (full disk), the part is cut off again, nothing more is written,
+ * and runlog_status / runlog_close return HPC_ERR_IO naming the file, so
+ * the file always ends in a complete line and the run ends non-zero.  The
+ * first line (the "start" event) is written by the open functions: a log
+ * that cannot take even that fails there, before any work.
  *
  * Usage:
  *   RunLog *log = runlog_open("run.jsonl", stderr, isatty(2), &err);
  *   if (!log) return err.code;
  *   runlog_step(log, &(RunLogStep){.step = 1, .total_steps = 100, .loss = 0.7, ...});
  *   runlog_eval(log, 100, 0, "mcc", 0.52, 0.61);
- *   runlog_close(log, peak_bytes);
+ *   if (runlog_close(log, peak_bytes, &err)) return err.code;
  */
 #ifndef HPC_RUNTIME_RUNLOG_H
 #define HPC_RUNTIME_RUNLOG_H
@@ -63,8 +71,14 @@ typedef struct {
 double runlog_clock(void);
 
 /* Opens jsonl_path for writing (truncating it) unless NULL.  Returns NULL
- * and fills err (HPC_ERR_IO, naming the path) if it cannot be opened. */
+ * and fills err (HPC_ERR_IO, naming the path) if it cannot be opened or
+ * written. */
 RunLog *runlog_open(const char *jsonl_path, FILE *out, bool progress_bar, HpcError *err);
+/* The same, appending to jsonl_path (created when missing). */
+RunLog *runlog_open_append(const char *jsonl_path, FILE *out, bool progress_bar, HpcError *err);
+
+/* HPC_ERR_IO (naming the file and the error) once a JSONL write failed. */
+HpcStatus runlog_status(const RunLog *log, HpcError *err);
 
 /* Plain-line interval when progress_bar is false (default 50 steps; the first
  * and last step are always printed).  every < 1 is taken as 1. */
@@ -77,6 +91,8 @@ void runlog_step(RunLog *log, const RunLogStep *s);
 void runlog_skip(RunLog *log, int64_t step, double new_scale);      /* named in the log, always */
 void runlog_eval(RunLog *log, int64_t step, int epoch, const char *metric, double value, double loss);
 void runlog_message(RunLog *log, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-void runlog_close(RunLog *log, double peak_mem_bytes);              /* prints the summary, frees */
+/* Prints the summary, writes it to the JSONL file, closes and frees; the
+ * JSONL file's status (runlog_status, or a failed fsync/close). */
+HpcStatus runlog_close(RunLog *log, double peak_mem_bytes, HpcError *err);
 
 #endif

@@ -1,16 +1,20 @@
 /* runtime/train/checkpoint.c — see checkpoint.h.  The tensors go to safetensors
  * files (runtime/safetensors), the rest to state.json (jansson; doubles are
  * printed with 17 significant digits, which reads back to the same bits),
- * the directory protocol is runtime/checkpoint_fs. */
+ * the checksums to SHA256SUMS (checkpoint_hash.h), the directory protocol
+ * is runtime/checkpoint_fs. */
 #include "train/checkpoint.h"
 
+#include <float.h>
 #include <jansson.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "formats/atomic_file.h"
 #include "train/checkpoint_fs.h"
+#include "train/checkpoint_hash.h"
 #include "formats/hf_config.h"
 #include "formats/safetensors.h"
 #include "num_parse.h"
@@ -66,6 +70,23 @@ static json_t *u64_str(uint64_t v)
     return json_string(buf);
 }
 
+/* The settings a TrainState records or is compared with. */
+static void settings_of(const TrainState *ts, CheckpointSettings *cs)
+{
+    if (ts->settings) *cs = *ts->settings;
+    else checkpoint_settings_init(cs, ts->spec, ts->policy, ts->total_steps);
+}
+
+static json_t *settings_json(const TrainState *ts)
+{
+    CheckpointSettings *cs = xmalloc(sizeof *cs);
+    settings_of(ts, cs);
+    json_t *o = json_object();
+    for (int i = 0; o && i < cs->n; i++) json_object_set_new(o, cs->s[i].key, json_string(cs->s[i].value));
+    free(cs);
+    return o;
+}
+
 static json_t *state_json(const TrainState *ts, const char *source)
 {
     char fp[1024];
@@ -73,7 +94,7 @@ static json_t *state_json(const TrainState *ts, const char *source)
     const LossScaler *ls = &ts->ls;
     return json_pack(
         "{s:s, s:i, s:{s:s, s:s, s:s}, s:s, s:s, s:I, s:I, s:I, s:I, s:o, s:{s:I, s:I},"
-        " s:{s:f, s:I, s:I, s:I}, s:o}",
+        " s:{s:f, s:I, s:I, s:I}, s:o, s:o}",
         "format", CHECKPOINT_FORMAT, "version", CHECKPOINT_VERSION,
         "model", "name", ts->spec->name, "fingerprint", fp, "source", source ? source : "",
         "policy", spec_precision_name(ts->policy), "optimizer", spec_optimizer_name(ts->spec->train.optimizer),
@@ -83,7 +104,7 @@ static json_t *state_json(const TrainState *ts, const char *source)
         "loader", "epoch", (json_int_t)ts->loader_epoch, "cursor", (json_int_t)ts->loader_cursor,
         "loss_scaler", "scale", ls->scale, "growth_tracker", (json_int_t)ls->growth_tracker,
         "consecutive_skips", (json_int_t)ls->consecutive_skips, "total_skips", (json_int_t)ls->total_skips,
-        "best_metric", ts->has_best ? json_real(ts->best_metric) : json_null());
+        "best_metric", ts->has_best ? json_real(ts->best_metric) : json_null(), "settings", settings_json(ts));
 }
 
 static HpcStatus write_state(const char *path, const TrainState *ts, HpcError *err)
@@ -138,6 +159,26 @@ static HpcStatus write_tensors(const char *path, const TrainState *ts, float *co
     return st;
 }
 
+/* The files a step directory holds besides the manifest, in manifest order. */
+static const char *const ckpt_files[] = {"model.safetensors", "optimizer.safetensors", "state.json"};
+enum { CKPT_FILES = sizeof ckpt_files / sizeof ckpt_files[0] };
+
+/* SHA256SUMS: the digest of each file as written (read back from the
+ * temporary directory), in `sha256sum` format. */
+static HpcStatus write_manifest(const char *tmp, HpcError *err)
+{
+    char text[CKPT_FILES * 160] = "", path[4200], hex[SHA256_HEX_LEN + 1];
+    size_t len = 0;
+    for (int i = 0; i < CKPT_FILES; i++) {
+        snprintf(path, sizeof path, "%s/%s", tmp, ckpt_files[i]);
+        HpcStatus st = sha256_file(path, hex, err);
+        if (st) return st;
+        len += (size_t)snprintf(text + len, sizeof text - len, "%s  %s\n", hex, ckpt_files[i]);
+    }
+    snprintf(path, sizeof path, "%s/%s", tmp, CHECKPOINT_MANIFEST);
+    return atomic_write_file(path, text, len, err);
+}
+
 HpcStatus checkpoint_save(const char *dir, const TrainState *ts, HpcError *err)
 {
     HPC_ASSERT(ts->spec && ts->pl && ts->w);
@@ -150,6 +191,7 @@ HpcStatus checkpoint_save(const char *dir, const TrainState *ts, HpcError *err)
     if (!st) st = write_tensors(path, ts, ts->m, M_PREFIX, ts->v, V_PREFIX, err);
     snprintf(path, sizeof path, "%s/state.json", tmp);
     if (!st) st = write_state(path, ts, err);
+    if (!st) st = write_manifest(tmp, err);
     if (!st) st = ckfs_commit(dir, tmp, ts->step, err);
     if (st) {
         ckfs_discard(tmp);
@@ -161,6 +203,53 @@ HpcStatus checkpoint_save(const char *dir, const TrainState *ts, HpcError *err)
 
 /* ------------------------------------------------------------------ */
 /* Loading                                                              */
+
+/* The digest SHA256SUMS lists for file, into hex; false when not listed. */
+static bool manifest_digest(const char *manifest, const char *file, char hex[SHA256_HEX_LEN + 1])
+{
+    for (const char *line = manifest; *line;) {
+        const char *end = strchr(line, '\n');
+        size_t n = end ? (size_t)(end - line) : strlen(line);
+        if (n == SHA256_HEX_LEN + 2 + strlen(file) && line[SHA256_HEX_LEN] == ' ' &&
+            line[SHA256_HEX_LEN + 1] == ' ' && strncmp(line + SHA256_HEX_LEN + 2, file, strlen(file)) == 0) {
+            memcpy(hex, line, SHA256_HEX_LEN);
+            hex[SHA256_HEX_LEN] = '\0';
+            return true;
+        }
+        line += n + (end != NULL);
+    }
+    return false;
+}
+
+/* Every file of the step directory (the optimizer's only when it is read)
+ * against SHA256SUMS. */
+static HpcStatus verify_files(const char *stepdir, bool optimizer, HpcError *err)
+{
+    char path[4200], manifest[CKPT_FILES * 160 + 1], want[SHA256_HEX_LEN + 1], got[SHA256_HEX_LEN + 1];
+    snprintf(path, sizeof path, "%s/%s", stepdir, CHECKPOINT_MANIFEST);
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return hpc_fail(err, HPC_ERR_INPUT, "checkpoint: %s is missing; the step directory is incomplete or "
+                        "was written by an hpc without checksums; resume from another step directory", path);
+    size_t n = fread(manifest, 1, sizeof manifest - 1, f);
+    fclose(f);
+    manifest[n] = '\0';
+    for (int i = 0; i < CKPT_FILES; i++) {
+        if (!optimizer && strcmp(ckpt_files[i], "optimizer.safetensors") == 0) continue;
+        if (!manifest_digest(manifest, ckpt_files[i], want))
+            return hpc_fail(err, HPC_ERR_INPUT, "checkpoint: %s lists no checksum for %s; the manifest is "
+                            "damaged; resume from another step directory", path, ckpt_files[i]);
+        char file[4200];
+        snprintf(file, sizeof file, "%s/%s", stepdir, ckpt_files[i]);
+        HpcStatus st = sha256_file(file, got, err);
+        if (st) return hpc_fail(err, HPC_ERR_INPUT, "%s; the step directory is incomplete", err->msg);
+        if (strcmp(want, got) != 0)
+            return hpc_fail(err, HPC_ERR_INPUT, "checkpoint: %s is damaged: its SHA-256 is %.12s..., %s says "
+                            "%.12s...; resume from another step directory (the previous one is kept with --keep "
+                            "2 or more)", file, got, CHECKPOINT_MANIFEST, want);
+    }
+    return HPC_OK;
+}
 
 static HpcStatus read_state(const char *stepdir, json_t **out, HpcError *err)
 {
@@ -174,8 +263,10 @@ static HpcStatus read_state(const char *stepdir, json_t **out, HpcError *err)
     if (json_unpack(root, "{s:s, s:I}", "format", &format, "version", &version) != 0 ||
         strcmp(format, CHECKPOINT_FORMAT) != 0 || version != CHECKPOINT_VERSION) {
         json_decref(root);
-        return hpc_fail(err, HPC_ERR_INPUT, "checkpoint: %s is not an %s version %d state file", path,
-                        CHECKPOINT_FORMAT, CHECKPOINT_VERSION);
+        return hpc_fail(err, HPC_ERR_INPUT, "checkpoint: %s is not an %s version %d state file%s", path,
+                        CHECKPOINT_FORMAT, CHECKPOINT_VERSION, version > 0 && version < CHECKPOINT_VERSION
+                            ? " (it is an older version, without checksums and settings: retrain, or use "
+                              "the hpc that wrote it)" : "");
     }
     *out = root;
     return HPC_OK;
@@ -183,9 +274,8 @@ static HpcStatus read_state(const char *stepdir, json_t **out, HpcError *err)
 
 static HpcStatus check_identity(const char *stepdir, json_t *root, const TrainState *ts, HpcError *err)
 {
-    const char *name = "?", *fp = "?", *policy = "?", *optimizer = "?";
-    json_unpack(root, "{s:{s:s, s:s}, s:s, s:s}", "model", "name", &name, "fingerprint", &fp, "policy", &policy,
-                "optimizer", &optimizer);
+    const char *name = "?", *fp = "?", *optimizer = "?";
+    json_unpack(root, "{s:{s:s, s:s}, s:s}", "model", "name", &name, "fingerprint", &fp, "optimizer", &optimizer);
     char mine[1024];
     checkpoint_fingerprint(ts->spec, mine, sizeof mine);
     if (strcmp(fp, mine) != 0)
@@ -193,10 +283,6 @@ static HpcStatus check_identity(const char *stepdir, json_t *root, const TrainSt
                         "model '%s' (%s); use the .model file that wrote it, or another checkpoint directory",
                         stepdir, name, fp, ts->spec->name, mine);
     if (ts->weights_only) return HPC_OK;
-    if (strcmp(policy, spec_precision_name(ts->policy)) != 0)
-        return hpc_fail(err, HPC_ERR_INPUT, "checkpoint: %s was written by a %s run, this run is %s; resume "
-                        "with the same precision flag (--%s)", stepdir, policy, spec_precision_name(ts->policy),
-                        policy);
     if (strcmp(optimizer, spec_optimizer_name(ts->spec->train.optimizer)) != 0)
         return hpc_fail(err, HPC_ERR_INPUT, "checkpoint: %s holds %s optimizer state, this model trains with %s; "
                         "its moments cannot be reused", stepdir, optimizer,
@@ -266,6 +352,39 @@ static HpcStatus read_file(const char *stepdir, const char *file, TrainState *ts
     return st;
 }
 
+typedef struct {
+    json_int_t step, total, applied, micro, epoch, cursor, growth, consec, skips;
+    double scale;
+} Counters;
+
+/* Every counter against the range a run can produce, naming the key. */
+static HpcStatus check_counters(const char *stepdir, const Counters *c, const LossScaleConfig *cfg, bool allow_changed,
+                                HpcError *err)
+{
+    /* The growth tracker restarts at the interval; with another interval allowed it may be beyond it. */
+    json_int_t interval = cfg->interval > 0 && !allow_changed ? cfg->interval : INT64_MAX / 2;
+    struct { const char *key; json_int_t v, lo, hi; const char *hi_name; } r[] = {
+        {"total_steps", c->total, 1, INT64_MAX / 2, "2^62"},
+        {"step", c->step, 0, c->total, "total_steps"},
+        {"applied_steps", c->applied, 0, c->step, "step"},
+        {"micro_step", c->micro, c->step, INT64_MAX / 2, "2^62"},
+        {"loader.epoch", c->epoch, 0, c->micro, "micro_step"},
+        {"loader.cursor", c->cursor, 0, INT64_MAX / 2, "2^62"},
+        {"loss_scaler.total_skips", c->skips, 0, c->step, "step"},
+        {"loss_scaler.consecutive_skips", c->consec, 0, c->skips, "total_skips"},
+        {"loss_scaler.growth_tracker", c->growth, 0, interval, "the growth interval"},
+    };
+    for (size_t i = 0; i < sizeof r / sizeof r[0]; i++)
+        if (r[i].v < r[i].lo || r[i].v > r[i].hi)
+            return hpc_fail(err, HPC_ERR_INPUT, "checkpoint: %s/state.json: %s is %lld, outside [%lld, %s = %lld]; "
+                            "the file was changed by hand or by another program; resume from another step directory",
+                            stepdir, r[i].key, (long long)r[i].v, (long long)r[i].lo, r[i].hi_name, (long long)r[i].hi);
+    if (!(c->scale > 0 && c->scale <= FLT_MAX))
+        return hpc_fail(err, HPC_ERR_INPUT, "checkpoint: %s/state.json: loss_scaler.scale is %g, outside (0, %g]; "
+                        "resume from another step directory", stepdir, c->scale, (double)FLT_MAX);
+    return HPC_OK;
+}
+
 static HpcStatus read_scalars(const char *stepdir, json_t *root, TrainState *ts, HpcError *err)
 {
     json_int_t step, total, applied, micro, epoch, cursor, growth, consec, skips;
@@ -279,10 +398,12 @@ static HpcStatus read_scalars(const char *stepdir, json_t *root, TrainState *ts,
                        "growth_tracker", &growth, "consecutive_skips", &consec, "total_skips", &skips,
                        "best_metric", &best) != 0)
         return hpc_fail(err, HPC_ERR_INPUT, "checkpoint: %s/state.json: %s", stepdir, je.text);
-    if (step < 0 || applied < 0 || applied > step || micro < 0 || epoch < 0 || cursor < 0 || !(scale > 0))
-        return hpc_fail(err, HPC_ERR_INPUT, "checkpoint: %s/state.json holds impossible counters (step %lld, "
-                        "applied %lld, cursor %lld, scale %g)", stepdir, (long long)step, (long long)applied,
-                        (long long)cursor, scale);
+    HpcStatus st = check_counters(stepdir, &(Counters){step, total, applied, micro, epoch, cursor, growth, consec,
+                                                     skips, scale}, &ts->ls.cfg, ts->allow_changed_settings, err);
+    if (!st && !json_is_null(best) && !(json_is_number(best) && isfinite(json_number_value(best))))
+        st = hpc_fail(err, HPC_ERR_INPUT, "checkpoint: %s/state.json: best_metric must be a finite number or "
+                      "null; the file was changed by hand", stepdir);
+    if (st) return st;
     ts->step = step;
     ts->total_steps = total;
     ts->opt.step = applied;
@@ -301,6 +422,39 @@ static HpcStatus read_scalars(const char *stepdir, json_t *root, TrainState *ts,
     return HPC_OK;
 }
 
+/* The saved settings against the run's: each difference "key old -> new". */
+static HpcStatus compare_settings(const char *stepdir, json_t *root, TrainState *ts, HpcError *err)
+{
+    CheckpointSettings *now = xmalloc(sizeof *now);
+    settings_of(ts, now);
+    json_t *saved = json_object_get(root, "settings");
+    char list[sizeof ts->changed] = "";
+    size_t len = 0;
+    int changes = 0;
+    for (int i = 0; i < now->n; i++) {
+        const char *old = json_string_value(json_object_get(saved, now->s[i].key));
+        if (old && strcmp(old, now->s[i].value) == 0) continue;
+        if (len < sizeof list)
+            len += (size_t)snprintf(list + len, sizeof list - len, "%s%s %s -> %s", changes ? ", " : "",
+                                    now->s[i].key, old ? old : "(not recorded)", now->s[i].value);
+        changes++;
+    }
+    const char *key;
+    json_t *val;
+    json_object_foreach(saved, key, val)
+        if (!checkpoint_settings_get(now, key) && len < sizeof list) {
+            len += (size_t)snprintf(list + len, sizeof list - len, "%s%s %s -> (not set)", changes ? ", " : "",
+                                    key, json_is_string(val) ? json_string_value(val) : "?");
+            changes++;
+        }
+    free(now);
+    snprintf(ts->changed, sizeof ts->changed, "%s", list);
+    if (!changes || ts->allow_changed_settings) return HPC_OK;
+    return hpc_fail(err, HPC_ERR_INPUT, "checkpoint: %s was written with other training settings: %.700s; resume "
+                    "with the settings it was written with, or pass --allow-changed-settings to continue with the "
+                    "new ones", stepdir, list);
+}
+
 HpcStatus checkpoint_resolve(const char *dir, char *out, size_t cap, HpcError *err)
 {
     return ckfs_resolve(dir, out, cap, err);
@@ -311,9 +465,12 @@ HpcStatus checkpoint_load(const char *dir, TrainState *ts, HpcError *err)
     HPC_ASSERT(ts->spec && ts->pl && ts->w);
     char stepdir[4096];
     json_t *root = NULL;
+    ts->changed[0] = '\0';
     HpcStatus st = ckfs_resolve(dir, stepdir, sizeof stepdir, err);
+    if (!st) st = verify_files(stepdir, !ts->weights_only, err);
     if (!st) st = read_state(stepdir, &root, err);
     if (!st) st = check_identity(stepdir, root, ts, err);
+    if (!st && !ts->weights_only) st = compare_settings(stepdir, root, ts, err);
     if (!st) st = read_file(stepdir, "model.safetensors", ts, false, err);
     if (!st && !ts->weights_only) st = read_file(stepdir, "optimizer.safetensors", ts, true, err);
     if (!st) st = read_scalars(stepdir, root, ts, err);
@@ -339,6 +496,7 @@ HpcStatus checkpoint_read_spec(const char *dir, ModelSpec *spec, SpecPrecision *
     char stepdir[4096], name[4200];
     json_t *root = NULL;
     HpcStatus st = ckfs_resolve(dir, stepdir, sizeof stepdir, err);
+    if (!st) st = verify_files(stepdir, false, err);
     if (!st) st = read_state(stepdir, &root, err);
     if (st) return st;
     const char *source = NULL, *pol = "";
@@ -356,4 +514,15 @@ HpcStatus checkpoint_read_spec(const char *dir, ModelSpec *spec, SpecPrecision *
     free(diag);
     json_decref(root);
     return st;
+}
+
+HpcStatus checkpoint_lock(const char *dir, CheckpointLock *lk, HpcError *err)
+{
+    return ckfs_lock(dir, &lk->fd, err);
+}
+
+void checkpoint_unlock(CheckpointLock *lk)
+{
+    ckfs_unlock(lk->fd);
+    lk->fd = -1;
 }

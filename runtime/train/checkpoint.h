@@ -12,9 +12,13 @@
  * Layout of a checkpoint root DIR (docs/resume.md):
  *   DIR/step-00000120/model.safetensors      f32 masters, hpc's parameter names
  *   DIR/step-00000120/optimizer.safetensors  "exp_avg.NAME" (m), "exp_avg_sq.NAME" (v)
- *   DIR/step-00000120/state.json             everything else, and the .model text
+ *   DIR/step-00000120/state.json             everything else, the .model text and
+ *                                            the run's training settings
+ *   DIR/step-00000120/SHA256SUMS             the SHA-256 of the three files above
+ *                                            (`sha256sum -c` format), written last
  *   DIR/latest                               "step-00000120\n", written last
- * checkpoint_save writes the three files into a fresh hidden directory
+ *   DIR/.lock                                held (flock) by the run writing DIR
+ * checkpoint_save writes the four files into a fresh hidden directory
  * (DIR/.step-N.tmp-XXXXXX, each file fsynced through runtime/atomic_file),
  * renames that directory to step-N (swapping atomically with an existing
  * step-N), syncs DIR, and only then replaces `latest` atomically.  A
@@ -22,14 +26,25 @@
  * `latest` naming a complete step directory, the previous one or the new
  * one.  Afterwards it keeps the `keep` newest step directories (the one
  * just written always among them) and removes the others, and removes
- * hidden leftovers of killed writers.  One writer per DIR at a time.
+ * hidden leftovers of killed writers.  One writer per DIR at a time:
+ * checkpoint_lock takes DIR/.lock for the whole run (flock, so a killed
+ * holder's lock goes with its process; the file only tells the pid).
  *
  * checkpoint_load accepts DIR (follows `latest`) or one step directory.  It
- * checks that the checkpoint was written by the same model: the
+ * first checks every file against SHA256SUMS (a changed byte is refused
+ * naming the file), then every counter of state.json against its range
+ * (step <= total steps, applied steps <= step, a finite positive loss
+ * scale, ...), then that the checkpoint was written by the same model: the
  * architecture (checkpoint_fingerprint) must match, and every
  * storage-owning parameter must be there with the same shape; otherwise
  * HPC_ERR_INPUT naming both models or the tensor.  A checkpoint written
  * with another optimizer kind is refused too (its m/v mean something else).
+ * Last, the training settings (CheckpointSettings: learning rate and
+ * schedule, batch, sequence length, task, dropout, seed, precision policy,
+ * optimizer and loss-scale numbers, total steps) are compared with the
+ * run's: any difference is HPC_ERR_INPUT listing each "key old -> new",
+ * unless allow_changed_settings, which accepts them and lists them in
+ * ts->changed for the run log.
  *
  * The TrainState's scalar fields are values: fill them before
  * checkpoint_save, read them after checkpoint_load.  Tensor pointers:
@@ -61,8 +76,33 @@
 #include "compiler/spec.h"
 
 #define CHECKPOINT_FORMAT "hpc-checkpoint"
-#define CHECKPOINT_VERSION 1
+#define CHECKPOINT_VERSION 2       /* 2: SHA256SUMS and the settings */
 #define CHECKPOINT_KEEP_DEFAULT 2   /* step directories kept when keep is 0 */
+#define CHECKPOINT_MANIFEST "SHA256SUMS"
+#define CHECKPOINT_SETTINGS_MAX 48
+
+/* One training setting as text ("lr" = "0.0001"); numbers are written so
+ * that equal values give equal text. */
+typedef struct {
+    char key[32];
+    char value[128];
+} CheckpointSetting;
+
+typedef struct {
+    int n;
+    CheckpointSetting s[CHECKPOINT_SETTINGS_MAX];
+} CheckpointSettings;
+
+/* The settings in spec->train, the dropout rates, the policy and the
+ * total steps; add the run's data settings (task, ...) with
+ * checkpoint_settings_add. */
+void checkpoint_settings_init(CheckpointSettings *cs, const ModelSpec *spec, SpecPrecision policy,
+                              int64_t total_steps);
+/* Adds (or replaces) key; value is printf-formatted. */
+void checkpoint_settings_add(CheckpointSettings *cs, const char *key, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+/* The value of key, or NULL. */
+const char *checkpoint_settings_get(const CheckpointSettings *cs, const char *key);
 
 typedef struct TrainState {
     /* The model: identity on load, the .model text written into state.json. */
@@ -85,9 +125,19 @@ typedef struct TrainState {
     bool has_best;          /* best_metric is meaningful */
     double best_metric;
     int keep;               /* save: step directories to keep (0 = CHECKPOINT_KEEP_DEFAULT) */
-    bool weights_only;      /* load: only the weights (m, v unused; policy and
-                               optimizer not checked; scalars still read) */
+    bool weights_only;      /* load: only the weights (m, v unused; policy,
+                               optimizer and settings not checked; scalars still read) */
+    /* save: recorded; load: compared.  NULL: checkpoint_settings_init of
+     * spec, policy and total_steps. */
+    const CheckpointSettings *settings;
+    bool allow_changed_settings; /* load: accept other settings, listing them in changed */
+    char changed[1024];     /* load: "lr 0.0001 -> 0.0002, ..." or "" */
 } TrainState;
+
+/* DIR/.lock, held from checkpoint_lock to checkpoint_unlock. */
+typedef struct {
+    int fd;                 /* -1 when not held */
+} CheckpointLock;
 
 /* Writes DIR/step-N (N = ts->step) and points DIR/latest at it; creates DIR
  * (and its parents) when missing. */
@@ -102,6 +152,12 @@ HpcStatus checkpoint_load(const char *dir, TrainState *ts, HpcError *err);
 /* The step directory dir stands for: dir itself when it holds state.json,
  * else dir/<contents of dir/latest>. */
 HpcStatus checkpoint_resolve(const char *dir, char *out, size_t cap, HpcError *err);
+
+/* Creates dir (with parents) when missing, checks that files can be
+ * created in it and takes its lock: HPC_ERR_IO when it is not writable,
+ * HPC_ERR_USAGE naming the pid when another run holds it. */
+HpcStatus checkpoint_lock(const char *dir, CheckpointLock *lk, HpcError *err);
+void checkpoint_unlock(CheckpointLock *lk);
 
 /* The ModelSpec saved in the checkpoint (its .model text, re-read by the
  * front end) and the precision policy of the run that wrote it. */

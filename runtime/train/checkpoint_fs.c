@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -76,9 +77,71 @@ HpcStatus ckfs_begin(const char *root, int64_t step, char *tmp, size_t cap, HpcE
     if (snprintf(tmp, cap, "%s/.%s.tmp-XXXXXX", root, name) >= (int)cap)
         return hpc_fail(err, HPC_ERR_USAGE, "checkpoint: path too long: %.200s", root);
     if (!mkdtemp(tmp))
-        return hpc_fail(err, HPC_ERR_IO, "checkpoint: mkdtemp in %s: %s; check that it is writable", root,
+        return hpc_fail(err, HPC_ERR_IO, "checkpoint: cannot create a step directory in %s: %s; check that it is writable", root,
                         strerror(errno));
     return HPC_OK;
+}
+
+#define LOCK_NAME ".lock"
+
+/* The pid a lock file names, for the message; 0 when unreadable. */
+static long lock_holder(int fd)
+{
+    char buf[32] = "";
+    ssize_t n = pread(fd, buf, sizeof buf - 1, 0);
+    return n > 0 ? strtol(buf, NULL, 10) : 0;
+}
+
+/* Creating and removing a directory proves that a save can create files,
+ * whatever the permission bits say (root ignores them, a read-only mount
+ * does not). */
+static HpcStatus probe_writable(const char *root, HpcError *err)
+{
+    char probe[4200];
+    snprintf(probe, sizeof probe, "%s/.probe.tmp-XXXXXX", root);
+    if (!mkdtemp(probe))
+        return hpc_fail(err, HPC_ERR_IO, "checkpoint directory %s is not writable: %s; give a --checkpoint-dir "
+                        "you can write to", root, strerror(errno));
+    rmdir(probe);
+    return HPC_OK;
+}
+
+HpcStatus ckfs_lock(const char *root, int *fd, HpcError *err)
+{
+    *fd = -1;
+    HpcStatus st = make_dirs(root, err);
+    if (!st) st = probe_writable(root, err);
+    if (st) return st;
+    char path[4200];
+    snprintf(path, sizeof path, "%s/" LOCK_NAME, root);
+    int f = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+    if (f < 0)
+        return hpc_fail(err, HPC_ERR_IO, "checkpoint directory %s: cannot create the lock %s: %s", root, path,
+                        strerror(errno));
+    if (flock(f, LOCK_EX | LOCK_NB) != 0) {
+        int e = errno;
+        long pid = lock_holder(f);
+        close(f);
+        if (e == EWOULDBLOCK)
+            return hpc_fail(err, HPC_ERR_USAGE, "checkpoint directory %s is in use by another hpc run (pid %ld, "
+                            "lock %s); wait for it to end or give another --checkpoint-dir", root, pid, path);
+        return hpc_fail(err, HPC_ERR_IO, "checkpoint directory %s: cannot lock %s: %s", root, path, strerror(e));
+    }
+    char line[32];
+    int n = snprintf(line, sizeof line, "%ld\n", (long)getpid());
+    if (ftruncate(f, 0) != 0 || pwrite(f, line, (size_t)n, 0) != n) {
+        int e = errno;
+        close(f);
+        return hpc_fail(err, HPC_ERR_IO, "checkpoint directory %s: cannot write the lock %s: %s; check the disk "
+                        "space", root, path, strerror(e));
+    }
+    *fd = f;
+    return HPC_OK;
+}
+
+void ckfs_unlock(int fd)
+{
+    if (fd >= 0) close(fd);   /* closing drops the flock */
 }
 
 /* Removes the regular files directly inside path, then path itself. */

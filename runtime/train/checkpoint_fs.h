@@ -14,6 +14,12 @@
  *                  leftovers of killed writers
  * Only regular files directly inside a step directory are removed; a step
  * directory holding anything else is left alone.
+ *
+ * The lock (ckfs_lock): ROOT/.lock, flock()ed exclusively by the one run
+ * that writes ROOT, holding that run's pid as text for the message another
+ * run gets.  The kernel drops a flock when its process dies, so a lock left
+ * by a killed run is never stale; the file itself stays (removing it would
+ * let two runs lock two different files).
  */
 #ifndef HPC_RUNTIME_CHECKPOINT_FS_H
 #define HPC_RUNTIME_CHECKPOINT_FS_H
@@ -38,6 +44,11 @@ void ckfs_discard(const char *tmp);
 
 /* Keeps the newest keep step directories, current among them. */
 void ckfs_prune(const char *root, int64_t current, int keep);
+
+/* mkdir -p root, a probe that files can be created in it, then the lock
+ * (see above); *fd is its descriptor, -1 on failure. */
+HpcStatus ckfs_lock(const char *root, int *fd, HpcError *err);
+void ckfs_unlock(int fd);
 
 /* See checkpoint_resolve. */
 HpcStatus ckfs_resolve(const char *dir, char *out, size_t cap, HpcError *err);

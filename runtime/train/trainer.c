@@ -9,6 +9,8 @@
 
 #include "data/loader.h"
 #include "train/best_model.h"
+#include "formats/output_check.h"
+#include "train/memcheck.h"
 #include "train/lossscale.h"
 #include "train/predict.h"
 #include "report/runlog.h"
@@ -29,6 +31,7 @@ typedef struct {
     TrainStepStat stats[TRAIN_STAT_RING];
     TrainCkpt ck;                        /* checkpoints; ck.w == NULL when not used */
     BestModel best;                      /* --output; best.w == NULL when not used */
+    CheckpointLock lock;                 /* on opts->checkpoint_dir; fd -1 when none */
 } Trainer;
 
 /* The next batch, starting the next epoch when one ends. */
@@ -254,8 +257,10 @@ static HpcStatus step_boundary(Trainer *t, const Loader *ld, int64_t done, bool 
 {
     const TrainOptions *o = t->opts;
     int sig = o->handle_signals ? signals_pending() : 0;
+    HpcError log_err = {0};
+    bool log_failed = runlog_status(t->log, &log_err) != HPC_OK;   /* the run log's disk is full */
     HpcStatus st = HPC_OK;
-    if (o->checkpoint_dir && (save || sig)) {
+    if (o->checkpoint_dir && (save || sig || log_failed)) {
         st = trainer_ckpt_save(&t->ck, o->checkpoint_dir, o->checkpoint_keep, ld, done, res->saved,
                                sizeof res->saved, err);
         if (!st) runlog_message(t->log, "checkpoint: %s", res->saved);
@@ -264,6 +269,9 @@ static HpcStatus step_boundary(Trainer *t, const Loader *ld, int64_t done, bool 
         st = hpc_fail(err, HPC_ERR_INTERRUPTED, "interrupted by signal %d after step %lld; %s%s%s", sig,
                       (long long)done, res->saved[0] ? "state saved in " : "no --checkpoint-dir given, nothing saved",
                       res->saved, res->saved[0] ? " (continue with --resume)" : "");
+    if (!st && log_failed)
+        st = hpc_fail(err, HPC_ERR_IO, "%s; training stopped after step %lld%s%s", log_err.msg, (long long)done,
+                      res->saved[0] ? ", state saved in " : "", res->saved);
     return st;
 }
 
@@ -318,6 +326,10 @@ static HpcStatus ckpt_start(Trainer *t, TrainResult *res, HpcError *err)
     if (!o->checkpoint_dir && !o->resume_dir && !o->init_dir) return HPC_OK;
     HpcStatus st = trainer_ckpt_init(&t->ck, &t->be, t->spec, t->log, t->total,
                                      higher_is_better(res->metric), err);
+    checkpoint_settings_init(&t->ck.settings, t->spec, t->be.policy, t->total);
+    for (int i = 0; o->data_settings && i < o->data_settings->n; i++)
+        checkpoint_settings_add(&t->ck.settings, o->data_settings->s[i].key, "%s", o->data_settings->s[i].value);
+    t->ck.allow_changed_settings = o->allow_changed_settings;
     if (!st && o->init_dir && !o->resume_dir) st = trainer_ckpt_init_weights(&t->ck, o->init_dir, err);
     return st;
 }
@@ -358,6 +370,62 @@ static void log_start(Trainer *t, TrainResult *res)
         if (task_split_line(t->opts->task, (TaskSplit)s, line, sizeof line)) runlog_message(t->log, "%s", line);
 }
 
+/* The files the run reads, which no output may be; paths go to names
+ * (cap entries of 4200 bytes). */
+enum { RUN_INPUTS_MAX = TASK_SPLIT_COUNT + 12 };
+
+static int add_input(OutputInput *in, int n, char (*names)[4200], const char *what, const char *dir,
+                     const char *file)
+{
+    snprintf(names[n], sizeof names[n], "%s/%s", dir, file);
+    in[n] = (OutputInput){what, names[n]};
+    return n + 1;
+}
+
+static int run_inputs(const ModelSpec *spec, const TrainOptions *o, OutputInput *in, char (*names)[4200])
+{
+    int n = 0;
+    in[n++] = (OutputInput){"the model file", spec->source};
+    for (int s = 0; o->task && s < TASK_SPLIT_COUNT; s++)
+        if (o->task->info[s].present) in[n++] = (OutputInput){"a data file of the task", o->task->info[s].path};
+    if (o->task) in[n++] = (OutputInput){"the vocabulary", o->task->vocab_path};
+    const char *dirs[] = {o->resume_dir, o->init_dir};
+    for (int d = 0; d < 2; d++) {
+        char step[4096];
+        HpcError ignore = {0};
+        if (!dirs[d]) continue;
+        const char *folder = d == 0 ? "a file of the --resume folder" : "a file of the --init folder";
+        n = add_input(in, n, names, folder, dirs[d], "model.safetensors");
+        n = add_input(in, n, names, folder, dirs[d], "config.json");
+        if (checkpoint_resolve(dirs[d], step, sizeof step, &ignore)) continue;
+        const char *what = d == 0 ? "a file of the checkpoint being resumed" : "a file of the --init checkpoint";
+        n = add_input(in, n, names, what, step, "model.safetensors");
+        n = add_input(in, n, names, what, step, "optimizer.safetensors");
+        n = add_input(in, n, names, what, step, "state.json");
+        n = add_input(in, n, names, what, step, CHECKPOINT_MANIFEST);
+    }
+    HPC_ASSERT(n <= RUN_INPUTS_MAX - 1);   /* one more: --predict adds the log */
+    return n;
+}
+
+/* Setup checks (trainer.h): nothing is trained before these pass. */
+static HpcStatus check_outputs(Trainer *t, HpcError *err)
+{
+    const TrainOptions *o = t->opts;
+    OutputInput in[RUN_INPUTS_MAX];
+    char (*names)[4200] = xmalloc(RUN_INPUTS_MAX * sizeof *names);
+    int n = run_inputs(t->spec, o, in, names);
+    HpcStatus st = output_check_not_input("--log", o->jsonl, in, n, err);
+    if (!st && o->task && o->predict) {
+        in[n++] = (OutputInput){"the --log file", o->jsonl};
+        st = output_check_not_input("--predict", o->predict, in, n, err);
+        if (!st) st = output_check_writable("--predict", o->predict, err);
+    }
+    free(names);
+    if (!st && o->checkpoint_dir) st = checkpoint_lock(o->checkpoint_dir, &t->lock, err);
+    return st;
+}
+
 HpcStatus trainer_run(const ModelSpec *spec, const Dataset *train, const Dataset *eval,
                       const TrainOptions *opts, TrainResult *res, HpcError *err)
 {
@@ -368,11 +436,18 @@ HpcStatus trainer_run(const ModelSpec *spec, const Dataset *train, const Dataset
     t->total = total_steps(spec, train, opts);
     res->metric = eval_metric_name(spec, opts->task);
     res->best_metric = NAN;
+    t->lock.fd = -1;
     int64_t L = (spec->train.max_seq_len + 7) / 8 * 8;
-    HpcStatus st = train_backend_open(&t->be, opts->device, spec, opts->policy, !opts->no_fuse, t->total,
-                                      spec->train.batch_size, L, err);
-    if (!st) t->log = runlog_open(opts->jsonl, opts->out, opts->progress_bar, err);
+    bool ckpt_copy = opts->checkpoint_dir || opts->resume_dir || opts->init_dir;
+    HpcStatus st = check_outputs(t, err);
+    if (!st && !opts->no_memory_check)
+        st = memcheck_run(spec, opts->policy, !opts->no_fuse, opts->device, spec->train.batch_size, L, ckpt_copy, err);
+    /* the log before the backend: a log that cannot be written fails before any compiling */
+    if (!st) t->log = opts->resume_dir ? runlog_open_append(opts->jsonl, opts->out, opts->progress_bar, err)
+                                       : runlog_open(opts->jsonl, opts->out, opts->progress_bar, err);
     if (!st && !t->log) st = err->code;
+    if (!st) st = train_backend_open(&t->be, opts->device, spec, opts->policy, !opts->no_fuse, t->total,
+                                     spec->train.batch_size, L, err);
     if (!st) {
         res->params = params_total(&t->be.pl);
         snprintf(res->backend, sizeof res->backend, "%s", t->be.name);
@@ -393,7 +468,12 @@ HpcStatus trainer_run(const ModelSpec *spec, const Dataset *train, const Dataset
     }
     if (t->ck.w) trainer_ckpt_free(&t->ck);
     if (t->best.w) best_model_free(&t->best);
-    if (t->log) runlog_close(t->log, res->peak_device_bytes);
+    HpcError log_err = {0};
+    if (t->log && runlog_close(t->log, res->peak_device_bytes, &log_err) && !st) {
+        *err = log_err;   /* the run worked but its log is incomplete: not a success */
+        st = log_err.code;
+    }
+    checkpoint_unlock(&t->lock);
     train_backend_close(&t->be);
     free(t);
     return st;

@@ -47,6 +47,16 @@
  * With output_dir the weights of the best evaluation so far are copied to
  * the host after each evaluation that improves on the others, and written
  * at the end as a folder transformers loads (runtime/train/best_model.h).
+ * Before any work (setup checks): outputs that are inputs are refused
+ * (runtime/formats/output_check.h: --predict and --log against the model
+ * file, the task's files, the vocabulary and each other), the folders of
+ * --predict must take files, the checkpoint directory is created, probed and
+ * locked (checkpoint_lock; HPC_ERR_USAGE when another run holds it), and
+ * the memory the run needs is compared with what is available
+ * (runtime/train/memcheck.h; HPC_ERR_OOM, unless no_memory_check).  The
+ * JSONL log is appended to on a resume.  A run log that cannot be written
+ * (full disk) stops the run at the next step boundary, after a save when
+ * checkpoint_dir is set, with HPC_ERR_IO.
  *
  * Test hooks: inject_inf_step = k > 0 writes +inf into one gradient element
  * before the optimizer step k (1-based), which must then be skipped;
@@ -63,6 +73,7 @@
 #include <stdio.h>
 
 #include "data/dataset.h"
+#include "train/checkpoint.h"
 #include "util/error.h"
 #include "compiler/spec.h"
 #include "data/tasks.h"
@@ -100,6 +111,10 @@ typedef struct {
                              (runtime/train/best_model.h); NULL = none */
     const char *output_vocab; /* copied into output_dir as vocab.txt; NULL = none */
     bool output_lower_case;   /* tokenizer_config.json's do_lower_case there */
+    const CheckpointSettings *data_settings; /* the data's settings (task, ...), recorded
+                             in checkpoints with the model's; NULL for none */
+    bool allow_changed_settings; /* resume: accept other settings (listed in the log) */
+    bool no_memory_check; /* skip runtime/train/memcheck.h */
 } TrainOptions;
 
 typedef struct {

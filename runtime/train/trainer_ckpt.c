@@ -64,7 +64,9 @@ void trainer_ckpt_metric(TrainCkpt *c, double metric)
 static TrainState state_of(TrainCkpt *c)
 {
     return (TrainState){.spec = c->spec, .pl = &c->be->pl, .policy = c->be->policy, .w = c->w, .m = c->m,
-                        .v = c->v, .total_steps = c->total, .seed = c->spec->train.seed};
+                        .v = c->v, .total_steps = c->total, .seed = c->spec->train.seed,
+                        .settings = c->settings.n ? &c->settings : NULL,
+                        .allow_changed_settings = c->allow_changed_settings};
 }
 
 HpcStatus trainer_ckpt_save(TrainCkpt *c, const char *dir, int keep, const Loader *ld, int64_t step, char *saved,
@@ -90,14 +92,16 @@ HpcStatus trainer_ckpt_resume(TrainCkpt *c, const char *dir, Loader *ld, int64_t
     ls_config_from_spec(&ts.ls.cfg, &c->spec->train);
     HpcStatus st = checkpoint_load(dir, &ts, err);
     if (st) return st;
-    if (ts.total_steps != c->total)
-        return hpc_fail(err, HPC_ERR_INPUT, "trainer: the checkpoint in %s belongs to a run of %lld steps, this run "
-                        "has %lld; resume with the same --steps (the learning-rate schedule depends on it)", dir,
-                        (long long)ts.total_steps, (long long)c->total);
-    if (ts.seed != c->spec->train.seed)
-        return hpc_fail(err, HPC_ERR_INPUT, "trainer: the checkpoint in %s was trained with seed %llu, the model "
-                        "says %llu; the data order and dropout would differ", dir, (unsigned long long)ts.seed,
-                        (unsigned long long)c->spec->train.seed);
+    if (ts.step > c->total)
+        return hpc_fail(err, HPC_ERR_INPUT, "the checkpoint in %s is at step %lld, beyond this run's %lld steps; "
+                        "resume with --steps %lld or more", dir, (long long)ts.step, (long long)c->total,
+                        (long long)ts.step);
+    if (ts.loader_cursor > ld->data->n)
+        return hpc_fail(err, HPC_ERR_INPUT, "the checkpoint in %s stopped at row %lld of the training data, which "
+                        "has %lld rows now; resume with the data it was trained on", dir,
+                        (long long)ts.loader_cursor, (long long)ld->data->n);
+    if (ts.changed[0])
+        runlog_message(c->log, "resuming with changed settings (--allow-changed-settings): %s", ts.changed);
     st = c->be->state_in(c->be, &ts, err);
     if (!st) st = loader_seek(ld, ts.loader_epoch, ts.loader_cursor, err);
     if (st) return st;

@@ -7,8 +7,10 @@
  *   save    state_out -> TrainState (+ loader position, step, best metric)
  *           -> checkpoint_save
  *   resume  checkpoint_load -> TrainState -> state_in, loader_seek; the run
- *           must have the same total steps and seed (else HPC_ERR_INPUT),
- *           since the schedule and the shuffles depend on them
+ *           must have the checkpoint's settings (c->settings: total steps,
+ *           seed, lr, batch, ...; else HPC_ERR_INPUT naming each, unless
+ *           allow_changed_settings, which logs them), its step must not be
+ *           beyond the run's total and its loader row inside the data
  *   init    weights from a Hugging Face folder (runtime/formats/hf_init.h) or an
  *           hpc checkpoint, the rest of the state untouched
  *
@@ -25,6 +27,7 @@
 #include "util/error.h"
 #include "data/loader.h"
 #include "report/runlog.h"
+#include "train/checkpoint.h"
 #include "train/train_backend.h"
 
 typedef struct {
@@ -36,6 +39,8 @@ typedef struct {
     bool has_best;           /* best evaluation metric so far */
     double best;
     bool higher_is_better;
+    CheckpointSettings settings; /* recorded on save, compared on resume (set by the trainer) */
+    bool allow_changed_settings;
 } TrainCkpt;
 
 /* Allocates the host buffers; HPC_ERR_USAGE when the backend cannot
