@@ -160,7 +160,7 @@ Test(runlog, rate_is_smoothed_step_time)
     for (int64_t s = 1; s <= 4; s++)
         runlog_step(log, &(RunLogStep){.step = s, .total_steps = 100, .loss = 0.5, .tokens = 10,
                                        .seconds = s == 4 ? 1.1 : 0.1});
-    runlog_close(log, 0);
+    cr_assert_eq(runlog_close(log, 0, &err), HPC_OK, "%s", err.msg);
     fclose(out);
     cr_expect(strstr(text, "step 3/100  epoch 0  10.00 it/s  ETA 9.7s"), "%s", text);
     cr_expect(strstr(text, "step 4/100  epoch 0  5.00 it/s  ETA 19s"), "%s", text);

@@ -86,7 +86,9 @@ fi
 ck="$WORK/ck"
 if "$HPC" run "$WORK/m.model" --device cpu --steps 2 --seq-len 8 --train-rows 16 --checkpoint-dir "$ck" >/dev/null 2>&1; then
     step=$(cat "$ck/latest")
-    sed 's/"seed": "42"/"seed": "-1"/' "$ck/$step/state.json" > "$WORK/state.json" && cp "$WORK/state.json" "$ck/$step/state.json"
+    sed '0,/"seed": "42"/s//"seed": "-1"/' "$ck/$step/state.json" > "$WORK/state.json" && cp "$WORK/state.json" "$ck/$step/state.json"
+    # the edit must reach the number parser, not stop at the checksum: record the new sum
+    (cd "$ck/$step" && sha256sum $(awk '{print $2}' SHA256SUMS | tr -d '*') > SHA256SUMS.new && mv SHA256SUMS.new SHA256SUMS)
     expect "checkpoint: negative seed" 1 "state.json: seed \"-1\" is not an integer in [0, 18446744073709551615]" \
         run "$WORK/m.model" --device cpu --steps 2 --seq-len 8 --train-rows 16 --resume "$ck/$step"
 else
