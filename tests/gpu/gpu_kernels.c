@@ -234,14 +234,30 @@ static void test_philox(const Mod *m)
     cu->cuMemFree(out);
 }
 
-static void test_dropout(const Mod *m)
+/* Elements that one side keeps and the other drops (x is never 0). */
+static long long mask_mismatches(const float *got, const double *ref, const float *x, long long n)
+{
+    long long bad = 0;
+    for (long long i = 0; i < n; i++) bad += x[i] != 0.0f && ((got[i] == 0.0f) != (ref[i] == 0.0));
+    return bad;
+}
+
+/* dropout_fwd / dropout_bwd against the cpu kernels: values within the
+ * dtype's tolerance and the keep mask identical element for element, at
+ * an aligned base (16-byte accesses) and one element off it (scalar path),
+ * n odd so the last group of 8 is partial. */
+static void test_dropout_at(const Mod *m, long long off)
 {
     long long n = 100003;
     float p = 0.1f;
     uint64_t seed = rnd64();
     uint32_t step = 7, salt = 3;
     float *x = rand_st(m, n, 2), *pre = rand_st(m, n, 1);
-    CUdeviceptr dx = up_st(m, x, n), dy = dalloc(n * m->es), dacc = up_st(m, pre, n);
+    CUdeviceptr bx = dalloc((n + 8) * m->es), by = dalloc((n + 8) * m->es), bacc = dalloc((n + 8) * m->es);
+    CUdeviceptr dx = bx + off * m->es, dy = by + off * m->es, dacc = bacc + off * m->es;
+    CUdeviceptr tx = up_st(m, x, n), tacc = up_st(m, pre, n);
+    DRV(cu->cuMemcpyDtoD(dx, tx, n * m->es));
+    DRV(cu->cuMemcpyDtoD(dacc, tacc, n * m->es));
     poison(dy, n * m->es);
     void *a1[] = {&dy, &dx, &n, &p, &seed, &step, &salt};
     launch(m, "dropout_fwd", 256, 1, 256, 1, a1);
@@ -253,10 +269,24 @@ static void test_dropout(const Mod *m)
     ck_dropout_fwd_f64(ref, xd, n, p, seed, step, salt);
     ck_dropout_bwd_f64(refb, xd, n, p, seed, step, salt);
     float *got = down_st(m, dy, n), *gotb = down_st(m, dacc, n);
-    check(m, "dropout_fwd y", got, ref, n, tol_st(m));
-    check(m, "dropout_bwd dx (accumulate)", gotb, refb, n, tol_st(m));
+    char what[64];
+    snprintf(what, sizeof what, "dropout_fwd y (offset %lld)", off);
+    check(m, what, got, ref, n, tol_st(m));
+    snprintf(what, sizeof what, "dropout_bwd dx acc (offset %lld)", off);
+    check(m, what, gotb, refb, n, tol_st(m));
+    long long wrong = mask_mismatches(got, ref, x, n);
+    checks++;
+    if (wrong) failures++;
+    printf("%s  %-12s %-34s %lld of %lld keep decisions differ from the cpu\n", wrong ? "FAIL" : "ok  ", m->label,
+           "dropout mask (8 per Philox draw)", wrong, n);
     free(x); free(pre); free(xd); free(ref); free(refb); free(got); free(gotb);
-    cu->cuMemFree(dx); cu->cuMemFree(dy); cu->cuMemFree(dacc);
+    cu->cuMemFree(bx); cu->cuMemFree(by); cu->cuMemFree(bacc); cu->cuMemFree(tx); cu->cuMemFree(tacc);
+}
+
+static void test_dropout(const Mod *m)
+{
+    test_dropout_at(m, 0);
+    test_dropout_at(m, 1);
 }
 
 /* ---- LayerNorm ----------------------------------------------------------- */
