@@ -1,7 +1,9 @@
 /* runtime/train/train_cuda.c — the cuda training backend: the step on the GPU
  * (runtime/cuda/cuda_exec.h), the optimizer and loss scaler on the GPU
  * (runtime/cuda/cuda_optim.h), per-step records kept on the device until
- * collect (train_backend.h).  A step queues work and returns: the loss
+ * collect (train_backend.h).  The last micro-batch of a step is uploaded
+ * by micro() and run by step(), with the optimizer captured into the same
+ * CUDA graph (cuda_optim_step_tail).  A step queues work and returns: the loss
  * scale reaches the backward pass by a device copy, the learning rate is
  * computed on the device from the applied-step count, and each step's loss
  * and optimizer state are copied into device rings. */
@@ -26,6 +28,8 @@ typedef struct {
     CUdeviceptr loss_ring;     /* (RING, accum) f32 micro-batch losses */
     CUdeviceptr state_ring;    /* (RING) KemitOptState after each step */
     int n_pending;             /* steps queued since the last collect */
+    CudaRunOptions staged;     /* the last micro-batch, uploaded, run by step() */
+    bool has_staged;
     float *host_loss;          /* (RING * accum) */
     KemitOptState *host_state; /* (RING) */
     float *logits;             /* eval: (B, C) f32 */
@@ -50,6 +54,18 @@ static void cuda_close(TrainBackend *b)
     b->impl = NULL;
 }
 
+/* The micro-batch's loss into its slot of the ring. */
+static HpcStatus copy_loss(TrainBackend *b, int64_t m, HpcError *err)
+{
+    CudaTrain *t = impl(b);
+    CUdeviceptr slot = t->loss_ring + (CUdeviceptr)(((int64_t)t->n_pending * t->accum + m) * 4);
+    return CUDA_CHECK(err, cuda_driver()->cuMemcpyDtoDAsync(slot, cuda_exec_ptr(&t->ex, b->g.loss), 4,
+                                                            t->dev.stream));
+}
+
+/* Micro-batches before the last run now, each with its gradient
+ * accumulation as the graph's tail; the last is only staged (uploaded) and
+ * runs in cuda_step with the optimizer inside its graph. */
 static HpcStatus cuda_micro(TrainBackend *b, const Batch *batch, int64_t m, HpcError *err)
 {
     CudaTrain *t = impl(b);
@@ -59,11 +75,17 @@ static HpcStatus cuda_micro(TrainBackend *b, const Batch *batch, int64_t m, HpcE
     CudaRunOptions o = {.training = true, .backward = true, .seed = b->spec->train.seed,
                         .step = t->micro++, .loss_scale_dev = cuda_optim_scale_ptr(&t->opt),
                         .graph = true};
+    if (m == t->accum - 1) {
+        HpcStatus st = cuda_exec_stage(&t->ex, batch, &o, err);
+        if (!st) {
+            t->staged = o;
+            t->has_staged = true;
+        }
+        return st;
+    }
+    o.tail = cuda_optim_accumulate_tail(&t->opt, m);
     HpcStatus st = cuda_exec_run(&t->ex, batch, &o, err);
-    CUdeviceptr slot = t->loss_ring + (CUdeviceptr)(((int64_t)t->n_pending * t->accum + m) * 4);
-    if (!st) st = CUDA_CHECK(err, cuda_driver()->cuMemcpyDtoDAsync(slot, cuda_exec_ptr(&t->ex, b->g.loss), 4,
-                                                                   t->dev.stream));
-    return st ? st : cuda_optim_accumulate(&t->opt, m, err);
+    return st ? st : copy_loss(b, m, err);
 }
 
 static HpcStatus cuda_step(TrainBackend *b, bool poison, HpcError *err)
@@ -72,7 +94,15 @@ static HpcStatus cuda_step(TrainBackend *b, bool poison, HpcError *err)
     if (t->n_pending == TRAIN_STAT_RING)
         return hpc_fail(err, HPC_ERR_INTERNAL, "trainer: %d steps without collect", TRAIN_STAT_RING);
     HpcStatus st = poison ? cuda_optim_poison(&t->opt, err) : HPC_OK;
-    if (!st) st = cuda_optim_step(&t->opt, err);
+    if (!st && t->has_staged) {   /* the last micro-batch, then the optimizer, as one graph */
+        CudaRunOptions o = t->staged;
+        o.tail = cuda_optim_step_tail(&t->opt);
+        t->has_staged = false;
+        st = cuda_exec_launch(&t->ex, &o, err);
+        if (!st) st = copy_loss(b, t->accum - 1, err);
+    } else if (!st) {
+        st = cuda_optim_step(&t->opt, err);
+    }
     CUdeviceptr slot = t->state_ring + (CUdeviceptr)((size_t)t->n_pending * sizeof(KemitOptState));
     if (!st) st = CUDA_CHECK(err, cuda_driver()->cuMemcpyDtoDAsync(slot, cuda_optim_state_ptr(&t->opt),
                                                                    sizeof(KemitOptState), t->dev.stream));
@@ -117,6 +147,9 @@ static HpcStatus cuda_forward(TrainBackend *b, const Batch *batch, double *loss,
                               HpcError *err)
 {
     CudaTrain *t = impl(b);
+    if (t->has_staged)
+        return hpc_fail(err, HPC_ERR_USAGE, "trainer: evaluation between a step's last micro-batch and its "
+                        "optimizer step; call step first");
     CudaRunOptions o = {.training = false, .backward = false, .loss_scale = 1.0};
     HpcStatus st = cuda_exec_run(&t->ex, batch, &o, err);
     if (!st) st = cuda_exec_loss(&t->ex, loss, err);
