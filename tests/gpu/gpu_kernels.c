@@ -23,6 +23,8 @@
 
 #include "cpu/cpu_kernels.h"
 #include "cuda/cuda_driver.h"
+#include "cuda/gemm_cublas.h"
+#include "cuda/gemm_tune.h"
 #include "emit_kernels.h"
 #include "cpu/half.h"
 #include "train/lossscale.h"
@@ -919,6 +921,171 @@ static void run_launches(const Mod *m, void *ctx)
     for (int i = 0; i < ls->n; i++) run_launch(m, &ls->l[i]);
 }
 
+/* ---- GEMM algorithm choice (runtime/cuda/gemm_cublas.c + gemm_tune.h) ---- */
+
+typedef struct {
+    const char *what;
+    int64_t M, N, K, batch;
+    GemmDtype ab, c;
+    float beta;
+    bool bias;
+} TuneCase;
+
+static const TuneCase tune_cases[] = {
+    {"linear FFN up (f16, bias)", 4096, 3072, 768, 1, GEMM_F16, GEMM_F16, 0, true},
+    {"linear FFN down (f16, bias)", 4096, 768, 3072, 1, GEMM_F16, GEMM_F16, 0, true},
+    {"attention scores (batched)", 128, 128, 64, 384, GEMM_F16, GEMM_F16, 0, false},
+    {"weight gradient += (beta 1, f32 out)", 768, 768, 4096, 1, GEMM_F16, GEMM_F32, 1, false},
+};
+#define N_TUNE_CASES ((int)(sizeof tune_cases / sizeof tune_cases[0]))
+
+typedef struct { CUdeviceptr A, B, C, C0, bias; GemmDesc d; size_t c_bytes; } TuneBufs;
+
+static TuneBufs tune_bufs(const Mod *m16, const TuneCase *t)
+{
+    TuneBufs b;
+    size_t ab = (size_t)(t->M * t->K + t->K * t->N) * (size_t)t->batch;
+    int ces = t->c == GEMM_F32 ? 4 : 2;
+    b.c_bytes = (size_t)(t->M * t->N * t->batch) * (size_t)ces;
+    b.A = rand_dev(m16, (size_t)(t->M * t->K * t->batch), 2, 1);
+    b.B = rand_dev(m16, ab - (size_t)(t->M * t->K * t->batch), 2, 1);
+    b.C0 = rand_dev(m16, (size_t)(t->M * t->N * t->batch), ces, 1);   /* what C holds before (beta != 0) */
+    b.C = dalloc(b.c_bytes);
+    b.bias = t->bias ? rand_dev(m16, (size_t)t->N, ces, 1) : 0;
+    gemm_desc_rm(&b.d, t->ab, t->c, t->M, t->N, t->K, b.A, b.B, b.C);
+    b.d.trans_b = true;   /* B stored (N, K), as a linear layer's weight */
+    b.d.ldb = t->K;
+    b.d.beta = t->beta;
+    if (t->batch > 1) {
+        b.d.batch = t->batch;
+        b.d.stride_a = t->M * t->K;
+        b.d.stride_b = t->N * t->K;
+        b.d.stride_c = t->M * t->N;
+    }
+    if (t->bias) {
+        b.d.epilogue = GEMM_EPI_BIAS;
+        b.d.bias = b.bias;
+    }
+    return b;
+}
+
+static void tune_bufs_free(TuneBufs *b)
+{
+    CUdeviceptr all[] = {b->A, b->B, b->C, b->C0, b->bias};
+    for (int i = 0; i < 5; i++) if (all[i]) cu->cuMemFree(all[i]);
+}
+
+/* C = the GEMM of case t through ctx, from C0; host copy as floats. */
+static float *tune_run(GemmContext *ctx, TuneBufs *b, const TuneCase *t)
+{
+    DRV(cu->cuMemcpyDtoD(b->C, b->C0, b->c_bytes));
+    HpcError err;
+    if (gemm_run(ctx, &b->d, &err)) die("gemm_run", &err);
+    sync();
+    size_t n = (size_t)(t->M * t->N * t->batch);
+    Mod m = {.kc = {.dtype = t->c == GEMM_F32 ? KEMIT_F32 : t->c == GEMM_BF16 ? KEMIT_BF16 : KEMIT_F16},
+             .es = t->c == GEMM_F32 ? 4 : 2};
+    return t->c == GEMM_F32 ? down_f32(b->C, n) : down_st(&m, b->C, n);
+}
+
+static double tune_median_us(GemmContext *ctx, TuneBufs *b)
+{
+    CUevent e0, e1;
+    DRV(cu->cuEventCreate(&e0, 0));
+    DRV(cu->cuEventCreate(&e1, 0));
+    float ms[21];
+    HpcError err;
+    for (int i = 0; i < 21; i++) {
+        DRV(cu->cuEventRecord(e0, dev.stream));
+        for (int k = 0; k < 10; k++)
+            if (gemm_run(ctx, &b->d, &err)) die("gemm_run", &err);
+        DRV(cu->cuEventRecord(e1, dev.stream));
+        DRV(cu->cuEventSynchronize(e1));
+        DRV(cu->cuEventElapsedTime(&ms[i], e0, e1));
+    }
+    qsort(ms, 21, sizeof ms[0], cmp_float);
+    cu->cuEventDestroy(e0);
+    cu->cuEventDestroy(e1);
+    return 100.0 * ms[10];   /* us per GEMM */
+}
+
+static void tune_result(bool ok, const char *fmt, const char *a, double x, double y)
+{
+    checks++;
+    if (!ok) failures++;
+    printf("%s  %-12s ", ok ? "ok  " : "FAIL", "gemm tune");
+    printf(fmt, a, x, y);
+    printf("\n");
+}
+
+/* The timed choice gives the heuristic's result (within fp32-accumulation
+ * reordering), a GEMM that reads C is timed without changing it, the
+ * choices reach the cache file and a second context reuses them without
+ * timing, and HPC_GEMM_AUTOTUNE=0 times nothing.  Then each case's time,
+ * heuristic first against the timed choice. */
+static void test_gemm_autotune(const Mod *m16, bool timing)
+{
+    char dir[64] = "/tmp/hpc-gemm-tune-gpu-XXXXXX";
+    if (!mkdtemp(dir)) die("mkdtemp", NULL);
+    const char *old_cache = getenv("HPC_CACHE_DIR");
+    char *saved_cache = old_cache ? strdup(old_cache) : NULL;
+    setenv("HPC_CACHE_DIR", dir, 1);
+    HpcError err;
+    GemmContext plain, tuned, again;
+    setenv("HPC_GEMM_AUTOTUNE", "0", 1);
+    if (gemm_init(&plain, dev.stream, 0, &err)) die("gemm_init", &err);
+    unsetenv("HPC_GEMM_AUTOTUNE");
+    if (gemm_init(&tuned, dev.stream, 0, &err)) die("gemm_init", &err);
+    TuneBufs bufs[N_TUNE_CASES];
+    for (int i = 0; i < N_TUNE_CASES; i++) {
+        const TuneCase *t = &tune_cases[i];
+        bufs[i] = tune_bufs(m16, t);
+        float *ref = tune_run(&plain, &bufs[i], t), *got = tune_run(&tuned, &bufs[i], t);
+        size_t n = (size_t)(t->M * t->N * t->batch);
+        double num = 0, den = 0;
+        int bad = 0;
+        for (size_t k = 0; k < n; k++) {
+            bad += !isfinite(got[k]);
+            num += ((double)got[k] - ref[k]) * ((double)got[k] - ref[k]);
+            den += (double)ref[k] * ref[k];
+        }
+        double rel = sqrt(num / (den > 0 ? den : 1));
+        tune_result(bad == 0 && rel < 2e-3, "%-38s tuned vs heuristic rel %.2e (limit %.0e)", t->what, rel, 2e-3);
+        free(ref);
+        free(got);
+    }
+    tune_result(plain.tuned == 0 && plain.tune_hits == 0, "%s tuned %.0f shapes, %.0f cache hits",
+                "HPC_GEMM_AUTOTUNE=0:", plain.tuned, plain.tune_hits);
+    tune_result(tuned.tuned >= 1 && tuned.tune_hits == 0, "%s tuned %.0f shapes, %.0f cache hits",
+                "first context:", tuned.tuned, tuned.tune_hits);
+    GemmTuneCache file;
+    char path[160];
+    snprintf(path, sizeof path, "%s/%s", dir, GEMM_TUNE_FILE);
+    gemm_tune_load(&file, path, stdout);
+    tune_result(file.n == tuned.tuned, "%s %.0f entries for %.0f timed shapes", path, file.n, tuned.tuned);
+    gemm_tune_free(&file);
+    if (gemm_init(&again, dev.stream, 0, &err)) die("gemm_init", &err);
+    for (int i = 0; i < N_TUNE_CASES; i++) free(tune_run(&again, &bufs[i], &tune_cases[i]));
+    tune_result(again.tuned == 0 && again.tune_hits == tuned.tuned, "%s tuned %.0f shapes, %.0f cache hits",
+                "second context, same cache:", again.tuned, again.tune_hits);
+    if (timing)
+        for (int i = 0; i < N_TUNE_CASES; i++) {
+            double h = tune_median_us(&plain, &bufs[i]), t = tune_median_us(&tuned, &bufs[i]);
+            printf("time  gemm tune    %-38s heuristic %8.1f us, timed choice %8.1f us (%+.1f%%)\n",
+                   tune_cases[i].what, h, t, 100.0 * (t - h) / h);
+        }
+    for (int i = 0; i < N_TUNE_CASES; i++) tune_bufs_free(&bufs[i]);
+    gemm_free(&plain);
+    gemm_free(&tuned);
+    gemm_free(&again);
+    if (saved_cache) setenv("HPC_CACHE_DIR", saved_cache, 1);
+    else unsetenv("HPC_CACHE_DIR");
+    free(saved_cache);
+    char cmd[128];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    if (system(cmd) != 0) printf("note: could not remove %s\n", dir);
+}
+
 typedef struct { CudaOptKernels k; const CudaOptPlan *plan; } OptTiming;
 static void run_opt_step(const Mod *m, void *ctx)
 {
@@ -1192,6 +1359,7 @@ int main(void)
         cu->cuModuleUnload(mc.mod);
         mods[d] = m;
     }
+    test_gemm_autotune(&mods[1], timing);
     if (timing) {
         time_copy();
         for (int d = 0; d < 3; d++) time_kernels(&mods[d]);
