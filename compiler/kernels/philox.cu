@@ -54,9 +54,10 @@ __device__ __forceinline__ u32 philox_mask8(u64 seed, u64 g, u32 step, u32 salt,
     return mask;
 }
 
-// Element i's keep decision.  Where a thread handles all 8 elements of a
-// group in an unrolled loop (i = 8 q + j, j constant), the compiler sees the
-// same draw 8 times and computes it once.
+// Element i's keep decision: a whole draw for one element, right for any
+// access pattern.  A thread that handles all 8 elements of a group should
+// take philox_mask8 once (or write dropout_elem below): NVRTC does not
+// merge the 8 draws of philox_keep calls under a branch (the PTX shows 8).
 __device__ __forceinline__ bool philox_keep(u64 seed, u64 index, u32 step, u32 salt, float p)
 {
     return (philox_mask8(seed, index >> 3, step, salt, p) >> (u32)(index & 7)) & 1u;
