@@ -37,7 +37,7 @@ const char *const kemit_kernel_bases[] = {
     "attn_softmax_fwd", "attn_softmax_bwd",
     "xent_count", "xent_fwd_bwd", "xent_fwd_bwd_f32", "xent_loss_reduce",
     "mse_fwd_bwd", "mse_fwd_bwd_f32",
-    "opt_check_norm", "opt_lamb_norms", "opt_lamb_ratio", "opt_update", "opt_finish",
+    "opt_check_norm", "opt_decide", "opt_lamb_norms", "opt_lamb_ratio", "opt_update", "opt_accumulate",
 };
 const int kemit_kernel_count = (int)(sizeof kemit_kernel_bases / sizeof kemit_kernel_bases[0]);
 

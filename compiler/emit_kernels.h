@@ -89,17 +89,23 @@
  * xent_loss_reduce(float *loss, const float *row_loss, const float *inv_count, int N) (1 x 1024)
  * mse_fwd_bwd[_f32](T *dpred, float *loss, const T *pred, const float *target,
  *        const float *dscale|NULL, int N)  (1 x 1024)  loss = mean((pred-target)^2), dpred = 2(pred-target)/N * *dscale
- * opt_check_norm(double *part_sq, int *part_inf, const KemitOptTensor *t, int count,
- *        const KemitOptState *state)     (P x 256), P <= 1024: per-block sum of (grad/scale)^2, inf flag
- * opt_lamb_norms(double *part_pu, const KemitOptState *state, const KemitOptTensor *t, int count,
- *        const double *part_sq, const int *part_inf, int P, KemitOptParams prm)
- *   (P2 x 256), LAMB only: Adam moments updated, per-tensor partial ||p||^2, ||u||^2 (count, P2, 2)
- * opt_lamb_ratio(float *ratio, const double *part_pu, int P2)   (count x 256): ratio[k] = ||p||/||u||
- * opt_update(KemitOptState *state, const KemitOptTensor *t, int count, const double *part_sq,
- *        const int *part_inf, int P, const float *lamb_ratio|NULL, KemitOptParams prm)
- *   (any x 256)                          runtime/train/optim.h step (AdamW, Adam, SGD, LAMB with
- *                                        lamb_ratio) with lr from the schedule at state->step
- * opt_finish(KemitOptState *state, KemitOptParams prm)     (1 x 1): loss scaler + step counters
+ * The optimizer (runtime/cuda/cuda_optim.h builds the chunk table: every tensor
+ * cut into chunks of at most 4096 elements; C = chunks, T = tensors):
+ * opt_check_norm(double *part_sq, int *part_inf, const KemitOptTensor *t, const CudaOptChunk *c,
+ *        int C, const KemitOptState *state, const int *poison)   (ceil(C/4) x 256): per block of 4
+ *                                        chunks, sum of (grad/scale)^2 (f64) and an inf flag
+ * opt_decide(void *decision, KemitOptState *state, const double *part_sq, const int *part_inf,
+ *        int P, KemitOptParams prm, int *poison)   (1 x 1024): skip, norm, clip, lr, bias
+ *                                        corrections into *decision; loss scaler + step counters
+ * opt_lamb_norms(double *part_pu, const void *decision, const KemitOptTensor *t, const CudaOptChunk *c,
+ *        KemitOptParams prm)   (C x 256), LAMB only: Adam moments, per-chunk ||p||^2, ||u||^2
+ * opt_lamb_ratio(float *ratio, const double *part_pu, const int *chunk_first, const void *decision)
+ *   (T x 256): ratio[k] = ||p||/||u||
+ * opt_update(const void *decision, const KemitOptTensor *t, const CudaOptChunk *c,
+ *        const float *lamb_ratio|NULL, KemitOptParams prm)   (C x 256): runtime/train/optim.h
+ *                                        step (AdamW, Adam, SGD, LAMB), master + m + v + st_t copy
+ * opt_accumulate(const KemitOptTensor *t, const uint64_t *src, const CudaOptChunk *c, float mul,
+ *        int first)   (C x 256): grad (=|+=) src * mul, gradient accumulation
  *
  * Usage:
  *   KernelConfig kc; kemit_config_from_spec(&kc, &spec, KEMIT_F16);

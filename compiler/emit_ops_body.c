@@ -213,7 +213,7 @@ static void gen_dropout(EopGen *gen)
         char pre[256], expr[160];
         snprintf(pre, sizeof pre, "    const float p = %.9gf;\n    const float sc = (float)(1.0 / (1.0 - (double)p));\n"
                                   "    const bool on = ctl->training && p != 0.0f;\n", (double)(float)d->p);
-        snprintf(expr, sizeof expr, "on ? (philox_keep(ctl->seed, (u64)i, ctl->step, %uu, p) ? v0[j] * sc : 0.0f) : v0[j]",
+        snprintf(expr, sizeof expr, "dropout_elem(philox_mask8(ctl->seed, (u64)(i - j) >> 3, ctl->step, %uu, p), i, on, v0[j], sc)",
                  (unsigned)d->salt);
         vec_elems(gen, "dropout", pre, expr);
         return;
@@ -973,7 +973,7 @@ static void gen_dropout_add(EopGen *gen)
         StrBuf pre = {0};
         char keep[160], expr[320];
         dropout_consts(&pre, fa);
-        snprintf(keep, sizeof keep, "(on ? (philox_keep(ctl->seed, (u64)i, ctl->step, salt, p) ? v0[j] * dscale : 0.0f) : v0[j])");
+        snprintf(keep, sizeof keep, "dropout_elem(philox_mask8(ctl->seed, (u64)(i - j) >> 3, ctl->step, salt, p), i, on, v0[j], dscale)");
         round_expr((DType)fa.mid, keep, expr, sizeof expr);
         size_t len = strlen(expr);
         snprintf(expr + len, sizeof expr - len, " + v1[j]");

@@ -342,3 +342,54 @@ Test(optim, config_from_spec_and_needs)
     c.kind = OPT_LAMB;
     cr_expect(optim_needs_m(&c) && optim_needs_v(&c));
 }
+
+/* ---- the device optimizer's chunk table (runtime/cuda/cuda_optim.h) ----- */
+
+#include "cuda/cuda_optim.h"
+
+/* Every element of every tensor in exactly one chunk, chunks in tensor
+ * order, each at most CUDA_OPTIM_CHUNK long and starting at a multiple of
+ * it (so 16-byte aligned tensors give 16-byte aligned chunks), and
+ * chunk_first indexing them. */
+Test(optim_chunks, cover_every_element_once)
+{
+    const int64_t numel[] = {1, 0, CUDA_OPTIM_CHUNK, CUDA_OPTIM_CHUNK + 1, 3 * CUDA_OPTIM_CHUNK - 5, 768, 0,
+                             23440896};   /* BERT-base's word embeddings */
+    const int count = (int)(sizeof numel / sizeof numel[0]);
+    int n = cuda_optim_chunks(numel, count, NULL, NULL);
+    int64_t want = 0;
+    for (int k = 0; k < count; k++) want += (numel[k] + CUDA_OPTIM_CHUNK - 1) / CUDA_OPTIM_CHUNK;
+    cr_assert_eq(n, want);
+    CudaOptChunk *c = calloc((size_t)n, sizeof *c);
+    int first[16];
+    cr_assert_eq(cuda_optim_chunks(numel, count, c, first), n);
+    cr_expect_eq(first[0], 0);
+    cr_expect_eq(first[count], n);
+    for (int k = 0; k < count; k++) {
+        int64_t next = 0;   /* the next element of tensor k a chunk must start at */
+        for (int i = first[k]; i < first[k + 1]; i++) {
+            cr_assert_eq(c[i].tensor, (uint32_t)k, "chunk %d", i);
+            cr_expect_eq(c[i].begin, (uint64_t)next, "chunk %d of tensor %d", i, k);
+            cr_expect_eq(c[i].begin % CUDA_OPTIM_CHUNK, 0u);
+            cr_expect(c[i].len >= 1 && c[i].len <= CUDA_OPTIM_CHUNK, "chunk %d len %u", i, c[i].len);
+            next += c[i].len;
+        }
+        cr_expect_eq(next, numel[k], "tensor %d: chunks cover %lld of %lld", k, (long long)next,
+                     (long long)numel[k]);
+    }
+    free(c);
+}
+
+Test(optim_chunks, norm_pass_blocks_and_bytes)
+{
+    cr_expect_eq(cuda_optim_check_blocks(0), 0);
+    cr_expect_eq(cuda_optim_check_blocks(1), 1);
+    cr_expect_eq(cuda_optim_check_blocks(CUDA_OPTIM_CHECK_CHUNKS), 1);
+    cr_expect_eq(cuda_optim_check_blocks(CUDA_OPTIM_CHECK_CHUNKS + 1), 2);
+    /* AdamW with an fp16 copy moves 34 bytes per parameter (issue #15's figure). */
+    KemitOptTensor t[2] = {{.master = 1, .grad = 2, .m = 3, .v = 4, .low = 5, .n = 1000},
+                           {.master = 1, .grad = 2, .m = 3, .v = 4, .low = 0, .n = 10}};
+    cr_expect_eq(cuda_optim_step_bytes(t, 2, OPT_ADAMW), 34.0 * 1000 + 32.0 * 10);
+    KemitOptTensor sgd = {.master = 1, .grad = 2, .n = 8};
+    cr_expect_eq(cuda_optim_step_bytes(&sgd, 1, OPT_SGD), 16.0 * 8);
+}

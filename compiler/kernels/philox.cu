@@ -1,7 +1,9 @@
 // compiler/kernels/philox.cu — Philox-4x32-10 on the device, bit for bit the
-// function of runtime/cpu/philox.c, and the dropout draw of runtime/cpu/philox.h:
-//   key = {seed lo, seed hi}, counter = {i lo, i hi, step, salt},
-//   u = (x0 >> 8) * 2^-24, keep = u >= p, kept values scaled by 1/(1-p).
+// function of runtime/cpu/philox.c, and the dropout contract of
+// runtime/cpu/philox.h: one draw decides 8 consecutive elements,
+//   g = i >> 3, key = {seed lo, seed hi}, counter = {g lo, g hi, step, salt},
+//   u = 16-bit slice (i & 7) of the draw (word (i & 7) >> 1, half i & 1),
+//   t = (u32)(p * 65536 + 0.5), keep = u >= t, kept values scaled by 1/(1-p).
 
 struct philox_out { u32 x[4]; };
 
@@ -38,9 +40,39 @@ __device__ __forceinline__ float philox_uniform(u64 seed, u64 index, u32 step, u
     return (float)(r.x[0] >> 8) * (1.0f / 16777216.0f);
 }
 
+// The 16-bit drop threshold of probability p: philox_dropout_threshold().
+__device__ __forceinline__ u32 philox_threshold(float p) { return (u32)(p * 65536.0f + 0.5f); }
+
+// Keep bits of elements 8 g .. 8 g + 7 (bit k = element 8 g + k):
+// philox_dropout_mask8() of runtime/cpu/philox.c.
+__device__ __forceinline__ u32 philox_mask8(u64 seed, u64 g, u32 step, u32 salt, float p)
+{
+    philox_out r = philox4x32_10((u32)g, (u32)(g >> 32), step, salt, (u32)seed, (u32)(seed >> 32));
+    u32 t = philox_threshold(p), mask = 0;
+#pragma unroll
+    for (int k = 0; k < 8; k++) mask |= (u32)(((r.x[k >> 1] >> (16 * (k & 1))) & 0xFFFFu) >= t) << k;
+    return mask;
+}
+
+// Element i's keep decision: a whole draw for one element, right for any
+// access pattern.  A thread that handles all 8 elements of a group should
+// take philox_mask8 once (or write dropout_elem below): NVRTC does not
+// merge the 8 draws of philox_keep calls under a branch (the PTX shows 8).
 __device__ __forceinline__ bool philox_keep(u64 seed, u64 index, u32 step, u32 salt, float p)
 {
-    return philox_uniform(seed, index, step, salt) >= p;
+    return (philox_mask8(seed, index >> 3, step, salt, p) >> (u32)(index & 7)) & 1u;
+}
+
+// Dropout of element i = i0 + j of a vectorised loop (i0 a multiple of 8,
+// or j == 0 in a scalar tail), as the step emitter writes it:
+//   dropout_elem(philox_mask8(seed, (u64)(i - j) >> 3, step, salt, p), i, on, v, scale)
+// The draw is an argument, computed whether or not `on`, with the same
+// operands for every j: the compiler keeps one draw per 8 elements (the
+// PTX of the step module shows it: tests/test_dropout_ptx.c).  Under a
+// branch (`on ? philox_keep(...) : v`) it would compute all 8.
+__device__ __forceinline__ float dropout_elem(u32 mask8, i64 i, bool on, float v, float scale)
+{
+    return on ? (((mask8 >> (u32)(i & 7)) & 1u) ? v * scale : 0.0f) : v;
 }
 
 // Test hook: out[i] = philox4x32_10({i + base, 0, step, salt}, seed).x[k]

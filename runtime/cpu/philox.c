@@ -45,9 +45,25 @@ float philox_uniform(uint64_t seed, uint64_t index, uint32_t step, uint32_t salt
     return (float)(draw(seed, index, step, salt).x[0] >> 8) * (1.0f / 16777216.0f);
 }
 
+uint32_t philox_dropout_threshold(float p)
+{
+    return (uint32_t)(p * 65536.0f + 0.5f);
+}
+
+uint32_t philox_dropout_mask8(uint64_t seed, uint64_t g, uint32_t step, uint32_t salt, float p)
+{
+    Philox4x32 r = draw(seed, g, step, salt);
+    uint32_t t = philox_dropout_threshold(p), mask = 0;
+    for (int k = 0; k < 8; k++) {
+        uint32_t u = (r.x[k >> 1] >> (16 * (k & 1))) & 0xFFFFu;
+        mask |= (uint32_t)(u >= t) << k;
+    }
+    return mask;
+}
+
 bool philox_dropout_keep(uint64_t seed, uint64_t index, uint32_t step, uint32_t salt, float p)
 {
-    return philox_uniform(seed, index, step, salt) >= p;
+    return philox_dropout_mask8(seed, index >> 3, step, salt, p) >> (index & 7) & 1u;
 }
 
 float philox_normal(uint64_t seed, uint64_t index, uint32_t salt)

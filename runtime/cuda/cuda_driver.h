@@ -55,7 +55,7 @@
     X(cuDeviceGetCount) X(cuDeviceGet) X(cuDeviceGetName)                     \
     X(cuDeviceGetAttribute) X(cuDeviceTotalMem)                               \
     X(cuDevicePrimaryCtxRetain) X(cuDevicePrimaryCtxRelease)                  \
-    X(cuCtxSetCurrent) X(cuCtxGetCurrent) X(cuCtxSynchronize)                 \
+    X(cuCtxSetCurrent) X(cuCtxGetCurrent) X(cuCtxSynchronize) X(cuCtxGetDevice) \
     X(cuModuleLoadData) X(cuModuleUnload) X(cuModuleGetFunction)              \
     X(cuFuncSetAttribute) X(cuFuncGetAttribute) X(cuLaunchKernel)             \
     X(cuMemAlloc) X(cuMemFree) X(cuMemGetInfo)                                \
@@ -64,6 +64,7 @@
     X(cuMemcpyHtoDAsync) X(cuMemcpyDtoHAsync) X(cuMemcpyDtoDAsync)            \
     X(cuMemsetD8) X(cuMemsetD8Async) X(cuMemsetD32Async)                      \
     X(cuStreamCreate) X(cuStreamDestroy) X(cuStreamSynchronize) X(cuStreamQuery) \
+    X(cuStreamIsCapturing)                                                    \
     X(cuEventCreate) X(cuEventDestroy) X(cuEventRecord)                       \
     X(cuEventSynchronize) X(cuEventElapsedTime) X(cuEventQuery)               \
     X(cuStreamBeginCapture) X(cuStreamEndCapture) X(cuGraphInstantiate)       \

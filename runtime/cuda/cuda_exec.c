@@ -331,30 +331,37 @@ static HpcStatus launch_all(CudaExec *ex, int end, HpcError *err)
     return st;
 }
 
-static CudaExecGraph *graph_slot(CudaExec *ex, bool backward)
+static CudaExecGraph *graph_slot(CudaExec *ex, bool backward, uint64_t tail_key)
 {
     for (int i = 0; i < ex->n_graphs; i++) {
         CudaExecGraph *s = &ex->graphs[i];
-        if (s->B == ex->B && s->L == ex->L && s->backward == backward) return s;
+        if (s->B == ex->B && s->L == ex->L && s->backward == backward && s->tail_key == tail_key) return s;
     }
     if (ex->n_graphs == CUDA_EXEC_MAX_GRAPHS) return NULL;
     CudaExecGraph *s = &ex->graphs[ex->n_graphs++];
-    *s = (CudaExecGraph){.B = ex->B, .L = ex->L, .backward = backward};
+    *s = (CudaExecGraph){.B = ex->B, .L = ex->L, .backward = backward, .tail_key = tail_key};
     return s;
+}
+
+/* The step's nodes, then the tail (the optimizer) on the same stream. */
+static HpcStatus launch_step(CudaExec *ex, int end, const CudaExecTail *tail, HpcError *err)
+{
+    HpcStatus st = launch_all(ex, end, err);
+    return st || !tail ? st : tail->queue(tail->ctx, ex->dev->stream, err);
 }
 
 /* The first run of a shape is eager (cuBLASLt picks its algorithms outside
  * a capture); the second is captured and launched; later ones replay. */
-static HpcStatus run_graph(CudaExec *ex, int end, bool backward, HpcError *err)
+static HpcStatus run_graph(CudaExec *ex, int end, bool backward, const CudaExecTail *tail, HpcError *err)
 {
     const CudaDriver *cu = cuda_driver();
-    CudaExecGraph *s = graph_slot(ex, backward);
-    if (!s || (!s->exec && s->runs++ == 0)) return launch_all(ex, end, err);
+    CudaExecGraph *s = graph_slot(ex, backward, tail ? tail->key : 0);
+    if (!s || (!s->exec && s->runs++ == 0)) return launch_step(ex, end, tail, err);
     if (!s->exec) {
         CUgraph graph = NULL;
         HpcStatus st = CUDA_CHECK(err, cu->cuStreamBeginCapture(ex->dev->stream, CU_STREAM_CAPTURE_MODE_RELAXED));
         if (st) return st;
-        HpcStatus run = launch_all(ex, end, err);
+        HpcStatus run = launch_step(ex, end, tail, err);
         st = CUDA_CHECK(err, cu->cuStreamEndCapture(ex->dev->stream, &graph));
         if (run) st = run;
         if (!st) st = CUDA_CHECK(err, cu->cuGraphInstantiate(&s->exec, graph, 0));
@@ -498,22 +505,28 @@ static void profile_print_ops(const ProfRow *rows, int n_rows, double total, FIL
     free(ops);
 }
 
-/* Runs nodes [0, end) eagerly with an event after each launching node, waits,
- * and prints the tables to stderr. */
-static HpcStatus profile_run(CudaExec *ex, int end, HpcError *err)
+/* Runs nodes [0, end) eagerly with an event after each launching node, then
+ * the tail (one row), waits, and prints the tables to stderr. */
+static HpcStatus profile_run(CudaExec *ex, int end, const CudaExecTail *tail, HpcError *err)
 {
     const CudaDriver *cu = cuda_driver();
-    CUevent *ev = xcalloc((size_t)end + 1, sizeof *ev);
-    int *node = xcalloc((size_t)end + 1, sizeof *node);
+    int n_events = end + 2;   /* the start, one per node, the tail */
+    CUevent *ev = xcalloc((size_t)n_events, sizeof *ev);
+    int *node = xcalloc((size_t)n_events, sizeof *node);
     int n_ev = 0;
     HpcStatus st = HPC_OK;
-    for (int t = 0; t <= end && !st; t++) st = CUDA_CHECK(err, cu->cuEventCreate(&ev[t], CU_EVENT_DEFAULT));
+    for (int t = 0; t < n_events && !st; t++) st = CUDA_CHECK(err, cu->cuEventCreate(&ev[t], CU_EVENT_DEFAULT));
     if (!st) st = CUDA_CHECK(err, cu->cuEventRecord(ev[n_ev++], ex->dev->stream));
     for (int t = 0; t < end && !st; t++) {
         int id = ex->plan.order[t];
         if (ex->code[id].kind != EOP_GEMM && ex->code[id].kind != EOP_KERNELS) continue;
         st = launch_node(ex, id, err);
         node[n_ev] = id;
+        if (!st) st = CUDA_CHECK(err, cu->cuEventRecord(ev[n_ev++], ex->dev->stream));
+    }
+    if (!st && tail) {
+        st = tail->queue(tail->ctx, ex->dev->stream, err);
+        node[n_ev] = -1;
         if (!st) st = CUDA_CHECK(err, cu->cuEventRecord(ev[n_ev++], ex->dev->stream));
     }
     if (!st) st = CUDA_CHECK(err, cu->cuEventSynchronize(ev[n_ev - 1]));
@@ -524,7 +537,12 @@ static HpcStatus profile_run(CudaExec *ex, int end, HpcError *err)
         float ms = 0;
         st = CUDA_CHECK(err, cu->cuEventElapsedTime(&ms, ev[k - 1], ev[k]));
         ProfRow one = {0};
-        profile_key(ex, node[k], &one);
+        if (node[k] >= 0) profile_key(ex, node[k], &one);
+        else {   /* the tail: the optimizer and loss scaler */
+            snprintf(one.key, sizeof one.key, "%s", tail->label);
+            one.op = "optimizer";
+            one.bytes = tail->bytes;
+        }
         profile_add(rows, &n_rows, &one, ms);
         total += ms;
     }
@@ -532,7 +550,7 @@ static HpcStatus profile_run(CudaExec *ex, int end, HpcError *err)
         profile_print(ex, rows, n_rows, total, stderr);
         profile_print_ops(rows, n_rows, total, stderr);
     }
-    for (int t = 0; t <= end; t++)
+    for (int t = 0; t < n_events; t++)
         if (ev[t]) cu->cuEventDestroy(ev[t]);
     free(rows);
     free(node);
@@ -540,7 +558,7 @@ static HpcStatus profile_run(CudaExec *ex, int end, HpcError *err)
     return st;
 }
 
-HpcStatus cuda_exec_run(CudaExec *ex, const Batch *batch, const CudaRunOptions *opts, HpcError *err)
+HpcStatus cuda_exec_stage(CudaExec *ex, const Batch *batch, const CudaRunOptions *opts, HpcError *err)
 {
     if (batch->B < 1 || batch->L < 1 || batch->B > ex->plan.B || batch->L > ex->plan.L)
         return hpc_fail(err, HPC_ERR_USAGE, "cuda_exec: batch %lld x %lld outside the planned bounds "
@@ -560,10 +578,20 @@ HpcStatus cuda_exec_run(CudaExec *ex, const Batch *batch, const CudaRunOptions *
                                                    sizeof(float), ex->dev->stream));
     for (int i = 0; i < ex->g->n && !st; i++)
         if (ex->code[i].kind == EOP_UPLOAD) st = upload_input(ex, i, batch, err);
-    if (st) return st;
+    return st;
+}
+
+HpcStatus cuda_exec_launch(CudaExec *ex, const CudaRunOptions *opts, HpcError *err)
+{
     int end = opts->backward ? ex->plan.n_order : ex->plan.n_forward;
-    if (profile_enabled()) return profile_run(ex, end, err);   /* eager: a graph has no per-node times */
-    return opts->graph ? run_graph(ex, end, opts->backward, err) : launch_all(ex, end, err);
+    if (profile_enabled()) return profile_run(ex, end, opts->tail, err);   /* eager: a graph has no per-node times */
+    return opts->graph ? run_graph(ex, end, opts->backward, opts->tail, err) : launch_step(ex, end, opts->tail, err);
+}
+
+HpcStatus cuda_exec_run(CudaExec *ex, const Batch *batch, const CudaRunOptions *opts, HpcError *err)
+{
+    HpcStatus st = cuda_exec_stage(ex, batch, opts, err);
+    return st ? st : cuda_exec_launch(ex, opts, err);
 }
 
 HpcStatus cuda_exec_sync(CudaExec *ex, HpcError *err)

@@ -58,6 +58,21 @@
 #include "compiler/params.h"
 #include "compiler/plan.h"
 
+/* Work queued after the step's own launches on the same stream and, when
+ * the step runs as a CUDA graph, captured into that graph: the optimizer
+ * step of runtime/cuda/cuda_optim.h, so nothing of the host runs between
+ * the backward pass and the update.  `key` tells graphs apart: the same
+ * (B, L, backward) with another tail is another graph (0 is no tail).
+ * HPC_PROFILE=1 times the tail as one row named `label`, its rate from
+ * `bytes`. */
+typedef struct {
+    HpcStatus (*queue)(void *ctx, CUstream stream, HpcError *err);
+    void *ctx;
+    uint64_t key;
+    const char *label;
+    double bytes;
+} CudaExecTail;
+
 typedef struct {
     bool training;             /* dropout on */
     bool backward;             /* run the backward part too */
@@ -67,6 +82,7 @@ typedef struct {
     CUdeviceptr loss_scale_dev;/* if not 0: a device f32 that replaces loss_scale,
                                   read on the stream (the device loss scaler's) */
     bool graph;                /* capture / replay the step as a CUDA graph */
+    const CudaExecTail *tail;  /* queued after the step (in its graph), or NULL */
 } CudaRunOptions;
 
 #define CUDA_EXEC_MAX_GRAPHS 8
@@ -74,6 +90,7 @@ typedef struct {
 typedef struct {
     int64_t B, L;
     bool backward;
+    uint64_t tail_key;         /* CudaExecTail.key of the graph's tail, 0 for none */
     int runs;                  /* eager runs of this shape so far */
     CUgraphExec exec;          /* 0 until captured */
 } CudaExecGraph;
@@ -114,8 +131,18 @@ void cuda_exec_free(CudaExec *ex);
  * Synchronous. */
 HpcStatus cuda_exec_set_params(CudaExec *ex, float *const *w, HpcError *err);
 
-/* Queues one step (see the header comment); returns without waiting. */
+/* Queues one step (see the header comment); returns without waiting.
+ * The same as cuda_exec_stage then cuda_exec_launch with the same opts. */
 HpcStatus cuda_exec_run(CudaExec *ex, const Batch *batch, const CudaRunOptions *opts, HpcError *err);
+
+/* The two halves of cuda_exec_run: stage checks the batch and queues its
+ * upload and the control block (the batch may be freed on return); launch
+ * queues the step's kernels (and opts->tail).  A trainer stages the last
+ * micro-batch, then launches it with the optimizer as the tail once it
+ * knows the step (train_cuda.c).  Nothing may run on the executor between
+ * the two. */
+HpcStatus cuda_exec_stage(CudaExec *ex, const Batch *batch, const CudaRunOptions *opts, HpcError *err);
+HpcStatus cuda_exec_launch(CudaExec *ex, const CudaRunOptions *opts, HpcError *err);
 
 /* Waits for the stream. */
 HpcStatus cuda_exec_sync(CudaExec *ex, HpcError *err);

@@ -12,18 +12,7 @@
 #include "train/optim.h"
 #include "train/schedule.h"
 
-/* acc (n) f32 = (first ? 0 : acc) + g * mul: one micro-batch's share of
- * the mean gradient.  Any grid, 256 threads. */
-static const char acc_source[] =
-    "extern \"C\" __global__ void hpc_grad_accumulate(float *acc, const float *g, long long n,\n"
-    "                                                 float mul, int first)\n"
-    "{\n"
-    "    for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n;\n"
-    "         i += (long long)gridDim.x * blockDim.x) {\n"
-    "        float v = g[i] * mul;\n"
-    "        acc[i] = first ? v : acc[i] + v;\n"
-    "    }\n"
-    "}\n";
+_Static_assert(sizeof(CudaOptChunk) == 16, "opt_chunk layout");
 
 static double now_seconds(void)
 {
@@ -32,29 +21,138 @@ static double now_seconds(void)
     return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
 }
 
-static KemitDtype kemit_dtype_of(SpecPrecision p)
+/* ---- the chunk table and the launches (no executor) --------------------- */
+
+int cuda_optim_chunks(const int64_t *numel, int count, CudaOptChunk *chunks, int *chunk_first)
 {
-    return p == PREC_FP16 ? KEMIT_F16 : p == PREC_BF16 ? KEMIT_BF16 : KEMIT_F32;
+    int n = 0;
+    for (int k = 0; k < count; k++) {
+        if (chunk_first) chunk_first[k] = n;
+        for (int64_t b = 0; b < numel[k]; b += CUDA_OPTIM_CHUNK, n++) {
+            int64_t len = numel[k] - b < CUDA_OPTIM_CHUNK ? numel[k] - b : CUDA_OPTIM_CHUNK;
+            if (chunks) chunks[n] = (CudaOptChunk){.tensor = (uint32_t)k, .len = (uint32_t)len, .begin = (uint64_t)b};
+        }
+    }
+    if (chunk_first) chunk_first[count] = n;
+    return n;
 }
 
-static HpcStatus load_module(CudaOptim *o, const char *src, const char *name, CUmodule *mod, HpcError *err)
+int cuda_optim_check_blocks(int n_chunks)
 {
-    void *cubin = NULL;
-    size_t size = 0;
-    NvrtcCacheInfo info;
-    HpcStatus st = nvrtc_compile_cached(src, name, o->ex->dev->arch, NULL, 0, &cubin, &size, &info, err);
-    if (st) return st;
-    st = CUDA_CHECK(err, cuda_driver()->cuModuleLoadData(mod, cubin));
-    free(cubin);
+    return (n_chunks + CUDA_OPTIM_CHECK_CHUNKS - 1) / CUDA_OPTIM_CHECK_CHUNKS;
+}
+
+double cuda_optim_step_bytes(const KemitOptTensor *t, int count, SpecOptimizer kind)
+{
+    double total = 0;
+    for (int k = 0; k < count; k++) {
+        /* check reads g; update reads g, p (+ m, v) and writes p (+ m, v, low);
+         * LAMB's norm pass reads g, p, m, v and writes m, v once more. */
+        double per = 4 + 4 + 8 + (t[k].m ? 8 : 0) + (t[k].v ? 8 : 0) + (t[k].low ? 2 : 0);
+        if (kind == OPT_LAMB) per += 24;
+        total += per * (double)t[k].n;
+    }
+    return total;
+}
+
+HpcStatus cuda_optim_kernels(CUmodule module, const char *suffix, CudaOptKernels *k, HpcError *err)
+{
+    static const char *const bases[] = {"opt_check_norm", "opt_decide", "opt_lamb_norms", "opt_lamb_ratio",
+                                        "opt_update", "opt_accumulate"};
+    CUfunction *dst[] = {&k->check, &k->decide, &k->lamb_norms, &k->lamb_ratio, &k->update, &k->accumulate};
+    HpcStatus st = HPC_OK;
+    for (size_t i = 0; i < sizeof bases / sizeof bases[0] && !st; i++) {
+        char name[128];
+        kemit_name(suffix, bases[i], name, sizeof name);
+        st = CUDA_CHECK(err, cuda_driver()->cuModuleGetFunction(dst[i], module, name));
+    }
     return st;
 }
 
-static HpcStatus get_fn(CUmodule m, const char *suffix, const char *base, CUfunction *f, HpcError *err)
+HpcStatus cuda_optim_plan_build(CudaOptPlan *p, const KemitOptTensor *t, const uint64_t *src_grads, int count,
+                                const KemitOptParams *prm, const KemitOptState *init, CudaOptAlloc alloc,
+                                void *ctx, CUstream s, HpcError *err)
 {
-    char name[128];
-    if (suffix) kemit_name(suffix, base, name, sizeof name);
-    else snprintf(name, sizeof name, "%s", base);
-    return CUDA_CHECK(err, cuda_driver()->cuModuleGetFunction(f, m, name));
+    const CudaDriver *cu = cuda_driver();
+    memset(p, 0, sizeof *p);
+    p->count = count;
+    p->prm = *prm;
+    int64_t *numel = xcalloc((size_t)count + 1, sizeof *numel);
+    for (int k = 0; k < count; k++) numel[k] = t[k].n;
+    p->n_chunks = cuda_optim_chunks(numel, count, NULL, NULL);
+    CudaOptChunk *chunks = xcalloc((size_t)p->n_chunks + 1, sizeof *chunks);
+    int *first = xcalloc((size_t)count + 1, sizeof *first);
+    cuda_optim_chunks(numel, count, chunks, first);
+    p->parts = cuda_optim_check_blocks(p->n_chunks);
+    size_t nt = (size_t)(count > 0 ? count : 1), nc = (size_t)(p->n_chunks > 0 ? p->n_chunks : 1);
+    size_t np = (size_t)(p->parts > 0 ? p->parts : 1);
+    HpcStatus st = alloc(ctx, &p->tensors, nt * sizeof *t, "optimizer table", err);
+    if (!st && src_grads) st = alloc(ctx, &p->src_grads, nt * 8, "optimizer gradient table", err);
+    if (!st) st = alloc(ctx, &p->chunks, nc * sizeof *chunks, "optimizer chunks", err);
+    if (!st) st = alloc(ctx, &p->chunk_first, (nt + 1) * 4, "optimizer chunk index", err);
+    if (!st) st = alloc(ctx, &p->state, sizeof *init, "optimizer state", err);
+    if (!st) st = alloc(ctx, &p->decision, CUDA_OPTIM_DECISION_BYTES, "optimizer decision", err);
+    if (!st) st = alloc(ctx, &p->part_sq, np * 8, "optimizer partials", err);
+    if (!st) st = alloc(ctx, &p->part_inf, np * 4, "optimizer flags", err);
+    if (!st) st = alloc(ctx, &p->poison, 4, "optimizer poison flag", err);
+    if (!st && prm->kind == OPT_LAMB) {
+        st = alloc(ctx, &p->part_pu, nc * 16, "LAMB partials", err);
+        if (!st) st = alloc(ctx, &p->ratio, nt * 4, "LAMB ratios", err);
+    }
+    if (!st && count) st = CUDA_CHECK(err, cu->cuMemcpyHtoDAsync(p->tensors, t, (size_t)count * sizeof *t, s));
+    if (!st && count && src_grads)
+        st = CUDA_CHECK(err, cu->cuMemcpyHtoDAsync(p->src_grads, src_grads, (size_t)count * 8, s));
+    if (!st && p->n_chunks)
+        st = CUDA_CHECK(err, cu->cuMemcpyHtoDAsync(p->chunks, chunks, (size_t)p->n_chunks * sizeof *chunks, s));
+    if (!st) st = CUDA_CHECK(err, cu->cuMemcpyHtoDAsync(p->chunk_first, first, ((size_t)count + 1) * 4, s));
+    if (!st) st = CUDA_CHECK(err, cu->cuMemcpyHtoDAsync(p->state, init, sizeof *init, s));
+    if (!st) st = CUDA_CHECK(err, cu->cuMemsetD32Async(p->poison, 0, 1, s));
+    if (!st) st = CUDA_CHECK(err, cu->cuStreamSynchronize(s));   /* the host tables are freed next */
+    free(numel);
+    free(chunks);
+    free(first);
+    return st;
+}
+
+static HpcStatus launch1(CUfunction f, unsigned grid, unsigned block, CUstream s, void **args, HpcError *err)
+{
+    return cuda_launch(f, (unsigned[3]){grid, 1, 1}, (unsigned[3]){block, 1, 1}, 0, s, args, err);
+}
+
+HpcStatus cuda_optim_queue_step(const CudaOptKernels *k, const CudaOptPlan *p, CUstream s, HpcError *err)
+{
+    if (p->n_chunks == 0) return HPC_OK;
+    CudaOptPlan v = *p;   /* kernel arguments are read through pointers */
+    CUdeviceptr ratio = p->prm.kind == OPT_LAMB ? p->ratio : 0;
+    void *check_args[] = {&v.part_sq, &v.part_inf, &v.tensors, &v.chunks, &v.n_chunks, &v.state, &v.poison};
+    void *decide_args[] = {&v.decision, &v.state, &v.part_sq, &v.part_inf, &v.parts, &v.prm, &v.poison};
+    void *update_args[] = {&v.decision, &v.tensors, &v.chunks, &ratio, &v.prm};
+    HpcStatus st = launch1(k->check, (unsigned)p->parts, 256, s, check_args, err);
+    if (!st) st = launch1(k->decide, 1, 1024, s, decide_args, err);
+    if (!st && p->prm.kind == OPT_LAMB) {
+        void *norm_args[] = {&v.part_pu, &v.decision, &v.tensors, &v.chunks, &v.prm};
+        void *ratio_args[] = {&v.ratio, &v.part_pu, &v.chunk_first, &v.decision};
+        st = launch1(k->lamb_norms, (unsigned)p->n_chunks, 256, s, norm_args, err);
+        if (!st) st = launch1(k->lamb_ratio, (unsigned)p->count, 256, s, ratio_args, err);
+    }
+    return st ? st : launch1(k->update, (unsigned)p->n_chunks, 256, s, update_args, err);
+}
+
+HpcStatus cuda_optim_queue_accumulate(const CudaOptKernels *k, const CudaOptPlan *p, float mul, int first,
+                                      CUstream s, HpcError *err)
+{
+    if (p->n_chunks == 0) return HPC_OK;
+    HPC_ASSERT(p->src_grads);
+    CudaOptPlan v = *p;
+    void *args[] = {&v.tensors, &v.src_grads, &v.chunks, &mul, &first};
+    return launch1(k->accumulate, (unsigned)p->n_chunks, 256, s, args, err);
+}
+
+/* ---- the trainer's optimizer over an executor --------------------------- */
+
+static KemitDtype kemit_dtype_of(SpecPrecision p)
+{
+    return p == PREC_FP16 ? KEMIT_F16 : p == PREC_BF16 ? KEMIT_BF16 : KEMIT_F32;
 }
 
 static HpcStatus compile_kernels(CudaOptim *o, const ModelSpec *spec, SpecPrecision policy, HpcError *err)
@@ -64,28 +162,27 @@ static HpcStatus compile_kernels(CudaOptim *o, const ModelSpec *spec, SpecPrecis
     char *src = NULL, suffix[KEMIT_SUFFIX_MAX];
     double t0 = now_seconds();
     HpcStatus st = kemit_source(&kc, &src, suffix, err);
-    if (!st) st = load_module(o, src, "hpc_optimizer", &o->module, err);
+    void *cubin = NULL;
+    size_t size = 0;
+    NvrtcCacheInfo info;
+    if (!st) st = nvrtc_compile_cached(src, "hpc_optimizer", o->ex->dev->arch, NULL, 0, &cubin, &size, &info, err);
     free(src);
-    if (!st) st = load_module(o, acc_source, "hpc_grad_accumulate", &o->acc_module, err);
-    if (!st) st = get_fn(o->module, suffix, "opt_check_norm", &o->check, err);
-    if (!st) st = get_fn(o->module, suffix, "opt_lamb_norms", &o->lamb_norms, err);
-    if (!st) st = get_fn(o->module, suffix, "opt_lamb_ratio", &o->lamb_ratio, err);
-    if (!st) st = get_fn(o->module, suffix, "opt_update", &o->update, err);
-    if (!st) st = get_fn(o->module, suffix, "opt_finish", &o->finish, err);
-    if (!st) st = get_fn(o->acc_module, NULL, "hpc_grad_accumulate", &o->accumulate, err);
+    if (!st) st = CUDA_CHECK(err, cuda_driver()->cuModuleLoadData(&o->module, cubin));
+    free(cubin);
+    if (!st) st = cuda_optim_kernels(o->module, suffix, &o->k, err);
     o->compile_seconds = now_seconds() - t0;
     return st;
 }
 
 /* The schedule and scaler constants the kernels read by value. */
-static void fill_params(CudaOptim *o, const SpecTraining *tr, int64_t total_steps, LossScaler *ls)
+static KemitOptParams params_of(const SpecTraining *tr, int64_t total_steps, LossScaler *ls)
 {
     ScheduleConfig sc;
     schedule_config_from_spec(&sc, tr, total_steps);
     LossScaleConfig lc;
     ls_config_from_spec(&lc, tr);
     ls_init(ls, &lc);
-    o->prm = (KemitOptParams){
+    return (KemitOptParams){
         .kind = tr->optimizer, .nesterov = tr->nesterov, .sched_kind = sc.kind, .ls_mode = lc.mode,
         .beta1 = tr->beta1, .beta2 = tr->beta2, .eps = tr->eps, .weight_decay = tr->weight_decay,
         .momentum = tr->momentum, .max_grad_norm = tr->max_grad_norm,
@@ -101,25 +198,24 @@ static HpcStatus zeroed(CudaOptim *o, CUdeviceptr *p, size_t bytes, const char *
     return st ? st : CUDA_CHECK(err, cuda_driver()->cuMemsetD8Async(*p, 0, bytes, o->ex->dev->stream));
 }
 
-/* One KemitOptTensor per parameter with a gradient, state zeroed. */
-static HpcStatus build_tensors(CudaOptim *o, SpecPrecision policy, const SpecTraining *tr, HpcError *err)
+/* One KemitOptTensor per parameter with a gradient, state zeroed; src[]
+ * gets the executor's gradient of each. */
+static HpcStatus build_tensors(CudaOptim *o, SpecPrecision policy, const SpecTraining *tr, uint64_t *src,
+                               HpcError *err)
 {
     const IrGraph *g = o->ex->g;
     const ParamList *pl = o->ex->pl;
     OptimConfig oc;
     optim_config_from_spec(&oc, tr);
     DType low = policy == PREC_FP16 ? DT_F16 : policy == PREC_BF16 ? DT_BF16 : DT_F32;
-    o->param = xcalloc((size_t)pl->n + 1, sizeof *o->param);
-    o->host_t = xcalloc((size_t)pl->n + 1, sizeof *o->host_t);
-    o->acc = xcalloc((size_t)pl->n + 1, sizeof *o->acc);
     HpcStatus st = HPC_OK;
     for (int p = 0; p < pl->n && !st; p++) {
         if (g->param_grad[p] < 0) continue;
         HPC_ASSERT(pl->p[p].tied_to < 0);
         int64_t n = params_numel(&pl->p[p]);
         KemitOptTensor *t = &o->host_t[o->count];
-        *t = (KemitOptTensor){.master = cuda_exec_param_ptr(o->ex, p, DT_F32),
-                              .grad = cuda_exec_ptr(o->ex, g->param_grad[p]), .n = n,
+        src[o->count] = cuda_exec_ptr(o->ex, g->param_grad[p]);
+        *t = (KemitOptTensor){.master = cuda_exec_param_ptr(o->ex, p, DT_F32), .grad = src[o->count], .n = n,
                               .decay = pl->p[p].decay,
                               .low = low == DT_F32 ? 0 : cuda_exec_param_ptr(o->ex, p, low)};
         if (optim_needs_m(&oc)) st = zeroed(o, (CUdeviceptr *)&t->m, (size_t)n * 4, "optimizer m", err);
@@ -133,24 +229,35 @@ static HpcStatus build_tensors(CudaOptim *o, SpecPrecision policy, const SpecTra
     return st;
 }
 
-static HpcStatus upload_tables(CudaOptim *o, const LossScaler *ls, HpcError *err)
+static HpcStatus arena_alloc_cb(void *ctx, CUdeviceptr *p, size_t bytes, const char *what, HpcError *err)
 {
-    const CudaDriver *cu = cuda_driver();
-    CUstream s = o->ex->dev->stream;
-    KemitOptState init = {.scale = (float)ls->scale};
-    size_t tb = (size_t)(o->count > 0 ? o->count : 1) * sizeof(KemitOptTensor);
-    HpcStatus st = arena_alloc(&o->ex->arena, &o->tensors, tb, "optimizer table", err);
-    if (!st) st = arena_alloc(&o->ex->arena, &o->state, sizeof init, "optimizer state", err);
-    if (!st) st = arena_alloc(&o->ex->arena, &o->part_sq, CUDA_OPTIM_PARTS * 8, "optimizer partials", err);
-    if (!st) st = arena_alloc(&o->ex->arena, &o->part_inf, CUDA_OPTIM_PARTS * 4, "optimizer flags", err);
-    if (!st && o->prm.kind == OPT_LAMB) {
-        st = arena_alloc(&o->ex->arena, &o->part_pu, (size_t)(o->count + 1) * CUDA_OPTIM_PARTS * 16,
-                         "LAMB partials", err);
-        if (!st) st = arena_alloc(&o->ex->arena, &o->ratio, (size_t)(o->count + 1) * 4, "LAMB ratios", err);
+    return arena_alloc(ctx, p, bytes, what, err);
+}
+
+static HpcStatus tail_queue(void *ctx, CUstream s, HpcError *err)
+{
+    const CudaOptTailCtx *c = ctx;
+    CudaOptim *o = c->o;
+    float mul = (float)(1.0 / (double)o->grad_accum);
+    HpcStatus st = HPC_OK;
+    if (o->grad_accum > 1) st = cuda_optim_queue_accumulate(&o->k, &o->plan, mul, c->what == 0, s, err);
+    return st || c->what != 2 ? st : cuda_optim_queue_step(&o->k, &o->plan, s, err);
+}
+
+/* Tail keys unique over every CudaOptim of the process (graphs of an
+ * earlier optimizer hold its buffers, never this one's). */
+static void init_tails(CudaOptim *o)
+{
+    static uint64_t next_key = 1;
+    uint64_t base = __atomic_fetch_add(&next_key, 1, __ATOMIC_RELAXED) << 2;
+    double bytes = cuda_optim_step_bytes(o->host_t, o->count, (SpecOptimizer)o->plan.prm.kind);
+    for (int i = 0; i < 3; i++) {
+        o->tail_ctx[i] = (CudaOptTailCtx){.o = o, .what = i};
+        o->tails[i] = (CudaExecTail){.queue = tail_queue, .ctx = &o->tail_ctx[i], .key = base | (uint64_t)(i + 1),
+                                     .label = i == 2 ? "optimizer + loss scaler (multi-tensor, in the step graph)"
+                                                     : "gradient accumulation",
+                                     .bytes = i == 2 ? bytes : 0};
     }
-    if (!st && o->count) st = CUDA_CHECK(err, cu->cuMemcpyHtoDAsync(o->tensors, o->host_t, tb, s));
-    if (!st) st = CUDA_CHECK(err, cu->cuMemcpyHtoDAsync(o->state, &init, sizeof init, s));
-    return st ? st : CUDA_CHECK(err, cu->cuStreamSynchronize(s));
 }
 
 HpcStatus cuda_optim_init(CudaOptim *o, CudaExec *ex, const ModelSpec *spec, SpecPrecision policy,
@@ -160,10 +267,20 @@ HpcStatus cuda_optim_init(CudaOptim *o, CudaExec *ex, const ModelSpec *spec, Spe
     o->ex = ex;
     o->grad_accum = spec->train.grad_accum > 1 ? spec->train.grad_accum : 1;
     LossScaler ls;
-    fill_params(o, &spec->train, total_steps, &ls);
+    KemitOptParams prm = params_of(&spec->train, total_steps, &ls);
+    int np = ex->pl->n + 1;
+    o->param = xcalloc((size_t)np, sizeof *o->param);
+    o->host_t = xcalloc((size_t)np, sizeof *o->host_t);
+    o->acc = xcalloc((size_t)np, sizeof *o->acc);
+    uint64_t *src = xcalloc((size_t)np, sizeof *src);
     HpcStatus st = compile_kernels(o, spec, policy, err);
-    if (!st) st = build_tensors(o, policy, &spec->train, err);
-    if (!st) st = upload_tables(o, &ls, err);
+    if (!st) st = build_tensors(o, policy, &spec->train, src, err);
+    KemitOptState init = {.scale = (float)ls.scale};
+    if (!st)
+        st = cuda_optim_plan_build(&o->plan, o->host_t, o->grad_accum > 1 ? src : NULL, o->count, &prm, &init,
+                                   arena_alloc_cb, &ex->arena, ex->dev->stream, err);
+    free(src);
+    if (!st) init_tails(o);
     if (st) cuda_optim_free(o);
     return st;
 }
@@ -178,11 +295,12 @@ void cuda_optim_free(CudaOptim *o)
         if (o->host_t[i].v) arena_release(a, o->host_t[i].v);
         if (o->acc[i]) arena_release(a, o->acc[i]);
     }
-    CUdeviceptr bufs[] = {o->tensors, o->state, o->part_sq, o->part_inf, o->part_pu, o->ratio};
+    const CudaOptPlan *p = &o->plan;
+    CUdeviceptr bufs[] = {p->tensors, p->src_grads, p->chunks, p->chunk_first, p->state, p->decision,
+                          p->part_sq, p->part_inf, p->part_pu, p->ratio, p->poison};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
         if (bufs[i]) arena_release(a, bufs[i]);
     if (o->module && cu) cu->cuModuleUnload(o->module);
-    if (o->acc_module && cu) cu->cuModuleUnload(o->acc_module);
     free(o->param);
     free(o->host_t);
     free(o->acc);
@@ -192,60 +310,33 @@ void cuda_optim_free(CudaOptim *o)
 HpcStatus cuda_optim_accumulate(CudaOptim *o, int64_t micro, HpcError *err)
 {
     if (o->grad_accum <= 1) return HPC_OK;
-    const IrGraph *g = o->ex->g;
-    float mul = (float)(1.0 / (double)o->grad_accum);
-    int first = micro == 0;
-    HpcStatus st = HPC_OK;
-    for (int i = 0; i < o->count && !st; i++) {
-        CUdeviceptr grad = cuda_exec_ptr(o->ex, g->param_grad[o->param[i]]);
-        long long n = o->host_t[i].n;
-        unsigned blocks = (unsigned)((n + 255) / 256 < 1024 ? (n + 255) / 256 : 1024);
-        void *args[] = {&o->acc[i], &grad, &n, &mul, &first};
-        st = cuda_launch(o->accumulate, (unsigned[3]){blocks, 1, 1}, (unsigned[3]){256, 1, 1}, 0,
-                         o->ex->dev->stream, args, err);
-    }
-    return st;
+    return tail_queue(&o->tail_ctx[micro == 0 ? 0 : 1], o->ex->dev->stream, err);
 }
 
 HpcStatus cuda_optim_step(CudaOptim *o, HpcError *err)
 {
-    CUstream s = o->ex->dev->stream;
-    const unsigned blk[3] = {256, 1, 1}, one[3] = {1, 1, 1};
-    int parts = CUDA_OPTIM_PARTS;
-    CUdeviceptr ratio = o->prm.kind == OPT_LAMB ? o->ratio : 0;
-    void *check_args[] = {&o->part_sq, &o->part_inf, &o->tensors, &o->count, &o->state};
-    HpcStatus st = cuda_launch(o->check, (unsigned[3]){CUDA_OPTIM_PARTS, 1, 1}, blk, 0, s, check_args, err);
-    if (!st && o->prm.kind == OPT_LAMB) {
-        void *norm_args[] = {&o->part_pu, &o->state, &o->tensors, &o->count, &o->part_sq,
-                             &o->part_inf, &parts, &o->prm};
-        void *ratio_args[] = {&o->ratio, &o->part_pu, &parts};
-        st = cuda_launch(o->lamb_norms, (unsigned[3]){CUDA_OPTIM_PARTS, 1, 1}, blk, 0, s, norm_args, err);
-        if (!st) st = cuda_launch(o->lamb_ratio, (unsigned[3]){(unsigned)o->count, 1, 1}, blk, 0, s,
-                                  ratio_args, err);
-    }
-    void *upd_args[] = {&o->state, &o->tensors, &o->count, &o->part_sq, &o->part_inf, &parts,
-                        &ratio, &o->prm};
-    void *fin_args[] = {&o->state, &o->prm};
-    if (!st) st = cuda_launch(o->update, (unsigned[3]){CUDA_OPTIM_UPDATE_BLOCKS, 1, 1}, blk, 0, s,
-                              upd_args, err);
-    if (!st) st = cuda_launch(o->finish, one, one, 0, s, fin_args, err);
-    return st;
+    return cuda_optim_queue_step(&o->k, &o->plan, o->ex->dev->stream, err);
 }
+
+const CudaExecTail *cuda_optim_accumulate_tail(CudaOptim *o, int64_t micro)
+{
+    return o->grad_accum > 1 ? &o->tails[micro == 0 ? 0 : 1] : NULL;
+}
+
+const CudaExecTail *cuda_optim_step_tail(CudaOptim *o) { return &o->tails[2]; }
 
 HpcStatus cuda_optim_poison(CudaOptim *o, HpcError *err)
 {
-    if (o->count == 0) return HPC_OK;
-    return CUDA_CHECK(err, cuda_driver()->cuMemsetD32Async(o->host_t[0].grad, 0x7f800000u, 1,
-                                                           o->ex->dev->stream));
+    return CUDA_CHECK(err, cuda_driver()->cuMemsetD32Async(o->plan.poison, 1, 1, o->ex->dev->stream));
 }
 
-CUdeviceptr cuda_optim_scale_ptr(const CudaOptim *o) { return o->state + offsetof(KemitOptState, scale); }
-CUdeviceptr cuda_optim_state_ptr(const CudaOptim *o) { return o->state; }
+CUdeviceptr cuda_optim_scale_ptr(const CudaOptim *o) { return o->plan.state + offsetof(KemitOptState, scale); }
+CUdeviceptr cuda_optim_state_ptr(const CudaOptim *o) { return o->plan.state; }
 
 HpcStatus cuda_optim_read_state(CudaOptim *o, KemitOptState *s, HpcError *err)
 {
     const CudaDriver *cu = cuda_driver();
-    HpcStatus st = CUDA_CHECK(err, cu->cuMemcpyDtoHAsync(s, o->state, sizeof *s, o->ex->dev->stream));
+    HpcStatus st = CUDA_CHECK(err, cu->cuMemcpyDtoHAsync(s, o->plan.state, sizeof *s, o->ex->dev->stream));
     return st ? st : CUDA_CHECK(err, cu->cuStreamSynchronize(o->ex->dev->stream));
 }
 

@@ -12,6 +12,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cuda/kernel_cache.h"
+
+_Static_assert(sizeof(cublasLtMatmulAlgo_t) == GEMM_TUNE_ALGO_BYTES, "gemm_tune.h stores the algorithm's bytes");
+
 /* What decides descriptors and algorithm; pointers only by their alignment. */
 typedef struct {
     int64_t M, N, K, batch, lda, ldb, ldc, stride_a, stride_b, stride_c, ld_aux;
@@ -199,10 +203,118 @@ static HpcStatus pref_set(cublasLtMatmulPreference_t pref, cublasLtMatmulPrefere
     return CUDA_CHECK(err, cublasLtMatmulPreferenceSetAttribute(pref, a, &v, sizeof v));
 }
 
-static HpcStatus plan_algo(GemmPlan *p, const GemmContext *g, const GemmDesc *d, HpcError *err)
+/* The tuning key of a plan: everything that decides which algorithms are
+ * valid and fast (gemm_tune.h). */
+static void tune_key(const GemmContext *g, const PlanKey *k, char *buf, size_t size)
+{
+    snprintf(buf, size, "%s|lt=%zu|M=%lld N=%lld K=%lld b=%lld lda=%lld ldb=%lld ldc=%lld sa=%lld sb=%lld "
+             "sc=%lld aux=%lld tA=%d tB=%d %s->%s epi=%d tf32=%d al=%d/%d/%d/%d/%d ws=%zu",
+             g->gpu, cublasLtGetVersion(), (long long)k->M, (long long)k->N, (long long)k->K,
+             (long long)k->batch, (long long)k->lda, (long long)k->ldb, (long long)k->ldc,
+             (long long)k->stride_a, (long long)k->stride_b, (long long)k->stride_c, (long long)k->ld_aux,
+             k->trans_a, k->trans_b, gemm_dtype_name((GemmDtype)k->ab_type), gemm_dtype_name((GemmDtype)k->c_type),
+             k->epilogue, k->allow_tf32, k->align_a, k->align_b, k->align_c, k->align_bias, k->align_aux,
+             g->workspace_bytes);
+}
+
+typedef struct {
+    const GemmContext *g;
+    const GemmPlan *p;
+    const GemmDesc *d;
+    const cublasLtMatmulHeuristicResult_t *res;
+    CUevent e0, e1;
+} TuneRun;
+
+static cublasStatus_t matmul_with(const GemmContext *g, const GemmPlan *p, const GemmDesc *d,
+                                  const cublasLtMatmulAlgo_t *algo)
+{
+    void *a = (void *)(uintptr_t)d->A, *b = (void *)(uintptr_t)d->B;
+    void *c = (void *)(uintptr_t)d->C, *ws = (void *)(uintptr_t)g->workspace;
+    /* cuBLASLt's A is our B, its B our A; C is both input (beta) and output. */
+    return cublasLtMatmul(g->lt, p->op, &d->alpha, b, p->la, a, p->lb, &d->beta, c, p->lc, c, p->lc, algo, ws,
+                          g->workspace_bytes, (cudaStream_t)g->stream);
+}
+
+/* Microseconds per run of candidate i (1 warm-up, 5 timed); < 0 on failure. */
+static double tune_timer(void *ctx, int i)
+{
+    TuneRun *r = ctx;
+    const CudaDriver *cu = cuda_driver();
+    enum { TIMED = 5 };
+    if (matmul_with(r->g, r->p, r->d, &r->res[i].algo) != CUBLAS_STATUS_SUCCESS) return -1;
+    if (cu->cuEventRecord(r->e0, r->g->stream) != CUDA_SUCCESS) return -1;
+    for (int k = 0; k < TIMED; k++)
+        if (matmul_with(r->g, r->p, r->d, &r->res[i].algo) != CUBLAS_STATUS_SUCCESS) return -1;
+    float ms = 0;
+    if (cu->cuEventRecord(r->e1, r->g->stream) != CUDA_SUCCESS || cu->cuEventSynchronize(r->e1) != CUDA_SUCCESS ||
+        cu->cuEventElapsedTime(&ms, r->e0, r->e1) != CUDA_SUCCESS)
+        return -1;
+    return 1000.0 * ms / TIMED;
+}
+
+/* Times the candidates on the call's buffers (C saved and restored when the
+ * GEMM reads it); returns the chosen index, 0 when nothing can be timed. */
+static int tune_time(const GemmContext *g, const GemmPlan *p, const GemmDesc *d,
+                     const cublasLtMatmulHeuristicResult_t *res, int found, double *us)
+{
+    const CudaDriver *cu = cuda_driver();
+    TuneRun r = {.g = g, .p = p, .d = d, .res = res};
+    int64_t c_elems = (d->batch > 1 ? d->stride_c * (d->batch - 1) : 0) + (d->M - 1) * d->ldc + d->N;
+    size_t c_bytes = (size_t)c_elems * gemm_dtype_size(d->c_type);
+    CUdeviceptr saved = 0;
+    *us = 0;
+    if (d->beta != 0.0f && (cu->cuMemAlloc(&saved, c_bytes) != CUDA_SUCCESS ||
+                            cu->cuMemcpyDtoDAsync(saved, d->C, c_bytes, g->stream) != CUDA_SUCCESS)) {
+        if (saved) cu->cuMemFree(saved);
+        return 0;
+    }
+    int pick = -1;
+    if (cu->cuEventCreate(&r.e0, CU_EVENT_DEFAULT) == CUDA_SUCCESS &&
+        cu->cuEventCreate(&r.e1, CU_EVENT_DEFAULT) == CUDA_SUCCESS)
+        pick = gemm_tune_pick(found, 3, tune_timer, &r, us);
+    if (r.e0) cu->cuEventDestroy(r.e0);
+    if (r.e1) cu->cuEventDestroy(r.e1);
+    if (saved) {
+        cu->cuMemcpyDtoDAsync(d->C, saved, c_bytes, g->stream);
+        cu->cuStreamSynchronize(g->stream);
+        cu->cuMemFree(saved);
+    }
+    return pick < 0 ? 0 : pick;
+}
+
+static bool stream_capturing(CUstream s)
+{
+    CUstreamCaptureStatus cs = CU_STREAM_CAPTURE_STATUS_NONE;
+    return cuda_driver()->cuStreamIsCapturing(s, &cs) != CUDA_SUCCESS || cs != CU_STREAM_CAPTURE_STATUS_NONE;
+}
+
+/* Which of the found candidates to use: the cached choice if the heuristic
+ * still proposes it, else a timed one (then cached), else the first. */
+static int choose_algo(GemmContext *g, const GemmPlan *p, const GemmDesc *d,
+                       const cublasLtMatmulHeuristicResult_t *res, int found)
+{
+    if (!g->autotune || found < 2 || stream_capturing(g->stream)) return 0;
+    char key[GEMM_TUNE_KEY_MAX];
+    tune_key(g, &p->key, key, sizeof key);
+    const GemmTuneEntry *e = gemm_tune_find(&g->tune, key);
+    for (int i = 0; e && i < found; i++)
+        if (memcmp(e->algo, &res[i].algo, GEMM_TUNE_ALGO_BYTES) == 0) {
+            g->tune_hits++;
+            return i;
+        }
+    double us = 0;
+    int pick = tune_time(g, p, d, res, found, &us);
+    g->tuned++;
+    HpcError err;
+    if (us > 0 && !gemm_tune_put(&g->tune, key, &res[pick].algo, us, &err) && gemm_tune_save(&g->tune, &err))
+        fprintf(stderr, "hpc: warning: %s (GEMM choices are kept for this run only)\n", err.msg);
+    return pick;
+}
+
+static HpcStatus plan_algo(GemmPlan *p, GemmContext *g, const GemmDesc *d, HpcError *err)
 {
     cublasLtMatmulPreference_t pref;
-    cublasLtMatmulHeuristicResult_t res;
+    cublasLtMatmulHeuristicResult_t res[GEMM_TUNE_MAX_CANDIDATES];
     int found = 0;
     uint64_t ws = g->workspace_bytes;
     HpcStatus st = CUDA_CHECK(err, cublasLtMatmulPreferenceCreate(&pref));
@@ -214,9 +326,10 @@ static HpcStatus plan_algo(GemmPlan *p, const GemmContext *g, const GemmDesc *d,
     if (!st) st = pref_set(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, (uint32_t)p->key.align_a, err);
     if (!st) st = pref_set(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, (uint32_t)p->key.align_c, err);
     if (!st) st = pref_set(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, (uint32_t)p->key.align_c, err);
+    int want = g->autotune ? GEMM_TUNE_MAX_CANDIDATES : 1;
     if (!st)
         st = CUDA_CHECK(err, cublasLtMatmulAlgoGetHeuristic(g->lt, p->op, p->la, p->lb, p->lc,
-                                                            p->lc, pref, 1, &res, &found));
+                                                            p->lc, pref, want, res, &found));
     cublasLtMatmulPreferenceDestroy(pref);
     if (st) return st;
     if (found == 0)
@@ -227,11 +340,11 @@ static HpcStatus plan_algo(GemmPlan *p, const GemmContext *g, const GemmDesc *d,
                         (long long)d->N, (long long)d->K, gemm_dtype_name(d->ab_type),
                         gemm_dtype_name(d->c_type), (long long)d->batch, (int)d->epilogue,
                         d->trans_a, d->trans_b, p->key.align_a, p->key.align_b, p->key.align_c);
-    p->algo = res.algo;
+    p->algo = res[choose_algo(g, p, d, res, found)].algo;
     return HPC_OK;
 }
 
-static HpcStatus plan_make(GemmPlan *p, const GemmContext *g, const GemmDesc *d, HpcError *err)
+static HpcStatus plan_make(GemmPlan *p, GemmContext *g, const GemmDesc *d, HpcError *err)
 {
     HpcStatus st = plan_layouts(p, d, err);
     if (!st) st = plan_desc(p, g, d, err);
@@ -266,6 +379,25 @@ static HpcStatus plan_find(GemmContext *g, const GemmDesc *d, GemmPlan **out, Hp
 
 /* ---- public ------------------------------------------------------------------ */
 
+/* HPC_GEMM_AUTOTUNE (default on), the device name and the choices on disk
+ * (memory only when the cache directory cannot be made). */
+static void tune_open(GemmContext *g)
+{
+    const char *env = getenv("HPC_GEMM_AUTOTUNE");
+    g->autotune = !(env && strcmp(env, "0") == 0);
+    const CudaDriver *cu = cuda_driver();
+    CUdevice dev;
+    snprintf(g->gpu, sizeof g->gpu, "unknown GPU");
+    if (cu->cuCtxGetDevice(&dev) == CUDA_SUCCESS) cu->cuDeviceGetName(g->gpu, (int)sizeof g->gpu, dev);
+    for (char *c = g->gpu; *c; c++)
+        if (*c == '|' || *c == '\t' || (unsigned char)*c < 0x20 || (unsigned char)*c > 0x7e) *c = '_';
+    char dir[KCACHE_PATH_MAX], path[KCACHE_PATH_MAX + 32];
+    HpcError err;
+    path[0] = 0;
+    if (g->autotune && !kcache_dir(dir, sizeof dir, &err)) snprintf(path, sizeof path, "%s/%s", dir, GEMM_TUNE_FILE);
+    gemm_tune_load(&g->tune, g->autotune ? path : NULL, stderr);
+}
+
 HpcStatus gemm_init(GemmContext *g, CUstream stream, size_t workspace_bytes, HpcError *err)
 {
     memset(g, 0, sizeof *g);
@@ -275,6 +407,7 @@ HpcStatus gemm_init(GemmContext *g, CUstream stream, size_t workspace_bytes, Hpc
                         "(open the device first)");
     g->stream = stream;
     g->workspace_bytes = workspace_bytes ? workspace_bytes : GEMM_DEFAULT_WORKSPACE;
+    tune_open(g);
     HpcStatus st = CUDA_CHECK(err, cublasLtCreate(&g->lt));
     if (st) return st;
     CUresult r = cu->cuMemAlloc(&g->workspace, g->workspace_bytes);
@@ -286,6 +419,7 @@ HpcStatus gemm_init(GemmContext *g, CUstream stream, size_t workspace_bytes, Hpc
 
 void gemm_free(GemmContext *g)
 {
+    gemm_tune_free(&g->tune);
     for (int i = 0; i < g->num_plans; i++) plan_destroy(&g->plans[i]);
     free(g->plans);
     const CudaDriver *cu = cuda_driver();
@@ -300,12 +434,7 @@ HpcStatus gemm_run(GemmContext *g, const GemmDesc *d, HpcError *err)
     HpcStatus st = validate(d, err);
     if (!st) st = plan_find(g, d, &p, err);
     if (st) return st;
-    void *a = (void *)(uintptr_t)d->A, *b = (void *)(uintptr_t)d->B;
-    void *c = (void *)(uintptr_t)d->C, *ws = (void *)(uintptr_t)g->workspace;
-    /* cuBLASLt's A is our B, its B our A; C is both input (beta) and output. */
-    return CUDA_CHECK(err, cublasLtMatmul(g->lt, p->op, &d->alpha, b, p->la, a, p->lb, &d->beta,
-                                          c, p->lc, c, p->lc, &p->algo, ws, g->workspace_bytes,
-                                          (cudaStream_t)g->stream));
+    return CUDA_CHECK(err, matmul_with(g, p, d, &p->algo));
 }
 
 void gemm_desc_rm(GemmDesc *d, GemmDtype ab, GemmDtype c, int64_t M, int64_t N, int64_t K,

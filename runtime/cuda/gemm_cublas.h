@@ -34,6 +34,19 @@
  * matmul descriptors and chosen algorithms per shape, so a training step
  * creates nothing.  It runs on one stream; all pointers are device pointers.
  *
+ * Algorithm choice: on a shape's first use cuBLASLt's heuristic proposes up
+ * to GEMM_TUNE_MAX_CANDIDATES algorithms; each is run and timed with CUDA
+ * events (3 rounds of 1 warm-up + 5 timed runs on the call's own buffers;
+ * a GEMM that reads C, beta != 0, has C saved and restored around it) and
+ * the fastest kept (runtime/cuda/gemm_tune.h: the heuristic's first unless
+ * another is more than 2% faster).  Choices are stored in
+ * DIR/gemm_algos.txt beside the kernel cache (kernel_cache.h's DIR), keyed
+ * by GPU name, cuBLASLt version, shape, dtypes, layout, alignments,
+ * epilogue and workspace size, so later runs time nothing; a cached choice
+ * is used only while the heuristic still proposes it.  HPC_GEMM_AUTOTUNE=0
+ * takes the heuristic's first algorithm, as before; so does a first use
+ * during stream capture (nothing can be timed there).
+ *
  *   GemmContext g;
  *   if (gemm_init(&g, dev.stream, 0, &err)) return err.code;
  *   GemmDesc d; gemm_desc_linear(&d, ...);
@@ -47,6 +60,7 @@
 #include <stdint.h>
 
 #include "cuda/cuda_driver.h"
+#include "cuda/gemm_tune.h"
 
 /* cublasLt.h declares one function without a prototype; keep our strict
  * warnings for our own code. */
@@ -91,6 +105,10 @@ typedef struct {
     bool allow_tf32;            /* f32 GEMMs may use TF32 (off by default) */
     GemmPlan *plans;
     int num_plans, cap_plans;
+    bool autotune;              /* time the heuristic's candidates (HPC_GEMM_AUTOTUNE != 0) */
+    char gpu[128];              /* device name, part of the tuning key */
+    GemmTuneCache tune;         /* chosen algorithms, loaded at init, saved on each new choice */
+    int tuned, tune_hits;       /* shapes timed / found in the cache (for tests and logs) */
 } GemmContext;
 
 /* Default workspace: 32 MiB, what cuBLASLt asks for on Hopper. */

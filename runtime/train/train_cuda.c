@@ -1,7 +1,9 @@
 /* runtime/train/train_cuda.c — the cuda training backend: the step on the GPU
  * (runtime/cuda/cuda_exec.h), the optimizer and loss scaler on the GPU
  * (runtime/cuda/cuda_optim.h), per-step records kept on the device until
- * collect (train_backend.h).  A step queues work and returns: the loss
+ * collect (train_backend.h).  The last micro-batch of a step is uploaded
+ * by micro() and run by step(), with the optimizer captured into the same
+ * CUDA graph (cuda_optim_step_tail).  A step queues work and returns: the loss
  * scale reaches the backward pass by a device copy, the learning rate is
  * computed on the device from the applied-step count, and each step's loss
  * and optimizer state are copied into device rings.
@@ -41,6 +43,8 @@ typedef struct {
     CUevent end[TRAIN_STAT_RING];   /* per slot: after the copy of the step's record */
     bool chained[TRAIN_STAT_RING];  /* only training ran since the previous step's end */
     bool chain_next;           /* the next step follows the last one directly */
+    CudaRunOptions staged;     /* the last micro-batch, uploaded, run by step() */
+    bool has_staged;
     float *logits;             /* eval: (B, C) f32 */
     size_t logits_cap;
 } CudaTrain;
@@ -69,6 +73,19 @@ static void cuda_close(TrainBackend *b)
     b->impl = NULL;
 }
 
+/* The micro-batch's loss into its slot of this step's ring row. */
+static HpcStatus copy_loss(TrainBackend *b, int64_t m, HpcError *err)
+{
+    CudaTrain *t = impl(b);
+    int ring = (int)(t->steps % TRAIN_STAT_RING);
+    CUdeviceptr slot = t->loss_ring + (CUdeviceptr)(((int64_t)ring * t->accum + m) * 4);
+    return CUDA_CHECK(err, cuda_driver()->cuMemcpyDtoDAsync(slot, cuda_exec_ptr(&t->ex, b->g.loss), 4,
+                                                            t->dev.stream));
+}
+
+/* Micro-batches before the last run now, each with its gradient
+ * accumulation as the graph's tail; the last is only staged (uploaded) and
+ * runs in cuda_step with the optimizer inside its graph. */
 static HpcStatus cuda_micro(TrainBackend *b, const Batch *batch, int64_t m, HpcError *err)
 {
     CudaTrain *t = impl(b);
@@ -84,11 +101,18 @@ static HpcStatus cuda_micro(TrainBackend *b, const Batch *batch, int64_t m, HpcE
     CudaRunOptions o = {.training = true, .backward = true, .seed = b->spec->train.seed,
                         .step = t->micro++, .loss_scale_dev = cuda_optim_scale_ptr(&t->opt),
                         .graph = true};
-    if (!st) st = cuda_exec_run(&t->ex, batch, &o, err);
-    CUdeviceptr slot = t->loss_ring + (CUdeviceptr)(((int64_t)ring * t->accum + m) * 4);
-    if (!st) st = CUDA_CHECK(err, cuda_driver()->cuMemcpyDtoDAsync(slot, cuda_exec_ptr(&t->ex, b->g.loss), 4,
-                                                                   t->dev.stream));
-    return st ? st : cuda_optim_accumulate(&t->opt, m, err);
+    if (st) return st;
+    if (m == t->accum - 1) {   /* staged: runs in cuda_step with the optimizer in its graph */
+        st = cuda_exec_stage(&t->ex, batch, &o, err);
+        if (!st) {
+            t->staged = o;
+            t->has_staged = true;
+        }
+        return st;
+    }
+    o.tail = cuda_optim_accumulate_tail(&t->opt, m);
+    st = cuda_exec_run(&t->ex, batch, &o, err);
+    return st ? st : copy_loss(b, m, err);
 }
 
 static HpcStatus cuda_step(TrainBackend *b, bool poison, HpcError *err)
@@ -99,7 +123,15 @@ static HpcStatus cuda_step(TrainBackend *b, bool poison, HpcError *err)
         return hpc_fail(err, HPC_ERR_INTERNAL, "trainer: %d steps without collect", TRAIN_STAT_RING - 1);
     int ring = (int)(t->steps % TRAIN_STAT_RING);
     HpcStatus st = poison ? cuda_optim_poison(&t->opt, err) : HPC_OK;
-    if (!st) st = cuda_optim_step(&t->opt, err);
+    if (!st && t->has_staged) {   /* the last micro-batch, then the optimizer, as one graph */
+        CudaRunOptions o = t->staged;
+        o.tail = cuda_optim_step_tail(&t->opt);
+        t->has_staged = false;
+        st = cuda_exec_launch(&t->ex, &o, err);
+        if (!st) st = copy_loss(b, t->accum - 1, err);
+    } else if (!st) {
+        st = cuda_optim_step(&t->opt, err);
+    }
     CUdeviceptr slot = t->state_ring + (CUdeviceptr)((size_t)ring * sizeof(KemitOptState));
     if (!st) st = CUDA_CHECK(err, cu->cuMemcpyDtoDAsync(slot, cuda_optim_state_ptr(&t->opt),
                                                         sizeof(KemitOptState), t->dev.stream));
@@ -178,6 +210,9 @@ static HpcStatus cuda_forward(TrainBackend *b, const Batch *batch, double *loss,
 {
     CudaTrain *t = impl(b);
     t->chain_next = false;   /* the next step's time starts at its own start */
+    if (t->has_staged)
+        return hpc_fail(err, HPC_ERR_USAGE, "trainer: evaluation between a step's last micro-batch and its "
+                        "optimizer step; call step first");
     CudaRunOptions o = {.training = false, .backward = false, .loss_scale = 1.0};
     HpcStatus st = cuda_exec_run(&t->ex, batch, &o, err);
     if (!st) st = cuda_exec_loss(&t->ex, loss, err);

@@ -15,7 +15,10 @@
  *      element, so a gradient near 0 amplifies summation-order noise);
  *      for the fused graph (compiler/fuse.h), the unfused graph and with
  *      grad_accum = 2 (the accumulation path); and once with SGD + momentum
- *      (lr 0.1), whose update is proportional to the gradient;
+ *      (lr 0.1), whose update is proportional to the gradient; with Adam;
+ *      with LAMB and grad_accum = 3.  The optimizer runs inside the step's
+ *      CUDA graph (runtime/cuda/cuda_optim.h): step 1 eager, step 2
+ *      captured, step 3 replayed;
  *   2. the injected inf (TrainOptions.inject_inf_step = 4, 8 steps of fp16
  *      and of fp32): exactly one step skipped on each backend, the same
  *      step (4), the same loss scale afterwards (65536 / 2), and in fp32
@@ -301,6 +304,8 @@ int main(void)
     check_three_steps(&d, false, 1, OPT_ADAMW);
     check_three_steps(&d, true, 2, OPT_ADAMW);
     check_three_steps(&d, true, 1, OPT_SGD);
+    check_three_steps(&d, true, 1, OPT_ADAM);
+    check_three_steps(&d, true, 3, OPT_LAMB);   /* every accumulation tail: first, middle, last */
     check_inject(&d, PREC_FP16);
     check_inject(&d, PREC_FP32);
     if (g_gpu == TRAIN_DEVICE_CUDA) check_300_steps(&d);

@@ -1,0 +1,95 @@
+/* runtime/cuda/gemm_tune.h — choosing a GEMM algorithm by timing, and the
+ * disk cache of the choices.  No CUDA here: runtime/cuda/gemm_cublas.c
+ * supplies the candidates (cuBLASLt's heuristic, up to GEMM_TUNE_MAX_CANDIDATES)
+ * and a timer; tests/test_gemm_tune.c a fake one.
+ *
+ * Selection (gemm_tune_pick): every candidate is timed `rounds` times,
+ * interleaved (candidate 0, 1, .., n-1, then again), keeping each one's
+ * best time.  The fastest wins (ties: the earlier), except that the
+ * heuristic's first candidate stays unless the fastest beats it by more
+ * than GEMM_TUNE_MARGIN (2%: below that the difference is timing noise).
+ * A candidate whose timer fails in any round is never chosen.
+ *
+ * The cache: one file, DIR/gemm_algos.txt beside the kernel cache
+ * (runtime/cuda/kernel_cache.h's directory), text:
+ *   hpc-gemm-tune 1
+ *   KEY<TAB>ALGO<TAB>US        one line per shape
+ *   end N FNV
+ * KEY is printable ASCII without tabs (gemm_cublas.c builds it from the GPU
+ * name, the cuBLASLt version, shape, dtypes, layout, alignments, epilogue
+ * and workspace size), ALGO the 64 bytes of the cuBLASLt algorithm in hex
+ * (128 digits), US the time it measured (microseconds, finite, > 0), N the
+ * number of entries and FNV the FNV-1a 64 hash (16 hex digits) of every
+ * byte before the "end" line.  gemm_tune_load validates all of it: a file
+ * that fails any check is ignored with a warning naming the file, the line
+ * and the fault, and the cache starts empty (the next save rebuilds it).
+ * gemm_tune_save writes the whole file atomically (runtime/formats/atomic_file.h).
+ *
+ * Ownership: a GemmTuneCache owns its entries; gemm_tune_free releases them.
+ *
+ *   GemmTuneCache c;
+ *   gemm_tune_load(&c, path, stderr);
+ *   const GemmTuneEntry *e = gemm_tune_find(&c, key);
+ *   if (!e) { int i = gemm_tune_pick(n, 3, timer, ctx, &us); gemm_tune_put(&c, key, algo[i], us);
+ *             gemm_tune_save(&c, &err); }
+ *   gemm_tune_free(&c);
+ */
+#ifndef HPC_RUNTIME_GEMM_TUNE_H
+#define HPC_RUNTIME_GEMM_TUNE_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "util/error.h"
+
+#define GEMM_TUNE_MAX_CANDIDATES 8
+#define GEMM_TUNE_ALGO_BYTES 64    /* sizeof(cublasLtMatmulAlgo_t) */
+#define GEMM_TUNE_KEY_MAX 512
+#define GEMM_TUNE_MARGIN 0.02
+#define GEMM_TUNE_FILE "gemm_algos.txt"
+
+typedef struct {
+    char key[GEMM_TUNE_KEY_MAX];
+    uint8_t algo[GEMM_TUNE_ALGO_BYTES];
+    double us;
+} GemmTuneEntry;
+
+typedef struct {
+    char path[4096];           /* the cache file; "" = memory only */
+    GemmTuneEntry *e;
+    int n, cap;
+} GemmTuneCache;
+
+/* Seconds (or any unit) one run of candidate i takes; < 0 if it failed. */
+typedef double (*GemmTuneTimer)(void *ctx, int candidate);
+
+/* The chosen candidate's index as described above, its best time in *best
+ * (may be NULL); -1 when every candidate failed or n < 1. */
+int gemm_tune_pick(int n, int rounds, GemmTuneTimer timer, void *ctx, double *best);
+
+/* Reads path into c (an absent file is an empty cache, silently; a bad one
+ * an empty cache and a line on `warn`, when not NULL).  path "" or NULL:
+ * memory only. */
+void gemm_tune_load(GemmTuneCache *c, const char *path, FILE *warn);
+void gemm_tune_free(GemmTuneCache *c);
+
+/* The entry for key, or NULL. */
+const GemmTuneEntry *gemm_tune_find(const GemmTuneCache *c, const char *key);
+
+/* Adds or replaces key's entry.  HPC_ERR_USAGE for a key that is empty,
+ * too long, or holds a tab, a newline or a byte outside printable ASCII. */
+HpcStatus gemm_tune_put(GemmTuneCache *c, const char *key, const void *algo, double us, HpcError *err);
+
+/* Writes the whole cache to its path atomically (nothing when path is ""). */
+HpcStatus gemm_tune_save(const GemmTuneCache *c, HpcError *err);
+
+/* The text of the file gemm_tune_save writes (malloc'd, NUL-terminated). */
+char *gemm_tune_format(const GemmTuneCache *c, size_t *len);
+
+/* Parses text of length len into c (entries appended to an empty c).
+ * Returns 0 if it is a valid file, else the 1-based line of the first
+ * fault with its description in why (c is then left empty). */
+int gemm_tune_parse(GemmTuneCache *c, const char *text, size_t len, char *why, size_t why_size);
+
+#endif
