@@ -112,7 +112,7 @@ endif
 
 FUZZ_SECONDS ?= 60
 # The fuzzer needs only the front end, so others' half-done passes can't break it.
-FUZZ_SRC := util/error.c grammar/ast.c compiler/diag.c compiler/spec.c compiler/summary.c \
+FUZZ_SRC := util/error.c grammar/ast.c compiler/diag.c compiler/spec.c compiler/spec_load.c compiler/summary.c \
             $(wildcard compiler/check*.c)
 fuzz: $(GEN_C)
 	@mkdir -p $(BUILD)/fuzz/corpus

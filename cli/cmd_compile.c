@@ -25,6 +25,7 @@
 #include "plan.h"
 #include "precision.h"
 #include "spec.h"
+#include "step_program_build.h"
 #include "summary.h"
 
 static const char compile_usage[] =
@@ -216,29 +217,26 @@ static void print_summary(const Compiled *c, SpecPrecision policy)
     printf("stages     check, lower, autodiff, precision, %splan, emit done\n", c->fused ? "fuse, " : "");
 }
 
-/* NAME.hpc (compiler/artifact.h): the resolved model, the plan summary
- * and the CUDA source of the graph's kernels. */
+/* NAME.hpc (compiler/artifact.h): the step program (what `hpc run`
+ * executes), the resolved model, the plan summary and the CUDA source. */
 static int write_artifact(const Compiled *c, const CompileArgs *a)
 {
     HpcError err = {0};
-    Artifact art = {.policy = a->policy};
-    snprintf(art.name, sizeof art.name, "%s", c->spec.name);
+    char *plan = NULL, path[4096];
     size_t plan_len = 0;
-    FILE *mem = open_memstream(&art.plan_text, &plan_len);
+    FILE *mem = open_memstream(&plan, &plan_len);
     if (mem) {
         plan_print(&c->plan, &c->g, &c->pl, &c->spec.train, mem);
         fclose(mem);
     }
-    art.model_text = artifact_model_text(&c->spec);
-    char path[4096];
     if (a->out) snprintf(path, sizeof path, "%s", a->out);
     else artifact_path_for(c->spec.name, path, sizeof path);
-    HpcStatus st = eop_module_source(&c->g, &art.cuda_source, &err);
-    if (!st) st = artifact_write(path, &art, &err);
+    StepProgram prog;
+    HpcStatus st = step_program_from_graph(&c->spec, a->policy, c->fused, &c->g, &c->pl, &prog, &err);
+    if (!st) st = step_program_save(path, &prog, plan, &err);
     if (!st) fprintf(stderr, "hpc: wrote %s (run it: hpc run %s)\n", path, path);
-    free(art.model_text);
-    free(art.plan_text);
-    free(art.cuda_source);
+    step_program_free(&prog);
+    free(plan);
     return st ? cli_report(&err) : HPC_OK;
 }
 

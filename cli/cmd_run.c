@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "artifact.h"
+#include "step_program_build.h"
 #include "train/checkpoint.h"
 #include "cli.h"
 #include "data/dataset.h"
@@ -82,6 +83,8 @@ typedef struct {
     int64_t steps, seq_len, rows, eval_every, ckpt_every, keep;
     SpecPrecision policy;
     bool policy_given, no_fuse, cased, skip_bad_rows;
+    StepProgram program;       /* a NAME.hpc's program (have_program) */
+    bool have_program;
     RunOverrides train;  /* --lr, --loss-scale, ... over the model's train block */
     char found[4096];   /* the *.hpc found when no MODEL was given */
 } RunArgs;
@@ -237,10 +240,26 @@ static int load_spec(RunArgs *a, ModelSpec *spec)
         return nerr ? (nerr < 0 ? HPC_ERR_IO : HPC_ERR_INPUT) : 0;
     }
     HpcError err = {0};
-    SpecPrecision p;
-    if (artifact_load_spec(a->model, spec, &p, stderr, &err)) return cli_report(&err);
-    if (!a->policy_given && p != PREC_DEFAULT) a->policy = p;
+    if (step_program_load(a->model, a->policy_given ? a->policy : PREC_DEFAULT, !a->no_fuse, &a->program,
+                          stderr, &err))
+        return cli_report(&err);
+    a->have_program = true;
+    a->policy = a->program.policy;
+    *spec = a->program.spec;
     return 0;
+}
+
+/* The artifact's program takes the run's training overrides; a change that
+ * alters the graph (frozen parameters) compiles the model again. */
+static HpcStatus program_for_run(RunArgs *a, const ModelSpec *spec, HpcError *err)
+{
+    const SpecTraining *was = &a->program.spec.train, *now = &spec->train;
+    if (was->freeze_embeddings == now->freeze_embeddings && was->freeze_layers == now->freeze_layers) {
+        a->program.spec = *spec;
+        return HPC_OK;
+    }
+    step_program_free(&a->program);
+    return step_program_compile(spec, a->policy, !a->no_fuse, &a->program, err);
 }
 
 /* HPC_INJECT_INF_STEP=K (test hook, trainer.h); 0 when unset. */
@@ -268,6 +287,7 @@ int cmd_run(int argc, char **argv)
     memset(&task, 0, sizeof task);
     HpcStatus st = run_overrides_apply(&a.train, &spec, &err);
     if (!st) st = check_run(&spec, &a, &err);
+    if (!st && a.have_program) st = program_for_run(&a, &spec, &err);
     bool glue = !is_synthetic(&a);
     if (!st) st = glue ? load_task(&spec, &a, &task, &err) : make_data(&spec, &a, &train, &dev, &err);
     TrainOptions o = {.steps = a.steps, .eval_every = a.eval_every, .log_every = 10, .jsonl = a.log,
@@ -275,12 +295,14 @@ int cmd_run(int argc, char **argv)
                       .device = device, .inject_inf_step = inject_step(), .no_fuse = a.no_fuse,
                       .task = glue ? &task : NULL, .predict = a.predict,
                       .checkpoint_dir = a.ckpt_dir, .checkpoint_every = a.ckpt_every, .checkpoint_keep = (int)a.keep,
-                      .resume_dir = a.resume, .init_dir = a.init, .handle_signals = true};
+                      .resume_dir = a.resume, .init_dir = a.init, .handle_signals = true,
+                      .program = a.have_program ? &a.program : NULL};
     TrainResult r;
     if (!st) st = trainer_run(&spec, glue ? &task.train : &train, glue ? &task.dev : &dev, &o, &r, &err);
     dataset_free(&train);
     dataset_free(&dev);
     task_free(&task);
+    if (a.have_program) step_program_free(&a.program);
     if (st) return cli_report(&err);
     if (r.resumed_from > 0)
         printf("%s: %lld steps (%lld skipped; resumed after step %lld) on %s, loss -> %.4f, dev %s %.4f\n",

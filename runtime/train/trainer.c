@@ -337,8 +337,11 @@ HpcStatus trainer_run(const ModelSpec *spec, const Dataset *train, const Dataset
     res->metric = eval_metric_name(spec, opts->task);
     res->best_metric = NAN;
     int64_t L = (spec->train.max_seq_len + 7) / 8 * 8;
-    HpcStatus st = train_backend_open(&t->be, opts->device, spec, opts->policy, !opts->no_fuse, t->total,
-                                      spec->train.batch_size, L, err);
+    HpcStatus st = opts->program
+                       ? train_backend_open_program(&t->be, opts->device, opts->program, t->total,
+                                                    spec->train.batch_size, L, err)
+                       : train_backend_open(&t->be, opts->device, spec, opts->policy, !opts->no_fuse, t->total,
+                                            spec->train.batch_size, L, err);
     if (!st) t->log = runlog_open(opts->jsonl, opts->out, opts->progress_bar, err);
     if (!st && !t->log) st = err->code;
     if (!st) {
