@@ -33,7 +33,7 @@ static const char compile_usage[] =
     "                         [--precision-report] [--plan] [--no-fuse]\n"
     "                         [--dump-STAGE]... [--stop-after STAGE]\n"
     "                         [-o FILE.hpc] [--no-artifact]\n"
-    "                         [--emit-cuda DIR] [--emit-lib DIR [--arch LIST]]\n"
+    "                         [--arch LIST] [--emit-cuda DIR] [--emit-lib DIR]\n"
     "\n"
     "Checks MODEL (a .model file), lowers it to the graph IR, builds the\n"
     "backward graph, plans the precision of every value and the memory of a\n"
@@ -58,7 +58,9 @@ static const char compile_usage[] =
     "  --emit-cuda DIR     write DIR/NAME_kernels.cuh: the fused kernels for nvcc\n"
     "  --emit-lib DIR      write a package to embed the model in a C program:\n"
     "                      NAME.h/.c, a Makefile, the .cuh, the plan (docs/embedding.md)\n"
-    "  --arch LIST         with --emit-lib: also cubins for these archs (e.g. 80,90)\n"
+    "  --arch LIST         also compile the step for these archs (e.g. 80,90) into\n"
+    "                      NAME.hpc, so `hpc run` on such a GPU runs no NVRTC (and,\n"
+    "                      with --emit-lib, cubins of the package's kernels)\n"
     "  -h, --help          this text\n";
 
 typedef struct {
@@ -233,6 +235,13 @@ static int write_artifact(const Compiled *c, const CompileArgs *a)
     else artifact_path_for(c->spec.name, path, sizeof path);
     StepProgram prog;
     HpcStatus st = step_program_from_graph(&c->spec, a->policy, c->fused, &c->g, &c->pl, &prog, &err);
+    for (int i = 0; i < a->n_archs && !st; i++) {   /* --arch: the module compiled ahead */
+        void *cubin = NULL;
+        size_t n = 0;
+        st = nvrtc_compile(prog.kernels.cuda_source, "hpc_ops", a->archs[i], NULL, 0, &cubin, &n, NULL, &err);
+        if (!st) st = step_kernels_add_cubin(&prog.kernels, a->archs[i], cubin, n, &err);
+        free(cubin);
+    }
     if (!st) st = step_program_save(path, &prog, plan, &err);
     if (!st) fprintf(stderr, "hpc: wrote %s (run it: hpc run %s)\n", path, path);
     step_program_free(&prog);

@@ -58,7 +58,7 @@ typedef struct {
     int n_archs;
     EmitLibCompileFn compile;      /* needed when n_archs > 0 */
     const char *plan_text;         /* the plan summary to store, or NULL */
-    const char *cuda_source;       /* the artifact's cuda section (emit_ops), or NULL */
+    const char *cuda_source;       /* unused: NAME.hpc's step program carries its own CUDA */
     const char *hpc_root;          /* default HPC_ROOT of the Makefile, or NULL */
 } EmitLibOptions;
 

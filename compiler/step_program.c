@@ -13,6 +13,7 @@
  *   code KIND N_PHASES BIAS_EPILOGUE SCRATCH   one per node, in order
  *   phase LT THREADS COUNT NAME         N_PHASES after each code line
  *   cuda BYTES                          then exactly BYTES of source and "\n"
+ *   cubin ARCH BYTES HEX                the module compiled for sm_ARCH (optional)
  *   end
  * A size (SCRATCH, COUNT) is six integers "c0 c1 pB pL div cap".  ATTRHEX
  * is the attribute union's bytes (IrAttr, with the fused ops' IrFusedAttr
@@ -93,7 +94,32 @@ void step_kernels_free(StepKernels *k)
 {
     free(k->node);
     free(k->cuda_source);
+    for (int i = 0; i < k->n_cubins; i++) free(k->cubin[i].data);
     memset(k, 0, sizeof *k);
+}
+
+HpcStatus step_kernels_add_cubin(StepKernels *k, int arch, const void *data, size_t size, HpcError *err)
+{
+    if (size < 4 || memcmp(data, "\x7f" "ELF", 4) != 0)
+        return hpc_fail(err, HPC_ERR_USAGE, "step program: the module for sm_%d is not a CUBIN (no ELF header)",
+                        arch);
+    StepCubin *c = (StepCubin *)step_kernels_cubin(k, arch);
+    if (!c && k->n_cubins == STEP_MAX_CUBINS)
+        return hpc_fail(err, HPC_ERR_USAGE, "step program: at most %d cubins", STEP_MAX_CUBINS);
+    if (!c) c = &k->cubin[k->n_cubins++];
+    free(c->data);
+    c->arch = arch;
+    c->data = xmalloc(size);
+    memcpy(c->data, data, size);
+    c->size = size;
+    return HPC_OK;
+}
+
+const StepCubin *step_kernels_cubin(const StepKernels *k, int arch)
+{
+    for (int i = 0; i < k->n_cubins; i++)
+        if (k->cubin[i].arch == arch) return &k->cubin[i];
+    return NULL;
 }
 
 void step_program_init(StepProgram *p)
@@ -273,6 +299,12 @@ void step_program_write(const StepProgram *p, FILE *out)
         size_t len = strlen(p->kernels.cuda_source);
         fprintf(out, "cuda %zu\n", len);
         fwrite(p->kernels.cuda_source, 1, len, out);
+        fputc('\n', out);
+    }
+    for (int i = 0; i < p->kernels.n_cubins; i++) {
+        const StepCubin *c = &p->kernels.cubin[i];
+        fprintf(out, "cubin %d %zu ", c->arch, c->size);
+        for (size_t j = 0; j < c->size; j++) fprintf(out, "%02x", c->data[j]);
         fputc('\n', out);
     }
     fprintf(out, "end\n");
@@ -519,6 +551,37 @@ static HpcStatus read_cuda(Reader *r, StepKernels *k)
     return HPC_OK;
 }
 
+/* "cubin ARCH BYTES HEX": read from the text itself (a line may be
+ * megabytes, longer than r->buf). */
+static HpcStatus read_cubin(Reader *r, StepKernels *k)
+{
+    int arch = 0, used = 0;
+    size_t bytes = 0;
+    if (sscanf(r->buf, "cubin %d %zu %n", &arch, &bytes, &used) < 2 || used == 0 || arch < 50 || arch > 1000)
+        return bad(r, "a cubin line needs an arch and a byte count%s", "");
+    /* r->pos is past the line; find its start again in the text. */
+    const char *line_end = r->s + r->pos - 1, *hex = line_end;
+    while (hex > r->s && hex[-1] != '\n') hex--;
+    hex += used;
+    if (r->s[r->pos - 1] != '\n' || (size_t)(line_end - hex) != 2 * bytes)
+        return bad(r, "truncated: a cubin's hex ends early%s", "");
+    unsigned char *data = xmalloc(bytes ? bytes : 1);
+    for (size_t i = 0; i < bytes; i++) {
+        int hi = hexval(hex[2 * i]), lo = hexval(hex[2 * i + 1]);
+        if (hi < 0 || lo < 0) {
+            free(data);
+            return bad(r, "a cubin is not hex%s", "");
+        }
+        data[i] = (unsigned char)(hi << 4 | lo);
+    }
+    HpcError e = {0};
+    HpcStatus st = step_kernels_add_cubin(k, arch, data, bytes, &e);
+    free(data);
+    char what[32];
+    snprintf(what, sizeof what, "sm_%d", arch);
+    return st ? bad(r, "the cubin for %s is not an ELF image (or one too many)", what) : HPC_OK;
+}
+
 static HpcStatus read_graph_line(Reader *r, StepProgram *p)
 {
     IrGraph *g = &p->g;
@@ -596,6 +659,7 @@ static HpcStatus read_record(Reader *r, StepProgram *p, bool *spec_seen, bool *d
         return read_code(r, &p->kernels, p->g.cap);
     }
     if (strncmp(b, "cuda ", 5) == 0) return read_cuda(r, &p->kernels);
+    if (strncmp(b, "cubin ", 6) == 0) return read_cubin(r, &p->kernels);
     if (strncmp(b, "name ", 5) == 0)
         return copy_name(p->name, sizeof p->name, b + 5) ? HPC_OK : bad(r, "the name is too long%s", "");
     if (strncmp(b, "policy ", 7) == 0) return read_policy(r, p);

@@ -139,11 +139,23 @@ typedef struct {
     uint32_t pad_;
 } EopCtl;
 
+#define STEP_MAX_CUBINS 8
+
+/* The module compiled ahead for one arch (`hpc compile --arch 90`): a run
+ * on that arch loads it and runs no NVRTC at all. */
+typedef struct {
+    int arch;                    /* 90 for sm_90 */
+    unsigned char *data;         /* the CUBIN (an ELF image) */
+    size_t size;
+} StepCubin;
+
 /* The records of a graph's nodes and the module they name. */
 typedef struct {
     StepNodeCode *node;          /* (n) one per graph node */
     int n;
     char *cuda_source;           /* NUL-terminated; NULL for a cpu-only program */
+    StepCubin cubin[STEP_MAX_CUBINS];
+    int n_cubins;
 } StepKernels;
 
 typedef struct {
@@ -163,6 +175,14 @@ void step_node_launch(const StepNodeCode *c, int64_t B, int64_t L, EopNodeCode *
 void step_kernels_scratch(const StepKernels *k, int64_t B, int64_t L, int64_t *out);
 
 void step_kernels_free(StepKernels *k);
+
+/* Adds (a copy of) the module's cubin for sm_<arch>, replacing one of the
+ * same arch.  HPC_ERR_USAGE past STEP_MAX_CUBINS or for an image that is
+ * not ELF. */
+HpcStatus step_kernels_add_cubin(StepKernels *k, int arch, const void *data, size_t size, HpcError *err);
+
+/* The cubin for sm_<arch>, or NULL. */
+const StepCubin *step_kernels_cubin(const StepKernels *k, int arch);
 void step_program_init(StepProgram *p);
 void step_program_free(StepProgram *p);
 

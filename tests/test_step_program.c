@@ -7,6 +7,8 @@
  *   - the text form round-trips (write, read, write gives the same bytes) and
  *     the read-back program computes the same loss on the cpu backend as a
  *     program compiled in-process, bit for bit;
+ *   - the C API opens a NAME.hpc's program and computes the same logits as
+ *     from the .model file;
  *   - bad programs are refused with the reason: truncated, another version,
  *     an unknown field, an unknown policy, a node input that is not earlier.
  * The link-level check (a program that runs an artifact has no front end)
@@ -17,6 +19,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "hpc.h"
 #include "cuda/nvrtc_compile.h"
 #include "data/batch.h"
 #include "step_program_build.h"
@@ -107,12 +110,31 @@ Test(step_program, one_nvrtc_compile_per_module)
         const StepProgram *p = run == 1 ? &b : &a;
         cr_assert_eq(nvrtc_compile_cached(p->kernels.cuda_source, "hpc_ops", 80, NULL, 0, &cubin, &n, &info, &err),
                      HPC_OK, "%s", err.msg);
+        if (run == 0)   /* `hpc compile --arch 80`: the cubin travels in the program */
+            cr_assert_eq(step_kernels_add_cubin(&a.kernels, 80, cubin, n, &err), HPC_OK, "%s", err.msg);
         free(cubin);
         cr_expect_eq(info.result, run == 0 ? KCACHE_MISS : KCACHE_HIT, "run %d", run);
     }
     nvrtc_compile_stats(&s1);
     cr_expect_eq(s1.compiles - s0.compiles, 1, "NVRTC ran %ld times", s1.compiles - s0.compiles);
     cr_expect_eq(s1.cache_hits - s0.cache_hits, 2);
+    /* The cubin survives the text form byte for byte. */
+    size_t len = 0;
+    char *t = program_text(&a, &len);
+    StepProgram q;
+    cr_assert_eq(step_program_read("mem", t, len, &q, &err), HPC_OK, "%s", err.msg);
+    const StepCubin *c = step_kernels_cubin(&q.kernels, 80), *want = step_kernels_cubin(&a.kernels, 80);
+    cr_assert(c && want);
+    cr_expect_eq(c->size, want->size);
+    cr_expect_eq(memcmp(c->data, want->data, c->size), 0);
+    cr_expect_null(step_kernels_cubin(&q.kernels, 90));
+    step_program_free(&q);
+    /* A cut inside the cubin's hex is refused. */
+    char *cub = strstr(t, "\ncubin 80 ");
+    cr_assert_not_null(cub);
+    cr_expect_eq(step_program_read("x.hpc", t, (size_t)(cub - t) + 5000, &q, &err), HPC_ERR_INPUT);
+    cr_expect_not_null(strstr(err.msg, "truncated"), "%s", err.msg);
+    free(t);
     step_program_free(&a);
     step_program_free(&b);
     char cmd[128];
@@ -238,4 +260,56 @@ Test(step_program, artifact_carries_the_program)
     step_program_free(&q);
     remove(path);
     step_program_free(&p);
+}
+
+static HpcModel *api_open(const char *path)
+{
+    HpcModelOptions o;
+    hpc_model_options_init(&o);
+    o.path = path;
+    o.max_batch = 2;
+    o.max_seq_len = 8;
+    HpcModel *m = NULL;
+    char msg[2048];
+    cr_assert_eq(hpc_model_open(&o, &m, msg, sizeof msg), HPC_API_OK, "%s: %s", path, msg);
+    return m;
+}
+
+Test(step_program, c_api_runs_the_artifact_program)
+{
+    StepProgram p;
+    compile_tiny(&p, 2, 8, PREC_FP16);
+    char path[] = "/tmp/hpc_sp_apiXXXXXX.hpc";
+    int fd = mkstemps(path, 4);
+    cr_assert_geq(fd, 0);
+    close(fd);
+    HpcError err = {0};
+    cr_assert_eq(step_program_save(path, &p, NULL, &err), HPC_OK, "%s", err.msg);
+    step_program_free(&p);
+    int32_t ids[16], mask[16];
+    for (int i = 0; i < 16; i++) ids[i] = 100 + 37 * i, mask[i] = i % 8 < 6;
+    HpcBatch b = {.batch = 2, .seq_len = 8, .input_ids = ids, .attention_mask = mask};
+    float la[4] = {0}, lb[4] = {0};
+    HpcModel *a = api_open(path);
+    HpcModelInfo info;
+    cr_assert_eq(hpc_model_info(a, &info), HPC_API_OK);
+    cr_expect_eq(info.precision, HPC_PRECISION_FP16, "the artifact's own policy");
+    cr_expect_eq(hpc_model_forward(a, &b, la, 4), HPC_API_OK, "%s", hpc_model_error(a));
+    hpc_model_free(a);
+    HpcModelOptions o;
+    hpc_model_options_init(&o);
+    o.path = "models/bert_tiny.model";
+    o.precision = HPC_PRECISION_FP16;
+    o.max_batch = 2;
+    o.max_seq_len = 8;
+    HpcModel *m = NULL;
+    char msg[2048];
+    cr_assert_eq(hpc_model_open(&o, &m, msg, sizeof msg), HPC_API_OK, "%s", msg);
+    cr_expect_eq(hpc_model_forward(m, &b, lb, 4), HPC_API_OK, "%s", hpc_model_error(m));
+    hpc_model_free(m);
+    for (int i = 0; i < 4; i++) {
+        cr_expect(isfinite(la[i]), "logit %d", i);
+        cr_expect_eq(la[i], lb[i], "logit %d: %.9g from the artifact, %.9g from the model", i, la[i], lb[i]);
+    }
+    remove(path);
 }

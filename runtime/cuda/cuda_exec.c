@@ -76,6 +76,13 @@ static HpcStatus alloc_params(CudaExec *ex, HpcError *err)
  * (B, L), through the disk cache. */
 static HpcStatus compile_module(CudaExec *ex, HpcError *err)
 {
+    const StepCubin *ahead = step_kernels_cubin(ex->kernels, ex->dev->arch);
+    if (ahead) {   /* compiled by `hpc compile --arch`: no NVRTC at all */
+        ex->cubin_from_program = ex->cache_hit = true;
+        if (getenv("HPC_PROFILE"))
+            fprintf(stderr, "hpc profile: step module for sm_%d: the program's own cubin\n", ex->dev->arch);
+        return CUDA_CHECK(err, cuda_driver()->cuModuleLoadData(&ex->module, ahead->data));
+    }
     const char *src = ex->kernels->cuda_source;
     if (!src)
         return hpc_fail(err, HPC_ERR_INPUT, "cuda_exec: the step program has no CUDA source; "

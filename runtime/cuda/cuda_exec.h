@@ -102,7 +102,8 @@ typedef struct {
     int n_graphs;
     int64_t B, L;              /* binding of the last run */
     double compile_seconds;    /* NVRTC (or cache) time of the module */
-    bool cache_hit;
+    bool cache_hit;            /* no NVRTC ran: a cache hit or the program's cubin */
+    bool cubin_from_program;   /* the program carried the cubin for this arch */
 } CudaExec;
 
 /* Plans, allocates and compiles as described above, from a step program's

@@ -71,7 +71,8 @@ static void report_cold_start(CudaTrain *t)
     fprintf(stderr, "hpc profile: cold start %.2f s from process start to the end of step 1; "
             "NVRTC %ld compile(s) in %.2f s, %ld kernel cache hit(s); step module %s in %.3f s\n",
             process_age_seconds(), s.compiles, s.compile_seconds, s.cache_hits,
-            t->ex.cache_hit ? "from the cache" : "compiled", t->ex.compile_seconds);
+            t->ex.cubin_from_program ? "the program's cubin" : t->ex.cache_hit ? "from the cache" : "compiled",
+            t->ex.compile_seconds);
 }
 
 static CudaTrain *impl(TrainBackend *b) { return b->impl; }
