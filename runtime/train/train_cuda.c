@@ -34,7 +34,7 @@ typedef struct {
     KemitOptState *host_state; /* (RING) */
     float *logits;             /* eval: (B, C) f32 */
     size_t logits_cap;
-    bool profile;              /* HPC_PROFILE: report the cold start after step 1 */
+    bool profile;              /* HPC_STARTUP or HPC_PROFILE: report the cold start after step 1 */
 } CudaTrain;
 
 /* Seconds since this process started (/proc/self/stat field 22 against
@@ -61,7 +61,8 @@ static double process_age_seconds(void)
     return up < 0 || hz <= 0 ? -1 : up - (double)start / (double)hz;
 }
 
-/* HPC_PROFILE=1: after the first optimizer step (waits for it). */
+/* HPC_STARTUP=1 (or HPC_PROFILE=1, whose eager per-node timing slows step
+ * 1): after the first optimizer step (waits for it). */
 static void report_cold_start(CudaTrain *t)
 {
     t->profile = false;
@@ -278,7 +279,8 @@ HpcStatus train_cuda_open(TrainBackend *b, int64_t total_steps, int64_t max_B, i
     b->state_in = cuda_state_in;
     b->close = cuda_close;
     t->accum = b->spec->train.grad_accum > 1 ? b->spec->train.grad_accum : 1;
-    t->profile = getenv("HPC_PROFILE") != NULL;
+    const char *su = getenv("HPC_STARTUP"), *pr = getenv("HPC_PROFILE");
+    t->profile = (su && *su && strcmp(su, "0") != 0) || (pr && *pr && strcmp(pr, "0") != 0);
     if (b->g.loss < 0 || b->g.nodes[b->g.loss].dtype != DT_F32)
         return hpc_fail(err, HPC_ERR_INTERNAL, "trainer: the graph's loss is not an f32 scalar");
     HpcStatus st = cuda_device_open(&t->dev, 0, err);
@@ -291,7 +293,11 @@ HpcStatus train_cuda_open(TrainBackend *b, int64_t total_steps, int64_t max_B, i
     if (!st) st = cuda_optim_init(&t->opt, &t->ex, b->spec, b->policy, total_steps, err);
     if (st) return st;
     t->opt_open = true;
-    snprintf(b->name, sizeof b->name, "cuda (%.100s, sm_%d)", t->dev.name, t->dev.arch);
+    NvrtcStats ns;
+    nvrtc_compile_stats(&ns);   /* the step's and the optimizer's modules */
+    snprintf(b->name, sizeof b->name, "cuda (%.60s, sm_%d; kernels: %ld NVRTC compile(s) in %.1f s, %ld cached%s)",
+             t->dev.name, t->dev.arch, ns.compiles, ns.compile_seconds, ns.cache_hits,
+             t->ex.cubin_from_program ? ", step cubin from the artifact" : "");
     b->cuda_stream = t->dev.stream;
     return alloc_rings(t, err);
 }
