@@ -230,6 +230,7 @@ HpcStatus emitlib_package(const ModelSpec *spec, const EmitLibOptions *o, const 
     const char *hpc_root = o->hpc_root ? o->hpc_root : "/path/to/hpc";
     snprintf(root, sizeof root, "%s", hpc_root);
     HpcStatus st = emitlib_write_cuh(spec, o->policy, dir, &src, NULL, err);
+    if (!st) st = emitlib_step(spec, o->policy, dir, err);
     char demo[160];
     snprintf(demo, sizeof demo, "%s_demo", spec->name);
     if (!st) st = write_file(dir, spec->name, ".h", spec, w_header, &o->policy, err);

@@ -9,6 +9,8 @@
  *     program compiled in-process, bit for bit;
  *   - the C API opens a NAME.hpc's program and computes the same logits as
  *     from the .model file;
+ *   - --emit-cuda exports the step's own module (NAME_step.cuh) verbatim,
+ *     with a launch line per kernel;
  *   - bad programs are refused with the reason: truncated, another version,
  *     an unknown field, an unknown policy, a node input that is not earlier.
  * The link-level check (a program that runs an artifact has no front end)
@@ -20,6 +22,7 @@
 #include <unistd.h>
 
 #include "hpc.h"
+#include "emit_lib.h"
 #include "cuda/nvrtc_compile.h"
 #include "data/batch.h"
 #include "step_program_build.h"
@@ -312,4 +315,40 @@ Test(step_program, c_api_runs_the_artifact_program)
         cr_expect_eq(la[i], lb[i], "logit %d: %.9g from the artifact, %.9g from the model", i, la[i], lb[i]);
     }
     remove(path);
+}
+
+Test(step_program, emit_cuda_exports_the_step_module)
+{
+    char dir[] = "/tmp/hpc_sp_emitXXXXXX";
+    cr_assert_not_null(mkdtemp(dir));
+    ModelSpec s;
+    HpcError err = {0};
+    load_tiny(&s, 4, 16);
+    cr_assert_eq(emitlib_cuda(&s, PREC_BF16, dir, &err), HPC_OK, "%s", err.msg);
+    StepProgram p;
+    compile_tiny(&p, 4, 16, PREC_BF16);
+    char path[512];
+    snprintf(path, sizeof path, "%s/bert_tiny_step.cuh", dir);
+    FILE *f = fopen(path, "r");
+    cr_assert_not_null(f, "%s", path);
+    char *text = NULL;
+    size_t cap = 0;
+    ssize_t n = getdelim(&text, &cap, '\0', f);
+    fclose(f);
+    cr_assert_gt(n, 0);
+    cr_expect_not_null(strstr(text, p.kernels.cuda_source), "the exported module is not the step's");
+    /* A launch line names each kernel of the first kernel node with its count. */
+    for (int i = 0; i < p.kernels.n; i++)
+        if (p.kernels.node[i].kind == EOP_KERNELS) {
+            char line[256];
+            snprintf(line, sizeof line, " %s  count ", p.kernels.node[i].phase[0].name);
+            cr_expect_not_null(strstr(text, line), "no launch line for %s", line);
+            break;
+        }
+    cr_expect_not_null(strstr(text, "count 128*B*L"), "a (B, L, 128) count in B and L");
+    free(text);
+    step_program_free(&p);
+    char cmd[128];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    cr_expect_eq(system(cmd), 0);
 }
