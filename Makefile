@@ -89,12 +89,18 @@ $(BUILD)/tests/%: tests/%.c $(CLI_LIB) $(LIBS) | $(BUILD)/.deps-ok
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS) -Icli -Wno-missing-prototypes -o $@ $< $(CLI_LIB) $(LIBS) -lcriterion $(LDLIBS)
 
+# A program that only runs artifacts: no front end in it (tests/link/check-no-frontend.sh).
+$(BUILD)/tests/link/run_artifact: tests/link/run_artifact.c $(LIBS)
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS) -o $@ $< $(LIBS) $(LDLIBS)
+
 # The C embedding example (examples/) runs on the cpu backend, also under valgrind.
 examples: all
 	$(MAKE) -C examples
 
-test: all $(TEST_BIN) examples
+test: all $(TEST_BIN) examples $(BUILD)/tests/link/run_artifact
 	@HPC_ROOT=$(CURDIR) sh tests/run-all.sh $(TEST_BIN)
+	@sh tests/link/check-no-frontend.sh $(BUILD)/tests/link/run_artifact bin/hpc
 	@$(MAKE) -s -C examples run >$(BUILD)/examples-run.log 2>&1 && echo "PASS  examples/embed_bert_tiny" || { cat $(BUILD)/examples-run.log; exit 1; }
 	@$(MAKE) -s -C examples valgrind >$(BUILD)/examples-vg.log 2>&1 && echo "PASS  examples/embed_bert_tiny under valgrind" || { cat $(BUILD)/examples-vg.log; exit 1; }
 	@sh tests/check-valgrind.sh
@@ -117,7 +123,7 @@ endif
 
 FUZZ_SECONDS ?= 60
 # The fuzzer needs only the front end, so others' half-done passes can't break it.
-FUZZ_SRC := util/error.c util/num_parse.c util/nearest.c grammar/ast.c compiler/diag.c compiler/spec.c compiler/summary.c \
+FUZZ_SRC := util/error.c util/num_parse.c util/nearest.c grammar/ast.c compiler/diag.c compiler/spec.c compiler/spec_load.c compiler/summary.c \
             $(wildcard compiler/check*.c)
 fuzz: $(GEN_C)
 	@mkdir -p $(BUILD)/fuzz/corpus

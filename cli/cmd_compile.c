@@ -28,6 +28,7 @@
 #include "plan.h"
 #include "precision.h"
 #include "spec.h"
+#include "step_program_build.h"
 #include "summary.h"
 
 typedef struct {
@@ -97,12 +98,14 @@ static const CliOpt compile_opts[] = {
     {.name = "no-artifact", .kind = CLI_FLAG, .off = A(no_artifact), .excludes = EX_OUTPUT,
      .help = "write no artifact"},
     {.name = "emit-cuda", .kind = CLI_STR, .off = A(emit_cuda), .meta = "DIR", .excludes = EX_STOP_CUDA,
-     .help = "write DIR/NAME_kernels.cuh: the fused kernels for nvcc"},
+     .help = "write DIR/NAME_step.cuh (the training step's own kernels, the ones hpc runs and tests) "
+             "and DIR/NAME_kernels.cuh (the fused LayerNorm/optimizer templates) for nvcc"},
     {.name = "emit-lib", .kind = CLI_STR, .off = A(emit_lib), .meta = "DIR", .excludes = EX_STOP_LIB,
-     .help = "write a package to embed the model in a C program: NAME.h/.c, a Makefile, the .cuh, the plan "
-             "(docs/embedding.md)"},
-    {.name = "arch", .kind = CLI_FN, .off = A(arch), .meta = "LIST", .needs = "emit-lib", .fn = parse_archs,
-     .help = "with --emit-lib: also cubins for these archs (e.g. 80,90)"},
+     .help = "write a package to embed the model in a C program: NAME.h/.c, a Makefile, the .cuh files, "
+             "NAME.hpc with the step program (docs/embedding.md)"},
+    {.name = "arch", .kind = CLI_FN, .off = A(arch), .meta = "LIST", .fn = parse_archs,
+     .help = "also compile the step for these archs (e.g. 80,90) into NAME.hpc, so `hpc run` on "
+             "such a GPU runs no NVRTC for the step (with --emit-lib, also cubins of the package's kernels)"},
     CLI_END,
 };
 #undef A
@@ -207,31 +210,37 @@ static void print_summary(const Compiled *c, SpecPrecision policy)
     printf("stages     check, lower, autodiff, precision, %splan, emit done\n", c->fused ? "fuse, " : "");
 }
 
-/* NAME.hpc (compiler/artifact.h): the resolved model, the plan summary
- * and the CUDA source of the graph's kernels. */
+/* NAME.hpc (compiler/artifact.h): the step program (what `hpc run`
+ * executes), the resolved model, the plan summary and the CUDA source. */
 static int write_artifact(const Compiled *c, const CompileArgs *a)
 {
     HpcError err = {0};
-    Artifact art = {.policy = a->policy};
-    snprintf(art.name, sizeof art.name, "%s", c->spec.name);
+    char *plan = NULL, path[4096];
     size_t plan_len = 0;
-    FILE *mem = open_memstream(&art.plan_text, &plan_len);
+    FILE *mem = open_memstream(&plan, &plan_len);
     if (mem) {
         plan_print(&c->plan, &c->g, &c->pl, &c->spec.train, mem);
         fclose(mem);
     }
-    art.model_text = artifact_model_text(&c->spec);
-    char path[4096];
     if (a->out) snprintf(path, sizeof path, "%s", a->out);
     else artifact_path_for(c->spec.name, path, sizeof path);
     HpcStatus st = output_check_not_input("-o", path, &(OutputInput){"the model file", a->model}, 1, &err);
     if (!st) st = output_check_writable("-o", path, &err);
-    if (!st) st = eop_module_source(&c->g, &art.cuda_source, &err);
-    if (!st) st = artifact_write(path, &art, &err);
+    StepProgram prog;
+    bool have_prog = false;
+    if (!st) st = step_program_from_graph(&c->spec, a->policy, c->fused, &c->g, &c->pl, &prog, &err);
+    have_prog = !st;
+    for (int i = 0; i < a->arch.n && !st; i++) {   /* --arch: the module compiled ahead */
+        void *cubin = NULL;
+        size_t n = 0;
+        st = nvrtc_compile(prog.kernels.cuda_source, "hpc_ops", a->arch.v[i], NULL, 0, &cubin, &n, NULL, &err);
+        if (!st) st = step_kernels_add_cubin(&prog.kernels, a->arch.v[i], cubin, n, &err);
+        free(cubin);
+    }
+    if (!st) st = step_program_save(path, &prog, plan, &err);
     if (!st) fprintf(stderr, "hpc: wrote %s (run it: hpc run %s)\n", path, path);
-    free(art.model_text);
-    free(art.plan_text);
-    free(art.cuda_source);
+    if (have_prog) step_program_free(&prog);
+    free(plan);
     return st ? cli_report(&err) : HPC_OK;
 }
 

@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "artifact.h"
+#include "step_program_build.h"
 #include "train/checkpoint.h"
 #include "cli.h"
 #include "data/dataset.h"
@@ -33,6 +34,8 @@ typedef struct {
     SpecPrecision policy;                 /* PREC_DEFAULT: no flag (an artifact's own, else fp32) */
     bool no_fuse, cased, skip_bad_rows, allow_changed, no_memory_check;
     bool rows_given;                      /* --train-rows */
+    StepProgram program;       /* a NAME.hpc's program (have_program) */
+    bool have_program;
     RunOverrides train;  /* --lr, --loss-scale, ... over the model's train block */
     CliParsed parsed;
     const bool *train_seen;   /* which of run_override_opts were given (in parsed) */
@@ -275,10 +278,26 @@ static int load_spec(RunArgs *a, ModelSpec *spec)
         return nerr ? (nerr < 0 ? HPC_ERR_IO : HPC_ERR_INPUT) : 0;
     }
     HpcError err = {0};
-    SpecPrecision p;
-    if (artifact_load_spec(a->model, spec, &p, stderr, &err)) return cli_report(&err);
-    if (a->policy == PREC_DEFAULT) a->policy = p == PREC_DEFAULT ? PREC_FP32 : p;
+    if (step_program_load(a->model, a->policy, !a->no_fuse, &a->program,
+                          stderr, &err))
+        return cli_report(&err);
+    a->have_program = true;
+    a->policy = a->program.policy;
+    *spec = a->program.spec;
     return 0;
+}
+
+/* The artifact's program takes the run's training overrides; a change that
+ * alters the graph (frozen parameters) compiles the model again. */
+static HpcStatus program_for_run(RunArgs *a, const ModelSpec *spec, HpcError *err)
+{
+    const SpecTraining *was = &a->program.spec.train, *now = &spec->train;
+    if (was->freeze_embeddings == now->freeze_embeddings && was->freeze_layers == now->freeze_layers) {
+        a->program.spec = *spec;
+        return HPC_OK;
+    }
+    step_program_free(&a->program);
+    return step_program_compile(spec, a->policy, !a->no_fuse, &a->program, err);
 }
 
 /* What the data adds to the settings a checkpoint records (checkpoint.h). */
@@ -325,6 +344,7 @@ int cmd_run(int argc, char **argv)
     run_overrides_apply(&a.train, a.train_seen, &spec);
     HpcStatus st = inject_step(&inject, &err);
     if (!st) st = check_run(&spec, &a, &err);
+    if (!st && a.have_program) st = program_for_run(&a, &spec, &err);
     bool glue = !is_synthetic(&a);
     if (!st && glue && a.init) st = init_tokenizer(&a, &err);
     if (!st && a.output) st = hf_folder_check(a.output, &spec, &err);
@@ -340,12 +360,14 @@ int cmd_run(int argc, char **argv)
                       .output_dir = a.output, .output_vocab = glue && !st ? task.vocab_path : NULL,
                       .output_lower_case = !a.cased,
                       .data_settings = &data, .allow_changed_settings = a.allow_changed,
-                      .no_memory_check = a.no_memory_check};
+                      .no_memory_check = a.no_memory_check,
+                      .program = a.have_program ? &a.program : NULL};
     TrainResult r;
     if (!st) st = trainer_run(&spec, glue ? &task.train : &train, glue ? &task.dev : &dev, &o, &r, &err);
     dataset_free(&train);
     dataset_free(&dev);
     task_free(&task);
+    if (a.have_program) step_program_free(&a.program);
     if (st) return cli_report(&err);
     if (r.resumed_from > 0)
         printf("%s: %lld steps (%lld skipped; resumed after step %lld) on %s, loss -> %.4f, dev %s %.4f\n",

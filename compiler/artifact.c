@@ -57,6 +57,7 @@ HpcStatus artifact_write(const char *path, const Artifact *a, HpcError *err)
     put_section(f, "model", a->model_text);
     put_section(f, "plan", a->plan_text);
     put_section(f, "cuda", a->cuda_source);
+    put_section(f, "program", a->program_text);
     bool bad = ferror(f) != 0;
     if (fclose(f) != 0 || bad || rename(tmp, path) != 0) {
         int e = errno;
@@ -108,8 +109,12 @@ static HpcStatus parse_header(const char *path, const char *s, size_t len, size_
     if (!magic_line(s, len, &version, &used))
         return bad_file(err, path, 0, "not an hpc artifact (no " ARTIFACT_MAGIC " header with a format version "
                         "in [1, 9223372036854775807])");
-    if (version > ARTIFACT_VERSION)
-        return bad_file(err, path, 0, "written by a newer hpc (format version too new)");
+    if (version != ARTIFACT_VERSION) {
+        char why[128];
+        snprintf(why, sizeof why, "format version %lld, this hpc reads version %d", (long long)version,
+                 ARTIFACT_VERSION);
+        return bad_file(err, path, 0, why);
+    }
     char name[128] = "", pol[16] = "";
     int n2 = 0;
     if (sscanf(s + used, "name %127s\npolicy %15s\n%n", name, pol, &n2) < 2 || n2 == 0)
@@ -152,13 +157,15 @@ static HpcStatus parse_sections(const char *path, const char *s, size_t len, siz
         memcpy(text, s + pos, bytes);
         text[bytes] = '\0';
         char **slot = strcmp(kind, "model") == 0 ? &a->model_text : strcmp(kind, "plan") == 0 ? &a->plan_text
-                    : strcmp(kind, "cuda") == 0 ? &a->cuda_source : NULL;
-        if (slot) {
-            free(*slot);
-            *slot = text;
-        } else {
-            free(text);   /* a newer writer's section: skipped */
+                    : strcmp(kind, "cuda") == 0 ? &a->cuda_source
+                    : strcmp(kind, "program") == 0 ? &a->program_text : NULL;
+        if (!slot || *slot) {
+            free(text);
+            char why[96];
+            snprintf(why, sizeof why, "%s section '%s'", slot ? "a second" : "unknown", kind);
+            return bad_file(err, path, pos, why);
         }
+        *slot = text;
         pos += bytes + (pos + bytes < len && s[pos + bytes] == '\n');
     }
     return a->model_text ? HPC_OK : bad_file(err, path, len, "no model section");
@@ -182,20 +189,6 @@ void artifact_free(Artifact *a)
     free(a->model_text);
     free(a->plan_text);
     free(a->cuda_source);
+    free(a->program_text);
     memset(a, 0, sizeof *a);
-}
-
-HpcStatus artifact_load_spec(const char *path, ModelSpec *spec, SpecPrecision *policy, FILE *diag,
-                             HpcError *err)
-{
-    Artifact a;
-    HpcStatus st = artifact_read(path, &a, err);
-    if (st) return st;
-    int nerr = spec_load_string(path, a.model_text, strlen(a.model_text), NULL, spec, diag);
-    if (nerr)
-        st = hpc_fail(err, HPC_ERR_INPUT, "artifact: the model text in %s does not check (%d errors above); "
-                      "recompile it with `hpc compile MODEL`", path, nerr);
-    if (!st && policy) *policy = a.policy;
-    artifact_free(&a);
-    return st;
 }

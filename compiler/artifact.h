@@ -12,12 +12,13 @@
  *     plan   the plan summary of a training step at the model's batch x
  *            seq_len (plan_print), for people;
  *     cuda   the CUDA source of the model's kernels (emit_ops, one
- *            translation unit) as compiled by the runtime with NVRTC.
- * The runtime regenerates the kernels from the model (the same generator,
- * so the same text and the same NVRTC cache entry); the stored source is
- * what a reader inspects.  A reader rejects another magic, a newer version,
- * a truncated section or a missing model section (HPC_ERR_INPUT, naming the
- * file and the byte offset).
+ *            translation unit), for people and --emit-lib;
+ *     program  the step program (compiler/step_program.h): what `hpc run`
+ *            and the C API execute, with no front end or lowering.
+ * A reader rejects another magic, another version, an unknown policy, an
+ * unknown or repeated section, a truncated section or a missing model
+ * section (HPC_ERR_INPUT, naming the file and the byte offset).
+ * artifact_load_spec lives in artifact_spec.c (it needs the parser).
  *
  * Ownership: artifact_read fills an Artifact whose strings are malloc'd;
  * artifact_free releases them.  artifact_write borrows everything.
@@ -39,7 +40,7 @@
 #include "spec.h"
 
 #define ARTIFACT_MAGIC "HPCART"
-#define ARTIFACT_VERSION 1
+#define ARTIFACT_VERSION 2   /* 2: the program section */
 #define ARTIFACT_EXT ".hpc"
 
 typedef struct {
@@ -48,6 +49,7 @@ typedef struct {
     char *model_text;       /* NUL-terminated */
     char *plan_text;        /* NULL when absent */
     char *cuda_source;      /* NULL when absent */
+    char *program_text;     /* step_program_write's text; NULL when absent */
 } Artifact;
 
 /* Writes atomically enough for a build product: a temporary file then

@@ -190,7 +190,8 @@ HpcStatus emitlib_write_cuh(const ModelSpec *spec, SpecPrecision policy, const c
 
 HpcStatus emitlib_cuda(const ModelSpec *spec, SpecPrecision policy, const char *dir, HpcError *err)
 {
-    return emitlib_write_cuh(spec, policy, dir, NULL, NULL, err);
+    HpcStatus st = emitlib_write_cuh(spec, policy, dir, NULL, NULL, err);
+    return st ? st : emitlib_step(spec, policy, dir, err);
 }
 
 bool emitlib_parse_archs(const char *s, int *archs, int *n)

@@ -1,7 +1,8 @@
 /* compiler/emit_lib.h — what `hpc compile MODEL --emit-cuda DIR` and
  * `--emit-lib DIR` write: a model's code for other programs' builds.
  *
- * --emit-cuda DIR writes DIR/NAME_kernels.cuh: the model's fused CUDA
+ * --emit-cuda DIR writes DIR/NAME_step.cuh, the kernels of the training
+ * step itself (emitlib_step below), and DIR/NAME_kernels.cuh: the model's fused CUDA
  * kernels (compiler/emit_kernels.h: LayerNorm, softmax, GELU, embeddings,
  * losses, optimizer) as one header for projects that build with nvcc.  It
  * opens with a comment that documents the constants, the storage type, the
@@ -58,12 +59,18 @@ typedef struct {
     int n_archs;
     EmitLibCompileFn compile;      /* needed when n_archs > 0 */
     const char *plan_text;         /* the plan summary to store, or NULL */
-    const char *cuda_source;       /* the artifact's cuda section (emit_ops), or NULL */
+    const char *cuda_source;       /* unused: NAME.hpc's step program carries its own CUDA */
     const char *hpc_root;          /* default HPC_ROOT of the Makefile, or NULL */
 } EmitLibOptions;
 
 /* Writes DIR/NAME_kernels.cuh (DIR is created if missing).  HPC_ERR_IO
  * naming the path; HPC_ERR_INPUT if the kernels do not support the model. */
+/* DIR/NAME_step.cuh: the training step's own kernels (the step program's
+ * module, the ones hpc runs and tests), with the ABI and a launch table in
+ * its opening comment (compiler/emit_lib_step.c).  emitlib_cuda and
+ * emitlib_package write it beside NAME_kernels.cuh. */
+HpcStatus emitlib_step(const ModelSpec *spec, SpecPrecision policy, const char *dir, HpcError *err);
+
 HpcStatus emitlib_cuda(const ModelSpec *spec, SpecPrecision policy, const char *dir, HpcError *err);
 
 /* Writes the package described above into DIR. */

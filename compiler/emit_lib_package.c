@@ -8,6 +8,7 @@
 
 #include "hpc.h"
 #include "artifact.h"
+#include "step_program_build.h"
 #include "emit_lib.h"
 #include "emit_lib_internal.h"
 
@@ -229,6 +230,7 @@ HpcStatus emitlib_package(const ModelSpec *spec, const EmitLibOptions *o, const 
     const char *hpc_root = o->hpc_root ? o->hpc_root : "/path/to/hpc";
     snprintf(root, sizeof root, "%s", hpc_root);
     HpcStatus st = emitlib_write_cuh(spec, o->policy, dir, &src, NULL, err);
+    if (!st) st = emitlib_step(spec, o->policy, dir, err);
     char demo[160];
     snprintf(demo, sizeof demo, "%s_demo", spec->name);
     if (!st) st = write_file(dir, spec->name, ".h", spec, w_header, &o->policy, err);
@@ -237,12 +239,14 @@ HpcStatus emitlib_package(const ModelSpec *spec, const EmitLibOptions *o, const 
     if (!st) st = write_file(dir, "Makefile", "", spec, w_makefile, root, err);
     if (!st && o->plan_text) st = write_file(dir, spec->name, ".plan.txt", spec, w_text, o->plan_text, err);
     if (!st) {
-        Artifact a = {.policy = o->policy, .model_text = text, .plan_text = (char *)o->plan_text,
-                      .cuda_source = (char *)o->cuda_source};
-        snprintf(a.name, sizeof a.name, "%s", spec->name);
+        /* The artifact carries the step program, so `hpc run` and the C
+         * API run it without compiling (compiler/step_program.h). */
+        StepProgram prog;
         char path[4096];
         snprintf(path, sizeof path, "%s/%s%s", dir, spec->name, ARTIFACT_EXT);
-        st = artifact_write(path, &a, err);
+        st = step_program_compile(spec, o->policy, true, &prog, err);
+        if (!st) st = step_program_save(path, &prog, o->plan_text, err);
+        step_program_free(&prog);
     }
     if (!st) st = write_cubins(spec, o, src, dir, err);
     free(src);

@@ -109,13 +109,11 @@ static void phase_name(const EopGenPhase *ph, char *buf, size_t size)
     snprintf(buf, size, "%s_%06llx", ph->base, (unsigned long long)(h & 0xffffff));
 }
 
-static HpcStatus gen_node(const IrGraph *g, int id, int64_t B, int64_t L, EopGen *gen, HpcError *err)
+static HpcStatus gen_node(const IrGraph *g, int id, EopGen *gen, HpcError *err)
 {
     memset(gen, 0, sizeof *gen);
     gen->g = g;
     gen->id = id;
-    gen->B = B;
-    gen->L = L;
     HpcStatus st = eopb_node(gen, err);
     if (st) eopb_free(gen);
     return st;
@@ -148,7 +146,7 @@ static HpcStatus module_build(const IrGraph *g, StrBuf *src, NameSet *names, Hpc
 {
     for (int id = 0; id < g->n; id++) {
         EopGen gen;
-        HpcStatus st = gen_node(g, id, 1, 1, &gen, err);
+        HpcStatus st = gen_node(g, id, &gen, err);
         if (st) return st;
         for (int p = 0; p < gen.n_phases; p++) {
             char name[EOP_NAME_MAX];
@@ -191,57 +189,53 @@ int eop_kernel_count(const IrGraph *g)
     return n;
 }
 
-/* Grid-stride kernels need no more than 2^20 blocks; one-block-per-row
- * kernels need every row (grid.x may go to 2^31 - 1). */
-static unsigned clamp_blocks(int64_t n, int64_t max)
+HpcStatus eop_node_record(const IrGraph *g, int id, StepNodeCode *rec, HpcError *err)
 {
-    if (n < 1) return 1;
-    return n > max ? (unsigned)max : (unsigned)n;
-}
-
-static void launch_shape(const EopGenPhase *ph, EopPhase *out)
-{
-    unsigned *gr = out->grid, *bl = out->block;
-    gr[0] = gr[1] = gr[2] = bl[0] = bl[1] = bl[2] = 1;
-    switch (ph->lt) {
-    case EOP_LT_ELEMS: gr[0] = clamp_blocks((ph->count + 255) / 256, 1 << 20); bl[0] = 256; break;
-    case EOP_LT_ROWS: gr[0] = clamp_blocks(ph->count, 0x7fffffff); bl[0] = (unsigned)ph->threads; break;
-    case EOP_LT_WARP_ROWS: gr[0] = clamp_blocks((ph->count + 3) / 4, 0x7fffffff); bl[0] = 128; break;
-    case EOP_LT_ONE: bl[0] = 1024; break;
-    case EOP_LT_COLPART:
-        gr[0] = clamp_blocks((ph->count + 31) / 32, 0x7fffffff);
-        gr[1] = EOP_COL_PARTS;
-        bl[0] = 32;
-        bl[1] = 8;
-        break;
-    case EOP_LT_COLFIN: gr[0] = clamp_blocks((ph->count + 255) / 256, 0x7fffffff); bl[0] = 256; break;
-    }
-}
-
-HpcStatus eop_node_code(const IrGraph *g, int id, int64_t B, int64_t L, EopNodeCode *code,
-                        HpcError *err)
-{
-    memset(code, 0, sizeof *code);
+    memset(rec, 0, sizeof *rec);
     EopGen gen;
-    HpcStatus st = gen_node(g, id, B, L, &gen, err);
+    HpcStatus st = gen_node(g, id, &gen, err);
     if (st) return st;
-    code->kind = gen.kind;
-    code->bias_epilogue = gen.bias_epilogue;
-    code->n_phases = gen.n_phases;
+    rec->kind = gen.kind;
+    rec->bias_epilogue = gen.bias_epilogue;
+    rec->n_phases = gen.n_phases;
+    rec->scratch = gen.scratch;
     for (int p = 0; p < gen.n_phases; p++) {
-        phase_name(&gen.ph[p], code->phase[p].name, sizeof code->phase[p].name);
-        launch_shape(&gen.ph[p], &code->phase[p]);
+        StepPhase *ph = &rec->phase[p];
+        phase_name(&gen.ph[p], ph->name, sizeof ph->name);
+        ph->lt = gen.ph[p].lt;
+        ph->count = gen.ph[p].count;
+        ph->threads = gen.ph[p].threads;
     }
     eopb_free(&gen);
     return HPC_OK;
 }
 
+HpcStatus eop_kernels_build(const IrGraph *g, StepKernels *k, HpcError *err)
+{
+    memset(k, 0, sizeof *k);
+    k->node = xcalloc((size_t)(g->n > 0 ? g->n : 1), sizeof *k->node);
+    k->n = g->n;
+    HpcStatus st = HPC_OK;
+    for (int id = 0; id < g->n && !st; id++) st = eop_node_record(g, id, &k->node[id], err);
+    if (!st) st = eop_module_source(g, &k->cuda_source, err);
+    if (st) step_kernels_free(k);
+    return st;
+}
+
+HpcStatus eop_node_code(const IrGraph *g, int id, int64_t B, int64_t L, EopNodeCode *code,
+                        HpcError *err)
+{
+    StepNodeCode rec;
+    memset(code, 0, sizeof *code);
+    HpcStatus st = eop_node_record(g, id, &rec, err);
+    if (!st) step_node_launch(&rec, B, L, code);
+    return st;
+}
+
 int64_t eop_scratch_bytes(const IrGraph *g, int id, int64_t B, int64_t L)
 {
-    EopGen gen;
+    StepNodeCode rec;
     HpcError err;
-    if (gen_node(g, id, B, L, &gen, &err) != HPC_OK) return 0;
-    int64_t s = gen.scratch;
-    eopb_free(&gen);
-    return s;
+    if (eop_node_record(g, id, &rec, &err) != HPC_OK) return 0;
+    return step_size_eval(&rec.scratch, B, L);
 }

@@ -34,8 +34,10 @@
  * Usage:
  *   char *src;
  *   if (eop_module_source(&g, &src, &err)) return err.code;   // NVRTC, sm_80+
+ *   StepKernels k;                             // records + source, for B, L open
+ *   eop_kernels_build(&g, &k, &err);
  *   EopNodeCode c;
- *   eop_node_code(&g, id, B, L, &c, &err);   // kind, kernel names, grids
+ *   step_node_launch(&k.node[id], B, L, &c);  // grids for one run
  *   free(src);
  */
 #ifndef HPC_COMPILER_EMIT_OPS_H
@@ -46,44 +48,7 @@
 
 #include "error.h"
 #include "ir.h"
-
-#define EOP_MAX_PHASES 3
-#define EOP_NAME_MAX 96
-/* Row blocks of the column-sum reductions (bias and gamma gradients):
- * enough blocks to fill an H100/H200 at C = 768 (docs/perf.md). */
-#define EOP_COL_PARTS 128
-
-typedef enum { EOP_NONE, EOP_UPLOAD, EOP_GEMM, EOP_KERNELS } EopKind;
-
-typedef struct {
-    char name[EOP_NAME_MAX];     /* function in the module */
-    unsigned grid[3], block[3];
-} EopPhase;
-
-typedef struct {
-    EopKind kind;
-    int n_phases;
-    EopPhase phase[EOP_MAX_PHASES];
-    bool bias_epilogue;          /* EOP_GEMM of a LINEAR with bias: cuBLASLt adds it */
-} EopNodeCode;
-
-/* The kernels' argument, passed by value (layout fixed: 64 bytes). */
-typedef struct {
-    uint64_t y;                  /* output value */
-    uint64_t x[3];               /* inputs, 0 past n_in */
-    uint64_t scratch;            /* the node's scratch, or 0 */
-    uint64_t ctl;                /* const EopCtl * */
-    int64_t B, L;
-} EopArgs;
-
-/* Per-step control block in device memory (layout fixed: 24 bytes). */
-typedef struct {
-    uint64_t seed;               /* dropout seed */
-    uint32_t step;               /* dropout micro-step counter */
-    uint32_t training;           /* 0: dropout is the identity */
-    float loss_scale;            /* IR_IN_LOSS_SCALE: the backward seed */
-    uint32_t pad_;
-} EopCtl;
+#include "step_program.h"   /* EopKind, EopArgs, EopCtl, StepNodeCode */
 
 /* One translation unit with every kernel the graph needs (malloc'd, caller
  * frees), for NVRTC with --gpu-architecture=sm_80 or newer; it includes no
@@ -92,8 +57,16 @@ typedef struct {
  * Philox template (compiler/kernels/philox.cu) is missing from the build. */
 HpcStatus eop_module_source(const IrGraph *g, char **source, HpcError *err);
 
-/* How to run node id for a run of B, L: kind, kernel names and launch
- * shapes.  Same errors as eop_module_source for that node. */
+/* The launch record of node id: kind, kernel names, launch types, and
+ * counts and scratch as functions of B and L.  Same errors as
+ * eop_module_source for that node. */
+HpcStatus eop_node_record(const IrGraph *g, int id, StepNodeCode *rec, HpcError *err);
+
+/* Every node's record and the module source (what a StepProgram carries). */
+HpcStatus eop_kernels_build(const IrGraph *g, StepKernels *k, HpcError *err);
+
+/* How to run node id for a run of B, L: eop_node_record evaluated by
+ * step_node_launch. */
 HpcStatus eop_node_code(const IrGraph *g, int id, int64_t B, int64_t L, EopNodeCode *code,
                         HpcError *err);
 

@@ -45,6 +45,53 @@ static void numel_expr(const IrNode *v, char *buf, size_t size) { dims_expr(v, 0
 static void rows_expr(const IrNode *v, char *buf, size_t size) { dims_expr(v, 0, v->rank - 1, buf, size); }
 static int64_t last_dim(const IrNode *v) { return v->rank ? v->dims[v->rank - 1] : 1; }
 
+/* Sizes as functions of B, L (step_program.h): the product of dims
+ * [from, to) of v, a constant, and the few transforms the kernels use. */
+static StepSize sz_dims(const IrNode *v, int from, int to)
+{
+    StepSize s = {.c0 = 0, .c1 = 1, .pB = 0, .pL = 0, .div = 1, .cap = 0};
+    for (int i = from; i < to; i++) {
+        if (v->dims[i] == IR_DIM_B) s.pB++;
+        else if (v->dims[i] == IR_DIM_L) s.pL++;
+        else s.c1 *= v->dims[i];
+    }
+    return s;
+}
+static StepSize sz_numel(const IrNode *v) { return sz_dims(v, 0, v->rank); }
+static StepSize sz_rows(const IrNode *v) { return sz_dims(v, 0, v->rank - 1); }
+static StepSize sz_const(int64_t c) { return (StepSize){.c0 = c, .c1 = 0, .div = 1}; }
+/* ceil(s / k) of a plain product s. */
+static StepSize sz_ceil_div(StepSize s, int64_t k)
+{
+    HPC_ASSERT(s.c0 == 0 && s.div == 1 && s.cap == 0);
+    s.c0 = k - 1;
+    s.div = k;
+    return s;
+}
+/* s / k, exact: k divides the constant factor. */
+static StepSize sz_exact_div(StepSize s, int64_t k)
+{
+    HPC_ASSERT(s.c0 == 0 && s.div == 1 && s.c1 % k == 0);
+    s.c1 /= k;
+    return s;
+}
+/* numel / L: the rows of a value whose last dim is L (scores, probs). */
+static StepSize rows_over_l(const IrNode *v)
+{
+    StepSize s = sz_numel(v);
+    HPC_ASSERT(s.pL > 0);
+    s.pL--;
+    return s;
+}
+/* c0 + k * s of a plain product s. */
+static StepSize sz_affine(int64_t c0, int64_t k, StepSize s)
+{
+    HPC_ASSERT(s.c0 == 0 && s.div == 1 && s.cap == 0);
+    s.c0 = c0;
+    s.c1 *= k;
+    return s;
+}
+
 /* "BxLx768" */
 static void shape_tag(const IrNode *v, char *buf, size_t size)
 {
@@ -62,7 +109,7 @@ static void shape_tag(const IrNode *v, char *buf, size_t size)
 static int row_threads(int64_t D) { return D >= 1024 ? 512 : D >= 256 ? 256 : 128; }
 
 /* Starts a phase named BASE_DTYPE_TAG and writes the pointer declarations. */
-static StrBuf *phase(EopGen *gen, const char *base, const char *tag, EopLaunchType lt, int64_t count,
+static StrBuf *phase(EopGen *gen, const char *base, const char *tag, EopLaunchType lt, StepSize count,
                    int threads)
 {
     HPC_ASSERT(gen->n_phases < EOP_MAX_PHASES);
@@ -89,7 +136,7 @@ static StrBuf *elems_phase(EopGen *gen, const char *base, const IrNode *over)
     char tag[64], n[128];
     shape_tag(over, tag, sizeof tag);
     numel_expr(over, n, sizeof n);
-    StrBuf *s = phase(gen, base, tag, EOP_LT_ELEMS, ir_numel(over, gen->B, gen->L), 256);
+    StrBuf *s = phase(gen, base, tag, EOP_LT_ELEMS, sz_numel(over), 256);
     strbuf_printf(s, "    const i64 n = %s;\n", n);
     return s;
 }
@@ -127,7 +174,7 @@ static void vec_elems(EopGen *gen, const char *base, const char *pre, const char
     char tag[64], num[128];
     shape_tag(n, tag, sizeof tag);
     numel_expr(n, num, sizeof num);
-    StrBuf *s = phase(gen, base, tag, EOP_LT_ELEMS, (ir_numel(n, gen->B, gen->L) + 7) / 8, 256);
+    StrBuf *s = phase(gen, base, tag, EOP_LT_ELEMS, sz_ceil_div(sz_numel(n), 8), 256);
     strbuf_printf(s, "    const i64 n = %s, nv = n / 8;\n", num);
     strbuf_add(s, pre);
     strbuf_add(s, "    EOP_FOR(iv, nv) {\n        const i64 i0 = iv * 8;\n");
@@ -235,7 +282,7 @@ static void heads_copy(EopGen *gen, bool split, long long NH, long long D, long 
     shape_tag(OUTN, tag, sizeof tag);
     numel_expr(OUTN, num, sizeof num);
     StrBuf *s = phase(gen, split ? "split_heads_v" : "merge_heads_v", tag, EOP_LT_ELEMS,
-                    ir_numel(OUTN, gen->B, gen->L) / W, 256);
+                    sz_exact_div(sz_numel(OUTN), W), 256);
     strbuf_printf(s, "    const i64 n = %s / %lldLL;\n    EOP_FOR(c, n) {\n        const i64 i = c * %lldLL;\n"
                    "        i64 dd = i %% %lldLL, r = i / %lldLL;\n",
                 num, W, W, D, D);
@@ -336,7 +383,7 @@ static StrBuf *ln_row_phase(EopGen *gen, const char *base, const IrNode *rows_of
     char rows[128], tag[32];
     rows_expr(rows_of, rows, sizeof rows);
     snprintf(tag, sizeof tag, "h%lld", D);
-    StrBuf *s = phase(gen, base, tag, EOP_LT_ROWS, ir_rows(rows_of, gen->B, gen->L), ln_threads(D));
+    StrBuf *s = phase(gen, base, tag, EOP_LT_ROWS, sz_rows(rows_of), ln_threads(D));
     strbuf_printf(s, "    __shared__ float sh[32];\n    const i64 R = %s;\n    const i64 row = blockIdx.x;\n"
                    "    if (row >= R) return;\n", rows);
     return s;
@@ -402,7 +449,7 @@ static void gen_layernorm(EopGen *gen)
     char rows[128], tag[32];
     rows_expr(n, rows, sizeof rows);
     snprintf(tag, sizeof tag, "h%lld", D);
-    StrBuf *s = phase(gen, "ln_fwd", tag, EOP_LT_ROWS, ir_rows(n, gen->B, gen->L), row_threads(D));
+    StrBuf *s = phase(gen, "ln_fwd", tag, EOP_LT_ROWS, sz_rows(n), row_threads(D));
     strbuf_printf(s, "    __shared__ float sh[32];\n    const i64 row = blockIdx.x;\n"
                    "    if (row >= %s) return;\n    const %s *xr = x0 + row * %lldLL;\n",
                 rows, ctype(INN(0)->dtype), D);
@@ -419,7 +466,7 @@ static StrBuf *warp_rows_phase(EopGen *gen, const char *base)
     char numel[128], tag[64];
     numel_expr(n, numel, sizeof numel);
     shape_tag(n, tag, sizeof tag);
-    StrBuf *s = phase(gen, base, tag, EOP_LT_WARP_ROWS, ir_numel(n, gen->B, gen->L) / gen->L, 128);
+    StrBuf *s = phase(gen, base, tag, EOP_LT_WARP_ROWS, rows_over_l(n), 128);
     strbuf_printf(s, "    const i64 rows = %s / a.L;\n"
                    "    const i64 row = (i64)blockIdx.x * 4 + (threadIdx.x >> 5);\n"
                    "    const int lane = threadIdx.x & 31;\n    if (row >= rows) return;\n", numel);
@@ -454,7 +501,7 @@ static void gen_cross_entropy(EopGen *gen)
     char N[128], tag[32];
     numel_expr(lab, N, sizeof N);
     snprintf(tag, sizeof tag, "c%lld", C);
-    int64_t rows = ir_numel(lab, gen->B, gen->L);
+    StepSize rows = sz_numel(lab);
     const char *ld = ldf(x->dtype);
     StrBuf *s = phase(gen, "xent_rows", tag, EOP_LT_ROWS, rows, C >= 256 ? 256 : 128);
     strbuf_printf(s, "    __shared__ float sh[32];\n    const i64 row = blockIdx.x;\n    if (row >= %s) return;\n"
@@ -467,7 +514,7 @@ static void gen_cross_entropy(EopGen *gen)
                    "    if (threadIdx.x == 0)\n        sf[row] = label == -100 ? 0.0f : label >= 0 && label < %lld"
                    " ? m + logf(e) - %s(xr[label]) : EOP_NAN;\n",
                 N, ctype(x->dtype), C, C, ld, C, ld, C, ld);
-    s = phase(gen, "xent_mean", tag, EOP_LT_ONE, 1, 1024);
+    s = phase(gen, "xent_mean", tag, EOP_LT_ONE, sz_const(1), 1024);
     strbuf_printf(s, "    __shared__ double shd[32];\n    __shared__ float sh[32];\n"
                    "    double t = 0.0;\n    float cnt = 0.0f;\n"
                    "    for (i64 i = threadIdx.x; i < %s; i += blockDim.x) {\n"
@@ -475,14 +522,14 @@ static void gen_cross_entropy(EopGen *gen)
                    "    t = block_sum_d(t, shd);\n    cnt = block_sum(cnt, sh);\n"
                    "    if (threadIdx.x == 0) y[0] = %s(cnt > 0.0f ? (float)(t / cnt) : 0.0f);\n",
                 N, stf(OUTN->dtype));
-    gen->scratch = rows * 4;
+    gen->scratch = sz_affine(0, 4, rows);
 }
 
 static void gen_mse(EopGen *gen)
 {
     char N[128];
     numel_expr(INN(1), N, sizeof N);
-    StrBuf *s = phase(gen, "mse", "s", EOP_LT_ONE, 1, 1024);
+    StrBuf *s = phase(gen, "mse", "s", EOP_LT_ONE, sz_const(1), 1024);
     strbuf_printf(s, "    __shared__ double shd[32];\n    const i64 n = %s;\n    double t = 0.0;\n"
                    "    for (i64 i = threadIdx.x; i < n; i += blockDim.x) {\n"
                    "        double d = (double)%s(x0[i]) - (double)%s(x1[i]);\n        t += d * d;\n    }\n"
@@ -532,8 +579,9 @@ static void embedding_scatter_smem(EopGen *gen, const char *acc, long long V, lo
     char tag[64], num[128];
     shape_tag(dy, tag, sizeof tag);
     numel_expr(dy, num, sizeof num);
-    int64_t numel = ir_numel(dy, gen->B, gen->L), cap = (int64_t)EOP_EMB_SMEM_BLOCKS * 256;
-    StrBuf *s = phase(gen, "embedding_scatter_smem", tag, EOP_LT_ELEMS, numel < cap ? numel : cap, 256);
+    StepSize count = sz_numel(dy);
+    count.cap = (int64_t)EOP_EMB_SMEM_BLOCKS * 256;
+    StrBuf *s = phase(gen, "embedding_scatter_smem", tag, EOP_LT_ELEMS, count, 256);
     strbuf_printf(s, "    __shared__ float tab[%lld];\n"
                    "    for (int k = threadIdx.x; k < %lld; k += blockDim.x) tab[k] = 0.0f;\n    __syncthreads();\n"
                    "    const i64 n = %s;\n    EOP_FOR(i, n) {\n        int id = x1[i / %lldLL];\n"
@@ -562,7 +610,7 @@ static void gen_embedding_bwd(EopGen *gen)
     if (direct) return;
     s = elems_phase(gen, "embedding_grad_cast", n);
     strbuf_printf(s, "    EOP_FOR(i, n) y[i] = %s(sf[i]);\n", stf(n->dtype));
-    gen->scratch = (int64_t)V * D * 4;
+    gen->scratch = sz_const((int64_t)V * D * 4);
 }
 
 /* Column sums over rows of TERM(r, col) (a double expression) into y (C):
@@ -576,7 +624,7 @@ static void colsum_phases(EopGen *gen, const char *base, const IrNode *rows_of, 
     snprintf(tag, sizeof tag, "c%lld", C);
     snprintf(b1, sizeof b1, "%s_part", base);
     snprintf(b2, sizeof b2, "%s_sum", base);
-    StrBuf *s = phase(gen, b1, tag, EOP_LT_COLPART, C, 256);
+    StrBuf *s = phase(gen, b1, tag, EOP_LT_COLPART, sz_const(C), 256);
     strbuf_printf(s, "    __shared__ double acc[8][33];\n    const i64 R = %s;\n"
                    "    const int col = blockIdx.x * 32 + threadIdx.x;\n    double t = 0.0;\n"
                    "    if (col < %lld)\n"
@@ -586,12 +634,12 @@ static void colsum_phases(EopGen *gen, const char *base, const IrNode *rows_of, 
                    "        for (int k = 0; k < 8; k++) u += acc[k][threadIdx.x];\n"
                    "        sd[(i64)blockIdx.y * %lldLL + col] = u;\n    }\n",
                 rows, C, term, C, C);
-    s = phase(gen, b2, tag, EOP_LT_COLFIN, C, 256);
+    s = phase(gen, b2, tag, EOP_LT_COLFIN, sz_const(C), 256);
     strbuf_printf(s, "    const int col = blockIdx.x * blockDim.x + threadIdx.x;\n    if (col >= %lld) return;\n"
                    "    double u = 0.0;\n    for (int p = 0; p < %d; p++) u += sd[(i64)p * %lldLL + col];\n"
                    "    y[col] = %s((float)u);\n",
                 C, EOP_COL_PARTS, C, stf(n->dtype));
-    gen->scratch = (int64_t)EOP_COL_PARTS * C * 8;
+    gen->scratch = sz_const((int64_t)EOP_COL_PARTS * C * 8);
 }
 
 /* Column sums as colsum_phases, 8 columns per thread (C % 8 == 0): a block
@@ -608,7 +656,7 @@ static void colsum8_phases(EopGen *gen, const char *base, const IrNode *rows_of,
     snprintf(tag, sizeof tag, "c%lld", C);
     snprintf(b1, sizeof b1, "%s_part8", base);
     snprintf(b2, sizeof b2, "%s_sum", base);
-    StrBuf *s = phase(gen, b1, tag, EOP_LT_COLPART, C / 8, 256);
+    StrBuf *s = phase(gen, b1, tag, EOP_LT_COLPART, sz_const(C / 8), 256);
     strbuf_printf(s, "    __shared__ double acc[8][257];\n    const i64 R = %s;\n"
                    "    const int c0 = (blockIdx.x * 32 + threadIdx.x) * 8;\n"
                    "    double t[8];\n#pragma unroll\n    for (int j = 0; j < 8; j++) t[j] = 0.0;\n"
@@ -627,12 +675,12 @@ static void colsum8_phases(EopGen *gen, const char *base, const IrNode *rows_of,
                    "        for (int k = 0; k < 8; k++) u += acc[k][threadIdx.y * 32 + threadIdx.x];\n"
                    "        sd[(i64)blockIdx.y * %lldLL + col] = u;\n    }\n",
                 C, C);
-    s = phase(gen, b2, tag, EOP_LT_COLFIN, C, 256);
+    s = phase(gen, b2, tag, EOP_LT_COLFIN, sz_const(C), 256);
     strbuf_printf(s, "    const int col = blockIdx.x * blockDim.x + threadIdx.x;\n    if (col >= %lld) return;\n"
                    "    double u = 0.0;\n    for (int p = 0; p < %d; p++) u += sd[(i64)p * %lldLL + col];\n"
                    "    y[col] = %s((float)u);\n",
                 C, EOP_COL_PARTS, C, stf(n->dtype));
-    gen->scratch = (int64_t)EOP_COL_PARTS * C * 8;
+    gen->scratch = sz_const((int64_t)EOP_COL_PARTS * C * 8);
 }
 
 static void gen_bias_grad(EopGen *gen)
@@ -686,7 +734,7 @@ static void gen_layernorm_dx(EopGen *gen)
     char rows[128], tag[32];
     rows_expr(n, rows, sizeof rows);
     snprintf(tag, sizeof tag, "h%lld", D);
-    StrBuf *s = phase(gen, "ln_dx", tag, EOP_LT_ROWS, ir_rows(n, gen->B, gen->L), row_threads(D));
+    StrBuf *s = phase(gen, "ln_dx", tag, EOP_LT_ROWS, sz_rows(n), row_threads(D));
     strbuf_printf(s, "    __shared__ float sh[32];\n    const i64 row = blockIdx.x;\n    if (row >= %s) return;\n"
                    "    const %s *xr = x1 + row * %lldLL;\n    const %s *dr = x0 + row * %lldLL;\n",
                 rows, ctype(x->dtype), D, ctype(INN(0)->dtype), D);
@@ -710,7 +758,7 @@ static void gen_layernorm_dgamma_vec(EopGen *gen)
     const IrNode *n = OUTN, *x = INN(1);
     long long D = (long long)last_dim(n);
     long long st_off = 2LL * EOP_COL_PARTS * D;   /* in floats, after the double partials */
-    int64_t R = ir_rows(x, gen->B, gen->L);
+    StepSize R = sz_rows(x);
     StrBuf *s = ln_row_phase(gen, "ln_stats", x, D);
     ln_row_load(s, "xv", "x1", x->dtype, D);
     ln_row_stats(s, D, (double)(float)n->attr.norm.eps);
@@ -722,7 +770,7 @@ static void gen_layernorm_dgamma_vec(EopGen *gen)
              ir_dtype_name(INN(0)->dtype), D, ir_dtype_name(x->dtype), D, st_off, st_off);
     snprintf(term, sizeof term, "(double)va[j] * (double)((vb[j] - mu) * rs)");
     colsum8_phases(gen, "ln_dgamma", x, load, term);
-    gen->scratch = (int64_t)EOP_COL_PARTS * D * 8 + 2 * R * 4;
+    gen->scratch = sz_affine((int64_t)EOP_COL_PARTS * D * 8, 2 * 4, R);
 }
 
 static void gen_layernorm_dgamma(EopGen *gen)
@@ -737,7 +785,7 @@ static void gen_layernorm_dgamma(EopGen *gen)
     rows_expr(x, rows, sizeof rows);
     snprintf(tag, sizeof tag, "h%lld", D);
     long long st_off = 2LL * EOP_COL_PARTS * D;   /* in floats, after the double partials */
-    int64_t R = ir_rows(x, gen->B, gen->L);
+    StepSize R = sz_rows(x);
     StrBuf *s = phase(gen, "ln_stats", tag, EOP_LT_ROWS, R, row_threads(D));
     strbuf_printf(s, "    __shared__ float sh[32];\n    const i64 row = blockIdx.x, R = %s;\n"
                    "    if (row >= R) return;\n    const %s *xr = x1 + row * %lldLL;\n",
@@ -749,7 +797,7 @@ static void gen_layernorm_dgamma(EopGen *gen)
              "(double)%s(x0[r * %lldLL + col]) * (double)((%s(x1[r * %lldLL + col]) - sf[%lldLL + r]) * sf[%lldLL + R + r])",
              ldf(INN(0)->dtype), D, ldf(x->dtype), D, st_off, st_off);
     colsum_phases(gen, "ln_dgamma", x, term);
-    gen->scratch = (int64_t)EOP_COL_PARTS * D * 8 + 2 * R * 4;
+    gen->scratch = sz_affine((int64_t)EOP_COL_PARTS * D * 8, 2 * 4, R);
 }
 
 static void gen_act_bwd(EopGen *gen)
@@ -806,12 +854,12 @@ static void gen_cross_entropy_bwd(EopGen *gen)
     char N[128], tag[32];
     numel_expr(lab, N, sizeof N);
     snprintf(tag, sizeof tag, "c%lld", C);
-    StrBuf *s = phase(gen, "xent_count", tag, EOP_LT_ONE, 1, 1024);
+    StrBuf *s = phase(gen, "xent_count", tag, EOP_LT_ONE, sz_const(1), 1024);
     strbuf_printf(s, "    __shared__ float sh[32];\n    float cnt = 0.0f;\n"
                    "    for (i64 i = threadIdx.x; i < %s; i += blockDim.x) cnt += x2[i] != -100 ? 1.0f : 0.0f;\n"
                    "    cnt = block_sum(cnt, sh);\n    if (threadIdx.x == 0) sf[0] = cnt;\n", N);
     const char *ld = ldf(x->dtype);
-    s = phase(gen, "xent_bwd", tag, EOP_LT_ROWS, ir_numel(lab, gen->B, gen->L), C >= 256 ? 256 : 128);
+    s = phase(gen, "xent_bwd", tag, EOP_LT_ROWS, sz_numel(lab), C >= 256 ? 256 : 128);
     strbuf_printf(s, "    __shared__ float sh[32];\n    const i64 row = blockIdx.x;\n    if (row >= %s) return;\n"
                    "    const %s *xr = x1 + row * %lldLL;\n    %s *dx = y + row * %lldLL;\n"
                    "    const int label = x2[row];\n    const float cnt = sf[0];\n"
@@ -827,7 +875,7 @@ static void gen_cross_entropy_bwd(EopGen *gen)
                    "        dx[c] = %s(g * (expf(%s(xr[c]) - lse) - (c == label ? 1.0f : 0.0f)));\n",
                 N, ctype(x->dtype), C, ctype(OUTN->dtype), C, C, stf(OUTN->dtype), C, ld, C, ld,
                 ldf(INN(0)->dtype), C, stf(OUTN->dtype), ld);
-    gen->scratch = 256;
+    gen->scratch = sz_const(256);
 }
 
 static void gen_mse_bwd(EopGen *gen)

@@ -5,7 +5,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "emit_ops.h"
 
 static int64_t align_up(int64_t n) { return (n + PLAN_ALIGN - 1) / PLAN_ALIGN * PLAN_ALIGN; }
 
@@ -180,7 +179,8 @@ static void plan_offsets(StepPlan *p)
     free(dying);
 }
 
-HpcStatus plan_build(const IrGraph *g, int64_t B, int64_t L, StepPlan *p, HpcError *err)
+HpcStatus plan_build_scratch(const IrGraph *g, int64_t B, int64_t L, const int64_t *scratch, StepPlan *p,
+                             HpcError *err)
 {
     memset(p, 0, sizeof *p);
     if (B < 1 || L < 1 || g->n < 1)
@@ -201,7 +201,7 @@ HpcStatus plan_build(const IrGraph *g, int64_t B, int64_t L, StepPlan *p, HpcErr
     p->scratch_off = xmalloc((size_t)g->n * sizeof *p->scratch_off);
     p->scratch_bytes = xmalloc((size_t)g->n * sizeof *p->scratch_bytes);
     for (int i = 0; i < g->n; i++) {
-        int64_t s = eop_scratch_bytes(g, i, B, L);
+        int64_t s = scratch ? scratch[i] : 0;
         p->scratch_bytes[i] = s > 0 ? align_up(s) : 0;
         p->scratch_off[i] = -1;
     }

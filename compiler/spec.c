@@ -1,10 +1,10 @@
-/* compiler/spec.c — ModelSpec defaults, names, and the load entry points.
- * See spec.h.  Parsing lives in grammar/, checking in check.c. */
+/* compiler/spec.c — ModelSpec defaults and names.  See spec.h.  The load
+ * entry points are in spec_load.c (they need the parser), so a program that
+ * only reads a step program links no front end. */
 #include "spec.h"
 
 #include <string.h>
 
-#include "check.h"
 
 void spec_defaults(ModelSpec *spec)
 {
@@ -150,15 +150,4 @@ const char *spec_loss_scaling_name(SpecLossScaling m)
     case LOSS_SCALE_NONE: return "none";
     }
     return "?";
-}
-
-int spec_load(const char *path, ModelSpec *out, FILE *diag)
-{
-    return check_load_file(path, out, diag);
-}
-
-int spec_load_string(const char *name, const char *text, size_t len,
-                     const char *base_dir, ModelSpec *out, FILE *diag)
-{
-    return check_load_string(name, text, len, base_dir, out, diag);
 }

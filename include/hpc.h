@@ -169,9 +169,11 @@ const char *hpc_api_status_name(HpcApiStatus s);
 /* Fills *o with the defaults above and o->api_version = HPC_API_VERSION. */
 void hpc_model_options_init(HpcModelOptions *o);
 
-/* Opens a model: reads the artifact or model file, builds the training
- * graph for the chosen precision, initialises the weights (BERT's normal
- * (0, 0.02), seeded) and the backend.  On success *out is a new handle.  On
+/* Opens a model: a NAME.hpc artifact's step program as it was compiled
+ * (nothing is parsed or lowered; another precision than the artifact's
+ * compiles its model again), or a model file or text compiled in-process;
+ * then initialises the weights (BERT's normal (0, 0.02), seeded) and the
+ * backend.  On success *out is a new handle.  On
  * failure *out is NULL and the message goes to errbuf (may be NULL). */
 HpcApiStatus hpc_model_open(const HpcModelOptions *o, HpcModel **out, char *errbuf, size_t errcap);
 /* Releases everything; NULL is a no-op.  The handle is invalid afterwards. */

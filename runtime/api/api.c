@@ -7,6 +7,7 @@
 
 #include "api/api_backend.h"
 #include "compiler/artifact.h"
+#include "compiler/step_program_build.h"
 #include "formats/hf_names.h"
 #include "formats/safetensors.h"
 
@@ -76,45 +77,61 @@ static bool api_has_suffix(const char *s, const char *suffix)
     return n >= k && strcmp(s + n - k, suffix) == 0;
 }
 
-/* Reads the spec of an artifact or model file; located diagnostics of a
- * bad model text go into the message. */
-static HpcStatus api_read_spec(const char *path, const char *text, ModelSpec *spec, SpecPrecision *policy,
-                               HpcError *err)
+/* The spec of a model file or text; located diagnostics go into the
+ * message. */
+static HpcStatus api_read_spec(const char *path, const char *text, ModelSpec *spec, HpcError *err)
 {
     char *diag = NULL;
     size_t diag_len = 0;
     FILE *d = open_memstream(&diag, &diag_len);
     if (!d) return hpc_fail(err, HPC_ERR_OOM, "hpc_model_open: open_memstream failed");
     HpcStatus st = HPC_OK;
-    *policy = PREC_FP32;
-    if (!path) {
-        int rc = spec_load_string("<model_text>", text, strlen(text), NULL, spec, d);
-        fflush(d);
-        if (rc) st = hpc_fail(err, HPC_ERR_INPUT, "hpc_model_open: options.model_text has %d error(s):\n%s",
-                              rc, diag);
-    } else if (api_has_suffix(path, ARTIFACT_EXT)) {
-        st = artifact_load_spec(path, spec, policy, d, err);
-    } else {
-        int rc = spec_load(path, spec, d);
-        fflush(d);
-        if (rc < 0) st = hpc_fail(err, HPC_ERR_IO, "hpc_model_open: cannot read %s: %s", path,
-                                  diag_len ? diag : "unknown error");
-        else if (rc > 0) st = hpc_fail(err, HPC_ERR_INPUT, "hpc_model_open: %s has %d error(s):\n%s",
-                                       path, rc, diag);
-    }
+    int rc = path ? spec_load(path, spec, d) : spec_load_string("<model_text>", text, strlen(text), NULL, spec, d);
+    fflush(d);
+    if (rc < 0) st = hpc_fail(err, HPC_ERR_IO, "hpc_model_open: cannot read %s: %s", path,
+                              diag_len ? diag : "unknown error");
+    else if (rc > 0) st = hpc_fail(err, HPC_ERR_INPUT, "hpc_model_open: %s has %d error(s):\n%s",
+                                   path ? path : "options.model_text", rc, diag);
     fclose(d);
     free(diag);
     return st;
 }
 
-static SpecPrecision api_policy(HpcPrecision p, SpecPrecision artifact_policy)
+/* The requested policy, PREC_DEFAULT for "the artifact's own (fp32 for a
+ * model file)". */
+static SpecPrecision api_policy(HpcPrecision p)
 {
     switch (p) {
     case HPC_PRECISION_FP32: return PREC_FP32;
     case HPC_PRECISION_FP16: return PREC_FP16;
     case HPC_PRECISION_BF16: return PREC_BF16;
-    default: return artifact_policy == PREC_DEFAULT ? PREC_FP32 : artifact_policy;
+    default: return PREC_DEFAULT;
     }
+}
+
+/* A NAME.hpc's step program as it is (compiled again from its model only
+ * for another policy), or a model file or text compiled in-process: the
+ * same road afterwards. */
+static HpcStatus api_load_program(HpcModel *m, const HpcModelOptions *o, HpcError *err)
+{
+    SpecPrecision want = api_policy(o->precision);
+    HpcStatus st;
+    if (o->path && api_has_suffix(o->path, ARTIFACT_EXT)) {
+        st = step_program_read_file(o->path, &m->prog, err);
+        if (!st && want != PREC_DEFAULT && want != m->prog.policy) {
+            ModelSpec spec = m->prog.spec;
+            step_program_free(&m->prog);
+            st = step_program_compile(&spec, want, true, &m->prog, err);
+        }
+    } else {
+        ModelSpec spec;
+        st = api_read_spec(o->path, o->model_text, &spec, err);
+        if (!st) st = step_program_compile(&spec, want, true, &m->prog, err);
+    }
+    if (st) return st;
+    m->spec = m->prog.spec;
+    m->policy = m->prog.policy;
+    return HPC_OK;
 }
 
 static HpcStatus api_check_options(const HpcModelOptions *o, HpcError *err)
@@ -181,13 +198,10 @@ static HpcStatus api_open_backend(HpcModel *m, const HpcModelOptions *o, HpcErro
 
 static HpcStatus api_build(HpcModel *m, const HpcModelOptions *o, HpcError *err)
 {
-    PipeOptions po = pipeline_defaults(m->policy);
-    HpcStatus st = pipeline_build(&m->spec, &po, &m->pipe, err);
-    if (st) return st;
-    if (m->pipe.g.logits < 0 || m->pipe.g.loss < 0)
+    if (m->prog.g.logits < 0 || m->prog.g.loss < 0)
         return hpc_fail(err, HPC_ERR_INTERNAL, "hpc_model_open: the graph of %s has no logits or loss",
                         m->spec.name);
-    m->hidden_value = api_find_hidden(&m->pipe.g, m->spec.stack.hidden);
+    m->hidden_value = api_find_hidden(&m->prog.g, m->spec.stack.hidden);
     return api_open_backend(m, o, err);
 }
 
@@ -216,7 +230,7 @@ static HpcStatus api_open_backend(HpcModel *m, const HpcModelOptions *o, HpcErro
 static void api_release(HpcModel *m)
 {
     if (m->ops) m->ops->close(m);
-    pipeline_free(&m->pipe);
+    step_program_free(&m->prog);
     free(m->zeros_i32);
     free(m->zeros_f32);
     m->magic = 0;
@@ -238,9 +252,7 @@ HpcApiStatus hpc_model_open(const HpcModelOptions *o, HpcModel **out, char *errb
     }
     if (!st) {
         m->magic = API_MAGIC;
-        SpecPrecision file_policy;
-        st = api_read_spec(o->path, o->model_text, &m->spec, &file_policy, &err);
-        m->policy = api_policy(o->precision, file_policy);
+        st = api_load_program(m, o, &err);
     }
     if (!st) st = api_size(m, o, &err);
     if (!st) st = api_build(m, o, &err);
@@ -265,7 +277,7 @@ HpcApiStatus hpc_model_info(HpcModel *m, HpcModelInfo *info)
     if (!api_valid(m)) return HPC_API_ERR_USAGE;
     HpcError *err = api_begin(m);
     if (!info) return (HpcApiStatus)hpc_fail(err, HPC_ERR_USAGE, "hpc_model_info: info is NULL");
-    const IrNode *lg = &m->pipe.g.nodes[m->pipe.g.logits];
+    const IrNode *lg = &m->prog.g.nodes[m->prog.g.logits];
     static const HpcPrecision prec[] = {[PREC_DEFAULT] = HPC_PRECISION_FP32, [PREC_FP32] = HPC_PRECISION_FP32,
                                         [PREC_FP16] = HPC_PRECISION_FP16, [PREC_BF16] = HPC_PRECISION_BF16};
     *info = (HpcModelInfo){
@@ -274,7 +286,7 @@ HpcApiStatus hpc_model_info(HpcModel *m, HpcModelInfo *info)
         .hidden = m->spec.stack.hidden, .layers = m->spec.stack.layers,
         .num_labels = m->spec.head.num_labels, .max_batch = m->max_B, .max_seq_len = m->max_L,
         .logits_per_row = lg->dims[lg->rank - 1], .logits_per_token = lg->rank == 3,
-        .n_params = params_total(&m->pipe.pl), .steps = m->steps, .loss_scale = m->loss_scale};
+        .n_params = params_total(&m->prog.pl), .steps = m->steps, .loss_scale = m->loss_scale};
     return HPC_API_OK;
 }
 
@@ -359,7 +371,7 @@ static HpcStatus api_batch(HpcModel *m, const char *fn, const HpcBatch *hb, bool
 static HpcStatus api_check_cap(HpcModel *m, const char *fn, const char *what, int v, const Batch *b,
                                size_t cap, HpcError *err)
 {
-    int64_t need = ir_numel(&m->pipe.g.nodes[v], b->B, b->L);
+    int64_t need = ir_numel(&m->prog.g.nodes[v], b->B, b->L);
     if ((uint64_t)need > cap)
         return hpc_fail(err, HPC_ERR_USAGE, "%s: %s needs %lld floats for this batch, the array holds %zu",
                         fn, what, (long long)need, cap);
@@ -375,7 +387,7 @@ HpcApiStatus hpc_model_forward(HpcModel *m, const HpcBatch *b, float *logits, si
     Batch bt;
     HpcStatus st = api_batch(m, "hpc_model_forward", b, false, &bt, err);
     if (!st && !logits) st = hpc_fail(err, HPC_ERR_USAGE, "hpc_model_forward: logits is NULL");
-    if (!st) st = api_check_cap(m, "hpc_model_forward", "logits", m->pipe.g.logits, &bt, cap, err);
+    if (!st) st = api_check_cap(m, "hpc_model_forward", "logits", m->prog.g.logits, &bt, cap, err);
     if (!st) st = m->ops->forward(m, &bt, NULL, logits, NULL, err);
     return (HpcApiStatus)st;
 }
@@ -402,7 +414,7 @@ HpcApiStatus hpc_model_evaluate(HpcModel *m, const HpcBatch *b, double *loss, fl
     Batch bt;
     HpcStatus st = api_batch(m, "hpc_model_evaluate", b, true, &bt, err);
     if (!st && !loss) st = hpc_fail(err, HPC_ERR_USAGE, "hpc_model_evaluate: loss is NULL");
-    if (!st && logits) st = api_check_cap(m, "hpc_model_evaluate", "logits", m->pipe.g.logits, &bt, cap, err);
+    if (!st && logits) st = api_check_cap(m, "hpc_model_evaluate", "logits", m->prog.g.logits, &bt, cap, err);
     if (!st) st = m->ops->forward(m, &bt, loss, logits, NULL, err);
     return (HpcApiStatus)st;
 }
@@ -425,7 +437,7 @@ HpcApiStatus hpc_model_train_step(HpcModel *m, const HpcBatch *b, HpcStepReport 
 /* Host copies of every storage-owning parameter (tied entries NULL). */
 static HpcStatus api_host_params(HpcModel *m, float ***out, HpcError *err)
 {
-    const ParamList *pl = &m->pipe.pl;
+    const ParamList *pl = &m->prog.pl;
     float **w = xcalloc((size_t)pl->n + 1, sizeof *w);
     *out = w;
     for (int p = 0; p < pl->n; p++) {
@@ -441,7 +453,7 @@ static HpcStatus api_host_params(HpcModel *m, float ***out, HpcError *err)
 static void api_free_params(HpcModel *m, float **w)
 {
     if (!w) return;
-    for (int p = 0; p < m->pipe.pl.n; p++) free(w[p]);
+    for (int p = 0; p < m->prog.pl.n; p++) free(w[p]);
     free(w);
 }
 
@@ -456,7 +468,7 @@ HpcApiStatus hpc_model_load_weights(HpcModel *m, const char *path)
     HpcStatus st = api_host_params(m, &w, err);
     if (!st) st = st_open(path, &f, err);
     /* Loaded into copies, so a failure halfway leaves the model unchanged. */
-    if (!st) st = hf_names_load_all(hf_names_detect(f), f, &m->pipe.pl, w, &n_new, err);
+    if (!st) st = hf_names_load_all(hf_names_detect(f), f, &m->prog.pl, w, &n_new, err);
     if (!st) st = m->ops->set_params(m, w, err);
     if (f) st_close(f);
     api_free_params(m, w);
@@ -468,7 +480,7 @@ HpcApiStatus hpc_model_save_weights(HpcModel *m, const char *path)
     if (!api_valid(m)) return HPC_API_ERR_USAGE;
     HpcError *err = api_begin(m);
     if (!path) return (HpcApiStatus)hpc_fail(err, HPC_ERR_USAGE, "hpc_model_save_weights: path is NULL");
-    const ParamList *pl = &m->pipe.pl;
+    const ParamList *pl = &m->prog.pl;
     float **w = NULL;
     StWriter wr;
     st_writer_init(&wr);

@@ -14,7 +14,8 @@
  *   close    frees m->impl.
  * Backends: cpu (runtime/api/api_cpu.c), cuda (runtime/api/api_cuda.c).
  *
- * Ownership: the handle owns the pipeline (graph, parameter list), the
+ * Ownership: the handle owns the step program (graph, parameter list,
+ * launch records, CUDA; compiler/step_program.h), the
  * backend state and the zero buffers that stand in for optional batch
  * fields.
  */
@@ -27,8 +28,7 @@
 #include "hpc.h"
 #include "data/batch.h"
 #include "util/error.h"
-#include "compiler/pipeline.h"
-#include "compiler/spec.h"
+#include "compiler/step_program.h"
 
 #define API_MAGIC 0x48504331u  /* "HPC1"; cleared by hpc_model_free */
 
@@ -46,7 +46,7 @@ struct HpcModel {
     uint32_t magic;
     ModelSpec spec;
     SpecPrecision policy;
-    Pipeline pipe;             /* graph, parameter list, precision plan */
+    StepProgram prog;          /* graph, parameter list, launch records, CUDA */
     int hidden_value;          /* value id of the (B, L, H) head input */
     int64_t max_B, max_L, total_steps;
     int64_t steps;             /* optimizer steps applied */
@@ -59,7 +59,7 @@ struct HpcModel {
     void *impl;
 };
 
-/* Opens the cpu backend on a handle whose pipeline is built. */
+/* Opens the cpu backend on a handle whose program is loaded. */
 HpcStatus api_cpu_open(HpcModel *m, HpcError *err);
 /* Opens the cuda backend (runtime/api/api_cuda.c).  api.c references it
  * weakly, so a program that only uses the cpu backend does not link the

@@ -33,7 +33,7 @@ static void api_cpu_close(HpcModel *m)
     ApiCpu *c = cpu_of(m);
     if (!c) return;
     if (c->grad)
-        for (int p = 0; p < m->pipe.pl.n; p++) free(c->grad[p]);
+        for (int p = 0; p < m->prog.pl.n; p++) free(c->grad[p]);
     for (int i = 0; i < c->n_ot; i++) {
         free(c->ot[i].m);
         free(c->ot[i].v);
@@ -62,8 +62,8 @@ static void reset_optim(HpcModel *m, ApiCpu *c)
 
 static HpcStatus alloc_optim(HpcModel *m, ApiCpu *c, HpcError *err)
 {
-    const ParamList *pl = &m->pipe.pl;
-    const IrGraph *g = &m->pipe.g;
+    const ParamList *pl = &m->prog.pl;
+    const IrGraph *g = &m->prog.g;
     c->grad = xcalloc((size_t)pl->n + 1, sizeof *c->grad);
     c->ot = xcalloc((size_t)pl->n + 1, sizeof *c->ot);
     for (int p = 0; p < pl->n; p++) {
@@ -86,7 +86,7 @@ static HpcStatus alloc_optim(HpcModel *m, ApiCpu *c, HpcError *err)
 
 static void copy_outputs(HpcModel *m, ApiCpu *c, double *loss, float *logits, float *hidden)
 {
-    const IrGraph *g = &m->pipe.g;
+    const IrGraph *g = &m->prog.g;
     if (loss) *loss = cpu_exec_loss(&c->ex);
     if (logits)
         memcpy(logits, cpu_exec_value(&c->ex, g->logits),
@@ -110,7 +110,7 @@ static HpcStatus api_cpu_forward(HpcModel *m, const Batch *b, double *loss, floa
 static HpcStatus api_cpu_train(HpcModel *m, const Batch *b, HpcStepReport *rep, HpcError *err)
 {
     ApiCpu *c = cpu_of(m);
-    const IrGraph *g = &m->pipe.g;
+    const IrGraph *g = &m->prog.g;
     CpuRunOptions o = {.training = true, .backward = true, .seed = m->spec.train.seed,
                        .step = c->micro, .loss_scale = c->ls.scale};
     HpcStatus st = cpu_exec_run(&c->ex, b, &o, err);
@@ -142,16 +142,16 @@ static HpcStatus api_cpu_train(HpcModel *m, const Batch *b, HpcStepReport *rep, 
 static HpcStatus api_cpu_get_param(HpcModel *m, int p, float *out, HpcError *err)
 {
     ApiCpu *c = cpu_of(m);
-    memcpy(out, c->ps.w[p], (size_t)params_numel(&m->pipe.pl.p[p]) * sizeof(float));
+    memcpy(out, c->ps.w[p], (size_t)params_numel(&m->prog.pl.p[p]) * sizeof(float));
     return HPC_OK;
 }
 
 static HpcStatus api_cpu_set_params(HpcModel *m, float *const *w, HpcError *err)
 {
     ApiCpu *c = cpu_of(m);
-    for (int p = 0; p < m->pipe.pl.n; p++)
-        if (m->pipe.pl.p[p].tied_to < 0)
-            memcpy(c->ps.w[p], w[p], (size_t)params_numel(&m->pipe.pl.p[p]) * sizeof(float));
+    for (int p = 0; p < m->prog.pl.n; p++)
+        if (m->prog.pl.p[p].tied_to < 0)
+            memcpy(c->ps.w[p], w[p], (size_t)params_numel(&m->prog.pl.p[p]) * sizeof(float));
     reset_optim(m, c);
     return HPC_OK;
 }
@@ -171,11 +171,11 @@ HpcStatus api_cpu_open(HpcModel *m, HpcError *err)
     m->impl = c;
     m->ops = &api_cpu_ops;
     snprintf(m->backend_name, sizeof m->backend_name, "cpu");
-    HpcStatus st = init_store(&c->ps, &m->pipe.pl, m->spec.train.seed, err);
+    HpcStatus st = init_store(&c->ps, &m->prog.pl, m->spec.train.seed, err);
     if (st) return st;
-    cpu_exec_init(&c->ex, &m->pipe.g, CPU_EXEC_F32);
-    for (int p = 0; p < m->pipe.pl.n; p++)
-        if (m->pipe.pl.p[p].tied_to < 0) cpu_exec_bind_param(&c->ex, p, c->ps.w[p]);
+    cpu_exec_init(&c->ex, &m->prog.g, CPU_EXEC_F32);
+    for (int p = 0; p < m->prog.pl.n; p++)
+        if (m->prog.pl.p[p].tied_to < 0) cpu_exec_bind_param(&c->ex, p, c->ps.w[p]);
     optim_config_from_spec(&c->oc, &m->spec.train);
     if (m->policy == PREC_BF16) c->oc.low_dtype = PREC_BF16;
     schedule_config_from_spec(&c->sc, &m->spec.train, m->total_steps);

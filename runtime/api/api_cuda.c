@@ -60,7 +60,7 @@ static HpcStatus api_cuda_forward(HpcModel *m, const Batch *b, double *loss, flo
     CudaRunOptions o = {.training = false, .backward = false, .loss_scale = 1.0, .graph = c->graphs};
     HpcStatus st = cuda_exec_run(&c->ex, b, &o, err);
     if (!st && loss) st = cuda_exec_loss(&c->ex, loss, err);
-    if (!st && logits) st = cuda_exec_read(&c->ex, m->pipe.g.logits, logits, err);
+    if (!st && logits) st = cuda_exec_read(&c->ex, m->prog.g.logits, logits, err);
     return st;
 }
 
@@ -125,7 +125,7 @@ static const ApiBackendOps api_cuda_ops = {
 static HpcStatus upload_initial(HpcModel *m, ApiCuda *c, HpcError *err)
 {
     ParamStore ps;
-    HpcStatus st = init_store(&ps, &m->pipe.pl, m->spec.train.seed, err);
+    HpcStatus st = init_store(&ps, &m->prog.pl, m->spec.train.seed, err);
     if (st) return st;
     st = api_cuda_set_params(m, ps.w, err);
     init_store_free(&ps);
@@ -165,7 +165,8 @@ HpcStatus api_cuda_open(HpcModel *m, const HpcModelOptions *o, HpcError *err)
         c->arena_alloc = (ArenaAllocator){.alloc = user_alloc, .free = user_free, .user = c};
         c->dev.allocator = &c->arena_alloc;
     }
-    st = cuda_exec_init(&c->ex, &c->dev, &m->pipe.g, &m->pipe.pl, m->max_B, m->max_L, err);
+    st = cuda_exec_init_kernels(&c->ex, &c->dev, &m->prog.g, &m->prog.pl, &m->prog.kernels, m->max_B,
+                                m->max_L, err);
     if (st) return st;
     c->ex_open = true;
     st = cuda_optim_init(&c->opt, &c->ex, &m->spec, m->policy, m->total_steps, err);

@@ -72,33 +72,43 @@ static HpcStatus alloc_params(CudaExec *ex, HpcError *err)
     return HPC_OK;
 }
 
+/* The program's one module: compiled once per (program, arch) for every
+ * (B, L), through the disk cache. */
 static HpcStatus compile_module(CudaExec *ex, HpcError *err)
 {
-    char *src;
-    HpcStatus st = eop_module_source(ex->g, &src, err);
-    if (st) return st;
+    const StepCubin *ahead = step_kernels_cubin(ex->kernels, ex->dev->arch);
+    if (ahead) {   /* compiled by `hpc compile --arch`: no NVRTC at all */
+        ex->cubin_from_program = ex->cache_hit = true;
+        if (getenv("HPC_PROFILE"))
+            fprintf(stderr, "hpc profile: step module for sm_%d: the program's own cubin\n", ex->dev->arch);
+        return CUDA_CHECK(err, cuda_driver()->cuModuleLoadData(&ex->module, ahead->data));
+    }
+    const char *src = ex->kernels->cuda_source;
+    if (!src)
+        return hpc_fail(err, HPC_ERR_INPUT, "cuda_exec: the step program has no CUDA source; "
+                        "recompile it with `hpc compile MODEL`");
     void *cubin = NULL;
     size_t size = 0;
     NvrtcCacheInfo info;
     double t0 = now_seconds();
-    st = nvrtc_compile_cached(src, "hpc_ops", ex->dev->arch, NULL, 0, &cubin, &size, &info, err);
-    free(src);
+    HpcStatus st = nvrtc_compile_cached(src, "hpc_ops", ex->dev->arch, NULL, 0, &cubin, &size, &info, err);
     if (st) return st;
     ex->compile_seconds = now_seconds() - t0;
     ex->cache_hit = info.result == KCACHE_HIT;
+    if (getenv("HPC_PROFILE"))
+        fprintf(stderr, "hpc profile: step module for sm_%d: %s in %.3f s\n", ex->dev->arch,
+                ex->cache_hit ? "kernel cache hit" : "NVRTC compile", ex->compile_seconds);
     st = CUDA_CHECK(err, cuda_driver()->cuModuleLoadData(&ex->module, cubin));
     free(cubin);
     return st;
 }
 
-/* Launch shapes for B, L (recomputed when a run's binding changes). */
+/* Launch shapes for B, L from the records (recomputed when a run's
+ * binding changes; no code is generated or compiled). */
 static HpcStatus refresh_code(CudaExec *ex, int64_t B, int64_t L, HpcError *err)
 {
     if (ex->code_B == B && ex->code_L == L) return HPC_OK;
-    for (int i = 0; i < ex->g->n; i++) {
-        HpcStatus st = eop_node_code(ex->g, i, B, L, &ex->code[i], err);
-        if (st) return st;
-    }
+    for (int i = 0; i < ex->g->n; i++) step_node_launch(&ex->kernels->node[i], B, L, &ex->code[i]);
     ex->code_B = B;
     ex->code_L = L;
     return HPC_OK;
@@ -116,14 +126,28 @@ static HpcStatus lookup_kernels(CudaExec *ex, HpcError *err)
     return st;
 }
 
-HpcStatus cuda_exec_init(CudaExec *ex, CudaDevice *dev, const IrGraph *g, const ParamList *pl,
-                         int64_t max_B, int64_t max_L, HpcError *err)
+/* The plan for the bounds, each node's scratch from its record. */
+static HpcStatus plan_step(CudaExec *ex, int64_t max_B, int64_t max_L, HpcError *err)
+{
+    if (ex->kernels->n != ex->g->n)
+        return hpc_fail(err, HPC_ERR_INPUT, "cuda_exec: %d launch records for a graph of %d nodes; "
+                        "recompile the program with `hpc compile MODEL`", ex->kernels->n, ex->g->n);
+    int64_t *scratch = xcalloc((size_t)(ex->g->n > 0 ? ex->g->n : 1), sizeof *scratch);
+    step_kernels_scratch(ex->kernels, max_B, max_L, scratch);
+    HpcStatus st = plan_build_scratch(ex->g, max_B, max_L, scratch, &ex->plan, err);
+    free(scratch);
+    return st;
+}
+
+HpcStatus cuda_exec_init_kernels(CudaExec *ex, CudaDevice *dev, const IrGraph *g, const ParamList *pl,
+                                 const StepKernels *kernels, int64_t max_B, int64_t max_L, HpcError *err)
 {
     memset(ex, 0, sizeof *ex);
     ex->g = g;
     ex->pl = pl;
     ex->dev = dev;
-    HpcStatus st = plan_build(g, max_B, max_L, &ex->plan, err);
+    ex->kernels = kernels;
+    HpcStatus st = plan_step(ex, max_B, max_L, err);
     if (!st) st = arena_init_with(&ex->arena, dev->allocator, "activations and gradients",
                                   (size_t)ex->plan.arena_bytes, err);
     if (!st) st = alloc_params(ex, err);
@@ -150,6 +174,10 @@ void cuda_exec_free(CudaExec *ex)
     free(ex->code);
     free(ex->param_dev);
     free(ex->master);
+    if (ex->owned_kernels) {
+        step_kernels_free(ex->owned_kernels);
+        free(ex->owned_kernels);
+    }
     memset(ex, 0, sizeof *ex);
 }
 

@@ -7,9 +7,11 @@
  *     liveness, best-fit arena offsets) and allocates the arena in one
  *     cuMemAlloc, plus the parameter storage (f32 masters and the fp16/bf16
  *     copies the precision plan asks for) and a small control block;
- *   - generates the module of per-op kernels (compiler/emit_ops.h) and
- *     compiles it once for the device's arch through the NVRTC disk cache
- *     (runtime/cuda/nvrtc_compile.h), then looks up every kernel;
+ *   - compiles the step program's module of per-op kernels (specialised on
+ *     the model's sizes, B and L are arguments) once for the device's arch
+ *     through the NVRTC disk cache (runtime/cuda/nvrtc_compile.h), then
+ *     looks up every kernel; launch shapes for a run's B, L come from the
+ *     program's launch records (step_node_launch), never from new code;
  *   - sets up cuBLASLt (runtime/cuda/gemm_cublas.h) for LINEAR, MATMUL,
  *     LINEAR_DX and LINEAR_DW (fp32 accumulation, TF32 off).
  * cuda_exec_run then queues one step on the device's stream: the batch
@@ -51,7 +53,7 @@
 #include "data/batch.h"
 #include "cuda/cuda_driver.h"
 #include "cuda/device_arena.h"
-#include "compiler/emit_ops.h"
+#include "compiler/step_program.h"
 #include "util/error.h"
 #include "cuda/gemm_cublas.h"
 #include "compiler/ir.h"
@@ -104,6 +106,8 @@ typedef struct {
     GemmContext gemm;
     bool gemm_ready;
     CUmodule module;
+    const StepKernels *kernels;/* launch records and source (borrowed, or owned_kernels) */
+    StepKernels *owned_kernels;/* cuda_exec_init's own, else NULL */
     CUfunction (*fn)[EOP_MAX_PHASES];   /* (g->n) kernels of each node */
     EopNodeCode *code;         /* (g->n) launch shapes for code_B, code_L */
     int64_t code_B, code_L;
@@ -115,12 +119,22 @@ typedef struct {
     int n_graphs;
     int64_t B, L;              /* binding of the last run */
     double compile_seconds;    /* NVRTC (or cache) time of the module */
-    bool cache_hit;
+    bool cache_hit;            /* no NVRTC ran: a cache hit or the program's cubin */
+    bool cubin_from_program;   /* the program carried the cubin for this arch */
 } CudaExec;
 
-/* Plans, allocates and compiles as described above.  HPC_ERR_OOM when the
- * plan does not fit (the message gives the figure), HPC_ERR_CUDA for a
- * failed compile or load, HPC_ERR_INPUT for a graph the GPU path cannot run. */
+/* Plans, allocates and compiles as described above, from a step program's
+ * launch records and CUDA source (compiler/step_program.h; borrowed, must
+ * outlive ex): one NVRTC compile (or cache hit) for every B, L.  HPC_ERR_OOM
+ * when the plan does not fit (the message gives the figure), HPC_ERR_CUDA
+ * for a failed compile or load, HPC_ERR_INPUT for records that do not match
+ * the graph. */
+HpcStatus cuda_exec_init_kernels(CudaExec *ex, CudaDevice *dev, const IrGraph *g, const ParamList *pl,
+                                 const StepKernels *kernels, int64_t max_B, int64_t max_L, HpcError *err);
+
+/* The same for a graph built in-process (tests, tools): generates the
+ * records and source with the emitter first (runtime/cuda/cuda_exec_graph.c,
+ * which links compiler/emit_ops). */
 HpcStatus cuda_exec_init(CudaExec *ex, CudaDevice *dev, const IrGraph *g, const ParamList *pl,
                          int64_t max_B, int64_t max_L, HpcError *err);
 void cuda_exec_free(CudaExec *ex);

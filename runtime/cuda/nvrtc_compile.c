@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "cuda/cuda_driver.h"
@@ -212,6 +213,34 @@ static HpcStatus compile_options(const char *source, const char *name, int arch,
     return st;
 }
 
+/* Process-wide counts for nvrtc_compile_stats (atomic: tests compile from
+ * several threads). */
+static long stat_compiles, stat_hits, stat_micros;
+
+void nvrtc_compile_stats(NvrtcStats *s)
+{
+    s->compiles = __atomic_load_n(&stat_compiles, __ATOMIC_RELAXED);
+    s->cache_hits = __atomic_load_n(&stat_hits, __ATOMIC_RELAXED);
+    s->compile_seconds = 1e-6 * (double)__atomic_load_n(&stat_micros, __ATOMIC_RELAXED);
+}
+
+static double mono_seconds(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+static HpcStatus compile_counted(const char *source, const char *name, int arch, const OptionList *o,
+                                 void **cubin, size_t *size, char **log, HpcError *err)
+{
+    double t0 = mono_seconds();
+    HpcStatus st = compile_options(source, name, arch, o, cubin, size, log, err);
+    __atomic_add_fetch(&stat_compiles, 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&stat_micros, (long)(1e6 * (mono_seconds() - t0)), __ATOMIC_RELAXED);
+    return st;
+}
+
 HpcStatus nvrtc_compile(const char *source, const char *name, int arch,
                         const char *const *options, int num_options,
                         void **cubin, size_t *size, char **log, HpcError *err)
@@ -230,7 +259,7 @@ HpcStatus nvrtc_compile(const char *source, const char *name, int arch,
                         "supports %s); install a newer CUDA toolkit", v / 1000, v % 1000 / 10,
                         arch, list);
     }
-    return compile_options(source, name ? name : "kernel", arch, &o, cubin, size, log, err);
+    return compile_counted(source, name ? name : "kernel", arch, &o, cubin, size, log, err);
 }
 
 /* ---- through the cache -------------------------------------------------- */
@@ -262,7 +291,10 @@ HpcStatus nvrtc_compile_cached(const char *source, const char *name, int arch,
             cache_note(info, &cerr);
             info->result = KCACHE_MISS;
         }
-        if (info->result == KCACHE_HIT) return HPC_OK;
+        if (info->result == KCACHE_HIT) {
+            __atomic_add_fetch(&stat_hits, 1, __ATOMIC_RELAXED);
+            return HPC_OK;
+        }
     }
     st = nvrtc_compile(source, name, arch, options, num_options, cubin, size, NULL, err);
     if (st || !have_dir) return st;

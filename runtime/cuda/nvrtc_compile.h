@@ -59,4 +59,15 @@ HpcStatus nvrtc_compile_cached(const char *source, const char *name, int arch,
                                void **cubin, size_t *size, NvrtcCacheInfo *info,
                                HpcError *err);
 
+/* What this process compiled so far: NVRTC runs (nvrtc_compile, also
+ * through the cache on a miss), cache hits of nvrtc_compile_cached, and the
+ * seconds spent in NVRTC.  `HPC_PROFILE=1 hpc run` prints them; tests use
+ * them to count compiles per module. */
+typedef struct {
+    long compiles, cache_hits;
+    double compile_seconds;
+} NvrtcStats;
+
+void nvrtc_compile_stats(NvrtcStats *s);
+
 #endif

@@ -1,13 +1,13 @@
-/* runtime/train/train_backend.c — builds the model once and opens the backend
- * that trains it; see train_backend.h. */
+/* runtime/train/train_backend.c — opens the backend that trains a step
+ * program; see train_backend.h.  The spec road (compile first) is in
+ * train_backend_model.c. */
 #include "train/train_backend.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "cuda/cuda_driver.h"
-#include "compiler/pipeline.h"
-#include "compiler/precision.h"
 
 const char *train_device_name(TrainDevice d)
 {
@@ -22,23 +22,6 @@ bool train_device_parse(const char *s, TrainDevice *d)
             return true;
         }
     return false;
-}
-
-/* lower -> autodiff -> precision -> fuse (compiler/pipeline.h), then the
- * initial parameters. */
-static HpcStatus build_model(TrainBackend *b, bool fuse, HpcError *err)
-{
-    PipeOptions o = pipeline_defaults(b->policy);
-    o.fuse = fuse;
-    Pipeline p;
-    HpcStatus st = pipeline_build(b->spec, &o, &p, err);
-    ir_free(&b->g);
-    params_free(&b->pl);
-    b->g = p.g;          /* the backend takes the graph and the parameters */
-    b->pl = p.pl;
-    if (p.reached >= PIPE_PRECISION) precision_plan_free(&p.prec);
-    if (!st) st = init_store(&b->ps, &b->pl, b->spec->train.seed, err);
-    return st;
 }
 
 /* Auto: is a GPU usable?  Opens and closes device 0 (cheap next to a run). */
@@ -56,18 +39,18 @@ static bool gpu_usable(char *why, size_t size)
     return true;
 }
 
-HpcStatus train_backend_open(TrainBackend *b, TrainDevice dev, const ModelSpec *spec, SpecPrecision policy,
-                             bool fuse, int64_t total_steps, int64_t max_B, int64_t max_L, HpcError *err)
+HpcStatus train_backend_open_program(TrainBackend *b, TrainDevice dev, const StepProgram *prog,
+                                     int64_t total_steps, int64_t max_B, int64_t max_L, HpcError *err)
 {
     memset(b, 0, sizeof *b);
-    b->spec = spec;
-    b->policy = policy == PREC_DEFAULT ? PREC_FP32 : policy;
-    ir_init(&b->g);
-    params_init(&b->pl);
+    b->spec = &prog->spec;
+    b->policy = prog->policy;
+    b->kernels = &prog->kernels;
+    step_program_copy_graph(prog, &b->g, &b->pl);
     char why[256] = "";
     if (dev == TRAIN_DEVICE_AUTO) dev = gpu_usable(why, sizeof why) ? TRAIN_DEVICE_CUDA : TRAIN_DEVICE_CPU;
     b->device = dev;
-    HpcStatus st = build_model(b, fuse, err);
+    HpcStatus st = init_store(&b->ps, &b->pl, b->spec->train.seed, err);
     if (!st) st = dev == TRAIN_DEVICE_CUDA ? train_cuda_open(b, total_steps, max_B, max_L, err)
                                            : train_cpu_open(b, total_steps, err);
     if (!st && why[0]) {
@@ -84,5 +67,9 @@ void train_backend_close(TrainBackend *b)
     if (b->ps.w) init_store_free(&b->ps);
     ir_free(&b->g);
     params_free(&b->pl);
+    if (b->owned) {
+        step_program_free(b->owned);
+        free(b->owned);
+    }
     memset(b, 0, sizeof *b);
 }

@@ -44,9 +44,7 @@
 #include "train/checkpoint.h"
 #include "util/error.h"
 #include "train/init.h"
-#include "compiler/ir.h"
-#include "compiler/params.h"
-#include "compiler/spec.h"
+#include "compiler/step_program.h"
 
 typedef enum { TRAIN_DEVICE_CPU, TRAIN_DEVICE_CUDA, TRAIN_DEVICE_AUTO } TrainDevice;
 
@@ -73,8 +71,10 @@ struct TrainBackend {
     TrainDevice device;        /* CPU or CUDA */
     const ModelSpec *spec;     /* borrowed */
     SpecPrecision policy;
-    IrGraph g;
+    IrGraph g;                 /* the program's graph (the backend's own copy) */
     ParamList pl;
+    const StepKernels *kernels;/* the program's launch records and CUDA (borrowed) */
+    StepProgram *owned;        /* train_backend_open's compiled program, else NULL */
     ParamStore ps;             /* host parameters (initial values) */
     void *impl;                /* the backend's own state */
     void *cuda_stream;         /* cuda: the CUstream every step is queued on (for
@@ -101,12 +101,21 @@ struct TrainBackend {
     void (*close)(TrainBackend *b);
 };
 
-/* Builds the graph (compiler/pipeline.h: lower -> autodiff -> precision
- * -> fuse, the fuse pass only when `fuse`),
- * initialises the parameters and opens the backend for batches up to
- * max_B x max_L.  TRAIN_DEVICE_AUTO takes GPU 0 when cuda_device_open
- * succeeds, else the cpu; b->name says which (and, with auto on the cpu,
- * why not the GPU).  HPC_ERR_NO_GPU for TRAIN_DEVICE_CUDA without a GPU. */
+/* Opens the backend on a step program (compiler/step_program.h; borrowed,
+ * must outlive b; its spec is b->spec): initialises the parameters and
+ * opens the backend for batches up to max_B x max_L.  Nothing is parsed,
+ * lowered or generated: the cuda backend compiles the program's CUDA once
+ * (or finds it in the kernel cache) for every B, L.  TRAIN_DEVICE_AUTO
+ * takes GPU 0 when cuda_device_open succeeds, else the cpu; b->name says
+ * which (and, with auto on the cpu, why not the GPU).  HPC_ERR_NO_GPU for
+ * TRAIN_DEVICE_CUDA without a GPU. */
+HpcStatus train_backend_open_program(TrainBackend *b, TrainDevice dev, const StepProgram *prog,
+                                     int64_t total_steps, int64_t max_B, int64_t max_L, HpcError *err);
+
+/* The same from a checked spec: compiles it in-process first
+ * (step_program_compile, compiler/step_program_build.h: lower -> autodiff
+ * -> precision -> fuse, the fuse pass only when `fuse`); b owns that
+ * program.  In train_backend_model.c, which links the compiler. */
 HpcStatus train_backend_open(TrainBackend *b, TrainDevice dev, const ModelSpec *spec, SpecPrecision policy,
                              bool fuse, int64_t total_steps, int64_t max_B, int64_t max_L, HpcError *err);
 void train_backend_close(TrainBackend *b);

@@ -20,8 +20,12 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <time.h>
+#include <unistd.h>
+
 #include "cuda/cuda_exec.h"
 #include "cuda/cuda_optim.h"
+#include "cuda/nvrtc_compile.h"
 #include "train/train_backend.h"
 
 typedef struct {
@@ -47,7 +51,47 @@ typedef struct {
     bool has_staged;
     float *logits;             /* eval: (B, C) f32 */
     size_t logits_cap;
+    bool profile;              /* HPC_STARTUP or HPC_PROFILE: report the cold start after step 1 */
 } CudaTrain;
+
+/* Seconds since this process started (/proc/self/stat field 22 against
+ * /proc/uptime), or -1 where /proc is missing: the cold start is measured
+ * from `hpc run` itself, not from the backend's open. */
+static double process_age_seconds(void)
+{
+    FILE *f = fopen("/proc/self/stat", "r");
+    double up = -1;
+    unsigned long long start = 0;
+    if (!f) return -1;
+    char buf[1024];
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    buf[n] = '\0';
+    char *p = strrchr(buf, ')');   /* the command name may hold spaces */
+    for (int field = 2; p && field < 22; field++) p = strchr(p + 1, ' ');
+    if (!p || sscanf(p + 1, "%llu", &start) != 1) return -1;
+    f = fopen("/proc/uptime", "r");
+    if (!f) return -1;
+    if (fscanf(f, "%lf", &up) != 1) up = -1;
+    fclose(f);
+    long hz = sysconf(_SC_CLK_TCK);
+    return up < 0 || hz <= 0 ? -1 : up - (double)start / (double)hz;
+}
+
+/* HPC_STARTUP=1 (or HPC_PROFILE=1, whose eager per-node timing slows step
+ * 1): after the first optimizer step (waits for it). */
+static void report_cold_start(CudaTrain *t)
+{
+    t->profile = false;
+    if (cuda_driver()->cuStreamSynchronize(t->dev.stream) != CUDA_SUCCESS) return;
+    NvrtcStats s;
+    nvrtc_compile_stats(&s);
+    fprintf(stderr, "hpc profile: cold start %.2f s from process start to the end of step 1; "
+            "NVRTC %ld compile(s) in %.2f s, %ld kernel cache hit(s); step module %s in %.3f s\n",
+            process_age_seconds(), s.compiles, s.compile_seconds, s.cache_hits,
+            t->ex.cubin_from_program ? "the program's cubin" : t->ex.cache_hit ? "from the cache" : "compiled",
+            t->ex.compile_seconds);
+}
 
 static CudaTrain *impl(TrainBackend *b) { return b->impl; }
 
@@ -191,6 +235,7 @@ static HpcStatus read_records(TrainBackend *b, TrainStepStat *out, int max, int 
         }
         if (!st) st = take_record(t, &out[(*n)++], err);
     }
+    if (!st && t->profile) report_cold_start(t);
     return st;
 }
 
@@ -342,19 +387,25 @@ HpcStatus train_cuda_open(TrainBackend *b, int64_t total_steps, int64_t max_B, i
     b->state_in = cuda_state_in;
     b->close = cuda_close;
     t->accum = b->spec->train.grad_accum > 1 ? b->spec->train.grad_accum : 1;
+    const char *su = getenv("HPC_STARTUP"), *pr = getenv("HPC_PROFILE");
+    t->profile = (su && *su && strcmp(su, "0") != 0) || (pr && *pr && strcmp(pr, "0") != 0);
     if (b->g.loss < 0 || b->g.nodes[b->g.loss].dtype != DT_F32)
         return hpc_fail(err, HPC_ERR_INTERNAL, "trainer: the graph's loss is not an f32 scalar");
     HpcStatus st = cuda_device_open(&t->dev, 0, err);
     if (st) return st;
     t->dev_open = true;
-    st = cuda_exec_init(&t->ex, &t->dev, &b->g, &b->pl, max_B, max_L, err);
+    st = cuda_exec_init_kernels(&t->ex, &t->dev, &b->g, &b->pl, b->kernels, max_B, max_L, err);
     if (st) return st;
     t->ex_open = true;
     st = cuda_exec_set_params(&t->ex, b->ps.w, err);
     if (!st) st = cuda_optim_init(&t->opt, &t->ex, b->spec, b->policy, total_steps, err);
     if (st) return st;
     t->opt_open = true;
-    snprintf(b->name, sizeof b->name, "cuda (%.100s, sm_%d)", t->dev.name, t->dev.arch);
+    NvrtcStats ns;
+    nvrtc_compile_stats(&ns);   /* the step's and the optimizer's modules */
+    snprintf(b->name, sizeof b->name, "cuda (%.60s, sm_%d; kernels: %ld NVRTC compile(s) in %.1f s, %ld cached%s)",
+             t->dev.name, t->dev.arch, ns.compiles, ns.compile_seconds, ns.cache_hits,
+             t->ex.cubin_from_program ? ", step cubin from the artifact" : "");
     b->cuda_stream = t->dev.stream;
     return alloc_rings(t, err);
 }

@@ -446,8 +446,11 @@ HpcStatus trainer_run(const ModelSpec *spec, const Dataset *train, const Dataset
     if (!st) t->log = opts->resume_dir ? runlog_open_append(opts->jsonl, opts->out, opts->progress_bar, err)
                                        : runlog_open(opts->jsonl, opts->out, opts->progress_bar, err);
     if (!st && !t->log) st = err->code;
-    if (!st) st = train_backend_open(&t->be, opts->device, spec, opts->policy, !opts->no_fuse, t->total,
-                                     spec->train.batch_size, L, err);
+    if (!st) st = opts->program
+                      ? train_backend_open_program(&t->be, opts->device, opts->program, t->total,
+                                                   spec->train.batch_size, L, err)
+                      : train_backend_open(&t->be, opts->device, spec, opts->policy, !opts->no_fuse, t->total,
+                                           spec->train.batch_size, L, err);
     if (!st) {
         res->params = params_total(&t->be.pl);
         snprintf(res->backend, sizeof res->backend, "%s", t->be.name);

@@ -92,6 +92,8 @@ typedef struct {
     TrainDevice device;   /* TRAIN_DEVICE_CPU (the zero value), _CUDA or _AUTO */
     int64_t inject_inf_step; /* test hook (above); 0 = none */
     bool no_fuse;         /* skip the fuse pass (the unfused graph) */
+    const StepProgram *program; /* if set: train this compiled program (its spec must be
+                                   the spec passed; policy and no_fuse are its own) */
     float *const *weights_out; /* if not NULL: (ParamList order) host buffers that
                              receive the final f32 weights; NULL entries skipped */
     const char *checkpoint_dir; /* save checkpoints here; NULL = none */

@@ -1,0 +1,99 @@
+/* compiler/emit_lib_step.c — DIR/NAME_step.cuh for --emit-cuda and
+ * --emit-lib: the CUDA the training step itself runs (the step program's
+ * module, compiler/step_program.h, the kernels tests/gpu checks against the
+ * cpu reference), with the ABI and one line per launch so another program
+ * can call them: which kernel, its launch type and its count as a function
+ * of B and L.  See emit_lib.h. */
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "emit_lib.h"
+#include "emit_lib_internal.h"
+#include "step_program_build.h"
+
+static const char *const lt_names[EOP_LT_COUNT] = {
+    [EOP_LT_ELEMS] = "elems: grid-stride, min(ceil(count/256), 2^20) x 256",
+    [EOP_LT_ROWS] = "rows: count blocks of THREADS, one per row",
+    [EOP_LT_WARP_ROWS] = "warp rows: ceil(count/4) x 128, one warp per row",
+    [EOP_LT_ONE] = "one block of 1024",
+    [EOP_LT_COLPART] = "column partials: (ceil(count/32), 128) x (32, 8)",
+    [EOP_LT_COLFIN] = "column sums: ceil(count/256) x 256",
+};
+
+/* "min(cap, (c0 + c1*B*L) / div)" in the fewest words. */
+static void size_text(const StepSize *s, char *buf, size_t cap)
+{
+    char prod[96];
+    int n = snprintf(prod, sizeof prod, "%" PRId64, s->c1);
+    for (int i = 0; i < s->pB && n < (int)sizeof prod; i++) n += snprintf(prod + n, sizeof prod - (size_t)n, "*B");
+    for (int i = 0; i < s->pL && n < (int)sizeof prod; i++) n += snprintf(prod + n, sizeof prod - (size_t)n, "*L");
+    char sum[160];
+    if (s->c1 == 0) snprintf(sum, sizeof sum, "%" PRId64, s->c0);
+    else if (s->c0) snprintf(sum, sizeof sum, "(%" PRId64 " + %s)", s->c0, prod);
+    else snprintf(sum, sizeof sum, "%s", prod);
+    char q[200];
+    if (s->div > 1) snprintf(q, sizeof q, "%s / %" PRId64, sum, s->div);
+    else snprintf(q, sizeof q, "%s", sum);
+    if (s->cap > 0) snprintf(buf, cap, "min(%s, %" PRId64 ")", q, s->cap);
+    else snprintf(buf, cap, "%s", q);
+}
+
+static void print_intro(FILE *f, const StepProgram *p)
+{
+    fprintf(f, "// %s_step.cuh — the kernels of %s's training step (%s), written by `hpc compile\n"
+               "// --emit-cuda`: the same module hpc's cuda backend compiles and tests/gpu checks\n"
+               "// against the cpu reference.  Every kernel is\n"
+               "//   extern \"C\" __global__ void NAME(EopArgs a)\n"
+               "// with a.y the node's output, a.x[k] its inputs, a.scratch its scratch (bytes\n"
+               "// below), a.ctl a device EopCtl (dropout seed and step, training flag, loss\n"
+               "// scale), a.B and a.L the batch and padded length; every other size is a\n"
+               "// constant.  Layouts (64 and 24 bytes):\n"
+               "//   struct EopArgs { u64 y; u64 x[3]; u64 scratch; u64 ctl; i64 B; i64 L; };\n"
+               "//   struct EopCtl { u64 seed; u32 step; u32 training; float loss_scale; u32 pad_; };\n"
+               "// GEMM nodes (linear, matmul, linear_dx, linear_dw) run on cuBLASLt in hpc and\n"
+               "// are listed without kernels.  Launches, in step order:\n",
+            p->name, p->name, spec_precision_name(p->policy));
+    for (int i = 0; i < p->kernels.n; i++) {
+        const StepNodeCode *c = &p->kernels.node[i];
+        const IrNode *n = &p->g.nodes[i];
+        if (c->kind == EOP_GEMM && c->n_phases == 0) {
+            fprintf(f, "//   %4d %-36s %s (GEMM)\n", i, n->name, ir_op_name(n->op));
+            continue;
+        }
+        for (int k = 0; k < c->n_phases; k++) {
+            char count[256];
+            size_text(&c->phase[k].count, count, sizeof count);
+            fprintf(f, "//   %4d %-36s %s  count %s; %s", i, n->name, c->phase[k].name, count,
+                    lt_names[c->phase[k].lt]);
+            if (c->phase[k].lt == EOP_LT_ROWS) fprintf(f, " (THREADS %d)", c->phase[k].threads);
+            fputc('\n', f);
+        }
+        if (c->n_phases && (c->scratch.c0 || c->scratch.c1)) {
+            char sc[256];
+            size_text(&c->scratch, sc, sizeof sc);
+            fprintf(f, "//        scratch bytes %s\n", sc);
+        }
+    }
+}
+
+HpcStatus emitlib_step(const ModelSpec *spec, SpecPrecision policy, const char *dir, HpcError *err)
+{
+    StepProgram p;
+    HpcStatus st = step_program_compile(spec, policy, true, &p, err);
+    if (st) return st;
+    char path[4096], name[128];
+    snprintf(name, sizeof name, "%s_step", spec->name);
+    FILE *f = NULL;
+    st = emitlib_mkdir(dir, err);
+    if (!st) st = emitlib_open(dir, name, ".cuh", path, sizeof path, &f, err);
+    if (!st) {
+        print_intro(f, &p);
+        fprintf(f, "\n#ifndef HPC_STEP_%s_CUH\n#define HPC_STEP_%s_CUH\n\n", spec->name, spec->name);
+        fputs(p.kernels.cuda_source, f);
+        fputs("\n#endif\n", f);
+        st = emitlib_close(f, path, err);
+    }
+    step_program_free(&p);
+    return st;
+}

@@ -1,0 +1,209 @@
+/* compiler/step_program.h — the step program: the compiler's one product and
+ * the runtime's one input.
+ *
+ * A StepProgram is everything needed to train or run one model under one
+ * precision policy, with the batch B and the padded length L left open:
+ *   - spec       the checked model (sizes, head, training settings);
+ *   - g          the value table and the nodes in order (compiler/ir.h):
+ *                every value's dtype and shape, dims constants or B, L;
+ *   - pl         the parameter table, Hugging Face names (compiler/params.h);
+ *   - kernels    one launch record per node (StepNodeCode: the kernels'
+ *                names, launch type, and their element / row counts and
+ *                scratch bytes as functions of B and L) and the CUDA
+ *                source of every kernel, one translation unit.
+ * The kernels are specialised on the model's sizes and take B and L as
+ * arguments (EopArgs.B, .L), so one NVRTC compile per (program, arch)
+ * serves every (B, L) of a run.  GEMM descriptors are functions of B, L
+ * read from the value table (runtime/cuda/cuda_exec.c); arena offsets come
+ * from plan_build_scratch (compiler/plan.h) for the run's bounds, with each
+ * node's scratch from its record.
+ *
+ * `hpc compile` writes a program into NAME.hpc (compiler/artifact.h: the
+ * `program` section, written and read by step_program_write / _read below);
+ * `hpc run NAME.hpc` and the C API read it back and never run the parser,
+ * the checker, lowering or autodiff.  A .model path is compiled in-process
+ * by step_program_compile (compiler/step_program_build.h), which takes the
+ * same road afterwards.
+ *
+ * This is the one compiler header the runtime needs for a program; the
+ * reader (step_program.c) links with ir.c, ops.c, fuse.c, params.c and
+ * spec.c only (tests/test_step_program.c checks with nm that a program
+ * running an artifact has no yyparse, yylex, lower_model, autodiff_build).
+ *
+ * Ownership: a StepProgram owns its graph, parameter list, records and
+ * source; step_program_free releases them.
+ *
+ * Usage:
+ *   StepProgram p;
+ *   if (step_program_read_file("bert_tiny.hpc", &p, &err)) return err.code;
+ *   ... cuda_exec_init_program(&ex, &dev, &p, B, L, &err) or the trainer ...
+ *   step_program_free(&p);
+ */
+#ifndef HPC_COMPILER_STEP_PROGRAM_H
+#define HPC_COMPILER_STEP_PROGRAM_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "error.h"
+#include "ir.h"
+#include "params.h"
+#include "spec.h"
+
+#define EOP_MAX_PHASES 3
+#define EOP_NAME_MAX 96
+/* Row blocks of the column-sum reductions (bias and gamma gradients):
+ * enough blocks to fill an H100/H200 at C = 768 (docs/perf.md). */
+#define EOP_COL_PARTS 128
+
+/* The version of the program section; a reader refuses any other. */
+#define STEP_PROGRAM_VERSION 1
+
+/* How a node runs on the cuda backend:
+ *   EOP_NONE     PARAM: storage bound by the executor, nothing to run;
+ *   EOP_UPLOAD   a batch INPUT: the executor copies the field from the host;
+ *   EOP_GEMM     LINEAR, MATMUL, LINEAR_DX, LINEAR_DW: one cuBLASLt GEMM,
+ *                then the node's phases if any (a bias add the epilogue
+ *                cannot do);
+ *   EOP_KERNELS  everything else: 1..EOP_MAX_PHASES kernels in order. */
+typedef enum { EOP_NONE, EOP_UPLOAD, EOP_GEMM, EOP_KERNELS } EopKind;
+
+/* Launch types; the grid follows from a count (StepSize) of the run. */
+typedef enum {
+    EOP_LT_ELEMS,      /* grid-stride over count elements, 256 threads */
+    EOP_LT_ROWS,       /* one block of `threads` per row, count rows */
+    EOP_LT_WARP_ROWS,  /* one warp per row, 4 rows per block of 128 */
+    EOP_LT_ONE,        /* a single block of 1024 */
+    EOP_LT_COLPART,    /* (ceil(count/32), EOP_COL_PARTS) x (32, 8): column partial sums */
+    EOP_LT_COLFIN,     /* ceil(count/256) x 256: one thread per column */
+    EOP_LT_COUNT
+} EopLaunchType;
+
+/* A size as a function of the run's B and L:
+ *   min(cap, (c0 + c1 * B^pB * L^pL) / div)      (cap 0: no cap)
+ * which covers element counts ("B*L*768"), rows, vector counts
+ * ("(B*L*768 + 7) / 8") and scratch bytes ("128*768*8 + 2*B*L*4"). */
+typedef struct {
+    int64_t c0, c1;
+    int pB, pL;
+    int64_t div, cap;
+} StepSize;
+
+int64_t step_size_eval(const StepSize *s, int64_t B, int64_t L);
+
+typedef struct {
+    char name[EOP_NAME_MAX];     /* function in the module */
+    EopLaunchType lt;
+    StepSize count;
+    int threads;                 /* EOP_LT_ROWS: block size */
+} StepPhase;
+
+/* The launch record of one node. */
+typedef struct {
+    EopKind kind;
+    int n_phases;
+    StepPhase phase[EOP_MAX_PHASES];
+    bool bias_epilogue;          /* EOP_GEMM of a LINEAR with bias: cuBLASLt adds it */
+    StepSize scratch;            /* bytes of scratch its kernels need */
+} StepNodeCode;
+
+/* A phase's launch shape for one (B, L). */
+typedef struct {
+    char name[EOP_NAME_MAX];
+    unsigned grid[3], block[3];
+} EopPhase;
+
+typedef struct {
+    EopKind kind;
+    int n_phases;
+    EopPhase phase[EOP_MAX_PHASES];
+    bool bias_epilogue;
+} EopNodeCode;
+
+/* The kernels' argument, passed by value (layout fixed: 64 bytes). */
+typedef struct {
+    uint64_t y;                  /* output value */
+    uint64_t x[3];               /* inputs, 0 past n_in */
+    uint64_t scratch;            /* the node's scratch, or 0 */
+    uint64_t ctl;                /* const EopCtl * */
+    int64_t B, L;
+} EopArgs;
+
+/* Per-step control block in device memory (layout fixed: 24 bytes). */
+typedef struct {
+    uint64_t seed;               /* dropout seed */
+    uint32_t step;               /* dropout micro-step counter */
+    uint32_t training;           /* 0: dropout is the identity */
+    float loss_scale;            /* IR_IN_LOSS_SCALE: the backward seed */
+    uint32_t pad_;
+} EopCtl;
+
+#define STEP_MAX_CUBINS 8
+
+/* The module compiled ahead for one arch (`hpc compile --arch 90`): a run
+ * on that arch loads it and runs no NVRTC at all. */
+typedef struct {
+    int arch;                    /* 90 for sm_90 */
+    unsigned char *data;         /* the CUBIN (an ELF image) */
+    size_t size;
+} StepCubin;
+
+/* The records of a graph's nodes and the module they name. */
+typedef struct {
+    StepNodeCode *node;          /* (n) one per graph node */
+    int n;
+    char *cuda_source;           /* NUL-terminated; NULL for a cpu-only program */
+    StepCubin cubin[STEP_MAX_CUBINS];
+    int n_cubins;
+} StepKernels;
+
+typedef struct {
+    char name[128];
+    SpecPrecision policy;        /* PREC_FP32, PREC_FP16 or PREC_BF16 */
+    bool fused;                  /* the fuse pass ran */
+    ModelSpec spec;
+    IrGraph g;
+    ParamList pl;
+    StepKernels kernels;
+} StepProgram;
+
+/* Grid and block of node code `c` for a run of B, L. */
+void step_node_launch(const StepNodeCode *c, int64_t B, int64_t L, EopNodeCode *out);
+
+/* Scratch bytes of every node for B, L into out[0 .. k->n). */
+void step_kernels_scratch(const StepKernels *k, int64_t B, int64_t L, int64_t *out);
+
+void step_kernels_free(StepKernels *k);
+
+/* Adds (a copy of) the module's cubin for sm_<arch>, replacing one of the
+ * same arch.  HPC_ERR_USAGE past STEP_MAX_CUBINS or for an image that is
+ * not ELF. */
+HpcStatus step_kernels_add_cubin(StepKernels *k, int arch, const void *data, size_t size, HpcError *err);
+
+/* The cubin for sm_<arch>, or NULL. */
+const StepCubin *step_kernels_cubin(const StepKernels *k, int arch);
+void step_program_init(StepProgram *p);
+void step_program_free(StepProgram *p);
+
+/* Deep copies of the graph and parameter list (for a backend that owns its
+ * own; the program stays valid). */
+void step_program_copy_graph(const StepProgram *p, IrGraph *g, ParamList *pl);
+
+/* The program as text (every field keyed, one record per line), for the
+ * `program` section of NAME.hpc. */
+void step_program_write(const StepProgram *p, FILE *out);
+
+/* Reads what step_program_write wrote, `len` bytes at `text`; `where`
+ * names the file in messages.  Refuses (HPC_ERR_INPUT, naming the line and
+ * the reason) another version, a truncated program, an unknown field, an
+ * unknown policy, op, dtype or launch type, and values out of range (an
+ * input id not before its node, a dim < 1 that is not B or L, a name too
+ * long).  On failure *p is left empty. */
+HpcStatus step_program_read(const char *where, const char *text, size_t len, StepProgram *p,
+                            HpcError *err);
+
+/* Reads the program section of NAME.hpc (compiler/artifact.h). */
+HpcStatus step_program_read_file(const char *path, StepProgram *p, HpcError *err);
+
+#endif

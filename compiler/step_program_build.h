@@ -1,0 +1,50 @@
+/* compiler/step_program_build.h — making a step program (compiler/step_program.h)
+ * and the library calls around it that `hpc compile`, `hpc run` and the C
+ * API share:
+ *   step_program_from_graph   a finished graph -> a program (records, CUDA);
+ *   step_program_compile      a checked ModelSpec -> a program, in-process
+ *                             (lower -> autodiff -> precision -> fuse, then
+ *                             the above): the one call a .model path takes;
+ *   step_program_load         a NAME.hpc (read, no front end) or a .model
+ *                             file (parse, check, compile) -> a program;
+ *   step_program_save         a program -> NAME.hpc (the resolved model
+ *                             text, the plan summary, the CUDA, the program).
+ * These link the whole compiler; a program that only runs artifacts uses
+ * step_program_read_file (step_program.h) instead.
+ *
+ * Usage:
+ *   StepProgram p;
+ *   if (step_program_load("bert_base.hpc", PREC_DEFAULT, true, &p, stderr, &err)) return err.code;
+ *   ... train p ...
+ *   step_program_free(&p);
+ */
+#ifndef HPC_COMPILER_STEP_PROGRAM_BUILD_H
+#define HPC_COMPILER_STEP_PROGRAM_BUILD_H
+
+#include <stdbool.h>
+#include <stdio.h>
+
+#include "error.h"
+#include "step_program.h"
+
+/* Copies g and pl into *out and generates the launch records and module
+ * source (compiler/emit_ops.h).  HPC_ERR_INPUT for a graph the GPU path
+ * cannot run (an f64 value). */
+HpcStatus step_program_from_graph(const ModelSpec *spec, SpecPrecision policy, bool fused, const IrGraph *g,
+                                  const ParamList *pl, StepProgram *out, HpcError *err);
+
+/* The whole compiler on a checked spec (policy PREC_DEFAULT means fp32). */
+HpcStatus step_program_compile(const ModelSpec *spec, SpecPrecision policy, bool fuse, StepProgram *out,
+                               HpcError *err);
+
+/* path ending in .hpc: the artifact's program, compiled again from its
+ * model only when `policy` (not PREC_DEFAULT) or `fuse` differs from what
+ * it was compiled with; else a .model file, checked (diagnostics to diag)
+ * and compiled with policy (PREC_DEFAULT: fp32). */
+HpcStatus step_program_load(const char *path, SpecPrecision policy, bool fuse, StepProgram *out, FILE *diag,
+                            HpcError *err);
+
+/* Writes NAME.hpc atomically; plan_text may be NULL. */
+HpcStatus step_program_save(const char *path, const StepProgram *p, const char *plan_text, HpcError *err);
+
+#endif

@@ -1,0 +1,29 @@
+#!/bin/sh
+# Cold start of a training run on the GPU: seconds from `hpc run` to the end
+# of the first step of BERT-base fp16, and how many NVRTC compiles it took
+# (HPC_STARTUP=1 prints both after step 1, runtime/train/train_cuda.c).
+# Three starts, each with its own kernel cache directory:
+#   cold   empty cache, artifact without cubins: NVRTC compiles every module
+#   warm   the same cache again: every module is a cache hit
+#   ahead  empty cache, artifact compiled with --arch 90: the step module is
+#          the artifact's cubin (only the optimizer's module compiles)
+# and one CoLA fine-tune over every padded length, counting NVRTC compiles.
+# Run from the repository root on the GPU machine with the binaries built:
+#   sh scripts/cold-start.sh
+set -eu
+cd "$(dirname "$0")/.."
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+bin/hpc compile models/bert_base.model --fp16 -o "$tmp/bert_base.hpc" >/dev/null
+bin/hpc compile models/bert_base.model --fp16 --arch 90 -o "$tmp/bert_base_sm90.hpc" >/dev/null
+start() {   # $1 label, $2 artifact, $3 cache dir
+    line=$(HPC_STARTUP=1 HPC_CACHE_DIR="$3" bin/hpc run "$2" --device cuda --steps 1 2>&1 |
+           grep 'hpc profile: cold start' || true)
+    echo "$1: ${line:-no profile line (did the run fail?)}"
+}
+start cold "$tmp/bert_base.hpc" "$tmp/cache1"
+start warm "$tmp/bert_base.hpc" "$tmp/cache1"
+start ahead "$tmp/bert_base_sm90.hpc" "$tmp/cache2"
+echo "CoLA fine-tune, every padded length (one compile per module wanted):"
+HPC_STARTUP=1 HPC_CACHE_DIR="$tmp/cache3" bin/hpc run "$tmp/bert_base.hpc" --device cuda --task cola \
+    --steps 200 2>&1 | grep -E 'hpc profile: cold start|backend cuda' | head -3
