@@ -180,7 +180,7 @@ Test(weights_finite, init_refuses_a_nan_tensor_and_names_it)
     HfInitReport rep;
     cr_expect_eq(hf_init_load(dir, &dst.pl, dst.w, &rep, &err), HPC_ERR_INPUT);
     cr_expect_eq(rep.n_nonfinite, 1);
-    cr_expect(strstr(err.msg, "holds NaN or inf in 1 tensors"), "%s", err.msg);
+    cr_expect(strstr(err.msg, "holds NaN or inf in 1 tensor the model uses"), "%s", err.msg);
     bool named = false;
     for (int i = 0; i < rep.n_lines; i++)
         named |= strstr(rep.lines[i], "not finite: ") && strstr(rep.lines[i], "'" QUERY "' holds NaN at element 37");

@@ -79,9 +79,9 @@ HpcStatus hf_init_load(const char *dir, const ParamList *pl, float *const *w, Hf
     }
     st_close(f);
     if (rep->n_nonfinite)
-        return hpc_fail(err, HPC_ERR_INPUT, "init: %s holds NaN or inf in %d tensors the model uses (listed above); "
+        return hpc_fail(err, HPC_ERR_INPUT, "init: %s holds NaN or inf in %d tensor%s the model uses (listed above); "
                         "the weights are corrupt or come from a diverged run: use a checkpoint whose weights are "
-                        "finite", rep->path, rep->n_nonfinite);
+                        "finite", rep->path, rep->n_nonfinite, rep->n_nonfinite == 1 ? "" : "s");
     if (rep->n_missing || rep->n_misshapen)
         return hpc_fail(err, HPC_ERR_INPUT, "init: %s does not fit this model: %d parameters missing, %d mis-shaped "
                         "(listed above); is it the checkpoint the .model was imported from (hpc import)?",
