@@ -65,7 +65,7 @@ unchanged "--resume with a NaN weight leaves the checkpoint intact"
 mkdir -p "$WORK/huge"
 cp "$STEP/model.safetensors" "$WORK/huge/"
 poke "$WORK/huge/model.safetensors" classifier.weight 0 256 '\377\377\177\177'
-expect "--predict from overflowing logits is refused" 7 "is NaN or inf, so it has no class; nothing written" \
+expect "--predict from overflowing logits is refused" 7 "test.tsv is NaN or inf, so it has no class; nothing written" \
     $RUN --data "$WORK/cola" --init "$WORK/huge" --predict "$WORK/pred.tsv"
 grep -q "eval at step 1 (epoch 0): mcc nan" "$WORK/.err" &&
     ok "overflowing logits: dev mcc is nan, not a number made from class 0" ||
