@@ -122,16 +122,41 @@ test-gpu: all $(GPU_TEST_BIN)
 endif
 
 FUZZ_SECONDS ?= 60
-# The fuzzer needs only the front end, so others' half-done passes can't break it.
+# Fuzzing: libFuzzer with ASan and UBSan, one harness per reader of untrusted
+# input (tests/fuzz/fuzz_NAME.c; the targets are in tests/fuzz/targets.c).
+# `make fuzz` builds every harness and runs them one after another, each for
+# FUZZ_SECONDS, or for FUZZ_RUNS executions when that is set
+# (`make fuzz FUZZ_RUNS=1000000`); FUZZ=NAME runs one.  tests/fuzz/run.sh says
+# where corpora, seeds and crash files go.  The parser harness needs only the
+# front end, so it builds from those sources alone.
 FUZZ_SRC := util/error.c util/num_parse.c util/nearest.c grammar/ast.c compiler/diag.c compiler/spec.c compiler/spec_load.c compiler/summary.c \
             $(wildcard compiler/check*.c)
-fuzz: $(GEN_C)
-	@mkdir -p $(BUILD)/fuzz/corpus
-	clang -g -O1 -fsanitize=fuzzer,address,undefined -std=c11 -D_GNU_SOURCE \
-	  -I. -Iutil -Igrammar -Icompiler -I$(BUILD)/gen -o $(BUILD)/fuzz/fuzz_parser \
-	  tests/fuzz/fuzz_parser.c $(FUZZ_SRC) $(GEN_C) -lm
-	$(BUILD)/fuzz/fuzz_parser -max_total_time=$(FUZZ_SECONDS) -max_len=65536 \
-	  $(BUILD)/fuzz/corpus models tests/data/bad
+FUZZ_CC     := clang
+FUZZ_CFLAGS := -g -O1 -fsanitize=address,undefined -fno-sanitize-recover=undefined -std=c11 -D_GNU_SOURCE \
+               -I. -Iinclude -Iutil -Igrammar -Icompiler -Iruntime -I$(BUILD)/gen -isystem $(CUDA_HOME)/include
+FUZZ_ALL    := $(sort $(patsubst tests/fuzz/fuzz_%.c,%,$(wildcard tests/fuzz/fuzz_*.c)))
+FUZZ        ?= $(FUZZ_ALL)
+FUZZ_LIB_OBJ := $(patsubst %.c,$(BUILD)/fuzz/obj/%.o,$(COMPILER_SRC) $(RUNTIME_SRC) tests/fuzz/targets.c) \
+                $(patsubst $(BUILD)/gen/%.c,$(BUILD)/fuzz/obj/gen/%.o,$(GEN_C) $(BUILD)/gen/kernel_sources_data.c)
+
+$(BUILD)/fuzz/obj/gen/%.o: $(BUILD)/gen/%.c
+	@mkdir -p $(@D)
+	$(FUZZ_CC) $(FUZZ_CFLAGS) -fsanitize=fuzzer-no-link -w -c $< -o $@
+$(BUILD)/fuzz/obj/%.o: %.c | $(GEN_H)
+	@mkdir -p $(@D)
+	$(FUZZ_CC) $(FUZZ_CFLAGS) -fsanitize=fuzzer-no-link -c $< -o $@
+$(BUILD)/fuzz/libhpcfuzz.a: $(FUZZ_LIB_OBJ)
+	@rm -f $@ && ar rcs $@ $^
+$(BUILD)/fuzz/fuzz_parser: tests/fuzz/fuzz_parser.c $(FUZZ_SRC) $(GEN_C)
+	@mkdir -p $(@D)
+	$(FUZZ_CC) $(FUZZ_CFLAGS) -fsanitize=fuzzer -o $@ $^ -lm
+$(BUILD)/fuzz/fuzz_%: tests/fuzz/fuzz_%.c $(BUILD)/fuzz/libhpcfuzz.a
+	$(FUZZ_CC) $(FUZZ_CFLAGS) -fsanitize=fuzzer -o $@ $< $(BUILD)/fuzz/libhpcfuzz.a $(LDLIBS)
+
+fuzz: $(addprefix $(BUILD)/fuzz/fuzz_,$(FUZZ))
+	@for h in $(FUZZ); do \
+	  BUILD=$(BUILD) FUZZ_SECONDS=$(FUZZ_SECONDS) FUZZ_RUNS=$(FUZZ_RUNS) sh tests/fuzz/run.sh $$h || exit 1; \
+	done
 
 # `hpc check` under valgrind on every shipped model and every bad input.
 check-valgrind: all

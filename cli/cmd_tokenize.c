@@ -54,10 +54,12 @@ static void tokenize_print(const Tokenizer *tok, const TokEncoding *e, bool ids_
     printf("\n%d tokens%s\n", (int)e->len, e->truncated ? " (truncated)" : "");
 }
 
-static HpcStatus tokenize_one(const Tokenizer *tok, const TokenizeArgs *a, const char *text, TokEncoding *e,
-                              HpcError *err)
+/* text[0..len) may hold NUL bytes (from stdin): the tokenizer removes them
+ * and keeps the rest, as transformers does. */
+static HpcStatus tokenize_one(const Tokenizer *tok, const TokenizeArgs *a, const char *text, size_t len,
+                              TokEncoding *e, HpcError *err)
 {
-    HpcStatus st = tokenizer_encode(tok, text, a->pair, a->max_len, e, err);
+    HpcStatus st = tokenizer_encode_n(tok, text, len, a->pair, a->pair ? strlen(a->pair) : 0, a->max_len, e, err);
     if (st) return st;
     tokenize_print(tok, e, a->ids_only);
     return HPC_OK;
@@ -71,7 +73,7 @@ static HpcStatus tokenize_stdin(const Tokenizer *tok, const TokenizeArgs *a, Tok
     HpcStatus st = HPC_OK;
     for (long lineno = 1; !st && (n = getline(&line, &cap, stdin)) >= 0; lineno++) {
         while (n > 0 && (line[n - 1] == '\n' || line[n - 1] == '\r')) line[--n] = '\0';
-        st = tokenize_one(tok, a, line, e, err);
+        st = tokenize_one(tok, a, line, (size_t)n, e, err);
         if (st) {
             char msg[sizeof err->msg];
             snprintf(msg, sizeof msg, "<stdin>:%ld: %.900s", lineno, err->msg);
@@ -94,7 +96,8 @@ int cmd_tokenize(int argc, char **argv)
     TokEncoding e = {0};
     HpcStatus st = HPC_OK;
     for (int i = 0; !st && i < p.n_args; i++)
-        st = strcmp(p.args[i], "-") ? tokenize_one(tok, &a, p.args[i], &e, &err) : tokenize_stdin(tok, &a, &e, &err);
+        st = strcmp(p.args[i], "-") ? tokenize_one(tok, &a, p.args[i], strlen(p.args[i]), &e, &err)
+                                    : tokenize_stdin(tok, &a, &e, &err);
     tok_encoding_free(&e);
     tokenizer_free(tok);
     return st ? cli_report(&err) : HPC_OK;

@@ -487,7 +487,7 @@ static void gen_softmax(EopGen *gen)
                    "    for (i64 k = lane; k < a.L; k += 32) if (VIS(k)) sum += expf(%s(sc[k]) - m);\n"
                    "    sum = warp_sum(sum);\n"
                    "    for (i64 k = lane; k < a.L; k += 32)\n"
-                   "        y[row * a.L + k] = %s(VIS(k) && sum > 0.0f ? expf(%s(sc[k]) - m) / sum : 0.0f);\n"
+                   "        y[row * a.L + k] = %s(VIS(k) && sum != 0.0f ? expf(%s(sc[k]) - m) / sum : 0.0f);\n"
                    "#undef VIS\n",
                 (long long)n->dims[1], ctype(INN(0)->dtype), n->attr.softmax.causal ? 1 : 0, ld, ld,
                 stf(n->dtype), ld);
@@ -943,14 +943,14 @@ static void gen_softmax_dropout(EopGen *gen)
     StrBuf *s = warp_rows_phase(gen, fa.causal ? "softmax_dropout_causal_fwd" : "softmax_dropout_fwd");
     const char *ld = ldf(INN(0)->dtype);
     char pr[96];
-    round_expr((DType)fa.mid, "VIS(k) && sum > 0.0f ? expf(v - m) / sum : 0.0f", pr, sizeof pr);
+    round_expr((DType)fa.mid, "VIS(k) && sum != 0.0f ? expf(v - m) / sum : 0.0f", pr, sizeof pr);
     dropout_consts(s, fa);
     strbuf_printf(s, "    const i64 b = row / (%lldLL * a.L), q = row %% a.L;\n"
                    "    const int *mask = x1 + b * a.L;\n    const %s *sc = x0 + row * a.L;\n",
                 (long long)n->dims[1], ctype(INN(0)->dtype));
     vis_define(s, fa.causal);
     char rp[96];
-    round_expr((DType)fa.mid, "vis[t] && sum > 0.0f ? e[t] / sum : 0.0f", rp, sizeof rp);
+    round_expr((DType)fa.mid, "vis[t] && sum != 0.0f ? e[t] / sum : 0.0f", rp, sizeof rp);
     strbuf_printf(s, "    if (a.L <= %d) {\n", 32 * SM_KPL);
     softmax_regs_text(s, ld);
     strbuf_printf(s, "#pragma unroll\n        for (int t = 0; t < %d; t++) {\n            const i64 k = lane + 32 * t;\n"
@@ -976,7 +976,7 @@ static void gen_softmax_dropout_bwd(EopGen *gen)
     StrBuf *s = warp_rows_phase(gen, fa.causal ? "softmax_dropout_causal_bwd" : "softmax_dropout_bwd");
     const char *ls = ldf(INN(1)->dtype), *ld = ldf(INN(0)->dtype);
     char pr[96], gr[64];
-    round_expr((DType)fa.mid, "VIS(k) && sum > 0.0f ? expf(v - m) / sum : 0.0f", pr, sizeof pr);
+    round_expr((DType)fa.mid, "VIS(k) && sum != 0.0f ? expf(v - m) / sum : 0.0f", pr, sizeof pr);
     round_expr((DType)fa.mid2, "g", gr, sizeof gr);
     dropout_consts(s, fa);
     strbuf_printf(s, "    const i64 b = row / (%lldLL * a.L), q = row %% a.L;\n"
@@ -985,7 +985,7 @@ static void gen_softmax_dropout_bwd(EopGen *gen)
                 (long long)n->dims[1], ctype(INN(1)->dtype), ctype(INN(0)->dtype));
     vis_define(s, fa.causal);
     char rp[96], rg[64];
-    round_expr((DType)fa.mid, "vis[t] && sum > 0.0f ? e[t] / sum : 0.0f", rp, sizeof rp);
+    round_expr((DType)fa.mid, "vis[t] && sum != 0.0f ? e[t] / sum : 0.0f", rp, sizeof rp);
     round_expr((DType)fa.mid2, "g", rg, sizeof rg);
     strbuf_printf(s, "    if (a.L <= %d) {\n", 32 * SM_KPL);
     softmax_regs_text(s, ls);

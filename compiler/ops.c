@@ -16,7 +16,7 @@ static void set_shape(IrNode *n, DType dt, int rank, const int64_t *dims)
 {
     n->dtype = dt;
     n->rank = rank;
-    memcpy(n->dims, dims, (size_t)rank * sizeof *dims);
+    if (rank > 0) memcpy(n->dims, dims, (size_t)rank * sizeof *dims);   /* scalars pass dims = NULL */
 }
 
 static void copy_shape(IrNode *n, const IrNode *from)

@@ -414,7 +414,6 @@ Test(cli_commands, compile_refuses_contradictions)
                     (const char *[]){"--stop-after=fuse", "--emit-lib", "d"}, 3);
     compile_refused("compile: -o/--output and --no-artifact contradict each other; give one of them",
                     (const char *[]){"--no-artifact", "-o", "x.hpc"}, 3);
-    compile_refused("compile: --arch needs --emit-lib", (const char *[]){"--arch", "80"}, 2);
     compile_refused("compile: --stop-after lowr: expected lower, autodiff, precision or fuse; did you mean lower?",
                     (const char *[]){"--stop-after", "lowr"}, 2);
     CliParsed p;

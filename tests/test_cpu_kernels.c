@@ -688,7 +688,7 @@ Test(embedding, bad_id_is_an_input_error_naming_it)
     cr_expect(out[0] == 7, "nothing is written on error");
     const int32_t neg[1] = {-1};
     cr_assert(ck_embedding_bwd_f32(dtable, out, neg, 1, 8, 2, &err) == HPC_ERR_INPUT);
-    cr_expect(strstr(err.msg, "ck_embedding_bwd: token id -1") != NULL, "message: %s", err.msg);
+    cr_expect(strstr(err.msg, "embedding gradient: token id -1") != NULL, "message: %s", err.msg);
 }
 
 /* ---- losses ------------------------------------------------------------- */
@@ -747,7 +747,7 @@ Test(xent, bad_label_is_an_input_error_naming_it)
     double loss;
     HpcError err;
     cr_assert(ck_xent_fwd_f32(&loss, logits, labels, 2, 3, &err) == HPC_ERR_INPUT);
-    cr_expect(strstr(err.msg, "label 5 in row 1 is outside [0, 3)") != NULL, "message: %s", err.msg);
+    cr_expect(strstr(err.msg, "label 5 in row 1 of the batch is outside [0, 3)") != NULL, "message: %s", err.msg);
 }
 
 Test(xent, f32_matches_f64)

@@ -21,7 +21,7 @@ __device__ __forceinline__ float act_fwd(float x)
         float u = 0.79788456080286536f * (x + 0.044715f * x * x * x);
         return 0.5f * x * (1.0f + tanhf(u));
     }
-    if (A == ACT_RELU) return x > 0.0f ? x : 0.0f;
+    if (A == ACT_RELU) return x > 0.0f || x != x ? x : 0.0f;   // NaN stays NaN
     return tanhf(x);
 }
 
@@ -39,7 +39,7 @@ __device__ __forceinline__ float act_grad(float x)
         float du = 0.79788456080286536f * (1.0f + 3.0f * 0.044715f * x * x);
         return 0.5f * (1.0f + t) + 0.5f * x * (1.0f - t * t) * du;
     }
-    if (A == ACT_RELU) return x > 0.0f ? 1.0f : 0.0f;
+    if (A == ACT_RELU) return x <= 0.0f ? 0.0f : 1.0f;         // NaN passes dy
     float t = tanhf(x);
     return 1.0f - t * t;
 }

@@ -60,7 +60,7 @@ __device__ __forceinline__ void sm_fwd_row(st_t *out, st_t *probs, const st_t *s
             sum += v[i][c];
         }
     sum = warp_sum(sum);
-    float inv = sum > 0.0f ? 1.0f / sum : 0.0f;
+    float inv = sum != 0.0f ? 1.0f / sum : 0.0f;   // NaN sum: NaN row, not a masked one
     float s = dropout_scale(p);
     int W = sm_words(Lk);
 #pragma unroll

@@ -97,9 +97,10 @@ void ck_gelu_bwd_f32(float *dx, const float *dy, const float *x, int64_t n);
 void ck_gelu_tanh_fwd_f32(float *y, const float *x, int64_t n);
 /* dx += dy * gelu_tanh'(x); takes the forward INPUT x. */
 void ck_gelu_tanh_bwd_f32(float *dx, const float *dy, const float *x, int64_t n);
-/* relu(x) = max(x, 0). */
+/* relu(x) = max(x, 0); relu(NaN) = NaN, as torch.relu. */
 void ck_relu_fwd_f32(float *y, const float *x, int64_t n);
-/* dx += dy where x > 0; takes the forward INPUT x (derivative 0 at x == 0). */
+/* dx += dy where !(x <= 0); takes the forward INPUT x (derivative 0 at
+ * x == 0; a NaN x passes dy, as torch's threshold_backward). */
 void ck_relu_bwd_f32(float *dx, const float *dy, const float *x, int64_t n);
 /* y = tanh(x). */
 void ck_tanh_fwd_f32(float *y, const float *x, int64_t n);
@@ -114,7 +115,9 @@ void ck_tanh_bwd_f32(float *dx, const float *dy, const float *y, int64_t n);
  *   - mask (B, Lk) int32, NULL for none: key k of batch b is masked when
  *     mask[b*Lk + k] == 0;
  *   - causal: key k is masked for query q when k > q + (Lk - Lq).
- * A row with every key masked gives all-zero probs (finite, no NaN).
+ * A row with every key masked gives all-zero probs (finite, no NaN); a NaN
+ * or +inf among a row's visible scores makes every visible prob NaN (as
+ * PyTorch and the CUDA kernels), so corrupt numbers are never hidden.
  * Max, exp and sum in double.  probs may alias scores. */
 void ck_attn_softmax_fwd_f32(float *probs, const float *scores, const int32_t *mask,
                              bool causal, double scale,

@@ -46,7 +46,7 @@ static HpcStatus ck_check_ids(const char *fn, const int32_t *ids, int64_t n, int
     for (int64_t i = 0; i < n; i++)
         if (ids[i] < 0 || ids[i] >= V)
             return hpc_fail(err, HPC_ERR_INPUT,
-                            "%s: token id %d at position %lld is outside the vocabulary "
+                            "%s: token id %d at position %lld of the batch is outside the vocabulary "
                             "[0, %lld); check that the data was tokenized with a vocabulary "
                             "no larger than the model's vocab_size",
                             fn, (int)ids[i], (long long)i, (long long)V);

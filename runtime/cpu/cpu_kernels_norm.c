@@ -19,7 +19,7 @@ static HpcStatus ck_check_labels(const int32_t *labels, int64_t N, int64_t C, Hp
     for (int64_t i = 0; i < N; i++)
         if (labels[i] != CK_IGNORE_INDEX && (labels[i] < 0 || labels[i] >= C))
             return hpc_fail(err, HPC_ERR_INPUT,
-                            "ck_xent_fwd: label %d in row %lld is outside [0, %lld) and is "
+                            "cross-entropy: label %d in row %lld of the batch is outside [0, %lld) and is "
                             "not the ignore index %d; check num_labels in the model against "
                             "the labels in the data",
                             (int)labels[i], (long long)i, (long long)C, CK_IGNORE_INDEX);

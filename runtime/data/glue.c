@@ -261,7 +261,7 @@ static HpcStatus glue_bad_row(GlueRead *g, int64_t line, const char *why, HpcErr
     char msg[512];
     snprintf(msg, sizeof msg, "%.200s:%lld: %.280s", g->path, (long long)line, why);
     if (!g->o->skip_bad_rows)
-        return hpc_fail(err, HPC_ERR_INPUT, "%s (skip_bad_rows skips such rows)", msg);
+        return hpc_fail(err, HPC_ERR_INPUT, "%s (run with --skip-bad-rows to skip such rows)", msg);
     if (g->rep->skipped++ == 0) snprintf(g->rep->first_bad, sizeof g->rep->first_bad, "%s", msg);
     return HPC_OK;
 }
@@ -297,7 +297,8 @@ static HpcStatus glue_check_options(const char *path, const GlueOptions *o, HpcE
     if (o->task >= GLUE_TASK_COUNT)
         return hpc_fail(err, HPC_ERR_USAGE, "glue_read(%s): unknown task %d", path, (int)o->task);
     if (o->max_len < 3)
-        return hpc_fail(err, HPC_ERR_USAGE, "glue_read(%s): max length %lld is too small (at least 3)", path,
+        return hpc_fail(err, HPC_ERR_USAGE, "reading %s: a maximum sequence length of %lld tokens is too small "
+                        "(at least 3: [CLS], text, [SEP]); raise max_seq_len in the model's training settings", path,
                         (long long)o->max_len);
     if (o->task == GLUE_GENERIC && o->delimiter != '\t' && o->delimiter != ',')
         return hpc_fail(err, HPC_ERR_USAGE, "glue_read(%s): the delimiter must be TAB or comma", path);

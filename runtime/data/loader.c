@@ -162,8 +162,9 @@ HpcStatus loader_seek(Loader *ld, int64_t epoch, int64_t cursor, HpcError *err)
 {
     if (epoch < 0 || cursor < 0 || cursor > ld->data->n)
         return hpc_fail(err, HPC_ERR_USAGE,
-                        "loader_seek(%s): position (epoch %lld, row %lld) out of range; the dataset has %lld rows",
-                        ld->data->name, (long long)epoch, (long long)cursor, (long long)ld->data->n);
+                        "the checkpoint's data position (epoch %lld, row %lld) is past the end of %s, which has "
+                        "%lld rows; resume with the same --task and --data files the checkpoint was trained on",
+                        (long long)epoch, (long long)cursor, ld->data->name, (long long)ld->data->n);
     ld->epoch = epoch;
     ld->cursor = cursor;
     return HPC_OK;

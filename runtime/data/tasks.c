@@ -411,13 +411,17 @@ static HpcStatus eval_classes(const TaskData *t, const Dataset *d, const int32_t
     int32_t *gold = malloc((size_t)(d->n ? d->n : 1) * sizeof *gold);
     if (!gold) return HPC_ERR_OOM;
     HpcStatus st = HPC_OK;
+    bool nonfinite = false;
     for (int64_t i = 0; i < d->n; i++) {
         gold[i] = d->ex[i].label;
         *n += gold[i] >= 0;
-        if (gold[i] >= 0 && (pred[i] < 0 || pred[i] >= t->num_labels)) st = HPC_ERR_USAGE;
+        if (gold[i] >= 0 && pred[i] == TASK_PRED_NONFINITE) nonfinite = true;
+        else if (gold[i] >= 0 && (pred[i] < 0 || pred[i] >= t->num_labels)) st = HPC_ERR_USAGE;
     }
     if (!st && *n == 0) st = HPC_ERR_INPUT;
-    if (!st) metrics_classification(pred, gold, d->n, t->main_metric, ms);
+    if (!st && nonfinite)
+        for (int m = 0; m < METRIC_COUNT; m++) ms->v[m] = NAN;   /* NaN logits score as NaN */
+    else if (!st) metrics_classification(pred, gold, d->n, t->main_metric, ms);
     free(gold);
     return st;
 }
@@ -427,12 +431,20 @@ static HpcStatus eval_values(const TaskData *t, const Dataset *d, const float *p
     size_t sz = (size_t)(d->n ? d->n : 1) * sizeof(double);
     double *p = malloc(sz), *g = malloc(sz);
     HpcStatus st = p && g ? HPC_OK : HPC_ERR_OOM;
+    bool nonfinite = false;
     for (int64_t i = 0; !st && i < d->n; i++) {
         p[i] = pred[i];
         g[i] = d->ex[i].target;
+        nonfinite |= !isfinite(p[i]);
     }
     *n = d->n;
     if (!st && d->n == 0) st = HPC_ERR_INPUT;
+    if (!st && nonfinite) {
+        for (int m = 0; m < METRIC_COUNT; m++) ms->v[m] = NAN;   /* ranks of NaN would look finite */
+        free(p);
+        free(g);
+        return HPC_OK;
+    }
     if (!st) metrics_regression(p, g, d->n, t->main_metric, ms);
     if (!st && isnan(ms->v[METRIC_SPEARMAN]) && !isnan(ms->v[METRIC_PEARSON])) st = HPC_ERR_OOM;
     free(p);

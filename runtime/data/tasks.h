@@ -119,9 +119,16 @@ typedef struct {
     char text[160];           /* "mcc 0.5231, accuracy 0.8150": main first */
 } TaskScores;
 
+/* The predicted class of a row whose logits are NaN or inf: it has no
+ * argmax.  task_evaluate scores a split holding one as NaN (every metric),
+ * so corrupt numbers never look like a result. */
+#define TASK_PRED_NONFINITE (-1)
+
 /* Scores predictions for split (a Dataset of t, usually &t->dev), indexed by
  * example index: pred_labels (split->n) for classification, pred_values
- * (split->n) for regression; the other may be NULL.  Returns HPC_ERR_USAGE
+ * (split->n) for regression; the other may be NULL.  A NaN predicted value
+ * or a TASK_PRED_NONFINITE class on a labelled row makes every score NaN
+ * (HPC_OK).  Returns HPC_ERR_USAGE
  * when the needed array is NULL or a predicted class is out of range,
  * HPC_ERR_INPUT when the split has no labelled rows, HPC_ERR_OOM when scratch
  * memory runs out; *out is filled with NANs then. */

@@ -172,13 +172,21 @@ static int64_t utf8_bad_offset(const char *s, size_t len)
     return -1;
 }
 
-/* Splits data into lines in place (LF, optional CR before it), recording
- * each token in t; the arena is data itself. */
+/* Whether a line ends at data[i]: LF, or a CR not followed by LF (a CRLF
+ * ends at its LF).  Python's universal newlines, as transformers reads
+ * vocab.txt with, split at all three. */
+static bool vocab_eol(const char *data, size_t len, size_t i)
+{
+    return data[i] == '\n' || (data[i] == '\r' && (i + 1 == len || data[i + 1] != '\n'));
+}
+
+/* Splits data into lines in place (LF, CRLF or CR), recording each token in
+ * t; the arena is data itself. */
 static HpcStatus vocab_index(Tokenizer *t, const char *path, char *data, size_t len, HpcError *err)
 {
     int64_t lines = 0;
-    for (size_t i = 0; i < len; i++) lines += data[i] == '\n';
-    if (len > 0 && data[len - 1] != '\n') lines++;
+    for (size_t i = 0; i < len; i++) lines += vocab_eol(data, len, i);
+    if (len > 0 && !vocab_eol(data, len, len - 1)) lines++;
     if (lines == 0) return hpc_fail(err, HPC_ERR_INPUT, "%s: empty vocabulary file", path);
     t->offs = malloc((size_t)lines * sizeof *t->offs);
     t->lens = malloc((size_t)lines * sizeof *t->lens);
@@ -186,8 +194,9 @@ static HpcStatus vocab_index(Tokenizer *t, const char *path, char *data, size_t 
     size_t start = 0;
     for (int64_t id = 0; id < lines; id++) {
         size_t end = start;
-        while (end < len && data[end] != '\n') end++;
-        size_t e = end > start && data[end - 1] == '\r' ? end - 1 : end;
+        while (end < len && !vocab_eol(data, len, end)) end++;
+        bool crlf = end < len && end > start && data[end] == '\n' && data[end - 1] == '\r';
+        size_t e = crlf ? end - 1 : end;
         int64_t bad = utf8_bad_offset(data + start, e - start);
         if (bad >= 0)
             return hpc_fail(err, HPC_ERR_INPUT, "%s:%lld: malformed UTF-8 at byte %lld of the line",

@@ -63,12 +63,12 @@ static bool field_end(TsvReader *r, bool open_next)
     return true;
 }
 
-/* A line end at data[i] ("\n" or "\r\n"): its length, else 0. */
+/* A line end at data[i] ("\n", "\r\n" or a lone "\r", as Python's universal
+ * newlines that the GLUE scripts read with): its length, else 0. */
 static size_t line_end_at(const TsvReader *r, size_t i)
 {
     if (r->data[i] == '\n') return 1;
-    if (r->data[i] == '\r' && i + 1 < r->len && r->data[i + 1] == '\n') return 2;
-    if (r->data[i] == '\r' && i + 1 == r->len) return 1;
+    if (r->data[i] == '\r') return i + 1 < r->len && r->data[i + 1] == '\n' ? 2 : 1;
     return 0;
 }
 
@@ -96,7 +96,7 @@ static TsvResult read_quoted(TsvReader *r, char *why, size_t why_len)
             else return TSV_OK;
         }
         if (c == '\n') r->next_line++;
-        if (!buf_put(r, c)) return TSV_OOM;
+        if (c != '\0' && !buf_put(r, c)) return TSV_OOM;   /* NUL removed, the rest kept */
     }
 }
 
@@ -128,7 +128,7 @@ static TsvResult read_record(TsvReader *r, char *why, size_t why_len)
         r->pos++;
         if (c == r->delim) {
             if (!field_end(r, true)) return TSV_OOM;
-        } else if (!buf_put(r, c)) {
+        } else if (c != '\0' && !buf_put(r, c)) {   /* NUL removed, the rest kept */
             return TSV_OOM;
         }
     }

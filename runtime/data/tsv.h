@@ -5,8 +5,11 @@
  *     delimiter, quotes are ordinary characters (GLUE files hold raw `"`).
  *   CSV (quoting on, RFC 4180): a field may be double-quoted; inside quotes
  *     the delimiter and newlines are text and `""` is one `"`.
- * Lines end in LF or CRLF; the last line may lack its newline; a UTF-8 BOM at
- * the start is skipped.  Every record remembers the line it starts on, so
+ * Lines end in LF, CRLF or a lone CR (as Python's universal newlines, which
+ * the GLUE scripts of Hugging Face datasets read with); the last line may
+ * lack its newline; a UTF-8 BOM at the start is skipped.  NUL bytes are
+ * removed from fields and the text after them kept, as transformers'
+ * tokenizers drop U+0000.  Every record remembers the line it starts on, so
  * messages can say FILE:LINE.  Fields are checked to be valid UTF-8.
  *
  * Ownership: the reader borrows the buffer (which must outlive it) and owns

@@ -24,7 +24,7 @@ static void shape_text(const ParamInfo *p, char *out, size_t cap)
     else snprintf(out, cap, "[%lld]", (long long)p->dims[0]);
 }
 
-/* One parameter: loaded, new (head), missing or mis-shaped. */
+/* One parameter: loaded, new (head), missing, mis-shaped or not finite. */
 static void load_param(const StFile *f, const ParamInfo *p, float *dst, HfInitReport *rep)
 {
     char shape[64];
@@ -37,6 +37,11 @@ static void load_param(const StFile *f, const ParamInfo *p, float *dst, HfInitRe
         else rep->n_missing++;
         line(rep, head ? "new: %s %s is not in the checkpoint; initialised (a new head)"
                        : "missing: %s %s is not in the checkpoint", p->name, shape);
+        return;
+    }
+    if (r.t && st_tensor_check_finite(f, r.t, &e) != HPC_OK) {
+        rep->n_nonfinite++;
+        line(rep, "not finite: %s", e.msg);   /* names the file, tensor and element */
         return;
     }
     if (hf_names_load(rep->model_type, f, p, dst, &e) == HPC_OK) {
@@ -73,6 +78,10 @@ HpcStatus hf_init_load(const char *dir, const ParamList *pl, float *const *w, Hf
         line(rep, "unused: checkpoint tensor %s %s] is not used by this model", unused[i], shape);
     }
     st_close(f);
+    if (rep->n_nonfinite)
+        return hpc_fail(err, HPC_ERR_INPUT, "init: %s holds NaN or inf in %d tensor%s the model uses (listed above); "
+                        "the weights are corrupt or come from a diverged run: use a checkpoint whose weights are "
+                        "finite", rep->path, rep->n_nonfinite, rep->n_nonfinite == 1 ? "" : "s");
     if (rep->n_missing || rep->n_misshapen)
         return hpc_fail(err, HPC_ERR_INPUT, "init: %s does not fit this model: %d parameters missing, %d mis-shaped "
                         "(listed above); is it the checkpoint the .model was imported from (hpc import)?",

@@ -11,9 +11,10 @@
  *                w already holds (its initializer), as transformers does
  *                for a new head;
  *   missing      a stack parameter the file lacks;
- *   mis-shaped   a stack parameter whose tensor has another shape.
+ *   mis-shaped   a stack parameter whose tensor has another shape;
+ *   not finite   the tensor holds a NaN or inf (runtime/formats/tensor_finite.h).
  * Tensors of the file no parameter uses are listed as unused (not an
- * error).  Any missing or mis-shaped parameter makes it fail with
+ * error).  Any missing, mis-shaped or non-finite parameter makes it fail with
  * HPC_ERR_INPUT after the whole list is built; w is then partly loaded.
  * The module prints nothing: rep->lines holds one line per finding (up to
  * HF_INIT_MAX_LINES; the counts are complete) for the caller to show.
@@ -34,7 +35,7 @@
 typedef struct {
     char model_type[16];     /* detected family */
     char path[4096];         /* the safetensors file read */
-    int n_loaded, n_new, n_missing, n_misshapen, n_unused;
+    int n_loaded, n_new, n_missing, n_misshapen, n_nonfinite, n_unused;
     int n_lines;
     char lines[HF_INIT_MAX_LINES][320];
 } HfInitReport;

@@ -270,6 +270,7 @@ HpcStatus hf_names_load(const char *model_type, const StFile *f, const ParamInfo
         return HPC_OK;
     }
     st = check_shape(model_type, p, &r, err);
+    if (!st) st = st_tensor_check_finite(f, r.t, err);
     if (st) return st;
     int64_t row0 = (int64_t)r.part * out, full = out * r.parts;
     for (int64_t o = 0; o < out; o++)          // dst: (out, in) f32

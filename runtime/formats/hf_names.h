@@ -58,8 +58,8 @@ HpcStatus hf_names_find(const char *model_type, const StFile *f, const char *par
                         HpcError *err);
 
 /* Loads parameter p into dst: (dims[0], dims[1]) or (dims[0]) f32 in hpc
- * layout.  Checks the checkpoint tensor's shape and dtype first; p must own
- * storage (tied_to < 0). */
+ * layout.  Checks the checkpoint tensor's shape and dtype, and that it is
+ * finite (st_tensor_check_finite), first; p must own storage (tied_to < 0). */
 HpcStatus hf_names_load(const char *model_type, const StFile *f, const ParamInfo *p, float *dst,
                         HpcError *err);
 

@@ -17,6 +17,7 @@
 #include <utf8proc.h>
 
 #include "formats/atomic_file.h"
+#include "formats/tensor_finite.h"
 
 _Static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__,
                "safetensors data is little-endian; a big-endian host needs byte swapping");
@@ -415,6 +416,11 @@ const char *st_metadata_get(const StFile *f, const char *key)
     for (int64_t i = 0; i < f->meta_count; i++)
         if (strcmp(f->meta[2 * i], key) == 0) return f->meta[2 * i + 1];
     return NULL;
+}
+
+HpcStatus st_tensor_check_finite(const StFile *f, const StTensor *t, HpcError *err)
+{
+    return tensor_check_finite(f->name, t->name, t->dtype, t->data, t->numel, err);
 }
 
 HpcStatus st_tensor_copy(const StTensor *t, void *dst, size_t cap, HpcError *err)

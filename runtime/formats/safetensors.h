@@ -116,6 +116,11 @@ void st_metadata_at(const StFile *f, int64_t i, const char **key, const char **v
 /* NULL when absent. */
 const char *st_metadata_get(const StFile *f, const char *key);
 
+/* HPC_OK when every element of t is finite; else HPC_ERR_INPUT naming the
+ * file, the tensor and the first NaN or inf (runtime/formats/tensor_finite.h).
+ * Every weight load calls it on each tensor it uses. */
+HpcStatus st_tensor_check_finite(const StFile *f, const StTensor *t, HpcError *err);
+
 /* Copies t's bytes to dst (capacity cap bytes); HPC_ERR_USAGE if too small. */
 HpcStatus st_tensor_copy(const StTensor *t, void *dst, size_t cap, HpcError *err);
 

@@ -312,7 +312,8 @@ static HpcStatus read_one(const char *path, const StFile *f, const ParamInfo *p,
         return hpc_fail(err, HPC_ERR_INPUT, "checkpoint: %s: tensor %s is %s with %d dims [%lld%s], this model "
                         "wants F32 %s", path, name, st_dtype_name(t->dtype), t->ndim, (long long)t->shape[0],
                         t->ndim > 1 ? ", ..." : "", want);
-    return st_tensor_copy(t, dst, (size_t)params_numel(p) * sizeof(float), err);
+    HpcStatus st = st_tensor_check_finite(f, t, err);
+    return st ? st : st_tensor_copy(t, dst, (size_t)params_numel(p) * sizeof(float), err);
 }
 
 /* The parameter a file tensor stands for, with its buffer array, or -1. */

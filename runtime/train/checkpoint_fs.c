@@ -231,7 +231,7 @@ void ckfs_prune(const char *root, int64_t current, int keep)
         steps[n++] = s;
     }
     closedir(d);
-    qsort(steps, n, sizeof *steps, cmp_desc);
+    if (n) qsort(steps, n, sizeof *steps, cmp_desc);   /* steps is NULL when n == 0 */
     for (size_t i = keep > 1 ? (size_t)keep - 1 : 0; i < n; i++) {
         char name[64], path[4096];
         ckfs_step_name(steps[i], name, sizeof name);

@@ -59,6 +59,10 @@ static bool predict_cell(const TaskData *t, int64_t i, const int32_t *labels, co
         return true;
     }
     int32_t c = labels[i];
+    if (c == TASK_PRED_NONFINITE)
+        return hpc_fail(err, HPC_ERR_NUMERIC, "--predict: the model's output for row %lld of %s is NaN or inf, so "
+                        "it has no class; nothing written (the weights overflow or diverged)", (long long)i,
+                        t->info[TASK_SPLIT_TEST].path), false;
     if (c < 0 || c >= t->num_labels)
         return hpc_fail(err, HPC_ERR_USAGE, "prediction for row %lld is class %d, outside 0..%lld", (long long)i,
                         (int)c, (long long)t->num_labels - 1), false;

@@ -58,10 +58,14 @@ static void take_predictions(const Trainer *t, const float *lg, const Batch *b, 
     for (int64_t r = 0; r < b->B; r++) {
         const float *row = lg + r * C;
         int64_t best = 0;
-        for (int64_t c = 1; c < C; c++)
+        bool finite = true;
+        for (int64_t c = 0; c < C; c++) {
+            finite &= isfinite(row[c]) != 0;
             if (row[c] > row[best]) best = c;
+        }
         int64_t i = b->example_index[r];
-        if (labels) labels[i] = (int32_t)best;
+        /* NaN logits have no argmax: the row is marked, never scored as class 0. */
+        if (labels) labels[i] = finite ? (int32_t)best : TASK_PRED_NONFINITE;
         if (values) values[i] = row[0];
     }
 }
