@@ -371,9 +371,11 @@ static void print_errors(FILE *out, const char *label, const Errors *e)
     fputc('\n', out);
 }
 
-static void json_errors(FILE *f, const Args *a, const char *keep, int batches, const Errors *e, double secs)
+static void json_errors(FILE *f, const Args *a, const char *keep, int batches, const Errors *e, double secs,
+                        double ref_loss)
 {
-    fprintf(f, "{\"impl\": \"hpc\", \"device\": \"%s\", \"policy\": \"%s\", \"keep\": \"%s\", \"rows\": %lld, "
+    fprintf(f, "{\"kind\": \"grad\", \"impl\": \"hpc\", \"ref_loss\": %.12f,", ref_loss);
+    fprintf(f, " \"device\": \"%s\", \"policy\": \"%s\", \"keep\": \"%s\", \"rows\": %lld, "
                "\"batches\": %d, \"loss_scale\": %g, \"logits\": %.6e, \"loss\": %.6e, \"grad\": %.6e, "
                "\"seconds\": %.2f, \"groups\": {",
             a->device, spec_precision_name(a->policy), keep, (long long)a->rows, batches, a->loss_scale,
@@ -470,11 +472,13 @@ int main(int argc, char **argv)
     Variant *var = xcalloc((size_t)a.n_keep, sizeof *var);
     for (int v = 0; v < a.n_keep && !st; v++) st = build(&spec, a.policy, a.keep[v], &var[v].b, &err);
     bool cuda = strcmp(a.device, "cuda") == 0;
+    double ref_loss = NAN;   /* the first batch's: the same number PyTorch's fp64 run must give */
     double scale = a.policy == PREC_FP32 ? 1.0 : a.loss_scale;
     for (int i = 0; i < nb && !st; i++) {
         StepNumbers r = {0};
         double t0 = seconds();
         if ((st = reference_run(&ref, &ps, batches[i], &r, &err))) break;
+        if (i == 0) ref_loss = r.loss;
         fprintf(stderr, "grad_error: batch %d (%lld x %lld): fp64 reference in %.1f s, loss %.9f\n", i,
                 (long long)batches[i]->B, (long long)batches[i]->L, seconds() - t0, r.loss);
         for (int v = 0; v < a.n_keep && !st; v++) {
@@ -502,7 +506,7 @@ int main(int argc, char **argv)
         snprintf(label, sizeof label, "hpc %s %s keep=%s", a.device, spec_precision_name(a.policy), keep);
         scale_errors(&var[v].sum, 1.0 / nb);
         print_errors(stdout, label, &var[v].sum);
-        if (json) json_errors(json, &a, keep, nb, &var[v].sum, var[v].seconds);
+        if (json) json_errors(json, &a, keep, nb, &var[v].sum, var[v].seconds, ref_loss);
     }
     if (st && st != HPC_ERR_IO) fprintf(stderr, "grad_error: %s\n", err.msg);
     if (json) fclose(json);
