@@ -179,12 +179,12 @@ def mcc(pred, gold):
 
 def cmd_torch_finetune(init_dir, seed, data_dir):
     import torch
-    from transformers import BertForSequenceClassification, BertTokenizerFast
+    from transformers import AutoTokenizer, BertForSequenceClassification
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False
     torch.manual_seed(seed)
     dev = torch.device("cuda")
-    tok = BertTokenizerFast(os.path.join(init_dir, "vocab.txt"), do_lower_case=True)
+    tok = AutoTokenizer.from_pretrained(init_dir)   # vocab.txt + tokenizer_config.json (lower case)
     train = encode(tok, read_cola(os.path.join(data_dir, "train.tsv")))
     dev_rows = encode(tok, read_cola(os.path.join(data_dir, "dev.tsv")))
     model = BertForSequenceClassification.from_pretrained(init_dir).to(dev).train()
@@ -304,10 +304,12 @@ def mean_std(xs):
 
 def cmd_table(path):
     rows = [json.loads(l) for l in open(path) if l.strip().startswith("{")]
-    fine, grads = {}, []
+    fine, grads, speed = {}, [], []
     for r in rows:
         if r.get("kind") == "finetune":
             fine.setdefault(r["impl"], []).append(r)
+        elif r.get("kind") == "speed":
+            speed.append(r)
         elif r.get("kind") == "grad" or "grad" in r:
             grads.append(r)
     print("| run | seeds | CoLA dev MCC (mean ± std) | min .. max | skipped steps (mean) | s per run (mean) |")
@@ -349,6 +351,14 @@ def cmd_table(path):
                      "%.9f" % g["ref_loss"] if "ref_loss" in g else "-"))
 
 
+def print_speed(speed):
+    print()
+    print("| BERT-base fp16 step (bench_hpc) | B x L | median ms | peak MiB |")
+    print("|---|---|---:|---:|")
+    for r in speed:
+        print("| hpc fp16 (%s) | %s x %s | %.2f | %.0f |" % (r["plan"], r["B"], r["L"], r["median_ms"], r["peak_mib"]))
+
+
 def main():
     a = sys.argv[1:]
     if a[:1] == ["seeds"] and len(a) == 4:
@@ -359,6 +369,9 @@ def main():
         cmd_torch_grad(a[1], a[2], float(a[3]) if len(a) == 4 else 65536.0)
     elif a[:1] == ["table"] and len(a) == 2:
         cmd_table(a[1])
+        speed = [json.loads(l) for l in open(a[1]) if '"kind": "speed"' in l]
+        if speed:
+            print_speed(speed)
     else:
         sys.exit(__doc__)
 

@@ -17,22 +17,25 @@
 #   3. grad_error (hpc on the GPU and its cpu emulation) and torch-grad
 #      (AMP and fp32) on the same BATCHES batches of 32 CoLA rows, each
 #      against fp64 with dropout off;
-#   4. the markdown table (finetune_quality.py table) to stdout and to
+#   4. (if build/bench/bench_hpc is there: make build/bench/bench_hpc) the
+#      BERT-base fp16 step time of each plan at 32x128 and 256x128;
+#   5. the markdown table (finetune_quality.py table) to stdout and to
 #      $OUT/finetune_quality.md, the raw JSON lines to $OUT/finetune_quality.jsonl.
 #
-# Settings (environment): SEEDS (8), PLANS ("default none"), PARTS
-# ("hpc torch grad": run a subset, e.g. PARTS=torch, to split the work over
+# Settings (environment): SEEDS (8), PLANS ("default embeddings,residual,norm
+# none"), PARTS ("hpc torch grad speed": run a subset, e.g. PARTS=torch, to split the work over
 # several calls; the JSON lines accumulate in $OUT), BATCHES (4),
 # LOSS_SCALE (65536, GradScaler's first scale, for the one-step errors),
 # PYTHON (python3), OUT (build/quality/out).
 # Time on one H200: hpc ~3-5 s per run (plus a one-time NVRTC compile per
 # plan), PyTorch ~16-34 s per run, the gradient part ~1-2 min (the fp64
-# reference runs on the host): about 6-8 minutes for the defaults.
+# reference runs on the host), the step times ~1 min: about 8-10 minutes
+# for the defaults; split with PARTS to stay under 10 minutes a call.
 set -u
 cd "$(dirname "$0")/.."
 SEEDS=${SEEDS:-8}
-PLANS=${PLANS:-default none}
-PARTS=${PARTS:-hpc torch grad}
+PLANS=${PLANS:-default embeddings,residual,norm none}
+PARTS=${PARTS:-hpc torch grad speed}
 BATCHES=${BATCHES:-4}
 LOSS_SCALE=${LOSS_SCALE:-65536}
 PYTHON=${PYTHON:-python3}
@@ -110,6 +113,14 @@ if has grad; then
     build/bench/grad_error --model "$WORK/minilm.model" --init "$WORK/seed-0" --rows 32 --batches "$BATCHES" \
         --policy fp32 --keep none --device cuda --json "$RAW" >&2
     "$PYTHON" bench/finetune_quality.py torch-grad "$WORK/seed-0" "$WORK/batches.jsonl" "$LOSS_SCALE" | tee -a "$RAW"
+fi
+
+if has speed && [ -x build/bench/bench_hpc ]; then
+    for plan in $PLANS; do
+        echo "finetune_quality: BERT-base fp16 step time, plan $plan" >&2
+        HPC_KEEP_F32=$plan build/bench/bench_hpc --shapes 32x128,256x128 --policies fp16 --warmup 5 --iters 20 |
+            sed "s/^{/{\"kind\": \"speed\", \"plan\": \"$plan\", /" | tee -a "$RAW"
+    done
 fi
 
 "$PYTHON" bench/finetune_quality.py table "$RAW" | tee "$OUT/finetune_quality.md"

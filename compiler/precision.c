@@ -269,6 +269,8 @@ static int grad_target(const Planner *P, int i)
     const IrGraph *g = P->in;
     const IrNode *n = &g->nodes[i];
     switch (n->op) {
+    case IR_OP_ADD:                  /* a sum of contributions: the value of the first */
+        return g->nodes[n->in[0]].backward ? P->target[n->in[0]] : -1;
     case IR_OP_LAYERNORM_DX:         /* (dy, x, gamma) */
     case IR_OP_ACT_BWD:              /* (dy, x) */
     case IR_OP_CROSS_ENTROPY_BWD:    /* (dy, logits, labels) */
@@ -348,11 +350,23 @@ static DType backward_storage(Planner *P, int i, const int *ins, DType low)
 {
     const IrNode *n = &P->in->nodes[i];
     if (!(P->keep & PREC_KEEP_GRADS)) return low;
-    if (n->op == IR_OP_ADD) return wider(P->out->nodes[ins[0]].dtype, P->out->nodes[ins[1]].dtype);
+    /* A GEMM's input gradient is low: its input was low (autocast's cast),
+     * and autograd stores the gradient of that cast in 16 bits; the sums
+     * and f32-compute ops after it widen it to the value's format. */
+    if (n->op == IR_OP_ADD) {   /* summed in the wider of the contributions and the value's format */
+        DType d = wider(P->out->nodes[ins[0]].dtype, P->out->nodes[ins[1]].dtype);
+        for (int k = 0; k < 2; k++) {
+            int t = P->target[n->in[k]];
+            if (t >= 0 && !P->in->nodes[t].backward && ir_dtype_is_float(planned_dtype(P, t)))
+                d = wider(d, planned_dtype(P, t));
+        }
+        return d;
+    }
     int t = P->target[i];
     if (t < 0 || P->in->nodes[t].backward || !ir_dtype_is_float(planned_dtype(P, t))) return low;
     if (P->keep & PREC_KEEP_SCORES && P->attn[t] == ATTN_PROBS) return DT_F32;   /* dP, as in flash attention */
     if (P->keep & PREC_KEEP_SCORES && P->attn[t] == ATTN_SCORES) return low;     /* dS: read by GEMMs only */
+    if (precision_op_class(n->op) == PREC_CLASS_LOW) return low;
     return planned_dtype(P, t);
 }
 

@@ -53,8 +53,10 @@
  *   - PREC_KEEP_GRADS: a gradient is stored in the format of the value it
  *     is the gradient of (autograd's rule): the backward op finds that value
  *     from its forward inputs (see grad_target in precision.c); gradient
- *     contributions are summed in the wider of their formats.  Without it,
- *     every gradient but a parameter's is low.
+ *     contributions are summed in the wider of their formats.  A GEMM's
+ *     input gradient stays low (its input was low: autograd stores the
+ *     gradient of autocast's cast in 16 bits).  Without it, every gradient
+ *     but a parameter's is low.
  * With keep_f32 = 0 every activation and gradient is low (the plan before
  * these rules existed, `hpc`'s fp16 until 2026-12).
  *

@@ -243,7 +243,12 @@ static int check_storage(const Fixture *f)
         const IrNode *n = node(g, i);
         PrecClass cls = f->plan.info[i].cls;
         if (!ir_dtype_is_float(n->dtype) || is_param_grad(g, i) || strncmp(n->name, "d.", 2) != 0) continue;
-        if (cls != PREC_CLASS_LOW && cls != PREC_CLASS_F32_COMPUTE) continue;
+        if (cls == PREC_CLASS_LOW) {   /* the gradient of a GEMM's (low) input: low, as autograd's */
+            cr_expect_eq(n->dtype, f->plan.region_dtype[f->plan.info[i].region], "%d %s", i, n->name);
+            checked++;
+            continue;
+        }
+        if (cls != PREC_CLASS_F32_COMPUTE) continue;
         int seen = 0;
         DType value = DT_F32;
         bool one_dtype = true;
@@ -304,7 +309,7 @@ Test(precision, bert_tiny_fp16_default_keeps_what_autocast_keeps)
      * embedding output and each LayerNorm output but the last, whose first
      * token is cast for the pooler); the f16 logits meet the f32 loss, the
      * f32 loss gradient the f16 classifier backward.  No gradient needs a
-     * cast: GEMMs write the f32 gradients of f32 values directly. */
+     * cast: f32-compute ops read the GEMMs' f16 input gradients as they are. */
     cr_expect_str_eq(casts, "d.logits->f16 emb.dropout->f16 head.first_token->f16 layer.0.attn.ln->f16 "
                             "layer.0.ffn.ln->f16 layer.1.attn.ln->f16 logits->f32");
     cr_expect_eq(f.plan.n_casts, 7);
