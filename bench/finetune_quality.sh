@@ -20,13 +20,19 @@
 #   4. (if build/bench/bench_hpc is there: make build/bench/bench_hpc) the
 #      BERT-base fp16 step time of each plan at 32x128 and 256x128;
 #   5. the markdown table (finetune_quality.py table) to stdout and to
-#      $OUT/finetune_quality.md, the raw JSON lines to $OUT/finetune_quality.jsonl.
+#      build/quality/out/finetune_quality.md, the raw JSON lines (and each
+#      run's log) in build/quality/out/, which accumulates over calls; both
+#      files are also copied to $OUT when it is set (the device machine's
+#      folder that comes back).  Results of calls on different machines
+#      merge with: cat A.jsonl B.jsonl > all.jsonl;
+#      python3 bench/finetune_quality.py table all.jsonl
 #
 # Settings (environment): SEEDS (8), PLANS ("default embeddings,residual,norm
 # none"), PARTS ("hpc torch grad speed": run a subset, e.g. PARTS=torch, to split the work over
-# several calls; the JSON lines accumulate in $OUT), BATCHES (4),
+# several calls; the JSON lines accumulate in build/quality/out: remove it
+# to start over), BATCHES (4),
 # LOSS_SCALE (65536, GradScaler's first scale, for the one-step errors),
-# PYTHON (python3), OUT (build/quality/out).
+# PYTHON (python3), OUT (optional: where to copy the results).
 # Time on one H200: hpc ~3-5 s per run (plus a one-time NVRTC compile per
 # plan), PyTorch ~16-34 s per run, the gradient part ~1-2 min (the fp64
 # reference runs on the host), the step times ~1 min: about 8-10 minutes
@@ -39,7 +45,8 @@ PARTS=${PARTS:-hpc torch grad speed}
 BATCHES=${BATCHES:-4}
 LOSS_SCALE=${LOSS_SCALE:-65536}
 PYTHON=${PYTHON:-python3}
-OUT=${OUT:-build/quality/out}
+COPY_TO=${OUT:-}
+OUT=build/quality/out
 F16=build/quality/minilm_f16
 WORK=build/quality/work
 RAW=$OUT/finetune_quality.jsonl
@@ -124,3 +131,6 @@ if has speed && [ -x build/bench/bench_hpc ]; then
 fi
 
 "$PYTHON" bench/finetune_quality.py table "$RAW" | tee "$OUT/finetune_quality.md"
+if [ -n "$COPY_TO" ] && [ "$COPY_TO" != "$OUT" ]; then
+    mkdir -p "$COPY_TO" && cp "$RAW" "$OUT/finetune_quality.md" "$COPY_TO/"
+fi
