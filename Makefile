@@ -167,6 +167,13 @@ BENCH_BIN := $(BUILD)/bench/bench_hpc
 $(BENCH_BIN): bench/bench_hpc.c $(LIBS)
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS) -o $@ $< $(LIBS) $(LDLIBS)
+# bench/finetune_quality.sh: fp16 fine-tune quality against PyTorch AMP.
+QUALITY_BIN := $(BUILD)/bench/grad_error
+$(QUALITY_BIN): bench/grad_error.c $(LIBS)
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS) -o $@ $< $(LIBS) $(LDLIBS)
+bench-quality-bins: all $(QUALITY_BIN)
+.PHONY: bench-quality-bins
 ifeq ($(PREBUILT),1)
 bench:
 	sh bench/run.sh

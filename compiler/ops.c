@@ -109,8 +109,11 @@ static void ir_shape_matmul(const IrGraph *g, IrNode *n)
 static void ir_shape_add(const IrGraph *g, IrNode *n)
 {
     require_same(n, IN(0), IN(1));
-    require(IN(0)->dtype == IN(1)->dtype, n, "dtypes differ");
+    /* mixed float formats (a 16-bit branch onto an f32 residual) add in f32 */
+    bool floats = ir_dtype_is_float(IN(0)->dtype) && ir_dtype_is_float(IN(1)->dtype);
+    require(IN(0)->dtype == IN(1)->dtype || floats, n, "dtypes differ");
     copy_shape(n, IN(0));
+    if (IN(0)->dtype != IN(1)->dtype) n->dtype = DT_F32;
 }
 
 static void ir_shape_layernorm(const IrGraph *g, IrNode *n)

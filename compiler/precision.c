@@ -17,7 +17,16 @@ typedef struct {
     bool *grad_f32;            /* (in->n) a parameter gradient: stored in f32 */
     bool *grad_sum;            /* (in->n) an ADD summing a parameter's gradient */
     bool backward;             /* the node being planned is a backward node */
+    unsigned keep;             /* PrecisionOptions.keep_f32 */
+    int *user;                 /* (in->n) the forward LINEAR (weight) or MATMUL (operand)
+                                  reading a value: -1 none, -2 several */
+    int *dropout_of_salt;      /* (in->n) forward DROPOUT with that salt, -1 */
+    int *target;               /* (in->n) grad_target of each backward node, -1 unknown */
+    unsigned char *attn;       /* (in->n) ATTN_SCORES / ATTN_PROBS for forward values */
 } Planner;
+
+/* Roles of forward values in attention (PREC_KEEP_SCORES). */
+enum { ATTN_NONE, ATTN_SCORES, ATTN_PROBS };
 
 PrecClass precision_op_class(IrOpKind op)
 {
@@ -213,14 +222,152 @@ static int param_as(Planner *P, int u, DType dt, PrecRegion region)
     return P->low_param[idx][s] = id;
 }
 
-/* The dtype op input k of class cls in a region of dtype low wants. */
-static DType wanted_input(PrecClass cls, bool is_param, DType low)
+/* The dtype op input k of class cls in a region of dtype low wants;
+ * `stored` is the input's planned dtype (f32-compute ops read it as it is). */
+static DType wanted_input(PrecClass cls, bool is_param, DType low, DType stored)
 {
     switch (cls) {
     case PREC_CLASS_LOW: return low;
-    case PREC_CLASS_F32_COMPUTE: return is_param ? DT_F32 : low;
+    case PREC_CLASS_F32_COMPUTE: return is_param ? DT_F32 : stored;
     default: return DT_F32;
     }
+}
+
+/* ---- storage of f32-compute outputs ------------------------------------ */
+
+static DType wider(DType a, DType b) { return a == b ? a : DT_F32; }
+
+static DType planned_dtype(const Planner *P, int u) { return P->out->nodes[P->plan->map[u]].dtype; }
+
+/* Forward users the gradient rules look up: the LINEAR that reads a weight,
+ * the MATMUL that reads an operand, the DROPOUT of each salt. */
+static void index_users(Planner *P)
+{
+    const IrGraph *g = P->in;
+    for (int i = 0; i < g->n_forward; i++) {
+        const IrNode *n = &g->nodes[i];
+        if (n->op == IR_OP_DROPOUT && n->attr.dropout.salt >= 0 && n->attr.dropout.salt < g->n)
+            P->dropout_of_salt[n->attr.dropout.salt] = i;
+        if (n->op == IR_OP_SOFTMAX) {
+            P->attn[i] = ATTN_PROBS;
+            if (g->nodes[n->in[0]].op == IR_OP_MATMUL) P->attn[n->in[0]] = ATTN_SCORES;
+        }
+        if (n->op == IR_OP_DROPOUT && P->attn[n->in[0]] == ATTN_PROBS) P->attn[i] = ATTN_PROBS;
+        int from = n->op == IR_OP_LINEAR ? 1 : 0, to = n->op == IR_OP_LINEAR ? 2 : n->op == IR_OP_MATMUL ? 2 : 0;
+        for (int k = from; k < to; k++) {
+            int *u = &P->user[n->in[k]];
+            *u = *u == -1 || *u == i ? i : -2;
+        }
+    }
+}
+
+/* The forward value (an id of the input graph) whose gradient backward node
+ * i holds, or -1 when the rule cannot tell.  Each case reads the forward
+ * inputs that the op's backward rule (compiler/ops.c) gave the node. */
+static int grad_target(const Planner *P, int i)
+{
+    const IrGraph *g = P->in;
+    const IrNode *n = &g->nodes[i];
+    switch (n->op) {
+    case IR_OP_ADD:                  /* a sum of contributions: the value of the first */
+        return g->nodes[n->in[0]].backward ? P->target[n->in[0]] : -1;
+    case IR_OP_LAYERNORM_DX:         /* (dy, x, gamma) */
+    case IR_OP_ACT_BWD:              /* (dy, x) */
+    case IR_OP_CROSS_ENTROPY_BWD:    /* (dy, logits, labels) */
+    case IR_OP_MSE_BWD:              /* (dy, pred, targets) */
+    case IR_OP_SOFTMAX_DROPOUT_BWD:  /* (dy, scores, mask) */
+        return n->in[1];
+    case IR_OP_SOFTMAX_BWD: {        /* (dy, probs): the scores */
+        const IrNode *y = &g->nodes[n->in[1]];
+        return y->op == IR_OP_SOFTMAX && !y->backward ? y->in[0] : -1;
+    }
+    case IR_OP_DROPOUT: {            /* the forward dropout of the same mask */
+        int s = n->attr.dropout.salt, f = s >= 0 && s < g->n ? P->dropout_of_salt[s] : -1;
+        return f >= 0 ? g->nodes[f].in[0] : -1;
+    }
+    case IR_OP_LINEAR_DX: {          /* (dy, W): the x of the LINEAR reading W */
+        int f = P->user[n->in[1]];
+        return f >= 0 && g->nodes[f].op == IR_OP_LINEAR ? g->nodes[f].in[0] : -1;
+    }
+    case IR_OP_MATMUL: {             /* reads dy and one forward operand: the other */
+        int u = g->nodes[n->in[0]].backward ? n->in[1] : n->in[0];
+        int f = P->user[u];
+        if (f < 0 || g->nodes[f].op != IR_OP_MATMUL) return -1;
+        return g->nodes[f].in[0] == u ? g->nodes[f].in[1] : g->nodes[f].in[0];
+    }
+    case IR_OP_SPLIT_HEADS:          /* layout ops: the input of the forward op */
+    case IR_OP_MERGE_HEADS:          /* whose output dy is the gradient of */
+    case IR_OP_SLICE_FIRST_BWD:
+    case IR_OP_SLICE_LAST_BWD:
+    case IR_OP_CAST: {
+        IrOpKind fwd = n->op == IR_OP_SPLIT_HEADS ? IR_OP_MERGE_HEADS
+                     : n->op == IR_OP_MERGE_HEADS ? IR_OP_SPLIT_HEADS
+                     : n->op == IR_OP_SLICE_FIRST_BWD ? IR_OP_SLICE_FIRST
+                     : n->op == IR_OP_SLICE_LAST_BWD ? IR_OP_SLICE_LAST : IR_OP_CAST;
+        int t = g->nodes[n->in[0]].backward ? P->target[n->in[0]] : -1;
+        return t >= 0 && g->nodes[t].op == fwd && !g->nodes[t].backward ? g->nodes[t].in[0] : -1;
+    }
+    default:
+        return -1;
+    }
+}
+
+/* The storage dtype of forward node n (class f32-compute) whose inputs are
+ * planned as ins, in a region of dtype low. */
+static DType forward_storage(const Planner *P, const IrNode *n, const int *ins, PrecRegion region, DType low)
+{
+    unsigned keep = P->keep;
+    bool any_f32 = false;
+    for (int k = 0; k < n->n_in; k++)
+        any_f32 |= P->out->nodes[ins[k]].dtype == DT_F32 && P->out->nodes[ins[k]].op != IR_OP_PARAM;
+    switch (n->op) {
+    case IR_OP_MATMUL:   /* class low: only the attention scores may be f32 */
+        return keep & PREC_KEEP_SCORES && P->attn[n - P->in->nodes] == ATTN_SCORES ? DT_F32 : low;
+    case IR_OP_EMBEDDING:
+        return keep & PREC_KEEP_EMBEDDINGS ? DT_F32 : low;
+    case IR_OP_ADD:
+        return keep & PREC_KEEP_RESIDUAL || (keep && any_f32) ? DT_F32 : low;
+    case IR_OP_LAYERNORM:
+        return keep & PREC_KEEP_NORM_OUT ||
+               (keep & PREC_KEEP_EMBEDDINGS && region == PREC_REGION_EMBEDDINGS) ? DT_F32 : low;
+    case IR_OP_SOFTMAX:
+        return keep & PREC_KEEP_PROBS ? DT_F32 : low;
+    case IR_OP_ACT:
+        return keep & PREC_KEEP_ACT ? DT_F32 : low;
+    case IR_OP_DROPOUT:
+    case IR_OP_SPLIT_HEADS:
+    case IR_OP_MERGE_HEADS:
+    case IR_OP_SLICE_FIRST:
+    case IR_OP_SLICE_LAST:
+        return keep ? P->out->nodes[ins[0]].dtype : low;
+    default:
+        return low;
+    }
+}
+
+/* The storage dtype of backward node i (not a parameter gradient). */
+static DType backward_storage(Planner *P, int i, const int *ins, DType low)
+{
+    const IrNode *n = &P->in->nodes[i];
+    if (!(P->keep & PREC_KEEP_GRADS)) return low;
+    /* A GEMM's input gradient is low: its input was low (autocast's cast),
+     * and autograd stores the gradient of that cast in 16 bits; the sums
+     * and f32-compute ops after it widen it to the value's format. */
+    if (n->op == IR_OP_ADD) {   /* summed in the wider of the contributions and the value's format */
+        DType d = wider(P->out->nodes[ins[0]].dtype, P->out->nodes[ins[1]].dtype);
+        for (int k = 0; k < 2; k++) {
+            int t = P->target[n->in[k]];
+            if (t >= 0 && !P->in->nodes[t].backward && ir_dtype_is_float(planned_dtype(P, t)))
+                d = wider(d, planned_dtype(P, t));
+        }
+        return d;
+    }
+    int t = P->target[i];
+    if (t < 0 || P->in->nodes[t].backward || !ir_dtype_is_float(planned_dtype(P, t))) return low;
+    if (P->keep & PREC_KEEP_SCORES && P->attn[t] == ATTN_PROBS) return DT_F32;   /* dP, as in flash attention */
+    if (P->keep & PREC_KEEP_SCORES && P->attn[t] == ATTN_SCORES) return low;     /* dS: read by GEMMs only */
+    if (precision_op_class(n->op) == PREC_CLASS_LOW) return low;
+    return planned_dtype(P, t);
 }
 
 static void plan_leaf(Planner *P, int i)
@@ -243,20 +390,25 @@ static void plan_op(Planner *P, int i)
     DType low = P->plan->region_dtype[region];
     int ins[IR_MAX_INPUTS];
     P->backward = n->backward;
+    if (n->backward) P->target[i] = grad_target(P, i);
     for (int k = 0; k < n->n_in; k++) {
         int u = n->in[k];
         bool is_param = P->in->nodes[u].op == IR_OP_PARAM;
-        DType want = wanted_input(cls, is_param, low);
+        DType want = wanted_input(cls, is_param, low, planned_dtype(P, u));
         ins[k] = is_param ? param_as(P, u, want, region) : value_as(P, u, want, region);
     }
+    DType store = DT_F32;
+    if (P->grad_f32[i] || cls == PREC_CLASS_F32 || low == DT_F32) store = DT_F32;
+    else if (n->backward) store = backward_storage(P, i, ins, low);
+    else if (cls == PREC_CLASS_F32_COMPUTE || n->op == IR_OP_MATMUL) store = forward_storage(P, n, ins, region, low);
+    else store = low;
     IrAttr attr = n->attr;
-    if (n->op == IR_OP_CAST) attr.cast.to = low;   /* a cast already in the graph keeps its place */
+    if (n->op == IR_OP_CAST) attr.cast.to = store;   /* a cast already in the graph keeps its place */
     int id = ir_add(P->out, n->op, ins, n->n_in, &attr, n->name);
     IrNode *o = &P->out->nodes[id];
     o->requires_grad = n->requires_grad;
     o->backward = n->backward;
-    if (ir_dtype_is_float(o->dtype))
-        o->dtype = P->grad_f32[i] || cls == PREC_CLASS_F32 ? DT_F32 : low;
+    if (ir_dtype_is_float(o->dtype)) o->dtype = store;
     P->plan->map[i] = id;
     plan_note(P, id, cls, region, cls == PREC_CLASS_LOW ? low : DT_F32, i);
 }
@@ -327,6 +479,11 @@ static void planner_init(Planner *P, const IrGraph *in, IrGraph *out, PrecisionP
     for (int i = 0; i < in->n; i++) P->cast[i][0] = P->cast[i][1] = P->cast[i][2] = -1;
     P->grad_f32 = xcalloc((size_t)(in->n > 0 ? in->n : 1), sizeof *P->grad_f32);
     P->grad_sum = xcalloc((size_t)(in->n > 0 ? in->n : 1), sizeof *P->grad_sum);
+    P->user = xmalloc((size_t)(in->n > 0 ? in->n : 1) * sizeof *P->user);
+    P->dropout_of_salt = xmalloc((size_t)(in->n > 0 ? in->n : 1) * sizeof *P->dropout_of_salt);
+    P->target = xmalloc((size_t)(in->n > 0 ? in->n : 1) * sizeof *P->target);
+    P->attn = xcalloc((size_t)(in->n > 0 ? in->n : 1), sizeof *P->attn);
+    for (int i = 0; i < in->n; i++) P->user[i] = P->dropout_of_salt[i] = P->target[i] = -1;
 }
 
 static void planner_free(Planner *P)
@@ -335,19 +492,85 @@ static void planner_free(Planner *P)
     free(P->low_param);
     free(P->grad_f32);
     free(P->grad_sum);
+    free(P->user);
+    free(P->dropout_of_salt);
+    free(P->target);
+    free(P->attn);
+}
+
+PrecisionOptions precision_defaults(void) { return (PrecisionOptions){.keep_f32 = PREC_KEEP_DEFAULT}; }
+
+static const struct {
+    unsigned bit;
+    const char *name;
+} keep_names[] = {
+    {PREC_KEEP_EMBEDDINGS, "embeddings"}, {PREC_KEEP_RESIDUAL, "residual"}, {PREC_KEEP_NORM_OUT, "norm"},
+    {PREC_KEEP_GRADS, "grads"},           {PREC_KEEP_PROBS, "probs"},       {PREC_KEEP_ACT, "act"},
+    {PREC_KEEP_SCORES, "scores"},
+};
+#define N_KEEP_NAMES (int)(sizeof keep_names / sizeof keep_names[0])
+
+void precision_keep_format(unsigned keep, char *buf, size_t size)
+{
+    size_t len = 0;
+    buf[0] = '\0';
+    for (int k = 0; k < N_KEEP_NAMES && len < size; k++)
+        if (keep & keep_names[k].bit)
+            len += (size_t)snprintf(buf + len, size - len, "%s%s", len ? "," : "", keep_names[k].name);
+    if (len == 0) snprintf(buf, size, "none");
+}
+
+bool precision_keep_parse(const char *list, unsigned *keep)
+{
+    unsigned bits = 0;
+    const char *p = list;
+    while (*p) {
+        size_t len = strcspn(p, ",");
+        bool found = false;
+        if (len == 4 && strncmp(p, "none", 4) == 0) found = true;
+        else if (len == 7 && strncmp(p, "default", 7) == 0) bits |= PREC_KEEP_DEFAULT, found = true;
+        else if (len == 3 && strncmp(p, "all", 3) == 0) bits |= PREC_KEEP_ALL, found = true;
+        for (int k = 0; k < N_KEEP_NAMES && !found; k++)
+            if (strlen(keep_names[k].name) == len && strncmp(p, keep_names[k].name, len) == 0) {
+                bits |= keep_names[k].bit;
+                found = true;
+            }
+        if (!found) return false;
+        p += len;
+        if (*p == ',') p++;
+    }
+    *keep = bits;
+    return true;
 }
 
 HpcStatus precision_plan(const IrGraph *in, const ModelSpec *spec, SpecPrecision policy,
                          IrGraph *out, PrecisionPlan *plan, HpcError *err)
 {
+    return precision_plan_opts(in, spec, policy, NULL, out, plan, err);
+}
+
+HpcStatus precision_plan_opts(const IrGraph *in, const ModelSpec *spec, SpecPrecision policy,
+                              const PrecisionOptions *opts, IrGraph *out, PrecisionPlan *plan,
+                              HpcError *err)
+{
     memset(plan, 0, sizeof *plan);
+    PrecisionOptions o = opts ? *opts : precision_defaults();
+    const char *env = opts ? NULL : getenv("HPC_KEEP_F32");   /* a hook for comparisons (bench/) */
+    if (env && *env && !precision_keep_parse(env, &o.keep_f32))
+        return hpc_fail(err, HPC_ERR_USAGE, "HPC_KEEP_F32=%s: want none, default, all or a comma list of "
+                        "embeddings, residual, norm, grads, probs, act, scores", env);
+    if (o.keep_f32 & ~(unsigned)PREC_KEEP_ALL)
+        return hpc_fail(err, HPC_ERR_USAGE, "precision_plan: unknown keep_f32 bits 0x%x", o.keep_f32);
     HpcStatus st = plan_check_input(in, policy, err);
     if (st != HPC_OK) return st;
     HPC_ASSERT(out->n == 0);
     plan->policy = policy;
+    plan->keep_f32 = policy == PREC_FP32 ? 0 : o.keep_f32;
     plan_regions(plan, spec, policy);
     Planner P;
     planner_init(&P, in, out, plan);
+    P.keep = plan->keep_f32;
+    index_users(&P);
     mark_param_grads(&P);
     int n_forward = 0;
     for (int i = 0; i < in->n; i++) {

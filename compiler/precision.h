@@ -12,13 +12,18 @@
  *   PREC_CLASS_LOW          low-precision compute (tensor cores, f32
  *                           accumulate): linear, matmul and their backward
  *                           GEMMs.  Every float input, weights and bias
- *                           included, is low; the output is low.
- *   PREC_CLASS_F32_COMPUTE  computed in f32, stored low: LayerNorm, softmax,
+ *                           included, is low (a value stored in f32 is cast
+ *                           once for them); the output is low, or f32 where
+ *                           the storage rules below want f32 (cuBLASLt
+ *                           writes f32 from 16-bit operands, no cast).
+ *   PREC_CLASS_F32_COMPUTE  computed in f32: LayerNorm, softmax,
  *                           activations, dropout, add, embedding gathers,
  *                           layout ops, row reductions (bias/gamma grads).
- *                           Activation inputs are low; parameter inputs
- *                           (gamma, beta, embedding tables) are the f32
- *                           master weights.  Output low.
+ *                           Every input is read in the format it is stored
+ *                           in (no cast: the kernel converts on load);
+ *                           parameter inputs (gamma, beta, embedding
+ *                           tables) are the f32 master weights.  The output
+ *                           format follows the storage rules below.
  *   PREC_CLASS_F32          f32 in, f32 compute, f32 out: losses and their
  *                           backward, and the ADDs that accumulate a
  *                           parameter's gradient from several uses.
@@ -29,14 +34,39 @@
  * region all f32.  Under the PREC_FP32 policy nothing changes and pins are
  * ignored: the output graph equals the input.
  *
+ * Storage of f32-compute outputs (PrecisionOptions.keep_f32, default
+ * PREC_KEEP_DEFAULT, which is what PyTorch autocast stores):
+ *   - PREC_KEEP_EMBEDDINGS: embedding gathers and their sums in f32 (the
+ *     tables are f32 masters), and the embedding LayerNorm's output;
+ *   - PREC_KEEP_RESIDUAL: the residual sums (forward ADDs) in f32; a
+ *     forward ADD with an f32 input is f32 anyway (type promotion);
+ *   - PREC_KEEP_NORM_OUT: LayerNorm outputs (the hidden states that the
+ *     residual carries) in f32; the GEMMs that read them get one cast;
+ *   - PREC_KEEP_PROBS / PREC_KEEP_ACT: softmax / activation outputs in f32
+ *     (not in the default: autocast stores them in 16 bits too);
+ *   - PREC_KEEP_SCORES: the attention scores (the GEMM feeding a softmax
+ *     writes f32) and the probabilities' gradient in f32, the scores'
+ *     gradient low (what a flash-attention kernel keeps on chip; not in
+ *     the default);
+ *   - dropout and layout ops (split/merge heads, token slices) store their
+ *     input's format; anything else f32-compute stores low.
+ *   - PREC_KEEP_GRADS: a gradient is stored in the format of the value it
+ *     is the gradient of (autograd's rule): the backward op finds that value
+ *     from its forward inputs (see grad_target in precision.c); gradient
+ *     contributions are summed in the wider of their formats.  A GEMM's
+ *     input gradient stays low (its input was low: autograd stores the
+ *     gradient of autocast's cast in 16 bits).  Without it, every gradient
+ *     but a parameter's is low.
+ * With keep_f32 = 0 every activation and gradient is low (the plan before
+ * these rules existed, `hpc`'s fp16 until 2026-12).
+ *
  * Regions come from value names (lower.c's scheme): "emb.*" -> embeddings,
  * "layer.*" and "final_ln" -> stack, everything else ("head.*", "logits",
  * "loss") -> head.  A backward node belongs to the region of the forward op
  * whose backward rule made it: the name of its incoming gradient "d.X"
  * names that op's output X.  An ADD that sums the gradient contributions
  * of a value used several times goes with its first contribution, so a
- * gradient that crosses a region boundary is summed on the producers' side
- * and cast once.
+ * gradient that crosses a region boundary is summed on the producers' side.
  *
  * Two further rules:
  *   - parameter gradients are stored in f32 (the optimizer's input) by the
@@ -67,6 +97,8 @@
 #ifndef HPC_COMPILER_PRECISION_H
 #define HPC_COMPILER_PRECISION_H
 
+#include <stdbool.h>
+#include <stddef.h>
 #include <stdio.h>
 
 #include "error.h"
@@ -90,8 +122,26 @@ typedef struct {
     int origin;               /* id in the input graph; -1 for inserted nodes */
 } PrecNodeInfo;
 
+/* Values a low-precision policy stores in f32 (see the top of this file). */
+enum {
+    PREC_KEEP_EMBEDDINGS = 1u << 0,
+    PREC_KEEP_RESIDUAL = 1u << 1,
+    PREC_KEEP_NORM_OUT = 1u << 2,
+    PREC_KEEP_GRADS = 1u << 3,
+    PREC_KEEP_PROBS = 1u << 4,
+    PREC_KEEP_ACT = 1u << 5,
+    PREC_KEEP_SCORES = 1u << 6,
+    PREC_KEEP_ALL = (1u << 7) - 1,
+};
+#define PREC_KEEP_DEFAULT (PREC_KEEP_EMBEDDINGS | PREC_KEEP_RESIDUAL | PREC_KEEP_NORM_OUT | PREC_KEEP_GRADS)
+
+typedef struct {
+    unsigned keep_f32;        /* PREC_KEEP_* bits */
+} PrecisionOptions;
+
 typedef struct {
     SpecPrecision policy;     /* PREC_FP32, PREC_FP16 or PREC_BF16 */
+    unsigned keep_f32;        /* the PrecisionOptions it was planned with */
     DType region_dtype[3];    /* (PrecRegion) the "low" dtype of each region */
     PrecNodeInfo *info;       /* (out->n) per node of the planned graph */
     int n;
@@ -109,10 +159,25 @@ const char *precision_class_name(PrecClass c);     /* "low", "f32-compute", "f32
 const char *precision_region_name(PrecRegion r);   /* "embeddings", "stack", "head" */
 
 /* Plans `in` under `policy` (PREC_FP32, PREC_FP16 or PREC_BF16) and the pins
- * of `spec` into `out`.  Returns HPC_ERR_USAGE for PREC_DEFAULT or an input
- * graph that is not all f32 (the pass runs once, after autodiff). */
+ * of `spec` into `out`, with the default options (PREC_KEEP_DEFAULT, or the
+ * list in the environment variable HPC_KEEP_F32, a hook for comparisons
+ * such as bench/finetune_quality.sh; a bad list is HPC_ERR_USAGE).
+ * Returns HPC_ERR_USAGE for PREC_DEFAULT or an input graph that is not all
+ * f32 (the pass runs once, after autodiff). */
 HpcStatus precision_plan(const IrGraph *in, const ModelSpec *spec, SpecPrecision policy,
                          IrGraph *out, PrecisionPlan *plan, HpcError *err);
+/* The same with explicit options (opts NULL = the defaults); HPC_ERR_USAGE
+ * for keep_f32 bits outside PREC_KEEP_ALL. */
+HpcStatus precision_plan_opts(const IrGraph *in, const ModelSpec *spec, SpecPrecision policy,
+                              const PrecisionOptions *opts, IrGraph *out, PrecisionPlan *plan,
+                              HpcError *err);
+PrecisionOptions precision_defaults(void);
+
+/* The keep_f32 bits as "embeddings,residual,norm,grads" ("none" for 0). */
+void precision_keep_format(unsigned keep, char *buf, size_t size);
+/* Parses such a list (also "none", "default", "all") into *keep; false on
+ * an unknown name. */
+bool precision_keep_parse(const char *list, unsigned *keep);
 void precision_plan_free(PrecisionPlan *plan);
 
 /* `hpc compile --precision-report`: a header (policy, region dtypes, casts,

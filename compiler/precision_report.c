@@ -13,6 +13,11 @@ static void report_header(const PrecisionPlan *pl, FILE *out)
             spec_precision_name(pl->policy), ir_dtype_name(pl->region_dtype[PREC_REGION_EMBEDDINGS]),
             ir_dtype_name(pl->region_dtype[PREC_REGION_STACK]),
             ir_dtype_name(pl->region_dtype[PREC_REGION_HEAD]));
+    char keep[128];
+    precision_keep_format(pl->keep_f32, keep, sizeof keep);
+    fprintf(out, "kept in f32: %s%s\n", keep,
+            pl->policy == PREC_FP32 ? "" : pl->keep_f32 == 0 ? " (every activation and gradient is low)"
+                                                              : " (docs/precision.md)");
     fprintf(out, "%d casts inserted; %d of %d parameters keep a low-precision copy written by the "
             "optimizer; master weights, optimizer state and parameter gradients are f32\n",
             pl->n_casts, low_copies, pl->n_params);

@@ -1,0 +1,380 @@
+#!/usr/bin/env python3
+"""bench/finetune_quality.py: the Python half of bench/finetune_quality.sh.
+
+Subcommands:
+
+  seeds F16_DIR OUT N       one starting point per seed 0..N-1: OUT/seed-S/
+                            holds model.safetensors (F32: the fp16 MiniLM
+                            weights widened, names as
+                            BertForSequenceClassification has them, and a
+                            classifier 2 x hidden drawn from normal(0, 0.02)
+                            with seed S, bias 0), config.json (architecture
+                            BertForSequenceClassification, 2 labels),
+                            vocab.txt and tokenizer_config.json.  Both hpc
+                            (--init) and PyTorch (from_pretrained) read it.
+                            Standard library only.
+  torch-finetune DIR SEED   fine-tunes DIR on CoLA with torch.autocast(fp16)
+                            and GradScaler in an HF-Trainer-style loop (the
+                            recipe below) and prints one JSON line: dev MCC,
+                            accuracy, skipped steps, seconds.
+  torch-grad DIR BATCHES    one step on each batch of BATCHES (JSON lines
+                            from grad_error --dump-batch), dropout off: the
+                            relative error of AMP's and fp32's logits, loss
+                            and gradients against fp64, averaged over the
+                            batches, as grad_error measures hpc's; JSON lines.
+  table RESULTS.jsonl       the markdown table for BENCHMARKS.md.
+
+The recipe, the same for both sides (hpc takes it from the imported model
+file and the command line of finetune_quality.sh): AdamW lr 5e-5, betas
+(0.9, 0.999), eps 1e-8, weight decay 0.01 except biases and LayerNorm
+weights; linear schedule with warmup ceil(0.1 * steps); gradient clipping at
+norm 1.0 (after unscaling); dynamic loss scale from 65536, halved on an
+overflow (the step is skipped and the schedule does not advance, as
+accelerate does under the HF Trainer), doubled after 2000 clean steps;
+3 epochs of batch 32, reshuffled every epoch; dropout 0.1 (embeddings,
+attention, hidden, classifier); rows truncated to 128 tokens, each batch
+padded to its longest row; dev MCC after the last epoch.
+"""
+import json
+import math
+import os
+import random
+import shutil
+import struct
+import sys
+import time
+
+LR, EPOCHS, BATCH, WARMUP, MAX_LEN, CLIP, WD = 5e-5, 3, 32, 0.1, 128, 1.0, 0.01
+GROUPS = ("embeddings", "attn_qkv", "attn_out", "ffn_in", "ffn_out", "layernorm", "pooler", "classifier", "other")
+
+
+def group_of(name):
+    """The parameter groups of bench/grad_error.c, by Hugging Face name."""
+    if "LayerNorm" in name or "layer_norm" in name or "ln_" in name:
+        return "layernorm"
+    for key, group in (("embeddings", "embeddings"), ("attention.self", "attn_qkv"),
+                       ("attention.output", "attn_out"), ("intermediate", "ffn_in"),
+                       ("output.dense", "ffn_out"), ("pooler", "pooler"), ("classifier", "classifier")):
+        if key in name:
+            return group
+    return "other"
+
+
+# ---- seeds: starting points (standard library only) ----------------------
+
+def read_safetensors(path):
+    with open(path, "rb") as f:
+        n = struct.unpack("<Q", f.read(8))[0]
+        header = json.loads(f.read(n))
+        data = f.read()
+    header.pop("__metadata__", None)
+    return header, data
+
+
+def f16_to_f32_bytes(raw):
+    n = len(raw) // 2
+    out = bytearray()
+    chunk = 1 << 20
+    for i in range(0, n, chunk):
+        part = struct.unpack_from("<%de" % min(chunk, n - i), raw, 2 * i)
+        out += struct.pack("<%df" % len(part), *part)
+    return bytes(out)
+
+
+def hf_name(name):
+    """BertModel names -> BertForSequenceClassification names."""
+    return name if name.startswith(("bert.", "classifier.")) else "bert." + name
+
+
+def write_safetensors(path, tensors):
+    """tensors: name -> (dtype, shape, bytes); written atomically."""
+    header, offset = {}, 0
+    for name in sorted(tensors):
+        dtype, shape, raw = tensors[name]
+        header[name] = {"dtype": dtype, "shape": shape, "data_offsets": [offset, offset + len(raw)]}
+        offset += len(raw)
+    text = json.dumps(header, separators=(",", ":")).encode()
+    text += b" " * (-len(text) % 8)
+    with open(path + ".tmp", "wb") as f:
+        f.write(struct.pack("<Q", len(text)))
+        f.write(text)
+        for name in sorted(tensors):
+            f.write(tensors[name][2])
+    os.replace(path + ".tmp", path)
+
+
+def cmd_seeds(f16_dir, out, n):
+    header, data = read_safetensors(os.path.join(f16_dir, "model.safetensors"))
+    base = {}
+    for name, t in header.items():
+        if name.endswith("position_ids"):   # a buffer some exports carry
+            continue
+        b, e = t["data_offsets"]
+        raw = data[b:e]
+        if t["dtype"] == "F16":
+            raw = f16_to_f32_bytes(raw)
+        elif t["dtype"] != "F32":
+            sys.exit("seeds: %s is %s, want F16 or F32" % (name, t["dtype"]))
+        base[hf_name(name)] = ("F32", t["shape"], raw)
+    with open(os.path.join(f16_dir, "config.json")) as f:
+        config = json.load(f)
+    hidden = config["hidden_size"]
+    config.update(architectures=["BertForSequenceClassification"], num_labels=2,
+                  id2label={"0": "LABEL_0", "1": "LABEL_1"}, label2id={"LABEL_0": 0, "LABEL_1": 1})
+    for s in range(n):
+        d = os.path.join(out, "seed-%d" % s)
+        os.makedirs(d, exist_ok=True)
+        rng = random.Random(1000 + s)
+        w = [rng.gauss(0.0, 0.02) for _ in range(2 * hidden)]
+        tensors = dict(base)
+        tensors["classifier.weight"] = ("F32", [2, hidden], struct.pack("<%df" % len(w), *w))
+        tensors["classifier.bias"] = ("F32", [2], struct.pack("<2f", 0.0, 0.0))
+        write_safetensors(os.path.join(d, "model.safetensors"), tensors)
+        with open(os.path.join(d, "config.json"), "w") as f:
+            json.dump(config, f, indent=2)
+        for name in ("vocab.txt", "tokenizer_config.json"):
+            shutil.copyfile(os.path.join(f16_dir, name), os.path.join(d, name))
+    print("seeds: %d starting points in %s (classifier 2 x %d per seed)" % (n, out, hidden))
+
+
+# ---- PyTorch ---------------------------------------------------------------
+
+def read_cola(path):
+    rows = []
+    with open(path, encoding="utf-8") as f:
+        for line in f:
+            cols = line.rstrip("\n").split("\t")
+            if len(cols) >= 4:
+                rows.append((cols[3], int(cols[1])))
+    return rows
+
+
+def encode(tok, rows):
+    enc = tok([r[0] for r in rows], truncation=True, max_length=MAX_LEN)
+    return [(ids, tt, r[1]) for ids, tt, r in zip(enc["input_ids"], enc["token_type_ids"], rows)]
+
+
+def collate(torch, items, device):
+    L = max(len(i[0]) for i in items)
+    ids = torch.zeros(len(items), L, dtype=torch.long)
+    tt = torch.zeros_like(ids)
+    mask = torch.zeros_like(ids)
+    for r, (a, t, _) in enumerate(items):
+        ids[r, :len(a)] = torch.tensor(a)
+        tt[r, :len(t)] = torch.tensor(t)
+        mask[r, :len(a)] = 1
+    labels = torch.tensor([i[2] for i in items])
+    return {k: v.to(device) for k, v in dict(input_ids=ids, token_type_ids=tt, attention_mask=mask,
+                                             labels=labels).items()}
+
+
+def mcc(pred, gold):
+    tp = sum(p == 1 and g == 1 for p, g in zip(pred, gold))
+    tn = sum(p == 0 and g == 0 for p, g in zip(pred, gold))
+    fp = sum(p == 1 and g == 0 for p, g in zip(pred, gold))
+    fn = sum(p == 0 and g == 1 for p, g in zip(pred, gold))
+    den = math.sqrt((tp + fp) * (tp + fn) * (tn + fp) * (tn + fn))
+    return (tp * tn - fp * fn) / den if den else 0.0
+
+
+def cmd_torch_finetune(init_dir, seed, data_dir):
+    import torch
+    from transformers import AutoTokenizer, BertForSequenceClassification
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
+    torch.manual_seed(seed)
+    dev = torch.device("cuda")
+    tok = AutoTokenizer.from_pretrained(init_dir)   # vocab.txt + tokenizer_config.json (lower case)
+    train = encode(tok, read_cola(os.path.join(data_dir, "train.tsv")))
+    dev_rows = encode(tok, read_cola(os.path.join(data_dir, "dev.tsv")))
+    model = BertForSequenceClassification.from_pretrained(init_dir).to(dev).train()
+    decay = [p for n, p in model.named_parameters() if not (n.endswith(".bias") or "LayerNorm" in n)]
+    no_decay = [p for n, p in model.named_parameters() if n.endswith(".bias") or "LayerNorm" in n]
+    opt = torch.optim.AdamW([{"params": decay, "weight_decay": WD}, {"params": no_decay, "weight_decay": 0.0}],
+                            lr=LR, betas=(0.9, 0.999), eps=1e-8, fused=True)
+    steps_per_epoch = math.ceil(len(train) / BATCH)
+    total = EPOCHS * steps_per_epoch
+    warmup = math.ceil(WARMUP * total)
+    sched = torch.optim.lr_scheduler.LambdaLR(
+        opt, lambda s: s / max(1, warmup) if s < warmup else max(0.0, (total - s) / max(1, total - warmup)))
+    scaler = torch.amp.GradScaler("cuda", init_scale=65536.0, growth_interval=2000)
+    gen = torch.Generator().manual_seed(seed)
+    skipped = 0
+    torch.cuda.synchronize()
+    t0 = time.time()
+    for _ in range(EPOCHS):
+        order = torch.randperm(len(train), generator=gen).tolist()
+        for b in range(steps_per_epoch):
+            batch = collate(torch, [train[i] for i in order[b * BATCH:(b + 1) * BATCH]], dev)
+            with torch.autocast("cuda", dtype=torch.float16):
+                loss = model(**batch).loss
+            scaler.scale(loss).backward()
+            scaler.unscale_(opt)
+            torch.nn.utils.clip_grad_norm_(model.parameters(), CLIP)
+            before = scaler.get_scale()
+            scaler.step(opt)
+            scaler.update()
+            if scaler.get_scale() < before:
+                skipped += 1          # the step was skipped: the schedule waits too
+            else:
+                sched.step()
+            opt.zero_grad(set_to_none=True)
+    torch.cuda.synchronize()
+    train_s = time.time() - t0
+    model.eval()
+    pred = []
+    with torch.no_grad(), torch.autocast("cuda", dtype=torch.float16):
+        for b in range(0, len(dev_rows), 128):
+            batch = collate(torch, dev_rows[b:b + 128], dev)
+            batch.pop("labels")
+            pred += model(**batch).logits.argmax(-1).tolist()
+    gold = [r[2] for r in dev_rows]
+    acc = sum(p == g for p, g in zip(pred, gold)) / len(gold)
+    print(json.dumps({"kind": "finetune", "impl": "pytorch-amp", "seed": seed, "mcc": mcc(pred, gold),
+                      "accuracy": acc, "skipped": skipped, "steps": total, "train_s": train_s}))
+
+
+def rel(x, r):
+    return float((x.double() - r).norm() / r.norm())
+
+
+def one_step(torch, model, batch, amp, scale):
+    model.zero_grad(set_to_none=True)
+    with torch.autocast("cuda", dtype=torch.float16, enabled=amp):
+        out = model(**batch)
+    (out.loss.double() * scale).backward()
+    grads = {n: p.grad.double() / scale for n, p in model.named_parameters() if p.grad is not None}
+    return out.logits.detach().double(), float(out.loss), grads
+
+
+def cmd_torch_grad(init_dir, batches_path, scale):
+    import torch
+    from transformers import BertForSequenceClassification
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
+    dev = torch.device("cuda")
+    batches = []
+    with open(batches_path) as f:
+        for line in f:
+            b = json.loads(line)
+            batches.append({k: torch.tensor(v, device=dev) for k, v in b.items()})
+    m64 = BertForSequenceClassification.from_pretrained(init_dir).to(dev, dtype=torch.float64).eval()
+    m32 = BertForSequenceClassification.from_pretrained(init_dir).to(dev, dtype=torch.float32).eval()
+    sums = {"pytorch-amp": None, "pytorch-fp32": None}
+    ref_losses = []
+    for batch in batches:
+        lg64, loss64, g64 = one_step(torch, m64, batch, False, 1.0)
+        ref_losses.append(loss64)
+        for impl, amp, s in (("pytorch-amp", True, scale), ("pytorch-fp32", False, 1.0)):
+            lg, loss, g = one_step(torch, m32, batch, amp, s)
+            num = {k: 0.0 for k in GROUPS}
+            den = {k: 0.0 for k in GROUPS}
+            for n, ref in g64.items():
+                k = group_of(n)
+                num[k] += float((g[n] - ref).pow(2).sum())
+                den[k] += float(ref.pow(2).sum())
+            e = {"logits": rel(lg, lg64), "loss": abs(loss - loss64) / abs(loss64),
+                 "grad": math.sqrt(sum(num.values()) / sum(den.values())),
+                 "groups": {k: math.sqrt(num[k] / den[k]) for k in GROUPS if den[k] > 0}}
+            acc = sums[impl]
+            if acc is None:
+                sums[impl] = e
+            else:
+                for k in ("logits", "loss", "grad"):
+                    acc[k] += e[k]
+                for k, v in e["groups"].items():
+                    acc["groups"][k] += v
+    n = len(batches)
+    for impl, e in sums.items():
+        out = {"kind": "grad", "impl": impl, "device": "cuda", "batches": n,
+               "loss_scale": scale if impl == "pytorch-amp" else 1.0,
+               "logits": e["logits"] / n, "loss": e["loss"] / n, "grad": e["grad"] / n,
+               "groups": {k: v / n for k, v in e["groups"].items()},
+               "ref_loss": ref_losses[0]}
+        print(json.dumps(out))
+
+
+# ---- the table ---------------------------------------------------------------
+
+def mean_std(xs):
+    m = sum(xs) / len(xs)
+    s = math.sqrt(sum((x - m) ** 2 for x in xs) / (len(xs) - 1)) if len(xs) > 1 else 0.0
+    return m, s
+
+
+def cmd_table(path):
+    rows = [json.loads(l) for l in open(path) if l.strip().startswith("{")]
+    fine, grads, speed = {}, [], []
+    for r in rows:
+        if r.get("kind") == "finetune":
+            fine.setdefault(r["impl"], []).append(r)
+        elif r.get("kind") == "speed":
+            speed.append(r)
+        elif r.get("kind") == "grad" or "grad" in r:
+            grads.append(r)
+    print("| run | seeds | CoLA dev MCC (mean ± std) | min .. max | skipped steps (mean) | s per run (mean) |")
+    print("|---|---:|---:|---:|---:|---:|")
+    for impl, rs in fine.items():
+        m, s = mean_std([r["mcc"] for r in rs])
+        lo, hi = min(r["mcc"] for r in rs), max(r["mcc"] for r in rs)
+        sk = sum(r.get("skipped", 0) for r in rs) / len(rs)
+        ts = [r["train_s"] for r in rs if r.get("train_s") is not None]
+        print("| %s | %d | %.3f ± %.3f | %.3f .. %.3f | %.1f | %s |"
+              % (impl, len(rs), m, s, lo, hi, sk, "%.1f" % (sum(ts) / len(ts)) if ts else "-"))
+    amp = fine.get("pytorch-amp")
+    if fine:
+        print()
+        print("s per run: hpc the whole `hpc run` (NVRTC or cache, 3 dev evaluations, training); PyTorch the "
+              "training loop only.")
+    for impl, rs in fine.items():
+        if amp and impl != "pytorch-amp" and len(rs) > 1 and len(amp) > 1:
+            m, s = mean_std([r["mcc"] for r in rs])
+            ma, sa = mean_std([r["mcc"] for r in amp])
+            print("%s against pytorch-amp: mean MCC %+.3f (within 1 point: %s), std %.3f vs %.3f "
+                  "(no wider: %s)" % (impl, m - ma, "yes" if abs(m - ma) <= 0.01 else "no", s, sa,
+                                      "yes" if s <= sa else "no"))
+    if grads:
+        print()
+        print("| one step vs fp64 (dropout off) | batches | logits | loss | gradient | embeddings | attn qkv "
+              "| ffn | layernorm | classifier | fp64 loss |")
+        print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+        for g in grads:
+            name = g["impl"]
+            if name == "hpc":
+                name = "hpc %s %s (%s)" % (g.get("device"), g.get("policy"), g.get("keep"))
+            gr = g.get("groups", {})
+            ffn = gr.get("ffn_in", float("nan")), gr.get("ffn_out", float("nan"))
+            print("| %s | %s | %.2e | %.2e | %.2e | %.2e | %.2e | %.2e / %.2e | %.2e | %.2e | %s |"
+                  % (name, g.get("batches", "-"), g["logits"], g["loss"], g["grad"],
+                     gr.get("embeddings", float("nan")), gr.get("attn_qkv", float("nan")), ffn[0], ffn[1],
+                     gr.get("layernorm", float("nan")), gr.get("classifier", float("nan")),
+                     "%.9f" % g["ref_loss"] if "ref_loss" in g else "-"))
+
+
+def print_speed(speed):
+    print()
+    print("| BERT-base fp16 step (bench_hpc) | B x L | median ms | peak MiB |")
+    print("|---|---|---:|---:|")
+    for r in speed:
+        print("| hpc fp16 (%s) | %s x %s | %.2f | %.0f |" % (r["plan"], r["B"], r["L"], r["median_ms"], r["peak_mib"]))
+
+
+def main():
+    a = sys.argv[1:]
+    if a[:1] == ["seeds"] and len(a) == 4:
+        cmd_seeds(a[1], a[2], int(a[3]))
+    elif a[:1] == ["torch-finetune"] and len(a) in (3, 4):
+        cmd_torch_finetune(a[1], int(a[2]), a[3] if len(a) == 4 else "data/cola")
+    elif a[:1] == ["torch-grad"] and len(a) in (3, 4):
+        cmd_torch_grad(a[1], a[2], float(a[3]) if len(a) == 4 else 65536.0)
+    elif a[:1] == ["table"] and len(a) == 2:
+        cmd_table(a[1])
+        speed = [json.loads(l) for l in open(a[1]) if '"kind": "speed"' in l]
+        if speed:
+            print_speed(speed)
+    else:
+        sys.exit(__doc__)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,136 @@
+#!/bin/sh
+# bench/finetune_quality.sh — hpc fp16 against PyTorch AMP on a real
+# fine-tune: MiniLM-L6 (pretrained) on GLUE CoLA, from the same starting
+# weights, N seeds, and one step's error against fp64.  Needs a GPU,
+# python3 with torch and transformers, and what was built on the build
+# machine (this machine needs no flex, bison or network):
+#   bin/hpc, build/bench/grad_error      (make bin/hpc bench-quality-bins)
+#   build/quality/minilm_f16/            (python3 bench/make_f16_weights.py)
+#
+# What it does:
+#   1. N starting points (bench/finetune_quality.py seeds): the fp16 MiniLM
+#      weights widened to f32 plus one classifier per seed, as a Hugging
+#      Face folder that both sides load;
+#   2. per seed, `hpc run --fp16 --init seed-S --seed S` for each precision
+#      plan in PLANS (HPC_KEEP_F32: "default" is hpc's fp16 now, "none" the
+#      all-16-bit plan before it), then PyTorch AMP (torch-finetune);
+#   3. grad_error (hpc on the GPU and its cpu emulation) and torch-grad
+#      (AMP and fp32) on the same BATCHES batches of 32 CoLA rows, each
+#      against fp64 with dropout off;
+#   4. (if build/bench/bench_hpc is there: make build/bench/bench_hpc) the
+#      BERT-base fp16 step time of each plan at 32x128 and 256x128;
+#   5. the markdown table (finetune_quality.py table) to stdout and to
+#      build/quality/out/finetune_quality.md, the raw JSON lines (and each
+#      run's log) in build/quality/out/, which accumulates over calls; both
+#      files are also copied to $OUT when it is set (the device machine's
+#      folder that comes back).  Results of calls on different machines
+#      merge with: cat A.jsonl B.jsonl > all.jsonl;
+#      python3 bench/finetune_quality.py table all.jsonl
+#
+# Settings (environment): SEEDS (8), PLANS ("default embeddings,residual,norm
+# none"), PARTS ("hpc torch grad speed": run a subset, e.g. PARTS=torch, to split the work over
+# several calls; the JSON lines accumulate in build/quality/out: remove it
+# to start over), BATCHES (4),
+# LOSS_SCALE (65536, GradScaler's first scale, for the one-step errors),
+# PYTHON (python3), OUT (optional: where to copy the results).
+# Time on one H200: hpc ~3-5 s per run (plus a one-time NVRTC compile per
+# plan), PyTorch ~16-34 s per run, the gradient part ~1-2 min (the fp64
+# reference runs on the host), the step times ~1 min: about 8-10 minutes
+# for the defaults; split with PARTS to stay under 10 minutes a call.
+set -u
+cd "$(dirname "$0")/.."
+SEEDS=${SEEDS:-8}
+PLANS=${PLANS:-default embeddings,residual,norm none}
+PARTS=${PARTS:-hpc torch grad speed}
+BATCHES=${BATCHES:-4}
+LOSS_SCALE=${LOSS_SCALE:-65536}
+PYTHON=${PYTHON:-python3}
+COPY_TO=${OUT:-}
+OUT=build/quality/out
+F16=build/quality/minilm_f16
+WORK=build/quality/work
+RAW=$OUT/finetune_quality.jsonl
+mkdir -p "$OUT" "$WORK"
+for f in bin/hpc build/bench/grad_error "$F16/model.safetensors" data/cola/train.tsv; do
+    [ -e "$f" ] || { echo "finetune_quality: missing $f (build it on the build machine: make bin/hpc bench-quality-bins; python3 bench/make_f16_weights.py)" >&2; exit 1; }
+done
+has() { case " $PARTS " in *" $1 "*) return 0;; esac; return 1; }
+
+"$PYTHON" bench/finetune_quality.py seeds "$F16" "$WORK" "$SEEDS" || exit 1
+bin/hpc import "$WORK/seed-0" -o "$WORK/minilm.model" >&2 || exit 1
+# the recipe of finetune_quality.py; the rest (AdamW betas/eps/decay, linear
+# warmup 0.1, clipping 1.0, dynamic loss scale from 65536) is the imported
+# model's train block
+RECIPE="--task cola --fp16 --device cuda --lr 5e-5 --epochs 3 --batch 32"
+
+# "eval" events of a run log: the last one's value is the dev MCC after the
+# last epoch; the summary has the wall time and the skipped steps.
+hpc_result() {   # plan seed log
+    "$PYTHON" - "$1" "$2" "$3" <<'EOF'
+import json, sys
+plan, seed, path = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+ev = [json.loads(l) for l in open(path) if l.strip()]
+evals = [e for e in ev if e.get("event") == "eval"]
+summ = [e for e in ev if e.get("event") == "summary"]
+steps = [e for e in ev if e.get("event") == "step"]
+if not evals:
+    sys.exit("no eval event in " + path)
+s = summ[-1] if summ else {}
+print(json.dumps({"kind": "finetune", "impl": "hpc-fp16 (%s)" % plan, "seed": seed,
+                  "mcc": evals[-1]["value"], "skipped": s.get("skipped_total", steps[-1].get("skipped_total", 0) if steps else 0),
+                  "steps": s.get("steps"), "train_s": s.get("wall_s")}))
+EOF
+}
+
+if has hpc; then
+    for plan in $PLANS; do
+        s=0
+        while [ "$s" -lt "$SEEDS" ]; do
+            log=$OUT/hpc-$plan-seed$s.jsonl
+            echo "finetune_quality: hpc fp16 (plan $plan) seed $s" >&2
+            if HPC_KEEP_F32=$plan bin/hpc run "$WORK/minilm.model" $RECIPE --init "$WORK/seed-$s" --seed "$s" \
+                   --log "$log" > "$OUT/hpc-$plan-seed$s.out" 2>&1; then
+                hpc_result "$plan" "$s" "$log" | tee -a "$RAW"
+            else
+                echo "finetune_quality: hpc run failed, see $OUT/hpc-$plan-seed$s.out" >&2
+                tail -5 "$OUT/hpc-$plan-seed$s.out" >&2
+            fi
+            s=$((s + 1))
+        done
+    done
+fi
+
+if has torch; then
+    s=0
+    while [ "$s" -lt "$SEEDS" ]; do
+        echo "finetune_quality: PyTorch AMP seed $s" >&2
+        "$PYTHON" bench/finetune_quality.py torch-finetune "$WORK/seed-$s" "$s" data/cola | tee -a "$RAW"
+        s=$((s + 1))
+    done
+fi
+
+if has grad; then
+    echo "finetune_quality: one step against fp64 ($BATCHES batches of 32)" >&2
+    KEEPS=""
+    for plan in $PLANS; do KEEPS="$KEEPS --keep $plan"; done
+    build/bench/grad_error --model "$WORK/minilm.model" --init "$WORK/seed-0" --rows 32 --batches "$BATCHES" \
+        --loss-scale "$LOSS_SCALE" --device cuda $KEEPS --dump-batch "$WORK/batches.jsonl" --json "$RAW" >&2
+    build/bench/grad_error --model "$WORK/minilm.model" --init "$WORK/seed-0" --rows 32 --batches "$BATCHES" \
+        --loss-scale "$LOSS_SCALE" --device cpu $KEEPS --json "$RAW" >&2
+    build/bench/grad_error --model "$WORK/minilm.model" --init "$WORK/seed-0" --rows 32 --batches "$BATCHES" \
+        --policy fp32 --keep none --device cuda --json "$RAW" >&2
+    "$PYTHON" bench/finetune_quality.py torch-grad "$WORK/seed-0" "$WORK/batches.jsonl" "$LOSS_SCALE" | tee -a "$RAW"
+fi
+
+if has speed && [ -x build/bench/bench_hpc ]; then
+    for plan in $PLANS; do
+        echo "finetune_quality: BERT-base fp16 step time, plan $plan" >&2
+        HPC_KEEP_F32=$plan build/bench/bench_hpc --shapes 32x128,256x128 --policies fp16 --warmup 5 --iters 20 |
+            sed "s/^{/{\"kind\": \"speed\", \"plan\": \"$plan\", /" | tee -a "$RAW"
+    done
+fi
+
+"$PYTHON" bench/finetune_quality.py table "$RAW" | tee "$OUT/finetune_quality.md"
+if [ -n "$COPY_TO" ] && [ "$COPY_TO" != "$OUT" ]; then
+    mkdir -p "$COPY_TO" && cp "$RAW" "$OUT/finetune_quality.md" "$COPY_TO/"
+fi
