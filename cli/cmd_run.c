@@ -14,6 +14,8 @@
 #include <unistd.h>
 
 #include "artifact.h"
+#include "cpu/cpu_exec.h"
+#include "cpu/cpu_threads.h"
 #include "train/checkpoint.h"
 #include "cli.h"
 #include "data/dataset.h"
@@ -29,6 +31,7 @@ static const char run_usage[] =
     "               [--log FILE.jsonl] [--no-fuse] [--data DIR] [--vocab FILE] [--cased]\n"
     "               [--predict FILE] [--skip-bad-rows] [--checkpoint-dir DIR]\n"
     "               [--checkpoint-every N] [--keep K] [--resume DIR] [--init DIR]\n"
+    "               [--cpu-reference] [--threads N]\n"
     "\n"
     "Trains MODEL (a .model file or a NAME.hpc artifact from `hpc compile`) and\n"
     "evaluates it on a held-out split.  Without MODEL, runs the one *.hpc file in\n"
@@ -36,7 +39,14 @@ static const char run_usage[] =
     "\n"
     "options:\n"
     "  --device D            auto (default): the GPU when one is usable, else the cpu;\n"
-    "                        cpu: the reference backend; cuda: GPU 0 or an error\n"
+    "                        cpu: the cpu backend (fast mode, below); cuda: GPU 0 or\n"
+    "                        an error\n"
+    "  --cpu-reference       on the cpu, run the single-threaded reference kernels (the\n"
+    "                        numbers tests hold every backend to) instead of the fast\n"
+    "                        mode: every core, FMA gemms (results within ~1e-6\n"
+    "                        relative of the reference, the same on any thread count),\n"
+    "                        fp16/bf16 still emulated\n"
+    "  --threads N           cpu threads (default HPC_CPU_THREADS, else every online core)\n"
     "  --task NAME           a GLUE task: cola, sst2, mrpc, rte, qnli, qqp, stsb, mnli,\n"
     "                        mnli-mm, wnli, or tsv:DIR (docs/tasks.md); or a synthetic\n"
     "                        task: synthetic-contains (default: does token 5 occur?),\n"
@@ -79,9 +89,9 @@ static const char run_usage[] =
 typedef struct {
     const char *model, *device, *task, *log, *ckpt_dir, *resume, *init;
     const char *data, *vocab, *predict;   /* GLUE tasks */
-    int64_t steps, seq_len, rows, eval_every, ckpt_every, keep;
+    int64_t steps, seq_len, rows, eval_every, ckpt_every, keep, threads;
     SpecPrecision policy;
-    bool policy_given, no_fuse, cased, skip_bad_rows;
+    bool policy_given, no_fuse, cased, skip_bad_rows, cpu_reference;
     RunOverrides train;  /* --lr, --loss-scale, ... over the model's train block */
     char found[4096];   /* the *.hpc found when no MODEL was given */
 } RunArgs;
@@ -139,6 +149,7 @@ static int run_parse(int argc, char **argv, RunArgs *a)
         else if (strcmp(o, "--no-fuse") == 0) a->no_fuse = true;
         else if (strcmp(o, "--cased") == 0) a->cased = true;
         else if (strcmp(o, "--skip-bad-rows") == 0) a->skip_bad_rows = true;
+        else if (strcmp(o, "--cpu-reference") == 0) a->cpu_reference = true;
         else if (!v && o[0] == '-') rc = HPC_ERR_USAGE;
         else if (strcmp(o, "--device") == 0) a->device = argv[++i];
         else if (strcmp(o, "--task") == 0) a->task = argv[++i];
@@ -153,6 +164,7 @@ static int run_parse(int argc, char **argv, RunArgs *a)
         else if (strcmp(o, "--checkpoint-dir") == 0) a->ckpt_dir = argv[++i];
         else if (strcmp(o, "--checkpoint-every") == 0) rc = parse_count(o, argv[++i], &a->ckpt_every);
         else if (strcmp(o, "--keep") == 0) rc = parse_count(o, argv[++i], &a->keep);
+        else if (strcmp(o, "--threads") == 0) rc = parse_count(o, argv[++i], &a->threads);
         else if (strcmp(o, "--resume") == 0) a->resume = argv[++i];
         else if (strcmp(o, "--init") == 0) a->init = argv[++i];
         else if (run_override_known(o)) rc = run_override_add(&a->train, o, argv[++i], NULL);
@@ -276,6 +288,11 @@ int cmd_run(int argc, char **argv)
                       .task = glue ? &task : NULL, .predict = a.predict,
                       .checkpoint_dir = a.ckpt_dir, .checkpoint_every = a.ckpt_every, .checkpoint_keep = (int)a.keep,
                       .resume_dir = a.resume, .init_dir = a.init, .handle_signals = true};
+    if (!st && a.threads > CPU_THREADS_MAX)
+        st = hpc_fail(&err, HPC_ERR_USAGE, "run: --threads %lld: at most %d", (long long)a.threads,
+                      CPU_THREADS_MAX);
+    cpu_exec_set_training_mode(a.cpu_reference ? CPU_EXEC_REFERENCE : CPU_EXEC_FAST);
+    if (a.threads) cpu_threads_set((int)a.threads);
     TrainResult r;
     if (!st) st = trainer_run(&spec, glue ? &task.train : &train, glue ? &task.dev : &dev, &o, &r, &err);
     dataset_free(&train);
