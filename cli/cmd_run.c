@@ -292,7 +292,7 @@ int cmd_run(int argc, char **argv)
         st = hpc_fail(&err, HPC_ERR_USAGE, "run: --threads %lld: at most %d", (long long)a.threads,
                       CPU_THREADS_MAX);
     cpu_exec_set_training_mode(a.cpu_reference ? CPU_EXEC_REFERENCE : CPU_EXEC_FAST);
-    if (a.threads) cpu_threads_set((int)a.threads);
+    if (!st && a.threads) cpu_threads_set((int)a.threads);
     TrainResult r;
     if (!st) st = trainer_run(&spec, glue ? &task.train : &train, glue ? &task.dev : &dev, &o, &r, &err);
     dataset_free(&train);

@@ -20,12 +20,15 @@
  * fp16 values, whose products are exact in float, so an FMA rounds as a
  * multiply then add does, and both gemms sum in the same order.
  * Thread count: the whole step is bitwise the same on 1 and 3 threads.
- * NaN: a NaN in an input reaches the output as in the reference. */
+ * NaN: a NaN in an input reaches the output as in the reference.
+ * hpc run: --threads 1 and 3 log the same losses over 3 bert_tiny steps,
+ * --cpu-reference runs the reference, within 1e-5 of the fast mode. */
 #include <criterion/criterion.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "cpu/cpu_exec.h"
 #include "cpu/cpu_fast_gemm.h"
@@ -521,4 +524,51 @@ Test(cpu_fast, bert_tiny_step_fp32_matches_the_reference, .timeout = 120)
 Test(cpu_fast, bert_tiny_step_fp16_matches_the_reference, .timeout = 120)
 {
     step_compare(PREC_FP16, 1e-6);
+}
+
+/* ---- hpc run: --threads and --cpu-reference reach the executor ---- */
+
+/* Runs bin/hpc run on bert_tiny (3 steps) with extra options; the step
+ * losses from its JSONL log into loss[3]; the console into out. */
+static void cli_losses(const char *extra, double loss[3], char *out, size_t cap)
+{
+    const char *root = getenv("HPC_ROOT") ? getenv("HPC_ROOT") : ".";
+    char log[256], cmd[2048];
+    snprintf(log, sizeof log, "/tmp/hpc_test_cpu_fast_%d.jsonl", (int)getpid());
+    snprintf(cmd, sizeof cmd, "cd %s && bin/hpc run models/bert_tiny.model --device cpu --steps 3 "
+             "--seq-len 16 --train-rows 96 --log %s %s 2>&1", root, log, extra);
+    FILE *p = popen(cmd, "r");
+    cr_assert(p, "popen");
+    size_t n = fread(out, 1, cap - 1, p);
+    out[n] = 0;
+    cr_assert_eq(pclose(p), 0, "%s:\n%s", cmd, out);
+    FILE *f = fopen(log, "r");
+    cr_assert(f, "no log %s", log);
+    char line[4096];
+    int got = 0;
+    while (fgets(line, sizeof line, f) && got < 3) {
+        const char *l = strstr(line, "\"loss\":");
+        if (strstr(line, "\"event\":\"step\"") && l && sscanf(l + 7, "%lf", &loss[got]) == 1) got++;
+    }
+    fclose(f);
+    remove(log);
+    cr_assert_eq(got, 3, "%d step losses in the log of `%s`", got, extra);
+}
+
+Test(cpu_fast, hpc_run_threads_and_reference_options, .timeout = 300)
+{
+    char out[16384];
+    double one[3], three[3], ref[3];
+    cli_losses("--threads 1", one, out, sizeof out);
+    cr_expect(strstr(out, "cpu (fast: 1 thread,"), "%s", out);
+    cli_losses("--threads 3", three, out, sizeof out);
+    cr_expect(strstr(out, "cpu (fast: 3 threads"), "%s", out);
+    cli_losses("--cpu-reference", ref, out, sizeof out);
+    cr_expect(strstr(out, "backend cpu, ") || strstr(out, "on cpu,"), "%s", out);
+    cr_expect(!strstr(out, "fast:"), "--cpu-reference still ran the fast mode:\n%s", out);
+    for (int s = 0; s < 3; s++) {
+        cr_expect(one[s] == three[s], "step %d: loss %.17g on 1 thread, %.17g on 3", s + 1, one[s], three[s]);
+        cr_expect(fabs(one[s] - ref[s]) <= 1e-5 * fabs(ref[s]), "step %d: fast %.17g, reference %.17g",
+                  s + 1, one[s], ref[s]);
+    }
 }

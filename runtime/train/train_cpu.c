@@ -217,8 +217,8 @@ HpcStatus train_cpu_open(TrainBackend *b, int64_t total_steps, HpcError *err)
     cpu_exec_init(&t->ex, &b->g, CPU_EXEC_F32);
     cpu_exec_set_mode(&t->ex, cpu_exec_training_mode());
     if (t->ex.mode == CPU_EXEC_FAST)
-        snprintf(b->name, sizeof b->name, "cpu (fast: %d threads, %s gemm)", cpu_threads_count(),
-                 cpu_fast_gemm_kernel());
+        snprintf(b->name, sizeof b->name, "cpu (fast: %d thread%s, %s gemm)", cpu_threads_count(),
+                 cpu_threads_count() == 1 ? "" : "s", cpu_fast_gemm_kernel());
     else
         snprintf(b->name, sizeof b->name, "cpu");
     for (int p = 0; p < b->pl.n; p++)
