@@ -16,6 +16,8 @@
 
 #include "artifact.h"
 #include "step_program_build.h"
+#include "cpu/cpu_exec.h"
+#include "cpu/cpu_threads.h"
 #include "train/checkpoint.h"
 #include "cli.h"
 #include "data/dataset.h"
@@ -30,9 +32,9 @@
 typedef struct {
     const char *model, *device, *task, *log, *ckpt_dir, *resume, *init, *output;
     const char *data, *vocab, *predict;   /* GLUE tasks */
-    int64_t steps, seq_len, rows, eval_every, ckpt_every, keep;
+    int64_t steps, seq_len, rows, eval_every, ckpt_every, keep, threads;
     SpecPrecision policy;                 /* PREC_DEFAULT: no flag (an artifact's own, else fp32) */
-    bool no_fuse, cased, skip_bad_rows, allow_changed, no_memory_check;
+    bool no_fuse, cased, skip_bad_rows, allow_changed, no_memory_check, cpu_reference;
     bool rows_given;                      /* --train-rows */
     StepProgram program;       /* a NAME.hpc's program (have_program) */
     bool have_program;
@@ -53,6 +55,12 @@ static const CliOpt run_opts[] = {
     {.name = "device", .kind = CLI_STR, .off = A(device), .meta = "D", .choices = DEVICES,
      .help = "auto (default): the GPU when one is usable, else the cpu; "
              "cpu: the reference backend; cuda: GPU 0 or an error"},
+    {.name = "cpu-reference", .kind = CLI_FLAG, .off = A(cpu_reference),
+     .help = "on the cpu, run the single-threaded reference kernels (the numbers tests hold every "
+             "backend to) instead of the fast mode: every core, FMA gemms (results within ~1e-6 "
+             "relative of the reference, the same on any thread count), fp16/bf16 still emulated"},
+    {.name = "threads", .kind = CLI_INT, .off = A(threads), .meta = "N", .min = 1, .max = CPU_THREADS_MAX,
+     .help = "cpu threads (default HPC_CPU_THREADS, else every online core)"},
     {.name = "task", .kind = CLI_STR, .off = A(task), .meta = "NAME",
      .help = "a GLUE task: cola, sst2, mrpc, rte, qnli, qqp, stsb, mnli, "
              "mnli-mm, wnli, or tsv:DIR (docs/tasks.md); or a synthetic "
@@ -362,6 +370,9 @@ int cmd_run(int argc, char **argv)
                       .data_settings = &data, .allow_changed_settings = a.allow_changed,
                       .no_memory_check = a.no_memory_check,
                       .program = a.have_program ? &a.program : NULL};
+    /* the range of --threads is the option table's */
+    cpu_exec_set_training_mode(a.cpu_reference ? CPU_EXEC_REFERENCE : CPU_EXEC_FAST);
+    if (!st && a.threads) cpu_threads_set((int)a.threads);
     TrainResult r;
     if (!st) st = trainer_run(&spec, glue ? &task.train : &train, glue ? &task.dev : &dev, &o, &r, &err);
     dataset_free(&train);

@@ -1,10 +1,13 @@
 /* runtime/cpu/cpu_exec.c — the cpu backend; see cpu_exec.h.  The per-op CPU
- * references live in cpu_exec_ops.inc (one body, two precisions). */
+ * references live in cpu_exec_ops.inc (one body, two precisions), the fast
+ * mode's ops in cpu_fast_ops.inc (f32 only). */
 #include "cpu/cpu_exec.h"
 
 #include <stdlib.h>
 #include <string.h>
 
+#include "cpu/cpu_fast_gemm.h"
+#include "cpu/cpu_fast_kernels.h"
 #include "cpu/cpu_kernels.h"
 #include "cpu/half.h"
 
@@ -44,6 +47,16 @@ static void *scratch(CpuExec *ex, int slot, int64_t bytes)
 #include "cpu/cpu_exec_ops.inc"
 #undef REAL
 #undef EX_SFX
+#include "cpu/cpu_fast_ops.inc"
+
+/* Written before threads start (hpc run sets it while parsing options). */
+static CpuExecMode training_mode = CPU_EXEC_REFERENCE;
+
+void cpu_exec_set_training_mode(CpuExecMode mode) { training_mode = mode; }
+CpuExecMode cpu_exec_training_mode(void) { return training_mode; }
+const char *cpu_exec_mode_name(CpuExecMode mode) { return mode == CPU_EXEC_FAST ? "fast" : "reference"; }
+
+void cpu_exec_set_mode(CpuExec *ex, CpuExecMode mode) { ex->mode = mode; }
 
 void cpu_exec_init(CpuExec *ex, const IrGraph *g, CpuExecPrecision prec)
 {
@@ -100,7 +113,8 @@ static void round_low_precision(CpuExec *ex, int id)
 {
     DType dt = NODE(id)->dtype;
     if (ex->prec != CPU_EXEC_F32 || (dt != DT_F16 && dt != DT_BF16)) return;
-    if (dt == DT_F16) half_round_array(V_F32(id), NUMEL(id));
+    if (ex->mode == CPU_EXEC_FAST) fast_round(V_F32(id), NUMEL(id), dt == DT_BF16);
+    else if (dt == DT_F16) half_round_array(V_F32(id), NUMEL(id));
     else bf16_round_array(V_F32(id), NUMEL(id));
 }
 
@@ -130,6 +144,7 @@ static HpcStatus bind_param_node(CpuExec *ex, int id, HpcError *err)
 HpcStatus cpu_exec_run(CpuExec *ex, const Batch *batch, const CpuRunOptions *opts, HpcError *err)
 {
     const CpuOpFn *table = ex->prec == CPU_EXEC_F64 ? cpu_op_table_f64 : cpu_op_table_f32;
+    bool fast = ex->prec == CPU_EXEC_F32 && ex->mode == CPU_EXEC_FAST;
     ex->B = batch->B;
     ex->L = batch->L;
     ex->batch = batch;
@@ -146,7 +161,8 @@ HpcStatus cpu_exec_run(CpuExec *ex, const Batch *batch, const CpuRunOptions *opt
             continue;
         }
         st = ensure_buffer(ex, i, err);
-        if (st == HPC_OK) st = table[NODE(i)->op](ex, i, err);
+        CpuOpFn fn = fast ? fast_op(NODE(i)->op) : NULL;
+        if (st == HPC_OK) st = (fn ? fn : table[NODE(i)->op])(ex, i, err);
         if (st == HPC_OK) round_low_precision(ex, i);
     }
     ex->batch = NULL;

@@ -16,6 +16,16 @@
  *   CPU_EXEC_F64: double buffers, no rounding; for gradient checks.
  * Integer values (ids, masks, labels) are int32 in both.
  *
+ * Mode (f32 only; f64 always runs the reference):
+ *   CPU_EXEC_REFERENCE (the zero value, what every test uses): the kernels
+ *     of cpu_kernels.h, one thread, the numbers every faster path is held to.
+ *   CPU_EXEC_FAST: the same graph on every core (runtime/cpu/cpu_threads.h);
+ *     gemms through cpu_fast_gemm.h (FMA, its own blocking: NOT bitwise,
+ *     within the float dot-product bound stated there, about 1e-6 relative
+ *     on the models' sizes), every other op bitwise equal to the reference
+ *     (runtime/cpu/cpu_fast_kernels.h).  Results do not depend on the thread
+ *     count.  fp16/bf16 emulation is kept (values rounded as in reference).
+ *
  * Dropout draws its mask from Philox with (seed, step, salt = the dropout
  * op's attribute salt), runtime/cpu/philox.h; with training = false it is the
  * identity.  The backward part (nodes past g->n_forward) runs only when
@@ -47,12 +57,14 @@
 #include "compiler/ir.h"
 
 typedef enum { CPU_EXEC_F32, CPU_EXEC_F64 } CpuExecPrecision;
+typedef enum { CPU_EXEC_REFERENCE, CPU_EXEC_FAST } CpuExecMode;
 
 #define CPU_EXEC_SCRATCH 4
 
 typedef struct {
     const IrGraph *g;          /* borrowed */
     CpuExecPrecision prec;
+    CpuExecMode mode;          /* CPU_EXEC_REFERENCE after cpu_exec_init */
     int64_t B, L;              /* binding of the last run */
     void **buf;                /* (g->n) value buffers; PARAM entries are borrowed */
     size_t *cap;               /* (g->n) bytes allocated per owned buffer */
@@ -76,6 +88,17 @@ typedef struct {
 
 void cpu_exec_init(CpuExec *ex, const IrGraph *g, CpuExecPrecision prec);
 void cpu_exec_free(CpuExec *ex);
+
+/* Selects the mode of later runs (ignored in CPU_EXEC_F64). */
+void cpu_exec_set_mode(CpuExec *ex, CpuExecMode mode);
+
+/* The mode the cpu training backend (runtime/train/train_cpu.c) gives the
+ * executors it opens: CPU_EXEC_REFERENCE unless a program sets another
+ * (`hpc run` sets CPU_EXEC_FAST unless --cpu-reference).  Process-wide. */
+void cpu_exec_set_training_mode(CpuExecMode mode);
+CpuExecMode cpu_exec_training_mode(void);
+/* "reference" or "fast". */
+const char *cpu_exec_mode_name(CpuExecMode mode);
 
 /* Binds parameter `index` to data: (numel) float for CPU_EXEC_F32, double
  * for CPU_EXEC_F64, laid out as the parameter's dims.  Borrowed. */

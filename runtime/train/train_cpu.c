@@ -1,11 +1,15 @@
-/* runtime/train/train_cpu.c — the cpu training backend: the reference executor,
- * the host optimizer and loss scaler (train_backend.h). */
+/* runtime/train/train_cpu.c — the cpu training backend: the cpu executor (in
+ * the mode cpu_exec_training_mode() names: the reference unless the program
+ * chose the fast mode), the host optimizer and loss scaler (train_backend.h). */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "cpu/cpu_exec.h"
+#include "cpu/cpu_fast_gemm.h"
+#include "cpu/cpu_fast_kernels.h"
 #include "cpu/cpu_kernels.h"
+#include "cpu/cpu_threads.h"
 #include "train/lossscale.h"
 #include "train/optim.h"
 #include "train/schedule.h"
@@ -91,8 +95,14 @@ static HpcStatus cpu_micro(TrainBackend *b, const Batch *batch, int64_t m, HpcEr
     t->accum++;
     for (int i = 0; i < t->n_ot; i++) {
         int p = t->ot_param[i];
+        const float *g = cpu_exec_value(&t->ex, b->g.param_grad[p]);
+        if (t->ex.mode == CPU_EXEC_FAST) { /* the same sums on every core */
+            if (m == 0) fast_zero(t->grad[p], t->ot[i].n);
+            fast_axpy(t->grad[p], 1.0f, g, t->ot[i].n);
+            continue;
+        }
         if (m == 0) memset(t->grad[p], 0, (size_t)t->ot[i].n * sizeof(float));
-        ck_axpy_f32(t->grad[p], 1.0f, cpu_exec_value(&t->ex, b->g.param_grad[p]), t->ot[i].n);
+        ck_axpy_f32(t->grad[p], 1.0f, g, t->ot[i].n);
     }
     return HPC_OK;
 }
@@ -204,8 +214,13 @@ HpcStatus train_cpu_open(TrainBackend *b, int64_t total_steps, HpcError *err)
     b->state_out = cpu_state_out;
     b->state_in = cpu_state_in;
     b->close = cpu_close;
-    snprintf(b->name, sizeof b->name, "cpu");
     cpu_exec_init(&t->ex, &b->g, CPU_EXEC_F32);
+    cpu_exec_set_mode(&t->ex, cpu_exec_training_mode());
+    if (t->ex.mode == CPU_EXEC_FAST)
+        snprintf(b->name, sizeof b->name, "cpu (fast: %d thread%s, %s gemm)", cpu_threads_count(),
+                 cpu_threads_count() == 1 ? "" : "s", cpu_fast_gemm_kernel());
+    else
+        snprintf(b->name, sizeof b->name, "cpu");
     for (int p = 0; p < b->pl.n; p++)
         if (b->pl.p[p].tied_to < 0) cpu_exec_bind_param(&t->ex, p, b->ps.w[p]);
     schedule_config_from_spec(&t->sc, &b->spec->train, total_steps);
