@@ -58,6 +58,17 @@
  * (full disk) stops the run at the next step boundary, after a save when
  * checkpoint_dir is set, with HPC_ERR_IO.
  *
+ * Data parallel (docs/distributed.md): with coll set, this call is one
+ * rank of coll's world, and every rank calls trainer_run with the same spec,
+ * data and options.  Each rank's loader returns its rows of every global
+ * batch (loader_set_shard; spec batch_size is the global batch), the
+ * backend averages gradients and agrees found_inf (set_dist; zero1 shards
+ * the optimizer state), and rank 0 alone prints, writes the JSONL log, the
+ * checkpoints (the whole state, gathered), --predict and --output, and
+ * evaluates; the other ranks only take part in the collectives.  A signal
+ * or a full log disk on any rank stops all at the same step boundary; a
+ * rank that fails aborts the others' collectives with its message.
+ *
  * Test hooks: inject_inf_step = k > 0 writes +inf into one gradient element
  * before the optimizer step k (1-based), which must then be skipped;
  * stop_after = k > 0 ends the run after step k as an interruption would
@@ -117,6 +128,8 @@ typedef struct {
                              in checkpoints with the model's; NULL for none */
     bool allow_changed_settings; /* resume: accept other settings (listed in the log) */
     bool no_memory_check; /* skip runtime/train/memcheck.h */
+    struct Collectives *coll; /* data parallel: this rank's handle (borrowed); NULL = one process */
+    bool zero1;           /* with coll: ZeRO-1 sharded optimizer state */
 } TrainOptions;
 
 typedef struct {
