@@ -32,6 +32,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "data/dataset.h"
@@ -368,4 +369,51 @@ Test(dp_train, batch_that_does_not_divide_is_refused, .timeout = 300)
         cr_expect(strstr(ranks[r].err.msg, "divide"), "rank %d: %s", r, ranks[r].err.msg);
     }
     teardown(&s);
+}
+
+/* ---- hpc run --gpus (the real binary; no GPU is needed for these) ---- */
+
+/* Runs `ENV bin/hpc ARGS` from the repository root; output into out; the exit code. */
+static int hpc(const char *env, const char *args, char *out, size_t cap)
+{
+    const char *root = getenv("HPC_ROOT") ? getenv("HPC_ROOT") : ".";
+    char cmd[2048];
+    snprintf(cmd, sizeof cmd, "cd %s && env %s bin/hpc %s 2>&1", root, env, args);
+    FILE *p = popen(cmd, "r");
+    cr_assert(p, "popen");
+    size_t n = fread(out, 1, cap - 1, p);
+    out[n] = 0;
+    int status = pclose(p);
+    return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+Test(dp_cli, gpus_with_the_cpu_device_is_a_usage_error)
+{
+    char out[8192];
+    int rc = hpc("", "run models/bert_tiny.model --device cpu --gpus 2 --steps 1", out, sizeof out);
+    cr_expect_eq(rc, 2, "exit %d: %s", rc, out);
+    cr_expect(strstr(out, "--device cpu trains in one process") && strstr(out, "--gpus 2"), "%s", out);
+    rc = hpc("RANK=1 WORLD_SIZE=2 HPC_RENDEZVOUS=file:/tmp/hpc_dp_unused", "run models/bert_tiny.model --device cpu "
+             "--steps 1", out, sizeof out);
+    cr_expect_eq(rc, 2, "exit %d: %s", rc, out);
+    cr_expect(strstr(out, "WORLD_SIZE 2"), "%s", out);
+}
+
+Test(dp_cli, gpus_against_world_size_is_a_usage_error)
+{
+    char out[8192];
+    int rc = hpc("RANK=0 WORLD_SIZE=2 HPC_RENDEZVOUS=file:/tmp/hpc_dp_unused", "run models/bert_tiny.model --gpus 3 "
+                 "--steps 1", out, sizeof out);
+    cr_expect_eq(rc, 2, "exit %d: %s", rc, out);
+    cr_expect(strstr(out, "--gpus 3, but WORLD_SIZE=2"), "%s", out);
+}
+
+/* Without a GPU (CI): more GPUs than the host has is refused before any rank starts. */
+Test(dp_cli, gpus_without_enough_gpus_names_what_is_missing)
+{
+    char out[8192];
+    int rc = hpc("HPC_CUDA_DRIVER=/nonexistent/libcuda.so.1", "run models/bert_tiny.model --gpus 2 --steps 1", out,
+                 sizeof out);
+    cr_expect_eq(rc, HPC_ERR_NO_GPU, "exit %d: %s", rc, out);
+    cr_expect(strstr(out, "--gpus 2 needs 2 GPUs") && strstr(out, "libcuda"), "%s", out);
 }

@@ -251,6 +251,9 @@ static HpcStatus cpu_set_dist(TrainBackend *b, Collectives *coll, bool zero1, Hp
 {
     CpuTrain *t = impl(b);
     HPC_ASSERT(!t->coll && t->steps == 0 && t->n_pending == 0);
+    if (strcmp(coll->kind, "local") != 0)
+        return hpc_fail(err, HPC_ERR_USAGE, "trainer: the cpu backend reduces host memory over the local "
+                        "collectives (threads), not %s", coll->kind);
     t->dp_numel = xcalloc((size_t)t->n_ot + 1, sizeof *t->dp_numel);
     t->dp_grad = xcalloc((size_t)t->n_ot + 1, sizeof *t->dp_grad);
     for (int i = 0; i < t->n_ot; i++) {

@@ -35,6 +35,8 @@ typedef struct {
     CheckpointLock lock;                 /* on opts->checkpoint_dir; fd -1 when none */
     TrainOptions rank_opts;              /* opts as this rank uses them (trainer_run) */
     bool lead;                           /* rank 0 (or no coll): prints, logs, writes */
+    Collectives nccl;                    /* opts->dist: the NCCL world joined here */
+    bool nccl_open;
 } Trainer;
 
 /* The next batch, starting the next epoch when one ends. */
@@ -263,7 +265,10 @@ static HpcStatus step_boundary(Trainer *t, const Loader *ld, int64_t done, bool 
     HpcError log_err = {0};
     bool log_failed = runlog_status(t->log, &log_err) != HPC_OK;   /* the run log's disk is full */
     HpcStatus st = HPC_OK;
-    if (o->coll) {   /* a signal or a full disk on any rank stops every rank here */
+    /* a signal or a full disk on any rank stops every rank here (host
+     * buffers: the local world; over NCCL a rank that stops makes the others'
+     * next collective fail instead) */
+    if (o->coll && strcmp(o->coll->kind, "local") == 0) {
         double stop[2] = {sig, log_failed};
         st = o->coll->allreduce_max_f64(o->coll, stop, 2, err);
         if (st) return st;
@@ -453,7 +458,7 @@ HpcStatus trainer_run(const ModelSpec *spec, const Dataset *train, const Dataset
     Trainer *t = xcalloc(1, sizeof *t);
     memset(res, 0, sizeof *res);
     t->spec = spec;
-    t->lead = !opts->coll || opts->coll->rank == 0;
+    t->lead = opts->coll ? opts->coll->rank == 0 : !opts->dist || opts->dist->rank == 0;
     t->rank_opts = *opts;
     if (!t->lead) {   /* the other ranks print, log, evaluate and write nothing */
         t->rank_opts.jsonl = NULL;
@@ -482,6 +487,14 @@ HpcStatus trainer_run(const ModelSpec *spec, const Dataset *train, const Dataset
                                                    spec->train.batch_size, L, err)
                       : train_backend_open(&t->be, opts->device, spec, opts->policy, !opts->no_fuse, t->total,
                                            spec->train.batch_size, L, err);
+    if (!st && opts->dist && opts->dist->world > 1 && !opts->coll) {   /* hpc run --gpus N: NCCL */
+        if (t->be.device != TRAIN_DEVICE_CUDA)
+            st = hpc_fail(err, HPC_ERR_USAGE, "trainer: %d ranks (WORLD_SIZE) need the cuda backend; this "
+                          "run has %s", opts->dist->world, t->be.name);
+        if (!st) st = dist_join_nccl(opts->dist, t->be.cuda_stream, &t->nccl, err);
+        t->nccl_open = !st;
+        if (!st) t->rank_opts.coll = &t->nccl;
+    }
     if (!st && opts->coll && !t->be.set_dist)
         st = hpc_fail(err, HPC_ERR_USAGE, "trainer: the %s backend cannot train data parallel", t->be.name);
     if (!st && opts->coll) st = t->be.set_dist(&t->be, opts->coll, opts->zero1, err);
@@ -511,6 +524,7 @@ HpcStatus trainer_run(const ModelSpec *spec, const Dataset *train, const Dataset
         st = log_err.code;
     }
     if (st && opts->coll) opts->coll->abort(opts->coll, err->msg);   /* the others stop, not hang */
+    if (t->nccl_open) t->nccl.close(&t->nccl);
     checkpoint_unlock(&t->lock);
     train_backend_close(&t->be);
     free(t);

@@ -68,6 +68,9 @@
  * evaluates; the other ranks only take part in the collectives.  A signal
  * or a full log disk on any rank stops all at the same step boundary; a
  * rank that fails aborts the others' collectives with its message.
+ * Instead of coll, dist (world > 1, from RANK/WORLD_SIZE: `hpc run --gpus`)
+ * makes the trainer join an NCCL world itself once the cuda backend is open
+ * on GPU LOCAL_RANK (dist_join_nccl on the backend's stream).
  *
  * Test hooks: inject_inf_step = k > 0 writes +inf into one gradient element
  * before the optimizer step k (1-based), which must then be skipped;
@@ -89,6 +92,7 @@
 #include "compiler/spec.h"
 #include "data/tasks.h"
 #include "train/train_backend.h"
+#include "dist/rendezvous.h"
 
 typedef struct {
     int64_t steps;        /* optimizer steps; 0 = spec->train.steps, else epochs over train */
@@ -130,6 +134,7 @@ typedef struct {
     bool no_memory_check; /* skip runtime/train/memcheck.h */
     struct Collectives *coll; /* data parallel: this rank's handle (borrowed); NULL = one process */
     bool zero1;           /* with coll: ZeRO-1 sharded optimizer state */
+    const DistEnv *dist;  /* world > 1: join an NCCL world after opening the cuda backend; NULL = none */
 } TrainOptions;
 
 typedef struct {
