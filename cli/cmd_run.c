@@ -6,7 +6,11 @@
  * GLUE task (runtime/data/tasks.h, load_task) or a synthetic one
  * (runtime/data/synthetic.h, make_data); training settings on the command line
  * override the model's (cli/run_overrides.h); the backend is the GPU when
- * one is usable, else the cpu (runtime/train/trainer.h). */
+ * one is usable, else the cpu (runtime/train/trainer.h).  --gpus N > 1
+ * starts N copies of this command, one per GPU (runtime/dist/launch.h),
+ * each of which finds its rank in the environment (RANK, WORLD_SIZE, as an
+ * external launcher sets them too) and trains data parallel over NCCL
+ * (docs/distributed.md). */
 #include <glob.h>
 #include <stddef.h>
 #include <stdio.h>
@@ -28,11 +32,15 @@
 #include "formats/hf_tokenizer.h"
 #include "run_overrides.h"
 #include "train/trainer.h"
+#include "cuda/cuda_driver.h"
+#include "dist/collectives.h"
+#include "dist/launch.h"
+#include "dist/rendezvous.h"
 
 typedef struct {
     const char *model, *device, *task, *log, *ckpt_dir, *resume, *init, *output;
     const char *data, *vocab, *predict;   /* GLUE tasks */
-    int64_t steps, seq_len, rows, eval_every, ckpt_every, keep, threads;
+    int64_t steps, seq_len, rows, eval_every, ckpt_every, keep, threads, gpus;
     SpecPrecision policy;                 /* PREC_DEFAULT: no flag (an artifact's own, else fp32) */
     bool no_fuse, cased, skip_bad_rows, allow_changed, no_memory_check, cpu_reference;
     bool rows_given;                      /* --train-rows */
@@ -61,6 +69,10 @@ static const CliOpt run_opts[] = {
              "relative of the reference, the same on any thread count), fp16/bf16 still emulated"},
     {.name = "threads", .kind = CLI_INT, .off = A(threads), .meta = "N", .min = 1, .max = CPU_THREADS_MAX,
      .help = "cpu threads (default HPC_CPU_THREADS, else every online core)"},
+    {.name = "gpus", .kind = CLI_INT, .off = A(gpus), .meta = "N", .min = 1, .max = 64,
+     .help = "train data parallel on N GPUs of this host, one process each, over NCCL (default 1); "
+             "ranks started by another launcher read RANK, WORLD_SIZE, LOCAL_RANK and HPC_RENDEZVOUS "
+             "or MASTER_ADDR/MASTER_PORT (docs/distributed.md)"},
     {.name = "task", .kind = CLI_STR, .off = A(task), .meta = "NAME",
      .help = "a GLUE task: cola, sst2, mrpc, rte, qnli, qqp, stsb, mnli, "
              "mnli-mm, wnli, or tsv:DIR (docs/tasks.md); or a synthetic "
@@ -332,17 +344,77 @@ static HpcStatus inject_step(int64_t *step, HpcError *err)
     return HPC_OK;
 }
 
+/* --gpus N > 1 from a plain shell: what N processes need is checked here,
+ * then they are started (this command again, as ranks) and waited for. */
+static HpcStatus launch_ranks(const RunArgs *a, int argc, char **argv, int *exit_code, HpcError *err)
+{
+    int n = 0;
+    HpcError why = {0};
+    if (cuda_device_count(&n, &why))
+        return hpc_fail(err, HPC_ERR_NO_GPU, "run: --gpus %lld needs %lld GPUs: %s", (long long)a->gpus,
+                        (long long)a->gpus, why.msg);
+    if (n < a->gpus)
+        return hpc_fail(err, HPC_ERR_NO_GPU, "run: --gpus %lld, but this host has %d GPU%s; use --gpus %d or fewer",
+                        (long long)a->gpus, n, n == 1 ? "" : "s", n);
+    HpcStatus st = coll_nccl_load(err);
+    if (st) return st;
+    char exe[4096];
+    ssize_t len = readlink("/proc/self/exe", exe, sizeof exe - 1);
+    if (len <= 0) return hpc_fail(err, HPC_ERR_IO, "run: --gpus: cannot find this program (/proc/self/exe)");
+    exe[len] = 0;
+    char **args = xcalloc((size_t)argc + 2, sizeof *args);   /* exe run ARGS... NULL */
+    args[0] = exe;
+    for (int i = 0; i < argc; i++) args[i + 1] = argv[i];   /* argv[0] is "run" */
+    char rdv[128];
+    snprintf(rdv, sizeof rdv, "/tmp/hpc-rendezvous-%d", (int)getpid());
+    st = dist_launch((int)a->gpus, args, rdv, 10.0, exit_code, err);
+    free(args);
+    return st;
+}
+
+/* Which process this is: *launch when --gpus N > 1 must start the ranks;
+ * env->world > 1 when this process is one rank (of `hpc run --gpus` or of
+ * an external launcher). */
+static HpcStatus dist_setup(const RunArgs *a, DistEnv *env, bool *launch, HpcError *err)
+{
+    *launch = false;
+    HpcStatus st = dist_env_from_process(env, err);
+    if (st) return st;
+    bool cpu = strcmp(a->device, "cpu") == 0;
+    if (env->world > 1 && a->gpus > 1 && a->gpus != env->world)
+        return hpc_fail(err, HPC_ERR_USAGE, "run: --gpus %lld, but WORLD_SIZE=%d says this run has %d ranks; "
+                        "give one of them", (long long)a->gpus, env->world, env->world);
+    if ((env->world > 1 || a->gpus > 1) && cpu)
+        return hpc_fail(err, HPC_ERR_USAGE, "run: --device cpu trains in one process; several ranks (--gpus %lld, "
+                        "WORLD_SIZE %d) need GPUs: drop --device cpu or --gpus", (long long)a->gpus, env->world);
+    *launch = env->world == 1 && a->gpus > 1;
+    return HPC_OK;
+}
+
 int cmd_run(int argc, char **argv)
 {
     RunArgs a;
     int rc = run_parse(argc, argv, &a);
     if (rc) return rc == CLI_HELP_SHOWN ? HPC_OK : rc;
+    DistEnv denv;
+    bool launch;
+    HpcError derr = {0};
+    if (dist_setup(&a, &denv, &launch, &derr)) return cli_report(&derr);
+    if (launch) {
+        int code = 0;
+        if (launch_ranks(&a, argc, argv, &code, &derr)) {
+            cli_report(&derr);
+            return code ? code : (int)derr.code;
+        }
+        return HPC_OK;
+    }
     ModelSpec spec;
     rc = load_spec(&a, &spec);
     if (rc) return rc;
     HpcError err = {0};
     TrainDevice device = TRAIN_DEVICE_AUTO;
     train_device_parse(a.device, &device);
+    if (denv.world > 1) device = TRAIN_DEVICE_CUDA;   /* one rank of several: its GPU or an error */
     Dataset train, dev;
     memset(&train, 0, sizeof train);
     memset(&dev, 0, sizeof dev);
@@ -368,7 +440,7 @@ int cmd_run(int argc, char **argv)
                       .output_dir = a.output, .output_vocab = glue && !st ? task.vocab_path : NULL,
                       .output_lower_case = !a.cased,
                       .data_settings = &data, .allow_changed_settings = a.allow_changed,
-                      .no_memory_check = a.no_memory_check,
+                      .no_memory_check = a.no_memory_check, .dist = denv.world > 1 ? &denv : NULL,
                       .program = a.have_program ? &a.program : NULL};
     /* the range of --threads is the option table's */
     cpu_exec_set_training_mode(a.cpu_reference ? CPU_EXEC_REFERENCE : CPU_EXEC_FAST);
@@ -380,6 +452,7 @@ int cmd_run(int argc, char **argv)
     task_free(&task);
     if (a.have_program) step_program_free(&a.program);
     if (st) return cli_report(&err);
+    if (denv.rank > 0) return HPC_OK;   /* rank 0 alone reports */
     if (r.resumed_from > 0)
         printf("%s: %lld steps (%lld skipped; resumed after step %lld) on %s, loss -> %.4f, dev %s %.4f\n",
                spec.name, (long long)r.steps, (long long)r.skipped, (long long)r.resumed_from, r.backend, r.last_loss,

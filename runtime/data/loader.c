@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "cpu/philox.h"
+#include "dist/shard.h"
 
 /* Philox salts, so the shuffle and the bucket order draw independent streams. */
 #define SALT_SHUFFLE 0x53485546u /* "SHUF" */
@@ -109,6 +110,7 @@ HpcStatus loader_init(Loader *ld, const Dataset *d, int64_t batch_size, int64_t 
     ld->shuffle = shuffle;
     ld->bucket = bucket;
     ld->order_epoch = -1;
+    ld->world = 1;
     return HPC_OK;
 }
 
@@ -151,9 +153,12 @@ Batch *loader_next(Loader *ld)
     }
     if (ld->order_epoch != ld->epoch && !loader_build_order(ld)) return NULL;
     int64_t B = n - ld->cursor < ld->batch_size ? n - ld->cursor : ld->batch_size;
-    Batch *bt = batch_new(B, loader_padded_len(ld, ld->cursor, B), ld->data->regression);
+    int64_t first = 0, mine = B;   /* this rank's rows of the global batch */
+    HpcError ignore = {0};         /* cannot fail: loader_set_shard checked the sizes */
+    if (ld->world > 1 && dist_rank_rows(B, ld->rank, ld->world, &first, &mine, &ignore)) return NULL;
+    Batch *bt = batch_new(mine, loader_padded_len(ld, ld->cursor, B), ld->data->regression);
     if (!bt) return NULL;
-    for (int64_t b = 0; b < B; b++) loader_fill_row(ld, bt, b, ld->order[ld->cursor + b]);
+    for (int64_t b = 0; b < mine; b++) loader_fill_row(ld, bt, b, ld->order[ld->cursor + first + b]);
     ld->cursor += B;
     return bt;
 }
@@ -167,6 +172,22 @@ HpcStatus loader_seek(Loader *ld, int64_t epoch, int64_t cursor, HpcError *err)
                         (long long)epoch, (long long)cursor, ld->data->name, (long long)ld->data->n);
     ld->epoch = epoch;
     ld->cursor = cursor;
+    return HPC_OK;
+}
+
+HpcStatus loader_set_shard(Loader *ld, int rank, int world, HpcError *err)
+{
+    int64_t tail = ld->data->n % ld->batch_size;
+    if (world < 1 || rank < 0 || rank >= world)
+        return hpc_fail(err, HPC_ERR_USAGE, "loader_set_shard(%s): rank %d of a world of %d", ld->data->name, rank,
+                        world);
+    if (ld->batch_size % world || tail % world)
+        return hpc_fail(err, HPC_ERR_USAGE,
+                        "%s: the global batch (%lld rows) and the epoch's last batch (%lld of %lld rows) must "
+                        "divide by the %d ranks; choose a batch size and data size that do",
+                        ld->data->name, (long long)ld->batch_size, (long long)tail, (long long)ld->data->n, world);
+    ld->rank = rank;
+    ld->world = world;
     return HPC_OK;
 }
 

@@ -22,6 +22,13 @@
  * batch_new; only the first B entries are used for sequence tasks); for a
  * regression dataset targets[b] holds the target and labels[b] = -1.
  *
+ * Data-parallel shards (loader_set_shard): every rank walks the same
+ * permutation and the same global batches (batch_size rows, the position
+ * ld->cursor counts global rows), and loader_next returns rank r's equal,
+ * consecutive part of each (runtime/dist/shard.h), padded to the global
+ * batch's L, so the ranks together compute what one process would.  The
+ * epoch's last, short batch must also divide by the world.
+ *
  * Ownership: the Loader borrows the Dataset (which must outlive it) and owns
  * `order`.  Each Batch returned by loader_next is the caller's: batch_free it.
  *
@@ -55,6 +62,7 @@ typedef struct {
     int64_t cursor;       /* rows of this epoch already returned (position in order) */
     int64_t *order;       /* (n) row indices of this epoch, in visiting order */
     int64_t order_epoch;  /* epoch `order` was built for; -1 = not built */
+    int rank, world;      /* shard of each global batch this loader returns (0, 1: all) */
 } Loader;
 
 /* Checks arguments (batch_size >= 1, max_len >= 1, no row longer than max_len,
@@ -71,6 +79,11 @@ Batch *loader_next(Loader *ld);
  * [0, n] and should be a value ld->cursor held after a loader_next call.
  * Returns HPC_ERR_USAGE for a cursor out of range or a negative epoch. */
 HpcStatus loader_seek(Loader *ld, int64_t epoch, int64_t cursor, HpcError *err);
+
+/* Returns rank's part of every global batch from now on (see above).
+ * HPC_ERR_USAGE when batch_size or the epoch's last batch does not divide
+ * by world. */
+HpcStatus loader_set_shard(Loader *ld, int rank, int world, HpcError *err);
 
 /* Batches in one epoch: ceil(n / batch_size). */
 int64_t loader_batches_per_epoch(const Loader *ld);

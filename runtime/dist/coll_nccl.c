@@ -82,6 +82,14 @@ static HpcStatus nccl_sum_f32(Collectives *c, float *buf, int64_t n, HpcError *e
                       "ncclAllReduce (sum, f32)", err);
 }
 
+HpcStatus coll_nccl_mean_f32(Collectives *c, float *buf, int64_t n, HpcError *err)
+{
+    HPC_ASSERT(strcmp(c->kind, "nccl") == 0);
+    NcclRank *r = c->impl;
+    return nccl_check(nccl.ncclAllReduce(buf, buf, (size_t)n, ncclFloat32, ncclAvg, r->comm, r->stream),
+                      "ncclAllReduce (mean, f32)", err);
+}
+
 static HpcStatus nccl_sum_f64(Collectives *c, double *buf, int64_t n, HpcError *err)
 {
     NcclRank *r = c->impl;

@@ -71,6 +71,9 @@ HpcStatus coll_nccl_unique_id(unsigned char id[COLL_NCCL_ID_BYTES], HpcError *er
 HpcStatus coll_nccl_open(Collectives *out, int rank, int world,
                          const unsigned char id[COLL_NCCL_ID_BYTES], void *stream,
                          double timeout_s, HpcError *err);
+/* buf (n) f32 on the device: the mean over the ranks, in place (ncclAvg;
+ * the cuda backend's gradient average).  c must be an NCCL handle. */
+HpcStatus coll_nccl_mean_f32(Collectives *c, float *buf, int64_t n, HpcError *err);
 /* Waits for the handle's stream, at most its timeout; on a peer's failure or
  * the timeout the communicator is aborted, so no rank hangs. */
 HpcStatus coll_nccl_wait(Collectives *c, HpcError *err);

@@ -40,4 +40,18 @@ HpcStatus dist_env_read(DistEnv *env, const char *(*getenv_fn)(const char *name)
 /* Rank 0: publishes blob (n bytes); others: fill blob with rank 0's. */
 HpcStatus dist_exchange(const DistEnv *env, void *blob, size_t n, HpcError *err);
 
+/* The process's own environment (getenv); HPC_ERR_USAGE for a bad value. */
+HpcStatus dist_env_from_process(DistEnv *env, HpcError *err);
+
+/* The GPU this process trains on: LOCAL_RANK when WORLD_SIZE > 1, else 0
+ * (also 0 when the variables are malformed: dist_env_from_process reports
+ * those first). */
+int dist_gpu_ordinal(void);
+
+struct Collectives;
+/* Joins env's NCCL world on the current CUDA context: rank 0 makes the id,
+ * dist_exchange hands it to the others, then coll_nccl_open on stream (a
+ * CUstream).  In join.c. */
+HpcStatus dist_join_nccl(const DistEnv *env, void *stream, struct Collectives *out, HpcError *err);
+
 #endif

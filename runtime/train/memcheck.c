@@ -12,6 +12,7 @@
 #include "compiler/plan.h"
 #include "cuda/cuda_driver.h"
 #include "cuda/gemm_cublas.h"
+#include "dist/rendezvous.h"
 #include "train/optim.h"
 
 #define MIB (1024.0 * 1024.0)
@@ -133,7 +134,7 @@ HpcStatus memcheck_run(const ModelSpec *spec, SpecPrecision policy, bool fuse, T
     bool gpu = false;
     if (device != TRAIN_DEVICE_CPU) {
         HpcError ignore = {0};
-        gpu = cuda_device_open(&dev, 0, device == TRAIN_DEVICE_CUDA ? err : &ignore) == HPC_OK;
+        gpu = cuda_device_open(&dev, dist_gpu_ordinal(), device == TRAIN_DEVICE_CUDA ? err : &ignore) == HPC_OK;
         if (!gpu && device == TRAIN_DEVICE_CUDA) return err->code;
     }
     PipeOptions o = pipeline_defaults(policy == PREC_DEFAULT ? PREC_FP32 : policy);

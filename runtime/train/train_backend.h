@@ -46,6 +46,8 @@
 #include "train/init.h"
 #include "compiler/step_program.h"
 
+struct Collectives;   /* runtime/dist/collectives.h */
+
 typedef enum { TRAIN_DEVICE_CPU, TRAIN_DEVICE_CUDA, TRAIN_DEVICE_AUTO } TrainDevice;
 
 /* Steps a backend remembers between two collects. */
@@ -98,6 +100,13 @@ struct TrainBackend {
      * NULL when the backend cannot checkpoint. */
     HpcStatus (*state_out)(TrainBackend *b, TrainState *ts, HpcError *err);
     HpcStatus (*state_in)(TrainBackend *b, const TrainState *ts, HpcError *err);
+    /* Data parallel (runtime/dist/): from now on every step averages the
+     * gradients over coll's ranks, agrees found_inf and the gradient norm,
+     * and steps the optimizer replicated or, with zero1, ZeRO-1 sharded;
+     * the step's logged loss is the mean over the ranks; state_out/state_in
+     * stay whole-state (collective calls then: every rank makes them).
+     * Call once, before the first step.  NULL when the backend has none. */
+    HpcStatus (*set_dist)(TrainBackend *b, struct Collectives *coll, bool zero1, HpcError *err);
     void (*close)(TrainBackend *b);
 };
 

@@ -1,6 +1,11 @@
 /* runtime/train/train_cpu.c — the cpu training backend: the cpu executor (in
  * the mode cpu_exec_training_mode() names: the reference unless the program
- * chose the fast mode), the host optimizer and loss scaler (train_backend.h). */
+ * chose the fast mode), the host optimizer and loss scaler (train_backend.h).
+ * With set_dist the step is data parallel over a Collectives
+ * (runtime/dist/dp_optim.h): the gradients are averaged over the ranks,
+ * found_inf and the norm agreed, the optimizer replicated or ZeRO-1 (then m
+ * and v live in the DpOptim, sliced, and checkpoints gather them), the logged
+ * loss averaged over the ranks. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -10,6 +15,7 @@
 #include "cpu/cpu_fast_kernels.h"
 #include "cpu/cpu_kernels.h"
 #include "cpu/cpu_threads.h"
+#include "dist/dp_optim.h"
 #include "train/lossscale.h"
 #include "train/optim.h"
 #include "train/schedule.h"
@@ -30,6 +36,10 @@ typedef struct {
     double loss_sum;      /* over this step's micro-batches */
     TrainStepStat pending[TRAIN_STAT_RING];
     int n_pending;
+    Collectives *coll;    /* data parallel (set_dist), else NULL */
+    DpOptim dp;
+    int64_t *dp_numel;    /* (n_ot) elements of each optimized tensor */
+    float **dp_grad;      /* (n_ot) their gradient buffers */
 } CpuTrain;
 
 static CpuTrain *impl(TrainBackend *b) { return b->impl; }
@@ -71,6 +81,9 @@ static void cpu_close(TrainBackend *b)
         free(t->ot[i].m);
         free(t->ot[i].v);
     }
+    if (t->coll) dp_optim_free(&t->dp);
+    free(t->dp_numel);
+    free(t->dp_grad);
     free(t->grad);
     free(t->ot);
     free(t->ot_param);
@@ -116,10 +129,20 @@ static HpcStatus cpu_step(TrainBackend *b, bool poison, HpcError *err)
     double lr = schedule_lr(&t->sc, t->os.step);
     int64_t accum = t->accum > 0 ? t->accum : 1;
     OptimReport rep;
-    optim_step(&t->oc, &t->os, t->ot, t->n_ot, (float)(1.0 / (t->ls.scale * (double)accum)), lr, &rep);
+    float inv_scale = (float)(1.0 / (t->ls.scale * (double)accum));
+    double loss = t->loss_sum / (double)accum;
+    if (t->coll) {   /* every rank reaches the same found_inf, norm and weights */
+        HpcStatus st = dp_average_grads(&t->dp, t->dp_grad, err);
+        if (!st) st = dp_optim_step(&t->dp, &t->oc, &t->os, t->ot, inv_scale, lr, &rep, err);
+        if (!st) st = t->coll->allreduce_sum_f64(t->coll, &loss, 1, err);
+        if (st) return st;
+        loss /= (double)t->coll->world;
+    } else {
+        optim_step(&t->oc, &t->os, t->ot, t->n_ot, inv_scale, lr, &rep);
+    }
     bool skipped = ls_update(&t->ls, rep.found_inf);
     t->pending[t->n_pending++] = (TrainStepStat){
-        .step = ++t->steps, .loss = t->loss_sum / (double)accum, .lr = lr, .loss_scale = t->ls.scale,
+        .step = ++t->steps, .loss = loss, .lr = lr, .loss_scale = t->ls.scale,
         .grad_norm = rep.grad_norm, .skipped = skipped, .total_skips = t->ls.total_skips,
         .consecutive_skips = t->ls.consecutive_skips};
     t->accum = 0;
@@ -175,10 +198,40 @@ static void cpu_copy_state(TrainBackend *b, const TrainState *ts, bool to_ts)
     }
 }
 
+/* ZeRO-1: the whole m and v <-> the checkpoint's per-tensor buffers (to_ts
+ * gathers the slices from all ranks first: a collective call). */
+static HpcStatus zero1_state(CpuTrain *t, const TrainState *ts, bool to_ts, HpcError *err)
+{
+    float *full_m = calloc((size_t)t->dp.total + 1, sizeof(float));
+    float *full_v = calloc((size_t)t->dp.total + 1, sizeof(float));
+    if (!full_m || !full_v) {
+        free(full_m);
+        free(full_v);
+        return hpc_fail(err, HPC_ERR_OOM, "trainer: out of host memory gathering the optimizer state");
+    }
+    HpcStatus st = to_ts ? dp_gather_state(&t->dp, full_m, full_v, err) : HPC_OK;
+    int64_t off = 0;
+    for (int i = 0; !st && i < t->n_ot; off += t->ot[i].n, i++) {
+        int p = t->ot_param[i];
+        size_t bytes = (size_t)t->ot[i].n * sizeof(float);
+        float *mine[2] = {full_m + off, full_v + off}, *theirs[2] = {ts->m ? ts->m[p] : NULL, ts->v ? ts->v[p] : NULL};
+        for (int k = 0; k < 2; k++)
+            if (theirs[k]) memcpy(to_ts ? theirs[k] : mine[k], to_ts ? mine[k] : theirs[k], bytes);
+    }
+    if (!st && !to_ts) dp_take_state(&t->dp, full_m, full_v);
+    free(full_m);
+    free(full_v);
+    return st;
+}
+
 static HpcStatus cpu_state_out(TrainBackend *b, TrainState *ts, HpcError *err)
 {
     CpuTrain *t = impl(b);
     cpu_copy_state(b, ts, true);
+    if (t->coll && t->dp.zero1) {
+        HpcStatus st = zero1_state(t, ts, true, err);
+        if (st) return st;
+    }
     ts->opt = t->os;
     ts->ls = t->ls;
     ts->micro_step = t->micro;
@@ -192,12 +245,40 @@ static HpcStatus cpu_state_in(TrainBackend *b, const TrainState *ts, HpcError *e
         return hpc_fail(err, HPC_ERR_INPUT, "trainer: checkpoint micro-step %lld out of range",
                         (long long)ts->micro_step);
     cpu_copy_state(b, ts, false);
+    if (t->coll && t->dp.zero1) {
+        HpcStatus st = zero1_state(t, ts, false, err);
+        if (st) return st;
+    }
     LossScaleConfig cfg = t->ls.cfg;
     t->os = ts->opt;
     t->ls = ts->ls;
     t->ls.cfg = cfg;
     t->micro = (uint32_t)ts->micro_step;
     t->steps = ts->step;
+    return HPC_OK;
+}
+
+static HpcStatus cpu_set_dist(TrainBackend *b, Collectives *coll, bool zero1, HpcError *err)
+{
+    CpuTrain *t = impl(b);
+    HPC_ASSERT(!t->coll && t->steps == 0 && t->n_pending == 0);
+    if (strcmp(coll->kind, "local") != 0)
+        return hpc_fail(err, HPC_ERR_USAGE, "trainer: the cpu backend reduces host memory over the local "
+                        "collectives (threads), not %s", coll->kind);
+    t->dp_numel = xcalloc((size_t)t->n_ot + 1, sizeof *t->dp_numel);
+    t->dp_grad = xcalloc((size_t)t->n_ot + 1, sizeof *t->dp_grad);
+    for (int i = 0; i < t->n_ot; i++) {
+        t->dp_numel[i] = t->ot[i].n;
+        t->dp_grad[i] = t->grad[t->ot_param[i]];
+    }
+    HpcStatus st = dp_optim_init(&t->dp, coll, &t->oc, t->dp_numel, t->n_ot, zero1, err);
+    if (st) return st;
+    t->coll = coll;
+    for (int i = 0; zero1 && i < t->n_ot; i++) {   /* the slices in t->dp replace the whole m and v */
+        free(t->ot[i].m);
+        free(t->ot[i].v);
+        t->ot[i].m = t->ot[i].v = NULL;
+    }
     return HPC_OK;
 }
 
@@ -213,6 +294,7 @@ HpcStatus train_cpu_open(TrainBackend *b, int64_t total_steps, HpcError *err)
     b->peak_bytes = cpu_peak_bytes;
     b->state_out = cpu_state_out;
     b->state_in = cpu_state_in;
+    b->set_dist = cpu_set_dist;
     b->close = cpu_close;
     cpu_exec_init(&t->ex, &b->g, CPU_EXEC_F32);
     cpu_exec_set_mode(&t->ex, cpu_exec_training_mode());

@@ -15,7 +15,17 @@
  * own clock (cuEventElapsedTime).  Slots are reused round the ring
  * (slot = step % TRAIN_STAT_RING); at most TRAIN_STAT_RING - 1 steps are
  * unread, so the end event of the step before the oldest unread one is
- * still valid as its start time. */
+ * still valid as its start time.
+ *
+ * Data parallel (set_dist, an NCCL Collectives): the last micro-batch runs
+ * with its accumulation only, then every gradient is averaged over the ranks
+ * on the backend's stream (ncclAvg, one call per tensor, after the whole
+ * backward: no overlap yet), then the optimizer step runs as usual.  The
+ * optimizer's own check agrees found_inf without another collective: an
+ * inf or NaN in any rank's gradient stays non-finite in the average every
+ * rank receives, so every rank skips the same step, and the gradient norm
+ * for clipping is the norm of the same averaged gradient on every rank.
+ * The poison hook therefore writes its inf before the reduction. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -26,6 +36,8 @@
 #include "cuda/cuda_exec.h"
 #include "cuda/cuda_optim.h"
 #include "cuda/nvrtc_compile.h"
+#include "dist/collectives.h"
+#include "dist/rendezvous.h"
 #include "train/train_backend.h"
 
 typedef struct {
@@ -52,6 +64,7 @@ typedef struct {
     float *logits;             /* eval: (B, C) f32 */
     size_t logits_cap;
     bool profile;              /* HPC_STARTUP or HPC_PROFILE: report the cold start after step 1 */
+    Collectives *coll;         /* data parallel over NCCL (set_dist), else NULL */
 } CudaTrain;
 
 /* Seconds since this process started (/proc/self/stat field 22 against
@@ -159,6 +172,29 @@ static HpcStatus cuda_micro(TrainBackend *b, const Batch *batch, int64_t m, HpcE
     return st ? st : copy_loss(b, m, err);
 }
 
+/* Data parallel: the last micro-batch, the gradients (and the step's
+ * losses) averaged over the ranks, then the optimizer (see the top). */
+static HpcStatus reduced_step(TrainBackend *b, bool poison, int ring, HpcError *err)
+{
+    CudaTrain *t = impl(b);
+    HpcStatus st = HPC_OK;
+    if (t->has_staged) {
+        CudaRunOptions o = t->staged;
+        o.tail = cuda_optim_accumulate_tail(&t->opt, t->accum - 1);
+        t->has_staged = false;
+        st = cuda_exec_launch(&t->ex, &o, err);
+        if (!st) st = copy_loss(b, t->accum - 1, err);
+    }
+    if (!st && poison && t->opt.count > 0)   /* +inf as f32 bits */
+        st = CUDA_CHECK(err, cuda_driver()->cuMemsetD32Async(t->opt.host_t[0].grad, 0x7f800000u, 1, t->dev.stream));
+    for (int i = 0; !st && i < t->opt.count; i++)
+        st = coll_nccl_mean_f32(t->coll, (float *)(uintptr_t)t->opt.host_t[i].grad, t->opt.host_t[i].n, err);
+    CUdeviceptr losses = t->loss_ring + (CUdeviceptr)((size_t)ring * (size_t)t->accum * 4);
+    if (!st) st = coll_nccl_mean_f32(t->coll, (float *)(uintptr_t)losses, t->accum, err);
+    if (!st) st = cuda_optim_step(&t->opt, err);
+    return st;
+}
+
 static HpcStatus cuda_step(TrainBackend *b, bool poison, HpcError *err)
 {
     CudaTrain *t = impl(b);
@@ -166,8 +202,10 @@ static HpcStatus cuda_step(TrainBackend *b, bool poison, HpcError *err)
     if (t->steps - t->read >= TRAIN_STAT_RING - 1)
         return hpc_fail(err, HPC_ERR_INTERNAL, "trainer: %d steps without collect", TRAIN_STAT_RING - 1);
     int ring = (int)(t->steps % TRAIN_STAT_RING);
-    HpcStatus st = poison ? cuda_optim_poison(&t->opt, err) : HPC_OK;
-    if (!st && t->has_staged) {   /* the last micro-batch, then the optimizer, as one graph */
+    HpcStatus st = t->coll ? reduced_step(b, poison, ring, err) : poison ? cuda_optim_poison(&t->opt, err) : HPC_OK;
+    if (t->coll) {
+        /* reduced_step ran the micro-batch, the reduction and the optimizer */
+    } else if (!st && t->has_staged) {   /* the last micro-batch, then the optimizer, as one graph */
         CudaRunOptions o = t->staged;
         o.tail = cuda_optim_step_tail(&t->opt);
         t->has_staged = false;
@@ -242,7 +280,22 @@ static HpcStatus read_records(TrainBackend *b, TrainStepStat *out, int max, int 
 /* The one place the backend waits for the GPU during training. */
 static HpcStatus cuda_collect(TrainBackend *b, TrainStepStat *out, int max, int *n, HpcError *err)
 {
-    return read_records(b, out, max, n, true, err);
+    CudaTrain *t = impl(b);
+    /* data parallel: a bounded wait first, so a dead peer is an error, not a hang */
+    HpcStatus st = t->coll ? coll_nccl_wait(t->coll, err) : HPC_OK;
+    return st ? st : read_records(b, out, max, n, true, err);
+}
+
+static HpcStatus cuda_set_dist(TrainBackend *b, Collectives *coll, bool zero1, HpcError *err)
+{
+    if (strcmp(coll->kind, "nccl") != 0)
+        return hpc_fail(err, HPC_ERR_USAGE, "trainer: the cuda backend reduces over NCCL, not %s collectives",
+                        coll->kind);
+    if (zero1)
+        return hpc_fail(err, HPC_ERR_USAGE, "trainer: ZeRO-1 is not built for the cuda backend yet; train "
+                        "with the optimizer state replicated");
+    impl(b)->coll = coll;
+    return HPC_OK;
 }
 
 static HpcStatus cuda_poll(TrainBackend *b, TrainStepStat *out, int max, int *n, HpcError *err)
@@ -385,13 +438,14 @@ HpcStatus train_cuda_open(TrainBackend *b, int64_t total_steps, int64_t max_B, i
     b->peak_bytes = cuda_peak_bytes;
     b->state_out = cuda_state_out;
     b->state_in = cuda_state_in;
+    b->set_dist = cuda_set_dist;
     b->close = cuda_close;
     t->accum = b->spec->train.grad_accum > 1 ? b->spec->train.grad_accum : 1;
     const char *su = getenv("HPC_STARTUP"), *pr = getenv("HPC_PROFILE");
     t->profile = (su && *su && strcmp(su, "0") != 0) || (pr && *pr && strcmp(pr, "0") != 0);
     if (b->g.loss < 0 || b->g.nodes[b->g.loss].dtype != DT_F32)
         return hpc_fail(err, HPC_ERR_INTERNAL, "trainer: the graph's loss is not an f32 scalar");
-    HpcStatus st = cuda_device_open(&t->dev, 0, err);
+    HpcStatus st = cuda_device_open(&t->dev, dist_gpu_ordinal(), err);   /* 0 unless one rank of several */
     if (st) return st;
     t->dev_open = true;
     st = cuda_exec_init_kernels(&t->ex, &t->dev, &b->g, &b->pl, b->kernels, max_B, max_L, err);

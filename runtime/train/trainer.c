@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "data/loader.h"
+#include "dist/collectives.h"
 #include "train/best_model.h"
 #include "formats/output_check.h"
 #include "train/memcheck.h"
@@ -32,6 +33,10 @@ typedef struct {
     TrainCkpt ck;                        /* checkpoints; ck.w == NULL when not used */
     BestModel best;                      /* --output; best.w == NULL when not used */
     CheckpointLock lock;                 /* on opts->checkpoint_dir; fd -1 when none */
+    TrainOptions rank_opts;              /* opts as this rank uses them (trainer_run) */
+    bool lead;                           /* rank 0 (or no coll): prints, logs, writes */
+    Collectives nccl;                    /* opts->dist: the NCCL world joined here */
+    bool nccl_open;
 } Trainer;
 
 /* The next batch, starting the next epoch when one ends. */
@@ -264,7 +269,24 @@ static HpcStatus step_boundary(Trainer *t, const Loader *ld, int64_t done, bool 
     HpcError log_err = {0};
     bool log_failed = runlog_status(t->log, &log_err) != HPC_OK;   /* the run log's disk is full */
     HpcStatus st = HPC_OK;
-    if (o->checkpoint_dir && (save || sig || log_failed)) {
+    /* a signal or a full disk on any rank stops every rank here (host
+     * buffers: the local world; over NCCL a rank that stops makes the others'
+     * next collective fail instead) */
+    if (o->coll && strcmp(o->coll->kind, "local") == 0) {
+        double stop[2] = {sig, log_failed};
+        st = o->coll->allreduce_max_f64(o->coll, stop, 2, err);
+        if (st) return st;
+        sig = (int)stop[0];
+        if (stop[1] && !log_failed)
+            hpc_fail(&log_err, HPC_ERR_IO, "rank 0's run log could not be written");
+        log_failed = stop[1] != 0;
+    }
+    if (o->checkpoint_dir && (save || sig || log_failed) && !t->lead) {
+        /* the state is gathered by every rank (ZeRO-1 slices); rank 0 writes it */
+        TrainState ts = {.spec = t->spec, .pl = &t->be.pl, .policy = t->be.policy, .w = t->ck.w, .m = t->ck.m,
+                         .v = t->ck.v};
+        st = t->be.state_out(&t->be, &ts, err);
+    } else if (o->checkpoint_dir && (save || sig || log_failed)) {
         st = trainer_ckpt_save(&t->ck, o->checkpoint_dir, o->checkpoint_keep, ld, done, res->saved,
                                sizeof res->saved, err);
         if (!st) runlog_message(t->log, "checkpoint: %s", res->saved);
@@ -286,7 +308,11 @@ static HpcStatus train_loop(Trainer *t, const Dataset *train, const Dataset *eva
     const TrainOptions *opts = t->opts;
     Loader ld;
     HpcStatus st = loader_init(&ld, train, tr->batch_size, tr->max_seq_len, tr->seed, true, false, err);
-    if (st) return st;
+    if (!st && opts->coll) st = loader_set_shard(&ld, opts->coll->rank, opts->coll->world, err);
+    if (st) {
+        loader_free(&ld);
+        return st;
+    }
     int64_t start = 0;
     if (opts->resume_dir) st = trainer_ckpt_resume(&t->ck, opts->resume_dir, &ld, &start, err);
     res->resumed_from = res->steps = start;
@@ -426,7 +452,7 @@ static HpcStatus check_outputs(Trainer *t, HpcError *err)
         if (!st) st = output_check_writable("--predict", o->predict, err);
     }
     free(names);
-    if (!st && o->checkpoint_dir) st = checkpoint_lock(o->checkpoint_dir, &t->lock, err);
+    if (!st && o->checkpoint_dir && t->lead) st = checkpoint_lock(o->checkpoint_dir, &t->lock, err);
     return st;
 }
 
@@ -436,7 +462,17 @@ HpcStatus trainer_run(const ModelSpec *spec, const Dataset *train, const Dataset
     Trainer *t = xcalloc(1, sizeof *t);
     memset(res, 0, sizeof *res);
     t->spec = spec;
-    t->opts = opts;
+    t->lead = opts->coll ? opts->coll->rank == 0 : !opts->dist || opts->dist->rank == 0;
+    t->rank_opts = *opts;
+    if (!t->lead) {   /* the other ranks print, log, evaluate and write nothing */
+        t->rank_opts.jsonl = NULL;
+        t->rank_opts.out = NULL;
+        t->rank_opts.progress_bar = false;
+        t->rank_opts.predict = NULL;
+        t->rank_opts.output_dir = NULL;
+        eval = NULL;
+    }
+    opts = t->opts = &t->rank_opts;
     t->total = total_steps(spec, train, opts);
     res->metric = eval_metric_name(spec, opts->task);
     res->best_metric = NAN;
@@ -455,6 +491,17 @@ HpcStatus trainer_run(const ModelSpec *spec, const Dataset *train, const Dataset
                                                    spec->train.batch_size, L, err)
                       : train_backend_open(&t->be, opts->device, spec, opts->policy, !opts->no_fuse, t->total,
                                            spec->train.batch_size, L, err);
+    if (!st && opts->dist && opts->dist->world > 1 && !opts->coll) {   /* hpc run --gpus N: NCCL */
+        if (t->be.device != TRAIN_DEVICE_CUDA)
+            st = hpc_fail(err, HPC_ERR_USAGE, "trainer: %d ranks (WORLD_SIZE) need the cuda backend; this "
+                          "run has %s", opts->dist->world, t->be.name);
+        if (!st) st = dist_join_nccl(opts->dist, t->be.cuda_stream, &t->nccl, err);
+        t->nccl_open = !st;
+        if (!st) t->rank_opts.coll = &t->nccl;
+    }
+    if (!st && opts->coll && !t->be.set_dist)
+        st = hpc_fail(err, HPC_ERR_USAGE, "trainer: the %s backend cannot train data parallel", t->be.name);
+    if (!st && opts->coll) st = t->be.set_dist(&t->be, opts->coll, opts->zero1, err);
     if (!st) {
         res->params = params_total(&t->be.pl);
         snprintf(res->backend, sizeof res->backend, "%s", t->be.name);
@@ -480,6 +527,8 @@ HpcStatus trainer_run(const ModelSpec *spec, const Dataset *train, const Dataset
         *err = log_err;   /* the run worked but its log is incomplete: not a success */
         st = log_err.code;
     }
+    if (st && opts->coll) opts->coll->abort(opts->coll, err->msg);   /* the others stop, not hang */
+    if (t->nccl_open) t->nccl.close(&t->nccl);
     checkpoint_unlock(&t->lock);
     train_backend_close(&t->be);
     free(t);

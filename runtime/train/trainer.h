@@ -58,6 +58,20 @@
  * (full disk) stops the run at the next step boundary, after a save when
  * checkpoint_dir is set, with HPC_ERR_IO.
  *
+ * Data parallel (docs/distributed.md): with coll set, this call is one
+ * rank of coll's world, and every rank calls trainer_run with the same spec,
+ * data and options.  Each rank's loader returns its rows of every global
+ * batch (loader_set_shard; spec batch_size is the global batch), the
+ * backend averages gradients and agrees found_inf (set_dist; zero1 shards
+ * the optimizer state), and rank 0 alone prints, writes the JSONL log, the
+ * checkpoints (the whole state, gathered), --predict and --output, and
+ * evaluates; the other ranks only take part in the collectives.  A signal
+ * or a full log disk on any rank stops all at the same step boundary; a
+ * rank that fails aborts the others' collectives with its message.
+ * Instead of coll, dist (world > 1, from RANK/WORLD_SIZE: `hpc run --gpus`)
+ * makes the trainer join an NCCL world itself once the cuda backend is open
+ * on GPU LOCAL_RANK (dist_join_nccl on the backend's stream).
+ *
  * Test hooks: inject_inf_step = k > 0 writes +inf into one gradient element
  * before the optimizer step k (1-based), which must then be skipped;
  * stop_after = k > 0 ends the run after step k as an interruption would
@@ -78,6 +92,7 @@
 #include "compiler/spec.h"
 #include "data/tasks.h"
 #include "train/train_backend.h"
+#include "dist/rendezvous.h"
 
 typedef struct {
     int64_t steps;        /* optimizer steps; 0 = spec->train.steps, else epochs over train */
@@ -117,6 +132,9 @@ typedef struct {
                              in checkpoints with the model's; NULL for none */
     bool allow_changed_settings; /* resume: accept other settings (listed in the log) */
     bool no_memory_check; /* skip runtime/train/memcheck.h */
+    struct Collectives *coll; /* data parallel: this rank's handle (borrowed); NULL = one process */
+    bool zero1;           /* with coll: ZeRO-1 sharded optimizer state */
+    const DistEnv *dist;  /* world > 1: join an NCCL world after opening the cuda backend; NULL = none */
 } TrainOptions;
 
 typedef struct {
