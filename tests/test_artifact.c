@@ -86,7 +86,7 @@ Test(artifact, container_round_trips)
     fputs("HPCART 2\nname m\npolicy fp12\n", f);
     fclose(f);
     cr_expect_eq(artifact_read(path, &b, &err), HPC_ERR_INPUT);
-    cr_expect(strstr(err.msg, "unknown policy 'fp12'") != NULL, "%s", err.msg);
+    cr_expect(strstr(err.msg, "unknown precision policy 'fp12'") != NULL, "%s", err.msg);
     f = fopen(path, "w");
     fputs("HPCART 2\nname m\npolicy fp16\n@@ model 3\nabc\n@@ extra 1\nx\n", f);
     fclose(f);
