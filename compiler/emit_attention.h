@@ -1,0 +1,27 @@
+/* compiler/emit_attention.h — the CUDA source of the fused attention kernels
+ * alone (compiler/kernels/attention.cu with the helpers it needs).
+ *
+ * The step module already holds these kernels (kemit_source() emits every
+ * template); this translation unit carries the same constants and the same
+ * names, but only common.cu, philox.cu and attention.cu, so a test or a
+ * benchmark compiles in a fraction of the time.  Kernel names are
+ * BASE + suffix as kemit_name() builds them; the bases and their launch
+ * shapes are in attention.cu and docs/cuda_kernels.md:
+ *   attn_simt_fwd      grid (ceil(L / 16), NH, B) x 128
+ *   attn_simt_bwd_dot  grid ceil(B * L * NH / 4) x 128
+ *   attn_simt_bwd_dq   grid (ceil(L / 16), NH, B) x 128
+ *   attn_simt_bwd_dkv  grid (ceil(L / 32), NH, B) x 32
+ * Head sizes up to KEMIT_ATTN_MAX_HEAD_DIM. */
+#ifndef HPC_COMPILER_EMIT_ATTENTION_H
+#define HPC_COMPILER_EMIT_ATTENTION_H
+
+#include "emit_kernels.h"
+
+#define KEMIT_ATTN_MAX_HEAD_DIM 128
+
+/* *source (malloc'd) and suffix for config cfg; HPC_ERR_INPUT when cfg is
+ * refused by kemit_source or its head size is above the maximum. */
+HpcStatus kemit_attention_source(const KernelConfig *cfg, char **source, char suffix[KEMIT_SUFFIX_MAX],
+                                 HpcError *err);
+
+#endif
