@@ -24,6 +24,9 @@
  * Z = keep * P / (1 - p) key by key; every (head, query, key) of L = 7, 100
  * and 512 must be kept exactly when philox_dropout_keep says so.
  *
+ * The forward is checked twice: attn_simt_fwd (whose ctx and lse feed the
+ * backward) and the tensor-core attn_mma_fwd, against the same reference.
+ *
  * Output: one "ok"/"FAIL" line per check, two timing lines, then
  * "N checks, M failed"; exit 1 on any failure, 77 without a GPU.
  * HPC_TEST_SEED=N repeats a seed; HPC_GPU_TEST_NO_TIMING=1 skips timings. */
@@ -209,12 +212,23 @@ typedef struct {
     CUdeviceptr qkv, dctx, mask, ctx, lse, delta, dqkv;
 } Bufs;
 
-static void run_fwd(const Mod *m, Bufs *d, int B, int L, float p, uint64_t seed, uint32_t step, uint32_t salt)
+/* The forward kernels: the same arguments, 16 or 64 query rows per block. */
+typedef enum { FWD_SIMT, FWD_MMA } FwdKind;
+static const char *const fwd_names[2] = {"attn_simt_fwd", "attn_mma_fwd"};
+
+static void run_fwd_kind(FwdKind kind, const Mod *m, Bufs *d, int B, int L, float p, uint64_t seed, uint32_t step,
+                         uint32_t salt)
 {
     CUdeviceptr q = d->qkv, k = d->qkv + 2 * (size_t)m->H, v = d->qkv + 4 * (size_t)m->H;
     int ld = 3 * m->H;
+    unsigned rows = kind == FWD_MMA ? 64 : 16;
     void *args[] = {&d->ctx, &d->lse, &q, &k, &v, &ld, &d->mask, &B, &L, &p, &seed, &step, &salt};
-    launch(m, "attn_simt_fwd", (unsigned)(L + 15) / 16, (unsigned)m->NH, (unsigned)B, 128, args);
+    launch(m, fwd_names[kind], (unsigned)(L + rows - 1) / rows, (unsigned)m->NH, (unsigned)B, 128, args);
+}
+
+static void run_fwd(const Mod *m, Bufs *d, int B, int L, float p, uint64_t seed, uint32_t step, uint32_t salt)
+{
+    run_fwd_kind(FWD_SIMT, m, d, B, L, p, seed, step, salt);
 }
 
 static void run_bwd(const Mod *m, Bufs *d, int B, int L, float p, uint64_t seed, uint32_t step, uint32_t salt)
@@ -292,6 +306,24 @@ static void test_case(const Mod *m, int L, float p)
     for (size_t i = 2 * (size_t)L * H; i < nc; i++) nonzero += ctx[i] != 0.0f;
     snprintf(what, sizeof what, "L%d p%.1f fully masked row is 0", L, p);
     report(nonzero == 0, m->label, what, (double)nonzero, 0, nonzero ? " NONZERO CONTEXT" : "");
+
+    /* The tensor-core forward on the same inputs (P rounded to the dtype
+     * before P V: still within 4 u, the rounding is u / 2 per term). */
+    DRV(cu->cuMemsetD8(d.ctx, 0xFF, nc * 2));
+    DRV(cu->cuMemsetD8(d.lse, 0xFF, nl * 4));
+    run_fwd_kind(FWD_MMA, m, &d, B, L, p, seed, step, salt);
+    DRV(cu->cuStreamSynchronize(dev.stream));
+    free(ctx);
+    ctx = down_st(m, d.ctx, nc);
+    DRV(cu->cuMemcpyDtoH(lse, d.lse, nl * 4));
+    snprintf(what, sizeof what, "L%d p%.1f ctx (mma fwd)", L, p);
+    check_strided(m, what, ctx, rc, rows, H, H, 4 * u);
+    snprintf(what, sizeof what, "L%d p%.1f lse (mma fwd)", L, p);
+    check_lse(m, what, lse, rl, nl);
+    nonzero = 0;
+    for (size_t i = 2 * (size_t)L * H; i < nc; i++) nonzero += ctx[i] != 0.0f;
+    snprintf(what, sizeof what, "L%d p%.1f fully masked row is 0 (mma fwd)", L, p);
+    report(nonzero == 0, m->label, what, (double)nonzero, 0, nonzero ? " NONZERO CONTEXT" : "");
     bufs_free(&d);
     free(qkv);
     free(dctx);
@@ -307,7 +339,7 @@ static void test_case(const Mod *m, int L, float p)
 }
 
 /* The kernel's own dropout bits, read out through one-hot values. */
-static void test_dropout_bits(const Mod *m, int L, float p)
+static void test_dropout_bits(FwdKind kind, const Mod *m, int L, float p)
 {
     const int B = 1;
     size_t rows = (size_t)L, H = (size_t)m->H, nq = rows * 3 * H, nc = rows * H;
@@ -324,7 +356,7 @@ static void test_dropout_bits(const Mod *m, int L, float p)
         CUdeviceptr up = up_st(m, qkv, nq);
         DRV(cu->cuMemcpyDtoD(d.qkv, up, nq * 2));
         DRV(cu->cuMemFree(up));
-        run_fwd(m, &d, B, L, p, seed, step, salt);
+        run_fwd_kind(kind, m, &d, B, L, p, seed, step, salt);
         DRV(cu->cuStreamSynchronize(dev.stream));
         float *ctx = down_st(m, d.ctx, nc);
         for (int h = 0; h < m->NH; h++)
@@ -341,7 +373,8 @@ static void test_dropout_bits(const Mod *m, int L, float p)
         free(ctx);
     }
     char what[96], note[96];
-    snprintf(what, sizeof what, "L%d p%.1f dropout bits (%zu of %zu kept)", L, p, kept, total);
+    snprintf(what, sizeof what, "L%d p%.1f %s dropout bits (%zu/%zu kept)", L, p, kind == FWD_MMA ? "mma" : "simt",
+             kept, total);
     snprintf(note, sizeof note, wrong ? " %zu BITS DIFFER" : "", wrong);
     report(wrong == 0, m->label, what, (double)wrong, 0, note);
     bufs_free(&d);
@@ -391,12 +424,24 @@ static void timing(const Mod *m, int B, int L)
     }
     fwd_ms /= iters;
     bwd_ms /= iters;
+    float mma_ms = 0;
+    for (int i = 0; i < iters; i++) {
+        float a;
+        DRV(cu->cuEventRecord(e0, dev.stream));
+        run_fwd_kind(FWD_MMA, m, &d, B, L, p, seed, step, salt);
+        DRV(cu->cuEventRecord(e1, dev.stream));
+        DRV(cu->cuEventSynchronize(e1));
+        DRV(cu->cuEventElapsedTime(&a, e0, e1));
+        mma_ms += a;
+    }
+    mma_ms /= iters;
     /* The matrix products of attention: QK^T and PV forward (4 B NH L^2 D),
      * twice that backward (dV, dP, dQ, dK), recomputation not counted. */
     double f = 4.0 * B * m->NH * (double)L * L * m->D;
-    printf("timing  %-9s B%d L%d NH%d: fwd %.3f ms (%.1f TFLOP/s), bwd %.3f ms (%.1f TFLOP/s), "
-           "fwd+bwd %.3f ms [SIMT kernels]\n",
-           m->label, B, L, m->NH, fwd_ms, f / fwd_ms * 1e-9, bwd_ms, 2 * f / bwd_ms * 1e-9, fwd_ms + bwd_ms);
+    printf("timing  %-9s B%d L%d NH%d p0.1: simt fwd %.3f ms (%.1f TFLOP/s), mma fwd %.3f ms (%.1f TFLOP/s), "
+           "simt bwd %.3f ms (%.1f TFLOP/s)\n",
+           m->label, B, L, m->NH, fwd_ms, f / fwd_ms * 1e-9, mma_ms, f / mma_ms * 1e-9, bwd_ms,
+           2 * f / bwd_ms * 1e-9);
     DRV(cu->cuEventDestroy(e0));
     DRV(cu->cuEventDestroy(e1));
     DRV(cu->cuEventDestroy(e2));
@@ -426,11 +471,12 @@ int main(void)
             test_case(&mods[i], lengths[l], 0.0f);
             test_case(&mods[i], lengths[l], 0.1f);
         }
-    for (int i = 0; i < 4; i += 3) {
-        test_dropout_bits(&mods[i], 7, 0.1f);
-        test_dropout_bits(&mods[i], 100, 0.1f);
-        test_dropout_bits(&mods[i], 512, 0.1f);
-    }
+    for (int i = 0; i < 4; i += 3)
+        for (int kind = FWD_SIMT; kind <= FWD_MMA; kind++) {
+            test_dropout_bits((FwdKind)kind, &mods[i], 7, 0.1f);
+            test_dropout_bits((FwdKind)kind, &mods[i], 100, 0.1f);
+            test_dropout_bits((FwdKind)kind, &mods[i], 512, 0.1f);
+        }
     if (!getenv("HPC_GPU_TEST_NO_TIMING")) {
         timing(&mods[0], 32, 128);
         timing(&mods[0], 256, 128);
