@@ -1,7 +1,9 @@
 // compiler/kernels/attention.cu — fused multi-head self-attention, forward
 // and backward, without the (B, NH, L, L) score tensor and without the head
-// split/merge copies.  SIMT version: fp32 FMA on the CUDA cores, no tensor
-// cores yet (the mma.sync version is the next step: docs/cuda_kernels.md).
+// split/merge copies.  Two families with one contract: attn_simt_* (fp32
+// FMA on the CUDA cores, every dtype, the whole forward and backward) and
+// attn_mma_* (tensor cores, fp16/bf16 with D % 16 == 0: the forward and
+// the dQ kernel so far; dK/dV stay attn_simt_bwd_dkv).
 //
 // Specialised at generation time on the head size D = HPC_HEAD_DIM (<= 128)
 // and the head count NH = HPC_HEADS; B and L are arguments.  The semantics
@@ -496,6 +498,130 @@ KN(attn_mma_fwd)(st_t *ctx, float *lse, const st_t *q, const st_t *k, const st_t
             *reinterpret_cast<u32 *>(ctx + ((i64)b * L + row) * HPC_HIDDEN + h * AT_D + nd * 8 + 2 * t) = w;
         }
         if (t == 0) lse[((i64)b * HPC_HEADS + h) * L + row] = l[rr] == 0.0f ? HPC_INF : m[rr] + logf(l[rr]);
+    }
+}
+
+// attn_mma_bwd_dq: attn_simt_bwd_dq on the tensor cores, the layout of
+// attn_mma_fwd: grid (ceil(L / 64), NH, B) x 128, a warp's 16 query rows
+// against key tiles of 64.  S = Q K^T and dP = dO V^T take K and V
+// row-major; dQ += dS K takes K transposed.  dS is rounded to the storage
+// dtype for that product.
+extern "C" __global__ void __launch_bounds__(128)
+KN(attn_mma_bwd_dq)(st_t *dq, int ldg, const st_t *dctx, const st_t *q, const st_t *k, const st_t *v, int ld,
+                    const float *lse, const float *delta, const int *mask, int B, int L, float p, u64 seed,
+                    u32 step, u32 salt)
+{
+    __shared__ __align__(16) unsigned short ks[AM_KT * AM_KS];
+    __shared__ __align__(16) unsigned short vs[AM_KT * AM_KS];
+    __shared__ __align__(16) unsigned short kt[AT_D * AM_VS];
+    int b = blockIdx.z, h = blockIdx.y;
+    int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+    int r0 = blockIdx.x * AM_QB + warp * AM_QW;
+    int rows[2] = {r0 + g, r0 + g + 8};
+    float scale = at_scale(), dscale = dropout_scale(p);
+    i64 flat[2];
+    float rl[2], rd[2];
+    for (int rr = 0; rr < 2; rr++) {
+        flat[rr] = (((i64)b * HPC_HEADS + h) * L + rows[rr]) * L;
+        int row = min(rows[rr], L - 1);
+        rl[rr] = lse[((i64)b * HPC_HEADS + h) * L + row];
+        rd[rr] = delta[((i64)b * HPC_HEADS + h) * L + row];
+    }
+    u32 qa[AT_D / 16][4], ga[AT_D / 16][4];
+#pragma unroll
+    for (int kk = 0; kk < AT_D / 16; kk++)
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            int row = rows[i & 1], col = kk * 16 + 2 * t + (i >= 2 ? 8 : 0);
+            bool in = row < L;
+            qa[kk][i] = in ? *reinterpret_cast<const u32 *>(q + ((i64)b * L + row) * ld + h * AT_D + col) : 0u;
+            ga[kk][i] = in ? *reinterpret_cast<const u32 *>(dctx + ((i64)b * L + row) * HPC_HIDDEN + h * AT_D + col) : 0u;
+        }
+    float acc[AT_D / 8][4];
+#pragma unroll
+    for (int nd = 0; nd < AT_D / 8; nd++) acc[nd][0] = acc[nd][1] = acc[nd][2] = acc[nd][3] = 0.0f;
+
+    for (int t0 = 0; t0 < L; t0 += AM_KT) {
+        __syncthreads();
+        for (int i = threadIdx.x; i < AM_KT * (AT_D / 8); i += 128) {
+            int kr = i / (AT_D / 8), c8 = (i % (AT_D / 8)) * 8, key = t0 + kr;
+            uint4 kv = make_uint4(0u, 0u, 0u, 0u), vv = kv;
+            if (key < L) {
+                kv = *reinterpret_cast<const uint4 *>(k + ((i64)b * L + key) * ld + h * AT_D + c8);
+                vv = *reinterpret_cast<const uint4 *>(v + ((i64)b * L + key) * ld + h * AT_D + c8);
+            }
+            *reinterpret_cast<uint4 *>(ks + kr * AM_KS + c8) = kv;
+            *reinterpret_cast<uint4 *>(vs + kr * AM_KS + c8) = vv;
+            const unsigned short *ke = reinterpret_cast<const unsigned short *>(&kv);
+#pragma unroll
+            for (int e = 0; e < 8; e++) kt[(c8 + e) * AM_VS + kr] = ke[e];
+        }
+        __syncthreads();
+
+        float sc[AM_KT / 8][4], dp[AM_KT / 8][4];
+#pragma unroll
+        for (int nt = 0; nt < AM_KT / 8; nt++) {
+#pragma unroll
+            for (int c = 0; c < 4; c++) sc[nt][c] = dp[nt][c] = 0.0f;
+#pragma unroll
+            for (int kk = 0; kk < AT_D / 16; kk++) {
+                int off = (nt * 8 + g) * AM_KS + kk * 16 + 2 * t;
+                am_mma(sc[nt], qa[kk], *reinterpret_cast<const u32 *>(ks + off), *reinterpret_cast<const u32 *>(ks + off + 8));
+                am_mma(dp[nt], ga[kk], *reinterpret_cast<const u32 *>(vs + off), *reinterpret_cast<const u32 *>(vs + off + 8));
+            }
+        }
+        u32 kb[2][AM_KT / 8];
+        if (p != 0.0f) {
+            u32 mine[2][2];
+#pragma unroll
+            for (int rr = 0; rr < 2; rr++)
+#pragma unroll
+                for (int j = 0; j < 2; j++)
+                    mine[rr][j] = am_bits8(flat[rr] + t0 + (t + 4 * j) * 8, p, seed, step, salt);
+#pragma unroll
+            for (int rr = 0; rr < 2; rr++)
+#pragma unroll
+                for (int nt = 0; nt < AM_KT / 8; nt++) {
+                    u32 w = __shfl_sync(0xffffffffu, mine[rr][nt >> 2], (lane & ~3) | (nt & 3));
+                    kb[rr][nt] = (w >> (2 * t)) & 3u;
+                }
+        } else {
+#pragma unroll
+            for (int nt = 0; nt < AM_KT / 8; nt++) kb[0][nt] = kb[1][nt] = 3u;
+        }
+#pragma unroll
+        for (int nt = 0; nt < AM_KT / 8; nt++)
+#pragma unroll
+            for (int c = 0; c < 4; c++) {
+                int rr = c >> 1, key = t0 + nt * 8 + 2 * t + (c & 1);
+                float ds = 0.0f;
+                if (at_visible(mask, b, rows[rr], key, L)) {
+                    float pe = expf(sc[nt][c] * scale - rl[rr]);
+                    float kf = (kb[rr][nt] >> (c & 1)) & 1u ? dscale : 0.0f;
+                    ds = pe * (dp[nt][c] * kf - rd[rr]);
+                }
+                sc[nt][c] = ds;
+            }
+#pragma unroll
+        for (int kc = 0; kc < AM_KT / 16; kc++) {
+            u32 pa[4] = {am_pack(sc[2 * kc][0], sc[2 * kc][1]), am_pack(sc[2 * kc][2], sc[2 * kc][3]),
+                         am_pack(sc[2 * kc + 1][0], sc[2 * kc + 1][1]), am_pack(sc[2 * kc + 1][2], sc[2 * kc + 1][3])};
+#pragma unroll
+            for (int nd = 0; nd < AT_D / 8; nd++) {
+                const unsigned short *kp = kt + (nd * 8 + g) * AM_VS + kc * 16 + 2 * t;
+                am_mma(acc[nd], pa, *reinterpret_cast<const u32 *>(kp), *reinterpret_cast<const u32 *>(kp + 8));
+            }
+        }
+    }
+#pragma unroll
+    for (int rr = 0; rr < 2; rr++) {
+        int row = rows[rr];
+        if (row >= L) continue;
+#pragma unroll
+        for (int nd = 0; nd < AT_D / 8; nd++) {
+            u32 w = am_pack(acc[nd][2 * rr] * scale, acc[nd][2 * rr + 1] * scale);
+            *reinterpret_cast<u32 *>(dq + ((i64)b * L + row) * ldg + h * AT_D + nd * 8 + 2 * t) = w;
+        }
     }
 }
 

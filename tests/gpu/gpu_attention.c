@@ -25,7 +25,8 @@
  * and 512 must be kept exactly when philox_dropout_keep says so.
  *
  * The forward is checked twice: attn_simt_fwd (whose ctx and lse feed the
- * backward) and the tensor-core attn_mma_fwd, against the same reference.
+ * backward) and the tensor-core attn_mma_fwd, against the same reference;
+ * dQ twice: attn_simt_bwd_dq and the tensor-core attn_mma_bwd_dq.
  *
  * Output: one "ok"/"FAIL" line per check, two timing lines, then
  * "N checks, M failed"; exit 1 on any failure, 77 without a GPU.
@@ -244,6 +245,15 @@ static void run_bwd(const Mod *m, Bufs *d, int B, int L, float p, uint64_t seed,
     launch(m, "attn_simt_bwd_dkv", (unsigned)(L + 31) / 32, (unsigned)m->NH, (unsigned)B, 32, a2);
 }
 
+/* The tensor-core dQ kernel alone (delta and lse must be in place). */
+static void run_mma_dq(const Mod *m, Bufs *d, int B, int L, float p, uint64_t seed, uint32_t step, uint32_t salt)
+{
+    CUdeviceptr q = d->qkv, k = d->qkv + 2 * (size_t)m->H, v = d->qkv + 4 * (size_t)m->H, dq = d->dqkv;
+    int ld = 3 * m->H;
+    void *a[] = {&dq, &ld, &d->dctx, &q, &k, &v, &ld, &d->lse, &d->delta, &d->mask, &B, &L, &p, &seed, &step, &salt};
+    launch(m, "attn_mma_bwd_dq", (unsigned)(L + 63) / 64, (unsigned)m->NH, (unsigned)B, 128, a);
+}
+
 static Bufs bufs_alloc(const Mod *m, int B, int L)
 {
     size_t rows = (size_t)B * L;
@@ -324,6 +334,15 @@ static void test_case(const Mod *m, int L, float p)
     for (size_t i = 2 * (size_t)L * H; i < nc; i++) nonzero += ctx[i] != 0.0f;
     snprintf(what, sizeof what, "L%d p%.1f fully masked row is 0 (mma fwd)", L, p);
     report(nonzero == 0, m->label, what, (double)nonzero, 0, nonzero ? " NONZERO CONTEXT" : "");
+
+    /* The tensor-core dQ, from the mma forward's lse and the delta above. */
+    DRV(cu->cuMemsetD8(d.dqkv, 0xFF, nq * 2));
+    run_mma_dq(m, &d, B, L, p, seed, step, salt);
+    DRV(cu->cuStreamSynchronize(dev.stream));
+    free(dqkv);
+    dqkv = down_st(m, d.dqkv, nq);
+    snprintf(what, sizeof what, "L%d p%.1f dQ (mma bwd_dq)", L, p);
+    check_strided(m, what, dqkv, rg, rows, 3 * H, H, 16 * u);
     bufs_free(&d);
     free(qkv);
     free(dctx);
@@ -435,13 +454,24 @@ static void timing(const Mod *m, int B, int L)
         mma_ms += a;
     }
     mma_ms /= iters;
+    float dq_ms = 0;
+    for (int i = 0; i < iters; i++) {
+        float a;
+        DRV(cu->cuEventRecord(e0, dev.stream));
+        run_mma_dq(m, &d, B, L, p, seed, step, salt);
+        DRV(cu->cuEventRecord(e1, dev.stream));
+        DRV(cu->cuEventSynchronize(e1));
+        DRV(cu->cuEventElapsedTime(&a, e0, e1));
+        dq_ms += a;
+    }
+    dq_ms /= iters;
     /* The matrix products of attention: QK^T and PV forward (4 B NH L^2 D),
      * twice that backward (dV, dP, dQ, dK), recomputation not counted. */
     double f = 4.0 * B * m->NH * (double)L * L * m->D;
     printf("timing  %-9s B%d L%d NH%d p0.1: simt fwd %.3f ms (%.1f TFLOP/s), mma fwd %.3f ms (%.1f TFLOP/s), "
-           "simt bwd %.3f ms (%.1f TFLOP/s)\n",
+           "simt bwd %.3f ms (%.1f TFLOP/s), mma bwd_dq alone %.3f ms\n",
            m->label, B, L, m->NH, fwd_ms, f / fwd_ms * 1e-9, mma_ms, f / mma_ms * 1e-9, bwd_ms,
-           2 * f / bwd_ms * 1e-9);
+           2 * f / bwd_ms * 1e-9, dq_ms);
     DRV(cu->cuEventDestroy(e0));
     DRV(cu->cuEventDestroy(e1));
     DRV(cu->cuEventDestroy(e2));
