@@ -13,6 +13,7 @@
  *   attn_simt_bwd_dkv  grid (ceil(L / 32), NH, B) x 32
  *   attn_mma_fwd       grid (ceil(L / 64), NH, B) x 128   (fp16/bf16, D % 16 == 0)
  *   attn_mma_bwd_dq    grid (ceil(L / 64), NH, B) x 128   (fp16/bf16, D % 16 == 0)
+ *   attn_mma_bwd_dkv   grid (ceil(L / 64), NH, B) x 128   (fp16/bf16, D % 16 == 0)
  * Head sizes up to KEMIT_ATTN_MAX_HEAD_DIM. */
 #ifndef HPC_COMPILER_EMIT_ATTENTION_H
 #define HPC_COMPILER_EMIT_ATTENTION_H

@@ -165,8 +165,8 @@ static void compile_attention(int hidden, int heads, KemitDtype dt, int arch)
     size_t size;
     cr_assert_eq(nvrtc_compile(src, "attention", arch, NULL, 0, &cubin, &size, NULL, &err), HPC_OK, "%s", err.msg);
     static const char *const bases[] = {"attn_simt_fwd", "attn_simt_bwd_dot", "attn_simt_bwd_dq", "attn_simt_bwd_dkv",
-                                        "attn_mma_fwd", "attn_mma_bwd_dq"};
-    for (int i = 0; i < 6; i++) {
+                                        "attn_mma_fwd", "attn_mma_bwd_dq", "attn_mma_bwd_dkv"};
+    for (int i = 0; i < 7; i++) {
         char name[128];
         kemit_name(suffix, bases[i], name, sizeof name);
         cr_expect(memmem(cubin, size, name, strlen(name)) != NULL, "sm_%d cubin has no %s", arch, name);

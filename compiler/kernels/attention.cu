@@ -2,8 +2,8 @@
 // and backward, without the (B, NH, L, L) score tensor and without the head
 // split/merge copies.  Two families with one contract: attn_simt_* (fp32
 // FMA on the CUDA cores, every dtype, the whole forward and backward) and
-// attn_mma_* (tensor cores, fp16/bf16 with D % 16 == 0: the forward and
-// the dQ kernel so far; dK/dV stay attn_simt_bwd_dkv).
+// attn_mma_* (tensor cores, fp16/bf16 with D % 16 == 0: fwd, bwd_dq and
+// bwd_dkv; the delta pre-pass is attn_simt_bwd_dot for both).
 //
 // Specialised at generation time on the head size D = HPC_HEAD_DIM (<= 128)
 // and the head count NH = HPC_HEADS; B and L are arguments.  The semantics
@@ -621,6 +621,146 @@ KN(attn_mma_bwd_dq)(st_t *dq, int ldg, const st_t *dctx, const st_t *q, const st
         for (int nd = 0; nd < AT_D / 8; nd++) {
             u32 w = am_pack(acc[nd][2 * rr] * scale, acc[nd][2 * rr + 1] * scale);
             *reinterpret_cast<u32 *>(dq + ((i64)b * L + row) * ldg + h * AT_D + nd * 8 + 2 * t) = w;
+        }
+    }
+}
+
+// attn_mma_bwd_dkv: attn_simt_bwd_dkv on the tensor cores.  Grid
+// (ceil(L / 64), NH, B) x 128: each warp owns 16 keys (their K and V rows
+// are A fragments in registers, their dK and dV rows accumulate in
+// registers) and the block walks the queries in tiles of 32, staged in
+// shared memory row-major (for S^T = K Q^T and dP^T = V dO^T) and
+// transposed (for dV += Z^T dO and dK += dS^T Q, whose A operands are the
+// S^T and dP^T accumulators, rounded to the storage dtype).  Dropout bits:
+// one 8-key draw group per lane and 16 queries, exchanged by shuffles.
+#define AM_QT 32                 // queries per tile (dkv)
+#define AM_QTS (AM_QT + 8)       // shared row stride of Q^T, dO^T
+
+extern "C" __global__ void __launch_bounds__(128)
+KN(attn_mma_bwd_dkv)(st_t *dk, st_t *dv, int ldg, const st_t *dctx, const st_t *q, const st_t *k, const st_t *v,
+                     int ld, const float *lse, const float *delta, const int *mask, int B, int L, float p,
+                     u64 seed, u32 step, u32 salt)
+{
+    __shared__ __align__(16) unsigned short qs[AM_QT * AM_KS];
+    __shared__ __align__(16) unsigned short gs[AM_QT * AM_KS];
+    __shared__ __align__(16) unsigned short qt[AT_D * AM_QTS];
+    __shared__ __align__(16) unsigned short gt[AT_D * AM_QTS];
+    __shared__ float tl[AM_QT], td[AM_QT];
+    int b = blockIdx.z, h = blockIdx.y;
+    int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+    int k0 = blockIdx.x * AM_QB + warp * AM_QW;   // the warp's first key
+    int keys[2] = {k0 + g, k0 + g + 8};
+    float scale = at_scale(), dscale = dropout_scale(p);
+    i64 bh = (i64)b * HPC_HEADS + h;
+
+    u32 ka[AT_D / 16][4], va[AT_D / 16][4];
+#pragma unroll
+    for (int kk = 0; kk < AT_D / 16; kk++)
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            int key = keys[i & 1], col = kk * 16 + 2 * t + (i >= 2 ? 8 : 0);
+            bool in = key < L;
+            ka[kk][i] = in ? *reinterpret_cast<const u32 *>(k + ((i64)b * L + key) * ld + h * AT_D + col) : 0u;
+            va[kk][i] = in ? *reinterpret_cast<const u32 *>(v + ((i64)b * L + key) * ld + h * AT_D + col) : 0u;
+        }
+    float gk[AT_D / 8][4], gv[AT_D / 8][4];
+#pragma unroll
+    for (int nd = 0; nd < AT_D / 8; nd++)
+#pragma unroll
+        for (int c = 0; c < 4; c++) gk[nd][c] = gv[nd][c] = 0.0f;
+
+    for (int c0 = 0; c0 < L; c0 += AM_QT) {
+        __syncthreads();
+        for (int i = threadIdx.x; i < AM_QT * (AT_D / 8); i += 128) {
+            int qr = i / (AT_D / 8), c8 = (i % (AT_D / 8)) * 8, row = c0 + qr;
+            uint4 qv = make_uint4(0u, 0u, 0u, 0u), gv4 = qv;
+            if (row < L) {
+                qv = *reinterpret_cast<const uint4 *>(q + ((i64)b * L + row) * ld + h * AT_D + c8);
+                gv4 = *reinterpret_cast<const uint4 *>(dctx + ((i64)b * L + row) * HPC_HIDDEN + h * AT_D + c8);
+            }
+            *reinterpret_cast<uint4 *>(qs + qr * AM_KS + c8) = qv;
+            *reinterpret_cast<uint4 *>(gs + qr * AM_KS + c8) = gv4;
+            const unsigned short *qe = reinterpret_cast<const unsigned short *>(&qv);
+            const unsigned short *ge = reinterpret_cast<const unsigned short *>(&gv4);
+#pragma unroll
+            for (int e = 0; e < 8; e++) {
+                qt[(c8 + e) * AM_QTS + qr] = qe[e];
+                gt[(c8 + e) * AM_QTS + qr] = ge[e];
+            }
+        }
+        if (threadIdx.x < AM_QT) {
+            int row = c0 + threadIdx.x;
+            tl[threadIdx.x] = row < L ? lse[bh * L + row] : HPC_INF;
+            td[threadIdx.x] = row < L ? delta[bh * L + row] : 0.0f;
+        }
+        __syncthreads();
+
+        // S^T (16 keys x 32 queries) and dP^T = V dO^T.
+        float st[AM_QT / 8][4], dpt[AM_QT / 8][4];
+#pragma unroll
+        for (int nt = 0; nt < AM_QT / 8; nt++) {
+#pragma unroll
+            for (int c = 0; c < 4; c++) st[nt][c] = dpt[nt][c] = 0.0f;
+#pragma unroll
+            for (int kk = 0; kk < AT_D / 16; kk++) {
+                int off = (nt * 8 + g) * AM_KS + kk * 16 + 2 * t;
+                am_mma(st[nt], ka[kk], *reinterpret_cast<const u32 *>(qs + off), *reinterpret_cast<const u32 *>(qs + off + 8));
+                am_mma(dpt[nt], va[kk], *reinterpret_cast<const u32 *>(gs + off), *reinterpret_cast<const u32 *>(gs + off + 8));
+            }
+        }
+        // Keep bits: lane draws the 8 keys k0 + 8 (lane & 1) .. + 7 of query
+        // nt * 8 + ((lane & 15) >> 1), nt = 2 np + (lane >> 4).
+        u32 mine[AM_QT / 16];
+        if (p != 0.0f) {
+#pragma unroll
+            for (int np = 0; np < AM_QT / 16; np++) {
+                int nt = 2 * np + (lane >> 4), row = c0 + nt * 8 + ((lane & 15) >> 1);
+                mine[np] = am_bits8((bh * L + row) * L + k0 + 8 * (lane & 1), p, seed, step, salt);
+            }
+        }
+#pragma unroll
+        for (int nt = 0; nt < AM_QT / 8; nt++)
+#pragma unroll
+            for (int c = 0; c < 4; c++) {
+                int qi = 2 * t + (c & 1), half = c >> 1, row = c0 + nt * 8 + qi, key = keys[half];
+                u32 w = 0xFFu;
+                if (p != 0.0f)
+                    w = __shfl_sync(0xffffffffu, mine[nt >> 1], ((nt & 1) << 4) | (qi << 1) | half);
+                float z = 0.0f, ds = 0.0f;
+                if (row < L && at_visible(mask, b, row, key, L)) {
+                    int r = nt * 8 + qi;
+                    float pe = expf(st[nt][c] * scale - tl[r]);
+                    float kf = (w >> g) & 1u ? dscale : 0.0f;
+                    z = pe * kf;
+                    ds = pe * (dpt[nt][c] * kf - td[r]);
+                }
+                st[nt][c] = z;
+                dpt[nt][c] = ds;
+            }
+#pragma unroll
+        for (int kc = 0; kc < AM_QT / 16; kc++) {
+            u32 za[4] = {am_pack(st[2 * kc][0], st[2 * kc][1]), am_pack(st[2 * kc][2], st[2 * kc][3]),
+                         am_pack(st[2 * kc + 1][0], st[2 * kc + 1][1]), am_pack(st[2 * kc + 1][2], st[2 * kc + 1][3])};
+            u32 sa[4] = {am_pack(dpt[2 * kc][0], dpt[2 * kc][1]), am_pack(dpt[2 * kc][2], dpt[2 * kc][3]),
+                         am_pack(dpt[2 * kc + 1][0], dpt[2 * kc + 1][1]),
+                         am_pack(dpt[2 * kc + 1][2], dpt[2 * kc + 1][3])};
+#pragma unroll
+            for (int nd = 0; nd < AT_D / 8; nd++) {
+                int off = (nd * 8 + g) * AM_QTS + kc * 16 + 2 * t;
+                am_mma(gv[nd], za, *reinterpret_cast<const u32 *>(gt + off), *reinterpret_cast<const u32 *>(gt + off + 8));
+                am_mma(gk[nd], sa, *reinterpret_cast<const u32 *>(qt + off), *reinterpret_cast<const u32 *>(qt + off + 8));
+            }
+        }
+    }
+#pragma unroll
+    for (int half = 0; half < 2; half++) {
+        int key = keys[half];
+        if (key >= L) continue;
+#pragma unroll
+        for (int nd = 0; nd < AT_D / 8; nd++) {
+            i64 at = ((i64)b * L + key) * ldg + h * AT_D + nd * 8 + 2 * t;
+            *reinterpret_cast<u32 *>(dk + at) = am_pack(gk[nd][2 * half] * scale, gk[nd][2 * half + 1] * scale);
+            *reinterpret_cast<u32 *>(dv + at) = am_pack(gv[nd][2 * half], gv[nd][2 * half + 1]);
         }
     }
 }

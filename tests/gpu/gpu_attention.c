@@ -26,7 +26,8 @@
  *
  * The forward is checked twice: attn_simt_fwd (whose ctx and lse feed the
  * backward) and the tensor-core attn_mma_fwd, against the same reference;
- * dQ twice: attn_simt_bwd_dq and the tensor-core attn_mma_bwd_dq.
+ * the gradients twice: attn_simt_bwd_dq/dkv and the tensor-core
+ * attn_mma_bwd_dq/dkv.
  *
  * Output: one "ok"/"FAIL" line per check, two timing lines, then
  * "N checks, M failed"; exit 1 on any failure, 77 without a GPU.
@@ -254,6 +255,24 @@ static void run_mma_dq(const Mod *m, Bufs *d, int B, int L, float p, uint64_t se
     launch(m, "attn_mma_bwd_dq", (unsigned)(L + 63) / 64, (unsigned)m->NH, (unsigned)B, 128, a);
 }
 
+static void run_mma_dkv(const Mod *m, Bufs *d, int B, int L, float p, uint64_t seed, uint32_t step, uint32_t salt)
+{
+    CUdeviceptr q = d->qkv, k = d->qkv + 2 * (size_t)m->H, v = d->qkv + 4 * (size_t)m->H;
+    CUdeviceptr dk = d->dqkv + 2 * (size_t)m->H, dv = d->dqkv + 4 * (size_t)m->H;
+    int ld = 3 * m->H;
+    void *a[] = {&dk, &dv, &ld, &d->dctx, &q, &k, &v, &ld, &d->lse, &d->delta, &d->mask, &B, &L, &p, &seed, &step, &salt};
+    launch(m, "attn_mma_bwd_dkv", (unsigned)(L + 63) / 64, (unsigned)m->NH, (unsigned)B, 128, a);
+}
+
+/* The tensor-core backward: delta, then dQ and dK/dV. */
+static void run_mma_bwd(const Mod *m, Bufs *d, int B, int L, float p, uint64_t seed, uint32_t step, uint32_t salt)
+{
+    void *a0[] = {&d->delta, &d->dctx, &d->ctx, &B, &L};
+    launch(m, "attn_simt_bwd_dot", (unsigned)(((long long)B * L * m->NH + 3) / 4), 1, 1, 128, a0);
+    run_mma_dq(m, d, B, L, p, seed, step, salt);
+    run_mma_dkv(m, d, B, L, p, seed, step, salt);
+}
+
 static Bufs bufs_alloc(const Mod *m, int B, int L)
 {
     size_t rows = (size_t)B * L;
@@ -338,11 +357,14 @@ static void test_case(const Mod *m, int L, float p)
     /* The tensor-core dQ, from the mma forward's lse and the delta above. */
     DRV(cu->cuMemsetD8(d.dqkv, 0xFF, nq * 2));
     run_mma_dq(m, &d, B, L, p, seed, step, salt);
+    run_mma_dkv(m, &d, B, L, p, seed, step, salt);
     DRV(cu->cuStreamSynchronize(dev.stream));
     free(dqkv);
     dqkv = down_st(m, d.dqkv, nq);
-    snprintf(what, sizeof what, "L%d p%.1f dQ (mma bwd_dq)", L, p);
-    check_strided(m, what, dqkv, rg, rows, 3 * H, H, 16 * u);
+    for (int g = 0; g < 3; g++) {
+        snprintf(what, sizeof what, "L%d p%.1f %s (mma bwd)", L, p, gname[g]);
+        check_strided(m, what, dqkv + g * H, rg + g * H, rows, 3 * H, H, 16 * u);
+    }
     bufs_free(&d);
     free(qkv);
     free(dctx);
@@ -454,24 +476,24 @@ static void timing(const Mod *m, int B, int L)
         mma_ms += a;
     }
     mma_ms /= iters;
-    float dq_ms = 0;
+    float mbwd_ms = 0;
     for (int i = 0; i < iters; i++) {
         float a;
         DRV(cu->cuEventRecord(e0, dev.stream));
-        run_mma_dq(m, &d, B, L, p, seed, step, salt);
+        run_mma_bwd(m, &d, B, L, p, seed, step, salt);
         DRV(cu->cuEventRecord(e1, dev.stream));
         DRV(cu->cuEventSynchronize(e1));
         DRV(cu->cuEventElapsedTime(&a, e0, e1));
-        dq_ms += a;
+        mbwd_ms += a;
     }
-    dq_ms /= iters;
+    mbwd_ms /= iters;
     /* The matrix products of attention: QK^T and PV forward (4 B NH L^2 D),
      * twice that backward (dV, dP, dQ, dK), recomputation not counted. */
     double f = 4.0 * B * m->NH * (double)L * L * m->D;
     printf("timing  %-9s B%d L%d NH%d p0.1: simt fwd %.3f ms (%.1f TFLOP/s), mma fwd %.3f ms (%.1f TFLOP/s), "
-           "simt bwd %.3f ms (%.1f TFLOP/s), mma bwd_dq alone %.3f ms\n",
+           "simt bwd %.3f ms (%.1f TFLOP/s), mma bwd %.3f ms (%.1f TFLOP/s); mma fwd+bwd %.3f ms\n",
            m->label, B, L, m->NH, fwd_ms, f / fwd_ms * 1e-9, mma_ms, f / mma_ms * 1e-9, bwd_ms,
-           2 * f / bwd_ms * 1e-9, dq_ms);
+           2 * f / bwd_ms * 1e-9, mbwd_ms, 2 * f / mbwd_ms * 1e-9, mma_ms + mbwd_ms);
     DRV(cu->cuEventDestroy(e0));
     DRV(cu->cuEventDestroy(e1));
     DRV(cu->cuEventDestroy(e2));
