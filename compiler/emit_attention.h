@@ -1,12 +1,12 @@
 /* compiler/emit_attention.h — the CUDA source of the fused attention kernels
  * alone (compiler/kernels/attention.cu with the helpers it needs).
  *
- * The step module already holds these kernels (kemit_source() emits every
- * template); this translation unit carries the same constants and the same
- * names, but only common.cu, philox.cu and attention.cu, so a test or a
- * benchmark compiles in a fraction of the time.  Kernel names are
- * BASE + suffix as kemit_name() builds them; the bases and their launch
- * shapes are in attention.cu and docs/cuda_kernels.md:
+ * The step module does not hold these kernels yet (nothing in the IR calls
+ * them; kemit_source() leaves attention.cu out, so step compiles do not pay
+ * for it).  This translation unit has the step module's constants and only
+ * common.cu, philox.cu and attention.cu.  Kernel names are BASE + suffix
+ * as kemit_name() builds them, the suffix hashing this unit; the bases and
+ * their launch shapes are in attention.cu and docs/cuda_kernels.md:
  *   attn_simt_fwd      grid (ceil(L / 16), NH, B) x 128
  *   attn_simt_bwd_dot  grid ceil(B * L * NH / 4) x 128
  *   attn_simt_bwd_dq   grid (ceil(L / 16), NH, B) x 128

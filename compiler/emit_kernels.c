@@ -24,7 +24,7 @@ _Static_assert(sizeof(KemitOptState) == 64, "opt_state layout");
  * of earlier ones (embedding.cu uses layernorm.cu's normalisation). */
 static const char *const kemit_templates[] = {
     "common.cu", "philox.cu", "dropout.cu", "layernorm.cu", "embedding.cu",
-    "activation.cu", "softmax.cu", "attention.cu", "loss.cu", "optimizer.cu",
+    "activation.cu", "softmax.cu", "loss.cu", "optimizer.cu",
 };
 #define KEMIT_TEMPLATE_COUNT ((int)(sizeof kemit_templates / sizeof kemit_templates[0]))
 
