@@ -1,0 +1,770 @@
+// compiler/kernels/attention.cu — fused multi-head self-attention, forward
+// and backward, without the (B, NH, L, L) score tensor and without the head
+// split/merge copies.  Two families with one contract: attn_simt_* (fp32
+// FMA on the CUDA cores, every dtype, the whole forward and backward) and
+// attn_mma_* (tensor cores, fp16/bf16 with D % 16 == 0: fwd, bwd_dq and
+// bwd_dkv; the delta pre-pass is attn_simt_bwd_dot for both).
+//
+// Specialised at generation time on the head size D = HPC_HEAD_DIM (<= 128)
+// and the head count NH = HPC_HEADS; B and L are arguments.  The semantics
+// are those of the unfused chain of the step (runtime/cpu/cpu_attention.h
+// composes its cpu references):
+//   S    = (Q K^T) / sqrt(D)                per (b, head), Q, K, V (L, D)
+//   P    = softmax_k(S), keys k with mask[b * L + k] == 0 removed (probability
+//          exactly 0; with HPC_CAUSAL also k > q); a row with every key
+//          removed is all zeros, so its context is 0;
+//   Z    = dropout(P), flat index ((b * NH + head) * L + q) * L + k, the index
+//          the unfused softmax output (B, NH, L, L) has (philox.h contract);
+//   ctx  = Z V, written (B, L, NH * D) with row stride HPC_HIDDEN;
+//   lse  = max_k S + log(sum_k exp(S - max)) per (b, head, q), f32, or +inf
+//          for a row with every key removed (so exp(S - lse) is 0 there).
+// Q, K and V are read in place from the projection output: element d of
+// head h at position t of batch row b is at q[(b * L + t) * ld + h * D + d]
+// (the same for k and v), so one (B, L, 3H) QKV buffer is q = qkv,
+// k = qkv + H, v = qkv + 2H, ld = 3H.  Gradients are written the same way.
+// NaN in the visible scores or values stays NaN (never turns into 0).
+//
+// Backward (dropout mask regenerated from (seed, step, salt), nothing saved
+// but lse):
+//   delta = rowsum(dctx * ctx)                       attn_simt_bwd_dot
+//   dP_k  = keep_k / (1 - p) * (dctx . V_k)
+//   dS_k  = P_k (dP_k - delta)                       (P_k = exp(S_k - lse))
+//   dQ    = dS K / sqrt(D)                            attn_simt_bwd_dq
+//   dK    = dS^T Q / sqrt(D),  dV = Z^T dctx          attn_simt_bwd_dkv
+// Gradients are OVERWRITTEN (each is the only contribution to its slice of
+// the QKV gradient).
+//
+// Layout of the work.  Forward and dQ: a block of 4 warps takes 16 query
+// rows (4 per warp) of one (b, head) and walks the keys in tiles of 32 held
+// in shared memory; lane j scores key j of the tile, the online softmax
+// keeps (max, sum) per row, and lane j accumulates output elements
+// j, j + 32, ... of the row.  dK/dV: a block of one warp owns 32 keys (one
+// per lane, its dK and dV rows in registers) and walks the queries in chunks
+// of 8.  Each lane draws Philox for its own key; in lockstep that costs one
+// draw time per 32 elements, not 8 times the 8-per-draw minimum.
+
+#if HPC_HEAD_DIM <= 128
+
+#define AT_D HPC_HEAD_DIM
+#define AT_DPL ((AT_D + 31) / 32)   // row elements per lane
+#define AT_ROWS 4                   // query rows per warp (fwd, dq)
+#define AT_QB (4 * AT_ROWS)         // query rows per 128-thread block
+#define AT_KT 32                    // keys per shared-memory tile
+#define AT_QC 8                     // queries per chunk (dkv)
+
+__device__ __forceinline__ float at_scale(void) { return (float)(1.0 / sqrt((double)AT_D)); }
+
+__device__ __forceinline__ bool at_visible(const int *mask, int b, int q, int k, int L)
+{
+    if (k >= L) return false;
+    if (mask && mask[(i64)b * L + k] == 0) return false;
+    return !(HPC_CAUSAL && k > q);
+}
+
+// 1 / (1 - p) if element idx of the probabilities survives dropout, else 0.
+__device__ __forceinline__ float at_keep(i64 idx, float p, float dscale, u64 seed, u32 step, u32 salt)
+{
+    if (p == 0.0f) return 1.0f;
+    return philox_keep(seed, (u64)idx, step, salt, p) ? dscale : 0.0f;
+}
+
+// rows x D elements of one head into shared memory as f32 (times mul),
+// zero past L; `stride` is the shared row stride.
+__device__ __forceinline__ void at_load_tile(float *dst, int stride, const st_t *src, int ld, int b, int h,
+                                             int t0, int rows, int L, float mul, int tid, int nthreads)
+{
+    for (int i = tid; i < rows * AT_D; i += nthreads) {
+        int r = i / AT_D, d = i % AT_D, t = t0 + r;
+        dst[r * stride + d] = t < L ? mul * ld_f(src[((i64)b * L + t) * ld + h * AT_D + d]) : 0.0f;
+    }
+}
+
+extern "C" __global__ void __launch_bounds__(128)
+KN(attn_simt_fwd)(st_t *ctx,            // (B, L, HPC_HIDDEN) out
+                  float *lse,           // (B, NH, L) out
+                  const st_t *q, const st_t *k, const st_t *v, int ld,
+                  const int *mask,      // (B, L) i32, or NULL
+                  int B, int L, float p, u64 seed, u32 step, u32 salt)
+{
+    __shared__ float qs[AT_QB][AT_D];
+    __shared__ float ks[AT_KT][AT_D + 1];
+    __shared__ float vs[AT_KT][AT_D];
+    int b = blockIdx.z, h = blockIdx.y, q0 = blockIdx.x * AT_QB;
+    int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    float dscale = dropout_scale(p);
+    at_load_tile(&qs[0][0], AT_D, q, ld, b, h, q0, AT_QB, L, at_scale(), threadIdx.x, 128);
+    float m[AT_ROWS], l[AT_ROWS], o[AT_ROWS][AT_DPL];
+#pragma unroll
+    for (int i = 0; i < AT_ROWS; i++) {
+        m[i] = HPC_NEG_INF;
+        l[i] = 0.0f;
+#pragma unroll
+        for (int e = 0; e < AT_DPL; e++) o[i][e] = 0.0f;
+    }
+    for (int t0 = 0; t0 < L; t0 += AT_KT) {
+        __syncthreads();
+        at_load_tile(&ks[0][0], AT_D + 1, k, ld, b, h, t0, AT_KT, L, 1.0f, threadIdx.x, 128);
+        at_load_tile(&vs[0][0], AT_D, v, ld, b, h, t0, AT_KT, L, 1.0f, threadIdx.x, 128);
+        __syncthreads();
+        int key = t0 + lane, nk = min(AT_KT, L - t0);
+#pragma unroll
+        for (int i = 0; i < AT_ROWS; i++) {
+            int r = warp * AT_ROWS + i, row = q0 + r;
+            if (row >= L) break;   // uniform across the warp
+            float s = 0.0f;
+#pragma unroll 16
+            for (int d = 0; d < AT_D; d++) s += qs[r][d] * ks[lane][d];
+            s = at_visible(mask, b, row, key, L) ? s : HPC_NEG_INF;
+            float mn = fmaxf(m[i], warp_max(s));
+            bool nan = __any_sync(0xffffffffu, s != s);
+            if (mn == HPC_NEG_INF && !nan) continue;   // nothing visible yet
+            float pe = expf(s - mn), corr = expf(m[i] - mn);
+            l[i] = l[i] * corr + warp_sum(pe);
+            i64 idx = (((i64)b * HPC_HEADS + h) * L + row) * L + key;
+            float pd = key < L ? pe * at_keep(idx, p, dscale, seed, step, salt) : 0.0f;
+#pragma unroll
+            for (int e = 0; e < AT_DPL; e++) o[i][e] *= corr;
+            for (int j = 0; j < nk; j++) {
+                float pj = __shfl_sync(0xffffffffu, pd, j);
+#pragma unroll
+                for (int e = 0; e < AT_DPL; e++) {
+                    int d = lane + 32 * e;
+                    if (d < AT_D) o[i][e] += pj * vs[j][d];
+                }
+            }
+            m[i] = mn;
+        }
+    }
+#pragma unroll
+    for (int i = 0; i < AT_ROWS; i++) {
+        int row = q0 + warp * AT_ROWS + i;
+        if (row >= L) break;
+        // l == 0: every key removed, the row is 0; NaN stays NaN.
+        float inv = l[i] == 0.0f ? 0.0f : 1.0f / l[i];
+#pragma unroll
+        for (int e = 0; e < AT_DPL; e++) {
+            int d = lane + 32 * e;
+            if (d < AT_D) ctx[((i64)b * L + row) * HPC_HIDDEN + h * AT_D + d] = st_from(o[i][e] * inv);
+        }
+        if (lane == 0)
+            lse[((i64)b * HPC_HEADS + h) * L + row] = l[i] == 0.0f ? HPC_INF : m[i] + logf(l[i]);
+    }
+}
+
+// delta[(b * NH + h) * L + t] = sum_d dctx * ctx over head h's D elements
+// of position t: one warp per (b, t, h), (ceil(B * L * NH / 4) x 128).
+extern "C" __global__ void __launch_bounds__(128)
+KN(attn_simt_bwd_dot)(float *delta, const st_t *dctx, const st_t *ctx, int B, int L)
+{
+    i64 w = (i64)blockIdx.x * 4 + (threadIdx.x >> 5);
+    if (w >= (i64)B * L * HPC_HEADS) return;
+    int lane = threadIdx.x & 31, h = (int)(w % HPC_HEADS);
+    i64 bt = w / HPC_HEADS;   // b * L + t
+    const st_t *g = dctx + bt * HPC_HIDDEN + h * AT_D, *y = ctx + bt * HPC_HIDDEN + h * AT_D;
+    float s = 0.0f;
+    for (int d = lane; d < AT_D; d += 32) s += ld_f(g[d]) * ld_f(y[d]);
+    s = warp_sum(s);
+    i64 b = bt / L, t = bt % L;
+    if (lane == 0) delta[(b * HPC_HEADS + h) * L + t] = s;
+}
+
+extern "C" __global__ void __launch_bounds__(128)
+KN(attn_simt_bwd_dq)(st_t *dq, int ldg,          // out, as q
+                     const st_t *dctx,           // (B, L, HPC_HIDDEN)
+                     const st_t *q, const st_t *k, const st_t *v, int ld,
+                     const float *lse, const float *delta, const int *mask,
+                     int B, int L, float p, u64 seed, u32 step, u32 salt)
+{
+    __shared__ float qs[AT_QB][AT_D];
+    __shared__ float gs[AT_QB][AT_D];
+    __shared__ float ks[AT_KT][AT_D + 1];
+    __shared__ float vs[AT_KT][AT_D + 1];
+    int b = blockIdx.z, h = blockIdx.y, q0 = blockIdx.x * AT_QB;
+    int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    float dscale = dropout_scale(p), scale = at_scale();
+    at_load_tile(&qs[0][0], AT_D, q, ld, b, h, q0, AT_QB, L, scale, threadIdx.x, 128);
+    at_load_tile(&gs[0][0], AT_D, dctx, HPC_HIDDEN, b, h, q0, AT_QB, L, 1.0f, threadIdx.x, 128);
+    float acc[AT_ROWS][AT_DPL], rl[AT_ROWS], rd[AT_ROWS];
+#pragma unroll
+    for (int i = 0; i < AT_ROWS; i++) {
+        int row = min(q0 + warp * AT_ROWS + i, L - 1);
+        rl[i] = lse[((i64)b * HPC_HEADS + h) * L + row];
+        rd[i] = delta[((i64)b * HPC_HEADS + h) * L + row];
+#pragma unroll
+        for (int e = 0; e < AT_DPL; e++) acc[i][e] = 0.0f;
+    }
+    for (int t0 = 0; t0 < L; t0 += AT_KT) {
+        __syncthreads();
+        at_load_tile(&ks[0][0], AT_D + 1, k, ld, b, h, t0, AT_KT, L, 1.0f, threadIdx.x, 128);
+        at_load_tile(&vs[0][0], AT_D + 1, v, ld, b, h, t0, AT_KT, L, 1.0f, threadIdx.x, 128);
+        __syncthreads();
+        int key = t0 + lane, nk = min(AT_KT, L - t0);
+#pragma unroll
+        for (int i = 0; i < AT_ROWS; i++) {
+            int r = warp * AT_ROWS + i, row = q0 + r;
+            if (row >= L) break;
+            float s = 0.0f, dpv = 0.0f;
+#pragma unroll 16
+            for (int d = 0; d < AT_D; d++) {
+                s += qs[r][d] * ks[lane][d];
+                dpv += gs[r][d] * vs[lane][d];
+            }
+            float ds = 0.0f;
+            if (at_visible(mask, b, row, key, L)) {
+                float pe = expf(s - rl[i]);
+                i64 idx = (((i64)b * HPC_HEADS + h) * L + row) * L + key;
+                ds = pe * (dpv * at_keep(idx, p, dscale, seed, step, salt) - rd[i]);
+            }
+            for (int j = 0; j < nk; j++) {
+                float dj = __shfl_sync(0xffffffffu, ds, j);
+#pragma unroll
+                for (int e = 0; e < AT_DPL; e++) {
+                    int d = lane + 32 * e;
+                    if (d < AT_D) acc[i][e] += dj * ks[j][d];
+                }
+            }
+        }
+    }
+#pragma unroll
+    for (int i = 0; i < AT_ROWS; i++) {
+        int row = q0 + warp * AT_ROWS + i;
+        if (row >= L) break;
+#pragma unroll
+        for (int e = 0; e < AT_DPL; e++) {
+            int d = lane + 32 * e;
+            if (d < AT_D) dq[((i64)b * L + row) * ldg + h * AT_D + d] = st_from(acc[i][e] * scale);
+        }
+    }
+}
+
+// (ceil(L / 32), NH, B) x 32: lane j owns key 32 blockIdx.x + j.
+extern "C" __global__ void __launch_bounds__(32)
+KN(attn_simt_bwd_dkv)(st_t *dk, st_t *dv, int ldg,   // out, as k and v
+                      const st_t *dctx,
+                      const st_t *q, const st_t *k, const st_t *v, int ld,
+                      const float *lse, const float *delta, const int *mask,
+                      int B, int L, float p, u64 seed, u32 step, u32 salt)
+{
+    __shared__ float ks[AT_KT][AT_D + 1];
+    __shared__ float vs[AT_KT][AT_D + 1];
+    __shared__ float qs[AT_QC][AT_D];
+    __shared__ float gs[AT_QC][AT_D];
+    __shared__ float cl[AT_QC], cd[AT_QC];
+    int b = blockIdx.z, h = blockIdx.y, k0 = blockIdx.x * AT_KT, lane = threadIdx.x;
+    int key = k0 + lane;
+    float dscale = dropout_scale(p), scale = at_scale();
+    at_load_tile(&ks[0][0], AT_D + 1, k, ld, b, h, k0, AT_KT, L, 1.0f, lane, 32);
+    at_load_tile(&vs[0][0], AT_D + 1, v, ld, b, h, k0, AT_KT, L, 1.0f, lane, 32);
+    float gk[AT_D], gv[AT_D];
+#pragma unroll
+    for (int d = 0; d < AT_D; d++) gk[d] = gv[d] = 0.0f;
+    for (int c0 = 0; c0 < L; c0 += AT_QC) {
+        __syncwarp();
+        at_load_tile(&qs[0][0], AT_D, q, ld, b, h, c0, AT_QC, L, scale, lane, 32);
+        at_load_tile(&gs[0][0], AT_D, dctx, HPC_HIDDEN, b, h, c0, AT_QC, L, 1.0f, lane, 32);
+        if (lane < AT_QC && c0 + lane < L) {
+            cl[lane] = lse[((i64)b * HPC_HEADS + h) * L + c0 + lane];
+            cd[lane] = delta[((i64)b * HPC_HEADS + h) * L + c0 + lane];
+        }
+        __syncwarp();
+        int nq = min(AT_QC, L - c0);
+        for (int j = 0; j < nq; j++) {
+            int row = c0 + j;
+            if (!at_visible(mask, b, row, key, L)) continue;
+            float s = 0.0f, dpv = 0.0f;
+#pragma unroll
+            for (int d = 0; d < AT_D; d++) {
+                s += qs[j][d] * ks[lane][d];
+                dpv += gs[j][d] * vs[lane][d];
+            }
+            float pe = expf(s - cl[j]);
+            i64 idx = (((i64)b * HPC_HEADS + h) * L + row) * L + key;
+            float kf = at_keep(idx, p, dscale, seed, step, salt), z = pe * kf;
+            float ds = pe * (dpv * kf - cd[j]);
+#pragma unroll
+            for (int d = 0; d < AT_D; d++) {
+                gv[d] += z * gs[j][d];
+                gk[d] += ds * qs[j][d];
+            }
+        }
+    }
+    if (key >= L) return;
+#pragma unroll
+    for (int d = 0; d < AT_D; d++) {
+        dk[((i64)b * L + key) * ldg + h * AT_D + d] = st_from(gk[d]);
+        dv[((i64)b * L + key) * ldg + h * AT_D + d] = st_from(gv[d]);
+    }
+}
+
+// == Tensor-core forward (16-bit storage, D a multiple of 16) ==
+//
+// attn_mma_fwd: the contract of attn_simt_fwd, with the two products on the
+// tensor cores (mma.sync m16n8k16, f32 accumulation).  Grid
+// (ceil(L / 64), NH, B) x 128: each warp owns 16 query rows, the block walks
+// the keys in tiles of 64 staged in shared memory (K row-major, V
+// transposed so both B operands are pairs of adjacent 16-bit values).
+// Fragment layouts (PTX ISA, "Matrix Fragments for mma.m16n8k16"), with
+// g = lane / 4 and t = lane % 4:
+//   A (16 x 16, row):  reg 0 (g, 2t..2t+1), reg 1 (g+8, 2t..), reg 2 (g, 2t+8..),
+//                      reg 3 (g+8, 2t+8..); the lower column in the low half;
+//   B (16 x 8, col):   reg 0 (k 2t..2t+1, n g), reg 1 (k 2t+8.., n g);
+//   C (16 x 8, f32):   c0, c1 (g, 2t..2t+1), c2, c3 (g+8, 2t..2t+1).
+// The score accumulators of two adjacent 8-key tiles are exactly the A
+// fragment of the 16-key chunk of P V, so P never leaves the registers; it
+// is rounded to the storage dtype for that product (the unfused path rounds
+// its probabilities too).  Dropout: the 4 lanes of a quad share their rows;
+// lane t draws the keep bits of 8-key tiles t and t + 4 of both rows (one
+// Philox draw per 8 elements when L % 8 == 0, two otherwise) and the quad
+// exchanges them with shuffles.
+// Requirements: q, k, v, ctx 16-byte aligned, ld a multiple of 8.
+
+#if HPC_DTYPE != 0 && HPC_HEAD_DIM % 16 == 0
+
+#define AM_KT 64                 // keys per tile
+#define AM_QW 16                 // query rows per warp
+#define AM_QB (4 * AM_QW)        // query rows per block
+#define AM_KS (AT_D + 8)         // shared row stride of K (16-bit elements)
+#define AM_VS (AM_KT + 8)        // shared row stride of V^T
+
+__device__ __forceinline__ void am_mma(float c[4], const u32 a[4], u32 b0, u32 b1)
+{
+#if HPC_DTYPE == 2
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, "
+                 "{%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};"
+                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+#else
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, "
+                 "{%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};"
+                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+#endif
+}
+
+// Two f32 values as one register of two 16-bit values, lo in the low half.
+__device__ __forceinline__ u32 am_pack(float lo, float hi)
+{
+    u32 r;
+#if HPC_DTYPE == 2
+    asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
+#else
+    asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
+#endif
+    return r;
+}
+
+// Keep bits of flat elements f0 .. f0 + 7 (bit j = element f0 + j).
+__device__ __forceinline__ u32 am_bits8(i64 f0, float p, u64 seed, u32 step, u32 salt)
+{
+    u64 g0 = (u64)f0 >> 3;
+    u32 sh = (u32)(f0 & 7);
+    u32 w = philox_mask8(seed, g0, step, salt, p) >> sh;
+    if (sh) w |= philox_mask8(seed, g0 + 1, step, salt, p) << (8 - sh);
+    return w & 0xFFu;
+}
+
+extern "C" __global__ void __launch_bounds__(128)
+KN(attn_mma_fwd)(st_t *ctx, float *lse, const st_t *q, const st_t *k, const st_t *v, int ld,
+                 const int *mask, int B, int L, float p, u64 seed, u32 step, u32 salt)
+{
+    __shared__ __align__(16) unsigned short ks[AM_KT * AM_KS];
+    __shared__ __align__(16) unsigned short vt[AT_D * AM_VS];
+    int b = blockIdx.z, h = blockIdx.y;
+    int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+    int r0 = blockIdx.x * AM_QB + warp * AM_QW;
+    int rows[2] = {r0 + g, r0 + g + 8};
+    float scale = at_scale(), dscale = dropout_scale(p);
+    i64 flat[2];
+    for (int rr = 0; rr < 2; rr++) flat[rr] = (((i64)b * HPC_HEADS + h) * L + rows[rr]) * L;
+
+    u32 qa[AT_D / 16][4];
+#pragma unroll
+    for (int kk = 0; kk < AT_D / 16; kk++)
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            int row = rows[i & 1], col = kk * 16 + 2 * t + (i >= 2 ? 8 : 0);
+            qa[kk][i] = row < L ? *reinterpret_cast<const u32 *>(q + ((i64)b * L + row) * ld + h * AT_D + col) : 0u;
+        }
+    float o[AT_D / 8][4];
+#pragma unroll
+    for (int nd = 0; nd < AT_D / 8; nd++) o[nd][0] = o[nd][1] = o[nd][2] = o[nd][3] = 0.0f;
+    float m[2] = {HPC_NEG_INF, HPC_NEG_INF}, l[2] = {0.0f, 0.0f};
+
+    for (int t0 = 0; t0 < L; t0 += AM_KT) {
+        __syncthreads();
+        for (int i = threadIdx.x; i < AM_KT * (AT_D / 8); i += 128) {
+            int kr = i / (AT_D / 8), c8 = (i % (AT_D / 8)) * 8, key = t0 + kr;
+            uint4 kv = make_uint4(0u, 0u, 0u, 0u), vv = kv;
+            if (key < L) {
+                kv = *reinterpret_cast<const uint4 *>(k + ((i64)b * L + key) * ld + h * AT_D + c8);
+                vv = *reinterpret_cast<const uint4 *>(v + ((i64)b * L + key) * ld + h * AT_D + c8);
+            }
+            *reinterpret_cast<uint4 *>(ks + kr * AM_KS + c8) = kv;
+            const unsigned short *ve = reinterpret_cast<const unsigned short *>(&vv);
+#pragma unroll
+            for (int e = 0; e < 8; e++) vt[(c8 + e) * AM_VS + kr] = ve[e];
+        }
+        __syncthreads();
+
+        float s[AM_KT / 8][4];
+#pragma unroll
+        for (int nt = 0; nt < AM_KT / 8; nt++) {
+            s[nt][0] = s[nt][1] = s[nt][2] = s[nt][3] = 0.0f;
+#pragma unroll
+            for (int kk = 0; kk < AT_D / 16; kk++) {
+                const unsigned short *kp = ks + (nt * 8 + g) * AM_KS + kk * 16 + 2 * t;
+                am_mma(s[nt], qa[kk], *reinterpret_cast<const u32 *>(kp), *reinterpret_cast<const u32 *>(kp + 8));
+            }
+        }
+        float mx[2] = {HPC_NEG_INF, HPC_NEG_INF};
+#pragma unroll
+        for (int nt = 0; nt < AM_KT / 8; nt++)
+#pragma unroll
+            for (int c = 0; c < 4; c++) {
+                int rr = c >> 1, key = t0 + nt * 8 + 2 * t + (c & 1);
+                float x = at_visible(mask, b, rows[rr], key, L) ? s[nt][c] * scale : HPC_NEG_INF;
+                s[nt][c] = x;
+                mx[rr] = fmaxf(mx[rr], x);
+            }
+        float corr[2];
+#pragma unroll
+        for (int rr = 0; rr < 2; rr++) {
+            mx[rr] = fmaxf(mx[rr], __shfl_xor_sync(0xffffffffu, mx[rr], 1));
+            mx[rr] = fmaxf(mx[rr], __shfl_xor_sync(0xffffffffu, mx[rr], 2));
+            float mn = fmaxf(m[rr], mx[rr]);
+            corr[rr] = m[rr] == HPC_NEG_INF ? 0.0f : expf(m[rr] - mn);
+            m[rr] = mn;
+            l[rr] *= corr[rr];
+        }
+#pragma unroll
+        for (int nd = 0; nd < AT_D / 8; nd++) {
+            o[nd][0] *= corr[0];
+            o[nd][1] *= corr[0];
+            o[nd][2] *= corr[1];
+            o[nd][3] *= corr[1];
+        }
+        // kb[rr][nt]: keep bits of this lane's keys 2t, 2t + 1 of 8-key tile nt.
+        u32 kb[2][AM_KT / 8];
+        if (p != 0.0f) {
+            u32 mine[2][2];
+#pragma unroll
+            for (int rr = 0; rr < 2; rr++)
+#pragma unroll
+                for (int j = 0; j < 2; j++)
+                    mine[rr][j] = am_bits8(flat[rr] + t0 + (t + 4 * j) * 8, p, seed, step, salt);
+#pragma unroll
+            for (int rr = 0; rr < 2; rr++)
+#pragma unroll
+                for (int nt = 0; nt < AM_KT / 8; nt++) {
+                    u32 w = __shfl_sync(0xffffffffu, mine[rr][nt >> 2], (lane & ~3) | (nt & 3));
+                    kb[rr][nt] = (w >> (2 * t)) & 3u;
+                }
+        } else {
+#pragma unroll
+            for (int nt = 0; nt < AM_KT / 8; nt++) kb[0][nt] = kb[1][nt] = 3u;
+        }
+#pragma unroll
+        for (int nt = 0; nt < AM_KT / 8; nt++)
+#pragma unroll
+            for (int c = 0; c < 4; c++) {
+                int rr = c >> 1;
+                // A masked key (-inf) is 0 even when no key is visible yet;
+                // a NaN score stays NaN (in l, so in the output).
+                float pe = s[nt][c] == HPC_NEG_INF ? 0.0f : expf(s[nt][c] - m[rr]);
+                l[rr] += pe;
+                s[nt][c] = (kb[rr][nt] >> (c & 1)) & 1u ? pe * dscale : 0.0f;
+            }
+#pragma unroll
+        for (int kc = 0; kc < AM_KT / 16; kc++) {
+            u32 pa[4] = {am_pack(s[2 * kc][0], s[2 * kc][1]), am_pack(s[2 * kc][2], s[2 * kc][3]),
+                         am_pack(s[2 * kc + 1][0], s[2 * kc + 1][1]), am_pack(s[2 * kc + 1][2], s[2 * kc + 1][3])};
+#pragma unroll
+            for (int nd = 0; nd < AT_D / 8; nd++) {
+                const unsigned short *vp = vt + (nd * 8 + g) * AM_VS + kc * 16 + 2 * t;
+                am_mma(o[nd], pa, *reinterpret_cast<const u32 *>(vp), *reinterpret_cast<const u32 *>(vp + 8));
+            }
+        }
+    }
+#pragma unroll
+    for (int rr = 0; rr < 2; rr++) {
+        l[rr] += __shfl_xor_sync(0xffffffffu, l[rr], 1);
+        l[rr] += __shfl_xor_sync(0xffffffffu, l[rr], 2);
+        int row = rows[rr];
+        if (row >= L) continue;
+        float inv = l[rr] == 0.0f ? 0.0f : 1.0f / l[rr];
+#pragma unroll
+        for (int nd = 0; nd < AT_D / 8; nd++) {
+            u32 w = am_pack(o[nd][2 * rr] * inv, o[nd][2 * rr + 1] * inv);
+            *reinterpret_cast<u32 *>(ctx + ((i64)b * L + row) * HPC_HIDDEN + h * AT_D + nd * 8 + 2 * t) = w;
+        }
+        if (t == 0) lse[((i64)b * HPC_HEADS + h) * L + row] = l[rr] == 0.0f ? HPC_INF : m[rr] + logf(l[rr]);
+    }
+}
+
+// attn_mma_bwd_dq: attn_simt_bwd_dq on the tensor cores, the layout of
+// attn_mma_fwd: grid (ceil(L / 64), NH, B) x 128, a warp's 16 query rows
+// against key tiles of 64.  S = Q K^T and dP = dO V^T take K and V
+// row-major; dQ += dS K takes K transposed.  dS is rounded to the storage
+// dtype for that product.
+extern "C" __global__ void __launch_bounds__(128)
+KN(attn_mma_bwd_dq)(st_t *dq, int ldg, const st_t *dctx, const st_t *q, const st_t *k, const st_t *v, int ld,
+                    const float *lse, const float *delta, const int *mask, int B, int L, float p, u64 seed,
+                    u32 step, u32 salt)
+{
+    __shared__ __align__(16) unsigned short ks[AM_KT * AM_KS];
+    __shared__ __align__(16) unsigned short vs[AM_KT * AM_KS];
+    __shared__ __align__(16) unsigned short kt[AT_D * AM_VS];
+    int b = blockIdx.z, h = blockIdx.y;
+    int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+    int r0 = blockIdx.x * AM_QB + warp * AM_QW;
+    int rows[2] = {r0 + g, r0 + g + 8};
+    float scale = at_scale(), dscale = dropout_scale(p);
+    i64 flat[2];
+    float rl[2], rd[2];
+    for (int rr = 0; rr < 2; rr++) {
+        flat[rr] = (((i64)b * HPC_HEADS + h) * L + rows[rr]) * L;
+        int row = min(rows[rr], L - 1);
+        rl[rr] = lse[((i64)b * HPC_HEADS + h) * L + row];
+        rd[rr] = delta[((i64)b * HPC_HEADS + h) * L + row];
+    }
+    u32 qa[AT_D / 16][4], ga[AT_D / 16][4];
+#pragma unroll
+    for (int kk = 0; kk < AT_D / 16; kk++)
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            int row = rows[i & 1], col = kk * 16 + 2 * t + (i >= 2 ? 8 : 0);
+            bool in = row < L;
+            qa[kk][i] = in ? *reinterpret_cast<const u32 *>(q + ((i64)b * L + row) * ld + h * AT_D + col) : 0u;
+            ga[kk][i] = in ? *reinterpret_cast<const u32 *>(dctx + ((i64)b * L + row) * HPC_HIDDEN + h * AT_D + col) : 0u;
+        }
+    float acc[AT_D / 8][4];
+#pragma unroll
+    for (int nd = 0; nd < AT_D / 8; nd++) acc[nd][0] = acc[nd][1] = acc[nd][2] = acc[nd][3] = 0.0f;
+
+    for (int t0 = 0; t0 < L; t0 += AM_KT) {
+        __syncthreads();
+        for (int i = threadIdx.x; i < AM_KT * (AT_D / 8); i += 128) {
+            int kr = i / (AT_D / 8), c8 = (i % (AT_D / 8)) * 8, key = t0 + kr;
+            uint4 kv = make_uint4(0u, 0u, 0u, 0u), vv = kv;
+            if (key < L) {
+                kv = *reinterpret_cast<const uint4 *>(k + ((i64)b * L + key) * ld + h * AT_D + c8);
+                vv = *reinterpret_cast<const uint4 *>(v + ((i64)b * L + key) * ld + h * AT_D + c8);
+            }
+            *reinterpret_cast<uint4 *>(ks + kr * AM_KS + c8) = kv;
+            *reinterpret_cast<uint4 *>(vs + kr * AM_KS + c8) = vv;
+            const unsigned short *ke = reinterpret_cast<const unsigned short *>(&kv);
+#pragma unroll
+            for (int e = 0; e < 8; e++) kt[(c8 + e) * AM_VS + kr] = ke[e];
+        }
+        __syncthreads();
+
+        float sc[AM_KT / 8][4], dp[AM_KT / 8][4];
+#pragma unroll
+        for (int nt = 0; nt < AM_KT / 8; nt++) {
+#pragma unroll
+            for (int c = 0; c < 4; c++) sc[nt][c] = dp[nt][c] = 0.0f;
+#pragma unroll
+            for (int kk = 0; kk < AT_D / 16; kk++) {
+                int off = (nt * 8 + g) * AM_KS + kk * 16 + 2 * t;
+                am_mma(sc[nt], qa[kk], *reinterpret_cast<const u32 *>(ks + off), *reinterpret_cast<const u32 *>(ks + off + 8));
+                am_mma(dp[nt], ga[kk], *reinterpret_cast<const u32 *>(vs + off), *reinterpret_cast<const u32 *>(vs + off + 8));
+            }
+        }
+        u32 kb[2][AM_KT / 8];
+        if (p != 0.0f) {
+            u32 mine[2][2];
+#pragma unroll
+            for (int rr = 0; rr < 2; rr++)
+#pragma unroll
+                for (int j = 0; j < 2; j++)
+                    mine[rr][j] = am_bits8(flat[rr] + t0 + (t + 4 * j) * 8, p, seed, step, salt);
+#pragma unroll
+            for (int rr = 0; rr < 2; rr++)
+#pragma unroll
+                for (int nt = 0; nt < AM_KT / 8; nt++) {
+                    u32 w = __shfl_sync(0xffffffffu, mine[rr][nt >> 2], (lane & ~3) | (nt & 3));
+                    kb[rr][nt] = (w >> (2 * t)) & 3u;
+                }
+        } else {
+#pragma unroll
+            for (int nt = 0; nt < AM_KT / 8; nt++) kb[0][nt] = kb[1][nt] = 3u;
+        }
+#pragma unroll
+        for (int nt = 0; nt < AM_KT / 8; nt++)
+#pragma unroll
+            for (int c = 0; c < 4; c++) {
+                int rr = c >> 1, key = t0 + nt * 8 + 2 * t + (c & 1);
+                float ds = 0.0f;
+                if (at_visible(mask, b, rows[rr], key, L)) {
+                    float pe = expf(sc[nt][c] * scale - rl[rr]);
+                    float kf = (kb[rr][nt] >> (c & 1)) & 1u ? dscale : 0.0f;
+                    ds = pe * (dp[nt][c] * kf - rd[rr]);
+                }
+                sc[nt][c] = ds;
+            }
+#pragma unroll
+        for (int kc = 0; kc < AM_KT / 16; kc++) {
+            u32 pa[4] = {am_pack(sc[2 * kc][0], sc[2 * kc][1]), am_pack(sc[2 * kc][2], sc[2 * kc][3]),
+                         am_pack(sc[2 * kc + 1][0], sc[2 * kc + 1][1]), am_pack(sc[2 * kc + 1][2], sc[2 * kc + 1][3])};
+#pragma unroll
+            for (int nd = 0; nd < AT_D / 8; nd++) {
+                const unsigned short *kp = kt + (nd * 8 + g) * AM_VS + kc * 16 + 2 * t;
+                am_mma(acc[nd], pa, *reinterpret_cast<const u32 *>(kp), *reinterpret_cast<const u32 *>(kp + 8));
+            }
+        }
+    }
+#pragma unroll
+    for (int rr = 0; rr < 2; rr++) {
+        int row = rows[rr];
+        if (row >= L) continue;
+#pragma unroll
+        for (int nd = 0; nd < AT_D / 8; nd++) {
+            u32 w = am_pack(acc[nd][2 * rr] * scale, acc[nd][2 * rr + 1] * scale);
+            *reinterpret_cast<u32 *>(dq + ((i64)b * L + row) * ldg + h * AT_D + nd * 8 + 2 * t) = w;
+        }
+    }
+}
+
+// attn_mma_bwd_dkv: attn_simt_bwd_dkv on the tensor cores.  Grid
+// (ceil(L / 64), NH, B) x 128: each warp owns 16 keys (their K and V rows
+// are A fragments in registers, their dK and dV rows accumulate in
+// registers) and the block walks the queries in tiles of 32, staged in
+// shared memory row-major (for S^T = K Q^T and dP^T = V dO^T) and
+// transposed (for dV += Z^T dO and dK += dS^T Q, whose A operands are the
+// S^T and dP^T accumulators, rounded to the storage dtype).  Dropout bits:
+// one 8-key draw group per lane and 16 queries, exchanged by shuffles.
+#define AM_QT 32                 // queries per tile (dkv)
+#define AM_QTS (AM_QT + 8)       // shared row stride of Q^T, dO^T
+
+extern "C" __global__ void __launch_bounds__(128)
+KN(attn_mma_bwd_dkv)(st_t *dk, st_t *dv, int ldg, const st_t *dctx, const st_t *q, const st_t *k, const st_t *v,
+                     int ld, const float *lse, const float *delta, const int *mask, int B, int L, float p,
+                     u64 seed, u32 step, u32 salt)
+{
+    __shared__ __align__(16) unsigned short qs[AM_QT * AM_KS];
+    __shared__ __align__(16) unsigned short gs[AM_QT * AM_KS];
+    __shared__ __align__(16) unsigned short qt[AT_D * AM_QTS];
+    __shared__ __align__(16) unsigned short gt[AT_D * AM_QTS];
+    __shared__ float tl[AM_QT], td[AM_QT];
+    int b = blockIdx.z, h = blockIdx.y;
+    int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+    int k0 = blockIdx.x * AM_QB + warp * AM_QW;   // the warp's first key
+    int keys[2] = {k0 + g, k0 + g + 8};
+    float scale = at_scale(), dscale = dropout_scale(p);
+    i64 bh = (i64)b * HPC_HEADS + h;
+
+    u32 ka[AT_D / 16][4], va[AT_D / 16][4];
+#pragma unroll
+    for (int kk = 0; kk < AT_D / 16; kk++)
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            int key = keys[i & 1], col = kk * 16 + 2 * t + (i >= 2 ? 8 : 0);
+            bool in = key < L;
+            ka[kk][i] = in ? *reinterpret_cast<const u32 *>(k + ((i64)b * L + key) * ld + h * AT_D + col) : 0u;
+            va[kk][i] = in ? *reinterpret_cast<const u32 *>(v + ((i64)b * L + key) * ld + h * AT_D + col) : 0u;
+        }
+    float gk[AT_D / 8][4], gv[AT_D / 8][4];
+#pragma unroll
+    for (int nd = 0; nd < AT_D / 8; nd++)
+#pragma unroll
+        for (int c = 0; c < 4; c++) gk[nd][c] = gv[nd][c] = 0.0f;
+
+    for (int c0 = 0; c0 < L; c0 += AM_QT) {
+        __syncthreads();
+        for (int i = threadIdx.x; i < AM_QT * (AT_D / 8); i += 128) {
+            int qr = i / (AT_D / 8), c8 = (i % (AT_D / 8)) * 8, row = c0 + qr;
+            uint4 qv = make_uint4(0u, 0u, 0u, 0u), gv4 = qv;
+            if (row < L) {
+                qv = *reinterpret_cast<const uint4 *>(q + ((i64)b * L + row) * ld + h * AT_D + c8);
+                gv4 = *reinterpret_cast<const uint4 *>(dctx + ((i64)b * L + row) * HPC_HIDDEN + h * AT_D + c8);
+            }
+            *reinterpret_cast<uint4 *>(qs + qr * AM_KS + c8) = qv;
+            *reinterpret_cast<uint4 *>(gs + qr * AM_KS + c8) = gv4;
+            const unsigned short *qe = reinterpret_cast<const unsigned short *>(&qv);
+            const unsigned short *ge = reinterpret_cast<const unsigned short *>(&gv4);
+#pragma unroll
+            for (int e = 0; e < 8; e++) {
+                qt[(c8 + e) * AM_QTS + qr] = qe[e];
+                gt[(c8 + e) * AM_QTS + qr] = ge[e];
+            }
+        }
+        if (threadIdx.x < AM_QT) {
+            int row = c0 + threadIdx.x;
+            tl[threadIdx.x] = row < L ? lse[bh * L + row] : HPC_INF;
+            td[threadIdx.x] = row < L ? delta[bh * L + row] : 0.0f;
+        }
+        __syncthreads();
+
+        // S^T (16 keys x 32 queries) and dP^T = V dO^T.
+        float st[AM_QT / 8][4], dpt[AM_QT / 8][4];
+#pragma unroll
+        for (int nt = 0; nt < AM_QT / 8; nt++) {
+#pragma unroll
+            for (int c = 0; c < 4; c++) st[nt][c] = dpt[nt][c] = 0.0f;
+#pragma unroll
+            for (int kk = 0; kk < AT_D / 16; kk++) {
+                int off = (nt * 8 + g) * AM_KS + kk * 16 + 2 * t;
+                am_mma(st[nt], ka[kk], *reinterpret_cast<const u32 *>(qs + off), *reinterpret_cast<const u32 *>(qs + off + 8));
+                am_mma(dpt[nt], va[kk], *reinterpret_cast<const u32 *>(gs + off), *reinterpret_cast<const u32 *>(gs + off + 8));
+            }
+        }
+        // Keep bits: lane draws the 8 keys k0 + 8 (lane & 1) .. + 7 of query
+        // nt * 8 + ((lane & 15) >> 1), nt = 2 np + (lane >> 4).
+        u32 mine[AM_QT / 16];
+        if (p != 0.0f) {
+#pragma unroll
+            for (int np = 0; np < AM_QT / 16; np++) {
+                int nt = 2 * np + (lane >> 4), row = c0 + nt * 8 + ((lane & 15) >> 1);
+                mine[np] = am_bits8((bh * L + row) * L + k0 + 8 * (lane & 1), p, seed, step, salt);
+            }
+        }
+#pragma unroll
+        for (int nt = 0; nt < AM_QT / 8; nt++)
+#pragma unroll
+            for (int c = 0; c < 4; c++) {
+                int qi = 2 * t + (c & 1), half = c >> 1, row = c0 + nt * 8 + qi, key = keys[half];
+                u32 w = 0xFFu;
+                if (p != 0.0f)
+                    w = __shfl_sync(0xffffffffu, mine[nt >> 1], ((nt & 1) << 4) | (qi << 1) | half);
+                float z = 0.0f, ds = 0.0f;
+                if (row < L && at_visible(mask, b, row, key, L)) {
+                    int r = nt * 8 + qi;
+                    float pe = expf(st[nt][c] * scale - tl[r]);
+                    float kf = (w >> g) & 1u ? dscale : 0.0f;
+                    z = pe * kf;
+                    ds = pe * (dpt[nt][c] * kf - td[r]);
+                }
+                st[nt][c] = z;
+                dpt[nt][c] = ds;
+            }
+#pragma unroll
+        for (int kc = 0; kc < AM_QT / 16; kc++) {
+            u32 za[4] = {am_pack(st[2 * kc][0], st[2 * kc][1]), am_pack(st[2 * kc][2], st[2 * kc][3]),
+                         am_pack(st[2 * kc + 1][0], st[2 * kc + 1][1]), am_pack(st[2 * kc + 1][2], st[2 * kc + 1][3])};
+            u32 sa[4] = {am_pack(dpt[2 * kc][0], dpt[2 * kc][1]), am_pack(dpt[2 * kc][2], dpt[2 * kc][3]),
+                         am_pack(dpt[2 * kc + 1][0], dpt[2 * kc + 1][1]),
+                         am_pack(dpt[2 * kc + 1][2], dpt[2 * kc + 1][3])};
+#pragma unroll
+            for (int nd = 0; nd < AT_D / 8; nd++) {
+                int off = (nd * 8 + g) * AM_QTS + kc * 16 + 2 * t;
+                am_mma(gv[nd], za, *reinterpret_cast<const u32 *>(gt + off), *reinterpret_cast<const u32 *>(gt + off + 8));
+                am_mma(gk[nd], sa, *reinterpret_cast<const u32 *>(qt + off), *reinterpret_cast<const u32 *>(qt + off + 8));
+            }
+        }
+    }
+#pragma unroll
+    for (int half = 0; half < 2; half++) {
+        int key = keys[half];
+        if (key >= L) continue;
+#pragma unroll
+        for (int nd = 0; nd < AT_D / 8; nd++) {
+            i64 at = ((i64)b * L + key) * ldg + h * AT_D + nd * 8 + 2 * t;
+            *reinterpret_cast<u32 *>(dk + at) = am_pack(gk[nd][2 * half] * scale, gk[nd][2 * half + 1] * scale);
+            *reinterpret_cast<u32 *>(dv + at) = am_pack(gv[nd][2 * half], gv[nd][2 * half + 1]);
+        }
+    }
+}
+
+#endif // 16-bit, D % 16 == 0
+
+#endif // HPC_HEAD_DIM <= 128

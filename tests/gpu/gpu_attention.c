@@ -1,0 +1,540 @@
+/* tests/gpu/gpu_attention.c — the fused attention kernels
+ * (compiler/kernels/attention.cu, SIMT version) against the cpu reference
+ * composed from the unfused kernels (runtime/cpu/cpu_attention.h, f64), then
+ * timings at B = 32 and 256, L = 128, BERT-base heads.
+ *
+ * Cases: fp16 and bf16; head size 64 (12 heads, BERT-base) and 32 (12 heads,
+ * MiniLM); L = 1, 7, 32, 64, 100, 128, 512; dropout 0 and 0.1; B = 3 batch
+ * rows: row 0 without padding, row 1 with its last third padded, row 2
+ * fully masked.  Q, K, V and dctx are random, rounded to the dtype on the
+ * host, so kernel and reference read the same values; every output buffer
+ * is poisoned with NaN (0xFF bytes) first, and a NaN or inf where the
+ * reference is finite fails.
+ *
+ * Error = ||got - ref||_2 / ||ref||_2 per output.  Limits from the 16-bit
+ * storage (u = 2^-11 fp16, 2^-8 bf16, the unit roundoff being u / 2):
+ *   ctx 4 u: the kernel keeps everything in f32, so the final rounding
+ *     (<= u / 2 per element) dominates; 4 u leaves room for f32 sums;
+ *   dQ, dK, dV 16 u: they also carry the rounded ctx in delta = rowsum(dO*O)
+ *     and the cancellation in dP - delta;
+ *   lse 1e-5 (f32 output); rows the reference gives +inf (no visible key)
+ *     must be +inf exactly.
+ * The fully masked batch row must give ctx exactly 0 and no NaN anywhere.
+ * Dropout bits: with V one-hot over windows of D keys, ctx reads out
+ * Z = keep * P / (1 - p) key by key; every (head, query, key) of L = 7, 100
+ * and 512 must be kept exactly when philox_dropout_keep says so.
+ *
+ * The forward is checked twice: attn_simt_fwd (whose ctx and lse feed the
+ * backward) and the tensor-core attn_mma_fwd, against the same reference;
+ * the gradients twice: attn_simt_bwd_dq/dkv and the tensor-core
+ * attn_mma_bwd_dq/dkv.
+ *
+ * Output: one "ok"/"FAIL" line per check, two timing lines, then
+ * "N checks, M failed"; exit 1 on any failure, 77 without a GPU.
+ * HPC_TEST_SEED=N repeats a seed; HPC_GPU_TEST_NO_TIMING=1 skips timings. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "cpu/cpu_attention.h"
+#include "cpu/half.h"
+#include "cpu/philox.h"
+#include "cuda/cuda_driver.h"
+#include "cuda/nvrtc_compile.h"
+#include "emit_attention.h"
+
+static const CudaDriver *cu;
+static CudaDevice dev;
+static int failures, checks;
+
+static void die(const char *what, const HpcError *err)
+{
+    fprintf(stderr, "gpu_attention: %s: %s\n", what, err ? err->msg : "");
+    exit(1);
+}
+
+#define DRV(call)                                   \
+    do {                                            \
+        HpcError e_;                                \
+        if (CUDA_CHECK(&e_, call)) die(#call, &e_); \
+    } while (0)
+
+static uint64_t rng_state;
+static uint64_t rnd64(void)
+{
+    uint64_t z = (rng_state += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+static float rnd_sym(float a) { return (float)(((double)(rnd64() >> 11) / 9007199254740992.0 * 2 - 1) * a); }
+
+typedef struct {
+    KemitDtype dt;
+    int NH, D, H;
+    CUmodule mod;
+    char suffix[KEMIT_SUFFIX_MAX];
+    char label[32];
+} Mod;
+
+static SpecPrecision prec(const Mod *m) { return m->dt == KEMIT_BF16 ? PREC_BF16 : PREC_FP16; }
+static double unit(const Mod *m) { return m->dt == KEMIT_BF16 ? 1.0 / 256 : 1.0 / 2048; }
+
+static Mod mod_build(KemitDtype dt, int heads, int head_dim)
+{
+    Mod m = {.dt = dt, .NH = heads, .D = head_dim, .H = heads * head_dim};
+    snprintf(m.label, sizeof m.label, "%s D%d", kemit_dtype_name(dt), head_dim);
+    ModelSpec spec;
+    spec_defaults(&spec);
+    spec.stack.hidden = m.H;
+    spec.stack.heads = heads;
+    KernelConfig kc;
+    kemit_config_from_spec(&kc, &spec, dt);
+    char *src;
+    HpcError err;
+    if (kemit_attention_source(&kc, &src, m.suffix, &err)) die("kemit_attention_source", &err);
+    void *cubin;
+    size_t size;
+    if (nvrtc_compile(src, "gpu_attention", dev.arch, NULL, 0, &cubin, &size, NULL, &err)) die("nvrtc_compile", &err);
+    free(src);
+    DRV(cu->cuModuleLoadData(&m.mod, cubin));
+    free(cubin);
+    return m;
+}
+
+static void launch(const Mod *m, const char *base, unsigned gx, unsigned gy, unsigned gz, unsigned bx, void **args)
+{
+    char name[128];
+    kemit_name(m->suffix, base, name, sizeof name);
+    CUfunction f;
+    DRV(cu->cuModuleGetFunction(&f, m->mod, name));
+    unsigned grid[3] = {gx, gy, gz}, block[3] = {bx, 1, 1};
+    HpcError err;
+    if (cuda_launch(f, grid, block, 0, dev.stream, args, &err)) die(base, &err);
+}
+
+static CUdeviceptr dalloc(size_t bytes)
+{
+    CUdeviceptr p;
+    DRV(cu->cuMemAlloc(&p, bytes ? bytes : 4));
+    DRV(cu->cuMemsetD8(p, 0xFF, bytes ? bytes : 4));   /* NaN in f32, f16 and bf16 */
+    return p;
+}
+
+static CUdeviceptr up_st(const Mod *m, const float *x, size_t n)
+{
+    uint16_t *h = malloc(n * 2);
+    for (size_t i = 0; i < n; i++) h[i] = prec_from_f32(prec(m), x[i]);
+    CUdeviceptr p = dalloc(n * 2);
+    DRV(cu->cuMemcpyHtoD(p, h, n * 2));
+    free(h);
+    return p;
+}
+
+static float *down_st(const Mod *m, CUdeviceptr p, size_t n)
+{
+    uint16_t *h = malloc(n * 2);
+    float *x = malloc(n * sizeof *x);
+    DRV(cu->cuMemcpyDtoH(h, p, n * 2));
+    for (size_t i = 0; i < n; i++) x[i] = prec_to_f32(prec(m), h[i]);
+    free(h);
+    return x;
+}
+
+/* Random (n) values in [-a, a], rounded to the dtype. */
+static float *rand_st(const Mod *m, size_t n, float a)
+{
+    float *x = malloc(n * sizeof *x);
+    for (size_t i = 0; i < n; i++) x[i] = rnd_sym(a);
+    prec_round_array(prec(m), x, (int64_t)n);
+    return x;
+}
+
+static double *to_f64(const float *x, size_t n)
+{
+    double *d = malloc(n * sizeof *d);
+    for (size_t i = 0; i < n; i++) d[i] = x[i];
+    return d;
+}
+
+static void report(bool ok, const char *label, const char *what, double rel, double tol, const char *note)
+{
+    checks++;
+    if (!ok) failures++;
+    printf("%s  %-9s %-40s rel %.2e (limit %.1e)%s\n", ok ? "ok  " : "FAIL", label, what, rel, tol, note);
+}
+
+/* Norm-wise relative error of got[i * stride + c], c < width, i < rows,
+ * against ref laid out the same; non-finite got where ref is finite fails. */
+static void check_strided(const Mod *m, const char *what, const float *got, const double *ref, size_t rows,
+                          size_t stride, size_t width, double tol)
+{
+    double num = 0, den = 0;
+    size_t bad = 0;
+    for (size_t i = 0; i < rows; i++)
+        for (size_t c = 0; c < width; c++) {
+            double g = got[i * stride + c], r = ref[i * stride + c];
+            if (!isfinite(g) && isfinite(r)) bad++;
+            num += (g - r) * (g - r);
+            den += r * r;
+        }
+    double rel = den > 0 ? sqrt(num / den) : sqrt(num);
+    report(bad == 0 && rel <= tol && isfinite(rel), m->label, what, rel, tol, bad ? " NON-FINITE OUTPUT" : "");
+}
+
+static void check_lse(const Mod *m, const char *what, const float *got, const double *ref, size_t n)
+{
+    double num = 0, den = 0;
+    size_t bad = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (isinf(ref[i])) {
+            bad += !(isinf(got[i]) && got[i] > 0);
+            continue;
+        }
+        if (!isfinite(got[i])) bad++;
+        num += (got[i] - ref[i]) * (got[i] - ref[i]);
+        den += ref[i] * ref[i];
+    }
+    double rel = den > 0 ? sqrt(num / den) : sqrt(num);
+    report(bad == 0 && rel <= 1e-5 && isfinite(rel), m->label, what, rel, 1e-5, bad ? " WRONG INF/NAN ROWS" : "");
+}
+
+/* Mask of B rows: row 0 all keys, row 1 its first ceil(2L/3), row 2 none. */
+static int32_t *make_mask(int B, int L)
+{
+    int32_t *mask = malloc((size_t)B * L * sizeof *mask);
+    for (int b = 0; b < B; b++)
+        for (int t = 0; t < L; t++) mask[b * L + t] = b == 0 ? 1 : b == 1 ? (3 * t < 2 * L) : 0;
+    return mask;
+}
+
+typedef struct {
+    CUdeviceptr qkv, dctx, mask, ctx, lse, delta, dqkv;
+} Bufs;
+
+/* The forward kernels: the same arguments, 16 or 64 query rows per block. */
+typedef enum { FWD_SIMT, FWD_MMA } FwdKind;
+static const char *const fwd_names[2] = {"attn_simt_fwd", "attn_mma_fwd"};
+
+static void run_fwd_kind(FwdKind kind, const Mod *m, Bufs *d, int B, int L, float p, uint64_t seed, uint32_t step,
+                         uint32_t salt)
+{
+    CUdeviceptr q = d->qkv, k = d->qkv + 2 * (size_t)m->H, v = d->qkv + 4 * (size_t)m->H;
+    int ld = 3 * m->H;
+    unsigned rows = kind == FWD_MMA ? 64 : 16;
+    void *args[] = {&d->ctx, &d->lse, &q, &k, &v, &ld, &d->mask, &B, &L, &p, &seed, &step, &salt};
+    launch(m, fwd_names[kind], (unsigned)(L + rows - 1) / rows, (unsigned)m->NH, (unsigned)B, 128, args);
+}
+
+static void run_fwd(const Mod *m, Bufs *d, int B, int L, float p, uint64_t seed, uint32_t step, uint32_t salt)
+{
+    run_fwd_kind(FWD_SIMT, m, d, B, L, p, seed, step, salt);
+}
+
+static void run_bwd(const Mod *m, Bufs *d, int B, int L, float p, uint64_t seed, uint32_t step, uint32_t salt)
+{
+    CUdeviceptr q = d->qkv, k = d->qkv + 2 * (size_t)m->H, v = d->qkv + 4 * (size_t)m->H;
+    CUdeviceptr dq = d->dqkv, dk = d->dqkv + 2 * (size_t)m->H, dv = d->dqkv + 4 * (size_t)m->H;
+    int ld = 3 * m->H;
+    void *a0[] = {&d->delta, &d->dctx, &d->ctx, &B, &L};
+    launch(m, "attn_simt_bwd_dot", (unsigned)(((long long)B * L * m->NH + 3) / 4), 1, 1, 128, a0);
+    void *a1[] = {&dq, &ld, &d->dctx, &q, &k, &v, &ld, &d->lse, &d->delta, &d->mask, &B, &L, &p, &seed, &step, &salt};
+    launch(m, "attn_simt_bwd_dq", (unsigned)(L + 15) / 16, (unsigned)m->NH, (unsigned)B, 128, a1);
+    void *a2[] = {&dk, &dv, &ld, &d->dctx, &q, &k, &v, &ld, &d->lse, &d->delta, &d->mask, &B, &L, &p, &seed, &step, &salt};
+    launch(m, "attn_simt_bwd_dkv", (unsigned)(L + 31) / 32, (unsigned)m->NH, (unsigned)B, 32, a2);
+}
+
+/* The tensor-core dQ kernel alone (delta and lse must be in place). */
+static void run_mma_dq(const Mod *m, Bufs *d, int B, int L, float p, uint64_t seed, uint32_t step, uint32_t salt)
+{
+    CUdeviceptr q = d->qkv, k = d->qkv + 2 * (size_t)m->H, v = d->qkv + 4 * (size_t)m->H, dq = d->dqkv;
+    int ld = 3 * m->H;
+    void *a[] = {&dq, &ld, &d->dctx, &q, &k, &v, &ld, &d->lse, &d->delta, &d->mask, &B, &L, &p, &seed, &step, &salt};
+    launch(m, "attn_mma_bwd_dq", (unsigned)(L + 63) / 64, (unsigned)m->NH, (unsigned)B, 128, a);
+}
+
+static void run_mma_dkv(const Mod *m, Bufs *d, int B, int L, float p, uint64_t seed, uint32_t step, uint32_t salt)
+{
+    CUdeviceptr q = d->qkv, k = d->qkv + 2 * (size_t)m->H, v = d->qkv + 4 * (size_t)m->H;
+    CUdeviceptr dk = d->dqkv + 2 * (size_t)m->H, dv = d->dqkv + 4 * (size_t)m->H;
+    int ld = 3 * m->H;
+    void *a[] = {&dk, &dv, &ld, &d->dctx, &q, &k, &v, &ld, &d->lse, &d->delta, &d->mask, &B, &L, &p, &seed, &step, &salt};
+    launch(m, "attn_mma_bwd_dkv", (unsigned)(L + 63) / 64, (unsigned)m->NH, (unsigned)B, 128, a);
+}
+
+/* The tensor-core backward: delta, then dQ and dK/dV. */
+static void run_mma_bwd(const Mod *m, Bufs *d, int B, int L, float p, uint64_t seed, uint32_t step, uint32_t salt)
+{
+    void *a0[] = {&d->delta, &d->dctx, &d->ctx, &B, &L};
+    launch(m, "attn_simt_bwd_dot", (unsigned)(((long long)B * L * m->NH + 3) / 4), 1, 1, 128, a0);
+    run_mma_dq(m, d, B, L, p, seed, step, salt);
+    run_mma_dkv(m, d, B, L, p, seed, step, salt);
+}
+
+static Bufs bufs_alloc(const Mod *m, int B, int L)
+{
+    size_t rows = (size_t)B * L;
+    Bufs d = {
+        .qkv = dalloc(rows * 3 * m->H * 2), .dctx = dalloc(rows * m->H * 2), .mask = dalloc(rows * 4),
+        .ctx = dalloc(rows * m->H * 2), .lse = dalloc(rows * m->NH * 4), .delta = dalloc(rows * m->NH * 4),
+        .dqkv = dalloc(rows * 3 * m->H * 2),
+    };
+    return d;
+}
+
+static void bufs_free(Bufs *d)
+{
+    CUdeviceptr all[] = {d->qkv, d->dctx, d->mask, d->ctx, d->lse, d->delta, d->dqkv};
+    for (int i = 0; i < 7; i++) DRV(cu->cuMemFree(all[i]));
+}
+
+static void test_case(const Mod *m, int L, float p)
+{
+    const int B = 3;
+    size_t rows = (size_t)B * L, H = (size_t)m->H, nq = rows * 3 * H, nc = rows * H, nl = rows * m->NH;
+    uint64_t seed = rnd64();
+    uint32_t step = (uint32_t)rnd64(), salt = (uint32_t)(rnd64() & 0xFFFF);
+    float *qkv = rand_st(m, nq, 1.5f), *dctx = rand_st(m, nc, 1.0f);
+    int32_t *mask = make_mask(B, L);
+    Bufs d = bufs_alloc(m, B, L);
+    CUdeviceptr t;
+    t = up_st(m, qkv, nq);
+    DRV(cu->cuMemcpyDtoD(d.qkv, t, nq * 2));
+    DRV(cu->cuMemFree(t));
+    t = up_st(m, dctx, nc);
+    DRV(cu->cuMemcpyDtoD(d.dctx, t, nc * 2));
+    DRV(cu->cuMemFree(t));
+    DRV(cu->cuMemcpyHtoD(d.mask, mask, rows * 4));
+    run_fwd(m, &d, B, L, p, seed, step, salt);
+    run_bwd(m, &d, B, L, p, seed, step, salt);
+    DRV(cu->cuStreamSynchronize(dev.stream));
+    float *ctx = down_st(m, d.ctx, nc), *dqkv = down_st(m, d.dqkv, nq);
+    float *lse = malloc(nl * 4);
+    DRV(cu->cuMemcpyDtoH(lse, d.lse, nl * 4));
+
+    CkAttnShape s = {.B = B, .L = L, .NH = m->NH, .D = m->D, .p = p, .seed = seed, .step = step, .salt = salt};
+    double *q64 = to_f64(qkv, nq), *g64 = to_f64(dctx, nc);
+    double *rc = malloc(nc * 8), *rl = malloc(nl * 8), *rg = calloc(nq, 8);
+    ck_attention_fwd_f64(rc, rl, q64, q64 + H, q64 + 2 * H, 3 * (int64_t)H, mask, &s);
+    ck_attention_bwd_f64(rg, rg + H, rg + 2 * H, 3 * (int64_t)H, g64, q64, q64 + H, q64 + 2 * H, 3 * (int64_t)H, mask,
+                         &s);
+    char what[96];
+    double u = unit(m);
+    snprintf(what, sizeof what, "L%d p%.1f ctx", L, p);
+    check_strided(m, what, ctx, rc, rows, H, H, 4 * u);
+    snprintf(what, sizeof what, "L%d p%.1f lse", L, p);
+    check_lse(m, what, lse, rl, nl);
+    static const char *const gname[3] = {"dQ", "dK", "dV"};
+    for (int g = 0; g < 3; g++) {
+        snprintf(what, sizeof what, "L%d p%.1f %s", L, p, gname[g]);
+        check_strided(m, what, dqkv + g * H, rg + g * H, rows, 3 * H, H, 16 * u);
+    }
+    size_t nonzero = 0;
+    for (size_t i = 2 * (size_t)L * H; i < nc; i++) nonzero += ctx[i] != 0.0f;
+    snprintf(what, sizeof what, "L%d p%.1f fully masked row is 0", L, p);
+    report(nonzero == 0, m->label, what, (double)nonzero, 0, nonzero ? " NONZERO CONTEXT" : "");
+
+    /* The tensor-core forward on the same inputs (P rounded to the dtype
+     * before P V: still within 4 u, the rounding is u / 2 per term). */
+    DRV(cu->cuMemsetD8(d.ctx, 0xFF, nc * 2));
+    DRV(cu->cuMemsetD8(d.lse, 0xFF, nl * 4));
+    run_fwd_kind(FWD_MMA, m, &d, B, L, p, seed, step, salt);
+    DRV(cu->cuStreamSynchronize(dev.stream));
+    free(ctx);
+    ctx = down_st(m, d.ctx, nc);
+    DRV(cu->cuMemcpyDtoH(lse, d.lse, nl * 4));
+    snprintf(what, sizeof what, "L%d p%.1f ctx (mma fwd)", L, p);
+    check_strided(m, what, ctx, rc, rows, H, H, 4 * u);
+    snprintf(what, sizeof what, "L%d p%.1f lse (mma fwd)", L, p);
+    check_lse(m, what, lse, rl, nl);
+    nonzero = 0;
+    for (size_t i = 2 * (size_t)L * H; i < nc; i++) nonzero += ctx[i] != 0.0f;
+    snprintf(what, sizeof what, "L%d p%.1f fully masked row is 0 (mma fwd)", L, p);
+    report(nonzero == 0, m->label, what, (double)nonzero, 0, nonzero ? " NONZERO CONTEXT" : "");
+
+    /* The tensor-core dQ, from the mma forward's lse and the delta above. */
+    DRV(cu->cuMemsetD8(d.dqkv, 0xFF, nq * 2));
+    run_mma_dq(m, &d, B, L, p, seed, step, salt);
+    run_mma_dkv(m, &d, B, L, p, seed, step, salt);
+    DRV(cu->cuStreamSynchronize(dev.stream));
+    free(dqkv);
+    dqkv = down_st(m, d.dqkv, nq);
+    for (int g = 0; g < 3; g++) {
+        snprintf(what, sizeof what, "L%d p%.1f %s (mma bwd)", L, p, gname[g]);
+        check_strided(m, what, dqkv + g * H, rg + g * H, rows, 3 * H, H, 16 * u);
+    }
+    bufs_free(&d);
+    free(qkv);
+    free(dctx);
+    free(mask);
+    free(ctx);
+    free(dqkv);
+    free(lse);
+    free(q64);
+    free(g64);
+    free(rc);
+    free(rl);
+    free(rg);
+}
+
+/* The kernel's own dropout bits, read out through one-hot values. */
+static void test_dropout_bits(FwdKind kind, const Mod *m, int L, float p)
+{
+    const int B = 1;
+    size_t rows = (size_t)L, H = (size_t)m->H, nq = rows * 3 * H, nc = rows * H;
+    uint64_t seed = rnd64();
+    uint32_t step = (uint32_t)rnd64(), salt = (uint32_t)(rnd64() & 0xFFFF);
+    float *qkv = rand_st(m, nq, 0.5f);
+    int32_t *mask = make_mask(B, L);
+    Bufs d = bufs_alloc(m, B, L);
+    DRV(cu->cuMemcpyHtoD(d.mask, mask, rows * 4));
+    size_t wrong = 0, kept = 0, total = 0;
+    for (int t0 = 0; t0 < L; t0 += m->D) {
+        for (size_t t = 0; t < rows; t++)
+            for (size_t c = 0; c < H; c++) qkv[t * 3 * H + 2 * H + c] = (int)t - t0 == (int)(c % m->D) ? 1.0f : 0.0f;
+        CUdeviceptr up = up_st(m, qkv, nq);
+        DRV(cu->cuMemcpyDtoD(d.qkv, up, nq * 2));
+        DRV(cu->cuMemFree(up));
+        run_fwd_kind(kind, m, &d, B, L, p, seed, step, salt);
+        DRV(cu->cuStreamSynchronize(dev.stream));
+        float *ctx = down_st(m, d.ctx, nc);
+        for (int h = 0; h < m->NH; h++)
+            for (int q = 0; q < L; q++)
+                for (int j = 0; j < m->D && t0 + j < L; j++) {
+                    uint64_t idx = ((uint64_t)h * L + q) * L + t0 + j;
+                    bool want = philox_dropout_keep(seed, idx, step, salt, p);
+                    float z = ctx[(size_t)q * H + h * m->D + j];
+                    bool got = z != 0.0f;
+                    wrong += want != got || !isfinite(z);
+                    kept += got;
+                    total++;
+                }
+        free(ctx);
+    }
+    char what[96], note[96];
+    snprintf(what, sizeof what, "L%d p%.1f %s dropout bits (%zu/%zu kept)", L, p, kind == FWD_MMA ? "mma" : "simt",
+             kept, total);
+    snprintf(note, sizeof note, wrong ? " %zu BITS DIFFER" : "", wrong);
+    report(wrong == 0, m->label, what, (double)wrong, 0, note);
+    bufs_free(&d);
+    free(qkv);
+    free(mask);
+}
+
+static void timing(const Mod *m, int B, int L)
+{
+    float p = 0.1f;
+    uint64_t seed = 1;
+    uint32_t step = 2, salt = 3;
+    size_t rows = (size_t)B * L;
+    Bufs d = bufs_alloc(m, B, L);
+    float *qkv = rand_st(m, rows * 3 * m->H, 1.0f);
+    CUdeviceptr up = up_st(m, qkv, rows * 3 * m->H);
+    DRV(cu->cuMemcpyDtoD(d.qkv, up, rows * 3 * m->H * 2));
+    DRV(cu->cuMemcpyDtoD(d.dctx, up, rows * m->H * 2));
+    DRV(cu->cuMemFree(up));
+    free(qkv);
+    int32_t *mask = malloc(rows * 4);
+    for (size_t i = 0; i < rows; i++) mask[i] = 1;
+    DRV(cu->cuMemcpyHtoD(d.mask, mask, rows * 4));
+    free(mask);
+    CUevent e0, e1, e2;
+    DRV(cu->cuEventCreate(&e0, CU_EVENT_DEFAULT));
+    DRV(cu->cuEventCreate(&e1, CU_EVENT_DEFAULT));
+    DRV(cu->cuEventCreate(&e2, CU_EVENT_DEFAULT));
+    for (int i = 0; i < 3; i++) {
+        run_fwd(m, &d, B, L, p, seed, step, salt);
+        run_bwd(m, &d, B, L, p, seed, step, salt);
+    }
+    const int iters = 20;
+    float fwd_ms = 0, bwd_ms = 0;
+    for (int i = 0; i < iters; i++) {
+        float a, b;
+        DRV(cu->cuEventRecord(e0, dev.stream));
+        run_fwd(m, &d, B, L, p, seed, step, salt);
+        DRV(cu->cuEventRecord(e1, dev.stream));
+        run_bwd(m, &d, B, L, p, seed, step, salt);
+        DRV(cu->cuEventRecord(e2, dev.stream));
+        DRV(cu->cuEventSynchronize(e2));
+        DRV(cu->cuEventElapsedTime(&a, e0, e1));
+        DRV(cu->cuEventElapsedTime(&b, e1, e2));
+        fwd_ms += a;
+        bwd_ms += b;
+    }
+    fwd_ms /= iters;
+    bwd_ms /= iters;
+    float mma_ms = 0;
+    for (int i = 0; i < iters; i++) {
+        float a;
+        DRV(cu->cuEventRecord(e0, dev.stream));
+        run_fwd_kind(FWD_MMA, m, &d, B, L, p, seed, step, salt);
+        DRV(cu->cuEventRecord(e1, dev.stream));
+        DRV(cu->cuEventSynchronize(e1));
+        DRV(cu->cuEventElapsedTime(&a, e0, e1));
+        mma_ms += a;
+    }
+    mma_ms /= iters;
+    float mbwd_ms = 0;
+    for (int i = 0; i < iters; i++) {
+        float a;
+        DRV(cu->cuEventRecord(e0, dev.stream));
+        run_mma_bwd(m, &d, B, L, p, seed, step, salt);
+        DRV(cu->cuEventRecord(e1, dev.stream));
+        DRV(cu->cuEventSynchronize(e1));
+        DRV(cu->cuEventElapsedTime(&a, e0, e1));
+        mbwd_ms += a;
+    }
+    mbwd_ms /= iters;
+    /* The matrix products of attention: QK^T and PV forward (4 B NH L^2 D),
+     * twice that backward (dV, dP, dQ, dK), recomputation not counted. */
+    double f = 4.0 * B * m->NH * (double)L * L * m->D;
+    printf("timing  %-9s B%d L%d NH%d p0.1: simt fwd %.3f ms (%.1f TFLOP/s), mma fwd %.3f ms (%.1f TFLOP/s), "
+           "simt bwd %.3f ms (%.1f TFLOP/s), mma bwd %.3f ms (%.1f TFLOP/s); mma fwd+bwd %.3f ms\n",
+           m->label, B, L, m->NH, fwd_ms, f / fwd_ms * 1e-9, mma_ms, f / mma_ms * 1e-9, bwd_ms,
+           2 * f / bwd_ms * 1e-9, mbwd_ms, 2 * f / mbwd_ms * 1e-9, mma_ms + mbwd_ms);
+    DRV(cu->cuEventDestroy(e0));
+    DRV(cu->cuEventDestroy(e1));
+    DRV(cu->cuEventDestroy(e2));
+    bufs_free(&d);
+}
+
+int main(void)
+{
+    HpcError err;
+    const char *seed_env = getenv("HPC_TEST_SEED");
+    uint64_t seed = seed_env ? strtoull(seed_env, NULL, 10) : (uint64_t)time(NULL) ^ (uint64_t)clock() << 20;
+    rng_state = seed;
+    if (cuda_device_open(&dev, 0, &err)) {
+        fprintf(stderr, "gpu_attention: %s\n", err.msg);
+        return err.code == HPC_ERR_NO_GPU ? 77 : 1;
+    }
+    cu = cuda_driver();
+    printf("gpu_attention: %s (sm_%d), seed %llu (HPC_TEST_SEED to repeat)\n", dev.name, dev.arch,
+           (unsigned long long)seed);
+    static const int lengths[] = {1, 7, 32, 64, 100, 128, 512};
+    Mod mods[4] = {
+        mod_build(KEMIT_F16, 12, 64), mod_build(KEMIT_BF16, 12, 64),
+        mod_build(KEMIT_F16, 12, 32), mod_build(KEMIT_BF16, 12, 32),
+    };
+    for (int i = 0; i < 4; i++)
+        for (size_t l = 0; l < sizeof lengths / sizeof lengths[0]; l++) {
+            test_case(&mods[i], lengths[l], 0.0f);
+            test_case(&mods[i], lengths[l], 0.1f);
+        }
+    for (int i = 0; i < 4; i += 3)
+        for (int kind = FWD_SIMT; kind <= FWD_MMA; kind++) {
+            test_dropout_bits((FwdKind)kind, &mods[i], 7, 0.1f);
+            test_dropout_bits((FwdKind)kind, &mods[i], 100, 0.1f);
+            test_dropout_bits((FwdKind)kind, &mods[i], 512, 0.1f);
+        }
+    if (!getenv("HPC_GPU_TEST_NO_TIMING")) {
+        timing(&mods[0], 32, 128);
+        timing(&mods[0], 256, 128);
+    }
+    for (int i = 0; i < 4; i++) DRV(cu->cuModuleUnload(mods[i].mod));
+    cuda_device_close(&dev);
+    printf("%d checks, %d failed\n", checks, failures);
+    return failures ? 1 : 0;
+}
