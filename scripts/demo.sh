@@ -8,7 +8,7 @@
 #   2. `hpc import` writes runs/minilm.model for it (a new 2-label classifier);
 #   3. `hpc run --init MODEL_DIR` fine-tunes it: where a GPU is usable, fp16 on
 #      the cuda backend for GPU_EPOCHS epochs; otherwise on the cpu backend
-#      for CPU_STEPS steps (set below for a run of about 10 minutes on 2 cores);
+#      for CPU_EPOCHS epochs (2: about 7 minutes on 2 idle cores, estimated);
 #   4. the best model by dev MCC is written to runs/cola-minilm as a
 #      transformers folder, the JSONL log to runs/cola.jsonl, its plot to
 #      runs/cola.svg.
@@ -17,7 +17,7 @@
 # shows the machinery, not what fine-tuning reaches.
 #
 # Every setting below can be given in the environment, e.g.
-#   HPC_DEMO_CPU_STEPS=100 make demo
+#   HPC_DEMO_CPU_EPOCHS=1 make demo
 set -e
 cd "$(dirname "$0")/.."
 
@@ -29,7 +29,7 @@ GPU_PRECISION=${HPC_DEMO_GPU_PRECISION:---fp16}
 # cpu: a fixed number of optimizer steps (fewer than one epoch of 268 steps
 # at batch 32), chosen so that training plus the dev evaluation fit in
 # about 10 minutes on 2 cores; the dev set is scored once, at the end.
-CPU_STEPS=${HPC_DEMO_CPU_STEPS:-200}
+CPU_EPOCHS=${HPC_DEMO_CPU_EPOCHS:-2}
 CPU_BATCH=${HPC_DEMO_CPU_BATCH:-32}
 CPU_LR=${HPC_DEMO_CPU_LR:-5e-5}
 CPU_SEQ_LEN=${HPC_DEMO_CPU_SEQ_LEN:-64}   # CoLA's longest row is 47 tokens
@@ -62,10 +62,10 @@ if MODEL_DIR=$(sh scripts/fetch-model.sh); then
         bin/hpc run runs/minilm.model --task cola --init "$MODEL_DIR" --device cuda $GPU_PRECISION \
             --epochs "$GPU_EPOCHS" --batch "$GPU_BATCH" --lr "$GPU_LR" --log "$LOG" --output runs/cola-minilm
     else
-        echo "demo: no usable GPU (see \`bin/hpc devices\`): fine-tuning on the cpu backend, $CPU_STEPS steps," \
+        echo "demo: no usable GPU (see \`bin/hpc devices\`): fine-tuning on the cpu backend, $CPU_EPOCHS epochs," \
              "batch $CPU_BATCH, lr $CPU_LR"
         bin/hpc run runs/minilm.model --task cola --init "$MODEL_DIR" --device cpu $CPU_PRECISION \
-            --steps "$CPU_STEPS" --batch "$CPU_BATCH" --lr "$CPU_LR" --seq-len "$CPU_SEQ_LEN" \
+            --epochs "$CPU_EPOCHS" --batch "$CPU_BATCH" --lr "$CPU_LR" --seq-len "$CPU_SEQ_LEN" \
             --log "$LOG" --output runs/cola-minilm
     fi
     bin/hpc plot "$LOG" -o runs/cola.svg
