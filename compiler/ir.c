@@ -95,13 +95,12 @@ const char *ir_input_name(IrInputKind kind)
 
 const char *ir_act_name(IrActKind kind)
 {
-    switch (kind) {
-    case IR_ACT_GELU: return "gelu";
-    case IR_ACT_GELU_TANH: return "gelu_tanh";
-    case IR_ACT_RELU: return "relu";
-    case IR_ACT_TANH: return "tanh";
-    }
-    return "?";
+    static const char *const names[IR_ACT_COUNT] = {
+#define ACT_NAME_(E, name, ...) #name,
+        HPC_ACTIVATIONS(ACT_NAME_)
+#undef ACT_NAME_
+    };
+    return kind >= 0 && kind < IR_ACT_COUNT ? names[kind] : "?";
 }
 
 int64_t ir_dim(int64_t d, int64_t B, int64_t L)

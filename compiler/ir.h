@@ -40,6 +40,8 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "activations.h"
+
 #define IR_MAX_RANK 4
 #define IR_MAX_INPUTS 3
 #define IR_DIM_B (-1)   /* the batch size, bound at run time */
@@ -68,7 +70,13 @@ typedef enum {
     IR_IN_COUNT
 } IrInputKind;
 
-typedef enum { IR_ACT_GELU, IR_ACT_GELU_TANH, IR_ACT_RELU, IR_ACT_TANH } IrActKind;
+/* The activations, one per row of compiler/activations.h. */
+typedef enum {
+#define IR_ACT_ENUM_(E, ...) IR_ACT_##E,
+    HPC_ACTIVATIONS(IR_ACT_ENUM_)
+#undef IR_ACT_ENUM_
+    IR_ACT_COUNT
+} IrActKind;
 
 typedef struct { IrInputKind kind; } IrInputAttr;
 typedef struct { int index; } IrParamAttr;                 /* index into the ParamList */

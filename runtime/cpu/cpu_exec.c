@@ -34,6 +34,18 @@ static void *scratch(CpuExec *ex, int slot, int64_t bytes)
     return ex->scratch[slot];
 }
 
+/* The reference of every activation and of its derivative (compiler/activations.h). */
+static const CkActFn act_ref_fn[IR_ACT_COUNT] = {
+#define ACT_REF_(E, name, ffn, hf, ref, grad, cuda) ref,
+    HPC_ACTIVATIONS(ACT_REF_)
+#undef ACT_REF_
+};
+static const CkActFn act_grad_ref_fn[IR_ACT_COUNT] = {
+#define ACT_GRAD_(E, name, ffn, hf, ref, grad, cuda) grad,
+    HPC_ACTIVATIONS(ACT_GRAD_)
+#undef ACT_GRAD_
+};
+
 #define REAL float
 #define EX_SFX _f32
 #include "cpu/cpu_exec_ops.inc"
