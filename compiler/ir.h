@@ -52,7 +52,7 @@
 typedef enum { DT_F32, DT_F16, DT_BF16, DT_F64, DT_I32 } DType;
 
 typedef enum {
-#define IR_OP(E, name, nmin, nmax) IR_OP_##E,
+#define IR_OP(E, ...) IR_OP_##E,
 #include "ops.def"
 #undef IR_OP
     IR_OP_COUNT
@@ -130,11 +130,14 @@ typedef struct {
 /* Shape and dtype rule of an op: fills node->dtype, rank, dims from the
  * inputs (already in g) and the attribute; panics on a mismatch. */
 typedef void (*IrShapeFn)(const IrGraph *g, IrNode *node);
+/* Backward rule of an op: see ir_backward. */
+typedef void (*IrGradFn)(IrGraph *g, int node, int dy, int *dx);
 
 typedef struct {
     const char *name;
     int min_inputs, max_inputs;
     IrShapeFn shape;
+    IrGradFn backward;        /* the rule ir_backward runs (ops.def's grad column) */
 } IrOpInfo;
 
 void ir_init(IrGraph *g);

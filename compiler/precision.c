@@ -19,50 +19,18 @@ typedef struct {
     bool backward;             /* the node being planned is a backward node */
 } Planner;
 
+/* The `prec` column of compiler/ops.def. */
+static const PrecClass op_class[] = {
+#define IR_OP(E, name, nmin, nmax, prec, ...) PREC_CLASS_##prec,
+#include "ops.def"
+#undef IR_OP
+};
+_Static_assert(sizeof op_class / sizeof op_class[0] == IR_OP_COUNT, "ops.def and the class table disagree");
+
 PrecClass precision_op_class(IrOpKind op)
 {
-    switch (op) {
-    case IR_OP_INPUT:
-    case IR_OP_PARAM:
-    case IR_OP_POSITIONS:
-    case IR_OP_SHIFT_LABELS:
-        return PREC_CLASS_NONE;
-    case IR_OP_LINEAR:
-    case IR_OP_MATMUL:
-    case IR_OP_LINEAR_DX:
-    case IR_OP_LINEAR_DW:
-        return PREC_CLASS_LOW;
-    case IR_OP_CROSS_ENTROPY:
-    case IR_OP_MSE:
-    case IR_OP_CROSS_ENTROPY_BWD:
-    case IR_OP_MSE_BWD:
-        return PREC_CLASS_F32;
-    case IR_OP_EMBEDDING:
-    case IR_OP_ADD:
-    case IR_OP_LAYERNORM:
-    case IR_OP_ACT:
-    case IR_OP_SOFTMAX:
-    case IR_OP_DROPOUT:
-    case IR_OP_SPLIT_HEADS:
-    case IR_OP_MERGE_HEADS:
-    case IR_OP_SLICE_FIRST:
-    case IR_OP_SLICE_LAST:
-    case IR_OP_CAST:
-    case IR_OP_EMBEDDING_BWD:
-    case IR_OP_BIAS_GRAD:
-    case IR_OP_LAYERNORM_DX:
-    case IR_OP_LAYERNORM_DGAMMA:
-    case IR_OP_ACT_BWD:
-    case IR_OP_SOFTMAX_BWD:
-    case IR_OP_SLICE_FIRST_BWD:
-    case IR_OP_SLICE_LAST_BWD:
-    case IR_OP_SOFTMAX_DROPOUT:
-    case IR_OP_SOFTMAX_DROPOUT_BWD:
-    case IR_OP_DROPOUT_ADD:
-    case IR_OP_COUNT:
-        break;
-    }
-    return PREC_CLASS_F32_COMPUTE;
+    HPC_ASSERT(op >= 0 && op < IR_OP_COUNT);
+    return op_class[op];
 }
 
 const char *precision_class_name(PrecClass c)
