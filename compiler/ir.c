@@ -11,6 +11,7 @@ void ir_init(IrGraph *g)
     memset(g, 0, sizeof *g);
     g->loss = -1;
     g->logits = -1;
+    g->region = IR_REGION_HEAD;
 }
 
 void ir_free(IrGraph *g)
@@ -29,6 +30,7 @@ static int ir_append(IrGraph *g, IrOpKind op, const char *name)
     IrNode *n = &g->nodes[g->n];
     memset(n, 0, sizeof *n);
     n->op = op;
+    n->region = g->region;
     for (int i = 0; i < IR_MAX_INPUTS; i++) n->in[i] = -1;
     snprintf(n->name, sizeof n->name, "%s", name ? name : ir_op_name(op));
     g->n_forward = g->n + 1; /* autodiff resets this after it appends */
@@ -155,6 +157,7 @@ int ir_copy_node(IrGraph *g, const IrNode *n, const int *map)
     }
     g->nodes[id].requires_grad = n->requires_grad;
     g->nodes[id].backward = n->backward;
+    g->nodes[id].region = n->region;
     return id;
 }
 
@@ -167,6 +170,7 @@ int ir_cast(IrGraph *g, int v, DType to)
     int id = ir_add(g, IR_OP_CAST, &v, 1, &a, name);
     g->nodes[id].requires_grad = g->nodes[v].requires_grad;
     g->nodes[id].backward = g->nodes[v].backward;
+    g->nodes[id].region = g->nodes[v].region;
     return id;
 }
 

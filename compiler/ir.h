@@ -78,6 +78,12 @@ typedef enum {
     IR_ACT_COUNT
 } IrActKind;
 
+/* The part of the model a node belongs to, set by lowering (the precision
+ * policy may pin a dtype per region: compiler/precision.h).  Nodes appended
+ * later take the region of what they derive from: a gradient that of the
+ * forward value it is the gradient of, a cast that of the value cast. */
+typedef enum { IR_REGION_EMBEDDINGS, IR_REGION_STACK, IR_REGION_HEAD, IR_REGION_COUNT } IrRegion;
+
 typedef struct { IrInputKind kind; } IrInputAttr;
 typedef struct { int index; } IrParamAttr;                 /* index into the ParamList */
 typedef struct { int64_t offset; } IrPosAttr;              /* first position id */
@@ -114,6 +120,7 @@ typedef struct {
     int64_t dims[IR_MAX_RANK]; /* constants or IR_DIM_B / IR_DIM_L */
     bool requires_grad;       /* depends on a trainable parameter (set by autodiff) */
     bool backward;            /* produced by autodiff */
+    IrRegion region;          /* embeddings, stack or head (see IrRegion) */
     char name[IR_NAME_MAX];   /* for listings: "layer.0.attn.scores" */
 } IrNode;
 
@@ -125,6 +132,7 @@ typedef struct {
     int logits;               /* head output, -1 until set */
     int *param_grad;          /* (n_params) gradient value per parameter, -1 = none */
     int n_params;
+    IrRegion region;          /* given to the nodes appended next (lowering moves it) */
 } IrGraph;
 
 /* Shape and dtype rule of an op: fills node->dtype, rank, dims from the

@@ -275,16 +275,19 @@ HpcStatus lower_model(const ModelSpec *spec, IrGraph *g, ParamList *params, HpcE
     HPC_ASSERT(g->n == 0 && params->n == 0);
     Lower lw = {.spec = spec, .g = g, .pl = params};
     lw.prefix = s->kind == STACK_DECODER ? "transformer" : "bert";
+    g->region = IR_REGION_EMBEDDINGS;
     lw.ids = ir_input(g, IR_IN_INPUT_IDS);
     lw.mask = ir_input(g, IR_IN_ATTN_MASK);
     int word_table;
     int x = lower_embeddings(&lw, &word_table);
+    g->region = IR_REGION_STACK;
     for (int64_t i = 0; i < s->layers; i++) x = lower_layer(&lw, x, i);
     if (s->final_ln) {
         char n[PARAM_NAME_MAX];
         snprintf(n, sizeof n, "%s.ln_f", lw.prefix);
         x = lw_layernorm(&lw, x, n, "final_ln");
     }
+    g->region = IR_REGION_HEAD;
     g->loss = lower_head(&lw, x, word_table);
     g->n_forward = g->n;
     g->n_params = params->n;

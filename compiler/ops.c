@@ -304,6 +304,7 @@ static int grad_node(IrGraph *g, int fwd, int k, IrOpKind op, const int *in, int
     snprintf(name, sizeof name, "d.%.*s", IR_NAME_MAX - 3, NODE(NODE(fwd)->in[k])->name);
     int id = ir_add(g, op, in, n_in, attr, name);
     NODE(id)->backward = true;
+    NODE(id)->region = NODE(NODE(fwd)->in[k])->region;
     return id;
 }
 

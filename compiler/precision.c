@@ -45,6 +45,10 @@ const char *precision_class_name(PrecClass c)
     return "?";
 }
 
+_Static_assert((int)PREC_REGION_EMBEDDINGS == (int)IR_REGION_EMBEDDINGS && (int)PREC_REGION_STACK ==
+                   (int)IR_REGION_STACK && (int)PREC_REGION_HEAD == (int)IR_REGION_HEAD,
+               "PrecRegion and IrRegion list the regions in one order");
+
 const char *precision_region_name(PrecRegion r)
 {
     switch (r) {
@@ -73,22 +77,10 @@ static DType dtype_of_prec(SpecPrecision p, DType policy_low)
 
 /* ---- regions ---------------------------------------------------------- */
 
-static bool starts_with(const char *s, const char *prefix)
-{
-    return strncmp(s, prefix, strlen(prefix)) == 0;
-}
-
-static PrecRegion region_of_name(const char *name)
-{
-    while (starts_with(name, "d.")) name += 2;
-    if (starts_with(name, "emb.")) return PREC_REGION_EMBEDDINGS;
-    if (starts_with(name, "layer.") || strcmp(name, "final_ln") == 0) return PREC_REGION_STACK;
-    return PREC_REGION_HEAD;
-}
-
-/* A backward node is planned with the forward op whose backward rule made
- * it; its incoming gradient (the first backward input) is named "d.X"
- * after that op's output X.  An ADD that sums the contributions to one
+/* A node's region is the field lowering set (compiler/ir.h: IrRegion, in
+ * the order of PrecRegion).  A backward node is planned with the forward
+ * op whose backward rule made it: the region of its incoming gradient (the
+ * first backward input), which is that of the op's output.  An ADD that sums the contributions to one
  * gradient goes with its first contribution, so that a gradient crossing
  * a region boundary is summed on the producers' side and cast once. */
 static PrecRegion region_of(const IrGraph *g, int id)
@@ -97,8 +89,8 @@ static PrecRegion region_of(const IrGraph *g, int id)
     if (n->backward && n->op == IR_OP_ADD) return region_of(g, n->in[0]);
     if (n->backward)
         for (int k = 0; k < n->n_in; k++)
-            if (g->nodes[n->in[k]].backward) return region_of_name(g->nodes[n->in[k]].name);
-    return region_of_name(n->name);
+            if (g->nodes[n->in[k]].backward) return (PrecRegion)g->nodes[n->in[k]].region;
+    return (PrecRegion)n->region;
 }
 
 /* ---- parameter gradients ---------------------------------------------- */
