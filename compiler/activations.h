@@ -68,6 +68,14 @@ static inline double act_grad_ref_tanh(double x)
     return 1 - t * t;
 }
 
+/* silu(x) = x sigmoid(x) (HF "silu", "swish"); silu' = s (1 + x (1 - s)). */
+static inline double act_ref_silu(double x) { return x / (1.0 + exp(-x)); }
+static inline double act_grad_ref_silu(double x)
+{
+    double s = 1.0 / (1.0 + exp(-x));
+    return s * (1.0 + x * (1.0 - s));
+}
+
 /* ---- the table ----------------------------------------------------------- */
 
 #define HPC_ACTIVATIONS(X)                                                                          \
@@ -87,7 +95,11 @@ static inline double act_grad_ref_tanh(double x)
       "__device__ __forceinline__ float actg_relu(float x) { return x > 0.0f ? 1.0f : 0.0f; }\n")   \
     X(TANH, tanh, 0, "tanh", act_ref_tanh, act_grad_ref_tanh,                                       \
       "__device__ __forceinline__ float act_tanh(float x) { return tanhf(x); }\n"                   \
-      "__device__ __forceinline__ float actg_tanh(float x) { float t = tanhf(x); return 1.0f - t * t; }\n")
+      "__device__ __forceinline__ float actg_tanh(float x) { float t = tanhf(x); return 1.0f - t * t; }\n") \
+    X(SILU, silu, 1, "silu", act_ref_silu, act_grad_ref_silu,                                       \
+      "__device__ __forceinline__ float act_silu(float x) { return x / (1.0f + expf(-x)); }\n"      \
+      "__device__ __forceinline__ float actg_silu(float x)\n"                                       \
+      "{ float s = 1.0f / (1.0f + expf(-x)); return s * (1.0f + x * (1.0f - s)); }\n")
 
 /* The CUDA text of every row, one string literal (for the module preamble). */
 #define HPC_ACT_CUDA_TEXT_(E, name, ffn, hf, ref, grad, cuda) cuda

@@ -252,6 +252,7 @@ Test(autodiff_ops, gelu) { check_act(IR_ACT_GELU); }
 Test(autodiff_ops, gelu_tanh) { check_act(IR_ACT_GELU_TANH); }
 Test(autodiff_ops, relu) { check_act(IR_ACT_RELU); }
 Test(autodiff_ops, tanh) { check_act(IR_ACT_TANH); }
+Test(autodiff_ops, silu) { check_act(IR_ACT_SILU); }
 
 Test(autodiff_ops, dropout_fixed_mask)
 {
