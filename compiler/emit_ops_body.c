@@ -1042,6 +1042,10 @@ static void gen_dropout_add(EopGen *gen)
 static HpcStatus check_dtypes(const EopGen *gen, HpcError *err)
 {
     const IrNode *n = OUTN;
+    if (n->n_in > EOP_MAX_INPUTS)
+        return hpc_fail(err, HPC_ERR_INPUT, "emit_ops: node %d (%s, %s) has %d inputs; a CUDA kernel takes at "
+                        "most %d (EopArgs.x); run it on the cpu backend", gen->id, n->name, ir_op_name(n->op),
+                        n->n_in, EOP_MAX_INPUTS);
     bool bad = n->dtype == DT_F64;
     for (int k = 0; k < n->n_in; k++) bad |= INN(k)->dtype == DT_F64;
     if (!bad) return HPC_OK;

@@ -43,7 +43,7 @@
 #include "activations.h"
 
 #define IR_MAX_RANK 4
-#define IR_MAX_INPUTS 3
+#define IR_MAX_INPUTS 8   /* e.g. a fused LayerNorm(x + bias + residual): 5 */
 #define IR_DIM_B (-1)   /* the batch size, bound at run time */
 #define IR_DIM_L (-2)   /* the padded sequence length, bound at run time */
 #define IR_NAME_MAX 64
