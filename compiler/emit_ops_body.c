@@ -1081,8 +1081,23 @@ EOP_PLAIN(softmax_dropout) EOP_PLAIN(softmax_dropout_bwd) EOP_PLAIN(dropout_add)
 #undef EOP_PLAIN
 static HpcStatus cuda_gemm(EopGen *gen, HpcError *err) { return gen_gemm(gen, err); }
 
+/* An op the cpu backend runs but no kernel implements yet. */
+static HpcStatus cuda_unsupported(EopGen *gen, HpcError *err)
+{
+    return hpc_fail(err, HPC_ERR_INPUT, "emit_ops: node %d (%s): op %s has no CUDA kernel yet; run the "
+                    "graph on the cpu backend", gen->id, OUTN->name, ir_op_name(OUTN->op));
+}
+
+/* A projection is written by the multi-output node it reads. */
+static HpcStatus cuda_output(EopGen *gen, HpcError *err)
+{
+    (void)err;
+    gen->kind = EOP_NONE;
+    return HPC_OK;
+}
+
 static const EopGenFn op_cuda[] = {
-#define IR_OP(E, name, nmin, nmax, prec, grad, cuda) cuda_##cuda,
+#define IR_OP(E, name, nmin, nmax, nout, prec, grad, cuda) cuda_##cuda,
 #include "ops.def"
 #undef IR_OP
 };

@@ -54,6 +54,29 @@ int ir_add(IrGraph *g, IrOpKind op, const int *inputs, int n_in, const IrAttr *a
     return id;
 }
 
+int ir_add_outputs(IrGraph *g, IrOpKind op, const int *inputs, int n_in, const IrAttr *attr,
+                   const char *name, int *outs)
+{
+    int id = ir_add(g, op, inputs, n_in, attr, name);
+    outs[0] = id;
+    for (int k = 1; k < ir_op_info(op)->n_outputs; k++) {
+        char pname[IR_NAME_MAX];
+        snprintf(pname, sizeof pname, "%.*s.%s", IR_NAME_MAX - 16, g->nodes[id].name, ir_output_name(op, k));
+        IrAttr a = {.output = {k}};
+        outs[k] = ir_add(g, IR_OP_OUTPUT, &id, 1, &a, pname);
+    }
+    return id;
+}
+
+int ir_output(const IrGraph *g, int id, int k)
+{
+    if (k == 0) return id;
+    for (int j = id + 1; j < g->n; j++)
+        if (g->nodes[j].op == IR_OP_OUTPUT && g->nodes[j].in[0] == id && g->nodes[j].attr.output.index == k)
+            return j;
+    return -1;
+}
+
 int ir_input(IrGraph *g, IrInputKind kind)
 {
     IrAttr a = {.input = {kind}};

@@ -1,8 +1,14 @@
 /* compiler/ir.h — the graph IR: one node per value, in topological order.
  *
- * A graph is an array of nodes; node i produces value i (exactly one output
- * per op, as in ggml), and inputs always have smaller ids, so the array order
- * is a valid schedule.  Each value has a dtype and a shape of up to
+ * A graph is an array of nodes; node i produces value i, and inputs always
+ * have smaller ids, so the array order is a valid schedule.  An op with
+ * several outputs (ops.def's `outputs` column: LAYERNORM_FWD's y, mean and
+ * rstd) produces its first as its own value and each further one as an
+ * OUTPUT node ("projection": input = the op, attr = the output's index)
+ * appended right after it; the op's CPU reference and kernel write them all,
+ * and the OUTPUT node itself computes nothing.  So every value still has
+ * one node, passes copy and remap projections like any node, and a node
+ * reads output k of a multi-output op by reading its projection.  Each value has a dtype and a shape of up to
  * IR_MAX_RANK dims; a dim is a constant >= 1 or one of the two symbols
  * IR_DIM_B (batch) and IR_DIM_L (sequence length), which are bound when the
  * graph runs.  Every other size (hidden, heads, vocab) is a constant.
@@ -95,6 +101,7 @@ typedef struct { double p; int salt; } IrDropoutAttr;      /* salt = id of the f
 typedef struct { int64_t heads; } IrHeadsAttr;
 typedef struct { DType to; } IrCastAttr;
 typedef struct { int64_t rows; } IrEmbedBwdAttr;           /* V: rows of the table */
+typedef struct { int index; } IrOutputAttr;                /* which output (>= 1) of the input node */
 
 typedef union {
     IrInputAttr input;
@@ -108,6 +115,7 @@ typedef union {
     IrHeadsAttr heads;
     IrCastAttr cast;
     IrEmbedBwdAttr embed_bwd;
+    IrOutputAttr output;
 } IrAttr;
 
 typedef struct {
@@ -144,6 +152,7 @@ typedef void (*IrGradFn)(IrGraph *g, int node, int dy, int *dx);
 typedef struct {
     const char *name;
     int min_inputs, max_inputs;
+    int n_outputs;            /* 1, or an op whose outputs 1.. are OUTPUT nodes */
     IrShapeFn shape;
     IrGradFn backward;        /* the rule ir_backward runs (ops.def's grad column) */
 } IrOpInfo;
@@ -155,6 +164,15 @@ void ir_free(IrGraph *g);
  * ops without attributes.  name is copied (truncated); NULL = op name. */
 int ir_add(IrGraph *g, IrOpKind op, const int *inputs, int n_in, const IrAttr *attr,
            const char *name);
+/* For an op with several outputs: ir_add, then one OUTPUT node per output
+ * 1 .. n_outputs-1 right after it, named "<name>.<output name>".  Writes the
+ * value ids of all outputs into outs[0 .. n_outputs) (outs[0] is the node)
+ * and returns the node's id. */
+int ir_add_outputs(IrGraph *g, IrOpKind op, const int *inputs, int n_in, const IrAttr *attr,
+                   const char *name, int *outs);
+/* The value of output k of node id: id itself for k == 0, else its OUTPUT
+ * node, or -1 when the graph has none (a pass dropped an unused one). */
+int ir_output(const IrGraph *g, int id, int k);
 int ir_input(IrGraph *g, IrInputKind kind);
 int ir_param(IrGraph *g, int index, DType dtype, int rank, const int64_t *dims, const char *name);
 
@@ -181,6 +199,7 @@ const char *ir_op_name(IrOpKind op);
 const char *ir_dtype_name(DType dt);          /* "f32", "f16", "bf16", "f64", "i32" */
 const char *ir_input_name(IrInputKind kind);  /* "input_ids", ... */
 const char *ir_act_name(IrActKind kind);
+const char *ir_output_name(IrOpKind op, int k); /* output k's name: "mean", "rstd"; "out" for output 0 */
 bool ir_dtype_is_float(DType dt);
 
 /* Number of elements of value v for a binding of B and L. */

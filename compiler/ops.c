@@ -277,6 +277,30 @@ static void ir_shape_mse_bwd(const IrGraph *g, IrNode *n)
 
 static void ir_shape_softmax_dropout(const IrGraph *g, IrNode *n) { ir_shape_softmax(g, n); }
 
+static void ir_shape_layernorm_fwd(const IrGraph *g, IrNode *n) { ir_shape_layernorm(g, n); }
+
+/* Output k >= 1 of a multi-output op: each such op has its case here. */
+static void ir_shape_output(const IrGraph *g, IrNode *n)
+{
+    const IrNode *p = IN(0);
+    int k = n->attr.output.index;
+    require(k >= 1 && k < ir_op_info(p->op)->n_outputs, n, "index must name output 1.. of a multi-output op");
+    switch (p->op) {
+    case IR_OP_LAYERNORM_FWD: /* mean, rstd: one f32 per row of x */
+        set_shape(n, DT_F32, p->rank - 1, p->dims);
+        break;
+    default:
+        require(false, n, "no shape rule for this output");
+    }
+}
+
+const char *ir_output_name(IrOpKind op, int k)
+{
+    if (k == 0) return "out";
+    if (op == IR_OP_LAYERNORM_FWD) return k == 1 ? "mean" : k == 2 ? "rstd" : "?";
+    return "?";
+}
+
 static void ir_shape_softmax_dropout_bwd(const IrGraph *g, IrNode *n)
 {
     const IrNode *s = IN(1);
@@ -477,17 +501,25 @@ GRAD_RULE(cast)
     a.cast.to = NODE(f.in[0])->dtype;
     if (needs(g, id, 0)) dx[0] = grad_node(g, id, 0, IR_OP_CAST, &dy, 1, &a);
 }
+/* Outputs past the first (statistics kept for a backward op) carry no
+ * gradient; a graph that differentiates through one is not supported. */
+GRAD_RULE(output)
+{
+    hpc_panic(__FILE__, __LINE__, "no gradient through %s (output %d of %s): only a multi-output op's "
+              "first output is differentiable", NODE(id)->name, NODE(id)->attr.output.index,
+              ir_op_name(NODE(NODE(id)->in[0])->op));
+}
 #undef F
 
 /* ---- the table -------------------------------------------------------- */
 
 static const IrOpInfo op_table[] = {
-#define IR_OP(E, name, nmin, nmax, prec, grad, cuda) {#name, nmin, nmax, ir_shape_##name, grad_##grad},
+#define IR_OP(E, name, nmin, nmax, nout, prec, grad, cuda) {#name, nmin, nmax, nout, ir_shape_##name, grad_##grad},
 #include "ops.def"
 #undef IR_OP
 };
 _Static_assert(sizeof op_table / sizeof op_table[0] == IR_OP_COUNT, "ops.def and the op table disagree");
-_Static_assert(IR_OP_COUNT == 34, "an op was added or removed: update docs/ir.md (the row names its functions)");
+_Static_assert(IR_OP_COUNT == 36, "an op was added or removed: update docs/ir.md (the row names its functions)");
 
 const IrOpInfo *ir_op_info(IrOpKind op)
 {

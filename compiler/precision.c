@@ -21,7 +21,7 @@ typedef struct {
 
 /* The `prec` column of compiler/ops.def. */
 static const PrecClass op_class[] = {
-#define IR_OP(E, name, nmin, nmax, prec, ...) PREC_CLASS_##prec,
+#define IR_OP(E, name, nmin, nmax, nout, prec, ...) PREC_CLASS_##prec,
 #include "ops.def"
 #undef IR_OP
 };
@@ -205,6 +205,7 @@ static void plan_op(Planner *P, int i)
     P->backward = n->backward;
     for (int k = 0; k < n->n_in; k++) {
         int u = n->in[k];
+        if (n->op == IR_OP_OUTPUT) { ins[k] = P->plan->map[u]; continue; } /* the op itself, never a cast */
         bool is_param = P->in->nodes[u].op == IR_OP_PARAM;
         DType want = wanted_input(cls, is_param, low);
         ins[k] = is_param ? param_as(P, u, want, region) : value_as(P, u, want, region);
@@ -215,7 +216,7 @@ static void plan_op(Planner *P, int i)
     IrNode *o = &P->out->nodes[id];
     o->requires_grad = n->requires_grad;
     o->backward = n->backward;
-    if (ir_dtype_is_float(o->dtype))
+    if (ir_dtype_is_float(o->dtype) && n->op != IR_OP_OUTPUT) /* a projection's dtype is its op's rule */
         o->dtype = P->grad_f32[i] || cls == PREC_CLASS_F32 ? DT_F32 : low;
     P->plan->map[i] = id;
     plan_note(P, id, cls, region, cls == PREC_CLASS_LOW ? low : DT_F32, i);

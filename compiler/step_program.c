@@ -495,6 +495,9 @@ static HpcStatus read_node(Reader *r, IrGraph *g, int npar)
     }
     if (n->op == IR_OP_PARAM && (n->attr.param.index < 0 || n->attr.param.index >= npar))
         return bad(r, "a param node names no parameter%s", "");
+    if (n->op == IR_OP_OUTPUT && (n->attr.output.index < 1 ||
+                                  n->attr.output.index >= ir_op_info(g->nodes[n->in[0]].op)->n_outputs))
+        return bad(r, "an output node names no output of its op%s", "");
     if (n->op == IR_OP_INPUT && ((int)n->attr.input.kind < 0 || n->attr.input.kind >= IR_IN_COUNT))
         return bad(r, "an input node names no batch field%s", "");
     if (!copy_name(n->name, sizeof n->name, rest_after(r->buf, 12 + n_ids)))

@@ -158,6 +158,11 @@ HpcStatus cpu_exec_run(CpuExec *ex, const Batch *batch, const CpuRunOptions *opt
             continue;
         }
         st = ensure_buffer(ex, i, err);
+        /* A multi-output op writes its OUTPUT nodes' values too. */
+        for (int k = 1; k < ir_op_info(NODE(i)->op)->n_outputs && st == HPC_OK; k++) {
+            int j = ir_output(ex->g, i, k);
+            if (j >= 0) st = ensure_buffer(ex, j, err);
+        }
         if (st == HPC_OK) st = table[NODE(i)->op](ex, i, err);
         if (st == HPC_OK) round_low_precision(ex, i);
     }
