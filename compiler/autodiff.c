@@ -28,6 +28,7 @@ static void accumulate(IrGraph *g, int *grad, int v, int d)
     snprintf(name, sizeof name, "d.%.*s", IR_NAME_MAX - 3, g->nodes[v].name);
     grad[v] = ir_add(g, IR_OP_ADD, (int[]){grad[v], d}, 2, NULL, name);
     g->nodes[grad[v]].backward = true;
+    g->nodes[grad[v]].region = g->nodes[v].region;
 }
 
 HpcStatus autodiff_build(IrGraph *g, const ParamList *pl, HpcError *err)
@@ -42,6 +43,7 @@ HpcStatus autodiff_build(IrGraph *g, const ParamList *pl, HpcError *err)
                         "unfreeze some layers");
     int *grad = xmalloc((size_t)n_fwd * sizeof *grad);
     for (int i = 0; i < n_fwd; i++) grad[i] = -1;
+    g->region = IR_REGION_HEAD;  /* the seed belongs to the loss */
     grad[g->loss] = ir_input(g, IR_IN_LOSS_SCALE);
     g->nodes[grad[g->loss]].backward = true;
     for (int i = n_fwd - 1; i >= 0; i--) {

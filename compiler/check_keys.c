@@ -34,8 +34,12 @@ struct KeyDef {
     KeyFn fn;              /* KT_FN */
 };
 
-static const EnumName ACTIVATIONS[] = {
-    {"gelu", ACT_GELU}, {"gelu_tanh", ACT_GELU_TANH}, {"relu", ACT_RELU}, {NULL, 0}};
+/* The rows of compiler/activations.h a stack may use (ffn = 1). */
+#define FFN_IF_1(...) __VA_ARGS__
+#define FFN_IF_0(...)
+#define FFN_ACT_(E, name, ffn, ...) FFN_IF_##ffn({#name, ACT_##E},)
+static const EnumName ACTIVATIONS[] = {HPC_ACTIVATIONS(FFN_ACT_){NULL, 0}};
+#undef FFN_ACT_
 static const EnumName NORMS[] = {{"post", NORM_POST}, {"pre", NORM_PRE}, {NULL, 0}};
 static const EnumName ATTENTIONS[] = {
     {"bidirectional", ATTN_BIDIRECTIONAL}, {"causal", ATTN_CAUSAL}, {NULL, 0}};

@@ -1042,6 +1042,10 @@ static void gen_dropout_add(EopGen *gen)
 static HpcStatus check_dtypes(const EopGen *gen, HpcError *err)
 {
     const IrNode *n = OUTN;
+    if (n->n_in > EOP_MAX_INPUTS)
+        return hpc_fail(err, HPC_ERR_INPUT, "emit_ops: node %d (%s, %s) has %d inputs; a CUDA kernel takes at "
+                        "most %d (EopArgs.x); run it on the cpu backend", gen->id, n->name, ir_op_name(n->op),
+                        n->n_in, EOP_MAX_INPUTS);
     bool bad = n->dtype == DT_F64;
     for (int k = 0; k < n->n_in; k++) bad |= INN(k)->dtype == DT_F64;
     if (!bad) return HPC_OK;
@@ -1050,53 +1054,62 @@ static HpcStatus check_dtypes(const EopGen *gen, HpcError *err)
                     ir_op_name(n->op));
 }
 
+/* The generators named by the `cuda` column of compiler/ops.def, in one
+ * signature; those that cannot fail are wrapped. */
+typedef HpcStatus (*EopGenFn)(EopGen *gen, HpcError *err);
+
+static void gen_param(EopGen *gen) { (void)gen; } /* storage bound by the executor */
+
+static void gen_input(EopGen *gen)
+{
+    if (OUTN->attr.input.kind == IR_IN_LOSS_SCALE) gen_loss_scale(gen);
+    else gen->kind = EOP_UPLOAD;
+}
+
+static void gen_split_heads(EopGen *gen) { gen_heads(gen, true); }
+static void gen_merge_heads(EopGen *gen) { gen_heads(gen, false); }
+
+#define EOP_PLAIN(name) \
+    static HpcStatus cuda_##name(EopGen *gen, HpcError *err) { (void)err; gen_##name(gen); return HPC_OK; }
+EOP_PLAIN(param) EOP_PLAIN(input) EOP_PLAIN(positions) EOP_PLAIN(embedding) EOP_PLAIN(add)
+EOP_PLAIN(layernorm) EOP_PLAIN(act) EOP_PLAIN(softmax) EOP_PLAIN(dropout) EOP_PLAIN(split_heads)
+EOP_PLAIN(merge_heads) EOP_PLAIN(slice_first) EOP_PLAIN(slice_last) EOP_PLAIN(shift_labels)
+EOP_PLAIN(cross_entropy) EOP_PLAIN(mse) EOP_PLAIN(cast) EOP_PLAIN(embedding_bwd) EOP_PLAIN(bias_grad)
+EOP_PLAIN(layernorm_dx) EOP_PLAIN(layernorm_dgamma) EOP_PLAIN(act_bwd) EOP_PLAIN(softmax_bwd)
+EOP_PLAIN(slice_first_bwd) EOP_PLAIN(slice_last_bwd) EOP_PLAIN(cross_entropy_bwd) EOP_PLAIN(mse_bwd)
+EOP_PLAIN(softmax_dropout) EOP_PLAIN(softmax_dropout_bwd) EOP_PLAIN(dropout_add)
+#undef EOP_PLAIN
+static HpcStatus cuda_gemm(EopGen *gen, HpcError *err) { return gen_gemm(gen, err); }
+
+/* An op the cpu backend runs but no kernel implements yet. */
+static HpcStatus cuda_unsupported(EopGen *gen, HpcError *err)
+{
+    return hpc_fail(err, HPC_ERR_INPUT, "emit_ops: node %d (%s): op %s has no CUDA kernel yet; run the "
+                    "graph on the cpu backend", gen->id, OUTN->name, ir_op_name(OUTN->op));
+}
+
+/* A projection is written by the multi-output node it reads. */
+static HpcStatus cuda_output(EopGen *gen, HpcError *err)
+{
+    (void)err;
+    gen->kind = EOP_NONE;
+    return HPC_OK;
+}
+
+static const EopGenFn op_cuda[] = {
+#define IR_OP(E, name, nmin, nmax, nout, prec, grad, cuda) cuda_##cuda,
+#include "ops.def"
+#undef IR_OP
+};
+_Static_assert(sizeof op_cuda / sizeof op_cuda[0] == IR_OP_COUNT, "ops.def and the CUDA table disagree");
+
 HpcStatus eopb_node(EopGen *gen, HpcError *err)
 {
     HpcStatus st = check_dtypes(gen, err);
     if (st) return st;
-    const IrNode *n = OUTN;
+    HPC_ASSERT(OUTN->op >= 0 && OUTN->op < IR_OP_COUNT);
     gen->kind = EOP_NONE;
-    switch (n->op) {
-    case IR_OP_PARAM: break;
-    case IR_OP_INPUT:
-        if (n->attr.input.kind == IR_IN_LOSS_SCALE) gen_loss_scale(gen);
-        else gen->kind = EOP_UPLOAD;
-        break;
-    case IR_OP_POSITIONS: gen_positions(gen); break;
-    case IR_OP_EMBEDDING: gen_embedding(gen); break;
-    case IR_OP_LINEAR:
-    case IR_OP_MATMUL:
-    case IR_OP_LINEAR_DX:
-    case IR_OP_LINEAR_DW: return gen_gemm(gen, err);
-    case IR_OP_ADD: gen_add(gen); break;
-    case IR_OP_LAYERNORM: gen_layernorm(gen); break;
-    case IR_OP_ACT: gen_act(gen); break;
-    case IR_OP_SOFTMAX: gen_softmax(gen); break;
-    case IR_OP_DROPOUT: gen_dropout(gen); break;
-    case IR_OP_SPLIT_HEADS: gen_heads(gen, true); break;
-    case IR_OP_MERGE_HEADS: gen_heads(gen, false); break;
-    case IR_OP_SLICE_FIRST: gen_slice_first(gen); break;
-    case IR_OP_SLICE_LAST: gen_slice_last(gen); break;
-    case IR_OP_SHIFT_LABELS: gen_shift_labels(gen); break;
-    case IR_OP_CROSS_ENTROPY: gen_cross_entropy(gen); break;
-    case IR_OP_MSE: gen_mse(gen); break;
-    case IR_OP_CAST: gen_cast(gen); break;
-    case IR_OP_EMBEDDING_BWD: gen_embedding_bwd(gen); break;
-    case IR_OP_BIAS_GRAD: gen_bias_grad(gen); break;
-    case IR_OP_LAYERNORM_DX: gen_layernorm_dx(gen); break;
-    case IR_OP_LAYERNORM_DGAMMA: gen_layernorm_dgamma(gen); break;
-    case IR_OP_ACT_BWD: gen_act_bwd(gen); break;
-    case IR_OP_SOFTMAX_BWD: gen_softmax_bwd(gen); break;
-    case IR_OP_SLICE_FIRST_BWD: gen_slice_first_bwd(gen); break;
-    case IR_OP_SLICE_LAST_BWD: gen_slice_last_bwd(gen); break;
-    case IR_OP_CROSS_ENTROPY_BWD: gen_cross_entropy_bwd(gen); break;
-    case IR_OP_MSE_BWD: gen_mse_bwd(gen); break;
-    case IR_OP_SOFTMAX_DROPOUT: gen_softmax_dropout(gen); break;
-    case IR_OP_SOFTMAX_DROPOUT_BWD: gen_softmax_dropout_bwd(gen); break;
-    case IR_OP_DROPOUT_ADD: gen_dropout_add(gen); break;
-    case IR_OP_COUNT: HPC_ASSERT(0);
-    }
-    return HPC_OK;
+    return op_cuda[OUTN->op](gen, err);
 }
 
 void eopb_free(EopGen *gen)

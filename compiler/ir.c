@@ -11,6 +11,7 @@ void ir_init(IrGraph *g)
     memset(g, 0, sizeof *g);
     g->loss = -1;
     g->logits = -1;
+    g->region = IR_REGION_HEAD;
 }
 
 void ir_free(IrGraph *g)
@@ -29,6 +30,7 @@ static int ir_append(IrGraph *g, IrOpKind op, const char *name)
     IrNode *n = &g->nodes[g->n];
     memset(n, 0, sizeof *n);
     n->op = op;
+    n->region = g->region;
     for (int i = 0; i < IR_MAX_INPUTS; i++) n->in[i] = -1;
     snprintf(n->name, sizeof n->name, "%s", name ? name : ir_op_name(op));
     g->n_forward = g->n + 1; /* autodiff resets this after it appends */
@@ -50,6 +52,29 @@ int ir_add(IrGraph *g, IrOpKind op, const int *inputs, int n_in, const IrAttr *a
     if (attr) n->attr = *attr;
     info->shape(g, n);
     return id;
+}
+
+int ir_add_outputs(IrGraph *g, IrOpKind op, const int *inputs, int n_in, const IrAttr *attr,
+                   const char *name, int *outs)
+{
+    int id = ir_add(g, op, inputs, n_in, attr, name);
+    outs[0] = id;
+    for (int k = 1; k < ir_op_info(op)->n_outputs; k++) {
+        char pname[IR_NAME_MAX];
+        snprintf(pname, sizeof pname, "%.*s.%s", IR_NAME_MAX - 16, g->nodes[id].name, ir_output_name(op, k));
+        IrAttr a = {.output = {k}};
+        outs[k] = ir_add(g, IR_OP_OUTPUT, &id, 1, &a, pname);
+    }
+    return id;
+}
+
+int ir_output(const IrGraph *g, int id, int k)
+{
+    if (k == 0) return id;
+    for (int j = id + 1; j < g->n; j++)
+        if (g->nodes[j].op == IR_OP_OUTPUT && g->nodes[j].in[0] == id && g->nodes[j].attr.output.index == k)
+            return j;
+    return -1;
 }
 
 int ir_input(IrGraph *g, IrInputKind kind)
@@ -95,13 +120,12 @@ const char *ir_input_name(IrInputKind kind)
 
 const char *ir_act_name(IrActKind kind)
 {
-    switch (kind) {
-    case IR_ACT_GELU: return "gelu";
-    case IR_ACT_GELU_TANH: return "gelu_tanh";
-    case IR_ACT_RELU: return "relu";
-    case IR_ACT_TANH: return "tanh";
-    }
-    return "?";
+    static const char *const names[IR_ACT_COUNT] = {
+#define ACT_NAME_(E, name, ...) #name,
+        HPC_ACTIVATIONS(ACT_NAME_)
+#undef ACT_NAME_
+    };
+    return kind >= 0 && kind < IR_ACT_COUNT ? names[kind] : "?";
 }
 
 int64_t ir_dim(int64_t d, int64_t B, int64_t L)
@@ -156,6 +180,7 @@ int ir_copy_node(IrGraph *g, const IrNode *n, const int *map)
     }
     g->nodes[id].requires_grad = n->requires_grad;
     g->nodes[id].backward = n->backward;
+    g->nodes[id].region = n->region;
     return id;
 }
 
@@ -168,6 +193,7 @@ int ir_cast(IrGraph *g, int v, DType to)
     int id = ir_add(g, IR_OP_CAST, &v, 1, &a, name);
     g->nodes[id].requires_grad = g->nodes[v].requires_grad;
     g->nodes[id].backward = g->nodes[v].backward;
+    g->nodes[id].region = g->nodes[v].region;
     return id;
 }
 

@@ -1,8 +1,14 @@
 /* compiler/ir.h — the graph IR: one node per value, in topological order.
  *
- * A graph is an array of nodes; node i produces value i (exactly one output
- * per op, as in ggml), and inputs always have smaller ids, so the array order
- * is a valid schedule.  Each value has a dtype and a shape of up to
+ * A graph is an array of nodes; node i produces value i, and inputs always
+ * have smaller ids, so the array order is a valid schedule.  An op with
+ * several outputs (ops.def's `outputs` column: LAYERNORM_FWD's y, mean and
+ * rstd) produces its first as its own value and each further one as an
+ * OUTPUT node ("projection": input = the op, attr = the output's index)
+ * appended right after it; the op's CPU reference and kernel write them all,
+ * and the OUTPUT node itself computes nothing.  So every value still has
+ * one node, passes copy and remap projections like any node, and a node
+ * reads output k of a multi-output op by reading its projection.  Each value has a dtype and a shape of up to
  * IR_MAX_RANK dims; a dim is a constant >= 1 or one of the two symbols
  * IR_DIM_B (batch) and IR_DIM_L (sequence length), which are bound when the
  * graph runs.  Every other size (hidden, heads, vocab) is a constant.
@@ -40,8 +46,10 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "activations.h"
+
 #define IR_MAX_RANK 4
-#define IR_MAX_INPUTS 3
+#define IR_MAX_INPUTS 8   /* e.g. a fused LayerNorm(x + bias + residual): 5 */
 #define IR_DIM_B (-1)   /* the batch size, bound at run time */
 #define IR_DIM_L (-2)   /* the padded sequence length, bound at run time */
 #define IR_NAME_MAX 64
@@ -50,7 +58,7 @@
 typedef enum { DT_F32, DT_F16, DT_BF16, DT_F64, DT_I32 } DType;
 
 typedef enum {
-#define IR_OP(E, name, nmin, nmax) IR_OP_##E,
+#define IR_OP(E, ...) IR_OP_##E,
 #include "ops.def"
 #undef IR_OP
     IR_OP_COUNT
@@ -68,7 +76,19 @@ typedef enum {
     IR_IN_COUNT
 } IrInputKind;
 
-typedef enum { IR_ACT_GELU, IR_ACT_GELU_TANH, IR_ACT_RELU, IR_ACT_TANH } IrActKind;
+/* The activations, one per row of compiler/activations.h. */
+typedef enum {
+#define IR_ACT_ENUM_(E, ...) IR_ACT_##E,
+    HPC_ACTIVATIONS(IR_ACT_ENUM_)
+#undef IR_ACT_ENUM_
+    IR_ACT_COUNT
+} IrActKind;
+
+/* The part of the model a node belongs to, set by lowering (the precision
+ * policy may pin a dtype per region: compiler/precision.h).  Nodes appended
+ * later take the region of what they derive from: a gradient that of the
+ * forward value it is the gradient of, a cast that of the value cast. */
+typedef enum { IR_REGION_EMBEDDINGS, IR_REGION_STACK, IR_REGION_HEAD, IR_REGION_COUNT } IrRegion;
 
 typedef struct { IrInputKind kind; } IrInputAttr;
 typedef struct { int index; } IrParamAttr;                 /* index into the ParamList */
@@ -81,6 +101,7 @@ typedef struct { double p; int salt; } IrDropoutAttr;      /* salt = id of the f
 typedef struct { int64_t heads; } IrHeadsAttr;
 typedef struct { DType to; } IrCastAttr;
 typedef struct { int64_t rows; } IrEmbedBwdAttr;           /* V: rows of the table */
+typedef struct { int index; } IrOutputAttr;                /* which output (>= 1) of the input node */
 
 typedef union {
     IrInputAttr input;
@@ -94,6 +115,7 @@ typedef union {
     IrHeadsAttr heads;
     IrCastAttr cast;
     IrEmbedBwdAttr embed_bwd;
+    IrOutputAttr output;
 } IrAttr;
 
 typedef struct {
@@ -106,6 +128,7 @@ typedef struct {
     int64_t dims[IR_MAX_RANK]; /* constants or IR_DIM_B / IR_DIM_L */
     bool requires_grad;       /* depends on a trainable parameter (set by autodiff) */
     bool backward;            /* produced by autodiff */
+    IrRegion region;          /* embeddings, stack or head (see IrRegion) */
     char name[IR_NAME_MAX];   /* for listings: "layer.0.attn.scores" */
 } IrNode;
 
@@ -117,16 +140,21 @@ typedef struct {
     int logits;               /* head output, -1 until set */
     int *param_grad;          /* (n_params) gradient value per parameter, -1 = none */
     int n_params;
+    IrRegion region;          /* given to the nodes appended next (lowering moves it) */
 } IrGraph;
 
 /* Shape and dtype rule of an op: fills node->dtype, rank, dims from the
  * inputs (already in g) and the attribute; panics on a mismatch. */
 typedef void (*IrShapeFn)(const IrGraph *g, IrNode *node);
+/* Backward rule of an op: see ir_backward. */
+typedef void (*IrGradFn)(IrGraph *g, int node, int dy, int *dx);
 
 typedef struct {
     const char *name;
     int min_inputs, max_inputs;
+    int n_outputs;            /* 1, or an op whose outputs 1.. are OUTPUT nodes */
     IrShapeFn shape;
+    IrGradFn backward;        /* the rule ir_backward runs (ops.def's grad column) */
 } IrOpInfo;
 
 void ir_init(IrGraph *g);
@@ -136,6 +164,15 @@ void ir_free(IrGraph *g);
  * ops without attributes.  name is copied (truncated); NULL = op name. */
 int ir_add(IrGraph *g, IrOpKind op, const int *inputs, int n_in, const IrAttr *attr,
            const char *name);
+/* For an op with several outputs: ir_add, then one OUTPUT node per output
+ * 1 .. n_outputs-1 right after it, named "<name>.<output name>".  Writes the
+ * value ids of all outputs into outs[0 .. n_outputs) (outs[0] is the node)
+ * and returns the node's id. */
+int ir_add_outputs(IrGraph *g, IrOpKind op, const int *inputs, int n_in, const IrAttr *attr,
+                   const char *name, int *outs);
+/* The value of output k of node id: id itself for k == 0, else its OUTPUT
+ * node, or -1 when the graph has none (a pass dropped an unused one). */
+int ir_output(const IrGraph *g, int id, int k);
 int ir_input(IrGraph *g, IrInputKind kind);
 int ir_param(IrGraph *g, int index, DType dtype, int rank, const int64_t *dims, const char *name);
 
@@ -162,6 +199,7 @@ const char *ir_op_name(IrOpKind op);
 const char *ir_dtype_name(DType dt);          /* "f32", "f16", "bf16", "f64", "i32" */
 const char *ir_input_name(IrInputKind kind);  /* "input_ids", ... */
 const char *ir_act_name(IrActKind kind);
+const char *ir_output_name(IrOpKind op, int k); /* output k's name: "mean", "rstd"; "out" for output 0 */
 bool ir_dtype_is_float(DType dt);
 
 /* Number of elements of value v for a binding of B and L. */

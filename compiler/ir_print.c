@@ -20,7 +20,9 @@ void ir_attr_str(const IrNode *n, char *buf, size_t size)
         snprintf(buf, size, "%s%salpha=%.6g", a->matmul.trans_a ? "trans_a " : "",
                  a->matmul.trans_b ? "trans_b " : "", a->matmul.alpha);
         break;
+    case IR_OP_OUTPUT: snprintf(buf, size, "index=%d", a->output.index); break;
     case IR_OP_LAYERNORM:
+    case IR_OP_LAYERNORM_FWD:
     case IR_OP_LAYERNORM_DX:
     case IR_OP_LAYERNORM_DGAMMA: snprintf(buf, size, "eps=%g", a->norm.eps); break;
     case IR_OP_ACT:

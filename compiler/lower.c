@@ -20,13 +20,10 @@ typedef struct {
 
 IrActKind lower_act(SpecActivation a)
 {
-    switch (a) {
-    case ACT_GELU: return IR_ACT_GELU;
-    case ACT_GELU_TANH: return IR_ACT_GELU_TANH;
-    case ACT_RELU: return IR_ACT_RELU;
-    case ACT_TANH: return IR_ACT_TANH;
-    }
-    return IR_ACT_GELU;
+    /* Both enums are the rows of compiler/activations.h, in order. */
+    _Static_assert((int)ACT_COUNT == (int)IR_ACT_COUNT, "activation enums differ");
+    HPC_ASSERT(a >= 0 && a < ACT_COUNT);
+    return (IrActKind)a;
 }
 
 /* A parameter named `name` and its PARAM node. */
@@ -278,16 +275,19 @@ HpcStatus lower_model(const ModelSpec *spec, IrGraph *g, ParamList *params, HpcE
     HPC_ASSERT(g->n == 0 && params->n == 0);
     Lower lw = {.spec = spec, .g = g, .pl = params};
     lw.prefix = s->kind == STACK_DECODER ? "transformer" : "bert";
+    g->region = IR_REGION_EMBEDDINGS;
     lw.ids = ir_input(g, IR_IN_INPUT_IDS);
     lw.mask = ir_input(g, IR_IN_ATTN_MASK);
     int word_table;
     int x = lower_embeddings(&lw, &word_table);
+    g->region = IR_REGION_STACK;
     for (int64_t i = 0; i < s->layers; i++) x = lower_layer(&lw, x, i);
     if (s->final_ln) {
         char n[PARAM_NAME_MAX];
         snprintf(n, sizeof n, "%s.ln_f", lw.prefix);
         x = lw_layernorm(&lw, x, n, "final_ln");
     }
+    g->region = IR_REGION_HEAD;
     g->loss = lower_head(&lw, x, word_table);
     g->n_forward = g->n;
     g->n_params = params->n;

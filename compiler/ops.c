@@ -280,6 +280,30 @@ static void ir_shape_mse_bwd(const IrGraph *g, IrNode *n)
 
 static void ir_shape_softmax_dropout(const IrGraph *g, IrNode *n) { ir_shape_softmax(g, n); }
 
+static void ir_shape_layernorm_fwd(const IrGraph *g, IrNode *n) { ir_shape_layernorm(g, n); }
+
+/* Output k >= 1 of a multi-output op: each such op has its case here. */
+static void ir_shape_output(const IrGraph *g, IrNode *n)
+{
+    const IrNode *p = IN(0);
+    int k = n->attr.output.index;
+    require(k >= 1 && k < ir_op_info(p->op)->n_outputs, n, "index must name output 1.. of a multi-output op");
+    switch (p->op) {
+    case IR_OP_LAYERNORM_FWD: /* mean, rstd: one f32 per row of x */
+        set_shape(n, DT_F32, p->rank - 1, p->dims);
+        break;
+    default:
+        require(false, n, "no shape rule for this output");
+    }
+}
+
+const char *ir_output_name(IrOpKind op, int k)
+{
+    if (k == 0) return "out";
+    if (op == IR_OP_LAYERNORM_FWD) return k == 1 ? "mean" : k == 2 ? "rstd" : "?";
+    return "?";
+}
+
 static void ir_shape_softmax_dropout_bwd(const IrGraph *g, IrNode *n)
 {
     const IrNode *s = IN(1);
@@ -297,24 +321,6 @@ static void ir_shape_dropout_add(const IrGraph *g, IrNode *n)
     copy_shape(n, IN(1));
 }
 
-/* ---- the table -------------------------------------------------------- */
-
-static const IrOpInfo op_table[] = {
-#define IR_OP(E, name, nmin, nmax) {#name, nmin, nmax, ir_shape_##name},
-#include "ops.def"
-#undef IR_OP
-};
-_Static_assert(sizeof op_table / sizeof op_table[0] == IR_OP_COUNT, "ops.def and the op table disagree");
-_Static_assert(IR_OP_COUNT == 34, "an op was added or removed: update ops.c, cpu_exec.c and docs/ir.md");
-
-const IrOpInfo *ir_op_info(IrOpKind op)
-{
-    HPC_ASSERT(op >= 0 && op < IR_OP_COUNT);
-    return &op_table[op];
-}
-
-const char *ir_op_name(IrOpKind op) { return ir_op_info(op)->name; }
-
 /* ---- backward rules --------------------------------------------------- */
 
 /* Appends node op(inputs) named "d.<name of forward input k>". */
@@ -325,6 +331,7 @@ static int grad_node(IrGraph *g, int fwd, int k, IrOpKind op, const int *in, int
     snprintf(name, sizeof name, "d.%.*s", IR_NAME_MAX - 3, NODE(NODE(fwd)->in[k])->name);
     int id = ir_add(g, op, in, n_in, attr, name);
     NODE(id)->backward = true;
+    NODE(id)->region = NODE(NODE(fwd)->in[k])->region;
     return id;
 }
 
@@ -333,7 +340,7 @@ static bool needs(const IrGraph *g, int fwd, int k)
     return NODE(fwd)->n_in > k && NODE(NODE(fwd)->in[k])->requires_grad;
 }
 
-static void matmul_backward(IrGraph *g, int id, int dy, int *dx)
+static void grad_matmul(IrGraph *g, int id, int dy, int *dx)
 {
     IrNode f = *NODE(id); /* copy: ir_add may move the node array */
     int a = f.in[0], b = f.in[1];
@@ -361,111 +368,172 @@ static void matmul_backward(IrGraph *g, int id, int dy, int *dx)
 
 /* The fused ops' backward rules: the rule of the unfused chain, fused.
  * SOFTMAX_DROPOUT: dscores = SOFTMAX_DROPOUT_BWD(dy, scores, mask), which
- * recomputes the probabilities.  DROPOUT_ADD: dx = DROPOUT(dy) with the
- * same mask (p, salt), dr = dy. */
-static void fused_backward(IrGraph *g, int id, int dy, int *dx)
+ * recomputes the probabilities. */
+static void grad_softmax_dropout(IrGraph *g, int id, int dy, int *dx)
 {
     IrNode f = *NODE(id); /* copy: ir_add may move the node array */
     IrFusedAttr fa = fuse_attr_get(&f);
     IrAttr a;
-    if (f.op == IR_OP_SOFTMAX_DROPOUT) {
-        fa.mid2 = (uint8_t)NODE(dy)->dtype;
-        fuse_attr_set(&a, fa);
-        if (needs(g, id, 0))
-            dx[0] = grad_node(g, id, 0, IR_OP_SOFTMAX_DROPOUT_BWD, (int[]){dy, f.in[0], f.in[1]}, 3, &a);
-        return;
-    }
+    fa.mid2 = (uint8_t)NODE(dy)->dtype;
+    fuse_attr_set(&a, fa);
+    if (needs(g, id, 0))
+        dx[0] = grad_node(g, id, 0, IR_OP_SOFTMAX_DROPOUT_BWD, (int[]){dy, f.in[0], f.in[1]}, 3, &a);
+}
+
+/* DROPOUT_ADD: dx = DROPOUT(dy) with the same mask (p, salt), dr = dy. */
+static void grad_dropout_add(IrGraph *g, int id, int dy, int *dx)
+{
+    IrNode f = *NODE(id);
+    IrFusedAttr fa = fuse_attr_get(&f);
+    IrAttr a;
     a.dropout = (IrDropoutAttr){fa.p, fa.salt};
     if (needs(g, id, 0)) dx[0] = grad_node(g, id, 0, IR_OP_DROPOUT, &dy, 1, &a);
     dx[1] = needs(g, id, 1) ? dy : -1;
 }
 
+
+/* The rules named by the `grad` column of ops.def.  Each appends the nodes
+ * of the gradient of every input that needs one (dx[k], -1 for the others);
+ * f is a copy of the forward node because ir_add may move the node array. */
+#define GRAD_RULE(name) static void grad_##name(IrGraph *g, int id, int dy, int *dx)
+#define F (*NODE(id))
+
+/* Nothing flows back: leaves and integer-valued ops. */
+GRAD_RULE(none) { (void)g; (void)id; (void)dy; (void)dx; }
+
+/* A backward op: second derivatives are not supported. */
+GRAD_RULE(second)
+{
+    hpc_panic(__FILE__, __LINE__, "no backward rule for %s (second derivatives unsupported)",
+              ir_op_name(NODE(id)->op));
+}
+
+GRAD_RULE(embedding)
+{
+    IrNode f = F;
+    IrAttr a = f.attr;
+    a.embed_bwd.rows = NODE(f.in[0])->dims[0];
+    if (needs(g, id, 0)) dx[0] = grad_node(g, id, 0, IR_OP_EMBEDDING_BWD, (int[]){dy, f.in[1]}, 2, &a);
+}
+
+GRAD_RULE(linear)
+{
+    IrNode f = F;
+    if (needs(g, id, 0)) dx[0] = grad_node(g, id, 0, IR_OP_LINEAR_DX, (int[]){dy, f.in[1]}, 2, NULL);
+    if (needs(g, id, 1)) dx[1] = grad_node(g, id, 1, IR_OP_LINEAR_DW, (int[]){dy, f.in[0]}, 2, NULL);
+    if (needs(g, id, 2)) dx[2] = grad_node(g, id, 2, IR_OP_BIAS_GRAD, &dy, 1, NULL);
+}
+
+GRAD_RULE(add)
+{
+    dx[0] = needs(g, id, 0) ? dy : -1;
+    dx[1] = needs(g, id, 1) ? dy : -1;
+}
+
+GRAD_RULE(layernorm)
+{
+    IrNode f = F;
+    IrAttr a = f.attr;
+    if (needs(g, id, 0))
+        dx[0] = grad_node(g, id, 0, IR_OP_LAYERNORM_DX, (int[]){dy, f.in[0], f.in[1]}, 3, &a);
+    if (needs(g, id, 1)) dx[1] = grad_node(g, id, 1, IR_OP_LAYERNORM_DGAMMA, (int[]){dy, f.in[0]}, 2, &a);
+    if (needs(g, id, 2)) dx[2] = grad_node(g, id, 2, IR_OP_BIAS_GRAD, &dy, 1, NULL);
+}
+
+GRAD_RULE(act)
+{
+    IrNode f = F;
+    IrAttr a = f.attr;
+    if (needs(g, id, 0)) dx[0] = grad_node(g, id, 0, IR_OP_ACT_BWD, (int[]){dy, f.in[0]}, 2, &a);
+}
+
+GRAD_RULE(softmax)
+{
+    if (needs(g, id, 0)) dx[0] = grad_node(g, id, 0, IR_OP_SOFTMAX_BWD, (int[]){dy, id}, 2, NULL);
+}
+
+/* The same mask: same p, same salt. */
+GRAD_RULE(dropout)
+{
+    IrAttr a = F.attr;
+    if (needs(g, id, 0)) dx[0] = grad_node(g, id, 0, IR_OP_DROPOUT, &dy, 1, &a);
+}
+
+GRAD_RULE(split_heads)
+{
+    if (needs(g, id, 0)) dx[0] = grad_node(g, id, 0, IR_OP_MERGE_HEADS, &dy, 1, NULL);
+}
+
+GRAD_RULE(merge_heads)
+{
+    IrNode f = F;
+    IrAttr a = f.attr;
+    a.heads.heads = NODE(f.in[0])->dims[1];
+    if (needs(g, id, 0)) dx[0] = grad_node(g, id, 0, IR_OP_SPLIT_HEADS, &dy, 1, &a);
+}
+
+GRAD_RULE(slice_first)
+{
+    if (needs(g, id, 0)) dx[0] = grad_node(g, id, 0, IR_OP_SLICE_FIRST_BWD, &dy, 1, NULL);
+}
+
+/* The same mask picks the same token. */
+GRAD_RULE(slice_last)
+{
+    IrNode f = F;
+    if (needs(g, id, 0)) dx[0] = grad_node(g, id, 0, IR_OP_SLICE_LAST_BWD, (int[]){dy, f.in[1]}, 2, NULL);
+}
+
+GRAD_RULE(cross_entropy)
+{
+    IrNode f = F;
+    if (needs(g, id, 0))
+        dx[0] = grad_node(g, id, 0, IR_OP_CROSS_ENTROPY_BWD, (int[]){dy, f.in[0], f.in[1]}, 3, NULL);
+}
+
+GRAD_RULE(mse)
+{
+    IrNode f = F;
+    if (needs(g, id, 0)) dx[0] = grad_node(g, id, 0, IR_OP_MSE_BWD, (int[]){dy, f.in[0], f.in[1]}, 3, NULL);
+}
+
+GRAD_RULE(cast)
+{
+    IrNode f = F;
+    IrAttr a = f.attr;
+    a.cast.to = NODE(f.in[0])->dtype;
+    if (needs(g, id, 0)) dx[0] = grad_node(g, id, 0, IR_OP_CAST, &dy, 1, &a);
+}
+/* Outputs past the first (statistics kept for a backward op) carry no
+ * gradient; a graph that differentiates through one is not supported. */
+GRAD_RULE(output)
+{
+    hpc_panic(__FILE__, __LINE__, "no gradient through %s (output %d of %s): only a multi-output op's "
+              "first output is differentiable", NODE(id)->name, NODE(id)->attr.output.index,
+              ir_op_name(NODE(NODE(id)->in[0])->op));
+}
+#undef F
+
+/* ---- the table -------------------------------------------------------- */
+
+static const IrOpInfo op_table[] = {
+#define IR_OP(E, name, nmin, nmax, nout, prec, grad, cuda) {#name, nmin, nmax, nout, ir_shape_##name, grad_##grad},
+#include "ops.def"
+#undef IR_OP
+};
+_Static_assert(sizeof op_table / sizeof op_table[0] == IR_OP_COUNT, "ops.def and the op table disagree");
+_Static_assert(IR_OP_COUNT == 36, "an op was added or removed: update docs/ir.md (the row names its functions)");
+
+const IrOpInfo *ir_op_info(IrOpKind op)
+{
+    HPC_ASSERT(op >= 0 && op < IR_OP_COUNT);
+    return &op_table[op];
+}
+
+const char *ir_op_name(IrOpKind op) { return ir_op_info(op)->name; }
+
 void ir_backward(IrGraph *g, int id, int dy, int dx[IR_MAX_INPUTS])
 {
-    IrNode f = *NODE(id); /* copy: ir_add may move the node array */
     for (int k = 0; k < IR_MAX_INPUTS; k++) dx[k] = -1;
-    IrAttr a = f.attr;
-    switch (f.op) {
-    case IR_OP_INPUT:
-    case IR_OP_PARAM:
-    case IR_OP_POSITIONS:
-    case IR_OP_SHIFT_LABELS:
-        break;
-    case IR_OP_EMBEDDING:
-        a.embed_bwd.rows = NODE(f.in[0])->dims[0];
-        if (needs(g, id, 0)) dx[0] = grad_node(g, id, 0, IR_OP_EMBEDDING_BWD, (int[]){dy, f.in[1]}, 2, &a);
-        break;
-    case IR_OP_LINEAR:
-        if (needs(g, id, 0)) dx[0] = grad_node(g, id, 0, IR_OP_LINEAR_DX, (int[]){dy, f.in[1]}, 2, NULL);
-        if (needs(g, id, 1)) dx[1] = grad_node(g, id, 1, IR_OP_LINEAR_DW, (int[]){dy, f.in[0]}, 2, NULL);
-        if (needs(g, id, 2)) dx[2] = grad_node(g, id, 2, IR_OP_BIAS_GRAD, &dy, 1, NULL);
-        break;
-    case IR_OP_MATMUL:
-        matmul_backward(g, id, dy, dx);
-        break;
-    case IR_OP_ADD:
-        dx[0] = needs(g, id, 0) ? dy : -1;
-        dx[1] = needs(g, id, 1) ? dy : -1;
-        break;
-    case IR_OP_LAYERNORM:
-        if (needs(g, id, 0))
-            dx[0] = grad_node(g, id, 0, IR_OP_LAYERNORM_DX, (int[]){dy, f.in[0], f.in[1]}, 3, &a);
-        if (needs(g, id, 1))
-            dx[1] = grad_node(g, id, 1, IR_OP_LAYERNORM_DGAMMA, (int[]){dy, f.in[0]}, 2, &a);
-        if (needs(g, id, 2)) dx[2] = grad_node(g, id, 2, IR_OP_BIAS_GRAD, &dy, 1, NULL);
-        break;
-    case IR_OP_ACT:
-        if (needs(g, id, 0)) dx[0] = grad_node(g, id, 0, IR_OP_ACT_BWD, (int[]){dy, f.in[0]}, 2, &a);
-        break;
-    case IR_OP_SOFTMAX:
-        if (needs(g, id, 0)) dx[0] = grad_node(g, id, 0, IR_OP_SOFTMAX_BWD, (int[]){dy, id}, 2, NULL);
-        break;
-    case IR_OP_DROPOUT: /* the same mask: same p, same salt */
-        if (needs(g, id, 0)) dx[0] = grad_node(g, id, 0, IR_OP_DROPOUT, &dy, 1, &a);
-        break;
-    case IR_OP_SPLIT_HEADS:
-        if (needs(g, id, 0)) dx[0] = grad_node(g, id, 0, IR_OP_MERGE_HEADS, &dy, 1, NULL);
-        break;
-    case IR_OP_MERGE_HEADS:
-        a.heads.heads = NODE(f.in[0])->dims[1];
-        if (needs(g, id, 0)) dx[0] = grad_node(g, id, 0, IR_OP_SPLIT_HEADS, &dy, 1, &a);
-        break;
-    case IR_OP_SLICE_FIRST:
-        if (needs(g, id, 0)) dx[0] = grad_node(g, id, 0, IR_OP_SLICE_FIRST_BWD, &dy, 1, NULL);
-        break;
-    case IR_OP_SLICE_LAST: /* the same mask picks the same token */
-        if (needs(g, id, 0)) dx[0] = grad_node(g, id, 0, IR_OP_SLICE_LAST_BWD, (int[]){dy, f.in[1]}, 2, NULL);
-        break;
-    case IR_OP_CROSS_ENTROPY:
-        if (needs(g, id, 0))
-            dx[0] = grad_node(g, id, 0, IR_OP_CROSS_ENTROPY_BWD, (int[]){dy, f.in[0], f.in[1]}, 3, NULL);
-        break;
-    case IR_OP_MSE:
-        if (needs(g, id, 0)) dx[0] = grad_node(g, id, 0, IR_OP_MSE_BWD, (int[]){dy, f.in[0], f.in[1]}, 3, NULL);
-        break;
-    case IR_OP_CAST:
-        a.cast.to = NODE(f.in[0])->dtype;
-        if (needs(g, id, 0)) dx[0] = grad_node(g, id, 0, IR_OP_CAST, &dy, 1, &a);
-        break;
-    case IR_OP_SOFTMAX_DROPOUT:
-    case IR_OP_DROPOUT_ADD:
-        fused_backward(g, id, dy, dx);
-        break;
-    case IR_OP_EMBEDDING_BWD:
-    case IR_OP_LINEAR_DX:
-    case IR_OP_LINEAR_DW:
-    case IR_OP_BIAS_GRAD:
-    case IR_OP_LAYERNORM_DX:
-    case IR_OP_LAYERNORM_DGAMMA:
-    case IR_OP_ACT_BWD:
-    case IR_OP_SOFTMAX_BWD:
-    case IR_OP_SLICE_FIRST_BWD:
-    case IR_OP_SLICE_LAST_BWD:
-    case IR_OP_CROSS_ENTROPY_BWD:
-    case IR_OP_MSE_BWD:
-    case IR_OP_SOFTMAX_DROPOUT_BWD:
-    case IR_OP_COUNT:
-        hpc_panic(__FILE__, __LINE__, "no backward rule for %s (second derivatives unsupported)",
-                  ir_op_name(f.op));
-    }
+    ir_op_info(g->nodes[id].op)->backward(g, id, dy, dx);
 }

@@ -103,7 +103,8 @@ static void plan_lifetimes(StepPlan *p, const IrGraph *g)
         PlanValue *v = &p->v[i];
         v->kind = n->op == IR_OP_PARAM ? PLAN_PARAM : PLAN_ARENA;
         v->offset = -1;
-        v->def = is_batch_input(n) ? -1 : i;
+        /* A projection is written when its multi-output op runs. */
+        v->def = is_batch_input(n) ? -1 : n->op == IR_OP_OUTPUT ? p->v[n->in[0]].def : i;
         v->last = v->def < 0 ? 0 : v->def;
         int64_t bytes = ir_numel(n, p->B, p->L) * (int64_t)plan_dtype_size(n->dtype);
         v->bytes = align_up(bytes > 0 ? bytes : 1);

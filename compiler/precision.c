@@ -27,51 +27,18 @@ typedef struct {
 
 /* Roles of forward values in attention (PREC_KEEP_SCORES). */
 enum { ATTN_NONE, ATTN_SCORES, ATTN_PROBS };
+/* The `prec` column of compiler/ops.def. */
+static const PrecClass op_class[] = {
+#define IR_OP(E, name, nmin, nmax, nout, prec, ...) PREC_CLASS_##prec,
+#include "ops.def"
+#undef IR_OP
+};
+_Static_assert(sizeof op_class / sizeof op_class[0] == IR_OP_COUNT, "ops.def and the class table disagree");
 
 PrecClass precision_op_class(IrOpKind op)
 {
-    switch (op) {
-    case IR_OP_INPUT:
-    case IR_OP_PARAM:
-    case IR_OP_POSITIONS:
-    case IR_OP_SHIFT_LABELS:
-        return PREC_CLASS_NONE;
-    case IR_OP_LINEAR:
-    case IR_OP_MATMUL:
-    case IR_OP_LINEAR_DX:
-    case IR_OP_LINEAR_DW:
-        return PREC_CLASS_LOW;
-    case IR_OP_CROSS_ENTROPY:
-    case IR_OP_MSE:
-    case IR_OP_CROSS_ENTROPY_BWD:
-    case IR_OP_MSE_BWD:
-        return PREC_CLASS_F32;
-    case IR_OP_EMBEDDING:
-    case IR_OP_ADD:
-    case IR_OP_LAYERNORM:
-    case IR_OP_ACT:
-    case IR_OP_SOFTMAX:
-    case IR_OP_DROPOUT:
-    case IR_OP_SPLIT_HEADS:
-    case IR_OP_MERGE_HEADS:
-    case IR_OP_SLICE_FIRST:
-    case IR_OP_SLICE_LAST:
-    case IR_OP_CAST:
-    case IR_OP_EMBEDDING_BWD:
-    case IR_OP_BIAS_GRAD:
-    case IR_OP_LAYERNORM_DX:
-    case IR_OP_LAYERNORM_DGAMMA:
-    case IR_OP_ACT_BWD:
-    case IR_OP_SOFTMAX_BWD:
-    case IR_OP_SLICE_FIRST_BWD:
-    case IR_OP_SLICE_LAST_BWD:
-    case IR_OP_SOFTMAX_DROPOUT:
-    case IR_OP_SOFTMAX_DROPOUT_BWD:
-    case IR_OP_DROPOUT_ADD:
-    case IR_OP_COUNT:
-        break;
-    }
-    return PREC_CLASS_F32_COMPUTE;
+    HPC_ASSERT(op >= 0 && op < IR_OP_COUNT);
+    return op_class[op];
 }
 
 const char *precision_class_name(PrecClass c)
@@ -85,6 +52,10 @@ const char *precision_class_name(PrecClass c)
     }
     return "?";
 }
+
+_Static_assert((int)PREC_REGION_EMBEDDINGS == (int)IR_REGION_EMBEDDINGS && (int)PREC_REGION_STACK ==
+                   (int)IR_REGION_STACK && (int)PREC_REGION_HEAD == (int)IR_REGION_HEAD,
+               "PrecRegion and IrRegion list the regions in one order");
 
 const char *precision_region_name(PrecRegion r)
 {
@@ -114,22 +85,10 @@ static DType dtype_of_prec(SpecPrecision p, DType policy_low)
 
 /* ---- regions ---------------------------------------------------------- */
 
-static bool starts_with(const char *s, const char *prefix)
-{
-    return strncmp(s, prefix, strlen(prefix)) == 0;
-}
-
-static PrecRegion region_of_name(const char *name)
-{
-    while (starts_with(name, "d.")) name += 2;
-    if (starts_with(name, "emb.")) return PREC_REGION_EMBEDDINGS;
-    if (starts_with(name, "layer.") || strcmp(name, "final_ln") == 0) return PREC_REGION_STACK;
-    return PREC_REGION_HEAD;
-}
-
-/* A backward node is planned with the forward op whose backward rule made
- * it; its incoming gradient (the first backward input) is named "d.X"
- * after that op's output X.  An ADD that sums the contributions to one
+/* A node's region is the field lowering set (compiler/ir.h: IrRegion, in
+ * the order of PrecRegion).  A backward node is planned with the forward
+ * op whose backward rule made it: the region of its incoming gradient (the
+ * first backward input), which is that of the op's output.  An ADD that sums the contributions to one
  * gradient goes with its first contribution, so that a gradient crossing
  * a region boundary is summed on the producers' side and cast once. */
 static PrecRegion region_of(const IrGraph *g, int id)
@@ -138,8 +97,8 @@ static PrecRegion region_of(const IrGraph *g, int id)
     if (n->backward && n->op == IR_OP_ADD) return region_of(g, n->in[0]);
     if (n->backward)
         for (int k = 0; k < n->n_in; k++)
-            if (g->nodes[n->in[k]].backward) return region_of_name(g->nodes[n->in[k]].name);
-    return region_of_name(n->name);
+            if (g->nodes[n->in[k]].backward) return (PrecRegion)g->nodes[n->in[k]].region;
+    return (PrecRegion)n->region;
 }
 
 /* ---- parameter gradients ---------------------------------------------- */
@@ -393,6 +352,7 @@ static void plan_op(Planner *P, int i)
     if (n->backward) P->target[i] = grad_target(P, i);
     for (int k = 0; k < n->n_in; k++) {
         int u = n->in[k];
+        if (n->op == IR_OP_OUTPUT) { ins[k] = P->plan->map[u]; continue; } /* the op itself, never a cast */
         bool is_param = P->in->nodes[u].op == IR_OP_PARAM;
         DType want = wanted_input(cls, is_param, low, planned_dtype(P, u));
         ins[k] = is_param ? param_as(P, u, want, region) : value_as(P, u, want, region);
@@ -408,7 +368,7 @@ static void plan_op(Planner *P, int i)
     IrNode *o = &P->out->nodes[id];
     o->requires_grad = n->requires_grad;
     o->backward = n->backward;
-    if (ir_dtype_is_float(o->dtype)) o->dtype = store;
+    if (ir_dtype_is_float(o->dtype) && n->op != IR_OP_OUTPUT) o->dtype = store;   /* a projection's dtype is its op's rule */
     P->plan->map[i] = id;
     plan_note(P, id, cls, region, cls == PREC_CLASS_LOW ? low : DT_F32, i);
 }

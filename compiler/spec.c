@@ -75,13 +75,12 @@ void spec_defaults(ModelSpec *spec)
 
 const char *spec_activation_name(SpecActivation a)
 {
-    switch (a) {
-    case ACT_GELU: return "gelu";
-    case ACT_GELU_TANH: return "gelu_tanh";
-    case ACT_RELU: return "relu";
-    case ACT_TANH: return "tanh";
-    }
-    return "?";
+    static const char *const names[ACT_COUNT] = {
+#define SPEC_ACT_NAME_(E, name, ...) #name,
+        HPC_ACTIVATIONS(SPEC_ACT_NAME_)
+#undef SPEC_ACT_NAME_
+    };
+    return a >= 0 && a < ACT_COUNT ? names[a] : "?";
 }
 
 const char *spec_head_kind_name(SpecHeadKind k)

@@ -19,8 +19,17 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "activations.h"
+
 typedef enum { STACK_ENCODER, STACK_DECODER } SpecStackKind;
-typedef enum { ACT_GELU, ACT_GELU_TANH, ACT_RELU, ACT_TANH } SpecActivation;
+/* The activations, one per row of compiler/activations.h (the same order as
+ * IrActKind, so lowering maps one to the other by value). */
+typedef enum {
+#define SPEC_ACT_ENUM_(E, ...) ACT_##E,
+    HPC_ACTIVATIONS(SPEC_ACT_ENUM_)
+#undef SPEC_ACT_ENUM_
+    ACT_COUNT
+} SpecActivation;
 typedef enum { NORM_POST, NORM_PRE } SpecNormPlacement; /* post: BERT; pre: GPT-2 */
 typedef enum { ATTN_BIDIRECTIONAL, ATTN_CAUSAL } SpecAttention;
 typedef enum {
@@ -45,7 +54,7 @@ typedef struct {
     int64_t layers;
     int64_t heads;           /* hidden % heads == 0 */
     int64_t ffn;             /* intermediate size */
-    SpecActivation activation; /* FFN activation: gelu, gelu_tanh or relu */
+    SpecActivation activation; /* FFN activation: a row of activations.h with ffn = 1 */
     double hidden_dropout;   /* embeddings, attention output, FFN output */
     double attention_dropout;/* on the attention probabilities */
     double ln_eps;

@@ -260,7 +260,8 @@ static void write_node(const IrNode *n, FILE *out)
     fprintf(out, "node %s %s %d", ir_op_name(n->op), ir_dtype_name(n->dtype), n->rank);
     for (int d = 0; d < IR_MAX_RANK; d++) fprintf(out, " %" PRId64, d < n->rank ? n->dims[d] : 0);
     fprintf(out, " %d", n->n_in);
-    for (int k = 0; k < IR_MAX_INPUTS; k++) fprintf(out, " %d", k < n->n_in ? n->in[k] : -1);
+    /* The inputs, padded with -1 to STEP_NODE_MIN_INPUTS (version 1's fixed layout). */
+    for (int k = 0; k < n->n_in || k < STEP_NODE_MIN_INPUTS; k++) fprintf(out, " %d", k < n->n_in ? n->in[k] : -1);
     fprintf(out, " %d %d ", n->requires_grad ? 1 : 0, n->backward ? 1 : 0);
     const unsigned char *a = (const unsigned char *)&n->attr;
     for (size_t i = 0; i < sizeof n->attr; i++) fprintf(out, "%02x", a[i]);
@@ -457,11 +458,21 @@ static HpcStatus read_node(Reader *r, IrGraph *g, int npar)
     IrNode *n = &g->nodes[g->n];
     memset(n, 0, sizeof *n);
     char op[40], dt[16], hex[2 * sizeof(IrAttr) + 2];
-    int rg = 0, bw = 0;
-    if (sscanf(r->buf, "node %39s %15s %d %" SCNd64 " %" SCNd64 " %" SCNd64 " %" SCNd64 " %d %d %d %d %d %d %49s",
-               op, dt, &n->rank, &n->dims[0], &n->dims[1], &n->dims[2], &n->dims[3], &n->n_in, &n->in[0],
-               &n->in[1], &n->in[2], &rg, &bw, hex) != 14)
-        return bad(r, "a node line needs op, dtype, rank, 4 dims, n_in, 3 inputs, 2 flags, attr%s", "");
+    int rg = 0, bw = 0, used = 0;
+    const char *need = "a node line needs op, dtype, rank, 4 dims, n_in, the inputs (at least 3), 2 flags, attr";
+    if (sscanf(r->buf, "node %39s %15s %d %" SCNd64 " %" SCNd64 " %" SCNd64 " %" SCNd64 " %d%n", op, dt,
+               &n->rank, &n->dims[0], &n->dims[1], &n->dims[2], &n->dims[3], &n->n_in, &used) != 8)
+        return bad(r, "%s", need);
+    if (n->n_in < 0 || n->n_in > IR_MAX_INPUTS) return bad(r, "n_in out of range%s", "");
+    int n_ids = n->n_in > STEP_NODE_MIN_INPUTS ? n->n_in : STEP_NODE_MIN_INPUTS;
+    const char *p = r->buf + used;
+    for (int k = 0; k < n_ids; k++) {
+        int v = 0, u = 0;
+        if (sscanf(p, " %d%n", &v, &u) != 1) return bad(r, "%s", need);
+        if (k < IR_MAX_INPUTS) n->in[k] = v;
+        p += u;
+    }
+    if (sscanf(p, " %d %d %49s", &rg, &bw, hex) != 3) return bad(r, "%s", need);
     if (!parse_op(op, &n->op)) return bad(r, "unknown op '%s'", op);
     if (!parse_dtype(dt, &n->dtype)) return bad(r, "unknown dtype '%s'", dt);
     const IrOpInfo *info = ir_op_info(n->op);
@@ -484,9 +495,13 @@ static HpcStatus read_node(Reader *r, IrGraph *g, int npar)
     }
     if (n->op == IR_OP_PARAM && (n->attr.param.index < 0 || n->attr.param.index >= npar))
         return bad(r, "a param node names no parameter%s", "");
+    if (n->op == IR_OP_OUTPUT && (n->attr.output.index < 1 ||
+                                  n->attr.output.index >= ir_op_info(g->nodes[n->in[0]].op)->n_outputs))
+        return bad(r, "an output node names no output of its op%s", "");
     if (n->op == IR_OP_INPUT && ((int)n->attr.input.kind < 0 || n->attr.input.kind >= IR_IN_COUNT))
         return bad(r, "an input node names no batch field%s", "");
-    if (!copy_name(n->name, sizeof n->name, rest_after(r->buf, 15))) return bad(r, "a node name is missing or too long%s", "");
+    if (!copy_name(n->name, sizeof n->name, rest_after(r->buf, 12 + n_ids)))
+        return bad(r, "a node name is missing or too long%s", "");
     n->requires_grad = rg != 0;
     n->backward = bw != 0;
     g->n++;

@@ -59,6 +59,10 @@
 
 /* The version of the program section; a reader refuses any other. */
 #define STEP_PROGRAM_VERSION 1
+/* A node line lists n_in inputs padded with -1 to at least this many. */
+#define STEP_NODE_MIN_INPUTS 3
+/* Inputs a CUDA kernel takes (EopArgs.x); the emitter refuses a node with more. */
+#define EOP_MAX_INPUTS 3
 
 /* How a node runs on the cuda backend:
  *   EOP_NONE     PARAM: storage bound by the executor, nothing to run;
@@ -124,7 +128,7 @@ typedef struct {
 /* The kernels' argument, passed by value (layout fixed: 64 bytes). */
 typedef struct {
     uint64_t y;                  /* output value */
-    uint64_t x[3];               /* inputs, 0 past n_in */
+    uint64_t x[EOP_MAX_INPUTS];  /* inputs, 0 past n_in */
     uint64_t scratch;            /* the node's scratch, or 0 */
     uint64_t ctl;                /* const EopCtl * */
     int64_t B, L;

@@ -235,6 +235,23 @@ Test(autodiff_ops, layernorm)
     fx_free(&fx);
 }
 
+/* The multi-output LayerNorm: the gradient flows through y (output 0); its
+ * mean and rstd outputs exist but carry none. */
+Test(autodiff_ops, layernorm_fwd_with_statistics)
+{
+    Fx fx;
+    fx_init(&fx, false, TC);
+    int x = fx_embed(&fx, "x");
+    int g = fx_param(&fx, "ln.gamma", TH, 0), b = fx_param(&fx, "ln.beta", TH, 0);
+    IrAttr a = {.norm = {1e-5}};
+    int outs[3];
+    ir_add_outputs(&fx.g, IR_OP_LAYERNORM_FWD, (int[]){x, g, b}, 3, &a, "ln", outs);
+    fx_token_loss(&fx, outs[0]);
+    fx_fill(&fx, 0.5);
+    cr_expect_eq(gradcheck(&fx), 5);
+    fx_free(&fx);
+}
+
 static void check_act(IrActKind kind)
 {
     Fx fx;
@@ -252,6 +269,7 @@ Test(autodiff_ops, gelu) { check_act(IR_ACT_GELU); }
 Test(autodiff_ops, gelu_tanh) { check_act(IR_ACT_GELU_TANH); }
 Test(autodiff_ops, relu) { check_act(IR_ACT_RELU); }
 Test(autodiff_ops, tanh) { check_act(IR_ACT_TANH); }
+Test(autodiff_ops, silu) { check_act(IR_ACT_SILU); }
 
 Test(autodiff_ops, dropout_fixed_mask)
 {

@@ -17,6 +17,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "compiler/activations.h"
 #include "cpu/cpu_kernels.h"
 
 /* ---- helpers ------------------------------------------------------------ */
@@ -591,6 +592,38 @@ Test(activations, known_values)
               && y[2] == 0);
     ck_gelu_tanh_fwd_f64(y, x, 3);
     cr_expect(fabs(y[0] - 0.8411919906082768) < 1e-12, "gelu_tanh(1) = %.17g", y[0]);
+}
+
+/* SiLU through the generic kernels and the row of compiler/activations.h:
+ * known values, the derivative against central differences of the
+ * reference, and f32 against f64. */
+Test(activations, silu)
+{
+    /* python3 -c 'import math; print(1/(1+math.exp(-1)), -1/(1+math.exp(1)))'
+     *   -> 0.7310585786300049 -0.2689414213699951 */
+    double x[3] = {1.0, -1.0, 0.0}, y[3];
+    ck_act_fwd_f64(act_ref_silu, y, x, 3);
+    cr_expect(fabs(y[0] - 0.7310585786300049) < 1e-15 && fabs(y[1] + 0.2689414213699951) < 1e-15 &&
+              y[2] == 0, "silu: %.17g %.17g %.17g", y[0], y[1], y[2]);
+    rng_seed(31);
+    const int64_t n = 64;
+    double *xs = rand_f64(n, 0, 4), *dy = rand_f64(n, 0, 1), dx[64] = {0}, worst = 0;
+    ck_act_bwd_f64(act_grad_ref_silu, dx, dy, xs, n);
+    for (int64_t i = 0; i < n; i++) {
+        double h = 1e-5, fd = (act_ref_silu(xs[i] + h) - act_ref_silu(xs[i] - h)) / (2 * h) * dy[i];
+        double e = fabs(dx[i] - fd) / (fabs(fd) + 1e-12);
+        cr_expect(e == e, "NaN at %lld", (long long)i);
+        if (e > worst) worst = e;
+    }
+    cr_expect(worst < 1e-7, "silu bwd vs finite differences: rel err %g", worst);
+    float x32[64], y32[64];
+    double y64[64];
+    ck_copy_f64_to_f32(x32, xs, n);
+    ck_copy_f32_to_f64(xs, x32, n);
+    ck_act_fwd_f64(act_ref_silu, y64, xs, n);
+    ck_act_fwd_f32(act_ref_silu, y32, x32, n);
+    cr_expect(rel_err_f32(y32, y64, n) < F32_TOL);
+    free(xs), free(dy);
 }
 
 /* ---- dropout ------------------------------------------------------------ */

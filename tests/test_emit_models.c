@@ -9,6 +9,7 @@
 #include <criterion/criterion.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "emit_ops.h"
 #include "cuda/nvrtc_compile.h"
@@ -55,3 +56,42 @@ Test(emit_models, distilbert_base, .timeout = 600) { compile_model("distilbert_b
 Test(emit_models, minilm_l12_h384, .timeout = 600) { compile_model("minilm_l12_h384.model"); }
 Test(emit_models, roberta_base, .timeout = 600) { compile_model("roberta_base.model"); }
 Test(emit_models, gpt2_small, .timeout = 600) { compile_model("gpt2_small.model"); }
+
+static int count_of(const char *s, const char *what)
+{
+    int n = 0;
+    for (const char *p = strstr(s, what); p; p = strstr(p + 1, what)) n++;
+    return n;
+}
+
+/* A SiLU FFN (compiler/activations.h): its act/act_bwd kernels compile. */
+Test(emit_models, bert_tiny_silu, .timeout = 600)
+{
+    const char *root = getenv("HPC_ROOT");
+    char path[512];
+    snprintf(path, sizeof path, "%s/models/bert_tiny.model", root ? root : ".");
+    ModelSpec spec;
+    cr_assert_eq(spec_load(path, &spec, stderr), 0, "cannot load %s", path);
+    spec.stack.layers = 1;
+    spec.stack.activation = ACT_SILU;
+    for (int i = 0; i < 3; i++) {
+        const SpecPrecision pol = i == 0 ? PREC_FP32 : i == 1 ? PREC_FP16 : PREC_BF16;
+        HpcError err = {0};
+        PipeOptions o = pipeline_defaults(pol);
+        Pipeline p;
+        cr_assert_eq(pipeline_build(&spec, &o, &p, &err), HPC_OK, "%s", err.msg);
+        char *src = NULL;
+        cr_assert_eq(eop_module_source(&p.g, &src, &err), HPC_OK, "%s", err.msg);
+        /* The definitions, and a kernel calling each. */
+        cr_expect_gt(count_of(src, "act_silu("), 1, "no kernel calls act_silu");
+        cr_expect_gt(count_of(src, "actg_silu("), 1, "no kernel calls actg_silu");
+        void *cubin = NULL;
+        size_t size = 0;
+        char *log = NULL;
+        HpcStatus st = nvrtc_compile(src, "hpc_step", 90, NULL, 0, &cubin, &size, &log, &err);
+        cr_expect_eq(st, HPC_OK, "silu %s sm_90: %s", spec_precision_name(pol), err.msg);
+        cr_expect_gt(size, 1000, "empty cubin");
+        free(cubin), free(log), free(src);
+        pipeline_free(&p);
+    }
+}

@@ -21,6 +21,7 @@
 #include "ir.h"
 #include "lower.h"
 #include "params.h"
+#include "precision.h"
 #include "spec.h"
 
 static char *read_all(const char *path)
@@ -114,6 +115,103 @@ Test(ir, shapes_of_attention_ops)
     cr_expect_str_eq(buf, "(B, L, 12)");
     cr_expect_eq(ir_numel(&g.nodes[s], 2, 5), 2 * 3 * 5 * 5);
     cr_expect_eq(ir_rows(&g.nodes[s], 2, 5), 2 * 3 * 5);
+    ir_free(&g);
+}
+
+/* A multi-output node (LAYERNORM_FWD: y, mean, rstd): its projections'
+ * shapes, names and listing, copying, and the cpu reference writing all
+ * three, checked against LAYERNORM's y and statistics computed in double. */
+Test(ir, multi_output_layernorm)
+{
+    IrGraph g;
+    ir_init(&g);
+    int ids = ir_input(&g, IR_IN_INPUT_IDS);
+    int t = ir_param(&g, 0, DT_F32, 2, (int64_t[]){7, 6}, "table");
+    int gm = ir_param(&g, 1, DT_F32, 1, (int64_t[]){6}, "gamma");
+    int bt = ir_param(&g, 2, DT_F32, 1, (int64_t[]){6}, "beta");
+    int x = ir_add(&g, IR_OP_EMBEDDING, (int[]){t, ids}, 2, NULL, "x");
+    IrAttr na = {.norm = {1e-5}};
+    int outs[3];
+    int ln = ir_add_outputs(&g, IR_OP_LAYERNORM_FWD, (int[]){x, gm, bt}, 3, &na, "ln", outs);
+    int ref = ir_add(&g, IR_OP_LAYERNORM, (int[]){x, gm, bt}, 3, &na, "ref");
+    g.n_params = 3;
+    cr_expect_eq(ir_op_info(IR_OP_LAYERNORM_FWD)->n_outputs, 3);
+    cr_expect_eq(outs[0], ln);
+    cr_expect_eq(outs[1], ln + 1);
+    cr_expect_eq(outs[2], ln + 2);
+    cr_expect_eq(ir_output(&g, ln, 2), outs[2]);
+    cr_expect_eq(ir_output(&g, ref, 1), -1);
+    char buf[64];
+    ir_shape_str(&g.nodes[outs[1]], buf, sizeof buf);
+    cr_expect_str_eq(buf, "(B, L)");
+    cr_expect_eq(g.nodes[outs[2]].dtype, DT_F32);
+    cr_expect_str_eq(g.nodes[outs[1]].name, "ln.mean");
+    cr_expect_str_eq(g.nodes[outs[2]].name, "ln.rstd");
+
+    char *text = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&text, &len);
+    ir_print(&g, f);
+    fclose(f);
+    char want[64];
+    snprintf(want, sizeof want, "output(%%%d)", ln);
+    cr_expect(strstr(text, want) && strstr(text, "index=2"), "listing:\n%s", text);
+    free(text);
+
+    /* A pass that rebuilds the graph keeps the projections on the copy. */
+    IrGraph c;
+    ir_init(&c);
+    int map[16];
+    for (int i = 0; i < g.n; i++) map[i] = ir_copy_node(&c, &g.nodes[i], map);
+    cr_expect_eq(ir_output(&c, map[ln], 1), map[outs[1]]);
+    ir_free(&c);
+
+    /* fp16: y is stored in f16, the statistics stay f32 and read the op itself. */
+    ModelSpec spec;
+    spec_defaults(&spec);
+    IrGraph h;
+    ir_init(&h);
+    PrecisionPlan plan;
+    HpcError perr = {0};
+    g.n_forward = g.n;
+    cr_assert_eq(precision_plan(&g, &spec, PREC_FP16, &h, &plan, &perr), HPC_OK, "%s", perr.msg);
+    int hl = plan.map[ln], hm = plan.map[outs[1]];
+    cr_expect_eq(h.nodes[hl].op, IR_OP_LAYERNORM_FWD);
+    cr_expect_eq(h.nodes[hl].dtype, DT_F16);
+    cr_expect_eq(h.nodes[hm].op, IR_OP_OUTPUT);
+    cr_expect_eq(h.nodes[hm].in[0], hl);
+    cr_expect_eq(h.nodes[hm].dtype, DT_F32);
+    precision_plan_free(&plan);
+    ir_free(&h);
+
+    float table[42], gamma[6], beta[6];
+    for (int i = 0; i < 42; i++) table[i] = sinf(0.7f * (float)i) * 2.0f + 0.3f;
+    for (int i = 0; i < 6; i++) gamma[i] = 1.0f + 0.1f * (float)i, beta[i] = 0.05f * (float)i - 0.1f;
+    Batch *b = batch_new(2, 3, 0);
+    for (int i = 0; i < 6; i++) b->input_ids[i] = (i * 5 + 1) % 7;
+    CpuExec ex;
+    cpu_exec_init(&ex, &g, CPU_EXEC_F32);
+    cpu_exec_bind_param(&ex, 0, table);
+    cpu_exec_bind_param(&ex, 1, gamma);
+    cpu_exec_bind_param(&ex, 2, beta);
+    HpcError err = {0};
+    CpuRunOptions o = {.loss_scale = 1};
+    cr_assert_eq(cpu_exec_run(&ex, b, &o, &err), HPC_OK, "%s", err.msg);
+    const float *y = cpu_exec_value(&ex, ln), *yr = cpu_exec_value(&ex, ref);
+    const float *mean = cpu_exec_value(&ex, outs[1]), *rstd = cpu_exec_value(&ex, outs[2]);
+    for (int r = 0; r < 6; r++) {
+        const float *row = table + 6 * b->input_ids[r];
+        double m = 0, v = 0;
+        for (int k = 0; k < 6; k++) m += row[k];
+        m /= 6;
+        for (int k = 0; k < 6; k++) v += (row[k] - m) * (row[k] - m);
+        double rs = 1.0 / sqrt(v / 6 + 1e-5);
+        cr_expect(fabs(mean[r] - m) <= 1e-6 * (fabs(m) + 1), "row %d mean %g, want %g", r, mean[r], m);
+        cr_expect(fabs(rstd[r] - rs) <= 1e-5 * rs, "row %d rstd %g, want %g", r, rstd[r], rs);
+        for (int k = 0; k < 6; k++) cr_expect_eq(y[6 * r + k], yr[6 * r + k]);
+    }
+    cpu_exec_free(&ex);
+    batch_free(b);
     ir_free(&g);
 }
 

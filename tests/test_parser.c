@@ -237,7 +237,7 @@ BAD_AT(attention_dropout_negative, "model m {\n  encoder { vocab = 10 max_positi
 BAD_AT(ln_eps_zero, "model m {\n  encoder { vocab = 10 max_positions = 8 hidden = 8 layers = 1 heads = 1 ffn = 8\n    layer_norm_eps = 0 }\n}\n", 3, 22,
        "'layer_norm_eps' must be in (0, 1), got 0")
 BAD_AT(activation_hint, "model m {\n  encoder { vocab = 10 max_positions = 8 hidden = 8 layers = 1 heads = 1 ffn = 8\n    activation = gelo }\n}\n", 3, 18,
-       "'activation' must be gelu, gelu_tanh or relu, got 'gelo'; did you mean 'gelu'?")
+       "'activation' must be gelu, gelu_tanh, relu or silu, got 'gelo'; did you mean 'gelu'?")
 BAD_AT(norm_unknown, "model m {\n  encoder { vocab = 10 max_positions = 8 hidden = 8 layers = 1 heads = 1 ffn = 8\n    norm = sandwich }\n}\n", 3, 12,
        "'norm' must be post or pre, got 'sandwich'")
 BAD_AT(hidden_key_hint, "model m {\n  encoder { vocab = 10 max_positions = 8 hiden = 8 layers = 1 heads = 1 ffn = 8 }\n}\n", 2, 42,
@@ -627,6 +627,15 @@ Test(good, the_last_model_of_a_file_is_loaded)
             " train { seq_len = 8 } }\n", &s);
     cr_expect_str_eq(s.name, "b");
     cr_expect_eq(s.stack.vocab_size, 20);
+}
+
+Test(good, activation_silu)
+{
+    ModelSpec s;
+    load_ok("model m { encoder { vocab = 10 max_positions = 8 hidden = 8 layers = 1 heads = 1 ffn = 8\n"
+            "  activation = silu } }\n", &s);
+    cr_expect_eq(s.stack.activation, ACT_SILU);
+    cr_expect_str_eq(spec_activation_name(s.stack.activation), "silu");
 }
 
 Test(names, round_trip)

@@ -8,6 +8,7 @@
 
 #include "cpu/cpu_fast_gemm.h"
 #include "cpu/cpu_fast_kernels.h"
+#include "cpu/cpu_threads.h"
 #include "cpu/cpu_kernels.h"
 #include "cpu/half.h"
 
@@ -36,6 +37,18 @@ static void *scratch(CpuExec *ex, int slot, int64_t bytes)
     }
     return ex->scratch[slot];
 }
+
+/* The reference of every activation and of its derivative (compiler/activations.h). */
+static const CkActFn act_ref_fn[IR_ACT_COUNT] = {
+#define ACT_REF_(E, name, ffn, hf, ref, grad, cuda) ref,
+    HPC_ACTIVATIONS(ACT_REF_)
+#undef ACT_REF_
+};
+static const CkActFn act_grad_ref_fn[IR_ACT_COUNT] = {
+#define ACT_GRAD_(E, name, ffn, hf, ref, grad, cuda) grad,
+    HPC_ACTIVATIONS(ACT_GRAD_)
+#undef ACT_GRAD_
+};
 
 #define REAL float
 #define EX_SFX _f32
@@ -161,6 +174,11 @@ HpcStatus cpu_exec_run(CpuExec *ex, const Batch *batch, const CpuRunOptions *opt
             continue;
         }
         st = ensure_buffer(ex, i, err);
+        /* A multi-output op writes its OUTPUT nodes' values too. */
+        for (int k = 1; k < ir_op_info(NODE(i)->op)->n_outputs && st == HPC_OK; k++) {
+            int j = ir_output(ex->g, i, k);
+            if (j >= 0) st = ensure_buffer(ex, j, err);
+        }
         CpuOpFn fn = fast ? fast_op(NODE(i)->op) : NULL;
         if (st == HPC_OK) st = (fn ? fn : table[NODE(i)->op])(ex, i, err);
         if (st == HPC_OK) round_low_precision(ex, i);

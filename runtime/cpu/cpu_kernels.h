@@ -89,6 +89,16 @@ void ck_layernorm_bwd_f32(float *dx, float *dgamma, float *dbeta,
 
 /* ---- elementwise activations (n elements; y may alias x) -------------- */
 
+/* Any activation of compiler/activations.h, given its reference (or its
+ * derivative) in double: y = f(x), rounded once; dx += dy * fprime(x),
+ * fprime of the forward INPUT x.  The named kernels below are these with
+ * the table's functions. */
+typedef double (*CkActFn)(double);
+void ck_act_fwd_f32(CkActFn f, float *y, const float *x, int64_t n);
+void ck_act_bwd_f32(CkActFn fprime, float *dx, const float *dy, const float *x, int64_t n);
+void ck_act_fwd_f64(CkActFn f, double *y, const double *x, int64_t n);
+void ck_act_bwd_f64(CkActFn fprime, double *dx, const double *dy, const double *x, int64_t n);
+
 /* gelu(x) = 0.5 x (1 + erf(x / sqrt 2)), the exact form (HF "gelu"). */
 void ck_gelu_fwd_f32(float *y, const float *x, int64_t n);
 /* dx += dy * gelu'(x); takes the forward INPUT x. */

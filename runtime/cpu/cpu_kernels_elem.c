@@ -11,33 +11,7 @@
 #include "cpu/cpu_kernels_tmpl.h"
 #include "cpu/philox.h"
 
-#define CK_SQRT1_2 0.70710678118654752440   /* 1 / sqrt(2) */
-#define CK_SQRT2_PI 0.79788456080286535588  /* sqrt(2 / pi) */
-#define CK_INV_SQRT_2PI 0.39894228040143267794 /* 1 / sqrt(2 pi) */
-#define CK_GELU_C 0.044715
-
-static double gelu_d(double x) { return 0.5 * x * (1.0 + erf(x * CK_SQRT1_2)); }
-
-/* d/dx [x Phi(x)] = Phi(x) + x phi(x). */
-static double gelu_grad_d(double x)
-{
-    double cdf = 0.5 * (1.0 + erf(x * CK_SQRT1_2));
-    return cdf + x * CK_INV_SQRT_2PI * exp(-0.5 * x * x);
-}
-
-static double gelu_tanh_d(double x)
-{
-    double u = CK_SQRT2_PI * (x + CK_GELU_C * x * x * x);
-    return 0.5 * x * (1.0 + tanh(u));
-}
-
-static double gelu_tanh_grad_d(double x)
-{
-    double u = CK_SQRT2_PI * (x + CK_GELU_C * x * x * x);
-    double t = tanh(u);
-    double du = CK_SQRT2_PI * (1.0 + 3.0 * CK_GELU_C * x * x);
-    return 0.5 * (1.0 + t) + 0.5 * x * (1.0 - t * t) * du;
-}
+#include "compiler/activations.h" /* the reference functions, in double */
 
 /* Every id in [0, V), or HPC_ERR_INPUT naming the first one that is not. */
 static HpcStatus ck_check_ids(const char *fn, const int32_t *ids, int64_t n, int64_t V,

@@ -146,10 +146,19 @@ static HpcStatus cfg_activation(Cfg *c, const char *key, const char *dflt, SpecA
     if (strcmp(name, "gelu") == 0) *out = ACT_GELU;
     else if (!strcmp(name, "gelu_new") || !strcmp(name, "gelu_fast") || !strcmp(name, "gelu_pytorch_tanh"))
         *out = ACT_GELU_TANH;
-    else if (strcmp(name, "relu") == 0) *out = ACT_RELU;
-    else
+    else {
+        /* Any other FFN activation under its own Hugging Face name (compiler/activations.h). */
+#define HF_ACT_(E, nm, ffn, hf_name, ...) if (ffn && strcmp(name, hf_name) == 0) { *out = ACT_##E; return HPC_OK; }
+        HPC_ACTIVATIONS(HF_ACT_)
+#undef HF_ACT_
+#define HF_IF_1(...) __VA_ARGS__
+#define HF_IF_0(...)
+#define HF_LIST_(E, nm, ffn, hf_name, ...) HF_IF_##ffn(", " hf_name)
         return hpc_fail(c->err, HPC_ERR_INPUT, "%s: \"%s\" = \"%.40s\" is not supported by hpc "
-                        "(supported: gelu, gelu_new, gelu_fast, gelu_pytorch_tanh, relu)", c->file, key, name);
+                        "(supported: gelu_fast, gelu_pytorch_tanh" HPC_ACTIVATIONS(HF_LIST_) ")",
+                        c->file, key, name);
+#undef HF_LIST_
+    }
     return HPC_OK;
 }
 

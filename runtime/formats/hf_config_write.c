@@ -72,7 +72,12 @@ const char *hf_config_family(const ModelSpec *spec, char *why, size_t cap)
 
 static const char *act_name(SpecActivation a)
 {
-    return a == ACT_GELU ? "gelu" : a == ACT_GELU_TANH ? "gelu_new" : a == ACT_RELU ? "relu" : "tanh";
+    static const char *const names[ACT_COUNT] = {
+#define HF_ACT_NAME_(E, name, ffn, hf_name, ...) hf_name,
+        HPC_ACTIVATIONS(HF_ACT_NAME_)
+#undef HF_ACT_NAME_
+    };
+    return a >= 0 && a < ACT_COUNT ? names[a] : "?";
 }
 
 static const char *class_name(const ModelSpec *spec, const char *type, char *buf, size_t cap)
