@@ -108,14 +108,6 @@ static HpcStatus kemit_check(const KernelConfig *c, HpcError *err)
     if (c->hidden > 65536 || c->ln_eps <= 0)
         return hpc_fail(err, HPC_ERR_INPUT, "kernel emitter: hidden %lld > 65536 or ln_eps %g <= 0 "
                         "is not supported", (long long)c->hidden, c->ln_eps);
-    /* compiler/kernels/activation.cu has kernels for these four only; the
-     * training step's own module (compiler/emit_ops.c) has every row of
-     * compiler/activations.h. */
-    if (c->activation != ACT_GELU && c->activation != ACT_GELU_TANH && c->activation != ACT_RELU &&
-        c->activation != ACT_TANH)
-        return hpc_fail(err, HPC_ERR_INPUT, "kernel emitter: the --emit-cuda/--emit-lib templates have no "
-                        "%s kernels (only gelu, gelu_tanh, relu, tanh); the training step itself supports "
-                        "it", spec_activation_name(c->activation));
     if (c->row_rpb < 0 || c->row_rpb > 4)
         return hpc_fail(err, HPC_ERR_INPUT, "kernel emitter: row_rpb %d outside 0..4", c->row_rpb);
     if (c->position_offset < 0 || c->position_offset >= c->max_positions)

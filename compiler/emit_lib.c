@@ -163,6 +163,15 @@ static void print_aliases(FILE *f, const char *suffix)
 HpcStatus emitlib_write_cuh(const ModelSpec *spec, SpecPrecision policy, const char *dir, char **source_out,
                             char *suffix_out, HpcError *err)
 {
+    /* The exported package calls its model's activation kernels, and
+     * compiler/kernels/activation.cu has them for these four only (the
+     * training step's own module has every row of compiler/activations.h;
+     * the optimizer module, compiled from the same templates, needs none). */
+    if (spec->stack.activation != ACT_GELU && spec->stack.activation != ACT_GELU_TANH &&
+        spec->stack.activation != ACT_RELU && spec->stack.activation != ACT_TANH)
+        return hpc_fail(err, HPC_ERR_INPUT, "--emit-cuda/--emit-lib: the exported templates have no %s "
+                        "kernels (only gelu, gelu_tanh, relu, tanh); the training step itself supports it",
+                        spec_activation_name(spec->stack.activation));
     KernelConfig kc;
     kemit_config_from_spec(&kc, spec, emitlib_dtype(policy));
     char *src = NULL, suffix[KEMIT_SUFFIX_MAX];

@@ -10,7 +10,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
+#include "emit_kernels.h"
+#include "emit_lib_internal.h"
 #include "emit_ops.h"
 #include "cuda/nvrtc_compile.h"
 #include "pipeline.h"
@@ -94,4 +97,19 @@ Test(emit_models, bert_tiny_silu, .timeout = 600)
         free(cubin), free(log), free(src);
         pipeline_free(&p);
     }
+    /* The cuda trainer compiles its optimizer from the templates with the
+     * model's config: that must not refuse SiLU (it once did, so a SiLU model
+     * could not train on the GPU); only an export of the templates may. */
+    KernelConfig kc;
+    kemit_config_from_spec(&kc, &spec, KEMIT_F16);
+    char *tsrc = NULL, suffix[KEMIT_SUFFIX_MAX];
+    HpcError err = {0};
+    cr_expect_eq(kemit_source(&kc, &tsrc, suffix, &err), HPC_OK, "optimizer templates: %s", err.msg);
+    free(tsrc);
+    char dir[] = "/tmp/hpc_silu_emit_XXXXXX";
+    cr_assert_not_null(mkdtemp(dir));
+    char suf[KEMIT_SUFFIX_MAX];
+    cr_expect_eq(emitlib_write_cuh(&spec, PREC_FP16, dir, NULL, suf, &err), HPC_ERR_INPUT);
+    cr_expect(strstr(err.msg, "have no silu kernels") != NULL, "%s", err.msg);
+    rmdir(dir);
 }
