@@ -3,11 +3,18 @@
  *
  * A tiny BERT (vocab 64, hidden 32, 2 layers, dropout 0.1, fp16, grad_accum
  * 2, an injected inf gradient at step 4) trains 12 steps in one go (A),
- * then 5 steps saving a checkpoint (B), then resumes B to step 12 (C).  C's
- * loss scale and last loss must equal A's and its final weights must be
- * within 1e-5 relative L2; whether they are bitwise identical is printed
- * (on an H200, 2026-11-30: not bitwise, worst rel L2 1.9e-8, while the
- * per-step losses logged by `hpc run` after a SIGINT/--resume were).
+ * then 5 steps saving a checkpoint (B), then resumes B to step 12 (C), and
+ * runs A once more (A2).  C's loss scale and last loss must equal A's, and
+ * each final weight tensor of C must be as close to A's as A2's is (within
+ * 4x, or within 1e-5 relative L2 where A2 is closer than that).  GPU runs
+ * are not bitwise reproducible (the embedding backward adds with float
+ * atomics), and since fp16 keeps the embeddings and the residual stream in
+ * f32 (2026-12-01) that noise reaches every layer: the attention key
+ * biases, whose true gradient is 0, take AdamW steps of about lr from noise
+ * alone, so two plain runs differ there by ~4e-2 (measured on an H200:
+ * key.bias 0.035 between A and A2, 0.079 between A and C) while the other
+ * tensors agree far closer.  A resume that lost state would differ far
+ * beyond the re-run spread.  Whether C is bitwise A is printed.
  *
  * Exit 0 when every check passes, 1 on a failed check, 4 without a GPU. */
 #include <math.h>
@@ -57,10 +64,12 @@ int main(void)
     ir_init(&g); params_init(&pl);
     if (lower_model(&m, &g, &pl, &err)) { printf("FAIL lower: %s\n", err.msg); return 1; }
     float **wa = calloc((size_t)pl.n, sizeof *wa), **wc = calloc((size_t)pl.n, sizeof *wc);
+    float **wa2 = calloc((size_t)pl.n, sizeof *wa2);
     for (int i = 0; i < pl.n; i++)
         if (pl.p[i].tied_to < 0) {
             wa[i] = calloc((size_t)params_numel(&pl.p[i]), 4);
             wc[i] = calloc((size_t)params_numel(&pl.p[i]), 4);
+            wa2[i] = calloc((size_t)params_numel(&pl.p[i]), 4);
         }
     char dir[128];
     snprintf(dir, sizeof dir, "/tmp/gpu_resume_%d", (int)getpid());
@@ -70,32 +79,45 @@ int main(void)
     b.weights_out = NULL; b.checkpoint_dir = dir; b.stop_after = 5;
     TrainOptions c = a;
     c.weights_out = wc; c.resume_dir = dir;
+    TrainOptions a2 = a;   /* A again, no checkpoint: the run-to-run spread (float atomics) */
+    a2.weights_out = wa2;
+    TrainResult ra2;
     if (trainer_run(&m, &train, &dev, &a, &ra, &err) || trainer_run(&m, &train, &dev, &b, &rb, &err) ||
-        trainer_run(&m, &train, &dev, &c, &rc, &err)) {
+        trainer_run(&m, &train, &dev, &c, &rc, &err) || trainer_run(&m, &train, &dev, &a2, &ra2, &err)) {
         printf("FAIL trainer: %s\n", err.msg);
         return 1;
     }
     printf("backend %s; A: %lld steps, %lld skipped; C resumed from %lld\n", ra.backend, (long long)ra.steps,
            (long long)ra.skipped, (long long)rc.resumed_from);
-    double worst = 0;
-    int identical = 1;
+    double worst = 0, spread = 0, worst_excess = 0;
+    int identical = 1, worst_at = -1, spread_at = -1, beyond = 0;
     for (int i = 0; i < pl.n; i++) {
         if (!wa[i]) continue;
         int64_t n = params_numel(&pl.p[i]);
         identical &= memcmp(wa[i], wc[i], (size_t)n * 4) == 0;
-        double num = 0, den = 0;
+        double num = 0, num2 = 0, den = 0;
         for (int64_t k = 0; k < n; k++) {
             num += (double)(wa[i][k] - wc[i][k]) * (wa[i][k] - wc[i][k]);
+            num2 += (double)(wa[i][k] - wa2[i][k]) * (wa[i][k] - wa2[i][k]);
             den += (double)wa[i][k] * wa[i][k];
         }
-        double rel = sqrt(num / (den > 0 ? den : 1));
-        if (!(rel <= worst)) worst = rel;   /* NaN becomes the worst */
+        double rel = sqrt(num / (den > 0 ? den : 1)), rel2 = sqrt(num2 / (den > 0 ? den : 1));
+        if (!(rel <= worst)) { worst = rel; worst_at = i; }   /* NaN becomes the worst */
+        if (!(rel2 <= spread)) { spread = rel2; spread_at = i; }
+        double allowed = fmax(1e-5, 4 * rel2);
+        if (!(rel <= allowed)) beyond++;   /* NaN counts */
+        if (!(rel / allowed <= worst_excess)) worst_excess = rel / allowed;
     }
+    /* Which tensor, and how far two uninterrupted runs of A already are:
+     * a resume that loses state differs far beyond that spread. */
+    printf("worst tensor after resume: %s (%.3g); A run twice: worst %s (%.3g)\n",
+           worst_at >= 0 ? pl.p[worst_at].name : "-", worst, spread_at >= 0 ? pl.p[spread_at].name : "-", spread);
     check(rc.resumed_from == 5 && rc.steps == 12, "resumed after step 5 and ran to 12", (double)rc.resumed_from);
     check(ra.skipped == 1 && rc.skipped == 1, "the injected step skipped in both", (double)rc.skipped);
     check(ra.final_scale == rc.final_scale, "final loss scale equal", rc.final_scale);
     check(fabs(ra.last_loss - rc.last_loss) <= 1e-5 * fabs(ra.last_loss), "last loss equal", rc.last_loss - ra.last_loss);
-    check(worst <= 1e-5, "final weights (worst rel L2)", worst);
+    check(beyond == 0, "final weights within the re-run spread (worst ratio to max(1e-5, 4 x spread))",
+          worst_excess);
     printf("weights bitwise identical: %s\n", identical ? "yes" : "no");
     char cmd[200];
     snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
