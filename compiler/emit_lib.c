@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "emit_kernels.h"
 #include "emit_lib.h"
@@ -22,19 +23,45 @@ HpcStatus emitlib_mkdir(const char *dir, HpcError *err)
     return hpc_fail(err, HPC_ERR_IO, "emit: mkdir %s: %s (does its parent exist?)", dir, strerror(errno));
 }
 
+/* Every file of a package is written as PATH.tmp and renamed over PATH only
+ * when complete (emitlib_close), so a failed or interrupted export never
+ * leaves a truncated file where a good one was. */
+static void emitlib_tmp_path(const char *path, char *tmp, size_t cap)
+{
+    snprintf(tmp, cap, "%s.tmp", path);
+}
+
 HpcStatus emitlib_open(const char *dir, const char *name, const char *ext, char *path, size_t cap, FILE **f,
                        HpcError *err)
 {
     snprintf(path, cap, "%s/%s%s", dir, name, ext);
-    *f = fopen(path, "wb");
-    if (!*f) return hpc_fail(err, HPC_ERR_IO, "emit: cannot write %s: %s", path, strerror(errno));
+    return emitlib_open_path(path, f, err);
+}
+
+HpcStatus emitlib_open_path(const char *path, FILE **f, HpcError *err)
+{
+    char tmp[4200];
+    emitlib_tmp_path(path, tmp, sizeof tmp);
+    *f = fopen(tmp, "wb");
+    if (!*f) return hpc_fail(err, HPC_ERR_IO, "emit: cannot write %s: %s", tmp, strerror(errno));
     return HPC_OK;
 }
 
 HpcStatus emitlib_close(FILE *f, const char *path, HpcError *err)
 {
-    bool bad = ferror(f) != 0;
-    if (fclose(f) != 0 || bad) return hpc_fail(err, HPC_ERR_IO, "emit: writing %s failed (disk full?)", path);
+    char tmp[4200];
+    emitlib_tmp_path(path, tmp, sizeof tmp);
+    bool bad = ferror(f) != 0 || fflush(f) != 0 || fsync(fileno(f)) != 0;
+    if (fclose(f) != 0 || bad) {
+        unlink(tmp);
+        return hpc_fail(err, HPC_ERR_IO, "emit: writing %s failed (disk full?); the old file, if any, is kept",
+                        path);
+    }
+    if (rename(tmp, path) != 0) {
+        int e = errno;
+        unlink(tmp);
+        return hpc_fail(err, HPC_ERR_IO, "emit: rename %s to %s: %s", tmp, path, strerror(e));
+    }
     return HPC_OK;
 }
 

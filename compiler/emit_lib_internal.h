@@ -15,6 +15,9 @@ HpcStatus emitlib_mkdir(const char *dir, HpcError *err);
 HpcStatus emitlib_open(const char *dir, const char *name, const char *ext, char *path, size_t cap, FILE **f,
                        HpcError *err);
 /* Closes f, failing with HPC_ERR_IO naming path if any write failed. */
+/* emitlib_open_path: the same for a whole path.  Both write PATH.tmp;
+ * emitlib_close renames it over PATH only when everything was written. */
+HpcStatus emitlib_open_path(const char *path, FILE **f, HpcError *err);
 HpcStatus emitlib_close(FILE *f, const char *path, HpcError *err);
 KemitDtype emitlib_dtype(SpecPrecision policy);
 /* The signature of every extern "C" kernel of src, as comment lines. */

@@ -197,8 +197,9 @@ static void w_text(FILE *f, const ModelSpec *s, const void *a) { fputs(a, f); }
 
 static HpcStatus write_blob(const char *path, const void *data, size_t n, HpcError *err)
 {
-    FILE *f = fopen(path, "wb");
-    if (!f) return hpc_fail(err, HPC_ERR_IO, "emit: cannot write %s", path);
+    FILE *f;
+    HpcStatus st = emitlib_open_path(path, &f, err);
+    if (st) return st;
     fwrite(data, 1, n, f);
     return emitlib_close(f, path, err);
 }
