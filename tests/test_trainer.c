@@ -11,6 +11,8 @@
 
 #include "data/dataset.h"
 #include "train/init.h"
+#include "cpu/cpu_threads.h"
+#include "cpu/philox.h"
 #include "lower.h"
 #include "data/synthetic.h"
 #include "train/trainer.h"
@@ -147,4 +149,28 @@ Test(trainer, grad_accum_averages_micro_batches)
     free_weights(wb, &pb);
     g_train = keep;
     dataset_free(&small);
+}
+
+/* Parameter init runs on every core; each value is still normal(seed, its
+ * index, the parameter's index) * 0.02, the same bits on any thread count. */
+Test(trainer, init_is_the_same_on_any_thread_count)
+{
+    ParamInfo p = {.name = "w", .rank = 2, .dims = {300, 1001}, .init = PARAM_INIT_NORMAL, .tied_to = -1};
+    int64_t n = 300 * 1001;
+    float *one = malloc((size_t)n * sizeof *one), *three = malloc((size_t)n * sizeof *three);
+    cpu_threads_set(1);
+    init_param_f32(&p, 7, one, 42);
+    cpu_threads_set(3);
+    init_param_f32(&p, 7, three, 42);
+    cpu_threads_set(0);
+    cr_assert(memcmp(one, three, (size_t)n * sizeof *one) == 0, "1 and 3 threads differ");
+    const int64_t at[] = {0, 1, 65535, 65536, n - 1};
+    for (size_t k = 0; k < sizeof at / sizeof at[0]; k++) {
+        float want = (float)(INIT_STD * philox_normal(42, (uint64_t)at[k], 7));
+        cr_assert(memcmp(&one[at[k]], &want, sizeof want) == 0, "element %lld", (long long)at[k]);
+    }
+    double sq = 0;
+    for (int64_t i = 0; i < n; i++) sq += (double)one[i] * one[i];
+    cr_expect(fabs(sqrt(sq / n) - INIT_STD) < 1e-3 * 5, "std %g", sqrt(sq / n));
+    free(one), free(three);
 }

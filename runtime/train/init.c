@@ -4,18 +4,33 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cpu/cpu_threads.h"
 #include "cpu/philox.h"
 
-void init_param_f32(const ParamInfo *p, int index, float *w, uint64_t seed)
+typedef struct { const ParamInfo *p; int index; float *w; uint64_t seed; } InitJob;
+
+/* Elements [s, e): each value depends only on (seed, its index, the
+ * parameter's index), so the split over threads never changes a bit. */
+static void init_range(void *ctx, int64_t s, int64_t e)
 {
-    int64_t n = params_numel(p);
-    for (int64_t i = 0; i < n; i++) {
-        switch (p->init) {
-        case PARAM_INIT_NORMAL: w[i] = (float)(INIT_STD * philox_normal(seed, (uint64_t)i, (uint32_t)index)); break;
-        case PARAM_INIT_ZEROS: w[i] = 0.0f; break;
-        case PARAM_INIT_ONES: w[i] = 1.0f; break;
+    const InitJob *j = ctx;
+    for (int64_t i = s; i < e; i++) {
+        switch (j->p->init) {
+        case PARAM_INIT_NORMAL:
+            j->w[i] = (float)(INIT_STD * philox_normal(j->seed, (uint64_t)i, (uint32_t)j->index));
+            break;
+        case PARAM_INIT_ZEROS: j->w[i] = 0.0f; break;
+        case PARAM_INIT_ONES: j->w[i] = 1.0f; break;
         }
     }
+}
+
+/* On every core: BERT-base's 110M normal draws took seconds on one, before
+ * the first step of every run. */
+void init_param_f32(const ParamInfo *p, int index, float *w, uint64_t seed)
+{
+    InitJob j = {.p = p, .index = index, .w = w, .seed = seed};
+    cpu_parallel_for(params_numel(p), 1 << 16, init_range, &j);
 }
 
 HpcStatus init_store(ParamStore *ps, const ParamList *pl, uint64_t seed, HpcError *err)
