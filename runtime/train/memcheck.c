@@ -99,9 +99,10 @@ HpcStatus memcheck_compare(const char *what, int64_t need, int64_t available, co
                     (double)available / MIB, source);
 }
 
-static HpcStatus check_cpu(const Pipeline *p, const ModelSpec *spec, int64_t B, int64_t L, bool ckpt, HpcError *err)
+static HpcStatus check_cpu(const IrGraph *g, const ParamList *pl, const ModelSpec *spec, int64_t B, int64_t L,
+                           bool ckpt, HpcError *err)
 {
-    int64_t need = memcheck_cpu_need(&p->g, &p->pl, &spec->train, B, L, ckpt), avail;
+    int64_t need = memcheck_cpu_need(g, pl, &spec->train, B, L, ckpt), avail;
     char source[160], what[200];
     HpcStatus st = memcheck_host_available(&avail, source, sizeof source, err);
     snprintf(what, sizeof what, "training %s on the cpu (batch %lld, sequence %lld)", spec->name, (long long)B,
@@ -109,13 +110,14 @@ static HpcStatus check_cpu(const Pipeline *p, const ModelSpec *spec, int64_t B, 
     return st ? st : memcheck_compare(what, need, avail, source, err);
 }
 
-static HpcStatus check_cuda(const Pipeline *p, const ModelSpec *spec, int64_t B, int64_t L, HpcError *err)
+static HpcStatus check_cuda(const IrGraph *g, const ParamList *pl, const ModelSpec *spec, int64_t B, int64_t L,
+                            HpcError *err)
 {
     StepPlan plan;
-    HpcStatus st = plan_build(&p->g, B, L, &plan, err);
+    HpcStatus st = plan_build(g, B, L, &plan, err);
     if (st) return st;
     PlanMemory m;
-    plan_memory(&plan, &p->g, &p->pl, &spec->train, &m);
+    plan_memory(&plan, g, pl, &spec->train, &m);
     plan_free(&plan);
     size_t free_b = 0, total_b = 0;
     st = cuda_mem_info(&free_b, &total_b, err);
@@ -127,8 +129,8 @@ static HpcStatus check_cuda(const Pipeline *p, const ModelSpec *spec, int64_t B,
     return memcheck_compare(what, m.total + (int64_t)GEMM_DEFAULT_WORKSPACE, (int64_t)free_b, source, err);
 }
 
-HpcStatus memcheck_run(const ModelSpec *spec, SpecPrecision policy, bool fuse, TrainDevice device, int64_t B,
-                       int64_t L, bool checkpoint_copy, HpcError *err)
+HpcStatus memcheck_run(const ModelSpec *spec, const StepProgram *program, SpecPrecision policy, bool fuse,
+                       TrainDevice device, int64_t B, int64_t L, bool checkpoint_copy, HpcError *err)
 {
     CudaDevice dev = {0};
     bool gpu = false;
@@ -137,12 +139,23 @@ HpcStatus memcheck_run(const ModelSpec *spec, SpecPrecision policy, bool fuse, T
         gpu = cuda_device_open(&dev, dist_gpu_ordinal(), device == TRAIN_DEVICE_CUDA ? err : &ignore) == HPC_OK;
         if (!gpu && device == TRAIN_DEVICE_CUDA) return err->code;
     }
-    PipeOptions o = pipeline_defaults(policy == PREC_DEFAULT ? PREC_FP32 : policy);
-    o.fuse = fuse;
+    /* A compiled program carries the graph the backend will run: size that
+     * one rather than lowering the model a second time. */
     Pipeline p;
-    HpcStatus st = pipeline_build(spec, &o, &p, err);
-    if (!st) st = gpu ? check_cuda(&p, spec, B, L, err) : check_cpu(&p, spec, B, L, checkpoint_copy, err);
-    pipeline_free(&p);
+    bool built = false;
+    const IrGraph *g = program ? &program->g : NULL;
+    const ParamList *pl = program ? &program->pl : NULL;
+    HpcStatus st = HPC_OK;
+    if (!program) {
+        PipeOptions o = pipeline_defaults(policy == PREC_DEFAULT ? PREC_FP32 : policy);
+        o.fuse = fuse;
+        st = pipeline_build(spec, &o, &p, err);
+        built = !st;
+        g = &p.g;
+        pl = &p.pl;
+    }
+    if (!st) st = gpu ? check_cuda(g, pl, spec, B, L, err) : check_cpu(g, pl, spec, B, L, checkpoint_copy, err);
+    if (built) pipeline_free(&p);
     if (gpu) cuda_device_close(&dev);
     return st;
 }

@@ -20,7 +20,7 @@
  * checks the refusal without allocating anything).
  *
  * Usage (the trainer, before opening the backend):
- *   if (memcheck_run(spec, policy, fuse, device, B, L, with_ckpt, &err)) return err.code;   // HPC_ERR_OOM
+ *   if (memcheck_run(spec, program, policy, fuse, device, B, L, with_ckpt, &err)) return err.code;   // HPC_ERR_OOM
  */
 #ifndef HPC_RUNTIME_MEMCHECK_H
 #define HPC_RUNTIME_MEMCHECK_H
@@ -33,6 +33,7 @@
 #include "compiler/ir.h"
 #include "compiler/params.h"
 #include "compiler/spec.h"
+#include "compiler/step_program.h"
 #include "train/train_backend.h"
 
 /* Host bytes a cpu run of g needs at bounds B, L (see above). */
@@ -48,8 +49,10 @@ HpcStatus memcheck_host_available(int64_t *bytes, char *source, size_t cap, HpcE
  * with the remedies and the override option. */
 HpcStatus memcheck_compare(const char *what, int64_t need, int64_t available, const char *source, HpcError *err);
 
-/* The whole check for a run (builds the graph itself; frees everything). */
-HpcStatus memcheck_run(const ModelSpec *spec, SpecPrecision policy, bool fuse, TrainDevice device, int64_t B,
-                       int64_t L, bool checkpoint_copy, HpcError *err);
+/* The whole check for a run: on program's graph when a compiled step
+ * program is given (no lowering), else on the graph it builds from spec
+ * with policy and fuse; frees everything it made. */
+HpcStatus memcheck_run(const ModelSpec *spec, const StepProgram *program, SpecPrecision policy, bool fuse,
+                       TrainDevice device, int64_t B, int64_t L, bool checkpoint_copy, HpcError *err);
 
 #endif

@@ -481,7 +481,7 @@ HpcStatus trainer_run(const ModelSpec *spec, const Dataset *train, const Dataset
     bool ckpt_copy = opts->checkpoint_dir || opts->resume_dir || opts->init_dir;
     HpcStatus st = check_outputs(t, err);
     if (!st && !opts->no_memory_check)
-        st = memcheck_run(spec, opts->policy, !opts->no_fuse, opts->device, spec->train.batch_size, L, ckpt_copy, err);
+        st = memcheck_run(spec, opts->program, opts->policy, !opts->no_fuse, opts->device, spec->train.batch_size, L, ckpt_copy, err);
     /* the log before the backend: a log that cannot be written fails before any compiling */
     if (!st) t->log = opts->resume_dir ? runlog_open_append(opts->jsonl, opts->out, opts->progress_bar, err)
                                        : runlog_open(opts->jsonl, opts->out, opts->progress_bar, err);
