@@ -565,7 +565,6 @@ static HpcStatus gen_gemm(EopGen *gen, HpcError *err)
     return HPC_OK;
 }
 
-/* ---- backward ops ----------------------------------------------------- */
 
 /* Tables of at most this many floats (token types: 2 x 768) accumulate in
  * shared memory first: every token hits the same few rows, and global
@@ -614,10 +613,12 @@ static void gen_embedding_bwd(EopGen *gen)
 }
 
 /* Column sums over rows of TERM(r, col) (a double expression) into y (C):
- * partials in sd[0 .. EOP_COL_PARTS * C), then one thread per column. */
-static void colsum_phases(EopGen *gen, const char *base, const IrNode *rows_of, const char *term)
+ * partials in sd[0 .. EOP_COL_PARTS * C), then one thread per column.
+ * `n` is the value y holds (C = its last dim, rounded to its dtype): the
+ * node's output, or LINEAR_DW_BGRAD's db. */
+static void colsum_phases(EopGen *gen, const IrNode *n, const char *base, const IrNode *rows_of,
+                          const char *term)
 {
-    const IrNode *n = OUTN;
     long long C = (long long)last_dim(n);
     char rows[128], tag[32], b1[64], b2[64];
     rows_expr(rows_of, rows, sizeof rows);
@@ -646,10 +647,9 @@ static void colsum_phases(EopGen *gen, const char *base, const IrNode *rows_of, 
  * of (32, 8) threads covers 256 columns of 8 rows at a time, each thread
  * loading 16 bytes per row (`load` fills va[8], vb[8] for row r, column c0);
  * `term` is column c0 + j's double term.  Partials go to sd as before. */
-static void colsum8_phases(EopGen *gen, const char *base, const IrNode *rows_of, const char *load,
-                           const char *term)
+static void colsum8_phases(EopGen *gen, const IrNode *n, const char *base, const IrNode *rows_of,
+                           const char *load, const char *term)
 {
-    const IrNode *n = OUTN;
     long long C = (long long)last_dim(n);
     char rows[128], tag[32], b1[64], b2[64];
     rows_expr(rows_of, rows, sizeof rows);
@@ -683,19 +683,39 @@ static void colsum8_phases(EopGen *gen, const char *base, const IrNode *rows_of,
     gen->scratch = sz_const((int64_t)EOP_COL_PARTS * C * 8);
 }
 
-static void gen_bias_grad(EopGen *gen)
+/* The column sums of input 0 (dy) into y, which holds value n. */
+static void bias_grad_phases(EopGen *gen, const IrNode *n)
 {
-    if (last_dim(OUTN) > 0 && last_dim(OUTN) % 8 == 0 && float_dtype(INN(0)->dtype)) {
+    if (last_dim(n) > 0 && last_dim(n) % 8 == 0 && float_dtype(INN(0)->dtype)) {
         char load[128];
         snprintf(load, sizeof load, "            ld8_%s(x0 + r * %lldLL + c0, va);\n", ir_dtype_name(INN(0)->dtype),
-                 (long long)last_dim(OUTN));
-        colsum8_phases(gen, "bias_grad", INN(0), load, "(double)va[j]");
+                 (long long)last_dim(n));
+        colsum8_phases(gen, n, "bias_grad", INN(0), load, "(double)va[j]");
         return;
     }
     char term[128];
     snprintf(term, sizeof term, "(double)%s(x0[r * %lldLL + col])", ldf(INN(0)->dtype),
-             (long long)last_dim(OUTN));
-    colsum_phases(gen, "bias_grad", INN(0), term);
+             (long long)last_dim(n));
+    colsum_phases(gen, n, "bias_grad", INN(0), term);
+}
+
+static void gen_bias_grad(EopGen *gen) { bias_grad_phases(gen, OUTN); }
+
+/* LINEAR_DW_BGRAD: the dW GEMM (its BGRADB epilogue writes db), and as
+ * the node's phases the column sums of dy into db, which the executor
+ * launches (with a.y = db) only where cuBLASLt has no epilogue algorithm
+ * (runtime/cuda/gemm_cublas.h, gemm_run_optional). */
+static HpcStatus gen_linear_dw_bgrad(EopGen *gen, HpcError *err)
+{
+    HpcStatus st = gen_gemm(gen, err);
+    if (st) return st;
+    int db = ir_output(gen->g, gen->id, 1);
+    if (db < 0 || gen->g->nodes[db].dtype != OUTN->dtype)
+        return hpc_fail(err, HPC_ERR_INPUT, "emit_ops: linear_dw_bgrad node %d (%s) needs its db output stored "
+                        "as dW (%s); a bug in the fuse pass", gen->id, OUTN->name, ir_dtype_name(OUTN->dtype));
+    bias_grad_phases(gen, &gen->g->nodes[db]);
+    gen->kind = EOP_GEMM;
+    return HPC_OK;
 }
 
 /* dx = rstd * (g - mean(g) - xhat * mean(g * xhat)), g = dy * gamma, with
@@ -769,7 +789,7 @@ static void gen_layernorm_dgamma_vec(EopGen *gen)
                                 "            const float mu = sf[%lldLL + r], rs = sf[%lldLL + R + r];\n",
              ir_dtype_name(INN(0)->dtype), D, ir_dtype_name(x->dtype), D, st_off, st_off);
     snprintf(term, sizeof term, "(double)va[j] * (double)((vb[j] - mu) * rs)");
-    colsum8_phases(gen, "ln_dgamma", x, load, term);
+    colsum8_phases(gen, OUTN, "ln_dgamma", x, load, term);
     gen->scratch = sz_affine((int64_t)EOP_COL_PARTS * D * 8, 2 * 4, R);
 }
 
@@ -796,7 +816,7 @@ static void gen_layernorm_dgamma(EopGen *gen)
     snprintf(term, sizeof term,
              "(double)%s(x0[r * %lldLL + col]) * (double)((%s(x1[r * %lldLL + col]) - sf[%lldLL + r]) * sf[%lldLL + R + r])",
              ldf(INN(0)->dtype), D, ldf(x->dtype), D, st_off, st_off);
-    colsum_phases(gen, "ln_dgamma", x, term);
+    colsum_phases(gen, OUTN, "ln_dgamma", x, term);
     gen->scratch = sz_affine((int64_t)EOP_COL_PARTS * D * 8, 2 * 4, R);
 }
 
@@ -1080,6 +1100,7 @@ EOP_PLAIN(slice_first_bwd) EOP_PLAIN(slice_last_bwd) EOP_PLAIN(cross_entropy_bwd
 EOP_PLAIN(softmax_dropout) EOP_PLAIN(softmax_dropout_bwd) EOP_PLAIN(dropout_add)
 #undef EOP_PLAIN
 static HpcStatus cuda_gemm(EopGen *gen, HpcError *err) { return gen_gemm(gen, err); }
+static HpcStatus cuda_linear_dw_bgrad(EopGen *gen, HpcError *err) { return gen_linear_dw_bgrad(gen, err); }
 
 /* An op the cpu backend runs but no kernel implements yet. */
 static HpcStatus cuda_unsupported(EopGen *gen, HpcError *err)

@@ -32,6 +32,8 @@ typedef struct {
     int *n_uses;          /* (g->n) readers of each value, roles included */
     FuseAction *action;   /* (g->n) */
     IrNode *repl;         /* (g->n) the fused node for FUSE_REPLACE (inputs in g's ids) */
+    int *out_k;           /* (g->n) which output of a multi-output fused node the value becomes */
+    int *partner;         /* (g->n) FUSE_REPLACE of a multi-output node: the dropped node it absorbs, or -1 */
     FuseStats *stats;
 } Matcher;
 
@@ -121,12 +123,58 @@ static void match_add(Matcher *M, int a)
     }
 }
 
+/* ---- bias gradients from the weight-gradient GEMM ---------------------
+ * LINEAR_DW(dy, x) and BIAS_GRAD(dy) of the same dy => LINEAR_DW_BGRAD(dy, x)
+ * with dW as output 0 and db as output 1.  The column sums of dy do not
+ * depend on whose bias they are, so any such pair is exact; both must still
+ * be plain copies (no other rule took them) and store in one dtype (the
+ * epilogue writes db in dW's type).  The fused node takes the later one's
+ * place; nothing between the two may read the earlier one, so moving it
+ * keeps the order valid. */
+static bool read_between(const Matcher *M, int v, int from, int to)
+{
+    for (int i = from + 1; i < to; i++)
+        for (int k = 0; k < node(M, i)->n_in; k++)
+            if (node(M, i)->in[k] == v) return true;
+    return false;
+}
+
+static void match_bias_grad(Matcher *M, int bg)
+{
+    const IrNode *b = node(M, bg);
+    if (!b->backward || M->action[bg] != FUSE_COPY) return;
+    int dy = b->in[0];
+    for (int dw = dy + 1; dw < M->g->n; dw++) {
+        const IrNode *w = node(M, dw);
+        if (w->op != IR_OP_LINEAR_DW || w->in[0] != dy || !w->backward || M->action[dw] != FUSE_COPY ||
+            w->dtype != b->dtype)
+            continue;
+        int first = dw < bg ? dw : bg, at = dw < bg ? bg : dw;
+        if (read_between(M, first, first, at)) continue;
+        replace(M, at, IR_OP_LINEAR_DW_BGRAD, w->in, 2, (IrFusedAttr){0});
+        IrNode *r = &M->repl[at];
+        snprintf(r->name, sizeof r->name, "%s", w->name);   /* the node is dW; db is its output */
+        r->dtype = w->dtype;
+        r->requires_grad = w->requires_grad;
+        r->backward = true;
+        r->region = w->region;
+        M->action[first] = FUSE_DROP;
+        M->partner[at] = first;
+        M->out_k[dw] = 0;
+        M->out_k[bg] = 1;
+        M->stats->linear_dw_bgrad++;
+        return;
+    }
+}
+
 static void match_all(Matcher *M)
 {
     for (int i = 0; i < M->g->n; i++)
         if (node(M, i)->op == IR_OP_SOFTMAX && !node(M, i)->backward) match_softmax(M, i);
     for (int i = 0; i < M->g->n; i++)
         if (node(M, i)->op == IR_OP_ADD) match_add(M, i);
+    for (int i = 0; i < M->g->n; i++)
+        if (node(M, i)->op == IR_OP_BIAS_GRAD) match_bias_grad(M, i);
 }
 
 /* Appends the fused node r (inputs in the input graph's ids). */
@@ -169,14 +217,41 @@ static void remap_plan(const PrecisionPlan *pin, const int *map, const IrGraph *
         memcpy(pout->param_low, pin->param_low, (size_t)pin->n_params * sizeof *pout->param_low);
 }
 
+/* A multi-output fused node at i (LINEAR_DW_BGRAD): the node, then its
+ * OUTPUT nodes; i and its partner map to the outputs they became, and each
+ * output keeps the dtype and flags of the node it replaces. */
+static void append_fused_outputs(const Matcher *M, IrGraph *out, int i, int *map)
+{
+    const IrNode *r = &M->repl[i];
+    int in[IR_MAX_INPUTS], outs[4];
+    for (int k = 0; k < r->n_in; k++) {
+        in[k] = map[r->in[k]];
+        HPC_ASSERT(in[k] >= 0);
+    }
+    HPC_ASSERT(ir_op_info(r->op)->n_outputs <= 4);
+    ir_add_outputs(out, r->op, in, r->n_in, &r->attr, r->name, outs);
+    int src[2] = {i, M->partner[i]};
+    for (int s = 0; s < 2; s++) {
+        const IrNode *was = node(M, src[s]);
+        IrNode *o = &out->nodes[outs[M->out_k[src[s]]]];
+        o->dtype = was->dtype;
+        o->requires_grad = was->requires_grad;
+        o->backward = was->backward;
+        o->region = was->region;
+        snprintf(o->name, sizeof o->name, "%s", was->name);   /* "d.NAME.weight", "d.NAME.bias" */
+        map[src[s]] = outs[M->out_k[src[s]]];
+    }
+}
+
 static void rebuild(const Matcher *M, IrGraph *out, int *map)
 {
     const IrGraph *in = M->g;
     int n_forward = 0;
+    for (int i = 0; i < in->n; i++) map[i] = -1;
     for (int i = 0; i < in->n; i++) {
         const IrNode *n = node(M, i);
-        map[i] = -1;
-        if (M->action[i] == FUSE_REPLACE) map[i] = append_fused(out, &M->repl[i], map);
+        if (M->action[i] == FUSE_REPLACE && M->partner[i] >= 0) append_fused_outputs(M, out, i, map);
+        else if (M->action[i] == FUSE_REPLACE) map[i] = append_fused(out, &M->repl[i], map);
         else if (M->action[i] == FUSE_COPY) map[i] = append_copy(out, n, map);
         if (i == in->n_forward - 1) n_forward = out->n;
     }
@@ -197,7 +272,8 @@ HpcStatus fuse_graph(const IrGraph *in, const PrecisionPlan *pin, IrGraph *out, 
                         "from the plan of the input graph (pass pin, or pout = NULL)");
     size_t n = (size_t)(in->n > 0 ? in->n : 1);
     Matcher M = {in, xcalloc(n, sizeof(int)), xcalloc(n, sizeof(FuseAction)), xcalloc(n, sizeof(IrNode)),
-                 stats};
+                 xcalloc(n, sizeof(int)), xmalloc(n * sizeof(int)), stats};
+    for (size_t i = 0; i < n; i++) M.partner[i] = -1;
     count_uses(&M);
     match_all(&M);
     int *map = xmalloc(n * sizeof *map);
@@ -209,6 +285,8 @@ HpcStatus fuse_graph(const IrGraph *in, const PrecisionPlan *pin, IrGraph *out, 
     free(M.n_uses);
     free(M.action);
     free(M.repl);
+    free(M.out_k);
+    free(M.partner);
     return HPC_OK;
 }
 
@@ -217,7 +295,7 @@ int fuse_count_launches(const IrGraph *g)
     int n = 0;
     for (int i = 0; i < g->n; i++) {
         const IrNode *v = &g->nodes[i];
-        if (v->op == IR_OP_PARAM) continue;
+        if (v->op == IR_OP_PARAM || v->op == IR_OP_OUTPUT) continue;   /* an OUTPUT is written by its op */
         if (v->op == IR_OP_INPUT && v->attr.input.kind != IR_IN_LOSS_SCALE) continue;
         n++;
     }

@@ -9,6 +9,9 @@
  *   ADD(DROPOUT(x), r) or ADD(r, DROPOUT(x)) => DROPOUT_ADD(x, r)
  *       (the bias + dropout + residual epilogue: the bias is already in the
  *        LINEAR's GEMM epilogue)
+ *   LINEAR_DW(dy, x) and BIAS_GRAD(dy)     => LINEAR_DW_BGRAD(dy, x): dW, db
+ *       (db = the column sums of dy, from the dW GEMM's epilogue: cuBLASLt's
+ *        BGRADB; the node's fallback kernel where cuBLASLt has none)
  * Cross-entropy needs no rewrite: CROSS_ENTROPY already takes logits and
  * computes its log-softmax inside (forward and backward).
  *
@@ -64,14 +67,16 @@ typedef struct {
     int softmax_dropout;      /* SOFTMAX + DROPOUT pairs fused */
     int softmax_dropout_bwd;  /* SOFTMAX_BWD + DROPOUT pairs fused */
     int dropout_add;          /* DROPOUT + ADD pairs fused */
+    int linear_dw_bgrad;      /* LINEAR_DW + BIAS_GRAD pairs of one dy fused */
     int nodes_before, nodes_after;
 } FuseStats;
 
 HpcStatus fuse_graph(const IrGraph *in, const PrecisionPlan *pin, IrGraph *out, PrecisionPlan *pout,
                      FuseStats *stats, HpcError *err);
 
-/* Nodes that launch work on a device: every node but PARAM and the batch
- * INPUTs (the loss-scale seed counts: it is a kernel). */
+/* Nodes that launch work on a device: every node but PARAM, OUTPUT (its
+ * multi-output op writes it) and the batch INPUTs (the loss-scale seed
+ * counts: it is a kernel). */
 int fuse_count_launches(const IrGraph *g);
 
 #endif

@@ -292,6 +292,9 @@ static void ir_shape_output(const IrGraph *g, IrNode *n)
     case IR_OP_LAYERNORM_FWD: /* mean, rstd: one f32 per row of x */
         set_shape(n, DT_F32, p->rank - 1, p->dims);
         break;
+    case IR_OP_LINEAR_DW_BGRAD: /* db (out): the column sums of dy, stored as dW */
+        set_shape(n, p->dtype, 1, p->dims);
+        break;
     default:
         require(false, n, "no shape rule for this output");
     }
@@ -301,8 +304,12 @@ const char *ir_output_name(IrOpKind op, int k)
 {
     if (k == 0) return "out";
     if (op == IR_OP_LAYERNORM_FWD) return k == 1 ? "mean" : k == 2 ? "rstd" : "?";
+    if (op == IR_OP_LINEAR_DW_BGRAD) return k == 1 ? "db" : "?";
     return "?";
 }
+
+/* LINEAR_DW_BGRAD: dW as LINEAR_DW; db is its OUTPUT 1 (ir_shape_output). */
+static void ir_shape_linear_dw_bgrad(const IrGraph *g, IrNode *n) { ir_shape_linear_dw(g, n); }
 
 static void ir_shape_softmax_dropout_bwd(const IrGraph *g, IrNode *n)
 {
@@ -522,7 +529,7 @@ static const IrOpInfo op_table[] = {
 #undef IR_OP
 };
 _Static_assert(sizeof op_table / sizeof op_table[0] == IR_OP_COUNT, "ops.def and the op table disagree");
-_Static_assert(IR_OP_COUNT == 36, "an op was added or removed: update docs/ir.md (the row names its functions)");
+_Static_assert(IR_OP_COUNT == 37, "an op was added or removed: update docs/ir.md (the row names its functions)");
 
 const IrOpInfo *ir_op_info(IrOpKind op)
 {

@@ -291,9 +291,14 @@ static void gemm_desc_node(const CudaExec *ex, int id, GemmDesc *d)
         gemm_desc_rm(d, ab, c, rows, b->dims[1], b->dims[0], A, Bp, C);
         break;
     case IR_OP_LINEAR_DW: /* dW (out, in) = dy^T (out, R) x (R, in) */
+    case IR_OP_LINEAR_DW_BGRAD: /* and db (out) = the column sums of dy, from the epilogue */
         gemm_desc_rm(d, ab, c, n->dims[0], n->dims[1], ir_rows(a, ex->B, ex->L), A, Bp, C);
         d->trans_a = true;
         d->lda = n->dims[0];
+        if (n->op == IR_OP_LINEAR_DW_BGRAD) {
+            d->epilogue = GEMM_EPI_BGRAD_A;
+            d->bias = cuda_exec_ptr(ex, ir_output(ex->g, id, 1));
+        }
         break;
     default: { /* MATMUL: batched (.., M, K) x (.., K, N), alpha */
         const IrMatmulAttr *m = &n->attr.matmul;
@@ -318,7 +323,9 @@ static void gemm_desc_node(const CudaExec *ex, int id, GemmDesc *d)
 static HpcStatus launch_phases(CudaExec *ex, int id, HpcError *err)
 {
     const IrNode *n = NODE(id);
-    EopArgs a = {.y = cuda_exec_ptr(ex, id), .ctl = ex->ctl, .B = ex->B, .L = ex->L};
+    /* LINEAR_DW_BGRAD's phases (its fallback) write db, its output 1. */
+    int y = n->op == IR_OP_LINEAR_DW_BGRAD ? ir_output(ex->g, id, 1) : id;
+    EopArgs a = {.y = cuda_exec_ptr(ex, y), .ctl = ex->ctl, .B = ex->B, .L = ex->L};
     for (int k = 0; k < n->n_in; k++) a.x[k] = cuda_exec_ptr(ex, n->in[k]);
     if (ex->plan.scratch_off[id] >= 0) a.scratch = ex->arena.base + (CUdeviceptr)ex->plan.scratch_off[id];
     void *args[] = {&a};
@@ -338,6 +345,11 @@ static HpcStatus launch_node(CudaExec *ex, int id, HpcError *err)
     case EOP_UPLOAD: return HPC_OK;
     case EOP_GEMM:
         gemm_desc_node(ex, id, &d);
+        if (d.epilogue == GEMM_EPI_BGRAD_A) {   /* the column-sum kernels only where cuBLASLt has no epilogue */
+            bool done = false;
+            st = gemm_run_optional(&ex->gemm, &d, &done, err);
+            return st || done ? st : launch_phases(ex, id, err);
+        }
         st = gemm_run(&ex->gemm, &d, err);
         return st ? st : launch_phases(ex, id, err);
     case EOP_KERNELS: return launch_phases(ex, id, err);
@@ -445,7 +457,8 @@ static void profile_key(const CudaExec *ex, int id, ProfRow *r)
         used = (size_t)snprintf(r->key, sizeof r->key, "gemm %s %s->%s M%lld N%lld K%lld x%lld%s%s%s",
                                 r->op, prof_dtype_name(d.ab_type), prof_dtype_name(d.c_type), (long long)d.M,
                                 (long long)d.N, (long long)d.K, (long long)d.batch, d.trans_a ? " tA" : "",
-                                d.trans_b ? " tB" : "", c->bias_epilogue ? " +bias" : "");
+                                d.trans_b ? " tB" : "", c->bias_epilogue ? " +bias"
+                                : d.epilogue == GEMM_EPI_BGRAD_A ? " +bgrad" : "");
         r->flops = 2.0 * (double)d.M * (double)d.N * (double)d.K * (double)d.batch;
     } else {
         r->bytes = node_bytes(ex, id);
