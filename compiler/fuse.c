@@ -34,6 +34,8 @@ typedef struct {
     IrNode *repl;         /* (g->n) the fused node for FUSE_REPLACE (inputs in g's ids) */
     int *out_k;           /* (g->n) which output of a multi-output fused node the value becomes */
     int *partner;         /* (g->n) FUSE_REPLACE of a multi-output node: the dropped node it absorbs, or -1 */
+    int *recompute;       /* (g->n) forward ACT to copy right before this node, or -1 */
+    bool recompute_act;   /* FuseOptions.recompute_act */
     FuseStats *stats;
 } Matcher;
 
@@ -167,6 +169,42 @@ static void match_bias_grad(Matcher *M, int bg)
     }
 }
 
+/* ---- activations recomputed in the backward pass ----------------------
+ * A forward ACT g = act(h) whose backward readers are all weight-gradient
+ * GEMMs (the FFN's dW2 = dy^T g) is not kept from the forward pass: a copy
+ * of the ACT runs right before the first of them and they read the copy.
+ * The forward g then dies at the forward LINEAR that reads it, so the step
+ * keeps h (ACT_BWD needs it anyway) but not g: B*L*ffn values per layer
+ * less at the peak, for one elementwise pass more.  The copy computes the
+ * same values (same op, input and storage dtype), so the results do not
+ * change.  Roles (loss, logits, gradients) are never recomputed. */
+static bool is_role(const IrGraph *g, int v)
+{
+    if (v == g->loss || v == g->logits) return true;
+    for (int p = 0; p < g->n_params && g->param_grad; p++)
+        if (g->param_grad[p] == v) return true;
+    return false;
+}
+
+static void match_recompute(Matcher *M, int a)
+{
+    const IrGraph *g = M->g;
+    if (node(M, a)->backward || M->action[a] != FUSE_COPY || is_role(g, a)) return;
+    int first = -1, n_bwd = 0;
+    for (int i = a + 1; i < g->n; i++) {
+        const IrNode *u = node(M, i);
+        for (int k = 0; k < u->n_in; k++) {
+            if (u->in[k] != a || !u->backward) continue;
+            if (u->op != IR_OP_LINEAR_DW || k != 1) return;   /* another backward reader: keep g */
+            if (first < 0) first = i;
+            n_bwd++;
+        }
+    }
+    if (first < 0 || M->recompute[first] >= 0) return;
+    M->recompute[first] = a;
+    M->stats->act_recompute++;
+}
+
 static void match_all(Matcher *M)
 {
     for (int i = 0; i < M->g->n; i++)
@@ -175,6 +213,8 @@ static void match_all(Matcher *M)
         if (node(M, i)->op == IR_OP_ADD) match_add(M, i);
     for (int i = 0; i < M->g->n; i++)
         if (node(M, i)->op == IR_OP_BIAS_GRAD) match_bias_grad(M, i);
+    for (int i = 0; M->recompute_act && i < M->g->n_forward; i++)
+        if (node(M, i)->op == IR_OP_ACT) match_recompute(M, i);
 }
 
 /* Appends the fused node r (inputs in the input graph's ids). */
@@ -201,15 +241,19 @@ static int append_copy(IrGraph *out, const IrNode *n, const int *map)
     return id;
 }
 
-/* The precision plan of `in` re-indexed for `out` through map. */
-static void remap_plan(const PrecisionPlan *pin, const int *map, const IrGraph *in, const IrGraph *out,
-                       PrecisionPlan *pout)
+/* The precision plan of `in` re-indexed for `out` through map (each
+ * value's first image); a recomputed copy (src_of[j] >= 0) takes the plan
+ * of what it copies. */
+static void remap_plan(const PrecisionPlan *pin, const int *map, const int *src_of, const IrGraph *in,
+                       const IrGraph *out, PrecisionPlan *pout)
 {
     *pout = *pin;
     pout->n = out->n;
     pout->info = xmalloc((size_t)(out->n > 0 ? out->n : 1) * sizeof *pout->info);
     for (int i = 0; i < in->n; i++)
         if (map[i] >= 0) pout->info[map[i]] = pin->info[i];
+    for (int j = 0; j < out->n; j++)
+        if (src_of[j] >= 0) pout->info[j] = pin->info[src_of[j]];
     pout->map = xmalloc((size_t)(pin->n_in > 0 ? pin->n_in : 1) * sizeof *pout->map);
     for (int u = 0; u < pin->n_in; u++) pout->map[u] = pin->map[u] >= 0 ? map[pin->map[u]] : -1;
     pout->param_low = xmalloc((size_t)(pin->n_params > 0 ? pin->n_params : 1) * sizeof *pout->param_low);
@@ -243,24 +287,52 @@ static void append_fused_outputs(const Matcher *M, IrGraph *out, int i, int *map
     }
 }
 
-static void rebuild(const Matcher *M, IrGraph *out, int *map)
+/* The copy of forward ACT a before node `at`; later readers of a read it. */
+static int append_recompute(const Matcher *M, IrGraph *out, int a, int *wire, int *src_of)
+{
+    int r = append_copy(out, node(M, a), wire);
+    IrNode *o = &out->nodes[r];
+    o->backward = true;
+    snprintf(o->name, sizeof o->name, "%.*s.recompute", IR_NAME_MAX - 11, node(M, a)->name);
+    src_of[r] = a;
+    wire[a] = r;
+    return r;
+}
+
+/* map[i]: the first image of input node i (the plan follows it); wire: what
+ * a reader appended now reads (a recomputed ACT's copy once it exists). */
+static void rebuild(const Matcher *M, IrGraph *out, int *map, int *src_of)
 {
     const IrGraph *in = M->g;
     int n_forward = 0;
-    for (int i = 0; i < in->n; i++) map[i] = -1;
+    int *wire = xmalloc((size_t)(in->n > 0 ? in->n : 1) * sizeof *wire);
+    for (int i = 0; i < in->n; i++) map[i] = wire[i] = -1;
     for (int i = 0; i < in->n; i++) {
         const IrNode *n = node(M, i);
-        if (M->action[i] == FUSE_REPLACE && M->partner[i] >= 0) append_fused_outputs(M, out, i, map);
-        else if (M->action[i] == FUSE_REPLACE) map[i] = append_fused(out, &M->repl[i], map);
-        else if (M->action[i] == FUSE_COPY) map[i] = append_copy(out, n, map);
+        if (M->recompute[i] >= 0) append_recompute(M, out, M->recompute[i], wire, src_of);
+        if (M->action[i] == FUSE_REPLACE && M->partner[i] >= 0) append_fused_outputs(M, out, i, wire);
+        else if (M->action[i] == FUSE_REPLACE) wire[i] = append_fused(out, &M->repl[i], wire);
+        else if (M->action[i] == FUSE_COPY) wire[i] = append_copy(out, n, wire);
+        if (map[i] < 0) map[i] = wire[i];
+        if (M->partner[i] >= 0 && map[M->partner[i]] < 0) map[M->partner[i]] = wire[M->partner[i]];
         if (i == in->n_forward - 1) n_forward = out->n;
     }
-    ir_copy_roles(out, in, map);
+    ir_copy_roles(out, in, map);   /* roles are never recomputed: map == wire there */
     out->n_forward = n_forward;
+    free(wire);
 }
 
 HpcStatus fuse_graph(const IrGraph *in, const PrecisionPlan *pin, IrGraph *out, PrecisionPlan *pout,
                      FuseStats *stats, HpcError *err)
+{
+    FuseOptions o = fuse_defaults();
+    return fuse_graph_with(in, pin, out, pout, stats, &o, err);
+}
+
+FuseOptions fuse_defaults(void) { return (FuseOptions){.recompute_act = true}; }
+
+HpcStatus fuse_graph_with(const IrGraph *in, const PrecisionPlan *pin, IrGraph *out, PrecisionPlan *pout,
+                          FuseStats *stats, const FuseOptions *opts, HpcError *err)
 {
     FuseStats local;
     if (!stats) stats = &local;
@@ -272,16 +344,20 @@ HpcStatus fuse_graph(const IrGraph *in, const PrecisionPlan *pin, IrGraph *out, 
                         "from the plan of the input graph (pass pin, or pout = NULL)");
     size_t n = (size_t)(in->n > 0 ? in->n : 1);
     Matcher M = {in, xcalloc(n, sizeof(int)), xcalloc(n, sizeof(FuseAction)), xcalloc(n, sizeof(IrNode)),
-                 xcalloc(n, sizeof(int)), xmalloc(n * sizeof(int)), stats};
-    for (size_t i = 0; i < n; i++) M.partner[i] = -1;
+                 xcalloc(n, sizeof(int)), xmalloc(n * sizeof(int)), xmalloc(n * sizeof(int)),
+                 opts->recompute_act, stats};
+    for (size_t i = 0; i < n; i++) M.partner[i] = M.recompute[i] = -1;
     count_uses(&M);
     match_all(&M);
-    int *map = xmalloc(n * sizeof *map);
-    rebuild(&M, out, map);
-    if (pout) remap_plan(pin, map, in, out, pout);
+    int *map = xmalloc(n * sizeof *map), *src_of = xmalloc(2 * n * sizeof *src_of);
+    for (size_t i = 0; i < 2 * n; i++) src_of[i] = -1;   /* out has at most 2 n nodes (n + copies) */
+    rebuild(&M, out, map, src_of);
+    if (pout) remap_plan(pin, map, src_of, in, out, pout);
     stats->nodes_before = in->n;
     stats->nodes_after = out->n;
     free(map);
+    free(src_of);
+    free(M.recompute);
     free(M.n_uses);
     free(M.action);
     free(M.repl);

@@ -12,6 +12,9 @@
  *   LINEAR_DW(dy, x) and BIAS_GRAD(dy)     => LINEAR_DW_BGRAD(dy, x): dW, db
  *       (db = the column sums of dy, from the dW GEMM's epilogue: cuBLASLt's
  *        BGRADB; the node's fallback kernel where cuBLASLt has none)
+ *   g = ACT(h) read backward only by LINEAR_DW(dy, g) => a copy of the ACT
+ *       right before the first of them, which they read instead, so the
+ *       forward g is not kept for the backward pass (FuseOptions.recompute_act)
  * Cross-entropy needs no rewrite: CROSS_ENTROPY already takes logits and
  * computes its log-softmax inside (forward and backward).
  *
@@ -41,6 +44,7 @@
 #ifndef HPC_COMPILER_FUSE_H
 #define HPC_COMPILER_FUSE_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
 #include "error.h"
@@ -68,11 +72,21 @@ typedef struct {
     int softmax_dropout_bwd;  /* SOFTMAX_BWD + DROPOUT pairs fused */
     int dropout_add;          /* DROPOUT + ADD pairs fused */
     int linear_dw_bgrad;      /* LINEAR_DW + BIAS_GRAD pairs of one dy fused */
+    int act_recompute;        /* forward ACTs recomputed before their dW GEMMs */
     int nodes_before, nodes_after;
 } FuseStats;
 
 HpcStatus fuse_graph(const IrGraph *in, const PrecisionPlan *pin, IrGraph *out, PrecisionPlan *pout,
                      FuseStats *stats, HpcError *err);
+
+/* What fuse_graph does beyond the pattern rewrites (fuse_defaults: all on). */
+typedef struct {
+    bool recompute_act;       /* recompute an ACT before its dW GEMMs instead of keeping it */
+} FuseOptions;
+
+FuseOptions fuse_defaults(void);
+HpcStatus fuse_graph_with(const IrGraph *in, const PrecisionPlan *pin, IrGraph *out, PrecisionPlan *pout,
+                          FuseStats *stats, const FuseOptions *opts, HpcError *err);
 
 /* Nodes that launch work on a device: every node but PARAM, OUTPUT (its
  * multi-output op writes it) and the batch INPUTs (the loss-scale seed

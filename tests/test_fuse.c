@@ -38,6 +38,7 @@
 #include "params.h"
 #include "cpu/philox.h"
 #include "pipeline.h"
+#include "plan.h"
 #include "spec.h"
 
 enum { TB = 2, TL = 8, TV = 50, TH = 16, THEADS = 2, TC = 5 };
@@ -445,7 +446,8 @@ static int count_op(const IrGraph *g, IrOpKind op)
 }
 
 /* Without dropout no dropout rule fires: every op but the weight and bias
- * gradients (which the bias-gradient rule pairs) is kept as it was. */
+ * gradients (which the bias-gradient rule pairs) and the recomputed FFN
+ * activations is kept as it was. */
 Test(fuse_negative, no_dropout_no_change)
 {
     ModelSpec s;
@@ -459,10 +461,11 @@ Test(fuse_negative, no_dropout_no_change)
     for (int op = 0; op < IR_OP_COUNT; op++) {
         if (op == IR_OP_LINEAR_DW || op == IR_OP_BIAS_GRAD || op == IR_OP_LINEAR_DW_BGRAD || op == IR_OP_OUTPUT)
             continue;
-        cr_expect_eq(count_op(&fused.g, (IrOpKind)op), count_op(&plain.g, (IrOpKind)op), "%s",
+        int extra = op == IR_OP_ACT ? fused.fuse.act_recompute : 0;
+        cr_expect_eq(count_op(&fused.g, (IrOpKind)op), count_op(&plain.g, (IrOpKind)op) + extra, "%s",
                      ir_op_name((IrOpKind)op));
     }
-    cr_expect_eq(fused.g.n, plain.g.n, "each pair is one node and its output");
+    cr_expect_eq(fused.g.n, plain.g.n + fused.fuse.act_recompute, "each pair is one node and its output");
     pipeline_free(&plain);
     pipeline_free(&fused);
 }
@@ -793,6 +796,81 @@ Test(fuse_bgrad, what_must_not_pair)
     ir_free(&out);
     ir_free(&fx.g);
     params_free(&fx.pl);
+}
+
+/* ---- the FFN activation recomputed in the backward pass ---------------- */
+
+/* Each layer's GELU output is recomputed before its dW GEMM, never kept:
+ * the copy reads the forward input, the dW GEMM reads the copy, the
+ * forward value's last reader is forward, and its precision plan entry is
+ * the forward ACT's. */
+Test(fuse_recompute, ffn_act_recomputed_in_backward)
+{
+    ModelSpec s;
+    tiny_spec(&s);
+    Pipeline p;
+    build(&s, PREC_FP16, true, &p);
+    cr_expect_eq(p.fuse.act_recompute, s.stack.layers);
+    int copies = 0;
+    for (int i = 0; i < p.g.n; i++) {
+        const IrNode *n = &p.g.nodes[i];
+        if (n->op != IR_OP_ACT || !n->backward) continue;
+        copies++;
+        cr_expect(strstr(n->name, ".recompute") != NULL, "%s", n->name);
+        const IrNode *h = &p.g.nodes[n->in[0]];
+        cr_expect(!h->backward && i >= p.g.n_forward, "%s reads a forward value, runs in the backward part", n->name);
+        cr_expect_eq(n->dtype, DT_F16);
+        cr_expect_eq(p.prec.info[i].cls, PREC_CLASS_F32_COMPUTE, "%s", n->name);
+        int fwd = -1;   /* the forward ACT it copies: same input */
+        for (int j = 0; j < p.g.n_forward; j++)
+            if (p.g.nodes[j].op == IR_OP_ACT && p.g.nodes[j].in[0] == n->in[0]) fwd = j;
+        cr_assert_geq(fwd, 0);
+        for (int j = p.g.n_forward; j < p.g.n; j++)
+            for (int k = 0; k < p.g.nodes[j].n_in; k++)
+                cr_expect_neq(p.g.nodes[j].in[k], fwd, "%s reads the forward %s", p.g.nodes[j].name,
+                              p.g.nodes[fwd].name);
+    }
+    cr_expect_eq(copies, s.stack.layers);
+    pipeline_free(&p);
+}
+
+/* BERT-base fp16 at B32 L128: the planned arena shrinks by at least the
+ * GELU outputs of all layers but one (the last layer's backward holds its
+ * copy while the others' are gone). */
+Test(fuse_recompute, bert_base_arena_shrinks)
+{
+    ModelSpec s;
+    load_model("bert_base.model", &s);
+    Pipeline keep, re;
+    PipeOptions o = pipeline_defaults(PREC_FP16);
+    HpcError err = {0};
+    cr_assert_eq(pipeline_build(&s, &o, &re, &err), HPC_OK, "%s", err.msg);
+    /* the same graph fused without the recompute */
+    PipeOptions u = pipeline_defaults(PREC_FP16);
+    u.fuse = false;
+    cr_assert_eq(pipeline_build(&s, &u, &keep, &err), HPC_OK, "%s", err.msg);
+    IrGraph kg;
+    PrecisionPlan kp;
+    ir_init(&kg);
+    FuseOptions fo = fuse_defaults();
+    fo.recompute_act = false;
+    FuseStats st;
+    cr_assert_eq(fuse_graph_with(&keep.g, &keep.prec, &kg, &kp, &st, &fo, &err), HPC_OK, "%s", err.msg);
+    cr_expect_eq(st.act_recompute, 0);
+    StepPlan a, b;
+    cr_assert_eq(plan_build(&kg, 32, 128, &a, &err), HPC_OK, "%s", err.msg);
+    cr_assert_eq(plan_build(&re.g, 32, 128, &b, &err), HPC_OK, "%s", err.msg);
+    int64_t g_bytes = (int64_t)32 * 128 * s.stack.ffn * 2;
+    printf("bert_base fp16 B32 L128 arena: %.1f MiB keeping the GELU outputs, %.1f MiB recomputing them\n",
+           (double)a.arena_bytes / 1048576.0, (double)b.arena_bytes / 1048576.0);
+    cr_expect_geq(a.arena_bytes - b.arena_bytes, (s.stack.layers - 1) * g_bytes, "%lld -> %lld",
+                  (long long)a.arena_bytes, (long long)b.arena_bytes);
+    plan_free(&a);
+    plan_free(&b);
+    precision_plan_free(&kp);
+    ir_free(&kg);
+    pipeline_free(&keep);
+    pipeline_free(&re);
 }
 
 /* ---- pipeline --------------------------------------------------------- */
