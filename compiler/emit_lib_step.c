@@ -51,16 +51,16 @@ static void print_intro(FILE *f, const StepProgram *p)
                "// constant.  Layouts (64 and 24 bytes):\n"
                "//   struct EopArgs { u64 y; u64 x[3]; u64 scratch; u64 ctl; i64 B; i64 L; };\n"
                "//   struct EopCtl { u64 seed; u32 step; u32 training; float loss_scale; u32 pad_; };\n"
-               "// GEMM nodes (linear, matmul, linear_dx, linear_dw) run on cuBLASLt in hpc and\n"
-               "// are listed without kernels.  Launches, in step order:\n",
+               "// GEMM nodes (linear, matmul, linear_dx, linear_dw, linear_dw_bgrad) run on\n"
+               "// cuBLASLt in hpc; a kernel listed after one runs after the GEMM (a\n"
+               "// linear_dw_bgrad's column sums into db only where cuBLASLt has no BGRADB\n"
+               "// epilogue for it).  Launches, in step order:\n",
             p->name, p->name, spec_precision_name(p->policy));
     for (int i = 0; i < p->kernels.n; i++) {
         const StepNodeCode *c = &p->kernels.node[i];
         const IrNode *n = &p->g.nodes[i];
-        if (c->kind == EOP_GEMM && c->n_phases == 0) {
-            fprintf(f, "//   %4d %-36s %s (GEMM)\n", i, n->name, ir_op_name(n->op));
-            continue;
-        }
+        if (c->kind == EOP_GEMM) fprintf(f, "//   %4d %-36s %s (GEMM)\n", i, n->name, ir_op_name(n->op));
+        if (c->kind == EOP_GEMM && c->n_phases == 0) continue;
         for (int k = 0; k < c->n_phases; k++) {
             char count[256];
             size_text(&c->phase[k].count, count, sizeof count);

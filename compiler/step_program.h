@@ -67,9 +67,11 @@
 /* How a node runs on the cuda backend:
  *   EOP_NONE     PARAM: storage bound by the executor, nothing to run;
  *   EOP_UPLOAD   a batch INPUT: the executor copies the field from the host;
- *   EOP_GEMM     LINEAR, MATMUL, LINEAR_DX, LINEAR_DW: one cuBLASLt GEMM,
- *                then the node's phases if any (a bias add the epilogue
- *                cannot do);
+ *   EOP_GEMM     LINEAR, MATMUL, LINEAR_DX, LINEAR_DW, LINEAR_DW_BGRAD: one
+ *                cuBLASLt GEMM, then the node's phases if any (a bias add
+ *                the epilogue cannot do; LINEAR_DW_BGRAD's column sums into
+ *                its output 1, db, launched only where cuBLASLt has no
+ *                BGRADB algorithm: runtime/cuda/cuda_exec.c);
  *   EOP_KERNELS  everything else: 1..EOP_MAX_PHASES kernels in order. */
 typedef enum { EOP_NONE, EOP_UPLOAD, EOP_GEMM, EOP_KERNELS } EopKind;
 

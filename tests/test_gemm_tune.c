@@ -1,7 +1,8 @@
 /* tests/test_gemm_tune.c — GEMM algorithm choice by timing and its disk
  * cache (runtime/cuda/gemm_tune.h), on the cpu with a fake timer: the
- * selection rule, a save/load round trip, and every kind of damaged file
- * ignored with a warning that names the line. */
+ * selection rule, a save/load round trip, every kind of damaged file
+ * ignored with a warning that names the line, and the key: the epilogue,
+ * the bias dtype and the bias alignment each make another key. */
 #include <criterion/criterion.h>
 #include <stdio.h>
 #include <stdlib.h>

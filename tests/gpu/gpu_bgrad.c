@@ -332,8 +332,9 @@ static void node_case(SpecPrecision prec, bool force_fallback, double tol)
                 free(gpu);
                 free(ref);
             }
-            result(!isnan(worst) && worst <= tol && nv > 0, "%s: %d dW/db values, worst rel L2 %.3g (%s) <= %.0e",
-                   tag, nv, worst, worst_v >= 0 ? P.g.nodes[worst_v].name : "-", tol);
+            result(!isnan(worst) && worst <= tol && nv > 0,
+                   "%s: %d dW/db values, worst rel L2 %.3g (%s) <= %.0e (shapes without a BGRADB algorithm: %d)",
+                   tag, nv, worst, worst_v >= 0 ? P.g.nodes[worst_v].name : "-", tol, ex.gemm.bgrad_dropped);
         }
         cuda_exec_free(&ex);
     }
