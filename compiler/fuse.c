@@ -190,14 +190,13 @@ static void match_recompute(Matcher *M, int a)
 {
     const IrGraph *g = M->g;
     if (node(M, a)->backward || M->action[a] != FUSE_COPY || is_role(g, a)) return;
-    int first = -1, n_bwd = 0;
+    int first = -1;
     for (int i = a + 1; i < g->n; i++) {
         const IrNode *u = node(M, i);
         for (int k = 0; k < u->n_in; k++) {
             if (u->in[k] != a || !u->backward) continue;
             if (u->op != IR_OP_LINEAR_DW || k != 1) return;   /* another backward reader: keep g */
             if (first < 0) first = i;
-            n_bwd++;
         }
     }
     if (first < 0 || M->recompute[first] >= 0) return;
