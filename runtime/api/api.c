@@ -6,8 +6,7 @@
 #include <string.h>
 
 #include "api/api_backend.h"
-#include "compiler/artifact.h"
-#include "compiler/step_program_build.h"
+#include "api/api_model.h"
 #include "formats/hf_names.h"
 #include "formats/safetensors.h"
 
@@ -21,6 +20,12 @@ _Static_assert(HPC_API_OK == (int)HPC_OK && HPC_API_ERR_INPUT == (int)HPC_ERR_IN
 /* Weak: see api_backend.h.  NULL when the program did not link the cuda
  * backend. */
 #pragma weak api_cuda_open
+/* Weak: see api_model.h.  NULL when the program did not link the `.model`
+ * road (and so no compiler). */
+#pragma weak api_program_from_model
+
+/* A compiled artifact's file name ends so (compiler/artifact.h's ARTIFACT_EXT). */
+#define API_ARTIFACT_EXT ".hpc"
 
 /* Used when the model file counts epochs: the API sees single steps. */
 #define API_DEFAULT_TOTAL_STEPS 1000
@@ -77,26 +82,6 @@ static bool api_has_suffix(const char *s, const char *suffix)
     return n >= k && strcmp(s + n - k, suffix) == 0;
 }
 
-/* The spec of a model file or text; located diagnostics go into the
- * message. */
-static HpcStatus api_read_spec(const char *path, const char *text, ModelSpec *spec, HpcError *err)
-{
-    char *diag = NULL;
-    size_t diag_len = 0;
-    FILE *d = open_memstream(&diag, &diag_len);
-    if (!d) return hpc_fail(err, HPC_ERR_OOM, "hpc_model_open: open_memstream failed");
-    HpcStatus st = HPC_OK;
-    int rc = path ? spec_load(path, spec, d) : spec_load_string("<model_text>", text, strlen(text), NULL, spec, d);
-    fflush(d);
-    if (rc < 0) st = hpc_fail(err, HPC_ERR_IO, "hpc_model_open: cannot read %s: %s", path,
-                              diag_len ? diag : "unknown error");
-    else if (rc > 0) st = hpc_fail(err, HPC_ERR_INPUT, "hpc_model_open: %s has %d error(s):\n%s",
-                                   path ? path : "options.model_text", rc, diag);
-    fclose(d);
-    free(diag);
-    return st;
-}
-
 /* The requested policy, PREC_DEFAULT for "the artifact's own (fp32 for a
  * model file)". */
 static SpecPrecision api_policy(HpcPrecision p)
@@ -109,6 +94,19 @@ static SpecPrecision api_policy(HpcPrecision p)
     }
 }
 
+/* The `.model` road (api_model.h), or a message saying how to link it. */
+static HpcStatus api_compile(const char *path, const char *text, const ModelSpec *spec, SpecPrecision want,
+                             StepProgram *out, HpcError *err)
+{
+    if (!api_program_from_model)
+        return hpc_fail(err, HPC_ERR_USAGE, "hpc_model_open: %s%s needs hpc's compiler, which this program "
+                        "was linked without; compile it with `hpc compile` and open the NAME.hpc, or link "
+                        "with -Wl,--undefined=api_program_from_model (docs/embedding.md)",
+                        spec ? "another policy than the artifact's for " : "",
+                        path ? path : "options.model_text");
+    return api_program_from_model(path, text, spec, want, out, err);
+}
+
 /* A NAME.hpc's step program as it is (compiled again from its model only
  * for another policy), or a model file or text compiled in-process: the
  * same road afterwards. */
@@ -116,17 +114,15 @@ static HpcStatus api_load_program(HpcModel *m, const HpcModelOptions *o, HpcErro
 {
     SpecPrecision want = api_policy(o->precision);
     HpcStatus st;
-    if (o->path && api_has_suffix(o->path, ARTIFACT_EXT)) {
+    if (o->path && api_has_suffix(o->path, API_ARTIFACT_EXT)) {
         st = step_program_read_file(o->path, &m->prog, err);
         if (!st && want != PREC_DEFAULT && want != m->prog.policy) {
             ModelSpec spec = m->prog.spec;
             step_program_free(&m->prog);
-            st = step_program_compile(&spec, want, true, &m->prog, err);
+            st = api_compile(o->path, NULL, &spec, want, &m->prog, err);
         }
     } else {
-        ModelSpec spec;
-        st = api_read_spec(o->path, o->model_text, &spec, err);
-        if (!st) st = step_program_compile(&spec, want, true, &m->prog, err);
+        st = api_compile(o->path, o->model_text, NULL, want, &m->prog, err);
     }
     if (st) return st;
     m->spec = m->prog.spec;
