@@ -103,7 +103,7 @@ $(BUILD)/tests/link/api_artifact: tests/link/api_artifact.c $(LIBS)
 	$(CC) $(CFLAGS) -o $@ $< $(LIBS) $(LDLIBS)
 $(BUILD)/tests/link/api_artifact_cuda: tests/link/api_artifact.c $(LIBS)
 	@mkdir -p $(@D)
-	$(CC) $(CFLAGS) -o $@ $< -Wl,--undefined=api_cuda_open $(LIBS) $(LDLIBS)
+	$(CC) $(CFLAGS) -o $@ $< -Wl,--undefined=train_cuda_open $(LIBS) $(LDLIBS)
 LINK_CHECKS := $(addprefix $(BUILD)/tests/link/,run_artifact api_artifact api_artifact_cuda)
 
 # The C embedding example (examples/) runs on the cpu backend, also under valgrind.

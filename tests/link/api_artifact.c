@@ -5,7 +5,7 @@
  * leaves the compiler's front end out; tests/link/check-no-frontend.sh
  * checks that with nm and runs it.  Built twice by the Makefile: with the
  * cpu backend only, and with the cuda backend linked in
- * (-Wl,--undefined=api_cuda_open), which without a GPU falls back to the
+ * (-Wl,--undefined=train_cuda_open), which without a GPU falls back to the
  * cpu under HPC_BACKEND_AUTO.
  *
  *   api_artifact NAME.hpc MODEL.model cpu|auto

@@ -22,6 +22,8 @@ for bin in "$@"; do
     case $(basename "$bin") in   # the cuda builds must hold the cuda executor
         run_artifact|*_cuda) nm "$bin" | grep -q ' T cuda_exec_init_kernels$' ||
             { echo "FAIL  $bin lacks the cuda backend (cuda_exec_init_kernels)"; exit 1; } ;;
+        *) ! nm "$bin" | grep -q ' T cuda_' ||
+            { echo "FAIL  $bin is cpu-only but links CUDA code:" $(nm "$bin" | grep ' T cuda_' | head -3); exit 1; } ;;
     esac
     case $(basename "$bin") in
         run_artifact) out=$("$bin" "$dir/bert_tiny.hpc") ;;
