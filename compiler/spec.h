@@ -20,7 +20,7 @@
 #include <stdio.h>
 
 #include "activations.h"
-#include "util/dtype.h"
+#include "dtype.h"
 
 typedef enum { STACK_ENCODER, STACK_DECODER } SpecStackKind;
 /* The activations, one per row of compiler/activations.h (the same order as
