@@ -47,7 +47,9 @@ static void write_header(FILE *f, const ModelSpec *s, SpecPrecision policy)
             " *\n"
             " * Typed entry points over include/hpc.h (the C API, which documents errors,\n"
             " * threads and memory).  The model is embedded in %s.c, so a program ships\n"
-            " * no file besides its binary.  Build: see Makefile (libhpcrt.a, libhpcc.a).\n"
+            " * no file besides its binary.  Build: see Makefile (libhpcrt.a, libhpcc.a;\n"
+            " * the embedded model text is compiled in-process, so link with\n"
+            " * -Wl,--undefined=api_program_from_model).\n"
             " *\n"
             " *   HpcModel *m;\n"
             " *   char msg[512];\n"
@@ -172,7 +174,8 @@ static void write_makefile(FILE *f, const ModelSpec *s, const char *hpc_root)
             ".PHONY: all run clean\nall: lib%s.a %s_demo\n\n"
             "lib%s.a: %s.o\n\tar rcs $@ $^\n"
             "%s.o: %s.c %s.h\n\t$(CC) $(CFLAGS) -c -o $@ $<\n"
-            "%s_demo: %s_demo.c lib%s.a\n\t$(CC) $(CFLAGS) -o $@ $< lib%s.a $(HPC_LIBS) $(LDLIBS)\n\n"
+            "%s_demo: %s_demo.c lib%s.a\n\t$(CC) $(CFLAGS) -o $@ $< -Wl,--undefined=api_program_from_model lib%s.a "
+            "$(HPC_LIBS) $(LDLIBS)\n\n"
             "run: %s_demo\n\t./%s_demo\n\n"
             "clean:\n\trm -f %s.o lib%s.a %s_demo\n",
             n, n, n, hpc_root, n, n, n, n, n, n, n, n, n, n, n, n, n, n, n, n);

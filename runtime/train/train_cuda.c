@@ -25,7 +25,13 @@
  * inf or NaN in any rank's gradient stays non-finite in the average every
  * rank receives, so every rank skips the same step, and the gradient norm
  * for clipping is the norm of the same averaged gradient on every rank.
- * The poison hook therefore writes its inf before the reduction. */
+ * The poison hook therefore writes its inf before the reduction.
+ *
+ * For the C API (train_backend_open_with's options): the caller's stream
+ * replaces the device's own for every launch and copy (CUDA graphs are then
+ * off), and the caller's device allocator serves the executor's arena and
+ * every buffer beside it; cuBLASLt's workspace (32 MiB) and the loaded
+ * modules still come from the driver. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -38,6 +44,7 @@
 #include "cuda/nvrtc_compile.h"
 #include "dist/collectives.h"
 #include "dist/rendezvous.h"
+#include "train/lossscale.h"
 #include "train/train_backend.h"
 
 typedef struct {
@@ -65,6 +72,10 @@ typedef struct {
     size_t logits_cap;
     bool profile;              /* HPC_STARTUP or HPC_PROFILE: report the cold start after step 1 */
     Collectives *coll;         /* data parallel over NCCL (set_dist), else NULL */
+    bool graphs;               /* steps captured as CUDA graphs (not on a caller's stream) */
+    CUstream own_stream;       /* the device's stream, restored before close */
+    TrainDeviceAllocator user_alloc; /* the caller's allocator (alloc NULL: none) */
+    ArenaAllocator arena_alloc;      /* adapts it for runtime/cuda/device_arena.h */
 } CudaTrain;
 
 /* Seconds since this process started (/proc/self/stat field 22 against
@@ -124,7 +135,10 @@ static void cuda_close(TrainBackend *b)
     if (t->host_state) cuda_driver()->cuMemFreeHost(t->host_state);
     if (t->opt_open) cuda_optim_free(&t->opt);
     if (t->ex_open) cuda_exec_free(&t->ex);
-    if (t->dev_open) cuda_device_close(&t->dev);
+    if (t->dev_open) {
+        t->dev.stream = t->own_stream;
+        cuda_device_close(&t->dev);
+    }
     free(t->logits);
     free(t);
     b->impl = NULL;
@@ -157,7 +171,7 @@ static HpcStatus cuda_micro(TrainBackend *b, const Batch *batch, int64_t m, HpcE
     }
     CudaRunOptions o = {.training = true, .backward = true, .seed = b->spec->train.seed,
                         .step = t->micro++, .loss_scale_dev = cuda_optim_scale_ptr(&t->opt),
-                        .graph = true};
+                        .graph = t->graphs};
     if (st) return st;
     if (m == t->accum - 1) {   /* staged: runs in cuda_step with the optimizer in its graph */
         st = cuda_exec_stage(&t->ex, batch, &o, err);
@@ -407,6 +421,48 @@ static HpcStatus cuda_state_in(TrainBackend *b, const TrainState *ts, HpcError *
     return HPC_OK;
 }
 
+/* New masters (cuda_exec_set_params also rewrites the 16-bit copies), zero
+ * moments and the optimizer state of a new run. */
+static HpcStatus cuda_set_weights(TrainBackend *b, float *const *w, HpcError *err)
+{
+    CudaTrain *t = impl(b);
+    const CudaDriver *cu = cuda_driver();
+    if (t->coll || t->has_staged || t->read != t->steps)
+        return hpc_fail(err, HPC_ERR_USAGE, "trainer: new weights in the middle of a step, with records "
+                        "uncollected, or under data parallel");
+    HpcStatus st = cuda_exec_set_params(&t->ex, w, err);
+    for (int i = 0; i < t->opt.count && !st; i++) {
+        const KemitOptTensor *k = &t->opt.host_t[i];
+        if (k->m) st = CUDA_CHECK(err, cu->cuMemsetD32Async(k->m, 0, (size_t)k->n, t->dev.stream));
+        if (!st && k->v) st = CUDA_CHECK(err, cu->cuMemsetD32Async(k->v, 0, (size_t)k->n, t->dev.stream));
+    }
+    LossScaleConfig lc;
+    LossScaler ls;
+    ls_config_from_spec(&lc, &b->spec->train);
+    ls_init(&ls, &lc);
+    KemitOptState s = {.scale = (float)ls.scale};   /* what cuda_optim_init starts from */
+    if (!st) st = CUDA_CHECK(err, cu->cuMemcpyHtoDAsync(cuda_optim_state_ptr(&t->opt), &s, sizeof s, t->dev.stream));
+    if (!st) st = CUDA_CHECK(err, cu->cuStreamSynchronize(t->dev.stream));
+    if (st) return st;
+    t->steps = t->read = 0;
+    t->chain_next = false;
+    return HPC_OK;
+}
+
+/* The caller's TrainDeviceAllocator seen as an ArenaAllocator: device
+ * pointers travel as void *, and every call gets the backend's stream. */
+static CUdeviceptr user_alloc(void *user, size_t bytes)
+{
+    CudaTrain *t = user;
+    return (CUdeviceptr)(uintptr_t)t->user_alloc.alloc(t->user_alloc.user, bytes, (void *)t->dev.stream);
+}
+
+static void user_free(void *user, CUdeviceptr ptr)
+{
+    CudaTrain *t = user;
+    t->user_alloc.free(t->user_alloc.user, (void *)(uintptr_t)ptr, (void *)t->dev.stream);
+}
+
 static HpcStatus alloc_rings(CudaTrain *t, HpcError *err)
 {
     const CudaDriver *cu = cuda_driver();
@@ -425,7 +481,8 @@ static HpcStatus alloc_rings(CudaTrain *t, HpcError *err)
                                  "step records", err);
 }
 
-HpcStatus train_cuda_open(TrainBackend *b, int64_t total_steps, int64_t max_B, int64_t max_L, HpcError *err)
+HpcStatus train_cuda_open(TrainBackend *b, int64_t total_steps, int64_t max_B, int64_t max_L,
+                          const TrainBackendOptions *o, HpcError *err)
 {
     CudaTrain *t = xcalloc(1, sizeof *t);
     b->impl = t;
@@ -439,15 +496,24 @@ HpcStatus train_cuda_open(TrainBackend *b, int64_t total_steps, int64_t max_B, i
     b->state_out = cuda_state_out;
     b->state_in = cuda_state_in;
     b->set_dist = cuda_set_dist;
+    b->set_weights = cuda_set_weights;
     b->close = cuda_close;
     t->accum = b->spec->train.grad_accum > 1 ? b->spec->train.grad_accum : 1;
     const char *su = getenv("HPC_STARTUP"), *pr = getenv("HPC_PROFILE");
     t->profile = (su && *su && strcmp(su, "0") != 0) || (pr && *pr && strcmp(pr, "0") != 0);
     if (b->g.loss < 0 || b->g.nodes[b->g.loss].dtype != DT_F32)
         return hpc_fail(err, HPC_ERR_INTERNAL, "trainer: the graph's loss is not an f32 scalar");
-    HpcStatus st = cuda_device_open(&t->dev, dist_gpu_ordinal(), err);   /* 0 unless one rank of several */
+    HpcStatus st = cuda_device_open(&t->dev, o->gpu >= 0 ? o->gpu : dist_gpu_ordinal(), err);
     if (st) return st;
     t->dev_open = true;
+    t->own_stream = t->dev.stream;
+    t->graphs = o->cuda_stream == NULL;
+    if (o->cuda_stream) t->dev.stream = (CUstream)o->cuda_stream;
+    if (o->allocator) {
+        t->user_alloc = *o->allocator;
+        t->arena_alloc = (ArenaAllocator){.alloc = user_alloc, .free = user_free, .user = t};
+        t->dev.allocator = &t->arena_alloc;
+    }
     st = cuda_exec_init_kernels(&t->ex, &t->dev, &b->g, &b->pl, b->kernels, max_B, max_L, err);
     if (st) return st;
     t->ex_open = true;
