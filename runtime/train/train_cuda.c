@@ -52,9 +52,9 @@ typedef struct {
     int64_t steps;             /* optimizer steps queued (counting resumed ones) */
     int64_t read;              /* steps whose records were handed out */
     CUdeviceptr loss_ring;     /* (RING, accum) f32 micro-batch losses */
-    CUdeviceptr state_ring;    /* (RING) KemitOptState after each step */
+    CUdeviceptr state_ring;    /* (RING) CudaOptState after each step */
     float *host_loss;          /* (RING * accum) page-locked copy of loss_ring */
-    KemitOptState *host_state; /* (RING) page-locked copy of state_ring */
+    CudaOptState *host_state; /* (RING) page-locked copy of state_ring */
     CUevent begin[TRAIN_STAT_RING]; /* per slot: before the step's first micro-batch */
     CUevent end[TRAIN_STAT_RING];   /* per slot: after the copy of the step's record */
     bool chained[TRAIN_STAT_RING];  /* only training ran since the previous step's end */
@@ -214,15 +214,15 @@ static HpcStatus cuda_step(TrainBackend *b, bool poison, HpcError *err)
     } else if (!st) {
         st = cuda_optim_step(&t->opt, err);
     }
-    CUdeviceptr slot = t->state_ring + (CUdeviceptr)((size_t)ring * sizeof(KemitOptState));
+    CUdeviceptr slot = t->state_ring + (CUdeviceptr)((size_t)ring * sizeof(CudaOptState));
     if (!st) st = CUDA_CHECK(err, cu->cuMemcpyDtoDAsync(slot, cuda_optim_state_ptr(&t->opt),
-                                                        sizeof(KemitOptState), t->dev.stream));
+                                                        sizeof(CudaOptState), t->dev.stream));
     /* the record to the host now, so that reading it later needs no wait */
     size_t row = (size_t)t->accum * 4;
     if (!st) st = CUDA_CHECK(err, cu->cuMemcpyDtoHAsync(t->host_loss + (size_t)ring * (size_t)t->accum,
                                                         t->loss_ring + (CUdeviceptr)((size_t)ring * row), row,
                                                         t->dev.stream));
-    if (!st) st = CUDA_CHECK(err, cu->cuMemcpyDtoHAsync(t->host_state + ring, slot, sizeof(KemitOptState),
+    if (!st) st = CUDA_CHECK(err, cu->cuMemcpyDtoHAsync(t->host_state + ring, slot, sizeof(CudaOptState),
                                                         t->dev.stream));
     if (!st) st = CUDA_CHECK(err, cu->cuEventRecord(t->end[ring], t->dev.stream));
     if (!st) {
@@ -241,7 +241,7 @@ static HpcStatus take_record(CudaTrain *t, TrainStepStat *out, HpcError *err)
     float ms = 0;
     HpcStatus st = CUDA_CHECK(err, cuda_driver()->cuEventElapsedTime(&ms, from, t->end[ring]));
     if (st) return st;
-    const KemitOptState *s = &t->host_state[ring];
+    const CudaOptState *s = &t->host_state[ring];
     double sum = 0;
     for (int64_t m = 0; m < t->accum; m++) sum += t->host_loss[(int64_t)ring * t->accum + m];
     *out = (TrainStepStat){.step = ++t->read, .loss = sum / (double)t->accum, .lr = s->lr,
@@ -349,7 +349,7 @@ static HpcStatus copy_moments(CudaTrain *t, const TrainState *ts, bool to_host, 
     CUstream s = t->dev.stream;
     HpcStatus st = HPC_OK;
     for (int i = 0; i < t->opt.count && !st; i++) {
-        const KemitOptTensor *k = &t->opt.host_t[i];
+        const CudaOptTensor *k = &t->opt.host_t[i];
         int p = t->opt.param[i];
         size_t bytes = (size_t)k->n * sizeof(float);   // (n) f32 each
         float *hm = ts->m ? ts->m[p] : NULL, *hv = ts->v ? ts->v[p] : NULL;
@@ -369,7 +369,7 @@ static HpcStatus cuda_state_out(TrainBackend *b, TrainState *ts, HpcError *err)
     for (int p = 0; p < b->pl.n && !st; p++)
         if (b->pl.p[p].tied_to < 0 && ts->w[p]) st = cuda_optim_read_master(&t->opt, p, ts->w[p], err);
     if (!st) st = copy_moments(t, ts, true, err);
-    KemitOptState s;
+    CudaOptState s;
     if (!st) st = cuda_optim_read_state(&t->opt, &s, err);
     if (st) return st;
     ts->opt.step = s.step;
@@ -391,7 +391,7 @@ static HpcStatus cuda_state_in(TrainBackend *b, const TrainState *ts, HpcError *
                         (long long)ts->micro_step);
     HpcStatus st = cuda_exec_set_params(&t->ex, ts->w, err);
     if (!st) st = copy_moments(t, ts, false, err);
-    KemitOptState s;
+    CudaOptState s;
     if (!st) st = cuda_optim_read_state(&t->opt, &s, err);
     if (st) return st;
     s.step = ts->opt.step;
@@ -413,7 +413,7 @@ static HpcStatus alloc_rings(CudaTrain *t, HpcError *err)
     void *hl = NULL, *hs = NULL;
     HpcStatus st = CUDA_CHECK(err, cu->cuMemAllocHost(&hl, (size_t)(TRAIN_STAT_RING * t->accum) * 4));
     t->host_loss = hl;
-    if (!st) st = CUDA_CHECK(err, cu->cuMemAllocHost(&hs, TRAIN_STAT_RING * sizeof(KemitOptState)));
+    if (!st) st = CUDA_CHECK(err, cu->cuMemAllocHost(&hs, TRAIN_STAT_RING * sizeof(CudaOptState)));
     t->host_state = hs;
     for (int i = 0; i < TRAIN_STAT_RING && !st; i++) {
         st = CUDA_CHECK(err, cu->cuEventCreate(&t->begin[i], CU_EVENT_DEFAULT));
@@ -421,7 +421,7 @@ static HpcStatus alloc_rings(CudaTrain *t, HpcError *err)
     }
     if (!st) st = arena_alloc(&t->ex.arena, &t->loss_ring, (size_t)(TRAIN_STAT_RING * t->accum) * 4,
                               "step losses", err);
-    return st ? st : arena_alloc(&t->ex.arena, &t->state_ring, TRAIN_STAT_RING * sizeof(KemitOptState),
+    return st ? st : arena_alloc(&t->ex.arena, &t->state_ring, TRAIN_STAT_RING * sizeof(CudaOptState),
                                  "step records", err);
 }
 
