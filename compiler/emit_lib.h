@@ -25,6 +25,9 @@
  *   NAME.hpc            the artifact (compiler/artifact.h)
  *   NAME_kernels.cuh    as --emit-cuda
  *   NAME.plan.txt       the memory plan of a step (plan_print)
+ *   NAME_step.cuh       the step's own kernels and optimizer, as --emit-cuda
+ *   NAME_step.sm_XX.cubin  NAME_step.cuh compiled for each arch asked for
+ *                       (opts.archs); NAME.hpc then carries the same cubins
  *   NAME_kernels.sm_XX.cubin  the .cuh's kernels for each arch asked for
  *                       (opts.archs), compiled by
  *                       opts.compile (NVRTC lives in the runtime library,
