@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "cuda/cuda_driver.h"
+#include "util/phase_clock.h"
 
 const char *train_device_name(TrainDevice d)
 {
@@ -50,7 +51,9 @@ HpcStatus train_backend_open_program(TrainBackend *b, TrainDevice dev, const Ste
     char why[256] = "";
     if (dev == TRAIN_DEVICE_AUTO) dev = gpu_usable(why, sizeof why) ? TRAIN_DEVICE_CUDA : TRAIN_DEVICE_CPU;
     b->device = dev;
+    phase_mark("process start to the backend: artifact read, graph/plan, data, checks");
     HpcStatus st = init_store(&b->ps, &b->pl, b->spec->train.seed, err);
+    phase_mark("parameter init (init_store)");
     if (!st) st = dev == TRAIN_DEVICE_CUDA ? train_cuda_open(b, total_steps, max_B, max_L, err)
                                            : train_cpu_open(b, total_steps, err);
     if (!st && why[0]) {

@@ -30,15 +30,13 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include <time.h>
-#include <unistd.h>
-
 #include "cuda/cuda_exec.h"
 #include "cuda/cuda_optim.h"
 #include "cuda/nvrtc_compile.h"
 #include "dist/collectives.h"
 #include "dist/rendezvous.h"
 #include "train/train_backend.h"
+#include "util/phase_clock.h"
 
 typedef struct {
     CudaDevice dev;
@@ -67,43 +65,22 @@ typedef struct {
     Collectives *coll;         /* data parallel over NCCL (set_dist), else NULL */
 } CudaTrain;
 
-/* Seconds since this process started (/proc/self/stat field 22 against
- * /proc/uptime), or -1 where /proc is missing: the cold start is measured
- * from `hpc run` itself, not from the backend's open. */
-static double process_age_seconds(void)
-{
-    FILE *f = fopen("/proc/self/stat", "r");
-    double up = -1;
-    unsigned long long start = 0;
-    if (!f) return -1;
-    char buf[1024];
-    size_t n = fread(buf, 1, sizeof buf - 1, f);
-    fclose(f);
-    buf[n] = '\0';
-    char *p = strrchr(buf, ')');   /* the command name may hold spaces */
-    for (int field = 2; p && field < 22; field++) p = strchr(p + 1, ' ');
-    if (!p || sscanf(p + 1, "%llu", &start) != 1) return -1;
-    f = fopen("/proc/uptime", "r");
-    if (!f) return -1;
-    if (fscanf(f, "%lf", &up) != 1) up = -1;
-    fclose(f);
-    long hz = sysconf(_SC_CLK_TCK);
-    return up < 0 || hz <= 0 ? -1 : up - (double)start / (double)hz;
-}
-
 /* HPC_STARTUP=1 (or HPC_PROFILE=1, whose eager per-node timing slows step
  * 1): after the first optimizer step (waits for it). */
 static void report_cold_start(CudaTrain *t)
 {
     t->profile = false;
     if (cuda_driver()->cuStreamSynchronize(t->dev.stream) != CUDA_SUCCESS) return;
+    phase_mark("step 1 on the device (the wait for its end)");
+    phase_clock_print(stderr);   /* where the time below went, phase by phase */
     NvrtcStats s;
     nvrtc_compile_stats(&s);
     fprintf(stderr, "hpc profile: cold start %.2f s from process start to the end of step 1; "
-            "NVRTC %ld compile(s) in %.2f s, %ld kernel cache hit(s); step module %s in %.3f s\n",
-            process_age_seconds(), s.compiles, s.compile_seconds, s.cache_hits,
+            "NVRTC %ld compile(s) in %.2f s, %ld kernel cache hit(s); step module %s in %.3f s; "
+            "GEMM autotune %d shape(s) timed, %d from the cache\n",
+            phase_clock_process_age(), s.compiles, s.compile_seconds, s.cache_hits,
             t->ex.cubin_from_program ? "the program's cubin" : t->ex.cache_hit ? "from the cache" : "compiled",
-            t->ex.compile_seconds);
+            t->ex.compile_seconds, t->ex.gemm.tuned, t->ex.gemm.tune_hits);
 }
 
 static CudaTrain *impl(TrainBackend *b) { return b->impl; }
@@ -151,6 +128,7 @@ static HpcStatus cuda_micro(TrainBackend *b, const Batch *batch, int64_t m, HpcE
                         (long long)m, (long long)t->accum);
     int ring = (int)(t->steps % TRAIN_STAT_RING);
     HpcStatus st = HPC_OK;
+    if (t->profile && t->steps == 0 && m == 0) phase_mark("trainer work before step 1 (data, batches)");
     if (m == 0) {
         t->chained[ring] = t->chain_next;
         st = CUDA_CHECK(err, cuda_driver()->cuEventRecord(t->begin[ring], t->dev.stream));
@@ -225,6 +203,9 @@ static HpcStatus cuda_step(TrainBackend *b, bool poison, HpcError *err)
     if (!st) st = CUDA_CHECK(err, cu->cuMemcpyDtoHAsync(t->host_state + ring, slot, sizeof(CudaOptState),
                                                         t->dev.stream));
     if (!st) st = CUDA_CHECK(err, cu->cuEventRecord(t->end[ring], t->dev.stream));
+    if (t->profile && t->steps == 0)
+        phase_markf("step 1 queued by the host (eager: cuBLASLt heuristics, GEMM autotune %d timed / %d cached, "
+                    "launches)", t->ex.gemm.tuned, t->ex.gemm.tune_hits);
     if (!st) {
         t->steps++;
         t->chain_next = true;
@@ -448,18 +429,24 @@ HpcStatus train_cuda_open(TrainBackend *b, int64_t total_steps, int64_t max_B, i
     HpcStatus st = cuda_device_open(&t->dev, dist_gpu_ordinal(), err);   /* 0 unless one rank of several */
     if (st) return st;
     t->dev_open = true;
+    phase_mark("CUDA driver, context and stream (cuda_device_open)");
     st = cuda_exec_init_kernels(&t->ex, &t->dev, &b->g, &b->pl, b->kernels, max_B, max_L, err);
     if (st) return st;
     t->ex_open = true;
+    phase_mark("kernel lookups");
     st = cuda_exec_set_params(&t->ex, b->ps.w, err);
+    phase_mark("parameter upload (f32 masters; 16-bit copies converted on the host)");
     if (!st) st = cuda_optim_init(&t->opt, &t->ex, b->spec, b->policy, total_steps, err);
     if (st) return st;
     t->opt_open = true;
+    phase_mark("optimizer: tables uploaded, m and v zeroed");
     NvrtcStats ns;
-    nvrtc_compile_stats(&ns);   /* the step's and the optimizer's modules */
+    nvrtc_compile_stats(&ns);   /* the step's module (the optimizer is part of it) */
     snprintf(b->name, sizeof b->name, "cuda (%.60s, sm_%d; kernels: %ld NVRTC compile(s) in %.1f s, %ld cached%s)",
              t->dev.name, t->dev.arch, ns.compiles, ns.compile_seconds, ns.cache_hits,
              t->ex.cubin_from_program ? ", step cubin from the artifact" : "");
     b->cuda_stream = t->dev.stream;
-    return alloc_rings(t, err);
+    st = alloc_rings(t, err);
+    phase_mark("record rings and events");
+    return st;
 }
