@@ -11,6 +11,8 @@
 #   ahead  empty cache, artifact compiled with --arch 90: the step module is
 #          the artifact's cubin, no NVRTC at all (GEMM autotune times again:
 #          its cache is empty)
+#   split  as cold, with HPC_NVRTC_SPLIT=0 (NVRTC on every core: an
+#          experiment, runtime/cuda/nvrtc_compile.h)
 # and one CoLA fine-tune over every padded length, counting NVRTC compiles.
 # Run from the repository root on the GPU machine with the binaries built:
 #   sh scripts/cold-start.sh
@@ -20,8 +22,8 @@ tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 bin/hpc compile models/bert_base.model --fp16 -o "$tmp/bert_base.hpc" >/dev/null
 bin/hpc compile models/bert_base.model --fp16 --arch 90 -o "$tmp/bert_base_sm90.hpc" >/dev/null
-start() {   # $1 label, $2 artifact, $3 cache dir
-    out=$(HPC_STARTUP=1 HPC_CACHE_DIR="$3" bin/hpc run "$2" --device cuda --steps 1 2>&1 || true)
+start() {   # $1 label, $2 artifact, $3 cache dir [, $4 HPC_NVRTC_SPLIT]
+    out=$(HPC_NVRTC_SPLIT="${4:-}" HPC_STARTUP=1 HPC_CACHE_DIR="$3" bin/hpc run "$2" --device cuda --steps 1 2>&1 || true)
     line=$(printf '%s\n' "$out" | grep 'hpc profile: cold start' || true)
     echo "$1: ${line:-no profile line (did the run fail?)}"
     if [ -z "$line" ]; then printf '%s\n' "$out" | tail -5; fi
@@ -30,6 +32,7 @@ start() {   # $1 label, $2 artifact, $3 cache dir
 start cold "$tmp/bert_base.hpc" "$tmp/cache1"
 start warm "$tmp/bert_base.hpc" "$tmp/cache1"
 start ahead "$tmp/bert_base_sm90.hpc" "$tmp/cache2"
+start split "$tmp/bert_base.hpc" "$tmp/cache4" 0
 echo "CoLA fine-tune, every padded length (one compile per module wanted):"
 HPC_STARTUP=1 HPC_CACHE_DIR="$tmp/cache3" bin/hpc run "$tmp/bert_base.hpc" --device cuda --task cola \
     --steps 200 2>&1 | grep -E 'hpc profile: cold start|backend cuda' | head -3
