@@ -259,8 +259,10 @@ HpcStatus cuda_optim_init(CudaOptim *o, CudaExec *ex, const ModelSpec *spec, Spe
     o->acc = xcalloc((size_t)np, sizeof *o->acc);
     uint64_t *src = xcalloc((size_t)np, sizeof *src);
     (void)policy;   /* the copies' dtype is the graph's (low_copy) */
-    HpcStatus st = cuda_optim_kernels(ex->module, &o->k, err);
-    if (!st) st = build_tensors(o, &spec->train, src, err);
+    HpcStatus st = build_tensors(o, &spec->train, src, err);
+    /* A graph that trains nothing has no optimizer block (compiler/emit_optim.c)
+     * and nothing to launch: its plan has no chunks. */
+    if (!st && o->count > 0) st = cuda_optim_kernels(ex->module, &o->k, err);
     CudaOptState init = {.scale = (float)ls.scale};
     if (!st)
         st = cuda_optim_plan_build(&o->plan, o->host_t, o->grad_accum > 1 ? src : NULL, o->count, &prm, &init,
