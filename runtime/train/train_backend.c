@@ -49,9 +49,12 @@ HpcStatus train_backend_open_program(TrainBackend *b, TrainDevice dev, const Ste
     b->kernels = &prog->kernels;
     step_program_copy_graph(prog, &b->g, &b->pl);
     char why[256] = "";
-    if (dev == TRAIN_DEVICE_AUTO) dev = gpu_usable(why, sizeof why) ? TRAIN_DEVICE_CUDA : TRAIN_DEVICE_CPU;
-    b->device = dev;
     phase_mark("process start to the backend: artifact read, graph/plan, data, checks");
+    if (dev == TRAIN_DEVICE_AUTO) {
+        dev = gpu_usable(why, sizeof why) ? TRAIN_DEVICE_CUDA : TRAIN_DEVICE_CPU;
+        phase_mark("--device auto: a GPU probe (opens and closes a context)");
+    }
+    b->device = dev;
     HpcStatus st = init_store(&b->ps, &b->pl, b->spec->train.seed, err);
     phase_mark("parameter init (init_store)");
     if (!st) st = dev == TRAIN_DEVICE_CUDA ? train_cuda_open(b, total_steps, max_B, max_L, err)
