@@ -60,7 +60,11 @@ $(BUILD)/gen/scanner.yy.c $(BUILD)/gen/scanner.yy.h: grammar/scanner.l $(BUILD)/
 	flex --header-file=$(BUILD)/gen/scanner.yy.h -o $(BUILD)/gen/scanner.yy.c $<
 
 # CUDA templates are embedded as C strings (compiler/kernel_sources.h).
-$(BUILD)/gen/kernel_sources_data.c: $(KERNEL_CU) scripts/embed-sources.sh
+# The list of templates is a prerequisite too (rewritten only when it
+# changes), so deleting a template re-embeds the rest.
+KERNEL_LIST := $(BUILD)/gen/kernel_sources.list
+$(shell mkdir -p $(BUILD)/gen && { echo '$(KERNEL_CU)' | cmp -s - $(KERNEL_LIST) || echo '$(KERNEL_CU)' > $(KERNEL_LIST); })
+$(BUILD)/gen/kernel_sources_data.c: $(KERNEL_CU) $(KERNEL_LIST) scripts/embed-sources.sh
 	@mkdir -p $(@D)
 	sh scripts/embed-sources.sh $@ $(KERNEL_CU)
 

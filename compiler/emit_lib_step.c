@@ -43,7 +43,7 @@ static void print_intro(FILE *f, const StepProgram *p)
 {
     fprintf(f, "// %s_step.cuh — the kernels of %s's training step (%s), written by `hpc compile\n"
                "// --emit-cuda`: the same module hpc's cuda backend compiles and tests/gpu checks\n"
-               "// against the cpu reference.  Every kernel is\n"
+               "// against the cpu reference.  Every node's kernel is\n"
                "//   extern \"C\" __global__ void NAME(EopArgs a)\n"
                "// with a.y the node's output, a.x[k] its inputs, a.scratch its scratch (bytes\n"
                "// below), a.ctl a device EopCtl (dropout seed and step, training flag, loss\n"
@@ -54,7 +54,16 @@ static void print_intro(FILE *f, const StepProgram *p)
                "// GEMM nodes (linear, matmul, linear_dx, linear_dw, linear_dw_bgrad) run on\n"
                "// cuBLASLt in hpc; a kernel listed after one runs after the GEMM (a\n"
                "// linear_dw_bgrad's column sums into db only where cuBLASLt has no BGRADB\n"
-               "// epilogue for it).  Launches, in step order:\n",
+               "// epilogue for it).  The module ends with the optimizer and loss\n"
+               "// scaler (hpc's compiler/emit_optim.h), with their own signatures: one\n"
+               "// multi-tensor pass each over a table of 4096-element chunks (structs opt_tensor,\n"
+               "// opt_chunk, opt_params, opt_state in the block), queued after the backward:\n"
+               "//   opt_check_norm  ceil(chunks / 4) x 256\n"
+               "//   opt_decide      1 x 1024\n"
+               "//   [LAMB: opt_lamb_norms  chunks x 256, opt_lamb_ratio  tensors x 256]\n"
+               "//   opt_update      chunks x 256\n"
+               "//   opt_accumulate  chunks x 256, per micro-batch when gradients accumulate\n"
+               "// Launches of the step's nodes, in step order:\n",
             p->name, p->name, spec_precision_name(p->policy));
     for (int i = 0; i < p->kernels.n; i++) {
         const StepNodeCode *c = &p->kernels.node[i];

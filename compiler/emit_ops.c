@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "emit_ops_body.h"
+#include "emit_optim.h"
 #include "kernel_sources.h"
 
 _Static_assert(sizeof(EopArgs) == 64, "EopArgs layout is shared with the kernels");
@@ -160,6 +161,8 @@ HpcStatus eop_module_source(const IrGraph *g, char **source, HpcError *err)
     strbuf_add(&src, philox);
     HpcStatus st = module_build(g, &src, &names, err);
     free(names.name);
+    /* A training graph's module ends with its optimizer (compiler/emit_optim.h). */
+    if (!st) st = eopt_render(g, &src, err);
     if (st) {
         strbuf_free(&src);
         return st;

@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "util/phase_clock.h"
 
 const char *train_device_name(TrainDevice d)
 {
@@ -36,6 +37,7 @@ HpcStatus train_backend_open_with(TrainBackend *b, TrainDevice dev, const StepPr
     HPC_ASSERT(dev != TRAIN_DEVICE_AUTO);   /* train_backend_open_program decides auto */
     b->device = dev;
     HpcStatus st = init_store(&b->ps, &b->pl, b->spec->train.seed, err);
+    phase_mark("parameter init (init_store)");
     if (!st && dev == TRAIN_DEVICE_CUDA && !o->cuda_open)
         st = hpc_fail(err, HPC_ERR_NO_GPU, "this program was linked without hpc's cuda backend; link it with "
                       "-Wl,--undefined=train_cuda_open and the CUDA libraries (docs/embedding.md), or use the cpu");

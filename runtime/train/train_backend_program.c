@@ -5,6 +5,7 @@
  * train_backend_open_with and refers to the cuda backend weakly, does not
  * link the CUDA code into a cpu-only program. */
 #include "train/train_backend.h"
+#include "util/phase_clock.h"
 
 #include <stdio.h>
 #include <string.h>
@@ -32,7 +33,11 @@ HpcStatus train_backend_open_program(TrainBackend *b, TrainDevice dev, const Ste
 {
     TrainBackendOptions o = {.gpu = -1, .cuda_open = train_cuda_open};
     char why[256] = "";
-    if (dev == TRAIN_DEVICE_AUTO) dev = gpu_usable(why, sizeof why) ? TRAIN_DEVICE_CUDA : TRAIN_DEVICE_CPU;
+    phase_mark("process start to the backend: artifact read, graph/plan, data, checks");
+    if (dev == TRAIN_DEVICE_AUTO) {
+        dev = gpu_usable(why, sizeof why) ? TRAIN_DEVICE_CUDA : TRAIN_DEVICE_CPU;
+        phase_mark("--device auto: a GPU probe (opens and closes a context)");
+    }
     HpcStatus st = train_backend_open_with(b, dev, prog, total_steps, max_B, max_L, &o, err);
     if (!st && why[0]) {
         size_t n = strlen(b->name);

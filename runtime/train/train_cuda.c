@@ -36,9 +36,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include <time.h>
-#include <unistd.h>
-
 #include "cuda/cuda_exec.h"
 #include "cuda/cuda_optim.h"
 #include "cuda/nvrtc_compile.h"
@@ -46,6 +43,7 @@
 #include "dist/rendezvous.h"
 #include "train/lossscale.h"
 #include "train/train_backend.h"
+#include "util/phase_clock.h"
 
 typedef struct {
     CudaDevice dev;
@@ -59,9 +57,9 @@ typedef struct {
     int64_t steps;             /* optimizer steps queued (counting resumed ones) */
     int64_t read;              /* steps whose records were handed out */
     CUdeviceptr loss_ring;     /* (RING, accum) f32 micro-batch losses */
-    CUdeviceptr state_ring;    /* (RING) KemitOptState after each step */
+    CUdeviceptr state_ring;    /* (RING) CudaOptState after each step */
     float *host_loss;          /* (RING * accum) page-locked copy of loss_ring */
-    KemitOptState *host_state; /* (RING) page-locked copy of state_ring */
+    CudaOptState *host_state; /* (RING) page-locked copy of state_ring */
     CUevent begin[TRAIN_STAT_RING]; /* per slot: before the step's first micro-batch */
     CUevent end[TRAIN_STAT_RING];   /* per slot: after the copy of the step's record */
     bool chained[TRAIN_STAT_RING];  /* only training ran since the previous step's end */
@@ -78,43 +76,22 @@ typedef struct {
     ArenaAllocator arena_alloc;      /* adapts it for runtime/cuda/device_arena.h */
 } CudaTrain;
 
-/* Seconds since this process started (/proc/self/stat field 22 against
- * /proc/uptime), or -1 where /proc is missing: the cold start is measured
- * from `hpc run` itself, not from the backend's open. */
-static double process_age_seconds(void)
-{
-    FILE *f = fopen("/proc/self/stat", "r");
-    double up = -1;
-    unsigned long long start = 0;
-    if (!f) return -1;
-    char buf[1024];
-    size_t n = fread(buf, 1, sizeof buf - 1, f);
-    fclose(f);
-    buf[n] = '\0';
-    char *p = strrchr(buf, ')');   /* the command name may hold spaces */
-    for (int field = 2; p && field < 22; field++) p = strchr(p + 1, ' ');
-    if (!p || sscanf(p + 1, "%llu", &start) != 1) return -1;
-    f = fopen("/proc/uptime", "r");
-    if (!f) return -1;
-    if (fscanf(f, "%lf", &up) != 1) up = -1;
-    fclose(f);
-    long hz = sysconf(_SC_CLK_TCK);
-    return up < 0 || hz <= 0 ? -1 : up - (double)start / (double)hz;
-}
-
 /* HPC_STARTUP=1 (or HPC_PROFILE=1, whose eager per-node timing slows step
  * 1): after the first optimizer step (waits for it). */
 static void report_cold_start(CudaTrain *t)
 {
     t->profile = false;
     if (cuda_driver()->cuStreamSynchronize(t->dev.stream) != CUDA_SUCCESS) return;
+    phase_mark("step 1 on the device (the wait for its end)");
+    phase_clock_print(stderr);   /* where the time below went, phase by phase */
     NvrtcStats s;
     nvrtc_compile_stats(&s);
     fprintf(stderr, "hpc profile: cold start %.2f s from process start to the end of step 1; "
-            "NVRTC %ld compile(s) in %.2f s, %ld kernel cache hit(s); step module %s in %.3f s\n",
-            process_age_seconds(), s.compiles, s.compile_seconds, s.cache_hits,
+            "NVRTC %ld compile(s) in %.2f s, %ld kernel cache hit(s); step module %s in %.3f s; "
+            "GEMM autotune %d shape(s) timed, %d from the cache\n",
+            phase_clock_process_age(), s.compiles, s.compile_seconds, s.cache_hits,
             t->ex.cubin_from_program ? "the program's cubin" : t->ex.cache_hit ? "from the cache" : "compiled",
-            t->ex.compile_seconds);
+            t->ex.compile_seconds, t->ex.gemm.tuned, t->ex.gemm.tune_hits);
 }
 
 static CudaTrain *impl(TrainBackend *b) { return b->impl; }
@@ -165,6 +142,7 @@ static HpcStatus cuda_micro(TrainBackend *b, const Batch *batch, int64_t m, HpcE
                         (long long)m, (long long)t->accum);
     int ring = (int)(t->steps % TRAIN_STAT_RING);
     HpcStatus st = HPC_OK;
+    if (t->profile && t->steps == 0 && m == 0) phase_mark("trainer work before step 1 (data, batches)");
     if (m == 0) {
         t->chained[ring] = t->chain_next;
         st = CUDA_CHECK(err, cuda_driver()->cuEventRecord(t->begin[ring], t->dev.stream));
@@ -228,17 +206,20 @@ static HpcStatus cuda_step(TrainBackend *b, bool poison, HpcError *err)
     } else if (!st) {
         st = cuda_optim_step(&t->opt, err);
     }
-    CUdeviceptr slot = t->state_ring + (CUdeviceptr)((size_t)ring * sizeof(KemitOptState));
+    CUdeviceptr slot = t->state_ring + (CUdeviceptr)((size_t)ring * sizeof(CudaOptState));
     if (!st) st = CUDA_CHECK(err, cu->cuMemcpyDtoDAsync(slot, cuda_optim_state_ptr(&t->opt),
-                                                        sizeof(KemitOptState), t->dev.stream));
+                                                        sizeof(CudaOptState), t->dev.stream));
     /* the record to the host now, so that reading it later needs no wait */
     size_t row = (size_t)t->accum * 4;
     if (!st) st = CUDA_CHECK(err, cu->cuMemcpyDtoHAsync(t->host_loss + (size_t)ring * (size_t)t->accum,
                                                         t->loss_ring + (CUdeviceptr)((size_t)ring * row), row,
                                                         t->dev.stream));
-    if (!st) st = CUDA_CHECK(err, cu->cuMemcpyDtoHAsync(t->host_state + ring, slot, sizeof(KemitOptState),
+    if (!st) st = CUDA_CHECK(err, cu->cuMemcpyDtoHAsync(t->host_state + ring, slot, sizeof(CudaOptState),
                                                         t->dev.stream));
     if (!st) st = CUDA_CHECK(err, cu->cuEventRecord(t->end[ring], t->dev.stream));
+    if (t->profile && t->steps == 0)
+        phase_markf("step 1 queued by the host (eager: cuBLASLt heuristics, GEMM autotune %d timed / %d cached, "
+                    "launches)", t->ex.gemm.tuned, t->ex.gemm.tune_hits);
     if (!st) {
         t->steps++;
         t->chain_next = true;
@@ -255,7 +236,7 @@ static HpcStatus take_record(CudaTrain *t, TrainStepStat *out, HpcError *err)
     float ms = 0;
     HpcStatus st = CUDA_CHECK(err, cuda_driver()->cuEventElapsedTime(&ms, from, t->end[ring]));
     if (st) return st;
-    const KemitOptState *s = &t->host_state[ring];
+    const CudaOptState *s = &t->host_state[ring];
     double sum = 0;
     for (int64_t m = 0; m < t->accum; m++) sum += t->host_loss[(int64_t)ring * t->accum + m];
     *out = (TrainStepStat){.step = ++t->read, .loss = sum / (double)t->accum, .lr = s->lr,
@@ -363,7 +344,7 @@ static HpcStatus copy_moments(CudaTrain *t, const TrainState *ts, bool to_host, 
     CUstream s = t->dev.stream;
     HpcStatus st = HPC_OK;
     for (int i = 0; i < t->opt.count && !st; i++) {
-        const KemitOptTensor *k = &t->opt.host_t[i];
+        const CudaOptTensor *k = &t->opt.host_t[i];
         int p = t->opt.param[i];
         size_t bytes = (size_t)k->n * sizeof(float);   // (n) f32 each
         float *hm = ts->m ? ts->m[p] : NULL, *hv = ts->v ? ts->v[p] : NULL;
@@ -383,7 +364,7 @@ static HpcStatus cuda_state_out(TrainBackend *b, TrainState *ts, HpcError *err)
     for (int p = 0; p < b->pl.n && !st; p++)
         if (b->pl.p[p].tied_to < 0 && ts->w[p]) st = cuda_optim_read_master(&t->opt, p, ts->w[p], err);
     if (!st) st = copy_moments(t, ts, true, err);
-    KemitOptState s;
+    CudaOptState s;
     if (!st) st = cuda_optim_read_state(&t->opt, &s, err);
     if (st) return st;
     ts->opt.step = s.step;
@@ -405,7 +386,7 @@ static HpcStatus cuda_state_in(TrainBackend *b, const TrainState *ts, HpcError *
                         (long long)ts->micro_step);
     HpcStatus st = cuda_exec_set_params(&t->ex, ts->w, err);
     if (!st) st = copy_moments(t, ts, false, err);
-    KemitOptState s;
+    CudaOptState s;
     if (!st) st = cuda_optim_read_state(&t->opt, &s, err);
     if (st) return st;
     s.step = ts->opt.step;
@@ -432,7 +413,7 @@ static HpcStatus cuda_set_weights(TrainBackend *b, float *const *w, HpcError *er
                         "uncollected, or under data parallel");
     HpcStatus st = cuda_exec_set_params(&t->ex, w, err);
     for (int i = 0; i < t->opt.count && !st; i++) {
-        const KemitOptTensor *k = &t->opt.host_t[i];
+        const CudaOptTensor *k = &t->opt.host_t[i];
         if (k->m) st = CUDA_CHECK(err, cu->cuMemsetD32Async(k->m, 0, (size_t)k->n, t->dev.stream));
         if (!st && k->v) st = CUDA_CHECK(err, cu->cuMemsetD32Async(k->v, 0, (size_t)k->n, t->dev.stream));
     }
@@ -440,7 +421,7 @@ static HpcStatus cuda_set_weights(TrainBackend *b, float *const *w, HpcError *er
     LossScaler ls;
     ls_config_from_spec(&lc, &b->spec->train);
     ls_init(&ls, &lc);
-    KemitOptState s = {.scale = (float)ls.scale};   /* what cuda_optim_init starts from */
+    CudaOptState s = {.scale = (float)ls.scale};   /* what cuda_optim_init starts from */
     if (!st) st = CUDA_CHECK(err, cu->cuMemcpyHtoDAsync(cuda_optim_state_ptr(&t->opt), &s, sizeof s, t->dev.stream));
     if (!st) st = CUDA_CHECK(err, cu->cuStreamSynchronize(t->dev.stream));
     if (st) return st;
@@ -469,7 +450,7 @@ static HpcStatus alloc_rings(CudaTrain *t, HpcError *err)
     void *hl = NULL, *hs = NULL;
     HpcStatus st = CUDA_CHECK(err, cu->cuMemAllocHost(&hl, (size_t)(TRAIN_STAT_RING * t->accum) * 4));
     t->host_loss = hl;
-    if (!st) st = CUDA_CHECK(err, cu->cuMemAllocHost(&hs, TRAIN_STAT_RING * sizeof(KemitOptState)));
+    if (!st) st = CUDA_CHECK(err, cu->cuMemAllocHost(&hs, TRAIN_STAT_RING * sizeof(CudaOptState)));
     t->host_state = hs;
     for (int i = 0; i < TRAIN_STAT_RING && !st; i++) {
         st = CUDA_CHECK(err, cu->cuEventCreate(&t->begin[i], CU_EVENT_DEFAULT));
@@ -477,7 +458,7 @@ static HpcStatus alloc_rings(CudaTrain *t, HpcError *err)
     }
     if (!st) st = arena_alloc(&t->ex.arena, &t->loss_ring, (size_t)(TRAIN_STAT_RING * t->accum) * 4,
                               "step losses", err);
-    return st ? st : arena_alloc(&t->ex.arena, &t->state_ring, TRAIN_STAT_RING * sizeof(KemitOptState),
+    return st ? st : arena_alloc(&t->ex.arena, &t->state_ring, TRAIN_STAT_RING * sizeof(CudaOptState),
                                  "step records", err);
 }
 
@@ -506,6 +487,7 @@ HpcStatus train_cuda_open(TrainBackend *b, int64_t total_steps, int64_t max_B, i
     HpcStatus st = cuda_device_open(&t->dev, o->gpu >= 0 ? o->gpu : dist_gpu_ordinal(), err);
     if (st) return st;
     t->dev_open = true;
+    phase_mark("CUDA driver, context and stream (cuda_device_open)");
     t->own_stream = t->dev.stream;
     t->graphs = o->cuda_stream == NULL;
     if (o->cuda_stream) t->dev.stream = (CUstream)o->cuda_stream;
@@ -517,15 +499,20 @@ HpcStatus train_cuda_open(TrainBackend *b, int64_t total_steps, int64_t max_B, i
     st = cuda_exec_init_kernels(&t->ex, &t->dev, &b->g, &b->pl, b->kernels, max_B, max_L, err);
     if (st) return st;
     t->ex_open = true;
+    phase_mark("kernel lookups");
     st = cuda_exec_set_params(&t->ex, b->ps.w, err);
+    phase_mark("parameter upload (f32 masters; 16-bit copies converted on the host)");
     if (!st) st = cuda_optim_init(&t->opt, &t->ex, b->spec, b->policy, total_steps, err);
     if (st) return st;
     t->opt_open = true;
+    phase_mark("optimizer: tables uploaded, m and v zeroed");
     NvrtcStats ns;
-    nvrtc_compile_stats(&ns);   /* the step's and the optimizer's modules */
+    nvrtc_compile_stats(&ns);   /* the step's module (the optimizer is part of it) */
     snprintf(b->name, sizeof b->name, "cuda (%.60s, sm_%d; kernels: %ld NVRTC compile(s) in %.1f s, %ld cached%s)",
              t->dev.name, t->dev.arch, ns.compiles, ns.compile_seconds, ns.cache_hits,
              t->ex.cubin_from_program ? ", step cubin from the artifact" : "");
     b->cuda_stream = t->dev.stream;
-    return alloc_rings(t, err);
+    st = alloc_rings(t, err);
+    phase_mark("record rings and events");
+    return st;
 }
