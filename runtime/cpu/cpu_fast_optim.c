@@ -7,6 +7,7 @@
  * together even though one tensor (the word embeddings) is half the model. */
 #include "cpu/cpu_fast_optim.h"
 
+#include <immintrin.h>
 #include <math.h>
 #include <stdlib.h>
 
@@ -23,6 +24,7 @@ typedef struct {
     OptimState state;        /* before this step; each slice's optim_apply takes a copy */
     bool *found;             /* (chunks) per chunk: a non-finite unscaled gradient */
     double *sumsq;           /* (chunks) per chunk: sum of squares of the unscaled gradient */
+    bool avx2;               /* the AdamW loop may use 4 f64 lanes */
 } OptimJob;
 
 /* Tensor k's part of [from, to) of the line as a tensor of its own. */
@@ -69,8 +71,77 @@ static void scan_slice(OptimJob *j, int64_t c, OptimTensor *s)
     j->sumsq[c] += sq;
 }
 
+/* AdamW's element update: the very operations of optim.c's
+ * optim_update_adamw + optim_adam_dir, in the same order and precision
+ * (f32 unscale, f64 moments rounded to f32 when stored, f64 direction).
+ * IEEE add, multiply, divide and sqrt round the same in a vector lane as
+ * in a scalar, and the avx2 target has no FMA to contract them into, so
+ * both versions are bitwise optim_apply (tests/test_cpu_fast_optim.c). */
+typedef struct { double lr, decay, b1, b2, eps, bc1, bc2, coef; float inv_scale; } AdamwConsts;
+
+static inline void adamw_one(const AdamwConsts *c, float *w, const float *grad, float *m, float *v, int64_t i)
+{
+    double g = (double)(grad[i] * c->inv_scale) * c->coef;
+    double p = w[i] * c->decay;
+    m[i] = (float)(c->b1 * m[i] + (1 - c->b1) * g);
+    v[i] = (float)(c->b2 * v[i] + (1 - c->b2) * g * g);
+    double d = ((double)m[i] / c->bc1) / (sqrt((double)v[i] / c->bc2) + c->eps);
+    w[i] = (float)(p - c->lr * d);
+}
+
+static void adamw_plain(const AdamwConsts *c, float *w, const float *grad, float *m, float *v, int64_t n)
+{
+    for (int64_t i = 0; i < n; i++) adamw_one(c, w, grad, m, v, i);
+}
+
+/* Four elements per iteration in f64 lanes. */
+__attribute__((target("avx2"))) static void adamw_avx2(const AdamwConsts *c, float *w, const float *grad,
+                                                       float *m, float *v, int64_t n)
+{
+    const __m128 inv = _mm_set1_ps(c->inv_scale);
+    const __m256d coef = _mm256_set1_pd(c->coef), decay = _mm256_set1_pd(c->decay), b1 = _mm256_set1_pd(c->b1),
+                  b2 = _mm256_set1_pd(c->b2), nb1 = _mm256_set1_pd(1 - c->b1), nb2 = _mm256_set1_pd(1 - c->b2),
+                  bc1 = _mm256_set1_pd(c->bc1), bc2 = _mm256_set1_pd(c->bc2), eps = _mm256_set1_pd(c->eps),
+                  lr = _mm256_set1_pd(c->lr);
+    int64_t i = 0;
+    for (; i + 4 <= n; i += 4) {
+        __m256d g = _mm256_mul_pd(_mm256_cvtps_pd(_mm_mul_ps(_mm_loadu_ps(grad + i), inv)), coef);
+        __m256d p = _mm256_mul_pd(_mm256_cvtps_pd(_mm_loadu_ps(w + i)), decay);
+        __m256d mm = _mm256_add_pd(_mm256_mul_pd(b1, _mm256_cvtps_pd(_mm_loadu_ps(m + i))), _mm256_mul_pd(nb1, g));
+        __m256d vv = _mm256_add_pd(_mm256_mul_pd(b2, _mm256_cvtps_pd(_mm_loadu_ps(v + i))),
+                                   _mm256_mul_pd(_mm256_mul_pd(nb2, g), g));
+        __m128 mf = _mm256_cvtpd_ps(mm), vf = _mm256_cvtpd_ps(vv);
+        _mm_storeu_ps(m + i, mf);
+        _mm_storeu_ps(v + i, vf);
+        __m256d den = _mm256_add_pd(_mm256_sqrt_pd(_mm256_div_pd(_mm256_cvtps_pd(vf), bc2)), eps);
+        __m256d d = _mm256_div_pd(_mm256_div_pd(_mm256_cvtps_pd(mf), bc1), den);
+        _mm_storeu_ps(w + i, _mm256_cvtpd_ps(_mm256_sub_pd(p, _mm256_mul_pd(lr, d))));
+    }
+    for (; i < n; i++) adamw_one(c, w, grad, m, v, i);
+}
+
+/* The step constants as optim_apply computes them. */
+static AdamwConsts adamw_consts(const OptimJob *j, bool decay)
+{
+    const OptimConfig *cfg = j->cfg;
+    double coef = 1.0;
+    if (cfg->max_grad_norm > 0) {
+        double raw = cfg->max_grad_norm / (j->grad_norm + 1e-6);
+        if (raw < 1.0) coef = raw;
+    }
+    double t = (double)(j->state.step + 1), wd = decay ? cfg->weight_decay : 0.0;
+    return (AdamwConsts){.lr = j->lr, .decay = 1 - j->lr * wd, .b1 = cfg->beta1, .b2 = cfg->beta2, .eps = cfg->eps,
+                         .bc1 = 1 - pow(cfg->beta1, t), .bc2 = 1 - pow(cfg->beta2, t), .coef = coef,
+                         .inv_scale = j->inv_scale};
+}
+
 static void apply_slice(OptimJob *j, int64_t c, OptimTensor *s)
 {
+    if (j->cfg->kind == OPT_ADAMW && !s->low && s->m && s->v) {
+        AdamwConsts k = adamw_consts(j, s->decay);
+        (j->avx2 ? adamw_avx2 : adamw_plain)(&k, s->master, s->grad, s->m, s->v, s->n);
+        return;
+    }
     OptimState st = j->state;
     OptimReport ignore;
     optim_apply(j->cfg, &st, s, 1, j->inv_scale, j->lr, j->grad_norm, &ignore);
@@ -95,7 +166,8 @@ void fast_optim_step(const OptimConfig *cfg, OptimState *state, OptimTensor *ten
     int64_t chunks = (start[count] + FAST_OPTIM_CHUNK - 1) / FAST_OPTIM_CHUNK;
     OptimJob j = {.cfg = cfg, .tensors = tensors, .count = count, .start = start, .inv_scale = inv_scale,
                   .lr = lr, .state = *state, .found = xcalloc((size_t)chunks + 1, sizeof *j.found),
-                  .sumsq = xcalloc((size_t)chunks + 1, sizeof *j.sumsq)};
+                  .sumsq = xcalloc((size_t)chunks + 1, sizeof *j.sumsq),
+                  .avx2 = __builtin_cpu_supports("avx2") && !getenv("HPC_FAST_GEMM_PORTABLE")};
     cpu_parallel_for(chunks, 1, scan_range, &j);
     bool found_inf = false;
     double sumsq = 0;

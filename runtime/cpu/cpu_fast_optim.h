@@ -9,7 +9,10 @@
  * end to end, and the chunk sums are added in order: the norm, and hence
  * every result, is the same on any thread count, but may differ from
  * optim_step's single running sum in the last bits (f64 rounding).  LAMB
- * (a norm per tensor before any update) is updated by optim_apply whole. */
+ * (a norm per tensor before any update) is updated by optim_apply whole.
+ * AdamW (the fine-tuning default) has its own loop, four f64 lanes with
+ * AVX2 (HPC_FAST_GEMM_PORTABLE=1: the scalar loop), doing optim_apply's
+ * operations in its order: bitwise the same, about 4x fewer cycles. */
 #ifndef HPC_RUNTIME_CPU_FAST_OPTIM_H
 #define HPC_RUNTIME_CPU_FAST_OPTIM_H
 
