@@ -12,7 +12,8 @@
  * (a norm per tensor before any update) is updated by optim_apply whole.
  * AdamW (the fine-tuning default) has its own loop, four f64 lanes with
  * AVX2 (HPC_FAST_GEMM_PORTABLE=1: the scalar loop), doing optim_apply's
- * operations in its order: bitwise the same, about 4x fewer cycles. */
+ * operations in its order: bitwise the same (perf, 20 MiniLM steps: 3.8x
+ * fewer cycles than optim_apply's scalar loop). */
 #ifndef HPC_RUNTIME_CPU_FAST_OPTIM_H
 #define HPC_RUNTIME_CPU_FAST_OPTIM_H
 
