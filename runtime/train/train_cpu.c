@@ -13,6 +13,7 @@
 #include "cpu/cpu_exec.h"
 #include "cpu/cpu_fast_gemm.h"
 #include "cpu/cpu_fast_kernels.h"
+#include "cpu/cpu_fast_optim.h"
 #include "cpu/cpu_kernels.h"
 #include "cpu/cpu_threads.h"
 #include "dist/dp_optim.h"
@@ -138,7 +139,8 @@ static HpcStatus cpu_step(TrainBackend *b, bool poison, HpcError *err)
         if (st) return st;
         loss /= (double)t->coll->world;
     } else {
-        optim_step(&t->oc, &t->os, t->ot, t->n_ot, inv_scale, lr, &rep);
+        if (t->ex.mode == CPU_EXEC_FAST) fast_optim_step(&t->oc, &t->os, t->ot, t->n_ot, inv_scale, lr, &rep);
+        else optim_step(&t->oc, &t->os, t->ot, t->n_ot, inv_scale, lr, &rep);
     }
     bool skipped = ls_update(&t->ls, rep.found_inf);
     t->pending[t->n_pending++] = (TrainStepStat){
