@@ -109,32 +109,43 @@ static int lower_embeddings(Lower *lw, int *word_table)
 }
 
 /* The context of the fused path: q, k, v (B, L, H) straight from their
- * projections, one ATTENTION node (softmax, dropout and both products;
+ * projections into one ATTENTION node (softmax, dropout and both products;
  * no (B, heads, L, L) value, no head split/merge), ctx in (B, L, H). */
-static int lower_attention_fused(Lower *lw, const int *qkv, const char *v)
+static int lower_attention_fused(Lower *lw, int x, const char *pre, const char *v)
 {
     const SpecStack *s = &lw->spec->stack;
-    char vn[IR_NAME_MAX];
+    char n[PARAM_NAME_MAX], vn[IR_NAME_MAX];
+    static const char *which[3] = {"query", "key", "value"};
+    int proj[3];
+    for (int i = 0; i < 3; i++) {
+        snprintf(n, sizeof n, "%s.attention.self.%s", pre, which[i]);
+        snprintf(vn, sizeof vn, "%s.attn.%c", v, which[i][0]);
+        proj[i] = lw_linear(lw, x, n, s->hidden, s->hidden, vn);
+    }
     IrAttr a = {.attn = {(float)s->attention_dropout, -1, (int32_t)s->heads, s->attention == ATTN_CAUSAL}};
     int outs[2];
     snprintf(vn, sizeof vn, "%s.attn.context", v);
-    return ir_add_outputs(lw->g, IR_OP_ATTENTION, (int[]){qkv[0], qkv[1], qkv[2], lw->mask}, 4, &a, vn, outs);
+    return ir_add_outputs(lw->g, IR_OP_ATTENTION, (int[]){proj[0], proj[1], proj[2], lw->mask}, 4, &a, vn, outs);
 }
 
-/* The context of the unfused path: heads split, scores, softmax, dropout,
- * the probabilities times V, heads merged back. */
-static int lower_attention_unfused(Lower *lw, const int *proj, const char *v)
+/* The context of the unfused path: each projection's heads split right
+ * after it (this node order fixes the dropout salts, which are node ids),
+ * scores, softmax, dropout, the probabilities times V, heads merged back. */
+static int lower_attention_unfused(Lower *lw, int x, const char *pre, const char *v)
 {
     const SpecStack *s = &lw->spec->stack;
     IrGraph *g = lw->g;
-    char vn[IR_NAME_MAX];
-    int64_t dh = s->hidden / s->heads;
+    char n[PARAM_NAME_MAX], vn[IR_NAME_MAX];
+    int64_t h = s->hidden, dh = s->hidden / s->heads;
     IrAttr heads = {.heads = {s->heads}};
-    static const char which[3] = {'q', 'k', 'v'};
+    static const char *which[3] = {"query", "key", "value"};
     int qkv[3];
     for (int i = 0; i < 3; i++) {
-        snprintf(vn, sizeof vn, "%s.attn.%c_heads", v, which[i]);
-        qkv[i] = ir_add(g, IR_OP_SPLIT_HEADS, &proj[i], 1, &heads, vn);
+        snprintf(n, sizeof n, "%s.attention.self.%s", pre, which[i]);
+        snprintf(vn, sizeof vn, "%s.attn.%c", v, which[i][0]);
+        int t = lw_linear(lw, x, n, h, h, vn);
+        snprintf(vn, sizeof vn, "%s.attn.%c_heads", v, which[i][0]);
+        qkv[i] = ir_add(g, IR_OP_SPLIT_HEADS, &t, 1, &heads, vn);
     }
     IrAttr mm = {.matmul = {false, true, 1.0 / sqrt((double)dh)}};
     snprintf(vn, sizeof vn, "%s.attn.scores", v);
@@ -157,18 +168,10 @@ static int lower_attention(Lower *lw, int x, const char *pre, const char *v)
 {
     const SpecStack *s = &lw->spec->stack;
     char n[PARAM_NAME_MAX], vn[IR_NAME_MAX];
-    int64_t h = s->hidden;
-    int proj[3];
-    static const char *which[3] = {"query", "key", "value"};
-    for (int i = 0; i < 3; i++) {
-        snprintf(n, sizeof n, "%s.attention.self.%s", pre, which[i]);
-        snprintf(vn, sizeof vn, "%s.attn.%c", v, which[i][0]);
-        proj[i] = lw_linear(lw, x, n, h, h, vn);
-    }
-    int c = lw->fused_attention ? lower_attention_fused(lw, proj, v) : lower_attention_unfused(lw, proj, v);
+    int c = lw->fused_attention ? lower_attention_fused(lw, x, pre, v) : lower_attention_unfused(lw, x, pre, v);
     snprintf(n, sizeof n, "%s.attention.output.dense", pre);
     snprintf(vn, sizeof vn, "%s.attn.out", v);
-    int o = lw_linear(lw, c, n, h, h, vn);
+    int o = lw_linear(lw, c, n, s->hidden, s->hidden, vn);
     snprintf(vn, sizeof vn, "%s.attn.out_dropout", v);
     return lw_dropout(lw, o, s->hidden_dropout, vn);
 }
