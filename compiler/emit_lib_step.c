@@ -19,6 +19,7 @@ static const char *const lt_names[EOP_LT_COUNT] = {
     [EOP_LT_ONE] = "one block of 1024",
     [EOP_LT_COLPART] = "column partials: (ceil(count/32), 128) x (32, 8)",
     [EOP_LT_COLFIN] = "column sums: ceil(count/256) x 256",
+    [EOP_LT_HEAD_TILES] = "head tiles: (count, HEADS, B) x 128",
 };
 
 /* "min(cap, (c0 + c1*B*L) / div)" in the fewest words. */
@@ -48,8 +49,8 @@ static void print_intro(FILE *f, const StepProgram *p)
                "// with a.y the node's output, a.x[k] its inputs, a.scratch its scratch (bytes\n"
                "// below), a.ctl a device EopCtl (dropout seed and step, training flag, loss\n"
                "// scale), a.B and a.L the batch and padded length; every other size is a\n"
-               "// constant.  Layouts (64 and 24 bytes):\n"
-               "//   struct EopArgs { u64 y; u64 x[3]; u64 scratch; u64 ctl; i64 B; i64 L; };\n"
+               "// constant; a.yk[k-1] is output k of a multi-output node.  Layouts (120 and 24 bytes):\n"
+               "//   struct EopArgs { u64 y; u64 x[8]; u64 yk[2]; u64 scratch; u64 ctl; i64 B; i64 L; };\n"
                "//   struct EopCtl { u64 seed; u32 step; u32 training; float loss_scale; u32 pad_; };\n"
                "// GEMM nodes (linear, matmul, linear_dx, linear_dw, linear_dw_bgrad) run on\n"
                "// cuBLASLt in hpc; a kernel listed after one runs after the GEMM (a\n"
@@ -76,6 +77,7 @@ static void print_intro(FILE *f, const StepProgram *p)
             fprintf(f, "//   %4d %-36s %s  count %s; %s", i, n->name, c->phase[k].name, count,
                     lt_names[c->phase[k].lt]);
             if (c->phase[k].lt == EOP_LT_ROWS) fprintf(f, " (THREADS %d)", c->phase[k].threads);
+            if (c->phase[k].lt == EOP_LT_HEAD_TILES) fprintf(f, " (HEADS %d)", c->phase[k].threads);
             fputc('\n', f);
         }
         if (c->n_phases && (c->scratch.c0 || c->scratch.c1)) {

@@ -2,6 +2,7 @@
  * emit_ops_body.h.  Each case mirrors the op's CPU reference in
  * runtime/cpu/cpu_exec_ops.inc. */
 #include "emit_ops_body.h"
+#include "emit_ops_attention.h"
 
 #include "fuse.h"
 
@@ -1101,6 +1102,9 @@ EOP_PLAIN(softmax_dropout) EOP_PLAIN(softmax_dropout_bwd) EOP_PLAIN(dropout_add)
 #undef EOP_PLAIN
 static HpcStatus cuda_gemm(EopGen *gen, HpcError *err) { return gen_gemm(gen, err); }
 static HpcStatus cuda_linear_dw_bgrad(EopGen *gen, HpcError *err) { return gen_linear_dw_bgrad(gen, err); }
+/* Fused attention: compiler/emit_ops_attention.c. */
+static HpcStatus cuda_attention(EopGen *gen, HpcError *err) { return eopa_gen_attention(gen, err); }
+static HpcStatus cuda_attention_bwd(EopGen *gen, HpcError *err) { return eopa_gen_attention_bwd(gen, err); }
 
 /* An op the cpu backend runs but no kernel implements yet. */
 static HpcStatus cuda_unsupported(EopGen *gen, HpcError *err)

@@ -58,11 +58,14 @@
 #define EOP_COL_PARTS 128
 
 /* The version of the program section; a reader refuses any other. */
-#define STEP_PROGRAM_VERSION 1
+#define STEP_PROGRAM_VERSION 2   /* 2: EopArgs with 8 inputs and extra outputs (fused attention) */
 /* A node line lists n_in inputs padded with -1 to at least this many. */
 #define STEP_NODE_MIN_INPUTS 3
 /* Inputs a CUDA kernel takes (EopArgs.x); the emitter refuses a node with more. */
-#define EOP_MAX_INPUTS 3
+#define EOP_MAX_INPUTS 8
+/* Outputs past the first a kernel writes (EopArgs.yk: a multi-output node's
+ * OUTPUT values 1, 2, ...; ATTENTION_BWD's dk and dv). */
+#define EOP_MAX_EXTRA_OUTPUTS 2
 
 /* How a node runs on the cuda backend:
  *   EOP_NONE     PARAM: storage bound by the executor, nothing to run;
@@ -83,6 +86,8 @@ typedef enum {
     EOP_LT_ONE,        /* a single block of 1024 */
     EOP_LT_COLPART,    /* (ceil(count/32), EOP_COL_PARTS) x (32, 8): column partial sums */
     EOP_LT_COLFIN,     /* ceil(count/256) x 256: one thread per column */
+    EOP_LT_HEAD_TILES, /* (count, threads, B) x 128: count tiles of L, one grid row per head
+                          (the phase's `threads` field holds the head count: fused attention) */
     EOP_LT_COUNT
 } EopLaunchType;
 
@@ -127,10 +132,11 @@ typedef struct {
     bool bias_epilogue;
 } EopNodeCode;
 
-/* The kernels' argument, passed by value (layout fixed: 64 bytes). */
+/* The kernels' argument, passed by value (layout fixed: 120 bytes). */
 typedef struct {
     uint64_t y;                  /* output value */
     uint64_t x[EOP_MAX_INPUTS];  /* inputs, 0 past n_in */
+    uint64_t yk[EOP_MAX_EXTRA_OUTPUTS]; /* outputs 1.. of a multi-output node, 0 if absent */
     uint64_t scratch;            /* the node's scratch, or 0 */
     uint64_t ctl;                /* const EopCtl * */
     int64_t B, L;

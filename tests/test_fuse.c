@@ -194,6 +194,7 @@ static void build(const ModelSpec *s, SpecPrecision policy, bool fuse, Pipeline 
 {
     PipeOptions o = pipeline_defaults(policy);
     o.fuse = fuse;
+    o.attention = ATTN_FORM_UNFUSED;   /* the fuse pass's own pairs (tests/test_attention_step.c: the node) */
     HpcError err = {0};
     cr_assert_eq(pipeline_build(s, &o, p, &err), HPC_OK, "pipeline_build: %s", err.msg);
 }

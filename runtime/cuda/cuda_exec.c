@@ -344,6 +344,10 @@ static HpcStatus launch_phases(CudaExec *ex, int id, HpcError *err)
     int y = n->op == IR_OP_LINEAR_DW_BGRAD ? ir_output(ex->g, id, 1) : id;
     EopArgs a = {.y = cuda_exec_ptr(ex, y), .ctl = ex->ctl, .B = ex->B, .L = ex->L};
     for (int k = 0; k < n->n_in; k++) a.x[k] = cuda_exec_ptr(ex, n->in[k]);
+    for (int k = 1; k < ir_op_info(n->op)->n_outputs && k <= EOP_MAX_EXTRA_OUTPUTS; k++) {
+        int o = ir_output(ex->g, id, k);   /* a multi-output node writes its OUTPUT values too */
+        if (o >= 0) a.yk[k - 1] = cuda_exec_ptr(ex, o);
+    }
     if (ex->plan.scratch_off[id] >= 0) a.scratch = ex->arena.base + (CUdeviceptr)ex->plan.scratch_off[id];
     void *args[] = {&a};
     HpcStatus st = HPC_OK;
