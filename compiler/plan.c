@@ -116,6 +116,12 @@ static void plan_lifetimes(StepPlan *p, const IrGraph *g)
     if (g->logits >= 0) p->v[g->logits].last = end;
     for (int q = 0; q < g->n_params && g->param_grad; q++)
         if (g->param_grad[q] >= 0) p->v[g->param_grad[q]].last = end;
+    /* HPC_PLAN_KEEP_ALL=1: nothing shares memory, so a test can read any
+     * value after the step (tests/gpu/gpu_attention_step.c); a debugging
+     * aid, never for training (the arena grows to the sum of all values). */
+    const char *keep = getenv("HPC_PLAN_KEEP_ALL");
+    if (keep && strcmp(keep, "1") == 0)
+        for (int i = 0; i < g->n; i++) p->v[i].last = end;
 }
 
 /* One arena range: a value (id >= 0) or node -id-1's scratch. */

@@ -287,3 +287,37 @@ Test(emit_ops, names_say_what_they_do)
     params_free(&pl);
     ir_free(&g);
 }
+
+/* HPC_PLAN_KEEP_ALL=1 (a debugging aid for tests that read intermediate
+ * values after a step): every arena value lives to the end, so no two
+ * share memory and the arena is at least the sum of their sizes. */
+Test(plan, keep_all_shares_nothing)
+{
+    ModelSpec s;
+    IrGraph g;
+    ParamList pl;
+    StepPlan shared, kept;
+    HpcError err = {0};
+    char why[512] = "";
+    bert_tiny(&s);
+    build(&s, PREC_FP16, &g, &pl);
+    cr_assert_eq(plan_build(&g, 4, 32, &shared, &err), HPC_OK, "%s", err.msg);
+    setenv("HPC_PLAN_KEEP_ALL", "1", 1);
+    HpcStatus st = plan_build(&g, 4, 32, &kept, &err);
+    unsetenv("HPC_PLAN_KEEP_ALL");
+    cr_assert_eq(st, HPC_OK, "%s", err.msg);
+    cr_expect(plan_check(&kept, &g, why, sizeof why), "%s", why);
+    int64_t sum = 0;
+    for (int i = 0; i < g.n; i++)
+        if (kept.v[i].kind == PLAN_ARENA && kept.v[i].def >= 0) {
+            cr_expect_eq(kept.v[i].last, kept.n_order, "value %d (%s) is not kept", i, g.nodes[i].name);
+            sum += kept.v[i].bytes;
+        }
+    cr_expect_geq(kept.arena_bytes, sum);
+    cr_expect_lt(shared.arena_bytes, kept.arena_bytes, "sharing saves nothing: %lld vs %lld",
+                 (long long)shared.arena_bytes, (long long)kept.arena_bytes);
+    plan_free(&shared);
+    plan_free(&kept);
+    ir_free(&g);
+    params_free(&pl);
+}
