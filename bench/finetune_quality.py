@@ -346,13 +346,17 @@ def significance(impl, xs, ref):
 def cmd_table(path):
     rows = [json.loads(l) for l in open(path) if l.strip().startswith("{")]
     fine, grads, speed = {}, [], []
+    by_seed, timed = {}, {}   # a seed run twice (files merged) counts once, its last line; every time counts
     for r in rows:
         if r.get("kind") == "finetune":
-            fine.setdefault(r["impl"], []).append(r)
+            by_seed.setdefault(r["impl"], {})[r["seed"]] = r
+            timed.setdefault(r["impl"], []).append(r)
         elif r.get("kind") == "speed":
             speed.append(r)
         elif r.get("kind") == "grad" or "grad" in r:
             grads.append(r)
+    dropped = sum(len(timed[i]) - len(by_seed[i]) for i in by_seed)
+    fine = {impl: [d[k] for k in sorted(d)] for impl, d in by_seed.items()}
     print("| run | seeds | CoLA dev MCC (mean ± std) | min .. max | skipped steps (mean) | s per run (mean) |")
     print("|---|---:|---:|---:|---:|---:|")
     for impl, rs in fine.items():
@@ -360,13 +364,15 @@ def cmd_table(path):
         lo, hi = min(r["mcc"] for r in rs), max(r["mcc"] for r in rs)
         sk = sum(r.get("skipped", 0) for r in rs) / len(rs)
         print("| %s | %d | %.3f ± %.3f | %.3f .. %.3f | %.1f | %s |"
-              % (impl, len(rs), m, s, lo, hi, sk, run_seconds(rs)))
+              % (impl, len(rs), m, s, lo, hi, sk, run_seconds(timed[impl])))
     amp = fine.get("pytorch-amp")
     if fine:
         print()
         print("s per run: hpc the whole `hpc run` (NVRTC or cache, 3 dev evaluations, training); PyTorch the "
               "training loop only, from runs that had the GPU to themselves (JOBS=1; in parentheses: the mean "
               "of runs that shared it, which says nothing about speed).")
+        if dropped:
+            print("(%d lines repeated a run's seed: the MCC columns count each seed once, its last line)" % dropped)
     for impl, rs in fine.items():
         if amp and impl != "pytorch-amp" and len(rs) > 1 and len(amp) > 1:
             print(significance(impl, [r["mcc"] for r in rs], [r["mcc"] for r in amp]))
