@@ -32,14 +32,16 @@
 #      python3 bench/finetune_quality.py table all.jsonl
 #
 # Settings (environment): SEEDS (8), JOBS (1: PyTorch runs at once), PLANS
-# ("default embeddings,residual,norm none"; add fp32 for hpc's f32 run), PARTS ("hpc torch grad speed": run a subset, e.g. PARTS=torch, to split the work over
-# several calls; the JSON lines accumulate in build/quality/out: remove it
-# to start over), BATCHES (4),
+# ("default embeddings,residual,norm none"; add fp32 for hpc's f32 run),
+# PARTS ("hpc torch grad speed": run a subset, e.g. PARTS=torch, to split
+# the work over several calls; the JSON lines accumulate in
+# build/quality/out: remove it to start over), BATCHES (4),
 # LOSS_SCALE (65536, GradScaler's first scale, for the one-step errors),
 # PYTHON (python3), OUT (optional: where to copy the results).
 # Time on one H200: hpc ~3-5 s per run (plus a one-time NVRTC compile per
-# plan), PyTorch ~16-34 s per run alone (JOBS=4: about 4 runs in the time of
-# 1.5, estimated), the gradient part ~1-2 min (the fp64 reference runs on
+# plan), PyTorch ~16-34 s per run alone (JOBS=4 not measured yet: its loop
+# is bound by Python and kernel launches, so 4 at once should take well under
+# 4 times one), the gradient part ~1-2 min (the fp64 reference runs on
 # the host), the step times ~1 min: about 8-10 minutes for the defaults;
 # split with PARTS to stay under 10 minutes a call.
 set -u
