@@ -190,6 +190,11 @@ $(QUALITY_BIN): bench/grad_error.c $(LIBS)
 	$(CC) $(CFLAGS) -o $@ $< $(LIBS) $(LDLIBS)
 bench-quality-bins: all $(QUALITY_BIN)
 .PHONY: bench-quality-bins
+# bench/recipe_check.py: hpc's fine-tune recipe step by step against PyTorch's
+# (cpu, f32, dropout off, the same batches; needs torch and transformers).
+recipe-check: bin/hpc
+	python3 bench/recipe_check.py
+.PHONY: recipe-check
 ifeq ($(PREBUILT),1)
 bench:
 	sh bench/run.sh

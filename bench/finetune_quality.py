@@ -13,16 +13,24 @@ Subcommands:
                             vocab.txt and tokenizer_config.json.  Both hpc
                             (--init) and PyTorch (from_pretrained) read it.
                             Standard library only.
-  torch-finetune DIR SEED   fine-tunes DIR on CoLA with torch.autocast(fp16)
-                            and GradScaler in an HF-Trainer-style loop (the
-                            recipe below) and prints one JSON line: dev MCC,
-                            accuracy, skipped steps, seconds.
+  torch-finetune DIR SEED [DATA [JOBS]]
+                            fine-tunes DIR on CoLA (DATA, default data/cola)
+                            with torch.autocast(fp16) and GradScaler in an
+                            HF-Trainer-style loop (the recipe below) and
+                            prints one JSON line: dev MCC, accuracy, skipped
+                            steps, seconds, and JOBS (default 1): how many
+                            such runs shared the GPU, so the table can leave
+                            concurrent timings out (the numbers do not
+                            depend on it: each run has its own process,
+                            seed and generator).
   torch-grad DIR BATCHES    one step on each batch of BATCHES (JSON lines
                             from grad_error --dump-batch), dropout off: the
                             relative error of AMP's and fp32's logits, loss
                             and gradients against fp64, averaged over the
                             batches, as grad_error measures hpc's; JSON lines.
-  table RESULTS.jsonl       the markdown table for BENCHMARKS.md.
+  table RESULTS.jsonl       the markdown table for BENCHMARKS.md, with a
+                            significance line per hpc row: the difference of
+                            the mean MCCs with its standard error.
 
 The recipe, the same for both sides (hpc takes it from the imported model
 file and the command line of finetune_quality.sh): AdamW lr 5e-5, betas
@@ -177,7 +185,7 @@ def mcc(pred, gold):
     return (tp * tn - fp * fn) / den if den else 0.0
 
 
-def cmd_torch_finetune(init_dir, seed, data_dir):
+def cmd_torch_finetune(init_dir, seed, data_dir, jobs=1):
     import torch
     from transformers import AutoTokenizer, BertForSequenceClassification
     torch.backends.cuda.matmul.allow_tf32 = False
@@ -231,7 +239,7 @@ def cmd_torch_finetune(init_dir, seed, data_dir):
     gold = [r[2] for r in dev_rows]
     acc = sum(p == g for p, g in zip(pred, gold)) / len(gold)
     print(json.dumps({"kind": "finetune", "impl": "pytorch-amp", "seed": seed, "mcc": mcc(pred, gold),
-                      "accuracy": acc, "skipped": skipped, "steps": total, "train_s": train_s}))
+                      "accuracy": acc, "skipped": skipped, "steps": total, "train_s": train_s, "jobs": jobs}))
 
 
 def rel(x, r):
@@ -302,37 +310,72 @@ def mean_std(xs):
     return m, s
 
 
+def run_seconds(rs):
+    """Mean seconds per run over the runs that had the GPU to themselves
+    (jobs 1); when every run shared it, the concurrent mean, marked."""
+    alone = [r["train_s"] for r in rs if r.get("train_s") is not None and r.get("jobs", 1) == 1]
+    if alone:
+        return "%.1f" % (sum(alone) / len(alone))
+    shared = [(r["train_s"], r["jobs"]) for r in rs if r.get("train_s") is not None]
+    if not shared:
+        return "-"
+    return "(%.1f, %s at once)" % (sum(t for t, _ in shared) / len(shared),
+                                   "/".join(sorted({str(j) for _, j in shared})))
+
+
+def significance(impl, xs, ref):
+    """The bar (mean within 1 point, spread no wider) and whether the
+    difference of means stands out of the seed noise: its standard error
+    sqrt(s1^2/n1 + s2^2/n2) and the ratio; each std with its own standard
+    error s / sqrt(2 (n - 1)) (normal approximation), so a "wider" spread
+    can be told from noise too."""
+    m, s = mean_std(xs)
+    ma, sa = mean_std(ref)
+    d = m - ma
+    se = math.sqrt(s * s / len(xs) + sa * sa / len(ref))
+    z = abs(d) / se if se > 0 else float("inf")
+    word = "within 2 standard errors: not distinguishable from seed noise" if z < 2 else \
+        "%.1f standard errors: more than seed noise" % z
+    sse, sase = s / math.sqrt(2 * (len(xs) - 1)), sa / math.sqrt(2 * (len(ref) - 1))
+    return ("%s against pytorch-amp: mean MCC %+.3f ± %.3f (difference ± its standard error; %.1f SE, %s); "
+            "within 1 point: %s; std %.3f ± %.3f vs %.3f ± %.3f (no wider: %s)"
+            % (impl, d, se, z, word, "yes" if abs(d) <= 0.01 else "no", s, sse, sa, sase,
+               "yes" if s <= sa else "no"))
+
+
 def cmd_table(path):
     rows = [json.loads(l) for l in open(path) if l.strip().startswith("{")]
     fine, grads, speed = {}, [], []
+    by_seed, timed = {}, {}   # a seed run twice (files merged) counts once, its last line; every time counts
     for r in rows:
         if r.get("kind") == "finetune":
-            fine.setdefault(r["impl"], []).append(r)
+            by_seed.setdefault(r["impl"], {})[r["seed"]] = r
+            timed.setdefault(r["impl"], []).append(r)
         elif r.get("kind") == "speed":
             speed.append(r)
         elif r.get("kind") == "grad" or "grad" in r:
             grads.append(r)
+    dropped = sum(len(timed[i]) - len(by_seed[i]) for i in by_seed)
+    fine = {impl: [d[k] for k in sorted(d)] for impl, d in by_seed.items()}
     print("| run | seeds | CoLA dev MCC (mean ± std) | min .. max | skipped steps (mean) | s per run (mean) |")
     print("|---|---:|---:|---:|---:|---:|")
     for impl, rs in fine.items():
         m, s = mean_std([r["mcc"] for r in rs])
         lo, hi = min(r["mcc"] for r in rs), max(r["mcc"] for r in rs)
         sk = sum(r.get("skipped", 0) for r in rs) / len(rs)
-        ts = [r["train_s"] for r in rs if r.get("train_s") is not None]
         print("| %s | %d | %.3f ± %.3f | %.3f .. %.3f | %.1f | %s |"
-              % (impl, len(rs), m, s, lo, hi, sk, "%.1f" % (sum(ts) / len(ts)) if ts else "-"))
+              % (impl, len(rs), m, s, lo, hi, sk, run_seconds(timed[impl])))
     amp = fine.get("pytorch-amp")
     if fine:
         print()
         print("s per run: hpc the whole `hpc run` (NVRTC or cache, 3 dev evaluations, training); PyTorch the "
-              "training loop only.")
+              "training loop only, from runs that had the GPU to themselves (JOBS=1; in parentheses: the mean "
+              "of runs that shared it, which says nothing about speed).")
+        if dropped:
+            print("(%d lines repeated a run's seed: the MCC columns count each seed once, its last line)" % dropped)
     for impl, rs in fine.items():
         if amp and impl != "pytorch-amp" and len(rs) > 1 and len(amp) > 1:
-            m, s = mean_std([r["mcc"] for r in rs])
-            ma, sa = mean_std([r["mcc"] for r in amp])
-            print("%s against pytorch-amp: mean MCC %+.3f (within 1 point: %s), std %.3f vs %.3f "
-                  "(no wider: %s)" % (impl, m - ma, "yes" if abs(m - ma) <= 0.01 else "no", s, sa,
-                                      "yes" if s <= sa else "no"))
+            print(significance(impl, [r["mcc"] for r in rs], [r["mcc"] for r in amp]))
     if grads:
         print()
         print("| one step vs fp64 (dropout off) | batches | logits | loss | gradient | embeddings | attn qkv "
@@ -363,8 +406,8 @@ def main():
     a = sys.argv[1:]
     if a[:1] == ["seeds"] and len(a) == 4:
         cmd_seeds(a[1], a[2], int(a[3]))
-    elif a[:1] == ["torch-finetune"] and len(a) in (3, 4):
-        cmd_torch_finetune(a[1], int(a[2]), a[3] if len(a) == 4 else "data/cola")
+    elif a[:1] == ["torch-finetune"] and len(a) in (3, 4, 5):
+        cmd_torch_finetune(a[1], int(a[2]), a[3] if len(a) >= 4 else "data/cola", int(a[4]) if len(a) == 5 else 1)
     elif a[:1] == ["torch-grad"] and len(a) in (3, 4):
         cmd_torch_grad(a[1], a[2], float(a[3]) if len(a) == 4 else 65536.0)
     elif a[:1] == ["table"] and len(a) == 2:

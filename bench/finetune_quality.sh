@@ -13,7 +13,11 @@
 #      Face folder that both sides load;
 #   2. per seed, `hpc run --fp16 --init seed-S --seed S` for each precision
 #      plan in PLANS (HPC_KEEP_F32: "default" is hpc's fp16 now, "none" the
-#      all-16-bit plan before it), then PyTorch AMP (torch-finetune);
+#      all-16-bit plan before it; "fp32" runs `hpc run --fp32` instead), one
+#      run at a time, then PyTorch AMP (torch-finetune), JOBS runs at a time
+#      on the one GPU (each its own process and seed: the MCCs do not depend
+#      on JOBS, only the timing does, so the table shows PyTorch's time only
+#      from JOBS=1 runs and marks the others);
 #   3. grad_error (hpc on the GPU and its cpu emulation) and torch-grad
 #      (AMP and fp32) on the same BATCHES batches of 32 CoLA rows, each
 #      against fp64 with dropout off;
@@ -27,19 +31,23 @@
 #      merge with: cat A.jsonl B.jsonl > all.jsonl;
 #      python3 bench/finetune_quality.py table all.jsonl
 #
-# Settings (environment): SEEDS (8), PLANS ("default embeddings,residual,norm
-# none"), PARTS ("hpc torch grad speed": run a subset, e.g. PARTS=torch, to split the work over
-# several calls; the JSON lines accumulate in build/quality/out: remove it
-# to start over), BATCHES (4),
+# Settings (environment): SEEDS (8), JOBS (1: PyTorch runs at once), PLANS
+# ("default embeddings,residual,norm none"; add fp32 for hpc's f32 run),
+# PARTS ("hpc torch grad speed": run a subset, e.g. PARTS=torch, to split
+# the work over several calls; the JSON lines accumulate in
+# build/quality/out: remove it to start over), BATCHES (4),
 # LOSS_SCALE (65536, GradScaler's first scale, for the one-step errors),
 # PYTHON (python3), OUT (optional: where to copy the results).
 # Time on one H200: hpc ~3-5 s per run (plus a one-time NVRTC compile per
-# plan), PyTorch ~16-34 s per run, the gradient part ~1-2 min (the fp64
-# reference runs on the host), the step times ~1 min: about 8-10 minutes
-# for the defaults; split with PARTS to stay under 10 minutes a call.
+# plan), PyTorch ~16-34 s per run alone (JOBS=4 not measured yet: its loop
+# is bound by Python and kernel launches, so 4 at once should take well under
+# 4 times one), the gradient part ~1-2 min (the fp64 reference runs on
+# the host), the step times ~1 min: about 8-10 minutes for the defaults;
+# split with PARTS to stay under 10 minutes a call.
 set -u
 cd "$(dirname "$0")/.."
 SEEDS=${SEEDS:-8}
+JOBS=${JOBS:-1}
 PLANS=${PLANS:-default embeddings,residual,norm none}
 PARTS=${PARTS:-hpc torch grad speed}
 BATCHES=${BATCHES:-4}
@@ -51,17 +59,22 @@ F16=build/quality/minilm_f16
 WORK=build/quality/work
 RAW=$OUT/finetune_quality.jsonl
 mkdir -p "$OUT" "$WORK"
+case "$SEEDS$JOBS" in *[!0-9]*) echo "finetune_quality: SEEDS and JOBS must be numbers" >&2; exit 2;; esac
+[ "$JOBS" -ge 1 ] || { echo "finetune_quality: JOBS must be at least 1" >&2; exit 2; }
 for f in bin/hpc build/bench/grad_error "$F16/model.safetensors" data/cola/train.tsv; do
     [ -e "$f" ] || { echo "finetune_quality: missing $f (build it on the build machine: make bin/hpc bench-quality-bins; python3 bench/make_f16_weights.py)" >&2; exit 1; }
 done
 has() { case " $PARTS " in *" $1 "*) return 0;; esac; return 1; }
+# the raw lines so far to $OUT after every run, so a call cut off by its
+# time limit still brings back what it finished
+save() { if [ -n "$COPY_TO" ] && [ "$COPY_TO" != "$OUT" ] && [ -e "$RAW" ]; then mkdir -p "$COPY_TO" && cp "$RAW" "$COPY_TO/"; fi; }
 
 "$PYTHON" bench/finetune_quality.py seeds "$F16" "$WORK" "$SEEDS" || exit 1
 bin/hpc import "$WORK/seed-0" -o "$WORK/minilm.model" >&2 || exit 1
 # the recipe of finetune_quality.py; the rest (AdamW betas/eps/decay, linear
 # warmup 0.1, clipping 1.0, dynamic loss scale from 65536) is the imported
 # model's train block
-RECIPE="--task cola --fp16 --device cuda --lr 5e-5 --epochs 3 --batch 32"
+RECIPE="--task cola --device cuda --lr 5e-5 --epochs 3 --batch 32"
 
 # "eval" events of a run log: the last one's value is the dev MCC after the
 # last epoch; the summary has the wall time and the skipped steps.
@@ -69,6 +82,7 @@ hpc_result() {   # plan seed log
     "$PYTHON" - "$1" "$2" "$3" <<'EOF'
 import json, sys
 plan, seed, path = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+impl = "hpc-fp32" if plan == "fp32" else "hpc-fp16 (%s)" % plan
 ev = [json.loads(l) for l in open(path) if l.strip()]
 evals = [e for e in ev if e.get("event") == "eval"]
 summ = [e for e in ev if e.get("event") == "summary"]
@@ -76,7 +90,7 @@ steps = [e for e in ev if e.get("event") == "step"]
 if not evals:
     sys.exit("no eval event in " + path)
 s = summ[-1] if summ else {}
-print(json.dumps({"kind": "finetune", "impl": "hpc-fp16 (%s)" % plan, "seed": seed,
+print(json.dumps({"kind": "finetune", "impl": impl, "seed": seed,
                   "mcc": evals[-1]["value"], "skipped": s.get("skipped_total", steps[-1].get("skipped_total", 0) if steps else 0),
                   "steps": s.get("steps"), "train_s": s.get("wall_s")}))
 EOF
@@ -87,10 +101,13 @@ if has hpc; then
         s=0
         while [ "$s" -lt "$SEEDS" ]; do
             log=$OUT/hpc-$plan-seed$s.jsonl
-            echo "finetune_quality: hpc fp16 (plan $plan) seed $s" >&2
-            if HPC_KEEP_F32=$plan bin/hpc run "$WORK/minilm.model" $RECIPE --init "$WORK/seed-$s" --seed "$s" \
-                   --log "$log" > "$OUT/hpc-$plan-seed$s.out" 2>&1; then
+            rm -f "$log"   # a log from an earlier call would be appended to
+            if [ "$plan" = fp32 ]; then prec=--fp32 keep=; else prec=--fp16 keep=$plan; fi
+            echo "finetune_quality: hpc $prec${keep:+ (plan $keep)} seed $s" >&2
+            if env ${keep:+HPC_KEEP_F32=$keep} bin/hpc run "$WORK/minilm.model" $RECIPE $prec --init "$WORK/seed-$s" \
+                   --seed "$s" --log "$log" > "$OUT/hpc-$plan-seed$s.out" 2>&1; then
                 hpc_result "$plan" "$s" "$log" | tee -a "$RAW"
+                save
             else
                 echo "finetune_quality: hpc run failed, see $OUT/hpc-$plan-seed$s.out" >&2
                 tail -5 "$OUT/hpc-$plan-seed$s.out" >&2
@@ -101,18 +118,37 @@ if has hpc; then
 fi
 
 if has torch; then
+    # waves of JOBS processes; each writes its own line, appended in seed
+    # order once the wave is done (the same file whatever JOBS is)
     s=0
     while [ "$s" -lt "$SEEDS" ]; do
-        echo "finetune_quality: PyTorch AMP seed $s" >&2
-        "$PYTHON" bench/finetune_quality.py torch-finetune "$WORK/seed-$s" "$s" data/cola | tee -a "$RAW"
-        s=$((s + 1))
+        first=$s
+        while [ "$s" -lt "$SEEDS" ] && [ "$s" -lt $((first + JOBS)) ]; do
+            echo "finetune_quality: PyTorch AMP seed $s ($JOBS at a time)" >&2
+            "$PYTHON" bench/finetune_quality.py torch-finetune "$WORK/seed-$s" "$s" data/cola "$JOBS" \
+                > "$OUT/torch-seed$s.json" 2> "$OUT/torch-seed$s.err" &
+            s=$((s + 1))
+        done
+        wait
+        k=$first
+        while [ "$k" -lt "$s" ]; do
+            if grep -q '^{' "$OUT/torch-seed$k.json" 2>/dev/null; then
+                grep '^{' "$OUT/torch-seed$k.json" | tee -a "$RAW"
+            else
+                echo "finetune_quality: PyTorch seed $k failed, see $OUT/torch-seed$k.err" >&2
+                tail -5 "$OUT/torch-seed$k.err" >&2
+            fi
+            k=$((k + 1))
+        done
+        save
     done
 fi
 
 if has grad; then
     echo "finetune_quality: one step against fp64 ($BATCHES batches of 32)" >&2
     KEEPS=""
-    for plan in $PLANS; do KEEPS="$KEEPS --keep $plan"; done
+    for plan in $PLANS; do [ "$plan" = fp32 ] || KEEPS="$KEEPS --keep $plan"; done
+    [ -n "$KEEPS" ] || KEEPS="--keep default"
     build/bench/grad_error --model "$WORK/minilm.model" --init "$WORK/seed-0" --rows 32 --batches "$BATCHES" \
         --loss-scale "$LOSS_SCALE" --device cuda $KEEPS --dump-batch "$WORK/batches.jsonl" --json "$RAW" >&2
     build/bench/grad_error --model "$WORK/minilm.model" --init "$WORK/seed-0" --rows 32 --batches "$BATCHES" \
@@ -124,6 +160,7 @@ fi
 
 if has speed && [ -x build/bench/bench_hpc ]; then
     for plan in $PLANS; do
+        [ "$plan" = fp32 ] && continue
         echo "finetune_quality: BERT-base fp16 step time, plan $plan" >&2
         HPC_KEEP_F32=$plan build/bench/bench_hpc --shapes 32x128,256x128 --policies fp16 --warmup 5 --iters 20 |
             sed "s/^{/{\"kind\": \"speed\", \"plan\": \"$plan\", /" | tee -a "$RAW"

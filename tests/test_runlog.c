@@ -26,11 +26,13 @@ static char *fake_run(const char *jsonl, bool bar, int64_t every)
     runlog_message(log, "training %s", "cola");
     for (int64_t s = 1; s <= 10; s++) {
         RunLogStep st = {.step = s, .total_steps = 10, .epoch = (int)(s / 6), .loss = 1.0 / (double)s,
-                         .lr = 1e-4 * (double)s, .loss_scale = 65536, .skipped_total = s >= 4,
+                         .lr = 1e-4 * (double)s, .loss_scale = 65536, .grad_norm = 0.5 * (double)s,
+                         .skipped_total = s >= 4,
                          .tokens = 100 * s, .device_mem_bytes = 1e9 + 1e6 * (double)s,
                          .seconds = s == 1 ? 1.0 : 0.2};   /* a slow first step (start-up) */
         if (s == 4) {
             st.loss = NAN;
+            st.grad_norm = INFINITY;   /* a skipped step's norm */
             runlog_skip(log, 4, 32768);
         }
         runlog_step(log, &st);
@@ -88,6 +90,9 @@ Test(runlog, jsonl_events_and_fields)
             cr_expect_float_eq(json_real_value(json_object_get(o, "lr")), 1e-4 * (double)s, 1e-15);
             cr_expect_eq(json_integer_value(json_object_get(o, "tokens")), 100 * s);
             cr_expect_float_eq(json_real_value(json_object_get(o, "loss_scale")), 65536.0, 0);
+            json_t *gn = json_object_get(o, "grad_norm");
+            if (s == 4) cr_expect(json_is_null(gn), "a skipped step's inf gradient norm is written as null");
+            else cr_expect_float_eq(json_real_value(gn), 0.5 * (double)s, 1e-15);
         }
         if (!strcmp(ev(o), "skip")) {
             cr_expect_eq(json_integer_value(json_object_get(o, "step")), 4);

@@ -291,10 +291,11 @@ void runlog_step(RunLog *log, const RunLogStep *s)
     if (s->device_mem_bytes > log->peak_mem) log->peak_mem = s->device_mem_bytes;
     log->last = *s;
     double dt = runlog_update_rate(log, s->seconds, now);
-    jsonl_write(log, json_pack("{s:s, s:I, s:I, s:i, s:o, s:o, s:o, s:I, s:I, s:o, s:o, s:o}", "event", "step",
+    jsonl_write(log, json_pack("{s:s, s:I, s:I, s:i, s:o, s:o, s:o, s:o, s:I, s:I, s:o, s:o, s:o}", "event", "step",
                                "step", (json_int_t)s->step, "total_steps", (json_int_t)s->total_steps,
                                "epoch", s->epoch, "loss", json_num(s->loss), "lr", json_num(s->lr),
-                               "loss_scale", json_num(s->loss_scale), "skipped_total", (json_int_t)s->skipped_total,
+                               "loss_scale", json_num(s->loss_scale), "grad_norm", json_num(s->grad_norm),
+                               "skipped_total", (json_int_t)s->skipped_total,
                                "tokens", (json_int_t)s->tokens, "step_s", json_num(dt), "it_per_s", json_num(log->rate),
                                "device_mem_bytes", json_num(s->device_mem_bytes)));
     if (!log->out) return;

@@ -58,6 +58,7 @@ typedef struct {
     int64_t step, total_steps;   /* step = optimizer steps done so far (1-based) */
     int epoch;
     double loss, lr, loss_scale; /* loss_scale: 0 or 1 when no scaling is used */
+    double grad_norm;            /* global L2 norm of the unscaled gradient before clipping; inf when skipped */
     int64_t skipped_total;       /* steps skipped for inf/NaN gradients so far */
     int64_t tokens;              /* real (unpadded) tokens in this step */
     double device_mem_bytes;     /* current device memory in use, 0 = unknown */

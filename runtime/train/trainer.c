@@ -187,7 +187,7 @@ static HpcStatus flush_steps(Trainer *t, TrainResult *res, bool wait, HpcError *
             res->last_skipped_step = s->step;
         }
         RunLogStep r = {.step = s->step, .total_steps = t->total, .epoch = t->epoch[slot],
-                        .loss = s->loss, .lr = s->lr, .loss_scale = s->loss_scale,
+                        .loss = s->loss, .lr = s->lr, .loss_scale = s->loss_scale, .grad_norm = s->grad_norm,
                         .skipped_total = s->total_skips, .tokens = t->tokens[slot],
                         .device_mem_bytes = t->be.peak_bytes(&t->be),
                         .seconds = s->seconds > 0 ? s->seconds : t->host_s[slot]};
