@@ -49,7 +49,7 @@ static void print_intro(FILE *f, const StepProgram *p)
                "// below), a.ctl a device EopCtl (dropout seed and step, training flag, loss\n"
                "// scale), a.B and a.L the batch and padded length; every other size is a\n"
                "// constant.  Layouts (64 and 24 bytes):\n"
-               "//   struct EopArgs { u64 y; u64 x[3]; u64 scratch; u64 ctl; i64 B; i64 L; };\n"
+               "//   struct EopArgs { u64 y; u64 x[5]; u64 scratch; u64 ctl; i64 B; i64 L; u64 out[4]; };\n"
                "//   struct EopCtl { u64 seed; u32 step; u32 training; float loss_scale; u32 pad_; };\n"
                "// GEMM nodes (linear, matmul, linear_dx, linear_dw) run on cuBLASLt in hpc and\n"
                "// are listed without kernels.  Launches, in step order:\n",

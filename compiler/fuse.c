@@ -5,12 +5,26 @@
  * nodes in the input order, so the output is still topologically sorted:
  * a fused node takes the place of the last node of its pattern, and every
  * input it reads comes earlier). */
-#include "fuse.h"
+#include "fuse_internal.h"
 
 #include <stdlib.h>
 #include <string.h>
 
 _Static_assert(sizeof(IrFusedAttr) <= sizeof(IrAttr), "IrFusedAttr must fit in the IrAttr union");
+_Static_assert(sizeof(IrLnFusedAttr) <= sizeof(IrAttr), "IrLnFusedAttr must fit in the IrAttr union");
+
+IrLnFusedAttr fuse_ln_attr_get(const IrNode *n)
+{
+    IrLnFusedAttr f;
+    memcpy(&f, &n->attr, sizeof f);
+    return f;
+}
+
+void fuse_ln_attr_set(IrAttr *a, IrLnFusedAttr f)
+{
+    memset(a, 0, sizeof *a);
+    memcpy(a, &f, sizeof f);
+}
 
 IrFusedAttr fuse_attr_get(const IrNode *n)
 {
@@ -24,16 +38,6 @@ void fuse_attr_set(IrAttr *a, IrFusedAttr f)
     memset(a, 0, sizeof *a);
     memcpy(a, &f, sizeof f);
 }
-
-typedef enum { FUSE_COPY, FUSE_DROP, FUSE_REPLACE } FuseAction;
-
-typedef struct {
-    const IrGraph *g;
-    int *n_uses;          /* (g->n) readers of each value, roles included */
-    FuseAction *action;   /* (g->n) */
-    IrNode *repl;         /* (g->n) the fused node for FUSE_REPLACE (inputs in g's ids) */
-    FuseStats *stats;
-} Matcher;
 
 static const IrNode *node(const Matcher *M, int id) { return &M->g->nodes[id]; }
 
@@ -125,16 +129,21 @@ static void match_all(Matcher *M)
 {
     for (int i = 0; i < M->g->n; i++)
         if (node(M, i)->op == IR_OP_SOFTMAX && !node(M, i)->backward) match_softmax(M, i);
+    /* The LayerNorm sites first: they take their DROPOUT + ADD with them. */
+    const char *ln = getenv("HPC_FUSE_LN");   /* a hook for comparisons, as HPC_KEEP_F32 */
+    if (!ln || strcmp(ln, "0") != 0) fuse_match_layernorm(M);
     for (int i = 0; i < M->g->n; i++)
         if (node(M, i)->op == IR_OP_ADD) match_add(M, i);
 }
 
-/* Appends the fused node r (inputs in the input graph's ids). */
-static int append_fused(IrGraph *out, const IrNode *r, const int *map)
+/* Appends the fused node r (inputs in the input graph's ids) and, for a
+ * multi-output op, the OUTPUT nodes of the bits of `outputs`. */
+static int append_fused(IrGraph *out, const IrNode *r, unsigned outputs, const int *map)
 {
     int in[IR_MAX_INPUTS];
     for (int k = 0; k < r->n_in; k++) {
-        in[k] = map[r->in[k]];
+        int v = r->in[k];
+        in[k] = fuse_is_output_ref(v) ? ir_output(out, map[fuse_ref_node(v)], fuse_ref_k(v)) : map[v];
         HPC_ASSERT(in[k] >= 0);
     }
     int id = ir_add(out, r->op, in, r->n_in, &r->attr, r->name);
@@ -142,7 +151,30 @@ static int append_fused(IrGraph *out, const IrNode *r, const int *map)
     o->dtype = r->dtype;
     o->requires_grad = r->requires_grad;
     o->backward = r->backward;
+    o->region = r->region;
+    for (int k = 1; k < ir_op_info(r->op)->n_outputs; k++) {
+        if (!(outputs >> k & 1u)) continue;
+        char name[IR_NAME_MAX];
+        snprintf(name, sizeof name, "%.*s.%s", IR_NAME_MAX - 16, r->name, ir_output_name(r->op, k));
+        IrAttr a = {.output = {k}};
+        int j = ir_add(out, IR_OP_OUTPUT, &id, 1, &a, name);
+        out->nodes[j].requires_grad = r->requires_grad;
+        out->nodes[j].backward = r->backward;
+        out->nodes[j].region = r->region;
+    }
     return id;
+}
+
+/* The ALIAS members of the fused node that replaced `at` now read its outputs. */
+static void bind_aliases(const Matcher *M, const IrGraph *out, int at, int *map)
+{
+    for (int i = 0; i < M->g->n; i++) {
+        if (M->action[i] != FUSE_ALIAS || M->alias_of[i] != at) continue;
+        map[i] = ir_output(out, map[at], M->alias_k[i]);
+        HPC_ASSERT(map[i] >= 0);
+        /* the storage dtype of the value it stands for (the op's shape rule agrees) */
+        HPC_ASSERT(out->nodes[map[i]].dtype == M->g->nodes[i].dtype);
+    }
 }
 
 static int append_copy(IrGraph *out, const IrNode *n, const int *map)
@@ -159,9 +191,17 @@ static void remap_plan(const PrecisionPlan *pin, const int *map, const IrGraph *
 {
     *pout = *pin;
     pout->n = out->n;
-    pout->info = xmalloc((size_t)(out->n > 0 ? out->n : 1) * sizeof *pout->info);
+    pout->info = xcalloc((size_t)(out->n > 0 ? out->n : 1), sizeof *pout->info);
+    bool *set = xcalloc((size_t)(out->n > 0 ? out->n : 1), sizeof *set);
     for (int i = 0; i < in->n; i++)
-        if (map[i] >= 0) pout->info[map[i]] = pin->info[i];
+        if (map[i] >= 0) {
+            pout->info[map[i]] = pin->info[i];
+            set[map[i]] = true;
+        }
+    /* outputs that stand for no input value (a fused site's mean, rstd): their op's */
+    for (int j = 0; j < out->n; j++)
+        if (!set[j] && out->nodes[j].op == IR_OP_OUTPUT) pout->info[j] = pout->info[out->nodes[j].in[0]];
+    free(set);
     pout->map = xmalloc((size_t)(pin->n_in > 0 ? pin->n_in : 1) * sizeof *pout->map);
     for (int u = 0; u < pin->n_in; u++) pout->map[u] = pin->map[u] >= 0 ? map[pin->map[u]] : -1;
     pout->param_low = xmalloc((size_t)(pin->n_params > 0 ? pin->n_params : 1) * sizeof *pout->param_low);
@@ -173,11 +213,17 @@ static void rebuild(const Matcher *M, IrGraph *out, int *map)
 {
     const IrGraph *in = M->g;
     int n_forward = 0;
+    for (int i = 0; i < in->n; i++) map[i] = -1;
     for (int i = 0; i < in->n; i++) {
         const IrNode *n = node(M, i);
-        map[i] = -1;
-        if (M->action[i] == FUSE_REPLACE) map[i] = append_fused(out, &M->repl[i], map);
-        else if (M->action[i] == FUSE_COPY) map[i] = append_copy(out, n, map);
+        if (M->action[i] == FUSE_REPLACE) {
+            map[i] = append_fused(out, &M->repl[i], M->outputs[i], map);
+            bind_aliases(M, out, i, map);
+        } else if (M->action[i] == FUSE_COPY) {
+            map[i] = append_copy(out, n, map);
+        } else if (M->action[i] == FUSE_ALIAS && M->alias_of[i] < i) {
+            HPC_ASSERT(map[i] >= 0);   /* bound when its fused node was appended */
+        }
         if (i == in->n_forward - 1) n_forward = out->n;
     }
     ir_copy_roles(out, in, map);
@@ -197,7 +243,7 @@ HpcStatus fuse_graph(const IrGraph *in, const PrecisionPlan *pin, IrGraph *out, 
                         "from the plan of the input graph (pass pin, or pout = NULL)");
     size_t n = (size_t)(in->n > 0 ? in->n : 1);
     Matcher M = {in, xcalloc(n, sizeof(int)), xcalloc(n, sizeof(FuseAction)), xcalloc(n, sizeof(IrNode)),
-                 stats};
+                 xcalloc(n, sizeof(unsigned)), xcalloc(n, sizeof(int)), xcalloc(n, sizeof(int)), stats};
     count_uses(&M);
     match_all(&M);
     int *map = xmalloc(n * sizeof *map);
@@ -209,6 +255,9 @@ HpcStatus fuse_graph(const IrGraph *in, const PrecisionPlan *pin, IrGraph *out, 
     free(M.n_uses);
     free(M.action);
     free(M.repl);
+    free(M.outputs);
+    free(M.alias_of);
+    free(M.alias_k);
     return HPC_OK;
 }
 
@@ -217,7 +266,7 @@ int fuse_count_launches(const IrGraph *g)
     int n = 0;
     for (int i = 0; i < g->n; i++) {
         const IrNode *v = &g->nodes[i];
-        if (v->op == IR_OP_PARAM) continue;
+        if (v->op == IR_OP_PARAM || v->op == IR_OP_OUTPUT) continue;   /* a projection launches nothing */
         if (v->op == IR_OP_INPUT && v->attr.input.kind != IR_IN_LOSS_SCALE) continue;
         n++;
     }

@@ -9,6 +9,18 @@
  *   ADD(DROPOUT(x), r) or ADD(r, DROPOUT(x)) => DROPOUT_ADD(x, r)
  *       (the bias + dropout + residual epilogue: the bias is already in the
  *        LINEAR's GEMM epilogue)
+ *   LAYERNORM(ADD(DROPOUT(x), r)) [-> CAST to 16 bits]
+ *                                          => LN_RESIDUAL(x, r, gamma, beta)
+ *       outputs y, mean, rstd, s = r + dropout(x) and y in 16 bits (the cast
+ *       folded; compiler/fuse_layernorm.c); uses of s elsewhere (pre-LN
+ *       models) read output s;
+ *   LAYERNORM_DX(dy, s, gamma), LAYERNORM_DGAMMA(dy, s), BIAS_GRAD(dy),
+ *   DROPOUT(LAYERNORM_DX) [, BIAS_GRAD of it]
+ *                                          => LN_RESIDUAL_BWD(dy, s, mean, rstd, gamma)
+ *       outputs the residual gradient, the gradient into x (dropout mask
+ *       reapplied), dgamma, dbeta and the bias gradient of x's LINEAR.
+ *   HPC_FUSE_LN=0 in the environment turns the two LayerNorm rules off (for
+ *   comparisons); the other rules stay.
  * Cross-entropy needs no rewrite: CROSS_ENTROPY already takes logits and
  * computes its log-softmax inside (forward and backward).
  *
@@ -60,10 +72,32 @@ typedef struct {
 IrFusedAttr fuse_attr_get(const IrNode *n);
 void fuse_attr_set(IrAttr *a, IrFusedAttr f);
 
+/* Attribute of LN_RESIDUAL and LN_RESIDUAL_BWD, stored like IrFusedAttr
+ * (16 bytes: eps stays a double, so the fused cpu reference is the unfused
+ * one to the last bit; the salt, a node id, gets 20 bits and the fuse rule
+ * leaves a site alone whose salt does not fit). */
+#define FUSE_LN_SALT_MAX ((1 << 20) - 1)
+typedef struct {
+    double eps;           /* LayerNorm epsilon */
+    float p;              /* dropout probability of the branch x */
+    uint32_t salt : 20;   /* the forward DROPOUT's salt: the same Philox mask */
+    uint32_t mid : 4;     /* DType of dropout(x) in the unfused chain;
+                           * LN_RESIDUAL_BWD: of the gradient into x (output 1) */
+    uint32_t low : 4;     /* LN_RESIDUAL: DType of output 4, y in 16 bits */
+    uint32_t aux : 4;     /* LN_RESIDUAL: DType of output 3, s; LN_RESIDUAL_BWD:
+                           * of dgamma, dbeta and the bias gradient (outputs 2-4) */
+} IrLnFusedAttr;
+
+IrLnFusedAttr fuse_ln_attr_get(const IrNode *n);
+void fuse_ln_attr_set(IrAttr *a, IrLnFusedAttr f);
+
 typedef struct {
     int softmax_dropout;      /* SOFTMAX + DROPOUT pairs fused */
     int softmax_dropout_bwd;  /* SOFTMAX_BWD + DROPOUT pairs fused */
     int dropout_add;          /* DROPOUT + ADD pairs fused */
+    int ln_residual;          /* LayerNorm sites fused (forward) */
+    int ln_residual_bwd;      /* their backward fused */
+    int ln_casts_folded;      /* CASTs of a site's y that became its output 4 */
     int nodes_before, nodes_after;
 } FuseStats;
 

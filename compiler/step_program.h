@@ -62,7 +62,9 @@
 /* A node line lists n_in inputs padded with -1 to at least this many. */
 #define STEP_NODE_MIN_INPUTS 3
 /* Inputs a CUDA kernel takes (EopArgs.x); the emitter refuses a node with more. */
-#define EOP_MAX_INPUTS 3
+#define EOP_MAX_INPUTS 5
+/* Outputs 1.. of a multi-output node a kernel writes (EopArgs.out). */
+#define EOP_MAX_OUTPUTS 4
 
 /* How a node runs on the cuda backend:
  *   EOP_NONE     PARAM: storage bound by the executor, nothing to run;
@@ -125,13 +127,14 @@ typedef struct {
     bool bias_epilogue;
 } EopNodeCode;
 
-/* The kernels' argument, passed by value (layout fixed: 64 bytes). */
+/* The kernels' argument, passed by value (layout fixed: 112 bytes). */
 typedef struct {
     uint64_t y;                  /* output value */
     uint64_t x[EOP_MAX_INPUTS];  /* inputs, 0 past n_in */
     uint64_t scratch;            /* the node's scratch, or 0 */
     uint64_t ctl;                /* const EopCtl * */
     int64_t B, L;
+    uint64_t out[EOP_MAX_OUTPUTS]; /* out[k - 1]: output k of a multi-output node, 0 if the graph has none */
 } EopArgs;
 
 /* Per-step control block in device memory (layout fixed: 24 bytes). */

@@ -197,6 +197,21 @@ static void build(const ModelSpec *s, SpecPrecision policy, bool fuse, Pipeline 
     cr_assert_eq(pipeline_build(s, &o, p, &err), HPC_OK, "pipeline_build: %s", err.msg);
 }
 
+/* build with the LayerNorm site rules off (HPC_FUSE_LN=0): the other rules only. */
+static void build_no_ln(const ModelSpec *s, SpecPrecision policy, Pipeline *p)
+{
+    setenv("HPC_FUSE_LN", "0", 1);
+    build(s, policy, true, p);
+    unsetenv("HPC_FUSE_LN");
+}
+
+static int count_op(const IrGraph *g, IrOpKind op)
+{
+    int n = 0;
+    for (int i = 0; i < g->n; i++) n += g->nodes[i].op == op;
+    return n;
+}
+
 static void check_equal(SpecPrecision policy, CpuExecPrecision prec, double tol, const char *what)
 {
     ModelSpec s;
@@ -206,15 +221,27 @@ static void check_equal(SpecPrecision policy, CpuExecPrecision prec, double tol,
     build(&s, policy, true, &fused);
     cr_assert_eq(fused.fuse.softmax_dropout, 2);
     cr_assert_eq(fused.fuse.softmax_dropout_bwd, 2);
-    cr_assert_eq(fused.fuse.dropout_add, 4);
-    cr_assert_lt(fused.g.n, plain.g.n);
+    cr_assert_eq(fused.fuse.ln_residual, 4);       /* two sites per post-LN layer */
+    cr_assert_eq(fused.fuse.ln_residual_bwd, 4);
+    cr_assert_eq(fused.fuse.dropout_add, 0);       /* the LayerNorm sites took them */
+    cr_assert_eq(fused.fuse.ln_casts_folded, policy == PREC_FP32 ? 0 : 3);   /* the last y feeds the head in f32 */
+    cr_assert_lt(fuse_count_launches(&fused.g), fuse_count_launches(&plain.g));
+    Pipeline no_ln;
+    build_no_ln(&s, policy, &no_ln);
+    cr_assert_eq(no_ln.fuse.dropout_add, 4);
+    cr_assert_eq(no_ln.fuse.ln_residual, 0);
+    cr_assert_eq(count_op(&no_ln.g, IR_OP_LN_RESIDUAL), 0);
     Batch *b = tiny_batch();
     double **w = random_weights(&plain.pl, 0.5);
     StepOut a = run_step(&plain.g, &plain.pl, w, prec, b);
     StepOut f = run_step(&fused.g, &fused.pl, w, prec, b);
+    StepOut q = run_step(&no_ln.g, &no_ln.pl, w, prec, b);
     cr_expect_gt(expect_same(&f, &a, &plain.pl, tol, what), 30);
+    cr_expect_gt(expect_same(&f, &q, &plain.pl, tol, what), 30);
     step_free(&a);
     step_free(&f);
+    step_free(&q);
+    pipeline_free(&no_ln);
     free_weights(&plain.pl, w);
     batch_free(b);
     pipeline_free(&plain);
@@ -245,11 +272,11 @@ Test(fuse_equal, before_autodiff_equals_after)
     cr_assert_eq(lower_model(&s, &raw, &pl, &err), HPC_OK, "%s", err.msg);
     cr_assert_eq(fuse_graph(&raw, NULL, &early, NULL, &st, &err), HPC_OK, "%s", err.msg);
     cr_expect_eq(st.softmax_dropout, 2);
-    cr_expect_eq(st.dropout_add, 4);
+    cr_expect_eq(st.dropout_add, 0);
+    cr_expect_eq(st.ln_residual, 4);
     cr_assert_eq(autodiff_build(&early, &pl, &err), HPC_OK, "%s", err.msg);
-    int n_bwd = 0;
-    for (int i = 0; i < early.n; i++) n_bwd += early.nodes[i].op == IR_OP_SOFTMAX_DROPOUT_BWD;
-    cr_expect_eq(n_bwd, 2);
+    cr_expect_eq(count_op(&early, IR_OP_SOFTMAX_DROPOUT_BWD), 2);
+    cr_expect_eq(count_op(&early, IR_OP_LN_RESIDUAL_BWD), 4);   /* from LN_RESIDUAL's backward rule */
     Batch *b = tiny_batch();
     double **w = random_weights(&pl, 0.5);
     StepOut x = run_step(&early, &pl, w, CPU_EXEC_F64, b);
@@ -540,10 +567,14 @@ Test(fuse_count, bert_base_launches_drop)
     int before = fuse_count_launches(&plain.g), after = fuse_count_launches(&fused.g);
     printf("bert_base fp16: %d launches unfused, %d fused (%d fewer; %d values -> %d)\n", before, after,
            before - after, plain.g.n, fused.g.n);
-    /* per layer: softmax+dropout, its backward, two dropout+residual */
-    cr_expect_geq(before - after, 4 * (int)s.stack.layers, "%d -> %d", before, after);
+    /* per layer: softmax+dropout (1), its backward (1), and per LayerNorm
+     * site dropout + add + layernorm + cast (3) and layernorm_dx + dgamma +
+     * bias_grad + dropout + bias_grad (4); the last site has no cast */
+    cr_expect_eq(before - after, 2 * (int)s.stack.layers + 2 * 7 * (int)s.stack.layers - 1, "%d -> %d", before, after);
     cr_expect_eq(fused.fuse.softmax_dropout, s.stack.layers);
-    cr_expect_eq(fused.fuse.dropout_add, 2 * s.stack.layers);
+    cr_expect_eq(fused.fuse.ln_residual, 2 * s.stack.layers);
+    cr_expect_eq(fused.fuse.ln_residual_bwd, 2 * s.stack.layers);
+    cr_expect_eq(fused.fuse.ln_casts_folded, 2 * s.stack.layers - 1);
     pipeline_free(&plain);
     pipeline_free(&fused);
 }
@@ -631,7 +662,8 @@ Test(pipeline, plan_follows_fused_graph)
     cr_assert_eq(p.prec.n, p.g.n);
     for (int i = 0; i < p.g.n; i++) {
         IrOpKind op = p.g.nodes[i].op;
-        if (op == IR_OP_SOFTMAX_DROPOUT || op == IR_OP_DROPOUT_ADD || op == IR_OP_SOFTMAX_DROPOUT_BWD)
+        if (op == IR_OP_SOFTMAX_DROPOUT || op == IR_OP_DROPOUT_ADD || op == IR_OP_SOFTMAX_DROPOUT_BWD ||
+            op == IR_OP_LN_RESIDUAL || op == IR_OP_LN_RESIDUAL_BWD)
             cr_expect_eq(p.prec.info[i].cls, PREC_CLASS_F32_COMPUTE, "node %d", i);
         if (op == IR_OP_SOFTMAX_DROPOUT) cr_expect_eq(fuse_attr_get(&p.g.nodes[i]).mid, DT_F16);
         cr_expect_neq(op, IR_OP_SOFTMAX, "node %d: a softmax survived fusion", i);
@@ -657,7 +689,8 @@ static void expect_compiles(const ModelSpec *s, SpecPrecision prec, int arch)
     int fused = 0;
     for (int id = 0; id < p.g.n; id++) {
         IrOpKind op = p.g.nodes[id].op;
-        if (op != IR_OP_SOFTMAX_DROPOUT && op != IR_OP_SOFTMAX_DROPOUT_BWD && op != IR_OP_DROPOUT_ADD)
+        if (op != IR_OP_SOFTMAX_DROPOUT && op != IR_OP_SOFTMAX_DROPOUT_BWD && op != IR_OP_DROPOUT_ADD &&
+            op != IR_OP_LN_RESIDUAL && op != IR_OP_LN_RESIDUAL_BWD)
             continue;
         EopNodeCode c;
         cr_assert_eq(eop_node_code(&p.g, id, 4, 16, &c, &err), HPC_OK, "%s", err.msg);

@@ -320,6 +320,10 @@ static HpcStatus launch_phases(CudaExec *ex, int id, HpcError *err)
     const IrNode *n = NODE(id);
     EopArgs a = {.y = cuda_exec_ptr(ex, id), .ctl = ex->ctl, .B = ex->B, .L = ex->L};
     for (int k = 0; k < n->n_in; k++) a.x[k] = cuda_exec_ptr(ex, n->in[k]);
+    for (int k = 1; k < ir_op_info(n->op)->n_outputs && k <= EOP_MAX_OUTPUTS; k++) {
+        int j = ir_output(ex->g, id, k);   /* a multi-output op writes its projections too */
+        if (j >= 0) a.out[k - 1] = cuda_exec_ptr(ex, j);
+    }
     if (ex->plan.scratch_off[id] >= 0) a.scratch = ex->arena.base + (CUdeviceptr)ex->plan.scratch_off[id];
     void *args[] = {&a};
     HpcStatus st = HPC_OK;
