@@ -12,6 +12,9 @@
  *    and off (HPC_FUSE_LN=0) gives the same loss and gradients; under the
  *    fp16 plan the fused step is as close to the f32 reference as the
  *    unfused one;
+ *  - the site's CUDA kernels compile with NVRTC (sm_80, sm_90) at the row
+ *    sizes tests/gpu/gpu_lnfuse.c runs, their launch records name them, and
+ *    a row size that is not a multiple of 8 is refused with the remedy;
  *  - models/bert_base.model plan: against the DROPOUT_ADD graph (HPC_FUSE_LN=0)
  *    launches drop by 6 per site minus the last site's cast; the arena does
  *    not grow by more than 1%. */
@@ -23,7 +26,9 @@
 
 #include "cpu/cpu_exec.h"
 #include "cpu/half.h"
+#include "cuda/nvrtc_compile.h"
 #include "data/batch.h"
+#include "emit_ops.h"
 #include "fuse.h"
 #include "ln_site_graph.h"
 #include "pipeline.h"
@@ -386,4 +391,64 @@ Test(fuse_ln_model, bert_base_plan_launches_and_arena)
     plan_free(&poff);
     pipeline_free(&on);
     pipeline_free(&off);
+}
+
+/* ---- CUDA text -------------------------------------------------------- */
+
+static void expect_site_compiles(int64_t D, DType low, int arch)
+{
+    LnSite u, f;
+    ln_site_build(&u, 488, D, low, 1e-12, 0.1f);
+    HpcError err = {0};
+    cr_assert_eq(ln_site_fuse(&u, &f, NULL, &err), 2, "%s", err.msg);
+    char *src;
+    cr_assert_eq(eop_module_source(&f.g, &src, &err), HPC_OK, "%s", err.msg);
+    void *cubin;
+    size_t size;
+    char *log = NULL;
+    HpcStatus st = nvrtc_compile(src, "hpc_ln_site_test", arch, NULL, 0, &cubin, &size, &log, &err);
+    cr_assert_eq(st, HPC_OK, "D=%lld %s sm_%d: %s\n%s", (long long)D, ir_dtype_name(low), arch, err.msg, log ? log : "");
+    int phases = 0;
+    for (int id = 0; id < f.g.n; id++) {
+        IrOpKind op = f.g.nodes[id].op;
+        if (op != IR_OP_LN_RESIDUAL && op != IR_OP_LN_RESIDUAL_BWD) continue;
+        EopNodeCode c;
+        cr_assert_eq(eop_node_code(&f.g, id, 1, 1, &c, &err), HPC_OK, "%s", err.msg);
+        cr_expect_eq(c.n_phases, op == IR_OP_LN_RESIDUAL ? 1 : 2);
+        for (int k = 0; k < c.n_phases; k++) {
+            cr_expect(memmem(cubin, size, c.phase[k].name, strlen(c.phase[k].name)) != NULL, "%s not in the cubin",
+                      c.phase[k].name);
+            phases++;
+        }
+        if (op == IR_OP_LN_RESIDUAL_BWD)   /* the column partials: 128 blocks x 3 x D f32 */
+            cr_expect_eq(eop_scratch_bytes(&f.g, id, 1, 1), (int64_t)EOP_COL_PARTS * 3 * D * 4);
+    }
+    cr_expect_eq(phases, 3);
+    free(cubin);
+    free(log);
+    free(src);
+    ln_site_free(&u);
+    ln_site_free(&f);
+}
+
+Test(fuse_ln_cuda, site_kernels_compile, .timeout = 300)
+{
+    expect_site_compiles(128, DT_F32, 80);
+    expect_site_compiles(768, DT_F16, 90);
+    expect_site_compiles(1024, DT_BF16, 80);
+    expect_site_compiles(4096, DT_F16, 90);   /* two 8-column chunks per thread */
+}
+
+Test(fuse_ln_cuda, row_size_not_multiple_of_8_refused)
+{
+    LnSite u, f;
+    ln_site_build(&u, 4, 20, DT_F16, 1e-12, 0.1f);
+    HpcError err = {0};
+    cr_assert_eq(ln_site_fuse(&u, &f, NULL, &err), 2, "%s", err.msg);
+    char *src = NULL;
+    cr_expect_eq(eop_module_source(&f.g, &src, &err), HPC_ERR_INPUT);
+    cr_expect(strstr(err.msg, "multiple of 8") && strstr(err.msg, "HPC_FUSE_LN=0"), "%s", err.msg);
+    free(src);
+    ln_site_free(&u);
+    ln_site_free(&f);
 }
