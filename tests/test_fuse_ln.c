@@ -4,7 +4,7 @@
  *  - one site (tests/ln_site_graph.h) fused by the pass against the unfused
  *    chain on random data: every value (y, s, y16, ds, dx, dgamma, dbeta,
  *    dbias) bit for bit in f32 storage with f32/f16/bf16 GEMM dtypes, and to
- *    1e-12 in f64; the dropout masks are the unfused ones (same salt and
+ *    1e-12 in f64, and bit for bit in the cpu fast mode; the dropout masks are the unfused ones (same salt and
  *    index), so dx is zero exactly where the unfused dx is;
  *  - the optional bias input equals adding the bias to x first;
  *  - a NaN in x reaches y (NaN never passes silently);
@@ -74,9 +74,12 @@ static void free_data(const ParamList *pl, double **w, float **f)
     free(f);
 }
 
+static bool g_fast;   /* run the fused graph in CPU_EXEC_FAST (threaded kernels) */
+
 static void run(CpuExec *ex, const LnSite *t, CpuExecPrecision prec, double **w, float **f)
 {
     cpu_exec_init(ex, &t->g, prec);
+    if (g_fast) cpu_exec_set_mode(ex, CPU_EXEC_FAST);
     for (int p = 0; p < t->pl.n; p++) cpu_exec_bind_param(ex, p, prec == CPU_EXEC_F64 ? (void *)w[p] : (void *)f[p]);
     Batch *b = batch_new(1, 1, 0);
     CpuRunOptions o = {.training = true, .backward = true, .seed = 5, .step = 2, .loss_scale = 1};
@@ -137,7 +140,10 @@ static void site_case(int64_t R, int64_t D, DType low, CpuExecPrecision prec)
     float **fd;
     double **w = random_data(&u.pl, &fd);
     CpuExec a, b;
-    run(&a, &u, prec, w, fd);
+    bool fast = g_fast;
+    g_fast = false;
+    run(&a, &u, prec, w, fd);   /* the unfused reference */
+    g_fast = fast;
     run(&b, &f, prec, w, fd);
     for (int k = 0; k < LNV_COUNT; k++) {
         if (k == LNV_MEAN || k == LNV_RSTD || (k == LNV_Y16 && low == DT_F32)) continue;
@@ -155,6 +161,13 @@ Test(fuse_ln_site, f16_site_bitwise) { site_case(37, 24, DT_F16, CPU_EXEC_F32); 
 Test(fuse_ln_site, bf16_site_bitwise) { site_case(29, 40, DT_BF16, CPU_EXEC_F32); }
 Test(fuse_ln_site, odd_rows_f16_site) { site_case(61, 20, DT_F16, CPU_EXEC_F32); }
 Test(fuse_ln_site, f16_site_f64) { site_case(37, 24, DT_F16, CPU_EXEC_F64); }
+/* The cpu fast mode's versions (cpu_fast_ops.inc) have the reference's bits. */
+Test(fuse_ln_site, f16_site_fast_mode_bitwise)
+{
+    g_fast = true;
+    site_case(300, 64, DT_F16, CPU_EXEC_F32);
+    g_fast = false;
+}
 
 /* The optional bias input: LN_RESIDUAL(x, r, gamma, beta, bias) equals
  * LN_RESIDUAL(x + bias, r, gamma, beta), the sum taken in f32. */
