@@ -15,6 +15,7 @@
  *  - the site's CUDA kernels compile with NVRTC (sm_80, sm_90) at the row
  *    sizes tests/gpu/gpu_lnfuse.c runs, their launch records name them, and
  *    a row size that is not a multiple of 8 is refused with the remedy;
+ *  - models/gpt2_small.model (pre-LN, 2 small layers): on and off agree;
  *  - models/bert_base.model plan: against the DROPOUT_ADD graph (HPC_FUSE_LN=0)
  *    launches drop by 6 per site minus the last site's cast; the arena does
  *    not grow by more than 1%. */
@@ -313,7 +314,7 @@ static Batch *tiny_batch(const ModelSpec *s, int64_t B, int64_t L)
         b->attention_mask[i] = (i % L) < L - (i / L);   /* some padding */
         b->token_type_ids[i] = (i % L) >= L / 2;
     }
-    for (int64_t r = 0; r < B; r++) b->labels[r] = (int32_t)(r % s->head.num_labels);
+    for (int64_t r = 0; r < B && s->head.num_labels > 0; r++) b->labels[r] = (int32_t)(r % s->head.num_labels);
     return b;
 }
 
@@ -375,6 +376,53 @@ Test(fuse_ln_model, bert_tiny_on_off_and_fp16_against_f32, .timeout = 600)
     pipeline_free(&f32_ln);
     pipeline_free(&h_plain);
     pipeline_free(&h_ln);
+}
+
+/* GPT-2 (pre-LN): the sites' s is the residual stream, read by the next
+ * residual add through output 3; only the final LayerNorm's backward fuses
+ * (the other sites' residual gradient is a sum).  On and off agree. */
+Test(fuse_ln_model, gpt2_pre_ln_on_off, .timeout = 600)
+{
+    ModelSpec s;
+    load_model("gpt2_small.model", &s);
+    s.stack.layers = 2;
+    s.stack.hidden = 64;
+    s.stack.heads = 2;
+    s.stack.ffn = 256;
+    Pipeline off, on;
+    build(&s, PREC_FP32, true, false, &off);
+    build(&s, PREC_FP32, true, true, &on);
+    cr_assert_eq(on.fuse.ln_residual, 2 * s.stack.layers, "%d sites", on.fuse.ln_residual);
+    cr_assert_eq(on.fuse.ln_residual_bwd, 1);
+    float **w = calloc((size_t)off.pl.n, sizeof *w);
+    for (int p = 0; p < off.pl.n; p++) {
+        if (off.pl.p[p].tied_to >= 0) continue;
+        int64_t n = params_numel(&off.pl.p[p]);
+        w[p] = malloc((size_t)n * sizeof **w);
+        for (int64_t i = 0; i < n; i++)
+            w[p][i] = off.pl.p[p].init == PARAM_INIT_ONES ? (float)(1 + 0.1 * uniform()) : (float)(0.05 * uniform());
+    }
+    for (int p = 0; p < off.pl.n; p++)
+        if (off.pl.p[p].tied_to >= 0) w[p] = w[off.pl.p[p].tied_to];
+    Batch *b = tiny_batch(&s, 2, 12);
+    Step a = step(&off, w, b), f = step(&on, w, b);
+    cr_expect(isfinite(f.loss) && fabs(f.loss - a.loss) <= 1e-5 * fabs(a.loss), "loss %.9g vs %.9g", f.loss, a.loss);
+    int compared = 0;
+    for (int p = 0; p < a.n; p++) {
+        if (!a.grad[p]) continue;
+        double e = grad_err(&f, &a, p, params_numel(&off.pl.p[p]));
+        cr_expect(e <= 1e-5, "%s differs by %.3g", off.pl.p[p].name, e);
+        compared++;
+    }
+    cr_expect_gt(compared, 10);
+    step_free(&a);
+    step_free(&f);
+    batch_free(b);
+    for (int p = 0; p < off.pl.n; p++)
+        if (off.pl.p[p].tied_to < 0) free(w[p]);
+    free(w);
+    pipeline_free(&off);
+    pipeline_free(&on);
 }
 
 /* BERT-base's plan at 32 x 128, fp16, against HPC_FUSE_LN=0 (where DROPOUT_ADD
