@@ -1096,10 +1096,14 @@ static HpcStatus cuda_ln_residual(EopGen *gen, HpcError *err)
     return HPC_OK;
 }
 
-/* Phase 1: EOP_COL_PARTS blocks walk the rows (row = block, block + parts,
+/* Phase 1: LN_BWD_PARTS blocks walk the rows (row = block, block + parts,
  * ...): ds and dx = dropout(ds) per row, and per-thread column partials of
  * dy * xhat, dy and dx into sf[(part * 3 + q) * D + column].  Phase 2: one
- * thread per column sums the parts in double into dgamma, dbeta, dbias. */
+ * thread per column sums the parts in double into dgamma, dbeta, dbias.
+ * 512 blocks: a block has only D / 8 threads (96 at H = 768), so the row
+ * loop needs about four blocks per SM of an H100/H200 to keep loads in
+ * flight; the partials (512 x 3 x D f32) are scratch for this node only. */
+#define LN_BWD_PARTS 512
 static HpcStatus cuda_ln_residual_bwd(EopGen *gen, HpcError *err)
 {
     const IrNode *n = OUTN;
@@ -1114,7 +1118,7 @@ static HpcStatus cuda_ln_residual_bwd(EopGen *gen, HpcError *err)
     snprintf(tag, sizeof tag, "h%lld", D);
     round_expr(n->dtype, "rstd * (dv[u][j] - a1 - xh[u][j] * b1)", rd, sizeof rd);
     round_expr((DType)la.mid, "dropout_elem(m8, j, on, d, dscale)", rx, sizeof rx);
-    StrBuf *s = phase(gen, "ln_residual_bwd", tag, EOP_LT_ROWS, sz_const(EOP_COL_PARTS), T);
+    StrBuf *s = phase(gen, "ln_residual_bwd", tag, EOP_LT_ROWS, sz_const(LN_BWD_PARTS), T);
     dropout_consts(s, fa);
     strbuf_printf(s, "    __shared__ float sh[32];\n    const i64 R = %s;\n"
                    "    %s *o_dx = (%s *)a.out[0];\n"
@@ -1157,8 +1161,8 @@ static HpcStatus cuda_ln_residual_bwd(EopGen *gen, HpcError *err)
                    "    %s *o_g = (%s *)a.out[1], *o_b = (%s *)a.out[2], *o_c = (%s *)a.out[3];\n"
                    "    if (o_g) o_g[col] = %s((float)g);\n    if (o_b) o_b[col] = %s((float)b);\n"
                    "    if (o_c) o_c[col] = %s((float)c);\n",
-                D, EOP_COL_PARTS, D, D, D, ca, ca, ca, ca, sa, sa, sa);
-    gen->scratch = sz_const((int64_t)EOP_COL_PARTS * 3 * D * 4);
+                D, LN_BWD_PARTS, D, D, D, ca, ca, ca, ca, sa, sa, sa);
+    gen->scratch = sz_const((int64_t)LN_BWD_PARTS * 3 * D * 4);
     return HPC_OK;
 }
 

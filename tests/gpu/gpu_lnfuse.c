@@ -12,7 +12,7 @@
  *   appended last to a second copy of the graph, run forward).
  * Sizes: D = 128 (a block of 32 threads), 768 (BERT-base, 96), 1024 (128),
  * 4096 (256 threads, 2 chunks of 8 per thread); R = 3 (fewer rows than the
- * 128 column-partial blocks) and 488 (8 x 61); GEMM dtypes f32, f16, bf16.
+ * 512 column-partial blocks) and 488 (8 x 61); GEMM dtypes f32, f16, bf16.
  * Tolerances (relative L2, NaN fails): f32 values 1e-5 (the GPU reduces in
  * f32, the cpu in double), values stored in f16 2e-3, bf16 1.6e-2.  The
  * dropout mask must be the cpu's: every element the cpu drops is 0 on the
