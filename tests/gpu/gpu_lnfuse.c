@@ -14,7 +14,8 @@
  * 4096 (256 threads, 2 chunks of 8 per thread); R = 3 (fewer rows than the
  * 512 column-partial blocks) and 488 (8 x 61); GEMM dtypes f32, f16, bf16.
  * Tolerances (relative L2, NaN fails): f32 values 1e-5 (the GPU reduces in
- * f32, the cpu in double), values stored in f16 2e-3, bf16 1.6e-2.  The
+ * f32, the cpu in double), values stored in f16 2e-3, bf16 1.6e-2, and dbias
+ * (a sum of the 16-bit dx) as the dx dtype.  The
  * dropout mask must be the cpu's: every element the cpu drops is 0 on the
  * GPU, every element it keeps is not (for |value| above 1e-20).
  *
@@ -72,7 +73,7 @@ static double tol_of(DType dt) { return dt == DT_F16 ? 2e-3 : dt == DT_BF16 ? 1.
 
 /* Value v on both sides: relative L2 within the tolerance of its dtype. */
 static void compare(CudaExec *ex, const CpuExec *cx, const IrGraph *g, int v, const char *tag, const char *what,
-                    float *gpu_out)
+                    float *gpu_out, DType tol_dt)
 {
     HpcError err = {0};
     int64_t n = cpu_exec_numel(cx, v);
@@ -87,7 +88,7 @@ static void compare(CudaExec *ex, const CpuExec *cx, const IrGraph *g, int v, co
             d += e * e;
             r += (double)cpu[i] * cpu[i];
         }
-        double rel = sqrt(d) / fmax(sqrt(r), 1e-30), tol = tol_of(g->nodes[v].dtype);
+        double rel = sqrt(d) / fmax(sqrt(r), 1e-30), tol = tol_of(tol_dt);
         result(rel <= tol && r > 0, "%s: %s (%s) rel L2 %.3g <= %.1g", tag, what, ir_dtype_name(g->nodes[v].dtype),
                rel, tol);
     }
@@ -175,12 +176,17 @@ static void site_case(int64_t R, int64_t D, DType low)
         run_both(&b.ex, &b.cx, false, tag, &ok);   /* forward only: the site's outputs stay in place */
         static const int fwd[] = {LNV_Y, LNV_MEAN, LNV_RSTD, LNV_SUM, LNV_Y16};
         for (int k = 0; ok && k < 5; k++)
-            if (f.v[fwd[k]] >= 0) compare(&b.ex, &b.cx, &f.g, f.v[fwd[k]], tag, ln_site_value_name[fwd[k]], NULL);
+            if (f.v[fwd[k]] >= 0)
+                compare(&b.ex, &b.cx, &f.g, f.v[fwd[k]], tag, ln_site_value_name[fwd[k]], NULL, f.g.nodes[f.v[fwd[k]]].dtype);
         run_both(&b.ex, &b.cx, true, tag, &ok);    /* the backward node is the graph's last */
         static const int bwd[] = {LNV_DS, LNV_DX, LNV_DGAMMA, LNV_DBETA, LNV_DBIAS};
         float *dx = malloc((size_t)(R * D) * sizeof *dx);
-        for (int k = 0; ok && k < 5; k++)
-            compare(&b.ex, &b.cx, &f.g, f.v[bwd[k]], tag, ln_site_value_name[bwd[k]], bwd[k] == LNV_DX ? dx : NULL);
+        for (int k = 0; ok && k < 5; k++) {
+            /* dbias sums the 16-bit dx: a rounding flip of dx there is its error */
+            int v = f.v[bwd[k]];
+            DType tol_dt = bwd[k] == LNV_DBIAS ? low : f.g.nodes[v].dtype;
+            compare(&b.ex, &b.cx, &f.g, v, tag, ln_site_value_name[bwd[k]], bwd[k] == LNV_DX ? dx : NULL, tol_dt);
+        }
         if (ok) compare_mask(dx, &b.cx, f.v[LNV_DX], f.v[LNV_DS], tag);
         free(dx);
         both_close(&b);
@@ -202,7 +208,7 @@ static void site_case(int64_t R, int64_t D, DType low)
             run_both(&b.ex, &b.cx, false, tag, &ok);
             static const char *const nm[] = {"y", "mean", "rstd", "s", "y16"};
             for (int k = 0; ok && k < 5; k++)
-                if (outs[k] >= 0) compare(&b.ex, &b.cx, &f.g, outs[k], tag, nm[k], NULL);
+                if (outs[k] >= 0) compare(&b.ex, &b.cx, &f.g, outs[k], tag, nm[k], NULL, f.g.nodes[outs[k]].dtype);
             both_close(&b);
         }
         ln_site_free(&f);
