@@ -57,8 +57,10 @@
  * enough blocks to fill an H100/H200 at C = 768 (docs/perf.md). */
 #define EOP_COL_PARTS 128
 
-/* The version of the program section; a reader refuses any other. */
-#define STEP_PROGRAM_VERSION 1
+/* The version of the program section; a reader refuses any other.
+ * 2: EopArgs carries 5 inputs and the outputs of multi-output nodes (a
+ * version-1 program's CUDA has the old argument layout). */
+#define STEP_PROGRAM_VERSION 2
 /* A node line lists n_in inputs padded with -1 to at least this many. */
 #define STEP_NODE_MIN_INPUTS 3
 /* Inputs a CUDA kernel takes (EopArgs.x); the emitter refuses a node with more. */
