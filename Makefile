@@ -60,7 +60,11 @@ $(BUILD)/gen/scanner.yy.c $(BUILD)/gen/scanner.yy.h: grammar/scanner.l $(BUILD)/
 	flex --header-file=$(BUILD)/gen/scanner.yy.h -o $(BUILD)/gen/scanner.yy.c $<
 
 # CUDA templates are embedded as C strings (compiler/kernel_sources.h).
-$(BUILD)/gen/kernel_sources_data.c: $(KERNEL_CU) scripts/embed-sources.sh
+# The list of templates is a prerequisite too (rewritten only when it
+# changes), so deleting a template re-embeds the rest.
+KERNEL_LIST := $(BUILD)/gen/kernel_sources.list
+$(shell mkdir -p $(BUILD)/gen && { echo '$(KERNEL_CU)' | cmp -s - $(KERNEL_LIST) || echo '$(KERNEL_CU)' > $(KERNEL_LIST); })
+$(BUILD)/gen/kernel_sources_data.c: $(KERNEL_CU) $(KERNEL_LIST) scripts/embed-sources.sh
 	@mkdir -p $(@D)
 	sh scripts/embed-sources.sh $@ $(KERNEL_CU)
 
@@ -83,24 +87,36 @@ bin/hpc: $(CLI_OBJ) $(LIBS)
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS) -o $@ $(CLI_OBJ) $(LIBS) $(LDLIBS)
 
+# The C API's `.model` road is a weak reference (runtime/api/api_model.h):
+# test programs that open model files through hpc.h link it in like a user's would.
+API_MODEL_ROAD := -Wl,--undefined=api_program_from_model
+
 # Each tests/test_*.c is its own Criterion binary, so one module's tests
 # build and run on their own: `make build/tests/test_lossscale && build/tests/test_lossscale`.
 $(BUILD)/tests/%: tests/%.c $(CLI_LIB) $(LIBS) | $(BUILD)/.deps-ok
 	@mkdir -p $(@D)
-	$(CC) $(CFLAGS) -Icli -Wno-missing-prototypes -o $@ $< $(CLI_LIB) $(LIBS) -lcriterion $(LDLIBS)
+	$(CC) $(CFLAGS) -Icli -Wno-missing-prototypes -o $@ $< $(API_MODEL_ROAD) $(CLI_LIB) $(LIBS) -lcriterion $(LDLIBS)
 
 # A program that only runs artifacts: no front end in it (tests/link/check-no-frontend.sh).
 $(BUILD)/tests/link/run_artifact: tests/link/run_artifact.c $(LIBS)
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS) -o $@ $< $(LIBS) $(LDLIBS)
+# The same through the C API: cpu backend only, and with the cuda backend linked in.
+$(BUILD)/tests/link/api_artifact: tests/link/api_artifact.c $(LIBS)
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS) -o $@ $< $(LIBS) $(LDLIBS)
+$(BUILD)/tests/link/api_artifact_cuda: tests/link/api_artifact.c $(LIBS)
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS) -o $@ $< -Wl,--undefined=train_cuda_open $(LIBS) $(LDLIBS)
+LINK_CHECKS := $(addprefix $(BUILD)/tests/link/,run_artifact api_artifact api_artifact_cuda)
 
 # The C embedding example (examples/) runs on the cpu backend, also under valgrind.
 examples: all
 	$(MAKE) -C examples
 
-test: all $(TEST_BIN) examples $(BUILD)/tests/link/run_artifact
+test: all $(TEST_BIN) examples $(LINK_CHECKS)
 	@HPC_ROOT=$(CURDIR) sh tests/run-all.sh $(TEST_BIN)
-	@sh tests/link/check-no-frontend.sh $(BUILD)/tests/link/run_artifact bin/hpc
+	@sh tests/link/check-no-frontend.sh bin/hpc $(LINK_CHECKS)
 	@$(MAKE) -s -C examples run >$(BUILD)/examples-run.log 2>&1 && echo "PASS  examples/embed_bert_tiny" || { cat $(BUILD)/examples-run.log; exit 1; }
 	@$(MAKE) -s -C examples valgrind >$(BUILD)/examples-vg.log 2>&1 && echo "PASS  examples/embed_bert_tiny under valgrind" || { cat $(BUILD)/examples-vg.log; exit 1; }
 	@sh tests/check-valgrind.sh
@@ -109,7 +125,7 @@ test: all $(TEST_BIN) examples $(BUILD)/tests/link/run_artifact
 # GPU checks are plain C programs (no Criterion on the GPU machine).
 $(BUILD)/tests/gpu/%: tests/gpu/%.c $(LIBS)
 	@mkdir -p $(@D)
-	$(CC) $(CFLAGS) -Wno-missing-prototypes -o $@ $< $(LIBS) $(LDLIBS)
+	$(CC) $(CFLAGS) -Wno-missing-prototypes -o $@ $< $(API_MODEL_ROAD) $(LIBS) $(LDLIBS)
 # The GPU machine has no flex, bison or static Debian libraries: build here,
 # carry build/ and bin/, and there run `make test-gpu PREBUILT=1`, which runs
 # the carried binaries without looking at timestamps.

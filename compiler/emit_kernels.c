@@ -9,14 +9,6 @@
 #include "kernel_sources.h"
 #include "strbuf.h"
 
-/* The kernels' numeric codes for these enums are fixed in the templates. */
-_Static_assert(OPT_ADAMW == 0 && OPT_ADAM == 1 && OPT_SGD == 2 && OPT_LAMB == 3, "optimizer.cu codes");
-_Static_assert(SCHED_CONSTANT == 0 && SCHED_LINEAR == 1 && SCHED_COSINE == 2, "optimizer.cu codes");
-_Static_assert(LOSS_SCALE_DYNAMIC == 0, "optimizer.cu codes");
-_Static_assert(sizeof(KemitOptTensor) == 56, "opt_tensor layout");
-_Static_assert(sizeof(KemitOptParams) == 120, "opt_params layout");
-_Static_assert(sizeof(KemitOptState) == 64, "opt_state layout");
-
 /* The default rows per block of ln_bwd/emb_bwd. */
 #define KEMIT_DEFAULT_RPB 1
 
@@ -24,7 +16,7 @@ _Static_assert(sizeof(KemitOptState) == 64, "opt_state layout");
  * of earlier ones (embedding.cu uses layernorm.cu's normalisation). */
 static const char *const kemit_templates[] = {
     "common.cu", "philox.cu", "dropout.cu", "layernorm.cu", "embedding.cu",
-    "activation.cu", "softmax.cu", "loss.cu", "optimizer.cu",
+    "activation.cu", "softmax.cu", "loss.cu",
 };
 #define KEMIT_TEMPLATE_COUNT ((int)(sizeof kemit_templates / sizeof kemit_templates[0]))
 
@@ -37,7 +29,6 @@ const char *const kemit_kernel_bases[] = {
     "attn_softmax_fwd", "attn_softmax_bwd",
     "xent_count", "xent_fwd_bwd", "xent_fwd_bwd_f32", "xent_loss_reduce",
     "mse_fwd_bwd", "mse_fwd_bwd_f32",
-    "opt_check_norm", "opt_decide", "opt_lamb_norms", "opt_lamb_ratio", "opt_update", "opt_accumulate",
 };
 const int kemit_kernel_count = (int)(sizeof kemit_kernel_bases / sizeof kemit_kernel_bases[0]);
 

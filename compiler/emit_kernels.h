@@ -89,23 +89,8 @@
  * xent_loss_reduce(float *loss, const float *row_loss, const float *inv_count, int N) (1 x 1024)
  * mse_fwd_bwd[_f32](T *dpred, float *loss, const T *pred, const float *target,
  *        const float *dscale|NULL, int N)  (1 x 1024)  loss = mean((pred-target)^2), dpred = 2(pred-target)/N * *dscale
- * The optimizer (runtime/cuda/cuda_optim.h builds the chunk table: every tensor
- * cut into chunks of at most 4096 elements; C = chunks, T = tensors):
- * opt_check_norm(double *part_sq, int *part_inf, const KemitOptTensor *t, const CudaOptChunk *c,
- *        int C, const KemitOptState *state, const int *poison)   (ceil(C/4) x 256): per block of 4
- *                                        chunks, sum of (grad/scale)^2 (f64) and an inf flag
- * opt_decide(void *decision, KemitOptState *state, const double *part_sq, const int *part_inf,
- *        int P, KemitOptParams prm, int *poison)   (1 x 1024): skip, norm, clip, lr, bias
- *                                        corrections into *decision; loss scaler + step counters
- * opt_lamb_norms(double *part_pu, const void *decision, const KemitOptTensor *t, const CudaOptChunk *c,
- *        KemitOptParams prm)   (C x 256), LAMB only: Adam moments, per-chunk ||p||^2, ||u||^2
- * opt_lamb_ratio(float *ratio, const double *part_pu, const int *chunk_first, const void *decision)
- *   (T x 256): ratio[k] = ||p||/||u||
- * opt_update(const void *decision, const KemitOptTensor *t, const CudaOptChunk *c,
- *        const float *lamb_ratio|NULL, KemitOptParams prm)   (C x 256): runtime/train/optim.h
- *                                        step (AdamW, Adam, SGD, LAMB), master + m + v + st_t copy
- * opt_accumulate(const KemitOptTensor *t, const uint64_t *src, const CudaOptChunk *c, float mul,
- *        int first)   (C x 256): grad (=|+=) src * mul, gradient accumulation
+ * The optimizer and the loss scaler are not here: they are part of the step
+ * module (compiler/emit_optim.h).
  *
  * Usage:
  *   KernelConfig kc; kemit_config_from_spec(&kc, &spec, KEMIT_F16);
@@ -170,40 +155,5 @@ KemitRowLayout kemit_row_layout(const KernelConfig *cfg);
 /* The base names of every kernel in the source, for lookups and tests. */
 extern const char *const kemit_kernel_bases[];
 extern const int kemit_kernel_count;
-
-/* Device structs of the optimizer kernels (layouts fixed: the kernels see
- * the same fields in the same order; pointers are device addresses). */
-typedef struct {
-    uint64_t master;   /* float (n): f32 master weights, updated */
-    uint64_t grad;     /* const float (n): gradient times the loss scale */
-    uint64_t m, v;     /* float (n): optimizer state, 0 where not needed */
-    uint64_t low;      /* st_t (n): copy written after the update, or 0 */
-    int64_t n;
-    int32_t decay;     /* weight decay applies to this tensor */
-    int32_t pad_;
-} KemitOptTensor;
-
-typedef struct {
-    int32_t kind;       /* SpecOptimizer */
-    int32_t nesterov;
-    int32_t sched_kind; /* SpecSchedule */
-    int32_t ls_mode;    /* SpecLossScaling */
-    double beta1, beta2, eps, weight_decay, momentum, max_grad_norm;
-    double lr, min_lr_ratio;            /* schedule: runtime/train/schedule.h */
-    int64_t warmup_steps, total_steps;
-    double ls_growth, ls_backoff;       /* loss scaler: runtime/train/lossscale.h */
-    int64_t ls_interval;
-} KemitOptParams;
-
-typedef struct {
-    float scale;              /* loss scale; the loss kernels read it as dscale */
-    int32_t growth_tracker;
-    int32_t found_inf;        /* the last step's: 1 = skipped */
-    int32_t pad_;
-    int64_t step;             /* applied steps (bias correction, schedule) */
-    int64_t consecutive_skips, total_skips;
-    double grad_norm;         /* last step, unscaled, before clipping; inf when skipped */
-    double clip_coef, lr;     /* last step */
-} KemitOptState;
 
 #endif

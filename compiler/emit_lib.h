@@ -2,9 +2,11 @@
  * `--emit-lib DIR` write: a model's code for other programs' builds.
  *
  * --emit-cuda DIR writes DIR/NAME_step.cuh, the kernels of the training
- * step itself (emitlib_step below), and DIR/NAME_kernels.cuh: the model's fused CUDA
- * kernels (compiler/emit_kernels.h: LayerNorm, softmax, GELU, embeddings,
- * losses, optimizer) as one header for projects that build with nvcc.  It
+ * step itself (emitlib_step below: every node's kernel, then the optimizer
+ * and loss scaler, compiler/emit_optim.h), and DIR/NAME_kernels.cuh: the
+ * model's fused CUDA templates (compiler/emit_kernels.h: LayerNorm,
+ * softmax, GELU, embeddings, losses) as one header for projects that build
+ * with nvcc.  It
  * opens with a comment that documents the constants, the storage type, the
  * conventions and every kernel's signature (extracted from the source, so
  * it cannot drift), then the source itself, then one alias per kernel,
@@ -23,6 +25,9 @@
  *   NAME.hpc            the artifact (compiler/artifact.h)
  *   NAME_kernels.cuh    as --emit-cuda
  *   NAME.plan.txt       the memory plan of a step (plan_print)
+ *   NAME_step.cuh       the step's own kernels and optimizer, as --emit-cuda
+ *   NAME_step.sm_XX.cubin  NAME_step.cuh compiled for each arch asked for
+ *                       (opts.archs); NAME.hpc then carries the same cubins
  *   NAME_kernels.sm_XX.cubin  the .cuh's kernels for each arch asked for
  *                       (opts.archs), compiled by
  *                       opts.compile (NVRTC lives in the runtime library,

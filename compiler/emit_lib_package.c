@@ -47,7 +47,9 @@ static void write_header(FILE *f, const ModelSpec *s, SpecPrecision policy)
             " *\n"
             " * Typed entry points over include/hpc.h (the C API, which documents errors,\n"
             " * threads and memory).  The model is embedded in %s.c, so a program ships\n"
-            " * no file besides its binary.  Build: see Makefile (libhpcrt.a, libhpcc.a).\n"
+            " * no file besides its binary.  Build: see Makefile (libhpcrt.a, libhpcc.a;\n"
+            " * the embedded model text is compiled in-process, so link with\n"
+            " * -Wl,--undefined=api_program_from_model).\n"
             " *\n"
             " *   HpcModel *m;\n"
             " *   char msg[512];\n"
@@ -172,7 +174,8 @@ static void write_makefile(FILE *f, const ModelSpec *s, const char *hpc_root)
             ".PHONY: all run clean\nall: lib%s.a %s_demo\n\n"
             "lib%s.a: %s.o\n\tar rcs $@ $^\n"
             "%s.o: %s.c %s.h\n\t$(CC) $(CFLAGS) -c -o $@ $<\n"
-            "%s_demo: %s_demo.c lib%s.a\n\t$(CC) $(CFLAGS) -o $@ $< lib%s.a $(HPC_LIBS) $(LDLIBS)\n\n"
+            "%s_demo: %s_demo.c lib%s.a\n\t$(CC) $(CFLAGS) -o $@ $< -Wl,--undefined=api_program_from_model lib%s.a "
+            "$(HPC_LIBS) $(LDLIBS)\n\n"
             "run: %s_demo\n\t./%s_demo\n\n"
             "clean:\n\trm -f %s.o lib%s.a %s_demo\n",
             n, n, n, hpc_root, n, n, n, n, n, n, n, n, n, n, n, n, n, n, n, n);
@@ -225,6 +228,29 @@ static HpcStatus write_cubins(const ModelSpec *s, const EmitLibOptions *o, const
     return HPC_OK;
 }
 
+/* The step module (every node's kernel, then the optimizer) for each arch:
+ * into the artifact, so NAME.hpc starts without NVRTC on such a GPU, and
+ * beside it as NAME_step.sm_XX.cubin, the compiled NAME_step.cuh. */
+static HpcStatus add_step_cubins(StepProgram *prog, const EmitLibOptions *o, const char *dir, HpcError *err)
+{
+    if (o->n_archs > 0 && !o->compile)
+        return hpc_fail(err, HPC_ERR_INTERNAL, "emit: cubins asked for without a compiler");
+    for (int i = 0; i < o->n_archs; i++) {
+        void *cubin = NULL;
+        size_t n = 0;
+        char name[sizeof prog->name + 8], path[4096];
+        snprintf(name, sizeof name, "%s_step", prog->name);
+        HpcStatus st = o->compile(prog->kernels.cuda_source, name, o->archs[i], &cubin, &n, err);
+        if (st) return st;
+        st = step_kernels_add_cubin(&prog->kernels, o->archs[i], cubin, n, err);
+        snprintf(path, sizeof path, "%s/%s_step.sm_%d.cubin", dir, prog->name, o->archs[i]);
+        if (!st) st = write_blob(path, cubin, n, err);
+        free(cubin);
+        if (st) return st;
+    }
+    return HPC_OK;
+}
+
 HpcStatus emitlib_package(const ModelSpec *spec, const EmitLibOptions *o, const char *dir, HpcError *err)
 {
     char *src = NULL, *text = artifact_model_text(spec), root[4096];
@@ -246,6 +272,7 @@ HpcStatus emitlib_package(const ModelSpec *spec, const EmitLibOptions *o, const 
         char path[4096];
         snprintf(path, sizeof path, "%s/%s%s", dir, spec->name, ARTIFACT_EXT);
         st = step_program_compile(spec, o->policy, true, &prog, err);
+        if (!st) st = add_step_cubins(&prog, o, dir, err);
         if (!st) st = step_program_save(path, &prog, o->plan_text, err);
         step_program_free(&prog);
     }

@@ -19,6 +19,7 @@ static const char *const lt_names[EOP_LT_COUNT] = {
     [EOP_LT_ONE] = "one block of 1024",
     [EOP_LT_COLPART] = "column partials: (ceil(count/32), 128) x (32, 8)",
     [EOP_LT_COLFIN] = "column sums: ceil(count/256) x 256",
+    [EOP_LT_HEAD_TILES] = "head tiles: (count, HEADS, B) x 128",
 };
 
 /* "min(cap, (c0 + c1*B*L) / div)" in the fewest words. */
@@ -43,30 +44,40 @@ static void print_intro(FILE *f, const StepProgram *p)
 {
     fprintf(f, "// %s_step.cuh — the kernels of %s's training step (%s), written by `hpc compile\n"
                "// --emit-cuda`: the same module hpc's cuda backend compiles and tests/gpu checks\n"
-               "// against the cpu reference.  Every kernel is\n"
+               "// against the cpu reference.  Every node's kernel is\n"
                "//   extern \"C\" __global__ void NAME(EopArgs a)\n"
                "// with a.y the node's output, a.x[k] its inputs, a.scratch its scratch (bytes\n"
                "// below), a.ctl a device EopCtl (dropout seed and step, training flag, loss\n"
                "// scale), a.B and a.L the batch and padded length; every other size is a\n"
-               "// constant.  Layouts (64 and 24 bytes):\n"
-               "//   struct EopArgs { u64 y; u64 x[5]; u64 scratch; u64 ctl; i64 B; i64 L; u64 out[4]; };\n"
+               "// constant; a.yk[k-1] is output k of a multi-output node.  Layouts (136 and 24 bytes):\n"
+               "//   struct EopArgs { u64 y; u64 x[8]; u64 yk[4]; u64 scratch; u64 ctl; i64 B; i64 L; };\n"
                "//   struct EopCtl { u64 seed; u32 step; u32 training; float loss_scale; u32 pad_; };\n"
-               "// GEMM nodes (linear, matmul, linear_dx, linear_dw) run on cuBLASLt in hpc and\n"
-               "// are listed without kernels.  Launches, in step order:\n",
+               "// GEMM nodes (linear, matmul, linear_dx, linear_dw, linear_dw_bgrad) run on\n"
+               "// cuBLASLt in hpc; a kernel listed after one runs after the GEMM (a\n"
+               "// linear_dw_bgrad's column sums into db only where cuBLASLt has no BGRADB\n"
+               "// epilogue for it).  The module ends with the optimizer and loss\n"
+               "// scaler (hpc's compiler/emit_optim.h), with their own signatures: one\n"
+               "// multi-tensor pass each over a table of 4096-element chunks (structs opt_tensor,\n"
+               "// opt_chunk, opt_params, opt_state in the block), queued after the backward:\n"
+               "//   opt_check_norm  ceil(chunks / 4) x 256\n"
+               "//   opt_decide      1 x 1024\n"
+               "//   [LAMB: opt_lamb_norms  chunks x 256, opt_lamb_ratio  tensors x 256]\n"
+               "//   opt_update      chunks x 256\n"
+               "//   opt_accumulate  chunks x 256, per micro-batch when gradients accumulate\n"
+               "// Launches of the step's nodes, in step order:\n",
             p->name, p->name, spec_precision_name(p->policy));
     for (int i = 0; i < p->kernels.n; i++) {
         const StepNodeCode *c = &p->kernels.node[i];
         const IrNode *n = &p->g.nodes[i];
-        if (c->kind == EOP_GEMM && c->n_phases == 0) {
-            fprintf(f, "//   %4d %-36s %s (GEMM)\n", i, n->name, ir_op_name(n->op));
-            continue;
-        }
+        if (c->kind == EOP_GEMM) fprintf(f, "//   %4d %-36s %s (GEMM)\n", i, n->name, ir_op_name(n->op));
+        if (c->kind == EOP_GEMM && c->n_phases == 0) continue;
         for (int k = 0; k < c->n_phases; k++) {
             char count[256];
             size_text(&c->phase[k].count, count, sizeof count);
             fprintf(f, "//   %4d %-36s %s  count %s; %s", i, n->name, c->phase[k].name, count,
                     lt_names[c->phase[k].lt]);
             if (c->phase[k].lt == EOP_LT_ROWS) fprintf(f, " (THREADS %d)", c->phase[k].threads);
+            if (c->phase[k].lt == EOP_LT_HEAD_TILES) fprintf(f, " (HEADS %d)", c->phase[k].threads);
             fputc('\n', f);
         }
         if (c->n_phases && (c->scratch.c0 || c->scratch.c1)) {

@@ -2,6 +2,7 @@
  * emit_ops_body.h.  Each case mirrors the op's CPU reference in
  * runtime/cpu/cpu_exec_ops.inc. */
 #include "emit_ops_body.h"
+#include "emit_ops_attention.h"
 
 #include "fuse.h"
 
@@ -565,7 +566,6 @@ static HpcStatus gen_gemm(EopGen *gen, HpcError *err)
     return HPC_OK;
 }
 
-/* ---- backward ops ----------------------------------------------------- */
 
 /* Tables of at most this many floats (token types: 2 x 768) accumulate in
  * shared memory first: every token hits the same few rows, and global
@@ -614,10 +614,12 @@ static void gen_embedding_bwd(EopGen *gen)
 }
 
 /* Column sums over rows of TERM(r, col) (a double expression) into y (C):
- * partials in sd[0 .. EOP_COL_PARTS * C), then one thread per column. */
-static void colsum_phases(EopGen *gen, const char *base, const IrNode *rows_of, const char *term)
+ * partials in sd[0 .. EOP_COL_PARTS * C), then one thread per column.
+ * `n` is the value y holds (C = its last dim, rounded to its dtype): the
+ * node's output, or LINEAR_DW_BGRAD's db. */
+static void colsum_phases(EopGen *gen, const IrNode *n, const char *base, const IrNode *rows_of,
+                          const char *term)
 {
-    const IrNode *n = OUTN;
     long long C = (long long)last_dim(n);
     char rows[128], tag[32], b1[64], b2[64];
     rows_expr(rows_of, rows, sizeof rows);
@@ -646,10 +648,9 @@ static void colsum_phases(EopGen *gen, const char *base, const IrNode *rows_of, 
  * of (32, 8) threads covers 256 columns of 8 rows at a time, each thread
  * loading 16 bytes per row (`load` fills va[8], vb[8] for row r, column c0);
  * `term` is column c0 + j's double term.  Partials go to sd as before. */
-static void colsum8_phases(EopGen *gen, const char *base, const IrNode *rows_of, const char *load,
-                           const char *term)
+static void colsum8_phases(EopGen *gen, const IrNode *n, const char *base, const IrNode *rows_of,
+                           const char *load, const char *term)
 {
-    const IrNode *n = OUTN;
     long long C = (long long)last_dim(n);
     char rows[128], tag[32], b1[64], b2[64];
     rows_expr(rows_of, rows, sizeof rows);
@@ -683,19 +684,39 @@ static void colsum8_phases(EopGen *gen, const char *base, const IrNode *rows_of,
     gen->scratch = sz_const((int64_t)EOP_COL_PARTS * C * 8);
 }
 
-static void gen_bias_grad(EopGen *gen)
+/* The column sums of input 0 (dy) into y, which holds value n. */
+static void bias_grad_phases(EopGen *gen, const IrNode *n)
 {
-    if (last_dim(OUTN) > 0 && last_dim(OUTN) % 8 == 0 && float_dtype(INN(0)->dtype)) {
+    if (last_dim(n) > 0 && last_dim(n) % 8 == 0 && float_dtype(INN(0)->dtype)) {
         char load[128];
         snprintf(load, sizeof load, "            ld8_%s(x0 + r * %lldLL + c0, va);\n", ir_dtype_name(INN(0)->dtype),
-                 (long long)last_dim(OUTN));
-        colsum8_phases(gen, "bias_grad", INN(0), load, "(double)va[j]");
+                 (long long)last_dim(n));
+        colsum8_phases(gen, n, "bias_grad", INN(0), load, "(double)va[j]");
         return;
     }
     char term[128];
     snprintf(term, sizeof term, "(double)%s(x0[r * %lldLL + col])", ldf(INN(0)->dtype),
-             (long long)last_dim(OUTN));
-    colsum_phases(gen, "bias_grad", INN(0), term);
+             (long long)last_dim(n));
+    colsum_phases(gen, n, "bias_grad", INN(0), term);
+}
+
+static void gen_bias_grad(EopGen *gen) { bias_grad_phases(gen, OUTN); }
+
+/* LINEAR_DW_BGRAD: the dW GEMM (its BGRADB epilogue writes db), and as
+ * the node's phases the column sums of dy into db, which the executor
+ * launches (with a.y = db) only where cuBLASLt has no epilogue algorithm
+ * (runtime/cuda/gemm_cublas.h, gemm_run_optional). */
+static HpcStatus gen_linear_dw_bgrad(EopGen *gen, HpcError *err)
+{
+    HpcStatus st = gen_gemm(gen, err);
+    if (st) return st;
+    int db = ir_output(gen->g, gen->id, 1);
+    if (db < 0 || gen->g->nodes[db].dtype != OUTN->dtype)
+        return hpc_fail(err, HPC_ERR_INPUT, "emit_ops: linear_dw_bgrad node %d (%s) needs its db output stored "
+                        "as dW (%s); a bug in the fuse pass", gen->id, OUTN->name, ir_dtype_name(OUTN->dtype));
+    bias_grad_phases(gen, &gen->g->nodes[db]);
+    gen->kind = EOP_GEMM;
+    return HPC_OK;
 }
 
 /* dx = rstd * (g - mean(g) - xhat * mean(g * xhat)), g = dy * gamma, with
@@ -769,7 +790,7 @@ static void gen_layernorm_dgamma_vec(EopGen *gen)
                                 "            const float mu = sf[%lldLL + r], rs = sf[%lldLL + R + r];\n",
              ir_dtype_name(INN(0)->dtype), D, ir_dtype_name(x->dtype), D, st_off, st_off);
     snprintf(term, sizeof term, "(double)va[j] * (double)((vb[j] - mu) * rs)");
-    colsum8_phases(gen, "ln_dgamma", x, load, term);
+    colsum8_phases(gen, OUTN, "ln_dgamma", x, load, term);
     gen->scratch = sz_affine((int64_t)EOP_COL_PARTS * D * 8, 2 * 4, R);
 }
 
@@ -796,7 +817,7 @@ static void gen_layernorm_dgamma(EopGen *gen)
     snprintf(term, sizeof term,
              "(double)%s(x0[r * %lldLL + col]) * (double)((%s(x1[r * %lldLL + col]) - sf[%lldLL + r]) * sf[%lldLL + R + r])",
              ldf(INN(0)->dtype), D, ldf(x->dtype), D, st_off, st_off);
-    colsum_phases(gen, "ln_dgamma", x, term);
+    colsum_phases(gen, OUTN, "ln_dgamma", x, term);
     gen->scratch = sz_affine((int64_t)EOP_COL_PARTS * D * 8, 2 * 4, R);
 }
 
@@ -1043,7 +1064,7 @@ static void gen_dropout_add(EopGen *gen)
  * registers as the LayerNorm kernels above (ln_threads, ln_nu), one Philox
  * draw per 8 elements at the flat index row * D + column, as the cpu
  * reference and the unfused DROPOUT draw it.  The extra outputs come in
- * a.out[k - 1] (0 when the graph has none). */
+ * a.yk[k - 1] (0 when the graph has none). */
 static HpcStatus ln_site_check(const EopGen *gen, long long D, HpcError *err)
 {
     if (ln_vec_ok(D) && ln_vec_dtypes(gen)) return HPC_OK;
@@ -1067,8 +1088,8 @@ static HpcStatus cuda_ln_residual(EopGen *gen, HpcError *err)
     StrBuf *s = ln_row_phase(gen, n->n_in == 5 ? "ln_residual_bias_fwd" : "ln_residual_fwd", n, D);
     dropout_consts(s, fa);
     const char *aux = ir_dtype_name((DType)la.aux), *low = ir_dtype_name((DType)la.low);
-    strbuf_printf(s, "    float *o_mean = (float *)a.out[0], *o_rstd = (float *)a.out[1];\n"
-                   "    %s *o_sum = (%s *)a.out[2];\n    %s *o_low = (%s *)a.out[3];\n"
+    strbuf_printf(s, "    float *o_mean = (float *)a.yk[0], *o_rstd = (float *)a.yk[1];\n"
+                   "    %s *o_sum = (%s *)a.yk[2];\n    %s *o_low = (%s *)a.yk[3];\n"
                    "    float xv[%d][8];\n#pragma unroll\n    for (int u = 0; u < %d; u++) {\n"
                    "        const int cu = threadIdx.x + %d * u;\n"
                    "        for (int j = 0; j < 8; j++) xv[u][j] = 0.0f;\n        if (cu >= %lld) continue;\n"
@@ -1121,7 +1142,7 @@ static HpcStatus cuda_ln_residual_bwd(EopGen *gen, HpcError *err)
     StrBuf *s = phase(gen, "ln_residual_bwd", tag, EOP_LT_ROWS, sz_const(LN_BWD_PARTS), T);
     dropout_consts(s, fa);
     strbuf_printf(s, "    __shared__ float sh[32];\n    const i64 R = %s;\n"
-                   "    %s *o_dx = (%s *)a.out[0];\n"
+                   "    %s *o_dx = (%s *)a.yk[0];\n"
                    "    float ag[%d][8], ab[%d][8], ac[%d][8];\n"
                    "    for (int u = 0; u < %d; u++) for (int j = 0; j < 8; j++) ag[u][j] = ab[u][j] = ac[u][j] = 0.0f;\n"
                    "    for (i64 row = blockIdx.x; row < R; row += gridDim.x) {\n"
@@ -1158,7 +1179,7 @@ static HpcStatus cuda_ln_residual_bwd(EopGen *gen, HpcError *err)
                    "    double g = 0.0, b = 0.0, c = 0.0;\n"
                    "    for (int p = 0; p < %d; p++) {\n        const i64 o = (i64)p * 3 * %lldLL + col;\n"
                    "        g += sf[o];\n        b += sf[o + %lldLL];\n        c += sf[o + 2 * %lldLL];\n    }\n"
-                   "    %s *o_g = (%s *)a.out[1], *o_b = (%s *)a.out[2], *o_c = (%s *)a.out[3];\n"
+                   "    %s *o_g = (%s *)a.yk[1], *o_b = (%s *)a.yk[2], *o_c = (%s *)a.yk[3];\n"
                    "    if (o_g) o_g[col] = %s((float)g);\n    if (o_b) o_b[col] = %s((float)b);\n"
                    "    if (o_c) o_c[col] = %s((float)c);\n",
                 D, LN_BWD_PARTS, D, D, D, ca, ca, ca, ca, sa, sa, sa);
@@ -1209,6 +1230,10 @@ EOP_PLAIN(slice_first_bwd) EOP_PLAIN(slice_last_bwd) EOP_PLAIN(cross_entropy_bwd
 EOP_PLAIN(softmax_dropout) EOP_PLAIN(softmax_dropout_bwd) EOP_PLAIN(dropout_add)
 #undef EOP_PLAIN
 static HpcStatus cuda_gemm(EopGen *gen, HpcError *err) { return gen_gemm(gen, err); }
+static HpcStatus cuda_linear_dw_bgrad(EopGen *gen, HpcError *err) { return gen_linear_dw_bgrad(gen, err); }
+/* Fused attention: compiler/emit_ops_attention.c. */
+static HpcStatus cuda_attention(EopGen *gen, HpcError *err) { return eopa_gen_attention(gen, err); }
+static HpcStatus cuda_attention_bwd(EopGen *gen, HpcError *err) { return eopa_gen_attention_bwd(gen, err); }
 
 /* An op the cpu backend runs but no kernel implements yet. */
 static HpcStatus cuda_unsupported(EopGen *gen, HpcError *err)

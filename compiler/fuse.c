@@ -1,10 +1,13 @@
 /* compiler/fuse.c — the fuse pass; see fuse.h.
  *
  * Two steps: match (decide, per node of the input graph, whether it is
- * removed, replaced by a fused node, or copied), then rebuild (append the
- * nodes in the input order, so the output is still topologically sorted:
- * a fused node takes the place of the last node of its pattern, and every
- * input it reads comes earlier). */
+ * removed, replaced by a fused node, copied, or becomes an output of a
+ * fused node; fuse_internal.h), then rebuild (append the nodes in the input
+ * order, so the output is still topologically sorted: a fused node takes
+ * the place its rule chose, and every input it reads comes earlier).  This
+ * file has the driver, the rebuild and the elementwise rules (softmax +
+ * dropout, dropout + add); fuse_layernorm.c the LayerNorm sites, fuse_dw.c
+ * the weight-gradient GEMM's bias gradient and the recomputed activations. */
 #include "fuse_internal.h"
 
 #include <stdlib.h>
@@ -39,7 +42,7 @@ void fuse_attr_set(IrAttr *a, IrFusedAttr f)
     memcpy(a, &f, sizeof f);
 }
 
-static const IrNode *node(const Matcher *M, int id) { return &M->g->nodes[id]; }
+static const IrNode *node(const Matcher *M, int id) { return fuse_node(M, id); }
 
 static void count_uses(Matcher *M)
 {
@@ -129,21 +132,29 @@ static void match_all(Matcher *M)
 {
     for (int i = 0; i < M->g->n; i++)
         if (node(M, i)->op == IR_OP_SOFTMAX && !node(M, i)->backward) match_softmax(M, i);
-    /* The LayerNorm sites first: they take their DROPOUT + ADD with them. */
-    const char *ln = getenv("HPC_FUSE_LN");   /* a hook for comparisons, as HPC_KEEP_F32 */
-    if (!ln || strcmp(ln, "0") != 0) fuse_match_layernorm(M);
+    /* The LayerNorm sites next: they take their DROPOUT + ADD with them, and
+     * the bias gradient of the LINEAR before them (fuse_dw.c says why). */
+    if (M->opts.layernorm) fuse_match_layernorm(M);
     for (int i = 0; i < M->g->n; i++)
         if (node(M, i)->op == IR_OP_ADD) match_add(M, i);
+    fuse_match_dw(M);
 }
 
-/* Appends the fused node r (inputs in the input graph's ids) and, for a
- * multi-output op, the OUTPUT nodes of the bits of `outputs`. */
-static int append_fused(IrGraph *out, const IrNode *r, unsigned outputs, const int *map)
+/* What a fused node's input v (an id of the input graph, or an output
+ * reference) is in `out`. */
+static int wired(const IrGraph *out, int v, const int *wire)
 {
+    return fuse_is_output_ref(v) ? ir_output(out, wire[fuse_ref_node(v)], fuse_ref_k(v)) : wire[v];
+}
+
+/* Appends the fused node that replaces `at` and, for a multi-output op, the
+ * OUTPUT nodes of the bits of outputs[at]; returns the fused node's id. */
+static int append_fused(const Matcher *M, IrGraph *out, int at, const int *wire)
+{
+    const IrNode *r = &M->repl[at];
     int in[IR_MAX_INPUTS];
     for (int k = 0; k < r->n_in; k++) {
-        int v = r->in[k];
-        in[k] = fuse_is_output_ref(v) ? ir_output(out, map[fuse_ref_node(v)], fuse_ref_k(v)) : map[v];
+        in[k] = wired(out, r->in[k], wire);
         HPC_ASSERT(in[k] >= 0);
     }
     int id = ir_add(out, r->op, in, r->n_in, &r->attr, r->name);
@@ -153,7 +164,7 @@ static int append_fused(IrGraph *out, const IrNode *r, unsigned outputs, const i
     o->backward = r->backward;
     o->region = r->region;
     for (int k = 1; k < ir_op_info(r->op)->n_outputs; k++) {
-        if (!(outputs >> k & 1u)) continue;
+        if (!(M->outputs[at] >> k & 1u)) continue;
         char name[IR_NAME_MAX];
         snprintf(name, sizeof name, "%.*s.%s", IR_NAME_MAX - 16, r->name, ir_output_name(r->op, k));
         IrAttr a = {.output = {k}};
@@ -165,29 +176,57 @@ static int append_fused(IrGraph *out, const IrNode *r, unsigned outputs, const i
     return id;
 }
 
-/* The ALIAS members of the fused node that replaced `at` now read its outputs. */
-static void bind_aliases(const Matcher *M, const IrGraph *out, int at, int *map)
+/* Input node i (the REPLACE at `at` or one of its ALIAS members) is now
+ * output out_k[i] of the fused node f. */
+static void bind(const Matcher *M, IrGraph *out, int i, int at, int f, int *wire, int *map)
 {
-    for (int i = 0; i < M->g->n; i++) {
-        if (M->action[i] != FUSE_ALIAS || M->alias_of[i] != at) continue;
-        map[i] = ir_output(out, map[at], M->alias_k[i]);
-        HPC_ASSERT(map[i] >= 0);
-        /* the storage dtype of the value it stands for (the op's shape rule agrees) */
-        HPC_ASSERT(out->nodes[map[i]].dtype == M->g->nodes[i].dtype);
+    int j = ir_output(out, f, M->out_k[i]);
+    HPC_ASSERT(j >= 0);
+    /* the storage dtype of the value it stands for (the op's shape rule agrees) */
+    HPC_ASSERT(out->nodes[j].dtype == M->g->nodes[i].dtype);
+    if (M->named_outputs[at] && j != f) {
+        snprintf(out->nodes[j].name, sizeof out->nodes[j].name, "%s", M->g->nodes[i].name);
+        out->nodes[j].requires_grad = M->g->nodes[i].requires_grad;
     }
+    wire[i] = j;
+    if (map[i] < 0) map[i] = j;
 }
 
-static int append_copy(IrGraph *out, const IrNode *n, const int *map)
+/* Appends the fused node replacing `at`; it and its ALIAS members now read
+ * as its outputs. */
+static void append_replace(const Matcher *M, IrGraph *out, int at, int *wire, int *map)
 {
-    for (int k = 0; k < n->n_in; k++) HPC_ASSERT(map[n->in[k]] >= 0);
-    int id = ir_copy_node(out, n, map);
+    int f = append_fused(M, out, at, wire);
+    bind(M, out, at, at, f, wire, map);
+    for (int i = 0; i < M->g->n; i++)
+        if (M->action[i] == FUSE_ALIAS && M->alias_of[i] == at) bind(M, out, i, at, f, wire, map);
+}
+
+static int append_copy(IrGraph *out, const IrNode *n, const int *wire)
+{
+    for (int k = 0; k < n->n_in; k++) HPC_ASSERT(wire[n->in[k]] >= 0);
+    int id = ir_copy_node(out, n, wire);
     out->nodes[id].dtype = n->dtype;   /* the storage dtype precision chose */
     return id;
 }
 
-/* The precision plan of `in` re-indexed for `out` through map. */
-static void remap_plan(const PrecisionPlan *pin, const int *map, const IrGraph *in, const IrGraph *out,
-                       PrecisionPlan *pout)
+/* The copy of forward ACT a; readers appended after it read it. */
+static void append_recompute(const Matcher *M, IrGraph *out, int a, int *wire, int *src_of)
+{
+    int r = append_copy(out, node(M, a), wire);
+    IrNode *o = &out->nodes[r];
+    o->backward = true;
+    snprintf(o->name, sizeof o->name, "%.*s.recompute", IR_NAME_MAX - 11, node(M, a)->name);
+    src_of[r] = a;
+    wire[a] = r;
+}
+
+/* The precision plan of `in` re-indexed for `out` through map (each input
+ * value's first image); a recomputed copy (src_of[j] >= 0) takes the plan
+ * of what it copies, and an output that stands for no input value (a fused
+ * site's mean, rstd) its op's. */
+static void remap_plan(const PrecisionPlan *pin, const int *map, const int *src_of, const IrGraph *in,
+                       const IrGraph *out, PrecisionPlan *pout)
 {
     *pout = *pin;
     pout->n = out->n;
@@ -198,7 +237,11 @@ static void remap_plan(const PrecisionPlan *pin, const int *map, const IrGraph *
             pout->info[map[i]] = pin->info[i];
             set[map[i]] = true;
         }
-    /* outputs that stand for no input value (a fused site's mean, rstd): their op's */
+    for (int j = 0; j < out->n; j++)
+        if (src_of[j] >= 0) {
+            pout->info[j] = pin->info[src_of[j]];
+            set[j] = true;
+        }
     for (int j = 0; j < out->n; j++)
         if (!set[j] && out->nodes[j].op == IR_OP_OUTPUT) pout->info[j] = pout->info[out->nodes[j].in[0]];
     free(set);
@@ -209,29 +252,57 @@ static void remap_plan(const PrecisionPlan *pin, const int *map, const IrGraph *
         memcpy(pout->param_low, pin->param_low, (size_t)pin->n_params * sizeof *pout->param_low);
 }
 
-static void rebuild(const Matcher *M, IrGraph *out, int *map)
+/* The most nodes rebuild can append: every input node, the recomputed
+ * copies and every output of every fused node. */
+static int max_out_nodes(const Matcher *M)
+{
+    int n = M->g->n;
+    for (int i = 0; i < M->g->n; i++) {
+        if (M->recompute[i] >= 0) n++;
+        if (M->action[i] == FUSE_REPLACE) n += ir_op_info(M->repl[i].op)->n_outputs;
+    }
+    return n;
+}
+
+/* map[i]: the first image of input node i (the plan and the roles follow
+ * it); wire[i]: what a reader appended now reads (a recomputed ACT's copy
+ * once it exists).  An ALIAS member is bound when its fused node is
+ * appended, before or after its own place. */
+static void rebuild(const Matcher *M, IrGraph *out, int *map, int *src_of)
 {
     const IrGraph *in = M->g;
     int n_forward = 0;
-    for (int i = 0; i < in->n; i++) map[i] = -1;
+    int *wire = xmalloc((size_t)(in->n > 0 ? in->n : 1) * sizeof *wire);
+    for (int i = 0; i < in->n; i++) map[i] = wire[i] = -1;
     for (int i = 0; i < in->n; i++) {
-        const IrNode *n = node(M, i);
-        if (M->action[i] == FUSE_REPLACE) {
-            map[i] = append_fused(out, &M->repl[i], M->outputs[i], map);
-            bind_aliases(M, out, i, map);
-        } else if (M->action[i] == FUSE_COPY) {
-            map[i] = append_copy(out, n, map);
-        } else if (M->action[i] == FUSE_ALIAS && M->alias_of[i] < i) {
-            HPC_ASSERT(map[i] >= 0);   /* bound when its fused node was appended */
-        }
+        if (M->recompute[i] >= 0) append_recompute(M, out, M->recompute[i], wire, src_of);
+        if (M->action[i] == FUSE_REPLACE) append_replace(M, out, i, wire, map);
+        else if (M->action[i] == FUSE_COPY) wire[i] = append_copy(out, node(M, i), wire);
+        if (map[i] < 0) map[i] = wire[i];
         if (i == in->n_forward - 1) n_forward = out->n;
     }
-    ir_copy_roles(out, in, map);
+    for (int i = 0; i < in->n; i++)
+        HPC_ASSERT(M->action[i] != FUSE_ALIAS || map[i] >= 0);   /* bound by its fused node */
+    ir_copy_roles(out, in, map);   /* roles are never recomputed: map == wire there */
     out->n_forward = n_forward;
+    free(wire);
 }
 
 HpcStatus fuse_graph(const IrGraph *in, const PrecisionPlan *pin, IrGraph *out, PrecisionPlan *pout,
                      FuseStats *stats, HpcError *err)
+{
+    FuseOptions o = fuse_defaults();
+    return fuse_graph_with(in, pin, out, pout, stats, &o, err);
+}
+
+FuseOptions fuse_defaults(void)
+{
+    const char *ln = getenv("HPC_FUSE_LN");   /* a hook for comparisons, as HPC_KEEP_F32 */
+    return (FuseOptions){.recompute_act = true, .layernorm = !ln || strcmp(ln, "0") != 0};
+}
+
+HpcStatus fuse_graph_with(const IrGraph *in, const PrecisionPlan *pin, IrGraph *out, PrecisionPlan *pout,
+                          FuseStats *stats, const FuseOptions *opts, HpcError *err)
 {
     FuseStats local;
     if (!stats) stats = &local;
@@ -242,22 +313,39 @@ HpcStatus fuse_graph(const IrGraph *in, const PrecisionPlan *pin, IrGraph *out, 
         return hpc_fail(err, HPC_ERR_USAGE, "fuse_graph: a precision plan can only be re-indexed "
                         "from the plan of the input graph (pass pin, or pout = NULL)");
     size_t n = (size_t)(in->n > 0 ? in->n : 1);
-    Matcher M = {in, xcalloc(n, sizeof(int)), xcalloc(n, sizeof(FuseAction)), xcalloc(n, sizeof(IrNode)),
-                 xcalloc(n, sizeof(unsigned)), xcalloc(n, sizeof(int)), xcalloc(n, sizeof(int)), stats};
+    Matcher M = {.g = in,
+                 .n_uses = xcalloc(n, sizeof(int)),
+                 .action = xcalloc(n, sizeof(FuseAction)),
+                 .repl = xcalloc(n, sizeof(IrNode)),
+                 .outputs = xcalloc(n, sizeof(unsigned)),
+                 .named_outputs = xcalloc(n, sizeof(bool)),
+                 .alias_of = xcalloc(n, sizeof(int)),
+                 .out_k = xcalloc(n, sizeof(int)),
+                 .recompute = xmalloc(n * sizeof(int)),
+                 .opts = *opts,
+                 .stats = stats};
+    for (size_t i = 0; i < n; i++) M.recompute[i] = -1;
     count_uses(&M);
     match_all(&M);
     int *map = xmalloc(n * sizeof *map);
-    rebuild(&M, out, map);
-    if (pout) remap_plan(pin, map, in, out, pout);
+    size_t n_out = (size_t)max_out_nodes(&M) + 1;
+    int *src_of = xmalloc(n_out * sizeof *src_of);
+    for (size_t i = 0; i < n_out; i++) src_of[i] = -1;
+    rebuild(&M, out, map, src_of);
+    HPC_ASSERT((size_t)out->n < n_out);
+    if (pout) remap_plan(pin, map, src_of, in, out, pout);
     stats->nodes_before = in->n;
     stats->nodes_after = out->n;
     free(map);
+    free(src_of);
     free(M.n_uses);
     free(M.action);
     free(M.repl);
     free(M.outputs);
+    free(M.named_outputs);
     free(M.alias_of);
-    free(M.alias_k);
+    free(M.out_k);
+    free(M.recompute);
     return HPC_OK;
 }
 
@@ -266,7 +354,7 @@ int fuse_count_launches(const IrGraph *g)
     int n = 0;
     for (int i = 0; i < g->n; i++) {
         const IrNode *v = &g->nodes[i];
-        if (v->op == IR_OP_PARAM || v->op == IR_OP_OUTPUT) continue;   /* a projection launches nothing */
+        if (v->op == IR_OP_PARAM || v->op == IR_OP_OUTPUT) continue;   /* an OUTPUT is written by its op */
         if (v->op == IR_OP_INPUT && v->attr.input.kind != IR_IN_LOSS_SCALE) continue;
         n++;
     }

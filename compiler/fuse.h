@@ -20,7 +20,16 @@
  *       outputs the residual gradient, the gradient into x (dropout mask
  *       reapplied), dgamma, dbeta and the bias gradient of x's LINEAR.
  *   HPC_FUSE_LN=0 in the environment turns the two LayerNorm rules off (for
- *   comparisons); the other rules stay.
+ *   comparisons; FuseOptions.layernorm); the other rules stay.
+ *   LINEAR_DW(dy, x) and BIAS_GRAD(dy)     => LINEAR_DW_BGRAD(dy, x): dW, db
+ *       (db = the column sums of dy, from the dW GEMM's epilogue: cuBLASLt's
+ *        BGRADB; the node's fallback kernel where cuBLASLt has none)
+ *   g = ACT(h) read backward only by LINEAR_DW(dy, g) => a copy of the ACT
+ *       right before the first of them, which they read instead, so the
+ *       forward g is not kept for the backward pass (FuseOptions.recompute_act)
+ *   The bias gradient of a LINEAR that feeds a LayerNorm site is wanted by
+ *   both LN_RESIDUAL_BWD (output 4) and LINEAR_DW_BGRAD; the LayerNorm rule
+ *   runs first and takes it (compiler/fuse_dw.c says why).
  * Cross-entropy needs no rewrite: CROSS_ENTROPY already takes logits and
  * computes its log-softmax inside (forward and backward).
  *
@@ -50,6 +59,7 @@
 #ifndef HPC_COMPILER_FUSE_H
 #define HPC_COMPILER_FUSE_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
 #include "error.h"
@@ -98,14 +108,28 @@ typedef struct {
     int ln_residual;          /* LayerNorm sites fused (forward) */
     int ln_residual_bwd;      /* their backward fused */
     int ln_casts_folded;      /* CASTs of a site's y that became its output 4 */
+    int linear_dw_bgrad;      /* LINEAR_DW + BIAS_GRAD pairs of one dy fused */
+    int act_recompute;        /* forward ACTs recomputed before their dW GEMMs */
     int nodes_before, nodes_after;
 } FuseStats;
 
 HpcStatus fuse_graph(const IrGraph *in, const PrecisionPlan *pin, IrGraph *out, PrecisionPlan *pout,
                      FuseStats *stats, HpcError *err);
 
-/* Nodes that launch work on a device: every node but PARAM and the batch
- * INPUTs (the loss-scale seed counts: it is a kernel). */
+/* Optional rules (fuse_defaults: all on, but HPC_FUSE_LN=0 in the
+ * environment turns layernorm off). */
+typedef struct {
+    bool recompute_act;       /* recompute an ACT before its dW GEMMs instead of keeping it */
+    bool layernorm;           /* the LayerNorm site rules (fuse_layernorm.c) */
+} FuseOptions;
+
+FuseOptions fuse_defaults(void);
+HpcStatus fuse_graph_with(const IrGraph *in, const PrecisionPlan *pin, IrGraph *out, PrecisionPlan *pout,
+                          FuseStats *stats, const FuseOptions *opts, HpcError *err);
+
+/* Nodes that launch work on a device: every node but PARAM, OUTPUT (its
+ * multi-output op writes it) and the batch INPUTs (the loss-scale seed
+ * counts: it is a kernel). */
 int fuse_count_launches(const IrGraph *g);
 
 #endif

@@ -17,7 +17,9 @@
  * LAYERNORM_DGAMMA(dy, s) (2), BIAS_GRAD(dy) (3, dbeta) and BIAS_GRAD of
  * the DROPOUT (4, the bias gradient of the LINEAR that made x).  Members 2-4
  * are optional (a frozen gamma has none); each must come after the
- * LAYERNORM_DX and share one dtype. */
+ * LAYERNORM_DX and share one dtype.  Member 4 is also what LINEAR_DW_BGRAD
+ * (fuse_dw.c) would take; these rules run first and keep it (fuse_dw.c
+ * says why). */
 #include <string.h>
 
 #include "fuse_internal.h"
@@ -30,14 +32,6 @@ static bool is_free(const Matcher *M, int id, IrOpKind op, bool backward)
 }
 
 static bool has_backward(const Matcher *M) { return M->g->n_forward < M->g->n; }
-
-static void alias(Matcher *M, int id, int at, int k)
-{
-    M->action[id] = FUSE_ALIAS;
-    M->alias_of[id] = at;
-    M->alias_k[id] = k;
-    M->outputs[at] |= 1u << k;
-}
 
 /* Readers of s other than the LAYERNORM ln and the backward ops of ln that
  * read s as x; -1 if a reader comes before ln (the fused node could not
@@ -98,11 +92,11 @@ static void match_site(Matcher *M, int ln)
         M->action[ln] = FUSE_REPLACE;
         M->outputs[ln] = 1u << 1 | 1u << 2 | 1u << 3;   /* mean, rstd, s: the backward reads them */
         M->action[d] = FUSE_DROP;
-        alias(M, s, ln, 3);
+        fuse_alias(M, s, ln, 3);
         if (low != DT_F32)
             for (int j = ln + 1; j < M->g->n; j++)
                 if (nd(M, j)->in[0] == ln && is_free(M, j, IR_OP_CAST, false) && nd(M, j)->attr.cast.to == low) {
-                    alias(M, j, ln, 4);
+                    fuse_alias(M, j, ln, 4);
                     M->stats->ln_casts_folded++;
                 }
         M->stats->ln_residual++;
@@ -122,7 +116,7 @@ static void match_site_bwd(Matcher *M, int dxn)
 {
     const IrNode *x = nd(M, dxn);
     int s = x->in[1], dy = x->in[0];
-    if (M->action[s] != FUSE_ALIAS || M->alias_k[s] != 3) return;
+    if (M->action[s] != FUSE_ALIAS || M->out_k[s] != 3) return;
     int ln = M->alias_of[s];
     const IrNode *f = &M->repl[ln];
     IrLnFusedAttr la = fuse_ln_attr_get(f);
@@ -150,9 +144,9 @@ static void match_site_bwd(Matcher *M, int dxn)
     IrLnFusedAttr lb = {la.eps, la.p, la.salt, nd(M, dd)->dtype, 0, aux};
     fuse_ln_attr_set(&rp->attr, lb);
     M->action[dxn] = FUSE_REPLACE;
-    alias(M, dd, dxn, 1);
+    fuse_alias(M, dd, dxn, 1);
     for (int q = 0; q < 3; q++)
-        if (members[q] >= 0 && nd(M, members[q])->dtype == aux) alias(M, members[q], dxn, 2 + q);
+        if (members[q] >= 0 && nd(M, members[q])->dtype == aux) fuse_alias(M, members[q], dxn, 2 + q);
     M->stats->ln_residual_bwd++;
 }
 

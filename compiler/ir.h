@@ -102,6 +102,10 @@ typedef struct { int64_t heads; } IrHeadsAttr;
 typedef struct { DType to; } IrCastAttr;
 typedef struct { int64_t rows; } IrEmbedBwdAttr;           /* V: rows of the table */
 typedef struct { int index; } IrOutputAttr;                /* which output (>= 1) of the input node */
+/* ATTENTION and ATTENTION_BWD: heads, the attention-probability dropout
+ * (p, salt = id of the forward ATTENTION op, its own Philox stream) and
+ * causal masking on top of the padding mask.  16 bytes, as the union. */
+typedef struct { float p; int32_t salt; int32_t heads; uint8_t causal; } IrAttnAttr;
 
 typedef union {
     IrInputAttr input;
@@ -116,6 +120,7 @@ typedef union {
     IrCastAttr cast;
     IrEmbedBwdAttr embed_bwd;
     IrOutputAttr output;
+    IrAttnAttr attn;
 } IrAttr;
 
 typedef struct {

@@ -22,6 +22,11 @@ void ir_attr_str(const IrNode *n, char *buf, size_t size)
                  a->matmul.trans_b ? "trans_b " : "", a->matmul.alpha);
         break;
     case IR_OP_OUTPUT: snprintf(buf, size, "index=%d", a->output.index); break;
+    case IR_OP_ATTENTION:
+    case IR_OP_ATTENTION_BWD:
+        snprintf(buf, size, "heads=%d p=%g salt=%d%s", a->attn.heads, (double)a->attn.p, a->attn.salt,
+                 a->attn.causal ? " causal" : "");
+        break;
     case IR_OP_LAYERNORM:
     case IR_OP_LAYERNORM_FWD:
     case IR_OP_LAYERNORM_DX:

@@ -16,6 +16,7 @@ typedef struct {
     bool frozen;         /* parameters created now are frozen */
     int mask;            /* attention_mask input */
     int ids;             /* input_ids input */
+    bool fused_attention; /* ATTENTION nodes instead of the unfused chain */
 } Lower;
 
 IrActKind lower_act(SpecActivation a)
@@ -107,17 +108,38 @@ static int lower_embeddings(Lower *lw, int *word_table)
     return lw_dropout(lw, x, s->hidden_dropout, "emb.dropout");
 }
 
-/* Multi-head self-attention of layer `pre` (e.g. "bert.encoder.layer.0"),
- * up to and including the output projection and its dropout. */
-static int lower_attention(Lower *lw, int x, const char *pre, const char *v)
+/* The context of the fused path: q, k, v (B, L, H) straight from their
+ * projections into one ATTENTION node (softmax, dropout and both products;
+ * no (B, heads, L, L) value, no head split/merge), ctx in (B, L, H). */
+static int lower_attention_fused(Lower *lw, int x, const char *pre, const char *v)
+{
+    const SpecStack *s = &lw->spec->stack;
+    char n[PARAM_NAME_MAX], vn[IR_NAME_MAX];
+    static const char *which[3] = {"query", "key", "value"};
+    int proj[3];
+    for (int i = 0; i < 3; i++) {
+        snprintf(n, sizeof n, "%s.attention.self.%s", pre, which[i]);
+        snprintf(vn, sizeof vn, "%s.attn.%c", v, which[i][0]);
+        proj[i] = lw_linear(lw, x, n, s->hidden, s->hidden, vn);
+    }
+    IrAttr a = {.attn = {(float)s->attention_dropout, -1, (int32_t)s->heads, s->attention == ATTN_CAUSAL}};
+    int outs[2];
+    snprintf(vn, sizeof vn, "%s.attn.context", v);
+    return ir_add_outputs(lw->g, IR_OP_ATTENTION, (int[]){proj[0], proj[1], proj[2], lw->mask}, 4, &a, vn, outs);
+}
+
+/* The context of the unfused path: each projection's heads split right
+ * after it (this node order fixes the dropout salts, which are node ids),
+ * scores, softmax, dropout, the probabilities times V, heads merged back. */
+static int lower_attention_unfused(Lower *lw, int x, const char *pre, const char *v)
 {
     const SpecStack *s = &lw->spec->stack;
     IrGraph *g = lw->g;
     char n[PARAM_NAME_MAX], vn[IR_NAME_MAX];
     int64_t h = s->hidden, dh = s->hidden / s->heads;
     IrAttr heads = {.heads = {s->heads}};
-    int qkv[3];
     static const char *which[3] = {"query", "key", "value"};
+    int qkv[3];
     for (int i = 0; i < 3; i++) {
         snprintf(n, sizeof n, "%s.attention.self.%s", pre, which[i]);
         snprintf(vn, sizeof vn, "%s.attn.%c", v, which[i][0]);
@@ -137,10 +159,19 @@ static int lower_attention(Lower *lw, int x, const char *pre, const char *v)
     snprintf(vn, sizeof vn, "%s.attn.context_heads", v);
     int c = ir_add(g, IR_OP_MATMUL, (int[]){p, qkv[2]}, 2, &pv, vn);
     snprintf(vn, sizeof vn, "%s.attn.context", v);
-    c = ir_add(g, IR_OP_MERGE_HEADS, &c, 1, NULL, vn);
+    return ir_add(g, IR_OP_MERGE_HEADS, &c, 1, NULL, vn);
+}
+
+/* Multi-head self-attention of layer `pre` (e.g. "bert.encoder.layer.0"),
+ * up to and including the output projection and its dropout. */
+static int lower_attention(Lower *lw, int x, const char *pre, const char *v)
+{
+    const SpecStack *s = &lw->spec->stack;
+    char n[PARAM_NAME_MAX], vn[IR_NAME_MAX];
+    int c = lw->fused_attention ? lower_attention_fused(lw, x, pre, v) : lower_attention_unfused(lw, x, pre, v);
     snprintf(n, sizeof n, "%s.attention.output.dense", pre);
     snprintf(vn, sizeof vn, "%s.attn.out", v);
-    int o = lw_linear(lw, c, n, h, h, vn);
+    int o = lw_linear(lw, c, n, s->hidden, s->hidden, vn);
     snprintf(vn, sizeof vn, "%s.attn.out_dropout", v);
     return lw_dropout(lw, o, s->hidden_dropout, vn);
 }
@@ -268,12 +299,18 @@ static int lower_head(Lower *lw, int x, int word_table)
 
 HpcStatus lower_model(const ModelSpec *spec, IrGraph *g, ParamList *params, HpcError *err)
 {
+    return lower_model_attention(spec, false, g, params, err);
+}
+
+HpcStatus lower_model_attention(const ModelSpec *spec, bool fused_attention, IrGraph *g, ParamList *params,
+                                HpcError *err)
+{
     const SpecStack *s = &spec->stack;
     if (s->heads < 1 || s->hidden % s->heads != 0)
         return hpc_fail(err, HPC_ERR_INPUT, "lower %s: hidden %lld is not a multiple of heads %lld",
                         spec->name, (long long)s->hidden, (long long)s->heads);
     HPC_ASSERT(g->n == 0 && params->n == 0);
-    Lower lw = {.spec = spec, .g = g, .pl = params};
+    Lower lw = {.spec = spec, .g = g, .pl = params, .fused_attention = fused_attention};
     lw.prefix = s->kind == STACK_DECODER ? "transformer" : "bert";
     g->region = IR_REGION_EMBEDDINGS;
     lw.ids = ir_input(g, IR_IN_INPUT_IDS);

@@ -29,6 +29,17 @@
 
 HpcStatus lower_model(const ModelSpec *spec, IrGraph *g, ParamList *params, HpcError *err);
 
+/* lower_model with the attention's form chosen: fused_attention false is
+ * lower_model (linear q/k/v -> split_heads -> matmul -> softmax (+dropout)
+ * -> matmul -> merge_heads); true puts one ATTENTION node (ops.def: ctx and
+ * its log-sum-exp; compiler/kernels/attention.cu) between the projections
+ * and the output dense, with no (B, heads, L, L) value in the graph.  Its
+ * attention dropout draws its own Philox stream (salt = the ATTENTION
+ * node's id), so with dropout on the two forms draw different, equally
+ * exact masks; with dropout off they compute the same function. */
+HpcStatus lower_model_attention(const ModelSpec *spec, bool fused_attention, IrGraph *g, ParamList *params,
+                                HpcError *err);
+
 /* The IR activation for a spec activation. */
 IrActKind lower_act(SpecActivation a);
 

@@ -282,6 +282,40 @@ static void ir_shape_softmax_dropout(const IrGraph *g, IrNode *n) { ir_shape_sof
 
 static void ir_shape_layernorm_fwd(const IrGraph *g, IrNode *n) { ir_shape_layernorm(g, n); }
 
+/* ATTENTION: q, k, v (B, L, H) of one dtype, H a multiple of heads, the
+ * padding mask (B, L) i32; ctx (B, L, H) in the dtype of q.  The salt
+ * defaults to the node's own id (as a dropout's). */
+static void ir_shape_attention(const IrGraph *g, IrNode *n)
+{
+    const IrNode *q = IN(0);
+    int64_t heads = n->attr.attn.heads;
+    require(q->rank == 3 && q->dims[0] == IR_DIM_B && q->dims[1] == IR_DIM_L, n, "q must be (B, L, H)");
+    require(heads >= 1 && q->dims[2] % heads == 0, n, "H must be a multiple of heads");
+    require(ir_dtype_is_float(q->dtype), n, "q, k, v must be float");
+    for (int k = 1; k < 3; k++) {
+        require_same(n, q, IN(k));
+        require(IN(k)->dtype == q->dtype, n, "q, k and v must have one dtype");
+    }
+    require(is_BL(IN(3)), n, "mask must be (B, L) i32");
+    require(n->attr.attn.p >= 0 && n->attr.attn.p < 1, n, "dropout p must be in [0, 1)");
+    if (n->attr.attn.salt < 0) n->attr.attn.salt = (int32_t)(n - g->nodes);
+    copy_shape(n, q);
+}
+
+/* ATTENTION_BWD: (dctx, q, k, v, mask, ctx, lse) -> dq, dk, dv like q. */
+static void ir_shape_attention_bwd(const IrGraph *g, IrNode *n)
+{
+    const IrNode *q = IN(1), *lse = IN(6);
+    require_same(n, IN(0), q);
+    require_same(n, IN(5), q);
+    for (int k = 2; k < 4; k++) require_same(n, q, IN(k));
+    require(is_BL(IN(4)), n, "mask must be (B, L) i32");
+    require(lse->rank == 3 && lse->dtype == DT_F32 && lse->dims[1] == n->attr.attn.heads, n,
+            "lse must be (B, heads, L) f32");
+    copy_shape(n, q);
+    n->dtype = IN(0)->dtype;
+}
+
 /* Output k >= 1 of a multi-output op: each such op has its case here. */
 static void ir_shape_output(const IrGraph *g, IrNode *n)
 {
@@ -304,6 +338,15 @@ static void ir_shape_output(const IrGraph *g, IrNode *n)
         else set_shape(n, (DType)la.aux, 1, &p->dims[p->rank - 1]);
         break;
     }
+    case IR_OP_LINEAR_DW_BGRAD: /* db (out): the column sums of dy, stored as dW */
+        set_shape(n, p->dtype, 1, p->dims);
+        break;
+    case IR_OP_ATTENTION: /* lse: one f32 per (batch row, head, query) */
+        set_shape(n, DT_F32, 3, (int64_t[]){p->dims[0], p->attr.attn.heads, p->dims[1]});
+        break;
+    case IR_OP_ATTENTION_BWD: /* dk, dv: as dq */
+        copy_shape(n, p);
+        break;
     default:
         require(false, n, "no shape rule for this output");
     }
@@ -321,8 +364,14 @@ const char *ir_output_name(IrOpKind op, int k)
         static const char *const nm[] = {"out", "dx", "dgamma", "dbeta", "dbias"};
         return k < 5 ? nm[k] : "?";
     }
+    if (op == IR_OP_LINEAR_DW_BGRAD) return k == 1 ? "db" : "?";
+    if (op == IR_OP_ATTENTION) return k == 1 ? "lse" : "?";
+    if (op == IR_OP_ATTENTION_BWD) return k == 1 ? "dk" : k == 2 ? "dv" : "?";
     return "?";
 }
+
+/* LINEAR_DW_BGRAD: dW as LINEAR_DW; db is its OUTPUT 1 (ir_shape_output). */
+static void ir_shape_linear_dw_bgrad(const IrGraph *g, IrNode *n) { ir_shape_linear_dw(g, n); }
 
 static void ir_shape_softmax_dropout_bwd(const IrGraph *g, IrNode *n)
 {
@@ -568,6 +617,28 @@ GRAD_RULE(cast)
     a.cast.to = NODE(f.in[0])->dtype;
     if (needs(g, id, 0)) dx[0] = grad_node(g, id, 0, IR_OP_CAST, &dy, 1, &a);
 }
+/* ATTENTION: one ATTENTION_BWD (dctx, q, k, v, mask, ctx, lse) gives dq
+ * and, as its outputs 1 and 2, dk and dv.  The backward reads the lse the
+ * forward saved (and ctx, for rowsum(dctx * ctx)); it regenerates the
+ * dropout mask from the same salt. */
+GRAD_RULE(attention)
+{
+    IrNode f = F;
+    if (!needs(g, id, 0) && !needs(g, id, 1) && !needs(g, id, 2)) return;
+    int lse = ir_output(g, id, 1);
+    HPC_ASSERT(lse >= 0);
+    int outs[3];
+    char name[IR_NAME_MAX];
+    snprintf(name, sizeof name, "d.%.*s", IR_NAME_MAX - 3, f.name);
+    ir_add_outputs(g, IR_OP_ATTENTION_BWD, (int[]){dy, f.in[0], f.in[1], f.in[2], f.in[3], id, lse}, 7,
+                   &f.attr, name, outs);
+    for (int k = 0; k < 3; k++) {
+        NODE(outs[k])->backward = true;
+        NODE(outs[k])->region = NODE(f.in[k])->region;
+        if (needs(g, id, k)) dx[k] = outs[k];
+    }
+}
+
 /* Outputs past the first (statistics kept for a backward op) carry no
  * gradient; a graph that differentiates through one is not supported. */
 GRAD_RULE(output)
@@ -586,7 +657,7 @@ static const IrOpInfo op_table[] = {
 #undef IR_OP
 };
 _Static_assert(sizeof op_table / sizeof op_table[0] == IR_OP_COUNT, "ops.def and the op table disagree");
-_Static_assert(IR_OP_COUNT == 38, "an op was added or removed: update docs/ir.md (the row names its functions)");
+_Static_assert(IR_OP_COUNT == 41, "an op was added or removed: update docs/ir.md (the row names its functions)");
 
 const IrOpInfo *ir_op_info(IrOpKind op)
 {

@@ -23,7 +23,7 @@ PipeStage pipeline_stage_parse(const char *name)
 PipeOptions pipeline_defaults(SpecPrecision policy)
 {
     return (PipeOptions){.policy = policy, .fuse = true, .stop_after = PIPE_FUSE, .dump = 0,
-                         .dump_out = NULL};
+                         .dump_out = NULL, .attention = ATTN_FORM_AUTO};
 }
 
 /* Replaces p->g by its precision plan. */
@@ -64,7 +64,11 @@ static HpcStatus run_stage(Pipeline *p, PipeStage s, const ModelSpec *spec, cons
                            HpcError *err)
 {
     switch (s) {
-    case PIPE_LOWER: return lower_model(spec, &p->g, &p->pl, err);
+    case PIPE_LOWER: {
+        bool fused_attention;
+        HpcStatus st = attention_form_choose(spec, o->policy, o->attention, &fused_attention, err);
+        return st ? st : lower_model_attention(spec, fused_attention, &p->g, &p->pl, err);
+    }
     case PIPE_AUTODIFF: return autodiff_build(&p->g, &p->pl, err);
     case PIPE_PRECISION: return stage_precision(p, spec, o->policy, err);
     case PIPE_FUSE: return o->fuse ? stage_fuse(p, err) : HPC_OK;

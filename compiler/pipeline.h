@@ -30,6 +30,7 @@
 #include <stdbool.h>
 #include <stdio.h>
 
+#include "attention_form.h"
 #include "error.h"
 #include "fuse.h"
 #include "ir.h"
@@ -47,6 +48,7 @@ typedef struct {
     PipeStage stop_after;     /* last stage to run (default PIPE_FUSE) */
     unsigned dump;            /* PIPE_BIT(stage): print the graph after it */
     FILE *dump_out;           /* where dumps go (default stdout) */
+    AttnForm attention;       /* fused or unfused attention (compiler/attention_form.h; default auto) */
 } PipeOptions;
 
 typedef struct {

@@ -20,6 +20,7 @@
 #include <stdio.h>
 
 #include "activations.h"
+#include "dtype.h"
 
 typedef enum { STACK_ENCODER, STACK_DECODER } SpecStackKind;
 /* The activations, one per row of compiler/activations.h (the same order as
@@ -41,8 +42,7 @@ typedef enum {
 typedef enum { OPT_ADAMW, OPT_ADAM, OPT_SGD, OPT_LAMB } SpecOptimizer;
 typedef enum { SCHED_CONSTANT, SCHED_LINEAR, SCHED_COSINE } SpecSchedule;
 typedef enum { LOSS_SCALE_DYNAMIC, LOSS_SCALE_STATIC, LOSS_SCALE_NONE } SpecLossScaling;
-/* PREC_DEFAULT: follow the run's policy (--fp16/--bf16/--fp32). */
-typedef enum { PREC_DEFAULT, PREC_FP32, PREC_FP16, PREC_BF16 } SpecPrecision;
+/* SpecPrecision (PREC_DEFAULT: follow the run's policy) is in util/dtype.h. */
 
 typedef struct {
     SpecStackKind kind;

@@ -58,22 +58,27 @@
 #define EOP_COL_PARTS 128
 
 /* The version of the program section; a reader refuses any other.
- * 2: EopArgs carries 5 inputs and the outputs of multi-output nodes (a
- * version-1 program's CUDA has the old argument layout). */
-#define STEP_PROGRAM_VERSION 2
+ * 2: EopArgs with 8 inputs and extra outputs (fused attention);
+ * 3: 4 extra outputs (the fused LayerNorm site's mean, rstd, s, y in 16
+ *    bits), so a version-2 program's CUDA would read the wrong slots. */
+#define STEP_PROGRAM_VERSION 3
 /* A node line lists n_in inputs padded with -1 to at least this many. */
 #define STEP_NODE_MIN_INPUTS 3
 /* Inputs a CUDA kernel takes (EopArgs.x); the emitter refuses a node with more. */
-#define EOP_MAX_INPUTS 5
-/* Outputs 1.. of a multi-output node a kernel writes (EopArgs.out). */
-#define EOP_MAX_OUTPUTS 4
+#define EOP_MAX_INPUTS 8
+/* Outputs past the first a kernel writes (EopArgs.yk: a multi-output node's
+ * OUTPUT values 1, 2, ...; LN_RESIDUAL's four, LN_RESIDUAL_BWD's dx,
+ * dgamma, dbeta, dbias, ATTENTION_BWD's dk and dv). */
+#define EOP_MAX_EXTRA_OUTPUTS 4
 
 /* How a node runs on the cuda backend:
  *   EOP_NONE     PARAM: storage bound by the executor, nothing to run;
  *   EOP_UPLOAD   a batch INPUT: the executor copies the field from the host;
- *   EOP_GEMM     LINEAR, MATMUL, LINEAR_DX, LINEAR_DW: one cuBLASLt GEMM,
- *                then the node's phases if any (a bias add the epilogue
- *                cannot do);
+ *   EOP_GEMM     LINEAR, MATMUL, LINEAR_DX, LINEAR_DW, LINEAR_DW_BGRAD: one
+ *                cuBLASLt GEMM, then the node's phases if any (a bias add
+ *                the epilogue cannot do; LINEAR_DW_BGRAD's column sums into
+ *                its output 1, db, launched only where cuBLASLt has no
+ *                BGRADB algorithm: runtime/cuda/cuda_exec.c);
  *   EOP_KERNELS  everything else: 1..EOP_MAX_PHASES kernels in order. */
 typedef enum { EOP_NONE, EOP_UPLOAD, EOP_GEMM, EOP_KERNELS } EopKind;
 
@@ -85,6 +90,8 @@ typedef enum {
     EOP_LT_ONE,        /* a single block of 1024 */
     EOP_LT_COLPART,    /* (ceil(count/32), EOP_COL_PARTS) x (32, 8): column partial sums */
     EOP_LT_COLFIN,     /* ceil(count/256) x 256: one thread per column */
+    EOP_LT_HEAD_TILES, /* (count, threads, B) x 128: count tiles of L, one grid row per head
+                          (the phase's `threads` field holds the head count: fused attention) */
     EOP_LT_COUNT
 } EopLaunchType;
 
@@ -129,14 +136,14 @@ typedef struct {
     bool bias_epilogue;
 } EopNodeCode;
 
-/* The kernels' argument, passed by value (layout fixed: 112 bytes). */
+/* The kernels' argument, passed by value (layout fixed: 136 bytes). */
 typedef struct {
     uint64_t y;                  /* output value */
     uint64_t x[EOP_MAX_INPUTS];  /* inputs, 0 past n_in */
+    uint64_t yk[EOP_MAX_EXTRA_OUTPUTS]; /* yk[k - 1]: output k of a multi-output node, 0 if the graph has none */
     uint64_t scratch;            /* the node's scratch, or 0 */
     uint64_t ctl;                /* const EopCtl * */
     int64_t B, L;
-    uint64_t out[EOP_MAX_OUTPUTS]; /* out[k - 1]: output k of a multi-output node, 0 if the graph has none */
 } EopArgs;
 
 /* Per-step control block in device memory (layout fixed: 24 bytes). */

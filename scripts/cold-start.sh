@@ -1,12 +1,18 @@
 #!/bin/sh
 # Cold start of a training run on the GPU: seconds from `hpc run` to the end
-# of the first step of BERT-base fp16, and how many NVRTC compiles it took
-# (HPC_STARTUP=1 prints both after step 1, runtime/train/train_cuda.c).
+# of the first step of BERT-base fp16, where they went, and how many NVRTC
+# compiles it took (HPC_STARTUP=1 prints the phases and a summary line after
+# step 1: util/phase_clock.h, runtime/train/train_cuda.c).
 # Three starts, each with its own kernel cache directory:
-#   cold   empty cache, artifact without cubins: NVRTC compiles every module
-#   warm   the same cache again: every module is a cache hit
+#   cold   empty cache, artifact without cubins: NVRTC compiles the step
+#          module (one module: the optimizer is part of it)
+#   warm   the same cache again: the step module and the GEMM choices are
+#          cache hits
 #   ahead  empty cache, artifact compiled with --arch 90: the step module is
-#          the artifact's cubin (only the optimizer's module compiles)
+#          the artifact's cubin, no NVRTC at all (GEMM autotune times again:
+#          its cache is empty)
+#   split  as cold, with HPC_NVRTC_SPLIT=0 (NVRTC on every core: an
+#          experiment, runtime/cuda/nvrtc_compile.h)
 # and one CoLA fine-tune over every padded length, counting NVRTC compiles.
 # Run from the repository root on the GPU machine with the binaries built:
 #   sh scripts/cold-start.sh
@@ -16,14 +22,17 @@ tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 bin/hpc compile models/bert_base.model --fp16 -o "$tmp/bert_base.hpc" >/dev/null
 bin/hpc compile models/bert_base.model --fp16 --arch 90 -o "$tmp/bert_base_sm90.hpc" >/dev/null
-start() {   # $1 label, $2 artifact, $3 cache dir
-    line=$(HPC_STARTUP=1 HPC_CACHE_DIR="$3" bin/hpc run "$2" --device cuda --steps 1 2>&1 |
-           grep 'hpc profile: cold start' || true)
+start() {   # $1 label, $2 artifact, $3 cache dir [, $4 HPC_NVRTC_SPLIT]
+    out=$(HPC_NVRTC_SPLIT="${4:-}" HPC_STARTUP=1 HPC_CACHE_DIR="$3" bin/hpc run "$2" --device cuda --steps 1 2>&1 || true)
+    line=$(printf '%s\n' "$out" | grep 'hpc profile: cold start' || true)
     echo "$1: ${line:-no profile line (did the run fail?)}"
+    if [ -z "$line" ]; then printf '%s\n' "$out" | tail -5; fi
+    printf '%s\n' "$out" | grep 'hpc profile: start-up phase' | sed "s/^hpc profile: start-up /  $1 /" || true
 }
 start cold "$tmp/bert_base.hpc" "$tmp/cache1"
 start warm "$tmp/bert_base.hpc" "$tmp/cache1"
 start ahead "$tmp/bert_base_sm90.hpc" "$tmp/cache2"
+start split "$tmp/bert_base.hpc" "$tmp/cache4" 0
 echo "CoLA fine-tune, every padded length (one compile per module wanted):"
 HPC_STARTUP=1 HPC_CACHE_DIR="$tmp/cache3" bin/hpc run "$tmp/bert_base.hpc" --device cuda --task cola \
     --steps 200 2>&1 | grep -E 'hpc profile: cold start|backend cuda' | head -3

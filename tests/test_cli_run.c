@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 /* Runs `bin/hpc ARGS` from the repository root; output (stdout + stderr)
  * into out; returns the exit code. */
@@ -102,17 +103,20 @@ static double mean_loss(const char *path, int from, int to)
  * written and `hpc plot` draws it. */
 Test(cli_run, cola_on_cpu_loss_falls_and_log_plots, .timeout = 300)
 {
-    char out[65536];
-    const char *jsonl = "/tmp/hpc_test_cola.jsonl", *svg = "/tmp/hpc_test_cola.svg";
+    char out[65536], jsonl[64], svg[64], cmd[256];
+    /* Per-process names: concurrent test runs on one machine must not share them. */
+    snprintf(jsonl, sizeof jsonl, "/tmp/hpc_test_cola_%d.jsonl", (int)getpid());
+    snprintf(svg, sizeof svg, "/tmp/hpc_test_cola_%d.svg", (int)getpid());
     remove(jsonl);
     remove(svg);
-    int rc = hpc("run models/bert_tiny.model --task cola --device cpu --steps 80 --log /tmp/hpc_test_cola.jsonl",
-                 out, sizeof out);
+    snprintf(cmd, sizeof cmd, "run models/bert_tiny.model --task cola --device cpu --steps 80 --log %s", jsonl);
+    int rc = hpc(cmd, out, sizeof out);
     cr_assert_eq(rc, 0, "exit %d: %s", rc, out);
     cr_expect(strstr(out, "cola/dev: mcc"), "%s", out);
     double first = mean_loss(jsonl, 1, 3), last = mean_loss(jsonl, 71, 80);
     cr_expect(last < first - 0.03, "loss did not fall: first 3 steps %.4f, last 10 %.4f", first, last);
-    rc = hpc("plot /tmp/hpc_test_cola.jsonl -o /tmp/hpc_test_cola.svg", out, sizeof out);
+    snprintf(cmd, sizeof cmd, "plot %s -o %s", jsonl, svg);
+    rc = hpc(cmd, out, sizeof out);
     cr_assert_eq(rc, 0, "plot exit %d: %s", rc, out);
     FILE *f = fopen(svg, "r");
     cr_assert(f, "no %s", svg);

@@ -97,14 +97,14 @@ Test(emit_models, bert_tiny_silu, .timeout = 600)
         free(cubin), free(log), free(src);
         pipeline_free(&p);
     }
-    /* The cuda trainer compiles its optimizer from the templates with the
-     * model's config: that must not refuse SiLU (it once did, so a SiLU model
-     * could not train on the GPU); only an export of the templates may. */
+    /* The templates with the model's config (the fused attention's unit
+     * reads their constants) must not refuse SiLU (they once did, so a SiLU
+     * model could not train on the GPU); only an export of them may. */
     KernelConfig kc;
     kemit_config_from_spec(&kc, &spec, KEMIT_F16);
     char *tsrc = NULL, suffix[KEMIT_SUFFIX_MAX];
     HpcError err = {0};
-    cr_expect_eq(kemit_source(&kc, &tsrc, suffix, &err), HPC_OK, "optimizer templates: %s", err.msg);
+    cr_expect_eq(kemit_source(&kc, &tsrc, suffix, &err), HPC_OK, "templates: %s", err.msg);
     free(tsrc);
     char dir[] = "/tmp/hpc_silu_emit_XXXXXX";
     cr_assert_not_null(mkdtemp(dir));

@@ -38,6 +38,7 @@
 #include "params.h"
 #include "cpu/philox.h"
 #include "pipeline.h"
+#include "plan.h"
 #include "spec.h"
 
 enum { TB = 2, TL = 8, TV = 50, TH = 16, THEADS = 2, TC = 5 };
@@ -193,6 +194,7 @@ static void build(const ModelSpec *s, SpecPrecision policy, bool fuse, Pipeline 
 {
     PipeOptions o = pipeline_defaults(policy);
     o.fuse = fuse;
+    o.attention = ATTN_FORM_UNFUSED;   /* the fuse pass's own pairs (tests/test_attention_step.c: the node) */
     HpcError err = {0};
     cr_assert_eq(pipeline_build(s, &o, p, &err), HPC_OK, "pipeline_build: %s", err.msg);
 }
@@ -464,17 +466,9 @@ Test(fuse_grad, dropout_mask_is_live)
 
 /* ---- what must not fuse ---------------------------------------------- */
 
-static char *listing(const IrGraph *g)
-{
-    char *text = NULL;
-    size_t len = 0;
-    FILE *mem = open_memstream(&text, &len);
-    ir_print(g, mem);
-    fclose(mem);
-    return text;
-}
-
-/* Without dropout there is nothing to fuse: the graph comes out unchanged. */
+/* Without dropout no dropout rule fires: every op but the weight and bias
+ * gradients (which the bias-gradient rule pairs) and the recomputed FFN
+ * activations is kept as it was. */
 Test(fuse_negative, no_dropout_no_change)
 {
     ModelSpec s;
@@ -485,10 +479,14 @@ Test(fuse_negative, no_dropout_no_change)
     build(&s, PREC_FP16, false, &plain);
     build(&s, PREC_FP16, true, &fused);
     cr_expect_eq(fused.fuse.softmax_dropout + fused.fuse.dropout_add, 0);
-    char *a = listing(&plain.g), *b = listing(&fused.g);
-    cr_expect_str_eq(b, a);
-    free(a);
-    free(b);
+    for (int op = 0; op < IR_OP_COUNT; op++) {
+        if (op == IR_OP_LINEAR_DW || op == IR_OP_BIAS_GRAD || op == IR_OP_LINEAR_DW_BGRAD || op == IR_OP_OUTPUT)
+            continue;
+        int extra = op == IR_OP_ACT ? fused.fuse.act_recompute : 0;
+        cr_expect_eq(count_op(&fused.g, (IrOpKind)op), count_op(&plain.g, (IrOpKind)op) + extra, "%s",
+                     ir_op_name((IrOpKind)op));
+    }
+    cr_expect_eq(fused.g.n, plain.g.n + fused.fuse.act_recompute, "each pair is one node and its output");
     pipeline_free(&plain);
     pipeline_free(&fused);
 }
@@ -569,8 +567,15 @@ Test(fuse_count, bert_base_launches_drop)
            before - after, plain.g.n, fused.g.n);
     /* per layer: softmax+dropout (1), its backward (1), and per LayerNorm
      * site dropout + add + layernorm + cast (3) and layernorm_dx + dgamma +
-     * bias_grad + dropout + bias_grad (4); the last site has no cast */
-    cr_expect_eq(before - after, 2 * (int)s.stack.layers + 2 * 7 * (int)s.stack.layers - 1, "%d -> %d", before, after);
+     * bias_grad + dropout + bias_grad (4), the last site without a cast
+     * (-1 in all); one launch less per LINEAR_DW_BGRAD pair (query, key,
+     * value, FFN1 per layer and the pooler: the attention output and FFN2
+     * bias gradients went to their LayerNorm sites, the classifier's dW
+     * reads the f16 copy of dlogits); one more per recomputed FFN ACT. */
+    int L = (int)s.stack.layers;
+    cr_expect_eq(before - after, 2 * L + 2 * 7 * L - 1 + (4 * L + 1) - L, "%d -> %d", before, after);
+    cr_expect_eq(fused.fuse.linear_dw_bgrad, 4 * L + 1);
+    cr_expect_eq(fused.fuse.act_recompute, L);
     cr_expect_eq(fused.fuse.softmax_dropout, s.stack.layers);
     cr_expect_eq(fused.fuse.ln_residual, 2 * s.stack.layers);
     cr_expect_eq(fused.fuse.ln_residual_bwd, 2 * s.stack.layers);
@@ -623,6 +628,298 @@ static void expect_golden(bool fuse, const char *golden_rel)
 
 Test(fuse_golden, unfused_listing_unchanged) { expect_golden(false, "tests/golden/bert_tiny.ir"); }
 Test(fuse_golden, fused_listing_matches) { expect_golden(true, "tests/golden/bert_tiny_fused.ir"); }
+
+/* ---- bias gradients from the weight-gradient GEMM ----------------------
+ * LINEAR_DW + BIAS_GRAD of one dy => LINEAR_DW_BGRAD (dW, db).  The
+ * equality tests above already run graphs with these pairs fused; here:
+ * the counts, that the fp16 plan's error against an f64 reference does
+ * not grow, the node itself against a hand-built column sum (NaN in dy
+ * reaches db), and what must not pair. */
+
+/* tiny_spec has 6 linears with bias per layer and a pooler; two of each
+ * layer's (the attention output and FFN2, which feed the LayerNorm sites)
+ * give their bias gradient to LN_RESIDUAL_BWD instead (fuse_dw.c says
+ * why); the classifier's bias gradient reads the f32 dlogits while its dW
+ * reads the f16 copy (or, under fp32, they share it). */
+static int tiny_pairs(SpecPrecision policy) { return (6 - 2) * 2 + 1 + (policy == PREC_FP32); }
+
+static void check_bgrad_counts(SpecPrecision policy)
+{
+    ModelSpec s;
+    tiny_spec(&s);
+    Pipeline plain, fused;
+    build(&s, policy, false, &plain);
+    build(&s, policy, true, &fused);
+    int pairs = tiny_pairs(policy);
+    cr_expect_eq(fused.fuse.linear_dw_bgrad, pairs);
+    cr_expect_eq(count_op(&fused.g, IR_OP_LINEAR_DW_BGRAD), pairs);
+    /* the pairs' and, per LayerNorm site (2 per layer), its dbeta and dbias */
+    cr_expect_eq(count_op(&plain.g, IR_OP_BIAS_GRAD) - count_op(&fused.g, IR_OP_BIAS_GRAD), pairs + 2 * 2 * 2);
+    cr_expect_eq(count_op(&plain.g, IR_OP_LINEAR_DW) - count_op(&fused.g, IR_OP_LINEAR_DW), pairs);
+    /* no LINEAR_DW and BIAS_GRAD of one dy are left apart */
+    for (int i = 0; i < fused.g.n; i++) {
+        if (fused.g.nodes[i].op != IR_OP_BIAS_GRAD) continue;
+        for (int j = 0; j < fused.g.n; j++)
+            cr_expect(!(fused.g.nodes[j].op == IR_OP_LINEAR_DW && fused.g.nodes[j].in[0] == fused.g.nodes[i].in[0]),
+                      "%s and %s read one dy", fused.g.nodes[i].name, fused.g.nodes[j].name);
+    }
+    /* every bias gradient a pair made is the db output, stored in f32; the
+     * other projected gradients are the LayerNorm sites' dgamma, dbeta and
+     * the dbias of the LINEAR before each (2 sites per layer) */
+    int from_pairs = 0, from_sites = 0;
+    for (int p = 0; p < fused.pl.n; p++) {
+        int v = fused.g.param_grad[p];
+        if (v < 0 || fused.g.nodes[v].op != IR_OP_OUTPUT) continue;
+        const IrNode *src = &fused.g.nodes[fused.g.nodes[v].in[0]];
+        cr_expect_eq(fused.g.nodes[v].dtype, DT_F32, "%s", fused.pl.p[p].name);
+        if (src->op == IR_OP_LN_RESIDUAL_BWD) {
+            from_sites += fused.g.nodes[v].attr.output.index == 4;
+            continue;
+        }
+        cr_expect_eq(src->op, IR_OP_LINEAR_DW_BGRAD, "%s", fused.pl.p[p].name);
+        cr_expect(strstr(fused.pl.p[p].name, ".bias") != NULL, "%s", fused.pl.p[p].name);
+        from_pairs++;
+    }
+    cr_expect_eq(from_pairs, pairs);
+    cr_expect_eq(from_sites, 2 * 2);
+    pipeline_free(&plain);
+    pipeline_free(&fused);
+}
+
+Test(fuse_bgrad, pairs_counted_fp32) { check_bgrad_counts(PREC_FP32); }
+Test(fuse_bgrad, pairs_counted_fp16) { check_bgrad_counts(PREC_FP16); }
+Test(fuse_bgrad, pairs_counted_bf16) { check_bgrad_counts(PREC_BF16); }
+
+/* BERT-base: 12 x 4 linears and the pooler pair their BIAS_GRAD with the
+ * dW GEMM; each of the 2 LayerNorm sites per layer takes two (its dbeta
+ * and the dbias of the LINEAR before it). */
+Test(fuse_bgrad, bert_base_bias_grad_nodes_drop)
+{
+    ModelSpec s;
+    load_model("bert_base.model", &s);
+    Pipeline plain, fused;
+    build(&s, PREC_FP16, false, &plain);
+    build(&s, PREC_FP16, true, &fused);
+    int before = count_op(&plain.g, IR_OP_BIAS_GRAD), after = count_op(&fused.g, IR_OP_BIAS_GRAD);
+    printf("bert_base fp16: %d bias_grad nodes unfused, %d fused (%d linear_dw_bgrad)\n", before, after,
+           fused.fuse.linear_dw_bgrad);
+    cr_expect_eq(fused.fuse.linear_dw_bgrad, 4 * (int)s.stack.layers + 1);
+    cr_expect_eq(fused.fuse.ln_residual_bwd, 2 * (int)s.stack.layers);
+    cr_expect_eq(before - after, 4 * (int)s.stack.layers + 1 + 2 * 2 * (int)s.stack.layers);
+    pipeline_free(&plain);
+    pipeline_free(&fused);
+}
+
+/* Largest relative gradient error (and the loss's) of `got` against `ref`;
+ * the key biases are left out (their true gradient is 0: rounding noise
+ * over nothing). */
+static double worst_err(const StepOut *got, const StepOut *ref, const ParamList *pl)
+{
+    double worst = fabs(got->loss - ref->loss) / fabs(ref->loss);
+    for (int p = 0; p < pl->n; p++) {
+        if (!got->grad[p] || !ref->grad[p] || strstr(pl->p[p].name, "key.bias")) continue;
+        double norm, e = rel_err(got->grad[p], ref->grad[p], params_numel(&pl->p[p]), &norm);
+        if (isnan(e) || e > worst) worst = isnan(e) ? INFINITY : e;
+    }
+    return worst;
+}
+
+/* The fp16 plan fused is no further from the f64 fp32 step than unfused. */
+Test(fuse_bgrad, fp16_error_not_worse)
+{
+    ModelSpec s;
+    tiny_spec(&s);
+    Pipeline ref, plain, fused;
+    build(&s, PREC_FP32, false, &ref);
+    build(&s, PREC_FP16, false, &plain);
+    build(&s, PREC_FP16, true, &fused);
+    cr_assert_gt(fused.fuse.linear_dw_bgrad, 0);
+    Batch *b = tiny_batch();
+    double **w = random_weights(&ref.pl, 0.5);
+    StepOut r = run_step(&ref.g, &ref.pl, w, CPU_EXEC_F64, b);
+    StepOut a = run_step(&plain.g, &plain.pl, w, CPU_EXEC_F32, b);
+    StepOut f = run_step(&fused.g, &fused.pl, w, CPU_EXEC_F32, b);
+    double ea = worst_err(&a, &r, &ref.pl), ef = worst_err(&f, &r, &ref.pl);
+    cr_log_info("fp16 vs f64 fp32: unfused %.3g, fused %.3g", ea, ef);
+    cr_expect(isfinite(ef) && ef > 0 && ef <= ea * (1 + 1e-6), "fused fp16 error %.3g, unfused %.3g", ef, ea);
+    cr_expect(ef < 0.05, "the fp16 step is %.3g from the f32 reference", ef);
+    step_free(&r);
+    step_free(&a);
+    step_free(&f);
+    free_weights(&ref.pl, w);
+    batch_free(b);
+    pipeline_free(&ref);
+    pipeline_free(&plain);
+    pipeline_free(&fused);
+}
+
+/* A hand-built LINEAR_DW_BGRAD on an embedding output: dW = dy^T x and db
+ * the column sums of dy against a direct f64 sum, and a NaN in dy reaches
+ * db's column (the column sum never hides it). */
+Test(fuse_bgrad, node_against_direct_sums)
+{
+    Fx fx;
+    fx_init(&fx);
+    int dy = fx_embed(&fx, "dy"), x = fx_embed(&fx, "x");
+    int outs[2];
+    ir_add_outputs(&fx.g, IR_OP_LINEAR_DW_BGRAD, (int[]){dy, x}, 2, NULL, "dw", outs);
+    cr_assert_eq(outs[1], outs[0] + 1);
+    cr_expect_eq(fx.g.nodes[outs[1]].rank, 1);
+    cr_expect_eq(fx.g.nodes[outs[1]].dims[0], TH);
+    fx.g.loss = -1;
+    fx.g.n_params = fx.pl.n;
+    Batch *b = tiny_batch();
+    double **w = random_weights(&fx.pl, 0.5);
+    for (int nan_pass = 0; nan_pass < 2; nan_pass++) {
+        if (nan_pass) w[0][(int64_t)b->input_ids[3] * TH + 5] = NAN;   /* row 3's token, column 5 of dy */
+        CpuExec ex;
+        cpu_exec_init(&ex, &fx.g, CPU_EXEC_F64);
+        for (int p = 0; p < fx.pl.n; p++) cpu_exec_bind_param(&ex, p, w[p]);
+        CpuRunOptions o = {.training = true, .seed = 77, .step = 3, .loss_scale = 1.0};
+        HpcError err = {0};
+        cr_assert_eq(cpu_exec_run(&ex, b, &o, &err), HPC_OK, "%s", err.msg);
+        const double *dv = cpu_exec_value(&ex, dy), *xv = cpu_exec_value(&ex, x);
+        const double *dw = cpu_exec_value(&ex, outs[0]), *db = cpu_exec_value(&ex, outs[1]);
+        int64_t R = TB * TL;
+        double ew = 0, nw = 0, eb = 0, nb = 0;
+        for (int o_ = 0; o_ < TH; o_++) {
+            double sb = 0;
+            for (int64_t r = 0; r < R; r++) sb += dv[r * TH + o_];
+            if (nan_pass) {
+                cr_expect_eq(isnan(db[o_]), o_ == 5, "db[%d] = %g", o_, db[o_]);
+                continue;
+            }
+            eb += (db[o_] - sb) * (db[o_] - sb);
+            nb += sb * sb;
+            for (int i = 0; i < TH; i++) {
+                double sw = 0;
+                for (int64_t r = 0; r < R; r++) sw += dv[r * TH + o_] * xv[r * TH + i];
+                ew += (dw[o_ * TH + i] - sw) * (dw[o_ * TH + i] - sw);
+                nw += sw * sw;
+            }
+        }
+        if (!nan_pass) {
+            cr_expect(nb > 0 && sqrt(eb / nb) < 1e-12, "db rel %.3g", sqrt(eb / nb));
+            cr_expect(nw > 0 && sqrt(ew / nw) < 1e-12, "dW rel %.3g", sqrt(ew / nw));
+        }
+        cpu_exec_free(&ex);
+    }
+    free_weights(&fx.pl, w);
+    batch_free(b);
+    ir_free(&fx.g);
+    params_free(&fx.pl);
+}
+
+/* Pairs that must stay apart: a db stored in another dtype than dW, and a
+ * dW read by a node between it and the BIAS_GRAD (moving it would break
+ * the order); the next LINEAR_DW of the same dy pairs instead. */
+Test(fuse_bgrad, what_must_not_pair)
+{
+    Fx fx;
+    fx_init(&fx);
+    IrGraph *g = &fx.g;
+    int dy = fx_embed(&fx, "dy"), x = fx_embed(&fx, "x");
+    int dw_read = ir_add(g, IR_OP_LINEAR_DW, (int[]){dy, x}, 2, NULL, "dw_read");
+    int reader = ir_add(g, IR_OP_ADD, (int[]){dw_read, dw_read}, 2, NULL, "reads_dw");
+    int dw_free = ir_add(g, IR_OP_LINEAR_DW, (int[]){dy, x}, 2, NULL, "dw_free");
+    int db_f16 = ir_add(g, IR_OP_BIAS_GRAD, &dy, 1, NULL, "db_f16");
+    int db = ir_add(g, IR_OP_BIAS_GRAD, &dy, 1, NULL, "db");
+    int bwd[] = {dw_read, reader, dw_free, db_f16, db};
+    for (int i = 0; i < 5; i++) g->nodes[bwd[i]].backward = true;
+    g->nodes[db_f16].dtype = DT_F16;
+    IrGraph out;
+    ir_init(&out);
+    FuseStats st;
+    HpcError err = {0};
+    cr_assert_eq(fuse_graph(g, NULL, &out, NULL, &st, &err), HPC_OK, "%s", err.msg);
+    cr_expect_eq(st.linear_dw_bgrad, 1);
+    int f = -1;
+    for (int i = 0; i < out.n; i++)
+        if (out.nodes[i].op == IR_OP_LINEAR_DW_BGRAD) f = i;
+    cr_assert_geq(f, 0);
+    cr_expect_str_eq(out.nodes[f].name, "dw_free");
+    cr_expect_eq(out.nodes[f + 1].op, IR_OP_OUTPUT);
+    cr_expect_eq(count_op(&out, IR_OP_LINEAR_DW), 1);    /* dw_read */
+    cr_expect_eq(count_op(&out, IR_OP_BIAS_GRAD), 1);    /* db_f16 */
+    ir_free(&out);
+    ir_free(&fx.g);
+    params_free(&fx.pl);
+}
+
+/* ---- the FFN activation recomputed in the backward pass ---------------- */
+
+/* Each layer's GELU output is recomputed before its dW GEMM, never kept:
+ * the copy reads the forward input, the dW GEMM reads the copy, the
+ * forward value's last reader is forward, and its precision plan entry is
+ * the forward ACT's. */
+Test(fuse_recompute, ffn_act_recomputed_in_backward)
+{
+    ModelSpec s;
+    tiny_spec(&s);
+    Pipeline p;
+    build(&s, PREC_FP16, true, &p);
+    cr_expect_eq(p.fuse.act_recompute, s.stack.layers);
+    int copies = 0;
+    for (int i = 0; i < p.g.n; i++) {
+        const IrNode *n = &p.g.nodes[i];
+        if (n->op != IR_OP_ACT || !n->backward) continue;
+        copies++;
+        cr_expect(strstr(n->name, ".recompute") != NULL, "%s", n->name);
+        const IrNode *h = &p.g.nodes[n->in[0]];
+        cr_expect(!h->backward && i >= p.g.n_forward, "%s reads a forward value, runs in the backward part", n->name);
+        cr_expect_eq(n->dtype, DT_F16);
+        cr_expect_eq(p.prec.info[i].cls, PREC_CLASS_F32_COMPUTE, "%s", n->name);
+        int fwd = -1;   /* the forward ACT it copies: same input */
+        for (int j = 0; j < p.g.n_forward; j++)
+            if (p.g.nodes[j].op == IR_OP_ACT && p.g.nodes[j].in[0] == n->in[0]) fwd = j;
+        cr_assert_geq(fwd, 0);
+        for (int j = p.g.n_forward; j < p.g.n; j++)
+            for (int k = 0; k < p.g.nodes[j].n_in; k++)
+                cr_expect_neq(p.g.nodes[j].in[k], fwd, "%s reads the forward %s", p.g.nodes[j].name,
+                              p.g.nodes[fwd].name);
+    }
+    cr_expect_eq(copies, s.stack.layers);
+    pipeline_free(&p);
+}
+
+/* BERT-base fp16 at B32 L128: the planned arena shrinks by at least the
+ * GELU outputs of all layers but one (the last layer's backward holds its
+ * copy while the others' are gone). */
+Test(fuse_recompute, bert_base_arena_shrinks)
+{
+    ModelSpec s;
+    load_model("bert_base.model", &s);
+    Pipeline keep, re;
+    PipeOptions o = pipeline_defaults(PREC_FP16);
+    HpcError err = {0};
+    cr_assert_eq(pipeline_build(&s, &o, &re, &err), HPC_OK, "%s", err.msg);
+    /* the same graph fused without the recompute */
+    PipeOptions u = pipeline_defaults(PREC_FP16);
+    u.fuse = false;
+    cr_assert_eq(pipeline_build(&s, &u, &keep, &err), HPC_OK, "%s", err.msg);
+    IrGraph kg;
+    PrecisionPlan kp;
+    ir_init(&kg);
+    FuseOptions fo = fuse_defaults();
+    fo.recompute_act = false;
+    FuseStats st;
+    cr_assert_eq(fuse_graph_with(&keep.g, &keep.prec, &kg, &kp, &st, &fo, &err), HPC_OK, "%s", err.msg);
+    cr_expect_eq(st.act_recompute, 0);
+    StepPlan a, b;
+    cr_assert_eq(plan_build(&kg, 32, 128, &a, &err), HPC_OK, "%s", err.msg);
+    cr_assert_eq(plan_build(&re.g, 32, 128, &b, &err), HPC_OK, "%s", err.msg);
+    int64_t g_bytes = (int64_t)32 * 128 * s.stack.ffn * 2;
+    printf("bert_base fp16 B32 L128 arena: %.1f MiB keeping the GELU outputs, %.1f MiB recomputing them\n",
+           (double)a.arena_bytes / 1048576.0, (double)b.arena_bytes / 1048576.0);
+    cr_expect_geq(a.arena_bytes - b.arena_bytes, (s.stack.layers - 1) * g_bytes, "%lld -> %lld",
+                  (long long)a.arena_bytes, (long long)b.arena_bytes);
+    plan_free(&a);
+    plan_free(&b);
+    precision_plan_free(&kp);
+    ir_free(&kg);
+    pipeline_free(&keep);
+    pipeline_free(&re);
+}
 
 /* ---- pipeline --------------------------------------------------------- */
 

@@ -1,7 +1,8 @@
 /* tests/test_gemm_tune.c — GEMM algorithm choice by timing and its disk
  * cache (runtime/cuda/gemm_tune.h), on the cpu with a fake timer: the
- * selection rule, a save/load round trip, and every kind of damaged file
- * ignored with a warning that names the line. */
+ * selection rule, a save/load round trip, every kind of damaged file
+ * ignored with a warning that names the line, and the key: the epilogue,
+ * the bias dtype and the bias alignment each make another key. */
 #include <criterion/criterion.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -243,4 +244,47 @@ Test(gemm_tune, damaged_files_ignored, .init = make_dir, .fini = remove_dir)
     free(t);
     free(good);
     gemm_tune_free(&c);
+}
+
+/* ---- the key: every field that decides the algorithm, the epilogue too ---- */
+
+static GemmTuneShape dw_shape(void)
+{
+    return (GemmTuneShape){.gpu = "NVIDIA H200", .lt_version = 130000, .M = 768, .N = 3072, .K = 4096,
+                           .batch = 1, .lda = 768, .ldb = 3072, .ldc = 3072, .trans_a = 1, .ab_type = "f16",
+                           .c_type = "f32", .bias_type = "f32", .epilogue = "bgrad_a", .align_a = 256,
+                           .align_b = 256, .align_c = 256, .align_bias = 256, .workspace = 32u << 20};
+}
+
+Test(gemm_tune, key_names_epilogue_and_bias_type)
+{
+    char a[GEMM_TUNE_KEY_MAX], b[GEMM_TUNE_KEY_MAX];
+    GemmTuneShape s = dw_shape();
+    gemm_tune_key(&s, a, sizeof a);
+    cr_expect(strstr(a, "epi=bgrad_a") && strstr(a, "bias=f32") && strstr(a, "f16->f32"), "%s", a);
+    cr_expect(strstr(a, "M=768 N=3072 K=4096") && strstr(a, "tA=1") && strstr(a, "NVIDIA H200"), "%s", a);
+    HpcError err;
+    GemmTuneCache c;
+    memset(&c, 0, sizeof c);
+    uint8_t algo[GEMM_TUNE_ALGO_BYTES] = {1};
+    cr_expect_eq(gemm_tune_put(&c, a, algo, 1.0, &err), HPC_OK, "the key is a valid cache key: %s", a);
+    gemm_tune_free(&c);
+    /* the same GEMM without the epilogue, or with another bias dtype or
+     * bias alignment, is another key */
+    s.epilogue = "none";
+    s.bias_type = "-";
+    s.align_bias = 0;
+    gemm_tune_key(&s, b, sizeof b);
+    cr_expect_str_neq(a, b);
+    s = dw_shape();
+    s.bias_type = "f16";
+    gemm_tune_key(&s, b, sizeof b);
+    cr_expect_str_neq(a, b);
+    s = dw_shape();
+    s.align_bias = 16;
+    gemm_tune_key(&s, b, sizeof b);
+    cr_expect_str_neq(a, b);
+    s = dw_shape();
+    gemm_tune_key(&s, b, sizeof b);
+    cr_expect_str_eq(a, b, "the key is a function of the shape");
 }

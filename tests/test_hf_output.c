@@ -22,6 +22,7 @@
 #include "formats/safetensors.h"
 #include "lower.h"
 #include "report/runlog.h"
+#include "hf_tiny.h"
 
 #define VOCAB "data/vocab/bert-base-uncased-vocab.txt"
 #define HIDDEN 32
@@ -66,49 +67,12 @@ static int sh(const char *cmd, char *out, size_t cap)
     return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
 }
 
-/* tiny/: config.json, random weights through hf_names_save, the real vocab. */
+/* tiny/: the shared tiny folder (tests/hf_tiny.h). */
 static void make_hf_folder(void)
 {
-    char dir[PATH_MAX + 64], path[PATH_MAX + 96];
+    char dir[PATH_MAX + 64];
     path_in(dir, sizeof dir, "tiny");
-    cr_assert_eq(mkdir(dir, 0755), 0);
-    write_text("tiny/config.json",
-               "{\"architectures\": [\"BertForSequenceClassification\"], \"model_type\": \"bert\",\n"
-               " \"vocab_size\": 30522, \"hidden_size\": 32, \"num_hidden_layers\": 2, \"num_attention_heads\": 4,\n"
-               " \"intermediate_size\": 37, \"hidden_act\": \"gelu\", \"hidden_dropout_prob\": 0.1,\n"
-               " \"attention_probs_dropout_prob\": 0.1, \"max_position_embeddings\": 64, \"type_vocab_size\": 2,\n"
-               " \"layer_norm_eps\": 1e-12, \"pad_token_id\": 0, \"num_labels\": 2}\n");
-    write_text("tiny/tokenizer_config.json", "{\"do_lower_case\": true, \"tokenizer_class\": \"BertTokenizer\"}\n");
-    copy_lines(VOCAB, "tiny/vocab.txt", -1);
-    ModelSpec spec;
-    HfConfigInfo info;
-    HpcError err = {0};
-    snprintf(path, sizeof path, "%s/config.json", dir);
-    cr_assert_eq(hf_config_load(path, NULL, &spec, &info, &err), HPC_OK, "%s", err.msg);
-    IrGraph g;
-    ParamList pl;
-    ir_init(&g);
-    params_init(&pl);
-    cr_assert_eq(lower_model(&spec, &g, &pl, &err), HPC_OK, "%s", err.msg);
-    float **w = calloc((size_t)pl.n, sizeof *w);
-    uint64_t x = 88172645463325252ull;   /* xorshift: the weights only need to be varied */
-    for (int i = 0; i < pl.n; i++) {
-        if (pl.p[i].tied_to >= 0) continue;
-        int64_t n = params_numel(&pl.p[i]);
-        w[i] = malloc((size_t)n * sizeof **w);
-        for (int64_t k = 0; k < n; k++) {
-            x ^= x << 13, x ^= x >> 7, x ^= x << 17;
-            w[i][k] = (float)((double)(x >> 11) / 9007199254740992.0 - 0.5) * 0.1f;
-        }
-        if (pl.p[i].init == PARAM_INIT_ONES)   /* LayerNorm gamma near 1, as in a trained model */
-            for (int64_t k = 0; k < n; k++) w[i][k] += 1.0f;
-    }
-    snprintf(path, sizeof path, "%s/model.safetensors", dir);
-    cr_assert_eq(hf_names_save("bert", &spec, &pl, (const float *const *)w, path, &err), HPC_OK, "%s", err.msg);
-    for (int i = 0; i < pl.n; i++) free(w[i]);
-    free(w);
-    params_free(&pl);
-    ir_free(&g);
+    hf_tiny_make(root, dir);
 }
 
 static void setup(void)

@@ -229,3 +229,40 @@ Test(dataset, add_copies_and_counts)
     dataset_free(&d);
     cr_expect_eq(d.n, 0);
 }
+
+/* loader_longest_batch_len: the longest row of all the sets, padded as a
+ * batch would be (up to 8, capped at max_len); NULL sets skipped. */
+Test(loader, longest_batch_len_pads_like_a_batch)
+{
+    Dataset a, b;
+    HpcError err;
+    int32_t ids[MAXLEN] = {0};
+    dataset_init(&a, "a");
+    dataset_init(&b, "b");
+    cr_assert_eq(dataset_add(&a, ids, NULL, 11, 0, 0, &err), HPC_OK);
+    cr_assert_eq(dataset_add(&a, ids, NULL, 3, 1, 0, &err), HPC_OK);
+    cr_assert_eq(dataset_add(&b, ids, NULL, 17, 0, 0, &err), HPC_OK);
+    const Dataset *only_a[] = {&a, NULL}, *both[] = {&a, &b};
+    cr_expect_eq(loader_longest_batch_len(only_a, 2, 128), 16);
+    cr_expect_eq(loader_longest_batch_len(both, 2, 128), 24);
+    cr_expect_eq(loader_longest_batch_len(both, 2, 20), 20, "capped at max_len as batches are");
+    cr_expect_eq(loader_longest_batch_len(both, 0, 128), 8, "no rows: as a one-token row");
+    /* every batch the loader makes, bucketed or not, fits in that length */
+    Dataset d;
+    make_dataset(&d, 9, false);
+    const Dataset *one[] = {&d};
+    int64_t cap = loader_longest_batch_len(one, 1, MAXLEN), seen = 0;
+    for (int bucket = 0; bucket < 2; bucket++) {
+        Loader ld;
+        cr_assert_eq(loader_init(&ld, &d, 8, MAXLEN, 5, true, bucket, &err), HPC_OK);
+        for (Batch *bt; (bt = loader_next(&ld)); batch_free(bt)) {
+            cr_expect_leq(bt->L, cap);
+            if (bt->L > seen) seen = bt->L;
+        }
+        loader_free(&ld);
+    }
+    cr_expect_eq(seen, cap, "the longest batch reaches it");
+    dataset_free(&a);
+    dataset_free(&b);
+    dataset_free(&d);
+}

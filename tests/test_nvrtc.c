@@ -188,3 +188,27 @@ Test(nvrtc, unwritable_cache_still_compiles)
     cr_expect(strstr(info.note, "/dev/null") != NULL, "note: %s", info.note);
     free(cubin);
 }
+
+/* HPC_NVRTC_SPLIT adds --split-compile: another cache entry, same kernel;
+ * junk is refused by name. */
+Test(nvrtc, split_compile_is_its_own_cache_entry, .init = make_dir, .fini = remove_dir)
+{
+    NvrtcCacheInfo info;
+    size_t n;
+    unsetenv("HPC_NVRTC_SPLIT");
+    free(cached(90, NULL, 0, &n, &info));
+    cr_expect_eq(info.result, KCACHE_MISS);
+    setenv("HPC_NVRTC_SPLIT", "2", 1);
+    void *split = cached(90, NULL, 0, &n, &info);
+    cr_expect_eq(info.result, KCACHE_MISS, "split and plain cubins share a key");
+    expect_cubin_for(split, n, 90);
+    free(split);
+    free(cached(90, NULL, 0, &n, &info));
+    cr_expect_eq(info.result, KCACHE_HIT);
+    setenv("HPC_NVRTC_SPLIT", "many", 1);
+    void *cubin;
+    HpcError err;
+    cr_expect_eq(nvrtc_compile(sample_src, "k", 90, NULL, 0, &cubin, &n, NULL, &err), HPC_ERR_USAGE);
+    cr_expect(strstr(err.msg, "HPC_NVRTC_SPLIT=many") != NULL, "%s", err.msg);
+    unsetenv("HPC_NVRTC_SPLIT");
+}

@@ -387,9 +387,9 @@ Test(optim_chunks, norm_pass_blocks_and_bytes)
     cr_expect_eq(cuda_optim_check_blocks(CUDA_OPTIM_CHECK_CHUNKS), 1);
     cr_expect_eq(cuda_optim_check_blocks(CUDA_OPTIM_CHECK_CHUNKS + 1), 2);
     /* AdamW with an fp16 copy moves 34 bytes per parameter (issue #15's figure). */
-    KemitOptTensor t[2] = {{.master = 1, .grad = 2, .m = 3, .v = 4, .low = 5, .n = 1000},
+    CudaOptTensor t[2] = {{.master = 1, .grad = 2, .m = 3, .v = 4, .low = 5, .n = 1000},
                            {.master = 1, .grad = 2, .m = 3, .v = 4, .low = 0, .n = 10}};
     cr_expect_eq(cuda_optim_step_bytes(t, 2, OPT_ADAMW), 34.0 * 1000 + 32.0 * 10);
-    KemitOptTensor sgd = {.master = 1, .grad = 2, .n = 8};
+    CudaOptTensor sgd = {.master = 1, .grad = 2, .n = 8};
     cr_expect_eq(cuda_optim_step_bytes(&sgd, 1, OPT_SGD), 16.0 * 8);
 }

@@ -45,6 +45,15 @@
 
 #if HPC_HEAD_DIM <= 128
 
+// Every kernel is a body attn_NAME_run(block x, y, z, args...) and, unless
+// HPC_ATTN_NO_KERNELS, the kernel KN(attn_NAME)(args...) that calls it with
+// blockIdx.  The step module (compiler/emit_ops_attention.c) takes the
+// bodies only and calls them from its EopArgs wrappers, with AT_RUN set to
+// __noinline__ so the nodes of every layer share one compiled body.
+#ifndef AT_RUN
+#define AT_RUN __device__ __forceinline__
+#endif
+
 #define AT_D HPC_HEAD_DIM
 #define AT_DPL ((AT_D + 31) / 32)   // row elements per lane
 #define AT_ROWS 4                   // query rows per warp (fwd, dq)
@@ -79,17 +88,17 @@ __device__ __forceinline__ void at_load_tile(float *dst, int stride, const st_t 
     }
 }
 
-extern "C" __global__ void __launch_bounds__(128)
-KN(attn_simt_fwd)(st_t *ctx,            // (B, L, HPC_HIDDEN) out
-                  float *lse,           // (B, NH, L) out
-                  const st_t *q, const st_t *k, const st_t *v, int ld,
-                  const int *mask,      // (B, L) i32, or NULL
-                  int B, int L, float p, u64 seed, u32 step, u32 salt)
+AT_RUN void attn_simt_fwd_run(int at_bx, int at_by, int at_bz,
+                                                  st_t *ctx,            // (B, L, HPC_HIDDEN) out
+                                                  float *lse,           // (B, NH, L) out
+                                                  const st_t *q, const st_t *k, const st_t *v, int ld,
+                                                  const int *mask,      // (B, L) i32, or NULL
+                                                  int B, int L, float p, u64 seed, u32 step, u32 salt)
 {
     __shared__ float qs[AT_QB][AT_D];
     __shared__ float ks[AT_KT][AT_D + 1];
     __shared__ float vs[AT_KT][AT_D];
-    int b = blockIdx.z, h = blockIdx.y, q0 = blockIdx.x * AT_QB;
+    int b = at_bz, h = at_by, q0 = at_bx * AT_QB;
     int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     float dscale = dropout_scale(p);
     at_load_tile(&qs[0][0], AT_D, q, ld, b, h, q0, AT_QB, L, at_scale(), threadIdx.x, 128);
@@ -150,13 +159,24 @@ KN(attn_simt_fwd)(st_t *ctx,            // (B, L, HPC_HIDDEN) out
             lse[((i64)b * HPC_HEADS + h) * L + row] = l[i] == 0.0f ? HPC_INF : m[i] + logf(l[i]);
     }
 }
+#ifndef HPC_ATTN_NO_KERNELS
+extern "C" __global__ void __launch_bounds__(128)
+KN(attn_simt_fwd)(st_t *ctx,            // (B, L, HPC_HIDDEN) out
+                      float *lse,           // (B, NH, L) out
+                      const st_t *q, const st_t *k, const st_t *v, int ld,
+                      const int *mask,      // (B, L) i32, or NULL
+                      int B, int L, float p, u64 seed, u32 step, u32 salt)
+{
+    attn_simt_fwd_run(blockIdx.x, blockIdx.y, blockIdx.z, ctx, lse, q, k, v, ld, mask, B, L, p, seed, step, salt);
+}
+#endif
 
 // delta[(b * NH + h) * L + t] = sum_d dctx * ctx over head h's D elements
 // of position t: one warp per (b, t, h), (ceil(B * L * NH / 4) x 128).
-extern "C" __global__ void __launch_bounds__(128)
-KN(attn_simt_bwd_dot)(float *delta, const st_t *dctx, const st_t *ctx, int B, int L)
+AT_RUN void attn_simt_bwd_dot_run(int at_bx, int at_by, int at_bz,
+                                                      float *delta, const st_t *dctx, const st_t *ctx, int B, int L)
 {
-    i64 w = (i64)blockIdx.x * 4 + (threadIdx.x >> 5);
+    i64 w = (i64)at_bx * 4 + (threadIdx.x >> 5);
     if (w >= (i64)B * L * HPC_HEADS) return;
     int lane = threadIdx.x & 31, h = (int)(w % HPC_HEADS);
     i64 bt = w / HPC_HEADS;   // b * L + t
@@ -167,19 +187,26 @@ KN(attn_simt_bwd_dot)(float *delta, const st_t *dctx, const st_t *ctx, int B, in
     i64 b = bt / L, t = bt % L;
     if (lane == 0) delta[(b * HPC_HEADS + h) * L + t] = s;
 }
-
+#ifndef HPC_ATTN_NO_KERNELS
 extern "C" __global__ void __launch_bounds__(128)
-KN(attn_simt_bwd_dq)(st_t *dq, int ldg,          // out, as q
-                     const st_t *dctx,           // (B, L, HPC_HIDDEN)
-                     const st_t *q, const st_t *k, const st_t *v, int ld,
-                     const float *lse, const float *delta, const int *mask,
-                     int B, int L, float p, u64 seed, u32 step, u32 salt)
+KN(attn_simt_bwd_dot)(float *delta, const st_t *dctx, const st_t *ctx, int B, int L)
+{
+    attn_simt_bwd_dot_run(blockIdx.x, blockIdx.y, blockIdx.z, delta, dctx, ctx, B, L);
+}
+#endif
+
+AT_RUN void attn_simt_bwd_dq_run(int at_bx, int at_by, int at_bz,
+                                                     st_t *dq, int ldg,          // out, as q
+                                                     const st_t *dctx,           // (B, L, HPC_HIDDEN)
+                                                     const st_t *q, const st_t *k, const st_t *v, int ld,
+                                                     const float *lse, const float *delta, const int *mask,
+                                                     int B, int L, float p, u64 seed, u32 step, u32 salt)
 {
     __shared__ float qs[AT_QB][AT_D];
     __shared__ float gs[AT_QB][AT_D];
     __shared__ float ks[AT_KT][AT_D + 1];
     __shared__ float vs[AT_KT][AT_D + 1];
-    int b = blockIdx.z, h = blockIdx.y, q0 = blockIdx.x * AT_QB;
+    int b = at_bz, h = at_by, q0 = at_bx * AT_QB;
     int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     float dscale = dropout_scale(p), scale = at_scale();
     at_load_tile(&qs[0][0], AT_D, q, ld, b, h, q0, AT_QB, L, scale, threadIdx.x, 128);
@@ -236,21 +263,32 @@ KN(attn_simt_bwd_dq)(st_t *dq, int ldg,          // out, as q
         }
     }
 }
+#ifndef HPC_ATTN_NO_KERNELS
+extern "C" __global__ void __launch_bounds__(128)
+KN(attn_simt_bwd_dq)(st_t *dq, int ldg,          // out, as q
+                         const st_t *dctx,           // (B, L, HPC_HIDDEN)
+                         const st_t *q, const st_t *k, const st_t *v, int ld,
+                         const float *lse, const float *delta, const int *mask,
+                         int B, int L, float p, u64 seed, u32 step, u32 salt)
+{
+    attn_simt_bwd_dq_run(blockIdx.x, blockIdx.y, blockIdx.z, dq, ldg, dctx, q, k, v, ld, lse, delta, mask, B, L, p, seed, step, salt);
+}
+#endif
 
 // (ceil(L / 32), NH, B) x 32: lane j owns key 32 blockIdx.x + j.
-extern "C" __global__ void __launch_bounds__(32)
-KN(attn_simt_bwd_dkv)(st_t *dk, st_t *dv, int ldg,   // out, as k and v
-                      const st_t *dctx,
-                      const st_t *q, const st_t *k, const st_t *v, int ld,
-                      const float *lse, const float *delta, const int *mask,
-                      int B, int L, float p, u64 seed, u32 step, u32 salt)
+AT_RUN void attn_simt_bwd_dkv_run(int at_bx, int at_by, int at_bz,
+                                                      st_t *dk, st_t *dv, int ldg,   // out, as k and v
+                                                      const st_t *dctx,
+                                                      const st_t *q, const st_t *k, const st_t *v, int ld,
+                                                      const float *lse, const float *delta, const int *mask,
+                                                      int B, int L, float p, u64 seed, u32 step, u32 salt)
 {
     __shared__ float ks[AT_KT][AT_D + 1];
     __shared__ float vs[AT_KT][AT_D + 1];
     __shared__ float qs[AT_QC][AT_D];
     __shared__ float gs[AT_QC][AT_D];
     __shared__ float cl[AT_QC], cd[AT_QC];
-    int b = blockIdx.z, h = blockIdx.y, k0 = blockIdx.x * AT_KT, lane = threadIdx.x;
+    int b = at_bz, h = at_by, k0 = at_bx * AT_KT, lane = threadIdx.x;
     int key = k0 + lane;
     float dscale = dropout_scale(p), scale = at_scale();
     at_load_tile(&ks[0][0], AT_D + 1, k, ld, b, h, k0, AT_KT, L, 1.0f, lane, 32);
@@ -295,6 +333,17 @@ KN(attn_simt_bwd_dkv)(st_t *dk, st_t *dv, int ldg,   // out, as k and v
         dv[((i64)b * L + key) * ldg + h * AT_D + d] = st_from(gv[d]);
     }
 }
+#ifndef HPC_ATTN_NO_KERNELS
+extern "C" __global__ void __launch_bounds__(32)
+KN(attn_simt_bwd_dkv)(st_t *dk, st_t *dv, int ldg,   // out, as k and v
+                          const st_t *dctx,
+                          const st_t *q, const st_t *k, const st_t *v, int ld,
+                          const float *lse, const float *delta, const int *mask,
+                          int B, int L, float p, u64 seed, u32 step, u32 salt)
+{
+    attn_simt_bwd_dkv_run(blockIdx.x, blockIdx.y, blockIdx.z, dk, dv, ldg, dctx, q, k, v, ld, lse, delta, mask, B, L, p, seed, step, salt);
+}
+#endif
 
 // == Tensor-core forward (16-bit storage, D a multiple of 16) ==
 //
@@ -363,15 +412,15 @@ __device__ __forceinline__ u32 am_bits8(i64 f0, float p, u64 seed, u32 step, u32
     return w & 0xFFu;
 }
 
-extern "C" __global__ void __launch_bounds__(128)
-KN(attn_mma_fwd)(st_t *ctx, float *lse, const st_t *q, const st_t *k, const st_t *v, int ld,
-                 const int *mask, int B, int L, float p, u64 seed, u32 step, u32 salt)
+AT_RUN void attn_mma_fwd_run(int at_bx, int at_by, int at_bz,
+                                                 st_t *ctx, float *lse, const st_t *q, const st_t *k, const st_t *v, int ld,
+                                                 const int *mask, int B, int L, float p, u64 seed, u32 step, u32 salt)
 {
     __shared__ __align__(16) unsigned short ks[AM_KT * AM_KS];
     __shared__ __align__(16) unsigned short vt[AT_D * AM_VS];
-    int b = blockIdx.z, h = blockIdx.y;
+    int b = at_bz, h = at_by;
     int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
-    int r0 = blockIdx.x * AM_QB + warp * AM_QW;
+    int r0 = at_bx * AM_QB + warp * AM_QW;
     int rows[2] = {r0 + g, r0 + g + 8};
     float scale = at_scale(), dscale = dropout_scale(p);
     i64 flat[2];
@@ -500,23 +549,31 @@ KN(attn_mma_fwd)(st_t *ctx, float *lse, const st_t *q, const st_t *k, const st_t
         if (t == 0) lse[((i64)b * HPC_HEADS + h) * L + row] = l[rr] == 0.0f ? HPC_INF : m[rr] + logf(l[rr]);
     }
 }
+#ifndef HPC_ATTN_NO_KERNELS
+extern "C" __global__ void __launch_bounds__(128)
+KN(attn_mma_fwd)(st_t *ctx, float *lse, const st_t *q, const st_t *k, const st_t *v, int ld,
+                     const int *mask, int B, int L, float p, u64 seed, u32 step, u32 salt)
+{
+    attn_mma_fwd_run(blockIdx.x, blockIdx.y, blockIdx.z, ctx, lse, q, k, v, ld, mask, B, L, p, seed, step, salt);
+}
+#endif
 
 // attn_mma_bwd_dq: attn_simt_bwd_dq on the tensor cores, the layout of
 // attn_mma_fwd: grid (ceil(L / 64), NH, B) x 128, a warp's 16 query rows
 // against key tiles of 64.  S = Q K^T and dP = dO V^T take K and V
 // row-major; dQ += dS K takes K transposed.  dS is rounded to the storage
 // dtype for that product.
-extern "C" __global__ void __launch_bounds__(128)
-KN(attn_mma_bwd_dq)(st_t *dq, int ldg, const st_t *dctx, const st_t *q, const st_t *k, const st_t *v, int ld,
-                    const float *lse, const float *delta, const int *mask, int B, int L, float p, u64 seed,
-                    u32 step, u32 salt)
+AT_RUN void attn_mma_bwd_dq_run(int at_bx, int at_by, int at_bz,
+                                                    st_t *dq, int ldg, const st_t *dctx, const st_t *q, const st_t *k, const st_t *v, int ld,
+                                                    const float *lse, const float *delta, const int *mask, int B, int L, float p, u64 seed,
+                                                    u32 step, u32 salt)
 {
     __shared__ __align__(16) unsigned short ks[AM_KT * AM_KS];
     __shared__ __align__(16) unsigned short vs[AM_KT * AM_KS];
     __shared__ __align__(16) unsigned short kt[AT_D * AM_VS];
-    int b = blockIdx.z, h = blockIdx.y;
+    int b = at_bz, h = at_by;
     int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
-    int r0 = blockIdx.x * AM_QB + warp * AM_QW;
+    int r0 = at_bx * AM_QB + warp * AM_QW;
     int rows[2] = {r0 + g, r0 + g + 8};
     float scale = at_scale(), dscale = dropout_scale(p);
     i64 flat[2];
@@ -624,6 +681,15 @@ KN(attn_mma_bwd_dq)(st_t *dq, int ldg, const st_t *dctx, const st_t *q, const st
         }
     }
 }
+#ifndef HPC_ATTN_NO_KERNELS
+extern "C" __global__ void __launch_bounds__(128)
+KN(attn_mma_bwd_dq)(st_t *dq, int ldg, const st_t *dctx, const st_t *q, const st_t *k, const st_t *v, int ld,
+                        const float *lse, const float *delta, const int *mask, int B, int L, float p, u64 seed,
+                        u32 step, u32 salt)
+{
+    attn_mma_bwd_dq_run(blockIdx.x, blockIdx.y, blockIdx.z, dq, ldg, dctx, q, k, v, ld, lse, delta, mask, B, L, p, seed, step, salt);
+}
+#endif
 
 // attn_mma_bwd_dkv: attn_simt_bwd_dkv on the tensor cores.  Grid
 // (ceil(L / 64), NH, B) x 128: each warp owns 16 keys (their K and V rows
@@ -636,19 +702,19 @@ KN(attn_mma_bwd_dq)(st_t *dq, int ldg, const st_t *dctx, const st_t *q, const st
 #define AM_QT 32                 // queries per tile (dkv)
 #define AM_QTS (AM_QT + 8)       // shared row stride of Q^T, dO^T
 
-extern "C" __global__ void __launch_bounds__(128)
-KN(attn_mma_bwd_dkv)(st_t *dk, st_t *dv, int ldg, const st_t *dctx, const st_t *q, const st_t *k, const st_t *v,
-                     int ld, const float *lse, const float *delta, const int *mask, int B, int L, float p,
-                     u64 seed, u32 step, u32 salt)
+AT_RUN void attn_mma_bwd_dkv_run(int at_bx, int at_by, int at_bz,
+                                                     st_t *dk, st_t *dv, int ldg, const st_t *dctx, const st_t *q, const st_t *k, const st_t *v,
+                                                     int ld, const float *lse, const float *delta, const int *mask, int B, int L, float p,
+                                                     u64 seed, u32 step, u32 salt)
 {
     __shared__ __align__(16) unsigned short qs[AM_QT * AM_KS];
     __shared__ __align__(16) unsigned short gs[AM_QT * AM_KS];
     __shared__ __align__(16) unsigned short qt[AT_D * AM_QTS];
     __shared__ __align__(16) unsigned short gt[AT_D * AM_QTS];
     __shared__ float tl[AM_QT], td[AM_QT];
-    int b = blockIdx.z, h = blockIdx.y;
+    int b = at_bz, h = at_by;
     int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
-    int k0 = blockIdx.x * AM_QB + warp * AM_QW;   // the warp's first key
+    int k0 = at_bx * AM_QB + warp * AM_QW;   // the warp's first key
     int keys[2] = {k0 + g, k0 + g + 8};
     float scale = at_scale(), dscale = dropout_scale(p);
     i64 bh = (i64)b * HPC_HEADS + h;
@@ -764,6 +830,15 @@ KN(attn_mma_bwd_dkv)(st_t *dk, st_t *dv, int ldg, const st_t *dctx, const st_t *
         }
     }
 }
+#ifndef HPC_ATTN_NO_KERNELS
+extern "C" __global__ void __launch_bounds__(128)
+KN(attn_mma_bwd_dkv)(st_t *dk, st_t *dv, int ldg, const st_t *dctx, const st_t *q, const st_t *k, const st_t *v,
+                         int ld, const float *lse, const float *delta, const int *mask, int B, int L, float p,
+                         u64 seed, u32 step, u32 salt)
+{
+    attn_mma_bwd_dkv_run(blockIdx.x, blockIdx.y, blockIdx.z, dk, dv, ldg, dctx, q, k, v, ld, lse, delta, mask, B, L, p, seed, step, salt);
+}
+#endif
 
 #endif // 16-bit, D % 16 == 0
 

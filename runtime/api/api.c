@@ -1,13 +1,13 @@
 /* runtime/api/api.c — the C API of include/hpc.h: handles, argument checks,
- * errors; the work is done by a backend (runtime/api/api_backend.h). */
+ * errors; the work is done by the trainer's backend interface
+ * (runtime/train/train_backend.h, on the cpu or cuda executor). */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "api/api_backend.h"
-#include "compiler/artifact.h"
-#include "compiler/step_program_build.h"
+#include "api/api_handle.h"
+#include "api/api_model.h"
 #include "formats/hf_names.h"
 #include "formats/safetensors.h"
 
@@ -18,9 +18,16 @@ _Static_assert(HPC_API_OK == (int)HPC_OK && HPC_API_ERR_INPUT == (int)HPC_ERR_IN
                    HPC_API_ERR_INTERNAL == (int)HPC_ERR_INTERNAL,
                "hpc.h status codes must equal util/error.h's");
 
-/* Weak: see api_backend.h.  NULL when the program did not link the cuda
- * backend. */
-#pragma weak api_cuda_open
+/* Weak: a program that wants the GPU links the cuda backend with
+ * -Wl,--undefined=train_cuda_open (docs/embedding.md); NULL otherwise, so
+ * that a cpu-only program links no CUDA code or libraries. */
+#pragma weak train_cuda_open
+/* Weak: see api_model.h.  NULL when the program did not link the `.model`
+ * road (and so no compiler). */
+#pragma weak api_program_from_model
+
+/* A compiled artifact's file name ends so (compiler/artifact.h's ARTIFACT_EXT). */
+#define API_ARTIFACT_EXT ".hpc"
 
 /* Used when the model file counts epochs: the API sees single steps. */
 #define API_DEFAULT_TOTAL_STEPS 1000
@@ -77,26 +84,6 @@ static bool api_has_suffix(const char *s, const char *suffix)
     return n >= k && strcmp(s + n - k, suffix) == 0;
 }
 
-/* The spec of a model file or text; located diagnostics go into the
- * message. */
-static HpcStatus api_read_spec(const char *path, const char *text, ModelSpec *spec, HpcError *err)
-{
-    char *diag = NULL;
-    size_t diag_len = 0;
-    FILE *d = open_memstream(&diag, &diag_len);
-    if (!d) return hpc_fail(err, HPC_ERR_OOM, "hpc_model_open: open_memstream failed");
-    HpcStatus st = HPC_OK;
-    int rc = path ? spec_load(path, spec, d) : spec_load_string("<model_text>", text, strlen(text), NULL, spec, d);
-    fflush(d);
-    if (rc < 0) st = hpc_fail(err, HPC_ERR_IO, "hpc_model_open: cannot read %s: %s", path,
-                              diag_len ? diag : "unknown error");
-    else if (rc > 0) st = hpc_fail(err, HPC_ERR_INPUT, "hpc_model_open: %s has %d error(s):\n%s",
-                                   path ? path : "options.model_text", rc, diag);
-    fclose(d);
-    free(diag);
-    return st;
-}
-
 /* The requested policy, PREC_DEFAULT for "the artifact's own (fp32 for a
  * model file)". */
 static SpecPrecision api_policy(HpcPrecision p)
@@ -109,6 +96,19 @@ static SpecPrecision api_policy(HpcPrecision p)
     }
 }
 
+/* The `.model` road (api_model.h), or a message saying how to link it. */
+static HpcStatus api_compile(const char *path, const char *text, const ModelSpec *spec, SpecPrecision want,
+                             StepProgram *out, HpcError *err)
+{
+    if (!api_program_from_model)
+        return hpc_fail(err, HPC_ERR_USAGE, "hpc_model_open: %s%s needs hpc's compiler, which this program "
+                        "was linked without; compile it with `hpc compile` and open the NAME.hpc, or link "
+                        "with -Wl,--undefined=api_program_from_model (docs/embedding.md)",
+                        spec ? "another policy than the artifact's for " : "",
+                        path ? path : "options.model_text");
+    return api_program_from_model(path, text, spec, want, out, err);
+}
+
 /* A NAME.hpc's step program as it is (compiled again from its model only
  * for another policy), or a model file or text compiled in-process: the
  * same road afterwards. */
@@ -116,17 +116,15 @@ static HpcStatus api_load_program(HpcModel *m, const HpcModelOptions *o, HpcErro
 {
     SpecPrecision want = api_policy(o->precision);
     HpcStatus st;
-    if (o->path && api_has_suffix(o->path, ARTIFACT_EXT)) {
+    if (o->path && api_has_suffix(o->path, API_ARTIFACT_EXT)) {
         st = step_program_read_file(o->path, &m->prog, err);
         if (!st && want != PREC_DEFAULT && want != m->prog.policy) {
             ModelSpec spec = m->prog.spec;
             step_program_free(&m->prog);
-            st = step_program_compile(&spec, want, true, &m->prog, err);
+            st = api_compile(o->path, NULL, &spec, want, &m->prog, err);
         }
     } else {
-        ModelSpec spec;
-        st = api_read_spec(o->path, o->model_text, &spec, err);
-        if (!st) st = step_program_compile(&spec, want, true, &m->prog, err);
+        st = api_compile(o->path, o->model_text, NULL, want, &m->prog, err);
     }
     if (st) return st;
     m->spec = m->prog.spec;
@@ -195,7 +193,50 @@ int api_find_hidden(const IrGraph *g, int64_t hidden)
     return found;
 }
 
-static HpcStatus api_open_backend(HpcModel *m, const HpcModelOptions *o, HpcError *err);
+/* The initial loss scale of the spec's scaler. */
+static double api_initial_scale(const HpcModel *m)
+{
+    LossScaler ls;
+    ls_init(&ls, &m->ls_cfg);
+    return ls.scale;
+}
+
+/* One backend device for the handle: the cpu, or the cuda backend with the
+ * caller's device, stream and allocator. */
+static HpcStatus api_open_device(HpcModel *m, TrainDevice dev, const HpcModelOptions *o, HpcError *err)
+{
+    TrainDeviceAllocator alloc = {0};
+    if (o->allocator) alloc = (TrainDeviceAllocator){o->allocator->alloc, o->allocator->free, o->allocator->user};
+    TrainBackendOptions bo = {.gpu = o->device, .cuda_stream = o->cuda_stream,
+                              .allocator = o->allocator ? &alloc : NULL, .cuda_open = train_cuda_open};
+    HpcStatus st = train_backend_open_with(&m->be, dev, &m->prog, m->total_steps, m->max_B, m->max_L, &bo, err);
+    if (st) return st;
+    m->be_open = true;
+    snprintf(m->backend_name, sizeof m->backend_name, "%s", m->be.name);
+    return HPC_OK;
+}
+
+/* cpu, cuda, or auto: cuda when it opens, else the cpu. */
+static HpcStatus api_open_backend(HpcModel *m, const HpcModelOptions *o, HpcError *err)
+{
+    if (o->backend == HPC_BACKEND_CPU) return api_open_device(m, TRAIN_DEVICE_CPU, o, err);
+    if (o->allocator && (!o->allocator->alloc || !o->allocator->free))
+        return hpc_fail(err, HPC_ERR_USAGE, "hpc_model_open: options.allocator needs both alloc and free");
+    HpcStatus st;
+    if (!train_cuda_open)
+        st = hpc_fail(err, HPC_ERR_NO_GPU, "hpc_model_open: this program was linked without hpc's cuda "
+                      "backend; link it with -Wl,--undefined=train_cuda_open and the CUDA libraries "
+                      "(docs/embedding.md), or use HPC_BACKEND_CPU");
+    else
+        st = api_open_device(m, TRAIN_DEVICE_CUDA, o, err);
+    if (!st || o->backend == HPC_BACKEND_CUDA || st != HPC_ERR_NO_GPU) return st;
+    /* auto: the cpu, saying why not the GPU. */
+    char why[160];
+    snprintf(why, sizeof why, "%.150s", err->msg);
+    st = api_open_device(m, TRAIN_DEVICE_CPU, o, err);
+    snprintf(m->backend_name, sizeof m->backend_name, "cpu (no GPU: %.140s)", why);
+    return st;
+}
 
 static HpcStatus api_build(HpcModel *m, const HpcModelOptions *o, HpcError *err)
 {
@@ -203,34 +244,15 @@ static HpcStatus api_build(HpcModel *m, const HpcModelOptions *o, HpcError *err)
         return hpc_fail(err, HPC_ERR_INTERNAL, "hpc_model_open: the graph of %s has no logits or loss",
                         m->spec.name);
     m->hidden_value = api_find_hidden(&m->prog.g, m->spec.stack.hidden);
+    m->prog.spec = m->spec;   /* the backend trains the API's settings */
+    ls_config_from_spec(&m->ls_cfg, &m->spec.train);
+    m->loss_scale = api_initial_scale(m);
     return api_open_backend(m, o, err);
-}
-
-/* cpu, cuda, or auto: cuda when it opens, else the cpu. */
-static HpcStatus api_open_backend(HpcModel *m, const HpcModelOptions *o, HpcError *err)
-{
-    if (o->backend == HPC_BACKEND_CPU) return api_cpu_open(m, err);
-    HpcStatus st;
-    if (!api_cuda_open)
-        st = hpc_fail(err, HPC_ERR_NO_GPU, "hpc_model_open: this program was linked without hpc's cuda "
-                      "backend; link it with -Wl,--undefined=api_cuda_open and the CUDA libraries "
-                      "(docs/embedding.md), or use HPC_BACKEND_CPU");
-    else
-        st = api_cuda_open(m, o, err);
-    if (!st || o->backend == HPC_BACKEND_CUDA || st != HPC_ERR_NO_GPU) return st;
-    /* auto: the cpu, saying why not the GPU. */
-    char why[160];
-    snprintf(why, sizeof why, "%.150s", err->msg);
-    if (m->ops) m->ops->close(m);
-    m->ops = NULL;
-    st = api_cpu_open(m, err);
-    snprintf(m->backend_name, sizeof m->backend_name, "cpu (no GPU: %.140s)", why);
-    return st;
 }
 
 static void api_release(HpcModel *m)
 {
-    if (m->ops) m->ops->close(m);
+    if (m->be_open) train_backend_close(&m->be);
     step_program_free(&m->prog);
     free(m->zeros_i32);
     free(m->zeros_f32);
@@ -381,6 +403,50 @@ static HpcStatus api_check_cap(HpcModel *m, const char *fn, const char *what, in
 
 /* ---- running ---------------------------------------------------------- */
 
+/* Forward with dropout off; copies what is asked for (each may be NULL). */
+static HpcStatus api_forward(HpcModel *m, const Batch *b, double *loss, float *logits, float *hidden,
+                             HpcError *err)
+{
+    TrainBackend *be = &m->be;
+    if (hidden && !be->read_value)
+        return hpc_fail(err, HPC_ERR_USAGE, "hpc_model_hidden: not available on the cuda backend (open the "
+                        "model with HPC_BACKEND_CPU for hidden states)");
+    double l = 0;
+    const float *lg = NULL;
+    HpcStatus st = be->forward(be, b, &l, logits ? &lg : NULL, err);
+    if (st) return st;
+    if (loss) *loss = l;
+    if (logits)
+        memcpy(logits, lg, (size_t)ir_numel(&m->prog.g.nodes[m->prog.g.logits], b->B, b->L) * sizeof(float));
+    return hidden ? be->read_value(be, m->hidden_value, hidden, err) : HPC_OK;
+}
+
+/* One micro-batch, one optimizer step, its record. */
+static HpcStatus api_train(HpcModel *m, const Batch *b, HpcStepReport *rep, HpcError *err)
+{
+    TrainBackend *be = &m->be;
+    TrainStepStat rec;
+    int n = 0;
+    HpcStatus st = be->micro(be, b, 0, err);
+    if (!st) st = be->step(be, false, err);
+    if (!st) st = be->collect(be, &rec, 1, &n, err);
+    if (!st && n != 1) st = hpc_fail(err, HPC_ERR_INTERNAL, "hpc_model_train_step: the step left no record");
+    if (st) return st;
+    if (!rec.skipped) m->steps++;
+    m->loss_scale = rec.loss_scale;
+    *rep = (HpcStepReport){.loss = rec.loss, .lr = rec.lr, .loss_scale = rec.loss_scale,
+                           .grad_norm = rec.grad_norm, .skipped = rec.skipped, .step = m->steps};
+    /* the scaler as the step left it, for its give-up rule and message */
+    LossScaler ls = {.cfg = m->ls_cfg, .scale = rec.loss_scale, .consecutive_skips = rec.consecutive_skips,
+                     .total_skips = rec.total_skips};
+    if (ls_gave_up(&ls)) {
+        char why[512];
+        ls_describe_give_up(&ls, why, sizeof why);
+        return hpc_fail(err, HPC_ERR_NUMERIC, "hpc_model_train_step: %s", why);
+    }
+    return HPC_OK;
+}
+
 HpcApiStatus hpc_model_forward(HpcModel *m, const HpcBatch *b, float *logits, size_t cap)
 {
     if (!api_valid(m)) return HPC_API_ERR_USAGE;
@@ -389,7 +455,7 @@ HpcApiStatus hpc_model_forward(HpcModel *m, const HpcBatch *b, float *logits, si
     HpcStatus st = api_batch(m, "hpc_model_forward", b, false, &bt, err);
     if (!st && !logits) st = hpc_fail(err, HPC_ERR_USAGE, "hpc_model_forward: logits is NULL");
     if (!st) st = api_check_cap(m, "hpc_model_forward", "logits", m->prog.g.logits, &bt, cap, err);
-    if (!st) st = m->ops->forward(m, &bt, NULL, logits, NULL, err);
+    if (!st) st = api_forward(m, &bt, NULL, logits, NULL, err);
     return (HpcApiStatus)st;
 }
 
@@ -404,7 +470,7 @@ HpcApiStatus hpc_model_hidden(HpcModel *m, const HpcBatch *b, float *hidden, siz
     HpcStatus st = api_batch(m, "hpc_model_hidden", b, false, &bt, err);
     if (!st && !hidden) st = hpc_fail(err, HPC_ERR_USAGE, "hpc_model_hidden: hidden is NULL");
     if (!st) st = api_check_cap(m, "hpc_model_hidden", "hidden", m->hidden_value, &bt, cap, err);
-    if (!st) st = m->ops->forward(m, &bt, NULL, NULL, hidden, err);
+    if (!st) st = api_forward(m, &bt, NULL, NULL, hidden, err);
     return (HpcApiStatus)st;
 }
 
@@ -416,7 +482,7 @@ HpcApiStatus hpc_model_evaluate(HpcModel *m, const HpcBatch *b, double *loss, fl
     HpcStatus st = api_batch(m, "hpc_model_evaluate", b, true, &bt, err);
     if (!st && !loss) st = hpc_fail(err, HPC_ERR_USAGE, "hpc_model_evaluate: loss is NULL");
     if (!st && logits) st = api_check_cap(m, "hpc_model_evaluate", "logits", m->prog.g.logits, &bt, cap, err);
-    if (!st) st = m->ops->forward(m, &bt, loss, logits, NULL, err);
+    if (!st) st = api_forward(m, &bt, loss, logits, NULL, err);
     return (HpcApiStatus)st;
 }
 
@@ -427,7 +493,7 @@ HpcApiStatus hpc_model_train_step(HpcModel *m, const HpcBatch *b, HpcStepReport 
     Batch bt;
     HpcStepReport rep;
     HpcStatus st = api_batch(m, "hpc_model_train_step", b, true, &bt, err);
-    if (!st) st = m->ops->train(m, &bt, &rep, err);
+    if (!st) st = api_train(m, &bt, &rep, err);
     if (report && (!st || st == HPC_ERR_NUMERIC)) *report = rep;
     return (HpcApiStatus)st;
 }
@@ -445,7 +511,7 @@ static HpcStatus api_host_params(HpcModel *m, float ***out, HpcError *err)
         if (pl->p[p].tied_to >= 0) continue;
         w[p] = malloc((size_t)params_numel(&pl->p[p]) * sizeof(float));
         if (!w[p]) return hpc_fail(err, HPC_ERR_OOM, "out of host memory for %s", pl->p[p].name);
-        HpcStatus st = m->ops->get_param(m, p, w[p], err);
+        HpcStatus st = m->be.read_param(&m->be, p, w[p], err);
         if (st) return st;
     }
     return HPC_OK;
@@ -470,7 +536,11 @@ HpcApiStatus hpc_model_load_weights(HpcModel *m, const char *path)
     if (!st) st = st_open(path, &f, err);
     /* Loaded into copies, so a failure halfway leaves the model unchanged. */
     if (!st) st = hf_names_load_all(hf_names_detect(f), f, &m->prog.pl, w, &n_new, err);
-    if (!st) st = m->ops->set_params(m, w, err);
+    if (!st) st = m->be.set_weights(&m->be, w, err);
+    if (!st) {
+        m->steps = 0;
+        m->loss_scale = api_initial_scale(m);
+    }
     if (f) st_close(f);
     api_free_params(m, w);
     return (HpcApiStatus)api_prefix(err, "hpc_model_load_weights", st);

@@ -9,8 +9,10 @@
  * the column sums (bias and LayerNorm parameter gradients) are split by
  * column instead and repeat the reference's arithmetic in the same order;
  * dropout repeats ck_dropout_fwd_f32's formula with the element's global
- * index.  The only fast-mode op that is not bitwise is the gemm
- * (runtime/cpu/cpu_fast_gemm.h). */
+ * index.  The fast-mode ops that are not bitwise are the gemm
+ * (runtime/cpu/cpu_fast_gemm.h), the exact GELU (runtime/cpu/cpu_fast_gelu.h,
+ * within 1 float ulp) and the optimizer's gradient norm
+ * (runtime/cpu/cpu_fast_optim.h, f64 sums in another order). */
 #ifndef HPC_RUNTIME_CPU_FAST_KERNELS_H
 #define HPC_RUNTIME_CPU_FAST_KERNELS_H
 

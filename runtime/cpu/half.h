@@ -24,7 +24,7 @@
 
 #include <stdint.h>
 
-#include "compiler/spec.h"
+#include "util/dtype.h"
 
 uint16_t half_from_f32(float x);  /* IEEE binary16, round-to-nearest-even, overflow -> inf, subnormals exact, NaN stays NaN */
 float    half_to_f32(uint16_t h);

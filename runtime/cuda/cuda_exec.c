@@ -7,8 +7,10 @@
 #include <string.h>
 #include <time.h>
 
+#include "cpu/cpu_threads.h"
 #include "cpu/half.h"
 #include "cuda/nvrtc_compile.h"
+#include "util/phase_clock.h"
 
 #define NODE(id) (&ex->g->nodes[(id)])
 
@@ -148,13 +150,19 @@ HpcStatus cuda_exec_init_kernels(CudaExec *ex, CudaDevice *dev, const IrGraph *g
     ex->dev = dev;
     ex->kernels = kernels;
     HpcStatus st = plan_step(ex, max_B, max_L, err);
+    phase_mark("step plan for the run's bounds (arena offsets)");
     if (!st) st = arena_init_with(&ex->arena, dev->allocator, "activations and gradients",
                                   (size_t)ex->plan.arena_bytes, err);
     if (!st) st = alloc_params(ex, err);
     if (!st) st = arena_alloc(&ex->arena, &ex->ctl, sizeof(EopCtl), "step control", err);
+    phase_mark("arena allocation and parameter buffers");
     if (!st) st = gemm_init(&ex->gemm, dev->stream, 0, err);
     if (!st) ex->gemm_ready = true;
+    phase_mark("cuBLASLt init, GEMM tune cache read");
     if (!st) st = compile_module(ex, err);
+    if (!st) phase_markf("step module (and optimizer): %s %.3f s, then cuModuleLoadData",
+                         ex->cubin_from_program ? "the program's cubin" : ex->cache_hit ? "kernel cache hit" : "NVRTC",
+                         ex->compile_seconds);
     if (!st) st = lookup_kernels(ex, err);
     if (st) cuda_exec_free(ex);
     return st;
@@ -181,6 +189,16 @@ void cuda_exec_free(CudaExec *ex)
     memset(ex, 0, sizeof *ex);
 }
 
+/* One range of a 16-bit copy, converted on the cpu pool's threads
+ * (BERT-base's 110M conversions took about a third of a second on one). */
+typedef struct { const float *src; uint16_t *low; bool bf16; } LowCopyJob;
+
+static void low_copy_range(void *ctx, int64_t begin, int64_t end)
+{
+    const LowCopyJob *j = ctx;
+    for (int64_t k = begin; k < end; k++) j->low[k] = j->bf16 ? bf16_from_f32(j->src[k]) : half_from_f32(j->src[k]);
+}
+
 HpcStatus cuda_exec_set_params(CudaExec *ex, float *const *w, HpcError *err)
 {
     const CudaDriver *cu = cuda_driver();
@@ -193,11 +211,10 @@ HpcStatus cuda_exec_set_params(CudaExec *ex, float *const *w, HpcError *err)
         const IrNode *n = NODE(i);
         if (n->op != IR_OP_PARAM || n->dtype == DT_F32) continue;
         int64_t numel = ir_numel(n, 1, 1);
-        const float *src = w[n->attr.param.index];
         uint16_t *low = malloc((size_t)numel * 2);
         if (!low) return hpc_fail(err, HPC_ERR_OOM, "cuda_exec_set_params: out of host memory");
-        for (int64_t j = 0; j < numel; j++)
-            low[j] = n->dtype == DT_F16 ? half_from_f32(src[j]) : bf16_from_f32(src[j]);
+        LowCopyJob job = {.src = w[n->attr.param.index], .low = low, .bf16 = n->dtype == DT_BF16};
+        cpu_parallel_for(numel, 1 << 16, low_copy_range, &job);
         st = CUDA_CHECK(err, cu->cuMemcpyHtoDAsync(ex->param_dev[i], low, (size_t)numel * 2, ex->dev->stream));
         if (!st) st = cuda_exec_sync(ex, err);
         free(low);
@@ -291,9 +308,14 @@ static void gemm_desc_node(const CudaExec *ex, int id, GemmDesc *d)
         gemm_desc_rm(d, ab, c, rows, b->dims[1], b->dims[0], A, Bp, C);
         break;
     case IR_OP_LINEAR_DW: /* dW (out, in) = dy^T (out, R) x (R, in) */
+    case IR_OP_LINEAR_DW_BGRAD: /* and db (out) = the column sums of dy, from the epilogue */
         gemm_desc_rm(d, ab, c, n->dims[0], n->dims[1], ir_rows(a, ex->B, ex->L), A, Bp, C);
         d->trans_a = true;
         d->lda = n->dims[0];
+        if (n->op == IR_OP_LINEAR_DW_BGRAD) {
+            d->epilogue = GEMM_EPI_BGRAD_A;
+            d->bias = cuda_exec_ptr(ex, ir_output(ex->g, id, 1));
+        }
         break;
     default: { /* MATMUL: batched (.., M, K) x (.., K, N), alpha */
         const IrMatmulAttr *m = &n->attr.matmul;
@@ -318,11 +340,13 @@ static void gemm_desc_node(const CudaExec *ex, int id, GemmDesc *d)
 static HpcStatus launch_phases(CudaExec *ex, int id, HpcError *err)
 {
     const IrNode *n = NODE(id);
-    EopArgs a = {.y = cuda_exec_ptr(ex, id), .ctl = ex->ctl, .B = ex->B, .L = ex->L};
+    /* LINEAR_DW_BGRAD's phases (its fallback) write db, its output 1. */
+    int y = n->op == IR_OP_LINEAR_DW_BGRAD ? ir_output(ex->g, id, 1) : id;
+    EopArgs a = {.y = cuda_exec_ptr(ex, y), .ctl = ex->ctl, .B = ex->B, .L = ex->L};
     for (int k = 0; k < n->n_in; k++) a.x[k] = cuda_exec_ptr(ex, n->in[k]);
-    for (int k = 1; k < ir_op_info(n->op)->n_outputs && k <= EOP_MAX_OUTPUTS; k++) {
-        int j = ir_output(ex->g, id, k);   /* a multi-output op writes its projections too */
-        if (j >= 0) a.out[k - 1] = cuda_exec_ptr(ex, j);
+    for (int k = 1; k < ir_op_info(n->op)->n_outputs && k <= EOP_MAX_EXTRA_OUTPUTS; k++) {
+        int o = ir_output(ex->g, id, k);   /* a multi-output node writes its OUTPUT values too */
+        if (o >= 0) a.yk[k - 1] = cuda_exec_ptr(ex, o);
     }
     if (ex->plan.scratch_off[id] >= 0) a.scratch = ex->arena.base + (CUdeviceptr)ex->plan.scratch_off[id];
     void *args[] = {&a};
@@ -342,6 +366,11 @@ static HpcStatus launch_node(CudaExec *ex, int id, HpcError *err)
     case EOP_UPLOAD: return HPC_OK;
     case EOP_GEMM:
         gemm_desc_node(ex, id, &d);
+        if (d.epilogue == GEMM_EPI_BGRAD_A) {   /* the column-sum kernels only where cuBLASLt has no epilogue */
+            bool done = false;
+            st = gemm_run_optional(&ex->gemm, &d, &done, err);
+            return st || done ? st : launch_phases(ex, id, err);
+        }
         st = gemm_run(&ex->gemm, &d, err);
         return st ? st : launch_phases(ex, id, err);
     case EOP_KERNELS: return launch_phases(ex, id, err);
@@ -449,7 +478,8 @@ static void profile_key(const CudaExec *ex, int id, ProfRow *r)
         used = (size_t)snprintf(r->key, sizeof r->key, "gemm %s %s->%s M%lld N%lld K%lld x%lld%s%s%s",
                                 r->op, prof_dtype_name(d.ab_type), prof_dtype_name(d.c_type), (long long)d.M,
                                 (long long)d.N, (long long)d.K, (long long)d.batch, d.trans_a ? " tA" : "",
-                                d.trans_b ? " tB" : "", c->bias_epilogue ? " +bias" : "");
+                                d.trans_b ? " tB" : "", c->bias_epilogue ? " +bias"
+                                : d.epilogue == GEMM_EPI_BGRAD_A ? " +bgrad" : "");
         r->flops = 2.0 * (double)d.M * (double)d.N * (double)d.K * (double)d.batch;
     } else {
         r->bytes = node_bytes(ex, id);

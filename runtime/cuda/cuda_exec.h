@@ -176,7 +176,7 @@ CUdeviceptr cuda_exec_ptr(const CudaExec *ex, int v);
 /* Storage of parameter p (an index of the ParamList that owns storage) in
  * dtype dt: the f32 master for DT_F32, the low copy the graph reads for
  * DT_F16 / DT_BF16, or 0 when the graph has no such copy.  This is what a
- * fused optimizer updates (KemitOptTensor.master / .low). */
+ * fused optimizer updates (CudaOptTensor.master / .low). */
 CUdeviceptr cuda_exec_param_ptr(const CudaExec *ex, int p, DType dt);
 
 #endif

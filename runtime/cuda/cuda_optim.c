@@ -5,21 +5,20 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "train/lossscale.h"
-#include "cuda/nvrtc_compile.h"
 #include "train/optim.h"
 #include "train/schedule.h"
 
+/* The layouts the kernels assume (their static_asserts hold the same). */
 _Static_assert(sizeof(CudaOptChunk) == 16, "opt_chunk layout");
-
-static double now_seconds(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
-}
+_Static_assert(sizeof(CudaOptTensor) == 56, "opt_tensor layout");
+_Static_assert(sizeof(CudaOptParams) == 120, "opt_params layout");
+_Static_assert(sizeof(CudaOptState) == 64, "opt_state layout");
+/* The kernels' numeric codes for these enums. */
+_Static_assert(OPT_ADAMW == 0 && OPT_ADAM == 1 && OPT_SGD == 2 && OPT_LAMB == 3, "optimizer codes");
+_Static_assert(SCHED_LINEAR == 1 && SCHED_COSINE == 2, "schedule codes");
+_Static_assert(LOSS_SCALE_DYNAMIC == 0, "loss scaling codes");
 
 /* ---- the chunk table and the launches (no executor) --------------------- */
 
@@ -42,7 +41,7 @@ int cuda_optim_check_blocks(int n_chunks)
     return (n_chunks + CUDA_OPTIM_CHECK_CHUNKS - 1) / CUDA_OPTIM_CHECK_CHUNKS;
 }
 
-double cuda_optim_step_bytes(const KemitOptTensor *t, int count, SpecOptimizer kind)
+double cuda_optim_step_bytes(const CudaOptTensor *t, int count, SpecOptimizer kind)
 {
     double total = 0;
     for (int k = 0; k < count; k++) {
@@ -55,22 +54,26 @@ double cuda_optim_step_bytes(const KemitOptTensor *t, int count, SpecOptimizer k
     return total;
 }
 
-HpcStatus cuda_optim_kernels(CUmodule module, const char *suffix, CudaOptKernels *k, HpcError *err)
+const char *const cuda_optim_kernel_names[6] = {"opt_check_norm", "opt_decide", "opt_lamb_norms",
+                                                "opt_lamb_ratio", "opt_update", "opt_accumulate"};
+
+HpcStatus cuda_optim_kernels(CUmodule module, CudaOptKernels *k, HpcError *err)
 {
-    static const char *const bases[] = {"opt_check_norm", "opt_decide", "opt_lamb_norms", "opt_lamb_ratio",
-                                        "opt_update", "opt_accumulate"};
     CUfunction *dst[] = {&k->check, &k->decide, &k->lamb_norms, &k->lamb_ratio, &k->update, &k->accumulate};
-    HpcStatus st = HPC_OK;
-    for (size_t i = 0; i < sizeof bases / sizeof bases[0] && !st; i++) {
-        char name[128];
-        kemit_name(suffix, bases[i], name, sizeof name);
-        st = CUDA_CHECK(err, cuda_driver()->cuModuleGetFunction(dst[i], module, name));
+    for (size_t i = 0; i < sizeof dst / sizeof dst[0]; i++) {
+        CUresult r = cuda_driver()->cuModuleGetFunction(dst[i], module, cuda_optim_kernel_names[i]);
+        if (r == CUDA_ERROR_NOT_FOUND)
+            return hpc_fail(err, HPC_ERR_INPUT, "cuda optimizer: the step module has no kernel %s (a program "
+                            "compiled by an hpc whose optimizer had its own module); recompile it with "
+                            "`hpc compile MODEL`", cuda_optim_kernel_names[i]);
+        HpcStatus st = CUDA_CHECK(err, r);
+        if (st) return st;
     }
-    return st;
+    return HPC_OK;
 }
 
-HpcStatus cuda_optim_plan_build(CudaOptPlan *p, const KemitOptTensor *t, const uint64_t *src_grads, int count,
-                                const KemitOptParams *prm, const KemitOptState *init, CudaOptAlloc alloc,
+HpcStatus cuda_optim_plan_build(CudaOptPlan *p, const CudaOptTensor *t, const uint64_t *src_grads, int count,
+                                const CudaOptParams *prm, const CudaOptState *init, CudaOptAlloc alloc,
                                 void *ctx, CUstream s, HpcError *err)
 {
     const CudaDriver *cu = cuda_driver();
@@ -150,39 +153,15 @@ HpcStatus cuda_optim_queue_accumulate(const CudaOptKernels *k, const CudaOptPlan
 
 /* ---- the trainer's optimizer over an executor --------------------------- */
 
-static KemitDtype kemit_dtype_of(SpecPrecision p)
-{
-    return p == PREC_FP16 ? KEMIT_F16 : p == PREC_BF16 ? KEMIT_BF16 : KEMIT_F32;
-}
-
-static HpcStatus compile_kernels(CudaOptim *o, const ModelSpec *spec, SpecPrecision policy, HpcError *err)
-{
-    KernelConfig kc;
-    kemit_config_from_spec(&kc, spec, kemit_dtype_of(policy));
-    char *src = NULL, suffix[KEMIT_SUFFIX_MAX];
-    double t0 = now_seconds();
-    HpcStatus st = kemit_source(&kc, &src, suffix, err);
-    void *cubin = NULL;
-    size_t size = 0;
-    NvrtcCacheInfo info;
-    if (!st) st = nvrtc_compile_cached(src, "hpc_optimizer", o->ex->dev->arch, NULL, 0, &cubin, &size, &info, err);
-    free(src);
-    if (!st) st = CUDA_CHECK(err, cuda_driver()->cuModuleLoadData(&o->module, cubin));
-    free(cubin);
-    if (!st) st = cuda_optim_kernels(o->module, suffix, &o->k, err);
-    o->compile_seconds = now_seconds() - t0;
-    return st;
-}
-
 /* The schedule and scaler constants the kernels read by value. */
-static KemitOptParams params_of(const SpecTraining *tr, int64_t total_steps, LossScaler *ls)
+static CudaOptParams params_of(const SpecTraining *tr, int64_t total_steps, LossScaler *ls)
 {
     ScheduleConfig sc;
     schedule_config_from_spec(&sc, tr, total_steps);
     LossScaleConfig lc;
     ls_config_from_spec(&lc, tr);
     ls_init(ls, &lc);
-    return (KemitOptParams){
+    return (CudaOptParams){
         .kind = tr->optimizer, .nesterov = tr->nesterov, .sched_kind = sc.kind, .ls_mode = lc.mode,
         .beta1 = tr->beta1, .beta2 = tr->beta2, .eps = tr->eps, .weight_decay = tr->weight_decay,
         .momentum = tr->momentum, .max_grad_norm = tr->max_grad_norm,
@@ -198,26 +177,32 @@ static HpcStatus zeroed(CudaOptim *o, CUdeviceptr *p, size_t bytes, const char *
     return st ? st : CUDA_CHECK(err, cuda_driver()->cuMemsetD8Async(*p, 0, bytes, o->ex->dev->stream));
 }
 
-/* One KemitOptTensor per parameter with a gradient, state zeroed; src[]
+/* Parameter p's 16-bit copy, or 0: the step module's optimizer was
+ * rendered for the graph's copy dtype (compiler/emit_optim.c), so the copy
+ * is taken from the graph too, never assumed from the policy. */
+static CUdeviceptr low_copy(const CudaExec *ex, int p)
+{
+    CUdeviceptr low = cuda_exec_param_ptr(ex, p, DT_F16);
+    return low ? low : cuda_exec_param_ptr(ex, p, DT_BF16);
+}
+
+/* One CudaOptTensor per parameter with a gradient, state zeroed; src[]
  * gets the executor's gradient of each. */
-static HpcStatus build_tensors(CudaOptim *o, SpecPrecision policy, const SpecTraining *tr, uint64_t *src,
-                               HpcError *err)
+static HpcStatus build_tensors(CudaOptim *o, const SpecTraining *tr, uint64_t *src, HpcError *err)
 {
     const IrGraph *g = o->ex->g;
     const ParamList *pl = o->ex->pl;
     OptimConfig oc;
     optim_config_from_spec(&oc, tr);
-    DType low = policy == PREC_FP16 ? DT_F16 : policy == PREC_BF16 ? DT_BF16 : DT_F32;
     HpcStatus st = HPC_OK;
     for (int p = 0; p < pl->n && !st; p++) {
         if (g->param_grad[p] < 0) continue;
         HPC_ASSERT(pl->p[p].tied_to < 0);
         int64_t n = params_numel(&pl->p[p]);
-        KemitOptTensor *t = &o->host_t[o->count];
+        CudaOptTensor *t = &o->host_t[o->count];
         src[o->count] = cuda_exec_ptr(o->ex, g->param_grad[p]);
-        *t = (KemitOptTensor){.master = cuda_exec_param_ptr(o->ex, p, DT_F32), .grad = src[o->count], .n = n,
-                              .decay = pl->p[p].decay,
-                              .low = low == DT_F32 ? 0 : cuda_exec_param_ptr(o->ex, p, low)};
+        *t = (CudaOptTensor){.master = cuda_exec_param_ptr(o->ex, p, DT_F32), .grad = src[o->count], .n = n,
+                             .decay = pl->p[p].decay, .low = low_copy(o->ex, p)};
         if (optim_needs_m(&oc)) st = zeroed(o, (CUdeviceptr *)&t->m, (size_t)n * 4, "optimizer m", err);
         if (!st && optim_needs_v(&oc)) st = zeroed(o, (CUdeviceptr *)&t->v, (size_t)n * 4, "optimizer v", err);
         if (!st && o->grad_accum > 1) {
@@ -267,15 +252,18 @@ HpcStatus cuda_optim_init(CudaOptim *o, CudaExec *ex, const ModelSpec *spec, Spe
     o->ex = ex;
     o->grad_accum = spec->train.grad_accum > 1 ? spec->train.grad_accum : 1;
     LossScaler ls;
-    KemitOptParams prm = params_of(&spec->train, total_steps, &ls);
+    CudaOptParams prm = params_of(&spec->train, total_steps, &ls);
     int np = ex->pl->n + 1;
     o->param = xcalloc((size_t)np, sizeof *o->param);
     o->host_t = xcalloc((size_t)np, sizeof *o->host_t);
     o->acc = xcalloc((size_t)np, sizeof *o->acc);
     uint64_t *src = xcalloc((size_t)np, sizeof *src);
-    HpcStatus st = compile_kernels(o, spec, policy, err);
-    if (!st) st = build_tensors(o, policy, &spec->train, src, err);
-    KemitOptState init = {.scale = (float)ls.scale};
+    (void)policy;   /* the copies' dtype is the graph's (low_copy) */
+    HpcStatus st = build_tensors(o, &spec->train, src, err);
+    /* A graph that trains nothing has no optimizer block (compiler/emit_optim.c)
+     * and nothing to launch: its plan has no chunks. */
+    if (!st && o->count > 0) st = cuda_optim_kernels(ex->module, &o->k, err);
+    CudaOptState init = {.scale = (float)ls.scale};
     if (!st)
         st = cuda_optim_plan_build(&o->plan, o->host_t, o->grad_accum > 1 ? src : NULL, o->count, &prm, &init,
                                    arena_alloc_cb, &ex->arena, ex->dev->stream, err);
@@ -287,7 +275,6 @@ HpcStatus cuda_optim_init(CudaOptim *o, CudaExec *ex, const ModelSpec *spec, Spe
 
 void cuda_optim_free(CudaOptim *o)
 {
-    const CudaDriver *cu = cuda_driver();
     if (!o->ex) return;
     DeviceArena *a = &o->ex->arena;
     for (int i = 0; i < o->count; i++) {
@@ -300,7 +287,6 @@ void cuda_optim_free(CudaOptim *o)
                           p->part_sq, p->part_inf, p->part_pu, p->ratio, p->poison};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
         if (bufs[i]) arena_release(a, bufs[i]);
-    if (o->module && cu) cu->cuModuleUnload(o->module);
     free(o->param);
     free(o->host_t);
     free(o->acc);
@@ -330,10 +316,10 @@ HpcStatus cuda_optim_poison(CudaOptim *o, HpcError *err)
     return CUDA_CHECK(err, cuda_driver()->cuMemsetD32Async(o->plan.poison, 1, 1, o->ex->dev->stream));
 }
 
-CUdeviceptr cuda_optim_scale_ptr(const CudaOptim *o) { return o->plan.state + offsetof(KemitOptState, scale); }
+CUdeviceptr cuda_optim_scale_ptr(const CudaOptim *o) { return o->plan.state + offsetof(CudaOptState, scale); }
 CUdeviceptr cuda_optim_state_ptr(const CudaOptim *o) { return o->plan.state; }
 
-HpcStatus cuda_optim_read_state(CudaOptim *o, KemitOptState *s, HpcError *err)
+HpcStatus cuda_optim_read_state(CudaOptim *o, CudaOptState *s, HpcError *err)
 {
     const CudaDriver *cu = cuda_driver();
     HpcStatus st = CUDA_CHECK(err, cu->cuMemcpyDtoHAsync(s, o->plan.state, sizeof *s, o->ex->dev->stream));

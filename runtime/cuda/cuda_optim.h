@@ -1,13 +1,15 @@
 /* runtime/cuda/cuda_optim.h — the optimizer step and the loss scaler on the GPU.
  *
  * The device twin of runtime/train/optim.h + runtime/train/lossscale.h + schedule.h,
- * driving the multi-tensor kernels of compiler/kernels/optimizer.cu
- * (compiler/emit_kernels.h): opt_check_norm, opt_decide, [opt_lamb_norms,
+ * driving the multi-tensor kernels that end the step program's own CUDA
+ * module (rendered by compiler/emit_optim.c into the step's source, so
+ * they are compiled, cached and exported with the step and need no module
+ * of their own): opt_check_norm, opt_decide, [opt_lamb_norms,
  * opt_lamb_ratio,] opt_update, and opt_accumulate for gradient accumulation.
  * Every parameter tensor is cut into chunks of at most CUDA_OPTIM_CHUNK
  * elements (cuda_optim_chunks), so each pass is one launch over all of
  * them with 16-byte accesses.  Everything a step decides lives on the
- * device: the KemitOptState (loss scale, growth tracker, found_inf, the
+ * device: the CudaOptState (loss scale, growth tracker, found_inf, the
  * applied-step counter from which bias correction and the learning rate
  * follow, skip counters, last grad norm and lr) and the step's decision
  * that opt_decide writes for the update.  So a step queues kernels and
@@ -28,15 +30,19 @@
  * the tails, so the optimizer sees the mean over micro-batches, as the cpu
  * trainer's inv_scale = 1 / (scale * A) does.
  *
+ * The 16-bit copy.  The update writes each parameter's f16 or bf16 copy
+ * (the one the step reads) in the same pass; the module was rendered for
+ * the graph's copy dtype, and the table points at the graph's copies.
+ *
  * The loss scale feeds the next backward pass without the host: pass
  * cuda_optim_scale_ptr() as CudaRunOptions.loss_scale_dev.
  *
- * Ownership: borrows the executor (which must outlive it); the device
- * buffers (m, v, accumulators, tables, state, partials) come from the
- * executor's arena (counted in its peak) and are released by
- * cuda_optim_free.  A CudaOptim must not move after init (its tails point
- * into it); each init gets new tail keys, so graphs captured with an
- * earlier optimizer are never replayed for a new one.
+ * Ownership: borrows the executor (which must outlive it, and whose module
+ * holds the kernels); the device buffers (m, v, accumulators, tables,
+ * state, partials) come from the executor's arena (counted in its peak)
+ * and are released by cuda_optim_free.  A CudaOptim must not move after
+ * init (its tails point into it); each init gets new tail keys, so graphs
+ * captured with an earlier optimizer are never replayed for a new one.
  *
  * Usage:
  *   CudaOptim o;
@@ -44,7 +50,7 @@
  *   for each step: for m in 0..A-1 { cuda_exec_run(...loss_scale_dev = cuda_optim_scale_ptr(&o));
  *                                    cuda_optim_accumulate(&o, m, &err); }
  *                  cuda_optim_step(&o, &err);
- *   KemitOptState s; cuda_optim_read_state(&o, &s, &err);   // waits
+ *   CudaOptState s; cuda_optim_read_state(&o, &s, &err);   // waits
  *   cuda_optim_free(&o);
  */
 #ifndef HPC_RUNTIME_CUDA_OPTIM_H
@@ -54,11 +60,47 @@
 #include <stdint.h>
 
 #include "cuda/cuda_exec.h"
-#include "compiler/emit_kernels.h"
 #include "util/error.h"
 #include "compiler/spec.h"
 
-/* Elements per chunk (OPT_CHUNK in optimizer.cu) and chunks per block of
+/* Device structs of the optimizer kernels (layouts fixed: the kernels of
+ * compiler/emit_optim.c see the same fields in the same order as
+ * opt_tensor, opt_params, opt_state; pointers are device addresses). */
+typedef struct {
+    uint64_t master;   /* float (n): f32 master weights, updated */
+    uint64_t grad;     /* const float (n): gradient times the loss scale */
+    uint64_t m, v;     /* float (n): optimizer state, 0 where not needed */
+    uint64_t low;      /* f16/bf16 (n): copy written after the update, or 0 */
+    int64_t n;
+    int32_t decay;     /* weight decay applies to this tensor */
+    int32_t pad_;
+} CudaOptTensor;
+
+typedef struct {
+    int32_t kind;       /* SpecOptimizer */
+    int32_t nesterov;
+    int32_t sched_kind; /* SpecSchedule */
+    int32_t ls_mode;    /* SpecLossScaling */
+    double beta1, beta2, eps, weight_decay, momentum, max_grad_norm;
+    double lr, min_lr_ratio;            /* schedule: runtime/train/schedule.h */
+    int64_t warmup_steps, total_steps;
+    double ls_growth, ls_backoff;       /* loss scaler: runtime/train/lossscale.h */
+    int64_t ls_interval;
+} CudaOptParams;
+
+typedef struct {
+    float scale;              /* loss scale; the loss kernels read it as dscale */
+    int32_t growth_tracker;
+    int32_t found_inf;        /* the last step's: 1 = skipped */
+    int32_t pad_;
+    int64_t step;             /* applied steps (bias correction, schedule) */
+    int64_t consecutive_skips, total_skips;
+    double grad_norm;         /* last step, unscaled, before clipping; inf when skipped */
+    double clip_coef, lr;     /* last step */
+} CudaOptState;
+
+
+/* Elements per chunk (OPT_CHUNK in the kernels) and chunks per block of
  * the norm pass (OPT_CHECK_CHUNKS). */
 #define CUDA_OPTIM_CHUNK 4096
 #define CUDA_OPTIM_CHECK_CHUNKS 4
@@ -66,7 +108,7 @@
 #define CUDA_OPTIM_DECISION_BYTES 128
 
 /* One chunk: elements [begin, begin + len) of tensor `tensor` (device
- * layout of optimizer.cu's opt_chunk). */
+ * layout of the kernels' opt_chunk). */
 typedef struct {
     uint32_t tensor, len;
     uint64_t begin;
@@ -85,29 +127,35 @@ int cuda_optim_check_blocks(int n_chunks);
 
 /* Bytes one step moves for these tensors, each element once per pass
  * (AdamW with a 16-bit copy: 34 per parameter); the profile's rate. */
-double cuda_optim_step_bytes(const KemitOptTensor *t, int count, SpecOptimizer kind);
+double cuda_optim_step_bytes(const CudaOptTensor *t, int count, SpecOptimizer kind);
 
 /* The kernels of one compiled module. */
 typedef struct {
     CUfunction check, decide, lamb_norms, lamb_ratio, update, accumulate;
 } CudaOptKernels;
 
-/* Looks the kernels up in a module made from kemit_source(suffix). */
-HpcStatus cuda_optim_kernels(CUmodule module, const char *suffix, CudaOptKernels *k, HpcError *err);
+/* The kernel names, in CudaOptKernels order. */
+extern const char *const cuda_optim_kernel_names[6];
+
+/* Looks the kernels up in a module whose source holds the optimizer block
+ * (a training step's module, or compiler/emit_optim.h's module alone);
+ * HPC_ERR_INPUT naming the kernel when it is missing (a step program
+ * written before the optimizer joined the step module). */
+HpcStatus cuda_optim_kernels(CUmodule module, CudaOptKernels *k, HpcError *err);
 
 /* Device tables and scratch of one set of tensors. */
 typedef struct {
     int count, n_chunks, parts;
-    CUdeviceptr tensors;      /* (count) KemitOptTensor */
+    CUdeviceptr tensors;      /* (count) CudaOptTensor */
     CUdeviceptr src_grads;    /* (count) u64: the executor's gradients, for opt_accumulate; 0 if unused */
     CUdeviceptr chunks;       /* (n_chunks) CudaOptChunk */
     CUdeviceptr chunk_first;  /* (count + 1) i32 */
-    CUdeviceptr state;        /* KemitOptState */
+    CUdeviceptr state;        /* CudaOptState */
     CUdeviceptr decision;     /* CUDA_OPTIM_DECISION_BYTES */
     CUdeviceptr part_sq, part_inf;   /* (parts) f64, i32 */
     CUdeviceptr part_pu, ratio;      /* LAMB: (n_chunks, 2) f64, (count) f32; else 0 */
     CUdeviceptr poison;       /* i32: set = the next check writes +inf into the first gradient */
-    KemitOptParams prm;
+    CudaOptParams prm;
 } CudaOptPlan;
 
 /* Device allocation for cuda_optim_plan_build (the arena in the trainer,
@@ -117,8 +165,8 @@ typedef HpcStatus (*CudaOptAlloc)(void *ctx, CUdeviceptr *p, size_t bytes, const
 /* Allocates the tables and scratch for t[0..count) (device pointers in t;
  * src_grads may be NULL), uploads them and *init with the parameters prm,
  * zeroes poison, and waits for the stream. */
-HpcStatus cuda_optim_plan_build(CudaOptPlan *p, const KemitOptTensor *t, const uint64_t *src_grads, int count,
-                                const KemitOptParams *prm, const KemitOptState *init, CudaOptAlloc alloc,
+HpcStatus cuda_optim_plan_build(CudaOptPlan *p, const CudaOptTensor *t, const uint64_t *src_grads, int count,
+                                const CudaOptParams *prm, const CudaOptState *init, CudaOptAlloc alloc,
                                 void *ctx, CUstream s, HpcError *err);
 
 /* Queues one optimizer step of plan p: check, decide, [LAMB,] update. */
@@ -139,25 +187,24 @@ typedef struct {
 
 struct CudaOptim {
     CudaExec *ex;                 /* borrowed */
-    CUmodule module;              /* kemit_source: the optimizer kernels */
     CudaOptKernels k;
     int count;                    /* tensors updated */
     int *param;                   /* (count) ParamList index of each */
-    KemitOptTensor *host_t;       /* (count) host copy of the table */
+    CudaOptTensor *host_t;       /* (count) host copy of the table */
     CUdeviceptr *acc;             /* (count) f32 accumulators, 0 when grad_accum == 1 */
     CudaOptPlan plan;
     int64_t grad_accum;
-    double compile_seconds;
     CudaOptTailCtx tail_ctx[3];
     CudaExecTail tails[3];
 };
 
 /* Builds the tensor table from the executor's graph (every parameter with
- * a gradient), allocates zeroed m/v (as the optimizer needs), compiles the
- * kernels for the executor's device (NVRTC disk cache) and uploads the
- * initial state: scale from the spec's loss scaling (1 for none), step 0.
- * policy picks the low copy's dtype (PREC_FP16/PREC_BF16) or none.
- * HPC_ERR_INPUT when the kernels do not support the model's sizes. */
+ * a gradient, its 16-bit copy where the graph has one), allocates zeroed
+ * m/v (as the optimizer needs), looks the kernels up in the executor's
+ * module and uploads the initial state: scale from the spec's loss scaling
+ * (1 for none), step 0.  policy must be the program's (PREC_FP16 and
+ * PREC_BF16 graphs keep 16-bit copies).  HPC_ERR_INPUT when the module has
+ * no optimizer kernels (recompile the program). */
 HpcStatus cuda_optim_init(CudaOptim *o, CudaExec *ex, const ModelSpec *spec, SpecPrecision policy,
                           int64_t total_steps, HpcError *err);
 void cuda_optim_free(CudaOptim *o);
@@ -186,7 +233,7 @@ CUdeviceptr cuda_optim_scale_ptr(const CudaOptim *o);
 CUdeviceptr cuda_optim_state_ptr(const CudaOptim *o);
 
 /* Waits for the stream and reads the state. */
-HpcStatus cuda_optim_read_state(CudaOptim *o, KemitOptState *s, HpcError *err);
+HpcStatus cuda_optim_read_state(CudaOptim *o, CudaOptState *s, HpcError *err);
 
 /* Copies parameter p's f32 master (numel floats) to host memory (waits). */
 HpcStatus cuda_optim_read_master(CudaOptim *o, int p, float *out, HpcError *err);

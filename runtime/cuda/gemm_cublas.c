@@ -20,11 +20,13 @@ _Static_assert(sizeof(cublasLtMatmulAlgo_t) == GEMM_TUNE_ALGO_BYTES, "gemm_tune.
 typedef struct {
     int64_t M, N, K, batch, lda, ldb, ldc, stride_a, stride_b, stride_c, ld_aux;
     int trans_a, trans_b, ab_type, c_type, epilogue, allow_tf32;
+    int optional;               /* gemm_run_optional: the epilogue may be dropped */
     int align_a, align_b, align_c, align_bias, align_aux;
 } PlanKey;
 
 struct GemmPlan {
     PlanKey key;
+    GemmEpilogue epilogue;               /* what it runs: key.epilogue, or NONE for an optional one cuBLASLt lacks */
     cublasLtMatmulDesc_t op;
     cublasLtMatrixLayout_t la, lb, lc;   /* cuBLASLt's A (our B), B (our A), C */
     cublasLtMatmulAlgo_t algo;
@@ -55,7 +57,21 @@ static cublasLtEpilogue_t lt_epilogue(GemmEpilogue e)
     return CUBLASLT_EPILOGUE_DEFAULT;
 }
 
+const char *gemm_epilogue_name(GemmEpilogue e)
+{
+    switch (e) {
+    case GEMM_EPI_NONE: return "none";
+    case GEMM_EPI_BIAS: return "bias";
+    case GEMM_EPI_GELU_BIAS: return "gelu_bias";
+    case GEMM_EPI_GELU_AUX_BIAS: return "gelu_aux_bias";
+    case GEMM_EPI_DGELU_BGRAD: return "dgelu_bgrad";
+    case GEMM_EPI_BGRAD_A: return "bgrad_a";
+    }
+    return "?";
+}
+
 static int uses_bias(GemmEpilogue e) { return e != GEMM_EPI_NONE; }
+static int is_bgrad(GemmEpilogue e) { return e == GEMM_EPI_DGELU_BGRAD || e == GEMM_EPI_BGRAD_A; }
 static int uses_aux(GemmEpilogue e)
 {
     return e == GEMM_EPI_GELU_AUX_BIAS || e == GEMM_EPI_DGELU_BGRAD;
@@ -99,9 +115,10 @@ static HpcStatus validate(const GemmDesc *d, HpcError *err)
     return HPC_OK;
 }
 
-static void plan_key(PlanKey *k, const GemmContext *g, const GemmDesc *d)
+static void plan_key(PlanKey *k, const GemmContext *g, const GemmDesc *d, bool optional)
 {
     memset(k, 0, sizeof *k);
+    k->optional = optional;
     k->M = d->M; k->N = d->N; k->K = d->K; k->batch = d->batch;
     k->lda = d->lda; k->ldb = d->ldb; k->ldc = d->ldc;
     if (d->batch > 1) {
@@ -162,6 +179,7 @@ static HpcStatus desc_set(cublasLtMatmulDesc_t op, cublasLtMatmulDescAttributes_
     return CUDA_CHECK(err, cublasLtMatmulDescSetAttribute(op, a, v, n));
 }
 
+/* The descriptor for d with p->epilogue (d's, or NONE when dropped). */
 static HpcStatus plan_desc(GemmPlan *p, const GemmContext *g, const GemmDesc *d, HpcError *err)
 {
     cublasComputeType_t compute = p->key.allow_tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32
@@ -169,12 +187,19 @@ static HpcStatus plan_desc(GemmPlan *p, const GemmContext *g, const GemmDesc *d,
     HpcStatus st = CUDA_CHECK(err, cublasLtMatmulDescCreate(&p->op, compute, CUDA_R_32F));
     if (st) return st;
     int32_t ta = d->trans_b ? CUBLAS_OP_T : CUBLAS_OP_N, tb = d->trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
-    uint32_t epi = lt_epilogue(d->epilogue);
+    uint32_t epi = lt_epilogue(p->epilogue);
     if ((st = desc_set(p->op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta, err)) ||
         (st = desc_set(p->op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb, err)) ||
         (st = desc_set(p->op, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof epi, err)))
         return st;
-    if (uses_aux(d->epilogue)) {
+    if (is_bgrad(p->epilogue)) {
+        /* The bias gradient in C's type (cuBLASLt's documented default,
+         * stated so that an f32 dW always gets an f32 db). */
+        int32_t bt = (int32_t)cuda_type(d->c_type);
+        st = desc_set(p->op, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bt, sizeof bt, err);
+        if (st) return st;
+    }
+    if (uses_aux(p->epilogue)) {
         int64_t ld = d->ld_aux;
         st = desc_set(p->op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &ld, sizeof ld, err);
     }
@@ -186,11 +211,11 @@ static HpcStatus plan_desc(GemmPlan *p, const GemmContext *g, const GemmDesc *d,
 static HpcStatus plan_pointers(GemmPlan *p, const GemmDesc *d, HpcError *err)
 {
     HpcStatus st = HPC_OK;
-    if (uses_bias(d->epilogue)) {
+    if (uses_bias(p->epilogue)) {
         void *bias = (void *)(uintptr_t)d->bias;
         st = desc_set(p->op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias, err);
     }
-    if (!st && uses_aux(d->epilogue)) {
+    if (!st && uses_aux(p->epilogue)) {
         void *aux = (void *)(uintptr_t)d->aux;
         st = desc_set(p->op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &aux, sizeof aux, err);
     }
@@ -203,18 +228,22 @@ static HpcStatus pref_set(cublasLtMatmulPreference_t pref, cublasLtMatmulPrefere
     return CUDA_CHECK(err, cublasLtMatmulPreferenceSetAttribute(pref, a, &v, sizeof v));
 }
 
-/* The tuning key of a plan: everything that decides which algorithms are
- * valid and fast (gemm_tune.h). */
-static void tune_key(const GemmContext *g, const PlanKey *k, char *buf, size_t size)
+/* The tuning key of a plan (gemm_tune.h): its shape and the epilogue it
+ * really runs. */
+static void tune_key(const GemmContext *g, const GemmPlan *p, char *buf, size_t size)
 {
-    snprintf(buf, size, "%s|lt=%zu|M=%lld N=%lld K=%lld b=%lld lda=%lld ldb=%lld ldc=%lld sa=%lld sb=%lld "
-             "sc=%lld aux=%lld tA=%d tB=%d %s->%s epi=%d tf32=%d al=%d/%d/%d/%d/%d ws=%zu",
-             g->gpu, cublasLtGetVersion(), (long long)k->M, (long long)k->N, (long long)k->K,
-             (long long)k->batch, (long long)k->lda, (long long)k->ldb, (long long)k->ldc,
-             (long long)k->stride_a, (long long)k->stride_b, (long long)k->stride_c, (long long)k->ld_aux,
-             k->trans_a, k->trans_b, gemm_dtype_name((GemmDtype)k->ab_type), gemm_dtype_name((GemmDtype)k->c_type),
-             k->epilogue, k->allow_tf32, k->align_a, k->align_b, k->align_c, k->align_bias, k->align_aux,
-             g->workspace_bytes);
+    const PlanKey *k = &p->key;
+    bool bias = uses_bias(p->epilogue);
+    GemmTuneShape s = {
+        .gpu = g->gpu, .lt_version = cublasLtGetVersion(), .M = k->M, .N = k->N, .K = k->K, .batch = k->batch,
+        .lda = k->lda, .ldb = k->ldb, .ldc = k->ldc, .stride_a = k->stride_a, .stride_b = k->stride_b,
+        .stride_c = k->stride_c, .ld_aux = uses_aux(p->epilogue) ? k->ld_aux : 0, .trans_a = k->trans_a,
+        .trans_b = k->trans_b, .tf32 = k->allow_tf32, .ab_type = gemm_dtype_name((GemmDtype)k->ab_type),
+        .c_type = gemm_dtype_name((GemmDtype)k->c_type), .bias_type = bias ? gemm_dtype_name((GemmDtype)k->c_type) : "-",
+        .epilogue = gemm_epilogue_name(p->epilogue), .align_a = k->align_a, .align_b = k->align_b,
+        .align_c = k->align_c, .align_bias = bias ? k->align_bias : 0,
+        .align_aux = uses_aux(p->epilogue) ? k->align_aux : 0, .workspace = g->workspace_bytes};
+    gemm_tune_key(&s, buf, size);
 }
 
 typedef struct {
@@ -295,7 +324,7 @@ static int choose_algo(GemmContext *g, const GemmPlan *p, const GemmDesc *d,
 {
     if (!g->autotune || found < 2 || stream_capturing(g->stream)) return 0;
     char key[GEMM_TUNE_KEY_MAX];
-    tune_key(g, &p->key, key, sizeof key);
+    tune_key(g, p, key, sizeof key);
     const GemmTuneEntry *e = gemm_tune_find(&g->tune, key);
     for (int i = 0; e && i < found; i++)
         if (memcmp(e->algo, &res[i].algo, GEMM_TUNE_ALGO_BYTES) == 0) {
@@ -311,7 +340,9 @@ static int choose_algo(GemmContext *g, const GemmPlan *p, const GemmDesc *d,
     return pick;
 }
 
-static HpcStatus plan_algo(GemmPlan *p, GemmContext *g, const GemmDesc *d, HpcError *err)
+/* Chooses p's algorithm; *found = 0 (with HPC_ERR_CUDA) when the heuristic
+ * proposes none. */
+static HpcStatus plan_algo(GemmPlan *p, GemmContext *g, const GemmDesc *d, int *found_out, HpcError *err)
 {
     cublasLtMatmulPreference_t pref;
     cublasLtMatmulHeuristicResult_t res[GEMM_TUNE_MAX_CANDIDATES];
@@ -331,33 +362,56 @@ static HpcStatus plan_algo(GemmPlan *p, GemmContext *g, const GemmDesc *d, HpcEr
         st = CUDA_CHECK(err, cublasLtMatmulAlgoGetHeuristic(g->lt, p->op, p->la, p->lb, p->lc,
                                                             p->lc, pref, want, res, &found));
     cublasLtMatmulPreferenceDestroy(pref);
+    *found_out = found;
     if (st) return st;
     if (found == 0)
         return hpc_fail(err, HPC_ERR_CUDA,
                         "cuBLASLt has no algorithm for a %lldx%lldx%lld %s->%s GEMM (batch %lld, "
-                        "epilogue %d, trans %d%d, alignment %d/%d/%d bytes); a bug in hpc's GEMM "
+                        "epilogue %s, trans %d%d, alignment %d/%d/%d bytes); a bug in hpc's GEMM "
                         "lowering: report it with the model file", (long long)d->M,
                         (long long)d->N, (long long)d->K, gemm_dtype_name(d->ab_type),
-                        gemm_dtype_name(d->c_type), (long long)d->batch, (int)d->epilogue,
+                        gemm_dtype_name(d->c_type), (long long)d->batch, gemm_epilogue_name(p->epilogue),
                         d->trans_a, d->trans_b, p->key.align_a, p->key.align_b, p->key.align_c);
     p->algo = res[choose_algo(g, p, d, res, found)].algo;
     return HPC_OK;
 }
 
-static HpcStatus plan_make(GemmPlan *p, GemmContext *g, const GemmDesc *d, HpcError *err)
+static HpcStatus plan_make_with(GemmPlan *p, const PlanKey *key, GemmContext *g, const GemmDesc *d,
+                                GemmEpilogue epi, int *found, HpcError *err)
 {
+    memset(p, 0, sizeof *p);
+    p->key = *key;
+    p->epilogue = epi;
+    *found = -1;
     HpcStatus st = plan_layouts(p, d, err);
     if (!st) st = plan_desc(p, g, d, err);
     if (!st) st = plan_pointers(p, d, err);
-    if (!st) st = plan_algo(p, g, d, err);
+    if (!st) st = plan_algo(p, g, d, found, err);
     if (st) plan_destroy(p);
     return st;
 }
 
-static HpcStatus plan_find(GemmContext *g, const GemmDesc *d, GemmPlan **out, HpcError *err)
+/* d's plan; an optional bias-gradient epilogue that is switched off
+ * (HPC_GEMM_BGRAD=0) or that cuBLASLt has no algorithm for is dropped: the
+ * plan then runs the plain GEMM and the caller computes the bias gradient. */
+static HpcStatus plan_make(GemmPlan *p, GemmContext *g, const GemmDesc *d, bool optional, HpcError *err)
+{
+    int found;
+    PlanKey key = p->key;   /* plan_destroy clears p */
+    bool may_drop = optional && is_bgrad(d->epilogue) && !uses_aux(d->epilogue);
+    if (may_drop && g->bgrad_off) return plan_make_with(p, &key, g, d, GEMM_EPI_NONE, &found, err);
+    HpcStatus st = plan_make_with(p, &key, g, d, d->epilogue, &found, err);
+    if (st && may_drop && found == 0) {
+        g->bgrad_dropped++;
+        st = plan_make_with(p, &key, g, d, GEMM_EPI_NONE, &found, err);
+    }
+    return st;
+}
+
+static HpcStatus plan_find(GemmContext *g, const GemmDesc *d, bool optional, GemmPlan **out, HpcError *err)
 {
     PlanKey key;
-    plan_key(&key, g, d);
+    plan_key(&key, g, d, optional);
     for (int i = 0; i < g->num_plans; i++) {
         if (memcmp(&g->plans[i].key, &key, sizeof key) != 0) continue;
         *out = &g->plans[i];
@@ -370,7 +424,7 @@ static HpcStatus plan_find(GemmContext *g, const GemmDesc *d, GemmPlan **out, Hp
     GemmPlan *p = &g->plans[g->num_plans];
     memset(p, 0, sizeof *p);
     p->key = key;
-    HpcStatus st = plan_make(p, g, d, err);
+    HpcStatus st = plan_make(p, g, d, optional, err);
     if (st) return st;
     g->num_plans++;
     *out = p;
@@ -385,6 +439,8 @@ static void tune_open(GemmContext *g)
 {
     const char *env = getenv("HPC_GEMM_AUTOTUNE");
     g->autotune = !(env && strcmp(env, "0") == 0);
+    env = getenv("HPC_GEMM_BGRAD");
+    g->bgrad_off = env && strcmp(env, "0") == 0;
     const CudaDriver *cu = cuda_driver();
     CUdevice dev;
     snprintf(g->gpu, sizeof g->gpu, "unknown GPU");
@@ -432,8 +488,19 @@ HpcStatus gemm_run(GemmContext *g, const GemmDesc *d, HpcError *err)
 {
     GemmPlan *p;
     HpcStatus st = validate(d, err);
-    if (!st) st = plan_find(g, d, &p, err);
+    if (!st) st = plan_find(g, d, false, &p, err);
     if (st) return st;
+    return CUDA_CHECK(err, matmul_with(g, p, d, &p->algo));
+}
+
+HpcStatus gemm_run_optional(GemmContext *g, const GemmDesc *d, bool *epilogue_done, HpcError *err)
+{
+    GemmPlan *p;
+    *epilogue_done = false;
+    HpcStatus st = validate(d, err);
+    if (!st) st = plan_find(g, d, true, &p, err);
+    if (st) return st;
+    *epilogue_done = p->epilogue == d->epilogue;
     return CUDA_CHECK(err, matmul_with(g, p, d, &p->algo));
 }
 

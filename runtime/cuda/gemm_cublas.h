@@ -21,7 +21,15 @@
  *   GEMM_EPI_DGELU_BGRAD    C = (AB) * gelu'(aux), and bias (N) receives the
  *                           column sums of C (the bias gradient)
  *   GEMM_EPI_BGRAD_A        bias (M) receives sum_k op(A)[m, k] (with
- *                           op(A) = dY^T this is the bias gradient of dW = dY^T X)
+ *                           op(A) = dY^T this is the bias gradient of dW = dY^T X;
+ *                           cuBLASLt's BGRADB, since our A is its B)
+ * A bias gradient is written in c_type (an f32 dW gets an f32 db, also
+ * from f16/bf16 inputs; CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE is set to it).
+ * cuBLASLt may have no algorithm for an epilogue with a given layout,
+ * dtype or alignment: gemm_run then fails, while gemm_run_optional (for
+ * GEMM_EPI_BGRAD_A) runs the plain GEMM and says so, and the caller sums
+ * the columns itself.  HPC_GEMM_BGRAD=0 drops the epilogue always (to test
+ * that path and to compare).
  * cuBLASLt's GELU is the tanh approximation (gelu_tanh, GPT-2's
  * "gelu_new"), not the exact erf GELU of BERT; a model using exact GELU
  * must not use the GELU epilogues.  aux: c_type, row-major, ld_aux a
@@ -109,6 +117,8 @@ typedef struct {
     char gpu[128];              /* device name, part of the tuning key */
     GemmTuneCache tune;         /* chosen algorithms, loaded at init, saved on each new choice */
     int tuned, tune_hits;       /* shapes timed / found in the cache (for tests and logs) */
+    bool bgrad_off;             /* HPC_GEMM_BGRAD=0: gemm_run_optional never uses the epilogue */
+    int bgrad_dropped;          /* optional epilogues cuBLASLt had no algorithm for (plans made) */
 } GemmContext;
 
 /* Default workspace: 32 MiB, what cuBLASLt asks for on Hopper. */
@@ -120,6 +130,12 @@ void gemm_free(GemmContext *g);
 
 /* Queues one (batched) GEMM on g->stream. */
 HpcStatus gemm_run(GemmContext *g, const GemmDesc *d, HpcError *err);
+
+/* As gemm_run, for a GEMM whose bias-gradient epilogue (GEMM_EPI_BGRAD_A)
+ * may be left out: *epilogue_done says whether d->bias was written.  The
+ * choice is made once per shape (with the plan), so every later call of
+ * that shape, captured or not, does the same. */
+HpcStatus gemm_run_optional(GemmContext *g, const GemmDesc *d, bool *epilogue_done, HpcError *err);
 
 /* Fills d for C (M, N) = A (M, K) @ B (K, N), packed, batch 1, alpha 1, beta 0. */
 void gemm_desc_rm(GemmDesc *d, GemmDtype ab, GemmDtype c, int64_t M, int64_t N, int64_t K,
@@ -133,5 +149,6 @@ void gemm_desc_linear(GemmDesc *d, GemmDtype ab, GemmDtype c, int64_t tokens, in
 /* Bytes of one element. */
 size_t gemm_dtype_size(GemmDtype t);
 const char *gemm_dtype_name(GemmDtype t);
+const char *gemm_epilogue_name(GemmEpilogue e);   /* "none", "bias", "bgrad_a", ... */
 
 #endif

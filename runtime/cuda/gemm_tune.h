@@ -15,8 +15,8 @@
  *   hpc-gemm-tune 1
  *   KEY<TAB>ALGO<TAB>US        one line per shape
  *   end N FNV
- * KEY is printable ASCII without tabs (gemm_cublas.c builds it from the GPU
- * name, the cuBLASLt version, shape, dtypes, layout, alignments, epilogue
+ * KEY is printable ASCII without tabs (gemm_tune_key: the GPU name, the
+ * cuBLASLt version, shape, dtypes, layout, alignments, epilogue, bias dtype
  * and workspace size), ALGO the 64 bytes of the cuBLASLt algorithm in hex
  * (128 digits), US the time it measured (microseconds, finite, > 0), N the
  * number of entries and FNV the FNV-1a 64 hash (16 hex digits) of every
@@ -60,6 +60,24 @@ typedef struct {
     GemmTuneEntry *e;
     int n, cap;
 } GemmTuneCache;
+
+/* What a tuning key is made of: everything that decides which algorithms
+ * are valid and fast for a GEMM call (gemm_cublas.c fills it).  epilogue
+ * and the dtypes are names ("bgrad_a", "f16"), so a renumbered enum cannot
+ * make an old entry match another call. */
+typedef struct {
+    const char *gpu;            /* device name */
+    size_t lt_version;          /* cublasLtGetVersion() */
+    int64_t M, N, K, batch, lda, ldb, ldc, stride_a, stride_b, stride_c, ld_aux;
+    int trans_a, trans_b, tf32;
+    const char *ab_type, *c_type, *bias_type;   /* bias_type "-" without a bias vector */
+    const char *epilogue;       /* the epilogue the algorithm runs ("none" for a plain GEMM) */
+    int align_a, align_b, align_c, align_bias, align_aux;
+    size_t workspace;
+} GemmTuneShape;
+
+/* The key of s, printable ASCII without tabs (truncated to size). */
+void gemm_tune_key(const GemmTuneShape *s, char *buf, size_t size);
 
 /* Seconds (or any unit) one run of candidate i takes; < 0 if it failed. */
 typedef double (*GemmTuneTimer)(void *ctx, int candidate);

@@ -18,6 +18,7 @@ typedef struct {
     int n;
     char arch_opt[48];
     char include_opt[KCACHE_PATH_MAX];
+    char split_opt[48];
 } OptionList;
 
 int nvrtc_version_number(void)
@@ -71,14 +72,24 @@ static HpcStatus options_build(OptionList *o, int arch, const char *const *extra
     if (arch < CUDA_MIN_ARCH)
         return hpc_fail(err, HPC_ERR_USAGE, "cannot compile for sm_%d: hpc generates code for "
                         "sm_%d and newer", arch, CUDA_MIN_ARCH);
-    if (n_extra < 0 || n_extra > NVRTC_MAX_OPTIONS - 2)
+    if (n_extra < 0 || n_extra > NVRTC_MAX_OPTIONS - 3)
         return hpc_fail(err, HPC_ERR_USAGE, "nvrtc_compile: %d options, at most %d", n_extra,
-                        NVRTC_MAX_OPTIONS - 2);
+                        NVRTC_MAX_OPTIONS - 3);
     o->n = 0;
     snprintf(o->arch_opt, sizeof o->arch_opt, "--gpu-architecture=sm_%d", arch);
     o->v[o->n++] = o->arch_opt;
     if (find_toolkit_include(o->include_opt, sizeof o->include_opt))
         o->v[o->n++] = o->include_opt;
+    const char *split = getenv("HPC_NVRTC_SPLIT");   /* an experiment: see nvrtc_compile.h */
+    if (split && *split) {
+        char *end;
+        long n = strtol(split, &end, 10);
+        if (*end || n < 0 || n > 1024)
+            return hpc_fail(err, HPC_ERR_USAGE, "HPC_NVRTC_SPLIT=%s: expected a thread count 0..1024 "
+                            "(0 = every core) or nothing", split);
+        snprintf(o->split_opt, sizeof o->split_opt, "--split-compile=%ld", n);
+        o->v[o->n++] = o->split_opt;
+    }
     for (int i = 0; i < n_extra; i++) o->v[o->n++] = extra[i];
     return HPC_OK;
 }

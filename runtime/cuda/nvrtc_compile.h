@@ -5,6 +5,10 @@
  * nvrtcGetCUBIN.  NVRTC needs no GPU, so CI compiles every emitted kernel.
  * The options always include the arch and -I for the toolkit's headers
  * (cuda_fp16.h, cuda_bf16.h) when found; pass extra ones in `options`.
+ * HPC_NVRTC_SPLIT=N in the environment adds --split-compile=N (NVVM and
+ * ptxas on N threads, 0 = every core): an experiment for the cold start of
+ * large modules, off by default until its kernels are timed on a GPU.
+ * Every option is part of the cache key, so such cubins never mix.
  *
  * When compilation fails, the source and NVRTC's log are saved to
  * DIR/failed/NAME-KEY8.cu and .log (DIR: the kernel cache directory, or

@@ -114,7 +114,14 @@ HpcStatus loader_init(Loader *ld, const Dataset *d, int64_t batch_size, int64_t 
     return HPC_OK;
 }
 
-/* L for rows order[from..from+B): the longest, rounded up to 8, capped. */
+/* The padding rule: the longest row m (>= 1) rounded up to 8, capped at max_len. */
+static int64_t padded_len(int64_t m, int64_t max_len)
+{
+    m = (m + 7) / 8 * 8;
+    return m < max_len ? m : max_len;
+}
+
+/* L for rows order[from..from+B). */
 static int64_t loader_padded_len(const Loader *ld, int64_t from, int64_t B)
 {
     int64_t m = 1;
@@ -122,8 +129,16 @@ static int64_t loader_padded_len(const Loader *ld, int64_t from, int64_t B)
         int64_t len = ld->data->ex[ld->order[from + b]].len;
         if (len > m) m = len;
     }
-    m = (m + 7) / 8 * 8;
-    return m < ld->max_len ? m : ld->max_len;
+    return padded_len(m, ld->max_len);
+}
+
+int64_t loader_longest_batch_len(const Dataset *const *sets, int n, int64_t max_len)
+{
+    int64_t m = 1;
+    for (int s = 0; s < n; s++)
+        for (int64_t i = 0; sets[s] && i < sets[s]->n; i++)
+            if (sets[s]->ex[i].len > m) m = sets[s]->ex[i].len;
+    return padded_len(m, max_len);
 }
 
 static void loader_fill_row(const Loader *ld, Batch *bt, int64_t b, int64_t row)

@@ -85,6 +85,13 @@ HpcStatus loader_seek(Loader *ld, int64_t epoch, int64_t cursor, HpcError *err);
  * by world. */
 HpcStatus loader_set_shard(Loader *ld, int rank, int world, HpcError *err);
 
+/* The longest L any batch of these datasets can have, by the padding rule
+ * above: the longest row over sets[0..n) (NULL entries skipped) rounded up
+ * to a multiple of 8 and capped at max_len (without rows: as a one-token row).
+ * The trainer sizes the backend (memory plan, arena, memory check) by it
+ * rather than by max_len. */
+int64_t loader_longest_batch_len(const Dataset *const *sets, int n, int64_t max_len);
+
 /* Batches in one epoch: ceil(n / batch_size). */
 int64_t loader_batches_per_epoch(const Loader *ld);
 

@@ -1,8 +1,10 @@
-/* runtime/train/train_backend.h — where a training step runs: the small
- * interface between the shared loop (runtime/train/trainer.c) and a backend.
+/* runtime/train/train_backend.h — where a training step runs: the one
+ * interface between the cpu and cuda executors and their two users, the
+ * shared training loop (runtime/train/trainer.c) and the C API
+ * (runtime/api/api.c, include/hpc.h).
  *
  * A backend owns the compiled graph, the parameters and the optimizer
- * state of one model and does four things:
+ * state of one model and does these things:
  *   micro    forward + backward of one micro-batch; gradients of the step's
  *            micro-batches add up (the first overwrites);
  *   step     the optimizer step with the loss scaler (a skipped step
@@ -17,19 +19,32 @@
  *            memory, and poll asks the events (cuEventQuery), so progress
  *            reports what the GPU has done, not what the host has queued;
  *   forward  evaluation: the loss and the (B, C) f32 logits of a batch
- *            (dropout off).
- * Backends: cpu (runtime/cpu/cpu_exec.h + optim.h + lossscale.h on the host)
- * and cuda (runtime/cuda/cuda_exec.h + cuda_optim.h, nothing waits per step).
+ *            (dropout off);
+ *   read_value  (cpu only; NULL on cuda, whose step plan may reuse a value's
+ *            memory once its readers ran) any value of the last forward;
+ *   set_weights  new f32 masters; the optimizer starts over (zero moments,
+ *            step 0, a fresh loss scaler) while the dropout stream goes on.
+ * Backends: cpu (runtime/train/train_cpu.c: runtime/cpu/cpu_exec.h +
+ * optim.h + lossscale.h on the host) and cuda (runtime/train/train_cuda.c:
+ * runtime/cuda/cuda_exec.h + cuda_optim.h, nothing waits per step).
  * Both start from the same parameters (runtime/train/init.h, seeded by
  * spec->train.seed) and draw the same dropout masks (seed, micro-step), so
  * they train the same function.
  *
- * Ownership: train_backend_open fills *b; train_backend_close frees
- * everything it allocated.  The spec is borrowed and must outlive b.
+ * Linking: train_backend_open_program (train_backend_program.c) refers to
+ * the cuda backend, so every program that calls it links the CUDA code.
+ * train_backend_open_with takes the cuda backend's open function in its
+ * options instead; the C API passes a weak reference there, so an API
+ * program links the cuda backend only when it asks to
+ * (-Wl,--undefined=train_cuda_open, docs/embedding.md).
+ *
+ * Ownership: train_backend_open_* fill *b; train_backend_close frees
+ * everything they allocated.  The program (and its spec) is borrowed and
+ * must outlive b.
  *
  * Usage:
  *   TrainBackend b;
- *   if (train_backend_open(&b, TRAIN_DEVICE_AUTO, &spec, PREC_FP16, true, total, B, L, &err)) ...
+ *   if (train_backend_open_program(&b, TRAIN_DEVICE_AUTO, &prog, total, B, L, &err)) ...
  *   b.micro(&b, batch, 0, &err); b.step(&b, false, &err);
  *   TrainStepStat st[64]; int n; b.collect(&b, st, 64, &n, &err);
  *   train_backend_close(&b);
@@ -38,6 +53,7 @@
 #define HPC_RUNTIME_TRAIN_BACKEND_H
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 #include "data/batch.h"
@@ -107,7 +123,42 @@ struct TrainBackend {
      * stay whole-state (collective calls then: every rank makes them).
      * Call once, before the first step.  NULL when the backend has none. */
     HpcStatus (*set_dist)(TrainBackend *b, struct Collectives *coll, bool zero1, HpcError *err);
+    /* Value v of the last forward, (numel at its B, L) f32 into out.  NULL
+     * on cuda. */
+    HpcStatus (*read_value)(TrainBackend *b, int v, float *out, HpcError *err);
+    /* New masters from w ((pl.n) f32 buffers, tied entries ignored); zero
+     * moments, optimizer step 0, the scaler at its initial scale, step
+     * records counted from 0 again; the dropout stream continues.  Only
+     * between steps (nothing uncollected), not after set_dist. */
+    HpcStatus (*set_weights)(TrainBackend *b, float *const *w, HpcError *err);
     void (*close)(TrainBackend *b);
+};
+
+/* A caller's device memory, the shape of include/hpc.h's
+ * HpcDeviceAllocator: alloc returns NULL when it cannot serve `bytes`;
+ * every call gets the backend's CUstream. */
+typedef struct {
+    void *(*alloc)(void *user, size_t bytes, void *stream);
+    void (*free)(void *user, void *ptr, void *stream);
+    void *user;
+} TrainDeviceAllocator;
+
+typedef struct TrainBackendOptions TrainBackendOptions;
+/* The cuda backend's open (train_cuda_open's type). */
+typedef HpcStatus TrainCudaOpenFn(TrainBackend *b, int64_t total_steps, int64_t max_B, int64_t max_L,
+                                  const TrainBackendOptions *o, HpcError *err);
+
+/* How train_backend_open_with opens the cuda backend (zero = the trainer's
+ * choices, except cuda_open). */
+struct TrainBackendOptions {
+    int gpu;                   /* device ordinal; -1: dist_gpu_ordinal() (0 unless one rank of several) */
+    void *cuda_stream;         /* the caller's CUstream for every launch and copy (CUDA graphs are then
+                                  off: it may be the legacy stream, which cannot be captured); NULL: the
+                                  device's own */
+    const TrainDeviceAllocator *allocator; /* serves the arena and every buffer beside it (parameters,
+                                  optimizer state, step records); NULL: cuMemAlloc */
+    TrainCudaOpenFn *cuda_open;/* the cuda backend; NULL when the program did not link it: cuda is then
+                                  HPC_ERR_NO_GPU saying so, and auto takes the cpu */
 };
 
 /* Opens the backend on a step program (compiler/step_program.h; borrowed,
@@ -121,6 +172,12 @@ struct TrainBackend {
 HpcStatus train_backend_open_program(TrainBackend *b, TrainDevice dev, const StepProgram *prog,
                                      int64_t total_steps, int64_t max_B, int64_t max_L, HpcError *err);
 
+/* The same with the cuda backend's choices in o (the C API's road); dev is
+ * TRAIN_DEVICE_CPU or TRAIN_DEVICE_CUDA (auto is the caller's to decide:
+ * deciding needs the CUDA driver code). */
+HpcStatus train_backend_open_with(TrainBackend *b, TrainDevice dev, const StepProgram *prog, int64_t total_steps,
+                                  int64_t max_B, int64_t max_L, const TrainBackendOptions *o, HpcError *err);
+
 /* The same from a checked spec: compiles it in-process first
  * (step_program_compile, compiler/step_program_build.h: lower -> autodiff
  * -> precision -> fuse, the fuse pass only when `fuse`); b owns that
@@ -133,10 +190,9 @@ void train_backend_close(TrainBackend *b);
 const char *train_device_name(TrainDevice d);
 bool train_device_parse(const char *s, TrainDevice *d);
 
-/* The backends' open functions (train_backend_open calls them after the
- * graph is built). */
+/* The backends' open functions (train_backend_open_with calls them after
+ * the graph is copied and the parameters initialised). */
 HpcStatus train_cpu_open(TrainBackend *b, int64_t total_steps, HpcError *err);
-HpcStatus train_cuda_open(TrainBackend *b, int64_t total_steps, int64_t max_B, int64_t max_L,
-                          HpcError *err);
+TrainCudaOpenFn train_cuda_open;
 
 #endif

@@ -13,6 +13,7 @@
 #include "cpu/cpu_exec.h"
 #include "cpu/cpu_fast_gemm.h"
 #include "cpu/cpu_fast_kernels.h"
+#include "cpu/cpu_fast_optim.h"
 #include "cpu/cpu_kernels.h"
 #include "cpu/cpu_threads.h"
 #include "dist/dp_optim.h"
@@ -138,7 +139,8 @@ static HpcStatus cpu_step(TrainBackend *b, bool poison, HpcError *err)
         if (st) return st;
         loss /= (double)t->coll->world;
     } else {
-        optim_step(&t->oc, &t->os, t->ot, t->n_ot, inv_scale, lr, &rep);
+        if (t->ex.mode == CPU_EXEC_FAST) fast_optim_step(&t->oc, &t->os, t->ot, t->n_ot, inv_scale, lr, &rep);
+        else optim_step(&t->oc, &t->os, t->ot, t->n_ot, inv_scale, lr, &rep);
     }
     bool skipped = ls_update(&t->ls, rep.found_inf);
     t->pending[t->n_pending++] = (TrainStepStat){
@@ -282,6 +284,34 @@ static HpcStatus cpu_set_dist(TrainBackend *b, Collectives *coll, bool zero1, Hp
     return HPC_OK;
 }
 
+static HpcStatus cpu_read_value(TrainBackend *b, int v, float *out, HpcError *err)
+{
+    CpuTrain *t = impl(b);
+    memcpy(out, cpu_exec_value(&t->ex, v), (size_t)cpu_exec_numel(&t->ex, v) * sizeof(float));
+    return HPC_OK;
+}
+
+/* New masters, and the optimizer and scaler of a new run. */
+static HpcStatus cpu_set_weights(TrainBackend *b, float *const *w, HpcError *err)
+{
+    CpuTrain *t = impl(b);
+    if (t->coll || t->n_pending || t->accum)
+        return hpc_fail(err, HPC_ERR_USAGE, "trainer: new weights in the middle of a step, with records "
+                        "uncollected, or under data parallel");
+    for (int p = 0; p < b->pl.n; p++)
+        if (b->pl.p[p].tied_to < 0) memcpy(b->ps.w[p], w[p], (size_t)params_numel(&b->pl.p[p]) * sizeof(float));
+    for (int i = 0; i < t->n_ot; i++) {
+        size_t bytes = (size_t)t->ot[i].n * sizeof(float);
+        if (t->ot[i].m) memset(t->ot[i].m, 0, bytes);
+        if (t->ot[i].v) memset(t->ot[i].v, 0, bytes);
+    }
+    t->os.step = 0;
+    t->steps = 0;
+    LossScaleConfig cfg = t->ls.cfg;
+    ls_init(&t->ls, &cfg);
+    return HPC_OK;
+}
+
 HpcStatus train_cpu_open(TrainBackend *b, int64_t total_steps, HpcError *err)
 {
     CpuTrain *t = xcalloc(1, sizeof *t);
@@ -295,6 +325,8 @@ HpcStatus train_cpu_open(TrainBackend *b, int64_t total_steps, HpcError *err)
     b->state_out = cpu_state_out;
     b->state_in = cpu_state_in;
     b->set_dist = cpu_set_dist;
+    b->read_value = cpu_read_value;
+    b->set_weights = cpu_set_weights;
     b->close = cpu_close;
     cpu_exec_init(&t->ex, &b->g, CPU_EXEC_F32);
     cpu_exec_set_mode(&t->ex, cpu_exec_training_mode());

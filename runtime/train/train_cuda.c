@@ -25,20 +25,25 @@
  * inf or NaN in any rank's gradient stays non-finite in the average every
  * rank receives, so every rank skips the same step, and the gradient norm
  * for clipping is the norm of the same averaged gradient on every rank.
- * The poison hook therefore writes its inf before the reduction. */
+ * The poison hook therefore writes its inf before the reduction.
+ *
+ * For the C API (train_backend_open_with's options): the caller's stream
+ * replaces the device's own for every launch and copy (CUDA graphs are then
+ * off), and the caller's device allocator serves the executor's arena and
+ * every buffer beside it; cuBLASLt's workspace (32 MiB) and the loaded
+ * modules still come from the driver. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-#include <time.h>
-#include <unistd.h>
 
 #include "cuda/cuda_exec.h"
 #include "cuda/cuda_optim.h"
 #include "cuda/nvrtc_compile.h"
 #include "dist/collectives.h"
 #include "dist/rendezvous.h"
+#include "train/lossscale.h"
 #include "train/train_backend.h"
+#include "util/phase_clock.h"
 
 typedef struct {
     CudaDevice dev;
@@ -52,9 +57,9 @@ typedef struct {
     int64_t steps;             /* optimizer steps queued (counting resumed ones) */
     int64_t read;              /* steps whose records were handed out */
     CUdeviceptr loss_ring;     /* (RING, accum) f32 micro-batch losses */
-    CUdeviceptr state_ring;    /* (RING) KemitOptState after each step */
+    CUdeviceptr state_ring;    /* (RING) CudaOptState after each step */
     float *host_loss;          /* (RING * accum) page-locked copy of loss_ring */
-    KemitOptState *host_state; /* (RING) page-locked copy of state_ring */
+    CudaOptState *host_state; /* (RING) page-locked copy of state_ring */
     CUevent begin[TRAIN_STAT_RING]; /* per slot: before the step's first micro-batch */
     CUevent end[TRAIN_STAT_RING];   /* per slot: after the copy of the step's record */
     bool chained[TRAIN_STAT_RING];  /* only training ran since the previous step's end */
@@ -65,31 +70,11 @@ typedef struct {
     size_t logits_cap;
     bool profile;              /* HPC_STARTUP or HPC_PROFILE: report the cold start after step 1 */
     Collectives *coll;         /* data parallel over NCCL (set_dist), else NULL */
+    bool graphs;               /* steps captured as CUDA graphs (not on a caller's stream) */
+    CUstream own_stream;       /* the device's stream, restored before close */
+    TrainDeviceAllocator user_alloc; /* the caller's allocator (alloc NULL: none) */
+    ArenaAllocator arena_alloc;      /* adapts it for runtime/cuda/device_arena.h */
 } CudaTrain;
-
-/* Seconds since this process started (/proc/self/stat field 22 against
- * /proc/uptime), or -1 where /proc is missing: the cold start is measured
- * from `hpc run` itself, not from the backend's open. */
-static double process_age_seconds(void)
-{
-    FILE *f = fopen("/proc/self/stat", "r");
-    double up = -1;
-    unsigned long long start = 0;
-    if (!f) return -1;
-    char buf[1024];
-    size_t n = fread(buf, 1, sizeof buf - 1, f);
-    fclose(f);
-    buf[n] = '\0';
-    char *p = strrchr(buf, ')');   /* the command name may hold spaces */
-    for (int field = 2; p && field < 22; field++) p = strchr(p + 1, ' ');
-    if (!p || sscanf(p + 1, "%llu", &start) != 1) return -1;
-    f = fopen("/proc/uptime", "r");
-    if (!f) return -1;
-    if (fscanf(f, "%lf", &up) != 1) up = -1;
-    fclose(f);
-    long hz = sysconf(_SC_CLK_TCK);
-    return up < 0 || hz <= 0 ? -1 : up - (double)start / (double)hz;
-}
 
 /* HPC_STARTUP=1 (or HPC_PROFILE=1, whose eager per-node timing slows step
  * 1): after the first optimizer step (waits for it). */
@@ -97,13 +82,16 @@ static void report_cold_start(CudaTrain *t)
 {
     t->profile = false;
     if (cuda_driver()->cuStreamSynchronize(t->dev.stream) != CUDA_SUCCESS) return;
+    phase_mark("step 1 on the device (the wait for its end)");
+    phase_clock_print(stderr);   /* where the time below went, phase by phase */
     NvrtcStats s;
     nvrtc_compile_stats(&s);
     fprintf(stderr, "hpc profile: cold start %.2f s from process start to the end of step 1; "
-            "NVRTC %ld compile(s) in %.2f s, %ld kernel cache hit(s); step module %s in %.3f s\n",
-            process_age_seconds(), s.compiles, s.compile_seconds, s.cache_hits,
+            "NVRTC %ld compile(s) in %.2f s, %ld kernel cache hit(s); step module %s in %.3f s; "
+            "GEMM autotune %d shape(s) timed, %d from the cache\n",
+            phase_clock_process_age(), s.compiles, s.compile_seconds, s.cache_hits,
             t->ex.cubin_from_program ? "the program's cubin" : t->ex.cache_hit ? "from the cache" : "compiled",
-            t->ex.compile_seconds);
+            t->ex.compile_seconds, t->ex.gemm.tuned, t->ex.gemm.tune_hits);
 }
 
 static CudaTrain *impl(TrainBackend *b) { return b->impl; }
@@ -124,7 +112,10 @@ static void cuda_close(TrainBackend *b)
     if (t->host_state) cuda_driver()->cuMemFreeHost(t->host_state);
     if (t->opt_open) cuda_optim_free(&t->opt);
     if (t->ex_open) cuda_exec_free(&t->ex);
-    if (t->dev_open) cuda_device_close(&t->dev);
+    if (t->dev_open) {
+        t->dev.stream = t->own_stream;
+        cuda_device_close(&t->dev);
+    }
     free(t->logits);
     free(t);
     b->impl = NULL;
@@ -151,13 +142,14 @@ static HpcStatus cuda_micro(TrainBackend *b, const Batch *batch, int64_t m, HpcE
                         (long long)m, (long long)t->accum);
     int ring = (int)(t->steps % TRAIN_STAT_RING);
     HpcStatus st = HPC_OK;
+    if (t->profile && t->steps == 0 && m == 0) phase_mark("trainer work before step 1 (data, batches)");
     if (m == 0) {
         t->chained[ring] = t->chain_next;
         st = CUDA_CHECK(err, cuda_driver()->cuEventRecord(t->begin[ring], t->dev.stream));
     }
     CudaRunOptions o = {.training = true, .backward = true, .seed = b->spec->train.seed,
                         .step = t->micro++, .loss_scale_dev = cuda_optim_scale_ptr(&t->opt),
-                        .graph = true};
+                        .graph = t->graphs};
     if (st) return st;
     if (m == t->accum - 1) {   /* staged: runs in cuda_step with the optimizer in its graph */
         st = cuda_exec_stage(&t->ex, batch, &o, err);
@@ -214,17 +206,20 @@ static HpcStatus cuda_step(TrainBackend *b, bool poison, HpcError *err)
     } else if (!st) {
         st = cuda_optim_step(&t->opt, err);
     }
-    CUdeviceptr slot = t->state_ring + (CUdeviceptr)((size_t)ring * sizeof(KemitOptState));
+    CUdeviceptr slot = t->state_ring + (CUdeviceptr)((size_t)ring * sizeof(CudaOptState));
     if (!st) st = CUDA_CHECK(err, cu->cuMemcpyDtoDAsync(slot, cuda_optim_state_ptr(&t->opt),
-                                                        sizeof(KemitOptState), t->dev.stream));
+                                                        sizeof(CudaOptState), t->dev.stream));
     /* the record to the host now, so that reading it later needs no wait */
     size_t row = (size_t)t->accum * 4;
     if (!st) st = CUDA_CHECK(err, cu->cuMemcpyDtoHAsync(t->host_loss + (size_t)ring * (size_t)t->accum,
                                                         t->loss_ring + (CUdeviceptr)((size_t)ring * row), row,
                                                         t->dev.stream));
-    if (!st) st = CUDA_CHECK(err, cu->cuMemcpyDtoHAsync(t->host_state + ring, slot, sizeof(KemitOptState),
+    if (!st) st = CUDA_CHECK(err, cu->cuMemcpyDtoHAsync(t->host_state + ring, slot, sizeof(CudaOptState),
                                                         t->dev.stream));
     if (!st) st = CUDA_CHECK(err, cu->cuEventRecord(t->end[ring], t->dev.stream));
+    if (t->profile && t->steps == 0)
+        phase_markf("step 1 queued by the host (eager: cuBLASLt heuristics, GEMM autotune %d timed / %d cached, "
+                    "launches)", t->ex.gemm.tuned, t->ex.gemm.tune_hits);
     if (!st) {
         t->steps++;
         t->chain_next = true;
@@ -241,7 +236,7 @@ static HpcStatus take_record(CudaTrain *t, TrainStepStat *out, HpcError *err)
     float ms = 0;
     HpcStatus st = CUDA_CHECK(err, cuda_driver()->cuEventElapsedTime(&ms, from, t->end[ring]));
     if (st) return st;
-    const KemitOptState *s = &t->host_state[ring];
+    const CudaOptState *s = &t->host_state[ring];
     double sum = 0;
     for (int64_t m = 0; m < t->accum; m++) sum += t->host_loss[(int64_t)ring * t->accum + m];
     *out = (TrainStepStat){.step = ++t->read, .loss = sum / (double)t->accum, .lr = s->lr,
@@ -349,7 +344,7 @@ static HpcStatus copy_moments(CudaTrain *t, const TrainState *ts, bool to_host, 
     CUstream s = t->dev.stream;
     HpcStatus st = HPC_OK;
     for (int i = 0; i < t->opt.count && !st; i++) {
-        const KemitOptTensor *k = &t->opt.host_t[i];
+        const CudaOptTensor *k = &t->opt.host_t[i];
         int p = t->opt.param[i];
         size_t bytes = (size_t)k->n * sizeof(float);   // (n) f32 each
         float *hm = ts->m ? ts->m[p] : NULL, *hv = ts->v ? ts->v[p] : NULL;
@@ -369,7 +364,7 @@ static HpcStatus cuda_state_out(TrainBackend *b, TrainState *ts, HpcError *err)
     for (int p = 0; p < b->pl.n && !st; p++)
         if (b->pl.p[p].tied_to < 0 && ts->w[p]) st = cuda_optim_read_master(&t->opt, p, ts->w[p], err);
     if (!st) st = copy_moments(t, ts, true, err);
-    KemitOptState s;
+    CudaOptState s;
     if (!st) st = cuda_optim_read_state(&t->opt, &s, err);
     if (st) return st;
     ts->opt.step = s.step;
@@ -391,7 +386,7 @@ static HpcStatus cuda_state_in(TrainBackend *b, const TrainState *ts, HpcError *
                         (long long)ts->micro_step);
     HpcStatus st = cuda_exec_set_params(&t->ex, ts->w, err);
     if (!st) st = copy_moments(t, ts, false, err);
-    KemitOptState s;
+    CudaOptState s;
     if (!st) st = cuda_optim_read_state(&t->opt, &s, err);
     if (st) return st;
     s.step = ts->opt.step;
@@ -407,13 +402,55 @@ static HpcStatus cuda_state_in(TrainBackend *b, const TrainState *ts, HpcError *
     return HPC_OK;
 }
 
+/* New masters (cuda_exec_set_params also rewrites the 16-bit copies), zero
+ * moments and the optimizer state of a new run. */
+static HpcStatus cuda_set_weights(TrainBackend *b, float *const *w, HpcError *err)
+{
+    CudaTrain *t = impl(b);
+    const CudaDriver *cu = cuda_driver();
+    if (t->coll || t->has_staged || t->read != t->steps)
+        return hpc_fail(err, HPC_ERR_USAGE, "trainer: new weights in the middle of a step, with records "
+                        "uncollected, or under data parallel");
+    HpcStatus st = cuda_exec_set_params(&t->ex, w, err);
+    for (int i = 0; i < t->opt.count && !st; i++) {
+        const CudaOptTensor *k = &t->opt.host_t[i];
+        if (k->m) st = CUDA_CHECK(err, cu->cuMemsetD32Async(k->m, 0, (size_t)k->n, t->dev.stream));
+        if (!st && k->v) st = CUDA_CHECK(err, cu->cuMemsetD32Async(k->v, 0, (size_t)k->n, t->dev.stream));
+    }
+    LossScaleConfig lc;
+    LossScaler ls;
+    ls_config_from_spec(&lc, &b->spec->train);
+    ls_init(&ls, &lc);
+    CudaOptState s = {.scale = (float)ls.scale};   /* what cuda_optim_init starts from */
+    if (!st) st = CUDA_CHECK(err, cu->cuMemcpyHtoDAsync(cuda_optim_state_ptr(&t->opt), &s, sizeof s, t->dev.stream));
+    if (!st) st = CUDA_CHECK(err, cu->cuStreamSynchronize(t->dev.stream));
+    if (st) return st;
+    t->steps = t->read = 0;
+    t->chain_next = false;
+    return HPC_OK;
+}
+
+/* The caller's TrainDeviceAllocator seen as an ArenaAllocator: device
+ * pointers travel as void *, and every call gets the backend's stream. */
+static CUdeviceptr user_alloc(void *user, size_t bytes)
+{
+    CudaTrain *t = user;
+    return (CUdeviceptr)(uintptr_t)t->user_alloc.alloc(t->user_alloc.user, bytes, (void *)t->dev.stream);
+}
+
+static void user_free(void *user, CUdeviceptr ptr)
+{
+    CudaTrain *t = user;
+    t->user_alloc.free(t->user_alloc.user, (void *)(uintptr_t)ptr, (void *)t->dev.stream);
+}
+
 static HpcStatus alloc_rings(CudaTrain *t, HpcError *err)
 {
     const CudaDriver *cu = cuda_driver();
     void *hl = NULL, *hs = NULL;
     HpcStatus st = CUDA_CHECK(err, cu->cuMemAllocHost(&hl, (size_t)(TRAIN_STAT_RING * t->accum) * 4));
     t->host_loss = hl;
-    if (!st) st = CUDA_CHECK(err, cu->cuMemAllocHost(&hs, TRAIN_STAT_RING * sizeof(KemitOptState)));
+    if (!st) st = CUDA_CHECK(err, cu->cuMemAllocHost(&hs, TRAIN_STAT_RING * sizeof(CudaOptState)));
     t->host_state = hs;
     for (int i = 0; i < TRAIN_STAT_RING && !st; i++) {
         st = CUDA_CHECK(err, cu->cuEventCreate(&t->begin[i], CU_EVENT_DEFAULT));
@@ -421,11 +458,12 @@ static HpcStatus alloc_rings(CudaTrain *t, HpcError *err)
     }
     if (!st) st = arena_alloc(&t->ex.arena, &t->loss_ring, (size_t)(TRAIN_STAT_RING * t->accum) * 4,
                               "step losses", err);
-    return st ? st : arena_alloc(&t->ex.arena, &t->state_ring, TRAIN_STAT_RING * sizeof(KemitOptState),
+    return st ? st : arena_alloc(&t->ex.arena, &t->state_ring, TRAIN_STAT_RING * sizeof(CudaOptState),
                                  "step records", err);
 }
 
-HpcStatus train_cuda_open(TrainBackend *b, int64_t total_steps, int64_t max_B, int64_t max_L, HpcError *err)
+HpcStatus train_cuda_open(TrainBackend *b, int64_t total_steps, int64_t max_B, int64_t max_L,
+                          const TrainBackendOptions *o, HpcError *err)
 {
     CudaTrain *t = xcalloc(1, sizeof *t);
     b->impl = t;
@@ -439,27 +477,42 @@ HpcStatus train_cuda_open(TrainBackend *b, int64_t total_steps, int64_t max_B, i
     b->state_out = cuda_state_out;
     b->state_in = cuda_state_in;
     b->set_dist = cuda_set_dist;
+    b->set_weights = cuda_set_weights;
     b->close = cuda_close;
     t->accum = b->spec->train.grad_accum > 1 ? b->spec->train.grad_accum : 1;
     const char *su = getenv("HPC_STARTUP"), *pr = getenv("HPC_PROFILE");
     t->profile = (su && *su && strcmp(su, "0") != 0) || (pr && *pr && strcmp(pr, "0") != 0);
     if (b->g.loss < 0 || b->g.nodes[b->g.loss].dtype != DT_F32)
         return hpc_fail(err, HPC_ERR_INTERNAL, "trainer: the graph's loss is not an f32 scalar");
-    HpcStatus st = cuda_device_open(&t->dev, dist_gpu_ordinal(), err);   /* 0 unless one rank of several */
+    HpcStatus st = cuda_device_open(&t->dev, o->gpu >= 0 ? o->gpu : dist_gpu_ordinal(), err);
     if (st) return st;
     t->dev_open = true;
+    phase_mark("CUDA driver, context and stream (cuda_device_open)");
+    t->own_stream = t->dev.stream;
+    t->graphs = o->cuda_stream == NULL;
+    if (o->cuda_stream) t->dev.stream = (CUstream)o->cuda_stream;
+    if (o->allocator) {
+        t->user_alloc = *o->allocator;
+        t->arena_alloc = (ArenaAllocator){.alloc = user_alloc, .free = user_free, .user = t};
+        t->dev.allocator = &t->arena_alloc;
+    }
     st = cuda_exec_init_kernels(&t->ex, &t->dev, &b->g, &b->pl, b->kernels, max_B, max_L, err);
     if (st) return st;
     t->ex_open = true;
+    phase_mark("kernel lookups");
     st = cuda_exec_set_params(&t->ex, b->ps.w, err);
+    phase_mark("parameter upload (f32 masters; 16-bit copies converted on the host)");
     if (!st) st = cuda_optim_init(&t->opt, &t->ex, b->spec, b->policy, total_steps, err);
     if (st) return st;
     t->opt_open = true;
+    phase_mark("optimizer: tables uploaded, m and v zeroed");
     NvrtcStats ns;
-    nvrtc_compile_stats(&ns);   /* the step's and the optimizer's modules */
+    nvrtc_compile_stats(&ns);   /* the step's module (the optimizer is part of it) */
     snprintf(b->name, sizeof b->name, "cuda (%.60s, sm_%d; kernels: %ld NVRTC compile(s) in %.1f s, %ld cached%s)",
              t->dev.name, t->dev.arch, ns.compiles, ns.compile_seconds, ns.cache_hits,
              t->ex.cubin_from_program ? ", step cubin from the artifact" : "");
     b->cuda_stream = t->dev.stream;
-    return alloc_rings(t, err);
+    st = alloc_rings(t, err);
+    phase_mark("record rings and events");
+    return st;
 }

@@ -307,7 +307,7 @@ static HpcStatus train_loop(Trainer *t, const Dataset *train, const Dataset *eva
     const SpecTraining *tr = &t->spec->train;
     const TrainOptions *opts = t->opts;
     Loader ld;
-    HpcStatus st = loader_init(&ld, train, tr->batch_size, tr->max_seq_len, tr->seed, true, false, err);
+    HpcStatus st = loader_init(&ld, train, tr->batch_size, tr->max_seq_len, tr->seed, true, opts->bucket, err);
     if (!st && opts->coll) st = loader_set_shard(&ld, opts->coll->rank, opts->coll->world, err);
     if (st) {
         loader_free(&ld);
@@ -395,6 +395,9 @@ static void log_start(Trainer *t, TrainResult *res)
     runlog_message(t->log, "%s: %lld parameters, %d values in the graph, backend %s, %s",
                    t->spec->name, (long long)res->params, t->be.g.n, t->be.name,
                    spec_precision_name(t->be.policy));
+    runlog_message(t->log, "sized for batch %lld x sequence %lld: the data's longest row has %lld tokens "
+                   "(seq_len %lld)", (long long)t->spec->train.batch_size, (long long)res->sized_len,
+                   (long long)res->longest_row, (long long)t->spec->train.max_seq_len);
     char line[1200];
     for (int s = 0; t->opts->task && s < TASK_SPLIT_COUNT; s++)
         if (task_split_line(t->opts->task, (TaskSplit)s, line, sizeof line)) runlog_message(t->log, "%s", line);
@@ -456,6 +459,21 @@ static HpcStatus check_outputs(Trainer *t, HpcError *err)
     return st;
 }
 
+/* The L to size the backend for (trainer.h, "Sizing"): every dataset a
+ * batch may come from, before the other ranks drop eval. */
+static int64_t sized_len(const ModelSpec *spec, const Dataset *train, const Dataset *eval, const TrainOptions *o,
+                         TrainResult *res)
+{
+    const Dataset *test = o->task && o->predict ? &o->task->test : NULL;
+    const Dataset *sets[] = {train, eval, test};
+    int64_t longest = 0;
+    for (int s = 0; s < 3; s++)
+        if (sets[s] && dataset_max_len(sets[s]) > longest) longest = dataset_max_len(sets[s]);
+    res->longest_row = longest;
+    res->sized_len = (loader_longest_batch_len(sets, 3, spec->train.max_seq_len) + 7) / 8 * 8;
+    return res->sized_len;
+}
+
 HpcStatus trainer_run(const ModelSpec *spec, const Dataset *train, const Dataset *eval,
                       const TrainOptions *opts, TrainResult *res, HpcError *err)
 {
@@ -464,6 +482,7 @@ HpcStatus trainer_run(const ModelSpec *spec, const Dataset *train, const Dataset
     t->spec = spec;
     t->lead = opts->coll ? opts->coll->rank == 0 : !opts->dist || opts->dist->rank == 0;
     t->rank_opts = *opts;
+    int64_t L = sized_len(spec, train, eval, opts, res);
     if (!t->lead) {   /* the other ranks print, log, evaluate and write nothing */
         t->rank_opts.jsonl = NULL;
         t->rank_opts.out = NULL;
@@ -477,7 +496,6 @@ HpcStatus trainer_run(const ModelSpec *spec, const Dataset *train, const Dataset
     res->metric = eval_metric_name(spec, opts->task);
     res->best_metric = NAN;
     t->lock.fd = -1;
-    int64_t L = (spec->train.max_seq_len + 7) / 8 * 8;
     bool ckpt_copy = opts->checkpoint_dir || opts->resume_dir || opts->init_dir;
     HpcStatus st = check_outputs(t, err);
     if (!st && !opts->no_memory_check)

@@ -77,6 +77,12 @@
  * stop_after = k > 0 ends the run after step k as an interruption would
  * (saving when checkpoint_dir is set) but returns HPC_OK.
  *
+ * Sizing: the backend (memory plan and arena on the GPU, value buffers on
+ * the cpu) and the memory check are sized for the longest batch the data
+ * can make, not for the model's seq_len (TrainResult.sized_len; the
+ * start-up summary prints it): CoLA's rows stop at 47 tokens, so a run
+ * with seq_len 128 reserves for 48.
+ *
  * Everything the trainer allocates is freed before it returns.
  */
 #ifndef HPC_RUNTIME_TRAINER_H
@@ -135,6 +141,8 @@ typedef struct {
     struct Collectives *coll; /* data parallel: this rank's handle (borrowed); NULL = one process */
     bool zero1;           /* with coll: ZeRO-1 sharded optimizer state */
     const DistEnv *dist;  /* world > 1: join an NCCL world after opening the cuda backend; NULL = none */
+    bool bucket;          /* training batches from length buckets (runtime/data/loader.h):
+                             rows of similar length share a batch, less padding */
 } TrainOptions;
 
 typedef struct {
@@ -156,6 +164,11 @@ typedef struct {
     char backend[160];    /* TrainBackend.name */
     int64_t resumed_from; /* step the run continued after (resume_dir), else 0 */
     char saved[4200];     /* the last checkpoint written, "" if none */
+    int64_t sized_len;    /* the L the backend and the memory check were sized for: the
+                             longest batch the data can make (train, eval and, with
+                             predict, the task's test rows; loader_longest_batch_len)
+                             rounded up to 8, so at most the model's seq_len rounded up */
+    int64_t longest_row;  /* the longest row of those datasets, in tokens */
 } TrainResult;
 
 /* eval may be NULL (no evaluation).  Fails with the status of the failing

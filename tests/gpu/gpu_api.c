@@ -21,12 +21,11 @@
 #include <unistd.h>
 
 #include "hpc.h"
-#include "api/api_backend.h"
+#include "train/train_backend.h"
 #include "cuda/cuda_driver.h"
 
-/* Links the cuda backend in (api.c refers to it weakly). */
-__attribute__((used)) static HpcStatus (*const link_cuda)(HpcModel *, const HpcModelOptions *, HpcError *) =
-    api_cuda_open;
+/* Links the cuda backend in (api.c refers to train_cuda_open weakly). */
+__attribute__((used)) static TrainCudaOpenFn *const link_cuda = train_cuda_open;
 
 enum { B = 4, L = 16, C = 2 };
 static int failures, checks;

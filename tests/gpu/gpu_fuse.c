@@ -218,6 +218,7 @@ static void check_case(bool causal, SpecPrecision prec, int64_t B, int64_t L, do
     snprintf(tag, sizeof tag, "%s %s fused B=%lld L=%lld", s.name, spec_precision_name(prec),
              (long long)B, (long long)L);
     PipeOptions po = pipeline_defaults(prec);
+    po.attention = ATTN_FORM_UNFUSED;   /* the fuse pass's ops (gpu_attention_step: the fused node) */
     Pipeline P;
     HpcError err = {0};
     if (pipeline_build(&s, &po, &P, &err)) {

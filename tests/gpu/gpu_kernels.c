@@ -26,6 +26,7 @@
 #include "cuda/gemm_cublas.h"
 #include "cuda/gemm_tune.h"
 #include "emit_kernels.h"
+#include "emit_optim.h"
 #include "cpu/half.h"
 #include "train/lossscale.h"
 #include "cuda/cuda_optim.h"
@@ -66,6 +67,7 @@ static float rnd_sym(float a) { return (float)((rnd_uniform() * 2 - 1) * a); }
 typedef struct {
     KernelConfig kc;
     CUmodule mod;
+    CUmodule opt_mod;         /* the step module's optimizer block alone (compiler/emit_optim.h) */
     char suffix[KEMIT_SUFFIX_MAX];
     int es;                   /* bytes per st_t */
     const char *label;        /* "f16", "f16 causal" */
@@ -85,6 +87,23 @@ static Mod mod_build(KernelConfig kc, const char *label)
     DRV(cu->cuModuleLoadData(&m.mod, cubin));
     free(cubin);
     return m;
+}
+
+/* The optimizer block the step module ends with, for m's 16-bit copy dtype,
+ * compiled alone (compiler/emit_optim.h): the kernels the trainer runs. */
+static void opt_mod_build(Mod *m)
+{
+    DType low = m->kc.dtype == KEMIT_F16 ? DT_F16 : m->kc.dtype == KEMIT_BF16 ? DT_BF16 : DT_F32;
+    char *src;
+    void *cubin;
+    size_t size;
+    HpcError err;
+    if (eopt_module_source(low, &src, &err)) die("eopt_module_source", &err);
+    if (nvrtc_compile(src, "gpu_optimizer", dev.arch, NULL, 0, &cubin, &size, NULL, &err))
+        die("nvrtc_compile (optimizer)", &err);
+    free(src);
+    DRV(cu->cuModuleLoadData(&m->opt_mod, cubin));
+    free(cubin);
 }
 
 static CUfunction fn(const Mod *m, const char *base)
@@ -674,7 +693,7 @@ static CudaOptKernels opt_kernels(const Mod *m)
 {
     CudaOptKernels k;
     HpcError err;
-    if (cuda_optim_kernels(m->mod, m->suffix, &k, &err)) die("cuda_optim_kernels", &err);
+    if (cuda_optim_kernels(m->opt_mod, &k, &err)) die("cuda_optim_kernels", &err);
     return k;
 }
 
@@ -702,7 +721,7 @@ static void test_optimizer(const Mod *m, SpecOptimizer kind)
     ls_init(&ls, &lc);
     OptimState ost = {0};
     OptimTensor t[OPT_TENSORS];
-    KemitOptTensor dt[OPT_TENSORS];
+    CudaOptTensor dt[OPT_TENSORS];
     uint64_t src[OPT_TENSORS];
     float *grads[OPT_TENSORS], *halves[OPT_TENSORS][2];
     CUdeviceptr dbufs[OPT_TENSORS][6], base[OPT_TENSORS][6];
@@ -733,16 +752,16 @@ static void test_optimizer(const Mod *m, SpecOptimizer kind)
         if (low) poison(dbufs[k][4], n * 2);
         poison(dbufs[k][1], n * 4);   /* the accumulator: the first micro-batch overwrites it */
         src[k] = dbufs[k][5];         /* the executor's gradient of one micro-batch */
-        dt[k] = (KemitOptTensor){.master = dbufs[k][0], .grad = dbufs[k][1], .m = dbufs[k][2],
+        dt[k] = (CudaOptTensor){.master = dbufs[k][0], .grad = dbufs[k][1], .m = dbufs[k][2],
                                  .v = t[k].v ? dbufs[k][3] : 0, .low = low ? dbufs[k][4] : 0, .n = n,
                                  .decay = t[k].decay};
     }
-    KemitOptParams prm = {.kind = kind, .nesterov = oc.nesterov, .sched_kind = sc.kind, .ls_mode = lc.mode,
+    CudaOptParams prm = {.kind = kind, .nesterov = oc.nesterov, .sched_kind = sc.kind, .ls_mode = lc.mode,
                           .beta1 = oc.beta1, .beta2 = oc.beta2, .eps = oc.eps, .weight_decay = oc.weight_decay,
                           .momentum = oc.momentum, .max_grad_norm = oc.max_grad_norm, .lr = sc.lr,
                           .min_lr_ratio = 0, .warmup_steps = sc.warmup_steps, .total_steps = sc.total_steps,
                           .ls_growth = lc.growth, .ls_backoff = lc.backoff, .ls_interval = lc.interval};
-    KemitOptState st0 = {.scale = (float)lc.init};
+    CudaOptState st0 = {.scale = (float)lc.init};
     CudaOptPlan plan;
     CudaOptKernels kern = opt_kernels(m);
     HpcError err;
@@ -781,7 +800,7 @@ static void test_optimizer(const Mod *m, SpecOptimizer kind)
         }
     }
     sync();
-    KemitOptState st;
+    CudaOptState st;
     DRV(cu->cuMemcpyDtoH(&st, plan.state, sizeof st));
     int flag = -1;
     DRV(cu->cuMemcpyDtoH(&flag, plan.poison, 4));
@@ -1215,7 +1234,7 @@ static void time_kernels(const Mod *m)
         enum { NT = 10 };
         int64_t per = 110000000 / 8;
         int64_t ns[NT] = {per, per, per, per, per, per, per, per, 768, 2};
-        KemitOptTensor dt[NT];
+        CudaOptTensor dt[NT];
         CUdeviceptr bufs[NT][5];
         for (int k = 0; k < NT; k++) {
             bufs[k][0] = rand_dev(m, ns[k], 4, 0.1f);
@@ -1224,12 +1243,12 @@ static void time_kernels(const Mod *m)
             bufs[k][3] = dalloc(ns[k] * 4);
             DRV(cu->cuMemsetD8(bufs[k][3], 0, ns[k] * 4));   /* v >= 0 */
             bufs[k][4] = es == 2 ? dalloc(ns[k] * 2) : 0;
-            dt[k] = (KemitOptTensor){bufs[k][0], bufs[k][1], bufs[k][2], bufs[k][3], bufs[k][4], ns[k], k % 2, 0};
+            dt[k] = (CudaOptTensor){bufs[k][0], bufs[k][1], bufs[k][2], bufs[k][3], bufs[k][4], ns[k], k % 2, 0};
         }
-        KemitOptParams prm = {.kind = OPT_ADAMW, .beta1 = 0.9, .beta2 = 0.999, .eps = 1e-8, .weight_decay = 0.01,
+        CudaOptParams prm = {.kind = OPT_ADAMW, .beta1 = 0.9, .beta2 = 0.999, .eps = 1e-8, .weight_decay = 0.01,
                               .max_grad_norm = 1.0, .lr = 1e-4, .sched_kind = SCHED_CONSTANT,
                               .ls_growth = 2, .ls_backoff = 0.5, .ls_interval = 1000000};
-        KemitOptState st0 = {.scale = 1.0f};
+        CudaOptState st0 = {.scale = 1.0f};
         CudaOptPlan plan;
         HpcError err;
         if (cuda_optim_plan_build(&plan, dt, NULL, NT, &prm, &st0, opt_alloc, NULL, dev.stream, &err))
@@ -1337,6 +1356,7 @@ int main(void)
     for (int d = 0; d < 3; d++) {
         Mod m = mod_build(bert_base((KemitDtype)d, false), labels[d][0]);
         Mod mc = mod_build(bert_base((KemitDtype)d, true), labels[d][1]);
+        opt_mod_build(&m);
         if (d == 0) test_philox(&m);
         test_dropout(&m);
         test_layernorm(&m);
@@ -1371,7 +1391,10 @@ int main(void)
             printf("%-44s %10.4f %10.0f %7.0f%%\n", timings[i].name, timings[i].ms, timings[i].gbs,
                    100.0 * timings[i].gbs / copy_gbs);
     }
-    for (int d = 0; d < 3; d++) cu->cuModuleUnload(mods[d].mod);
+    for (int d = 0; d < 3; d++) {
+        cu->cuModuleUnload(mods[d].mod);
+        cu->cuModuleUnload(mods[d].opt_mod);
+    }
     cuda_device_close(&dev);
     printf("\n%d of %d checks passed%s\n", checks - failures, checks, failures ? " — FAILURES above" : "");
     return failures ? 1 : 0;

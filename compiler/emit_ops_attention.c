@@ -1,0 +1,153 @@
+/* compiler/emit_ops_attention.c — see emit_ops_attention.h. */
+#include "emit_ops_attention.h"
+
+#include <stdio.h>
+
+#include "kernel_sources.h"
+
+#define AT_TILE 64   /* query (fwd, dq) or key (dkv) rows per block of the mma kernels */
+
+typedef struct {
+    DType dtype;
+    int64_t hidden, heads, head_dim;
+    bool causal;
+} AttnCfg;
+
+static bool is_attention(IrOpKind op) { return op == IR_OP_ATTENTION || op == IR_OP_ATTENTION_BWD; }
+
+/* The configuration of attention node id, checked against what the kernels
+ * cover. */
+static HpcStatus node_cfg(const IrGraph *g, int id, AttnCfg *c, HpcError *err)
+{
+    const IrNode *n = &g->nodes[id];
+    const IrNode *q = &g->nodes[n->in[n->op == IR_OP_ATTENTION ? 0 : 1]];
+    c->dtype = q->dtype;
+    c->hidden = q->dims[2];
+    c->heads = n->attr.attn.heads;
+    c->head_dim = c->hidden / c->heads;
+    c->causal = n->attr.attn.causal;
+    int n_float = n->op == IR_OP_ATTENTION ? 3 : 6;   /* ATTENTION_BWD: all but mask and lse */
+    bool same = n->dtype == c->dtype;
+    for (int k = 0; k < n->n_in && k < n_float + 1; k++) {
+        const IrNode *x = &g->nodes[n->in[k]];
+        if (x->dtype != DT_I32 && !(n->op == IR_OP_ATTENTION_BWD && k == 6)) same &= x->dtype == c->dtype;
+    }
+    if ((c->dtype != DT_F16 && c->dtype != DT_BF16) || c->head_dim % 16 != 0 || c->head_dim > 128 || !same)
+        return hpc_fail(err, HPC_ERR_INPUT, "emit_ops: node %d (%s): the step's fused attention kernels need "
+                        "f16 or bf16 values of one dtype and a head size that is a multiple of 16 up to 128 "
+                        "(here %s, head size %lld); compile with HPC_ATTENTION=unfused", id, n->name,
+                        ir_dtype_name(c->dtype), (long long)c->head_dim);
+    for (int k = 1; k < ir_op_info(n->op)->n_outputs; k++)
+        if (ir_output(g, id, k) < 0)
+            return hpc_fail(err, HPC_ERR_INPUT, "emit_ops: node %d (%s): output %s was removed, but the "
+                            "kernel writes it; compile with HPC_ATTENTION=unfused", id, n->name,
+                            ir_output_name(n->op, k));
+    return HPC_OK;
+}
+
+HpcStatus eopa_module_part(const IrGraph *g, StrBuf *src, HpcError *err)
+{
+    AttnCfg c = {0}, d;
+    int first = -1;
+    for (int id = 0; id < g->n; id++) {
+        if (!is_attention(g->nodes[id].op)) continue;
+        HpcStatus st = node_cfg(g, id, first < 0 ? &c : &d, err);
+        if (st) return st;
+        if (first < 0) {
+            first = id;
+            continue;
+        }
+        if (c.dtype != d.dtype || c.hidden != d.hidden || c.heads != d.heads || c.causal != d.causal)
+            return hpc_fail(err, HPC_ERR_INPUT, "emit_ops: attention nodes %d and %d differ in dtype, size "
+                            "or masking; the step module holds one fused attention configuration; compile "
+                            "with HPC_ATTENTION=unfused", first, id);
+    }
+    if (first < 0) return HPC_OK;
+    const char *common = kernel_source_find("common.cu"), *attn = kernel_source_find("attention.cu");
+    if (!common || !attn)
+        return hpc_fail(err, HPC_ERR_INTERNAL, "emit_ops: the templates compiler/kernels/common.cu and "
+                        "attention.cu are not in the build; rebuild with `make` from a full checkout");
+    if (!src) return HPC_OK;
+    strbuf_printf(src, "\n// ---- fused attention (%s, hidden %lld, %lld heads of %lld%s): compiler/kernels/"
+                  "common.cu and attention.cu, bodies only ----\n",
+                  ir_dtype_name(c.dtype), (long long)c.hidden, (long long)c.heads, (long long)c.head_dim,
+                  c.causal ? ", causal" : "");
+    strbuf_printf(src, "#define HPC_DTYPE %d\n#define HPC_HIDDEN %lld\n#define HPC_HEADS %lld\n"
+                  "#define HPC_HEAD_DIM %lld\n#define HPC_CAUSAL %d\n",
+                  c.dtype == DT_F16 ? 1 : 2, (long long)c.hidden, (long long)c.heads, (long long)c.head_dim,
+                  c.causal ? 1 : 0);
+    /* common.cu's row-layout helpers want these; no attention kernel uses them */
+    strbuf_add(src, "#define HPC_ROW_VEC 8\n#define HPC_ROW_THREADS 128\n#define HPC_ROW_NPT 1\n"
+                    "#define HPC_ROW_RPB 1\n#define HPC_ATTN_NO_KERNELS 1\n"
+                    "#define AT_RUN __device__ __noinline__   // one compiled body for every layer's node\n"
+                    "namespace hpc_attn {\n");
+    strbuf_add(src, common);
+    strbuf_add(src, "\n");
+    strbuf_add(src, attn);
+    strbuf_add(src, "\n} // namespace hpc_attn\n"
+                    "#undef HPC_ATTN_NO_KERNELS\n#undef AT_RUN\n#undef ROW_VEC\n#undef ROW_THREADS\n#undef ROW_NPT\n#undef ROW_RPB\n"
+                    "#undef ST_VEC\n// ---- end of fused attention ----\n");
+    return HPC_OK;
+}
+
+/* A phase calling hpc_attn::FN_run; returns its body to append the call to. */
+static StrBuf *attn_phase(EopGen *gen, const char *base, const AttnCfg *c, EopLaunchType lt, StepSize count,
+                          int threads)
+{
+    HPC_ASSERT(gen->n_phases < EOP_MAX_PHASES);
+    EopGenPhase *ph = &gen->ph[gen->n_phases++];
+    snprintf(ph->base, sizeof ph->base, "%s_%s_h%lldx%lld%s", base, ir_dtype_name(c->dtype),
+             (long long)c->heads, (long long)c->head_dim, c->causal ? "c" : "");
+    ph->lt = lt;
+    ph->count = count;
+    ph->threads = threads;
+    gen->kind = EOP_KERNELS;
+    StrBuf *s = &ph->body;
+    const IrAttnAttr *a = &gen->g->nodes[gen->id].attr.attn;
+    strbuf_printf(s, "    typedef hpc_attn::st_t T;\n    const EopCtl *ctl = (const EopCtl *)a.ctl;\n"
+                     "    const float p = ctl->training ? %.9gf : 0.0f;\n    const u32 salt = %uu;\n"
+                     "    (void)p; (void)salt;\n",
+                  (double)a->p, (unsigned)a->salt);
+    return s;
+}
+
+/* ceil(L / AT_TILE) blocks along L. */
+static StepSize tiles_of_l(void) { return (StepSize){.c0 = AT_TILE - 1, .c1 = 1, .pB = 0, .pL = 1, .div = AT_TILE}; }
+
+HpcStatus eopa_gen_attention(EopGen *gen, HpcError *err)
+{
+    AttnCfg c;
+    HpcStatus st = node_cfg(gen->g, gen->id, &c, err);
+    if (st) return st;
+    StrBuf *s = attn_phase(gen, "attn_fwd", &c, EOP_LT_HEAD_TILES, tiles_of_l(), (int)c.heads);
+    strbuf_printf(s, "    hpc_attn::attn_mma_fwd_run(blockIdx.x, blockIdx.y, blockIdx.z, (T *)a.y, (float *)a.yk[0],\n"
+                     "        (const T *)a.x[0], (const T *)a.x[1], (const T *)a.x[2], %lld, (const int *)a.x[3],\n"
+                     "        (int)a.B, (int)a.L, p, ctl->seed, ctl->step, salt);\n",
+                  (long long)c.hidden);
+    return HPC_OK;
+}
+
+/* (dctx, q, k, v, mask, ctx, lse) = a.x[0..6]; delta (B, heads, L) f32 in scratch. */
+HpcStatus eopa_gen_attention_bwd(EopGen *gen, HpcError *err)
+{
+    AttnCfg c;
+    HpcStatus st = node_cfg(gen->g, gen->id, &c, err);
+    if (st) return st;
+    long long H = (long long)c.hidden;
+    StepSize rows = {.c0 = 0, .c1 = c.heads, .pB = 1, .pL = 1, .div = 1};
+    StrBuf *s = attn_phase(gen, "attn_bwd_dot", &c, EOP_LT_WARP_ROWS, rows, 128);
+    strbuf_add(s, "    hpc_attn::attn_simt_bwd_dot_run(blockIdx.x, 0, 0, (float *)a.scratch, (const T *)a.x[0],\n"
+                  "        (const T *)a.x[5], (int)a.B, (int)a.L);\n");
+    s = attn_phase(gen, "attn_bwd_dq", &c, EOP_LT_HEAD_TILES, tiles_of_l(), (int)c.heads);
+    strbuf_printf(s, "    hpc_attn::attn_mma_bwd_dq_run(blockIdx.x, blockIdx.y, blockIdx.z, (T *)a.y, %lld,\n"
+                     "        (const T *)a.x[0], (const T *)a.x[1], (const T *)a.x[2], (const T *)a.x[3], %lld,\n"
+                     "        (const float *)a.x[6], (const float *)a.scratch, (const int *)a.x[4],\n"
+                     "        (int)a.B, (int)a.L, p, ctl->seed, ctl->step, salt);\n", H, H);
+    s = attn_phase(gen, "attn_bwd_dkv", &c, EOP_LT_HEAD_TILES, tiles_of_l(), (int)c.heads);
+    strbuf_printf(s, "    hpc_attn::attn_mma_bwd_dkv_run(blockIdx.x, blockIdx.y, blockIdx.z, (T *)a.yk[0], (T *)a.yk[1],\n"
+                     "        %lld, (const T *)a.x[0], (const T *)a.x[1], (const T *)a.x[2], (const T *)a.x[3], %lld,\n"
+                     "        (const float *)a.x[6], (const float *)a.scratch, (const int *)a.x[4],\n"
+                     "        (int)a.B, (int)a.L, p, ctl->seed, ctl->step, salt);\n", H, H);
+    gen->scratch = (StepSize){.c0 = 0, .c1 = 4 * c.heads, .pB = 1, .pL = 1, .div = 1};
+    return HPC_OK;
+}

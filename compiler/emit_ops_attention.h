@@ -1,0 +1,36 @@
+/* compiler/emit_ops_attention.h — private to emit_ops: the fused attention
+ * nodes (ATTENTION, ATTENTION_BWD) in the step module.
+ *
+ * The kernel bodies are compiler/kernels/attention.cu's tensor-core family
+ * (attn_mma_*, with attn_simt_bwd_dot for the backward's row dots), put into
+ * the step module once, inside `namespace hpc_attn` with the constants of
+ * the graph's attention (dtype, hidden, heads, head size, causal) and
+ * HPC_ATTN_NO_KERNELS, so only their __device__ *_run bodies are there.
+ * Each node's phases are EopArgs wrappers around them:
+ *   ATTENTION      attn_mma_fwd            HEAD_TILES ceil(L/64) x heads x B
+ *                  (a.y ctx, a.yk[0] lse; a.x = q, k, v, mask)
+ *   ATTENTION_BWD  attn_simt_bwd_dot       WARP_ROWS B*L*heads (delta -> scratch)
+ *                  attn_mma_bwd_dq         HEAD_TILES (a.y dq)
+ *                  attn_mma_bwd_dkv        HEAD_TILES (a.yk[0] dk, a.yk[1] dv)
+ * Dropout reads the seed, step and training flag from the EopCtl on the
+ * device, so a captured CUDA graph replays any step; the salt and p are
+ * the node's (the cpu reference's).
+ *
+ * What the kernels need, and the emitter refuses otherwise (HPC_ERR_INPUT,
+ * naming HPC_ATTENTION=unfused): f16 or bf16 values, head size a multiple
+ * of 16 and at most 128, one attention configuration per graph, every
+ * output projection present.
+ */
+#ifndef HPC_COMPILER_EMIT_OPS_ATTENTION_H
+#define HPC_COMPILER_EMIT_OPS_ATTENTION_H
+
+#include "emit_ops_body.h"
+
+/* The shared block (constants, common.cu, attention.cu) when g has an
+ * attention node; nothing otherwise. */
+HpcStatus eopa_module_part(const IrGraph *g, StrBuf *src, HpcError *err);
+
+HpcStatus eopa_gen_attention(EopGen *gen, HpcError *err);
+HpcStatus eopa_gen_attention_bwd(EopGen *gen, HpcError *err);
+
+#endif
