@@ -105,7 +105,7 @@ static StrBuf *attn_phase(EopGen *gen, const char *base, const AttnCfg *c, EopLa
     StrBuf *s = &ph->body;
     const IrAttnAttr *a = &gen->g->nodes[gen->id].attr.attn;
     strbuf_printf(s, "    typedef hpc_attn::st_t T;\n    const EopCtl *ctl = (const EopCtl *)a.ctl;\n"
-                     "    const float p = ctl->training ? %.9gf : 0.0f;\n    const u32 salt = %uu;\n"
+                     "    const float p = ctl->training ? (float)%.9g : 0.0f;\n    const u32 salt = %uu;\n"
                      "    (void)p; (void)salt;\n",
                   (double)a->p, (unsigned)a->salt);
     return s;

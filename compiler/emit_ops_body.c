@@ -259,7 +259,7 @@ static void gen_dropout(EopGen *gen)
     const IrDropoutAttr *d = &OUTN->attr.dropout;
     if (vec_ok(gen)) {
         char pre[256], expr[160];
-        snprintf(pre, sizeof pre, "    const float p = %.9gf;\n    const float sc = (float)(1.0 / (1.0 - (double)p));\n"
+        snprintf(pre, sizeof pre, "    const float p = (float)%.9g;\n    const float sc = (float)(1.0 / (1.0 - (double)p));\n"
                                   "    const bool on = ctl->training && p != 0.0f;\n", (double)(float)d->p);
         snprintf(expr, sizeof expr, "dropout_elem(philox_mask8(ctl->seed, (u64)(i - j) >> 3, ctl->step, %uu, p), i, on, v0[j], sc)",
                  (unsigned)d->salt);
@@ -267,7 +267,7 @@ static void gen_dropout(EopGen *gen)
         return;
     }
     StrBuf *s = elems_phase(gen, "dropout", OUTN);
-    strbuf_printf(s, "    const float p = %.9gf;\n    const float sc = (float)(1.0 / (1.0 - (double)p));\n"
+    strbuf_printf(s, "    const float p = (float)%.9g;\n    const float sc = (float)(1.0 / (1.0 - (double)p));\n"
                    "    const bool on = ctl->training && p != 0.0f;\n"
                    "    EOP_FOR(i, n) {\n        float v = %s(x0[i]);\n"
                    "        if (on) v = philox_keep(ctl->seed, (u64)i, ctl->step, %uu, p) ? v * sc : 0.0f;\n"
@@ -362,7 +362,7 @@ static void ln_stats_text(StrBuf *s, const char *ld, long long D, double eps)
                    "    const float mean = block_sum(s1, sh) * (1.0f / %lld);\n"
                    "    float q = 0.0f;\n    for (int c = threadIdx.x; c < %lld; c += blockDim.x) {\n"
                    "        float d = %s(xr[c]) - mean;\n        q += d * d;\n    }\n"
-                   "    const float rstd = 1.0f / sqrtf(block_sum(q, sh) * (1.0f / %lld) + %.9gf);\n",
+                   "    const float rstd = 1.0f / sqrtf(block_sum(q, sh) * (1.0f / %lld) + (float)%.9g);\n",
                 D, ld, D, D, ld, D, eps);
 }
 
@@ -411,7 +411,7 @@ static void ln_row_stats(StrBuf *s, long long D, double eps)
                    "#pragma unroll\n    for (int u = 0; u < %d; u++)\n"
                    "        if (threadIdx.x + %d * u < %lld)\n"
                    "            for (int j = 0; j < 8; j++) {\n                float d = xv[u][j] - mean;\n                q += d * d;\n            }\n"
-                   "    const float rstd = 1.0f / sqrtf(block_sum(q, sh) * (1.0f / %lld) + %.9gf);\n",
+                   "    const float rstd = 1.0f / sqrtf(block_sum(q, sh) * (1.0f / %lld) + (float)%.9g);\n",
                 nu, D, nu, T, D / 8, D, eps);
 }
 
@@ -919,7 +919,7 @@ static void round_expr(DType mid, const char *v, char *buf, size_t size)
 /* Declares p, sc, on (dropout is live) for a fused op's mask. */
 static void dropout_consts(StrBuf *s, IrFusedAttr fa)
 {
-    strbuf_printf(s, "    const float p = %.9gf;\n    const float dscale = (float)(1.0 / (1.0 - (double)p));\n"
+    strbuf_printf(s, "    const float p = (float)%.9g;\n    const float dscale = (float)(1.0 / (1.0 - (double)p));\n"
                    "    const bool on = ctl->training && p != 0.0f;\n    const u32 salt = %uu;\n",
                 (double)fa.p, (unsigned)fa.salt);
 }

@@ -494,6 +494,18 @@ Test(attention_step_cuda, tiny_bf16_causal_sm80, .timeout = 300)
     expect_module_compiles(&s, PREC_BF16, 80);
 }
 
+/* Dropout 0 everywhere (an eval-style or dropout-free model): every
+ * probability is still a valid float literal in the module (a bare "0f" is
+ * a C++ user-defined literal NVRTC rejects; found on the H200). */
+Test(attention_step_cuda, no_dropout_fp16_sm90, .timeout = 300)
+{
+    ModelSpec s;
+    tiny_spec(&s, false);
+    s.stack.hidden_dropout = 0;
+    s.stack.attention_dropout = 0;
+    expect_module_compiles(&s, PREC_FP16, 90);
+}
+
 /* The fp32 step keeps the unfused chain; forcing the node there is refused
  * by the emitter with the way out. */
 Test(attention_step_cuda, f32_fused_is_refused_with_the_way_out)
