@@ -204,10 +204,11 @@ static void print_summary(const Compiled *c, SpecPrecision policy)
            (double)m.total / 1048576.0, (long long)c->plan.B, (long long)c->plan.L,
            (double)m.arena / 1048576.0);
     if (c->fused)
-        printf("fused      %d softmax+dropout, %d their backward, %d dropout+residual, %d dW+bias gradient, "
-               "%d activations recomputed: %d -> %d values\n",
-               c->fuse.softmax_dropout, c->fuse.softmax_dropout_bwd, c->fuse.dropout_add, c->fuse.linear_dw_bgrad,
-               c->fuse.act_recompute, c->fuse.nodes_before, c->fuse.nodes_after);
+        printf("fused      %d softmax+dropout, %d their backward, %d dropout+residual, %d LayerNorm sites "
+               "(%d backward, %d casts folded), %d dW+bias gradient, %d activations recomputed: %d -> %d values\n",
+               c->fuse.softmax_dropout, c->fuse.softmax_dropout_bwd, c->fuse.dropout_add, c->fuse.ln_residual,
+               c->fuse.ln_residual_bwd, c->fuse.ln_casts_folded, c->fuse.linear_dw_bgrad, c->fuse.act_recompute,
+               c->fuse.nodes_before, c->fuse.nodes_after);
     printf("stages     check, lower, autodiff, precision, %splan, emit done\n", c->fused ? "fuse, " : "");
 }
 

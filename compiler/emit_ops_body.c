@@ -1058,6 +1058,135 @@ static void gen_dropout_add(EopGen *gen)
                 ldf(INN(0)->dtype), stf(OUTN->dtype), vr, ldf(INN(1)->dtype));
 }
 
+/* ---- fused LayerNorm sites (LN_RESIDUAL, LN_RESIDUAL_BWD) ------------- */
+
+/* Rows of D % 8 == 0 (every BERT size): a block per row holds the row in
+ * registers as the LayerNorm kernels above (ln_threads, ln_nu), one Philox
+ * draw per 8 elements at the flat index row * D + column, as the cpu
+ * reference and the unfused DROPOUT draw it.  The extra outputs come in
+ * a.yk[k - 1] (0 when the graph has none). */
+static HpcStatus ln_site_check(const EopGen *gen, long long D, HpcError *err)
+{
+    if (ln_vec_ok(D) && ln_vec_dtypes(gen)) return HPC_OK;
+    return hpc_fail(err, HPC_ERR_INPUT, "emit_ops: node %d (%s): the fused LayerNorm kernel needs a row size "
+                    "that is a multiple of 8 (have %lld) and float values; compile with HPC_FUSE_LN=0 or run "
+                    "on the cpu backend", gen->id, OUTN->name, D);
+}
+
+static HpcStatus cuda_ln_residual(EopGen *gen, HpcError *err)
+{
+    const IrNode *n = OUTN;
+    long long D = (long long)last_dim(n);
+    HpcStatus st = ln_site_check(gen, D, err);
+    if (st) return st;
+    IrLnFusedAttr la = fuse_ln_attr_get(n);
+    IrFusedAttr fa = {la.p, (int32_t)la.salt, 0, (uint8_t)la.mid, 0, 0};
+    int nu = ln_nu(D);
+    char vm[64], va[64];
+    round_expr((DType)la.mid, "dropout_elem(m8, j, on, xv8[j], dscale)", vm, sizeof vm);
+    round_expr((DType)la.aux, "v + rv8[j]", va, sizeof va);
+    StrBuf *s = ln_row_phase(gen, n->n_in == 5 ? "ln_residual_bias_fwd" : "ln_residual_fwd", n, D);
+    dropout_consts(s, fa);
+    const char *aux = ir_dtype_name((DType)la.aux), *low = ir_dtype_name((DType)la.low);
+    strbuf_printf(s, "    float *o_mean = (float *)a.yk[0], *o_rstd = (float *)a.yk[1];\n"
+                   "    %s *o_sum = (%s *)a.yk[2];\n    %s *o_low = (%s *)a.yk[3];\n"
+                   "    float xv[%d][8];\n#pragma unroll\n    for (int u = 0; u < %d; u++) {\n"
+                   "        const int cu = threadIdx.x + %d * u;\n"
+                   "        for (int j = 0; j < 8; j++) xv[u][j] = 0.0f;\n        if (cu >= %lld) continue;\n"
+                   "        const i64 e0 = row * %lldLL + cu * 8;\n        float xv8[8], rv8[8];\n"
+                   "        ld8_%s(x0 + e0, xv8);\n        ld8_%s(x1 + e0, rv8);\n",
+                ctype((DType)la.aux), ctype((DType)la.aux), ctype((DType)la.low), ctype((DType)la.low),
+                nu, nu, ln_threads(D), D / 8, D, ir_dtype_name(INN(0)->dtype), ir_dtype_name(INN(1)->dtype));
+    if (n->n_in == 5)
+        strbuf_printf(s, "        float bv8[8];\n        ld8_%s(x4 + cu * 8, bv8);\n"
+                       "        for (int j = 0; j < 8; j++) xv8[j] += bv8[j];\n", ir_dtype_name(INN(4)->dtype));
+    strbuf_printf(s, "        const u32 m8 = philox_mask8(ctl->seed, (u64)e0 >> 3, ctl->step, salt, p);\n"
+                   "#pragma unroll\n        for (int j = 0; j < 8; j++) {\n            const float v = %s;\n"
+                   "            xv[u][j] = %s;\n        }\n        if (o_sum) st8_%s(o_sum + e0, xv[u]);\n    }\n",
+                vm, va, aux);
+    ln_row_stats(s, D, (double)(float)la.eps);
+    strbuf_printf(s, "    if (threadIdx.x == 0) {\n        if (o_mean) o_mean[row] = mean;\n        if (o_rstd) o_rstd[row] = rstd;\n    }\n"
+                   "#pragma unroll\n    for (int u = 0; u < %d; u++) {\n        const int cu = threadIdx.x + %d * u;\n"
+                   "        if (cu >= %lld) break;\n        float g[8], bt[8], r[8];\n"
+                   "        ld8_%s(x2 + cu * 8, g);\n        ld8_%s(x3 + cu * 8, bt);\n"
+                   "        for (int j = 0; j < 8; j++) r[j] = (xv[u][j] - mean) * rstd * g[j] + bt[j];\n"
+                   "        st8_%s(y + row * %lldLL + cu * 8, r);\n"
+                   "        if (o_low) st8_%s(o_low + row * %lldLL + cu * 8, r);\n    }\n",
+                nu, ln_threads(D), D / 8, ir_dtype_name(INN(2)->dtype), ir_dtype_name(INN(3)->dtype),
+                ir_dtype_name(n->dtype), D, low, D);
+    return HPC_OK;
+}
+
+/* Phase 1: LN_BWD_PARTS blocks walk the rows (row = block, block + parts,
+ * ...): ds and dx = dropout(ds) per row, and per-thread column partials of
+ * dy * xhat, dy and dx into sf[(part * 3 + q) * D + column].  Phase 2: one
+ * thread per column sums the parts in double into dgamma, dbeta, dbias.
+ * 512 blocks: a block has only D / 8 threads (96 at H = 768), so the row
+ * loop needs about four blocks per SM of an H100/H200 to keep loads in
+ * flight; the partials (512 x 3 x D f32) are scratch for this node only. */
+#define LN_BWD_PARTS 512
+static HpcStatus cuda_ln_residual_bwd(EopGen *gen, HpcError *err)
+{
+    const IrNode *n = OUTN;
+    long long D = (long long)last_dim(n);
+    HpcStatus st = ln_site_check(gen, D, err);
+    if (st) return st;
+    IrLnFusedAttr la = fuse_ln_attr_get(n);
+    IrFusedAttr fa = {la.p, (int32_t)la.salt, 0, (uint8_t)la.mid, 0, 0};
+    int nu = ln_nu(D), T = ln_threads(D);
+    char rows[128], tag[32], rd[96], rx[96];
+    rows_expr(n, rows, sizeof rows);
+    snprintf(tag, sizeof tag, "h%lld", D);
+    round_expr(n->dtype, "rstd * (dv[u][j] - a1 - xh[u][j] * b1)", rd, sizeof rd);
+    round_expr((DType)la.mid, "dropout_elem(m8, j, on, d, dscale)", rx, sizeof rx);
+    StrBuf *s = phase(gen, "ln_residual_bwd", tag, EOP_LT_ROWS, sz_const(LN_BWD_PARTS), T);
+    dropout_consts(s, fa);
+    strbuf_printf(s, "    __shared__ float sh[32];\n    const i64 R = %s;\n"
+                   "    %s *o_dx = (%s *)a.yk[0];\n"
+                   "    float ag[%d][8], ab[%d][8], ac[%d][8];\n"
+                   "    for (int u = 0; u < %d; u++) for (int j = 0; j < 8; j++) ag[u][j] = ab[u][j] = ac[u][j] = 0.0f;\n"
+                   "    for (i64 row = blockIdx.x; row < R; row += gridDim.x) {\n"
+                   "        const float mean = x2[row], rstd = x3[row];\n"
+                   "        float xh[%d][8], dv[%d][8];\n        float a1 = 0.0f, b1 = 0.0f;\n"
+                   "#pragma unroll\n        for (int u = 0; u < %d; u++) {\n            const int cu = threadIdx.x + %d * u;\n"
+                   "            for (int j = 0; j < 8; j++) xh[u][j] = dv[u][j] = 0.0f;\n            if (cu >= %lld) continue;\n"
+                   "            float gm[8];\n            ld8_%s(x1 + row * %lldLL + cu * 8, xh[u]);\n"
+                   "            ld8_%s(x0 + row * %lldLL + cu * 8, dv[u]);\n            ld8_%s(x4 + cu * 8, gm);\n"
+                   "            for (int j = 0; j < 8; j++) {\n                xh[u][j] = (xh[u][j] - mean) * rstd;\n"
+                   "                ag[u][j] += dv[u][j] * xh[u][j];\n                ab[u][j] += dv[u][j];\n"
+                   "                dv[u][j] *= gm[j];\n                a1 += dv[u][j];\n                b1 += dv[u][j] * xh[u][j];\n"
+                   "            }\n        }\n"
+                   "        a1 = block_sum(a1, sh) * (1.0f / %lld);\n        b1 = block_sum(b1, sh) * (1.0f / %lld);\n"
+                   "#pragma unroll\n        for (int u = 0; u < %d; u++) {\n            const int cu = threadIdx.x + %d * u;\n"
+                   "            if (cu >= %lld) break;\n            const i64 e0 = row * %lldLL + cu * 8;\n"
+                   "            const u32 m8 = philox_mask8(ctl->seed, (u64)e0 >> 3, ctl->step, salt, p);\n"
+                   "            float r[8], q[8];\n"
+                   "            for (int j = 0; j < 8; j++) {\n                const float d = %s;\n"
+                   "                r[j] = d;\n                q[j] = %s;\n                ac[u][j] += q[j];\n            }\n"
+                   "            st8_%s(y + e0, r);\n            if (o_dx) st8_%s(o_dx + e0, q);\n        }\n    }\n"
+                   "#pragma unroll\n    for (int u = 0; u < %d; u++) {\n        const int cu = threadIdx.x + %d * u;\n"
+                   "        if (cu >= %lld) break;\n"
+                   "        for (int j = 0; j < 8; j++) {\n            const i64 c = cu * 8 + j, b = (i64)blockIdx.x * 3 * %lldLL;\n"
+                   "            sf[b + c] = ag[u][j];\n            sf[b + %lldLL + c] = ab[u][j];\n            sf[b + 2 * %lldLL + c] = ac[u][j];\n"
+                   "        }\n    }\n",
+                rows, ctype((DType)la.mid), ctype((DType)la.mid), nu, nu, nu, nu, nu, nu, nu, T, D / 8,
+                ir_dtype_name(INN(1)->dtype), D, ir_dtype_name(INN(0)->dtype), D, ir_dtype_name(INN(4)->dtype),
+                D, D, nu, T, D / 8, D, rd, rx, ir_dtype_name(n->dtype), ir_dtype_name((DType)la.mid),
+                nu, T, D / 8, D, D, D);
+    s = phase(gen, "ln_residual_bwd_sum", tag, EOP_LT_COLFIN, sz_const(D), 256);
+    const char *sa = stf((DType)la.aux), *ca = ctype((DType)la.aux);
+    strbuf_printf(s, "    const i64 col = (i64)blockIdx.x * blockDim.x + threadIdx.x;\n    if (col >= %lld) return;\n"
+                   "    double g = 0.0, b = 0.0, c = 0.0;\n"
+                   "    for (int p = 0; p < %d; p++) {\n        const i64 o = (i64)p * 3 * %lldLL + col;\n"
+                   "        g += sf[o];\n        b += sf[o + %lldLL];\n        c += sf[o + 2 * %lldLL];\n    }\n"
+                   "    %s *o_g = (%s *)a.yk[1], *o_b = (%s *)a.yk[2], *o_c = (%s *)a.yk[3];\n"
+                   "    if (o_g) o_g[col] = %s((float)g);\n    if (o_b) o_b[col] = %s((float)b);\n"
+                   "    if (o_c) o_c[col] = %s((float)c);\n",
+                D, LN_BWD_PARTS, D, D, D, ca, ca, ca, ca, sa, sa, sa);
+    gen->scratch = sz_const((int64_t)LN_BWD_PARTS * 3 * D * 4);
+    return HPC_OK;
+}
+
 /* ---- dispatch --------------------------------------------------------- */
 
 static HpcStatus check_dtypes(const EopGen *gen, HpcError *err)

@@ -1,16 +1,33 @@
 /* compiler/fuse.c — the fuse pass; see fuse.h.
  *
  * Two steps: match (decide, per node of the input graph, whether it is
- * removed, replaced by a fused node, or copied), then rebuild (append the
- * nodes in the input order, so the output is still topologically sorted:
- * a fused node takes the place of the last node of its pattern, and every
- * input it reads comes earlier). */
-#include "fuse.h"
+ * removed, replaced by a fused node, copied, or becomes an output of a
+ * fused node; fuse_internal.h), then rebuild (append the nodes in the input
+ * order, so the output is still topologically sorted: a fused node takes
+ * the place its rule chose, and every input it reads comes earlier).  This
+ * file has the driver, the rebuild and the elementwise rules (softmax +
+ * dropout, dropout + add); fuse_layernorm.c the LayerNorm sites, fuse_dw.c
+ * the weight-gradient GEMM's bias gradient and the recomputed activations. */
+#include "fuse_internal.h"
 
 #include <stdlib.h>
 #include <string.h>
 
 _Static_assert(sizeof(IrFusedAttr) <= sizeof(IrAttr), "IrFusedAttr must fit in the IrAttr union");
+_Static_assert(sizeof(IrLnFusedAttr) <= sizeof(IrAttr), "IrLnFusedAttr must fit in the IrAttr union");
+
+IrLnFusedAttr fuse_ln_attr_get(const IrNode *n)
+{
+    IrLnFusedAttr f;
+    memcpy(&f, &n->attr, sizeof f);
+    return f;
+}
+
+void fuse_ln_attr_set(IrAttr *a, IrLnFusedAttr f)
+{
+    memset(a, 0, sizeof *a);
+    memcpy(a, &f, sizeof f);
+}
 
 IrFusedAttr fuse_attr_get(const IrNode *n)
 {
@@ -25,21 +42,7 @@ void fuse_attr_set(IrAttr *a, IrFusedAttr f)
     memcpy(a, &f, sizeof f);
 }
 
-typedef enum { FUSE_COPY, FUSE_DROP, FUSE_REPLACE } FuseAction;
-
-typedef struct {
-    const IrGraph *g;
-    int *n_uses;          /* (g->n) readers of each value, roles included */
-    FuseAction *action;   /* (g->n) */
-    IrNode *repl;         /* (g->n) the fused node for FUSE_REPLACE (inputs in g's ids) */
-    int *out_k;           /* (g->n) which output of a multi-output fused node the value becomes */
-    int *partner;         /* (g->n) FUSE_REPLACE of a multi-output node: the dropped node it absorbs, or -1 */
-    int *recompute;       /* (g->n) forward ACT to copy right before this node, or -1 */
-    bool recompute_act;   /* FuseOptions.recompute_act */
-    FuseStats *stats;
-} Matcher;
-
-static const IrNode *node(const Matcher *M, int id) { return &M->g->nodes[id]; }
+static const IrNode *node(const Matcher *M, int id) { return fuse_node(M, id); }
 
 static void count_uses(Matcher *M)
 {
@@ -125,103 +128,33 @@ static void match_add(Matcher *M, int a)
     }
 }
 
-/* ---- bias gradients from the weight-gradient GEMM ---------------------
- * LINEAR_DW(dy, x) and BIAS_GRAD(dy) of the same dy => LINEAR_DW_BGRAD(dy, x)
- * with dW as output 0 and db as output 1.  The column sums of dy do not
- * depend on whose bias they are, so any such pair is exact; both must still
- * be plain copies (no other rule took them) and store in one dtype (the
- * epilogue writes db in dW's type).  The fused node takes the later one's
- * place; nothing between the two may read the earlier one, so moving it
- * keeps the order valid. */
-static bool read_between(const Matcher *M, int v, int from, int to)
-{
-    for (int i = from + 1; i < to; i++)
-        for (int k = 0; k < node(M, i)->n_in; k++)
-            if (node(M, i)->in[k] == v) return true;
-    return false;
-}
-
-static void match_bias_grad(Matcher *M, int bg)
-{
-    const IrNode *b = node(M, bg);
-    if (!b->backward || M->action[bg] != FUSE_COPY) return;
-    int dy = b->in[0];
-    for (int dw = dy + 1; dw < M->g->n; dw++) {
-        const IrNode *w = node(M, dw);
-        if (w->op != IR_OP_LINEAR_DW || w->in[0] != dy || !w->backward || M->action[dw] != FUSE_COPY ||
-            w->dtype != b->dtype)
-            continue;
-        int first = dw < bg ? dw : bg, at = dw < bg ? bg : dw;
-        if (read_between(M, first, first, at)) continue;
-        replace(M, at, IR_OP_LINEAR_DW_BGRAD, w->in, 2, (IrFusedAttr){0});
-        IrNode *r = &M->repl[at];
-        snprintf(r->name, sizeof r->name, "%s", w->name);   /* the node is dW; db is its output */
-        r->dtype = w->dtype;
-        r->requires_grad = w->requires_grad;
-        r->backward = true;
-        r->region = w->region;
-        M->action[first] = FUSE_DROP;
-        M->partner[at] = first;
-        M->out_k[dw] = 0;
-        M->out_k[bg] = 1;
-        M->stats->linear_dw_bgrad++;
-        return;
-    }
-}
-
-/* ---- activations recomputed in the backward pass ----------------------
- * A forward ACT g = act(h) whose backward readers are all weight-gradient
- * GEMMs (the FFN's dW2 = dy^T g) is not kept from the forward pass: a copy
- * of the ACT runs right before the first of them and they read the copy.
- * The forward g then dies at the forward LINEAR that reads it, so the step
- * keeps h (ACT_BWD needs it anyway) but not g: B*L*ffn values per layer
- * less at the peak, for one elementwise pass more.  The copy computes the
- * same values (same op, input and storage dtype), so the results do not
- * change.  Roles (loss, logits, gradients) are never recomputed. */
-static bool is_role(const IrGraph *g, int v)
-{
-    if (v == g->loss || v == g->logits) return true;
-    for (int p = 0; p < g->n_params && g->param_grad; p++)
-        if (g->param_grad[p] == v) return true;
-    return false;
-}
-
-static void match_recompute(Matcher *M, int a)
-{
-    const IrGraph *g = M->g;
-    if (node(M, a)->backward || M->action[a] != FUSE_COPY || is_role(g, a)) return;
-    int first = -1;
-    for (int i = a + 1; i < g->n; i++) {
-        const IrNode *u = node(M, i);
-        for (int k = 0; k < u->n_in; k++) {
-            if (u->in[k] != a || !u->backward) continue;
-            if (u->op != IR_OP_LINEAR_DW || k != 1) return;   /* another backward reader: keep g */
-            if (first < 0) first = i;
-        }
-    }
-    if (first < 0 || M->recompute[first] >= 0) return;
-    M->recompute[first] = a;
-    M->stats->act_recompute++;
-}
-
 static void match_all(Matcher *M)
 {
     for (int i = 0; i < M->g->n; i++)
         if (node(M, i)->op == IR_OP_SOFTMAX && !node(M, i)->backward) match_softmax(M, i);
+    /* The LayerNorm sites next: they take their DROPOUT + ADD with them, and
+     * the bias gradient of the LINEAR before them (fuse_dw.c says why). */
+    if (M->opts.layernorm) fuse_match_layernorm(M);
     for (int i = 0; i < M->g->n; i++)
         if (node(M, i)->op == IR_OP_ADD) match_add(M, i);
-    for (int i = 0; i < M->g->n; i++)
-        if (node(M, i)->op == IR_OP_BIAS_GRAD) match_bias_grad(M, i);
-    for (int i = 0; M->recompute_act && i < M->g->n_forward; i++)
-        if (node(M, i)->op == IR_OP_ACT) match_recompute(M, i);
+    fuse_match_dw(M);
 }
 
-/* Appends the fused node r (inputs in the input graph's ids). */
-static int append_fused(IrGraph *out, const IrNode *r, const int *map)
+/* What a fused node's input v (an id of the input graph, or an output
+ * reference) is in `out`. */
+static int wired(const IrGraph *out, int v, const int *wire)
 {
+    return fuse_is_output_ref(v) ? ir_output(out, wire[fuse_ref_node(v)], fuse_ref_k(v)) : wire[v];
+}
+
+/* Appends the fused node that replaces `at` and, for a multi-output op, the
+ * OUTPUT nodes of the bits of outputs[at]; returns the fused node's id. */
+static int append_fused(const Matcher *M, IrGraph *out, int at, const int *wire)
+{
+    const IrNode *r = &M->repl[at];
     int in[IR_MAX_INPUTS];
     for (int k = 0; k < r->n_in; k++) {
-        in[k] = map[r->in[k]];
+        in[k] = wired(out, r->in[k], wire);
         HPC_ASSERT(in[k] >= 0);
     }
     int id = ir_add(out, r->op, in, r->n_in, &r->attr, r->name);
@@ -229,65 +162,56 @@ static int append_fused(IrGraph *out, const IrNode *r, const int *map)
     o->dtype = r->dtype;
     o->requires_grad = r->requires_grad;
     o->backward = r->backward;
+    o->region = r->region;
+    for (int k = 1; k < ir_op_info(r->op)->n_outputs; k++) {
+        if (!(M->outputs[at] >> k & 1u)) continue;
+        char name[IR_NAME_MAX];
+        snprintf(name, sizeof name, "%.*s.%s", IR_NAME_MAX - 16, r->name, ir_output_name(r->op, k));
+        IrAttr a = {.output = {k}};
+        int j = ir_add(out, IR_OP_OUTPUT, &id, 1, &a, name);
+        out->nodes[j].requires_grad = r->requires_grad;
+        out->nodes[j].backward = r->backward;
+        out->nodes[j].region = r->region;
+    }
     return id;
 }
 
-static int append_copy(IrGraph *out, const IrNode *n, const int *map)
+/* Input node i (the REPLACE at `at` or one of its ALIAS members) is now
+ * output out_k[i] of the fused node f. */
+static void bind(const Matcher *M, IrGraph *out, int i, int at, int f, int *wire, int *map)
 {
-    for (int k = 0; k < n->n_in; k++) HPC_ASSERT(map[n->in[k]] >= 0);
-    int id = ir_copy_node(out, n, map);
+    int j = ir_output(out, f, M->out_k[i]);
+    HPC_ASSERT(j >= 0);
+    /* the storage dtype of the value it stands for (the op's shape rule agrees) */
+    HPC_ASSERT(out->nodes[j].dtype == M->g->nodes[i].dtype);
+    if (M->named_outputs[at] && j != f) {
+        snprintf(out->nodes[j].name, sizeof out->nodes[j].name, "%s", M->g->nodes[i].name);
+        out->nodes[j].requires_grad = M->g->nodes[i].requires_grad;
+    }
+    wire[i] = j;
+    if (map[i] < 0) map[i] = j;
+}
+
+/* Appends the fused node replacing `at`; it and its ALIAS members now read
+ * as its outputs. */
+static void append_replace(const Matcher *M, IrGraph *out, int at, int *wire, int *map)
+{
+    int f = append_fused(M, out, at, wire);
+    bind(M, out, at, at, f, wire, map);
+    for (int i = 0; i < M->g->n; i++)
+        if (M->action[i] == FUSE_ALIAS && M->alias_of[i] == at) bind(M, out, i, at, f, wire, map);
+}
+
+static int append_copy(IrGraph *out, const IrNode *n, const int *wire)
+{
+    for (int k = 0; k < n->n_in; k++) HPC_ASSERT(wire[n->in[k]] >= 0);
+    int id = ir_copy_node(out, n, wire);
     out->nodes[id].dtype = n->dtype;   /* the storage dtype precision chose */
     return id;
 }
 
-/* The precision plan of `in` re-indexed for `out` through map (each
- * value's first image); a recomputed copy (src_of[j] >= 0) takes the plan
- * of what it copies. */
-static void remap_plan(const PrecisionPlan *pin, const int *map, const int *src_of, const IrGraph *in,
-                       const IrGraph *out, PrecisionPlan *pout)
-{
-    *pout = *pin;
-    pout->n = out->n;
-    pout->info = xmalloc((size_t)(out->n > 0 ? out->n : 1) * sizeof *pout->info);
-    for (int i = 0; i < in->n; i++)
-        if (map[i] >= 0) pout->info[map[i]] = pin->info[i];
-    for (int j = 0; j < out->n; j++)
-        if (src_of[j] >= 0) pout->info[j] = pin->info[src_of[j]];
-    pout->map = xmalloc((size_t)(pin->n_in > 0 ? pin->n_in : 1) * sizeof *pout->map);
-    for (int u = 0; u < pin->n_in; u++) pout->map[u] = pin->map[u] >= 0 ? map[pin->map[u]] : -1;
-    pout->param_low = xmalloc((size_t)(pin->n_params > 0 ? pin->n_params : 1) * sizeof *pout->param_low);
-    if (pin->n_params > 0)
-        memcpy(pout->param_low, pin->param_low, (size_t)pin->n_params * sizeof *pout->param_low);
-}
-
-/* A multi-output fused node at i (LINEAR_DW_BGRAD): the node, then its
- * OUTPUT nodes; i and its partner map to the outputs they became, and each
- * output keeps the dtype and flags of the node it replaces. */
-static void append_fused_outputs(const Matcher *M, IrGraph *out, int i, int *map)
-{
-    const IrNode *r = &M->repl[i];
-    int in[IR_MAX_INPUTS], outs[4];
-    for (int k = 0; k < r->n_in; k++) {
-        in[k] = map[r->in[k]];
-        HPC_ASSERT(in[k] >= 0);
-    }
-    HPC_ASSERT(ir_op_info(r->op)->n_outputs <= 4);
-    ir_add_outputs(out, r->op, in, r->n_in, &r->attr, r->name, outs);
-    int src[2] = {i, M->partner[i]};
-    for (int s = 0; s < 2; s++) {
-        const IrNode *was = node(M, src[s]);
-        IrNode *o = &out->nodes[outs[M->out_k[src[s]]]];
-        o->dtype = was->dtype;
-        o->requires_grad = was->requires_grad;
-        o->backward = was->backward;
-        o->region = was->region;
-        snprintf(o->name, sizeof o->name, "%s", was->name);   /* "d.NAME.weight", "d.NAME.bias" */
-        map[src[s]] = outs[M->out_k[src[s]]];
-    }
-}
-
-/* The copy of forward ACT a before node `at`; later readers of a read it. */
-static int append_recompute(const Matcher *M, IrGraph *out, int a, int *wire, int *src_of)
+/* The copy of forward ACT a; readers appended after it read it. */
+static void append_recompute(const Matcher *M, IrGraph *out, int a, int *wire, int *src_of)
 {
     int r = append_copy(out, node(M, a), wire);
     IrNode *o = &out->nodes[r];
@@ -295,11 +219,55 @@ static int append_recompute(const Matcher *M, IrGraph *out, int a, int *wire, in
     snprintf(o->name, sizeof o->name, "%.*s.recompute", IR_NAME_MAX - 11, node(M, a)->name);
     src_of[r] = a;
     wire[a] = r;
-    return r;
 }
 
-/* map[i]: the first image of input node i (the plan follows it); wire: what
- * a reader appended now reads (a recomputed ACT's copy once it exists). */
+/* The precision plan of `in` re-indexed for `out` through map (each input
+ * value's first image); a recomputed copy (src_of[j] >= 0) takes the plan
+ * of what it copies, and an output that stands for no input value (a fused
+ * site's mean, rstd) its op's. */
+static void remap_plan(const PrecisionPlan *pin, const int *map, const int *src_of, const IrGraph *in,
+                       const IrGraph *out, PrecisionPlan *pout)
+{
+    *pout = *pin;
+    pout->n = out->n;
+    pout->info = xcalloc((size_t)(out->n > 0 ? out->n : 1), sizeof *pout->info);
+    bool *set = xcalloc((size_t)(out->n > 0 ? out->n : 1), sizeof *set);
+    for (int i = 0; i < in->n; i++)
+        if (map[i] >= 0) {
+            pout->info[map[i]] = pin->info[i];
+            set[map[i]] = true;
+        }
+    for (int j = 0; j < out->n; j++)
+        if (src_of[j] >= 0) {
+            pout->info[j] = pin->info[src_of[j]];
+            set[j] = true;
+        }
+    for (int j = 0; j < out->n; j++)
+        if (!set[j] && out->nodes[j].op == IR_OP_OUTPUT) pout->info[j] = pout->info[out->nodes[j].in[0]];
+    free(set);
+    pout->map = xmalloc((size_t)(pin->n_in > 0 ? pin->n_in : 1) * sizeof *pout->map);
+    for (int u = 0; u < pin->n_in; u++) pout->map[u] = pin->map[u] >= 0 ? map[pin->map[u]] : -1;
+    pout->param_low = xmalloc((size_t)(pin->n_params > 0 ? pin->n_params : 1) * sizeof *pout->param_low);
+    if (pin->n_params > 0)
+        memcpy(pout->param_low, pin->param_low, (size_t)pin->n_params * sizeof *pout->param_low);
+}
+
+/* The most nodes rebuild can append: every input node, the recomputed
+ * copies and every output of every fused node. */
+static int max_out_nodes(const Matcher *M)
+{
+    int n = M->g->n;
+    for (int i = 0; i < M->g->n; i++) {
+        if (M->recompute[i] >= 0) n++;
+        if (M->action[i] == FUSE_REPLACE) n += ir_op_info(M->repl[i].op)->n_outputs;
+    }
+    return n;
+}
+
+/* map[i]: the first image of input node i (the plan and the roles follow
+ * it); wire[i]: what a reader appended now reads (a recomputed ACT's copy
+ * once it exists).  An ALIAS member is bound when its fused node is
+ * appended, before or after its own place. */
 static void rebuild(const Matcher *M, IrGraph *out, int *map, int *src_of)
 {
     const IrGraph *in = M->g;
@@ -307,15 +275,14 @@ static void rebuild(const Matcher *M, IrGraph *out, int *map, int *src_of)
     int *wire = xmalloc((size_t)(in->n > 0 ? in->n : 1) * sizeof *wire);
     for (int i = 0; i < in->n; i++) map[i] = wire[i] = -1;
     for (int i = 0; i < in->n; i++) {
-        const IrNode *n = node(M, i);
         if (M->recompute[i] >= 0) append_recompute(M, out, M->recompute[i], wire, src_of);
-        if (M->action[i] == FUSE_REPLACE && M->partner[i] >= 0) append_fused_outputs(M, out, i, wire);
-        else if (M->action[i] == FUSE_REPLACE) wire[i] = append_fused(out, &M->repl[i], wire);
-        else if (M->action[i] == FUSE_COPY) wire[i] = append_copy(out, n, wire);
+        if (M->action[i] == FUSE_REPLACE) append_replace(M, out, i, wire, map);
+        else if (M->action[i] == FUSE_COPY) wire[i] = append_copy(out, node(M, i), wire);
         if (map[i] < 0) map[i] = wire[i];
-        if (M->partner[i] >= 0 && map[M->partner[i]] < 0) map[M->partner[i]] = wire[M->partner[i]];
         if (i == in->n_forward - 1) n_forward = out->n;
     }
+    for (int i = 0; i < in->n; i++)
+        HPC_ASSERT(M->action[i] != FUSE_ALIAS || map[i] >= 0);   /* bound by its fused node */
     ir_copy_roles(out, in, map);   /* roles are never recomputed: map == wire there */
     out->n_forward = n_forward;
     free(wire);
@@ -328,7 +295,11 @@ HpcStatus fuse_graph(const IrGraph *in, const PrecisionPlan *pin, IrGraph *out, 
     return fuse_graph_with(in, pin, out, pout, stats, &o, err);
 }
 
-FuseOptions fuse_defaults(void) { return (FuseOptions){.recompute_act = true}; }
+FuseOptions fuse_defaults(void)
+{
+    const char *ln = getenv("HPC_FUSE_LN");   /* a hook for comparisons, as HPC_KEEP_F32 */
+    return (FuseOptions){.recompute_act = true, .layernorm = !ln || strcmp(ln, "0") != 0};
+}
 
 HpcStatus fuse_graph_with(const IrGraph *in, const PrecisionPlan *pin, IrGraph *out, PrecisionPlan *pout,
                           FuseStats *stats, const FuseOptions *opts, HpcError *err)
@@ -342,26 +313,39 @@ HpcStatus fuse_graph_with(const IrGraph *in, const PrecisionPlan *pin, IrGraph *
         return hpc_fail(err, HPC_ERR_USAGE, "fuse_graph: a precision plan can only be re-indexed "
                         "from the plan of the input graph (pass pin, or pout = NULL)");
     size_t n = (size_t)(in->n > 0 ? in->n : 1);
-    Matcher M = {in, xcalloc(n, sizeof(int)), xcalloc(n, sizeof(FuseAction)), xcalloc(n, sizeof(IrNode)),
-                 xcalloc(n, sizeof(int)), xmalloc(n * sizeof(int)), xmalloc(n * sizeof(int)),
-                 opts->recompute_act, stats};
-    for (size_t i = 0; i < n; i++) M.partner[i] = M.recompute[i] = -1;
+    Matcher M = {.g = in,
+                 .n_uses = xcalloc(n, sizeof(int)),
+                 .action = xcalloc(n, sizeof(FuseAction)),
+                 .repl = xcalloc(n, sizeof(IrNode)),
+                 .outputs = xcalloc(n, sizeof(unsigned)),
+                 .named_outputs = xcalloc(n, sizeof(bool)),
+                 .alias_of = xcalloc(n, sizeof(int)),
+                 .out_k = xcalloc(n, sizeof(int)),
+                 .recompute = xmalloc(n * sizeof(int)),
+                 .opts = *opts,
+                 .stats = stats};
+    for (size_t i = 0; i < n; i++) M.recompute[i] = -1;
     count_uses(&M);
     match_all(&M);
-    int *map = xmalloc(n * sizeof *map), *src_of = xmalloc(2 * n * sizeof *src_of);
-    for (size_t i = 0; i < 2 * n; i++) src_of[i] = -1;   /* out has at most 2 n nodes (n + copies) */
+    int *map = xmalloc(n * sizeof *map);
+    size_t n_out = (size_t)max_out_nodes(&M) + 1;
+    int *src_of = xmalloc(n_out * sizeof *src_of);
+    for (size_t i = 0; i < n_out; i++) src_of[i] = -1;
     rebuild(&M, out, map, src_of);
+    HPC_ASSERT((size_t)out->n < n_out);
     if (pout) remap_plan(pin, map, src_of, in, out, pout);
     stats->nodes_before = in->n;
     stats->nodes_after = out->n;
     free(map);
     free(src_of);
-    free(M.recompute);
     free(M.n_uses);
     free(M.action);
     free(M.repl);
+    free(M.outputs);
+    free(M.named_outputs);
+    free(M.alias_of);
     free(M.out_k);
-    free(M.partner);
+    free(M.recompute);
     return HPC_OK;
 }
 

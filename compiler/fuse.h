@@ -9,12 +9,27 @@
  *   ADD(DROPOUT(x), r) or ADD(r, DROPOUT(x)) => DROPOUT_ADD(x, r)
  *       (the bias + dropout + residual epilogue: the bias is already in the
  *        LINEAR's GEMM epilogue)
+ *   LAYERNORM(ADD(DROPOUT(x), r)) [-> CAST to 16 bits]
+ *                                          => LN_RESIDUAL(x, r, gamma, beta)
+ *       outputs y, mean, rstd, s = r + dropout(x) and y in 16 bits (the cast
+ *       folded; compiler/fuse_layernorm.c); uses of s elsewhere (pre-LN
+ *       models) read output s;
+ *   LAYERNORM_DX(dy, s, gamma), LAYERNORM_DGAMMA(dy, s), BIAS_GRAD(dy),
+ *   DROPOUT(LAYERNORM_DX) [, BIAS_GRAD of it]
+ *                                          => LN_RESIDUAL_BWD(dy, s, mean, rstd, gamma)
+ *       outputs the residual gradient, the gradient into x (dropout mask
+ *       reapplied), dgamma, dbeta and the bias gradient of x's LINEAR.
+ *   HPC_FUSE_LN=0 in the environment turns the two LayerNorm rules off (for
+ *   comparisons; FuseOptions.layernorm); the other rules stay.
  *   LINEAR_DW(dy, x) and BIAS_GRAD(dy)     => LINEAR_DW_BGRAD(dy, x): dW, db
  *       (db = the column sums of dy, from the dW GEMM's epilogue: cuBLASLt's
  *        BGRADB; the node's fallback kernel where cuBLASLt has none)
  *   g = ACT(h) read backward only by LINEAR_DW(dy, g) => a copy of the ACT
  *       right before the first of them, which they read instead, so the
  *       forward g is not kept for the backward pass (FuseOptions.recompute_act)
+ *   The bias gradient of a LINEAR that feeds a LayerNorm site is wanted by
+ *   both LN_RESIDUAL_BWD (output 4) and LINEAR_DW_BGRAD; the LayerNorm rule
+ *   runs first and takes it (compiler/fuse_dw.c says why).
  * Cross-entropy needs no rewrite: CROSS_ENTROPY already takes logits and
  * computes its log-softmax inside (forward and backward).
  *
@@ -67,10 +82,32 @@ typedef struct {
 IrFusedAttr fuse_attr_get(const IrNode *n);
 void fuse_attr_set(IrAttr *a, IrFusedAttr f);
 
+/* Attribute of LN_RESIDUAL and LN_RESIDUAL_BWD, stored like IrFusedAttr
+ * (16 bytes: eps stays a double, so the fused cpu reference is the unfused
+ * one to the last bit; the salt, a node id, gets 20 bits and the fuse rule
+ * leaves a site alone whose salt does not fit). */
+#define FUSE_LN_SALT_MAX ((1 << 20) - 1)
+typedef struct {
+    double eps;           /* LayerNorm epsilon */
+    float p;              /* dropout probability of the branch x */
+    uint32_t salt : 20;   /* the forward DROPOUT's salt: the same Philox mask */
+    uint32_t mid : 4;     /* DType of dropout(x) in the unfused chain;
+                           * LN_RESIDUAL_BWD: of the gradient into x (output 1) */
+    uint32_t low : 4;     /* LN_RESIDUAL: DType of output 4, y in 16 bits */
+    uint32_t aux : 4;     /* LN_RESIDUAL: DType of output 3, s; LN_RESIDUAL_BWD:
+                           * of dgamma, dbeta and the bias gradient (outputs 2-4) */
+} IrLnFusedAttr;
+
+IrLnFusedAttr fuse_ln_attr_get(const IrNode *n);
+void fuse_ln_attr_set(IrAttr *a, IrLnFusedAttr f);
+
 typedef struct {
     int softmax_dropout;      /* SOFTMAX + DROPOUT pairs fused */
     int softmax_dropout_bwd;  /* SOFTMAX_BWD + DROPOUT pairs fused */
     int dropout_add;          /* DROPOUT + ADD pairs fused */
+    int ln_residual;          /* LayerNorm sites fused (forward) */
+    int ln_residual_bwd;      /* their backward fused */
+    int ln_casts_folded;      /* CASTs of a site's y that became its output 4 */
     int linear_dw_bgrad;      /* LINEAR_DW + BIAS_GRAD pairs of one dy fused */
     int act_recompute;        /* forward ACTs recomputed before their dW GEMMs */
     int nodes_before, nodes_after;
@@ -79,9 +116,11 @@ typedef struct {
 HpcStatus fuse_graph(const IrGraph *in, const PrecisionPlan *pin, IrGraph *out, PrecisionPlan *pout,
                      FuseStats *stats, HpcError *err);
 
-/* What fuse_graph does beyond the pattern rewrites (fuse_defaults: all on). */
+/* Optional rules (fuse_defaults: all on, but HPC_FUSE_LN=0 in the
+ * environment turns layernorm off). */
 typedef struct {
     bool recompute_act;       /* recompute an ACT before its dW GEMMs instead of keeping it */
+    bool layernorm;           /* the LayerNorm site rules (fuse_layernorm.c) */
 } FuseOptions;
 
 FuseOptions fuse_defaults(void);

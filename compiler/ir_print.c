@@ -7,6 +7,7 @@
  * parameter.  The format is pinned by tests/golden/bert_tiny.ir. */
 #include <stdio.h>
 
+#include "fuse.h"
 #include "ir.h"
 
 void ir_attr_str(const IrNode *n, char *buf, size_t size)
@@ -37,6 +38,12 @@ void ir_attr_str(const IrNode *n, char *buf, size_t size)
     case IR_OP_SPLIT_HEADS: snprintf(buf, size, "heads=%lld", (long long)a->heads.heads); break;
     case IR_OP_CAST: snprintf(buf, size, "to=%s", ir_dtype_name(a->cast.to)); break;
     case IR_OP_EMBEDDING_BWD: snprintf(buf, size, "rows=%lld", (long long)a->embed_bwd.rows); break;
+    case IR_OP_LN_RESIDUAL:
+    case IR_OP_LN_RESIDUAL_BWD: {
+        IrLnFusedAttr la = fuse_ln_attr_get(n);
+        snprintf(buf, size, "eps=%g p=%g salt=%d", la.eps, (double)la.p, (int)la.salt);
+        break;
+    }
     default: break;
     }
 }

@@ -326,6 +326,18 @@ static void ir_shape_output(const IrGraph *g, IrNode *n)
     case IR_OP_LAYERNORM_FWD: /* mean, rstd: one f32 per row of x */
         set_shape(n, DT_F32, p->rank - 1, p->dims);
         break;
+    case IR_OP_LN_RESIDUAL: { /* mean, rstd (rows) f32; s; y in 16 bits */
+        IrLnFusedAttr la = fuse_ln_attr_get(p);
+        if (k <= 2) set_shape(n, DT_F32, p->rank - 1, p->dims);
+        else set_shape(n, (DType)(k == 3 ? la.aux : la.low), p->rank, p->dims);
+        break;
+    }
+    case IR_OP_LN_RESIDUAL_BWD: { /* dx like ds; dgamma, dbeta, dbias (H) */
+        IrLnFusedAttr la = fuse_ln_attr_get(p);
+        if (k == 1) set_shape(n, (DType)la.mid, p->rank, p->dims);
+        else set_shape(n, (DType)la.aux, 1, &p->dims[p->rank - 1]);
+        break;
+    }
     case IR_OP_LINEAR_DW_BGRAD: /* db (out): the column sums of dy, stored as dW */
         set_shape(n, p->dtype, 1, p->dims);
         break;
@@ -344,6 +356,14 @@ const char *ir_output_name(IrOpKind op, int k)
 {
     if (k == 0) return "out";
     if (op == IR_OP_LAYERNORM_FWD) return k == 1 ? "mean" : k == 2 ? "rstd" : "?";
+    if (op == IR_OP_LN_RESIDUAL) {
+        static const char *const nm[] = {"out", "mean", "rstd", "sum", "low"};
+        return k < 5 ? nm[k] : "?";
+    }
+    if (op == IR_OP_LN_RESIDUAL_BWD) {
+        static const char *const nm[] = {"out", "dx", "dgamma", "dbeta", "dbias"};
+        return k < 5 ? nm[k] : "?";
+    }
     if (op == IR_OP_LINEAR_DW_BGRAD) return k == 1 ? "db" : "?";
     if (op == IR_OP_ATTENTION) return k == 1 ? "lse" : "?";
     if (op == IR_OP_ATTENTION_BWD) return k == 1 ? "dk" : k == 2 ? "dv" : "?";
@@ -368,6 +388,25 @@ static void ir_shape_dropout_add(const IrGraph *g, IrNode *n)
     require_same(n, IN(0), IN(1));
     require(ir_dtype_is_float(IN(0)->dtype) && ir_dtype_is_float(IN(1)->dtype), n, "float inputs");
     copy_shape(n, IN(1));
+}
+
+/* LN_RESIDUAL: x (.., H) float, r like x, gamma/beta (H), bias (H) if given;
+ * y has r's dtype (fuse sets the storage dtype it replaces). */
+static void ir_shape_ln_residual(const IrGraph *g, IrNode *n)
+{
+    require_same(n, IN(0), IN(1));
+    require(ir_dtype_is_float(IN(0)->dtype) && ir_dtype_is_float(IN(1)->dtype), n, "float x and r");
+    for (int k = 2; k < n->n_in; k++) require(IN(k)->rank == 1 && IN(k)->dims[0] == last(IN(0)), n, "gamma/beta/bias (H)");
+    copy_shape(n, IN(1));
+}
+
+/* LN_RESIDUAL_BWD: dy and s alike, mean/rstd one per row, gamma (H). */
+static void ir_shape_ln_residual_bwd(const IrGraph *g, IrNode *n)
+{
+    require_same(n, IN(0), IN(1));
+    require(IN(2)->rank == IN(0)->rank - 1 && IN(3)->rank == IN(0)->rank - 1, n, "mean/rstd (rows)");
+    require(IN(4)->rank == 1 && IN(4)->dims[0] == last(IN(0)), n, "gamma (H)");
+    copy_shape(n, IN(0));
 }
 
 /* ---- backward rules --------------------------------------------------- */
@@ -440,6 +479,31 @@ static void grad_dropout_add(IrGraph *g, int id, int dy, int *dx)
     dx[1] = needs(g, id, 1) ? dy : -1;
 }
 
+/* LN_RESIDUAL (a forward graph fused before autodiff): one LN_RESIDUAL_BWD
+ * from the saved s, mean and rstd.  Only y (output 0) is differentiable:
+ * the fuse rule leaves a site unfused before autodiff when s or the 16-bit
+ * y has other readers. */
+static void grad_ln_residual(IrGraph *g, int id, int dy, int *dx)
+{
+    IrNode f = *NODE(id);
+    int s = ir_output(g, id, 3), mean = ir_output(g, id, 1), rstd = ir_output(g, id, 2);
+    HPC_ASSERT(s >= 0 && mean >= 0 && rstd >= 0);
+    IrLnFusedAttr la = fuse_ln_attr_get(&f);
+    la.mid = NODE(f.in[0])->dtype;
+    la.aux = NODE(f.in[2])->dtype;
+    IrAttr a;
+    fuse_ln_attr_set(&a, la);
+    int outs[5];
+    char name[IR_NAME_MAX];
+    snprintf(name, sizeof name, "d.%.*s", IR_NAME_MAX - 3, NODE(f.in[1])->name);
+    ir_add_outputs(g, IR_OP_LN_RESIDUAL_BWD, (int[]){dy, s, mean, rstd, f.in[2]}, 5, &a, name, outs);
+    for (int k = 0; k < 5; k++) {
+        NODE(outs[k])->backward = true;
+        NODE(outs[k])->region = f.region;
+    }
+    int from[5] = {1, 0, 2, 3, 4};   /* input k's gradient is output from[k] */
+    for (int k = 0; k < f.n_in; k++) dx[k] = needs(g, id, k) ? outs[from[k]] : -1;
+}
 
 /* The rules named by the `grad` column of ops.def.  Each appends the nodes
  * of the gradient of every input that needs one (dx[k], -1 for the others);
@@ -593,7 +657,7 @@ static const IrOpInfo op_table[] = {
 #undef IR_OP
 };
 _Static_assert(sizeof op_table / sizeof op_table[0] == IR_OP_COUNT, "ops.def and the op table disagree");
-_Static_assert(IR_OP_COUNT == 39, "an op was added or removed: update docs/ir.md (the row names its functions)");
+_Static_assert(IR_OP_COUNT == 41, "an op was added or removed: update docs/ir.md (the row names its functions)");
 
 const IrOpInfo *ir_op_info(IrOpKind op)
 {

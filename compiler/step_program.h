@@ -57,15 +57,19 @@
  * enough blocks to fill an H100/H200 at C = 768 (docs/perf.md). */
 #define EOP_COL_PARTS 128
 
-/* The version of the program section; a reader refuses any other. */
-#define STEP_PROGRAM_VERSION 2   /* 2: EopArgs with 8 inputs and extra outputs (fused attention) */
+/* The version of the program section; a reader refuses any other.
+ * 2: EopArgs with 8 inputs and extra outputs (fused attention);
+ * 3: 4 extra outputs (the fused LayerNorm site's mean, rstd, s, y in 16
+ *    bits), so a version-2 program's CUDA would read the wrong slots. */
+#define STEP_PROGRAM_VERSION 3
 /* A node line lists n_in inputs padded with -1 to at least this many. */
 #define STEP_NODE_MIN_INPUTS 3
 /* Inputs a CUDA kernel takes (EopArgs.x); the emitter refuses a node with more. */
 #define EOP_MAX_INPUTS 8
 /* Outputs past the first a kernel writes (EopArgs.yk: a multi-output node's
- * OUTPUT values 1, 2, ...; ATTENTION_BWD's dk and dv). */
-#define EOP_MAX_EXTRA_OUTPUTS 2
+ * OUTPUT values 1, 2, ...; LN_RESIDUAL's four, LN_RESIDUAL_BWD's dx,
+ * dgamma, dbeta, dbias, ATTENTION_BWD's dk and dv). */
+#define EOP_MAX_EXTRA_OUTPUTS 4
 
 /* How a node runs on the cuda backend:
  *   EOP_NONE     PARAM: storage bound by the executor, nothing to run;
@@ -132,11 +136,11 @@ typedef struct {
     bool bias_epilogue;
 } EopNodeCode;
 
-/* The kernels' argument, passed by value (layout fixed: 120 bytes). */
+/* The kernels' argument, passed by value (layout fixed: 136 bytes). */
 typedef struct {
     uint64_t y;                  /* output value */
     uint64_t x[EOP_MAX_INPUTS];  /* inputs, 0 past n_in */
-    uint64_t yk[EOP_MAX_EXTRA_OUTPUTS]; /* outputs 1.. of a multi-output node, 0 if absent */
+    uint64_t yk[EOP_MAX_EXTRA_OUTPUTS]; /* yk[k - 1]: output k of a multi-output node, 0 if the graph has none */
     uint64_t scratch;            /* the node's scratch, or 0 */
     uint64_t ctl;                /* const EopCtl * */
     int64_t B, L;

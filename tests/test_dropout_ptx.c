@@ -7,7 +7,9 @@
  * kernel's code holds (one more where the compiler narrows a round's
  * multiply to 32 bits).  The vectorised element kernels of the step module
  * (dropout_*, dropout_add_*: 8 elements per iteration plus a scalar tail)
- * must hold at most 2 — a draw per element would show 8 or more — and the
+ * must hold at most 2 — a draw per element would show 8 or more — the fused
+ * LayerNorm sites (ln_residual_fwd_*, ln_residual_bwd_*: one 8-column chunk
+ * per thread at hidden 768) 1, and the
  * standalone dropout_fwd / dropout_bwd of compiler/kernels/dropout.cu 1. */
 #include <criterion/criterion.h>
 #include <nvrtc.h>
@@ -95,9 +97,12 @@ Test(dropout_ptx, step_module_draws_once_per_8, .timeout = 300)
     char *src = NULL;
     cr_assert_eq(eop_module_source(&p.g, &src, &err), HPC_OK, "%s", err.msg);
     char *ptx = ptx_of(src);
-    /* BERT-base fp16: hidden and classifier dropouts, dropout+residual. */
+    /* BERT-base fp16: hidden and classifier dropouts (dropout + residual is
+     * inside the fused LayerNorm sites now: one draw per 8-column chunk). */
     int n = each_entry(ptx, "dropout_", expect_draws, 2);
-    cr_expect_geq(n, 3, "only %d dropout kernels in the step module", n);
+    cr_expect_geq(n, 2, "only %d dropout kernels in the step module", n);
+    int ln = each_entry(ptx, "ln_residual_fwd_", expect_draws, 1) + each_entry(ptx, "ln_residual_bwd_f32_", expect_draws, 1);
+    cr_expect_eq(ln, 4, "%d fused LayerNorm site kernels (1 layer: 2 sites, forward and backward)", ln);
     free(ptx);
     free(src);
     pipeline_free(&p);

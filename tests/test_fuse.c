@@ -199,6 +199,21 @@ static void build(const ModelSpec *s, SpecPrecision policy, bool fuse, Pipeline 
     cr_assert_eq(pipeline_build(s, &o, p, &err), HPC_OK, "pipeline_build: %s", err.msg);
 }
 
+/* build with the LayerNorm site rules off (HPC_FUSE_LN=0): the other rules only. */
+static void build_no_ln(const ModelSpec *s, SpecPrecision policy, Pipeline *p)
+{
+    setenv("HPC_FUSE_LN", "0", 1);
+    build(s, policy, true, p);
+    unsetenv("HPC_FUSE_LN");
+}
+
+static int count_op(const IrGraph *g, IrOpKind op)
+{
+    int n = 0;
+    for (int i = 0; i < g->n; i++) n += g->nodes[i].op == op;
+    return n;
+}
+
 static void check_equal(SpecPrecision policy, CpuExecPrecision prec, double tol, const char *what)
 {
     ModelSpec s;
@@ -208,15 +223,27 @@ static void check_equal(SpecPrecision policy, CpuExecPrecision prec, double tol,
     build(&s, policy, true, &fused);
     cr_assert_eq(fused.fuse.softmax_dropout, 2);
     cr_assert_eq(fused.fuse.softmax_dropout_bwd, 2);
-    cr_assert_eq(fused.fuse.dropout_add, 4);
-    cr_assert_lt(fused.g.n, plain.g.n);
+    cr_assert_eq(fused.fuse.ln_residual, 4);       /* two sites per post-LN layer */
+    cr_assert_eq(fused.fuse.ln_residual_bwd, 4);
+    cr_assert_eq(fused.fuse.dropout_add, 0);       /* the LayerNorm sites took them */
+    cr_assert_eq(fused.fuse.ln_casts_folded, policy == PREC_FP32 ? 0 : 3);   /* the last y feeds the head in f32 */
+    cr_assert_lt(fuse_count_launches(&fused.g), fuse_count_launches(&plain.g));
+    Pipeline no_ln;
+    build_no_ln(&s, policy, &no_ln);
+    cr_assert_eq(no_ln.fuse.dropout_add, 4);
+    cr_assert_eq(no_ln.fuse.ln_residual, 0);
+    cr_assert_eq(count_op(&no_ln.g, IR_OP_LN_RESIDUAL), 0);
     Batch *b = tiny_batch();
     double **w = random_weights(&plain.pl, 0.5);
     StepOut a = run_step(&plain.g, &plain.pl, w, prec, b);
     StepOut f = run_step(&fused.g, &fused.pl, w, prec, b);
+    StepOut q = run_step(&no_ln.g, &no_ln.pl, w, prec, b);
     cr_expect_gt(expect_same(&f, &a, &plain.pl, tol, what), 30);
+    cr_expect_gt(expect_same(&f, &q, &plain.pl, tol, what), 30);
     step_free(&a);
     step_free(&f);
+    step_free(&q);
+    pipeline_free(&no_ln);
     free_weights(&plain.pl, w);
     batch_free(b);
     pipeline_free(&plain);
@@ -247,11 +274,11 @@ Test(fuse_equal, before_autodiff_equals_after)
     cr_assert_eq(lower_model(&s, &raw, &pl, &err), HPC_OK, "%s", err.msg);
     cr_assert_eq(fuse_graph(&raw, NULL, &early, NULL, &st, &err), HPC_OK, "%s", err.msg);
     cr_expect_eq(st.softmax_dropout, 2);
-    cr_expect_eq(st.dropout_add, 4);
+    cr_expect_eq(st.dropout_add, 0);
+    cr_expect_eq(st.ln_residual, 4);
     cr_assert_eq(autodiff_build(&early, &pl, &err), HPC_OK, "%s", err.msg);
-    int n_bwd = 0;
-    for (int i = 0; i < early.n; i++) n_bwd += early.nodes[i].op == IR_OP_SOFTMAX_DROPOUT_BWD;
-    cr_expect_eq(n_bwd, 2);
+    cr_expect_eq(count_op(&early, IR_OP_SOFTMAX_DROPOUT_BWD), 2);
+    cr_expect_eq(count_op(&early, IR_OP_LN_RESIDUAL_BWD), 4);   /* from LN_RESIDUAL's backward rule */
     Batch *b = tiny_batch();
     double **w = random_weights(&pl, 0.5);
     StepOut x = run_step(&early, &pl, w, CPU_EXEC_F64, b);
@@ -439,13 +466,6 @@ Test(fuse_grad, dropout_mask_is_live)
 
 /* ---- what must not fuse ---------------------------------------------- */
 
-static int count_op(const IrGraph *g, IrOpKind op)
-{
-    int n = 0;
-    for (int i = 0; i < g->n; i++) n += g->nodes[i].op == op;
-    return n;
-}
-
 /* Without dropout no dropout rule fires: every op but the weight and bias
  * gradients (which the bias-gradient rule pairs) and the recomputed FFN
  * activations is kept as it was. */
@@ -545,10 +565,21 @@ Test(fuse_count, bert_base_launches_drop)
     int before = fuse_count_launches(&plain.g), after = fuse_count_launches(&fused.g);
     printf("bert_base fp16: %d launches unfused, %d fused (%d fewer; %d values -> %d)\n", before, after,
            before - after, plain.g.n, fused.g.n);
-    /* per layer: softmax+dropout, its backward, two dropout+residual */
-    cr_expect_geq(before - after, 4 * (int)s.stack.layers, "%d -> %d", before, after);
+    /* per layer: softmax+dropout (1), its backward (1), and per LayerNorm
+     * site dropout + add + layernorm + cast (3) and layernorm_dx + dgamma +
+     * bias_grad + dropout + bias_grad (4), the last site without a cast
+     * (-1 in all); one launch less per LINEAR_DW_BGRAD pair (query, key,
+     * value, FFN1 per layer and the pooler: the attention output and FFN2
+     * bias gradients went to their LayerNorm sites, the classifier's dW
+     * reads the f16 copy of dlogits); one more per recomputed FFN ACT. */
+    int L = (int)s.stack.layers;
+    cr_expect_eq(before - after, 2 * L + 2 * 7 * L - 1 + (4 * L + 1) - L, "%d -> %d", before, after);
+    cr_expect_eq(fused.fuse.linear_dw_bgrad, 4 * L + 1);
+    cr_expect_eq(fused.fuse.act_recompute, L);
     cr_expect_eq(fused.fuse.softmax_dropout, s.stack.layers);
-    cr_expect_eq(fused.fuse.dropout_add, 2 * s.stack.layers);
+    cr_expect_eq(fused.fuse.ln_residual, 2 * s.stack.layers);
+    cr_expect_eq(fused.fuse.ln_residual_bwd, 2 * s.stack.layers);
+    cr_expect_eq(fused.fuse.ln_casts_folded, 2 * s.stack.layers - 1);
     pipeline_free(&plain);
     pipeline_free(&fused);
 }
@@ -605,10 +636,12 @@ Test(fuse_golden, fused_listing_matches) { expect_golden(true, "tests/golden/ber
  * not grow, the node itself against a hand-built column sum (NaN in dy
  * reaches db), and what must not pair. */
 
-/* tiny_spec has 6 linears with bias per layer and a pooler; the
- * classifier's bias gradient reads the f32 dlogits while its dW reads the
- * f16 copy (or, under fp32, they share it). */
-static int tiny_pairs(SpecPrecision policy) { return 6 * 2 + 1 + (policy == PREC_FP32); }
+/* tiny_spec has 6 linears with bias per layer and a pooler; two of each
+ * layer's (the attention output and FFN2, which feed the LayerNorm sites)
+ * give their bias gradient to LN_RESIDUAL_BWD instead (fuse_dw.c says
+ * why); the classifier's bias gradient reads the f32 dlogits while its dW
+ * reads the f16 copy (or, under fp32, they share it). */
+static int tiny_pairs(SpecPrecision policy) { return (6 - 2) * 2 + 1 + (policy == PREC_FP32); }
 
 static void check_bgrad_counts(SpecPrecision policy)
 {
@@ -620,7 +653,8 @@ static void check_bgrad_counts(SpecPrecision policy)
     int pairs = tiny_pairs(policy);
     cr_expect_eq(fused.fuse.linear_dw_bgrad, pairs);
     cr_expect_eq(count_op(&fused.g, IR_OP_LINEAR_DW_BGRAD), pairs);
-    cr_expect_eq(count_op(&plain.g, IR_OP_BIAS_GRAD) - count_op(&fused.g, IR_OP_BIAS_GRAD), pairs);
+    /* the pairs' and, per LayerNorm site (2 per layer), its dbeta and dbias */
+    cr_expect_eq(count_op(&plain.g, IR_OP_BIAS_GRAD) - count_op(&fused.g, IR_OP_BIAS_GRAD), pairs + 2 * 2 * 2);
     cr_expect_eq(count_op(&plain.g, IR_OP_LINEAR_DW) - count_op(&fused.g, IR_OP_LINEAR_DW), pairs);
     /* no LINEAR_DW and BIAS_GRAD of one dy are left apart */
     for (int i = 0; i < fused.g.n; i++) {
@@ -629,15 +663,25 @@ static void check_bgrad_counts(SpecPrecision policy)
             cr_expect(!(fused.g.nodes[j].op == IR_OP_LINEAR_DW && fused.g.nodes[j].in[0] == fused.g.nodes[i].in[0]),
                       "%s and %s read one dy", fused.g.nodes[i].name, fused.g.nodes[j].name);
     }
-    /* every bias gradient a pair made is the db output, stored in f32 */
+    /* every bias gradient a pair made is the db output, stored in f32; the
+     * other projected gradients are the LayerNorm sites' dgamma, dbeta and
+     * the dbias of the LINEAR before each (2 sites per layer) */
+    int from_pairs = 0, from_sites = 0;
     for (int p = 0; p < fused.pl.n; p++) {
         int v = fused.g.param_grad[p];
         if (v < 0 || fused.g.nodes[v].op != IR_OP_OUTPUT) continue;
         const IrNode *src = &fused.g.nodes[fused.g.nodes[v].in[0]];
-        cr_expect_eq(src->op, IR_OP_LINEAR_DW_BGRAD);
         cr_expect_eq(fused.g.nodes[v].dtype, DT_F32, "%s", fused.pl.p[p].name);
+        if (src->op == IR_OP_LN_RESIDUAL_BWD) {
+            from_sites += fused.g.nodes[v].attr.output.index == 4;
+            continue;
+        }
+        cr_expect_eq(src->op, IR_OP_LINEAR_DW_BGRAD, "%s", fused.pl.p[p].name);
         cr_expect(strstr(fused.pl.p[p].name, ".bias") != NULL, "%s", fused.pl.p[p].name);
+        from_pairs++;
     }
+    cr_expect_eq(from_pairs, pairs);
+    cr_expect_eq(from_sites, 2 * 2);
     pipeline_free(&plain);
     pipeline_free(&fused);
 }
@@ -646,7 +690,9 @@ Test(fuse_bgrad, pairs_counted_fp32) { check_bgrad_counts(PREC_FP32); }
 Test(fuse_bgrad, pairs_counted_fp16) { check_bgrad_counts(PREC_FP16); }
 Test(fuse_bgrad, pairs_counted_bf16) { check_bgrad_counts(PREC_BF16); }
 
-/* BERT-base: 12 x 6 linears and the pooler lose their BIAS_GRAD. */
+/* BERT-base: 12 x 4 linears and the pooler pair their BIAS_GRAD with the
+ * dW GEMM; each of the 2 LayerNorm sites per layer takes two (its dbeta
+ * and the dbias of the LINEAR before it). */
 Test(fuse_bgrad, bert_base_bias_grad_nodes_drop)
 {
     ModelSpec s;
@@ -657,8 +703,9 @@ Test(fuse_bgrad, bert_base_bias_grad_nodes_drop)
     int before = count_op(&plain.g, IR_OP_BIAS_GRAD), after = count_op(&fused.g, IR_OP_BIAS_GRAD);
     printf("bert_base fp16: %d bias_grad nodes unfused, %d fused (%d linear_dw_bgrad)\n", before, after,
            fused.fuse.linear_dw_bgrad);
-    cr_expect_eq(fused.fuse.linear_dw_bgrad, 6 * (int)s.stack.layers + 1);
-    cr_expect_eq(before - after, 6 * (int)s.stack.layers + 1);
+    cr_expect_eq(fused.fuse.linear_dw_bgrad, 4 * (int)s.stack.layers + 1);
+    cr_expect_eq(fused.fuse.ln_residual_bwd, 2 * (int)s.stack.layers);
+    cr_expect_eq(before - after, 4 * (int)s.stack.layers + 1 + 2 * 2 * (int)s.stack.layers);
     pipeline_free(&plain);
     pipeline_free(&fused);
 }
@@ -912,7 +959,8 @@ Test(pipeline, plan_follows_fused_graph)
     cr_assert_eq(p.prec.n, p.g.n);
     for (int i = 0; i < p.g.n; i++) {
         IrOpKind op = p.g.nodes[i].op;
-        if (op == IR_OP_SOFTMAX_DROPOUT || op == IR_OP_DROPOUT_ADD || op == IR_OP_SOFTMAX_DROPOUT_BWD)
+        if (op == IR_OP_SOFTMAX_DROPOUT || op == IR_OP_DROPOUT_ADD || op == IR_OP_SOFTMAX_DROPOUT_BWD ||
+            op == IR_OP_LN_RESIDUAL || op == IR_OP_LN_RESIDUAL_BWD)
             cr_expect_eq(p.prec.info[i].cls, PREC_CLASS_F32_COMPUTE, "node %d", i);
         if (op == IR_OP_SOFTMAX_DROPOUT) cr_expect_eq(fuse_attr_get(&p.g.nodes[i]).mid, DT_F16);
         cr_expect_neq(op, IR_OP_SOFTMAX, "node %d: a softmax survived fusion", i);
@@ -938,7 +986,8 @@ static void expect_compiles(const ModelSpec *s, SpecPrecision prec, int arch)
     int fused = 0;
     for (int id = 0; id < p.g.n; id++) {
         IrOpKind op = p.g.nodes[id].op;
-        if (op != IR_OP_SOFTMAX_DROPOUT && op != IR_OP_SOFTMAX_DROPOUT_BWD && op != IR_OP_DROPOUT_ADD)
+        if (op != IR_OP_SOFTMAX_DROPOUT && op != IR_OP_SOFTMAX_DROPOUT_BWD && op != IR_OP_DROPOUT_ADD &&
+            op != IR_OP_LN_RESIDUAL && op != IR_OP_LN_RESIDUAL_BWD)
             continue;
         EopNodeCode c;
         cr_assert_eq(eop_node_code(&p.g, id, 4, 16, &c, &err), HPC_OK, "%s", err.msg);

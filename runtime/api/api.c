@@ -185,6 +185,7 @@ int api_find_hidden(const IrGraph *g, int64_t hidden)
     for (int i = 0; i < g->n_forward; i++) {
         const IrNode *v = &g->nodes[i];
         if (strncmp(v->name, "head.", 5) == 0 || i == g->logits) break;
+        if (v->op == IR_OP_OUTPUT) continue;   /* a fused LayerNorm's s or 16-bit y: its y is the op itself */
         if (v->rank == 3 && v->dims[0] == IR_DIM_B && v->dims[1] == IR_DIM_L && v->dims[2] == hidden &&
             ir_dtype_is_float(v->dtype))
             found = i;

@@ -13,6 +13,12 @@
  * with a floor of 1e-3 of the largest gradient norm, as tests/gpu/gpu_step.c
  * explains), the eval loss (dropout off), and that the graph really holds
  * fused ops.  Tolerances as gpu_step: fp32 1e-4, fp16 1e-2, bf16 4e-2.
+ * The LayerNorm sites (LN_RESIDUAL, LN_RESIDUAL_BWD: compiler/fuse_layernorm.c)
+ * are checked the same way at hidden 128 and at BERT-base's 768 (one block
+ * of 96 threads per row) and 1024, with 8 x 61 rows (odd L: rows not a
+ * multiple of the column-partial blocks); every LayerNorm gamma/beta
+ * gradient and every output-dense bias gradient comes from their kernels,
+ * and a run with HPC_FUSE_LN=0 must hold none of them.
  *
  * Exit 0 when every check passes, 1 on a failed check, 4 without a GPU. */
 #include <math.h>
@@ -57,6 +63,9 @@ static uint32_t rnd(void)
 }
 static float uniform(void) { return (float)(rnd() >> 8) * (2.0f / 16777216.0f) - 1.0f; }
 
+static int64_t g_hidden = 128;   /* the cases' hidden size (ffn = 4 x hidden) */
+static int g_no_ln;              /* the case ran with HPC_FUSE_LN=0 */
+
 static int make_spec(ModelSpec *s, bool causal)
 {
     spec_defaults(s);
@@ -70,10 +79,10 @@ static int make_spec(ModelSpec *s, bool causal)
         }
     }
     snprintf(s->name, sizeof s->name, causal ? "gpt2_tiny causal-lm" : "bert_tiny classifier");
-    s->stack.hidden = 128;
+    s->stack.hidden = g_hidden;
     s->stack.layers = 2;
     s->stack.heads = 2;
-    s->stack.ffn = 512;
+    s->stack.ffn = 4 * g_hidden;
     s->stack.hidden_dropout = 0.1;
     s->stack.attention_dropout = 0.1;
     return 1;
@@ -186,7 +195,8 @@ static int count_fused(const IrGraph *g)
     int n = 0;
     for (int i = 0; i < g->n; i++) {
         IrOpKind op = g->nodes[i].op;
-        n += op == IR_OP_SOFTMAX_DROPOUT || op == IR_OP_SOFTMAX_DROPOUT_BWD || op == IR_OP_DROPOUT_ADD;
+        n += op == IR_OP_SOFTMAX_DROPOUT || op == IR_OP_SOFTMAX_DROPOUT_BWD || op == IR_OP_DROPOUT_ADD ||
+             op == IR_OP_LN_RESIDUAL || op == IR_OP_LN_RESIDUAL_BWD;
     }
     return n;
 }
@@ -217,6 +227,16 @@ static void check_case(bool causal, SpecPrecision prec, int64_t B, int64_t L, do
         return;
     }
     result(count_fused(&P.g) >= 4 * (int)s.stack.layers, "%s: %d fused ops in the graph", tag, count_fused(&P.g));
+    int ln_f = 0, ln_b = 0;
+    for (int i = 0; i < P.g.n; i++) {
+        ln_f += P.g.nodes[i].op == IR_OP_LN_RESIDUAL;
+        ln_b += P.g.nodes[i].op == IR_OP_LN_RESIDUAL_BWD;
+    }
+    if (g_no_ln) result(ln_f + ln_b == 0, "%s: HPC_FUSE_LN=0 leaves %d LayerNorm sites fused", tag, ln_f + ln_b);
+    else if (!causal) /* post-LN: two sites per layer, forward and backward */
+        result(ln_f == 2 * (int)s.stack.layers && ln_b == ln_f, "%s: %d + %d fused LayerNorm sites", tag, ln_f, ln_b);
+    else /* pre-LN: forward sites only (the residual gradient is a sum) */
+        result(ln_f > 0, "%s: %d fused LayerNorm sites (forward)", tag, ln_f);
     float **w = random_params(&P.pl, prec);
     Batch *b = random_batch(&s, B, L, causal);
     CpuExec cx;
@@ -262,6 +282,17 @@ int main(void)
     check_case(false, PREC_FP16, 8, 64, 1e-2, 128);
     check_case(false, PREC_BF16, 8, 64, 4e-2, 128);
     check_case(true, PREC_FP16, 4, 32, 1e-2, 128);
+    for (int h = 0; h < 2; h++) {   /* the LayerNorm site kernels at BERT-base's and BERT-large's rows */
+        g_hidden = h ? 1024 : 768;
+        check_case(false, PREC_FP32, 8, 61, 1e-4, 1);
+        check_case(false, PREC_FP16, 8, 61, 1e-2, 128);
+        check_case(false, PREC_BF16, 8, 61, 4e-2, 128);
+    }
+    g_hidden = 768;                 /* the same step without them: the reference road */
+    setenv("HPC_FUSE_LN", "0", 1);
+    g_no_ln = 1;
+    check_case(false, PREC_FP16, 8, 61, 1e-2, 128);
+    unsetenv("HPC_FUSE_LN");
     cuda_device_close(&g_dev);
     printf("%d checks, %d failed\n", g_checks, g_failures);
     return g_failures ? 1 : 0;

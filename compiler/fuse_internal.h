@@ -1,0 +1,68 @@
+/* compiler/fuse_internal.h — private to the fuse pass (fuse.c and its rule
+ * files fuse_layernorm.c, fuse_dw.c): the matcher's state.
+ *
+ * match decides per node of the input graph: COPY it, DROP it (its value is
+ * read by nothing that survives), REPLACE it by a fused node (repl[id]),
+ * or ALIAS it: its value becomes output out_k[id] of the fused node that
+ * replaces alias_of[id] (a member of a multi-output pattern whose value is
+ * still read: the LayerNorm site's s, its folded CAST, the backward's
+ * dgamma, the bias gradient of a LINEAR_DW_BGRAD).  A REPLACE node's own
+ * value is output out_k[id] of its fused node too (0 but for a
+ * LINEAR_DW_BGRAD placed at its BIAS_GRAD: 1).  rebuild appends in input
+ * order; a fused node takes the place given by its REPLACE, so every input
+ * it reads comes earlier, and every ALIAS member's readers come after it
+ * (the rules check both).
+ *
+ * Recompute: recompute[id] >= 0 names a forward ACT that rebuild copies
+ * right before node id; readers appended after the copy read it. */
+#ifndef HPC_COMPILER_FUSE_INTERNAL_H
+#define HPC_COMPILER_FUSE_INTERNAL_H
+
+#include "fuse.h"
+
+typedef enum { FUSE_COPY, FUSE_DROP, FUSE_REPLACE, FUSE_ALIAS } FuseAction;
+
+typedef struct {
+    const IrGraph *g;
+    int *n_uses;          /* (g->n) readers of each value, roles included */
+    FuseAction *action;   /* (g->n) */
+    IrNode *repl;         /* (g->n) the fused node for FUSE_REPLACE (inputs in g's ids) */
+    unsigned *outputs;    /* (g->n) FUSE_REPLACE of a multi-output op: bit k = append output k */
+    bool *named_outputs;  /* (g->n) FUSE_REPLACE: its OUTPUTs take the names of the values they
+                           * stand for ("d.NAME.bias"), not "NAME.<output>" */
+    int *alias_of;        /* (g->n) FUSE_ALIAS: the REPLACE node whose output it becomes */
+    int *out_k;           /* (g->n) FUSE_ALIAS, FUSE_REPLACE: which output the value becomes */
+    int *recompute;       /* (g->n) forward ACT to copy right before this node, or -1 */
+    FuseOptions opts;
+    FuseStats *stats;
+} Matcher;
+
+static inline const IrNode *fuse_node(const Matcher *M, int id) { return &M->g->nodes[id]; }
+
+/* Member `id` becomes output k of the fused node replacing `at`. */
+static inline void fuse_alias(Matcher *M, int id, int at, int k)
+{
+    M->action[id] = FUSE_ALIAS;
+    M->alias_of[id] = at;
+    M->out_k[id] = k;
+    M->outputs[at] |= 1u << k;
+}
+
+/* A fused node's input may be output k of another fused node (the
+ * backward reads the forward's mean and rstd, which the input graph does
+ * not have): repl inputs <= -2 encode (node `at` of the input graph, k). */
+static inline int fuse_output_ref(int at, int k) { return -2 - (at * 8 + k); }
+static inline bool fuse_is_output_ref(int v) { return v <= -2; }
+static inline int fuse_ref_node(int v) { return (-2 - v) / 8; }
+static inline int fuse_ref_k(int v) { return (-2 - v) % 8; }
+
+/* The LayerNorm site rules (fuse_layernorm.c): run before DROPOUT + ADD,
+ * since a site takes its DROPOUT + ADD with it, and before the bias
+ * gradient pairing (fuse_dw.c), which leaves a BIAS_GRAD a site took. */
+void fuse_match_layernorm(Matcher *M);
+
+/* The weight-gradient GEMM rules (fuse_dw.c): LINEAR_DW + BIAS_GRAD pairs,
+ * then (opts.recompute_act) the ACTs recomputed before their dW GEMMs. */
+void fuse_match_dw(Matcher *M);
+
+#endif

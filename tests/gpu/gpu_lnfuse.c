@@ -1,0 +1,235 @@
+/* tests/gpu/gpu_lnfuse.c — the fused LayerNorm site kernels (LN_RESIDUAL,
+ * LN_RESIDUAL_BWD: compiler/emit_ops_body.c, "fused LayerNorm sites")
+ * against the cpu reference on random data.
+ *
+ * One site (tests/ln_site_graph.h) fused by the pass, every input a
+ * parameter of constant shape (rows R, row size D), run by the cuda executor
+ * and by the cpu backend with the same seed and step:
+ *   forward (a forward-only run, so no later node reuses the outputs'
+ *   memory): y, mean, rstd, s and the 16-bit y; backward (the last node of
+ *   the graph): ds, dx (dropout reapplied), dgamma, dbeta, dbias;
+ *   and, for the f16 cases, the optional bias input (a 5-input LN_RESIDUAL
+ *   appended last to a second copy of the graph, run forward).
+ * Sizes: D = 128 (a block of 32 threads), 768 (BERT-base, 96), 1024 (128),
+ * 4096 (256 threads, 2 chunks of 8 per thread); R = 3 (fewer rows than the
+ * 512 column-partial blocks) and 488 (8 x 61); GEMM dtypes f32, f16, bf16.
+ * Tolerances (relative L2, NaN fails): f32 values 1e-5 (the GPU reduces in
+ * f32, the cpu in double), values stored in f16 2e-3, bf16 1.6e-2, and dbias
+ * (a sum of the 16-bit dx) as the dx dtype.  The
+ * dropout mask must be the cpu's: every element the cpu drops is 0 on the
+ * GPU, every element it keeps is not (for |ds| above 1e-6).
+ *
+ * Exit 0 when every check passes, 1 on a failed check, 4 without a GPU. */
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cpu/cpu_exec.h"
+#include "cuda/cuda_driver.h"
+#include "cuda/cuda_exec.h"
+#include "data/batch.h"
+#include "tests/ln_site_graph.h"
+
+static int g_failures, g_checks;
+static CudaDevice g_dev;
+
+static void result(int ok, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void result(int ok, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    printf("%s ", ok ? "ok  " : "FAIL");
+    vprintf(fmt, ap);
+    printf("\n");
+    va_end(ap);
+    g_checks++;
+    g_failures += !ok;
+}
+
+static uint64_t g_rng = 0x9e3779b97f4a7c15ull;
+static float uniform(void)
+{
+    g_rng ^= g_rng << 13;
+    g_rng ^= g_rng >> 7;
+    g_rng ^= g_rng << 17;
+    return (float)(g_rng >> 40) * (2.0f / 16777216.0f) - 1.0f;
+}
+
+static float **random_params(const ParamList *pl)
+{
+    float **w = calloc((size_t)pl->n, sizeof *w);
+    for (int p = 0; p < pl->n; p++) {
+        int64_t n = params_numel(&pl->p[p]);
+        w[p] = malloc((size_t)n * sizeof **w);
+        for (int64_t i = 0; i < n; i++)
+            w[p][i] = pl->p[p].init == PARAM_INIT_ONES ? 1.0f + 0.5f * uniform() : 2.0f * uniform();
+    }
+    return w;
+}
+
+static double tol_of(DType dt) { return dt == DT_F16 ? 2e-3 : dt == DT_BF16 ? 1.6e-2 : 1e-5; }
+
+/* Value v on both sides: relative L2 within the tolerance of its dtype. */
+static void compare(CudaExec *ex, const CpuExec *cx, const IrGraph *g, int v, const char *tag, const char *what,
+                    float *gpu_out, DType tol_dt)
+{
+    HpcError err = {0};
+    int64_t n = cpu_exec_numel(cx, v);
+    float *gpu = gpu_out ? gpu_out : malloc((size_t)n * sizeof *gpu);
+    if (cuda_exec_read(ex, v, gpu, &err)) {
+        result(0, "%s: read %s: %s", tag, what, err.msg);
+    } else {
+        const float *cpu = cpu_exec_value(cx, v);
+        double d = 0, r = 0;
+        for (int64_t i = 0; i < n; i++) {
+            double e = (double)gpu[i] - cpu[i];
+            d += e * e;
+            r += (double)cpu[i] * cpu[i];
+        }
+        double rel = sqrt(d) / fmax(sqrt(r), 1e-30), tol = tol_of(tol_dt);
+        result(rel <= tol && r > 0, "%s: %s (%s) rel L2 %.3g <= %.1g", tag, what, ir_dtype_name(g->nodes[v].dtype),
+               rel, tol);
+    }
+    if (!gpu_out) free(gpu);
+}
+
+/* dx: dropped (0) exactly where the cpu drops it. */
+static void compare_mask(const float *gpu, const CpuExec *cx, int dx, int ds, const char *tag)
+{
+    const float *cdx = cpu_exec_value(cx, dx), *cds = cpu_exec_value(cx, ds);
+    int64_t n = cpu_exec_numel(cx, dx), bad = 0, dropped = 0;
+    for (int64_t i = 0; i < n; i++) {
+        if (fabsf(cds[i]) < 1e-6f) continue;   /* a 16-bit dx may round such a value to 0 */
+        bool cpu_drop = cdx[i] == 0.0f, gpu_drop = gpu[i] == 0.0f;
+        dropped += cpu_drop;
+        bad += cpu_drop != gpu_drop;
+    }
+    result(bad == 0 && dropped > 0, "%s: dropout mask: %lld of %lld elements differ (%lld dropped)", tag,
+           (long long)bad, (long long)n, (long long)dropped);
+}
+
+static void run_both(CudaExec *ex, CpuExec *cx, bool backward, const char *tag, int *ok)
+{
+    Batch *b = batch_new(1, 1, 0);
+    HpcError err = {0};
+    CpuRunOptions co = {.training = true, .backward = backward, .seed = 5, .step = 2, .loss_scale = 1};
+    CudaRunOptions go = {.training = true, .backward = backward, .seed = 5, .step = 2, .loss_scale = 1};
+    *ok = 1;
+    if (cpu_exec_run(cx, b, &co, &err)) result(*ok = 0, "%s: cpu run: %s", tag, err.msg);
+    else if (cuda_exec_run(ex, b, &go, &err) || cuda_exec_sync(ex, &err)) result(*ok = 0, "%s: cuda run: %s", tag, err.msg);
+    batch_free(b);
+}
+
+/* The site's cpu and cuda executors over graph g (parameters pl), with
+ * random data; returns 0 and reports when the cuda side cannot start. */
+typedef struct {
+    CpuExec cx;
+    CudaExec ex;
+    float **w;
+    int n_params;
+} Both;
+
+static int both_open(Both *b, const IrGraph *g, const ParamList *pl, const char *tag)
+{
+    HpcError err = {0};
+    b->w = random_params(pl);
+    b->n_params = pl->n;
+    cpu_exec_init(&b->cx, g, CPU_EXEC_F32);
+    for (int p = 0; p < pl->n; p++) cpu_exec_bind_param(&b->cx, p, b->w[p]);
+    HpcStatus st = cuda_exec_init(&b->ex, &g_dev, g, pl, 1, 1, &err);
+    if (!st && (st = cuda_exec_set_params(&b->ex, b->w, &err))) cuda_exec_free(&b->ex);
+    if (st) {
+        result(0, "%s: cuda_exec_init: %s", tag, err.msg);
+        cpu_exec_free(&b->cx);
+        for (int p = 0; p < pl->n; p++) free(b->w[p]);
+        free(b->w);
+        return 0;
+    }
+    return 1;
+}
+
+static void both_close(Both *b)
+{
+    cuda_exec_free(&b->ex);
+    cpu_exec_free(&b->cx);
+    for (int p = 0; p < b->n_params; p++) free(b->w[p]);
+    free(b->w);
+}
+
+static void site_case(int64_t R, int64_t D, DType low)
+{
+    char tag[96];
+    snprintf(tag, sizeof tag, "ln_residual R=%lld D=%lld %s", (long long)R, (long long)D, ir_dtype_name(low));
+    LnSite u, f;
+    ln_site_build(&u, R, D, low, 1e-12, 0.1f);
+    HpcError err = {0};
+    if (ln_site_fuse(&u, &f, NULL, &err) != 2) {
+        result(0, "%s: the site did not fuse: %s", tag, err.msg);
+        ln_site_free(&u);
+        return;
+    }
+    Both b;
+    if (both_open(&b, &f.g, &f.pl, tag)) {
+        int ok;
+        run_both(&b.ex, &b.cx, false, tag, &ok);   /* forward only: the site's outputs stay in place */
+        static const int fwd[] = {LNV_Y, LNV_MEAN, LNV_RSTD, LNV_SUM, LNV_Y16};
+        for (int k = 0; ok && k < 5; k++)
+            if (f.v[fwd[k]] >= 0)
+                compare(&b.ex, &b.cx, &f.g, f.v[fwd[k]], tag, ln_site_value_name[fwd[k]], NULL, f.g.nodes[f.v[fwd[k]]].dtype);
+        run_both(&b.ex, &b.cx, true, tag, &ok);    /* the backward node is the graph's last */
+        static const int bwd[] = {LNV_DS, LNV_DX, LNV_DGAMMA, LNV_DBETA, LNV_DBIAS};
+        float *dx = malloc((size_t)(R * D) * sizeof *dx);
+        for (int k = 0; ok && k < 5; k++) {
+            /* dbias sums the 16-bit dx: a rounding flip of dx there is its error */
+            int v = f.v[bwd[k]];
+            DType tol_dt = bwd[k] == LNV_DBIAS ? low : f.g.nodes[v].dtype;
+            compare(&b.ex, &b.cx, &f.g, v, tag, ln_site_value_name[bwd[k]], bwd[k] == LNV_DX ? dx : NULL, tol_dt);
+        }
+        if (ok) compare_mask(dx, &b.cx, f.v[LNV_DX], f.v[LNV_DS], tag);
+        free(dx);
+        both_close(&b);
+    }
+    ln_site_free(&f);
+    if (low == DT_F16 && ln_site_fuse(&u, &f, NULL, &err) == 2) {
+        /* the bias form, appended last and run forward: LN_RESIDUAL(x, r, gamma, beta, bias) */
+        int64_t bd[2] = {D, 0};
+        int pb = params_add(&f.pl, "bias", 1, bd, PARAM_INIT_NORMAL, false, false);
+        int bias = ir_param(&f.g, pb, DT_F32, 1, bd, "bias"), outs[5];
+        IrNode sn = f.g.nodes[f.v[LNV_Y]];
+        ir_add_outputs(&f.g, IR_OP_LN_RESIDUAL, (int[]){sn.in[0], sn.in[1], sn.in[2], sn.in[3], bias}, 5, &sn.attr,
+                       "with_bias", outs);
+        f.g.n_params = f.pl.n;
+        f.g.n_forward = f.g.n;
+        snprintf(tag, sizeof tag, "ln_residual+bias R=%lld D=%lld %s", (long long)R, (long long)D, ir_dtype_name(low));
+        if (both_open(&b, &f.g, &f.pl, tag)) {
+            int ok;
+            run_both(&b.ex, &b.cx, false, tag, &ok);
+            static const char *const nm[] = {"y", "mean", "rstd", "s", "y16"};
+            for (int k = 0; ok && k < 5; k++)
+                if (outs[k] >= 0) compare(&b.ex, &b.cx, &f.g, outs[k], tag, nm[k], NULL, f.g.nodes[outs[k]].dtype);
+            both_close(&b);
+        }
+        ln_site_free(&f);
+    }
+    ln_site_free(&u);
+}
+
+int main(void)
+{
+    HpcError err = {0};
+    if (cuda_device_open(&g_dev, 0, &err)) {
+        printf("gpu_lnfuse: no usable GPU: %s\n", err.msg);
+        return 4;
+    }
+    printf("gpu_lnfuse on %s (sm_%d)\n", g_dev.name, g_dev.arch);
+    static const int64_t Ds[] = {128, 768, 1024, 4096}, Rs[] = {3, 488};
+    static const DType lows[] = {DT_F32, DT_F16, DT_BF16};
+    for (int d = 0; d < 4; d++)
+        for (int r = 0; r < 2; r++)
+            for (int l = 0; l < 3; l++) site_case(Rs[r], Ds[d], lows[l]);
+    cuda_device_close(&g_dev);
+    printf("%d checks, %d failed\n", g_checks, g_failures);
+    return g_failures ? 1 : 0;
+}
