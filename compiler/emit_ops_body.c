@@ -1119,8 +1119,8 @@ static HpcStatus cuda_ln_residual(EopGen *gen, HpcError *err)
 
 /* Phase 1: LN_BWD_PARTS blocks walk the rows (row = block, block + parts,
  * ...): ds and dx = dropout(ds) per row, and per-thread column partials of
- * dy * xhat, dy and dx into sf[(part * 3 + q) * D + column].  Phase 2: one
- * thread per column sums the parts in double into dgamma, dbeta, dbias.
+ * dy * xhat, dy and dx into sf[(part * 3 + q) * D + column].  Phase 2 sums
+ * the parts in double into dgamma, dbeta, dbias (8 warps per 32 columns).
  * 512 blocks: a block has only D / 8 threads (96 at H = 768), so the row
  * loop needs about four blocks per SM of an H100/H200 to keep loads in
  * flight; the partials (512 x 3 x D f32) are scratch for this node only. */
@@ -1173,16 +1173,29 @@ static HpcStatus cuda_ln_residual_bwd(EopGen *gen, HpcError *err)
                 ir_dtype_name(INN(1)->dtype), D, ir_dtype_name(INN(0)->dtype), D, ir_dtype_name(INN(4)->dtype),
                 D, D, nu, T, D / 8, D, rd, rx, ir_dtype_name(n->dtype), ir_dtype_name((DType)la.mid),
                 nu, T, D / 8, D, D, D);
-    s = phase(gen, "ln_residual_bwd_sum", tag, EOP_LT_COLFIN, sz_const(D), 256);
+    /* Phase 2: a block of 8 warps owns 32 columns (one per lane, so the
+     * loads of a warp are contiguous); warp w sums parts w, w + 8, ... in
+     * double and warp 0 adds the 8 warps' sums in order: deterministic, with
+     * a chain of 64 loads per thread instead of 512 (H200, B32 L32: the
+     * one-thread-per-column sum kept 3 blocks busy for most of 62 us). */
+    s = phase(gen, "ln_residual_bwd_sum", tag, EOP_LT_COLFIN, sz_const(8 * ((D + 31) / 32) * 32), 256);
     const char *sa = stf((DType)la.aux), *ca = ctype((DType)la.aux);
-    strbuf_printf(s, "    const i64 col = (i64)blockIdx.x * blockDim.x + threadIdx.x;\n    if (col >= %lld) return;\n"
+    strbuf_printf(s, "    __shared__ double part[3][8][32];\n"
+                   "    const int lane = threadIdx.x & 31, w = threadIdx.x >> 5;\n"
+                   "    const i64 col = (i64)blockIdx.x * 32 + lane;\n"
                    "    double g = 0.0, b = 0.0, c = 0.0;\n"
-                   "    for (int p = 0; p < %d; p++) {\n        const i64 o = (i64)p * 3 * %lldLL + col;\n"
-                   "        g += sf[o];\n        b += sf[o + %lldLL];\n        c += sf[o + 2 * %lldLL];\n    }\n"
+                   "    if (col < %lld)\n"
+                   "        for (int p = w; p < %d; p += 8) {\n            const i64 o = (i64)p * 3 * %lldLL + col;\n"
+                   "            g += sf[o];\n            b += sf[o + %lldLL];\n            c += sf[o + 2 * %lldLL];\n        }\n"
+                   "    part[0][w][lane] = g;\n    part[1][w][lane] = b;\n    part[2][w][lane] = c;\n"
+                   "    __syncthreads();\n"
+                   "    if (w != 0 || col >= %lld) return;\n"
+                   "    for (int k = 1; k < 8; k++) {\n        g += part[0][k][lane];\n        b += part[1][k][lane];\n"
+                   "        c += part[2][k][lane];\n    }\n"
                    "    %s *o_g = (%s *)a.yk[1], *o_b = (%s *)a.yk[2], *o_c = (%s *)a.yk[3];\n"
                    "    if (o_g) o_g[col] = %s((float)g);\n    if (o_b) o_b[col] = %s((float)b);\n"
                    "    if (o_c) o_c[col] = %s((float)c);\n",
-                D, LN_BWD_PARTS, D, D, D, ca, ca, ca, ca, sa, sa, sa);
+                D, LN_BWD_PARTS, D, D, D, D, ca, ca, ca, ca, sa, sa, sa);
     gen->scratch = sz_const((int64_t)LN_BWD_PARTS * 3 * D * 4);
     return HPC_OK;
 }
