@@ -874,6 +874,8 @@ KN(attn_mma_bwd_dkv)(st_t *dk, st_t *dv, int ldg, const st_t *dctx, const st_t *
 // (k rows x n columns) with it.
 
 #define A2_NBUF (AT_D <= 64 ? 2 : 1)   // K/V buffers of the forward and dQ
+#define A2_LOG2E 1.4426950408889634f   // exponentials as exp2f of log2-scaled scores
+#define A2_LN2 0.6931471805599453f
 #define A2_QBUF 2                      // Q/dO buffers of dK/dV
 
 __device__ __forceinline__ u32 a2_smem(const void *p) { return (u32)__cvta_generic_to_shared(p); }
@@ -968,7 +970,7 @@ AT_RUN void attn_mma2_fwd_run(int at_bx, int at_by, int at_bz,
     int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
     int r0 = at_bx * AM_QB + warp * AM_QW;
     int rows[2] = {r0 + g, r0 + g + 8};
-    float scale = at_scale(), dscale = dropout_scale(p);
+    float scale2 = at_scale() * A2_LOG2E, dscale = dropout_scale(p);
     i64 flat[2];
     for (int rr = 0; rr < 2; rr++) flat[rr] = (((i64)b * HPC_HEADS + h) * L + rows[rr]) * L;
     int ntiles = a2_key_tiles(at_bx * AM_QB, L);
@@ -1032,7 +1034,7 @@ AT_RUN void attn_mma2_fwd_run(int at_bx, int at_by, int at_bz,
             for (int c = 0; c < 4; c++) {
                 int rr = c >> 1, j = nt * 8 + 2 * t + (c & 1);
                 bool see = vb_vis[j] != 0 && !(HPC_CAUSAL && t0 + j > rows[rr]);
-                float x = see ? s[nt][c] * scale : HPC_NEG_INF;
+                float x = see ? s[nt][c] * scale2 : HPC_NEG_INF;   // log2 units
                 s[nt][c] = x;
                 mx[rr] = fmaxf(mx[rr], x);
             }
@@ -1042,7 +1044,7 @@ AT_RUN void attn_mma2_fwd_run(int at_bx, int at_by, int at_bz,
             mx[rr] = fmaxf(mx[rr], __shfl_xor_sync(0xffffffffu, mx[rr], 1));
             mx[rr] = fmaxf(mx[rr], __shfl_xor_sync(0xffffffffu, mx[rr], 2));
             float mn = fmaxf(m[rr], mx[rr]);
-            corr[rr] = m[rr] == HPC_NEG_INF ? 0.0f : expf(m[rr] - mn);
+            corr[rr] = m[rr] == HPC_NEG_INF ? 0.0f : exp2f(m[rr] - mn);
             m[rr] = mn;
             l[rr] *= corr[rr];
         }
@@ -1077,7 +1079,7 @@ AT_RUN void attn_mma2_fwd_run(int at_bx, int at_by, int at_bz,
 #pragma unroll
             for (int c = 0; c < 4; c++) {
                 int rr = c >> 1;
-                float pe = s[nt][c] == HPC_NEG_INF ? 0.0f : expf(s[nt][c] - m[rr]);
+                float pe = s[nt][c] == HPC_NEG_INF ? 0.0f : exp2f(s[nt][c] - m[rr]);
                 l[rr] += pe;
                 s[nt][c] = (kbits[rr][nt] >> (c & 1)) & 1u ? pe * dscale : 0.0f;
             }
@@ -1107,7 +1109,8 @@ AT_RUN void attn_mma2_fwd_run(int at_bx, int at_by, int at_bz,
             u32 w = am_pack(o[nd][2 * rr] * inv, o[nd][2 * rr + 1] * inv);
             *reinterpret_cast<u32 *>(ctx + ((i64)b * L + row) * HPC_HIDDEN + h * AT_D + nd * 8 + 2 * t) = w;
         }
-        if (t == 0) lse[((i64)b * HPC_HEADS + h) * L + row] = l[rr] == 0.0f ? HPC_INF : m[rr] + logf(l[rr]);
+        if (t == 0)
+            lse[((i64)b * HPC_HEADS + h) * L + row] = l[rr] == 0.0f ? HPC_INF : (m[rr] + log2f(l[rr])) * A2_LN2;
     }
 }
 #ifndef HPC_ATTN_NO_KERNELS
@@ -1134,7 +1137,7 @@ AT_RUN void attn_mma2_bwd_dq_run(int at_bx, int at_by, int at_bz,
     int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
     int r0 = at_bx * AM_QB + warp * AM_QW;
     int rows[2] = {r0 + g, r0 + g + 8};
-    float scale = at_scale(), dscale = dropout_scale(p);
+    float scale = at_scale(), scale2 = scale * A2_LOG2E, dscale = dropout_scale(p);
     int ntiles = a2_key_tiles(at_bx * AM_QB, L);
     if (A2_NBUF == 2) {
         a2_stage(ks[0], k, ld, b, h, 0, AM_KT, L);
@@ -1147,7 +1150,7 @@ AT_RUN void attn_mma2_bwd_dq_run(int at_bx, int at_by, int at_bz,
     for (int rr = 0; rr < 2; rr++) {
         flat[rr] = (((i64)b * HPC_HEADS + h) * L + rows[rr]) * L;
         int row = min(rows[rr], L - 1);
-        rl[rr] = lse[((i64)b * HPC_HEADS + h) * L + row];
+        rl[rr] = lse[((i64)b * HPC_HEADS + h) * L + row] * A2_LOG2E;   // +inf stays +inf
         rd[rr] = delta[((i64)b * HPC_HEADS + h) * L + row];
     }
     u32 qa[AT_D / 16][4], ga[AT_D / 16][4];
@@ -1228,7 +1231,7 @@ AT_RUN void attn_mma2_bwd_dq_run(int at_bx, int at_by, int at_bz,
                 int rr = c >> 1, j = nt * 8 + 2 * t + (c & 1);
                 float ds = 0.0f;
                 if (vb_vis[j] != 0 && !(HPC_CAUSAL && t0 + j > rows[rr])) {
-                    float pe = expf(sc[nt][c] * scale - rl[rr]);
+                    float pe = exp2f(sc[nt][c] * scale2 - rl[rr]);
                     float kf = (kbits[rr][nt] >> (c & 1)) & 1u ? dscale : 0.0f;
                     ds = pe * (dp[nt][c] * kf - rd[rr]);
                 }
@@ -1287,7 +1290,7 @@ AT_RUN void attn_mma2_bwd_dkv_run(int at_bx, int at_by, int at_bz,
     int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
     int k0 = at_bx * AM_QB + warp * AM_QW;   // the warp's first key
     int keys[2] = {k0 + g, k0 + g + 8};
-    float scale = at_scale(), dscale = dropout_scale(p);
+    float scale = at_scale(), scale2 = scale * A2_LOG2E, dscale = dropout_scale(p);
     i64 bh = (i64)b * HPC_HEADS + h;
     int c_first = 0, c_end = L;
 #if HPC_CAUSAL
@@ -1376,7 +1379,7 @@ AT_RUN void attn_mma2_bwd_dkv_run(int at_bx, int at_by, int at_bz,
                 float z = 0.0f, ds = 0.0f;
                 if (row < L && kvis[half] && !(HPC_CAUSAL && keys[half] > row)) {
                     int r = nt * 8 + qi;
-                    float pe = expf(st[nt][c] * scale - tlb[r]);
+                    float pe = exp2f(st[nt][c] * scale2 - tlb[r] * A2_LOG2E);
                     float kf = (w >> g) & 1u ? dscale : 0.0f;
                     z = pe * kf;
                     ds = pe * (dpt[nt][c] * kf - tdb[r]);
