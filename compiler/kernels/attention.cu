@@ -1,9 +1,12 @@
 // compiler/kernels/attention.cu — fused multi-head self-attention, forward
 // and backward, without the (B, NH, L, L) score tensor and without the head
-// split/merge copies.  Two families with one contract: attn_simt_* (fp32
-// FMA on the CUDA cores, every dtype, the whole forward and backward) and
+// split/merge copies.  Three families with one contract: attn_simt_* (fp32
+// FMA on the CUDA cores, every dtype, the whole forward and backward),
 // attn_mma_* (tensor cores, fp16/bf16 with D % 16 == 0: fwd, bwd_dq and
-// bwd_dkv; the delta pre-pass is attn_simt_bwd_dot for both).
+// bwd_dkv; the delta pre-pass is attn_simt_bwd_dot for all) and attn_mma2_*
+// (v2: the same on the tensor cores with cp.async double buffering and
+// ldmatrix fragments; see "second variant" below).  The step calls one
+// tensor-core family (HPC_ATTN_KERNELS, compiler/emit_ops_attention.c).
 //
 // Specialised at generation time on the head size D = HPC_HEAD_DIM (<= 128)
 // and the head count NH = HPC_HEADS; B and L are arguments.  The semantics
