@@ -14,6 +14,10 @@
  *   attn_mma_fwd       grid (ceil(L / 64), NH, B) x 128   (fp16/bf16, D % 16 == 0)
  *   attn_mma_bwd_dq    grid (ceil(L / 64), NH, B) x 128   (fp16/bf16, D % 16 == 0)
  *   attn_mma_bwd_dkv   grid (ceil(L / 64), NH, B) x 128   (fp16/bf16, D % 16 == 0)
+ *   attn_mma2_fwd, attn_mma2_bwd_dq, attn_mma2_bwd_dkv: the second
+ *                      tensor-core family (v2), the grids of attn_mma_*
+ * At head size 128 attn_simt_bwd_dq and attn_mma_bwd_dq are not in the
+ * unit (their tiles pass 48 KiB of shared memory); v2 covers it.
  * Head sizes up to KEMIT_ATTN_MAX_HEAD_DIM. */
 #ifndef HPC_COMPILER_EMIT_ATTENTION_H
 #define HPC_COMPILER_EMIT_ATTENTION_H

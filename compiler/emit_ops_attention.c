@@ -2,6 +2,8 @@
 #include "emit_ops_attention.h"
 
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 
 #include "kernel_sources.h"
 
@@ -12,6 +14,21 @@ typedef struct {
     int64_t hidden, heads, head_dim;
     bool causal;
 } AttnCfg;
+
+/* HPC_ATTN_KERNELS: which tensor-core family the step calls, "mma"
+ * (v1, the default) or "mma2" (v2: ldmatrix, cp.async double buffering;
+ * compiler/kernels/attention.cu).  Read when the step module is generated,
+ * so the choice is part of the module's source and of its cache key. */
+static HpcStatus kernel_family(const char **fam, HpcError *err)
+{
+    const char *e = getenv("HPC_ATTN_KERNELS");
+    if (!e || !*e || strcmp(e, "v1") == 0) *fam = "mma";
+    else if (strcmp(e, "v2") == 0) *fam = "mma2";
+    else
+        return hpc_fail(err, HPC_ERR_INPUT, "emit_ops: HPC_ATTN_KERNELS=%s is not a kernel variant; set it to "
+                        "v1 or v2 (or leave it unset for v1)", e);
+    return HPC_OK;
+}
 
 static bool is_attention(IrOpKind op) { return op == IR_OP_ATTENTION || op == IR_OP_ATTENTION_BWD; }
 
@@ -119,11 +136,13 @@ HpcStatus eopa_gen_attention(EopGen *gen, HpcError *err)
     AttnCfg c;
     HpcStatus st = node_cfg(gen->g, gen->id, &c, err);
     if (st) return st;
-    StrBuf *s = attn_phase(gen, "attn_fwd", &c, EOP_LT_HEAD_TILES, tiles_of_l(), (int)c.heads);
-    strbuf_printf(s, "    hpc_attn::attn_mma_fwd_run(blockIdx.x, blockIdx.y, blockIdx.z, (T *)a.y, (float *)a.yk[0],\n"
+    const char *fam;
+    if ((st = kernel_family(&fam, err))) return st;
+    StrBuf *s = attn_phase(gen, fam[3] ? "attn2_fwd" : "attn_fwd", &c, EOP_LT_HEAD_TILES, tiles_of_l(), (int)c.heads);
+    strbuf_printf(s, "    hpc_attn::attn_%s_fwd_run(blockIdx.x, blockIdx.y, blockIdx.z, (T *)a.y, (float *)a.yk[0],\n"
                      "        (const T *)a.x[0], (const T *)a.x[1], (const T *)a.x[2], %lld, (const int *)a.x[3],\n"
                      "        (int)a.B, (int)a.L, p, ctl->seed, ctl->step, salt);\n",
-                  (long long)c.hidden);
+                  fam, (long long)c.hidden);
     return HPC_OK;
 }
 
@@ -133,21 +152,29 @@ HpcStatus eopa_gen_attention_bwd(EopGen *gen, HpcError *err)
     AttnCfg c;
     HpcStatus st = node_cfg(gen->g, gen->id, &c, err);
     if (st) return st;
+    const char *fam;
+    if ((st = kernel_family(&fam, err))) return st;
+    bool v2 = fam[3] != 0;
+    if (!v2 && c.head_dim > 64)
+        return hpc_fail(err, HPC_ERR_INPUT, "emit_ops: node %d (%s): head size %lld: the v1 attention dQ kernel "
+                        "needs more than 48 KiB of shared memory above head size 64; set HPC_ATTN_KERNELS=v2 or "
+                        "compile with HPC_ATTENTION=unfused", gen->id, gen->g->nodes[gen->id].name,
+                        (long long)c.head_dim);
     long long H = (long long)c.hidden;
     StepSize rows = {.c0 = 0, .c1 = c.heads, .pB = 1, .pL = 1, .div = 1};
     StrBuf *s = attn_phase(gen, "attn_bwd_dot", &c, EOP_LT_WARP_ROWS, rows, 128);
     strbuf_add(s, "    hpc_attn::attn_simt_bwd_dot_run(blockIdx.x, 0, 0, (float *)a.scratch, (const T *)a.x[0],\n"
                   "        (const T *)a.x[5], (int)a.B, (int)a.L);\n");
-    s = attn_phase(gen, "attn_bwd_dq", &c, EOP_LT_HEAD_TILES, tiles_of_l(), (int)c.heads);
-    strbuf_printf(s, "    hpc_attn::attn_mma_bwd_dq_run(blockIdx.x, blockIdx.y, blockIdx.z, (T *)a.y, %lld,\n"
+    s = attn_phase(gen, v2 ? "attn2_bwd_dq" : "attn_bwd_dq", &c, EOP_LT_HEAD_TILES, tiles_of_l(), (int)c.heads);
+    strbuf_printf(s, "    hpc_attn::attn_%s_bwd_dq_run(blockIdx.x, blockIdx.y, blockIdx.z, (T *)a.y, %lld,\n"
                      "        (const T *)a.x[0], (const T *)a.x[1], (const T *)a.x[2], (const T *)a.x[3], %lld,\n"
                      "        (const float *)a.x[6], (const float *)a.scratch, (const int *)a.x[4],\n"
-                     "        (int)a.B, (int)a.L, p, ctl->seed, ctl->step, salt);\n", H, H);
-    s = attn_phase(gen, "attn_bwd_dkv", &c, EOP_LT_HEAD_TILES, tiles_of_l(), (int)c.heads);
-    strbuf_printf(s, "    hpc_attn::attn_mma_bwd_dkv_run(blockIdx.x, blockIdx.y, blockIdx.z, (T *)a.yk[0], (T *)a.yk[1],\n"
+                     "        (int)a.B, (int)a.L, p, ctl->seed, ctl->step, salt);\n", fam, H, H);
+    s = attn_phase(gen, v2 ? "attn2_bwd_dkv" : "attn_bwd_dkv", &c, EOP_LT_HEAD_TILES, tiles_of_l(), (int)c.heads);
+    strbuf_printf(s, "    hpc_attn::attn_%s_bwd_dkv_run(blockIdx.x, blockIdx.y, blockIdx.z, (T *)a.yk[0], (T *)a.yk[1],\n"
                      "        %lld, (const T *)a.x[0], (const T *)a.x[1], (const T *)a.x[2], (const T *)a.x[3], %lld,\n"
                      "        (const float *)a.x[6], (const float *)a.scratch, (const int *)a.x[4],\n"
-                     "        (int)a.B, (int)a.L, p, ctl->seed, ctl->step, salt);\n", H, H);
+                     "        (int)a.B, (int)a.L, p, ctl->seed, ctl->step, salt);\n", fam, H, H);
     gen->scratch = (StepSize){.c0 = 0, .c1 = 4 * c.heads, .pB = 1, .pL = 1, .div = 1};
     return HPC_OK;
 }

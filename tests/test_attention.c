@@ -1,7 +1,8 @@
 /* tests/test_attention.c — the fused-attention reference (runtime/cpu/
  * cpu_attention.h) against direct loops and finite differences, the fully
  * masked row, and the CUDA kernels (compiler/kernels/attention.cu) compiled
- * by NVRTC for sm_80 and sm_90 in fp16 and bf16 at head sizes 64 and 32.
+ * by NVRTC for sm_80 and sm_90 in fp16 and bf16 at head sizes 64, 32 and 128
+ * (both tensor-core variants, attn_mma_* and attn_mma2_*).
  * The GPU comparison is tests/gpu/gpu_attention.c. */
 #include <criterion/criterion.h>
 #include <math.h>
@@ -165,11 +166,15 @@ static void compile_attention(int hidden, int heads, KemitDtype dt, int arch)
     size_t size;
     cr_assert_eq(nvrtc_compile(src, "attention", arch, NULL, 0, &cubin, &size, NULL, &err), HPC_OK, "%s", err.msg);
     static const char *const bases[] = {"attn_simt_fwd", "attn_simt_bwd_dot", "attn_simt_bwd_dq", "attn_simt_bwd_dkv",
-                                        "attn_mma_fwd", "attn_mma_bwd_dq", "attn_mma_bwd_dkv"};
-    for (int i = 0; i < 7; i++) {
+                                        "attn_mma_fwd", "attn_mma_bwd_dq", "attn_mma_bwd_dkv",
+                                        "attn_mma2_fwd", "attn_mma2_bwd_dq", "attn_mma2_bwd_dkv"};
+    for (int i = 0; i < (int)(sizeof bases / sizeof bases[0]); i++) {
         char name[128];
         kemit_name(suffix, bases[i], name, sizeof name);
-        cr_expect(memmem(cubin, size, name, strlen(name)) != NULL, "sm_%d cubin has no %s", arch, name);
+        /* v1's dQ kernels do not fit 48 KiB of shared memory at D = 128 */
+        bool absent = hidden / heads > 64 && strstr(bases[i], "_bwd_dq") && !strstr(bases[i], "mma2");
+        cr_expect((memmem(cubin, size, name, strlen(name)) != NULL) != absent, "sm_%d cubin: %s %s", arch, name,
+                  absent ? "present" : "missing");
     }
     free(cubin);
     free(src);
@@ -179,6 +184,9 @@ Test(attention_nvrtc, bert_base_f16_sm80) { compile_attention(768, 12, KEMIT_F16
 Test(attention_nvrtc, bert_base_bf16_sm90) { compile_attention(768, 12, KEMIT_BF16, 90); }
 Test(attention_nvrtc, minilm_bf16_sm80) { compile_attention(384, 12, KEMIT_BF16, 80); }
 Test(attention_nvrtc, minilm_f16_sm90) { compile_attention(384, 12, KEMIT_F16, 90); }
+/* Head size 128: the v2 forward and dQ kernels fall back to one K/V buffer. */
+Test(attention_nvrtc, head128_f16_sm80) { compile_attention(768, 6, KEMIT_F16, 80); }
+Test(attention_nvrtc, head128_bf16_sm90) { compile_attention(768, 6, KEMIT_BF16, 90); }
 
 Test(attention_nvrtc, head_size_above_the_maximum_is_refused)
 {
@@ -193,3 +201,93 @@ Test(attention_nvrtc, head_size_above_the_maximum_is_refused)
     cr_expect_eq(kemit_attention_source(&kc, &src, suffix, &err), HPC_ERR_INPUT);
     cr_expect(strstr(err.msg, "head size 256") != NULL, "%s", err.msg);
 }
+
+/* ---- v2's ldmatrix addressing, emulated on the host ----------------------
+ * attn_mma2_* take every B fragment of mma.m16n8k16 from ldmatrix.x4, with
+ * lane addresses from a2_nk() (stored n x k, no .trans) and a2_kn() (stored
+ * k x n, .trans).  Their index math is repeated here (keep in step with
+ * compiler/kernels/attention.cu) and run through a model of ldmatrix (PTX
+ * ISA: lanes 8i .. 8i + 7 address rows 0..7 of matrix i; register i of lane
+ * l holds row l / 4, columns 2 (l % 4), +1, or with .trans rows 2 (l % 4),
+ * +1 of column l / 4).  Each lane must receive exactly the B fragment the
+ * mma wants (k 2t..2t+1 and 2t+8.., n g, with g = l / 4, t = l % 4), and
+ * every 8-address phase must hit 8 different 16-byte bank groups. */
+#define EMU_KT 64
+
+static int emu_nk(int stride, int r0, int c0, int lane)
+{
+    int i = lane >> 3;
+    return (r0 + 8 * (i >> 1) + (lane & 7)) * stride + c0 + 8 * (i & 1);
+}
+
+static int emu_kn(int stride, int r0, int c0, int lane)
+{
+    int i = lane >> 3;
+    return (r0 + 8 * (i & 1) + (lane & 7)) * stride + c0 + 8 * (i >> 1);
+}
+
+/* reg[lane][i][half]: the elements (as indices into the tile) lane gets. */
+static void emu_ldmatrix_x4(const int addr[32], bool trans, int reg[32][4][2])
+{
+    for (int l = 0; l < 32; l++)
+        for (int i = 0; i < 4; i++)
+            for (int e = 0; e < 2; e++) {
+                int row = trans ? 2 * (l % 4) + e : l / 4, col = trans ? l / 4 : 2 * (l % 4) + e;
+                reg[l][i][e] = addr[8 * i + row] + col;
+            }
+}
+
+static void emu_no_bank_conflict(const int addr[32], int stride, const char *what)
+{
+    for (int ph = 0; ph < 4; ph++) {
+        int seen = 0;
+        for (int r = 0; r < 8; r++) {
+            cr_assert_eq(addr[8 * ph + r] % 8, 0, "%s: row address not 16-byte aligned", what);
+            int group = (addr[8 * ph + r] * 2 / 16) % 8;   /* 128 bytes of banks = 8 groups of 16 */
+            seen |= 1 << group;
+        }
+        cr_expect_eq(seen, 0xFF, "%s stride %d: phase %d shares a bank group", what, stride, ph);
+    }
+}
+
+static void emu_check_head(int D)
+{
+    int stride = D + 8;   /* AM_KS */
+    int addr[32], reg[32][4][2];
+    /* n x k, no .trans: K in Q K^T (n = key, k = d), rows 0..63, columns 0..D-1. */
+    for (int np = 0; np < EMU_KT / 16; np++)
+        for (int kk = 0; kk < D / 16; kk++) {
+            for (int l = 0; l < 32; l++) addr[l] = emu_nk(stride, 16 * np, 16 * kk, l);
+            emu_no_bank_conflict(addr, stride, "nk");
+            emu_ldmatrix_x4(addr, false, reg);
+            for (int l = 0; l < 32; l++) {
+                int g = l / 4, t = l % 4;
+                for (int i = 0; i < 4; i++)
+                    for (int e = 0; e < 2; e++) {
+                        int n = 16 * np + 8 * (i >> 1) + g, k = 16 * kk + 2 * t + e + 8 * (i & 1);
+                        cr_assert_eq(reg[l][i][e], n * stride + k, "D%d nk np%d kk%d lane %d reg %d.%d", D, np, kk,
+                                     l, i, e);
+                    }
+            }
+        }
+    /* k x n with .trans: V in P V (k = key, n = d). */
+    for (int kc = 0; kc < EMU_KT / 16; kc++)
+        for (int np = 0; np < D / 16; np++) {
+            for (int l = 0; l < 32; l++) addr[l] = emu_kn(stride, 16 * kc, 16 * np, l);
+            emu_no_bank_conflict(addr, stride, "kn");
+            emu_ldmatrix_x4(addr, true, reg);
+            for (int l = 0; l < 32; l++) {
+                int g = l / 4, t = l % 4;
+                for (int i = 0; i < 4; i++)
+                    for (int e = 0; e < 2; e++) {
+                        int n = 16 * np + 8 * (i >> 1) + g, k = 16 * kc + 2 * t + e + 8 * (i & 1);
+                        cr_assert_eq(reg[l][i][e], k * stride + n, "D%d kn kc%d np%d lane %d reg %d.%d", D, kc, np,
+                                     l, i, e);
+                    }
+            }
+        }
+}
+
+Test(attention_v2_layout, ldmatrix_fragments_and_banks_d32) { emu_check_head(32); }
+Test(attention_v2_layout, ldmatrix_fragments_and_banks_d64) { emu_check_head(64); }
+Test(attention_v2_layout, ldmatrix_fragments_and_banks_d128) { emu_check_head(128); }

@@ -437,13 +437,24 @@ Test(attention_step, auto_form_follows_policy_and_head_size)
 
 /* ---- CUDA: the step module with the fused node compiles --------------- */
 
-static void expect_module_compiles(const ModelSpec *s, SpecPrecision policy, int arch)
+/* variant: HPC_ATTN_KERNELS for the emitter ("v1" or "v2"). */
+static void expect_module_compiles_as(const ModelSpec *s, SpecPrecision policy, int arch, const char *variant)
 {
+    setenv("HPC_ATTN_KERNELS", variant, 1);
+    bool v2 = strcmp(variant, "v2") == 0;
     Pipeline p;
     build(s, policy, ATTN_FORM_FUSED, &p);
     HpcError err = {0};
     char *src;
     cr_assert_eq(eop_module_source(&p.g, &src, &err), HPC_OK, "%s", err.msg);
+    /* the module calls the chosen family's bodies, and only those */
+    static const char *const calls[2][3] = {
+        {"hpc_attn::attn_mma_fwd_run(", "hpc_attn::attn_mma_bwd_dq_run(", "hpc_attn::attn_mma_bwd_dkv_run("},
+        {"hpc_attn::attn_mma2_fwd_run(", "hpc_attn::attn_mma2_bwd_dq_run(", "hpc_attn::attn_mma2_bwd_dkv_run("}};
+    for (int k = 0; k < 3; k++) {
+        cr_expect(strstr(src, calls[v2][k]) != NULL, "%s: no call %s", variant, calls[v2][k]);
+        cr_expect(strstr(src, calls[!v2][k]) == NULL, "%s: calls %s", variant, calls[!v2][k]);
+    }
     void *cubin;
     size_t size;
     char *log = NULL;
@@ -478,6 +489,12 @@ static void expect_module_compiles(const ModelSpec *s, SpecPrecision policy, int
     free(log);
     free(src);
     pipeline_free(&p);
+    unsetenv("HPC_ATTN_KERNELS");
+}
+
+static void expect_module_compiles(const ModelSpec *s, SpecPrecision policy, int arch)
+{
+    expect_module_compiles_as(s, policy, arch, "v1");
 }
 
 Test(attention_step_cuda, tiny_fp16_sm90, .timeout = 300)
@@ -504,6 +521,38 @@ Test(attention_step_cuda, no_dropout_fp16_sm90, .timeout = 300)
     s.stack.hidden_dropout = 0;
     s.stack.attention_dropout = 0;
     expect_module_compiles(&s, PREC_FP16, 90);
+}
+
+/* HPC_ATTN_KERNELS=v2: the second tensor-core family (ldmatrix, cp.async)
+ * in the step module, both dtypes, both architectures, causal too. */
+Test(attention_step_cuda, v2_tiny_fp16_sm90, .timeout = 300)
+{
+    ModelSpec s;
+    tiny_spec(&s, false);
+    expect_module_compiles_as(&s, PREC_FP16, 90, "v2");
+}
+
+Test(attention_step_cuda, v2_tiny_bf16_causal_sm80, .timeout = 300)
+{
+    ModelSpec s;
+    tiny_spec(&s, true);
+    expect_module_compiles_as(&s, PREC_BF16, 80, "v2");
+}
+
+Test(attention_step_cuda, unknown_kernel_variant_is_refused)
+{
+    ModelSpec s;
+    tiny_spec(&s, false);
+    Pipeline p;
+    build(&s, PREC_FP16, ATTN_FORM_FUSED, &p);
+    setenv("HPC_ATTN_KERNELS", "v3", 1);
+    HpcError err = {0};
+    char *src = NULL;
+    cr_expect_eq(eop_module_source(&p.g, &src, &err), HPC_ERR_INPUT);
+    cr_expect(strstr(err.msg, "HPC_ATTN_KERNELS=v3") != NULL && strstr(err.msg, "v1 or v2") != NULL, "%s", err.msg);
+    unsetenv("HPC_ATTN_KERNELS");
+    free(src);
+    pipeline_free(&p);
 }
 
 /* The fp32 step keeps the unfused chain; forcing the node there is refused

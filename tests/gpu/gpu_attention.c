@@ -3,8 +3,8 @@
  * composed from the unfused kernels (runtime/cpu/cpu_attention.h, f64), then
  * timings at B = 32 and 256, L = 128, BERT-base heads.
  *
- * Cases: fp16 and bf16; head size 64 (12 heads, BERT-base) and 32 (12 heads,
- * MiniLM); L = 1, 7, 32, 64, 100, 128, 512; dropout 0 and 0.1; B = 3 batch
+ * Cases: fp16 and bf16; head size 64 (12 heads, BERT-base), 32 (12 heads,
+ * MiniLM) and 128 (6 heads); L = 1, 7, 32, 64, 100, 128, 512; dropout 0 and 0.1; B = 3 batch
  * rows: row 0 without padding, row 1 with its last third padded, row 2
  * fully masked.  Q, K, V and dctx are random, rounded to the dtype on the
  * host, so kernel and reference read the same values; every output buffer
@@ -24,13 +24,19 @@
  * Z = keep * P / (1 - p) key by key; every (head, query, key) of L = 7, 100
  * and 512 must be kept exactly when philox_dropout_keep says so.
  *
- * The forward is checked twice: attn_simt_fwd (whose ctx and lse feed the
- * backward) and the tensor-core attn_mma_fwd, against the same reference;
- * the gradients twice: attn_simt_bwd_dq/dkv and the tensor-core
- * attn_mma_bwd_dq/dkv.
+ * The forward is checked three times: attn_simt_fwd (whose ctx feeds the
+ * backward's delta) and both tensor-core families, attn_mma_fwd (v1) and
+ * attn_mma2_fwd (v2, HPC_ATTN_KERNELS=v2 in the step), against the same
+ * reference; the gradients three times: attn_simt_bwd_dq/dkv,
+ * attn_mma_bwd_dq/dkv and attn_mma2_bwd_dq/dkv.  At head size 128 v1's dQ
+ * kernels do not exist (48 KiB of shared memory), so there only the SIMT
+ * forward and v2 are checked.  Check counts: 18 per case at D 32 and 64
+ * (6 SIMT, 6 per family), 9 at D 128; 56 + 28 cases; dropout bits 3 kinds
+ * x 3 lengths x 2 modules: 1008 + 252 + 18 = 1278 checks.
  *
- * Output: one "ok"/"FAIL" line per check, two timing lines, then
- * "N checks, M failed"; exit 1 on any failure, 77 without a GPU.
+ * Output: one "ok"/"FAIL" line per check, three timing lines per shape
+ * (simt, mma, mma2), then "N checks, M failed"; exit 1 on any failure, 77
+ * without a GPU.
  * HPC_TEST_SEED=N repeats a seed; HPC_GPU_TEST_NO_TIMING=1 skips timings. */
 #include <math.h>
 #include <stdio.h>
@@ -214,16 +220,22 @@ typedef struct {
     CUdeviceptr qkv, dctx, mask, ctx, lse, delta, dqkv;
 } Bufs;
 
-/* The forward kernels: the same arguments, 16 or 64 query rows per block. */
-typedef enum { FWD_SIMT, FWD_MMA } FwdKind;
-static const char *const fwd_names[2] = {"attn_simt_fwd", "attn_mma_fwd"};
+/* The forward kernels: the same arguments, 16 or 64 query rows per block.
+ * FWD_MMA and FWD_MMA2 are the two tensor-core families (HPC_ATTN_KERNELS
+ * v1 and v2 in the step); fam below is 0 for attn_mma_*, 1 for attn_mma2_*. */
+typedef enum { FWD_SIMT, FWD_MMA, FWD_MMA2 } FwdKind;
+static const char *const fwd_names[3] = {"attn_simt_fwd", "attn_mma_fwd", "attn_mma2_fwd"};
+static const char *const fam_tag[2] = {"mma", "mma2"};
+
+/* v1's dQ kernels (SIMT and tensor-core) exist for head sizes up to 64. */
+static bool has_v1_dq(const Mod *m) { return m->D <= 64; }
 
 static void run_fwd_kind(FwdKind kind, const Mod *m, Bufs *d, int B, int L, float p, uint64_t seed, uint32_t step,
                          uint32_t salt)
 {
     CUdeviceptr q = d->qkv, k = d->qkv + 2 * (size_t)m->H, v = d->qkv + 4 * (size_t)m->H;
     int ld = 3 * m->H;
-    unsigned rows = kind == FWD_MMA ? 64 : 16;
+    unsigned rows = kind == FWD_SIMT ? 16 : 64;
     void *args[] = {&d->ctx, &d->lse, &q, &k, &v, &ld, &d->mask, &B, &L, &p, &seed, &step, &salt};
     launch(m, fwd_names[kind], (unsigned)(L + rows - 1) / rows, (unsigned)m->NH, (unsigned)B, 128, args);
 }
@@ -246,31 +258,44 @@ static void run_bwd(const Mod *m, Bufs *d, int B, int L, float p, uint64_t seed,
     launch(m, "attn_simt_bwd_dkv", (unsigned)(L + 31) / 32, (unsigned)m->NH, (unsigned)B, 32, a2);
 }
 
-/* The tensor-core dQ kernel alone (delta and lse must be in place). */
-static void run_mma_dq(const Mod *m, Bufs *d, int B, int L, float p, uint64_t seed, uint32_t step, uint32_t salt)
+/* delta = rowsum(dctx * ctx) alone. */
+static void run_dot(const Mod *m, Bufs *d, int B, int L)
+{
+    void *a0[] = {&d->delta, &d->dctx, &d->ctx, &B, &L};
+    launch(m, "attn_simt_bwd_dot", (unsigned)(((long long)B * L * m->NH + 3) / 4), 1, 1, 128, a0);
+}
+
+/* The tensor-core dQ kernel of family fam alone (delta and lse must be in place). */
+static void run_mma_dq(int fam, const Mod *m, Bufs *d, int B, int L, float p, uint64_t seed, uint32_t step,
+                       uint32_t salt)
 {
     CUdeviceptr q = d->qkv, k = d->qkv + 2 * (size_t)m->H, v = d->qkv + 4 * (size_t)m->H, dq = d->dqkv;
     int ld = 3 * m->H;
     void *a[] = {&dq, &ld, &d->dctx, &q, &k, &v, &ld, &d->lse, &d->delta, &d->mask, &B, &L, &p, &seed, &step, &salt};
-    launch(m, "attn_mma_bwd_dq", (unsigned)(L + 63) / 64, (unsigned)m->NH, (unsigned)B, 128, a);
+    char base[32];
+    snprintf(base, sizeof base, "attn_%s_bwd_dq", fam_tag[fam]);
+    launch(m, base, (unsigned)(L + 63) / 64, (unsigned)m->NH, (unsigned)B, 128, a);
 }
 
-static void run_mma_dkv(const Mod *m, Bufs *d, int B, int L, float p, uint64_t seed, uint32_t step, uint32_t salt)
+static void run_mma_dkv(int fam, const Mod *m, Bufs *d, int B, int L, float p, uint64_t seed, uint32_t step,
+                        uint32_t salt)
 {
     CUdeviceptr q = d->qkv, k = d->qkv + 2 * (size_t)m->H, v = d->qkv + 4 * (size_t)m->H;
     CUdeviceptr dk = d->dqkv + 2 * (size_t)m->H, dv = d->dqkv + 4 * (size_t)m->H;
     int ld = 3 * m->H;
     void *a[] = {&dk, &dv, &ld, &d->dctx, &q, &k, &v, &ld, &d->lse, &d->delta, &d->mask, &B, &L, &p, &seed, &step, &salt};
-    launch(m, "attn_mma_bwd_dkv", (unsigned)(L + 63) / 64, (unsigned)m->NH, (unsigned)B, 128, a);
+    char base[32];
+    snprintf(base, sizeof base, "attn_%s_bwd_dkv", fam_tag[fam]);
+    launch(m, base, (unsigned)(L + 63) / 64, (unsigned)m->NH, (unsigned)B, 128, a);
 }
 
-/* The tensor-core backward: delta, then dQ and dK/dV. */
-static void run_mma_bwd(const Mod *m, Bufs *d, int B, int L, float p, uint64_t seed, uint32_t step, uint32_t salt)
+/* The tensor-core backward of family fam: delta, then dQ and dK/dV. */
+static void run_mma_bwd(int fam, const Mod *m, Bufs *d, int B, int L, float p, uint64_t seed, uint32_t step,
+                        uint32_t salt)
 {
-    void *a0[] = {&d->delta, &d->dctx, &d->ctx, &B, &L};
-    launch(m, "attn_simt_bwd_dot", (unsigned)(((long long)B * L * m->NH + 3) / 4), 1, 1, 128, a0);
-    run_mma_dq(m, d, B, L, p, seed, step, salt);
-    run_mma_dkv(m, d, B, L, p, seed, step, salt);
+    run_dot(m, d, B, L);
+    run_mma_dq(fam, m, d, B, L, p, seed, step, salt);
+    run_mma_dkv(fam, m, d, B, L, p, seed, step, salt);
 }
 
 static Bufs bufs_alloc(const Mod *m, int B, int L)
@@ -308,7 +333,8 @@ static void test_case(const Mod *m, int L, float p)
     DRV(cu->cuMemFree(t));
     DRV(cu->cuMemcpyHtoD(d.mask, mask, rows * 4));
     run_fwd(m, &d, B, L, p, seed, step, salt);
-    run_bwd(m, &d, B, L, p, seed, step, salt);
+    if (has_v1_dq(m)) run_bwd(m, &d, B, L, p, seed, step, salt);
+    else run_dot(m, &d, B, L);   /* the SIMT dQ kernel does not exist above D 64 */
     DRV(cu->cuStreamSynchronize(dev.stream));
     float *ctx = down_st(m, d.ctx, nc), *dqkv = down_st(m, d.dqkv, nq);
     float *lse = malloc(nl * 4);
@@ -327,7 +353,7 @@ static void test_case(const Mod *m, int L, float p)
     snprintf(what, sizeof what, "L%d p%.1f lse", L, p);
     check_lse(m, what, lse, rl, nl);
     static const char *const gname[3] = {"dQ", "dK", "dV"};
-    for (int g = 0; g < 3; g++) {
+    for (int g = 0; g < 3 && has_v1_dq(m); g++) {
         snprintf(what, sizeof what, "L%d p%.1f %s", L, p, gname[g]);
         check_strided(m, what, dqkv + g * H, rg + g * H, rows, 3 * H, H, 16 * u);
     }
@@ -336,34 +362,38 @@ static void test_case(const Mod *m, int L, float p)
     snprintf(what, sizeof what, "L%d p%.1f fully masked row is 0", L, p);
     report(nonzero == 0, m->label, what, (double)nonzero, 0, nonzero ? " NONZERO CONTEXT" : "");
 
-    /* The tensor-core forward on the same inputs (P rounded to the dtype
-     * before P V: still within 4 u, the rounding is u / 2 per term). */
-    DRV(cu->cuMemsetD8(d.ctx, 0xFF, nc * 2));
-    DRV(cu->cuMemsetD8(d.lse, 0xFF, nl * 4));
-    run_fwd_kind(FWD_MMA, m, &d, B, L, p, seed, step, salt);
-    DRV(cu->cuStreamSynchronize(dev.stream));
-    free(ctx);
-    ctx = down_st(m, d.ctx, nc);
-    DRV(cu->cuMemcpyDtoH(lse, d.lse, nl * 4));
-    snprintf(what, sizeof what, "L%d p%.1f ctx (mma fwd)", L, p);
-    check_strided(m, what, ctx, rc, rows, H, H, 4 * u);
-    snprintf(what, sizeof what, "L%d p%.1f lse (mma fwd)", L, p);
-    check_lse(m, what, lse, rl, nl);
-    nonzero = 0;
-    for (size_t i = 2 * (size_t)L * H; i < nc; i++) nonzero += ctx[i] != 0.0f;
-    snprintf(what, sizeof what, "L%d p%.1f fully masked row is 0 (mma fwd)", L, p);
-    report(nonzero == 0, m->label, what, (double)nonzero, 0, nonzero ? " NONZERO CONTEXT" : "");
+    /* Both tensor-core families on the same inputs (P rounded to the dtype
+     * before P V: still within 4 u, the rounding is u / 2 per term); v1
+     * only where its dQ kernel exists. */
+    for (int fam = has_v1_dq(m) ? 0 : 1; fam < 2; fam++) {
+        DRV(cu->cuMemsetD8(d.ctx, 0xFF, nc * 2));
+        DRV(cu->cuMemsetD8(d.lse, 0xFF, nl * 4));
+        run_fwd_kind(fam ? FWD_MMA2 : FWD_MMA, m, &d, B, L, p, seed, step, salt);
+        DRV(cu->cuStreamSynchronize(dev.stream));
+        free(ctx);
+        ctx = down_st(m, d.ctx, nc);
+        DRV(cu->cuMemcpyDtoH(lse, d.lse, nl * 4));
+        snprintf(what, sizeof what, "L%d p%.1f ctx (%s fwd)", L, p, fam_tag[fam]);
+        check_strided(m, what, ctx, rc, rows, H, H, 4 * u);
+        snprintf(what, sizeof what, "L%d p%.1f lse (%s fwd)", L, p, fam_tag[fam]);
+        check_lse(m, what, lse, rl, nl);
+        nonzero = 0;
+        for (size_t i = 2 * (size_t)L * H; i < nc; i++) nonzero += ctx[i] != 0.0f;
+        snprintf(what, sizeof what, "L%d p%.1f fully masked row is 0 (%s fwd)", L, p, fam_tag[fam]);
+        report(nonzero == 0, m->label, what, (double)nonzero, 0, nonzero ? " NONZERO CONTEXT" : "");
 
-    /* The tensor-core dQ, from the mma forward's lse and the delta above. */
-    DRV(cu->cuMemsetD8(d.dqkv, 0xFF, nq * 2));
-    run_mma_dq(m, &d, B, L, p, seed, step, salt);
-    run_mma_dkv(m, &d, B, L, p, seed, step, salt);
-    DRV(cu->cuStreamSynchronize(dev.stream));
-    free(dqkv);
-    dqkv = down_st(m, d.dqkv, nq);
-    for (int g = 0; g < 3; g++) {
-        snprintf(what, sizeof what, "L%d p%.1f %s (mma bwd)", L, p, gname[g]);
-        check_strided(m, what, dqkv + g * H, rg + g * H, rows, 3 * H, H, 16 * u);
+        /* The family's dQ, dK, dV from its own forward's lse and the delta
+         * of the SIMT forward's ctx (computed above). */
+        DRV(cu->cuMemsetD8(d.dqkv, 0xFF, nq * 2));
+        run_mma_dq(fam, m, &d, B, L, p, seed, step, salt);
+        run_mma_dkv(fam, m, &d, B, L, p, seed, step, salt);
+        DRV(cu->cuStreamSynchronize(dev.stream));
+        free(dqkv);
+        dqkv = down_st(m, d.dqkv, nq);
+        for (int g = 0; g < 3; g++) {
+            snprintf(what, sizeof what, "L%d p%.1f %s (%s bwd)", L, p, gname[g], fam_tag[fam]);
+            check_strided(m, what, dqkv + g * H, rg + g * H, rows, 3 * H, H, 16 * u);
+        }
     }
     bufs_free(&d);
     free(qkv);
@@ -414,8 +444,8 @@ static void test_dropout_bits(FwdKind kind, const Mod *m, int L, float p)
         free(ctx);
     }
     char what[96], note[96];
-    snprintf(what, sizeof what, "L%d p%.1f %s dropout bits (%zu/%zu kept)", L, p, kind == FWD_MMA ? "mma" : "simt",
-             kept, total);
+    snprintf(what, sizeof what, "L%d p%.1f %s dropout bits (%zu/%zu kept)", L, p,
+             kind == FWD_SIMT ? "simt" : fam_tag[kind - FWD_MMA], kept, total);
     snprintf(note, sizeof note, wrong ? " %zu BITS DIFFER" : "", wrong);
     report(wrong == 0, m->label, what, (double)wrong, 0, note);
     bufs_free(&d);
@@ -465,35 +495,36 @@ static void timing(const Mod *m, int B, int L)
     }
     fwd_ms /= iters;
     bwd_ms /= iters;
-    float mma_ms = 0;
-    for (int i = 0; i < iters; i++) {
-        float a;
-        DRV(cu->cuEventRecord(e0, dev.stream));
-        run_fwd_kind(FWD_MMA, m, &d, B, L, p, seed, step, salt);
-        DRV(cu->cuEventRecord(e1, dev.stream));
-        DRV(cu->cuEventSynchronize(e1));
-        DRV(cu->cuEventElapsedTime(&a, e0, e1));
-        mma_ms += a;
-    }
-    mma_ms /= iters;
-    float mbwd_ms = 0;
-    for (int i = 0; i < iters; i++) {
-        float a;
-        DRV(cu->cuEventRecord(e0, dev.stream));
-        run_mma_bwd(m, &d, B, L, p, seed, step, salt);
-        DRV(cu->cuEventRecord(e1, dev.stream));
-        DRV(cu->cuEventSynchronize(e1));
-        DRV(cu->cuEventElapsedTime(&a, e0, e1));
-        mbwd_ms += a;
-    }
-    mbwd_ms /= iters;
     /* The matrix products of attention: QK^T and PV forward (4 B NH L^2 D),
      * twice that backward (dV, dP, dQ, dK), recomputation not counted. */
     double f = 4.0 * B * m->NH * (double)L * L * m->D;
-    printf("timing  %-9s B%d L%d NH%d p0.1: simt fwd %.3f ms (%.1f TFLOP/s), mma fwd %.3f ms (%.1f TFLOP/s), "
-           "simt bwd %.3f ms (%.1f TFLOP/s), mma bwd %.3f ms (%.1f TFLOP/s); mma fwd+bwd %.3f ms\n",
-           m->label, B, L, m->NH, fwd_ms, f / fwd_ms * 1e-9, mma_ms, f / mma_ms * 1e-9, bwd_ms,
-           2 * f / bwd_ms * 1e-9, mbwd_ms, 2 * f / mbwd_ms * 1e-9, mma_ms + mbwd_ms);
+    printf("timing  %-9s B%d L%d NH%d p0.1: simt fwd %.3f ms (%.1f TFLOP/s), simt bwd %.3f ms (%.1f TFLOP/s)\n",
+           m->label, B, L, m->NH, fwd_ms, f / fwd_ms * 1e-9, bwd_ms, 2 * f / bwd_ms * 1e-9);
+    for (int fam = 0; fam < 2; fam++) {
+        float mma_ms = 0, mbwd_ms = 0;
+        for (int i = 0; i < 3; i++) {   /* warm-up */
+            run_fwd_kind(fam ? FWD_MMA2 : FWD_MMA, m, &d, B, L, p, seed, step, salt);
+            run_mma_bwd(fam, m, &d, B, L, p, seed, step, salt);
+        }
+        for (int i = 0; i < iters; i++) {
+            float a, b;
+            DRV(cu->cuEventRecord(e0, dev.stream));
+            run_fwd_kind(fam ? FWD_MMA2 : FWD_MMA, m, &d, B, L, p, seed, step, salt);
+            DRV(cu->cuEventRecord(e1, dev.stream));
+            run_mma_bwd(fam, m, &d, B, L, p, seed, step, salt);
+            DRV(cu->cuEventRecord(e2, dev.stream));
+            DRV(cu->cuEventSynchronize(e2));
+            DRV(cu->cuEventElapsedTime(&a, e0, e1));
+            DRV(cu->cuEventElapsedTime(&b, e1, e2));
+            mma_ms += a;
+            mbwd_ms += b;
+        }
+        mma_ms /= iters;
+        mbwd_ms /= iters;
+        printf("timing  %-9s B%d L%d NH%d p0.1: %-4s fwd %.3f ms (%.1f TFLOP/s), %-4s bwd %.3f ms (%.1f TFLOP/s); "
+               "fwd+bwd %.3f ms\n", m->label, B, L, m->NH, fam_tag[fam], mma_ms, f / mma_ms * 1e-9, fam_tag[fam],
+               mbwd_ms, 2 * f / mbwd_ms * 1e-9, mma_ms + mbwd_ms);
+    }
     DRV(cu->cuEventDestroy(e0));
     DRV(cu->cuEventDestroy(e1));
     DRV(cu->cuEventDestroy(e2));
@@ -514,17 +545,18 @@ int main(void)
     printf("gpu_attention: %s (sm_%d), seed %llu (HPC_TEST_SEED to repeat)\n", dev.name, dev.arch,
            (unsigned long long)seed);
     static const int lengths[] = {1, 7, 32, 64, 100, 128, 512};
-    Mod mods[4] = {
-        mod_build(KEMIT_F16, 12, 64), mod_build(KEMIT_BF16, 12, 64),
-        mod_build(KEMIT_F16, 12, 32), mod_build(KEMIT_BF16, 12, 32),
+    enum { NMODS = 6 };
+    Mod mods[NMODS] = {
+        mod_build(KEMIT_F16, 12, 64), mod_build(KEMIT_BF16, 12, 64), mod_build(KEMIT_F16, 12, 32),
+        mod_build(KEMIT_BF16, 12, 32), mod_build(KEMIT_F16, 6, 128), mod_build(KEMIT_BF16, 6, 128),
     };
-    for (int i = 0; i < 4; i++)
+    for (int i = 0; i < NMODS; i++)
         for (size_t l = 0; l < sizeof lengths / sizeof lengths[0]; l++) {
             test_case(&mods[i], lengths[l], 0.0f);
             test_case(&mods[i], lengths[l], 0.1f);
         }
     for (int i = 0; i < 4; i += 3)
-        for (int kind = FWD_SIMT; kind <= FWD_MMA; kind++) {
+        for (int kind = FWD_SIMT; kind <= FWD_MMA2; kind++) {
             test_dropout_bits((FwdKind)kind, &mods[i], 7, 0.1f);
             test_dropout_bits((FwdKind)kind, &mods[i], 100, 0.1f);
             test_dropout_bits((FwdKind)kind, &mods[i], 512, 0.1f);
@@ -533,7 +565,7 @@ int main(void)
         timing(&mods[0], 32, 128);
         timing(&mods[0], 256, 128);
     }
-    for (int i = 0; i < 4; i++) DRV(cu->cuModuleUnload(mods[i].mod));
+    for (int i = 0; i < NMODS; i++) DRV(cu->cuModuleUnload(mods[i].mod));
     cuda_device_close(&dev);
     printf("%d checks, %d failed\n", checks, failures);
     return failures ? 1 : 0;
