@@ -10,6 +10,7 @@
 #include "cpu/philox.h"
 #include "train/init.h"
 #include "train/init_normal.h"
+#include "train/init_normal_guard.h"
 
 static void expect_same(uint64_t seed, uint32_t salt, int64_t first, int64_t n)
 {
@@ -28,7 +29,7 @@ static void expect_same(uint64_t seed, uint32_t salt, int64_t first, int64_t n)
 
 Test(init_normal, matches_philox_normal_bit_for_bit)
 {
-    expect_same(1, 0, 0, 100000);
+    expect_same(1, 0, 0, 4000000);           /* ~4 values take the guard's exact path */
     expect_same(0x123456789abcdefull, 77, 3, 4099);           /* odd start and length */
     for (int64_t n = 0; n < 70; n++) expect_same(42, (uint32_t)n, n * 5, n); /* every tail length */
 }
@@ -50,4 +51,18 @@ Test(init_normal, values_look_normal)
     cr_expect(fabs(mean) < 0.0005, "mean %g", mean);
     cr_expect(fabs(sd - INIT_STD) < 0.0005, "sd %g, want %g", sd, INIT_STD);
     free(v);
+}
+
+/* The rounding guard of init_normal.c is exact only if the fast cosine
+ * stays within its stated bound of libm's: check all 2^24 inputs. */
+Test(init_normal, fast_cosine_within_its_bound_for_every_input, .timeout = 120)
+{
+    double ec = 0;
+    uint32_t wb = 0;
+    for (uint32_t b = 0; b < (1u << 24); b++) {
+        double d = fabs(init_normal_cos_fast(b) - init_normal_cos_exact(b));
+        if (!(d <= ec)) { ec = d; wb = b; }
+    }
+    cr_log_info("max cos error %.3g (b = %u)", ec, wb);
+    cr_expect(ec <= INIT_NORMAL_C_ERR, "cos error %.3g at b = %u over %.3g", ec, wb, INIT_NORMAL_C_ERR);
 }

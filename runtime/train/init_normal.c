@@ -2,8 +2,10 @@
 #include "train/init_normal.h"
 
 #include <math.h>
+#include <pthread.h>
 
 #include "train/init.h"
+#include "train/init_normal_guard.h"
 
 #if defined(__SSE2__)
 #include <emmintrin.h>
@@ -20,13 +22,72 @@
 
 enum { BLOCK = 64 };
 
-/* The same double expression as philox_normal, then the init's scale. */
-static float normal_from_words(uint32_t x0, uint32_t x1)
+/* The same double expression as philox_normal, then the init's scale:
+ * the reference every fast value must equal. */
+static float normal_exact(uint32_t x0, uint32_t x1)
 {
     double u1 = ((x0 >> 8) + 1.0) / 16777217.0;
     double u2 = (x1 >> 8) / 16777216.0;
     float z = (float)(sqrt(-2.0 * log(u1)) * cos(2.0 * M_PI * u2));
     return (float)(INIT_STD * z);
+}
+
+/* cos and sin of 2 pi h / 2^14 for h < 2^12 (a quarter turn), from libm
+ * once per process. */
+enum { COARSE = 1 << 12 };
+static double coarse_cos[COARSE + 1], coarse_sin[COARSE + 1];
+static pthread_once_t coarse_once = PTHREAD_ONCE_INIT;
+
+static void coarse_fill(void)
+{
+    for (int h = 0; h <= COARSE; h++) {
+        double angle = 6.283185307179586477 * ((double)h / (1 << 14));
+        coarse_cos[h] = cos(angle);
+        coarse_sin[h] = sin(angle);
+    }
+}
+
+/* cos(2 pi b / 2^24) for b < 2^24: the quadrant from b's top two bits,
+ * a coarse angle A from the next 12 (table) and a fine angle d < 2 pi 2^-14
+ * from the last 10: cos(A + d) = cos A cos d - sin A sin d with Taylor
+ * series of cos d to d^6 and sin d to d^7 (remainders < 1e-25). */
+static double fast_cos_turn(uint32_t b)
+{
+    uint32_t q = b >> 22, h = (b >> 10) & 0xFFFu, t = b & 0x3FFu;
+    double d = (double)t * (6.283185307179586477 / 16777216.0), d2 = d * d;
+    double cd = 1.0 + d2 * (-0.5 + d2 * (1.0 / 24 + d2 * (-1.0 / 720)));
+    double sd = d * (1.0 + d2 * (-1.0 / 6 + d2 * (1.0 / 120 + d2 * (-1.0 / 5040))));
+    double c = coarse_cos[h] * cd - coarse_sin[h] * sd;  /* cos of the angle within the quadrant */
+    double s = coarse_sin[h] * cd + coarse_cos[h] * sd;  /* its sin */
+    switch (q) {
+    case 0: return c;
+    case 1: return -s;
+    case 2: return -c;
+    default: return s;
+    }
+}
+
+double init_normal_cos_fast(uint32_t b)
+{
+    pthread_once(&coarse_once, coarse_fill);
+    return fast_cos_turn(b);
+}
+double init_normal_cos_exact(uint32_t b) { return cos(2.0 * M_PI * (b / 16777216.0)); }
+
+/* Fast cosine with a rounding guard.  The radius r < 5.8 is libm's, as in
+ * philox_normal; the exact product v = r c lies within delta of the fast
+ * one, since |c_fast - c_libm| <= INIT_NORMAL_C_ERR (tests/test_init_normal.c
+ * checks all 2^24 cosines) and each product rounds by at most 2^-53 |v|.
+ * If both ends of [v - delta, v + delta] round to the same float, that is
+ * the exact float; otherwise (about 1 value in 10^6) take the exact path. */
+static float normal_from_words(uint32_t x0, uint32_t x1)
+{
+    uint32_t a = x0 >> 8, b = x1 >> 8;
+    double r = sqrt(-2.0 * log((a + 1.0) / 16777217.0)), c = fast_cos_turn(b), v = r * c;
+    const double delta = 2.0 * 6.0 * INIT_NORMAL_C_ERR + 1e-15 * fabs(v);
+    float lo = (float)(v - delta), hi = (float)(v + delta);
+    if (lo != hi) return normal_exact(x0, x1);
+    return (float)(INIT_STD * lo);
 }
 
 /* Words x[0], x[1] of the draws at counters {first + k, step, salt}, k < n <= BLOCK,
@@ -94,6 +155,7 @@ static void draws_sse2(uint64_t seed, uint32_t salt, uint64_t first, int n,
 
 void init_normals(uint64_t seed, uint32_t salt, int64_t first, int64_t n, float *out)
 {
+    pthread_once(&coarse_once, coarse_fill);
     uint32_t x0[BLOCK], x1[BLOCK];
     for (int64_t b = 0; b < n; b += BLOCK) {
         int len = n - b < BLOCK ? (int)(n - b) : BLOCK;
