@@ -51,7 +51,7 @@ static void coarse_fill(void)
  * a coarse angle A from the next 12 (table) and a fine angle d < 2 pi 2^-14
  * from the last 10: cos(A + d) = cos A cos d - sin A sin d with Taylor
  * series of cos d to d^6 and sin d to d^7 (remainders < 1e-25). */
-static double fast_cos_turn(uint32_t b)
+static inline double fast_cos_turn(uint32_t b)
 {
     uint32_t q = b >> 22, h = (b >> 10) & 0xFFFu, t = b & 0x3FFu;
     double d = (double)t * (6.283185307179586477 / 16777216.0), d2 = d * d;
@@ -80,14 +80,19 @@ double init_normal_cos_exact(uint32_t b) { return cos(2.0 * M_PI * (b / 16777216
  * checks all 2^24 cosines) and each product rounds by at most 2^-53 |v|.
  * If both ends of [v - delta, v + delta] round to the same float, that is
  * the exact float; otherwise (about 1 value in 10^6) take the exact path. */
-static float normal_from_words(uint32_t x0, uint32_t x1)
+static void normals_from_words(const uint32_t *x0, const uint32_t *x1, int n, float *out)
 {
-    uint32_t a = x0 >> 8, b = x1 >> 8;
-    double r = sqrt(-2.0 * log((a + 1.0) / 16777217.0)), c = fast_cos_turn(b), v = r * c;
-    const double delta = 2.0 * 6.0 * INIT_NORMAL_C_ERR + 1e-15 * fabs(v);
-    float lo = (float)(v - delta), hi = (float)(v + delta);
-    if (lo != hi) return normal_exact(x0, x1);
-    return (float)(INIT_STD * lo);
+    /* In passes over the block, so that the libm calls, the square roots and
+     * the cosines of different elements overlap instead of one long chain. */
+    double r[BLOCK];
+    for (int k = 0; k < n; k++) r[k] = -2.0 * log(((x0[k] >> 8) + 1.0) / 16777217.0);
+    for (int k = 0; k < n; k++) r[k] = sqrt(r[k]);  /* r >= 0: no errno path taken */
+    for (int k = 0; k < n; k++) {
+        double v = r[k] * fast_cos_turn(x1[k] >> 8);
+        const double delta = 2.0 * 6.0 * INIT_NORMAL_C_ERR + 1e-15 * fabs(v);
+        float lo = (float)(v - delta), hi = (float)(v + delta);
+        out[k] = lo == hi ? (float)(INIT_STD * lo) : normal_exact(x0[k], x1[k]);
+    }
 }
 
 /* Words x[0], x[1] of the draws at counters {first + k, step, salt}, k < n <= BLOCK,
@@ -167,6 +172,6 @@ void init_normals(uint64_t seed, uint32_t salt, int64_t first, int64_t n, float 
 #else
         draws_scalar(seed, salt, start, len, x0, x1);
 #endif
-        for (int k = 0; k < len; k++) out[b + k] = normal_from_words(x0[k], x1[k]);
+        normals_from_words(x0, x1, len, out + b);
     }
 }
