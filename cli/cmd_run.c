@@ -25,6 +25,7 @@
 #include "train/checkpoint.h"
 #include "cli.h"
 #include "data/dataset.h"
+#include "util/phase_clock.h"
 #include "spec.h"
 #include "data/synthetic.h"
 #include "data/tasks.h"
@@ -416,6 +417,7 @@ int cmd_run(int argc, char **argv)
     ModelSpec spec;
     rc = load_spec(&a, &spec);
     if (rc) return rc;
+    phase_mark("process start, options, model or artifact read and checked");
     HpcError err = {0};
     TrainDevice device = TRAIN_DEVICE_AUTO;
     train_device_parse(a.device, &device);
@@ -434,6 +436,7 @@ int cmd_run(int argc, char **argv)
     if (!st && glue && a.init) st = init_tokenizer(&a, &err);
     if (!st && a.output) st = hf_folder_check(a.output, &spec, &err);
     if (!st) st = glue ? load_task(&spec, &a, &task, &err) : make_data(&spec, &a, &train, &dev, &err);
+    phase_mark("training data (GLUE task read and tokenized, or synthetic)");
     CheckpointSettings data;
     data_settings(&a, &spec, glue ? &task.train : &train, &data);
     TrainOptions o = {.steps = a.steps, .eval_every = a.eval_every, .log_every = 10, .jsonl = a.log,

@@ -261,6 +261,49 @@ static void write_size(const StepSize *s, FILE *out)
             s->div, s->cap);
 }
 
+/* The node's attribute with every byte that no field of its op's member
+ * covers set to zero: struct padding and the union's bytes past a small
+ * member hold whatever the creating code's stack held, which made two
+ * compiles of one model differ (tests/test_artifact_repro.c).  Stored
+ * field by field into a zeroed union, so no padding is copied; ops not
+ * listed keep their bytes as they are (the fused ops' attribute is
+ * zeroed by fuse_attr_set; ops without an attribute by ir_append). */
+static void attr_canonical(const IrNode *n, IrAttr *c)
+{
+    const IrAttr *a = &n->attr;
+    memset(c, 0, sizeof *c);
+    switch (n->op) {
+    case IR_OP_INPUT: c->input.kind = a->input.kind; break;
+    case IR_OP_PARAM: c->param.index = a->param.index; break;
+    case IR_OP_POSITIONS: c->pos.offset = a->pos.offset; break;
+    case IR_OP_MATMUL:
+        c->matmul.trans_a = a->matmul.trans_a;
+        c->matmul.trans_b = a->matmul.trans_b;
+        c->matmul.alpha = a->matmul.alpha;
+        break;
+    case IR_OP_LAYERNORM: case IR_OP_LAYERNORM_DX: case IR_OP_LAYERNORM_DGAMMA: case IR_OP_LAYERNORM_FWD:
+        c->norm.eps = a->norm.eps;
+        break;
+    case IR_OP_ACT: case IR_OP_ACT_BWD: c->act.kind = a->act.kind; break;
+    case IR_OP_SOFTMAX: c->softmax.causal = a->softmax.causal; break;
+    case IR_OP_DROPOUT:
+        c->dropout.p = a->dropout.p;
+        c->dropout.salt = a->dropout.salt;
+        break;
+    case IR_OP_SPLIT_HEADS: c->heads.heads = a->heads.heads; break;
+    case IR_OP_CAST: c->cast.to = a->cast.to; break;
+    case IR_OP_EMBEDDING_BWD: c->embed_bwd.rows = a->embed_bwd.rows; break;
+    case IR_OP_OUTPUT: c->output.index = a->output.index; break;
+    case IR_OP_ATTENTION: case IR_OP_ATTENTION_BWD:
+        c->attn.p = a->attn.p;
+        c->attn.salt = a->attn.salt;
+        c->attn.heads = a->attn.heads;
+        c->attn.causal = a->attn.causal;
+        break;
+    default: memcpy(c, a, sizeof *c); break;
+    }
+}
+
 static void write_node(const IrNode *n, FILE *out)
 {
     fprintf(out, "node %s %s %d", ir_op_name(n->op), ir_dtype_name(n->dtype), n->rank);
@@ -269,8 +312,10 @@ static void write_node(const IrNode *n, FILE *out)
     /* The inputs, padded with -1 to STEP_NODE_MIN_INPUTS (version 1's fixed layout). */
     for (int k = 0; k < n->n_in || k < STEP_NODE_MIN_INPUTS; k++) fprintf(out, " %d", k < n->n_in ? n->in[k] : -1);
     fprintf(out, " %d %d ", n->requires_grad ? 1 : 0, n->backward ? 1 : 0);
-    const unsigned char *a = (const unsigned char *)&n->attr;
-    for (size_t i = 0; i < sizeof n->attr; i++) fprintf(out, "%02x", a[i]);
+    IrAttr attr;
+    attr_canonical(n, &attr);
+    const unsigned char *a = (const unsigned char *)&attr;
+    for (size_t i = 0; i < sizeof attr; i++) fprintf(out, "%02x", a[i]);
     fprintf(out, " %s\n", n->name);
 }
 

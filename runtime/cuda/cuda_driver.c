@@ -161,6 +161,36 @@ void cuda_device_close(CudaDevice *d)
     d->ctx = NULL;
 }
 
+/* One primary context kept past its device's close (see cuda_driver.h). */
+static pthread_mutex_t kept_lock = PTHREAD_MUTEX_INITIALIZER;
+static bool kept_ctx;
+static CUdevice kept_dev;
+
+void cuda_device_close_keep_context(CudaDevice *d)
+{
+    if (!d->ctx) return;
+    if (d->stream) g_driver.cuStreamDestroy(d->stream);
+    pthread_mutex_lock(&kept_lock);
+    bool keep = !kept_ctx;
+    if (keep) {
+        kept_ctx = true;
+        kept_dev = d->dev;
+    }
+    pthread_mutex_unlock(&kept_lock);
+    if (!keep) g_driver.cuDevicePrimaryCtxRelease(d->dev);
+    d->stream = NULL;
+    d->ctx = NULL;
+}
+
+void cuda_kept_context_release(void)
+{
+    pthread_mutex_lock(&kept_lock);
+    bool had = kept_ctx;
+    kept_ctx = false;
+    pthread_mutex_unlock(&kept_lock);
+    if (had) g_driver.cuDevicePrimaryCtxRelease(kept_dev);
+}
+
 HpcStatus cuda_mem_info(size_t *free_bytes, size_t *total_bytes, HpcError *err)
 {
     *free_bytes = *total_bytes = 0;

@@ -117,6 +117,14 @@ typedef struct {
  * sm_80.  Close with cuda_device_close. */
 HpcStatus cuda_device_open(CudaDevice *d, int ordinal, HpcError *err);
 void cuda_device_close(CudaDevice *d);
+/* As cuda_device_close, but d's primary context stays alive for the
+ * process's next open of the GPU: the last release destroys the context,
+ * and creating it again cost 0.12 s of every `hpc run --device cuda` (the
+ * memory check opens the GPU before the backend does).  At most one
+ * context is kept (a second is closed); cuda_kept_context_release drops it,
+ * which the cuda backend does once it holds its own. */
+void cuda_device_close_keep_context(CudaDevice *d);
+void cuda_kept_context_release(void);
 
 /* Reads one device's properties without retaining a context (hpc devices). */
 HpcStatus cuda_device_query(CudaDevice *d, int ordinal, HpcError *err);

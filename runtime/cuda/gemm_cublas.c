@@ -340,10 +340,41 @@ static int choose_algo(GemmContext *g, const GemmPlan *p, const GemmDesc *d,
     return pick;
 }
 
+/* A cache hit without the heuristic query: the cached algorithm, if
+ * cuBLASLt accepts it for p (cublasLtMatmulAlgoCheck) within the workspace.
+ * The choice is the one choose_algo makes: the entry was the heuristic's
+ * candidate for this very key (GPU, cuBLASLt version, shape, alignments,
+ * epilogue, workspace), and the heuristic is a function of those, so it
+ * still proposes it.  Any doubt (no entry, a check that fails) goes the
+ * old way, heuristic first.  Saves one cublasLtMatmulAlgoGetHeuristic of
+ * GEMM_TUNE_MAX_CANDIDATES results per GEMM shape in step 1. */
+static bool plan_algo_cached(GemmPlan *p, GemmContext *g)
+{
+    if (!g->autotune || stream_capturing(g->stream)) return false;
+    char key[GEMM_TUNE_KEY_MAX];
+    tune_key(g, p, key, sizeof key);
+    const GemmTuneEntry *e = gemm_tune_find(&g->tune, key);
+    if (!e) return false;
+    cublasLtMatmulAlgo_t algo;
+    cublasLtMatmulHeuristicResult_t check;
+    memcpy(&algo, e->algo, GEMM_TUNE_ALGO_BYTES);
+    memset(&check, 0, sizeof check);
+    if (cublasLtMatmulAlgoCheck(g->lt, p->op, p->la, p->lb, p->lc, p->lc, &algo, &check) != CUBLAS_STATUS_SUCCESS ||
+        check.state != CUBLAS_STATUS_SUCCESS || check.workspaceSize > g->workspace_bytes)
+        return false;
+    p->algo = algo;
+    g->tune_hits++;
+    return true;
+}
+
 /* Chooses p's algorithm; *found = 0 (with HPC_ERR_CUDA) when the heuristic
  * proposes none. */
 static HpcStatus plan_algo(GemmPlan *p, GemmContext *g, const GemmDesc *d, int *found_out, HpcError *err)
 {
+    if (plan_algo_cached(p, g)) {
+        *found_out = 1;
+        return HPC_OK;
+    }
     cublasLtMatmulPreference_t pref;
     cublasLtMatmulHeuristicResult_t res[GEMM_TUNE_MAX_CANDIDATES];
     int found = 0;

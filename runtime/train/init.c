@@ -5,7 +5,7 @@
 #include <string.h>
 
 #include "cpu/cpu_threads.h"
-#include "cpu/philox.h"
+#include "train/init_normal.h"
 
 typedef struct { const ParamInfo *p; int index; float *w; uint64_t seed; } InitJob;
 
@@ -14,14 +14,16 @@ typedef struct { const ParamInfo *p; int index; float *w; uint64_t seed; } InitJ
 static void init_range(void *ctx, int64_t s, int64_t e)
 {
     const InitJob *j = ctx;
-    for (int64_t i = s; i < e; i++) {
-        switch (j->p->init) {
-        case PARAM_INIT_NORMAL:
-            j->w[i] = (float)(INIT_STD * philox_normal(j->seed, (uint64_t)i, (uint32_t)j->index));
-            break;
-        case PARAM_INIT_ZEROS: j->w[i] = 0.0f; break;
-        case PARAM_INIT_ONES: j->w[i] = 1.0f; break;
-        }
+    switch (j->p->init) {
+    case PARAM_INIT_NORMAL: /* == (float)(INIT_STD * philox_normal(seed, i, index)) */
+        init_normals(j->seed, (uint32_t)j->index, s, e - s, j->w + s);
+        break;
+    case PARAM_INIT_ZEROS:
+        for (int64_t i = s; i < e; i++) j->w[i] = 0.0f;
+        break;
+    case PARAM_INIT_ONES:
+        for (int64_t i = s; i < e; i++) j->w[i] = 1.0f;
+        break;
     }
 }
 

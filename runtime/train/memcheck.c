@@ -12,6 +12,7 @@
 #include "compiler/plan.h"
 #include "cuda/cuda_driver.h"
 #include "cuda/gemm_cublas.h"
+#include "util/phase_clock.h"
 #include "dist/rendezvous.h"
 #include "train/optim.h"
 
@@ -156,6 +157,7 @@ HpcStatus memcheck_run(const ModelSpec *spec, const StepProgram *program, SpecPr
     }
     if (!st) st = gpu ? check_cuda(g, pl, spec, B, L, err) : check_cpu(g, pl, spec, B, L, checkpoint_copy, err);
     if (built) pipeline_free(&p);
-    if (gpu) cuda_device_close(&dev);
+    if (gpu) cuda_device_close_keep_context(&dev);   /* the backend opens it next: no second context creation */
+    phase_mark(gpu ? "memory check (opens the GPU: CUDA driver, cuInit, context; a step plan)" : "memory check");
     return st;
 }

@@ -33,7 +33,7 @@ HpcStatus train_backend_open_program(TrainBackend *b, TrainDevice dev, const Ste
 {
     TrainBackendOptions o = {.gpu = -1, .cuda_open = train_cuda_open};
     char why[256] = "";
-    phase_mark("process start to the backend: artifact read, graph/plan, data, checks");
+    phase_mark("trainer set-up to the backend (checks, memory check, batches)");
     if (dev == TRAIN_DEVICE_AUTO) {
         dev = gpu_usable(why, sizeof why) ? TRAIN_DEVICE_CUDA : TRAIN_DEVICE_CPU;
         phase_mark("--device auto: a GPU probe (opens and closes a context)");

@@ -487,6 +487,7 @@ HpcStatus train_cuda_open(TrainBackend *b, int64_t total_steps, int64_t max_B, i
     HpcStatus st = cuda_device_open(&t->dev, o->gpu >= 0 ? o->gpu : dist_gpu_ordinal(), err);
     if (st) return st;
     t->dev_open = true;
+    cuda_kept_context_release();   /* the memory check's retain: this backend holds its own now */
     phase_mark("CUDA driver, context and stream (cuda_device_open)");
     t->own_stream = t->dev.stream;
     t->graphs = o->cuda_stream == NULL;
