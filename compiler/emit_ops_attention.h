@@ -12,10 +12,10 @@
  *   ATTENTION_BWD  attn_simt_bwd_dot       WARP_ROWS B*L*heads (delta -> scratch)
  *                  attn_mma_bwd_dq         HEAD_TILES (a.y dq)
  *                  attn_mma_bwd_dkv        HEAD_TILES (a.yk[0] dk, a.yk[1] dv)
- * HPC_ATTN_KERNELS=v2 (read when the module is generated) calls the second
- * family instead, attn_mma2_* (phases attn2_fwd, attn2_bwd_dq,
- * attn2_bwd_dkv); v1 (attn_mma_*) is the default and is refused above head
- * size 64; any other value is refused.
+ * The second family, attn_mma2_* (phases attn2_fwd, attn2_bwd_dq,
+ * attn2_bwd_dkv), is the default; HPC_ATTN_KERNELS=v1 (read when the module
+ * is generated) takes attn_mma_* above (refused above head size 64), and any
+ * other value is refused.
  * Dropout reads the seed, step and training flag from the EopCtl on the
  * device, so a captured CUDA graph replays any step; the salt and p are
  * the node's (the cpu reference's).
