@@ -28,7 +28,6 @@
  * Usage: gpu_attention_step [check] [bench]   (default both).
  * Exit 0 when every check passes, 1 on a failure, 4 without a GPU. */
 #include <math.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -44,32 +43,13 @@
 #include "pipeline.h"
 #include "precision.h"
 #include "spec.h"
+#include "gpu_check.h"
 
-static int g_failures, g_checks;
 static CudaDevice g_dev;
 
-static void result(int ok, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void result(int ok, const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    printf("%s  ", ok ? "ok  " : "FAIL");
-    vprintf(fmt, ap);
-    va_end(ap);
-    printf("\n");
-    g_checks++;
-    g_failures += !ok;
-}
-
 static uint64_t g_rng = 0x9e3779b97f4a7c15ull;
-static uint32_t rnd(void)
-{
-    g_rng ^= g_rng << 13;
-    g_rng ^= g_rng >> 7;
-    g_rng ^= g_rng << 17;
-    return (uint32_t)(g_rng >> 16);
-}
-static float uniform(void) { return (float)(rnd() >> 8) * (2.0f / 16777216.0f) - 1.0f; }
+static uint32_t rnd(void) { return (uint32_t)(gpu_check_xorshift(&g_rng) >> 16); }
+static float uniform(void) { return gpu_check_uniform24(rnd() >> 8); }
 
 typedef enum { M_TINY, M_GPT2_TINY, M_BASE_1L, M_BASE } Shape;
 
@@ -185,18 +165,6 @@ static Batch *make_batch(const ModelSpec *s, int64_t B, int64_t L, int64_t empty
         b->labels[r] = (int32_t)(rnd() % (uint32_t)s->head.num_labels);
     }
     return b;
-}
-
-/* ||a - b|| / ||b||; NaN when either has one. */
-static double rel_l2(const float *a, const float *b, int64_t n)
-{
-    double d = 0, r = 0;
-    for (int64_t i = 0; i < n; i++) {
-        double e = (double)a[i] - b[i];
-        d += e * e;
-        r += (double)b[i] * b[i];
-    }
-    return r > 0 ? sqrt(d / r) : sqrt(d);
 }
 
 static float *read_gpu(CudaExec *ex, int v, int64_t n)
@@ -315,7 +283,7 @@ static void check_vs_cpu(Shape shape, SpecPrecision prec, int64_t B, int64_t L, 
                     result(e <= 1e-3 && mism == 0, "%s: %s rel %.3g <= 1e-3, %d +inf rows, %d mismatched", tag,
                            m.g.nodes[v].name, e, ninf, mism);
                 } else {
-                    double e = rel_l2(g, c, cnt);
+                    double e = gpu_check_rel_l2(g, c, cnt);
                     result(e <= tol, "%s: %s rel %.3g <= %.0e", tag, m.g.nodes[v].name, e, tol);
                 }
                 free(g);
@@ -475,11 +443,7 @@ int main(int argc, char **argv)
         check |= strcmp(argv[i], "check") == 0;
         bench |= strcmp(argv[i], "bench") == 0;
     }
-    HpcError err = {0};
-    if (cuda_device_open(&g_dev, 0, &err)) {
-        printf("gpu_attention_step: no usable GPU: %s\n", err.msg);
-        return 4;
-    }
+    if (!gpu_check_open_device("gpu_attention_step", &g_dev)) return 4;
     const char *variant = getenv("HPC_ATTN_KERNELS");
     printf("gpu_attention_step on %s (sm_%d), attention kernels %s (HPC_ATTN_KERNELS)\n", g_dev.name, g_dev.arch,
            variant && *variant ? variant : "v1");
@@ -498,6 +462,5 @@ int main(int argc, char **argv)
         result(tf > 0 && tu > 0, "BERT-base fp16 fused and unfused steps timed");
     }
     cuda_device_close(&g_dev);
-    printf("%d checks, %d failed\n", g_checks, g_failures);
-    return g_failures ? 1 : 0;
+    return gpu_check_summary();
 }

@@ -25,7 +25,6 @@
  * Exit 0 when every check passes, 1 on a failed check, 4 without a GPU.
  * Seed fixed (the data are random, not tuned). */
 #include <math.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -41,32 +40,13 @@
 #include "params.h"
 #include "pipeline.h"
 #include "spec.h"
+#include "gpu_check.h"
 
-static int g_failures, g_checks;
 static CudaDevice g_dev;
 
-static void result(int ok, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void result(int ok, const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    printf("%s  ", ok ? "ok  " : "FAIL");
-    vprintf(fmt, ap);
-    putchar('\n');
-    va_end(ap);
-    g_checks++;
-    g_failures += !ok;
-}
-
 static uint64_t g_rng = 0x2545f4914f6cdd1dull;
-static uint32_t rnd(void)
-{
-    g_rng ^= g_rng << 13;
-    g_rng ^= g_rng >> 7;
-    g_rng ^= g_rng << 17;
-    return (uint32_t)(g_rng >> 32);
-}
-static float uniform(void) { return (float)(rnd() >> 8) * (2.0f / 16777216.0f) - 1.0f; }
+static uint32_t rnd(void) { return (uint32_t)(gpu_check_xorshift(&g_rng) >> 32); }
+static float uniform(void) { return gpu_check_uniform24(rnd() >> 8); }
 
 /* ||got - ref|| / max(||ref||, floor); NaN in got gives NaN. */
 static double rel_l2(const float *got, const double *ref, int64_t n, double floor_norm)
@@ -361,11 +341,7 @@ static void node_case(SpecPrecision prec, bool force_fallback, double tol)
 
 int main(void)
 {
-    HpcError err = {0};
-    if (cuda_device_open(&g_dev, 0, &err)) {
-        printf("gpu_bgrad: no usable GPU: %s\n", err.msg);
-        return 4;
-    }
+    if (!gpu_check_open_device("gpu_bgrad", &g_dev)) return 4;
     printf("gpu_bgrad on %s (sm_%d)\n", g_dev.name, g_dev.arch);
     part_gemm();
     for (int f = 0; f < 2; f++) {
@@ -373,6 +349,5 @@ int main(void)
         node_case(PREC_FP16, f, 1e-2);
     }
     cuda_device_close(&g_dev);
-    printf("%d checks, %d failed\n", g_checks, g_failures);
-    return g_failures ? 1 : 0;
+    return gpu_check_summary();
 }

@@ -22,7 +22,6 @@
  *
  * Exit 0 when every check passes, 1 on a failed check, 4 without a GPU. */
 #include <math.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -36,32 +35,13 @@
 #include "params.h"
 #include "pipeline.h"
 #include "spec.h"
+#include "gpu_check.h"
 
-static int g_failures, g_checks;
 static CudaDevice g_dev;
 
-static void result(int ok, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void result(int ok, const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    printf("%s  ", ok ? "ok  " : "FAIL");
-    vprintf(fmt, ap);
-    putchar('\n');
-    va_end(ap);
-    g_checks++;
-    g_failures += !ok;
-}
-
 static uint64_t g_rng = 0x9e3779b97f4a7c15ull;
-static uint32_t rnd(void)
-{
-    g_rng ^= g_rng << 13;
-    g_rng ^= g_rng >> 7;
-    g_rng ^= g_rng << 17;
-    return (uint32_t)(g_rng >> 32);
-}
-static float uniform(void) { return (float)(rnd() >> 8) * (2.0f / 16777216.0f) - 1.0f; }
+static uint32_t rnd(void) { return (uint32_t)(gpu_check_xorshift(&g_rng) >> 32); }
+static float uniform(void) { return gpu_check_uniform24(rnd() >> 8); }
 
 static int64_t g_hidden = 128;   /* the cases' hidden size (ffn = 4 x hidden) */
 static int g_no_ln;              /* the case ran with HPC_FUSE_LN=0 */
@@ -125,17 +105,6 @@ static Batch *random_batch(const ModelSpec *s, int64_t B, int64_t L, bool causal
     return b;
 }
 
-static double rel_l2(const float *gpu, const float *cpu, int64_t n, double floor_norm)
-{
-    double d = 0, r = 0;
-    for (int64_t i = 0; i < n; i++) {
-        double e = (double)gpu[i] - cpu[i];
-        d += e * e;
-        r += (double)cpu[i] * cpu[i];
-    }
-    return sqrt(d) / fmax(sqrt(r), floor_norm);
-}
-
 static double value_err(CudaExec *ex, const CpuExec *cx, int v, double floor_norm)
 {
     HpcError err = {0};
@@ -143,7 +112,7 @@ static double value_err(CudaExec *ex, const CpuExec *cx, int v, double floor_nor
     float *gpu = xmalloc((size_t)(n > 0 ? n : 1) * sizeof *gpu);
     double e = NAN;
     if (cuda_exec_read(ex, v, gpu, &err)) result(0, "read value %d: %s", v, err.msg);
-    else e = rel_l2(gpu, cpu_exec_value(cx, v), n, floor_norm);
+    else e = gpu_check_rel_l2_floor(gpu, cpu_exec_value(cx, v), n, floor_norm);
     free(gpu);
     return e;
 }
@@ -272,11 +241,7 @@ static void check_case(bool causal, SpecPrecision prec, int64_t B, int64_t L, do
 
 int main(void)
 {
-    HpcError err = {0};
-    if (cuda_device_open(&g_dev, 0, &err)) {
-        printf("gpu_fuse: no usable GPU: %s\n", err.msg);
-        return 4;
-    }
+    if (!gpu_check_open_device("gpu_fuse", &g_dev)) return 4;
     printf("gpu_fuse on %s (sm_%d)\n", g_dev.name, g_dev.arch);
     check_case(false, PREC_FP32, 8, 64, 1e-4, 1);
     check_case(false, PREC_FP16, 8, 64, 1e-2, 128);
@@ -294,6 +259,5 @@ int main(void)
     check_case(false, PREC_FP16, 8, 61, 1e-2, 128);
     unsetenv("HPC_FUSE_LN");
     cuda_device_close(&g_dev);
-    printf("%d checks, %d failed\n", g_checks, g_failures);
-    return g_failures ? 1 : 0;
+    return gpu_check_summary();
 }

@@ -21,7 +21,6 @@
  *
  * Exit 0 when every check passes, 1 on a failed check, 4 without a GPU. */
 #include <math.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -31,31 +30,12 @@
 #include "cuda/cuda_exec.h"
 #include "data/batch.h"
 #include "tests/ln_site_graph.h"
+#include "gpu_check.h"
 
-static int g_failures, g_checks;
 static CudaDevice g_dev;
 
-static void result(int ok, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void result(int ok, const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    printf("%s ", ok ? "ok  " : "FAIL");
-    vprintf(fmt, ap);
-    printf("\n");
-    va_end(ap);
-    g_checks++;
-    g_failures += !ok;
-}
-
 static uint64_t g_rng = 0x9e3779b97f4a7c15ull;
-static float uniform(void)
-{
-    g_rng ^= g_rng << 13;
-    g_rng ^= g_rng >> 7;
-    g_rng ^= g_rng << 17;
-    return (float)(g_rng >> 40) * (2.0f / 16777216.0f) - 1.0f;
-}
+static float uniform(void) { return gpu_check_uniform24((uint32_t)(gpu_check_xorshift(&g_rng) >> 40)); }
 
 static float **random_params(const ParamList *pl)
 {
@@ -218,11 +198,8 @@ static void site_case(int64_t R, int64_t D, DType low)
 
 int main(void)
 {
-    HpcError err = {0};
-    if (cuda_device_open(&g_dev, 0, &err)) {
-        printf("gpu_lnfuse: no usable GPU: %s\n", err.msg);
-        return 4;
-    }
+    gpu_check_gap = " ";   /* this program\'s lines always had one space */
+    if (!gpu_check_open_device("gpu_lnfuse", &g_dev)) return 4;
     printf("gpu_lnfuse on %s (sm_%d)\n", g_dev.name, g_dev.arch);
     static const int64_t Ds[] = {128, 768, 1024, 4096}, Rs[] = {3, 488};
     static const DType lows[] = {DT_F32, DT_F16, DT_BF16};
@@ -230,6 +207,5 @@ int main(void)
         for (int r = 0; r < 2; r++)
             for (int l = 0; l < 3; l++) site_case(Rs[r], Ds[d], lows[l]);
     cuda_device_close(&g_dev);
-    printf("%d checks, %d failed\n", g_checks, g_failures);
-    return g_failures ? 1 : 0;
+    return gpu_check_summary();
 }

@@ -12,7 +12,6 @@
  * (the NaN was the weights', not a stuck state).
  * Exit 0 when every check passes, 1 on a failed check, 4 without a GPU. */
 #include <math.h>
-#include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -22,25 +21,12 @@
 #include "hpc.h"
 #include "train/train_backend.h"
 #include "formats/safetensors.h"
+#include "gpu_check.h"
 
 /* Links the cuda backend in (api.c refers to train_cuda_open weakly). */
 __attribute__((used)) static TrainCudaOpenFn *const link_cuda = train_cuda_open;
 
 enum { B = 4, L = 16, C = 2 };
-static int failures, checks;
-
-static void result(int ok, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void result(int ok, const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    printf("%s  ", ok ? "ok  " : "FAIL");
-    vprintf(fmt, ap);
-    printf("\n");
-    va_end(ap);
-    checks++;
-    failures += !ok;
-}
 
 static HpcModel *open_on(HpcBackend be, HpcPrecision prec, const char *root)
 {
@@ -154,6 +140,6 @@ int main(void)
     }
     remove(clean);
     remove(huge);
-    printf("%d/%d checks passed\n", checks - failures, checks);
-    return failures ? 1 : 0;
+    printf("%d/%d checks passed\n", g_checks - g_failures, g_checks);
+    return g_failures ? 1 : 0;
 }

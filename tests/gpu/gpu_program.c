@@ -13,7 +13,6 @@
  *      loss stays finite.
  * Exit 0 when every check passes, 1 on a failed check, 4 without a GPU. */
 #include <math.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -23,22 +22,8 @@
 #include "data/batch.h"
 #include "step_program_build.h"
 #include "train/train_backend.h"
+#include "gpu_check.h"
 
-static int g_failures, g_checks;
-
-static void result(int ok, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void result(int ok, const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    printf("%s  ", ok ? "ok  " : "FAIL");
-    vprintf(fmt, ap);
-    putchar('\n');
-    va_end(ap);
-    fflush(stdout);
-    g_checks++;
-    g_failures += !ok;
-}
 
 static Batch *make_batch(int64_t B, int64_t L, uint32_t seed)
 {
@@ -80,6 +65,7 @@ static bool read_back(StepProgram *q)
 
 int main(void)
 {
+    gpu_check_flush = 1;   /* long runs: each line reaches the log at once */
     int count = 0;
     HpcError err = {0};
     if (cuda_device_count(&count, &err) || count == 0) {
@@ -134,6 +120,5 @@ int main(void)
     train_backend_close(&gpu);
     train_backend_close(&cpu);
     step_program_free(&prog);
-    printf("%d checks, %d failed\n", g_checks, g_failures);
-    return g_failures ? 1 : 0;
+    return gpu_check_summary();
 }

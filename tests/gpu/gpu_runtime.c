@@ -22,25 +22,11 @@
 #include "cuda/gemm_cublas.h"
 #include "cpu/half.h"
 #include "cuda/nvrtc_compile.h"
+#include "gpu_check.h"
 
-static int g_failures, g_checks;
 static CudaDevice g_dev;
 static DeviceArena g_arena;
 static const CudaDriver *cu;
-
-static void result(int ok, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void result(int ok, const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    printf("%s  ", ok ? "ok  " : "FAIL");
-    vprintf(fmt, ap);
-    putchar('\n');
-    va_end(ap);
-    fflush(stdout);
-    g_checks++;
-    g_failures += !ok;
-}
 
 /* Fails the check (and returns 0) when st is an error. */
 static int ok_status(HpcStatus st, const HpcError *err, const char *what)
@@ -53,13 +39,8 @@ static int ok_status(HpcStatus st, const HpcError *err, const char *what)
 /* ---- host helpers ----------------------------------------------------------- */
 
 static uint64_t g_rng = 0x9e3779b97f4a7c15ull;
-static float uniform(void)   /* in [-1, 1) */
-{
-    g_rng ^= g_rng << 13;
-    g_rng ^= g_rng >> 7;
-    g_rng ^= g_rng << 17;
-    return (float)((g_rng >> 40) * (2.0 / 16777216.0) - 1.0);
-}
+/* in [-1, 1); the same values as the f64 formula this had (k 2^-23 - 1 is exact in f32) */
+static float uniform(void) { return gpu_check_uniform24((uint32_t)(gpu_check_xorshift(&g_rng) >> 40)); }
 
 static float round_to(GemmDtype t, float x)
 {
@@ -664,6 +645,7 @@ static void test_memory(void)
 
 int main(void)
 {
+    gpu_check_flush = 1;   /* long runs: each line reaches the log at once */
     HpcError err;
     char cache[] = "/tmp/hpc-gpu-runtime-XXXXXX";
     if (!mkdtemp(cache)) return HPC_ERR_IO;
@@ -685,6 +667,5 @@ int main(void)
     printf("info  test buffers: peak %.1f MiB outside the arena\n", s.peak_bytes / 1048576.0);
     arena_free(&g_arena);
     cuda_device_close(&g_dev);
-    printf("%d checks, %d failed\n", g_checks, g_failures);
-    return g_failures ? 1 : 0;
+    return gpu_check_summary();
 }

@@ -28,7 +28,6 @@
  * Usage: gpu_step [tiny] [base] [bench]   (default: all three).
  * Exit 0 when every check passes, 1 on a failed check, 4 without a GPU. */
 #include <math.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -47,23 +46,9 @@
 #include "pipeline.h"
 #include "precision.h"
 #include "spec.h"
+#include "gpu_check.h"
 
-static int g_failures, g_checks;
 static CudaDevice g_dev;
-
-static void result(int ok, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void result(int ok, const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    printf("%s  ", ok ? "ok  " : "FAIL");
-    vprintf(fmt, ap);
-    putchar('\n');
-    va_end(ap);
-    fflush(stdout);
-    g_checks++;
-    g_failures += !ok;
-}
 
 static double seconds(void)
 {
@@ -73,14 +58,8 @@ static double seconds(void)
 }
 
 static uint64_t g_rng = 0x2545f4914f6cdd1dull;
-static uint32_t rnd(void)
-{
-    g_rng ^= g_rng << 13;
-    g_rng ^= g_rng >> 7;
-    g_rng ^= g_rng << 17;
-    return (uint32_t)(g_rng >> 32);
-}
-static float uniform(void) { return (float)(rnd() >> 8) * (2.0f / 16777216.0f) - 1.0f; }
+static uint32_t rnd(void) { return (uint32_t)(gpu_check_xorshift(&g_rng) >> 32); }
+static float uniform(void) { return gpu_check_uniform24(rnd() >> 8); }
 
 /* ---- models ----------------------------------------------------------- */
 
@@ -210,18 +189,6 @@ static Batch *random_batch(const ModelSpec *s, Variant v, int64_t B, int64_t L)
 
 /* ---- comparison ------------------------------------------------------- */
 
-/* ||a - b|| / ||b||; NaN when either has a NaN. */
-static double rel_l2(const float *gpu, const float *cpu, int64_t n)
-{
-    double d = 0, r = 0;
-    for (int64_t i = 0; i < n; i++) {
-        double e = (double)gpu[i] - cpu[i];
-        d += e * e;
-        r += (double)cpu[i] * cpu[i];
-    }
-    return r > 0 ? sqrt(d / r) : sqrt(d);
-}
-
 /* Relative L2 error of value v, gpu against cpu (NaN on a failed read);
  * keeps the worst (a NaN sticks) in *worst and its value id in *worst_v. */
 static double compare_value(CudaExec *ex, const CpuExec *cx, int v, double *worst, int *worst_v)
@@ -231,7 +198,7 @@ static double compare_value(CudaExec *ex, const CpuExec *cx, int v, double *wors
     float *gpu = xmalloc((size_t)(n > 0 ? n : 1) * sizeof *gpu);
     double e = NAN;
     if (cuda_exec_read(ex, v, gpu, &err)) result(0, "read value %d: %s", v, err.msg);
-    else e = rel_l2(gpu, cpu_exec_value(cx, v), n);
+    else e = gpu_check_rel_l2(gpu, cpu_exec_value(cx, v), n);
     free(gpu);
     if (!isnan(*worst) && (isnan(e) || e > *worst)) {
         *worst = e;
@@ -489,17 +456,14 @@ static void run_bench(void)
 
 int main(int argc, char **argv)
 {
+    gpu_check_flush = 1;   /* long runs: each line reaches the log at once */
     bool tiny = argc < 2, base = argc < 2, do_bench = argc < 2;
     for (int i = 1; i < argc; i++) {
         tiny |= strcmp(argv[i], "tiny") == 0;
         base |= strcmp(argv[i], "base") == 0;
         do_bench |= strcmp(argv[i], "bench") == 0;
     }
-    HpcError err = {0};
-    if (cuda_device_open(&g_dev, 0, &err)) {
-        printf("gpu_step: no usable GPU: %s\n", err.msg);
-        return 4;
-    }
+    if (!gpu_check_open_device("gpu_step", &g_dev)) return 4;
     printf("gpu_step on %s (sm_%d)\n", g_dev.name, g_dev.arch);
     StepCase tiny32 = {8, 64, 1e-4, 1}, tiny16 = {8, 64, 1e-2, 128}, tinyb16 = {8, 64, 4e-2, 128};
     StepCase base32 = {2, 16, 1e-4, 1}, base16 = {2, 16, 1e-2, 128};
@@ -522,6 +486,5 @@ int main(int argc, char **argv)
     }
     if (do_bench) run_bench();
     cuda_device_close(&g_dev);
-    printf("%d checks, %d failed\n", g_checks, g_failures);
-    return g_failures ? 1 : 0;
+    return gpu_check_summary();
 }

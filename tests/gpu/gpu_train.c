@@ -31,7 +31,6 @@
  * program's plumbing.
  * Exit 0 when every check passes, 1 on a failed check, 4 without a GPU. */
 #include <math.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -44,23 +43,9 @@
 #include "spec.h"
 #include "data/synthetic.h"
 #include "train/trainer.h"
+#include "gpu_check.h"
 
-static int g_failures, g_checks;
 static TrainDevice g_gpu = TRAIN_DEVICE_CUDA;
-
-static void result(int ok, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void result(int ok, const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    printf("%s  ", ok ? "ok  " : "FAIL");
-    vprintf(fmt, ap);
-    putchar('\n');
-    va_end(ap);
-    fflush(stdout);
-    g_checks++;
-    g_failures += !ok;
-}
 
 static void bert_tiny(ModelSpec *s, int64_t steps)
 {
@@ -287,6 +272,7 @@ static void check_300_steps(const Data *d)
 
 int main(void)
 {
+    gpu_check_flush = 1;   /* long runs: each line reaches the log at once */
     if (getenv("GPU_TRAIN_SELFTEST")) {
         g_gpu = TRAIN_DEVICE_CPU;
         printf("self-test: the cpu stands in for the GPU\n");
@@ -311,6 +297,5 @@ int main(void)
     if (g_gpu == TRAIN_DEVICE_CUDA) check_300_steps(&d);
     dataset_free(&d.train);
     dataset_free(&d.dev);
-    printf("%d checks, %d failed\n", g_checks, g_failures);
-    return g_failures ? 1 : 0;
+    return gpu_check_summary();
 }

@@ -1,0 +1,105 @@
+/* tests/gpu/gpu_check.h — the harness every GPU test program shares
+ * (plain C programs run by `make test-gpu`; no Criterion on the GPU machine).
+ *
+ * Promises, for a program that includes it once (one translation unit):
+ *   - result(ok, fmt, ...) prints one line "ok  " or "FAIL", a gap and the
+ *     message, and counts it in g_checks / g_failures (the lead's scripts grep
+ *     these lines);  gpu_check_gap is the gap ("  "; gpu_lnfuse prints one
+ *     space) and gpu_check_flush set makes every line flush stdout at once
+ *     (the programs that print from long runs set it);
+ *   - gpu_check_summary() prints the last line "N checks, M failed" and
+ *     returns the exit status, 1 on any failure, else 0;
+ *   - gpu_check_open_device(prog, dev) opens device 0; without a usable GPU
+ *     it prints "PROG: no usable GPU: why" and returns 0 (the caller exits 4,
+ *     the no-GPU status of these programs);
+ *   - gpu_check_rel_l2 / gpu_check_rel_l2_floor: ||got - ref||_2 / ||ref||_2
+ *     in f64, the first falling back to ||got - ref|| when ref is all zero,
+ *     the second dividing by max(||ref||, floor_norm); a NaN anywhere gives
+ *     NaN, which fails every `err <= tol` check;
+ *   - gpu_check_xorshift(&state): one xorshift64 step (the fixed-seed data
+ *     generators of the step tests; each keeps its own seed and bits) and
+ *     gpu_check_uniform24(bits) maps 24 random bits onto [-1, 1).
+ * Everything is static: include it in the test's .c, nothing to link. */
+#ifndef HPC_TESTS_GPU_CHECK_H
+#define HPC_TESTS_GPU_CHECK_H
+
+#include <math.h>
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "cuda/cuda_driver.h"
+
+static int g_failures, g_checks;
+static const char *gpu_check_gap = "  ";
+static int gpu_check_flush;
+
+static inline void result(int ok, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static inline void result(int ok, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    printf("%s%s", ok ? "ok  " : "FAIL", gpu_check_gap);
+    vprintf(fmt, ap);
+    putchar('\n');
+    va_end(ap);
+    if (gpu_check_flush) fflush(stdout);
+    g_checks++;
+    g_failures += !ok;
+}
+
+static inline int gpu_check_summary(void)
+{
+    printf("%d checks, %d failed\n", g_checks, g_failures);
+    return g_failures ? 1 : 0;
+}
+
+/* 1 when device 0 is open in *dev; 0 (and the reason printed) without one. */
+static inline int gpu_check_open_device(const char *prog, CudaDevice *dev)
+{
+    HpcError err = {0};
+    if (cuda_device_open(dev, 0, &err)) {
+        printf("%s: no usable GPU: %s\n", prog, err.msg);
+        return 0;
+    }
+    return 1;
+}
+
+static inline double gpu_check_rel_l2(const float *got, const float *ref, int64_t n)
+{
+    double d = 0, r = 0;
+    for (int64_t i = 0; i < n; i++) {
+        double e = (double)got[i] - ref[i];
+        d += e * e;
+        r += (double)ref[i] * ref[i];
+    }
+    return r > 0 ? sqrt(d / r) : sqrt(d);
+}
+
+/* The floor keeps tiny reference vectors (a gradient ~1e-3 of the largest)
+ * from turning rounding noise into a large relative error. */
+static inline double gpu_check_rel_l2_floor(const float *got, const float *ref, int64_t n, double floor_norm)
+{
+    double d = 0, r = 0;
+    for (int64_t i = 0; i < n; i++) {
+        double e = (double)got[i] - ref[i];
+        d += e * e;
+        r += (double)ref[i] * ref[i];
+    }
+    return sqrt(d) / fmax(sqrt(r), floor_norm);
+}
+
+static inline uint64_t gpu_check_xorshift(uint64_t *state)
+{
+    *state ^= *state << 13;
+    *state ^= *state >> 7;
+    *state ^= *state << 17;
+    return *state;
+}
+
+static inline float gpu_check_uniform24(uint32_t bits24)
+{
+    return (float)bits24 * (2.0f / 16777216.0f) - 1.0f;
+}
+
+#endif
