@@ -44,6 +44,7 @@
 #include "precision.h"
 #include "spec.h"
 #include "gpu_check.h"
+#include "gpu_check_model.h"
 
 static CudaDevice g_dev;
 
@@ -114,21 +115,7 @@ static int model_build(Model *m, Shape shape, bool dropout, SpecPrecision prec, 
     m->pl = p.pl;
     precision_plan_free(&p.prec);
     g_rng = 0x9e3779b97f4a7c15ull;
-    m->w = xcalloc((size_t)m->pl.n, sizeof *m->w);
-    for (int q = 0; q < m->pl.n; q++) {
-        const ParamInfo *pi = &m->pl.p[q];
-        if (pi->tied_to >= 0) continue;
-        int64_t n = params_numel(pi);
-        m->w[q] = xmalloc((size_t)n * sizeof **m->w);
-        for (int64_t i = 0; i < n; i++) {
-            float u = uniform();
-            m->w[q][i] = pi->init == PARAM_INIT_ONES ? 1.0f + 0.1f * u : pi->init == PARAM_INIT_ZEROS ? 0.02f * u
-                                                                                                 : 0.0346f * u;
-        }
-        prec_round_array(prec, m->w[q], n);
-    }
-    for (int q = 0; q < m->pl.n; q++)
-        if (m->pl.p[q].tied_to >= 0) m->w[q] = m->w[m->pl.p[q].tied_to];
+    m->w = gpu_check_random_params(&m->pl, prec, uniform);
     return 1;
 }
 

@@ -41,6 +41,7 @@
 #include "pipeline.h"
 #include "spec.h"
 #include "gpu_check.h"
+#include "gpu_check_model.h"
 
 static CudaDevice g_dev;
 
@@ -202,40 +203,6 @@ static void tiny_spec(ModelSpec *s)
     s->stack.attention_dropout = 0.1;
 }
 
-static float **random_params(const ParamList *pl, SpecPrecision prec)
-{
-    float **w = xcalloc((size_t)pl->n, sizeof *w);
-    for (int q = 0; q < pl->n; q++) {
-        const ParamInfo *p = &pl->p[q];
-        if (p->tied_to >= 0) continue;
-        int64_t n = params_numel(p);
-        w[q] = xmalloc((size_t)n * sizeof **w);
-        for (int64_t i = 0; i < n; i++) {
-            float u = uniform();
-            w[q][i] = p->init == PARAM_INIT_ONES ? 1.0f + 0.1f * u : p->init == PARAM_INIT_ZEROS ? 0.02f * u : 0.0346f * u;
-        }
-        prec_round_array(prec, w[q], n);
-    }
-    for (int q = 0; q < pl->n; q++)
-        if (pl->p[q].tied_to >= 0) w[q] = w[pl->p[q].tied_to];
-    return w;
-}
-
-static Batch *random_batch(const ModelSpec *s, int64_t B, int64_t L)
-{
-    Batch *b = batch_new(B, L, 0);
-    for (int64_t r = 0; r < B; r++) {
-        int64_t len = L / 2 + (int64_t)(rnd() % (uint32_t)(L / 2 + 1));
-        for (int64_t t = 0; t < L; t++) {
-            int64_t i = r * L + t;
-            b->input_ids[i] = t < len ? (int32_t)(1 + rnd() % (uint32_t)(s->stack.vocab_size - 1)) : 0;
-            b->attention_mask[i] = t < len;
-        }
-        b->labels[r] = (int32_t)(rnd() % (uint32_t)s->head.num_labels);
-    }
-    return b;
-}
-
 /* The values LINEAR_DW_BGRAD nodes write (dW and their db outputs). */
 static int fused_values(const IrGraph *g, int *v, int cap)
 {
@@ -248,19 +215,7 @@ static int fused_values(const IrGraph *g, int *v, int cap)
     return n;
 }
 
-static double floor_of(const IrGraph *g, const CpuExec *cx)
-{
-    double m = 0;
-    for (int p = 0; p < g->n_params; p++) {
-        int v = g->param_grad[p];
-        if (v < 0) continue;
-        const float *x = cpu_exec_value(cx, v);
-        double s = 0;
-        for (int64_t i = 0; i < cpu_exec_numel(cx, v); i++) s += (double)x[i] * x[i];
-        m = fmax(m, sqrt(s));
-    }
-    return 1e-3 * m;
-}
+static double floor_of(const IrGraph *g, const CpuExec *cx) { return 1e-3 * gpu_check_max_grad_norm(g, cx); }
 
 static void node_case(SpecPrecision prec, bool force_fallback, double tol)
 {
@@ -287,8 +242,8 @@ static void node_case(SpecPrecision prec, bool force_fallback, double tol)
     int per_layer = fuse_defaults().layernorm ? 6 - 2 : 6;
     int want = per_layer * (int)s.stack.layers + 1 + (prec == PREC_FP32);
     result(nv == 2 * want, "%s: %d linear_dw_bgrad nodes (%d expected)", tag, nv / 2, want);
-    float **w = random_params(&P.pl, prec);
-    Batch *b = random_batch(&s, B, L);
+    float **w = gpu_check_random_params(&P.pl, prec, uniform);
+    Batch *b = gpu_check_random_batch(&s, B, L, true, rnd);
     CpuExec cx;
     cpu_exec_init(&cx, &P.g, CPU_EXEC_F32);
     for (int q = 0; q < P.pl.n; q++)

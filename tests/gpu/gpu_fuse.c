@@ -36,6 +36,7 @@
 #include "pipeline.h"
 #include "spec.h"
 #include "gpu_check.h"
+#include "gpu_check_model.h"
 
 static CudaDevice g_dev;
 
@@ -68,43 +69,6 @@ static int make_spec(ModelSpec *s, bool causal)
     return 1;
 }
 
-/* Random f32 parameters, rounded to the policy's format so the cpu's
- * masters equal the GPU's low copies; tied entries share. */
-static float **random_params(const ParamList *pl, SpecPrecision prec)
-{
-    float **w = xcalloc((size_t)pl->n, sizeof *w);
-    for (int q = 0; q < pl->n; q++) {
-        const ParamInfo *p = &pl->p[q];
-        if (p->tied_to >= 0) continue;
-        int64_t n = params_numel(p);
-        w[q] = xmalloc((size_t)n * sizeof **w);
-        for (int64_t i = 0; i < n; i++) {
-            float u = uniform();
-            w[q][i] = p->init == PARAM_INIT_ONES ? 1.0f + 0.1f * u
-                    : p->init == PARAM_INIT_ZEROS ? 0.02f * u : 0.0346f * u;
-        }
-        prec_round_array(prec, w[q], n);
-    }
-    for (int q = 0; q < pl->n; q++)
-        if (pl->p[q].tied_to >= 0) w[q] = w[pl->p[q].tied_to];
-    return w;
-}
-
-static Batch *random_batch(const ModelSpec *s, int64_t B, int64_t L, bool causal)
-{
-    Batch *b = batch_new(B, L, 0);
-    for (int64_t r = 0; r < B; r++) {
-        int64_t len = L / 2 + (int64_t)(rnd() % (uint32_t)(L / 2 + 1));
-        for (int64_t t = 0; t < L; t++) {
-            int64_t i = r * L + t;
-            b->input_ids[i] = t < len ? (int32_t)(1 + rnd() % (uint32_t)(s->stack.vocab_size - 1)) : 0;
-            b->attention_mask[i] = t < len;
-        }
-        if (!causal) b->labels[r] = (int32_t)(rnd() % (uint32_t)s->head.num_labels);
-    }
-    return b;
-}
-
 static double value_err(CudaExec *ex, const CpuExec *cx, int v, double floor_norm)
 {
     HpcError err = {0};
@@ -117,23 +81,9 @@ static double value_err(CudaExec *ex, const CpuExec *cx, int v, double floor_nor
     return e;
 }
 
-static double max_grad_norm(const IrGraph *g, const CpuExec *cx)
-{
-    double m = 0;
-    for (int p = 0; p < g->n_params; p++) {
-        int v = g->param_grad[p];
-        if (v < 0) continue;
-        const float *x = cpu_exec_value(cx, v);
-        double s = 0;
-        for (int64_t i = 0; i < cpu_exec_numel(cx, v); i++) s += (double)x[i] * x[i];
-        m = fmax(m, sqrt(s));
-    }
-    return m;
-}
-
 static void check_grads(const Pipeline *P, CudaExec *ex, const CpuExec *cx, const char *tag, double tol)
 {
-    double floor_norm = 1e-3 * max_grad_norm(&P->g, cx), worst = 0;
+    double floor_norm = 1e-3 * gpu_check_max_grad_norm(&P->g, cx), worst = 0;
     int count = 0, worst_p = -1;
     for (int p = 0; p < P->g.n_params; p++) {
         int v = P->g.param_grad[p];
@@ -206,8 +156,8 @@ static void check_case(bool causal, SpecPrecision prec, int64_t B, int64_t L, do
         result(ln_f == 2 * (int)s.stack.layers && ln_b == ln_f, "%s: %d + %d fused LayerNorm sites", tag, ln_f, ln_b);
     else /* pre-LN: forward sites only (the residual gradient is a sum) */
         result(ln_f > 0, "%s: %d fused LayerNorm sites (forward)", tag, ln_f);
-    float **w = random_params(&P.pl, prec);
-    Batch *b = random_batch(&s, B, L, causal);
+    float **w = gpu_check_random_params(&P.pl, prec, uniform);
+    Batch *b = gpu_check_random_batch(&s, B, L, !causal, rnd);
     CpuExec cx;
     cpu_exec_init(&cx, &P.g, CPU_EXEC_F32);
     for (int q = 0; q < P.pl.n; q++)

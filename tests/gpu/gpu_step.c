@@ -47,6 +47,7 @@
 #include "precision.h"
 #include "spec.h"
 #include "gpu_check.h"
+#include "gpu_check_model.h"
 
 static CudaDevice g_dev;
 
@@ -112,28 +113,10 @@ typedef struct {
     float **w;          /* (pl.n) f32 tensors; tied entries share their target's */
 } Model;
 
-/* Random parameters (faster than init_store's normals for 110M values):
- * weights uniform with std 0.02 * sqrt(3), LayerNorm gamma 1 +- 0.1,
- * biases and beta +- 0.02, so every tensor is non-trivial. */
-static void random_params(Model *m, SpecPrecision prec)
-{
-    m->w = xcalloc((size_t)m->pl.n, sizeof *m->w);
-    for (int q = 0; q < m->pl.n; q++) {
-        const ParamInfo *p = &m->pl.p[q];
-        if (p->tied_to >= 0) continue;
-        int64_t n = params_numel(p);
-        m->w[q] = xmalloc((size_t)n * sizeof **m->w);
-        for (int64_t i = 0; i < n; i++) {
-            float u = uniform();
-            m->w[q][i] = p->init == PARAM_INIT_ONES ? 1.0f + 0.1f * u
-                       : p->init == PARAM_INIT_ZEROS ? 0.02f * u : 0.0346f * u;
-        }
-        prec_round_array(prec, m->w[q], n);   /* masters == low copies */
-    }
-    for (int q = 0; q < m->pl.n; q++)
-        if (m->pl.p[q].tied_to >= 0) m->w[q] = m->w[m->pl.p[q].tied_to];
-}
-
+/* The graph with random parameters (gpu_check_model.h; faster than
+ * init_store's normals for 110M values): weights uniform with std
+ * 0.02 * sqrt(3), LayerNorm gamma 1 +- 0.1, biases and beta +- 0.02, so
+ * every tensor is non-trivial. */
 static int model_build(Model *m, bool tiny, Variant v, SpecPrecision prec)
 {
     HpcError err = {0};
@@ -150,7 +133,7 @@ static int model_build(Model *m, bool tiny, Variant v, SpecPrecision prec)
     m->g = p.g; /* the Model owns graph and parameters now */
     m->pl = p.pl;
     precision_plan_free(&p.prec);
-    random_params(m, prec);
+    m->w = gpu_check_random_params(&m->pl, prec, uniform);   /* masters == low copies */
     return 1;
 }
 
