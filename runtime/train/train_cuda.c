@@ -394,7 +394,11 @@ static HpcStatus cuda_state_in(TrainBackend *b, const TrainState *ts, HpcError *
     s.growth_tracker = (int32_t)ts->ls.growth_tracker;
     s.consecutive_skips = ts->ls.consecutive_skips;
     s.total_skips = ts->ls.total_skips;
-    st = CUDA_CHECK(err, cuda_driver()->cuMemcpyHtoD(cuda_optim_state_ptr(&t->opt), &s, sizeof s));
+    /* On the step's stream, then waited for: a plain cuMemcpyHtoD runs on the
+     * legacy stream, which does not order against our non-blocking one, and
+     * s lives on this stack frame. */
+    st = CUDA_CHECK(err, cuda_driver()->cuMemcpyHtoDAsync(cuda_optim_state_ptr(&t->opt), &s, sizeof s, t->dev.stream));
+    if (!st) st = CUDA_CHECK(err, cuda_driver()->cuStreamSynchronize(t->dev.stream));
     if (st) return st;
     t->micro = (uint32_t)ts->micro_step;
     t->steps = t->read = ts->step;   /* nothing unread: the trainer collected before */

@@ -125,7 +125,7 @@ static CUdeviceptr dalloc(size_t bytes)
 {
     CUdeviceptr p;
     DRV(cu->cuMemAlloc(&p, bytes ? bytes : 4));
-    DRV(cu->cuMemsetD8(p, 0xFF, bytes ? bytes : 4));   /* NaN in f32, f16 and bf16 */
+    DRV(cu->cuMemsetD8Async(p, 0xFF, bytes ? bytes : 4, dev.stream));   /* NaN in f32, f16 and bf16 */
     return p;
 }
 
@@ -366,8 +366,8 @@ static void test_case(const Mod *m, int L, float p)
      * before P V: still within 4 u, the rounding is u / 2 per term); v1
      * only where its dQ kernel exists. */
     for (int fam = has_v1_dq(m) ? 0 : 1; fam < 2; fam++) {
-        DRV(cu->cuMemsetD8(d.ctx, 0xFF, nc * 2));
-        DRV(cu->cuMemsetD8(d.lse, 0xFF, nl * 4));
+        DRV(cu->cuMemsetD8Async(d.ctx, 0xFF, nc * 2, dev.stream));
+        DRV(cu->cuMemsetD8Async(d.lse, 0xFF, nl * 4, dev.stream));
         run_fwd_kind(fam ? FWD_MMA2 : FWD_MMA, m, &d, B, L, p, seed, step, salt);
         DRV(cu->cuStreamSynchronize(dev.stream));
         free(ctx);
@@ -384,7 +384,7 @@ static void test_case(const Mod *m, int L, float p)
 
         /* The family's dQ, dK, dV from its own forward's lse and the delta
          * of the SIMT forward's ctx (computed above). */
-        DRV(cu->cuMemsetD8(d.dqkv, 0xFF, nq * 2));
+        DRV(cu->cuMemsetD8Async(d.dqkv, 0xFF, nq * 2, dev.stream));
         run_mma_dq(fam, m, &d, B, L, p, seed, step, salt);
         run_mma_dkv(fam, m, &d, B, L, p, seed, step, salt);
         DRV(cu->cuStreamSynchronize(dev.stream));

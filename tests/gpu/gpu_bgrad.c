@@ -133,8 +133,8 @@ static void gemm_case(GemmContext *ctx, GemmContext *off, GemmDtype t, int64_t R
         d.lda = out;
         d.epilogue = GEMM_EPI_BGRAD_A;
         d.bias = ddb;
-        cu->cuMemsetD8(ddw, 0xFF, (size_t)(out * in) * 4);
-        cu->cuMemsetD8(ddb, 0xFF, (size_t)out * 4);
+        cu->cuMemsetD8Async(ddw, 0xFF, (size_t)(out * in) * 4, g_dev.stream);
+        cu->cuMemsetD8Async(ddb, 0xFF, (size_t)out * 4, g_dev.stream);
         bool done = false;
         HpcStatus st = gemm_run_optional(g, &d, &done, &err);
         if (!st) st = CUDA_CHECK(&err, cu->cuStreamSynchronize(g_dev.stream));

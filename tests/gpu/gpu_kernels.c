@@ -132,7 +132,12 @@ static CUdeviceptr dalloc(size_t bytes)
     return p;
 }
 
-static void poison(CUdeviceptr p, size_t bytes) { DRV(cu->cuMemsetD8(p, 0xFF, bytes)); }
+/* Memsets go on the kernels' stream: a plain cuMemsetD8 runs on the legacy
+ * stream, which does not order against dev.stream (non-blocking), and under
+ * load it landed after a kernel had written the buffer (H200, 2026-12-01:
+ * the mask-bits softmax and AdamW v checks failed only when other GPU
+ * programs ran beside this one). */
+static void poison(CUdeviceptr p, size_t bytes) { DRV(cu->cuMemsetD8Async(p, 0xFF, bytes, dev.stream)); }
 
 static SpecPrecision prec_of(KemitDtype dt) { return dt == KEMIT_BF16 ? PREC_BF16 : PREC_FP16; }
 
@@ -1253,7 +1258,7 @@ static void time_kernels(const Mod *m)
             bufs[k][1] = rand_dev(m, ns[k], 4, 0.01f);
             bufs[k][2] = rand_dev(m, ns[k], 4, 0.001f);
             bufs[k][3] = dalloc(ns[k] * 4);
-            DRV(cu->cuMemsetD8(bufs[k][3], 0, ns[k] * 4));   /* v >= 0 */
+            DRV(cu->cuMemsetD8Async(bufs[k][3], 0, ns[k] * 4, dev.stream));   /* v >= 0 */
             bufs[k][4] = es == 2 ? dalloc(ns[k] * 2) : 0;
             dt[k] = (CudaOptTensor){bufs[k][0], bufs[k][1], bufs[k][2], bufs[k][3], bufs[k][4], ns[k], k % 2, 0};
         }
@@ -1329,7 +1334,7 @@ static void time_copy(void)
 {
     size_t bytes = (size_t)1 << 30;
     CUdeviceptr a = dalloc(bytes), b = dalloc(bytes);
-    DRV(cu->cuMemsetD8(a, 0x3c, bytes));
+    DRV(cu->cuMemsetD8Async(a, 0x3c, bytes, dev.stream));
     CUevent e0, e1;
     DRV(cu->cuEventCreate(&e0, 0));
     DRV(cu->cuEventCreate(&e1, 0));
