@@ -13,34 +13,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-_Static_assert(sizeof(IrFusedAttr) <= sizeof(IrAttr), "IrFusedAttr must fit in the IrAttr union");
-_Static_assert(sizeof(IrLnFusedAttr) <= sizeof(IrAttr), "IrLnFusedAttr must fit in the IrAttr union");
-
-IrLnFusedAttr fuse_ln_attr_get(const IrNode *n)
-{
-    IrLnFusedAttr f;
-    memcpy(&f, &n->attr, sizeof f);
-    return f;
-}
-
-void fuse_ln_attr_set(IrAttr *a, IrLnFusedAttr f)
-{
-    memset(a, 0, sizeof *a);
-    memcpy(a, &f, sizeof f);
-}
-
-IrFusedAttr fuse_attr_get(const IrNode *n)
-{
-    IrFusedAttr f;
-    memcpy(&f, &n->attr, sizeof f);
-    return f;
-}
-
-void fuse_attr_set(IrAttr *a, IrFusedAttr f)
-{
-    memset(a, 0, sizeof *a);
-    memcpy(a, &f, sizeof f);
-}
 
 static const IrNode *node(const Matcher *M, int id) { return fuse_node(M, id); }
 

@@ -66,40 +66,8 @@
 #include "ir.h"
 #include "precision.h"
 
-/* Attribute of the fused ops.  IrAttr (ir.h) has no member for it yet, so
- * it is stored in the attribute union's bytes (fuse_attr_get/set, checked
- * by a static assert in fuse.c); p is a float because the dropout kernels
- * take p as a float anyway. */
-typedef struct {
-    float p;          /* dropout probability */
-    int32_t salt;     /* the forward DROPOUT's salt: the same Philox mask */
-    uint8_t causal;   /* SOFTMAX_DROPOUT*: causal mask on top of padding */
-    uint8_t mid;      /* storage dtype (DType) of the first removed value */
-    uint8_t mid2;     /* SOFTMAX_DROPOUT_BWD: storage dtype of the removed DROPOUT(dy) */
-    uint8_t pad_;
-} IrFusedAttr;
-
-IrFusedAttr fuse_attr_get(const IrNode *n);
-void fuse_attr_set(IrAttr *a, IrFusedAttr f);
-
-/* Attribute of LN_RESIDUAL and LN_RESIDUAL_BWD, stored like IrFusedAttr
- * (16 bytes: eps stays a double, so the fused cpu reference is the unfused
- * one to the last bit; the salt, a node id, gets 20 bits and the fuse rule
- * leaves a site alone whose salt does not fit). */
-#define FUSE_LN_SALT_MAX ((1 << 20) - 1)
-typedef struct {
-    double eps;           /* LayerNorm epsilon */
-    float p;              /* dropout probability of the branch x */
-    uint32_t salt : 20;   /* the forward DROPOUT's salt: the same Philox mask */
-    uint32_t mid : 4;     /* DType of dropout(x) in the unfused chain;
-                           * LN_RESIDUAL_BWD: of the gradient into x (output 1) */
-    uint32_t low : 4;     /* LN_RESIDUAL: DType of output 4, y in 16 bits */
-    uint32_t aux : 4;     /* LN_RESIDUAL: DType of output 3, s; LN_RESIDUAL_BWD:
-                           * of dgamma, dbeta and the bias gradient (outputs 2-4) */
-} IrLnFusedAttr;
-
-IrLnFusedAttr fuse_ln_attr_get(const IrNode *n);
-void fuse_ln_attr_set(IrAttr *a, IrLnFusedAttr f);
+/* The fused ops' attributes (IrFusedAttr, IrLnFusedAttr) and their
+ * accessors live in ir.h with the other node attributes. */
 
 typedef struct {
     int softmax_dropout;      /* SOFTMAX + DROPOUT pairs fused */

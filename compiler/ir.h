@@ -44,6 +44,7 @@
 
 #include <stdbool.h>
 #include <stdint.h>
+#include <string.h>
 #include <stdio.h>
 
 #include "activations.h"
@@ -107,6 +108,34 @@ typedef struct { int index; } IrOutputAttr;                /* which output (>= 1
  * causal masking on top of the padding mask.  16 bytes, as the union. */
 typedef struct { float p; int32_t salt; int32_t heads; uint8_t causal; } IrAttnAttr;
 
+/* SOFTMAX_DROPOUT, SOFTMAX_DROPOUT_BWD and DROPOUT_ADD (made by the fuse
+ * pass, compiler/fuse.c); p is a float because the dropout kernels take p
+ * as a float anyway. */
+typedef struct {
+    float p;          /* dropout probability */
+    int32_t salt;     /* the forward DROPOUT's salt: the same Philox mask */
+    uint8_t causal;   /* SOFTMAX_DROPOUT*: causal mask on top of padding */
+    uint8_t mid;      /* storage dtype (DType) of the first removed value */
+    uint8_t mid2;     /* SOFTMAX_DROPOUT_BWD: storage dtype of the removed DROPOUT(dy) */
+    uint8_t pad_;
+} IrFusedAttr;
+
+
+/* LN_RESIDUAL and LN_RESIDUAL_BWD (compiler/fuse_layernorm.c; 16 bytes: eps stays a double, so the fused cpu reference is the unfused
+ * one to the last bit; the salt, a node id, gets 20 bits and the fuse rule
+ * leaves a site alone whose salt does not fit). */
+#define FUSE_LN_SALT_MAX ((1 << 20) - 1)
+typedef struct {
+    double eps;           /* LayerNorm epsilon */
+    float p;              /* dropout probability of the branch x */
+    uint32_t salt : 20;   /* the forward DROPOUT's salt: the same Philox mask */
+    uint32_t mid : 4;     /* DType of dropout(x) in the unfused chain;
+                           * LN_RESIDUAL_BWD: of the gradient into x (output 1) */
+    uint32_t low : 4;     /* LN_RESIDUAL: DType of output 4, y in 16 bits */
+    uint32_t aux : 4;     /* LN_RESIDUAL: DType of output 3, s; LN_RESIDUAL_BWD:
+                           * of dgamma, dbeta and the bias gradient (outputs 2-4) */
+} IrLnFusedAttr;
+
 typedef union {
     IrInputAttr input;
     IrParamAttr param;
@@ -121,6 +150,8 @@ typedef union {
     IrEmbedBwdAttr embed_bwd;
     IrOutputAttr output;
     IrAttnAttr attn;
+    IrFusedAttr fused;
+    IrLnFusedAttr ln_fused;
 } IrAttr;
 
 typedef struct {
@@ -136,6 +167,22 @@ typedef struct {
     IrRegion region;          /* embeddings, stack or head (see IrRegion) */
     char name[IR_NAME_MAX];   /* for listings: "layer.0.attn.scores" */
 } IrNode;
+
+/* The fused ops' attributes.  A set clears the whole union first, so the
+ * bytes an artifact stores (compiler/step_program.c) do not depend on what
+ * the node held before. */
+static inline IrFusedAttr fuse_attr_get(const IrNode *n) { return n->attr.fused; }
+static inline void fuse_attr_set(IrAttr *a, IrFusedAttr f)
+{
+    memset(a, 0, sizeof *a);
+    a->fused = f;
+}
+static inline IrLnFusedAttr fuse_ln_attr_get(const IrNode *n) { return n->attr.ln_fused; }
+static inline void fuse_ln_attr_set(IrAttr *a, IrLnFusedAttr f)
+{
+    memset(a, 0, sizeof *a);
+    a->ln_fused = f;
+}
 
 typedef struct {
     IrNode *nodes;
