@@ -18,11 +18,20 @@ Subcommands:
                             with torch.autocast(fp16) and GradScaler in an
                             HF-Trainer-style loop (the recipe below) and
                             prints one JSON line: dev MCC, accuracy, skipped
-                            steps, seconds, and JOBS (default 1): how many
+                            steps, seconds, real tokens trained on, and
+                            JOBS (default 1): how many
                             such runs shared the GPU, so the table can leave
                             concurrent timings out (the numbers do not
                             depend on it: each run has its own process,
                             seed and generator).
+  random-init OUT VOCAB [LAYERS HIDDEN HEADS FFN]
+                            a BertForSequenceClassification of the given
+                            shape (default BERT-base: 12 768 12 3072, 2
+                            labels) with transformers' own random init
+                            (torch seed 0), written to OUT with VOCAB as
+                            vocab.txt (lower case): the shared starting
+                            point of bench/workload.sh.  Needs torch and
+                            transformers.
   torch-grad DIR BATCHES    one step on each batch of BATCHES (JSON lines
                             from grad_error --dump-batch), dropout off: the
                             relative error of AMP's and fp32's logits, loss
@@ -207,13 +216,15 @@ def cmd_torch_finetune(init_dir, seed, data_dir, jobs=1):
         opt, lambda s: s / max(1, warmup) if s < warmup else max(0.0, (total - s) / max(1, total - warmup)))
     scaler = torch.amp.GradScaler("cuda", init_scale=65536.0, growth_interval=2000)
     gen = torch.Generator().manual_seed(seed)
-    skipped = 0
+    skipped = tokens = 0
     torch.cuda.synchronize()
     t0 = time.time()
     for _ in range(EPOCHS):
         order = torch.randperm(len(train), generator=gen).tolist()
         for b in range(steps_per_epoch):
-            batch = collate(torch, [train[i] for i in order[b * BATCH:(b + 1) * BATCH]], dev)
+            rows = [train[i] for i in order[b * BATCH:(b + 1) * BATCH]]
+            tokens += sum(len(r[0]) for r in rows)
+            batch = collate(torch, rows, dev)
             with torch.autocast("cuda", dtype=torch.float16):
                 loss = model(**batch).loss
             scaler.scale(loss).backward()
@@ -239,7 +250,24 @@ def cmd_torch_finetune(init_dir, seed, data_dir, jobs=1):
     gold = [r[2] for r in dev_rows]
     acc = sum(p == g for p, g in zip(pred, gold)) / len(gold)
     print(json.dumps({"kind": "finetune", "impl": "pytorch-amp", "seed": seed, "mcc": mcc(pred, gold),
-                      "accuracy": acc, "skipped": skipped, "steps": total, "train_s": train_s, "jobs": jobs}))
+                      "accuracy": acc, "skipped": skipped, "steps": total, "train_s": train_s, "tokens": tokens,
+                      "jobs": jobs}))
+
+
+def cmd_random_init(out, vocab, shape):
+    import torch
+    from transformers import BertConfig, BertForSequenceClassification
+    layers, hidden, heads, ffn = shape
+    torch.manual_seed(0)
+    config = BertConfig(num_hidden_layers=layers, hidden_size=hidden, num_attention_heads=heads,
+                        intermediate_size=ffn, num_labels=2)
+    model = BertForSequenceClassification(config)
+    model.save_pretrained(out, safe_serialization=True)
+    shutil.copyfile(vocab, os.path.join(out, "vocab.txt"))
+    with open(os.path.join(out, "tokenizer_config.json"), "w") as f:
+        json.dump({"do_lower_case": True, "tokenizer_class": "BertTokenizer"}, f)
+    n = sum(p.numel() for p in model.parameters())
+    print("random-init: %d-layer BERT, hidden %d, %d parameters, in %s" % (layers, hidden, n, out))
 
 
 def rel(x, r):
@@ -408,6 +436,8 @@ def main():
         cmd_seeds(a[1], a[2], int(a[3]))
     elif a[:1] == ["torch-finetune"] and len(a) in (3, 4, 5):
         cmd_torch_finetune(a[1], int(a[2]), a[3] if len(a) >= 4 else "data/cola", int(a[4]) if len(a) == 5 else 1)
+    elif a[:1] == ["random-init"] and len(a) in (3, 7):
+        cmd_random_init(a[1], a[2], [int(x) for x in a[3:7]] if len(a) == 7 else [12, 768, 12, 3072])
     elif a[:1] == ["torch-grad"] and len(a) in (3, 4):
         cmd_torch_grad(a[1], a[2], float(a[3]) if len(a) == 4 else 65536.0)
     elif a[:1] == ["table"] and len(a) == 2:

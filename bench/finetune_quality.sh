@@ -31,7 +31,9 @@
 #      merge with: cat A.jsonl B.jsonl > all.jsonl;
 #      python3 bench/finetune_quality.py table all.jsonl
 #
-# Settings (environment): SEEDS (8), JOBS (1: PyTorch runs at once), PLANS
+# Settings (environment): SEEDS (8), FIRST_SEED (0: run seeds FIRST_SEED ..
+# SEEDS-1 only, e.g. to add seeds to an earlier call's lines), JOBS (1:
+# PyTorch runs at once), PLANS
 # ("default embeddings,residual,norm none"; add fp32 for hpc's f32 run),
 # PARTS ("hpc torch grad speed": run a subset, e.g. PARTS=torch, to split
 # the work over several calls; the JSON lines accumulate in
@@ -47,6 +49,7 @@
 set -u
 cd "$(dirname "$0")/.."
 SEEDS=${SEEDS:-8}
+FIRST_SEED=${FIRST_SEED:-0}
 JOBS=${JOBS:-1}
 PLANS=${PLANS:-default embeddings,residual,norm none}
 PARTS=${PARTS:-hpc torch grad speed}
@@ -59,7 +62,7 @@ F16=build/quality/minilm_f16
 WORK=build/quality/work
 RAW=$OUT/finetune_quality.jsonl
 mkdir -p "$OUT" "$WORK"
-case "$SEEDS$JOBS" in *[!0-9]*) echo "finetune_quality: SEEDS and JOBS must be numbers" >&2; exit 2;; esac
+case "$SEEDS$JOBS$FIRST_SEED" in *[!0-9]*) echo "finetune_quality: SEEDS, FIRST_SEED and JOBS must be numbers" >&2; exit 2;; esac
 [ "$JOBS" -ge 1 ] || { echo "finetune_quality: JOBS must be at least 1" >&2; exit 2; }
 for f in bin/hpc build/bench/grad_error "$F16/model.safetensors" data/cola/train.tsv; do
     [ -e "$f" ] || { echo "finetune_quality: missing $f (build it on the build machine: make bin/hpc bench-quality-bins; python3 bench/make_f16_weights.py)" >&2; exit 1; }
@@ -98,7 +101,7 @@ EOF
 
 if has hpc; then
     for plan in $PLANS; do
-        s=0
+        s=$FIRST_SEED
         while [ "$s" -lt "$SEEDS" ]; do
             log=$OUT/hpc-$plan-seed$s.jsonl
             rm -f "$log"   # a log from an earlier call would be appended to
@@ -120,7 +123,7 @@ fi
 if has torch; then
     # waves of JOBS processes; each writes its own line, appended in seed
     # order once the wave is done (the same file whatever JOBS is)
-    s=0
+    s=$FIRST_SEED
     while [ "$s" -lt "$SEEDS" ]; do
         first=$s
         while [ "$s" -lt "$SEEDS" ] && [ "$s" -lt $((first + JOBS)) ]; do
