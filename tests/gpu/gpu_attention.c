@@ -126,6 +126,10 @@ static CUdeviceptr dalloc(size_t bytes)
     CUdeviceptr p;
     DRV(cu->cuMemAlloc(&p, bytes ? bytes : 4));
     DRV(cu->cuMemsetD8Async(p, 0xFF, bytes ? bytes : 4, dev.stream));   /* NaN in f32, f16 and bf16 */
+    /* The plain copies below run on the legacy stream, which does not wait
+     * for dev.stream (non-blocking): without this the poison could land
+     * after the data (seen on the H200 as NaN inputs). */
+    DRV(cu->cuStreamSynchronize(dev.stream));
     return p;
 }
 
@@ -135,6 +139,7 @@ static CUdeviceptr up_st(const Mod *m, const float *x, size_t n)
     for (size_t i = 0; i < n; i++) h[i] = prec_from_f32(prec(m), x[i]);
     CUdeviceptr p = dalloc(n * 2);
     DRV(cu->cuMemcpyHtoD(p, h, n * 2));
+    DRV(cu->cuCtxSynchronize());   /* a pageable upload may still be in DMA when it returns */
     free(h);
     return p;
 }
@@ -332,6 +337,7 @@ static void test_case(const Mod *m, int L, float p)
     DRV(cu->cuMemcpyDtoD(d.dctx, t, nc * 2));
     DRV(cu->cuMemFree(t));
     DRV(cu->cuMemcpyHtoD(d.mask, mask, rows * 4));
+    DRV(cu->cuCtxSynchronize());
     run_fwd(m, &d, B, L, p, seed, step, salt);
     if (has_v1_dq(m)) run_bwd(m, &d, B, L, p, seed, step, salt);
     else run_dot(m, &d, B, L);   /* the SIMT dQ kernel does not exist above D 64 */
@@ -420,12 +426,14 @@ static void test_dropout_bits(FwdKind kind, const Mod *m, int L, float p)
     int32_t *mask = make_mask(B, L);
     Bufs d = bufs_alloc(m, B, L);
     DRV(cu->cuMemcpyHtoD(d.mask, mask, rows * 4));
+    DRV(cu->cuCtxSynchronize());
     size_t wrong = 0, kept = 0, total = 0;
     for (int t0 = 0; t0 < L; t0 += m->D) {
         for (size_t t = 0; t < rows; t++)
             for (size_t c = 0; c < H; c++) qkv[t * 3 * H + 2 * H + c] = (int)t - t0 == (int)(c % m->D) ? 1.0f : 0.0f;
         CUdeviceptr up = up_st(m, qkv, nq);
         DRV(cu->cuMemcpyDtoD(d.qkv, up, nq * 2));
+        DRV(cu->cuCtxSynchronize());   /* the legacy-stream copy before dev.stream's kernel */
         DRV(cu->cuMemFree(up));
         run_fwd_kind(kind, m, &d, B, L, p, seed, step, salt);
         DRV(cu->cuStreamSynchronize(dev.stream));
@@ -469,6 +477,7 @@ static void timing(const Mod *m, int B, int L)
     int32_t *mask = malloc(rows * 4);
     for (size_t i = 0; i < rows; i++) mask[i] = 1;
     DRV(cu->cuMemcpyHtoD(d.mask, mask, rows * 4));
+    DRV(cu->cuCtxSynchronize());
     free(mask);
     CUevent e0, e1, e2;
     DRV(cu->cuEventCreate(&e0, CU_EVENT_DEFAULT));

@@ -161,11 +161,13 @@ static CUdeviceptr up_st(const Mod *m, const float *x, size_t n)
     CUdeviceptr p = dalloc(n * m->es);
     if (m->kc.dtype == KEMIT_F32) {
         DRV(cu->cuMemcpyHtoD(p, x, n * 4));
+        DRV(cu->cuCtxSynchronize());   /* a pageable upload may still be in DMA when it returns */
         return p;
     }
     uint16_t *h = malloc(n * 2);
     for (size_t i = 0; i < n; i++) h[i] = prec_from_f32(prec_of(m->kc.dtype), x[i]);
     DRV(cu->cuMemcpyHtoD(p, h, n * 2));
+    DRV(cu->cuCtxSynchronize());
     free(h);
     return p;
 }
