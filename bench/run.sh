@@ -8,7 +8,8 @@
 #
 # Settings (environment): SHAPES (32x128,32x32,256x128), WARMUP (10),
 # ITERS (30), COMPILE_TIMEOUT (seconds for the torch.compile mode, 240),
-# PYTHON (python3).  bench_hpc is built here when it is missing (the
+# POLICIES (hpc's, fp16,fp32), TORCH_MODES (PyTorch's eager modes, amp,fp32;
+# the fp32 rows may be left out when device time is short), PYTHON (python3).  bench_hpc is built here when it is missing (the
 # Makefile's flags); `rm build/bench/bench_hpc` after changing the sources.
 set -u
 cd "$(dirname "$0")/.."
@@ -17,6 +18,8 @@ WARMUP=${WARMUP:-10}
 ITERS=${ITERS:-30}
 COMPILE_TIMEOUT=${COMPILE_TIMEOUT:-240}
 PYTHON=${PYTHON:-python3}
+POLICIES=${POLICIES:-fp16,fp32}
+TORCH_MODES=${TORCH_MODES:-amp,fp32}
 BIN=build/bench/bench_hpc
 RAW=${OUT:+$OUT/bench_raw.jsonl}
 RAW=${RAW:-build/bench/bench_raw.jsonl}
@@ -34,11 +37,11 @@ if [ ! -x "$BIN" ]; then
 fi
 
 : > "$RAW"
-echo "bench: hpc (fp16, fp32) on $SHAPES" >&2
-"$BIN" --shapes "$SHAPES" --policies fp16,fp32 --warmup "$WARMUP" --iters "$ITERS" | tee -a "$RAW"
+echo "bench: hpc ($POLICIES) on $SHAPES" >&2
+"$BIN" --shapes "$SHAPES" --policies "$POLICIES" --warmup "$WARMUP" --iters "$ITERS" | tee -a "$RAW"
 hpc_rc=$?
-echo "bench: PyTorch AMP and fp32" >&2
-PYTHONUNBUFFERED=1 $PYTHON bench/pytorch_bert.py --modes amp,fp32 --shapes "$SHAPES" \
+echo "bench: PyTorch $TORCH_MODES" >&2
+PYTHONUNBUFFERED=1 $PYTHON bench/pytorch_bert.py --modes "$TORCH_MODES" --shapes "$SHAPES" \
     --warmup "$WARMUP" --iters "$ITERS" | tee -a "$RAW"
 echo "bench: torch.compile (limit ${COMPILE_TIMEOUT}s)" >&2
 PYTHONUNBUFFERED=1 timeout "$COMPILE_TIMEOUT" $PYTHON bench/pytorch_bert.py --modes compile --shapes "$SHAPES" \
