@@ -484,7 +484,7 @@ static void profile_key(const CudaExec *ex, int id, ProfRow *r)
                                 r->op, prof_dtype_name(d.ab_type), prof_dtype_name(d.c_type), (long long)d.M,
                                 (long long)d.N, (long long)d.K, (long long)d.batch, d.trans_a ? " tA" : "",
                                 d.trans_b ? " tB" : "", c->bias_epilogue ? " +bias"
-                                : d.epilogue == GEMM_EPI_BGRAD_A ? " +bgrad" : "");
+                                : d.epilogue == GEMM_EPI_BGRAD_A ? " +bgrad" : d.beta != 0 ? " +C" : "");
         r->flops = 2.0 * (double)d.M * (double)d.N * (double)d.K * (double)d.batch;
     } else {
         r->bytes = node_bytes(ex, id);
