@@ -4,7 +4,7 @@
  * The cuda executor (runtime/cuda/cuda_exec.h) runs a graph node by node:
  *   EOP_NONE     PARAM: storage bound by the executor, nothing to run;
  *   EOP_UPLOAD   a batch INPUT: the executor copies the field from the host;
- *   EOP_GEMM     LINEAR, MATMUL, LINEAR_DX, LINEAR_DW, LINEAR_DW_BGRAD: one
+ *   EOP_GEMM     LINEAR, MATMUL, LINEAR_DX, LINEAR_DX_ACC, LINEAR_DW, LINEAR_DW_BGRAD: one
  *                cuBLASLt GEMM (runtime/cuda/gemm_cublas.h), then the node's
  *                phases if any (a bias add when the bias cannot use the GEMM
  *                epilogue; LINEAR_DW_BGRAD's column sums into db, only where

@@ -719,6 +719,19 @@ static HpcStatus gen_linear_dw_bgrad(EopGen *gen, HpcError *err)
     return HPC_OK;
 }
 
+/* LINEAR_DX_ACC (compiler/fuse_accum.c): the dX GEMM with beta = 1 reading
+ * acc as C (runtime/cuda/cuda_exec.c); no kernel of its own. */
+static HpcStatus gen_linear_dx_acc(EopGen *gen, HpcError *err)
+{
+    HpcStatus st = gen_gemm(gen, err);
+    if (st) return st;
+    if (INN(2)->dtype != OUTN->dtype || OUTN->dtype != DT_F32)
+        return hpc_fail(err, HPC_ERR_INPUT, "emit_ops: linear_dx_acc node %d (%s) adds into %s and stores %s; "
+                        "the GEMM accumulates into f32 only (a bug in the fuse pass)", gen->id, OUTN->name,
+                        ir_dtype_name(INN(2)->dtype), ir_dtype_name(OUTN->dtype));
+    return HPC_OK;
+}
+
 /* dx = rstd * (g - mean(g) - xhat * mean(g * xhat)), g = dy * gamma, with
  * x and dy of the row in registers. */
 static void gen_layernorm_dx_vec(EopGen *gen)
@@ -1244,6 +1257,7 @@ EOP_PLAIN(softmax_dropout) EOP_PLAIN(softmax_dropout_bwd) EOP_PLAIN(dropout_add)
 #undef EOP_PLAIN
 static HpcStatus cuda_gemm(EopGen *gen, HpcError *err) { return gen_gemm(gen, err); }
 static HpcStatus cuda_linear_dw_bgrad(EopGen *gen, HpcError *err) { return gen_linear_dw_bgrad(gen, err); }
+static HpcStatus cuda_linear_dx_acc(EopGen *gen, HpcError *err) { return gen_linear_dx_acc(gen, err); }
 /* Fused attention: compiler/emit_ops_attention.c. */
 static HpcStatus cuda_attention(EopGen *gen, HpcError *err) { return eopa_gen_attention(gen, err); }
 static HpcStatus cuda_attention_bwd(EopGen *gen, HpcError *err) { return eopa_gen_attention_bwd(gen, err); }

@@ -7,7 +7,8 @@
  * the place its rule chose, and every input it reads comes earlier).  This
  * file has the driver, the rebuild and the elementwise rules (softmax +
  * dropout, dropout + add); fuse_layernorm.c the LayerNorm sites, fuse_dw.c
- * the weight-gradient GEMM's bias gradient and the recomputed activations. */
+ * the weight-gradient GEMM's bias gradient and the recomputed activations,
+ * fuse_accum.c the gradient sums folded into the dX GEMMs. */
 #include "fuse_internal.h"
 
 #include <stdlib.h>
@@ -110,6 +111,7 @@ static void match_all(Matcher *M)
     for (int i = 0; i < M->g->n; i++)
         if (node(M, i)->op == IR_OP_ADD) match_add(M, i);
     fuse_match_dw(M);
+    fuse_match_accum(M);   /* last: it checks the readers of the fused nodes placed above */
 }
 
 /* What a fused node's input v (an id of the input graph, or an output
@@ -270,7 +272,9 @@ HpcStatus fuse_graph(const IrGraph *in, const PrecisionPlan *pin, IrGraph *out, 
 FuseOptions fuse_defaults(void)
 {
     const char *ln = getenv("HPC_FUSE_LN");   /* a hook for comparisons, as HPC_KEEP_F32 */
-    return (FuseOptions){.recompute_act = true, .layernorm = !ln || strcmp(ln, "0") != 0};
+    const char *acc = getenv("HPC_FUSE_ACCUM");
+    return (FuseOptions){.recompute_act = true, .layernorm = !ln || strcmp(ln, "0") != 0,
+                         .accumulate = !acc || strcmp(acc, "0") != 0};
 }
 
 HpcStatus fuse_graph_with(const IrGraph *in, const PrecisionPlan *pin, IrGraph *out, PrecisionPlan *pout,
@@ -306,6 +310,7 @@ HpcStatus fuse_graph_with(const IrGraph *in, const PrecisionPlan *pin, IrGraph *
     rebuild(&M, out, map, src_of);
     HPC_ASSERT((size_t)out->n < n_out);
     if (pout) remap_plan(pin, map, src_of, in, out, pout);
+    if (pout) fuse_accum_plan(out, pout);
     stats->nodes_before = in->n;
     stats->nodes_after = out->n;
     free(map);

@@ -30,6 +30,10 @@
  *   The bias gradient of a LINEAR that feeds a LayerNorm site is wanted by
  *   both LN_RESIDUAL_BWD (output 4) and LINEAR_DW_BGRAD; the LayerNorm rule
  *   runs first and takes it (compiler/fuse_dw.c says why).
+ *   ADD(acc, LINEAR_DX(dy, W)), acc f32     => LINEAR_DX_ACC(dy, W, acc) = acc + dy W
+ *       (compiler/fuse_accum.c: the residual gradient summed inside the dX
+ *        GEMM, beta = 1, written over acc in place; dX is never rounded to
+ *        16 bits.  HPC_FUSE_ACCUM=0 turns it off: FuseOptions.accumulate)
  * Cross-entropy needs no rewrite: CROSS_ENTROPY already takes logits and
  * computes its log-softmax inside (forward and backward).
  *
@@ -78,6 +82,7 @@ typedef struct {
     int ln_casts_folded;      /* CASTs of a site's y that became its output 4 */
     int linear_dw_bgrad;      /* LINEAR_DW + BIAS_GRAD pairs of one dy fused */
     int act_recompute;        /* forward ACTs recomputed before their dW GEMMs */
+    int linear_dx_acc;        /* ADD + LINEAR_DX pairs summed in the GEMM (fuse_accum.c) */
     int nodes_before, nodes_after;
 } FuseStats;
 
@@ -85,10 +90,11 @@ HpcStatus fuse_graph(const IrGraph *in, const PrecisionPlan *pin, IrGraph *out, 
                      FuseStats *stats, HpcError *err);
 
 /* Optional rules (fuse_defaults: all on, but HPC_FUSE_LN=0 in the
- * environment turns layernorm off). */
+ * environment turns layernorm off, HPC_FUSE_ACCUM=0 accumulate). */
 typedef struct {
     bool recompute_act;       /* recompute an ACT before its dW GEMMs instead of keeping it */
     bool layernorm;           /* the LayerNorm site rules (fuse_layernorm.c) */
+    bool accumulate;          /* ADD(acc, LINEAR_DX) => LINEAR_DX_ACC (fuse_accum.c) */
 } FuseOptions;
 
 FuseOptions fuse_defaults(void);

@@ -65,4 +65,11 @@ void fuse_match_layernorm(Matcher *M);
  * then (opts.recompute_act) the ACTs recomputed before their dW GEMMs. */
 void fuse_match_dw(Matcher *M);
 
+/* The accumulating dX GEMM rule (fuse_accum.c): ADD(acc, LINEAR_DX) =>
+ * LINEAR_DX_ACC; runs last (opts.accumulate), so it sees the fused nodes
+ * the other rules placed.  fuse_accum_plan gives the fused nodes of `out`
+ * their GEMM's precision class in the re-indexed plan. */
+void fuse_match_accum(Matcher *M);
+void fuse_accum_plan(const IrGraph *out, PrecisionPlan *plan);
+
 #endif

@@ -44,6 +44,9 @@ void ir_attr_str(const IrNode *n, char *buf, size_t size)
         snprintf(buf, size, "eps=%g p=%g salt=%d", la.eps, (double)la.p, (int)la.salt);
         break;
     }
+    case IR_OP_LINEAR_DX_ACC:   /* compiler/fuse_accum.c: the sum is f32, dX no longer stored */
+        snprintf(buf, size, "+=%%%d unrounded=%s", n->in[2], ir_dtype_name((DType)a->fused.mid));
+        break;
     default: break;
     }
 }

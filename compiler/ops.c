@@ -373,6 +373,17 @@ const char *ir_output_name(IrOpKind op, int k)
 /* LINEAR_DW_BGRAD: dW as LINEAR_DW; db is its OUTPUT 1 (ir_shape_output). */
 static void ir_shape_linear_dw_bgrad(const IrGraph *g, IrNode *n) { ir_shape_linear_dw(g, n); }
 
+/* LINEAR_DX_ACC (compiler/fuse_accum.c): LINEAR_DX's shape, which acc must
+ * have; stored as acc (f32). */
+static void ir_shape_linear_dx_acc(const IrGraph *g, IrNode *n)
+{
+    const IrNode *acc = IN(2);
+    ir_shape_linear_dx(g, n);
+    require(acc->rank == n->rank, n, "acc of dx's shape");
+    for (int i = 0; i < n->rank; i++) require(acc->dims[i] == n->dims[i], n, "acc of dx's shape");
+    n->dtype = acc->dtype;
+}
+
 static void ir_shape_softmax_dropout_bwd(const IrGraph *g, IrNode *n)
 {
     const IrNode *s = IN(1);
@@ -657,7 +668,7 @@ static const IrOpInfo op_table[] = {
 #undef IR_OP
 };
 _Static_assert(sizeof op_table / sizeof op_table[0] == IR_OP_COUNT, "ops.def and the op table disagree");
-_Static_assert(IR_OP_COUNT == 41, "an op was added or removed: update docs/ir.md (the row names its functions)");
+_Static_assert(IR_OP_COUNT == 42, "an op was added or removed: update docs/ir.md (the row names its functions)");
 
 const IrOpInfo *ir_op_info(IrOpKind op)
 {

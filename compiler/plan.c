@@ -91,6 +91,8 @@ static void fl_release(FreeList *f, int64_t off, int64_t size)
 
 /* ---- liveness --------------------------------------------------------- */
 
+int plan_inplace_input(const IrNode *n) { return n->op == IR_OP_LINEAR_DX_ACC ? 2 : -1; }
+
 static bool is_batch_input(const IrNode *n)
 {
     return n->op == IR_OP_INPUT && n->attr.input.kind != IR_IN_LOSS_SCALE;
@@ -124,6 +126,31 @@ static void plan_lifetimes(StepPlan *p, const IrGraph *g)
         for (int i = 0; i < g->n; i++) p->v[i].last = end;
 }
 
+/* Node i may write over its in-place input a: i is a's last reader (so no
+ * role pins a and nothing reads it later), and both are arena values of
+ * one dtype and size. */
+static bool inplace_allowed(const StepPlan *p, const IrGraph *g, int i, int a)
+{
+    const PlanValue *va = &p->v[a], *vi = &p->v[i];
+    return va->kind == PLAN_ARENA && vi->kind == PLAN_ARENA && va->bytes == vi->bytes && va->last == i &&
+           g->nodes[a].dtype == g->nodes[i].dtype;
+}
+
+/* storage: each value its own range, but for the in-place writes allowed;
+ * a chain's first value then lives to the chain's last reader. */
+static void plan_inplace(StepPlan *p, const IrGraph *g)
+{
+    for (int i = 0; i < g->n; i++) p->v[i].storage = i;
+    for (int i = 0; i < g->n; i++) {
+        int k = plan_inplace_input(&g->nodes[i]);
+        if (k >= 0 && inplace_allowed(p, g, i, g->nodes[i].in[k])) p->v[i].storage = p->v[g->nodes[i].in[k]].storage;
+    }
+    for (int i = 0; i < g->n; i++) {
+        PlanValue *root = &p->v[p->v[i].storage];
+        if (root->last < p->v[i].last) root->last = p->v[i].last;
+    }
+}
+
 /* One arena range: a value (id >= 0) or node -id-1's scratch. */
 typedef struct { int id, def, last; int64_t bytes; } Range;
 
@@ -144,7 +171,7 @@ static int collect_ranges(const StepPlan *p, Range *r)
 {
     int n = 0;
     for (int i = 0; i < p->n; i++) {
-        if (p->v[i].kind == PLAN_ARENA)
+        if (p->v[i].kind == PLAN_ARENA && p->v[i].storage == i)
             r[n++] = (Range){i, p->v[i].def, p->v[i].last, p->v[i].bytes};
         if (p->scratch_bytes[i] > 0) r[n++] = (Range){-i - 1, i, i, p->scratch_bytes[i]};
     }
@@ -180,6 +207,8 @@ static void plan_offsets(StepPlan *p)
         set_offset(p, &born[b], off[slot]);
     }
     p->arena_bytes = f.peak;
+    for (int i = 0; i < p->n; i++)
+        if (p->v[i].storage != i) p->v[i].offset = p->v[p->v[i].storage].offset;
     free(f.free);
     free(off);
     free(born);
@@ -213,6 +242,7 @@ HpcStatus plan_build_scratch(const IrGraph *g, int64_t B, int64_t L, const int64
         p->scratch_off[i] = -1;
     }
     plan_lifetimes(p, g);
+    plan_inplace(p, g);
     plan_offsets(p);
     return HPC_OK;
 }
@@ -245,7 +275,7 @@ void plan_memory(const StepPlan *p, const IrGraph *g, const ParamList *pl,
     memset(m, 0, sizeof *m);
     m->arena = p->arena_bytes;
     for (int i = 0; i < p->n; i++) {
-        if (p->v[i].kind == PLAN_ARENA) m->unshared += p->v[i].bytes;
+        if (p->v[i].kind == PLAN_ARENA && p->v[i].storage == i) m->unshared += p->v[i].bytes;
         m->unshared += p->scratch_bytes[i];
     }
     for (int q = 0; q < pl->n; q++)
@@ -288,6 +318,31 @@ static int64_t range_offset(const StepPlan *p, const Range *r)
     return r->id >= 0 ? p->v[r->id].offset : p->scratch_off[-r->id - 1];
 }
 
+/* Value i, stored in another's range: an in-place write of its node into
+ * input a, the range of a's storage, live over i's lifetime, and no node
+ * after i reads a. */
+static bool check_inplace(const StepPlan *p, const IrGraph *g, int i, char *why, size_t why_size)
+{
+    const PlanValue *v = &p->v[i], *root = &p->v[v->storage];
+    int k = plan_inplace_input(&g->nodes[i]);
+    int a = k >= 0 ? g->nodes[i].in[k] : -1;
+    if (a < 0 || p->v[a].storage != v->storage || v->offset != root->offset || v->bytes != root->bytes ||
+        root->def > v->def || root->last < v->last)
+        return check_fail(why, why_size, "value %d (%s) shares the range of value %d but is no in-place write "
+                          "of it", i, g->nodes[i].name, v->storage);
+    bool role = a == g->loss || a == g->logits;
+    for (int q = 0; q < g->n_params && g->param_grad; q++) role |= g->param_grad[q] == a;
+    if (role)
+        return check_fail(why, why_size, "node %d writes over value %d in place, which the step must keep "
+                          "(loss, logits or a gradient)", i, a);
+    for (int j = i + 1; j < g->n; j++)
+        for (int q = 0; q < g->nodes[j].n_in; q++)
+            if (g->nodes[j].in[q] == a)
+                return check_fail(why, why_size, "node %d writes over value %d in place, which node %d reads "
+                                  "later", i, a, j);
+    return true;
+}
+
 bool plan_check(const StepPlan *p, const IrGraph *g, char *why, size_t why_size)
 {
     for (int i = 0; i < g->n; i++) {
@@ -297,6 +352,7 @@ bool plan_check(const StepPlan *p, const IrGraph *g, char *why, size_t why_size)
                 return check_fail(why, why_size, "value %d is not live when node %d reads it",
                                   g->nodes[i].in[k], i);
         if (v->kind != PLAN_ARENA) continue;
+        if (v->storage != i && !check_inplace(p, g, i, why, why_size)) return false;
         if (v->def > v->last || v->offset < 0 || v->offset % PLAN_ALIGN ||
             v->offset + v->bytes > p->arena_bytes)
             return check_fail(why, why_size, "value %d (%s): lifetime [%d, %d], range [%lld, +%lld) "
@@ -364,6 +420,7 @@ void plan_print(const StepPlan *p, const IrGraph *g, const ParamList *pl,
         if (p->scratch_bytes[i] > 0)
             fprintf(out, "  scratch %lld @ %lld", (long long)p->scratch_bytes[i],
                     (long long)p->scratch_off[i]);
+        if (v->storage != i) fprintf(out, "  in place of %d", v->storage);
         fputc('\n', out);
     }
 }

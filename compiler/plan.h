@@ -17,6 +17,14 @@
  *     how much a kernel needs), with greedy best-fit over a free list, so
  *     values whose lifetimes do not overlap share memory.  Parameters (f32
  *     masters and their fp16/bf16 copies) live outside the arena.
+ *   - in-place writes: a node whose op writes over one of its inputs
+ *     (plan_inplace_input: LINEAR_DX_ACC's acc, the GEMM's C = D) gets that
+ *     input's storage when the node is the input's last reader (and the
+ *     input is no role pinned to the end, same dtype and size); a chain of
+ *     them (residual + dXq + dXk + dXv) is one range that lives from the
+ *     first value's definition to the last one's last reader.  Otherwise
+ *     (HPC_PLAN_KEEP_ALL=1, a reader after the node) the value has its own
+ *     range and the executor writes out of place;
  *   - the memory figure of a training step: arena, parameters, gradients,
  *     optimizer state (plan_print prints it; `hpc compile --plan`).
  *
@@ -61,6 +69,8 @@ typedef struct {
     int64_t bytes;     /* at the plan's B, L; rounded up to PLAN_ALIGN */
     int64_t offset;    /* PLAN_ARENA: byte offset in the arena; else -1 */
     int def, last;     /* schedule positions, def <= last; -1 = before the first node */
+    int storage;       /* the value whose arena range holds this one: itself, or for an
+                        * in-place write (plan_inplace_input) the first value of its chain */
 } PlanValue;
 
 /* The memory a training step needs, bytes. */
@@ -97,6 +107,10 @@ HpcStatus plan_build_scratch(const IrGraph *g, int64_t B, int64_t L, const int64
                              HpcError *err);
 void plan_free(StepPlan *p);
 
+/* The input a node of this op writes its result over when the plan lets
+ * it (the cuda executor then runs it in place), or -1. */
+int plan_inplace_input(const IrNode *n);
+
 /* Bytes of one element of dt. */
 size_t plan_dtype_size(DType dt);
 
@@ -108,7 +122,9 @@ void plan_memory(const StepPlan *p, const IrGraph *g, const ParamList *pl,
 /* Checks the plan's invariants: every arena range inside the arena and
  * aligned, def <= last, each value live at its readers' positions, and no
  * two arena ranges (values or scratch) overlap in memory while both are
- * live.  Returns true if they hold; otherwise false with a sentence in why. */
+ * live, and every value stored in another's range (storage) is an in-place
+ * write the rules above allow.  Returns true if they hold; otherwise false
+ * with a sentence in why. */
 bool plan_check(const StepPlan *p, const IrGraph *g, char *why, size_t why_size);
 
 /* `hpc compile --plan`: the memory figure, then one line per value in

@@ -74,7 +74,7 @@
 /* How a node runs on the cuda backend:
  *   EOP_NONE     PARAM: storage bound by the executor, nothing to run;
  *   EOP_UPLOAD   a batch INPUT: the executor copies the field from the host;
- *   EOP_GEMM     LINEAR, MATMUL, LINEAR_DX, LINEAR_DW, LINEAR_DW_BGRAD: one
+ *   EOP_GEMM     LINEAR, MATMUL, LINEAR_DX, LINEAR_DX_ACC, LINEAR_DW, LINEAR_DW_BGRAD: one
  *                cuBLASLt GEMM, then the node's phases if any (a bias add
  *                the epilogue cannot do; LINEAR_DW_BGRAD's column sums into
  *                its output 1, db, launched only where cuBLASLt has no

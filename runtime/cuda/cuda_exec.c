@@ -307,6 +307,11 @@ static void gemm_desc_node(const CudaExec *ex, int id, GemmDesc *d)
     case IR_OP_LINEAR_DX: /* dx (rows, in) = dy (rows, out) W (out, in) */
         gemm_desc_rm(d, ab, c, rows, b->dims[1], b->dims[0], A, Bp, C);
         break;
+    case IR_OP_LINEAR_DX_ACC: /* y = acc + dy W: C = acc, beta 1; D = y, which the plan puts on acc (in place) */
+        gemm_desc_rm(d, ab, c, rows, b->dims[1], b->dims[0], A, Bp, cuda_exec_ptr(ex, n->in[2]));
+        d->D = C;
+        d->beta = 1.0f;
+        break;
     case IR_OP_LINEAR_DW: /* dW (out, in) = dy^T (out, R) x (R, in) */
     case IR_OP_LINEAR_DW_BGRAD: /* and db (out) = the column sums of dy, from the epilogue */
         gemm_desc_rm(d, ab, c, n->dims[0], n->dims[1], ir_rows(a, ex->B, ex->L), A, Bp, C);
@@ -479,7 +484,7 @@ static void profile_key(const CudaExec *ex, int id, ProfRow *r)
                                 r->op, prof_dtype_name(d.ab_type), prof_dtype_name(d.c_type), (long long)d.M,
                                 (long long)d.N, (long long)d.K, (long long)d.batch, d.trans_a ? " tA" : "",
                                 d.trans_b ? " tB" : "", c->bias_epilogue ? " +bias"
-                                : d.epilogue == GEMM_EPI_BGRAD_A ? " +bgrad" : "");
+                                : d.epilogue == GEMM_EPI_BGRAD_A ? " +bgrad" : d.beta != 0 ? " +C" : "");
         r->flops = 2.0 * (double)d.M * (double)d.N * (double)d.K * (double)d.batch;
     } else {
         r->bytes = node_bytes(ex, id);

@@ -21,7 +21,8 @@ typedef struct {
     int64_t M, N, K, batch, lda, ldb, ldc, stride_a, stride_b, stride_c, ld_aux;
     int trans_a, trans_b, ab_type, c_type, epilogue, allow_tf32;
     int optional;               /* gemm_run_optional: the epilogue may be dropped */
-    int align_a, align_b, align_c, align_bias, align_aux;
+    int reads_c;                /* beta != 0: timed (and cached) apart from beta = 0 */
+    int align_a, align_b, align_c, align_d, align_bias, align_aux;
 } PlanKey;
 
 struct GemmPlan {
@@ -71,6 +72,7 @@ const char *gemm_epilogue_name(GemmEpilogue e)
 }
 
 static int uses_bias(GemmEpilogue e) { return e != GEMM_EPI_NONE; }
+static CUdeviceptr out_ptr(const GemmDesc *d) { return d->D ? d->D : d->C; }
 static int is_bgrad(GemmEpilogue e) { return e == GEMM_EPI_DGELU_BGRAD || e == GEMM_EPI_BGRAD_A; }
 static int uses_aux(GemmEpilogue e)
 {
@@ -129,7 +131,9 @@ static void plan_key(PlanKey *k, const GemmContext *g, const GemmDesc *d, bool o
     k->epilogue = d->epilogue;
     k->ld_aux = uses_aux(d->epilogue) ? d->ld_aux : 0;
     k->allow_tf32 = d->ab_type == GEMM_F32 && g->allow_tf32;
+    k->reads_c = d->beta != 0.0f;
     k->align_a = alignment(d->A); k->align_b = alignment(d->B); k->align_c = alignment(d->C);
+    k->align_d = alignment(out_ptr(d));
     k->align_bias = uses_bias(d->epilogue) ? alignment(d->bias) : 0;
     k->align_aux = uses_aux(d->epilogue) ? alignment(d->aux) : 0;
 }
@@ -234,14 +238,17 @@ static void tune_key(const GemmContext *g, const GemmPlan *p, char *buf, size_t 
 {
     const PlanKey *k = &p->key;
     bool bias = uses_bias(p->epilogue);
+    char c_type[16];   /* "f32+c": a GEMM that reads C (beta != 0) is timed apart */
+    snprintf(c_type, sizeof c_type, "%s%s", gemm_dtype_name((GemmDtype)k->c_type), k->reads_c ? "+c" : "");
+    int align_c = k->align_c < k->align_d ? k->align_c : k->align_d;
     GemmTuneShape s = {
         .gpu = g->gpu, .lt_version = cublasLtGetVersion(), .M = k->M, .N = k->N, .K = k->K, .batch = k->batch,
         .lda = k->lda, .ldb = k->ldb, .ldc = k->ldc, .stride_a = k->stride_a, .stride_b = k->stride_b,
         .stride_c = k->stride_c, .ld_aux = uses_aux(p->epilogue) ? k->ld_aux : 0, .trans_a = k->trans_a,
         .trans_b = k->trans_b, .tf32 = k->allow_tf32, .ab_type = gemm_dtype_name((GemmDtype)k->ab_type),
-        .c_type = gemm_dtype_name((GemmDtype)k->c_type), .bias_type = bias ? gemm_dtype_name((GemmDtype)k->c_type) : "-",
+        .c_type = c_type, .bias_type = bias ? gemm_dtype_name((GemmDtype)k->c_type) : "-",
         .epilogue = gemm_epilogue_name(p->epilogue), .align_a = k->align_a, .align_b = k->align_b,
-        .align_c = k->align_c, .align_bias = bias ? k->align_bias : 0,
+        .align_c = align_c, .align_bias = bias ? k->align_bias : 0,
         .align_aux = uses_aux(p->epilogue) ? k->align_aux : 0, .workspace = g->workspace_bytes};
     gemm_tune_key(&s, buf, size);
 }
@@ -258,9 +265,10 @@ static cublasStatus_t matmul_with(const GemmContext *g, const GemmPlan *p, const
                                   const cublasLtMatmulAlgo_t *algo)
 {
     void *a = (void *)(uintptr_t)d->A, *b = (void *)(uintptr_t)d->B;
-    void *c = (void *)(uintptr_t)d->C, *ws = (void *)(uintptr_t)g->workspace;
-    /* cuBLASLt's A is our B, its B our A; C is both input (beta) and output. */
-    return cublasLtMatmul(g->lt, p->op, &d->alpha, b, p->la, a, p->lb, &d->beta, c, p->lc, c, p->lc, algo, ws,
+    void *c = (void *)(uintptr_t)d->C, *out = (void *)(uintptr_t)out_ptr(d), *ws = (void *)(uintptr_t)g->workspace;
+    /* cuBLASLt's A is our B, its B our A; C is the input (beta), D the output
+     * (C itself unless d->D), both in C's layout. */
+    return cublasLtMatmul(g->lt, p->op, &d->alpha, b, p->la, a, p->lb, &d->beta, c, p->lc, out, p->lc, algo, ws,
                           g->workspace_bytes, (cudaStream_t)g->stream);
 }
 
@@ -387,7 +395,7 @@ static HpcStatus plan_algo(GemmPlan *p, GemmContext *g, const GemmDesc *d, int *
     if (!st) st = pref_set(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, (uint32_t)p->key.align_b, err);
     if (!st) st = pref_set(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, (uint32_t)p->key.align_a, err);
     if (!st) st = pref_set(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, (uint32_t)p->key.align_c, err);
-    if (!st) st = pref_set(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, (uint32_t)p->key.align_c, err);
+    if (!st) st = pref_set(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, (uint32_t)p->key.align_d, err);
     int want = g->autotune ? GEMM_TUNE_MAX_CANDIDATES : 1;
     if (!st)
         st = CUDA_CHECK(err, cublasLtMatmulAlgoGetHeuristic(g->lt, p->op, p->la, p->lb, p->lc,

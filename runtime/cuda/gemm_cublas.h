@@ -3,14 +3,22 @@
  * Every matrix here is row-major (PyTorch layout); the module maps a call to
  * cuBLASLt's column-major view by swapping operands (C^T = B^T A^T).
  *
- *   C (M, N) = alpha * op(A) @ op(B) + beta * C        [+ epilogue]
+ *   D (M, N) = alpha * op(A) @ op(B) + beta * C        [+ epilogue]
+ *   D is C (in place, the default: GemmDesc.D = 0) or another matrix of C's
+ *   dtype and layout (ldc) that does not overlap it.
  *   op(A) (M, K): A stored (M, K), lda >= K; with trans_a stored (K, M), lda >= M
  *   op(B) (K, N): B stored (K, N), ldb >= N; with trans_b stored (N, K), ldb >= K
  *   C stored (M, N), ldc >= N.  batch > 1: matrix i starts at ptr + i*stride
  *   (strides in elements).
  *
  * Precision: A and B share ab_type (f32, f16, bf16); C has c_type (f32, or
- * equal to ab_type); accumulation is always fp32.  For f32 inputs TF32 is
+ * equal to ab_type); accumulation is always fp32.  Accumulating into an f32
+ * gradient, D = A B + C with 16-bit A, B and f32 C = D, beta = 1, is a
+ * combination cuBLASLt lists (cuBLAS docs, cublasLtMatmul(): compute
+ * CUBLAS_COMPUTE_32F, scale CUDA_R_32F, A/B CUDA_R_16F or CUDA_R_16BF, C
+ * CUDA_R_32F; "supports both in-place matrix multiplication (C == D and
+ * Cdesc == Ddesc) and out-of-place ... (C != D, same data type, rows,
+ * columns, batch size and memory order)"); the LINEAR_DX_ACC nodes use it.  For f32 inputs TF32 is
  * off (exact fp32 products) unless GemmContext.allow_tf32 is set.
  *
  * Epilogues (fused by cuBLASLt; vectors are packed, ld 1):
@@ -45,7 +53,9 @@
  * Algorithm choice: on a shape's first use cuBLASLt's heuristic proposes up
  * to GEMM_TUNE_MAX_CANDIDATES algorithms; each is run and timed with CUDA
  * events (3 rounds of 1 warm-up + 5 timed runs on the call's own buffers;
- * a GEMM that reads C, beta != 0, has C saved and restored around it) and
+ * a GEMM that reads C, beta != 0, has C saved and restored around it, so
+ * an in-place accumulation is timed on its own input and leaves it as it
+ * was; plans and tuned choices are kept apart for beta = 0 and beta != 0) and
  * the fastest kept (runtime/cuda/gemm_tune.h: the heuristic's first unless
  * another is more than 2% faster).  Choices are stored in
  * DIR/gemm_algos.txt beside the kernel cache (kernel_cache.h's DIR), keyed
@@ -96,6 +106,7 @@ typedef struct {
     CUdeviceptr A; int64_t lda, stride_a;
     CUdeviceptr B; int64_t ldb, stride_b;
     CUdeviceptr C; int64_t ldc, stride_c;
+    CUdeviceptr D;              /* the output when not C (0: in place, D = C); C's layout */
     float alpha, beta;          /* beta != 0 reads C */
     GemmEpilogue epilogue;
     CUdeviceptr bias;           /* see the epilogue table */
