@@ -51,7 +51,7 @@
 #include "params.h"
 #include "spec.h"
 
-#define EOP_MAX_PHASES 3
+#define EOP_MAX_PHASES 4
 #define EOP_NAME_MAX 96
 /* Row blocks of the column-sum reductions (bias and gamma gradients):
  * enough blocks to fill an H100/H200 at C = 768 (docs/perf.md). */
@@ -92,6 +92,7 @@ typedef enum {
     EOP_LT_COLFIN,     /* ceil(count/256) x 256: one thread per column */
     EOP_LT_HEAD_TILES, /* (count, threads, B) x 128: count tiles of L, one grid row per head
                           (the phase's `threads` field holds the head count: fused attention) */
+    EOP_LT_HEAD_BLOCKS,/* (count, threads, B) x 256: as EOP_LT_HEAD_TILES, blocks of 8 warps */
     EOP_LT_COUNT
 } EopLaunchType;
 
