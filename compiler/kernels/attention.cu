@@ -1473,15 +1473,15 @@ KN(attn_mma2_bwd_dkv)(st_t *dk, st_t *dv, int ldg, const st_t *dctx, const st_t 
 
 #if AT_D <= 64
 AT_RUN void attn_mma3_bwd_run(int at_bx, int at_by, int at_bz,
-                              st_t *dq, st_t *dk, st_t *dv, int ldg, const st_t *dctx, const st_t *q, const st_t *k,
-                              const st_t *v, int ld, const float *lse, const float *delta, const int *mask, int B, int L,
+                              st_t *dq, st_t *dk, st_t *dv, int ldg, const st_t *dctx, const st_t *ctx, const st_t *q,
+                              const st_t *k, const st_t *v, int ld, const float *lse, const int *mask, int B, int L,
                               float p, u64 seed, u32 step, u32 salt)
 {
-    __shared__ __align__(128) unsigned short ks[A3_KEYS * AM_KS];            // K of every key (for dQ)
+    __shared__ __align__(128) unsigned short ks[A3_KEYS * AM_KS];            // K of every key
     __shared__ __align__(128) unsigned short qs[A2_QBUF][AM_QT * AM_KS];
     __shared__ __align__(128) unsigned short gs[A2_QBUF][AM_QT * AM_KS];
     __shared__ __align__(128) unsigned short dss[A3_KEYS * A3_DSS];          // dS^T of the tile
-    __shared__ float tl[A2_QBUF][AM_QT], td[A2_QBUF][AM_QT];
+    __shared__ float tl[A2_QBUF][AM_QT], dl[A3_KEYS];                        // lse of the tile, delta of every row
     (void)at_bx;
     int b = at_bz, h = at_by;
     int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
@@ -1499,15 +1499,15 @@ AT_RUN void attn_mma3_bwd_run(int at_bx, int at_by, int at_bz,
             int row_ = (c0) + threadIdx.x;                                                            \
             bool in_ = row_ < L;                                                                      \
             a2_cp4(&tl[qb][threadIdx.x], lse + bh * L + (in_ ? row_ : 0), in_);                       \
-            a2_cp4(&td[qb][threadIdx.x], delta + bh * L + (in_ ? row_ : 0), in_);                     \
         }                                                                                             \
     } while (0)
     a2_stage(ks, k, ld, b, h, 0, A3_KEYS, L, 32 * A3_WARPS);
     A3_STAGE_Q(0, 0);
     a2_commit();
 
+    // V of the warp's keys as A fragments (K's come from ks, by ldmatrix).
     bool kvis[2];
-    u32 ka[AT_D / 16][4], va[AT_D / 16][4];
+    u32 va[AT_D / 16][4];
 #pragma unroll
     for (int half = 0; half < 2; half++)
         kvis[half] = keys[half] < L && (!mask || mask[(i64)b * L + keys[half]] != 0);
@@ -1516,10 +1516,25 @@ AT_RUN void attn_mma3_bwd_run(int at_bx, int at_by, int at_bz,
 #pragma unroll
         for (int i = 0; i < 4; i++) {
             int key = keys[i & 1], col = kk * 16 + 2 * t + (i >= 2 ? 8 : 0);
-            bool in = key < L;
-            ka[kk][i] = in ? *reinterpret_cast<const u32 *>(k + ((i64)b * L + key) * ld + h * AT_D + col) : 0u;
-            va[kk][i] = in ? *reinterpret_cast<const u32 *>(v + ((i64)b * L + key) * ld + h * AT_D + col) : 0u;
+            va[kk][i] = key < L ? *reinterpret_cast<const u32 *>(v + ((i64)b * L + key) * ld + h * AT_D + col) : 0u;
         }
+    // delta = rowsum(dO * O) of every row (attn_simt_bwd_dot's job, folded
+    // in): AT_D / 8 adjacent lanes a row, 8 elements each.
+#pragma unroll
+    for (int i0 = 0; i0 < A3_KEYS * (AT_D / 8); i0 += 32 * A3_WARPS) {
+        int i = i0 + threadIdx.x, row = i / (AT_D / 8), c8 = (i % (AT_D / 8)) * 8;
+        float s = 0.0f;
+        if (row < L) {
+            i64 at = ((i64)b * L + row) * HPC_HIDDEN + h * AT_D + c8;
+            uint4 gw = *reinterpret_cast<const uint4 *>(dctx + at), yw = *reinterpret_cast<const uint4 *>(ctx + at);
+            const st_t *ge = reinterpret_cast<const st_t *>(&gw), *ye = reinterpret_cast<const st_t *>(&yw);
+#pragma unroll
+            for (int e = 0; e < 8; e++) s += ld_f(ge[e]) * ld_f(ye[e]);
+        }
+#pragma unroll
+        for (int o = 1; o < AT_D / 8; o <<= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
+        if (c8 == 0) dl[row] = s;
+    }
     float gk[AT_D / 8][4], gv[AT_D / 8][4];
 #pragma unroll
     for (int nd = 0; nd < AT_D / 8; nd++)
@@ -1533,7 +1548,7 @@ AT_RUN void attn_mma3_bwd_run(int at_bx, int at_by, int at_bz,
         a2_wait1();
         __syncthreads();
         const unsigned short *qb = qs[buf], *gb = gs[buf];
-        const float *tlb = tl[buf], *tdb = td[buf];
+        const float *tlb = tl[buf], *tdb = dl + c0;
 
         if (owns) {
             // S^T (16 keys x 32 queries) and dP^T = V dO^T.
@@ -1543,17 +1558,23 @@ AT_RUN void attn_mma3_bwd_run(int at_bx, int at_by, int at_bz,
 #pragma unroll
                 for (int c = 0; c < 4; c++) st[nt][c] = dpt[nt][c] = 0.0f;
 #pragma unroll
-            for (int kk = 0; kk < AT_D / 16; kk++)
+            for (int kk = 0; kk < AT_D / 16; kk++) {
+                // A fragment of the warp's K rows (16 x 16 at column 16 kk):
+                // a2_kn's matrices (rows + 8 (i & 1), columns + 8 (i >> 1))
+                // without .trans are a0..a3.
+                u32 ka[4];
+                a2_ldm4(ka, a2_kn(ks, k0, 16 * kk, lane));
 #pragma unroll
                 for (int np = 0; np < AM_QT / 16; np++) {
                     u32 f[4], e[4];
                     a2_ldm4(f, a2_nk(qb, 16 * np, 16 * kk, lane));
                     a2_ldm4(e, a2_nk(gb, 16 * np, 16 * kk, lane));
-                    am_mma(st[2 * np], ka[kk], f[0], f[1]);
-                    am_mma(st[2 * np + 1], ka[kk], f[2], f[3]);
+                    am_mma(st[2 * np], ka, f[0], f[1]);
+                    am_mma(st[2 * np + 1], ka, f[2], f[3]);
                     am_mma(dpt[2 * np], va[kk], e[0], e[1]);
                     am_mma(dpt[2 * np + 1], va[kk], e[2], e[3]);
                 }
+            }
             // Keep bits as attn_mma2_bwd_dkv: lane draws the 8 keys
             // k0 + 8 (lane & 1) .. + 7 of query nt * 8 + ((lane & 15) >> 1),
             // nt = 2 np + (lane >> 4).
@@ -1653,21 +1674,21 @@ AT_RUN void attn_mma3_bwd_run(int at_bx, int at_by, int at_bz,
 }
 #ifndef HPC_ATTN_NO_KERNELS
 extern "C" __global__ void __launch_bounds__(256)
-KN(attn_mma3_bwd)(st_t *dq, st_t *dk, st_t *dv, int ldg, const st_t *dctx, const st_t *q, const st_t *k, const st_t *v,
-                  int ld, const float *lse, const float *delta, const int *mask, int B, int L, float p, u64 seed,
-                  u32 step, u32 salt)
+KN(attn_mma3_bwd)(st_t *dq, st_t *dk, st_t *dv, int ldg, const st_t *dctx, const st_t *ctx, const st_t *q,
+                  const st_t *k, const st_t *v, int ld, const float *lse, const int *mask, int B, int L, float p,
+                  u64 seed, u32 step, u32 salt)
 {
-    attn_mma3_bwd_run(blockIdx.x, blockIdx.y, blockIdx.z, dq, dk, dv, ldg, dctx, q, k, v, ld, lse, delta, mask, B, L, p,
+    attn_mma3_bwd_run(blockIdx.x, blockIdx.y, blockIdx.z, dq, dk, dv, ldg, dctx, ctx, q, k, v, ld, lse, mask, B, L, p,
                       seed, step, salt);
 }
 // The same body held to 128 registers (two blocks an SM): timed beside it by
 // tests/gpu/gpu_attention.c to choose the step's launch bounds.
 extern "C" __global__ void __launch_bounds__(256, 2)
-KN(attn_mma3_bwd_r128)(st_t *dq, st_t *dk, st_t *dv, int ldg, const st_t *dctx, const st_t *q, const st_t *k,
-                       const st_t *v, int ld, const float *lse, const float *delta, const int *mask, int B, int L,
-                       float p, u64 seed, u32 step, u32 salt)
+KN(attn_mma3_bwd_r128)(st_t *dq, st_t *dk, st_t *dv, int ldg, const st_t *dctx, const st_t *ctx, const st_t *q,
+                       const st_t *k, const st_t *v, int ld, const float *lse, const int *mask, int B, int L, float p,
+                       u64 seed, u32 step, u32 salt)
 {
-    attn_mma3_bwd_run(blockIdx.x, blockIdx.y, blockIdx.z, dq, dk, dv, ldg, dctx, q, k, v, ld, lse, delta, mask, B, L, p,
+    attn_mma3_bwd_run(blockIdx.x, blockIdx.y, blockIdx.z, dq, dk, dv, ldg, dctx, ctx, q, k, v, ld, lse, mask, B, L, p,
                       seed, step, salt);
 }
 #endif

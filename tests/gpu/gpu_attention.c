@@ -289,9 +289,9 @@ static void run_mma_dkv(int fam, const Mod *m, Bufs *d, int B, int L, float p, u
     launch(m, base, (unsigned)(L + 63) / 64, (unsigned)m->NH, (unsigned)B, 128, a);
 }
 
-/* The one-pass backward (v3 in the step) alone: dQ, dK, dV from lse and
- * delta in place; grid (1, NH, B) x 256, L <= 128, D <= 64.  r128 takes
- * the same body held to 128 registers. */
+/* The one-pass backward (v3 in the step): dQ, dK, dV from dctx, ctx and
+ * lse (delta computed inside); grid (1, NH, B) x 256, L <= 128, D <= 64.
+ * r128 takes the same body held to 128 registers. */
 static bool has_mma3(const Mod *m, int L) { return m->D <= 64 && L <= 128; }
 static void run_mma3(bool r128, const Mod *m, Bufs *d, int B, int L, float p, uint64_t seed, uint32_t step,
                      uint32_t salt)
@@ -299,7 +299,7 @@ static void run_mma3(bool r128, const Mod *m, Bufs *d, int B, int L, float p, ui
     CUdeviceptr q = d->qkv, k = d->qkv + 2 * (size_t)m->H, v = d->qkv + 4 * (size_t)m->H;
     CUdeviceptr dq = d->dqkv, dk = d->dqkv + 2 * (size_t)m->H, dv = d->dqkv + 4 * (size_t)m->H;
     int ld = 3 * m->H;
-    void *a[] = {&dq, &dk, &dv, &ld, &d->dctx, &q, &k, &v, &ld, &d->lse, &d->delta, &d->mask, &B, &L, &p, &seed,
+    void *a[] = {&dq, &dk, &dv, &ld, &d->dctx, &d->ctx, &q, &k, &v, &ld, &d->lse, &d->mask, &B, &L, &p, &seed,
                  &step, &salt};
     launch(m, r128 ? "attn_mma3_bwd_r128" : "attn_mma3_bwd", 1, (unsigned)m->NH, (unsigned)B, 256, a);
 }
@@ -553,33 +553,24 @@ static void timing(const Mod *m, int B, int L)
                "fwd+bwd %.3f ms\n", m->label, B, L, m->NH, fam_tag[fam], mma_ms, f / mma_ms * 1e-9, fam_tag[fam],
                mbwd_ms, 2 * f / mbwd_ms * 1e-9, mma_ms + mbwd_ms);
     }
-    /* The step's default backward (v3): delta, then the one-pass kernel;
-     * the kernel alone too.  TFLOP/s as above (4 products counted; it
-     * computes 5: S once, dP once, dV, dK, dQ). */
+    /* The step's default backward (v3): the one-pass kernel, delta inside.
+     * TFLOP/s as above (4 products counted); "executed" counts the 5 it
+     * computes (S, dP, dV, dK, dQ; v2 computes 7). */
     for (int r128 = 0; r128 < 2 && has_mma3(m, L); r128++) {
-        float all_ms = 0, one_ms = 0;
-        for (int i = 0; i < 3; i++) {
-            run_dot(m, &d, B, L);
-            run_mma3(r128, m, &d, B, L, p, seed, step, salt);
-        }
+        float ms = 0;
+        for (int i = 0; i < 3; i++) run_mma3(r128, m, &d, B, L, p, seed, step, salt);
         for (int i = 0; i < iters; i++) {
-            float a, b;
+            float a;
             DRV(cu->cuEventRecord(e0, dev.stream));
-            run_dot(m, &d, B, L);
-            DRV(cu->cuEventRecord(e1, dev.stream));
             run_mma3(r128, m, &d, B, L, p, seed, step, salt);
-            DRV(cu->cuEventRecord(e2, dev.stream));
-            DRV(cu->cuEventSynchronize(e2));
+            DRV(cu->cuEventRecord(e1, dev.stream));
+            DRV(cu->cuEventSynchronize(e1));
             DRV(cu->cuEventElapsedTime(&a, e0, e1));
-            DRV(cu->cuEventElapsedTime(&b, e1, e2));
-            all_ms += a + b;
-            one_ms += b;
+            ms += a;
         }
-        all_ms /= iters;
-        one_ms /= iters;
-        printf("timing  %-9s B%d L%d NH%d p0.1: mma3%s bwd %.3f ms (%.1f TFLOP/s; dot + one-pass kernel), kernel "
-               "alone %.3f ms (%.1f TFLOP/s counted, %.1f executed)\n", m->label, B, L, m->NH, r128 ? " r128" : "",
-               all_ms, 2 * f / all_ms * 1e-9, one_ms, 2 * f / one_ms * 1e-9, 2.5 * f / one_ms * 1e-9);
+        ms /= iters;
+        printf("timing  %-9s B%d L%d NH%d p0.1: mma3%s bwd %.3f ms (%.1f TFLOP/s counted as above, %.1f executed)\n",
+               m->label, B, L, m->NH, r128 ? " r128" : "", ms, 2 * f / ms * 1e-9, 2.5 * f / ms * 1e-9);
     }
     DRV(cu->cuEventDestroy(e0));
     DRV(cu->cuEventDestroy(e1));
