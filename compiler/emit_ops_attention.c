@@ -159,10 +159,10 @@ HpcStatus eopa_gen_attention(EopGen *gen, HpcError *err)
 }
 
 /* (dctx, q, k, v, mask, ctx, lse) = a.x[0..6]; delta (B, heads, L) f32 in scratch.
- * With the one-pass kernel: phases dot, attn3_bwd (rows up to
- * AT_ONE_PASS_MAX_L; delta computed inside), then v2's dq and dkv; dot, dq
- * and dkv take the longer rows: each phase returns at once for the lengths
- * it does not take (L is the run's, known on the device only). */
+ * With the one-pass kernel: phases attn3_bwd (rows up to AT_ONE_PASS_MAX_L:
+ * the whole backward; longer rows: delta only), then v2's dq and dkv, which
+ * return at once where attn3_bwd did the work (L is the run's, known on the
+ * device only); otherwise dot, dq, dkv. */
 HpcStatus eopa_gen_attention_bwd(EopGen *gen, HpcError *err)
 {
     AttnCfg c;
@@ -179,23 +179,28 @@ HpcStatus eopa_gen_attention_bwd(EopGen *gen, HpcError *err)
                         "compile with HPC_ATTENTION=unfused", gen->id, gen->g->nodes[gen->id].name,
                         (long long)c.head_dim);
     long long H = (long long)c.hidden;
-    /* the v2 phases return at once where the one-pass kernel runs (it
-     * computes delta itself) */
+    StrBuf *s;
     char skip[64] = "";
-    if (one_pass) snprintf(skip, sizeof skip, "    if (a.L <= %d) return;\n", AT_ONE_PASS_MAX_L);
-    StepSize rows = {.c0 = 0, .c1 = c.heads, .pB = 1, .pL = 1, .div = 1};
-    StrBuf *s = attn_phase(gen, "attn_bwd_dot", &c, EOP_LT_WARP_ROWS, rows, 128);
-    strbuf_add(s, skip);
-    strbuf_add(s, "    hpc_attn::attn_simt_bwd_dot_run(blockIdx.x, 0, 0, (float *)a.scratch, (const T *)a.x[0],\n"
-                  "        (const T *)a.x[5], (int)a.B, (int)a.L);\n");
     if (one_pass) {
+        /* one block of 256 per (b, head): the whole backward up to
+         * AT_ONE_PASS_MAX_L (delta inside), delta alone above it */
         s = attn_phase(gen, "attn3_bwd", &c, EOP_LT_HEAD_BLOCKS, (StepSize){.c0 = 1}, (int)c.heads);
-        strbuf_printf(s, "    if (a.L > %d) return;\n"
+        strbuf_printf(s, "    if (a.L > %d) {\n"
+                         "        hpc_attn::attn_head_bwd_dot_run(blockIdx.x, blockIdx.y, blockIdx.z, (float *)a.scratch,\n"
+                         "            (const T *)a.x[0], (const T *)a.x[5], (int)a.B, (int)a.L, 256);\n"
+                         "        return;\n    }\n"
                          "    hpc_attn::attn_mma3_bwd_run(blockIdx.x, blockIdx.y, blockIdx.z, (T *)a.y, (T *)a.yk[0],\n"
                          "        (T *)a.yk[1], %lld, (const T *)a.x[0], (const T *)a.x[5], (const T *)a.x[1],\n"
                          "        (const T *)a.x[2], (const T *)a.x[3], %lld, (const float *)a.x[6], (const int *)a.x[4],\n"
                          "        (int)a.B, (int)a.L, p, ctl->seed, ctl->step, salt);\n",
                       AT_ONE_PASS_MAX_L, H, H);
+        /* v2's dQ and dK/dV phases below return at once where it ran */
+        snprintf(skip, sizeof skip, "    if (a.L <= %d) return;\n", AT_ONE_PASS_MAX_L);
+    } else {
+        StepSize rows = {.c0 = 0, .c1 = c.heads, .pB = 1, .pL = 1, .div = 1};
+        s = attn_phase(gen, "attn_bwd_dot", &c, EOP_LT_WARP_ROWS, rows, 128);
+        strbuf_add(s, "    hpc_attn::attn_simt_bwd_dot_run(blockIdx.x, 0, 0, (float *)a.scratch, (const T *)a.x[0],\n"
+                      "        (const T *)a.x[5], (int)a.B, (int)a.L);\n");
     }
     s = attn_phase(gen, v2 ? "attn2_bwd_dq" : "attn_bwd_dq", &c, EOP_LT_HEAD_TILES, tiles_of_l(), (int)c.heads);
     strbuf_add(s, skip);

@@ -51,7 +51,7 @@
 #include "params.h"
 #include "spec.h"
 
-#define EOP_MAX_PHASES 4
+#define EOP_MAX_PHASES 3
 #define EOP_NAME_MAX 96
 /* Row blocks of the column-sum reductions (bias and gamma gradients):
  * enough blocks to fill an H100/H200 at C = 768 (docs/perf.md). */

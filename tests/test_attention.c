@@ -169,7 +169,7 @@ static void compile_attention(int hidden, int heads, KemitDtype dt, int arch)
     static const char *const bases[] = {"attn_simt_fwd", "attn_simt_bwd_dot", "attn_simt_bwd_dq", "attn_simt_bwd_dkv",
                                         "attn_mma_fwd", "attn_mma_bwd_dq", "attn_mma_bwd_dkv",
                                         "attn_mma2_fwd", "attn_mma2_bwd_dq", "attn_mma2_bwd_dkv",
-                                        "attn_mma3_bwd", "attn_mma3_bwd_r128"};
+                                        "attn_head_bwd_dot", "attn_mma3_bwd", "attn_mma3_bwd_r128"};
     for (int i = 0; i < (int)(sizeof bases / sizeof bases[0]); i++) {
         char name[128];
         kemit_name(suffix, bases[i], name, sizeof name);
@@ -291,6 +291,47 @@ static void emu_check_head(int D)
             }
         }
 }
+
+/* attn_mma3_bwd's two A fragments (m16n8k16: lane l, g = l / 4, t = l % 4,
+ * register i holds row g + 8 (i & 1), columns 2t + 8 (i >> 1), +1):
+ *  - K rows of the warp, stored (key x d) with stride D + 8, by a2_kn
+ *    without .trans;
+ *  - dS (query x key) for dQ = dS K, from dS^T stored (key x query) with
+ *    stride 32 + 8, by a2_nk (its stride argument) with .trans. */
+static void emu_check_one_pass(int D)
+{
+    int addr[32], reg[32][4][2];
+    for (int k0 = 0; k0 < 128; k0 += 16)
+        for (int kk = 0; kk < D / 16; kk++) {
+            for (int l = 0; l < 32; l++) addr[l] = emu_kn(D + 8, k0, 16 * kk, l);
+            emu_no_bank_conflict(addr, D + 8, "K as A");
+            emu_ldmatrix_x4(addr, false, reg);
+            for (int l = 0; l < 32; l++)
+                for (int i = 0; i < 4; i++)
+                    for (int e = 0; e < 2; e++) {
+                        int m = l / 4 + 8 * (i & 1), k = 2 * (l % 4) + e + 8 * (i >> 1);
+                        cr_assert_eq(reg[l][i][e], (k0 + m) * (D + 8) + 16 * kk + k, "D%d K as A k0 %d lane %d", D,
+                                     k0, l);
+                    }
+        }
+    const int dss = 32 + 8;
+    for (int kc = 0; kc < 8; kc++)
+        for (int mq = 0; mq < 32; mq += 16) {
+            for (int l = 0; l < 32; l++) addr[l] = emu_nk(dss, 16 * kc, mq, l);
+            emu_no_bank_conflict(addr, dss, "dS^T as A");
+            emu_ldmatrix_x4(addr, true, reg);
+            for (int l = 0; l < 32; l++)
+                for (int i = 0; i < 4; i++)
+                    for (int e = 0; e < 2; e++) {
+                        int m = l / 4 + 8 * (i & 1), k = 2 * (l % 4) + e + 8 * (i >> 1);
+                        cr_assert_eq(reg[l][i][e], (16 * kc + k) * dss + mq + m, "dS as A kc %d mq %d lane %d", kc,
+                                     mq, l);
+                    }
+        }
+}
+
+Test(attention_v3_layout, one_pass_a_fragments_d32) { emu_check_one_pass(32); }
+Test(attention_v3_layout, one_pass_a_fragments_d64) { emu_check_one_pass(64); }
 
 Test(attention_v2_layout, ldmatrix_fragments_and_banks_d32) { emu_check_head(32); }
 Test(attention_v2_layout, ldmatrix_fragments_and_banks_d64) { emu_check_head(64); }

@@ -1471,6 +1471,48 @@ KN(attn_mma2_bwd_dkv)(st_t *dk, st_t *dv, int ldg, const st_t *dctx, const st_t 
 #define A3_DQ_UNITS (2 * (AT_D / 16))          // (16 query x 16 column) pieces of a tile's dQ
 #define A3_DSS AM_QTS                          // shared row stride of dS^T
 
+// Piece i of delta = rowsum(dO * O) for head h of batch row b: AT_D / 8
+// adjacent lanes take row i / (AT_D / 8), 8 elements each (16 bytes), and
+// every one of them returns the row's sum (0 past L).  Whole warps only.
+__device__ __forceinline__ float a3_row_dot(const st_t *dctx, const st_t *ctx, int b, int h, int i, int L)
+{
+    int row = i / (AT_D / 8), c8 = (i % (AT_D / 8)) * 8;
+    float s = 0.0f;
+    if (row < L) {
+        i64 at = ((i64)b * L + row) * HPC_HIDDEN + h * AT_D + c8;
+        uint4 gw = *reinterpret_cast<const uint4 *>(dctx + at), yw = *reinterpret_cast<const uint4 *>(ctx + at);
+        const st_t *ge = reinterpret_cast<const st_t *>(&gw), *ye = reinterpret_cast<const st_t *>(&yw);
+#pragma unroll
+        for (int e = 0; e < 8; e++) s += ld_f(ge[e]) * ld_f(ye[e]);
+    }
+#pragma unroll
+    for (int o = 1; o < AT_D / 8; o <<= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
+    return s;
+}
+
+// attn_head_bwd_dot: attn_simt_bwd_dot for the rows of one (b, head), grid
+// (1, NH, B) x nthr: the step's one-pass phase runs it instead of
+// attn_mma3_bwd where L > A3_KEYS, for v2's dQ and dK/dV kernels.
+AT_RUN void attn_head_bwd_dot_run(int at_bx, int at_by, int at_bz, float *delta, const st_t *dctx, const st_t *ctx,
+                                  int B, int L, int nthr)
+{
+    int b = at_bz, h = at_by;
+    i64 bh = (i64)b * HPC_HEADS + h;
+    for (int i0 = 0; i0 < L * (AT_D / 8); i0 += nthr) {   // the same trip count in every thread
+        int i = i0 + threadIdx.x, row = i / (AT_D / 8);
+        float s = a3_row_dot(dctx, ctx, b, h, i, L);
+        if (i % (AT_D / 8) == 0 && row < L) delta[bh * L + row] = s;
+    }
+}
+
+#ifndef HPC_ATTN_NO_KERNELS
+extern "C" __global__ void __launch_bounds__(256)
+KN(attn_head_bwd_dot)(float *delta, const st_t *dctx, const st_t *ctx, int B, int L)
+{
+    attn_head_bwd_dot_run(blockIdx.x, blockIdx.y, blockIdx.z, delta, dctx, ctx, B, L, 256);
+}
+#endif
+
 #if AT_D <= 64
 AT_RUN void attn_mma3_bwd_run(int at_bx, int at_by, int at_bz,
                               st_t *dq, st_t *dk, st_t *dv, int ldg, const st_t *dctx, const st_t *ctx, const st_t *q,
@@ -1518,22 +1560,12 @@ AT_RUN void attn_mma3_bwd_run(int at_bx, int at_by, int at_bz,
             int key = keys[i & 1], col = kk * 16 + 2 * t + (i >= 2 ? 8 : 0);
             va[kk][i] = key < L ? *reinterpret_cast<const u32 *>(v + ((i64)b * L + key) * ld + h * AT_D + col) : 0u;
         }
-    // delta = rowsum(dO * O) of every row (attn_simt_bwd_dot's job, folded
-    // in): AT_D / 8 adjacent lanes a row, 8 elements each.
+    // delta = rowsum(dO * O) of every row (attn_simt_bwd_dot's job, folded in).
 #pragma unroll
     for (int i0 = 0; i0 < A3_KEYS * (AT_D / 8); i0 += 32 * A3_WARPS) {
-        int i = i0 + threadIdx.x, row = i / (AT_D / 8), c8 = (i % (AT_D / 8)) * 8;
-        float s = 0.0f;
-        if (row < L) {
-            i64 at = ((i64)b * L + row) * HPC_HIDDEN + h * AT_D + c8;
-            uint4 gw = *reinterpret_cast<const uint4 *>(dctx + at), yw = *reinterpret_cast<const uint4 *>(ctx + at);
-            const st_t *ge = reinterpret_cast<const st_t *>(&gw), *ye = reinterpret_cast<const st_t *>(&yw);
-#pragma unroll
-            for (int e = 0; e < 8; e++) s += ld_f(ge[e]) * ld_f(ye[e]);
-        }
-#pragma unroll
-        for (int o = 1; o < AT_D / 8; o <<= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
-        if (c8 == 0) dl[row] = s;
+        int i = i0 + threadIdx.x, row = i / (AT_D / 8);
+        float s = a3_row_dot(dctx, ctx, b, h, i, L);
+        if (i % (AT_D / 8) == 0) dl[row] = s;
     }
     float gk[AT_D / 8][4], gv[AT_D / 8][4];
 #pragma unroll

@@ -354,6 +354,24 @@ static void test_case(const Mod *m, int L, float p)
     float *ctx = down_st(m, d.ctx, nc), *dqkv = down_st(m, d.dqkv, nq);
     float *lse = malloc(nl * 4);
     DRV(cu->cuMemcpyDtoH(lse, d.lse, nl * 4));
+    char what[96];
+    {   /* delta per (b, head) block (the step's v3 phase for L > 128) against attn_simt_bwd_dot's */
+        float *dsimt = malloc(nl * 4), *dhead = malloc(nl * 4);
+        DRV(cu->cuMemcpyDtoH(dsimt, d.delta, nl * 4));
+        DRV(cu->cuMemsetD8Async(d.delta, 0xFF, nl * 4, dev.stream));
+        int Bv = B, Lv = L;
+        void *a[] = {&d.delta, &d.dctx, &d.ctx, &Bv, &Lv};
+        launch(m, "attn_head_bwd_dot", 1, (unsigned)m->NH, (unsigned)B, 256, a);
+        DRV(cu->cuStreamSynchronize(dev.stream));
+        DRV(cu->cuMemcpyDtoH(dhead, d.delta, nl * 4));
+        double *r = malloc(nl * 8);
+        for (size_t i = 0; i < nl; i++) r[i] = dsimt[i];
+        snprintf(what, sizeof what, "L%d p%.1f delta (head dot)", L, p);
+        check_strided(m, what, dhead, r, nl, 1, 1, 1e-5);
+        free(r);
+        free(dsimt);
+        free(dhead);
+    }
 
     CkAttnShape s = {.B = B, .L = L, .NH = m->NH, .D = m->D, .p = p, .seed = seed, .step = step, .salt = salt};
     double *q64 = to_f64(qkv, nq), *g64 = to_f64(dctx, nc);
@@ -361,7 +379,6 @@ static void test_case(const Mod *m, int L, float p)
     ck_attention_fwd_f64(rc, rl, q64, q64 + H, q64 + 2 * H, 3 * (int64_t)H, mask, &s);
     ck_attention_bwd_f64(rg, rg + H, rg + 2 * H, 3 * (int64_t)H, g64, q64, q64 + H, q64 + 2 * H, 3 * (int64_t)H, mask,
                          &s);
-    char what[96];
     double u = unit(m);
     snprintf(what, sizeof what, "L%d p%.1f ctx", L, p);
     check_strided(m, what, ctx, rc, rows, H, H, 4 * u);
