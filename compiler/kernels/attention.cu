@@ -5,8 +5,12 @@
 // attn_mma_* (tensor cores, fp16/bf16 with D % 16 == 0: fwd, bwd_dq and
 // bwd_dkv; the delta pre-pass is attn_simt_bwd_dot for all) and attn_mma2_*
 // (v2: the same on the tensor cores with cp.async double buffering and
-// ldmatrix fragments; see "second variant" below).  The step calls one
-// tensor-core family (HPC_ATTN_KERNELS, compiler/emit_ops_attention.c).
+// ldmatrix fragments; see "second variant" below); and one more backward,
+// attn_mma3_bwd (L <= 128, D <= 64: dQ, dK and dV in ONE pass over S, P and
+// dP, delta computed inside; see "one-pass" below), with attn_head_bwd_dot
+// (delta per (b, head) block).  The step calls one tensor-core family
+// (HPC_ATTN_KERNELS, compiler/emit_ops_attention.c): by default (v3) v2's
+// forward and attn_mma3_bwd, v2's dQ and dK/dV kernels for longer rows.
 //
 // Specialised at generation time on the head size D = HPC_HEAD_DIM (<= 128)
 // and the head count NH = HPC_HEADS; B and L are arguments.  The semantics
@@ -29,7 +33,7 @@
 //
 // Backward (dropout mask regenerated from (seed, step, salt), nothing saved
 // but lse):
-//   delta = rowsum(dctx * ctx)                       attn_simt_bwd_dot
+//   delta = rowsum(dctx * ctx)                       attn_simt_bwd_dot (or inside attn_mma3_bwd)
 //   dP_k  = keep_k / (1 - p) * (dctx . V_k)
 //   dS_k  = P_k (dP_k - delta)                       (P_k = exp(S_k - lse))
 //   dQ    = dS K / sqrt(D)                            attn_simt_bwd_dq

@@ -4,7 +4,8 @@
  * timings at B = 32 and 256, L = 128, BERT-base heads.
  *
  * Cases: fp16 and bf16; head size 64 (12 heads, BERT-base), 32 (12 heads,
- * MiniLM) and 128 (6 heads); L = 1, 7, 32, 64, 100, 128, 512; dropout 0 and 0.1; B = 3 batch
+ * MiniLM) and 128 (6 heads); L = 1, 7, 17, 32, 64, 65, 100, 127, 128, 512;
+ * dropout 0 and 0.1; B = 3 batch
  * rows: row 0 without padding, row 1 with its last third padded, row 2
  * fully masked.  Q, K, V and dctx are random, rounded to the dtype on the
  * host, so kernel and reference read the same values; every output buffer
@@ -28,15 +29,22 @@
  * backward's delta) and both tensor-core families, attn_mma_fwd (v1) and
  * attn_mma2_fwd (v2, HPC_ATTN_KERNELS=v2 in the step), against the same
  * reference; the gradients three times: attn_simt_bwd_dq/dkv,
- * attn_mma_bwd_dq/dkv and attn_mma2_bwd_dq/dkv.  At head size 128 v1's dQ
- * kernels do not exist (48 KiB of shared memory), so there only the SIMT
- * forward and v2 are checked.  Check counts: 18 per case at D 32 and 64
- * (6 SIMT, 6 per family), 9 at D 128; 56 + 28 cases; dropout bits 3 kinds
- * x 3 lengths x 2 modules: 1008 + 252 + 18 = 1278 checks.
+ * attn_mma_bwd_dq/dkv and attn_mma2_bwd_dq/dkv; and the one-pass backward
+ * attn_mma3_bwd (the step's default, L <= 128 and D <= 64; its delta from
+ * the v2 forward's ctx, as in the step) at both register budgets (the
+ * kernel and attn_mma3_bwd_r128), dQ, dK, dV each.  The per-(b, head)
+ * delta attn_head_bwd_dot (the step's v3 phase above L 128) is held to
+ * 1e-5 of attn_simt_bwd_dot's, and feeds the families' dQ/dK/dV checks.
+ * At head size 128 v1's dQ kernels and attn_mma3_bwd do not exist (48 KiB
+ * of shared memory), so there only the SIMT forward and v2 are checked.
+ * Check counts: at D 32 and 64, 19 per case (6 SIMT, 1 delta, 6 per
+ * family) plus 6 one-pass where L <= 128; 10 at D 128; 4 modules x 2 p x
+ * (9 x 25 + 19) + 2 x 2 x 10 x 10 + dropout bits (3 kinds x 3 lengths x 2
+ * modules) = 1952 + 400 + 18 = 2370 checks.
  *
- * Output: one "ok"/"FAIL" line per check, three timing lines per shape
- * (simt, mma, mma2), then "N checks, M failed"; exit 1 on any failure, 77
- * without a GPU.
+ * Output: one "ok"/"FAIL" line per check, timing lines per shape (simt,
+ * mma, mma2, and mma3 at both register budgets), then "N checks, M
+ * failed"; exit 1 on any failure, 77 without a GPU.
  * HPC_TEST_SEED=N repeats a seed; HPC_GPU_TEST_NO_TIMING=1 skips timings. */
 #include <math.h>
 #include <stdio.h>
