@@ -1587,77 +1587,70 @@ AT_RUN void attn_mma3_bwd_run(int at_bx, int at_by, int at_bz,
         const float *tlb = tl[buf], *tdb = dl + c0;
 
         if (owns) {
-            // S^T (16 keys x 32 queries) and dP^T = V dO^T.
-            float st[AM_QT / 8][4], dpt[AM_QT / 8][4];
+            // Two halves of 16 queries (hq), so only 16 x 16 of S^T and dP^T
+            // are live at a time: S^T = K Q^T and dP^T = V dO^T for the
+            // half, P, Z and dS, then dV += Z^T dO and dK += dS^T Q over it.
 #pragma unroll
-            for (int nt = 0; nt < AM_QT / 8; nt++)
+            for (int hq = 0; hq < AM_QT / 16; hq++) {
+                float st[2][4], dpt[2][4];
 #pragma unroll
-                for (int c = 0; c < 4; c++) st[nt][c] = dpt[nt][c] = 0.0f;
+                for (int j = 0; j < 2; j++)
 #pragma unroll
-            for (int kk = 0; kk < AT_D / 16; kk++) {
-                // A fragment of the warp's K rows (16 x 16 at column 16 kk):
-                // a2_kn's matrices (rows + 8 (i & 1), columns + 8 (i >> 1))
-                // without .trans are a0..a3.
-                u32 ka[4];
-                a2_ldm4(ka, a2_kn(ks, k0, 16 * kk, lane));
+                    for (int c = 0; c < 4; c++) st[j][c] = dpt[j][c] = 0.0f;
 #pragma unroll
-                for (int np = 0; np < AM_QT / 16; np++) {
-                    u32 f[4], e[4];
-                    a2_ldm4(f, a2_nk(qb, 16 * np, 16 * kk, lane));
-                    a2_ldm4(e, a2_nk(gb, 16 * np, 16 * kk, lane));
-                    am_mma(st[2 * np], ka, f[0], f[1]);
-                    am_mma(st[2 * np + 1], ka, f[2], f[3]);
-                    am_mma(dpt[2 * np], va[kk], e[0], e[1]);
-                    am_mma(dpt[2 * np + 1], va[kk], e[2], e[3]);
+                for (int kk = 0; kk < AT_D / 16; kk++) {
+                    // A fragment of the warp's K rows (16 x 16 at column 16 kk):
+                    // a2_kn's matrices (rows + 8 (i & 1), columns + 8 (i >> 1))
+                    // without .trans are a0..a3.
+                    u32 ka[4], f[4], e[4];
+                    a2_ldm4(ka, a2_kn(ks, k0, 16 * kk, lane));
+                    a2_ldm4(f, a2_nk(qb, 16 * hq, 16 * kk, lane));
+                    a2_ldm4(e, a2_nk(gb, 16 * hq, 16 * kk, lane));
+                    am_mma(st[0], ka, f[0], f[1]);
+                    am_mma(st[1], ka, f[2], f[3]);
+                    am_mma(dpt[0], va[kk], e[0], e[1]);
+                    am_mma(dpt[1], va[kk], e[2], e[3]);
                 }
-            }
-            // Keep bits as attn_mma2_bwd_dkv: lane draws the 8 keys
-            // k0 + 8 (lane & 1) .. + 7 of query nt * 8 + ((lane & 15) >> 1),
-            // nt = 2 np + (lane >> 4).
-            u32 mine[AM_QT / 16];
-            if (p != 0.0f) {
-#pragma unroll
-                for (int np = 0; np < AM_QT / 16; np++) {
-                    int nt = 2 * np + (lane >> 4), row = c0 + nt * 8 + ((lane & 15) >> 1);
-                    mine[np] = am_bits8((bh * L + row) * L + k0 + 8 * (lane & 1), p, seed, step, salt);
+                // Keep bits as attn_mma2_bwd_dkv: lane draws the 8 keys
+                // k0 + 8 (lane & 1) .. + 7 of query nt * 8 + ((lane & 15) >> 1),
+                // nt = 2 hq + (lane >> 4).
+                u32 mine = 0xFFu;
+                if (p != 0.0f) {
+                    int row = c0 + (2 * hq + (lane >> 4)) * 8 + ((lane & 15) >> 1);
+                    mine = am_bits8((bh * L + row) * L + k0 + 8 * (lane & 1), p, seed, step, salt);
                 }
-            }
 #pragma unroll
-            for (int nt = 0; nt < AM_QT / 8; nt++)
+                for (int j = 0; j < 2; j++)
 #pragma unroll
-                for (int c = 0; c < 4; c++) {
-                    int qi = 2 * t + (c & 1), half = c >> 1, row = c0 + nt * 8 + qi;
-                    u32 w = 0xFFu;
-                    if (p != 0.0f)
-                        w = __shfl_sync(0xffffffffu, mine[nt >> 1], ((nt & 1) << 4) | (qi << 1) | half);
-                    float z = 0.0f, ds = 0.0f;
-                    if (row < L && kvis[half] && !(HPC_CAUSAL && keys[half] > row)) {
-                        int r = nt * 8 + qi;
-                        float pe = exp2f(st[nt][c] * scale2 - tlb[r] * A2_LOG2E);
-                        float kf = (w >> g) & 1u ? dscale : 0.0f;
-                        z = pe * kf;
-                        ds = pe * (dpt[nt][c] * kf - tdb[r]);
+                    for (int c = 0; c < 4; c++) {
+                        int nt = 2 * hq + j, qi = 2 * t + (c & 1), half = c >> 1, row = c0 + nt * 8 + qi;
+                        u32 w = 0xFFu;
+                        if (p != 0.0f) w = __shfl_sync(0xffffffffu, mine, (j << 4) | (qi << 1) | half);
+                        float z = 0.0f, ds = 0.0f;
+                        if (row < L && kvis[half] && !(HPC_CAUSAL && keys[half] > row)) {
+                            int r = nt * 8 + qi;
+                            float pe = exp2f(st[j][c] * scale2 - tlb[r] * A2_LOG2E);
+                            float kf = (w >> g) & 1u ? dscale : 0.0f;
+                            z = pe * kf;
+                            ds = pe * (dpt[j][c] * kf - tdb[r]);
+                        }
+                        st[j][c] = z;
+                        dpt[j][c] = ds;
                     }
-                    st[nt][c] = z;
-                    dpt[nt][c] = ds;
-                }
-#pragma unroll
-            for (int kc = 0; kc < AM_QT / 16; kc++) {
-                u32 za[4] = {am_pack(st[2 * kc][0], st[2 * kc][1]), am_pack(st[2 * kc][2], st[2 * kc][3]),
-                             am_pack(st[2 * kc + 1][0], st[2 * kc + 1][1]), am_pack(st[2 * kc + 1][2], st[2 * kc + 1][3])};
-                u32 sa[4] = {am_pack(dpt[2 * kc][0], dpt[2 * kc][1]), am_pack(dpt[2 * kc][2], dpt[2 * kc][3]),
-                             am_pack(dpt[2 * kc + 1][0], dpt[2 * kc + 1][1]),
-                             am_pack(dpt[2 * kc + 1][2], dpt[2 * kc + 1][3])};
-                // dS^T for dQ: sa[i] is keys k0 + g (+ 8 for i odd), queries 16 kc + 2t (+ 8 for i >= 2).
+                u32 za[4] = {am_pack(st[0][0], st[0][1]), am_pack(st[0][2], st[0][3]), am_pack(st[1][0], st[1][1]),
+                             am_pack(st[1][2], st[1][3])};
+                u32 sa[4] = {am_pack(dpt[0][0], dpt[0][1]), am_pack(dpt[0][2], dpt[0][3]),
+                             am_pack(dpt[1][0], dpt[1][1]), am_pack(dpt[1][2], dpt[1][3])};
+                // dS^T for dQ: sa[i] is keys k0 + g (+ 8 for i odd), queries 16 hq + 2t (+ 8 for i >= 2).
 #pragma unroll
                 for (int i = 0; i < 4; i++)
-                    *reinterpret_cast<u32 *>(dss + (k0 + g + 8 * (i & 1)) * A3_DSS + 16 * kc + 8 * (i >> 1) + 2 * t) =
+                    *reinterpret_cast<u32 *>(dss + (k0 + g + 8 * (i & 1)) * A3_DSS + 16 * hq + 8 * (i >> 1) + 2 * t) =
                         sa[i];
 #pragma unroll
                 for (int np = 0; np < AT_D / 16; np++) {
                     u32 f[4], e[4];
-                    a2_ldm4t(e, a2_kn(gb, 16 * kc, 16 * np, lane));
-                    a2_ldm4t(f, a2_kn(qb, 16 * kc, 16 * np, lane));
+                    a2_ldm4t(e, a2_kn(gb, 16 * hq, 16 * np, lane));
+                    a2_ldm4t(f, a2_kn(qb, 16 * hq, 16 * np, lane));
                     am_mma(gv[2 * np], za, e[0], e[1]);
                     am_mma(gv[2 * np + 1], za, e[2], e[3]);
                     am_mma(gk[2 * np], sa, f[0], f[1]);
