@@ -1662,18 +1662,31 @@ AT_RUN void attn_mma3_bwd_run(int at_bx, int at_by, int at_bz,
 
         if (warp < A3_DQ_UNITS) {
             int mq = 16 * (warp & 1), nc = 16 * (warp >> 1);   // the warp's query rows and columns
-            float acc[2][4];
+            // Two accumulator sets (even and odd key chunks) halve the
+            // chains of dependent mma.
+            float acc[2][4], acc2[2][4];
 #pragma unroll
-            for (int j = 0; j < 2; j++) acc[j][0] = acc[j][1] = acc[j][2] = acc[j][3] = 0.0f;
+            for (int j = 0; j < 2; j++)
 #pragma unroll
-            for (int kc = 0; kc < A3_KEYS / 16; kc++) {
+                for (int c = 0; c < 4; c++) acc[j][c] = acc2[j][c] = 0.0f;
+#pragma unroll
+            for (int kc = 0; kc < A3_KEYS / 16; kc += 2) {
                 if (kc >= nkc) break;
                 u32 a[4], f[4];
                 a2_ldm4t(a, a2_nk(dss, 16 * kc, mq, lane, A3_DSS));
                 a2_ldm4t(f, a2_kn(ks, 16 * kc, nc, lane));
                 am_mma(acc[0], a, f[0], f[1]);
                 am_mma(acc[1], a, f[2], f[3]);
+                if (kc + 1 >= nkc) break;
+                a2_ldm4t(a, a2_nk(dss, 16 * (kc + 1), mq, lane, A3_DSS));
+                a2_ldm4t(f, a2_kn(ks, 16 * (kc + 1), nc, lane));
+                am_mma(acc2[0], a, f[0], f[1]);
+                am_mma(acc2[1], a, f[2], f[3]);
             }
+#pragma unroll
+            for (int j = 0; j < 2; j++)
+#pragma unroll
+                for (int c = 0; c < 4; c++) acc[j][c] += acc2[j][c];
 #pragma unroll
             for (int half = 0; half < 2; half++) {
                 int row = c0 + mq + g + 8 * half;
