@@ -20,6 +20,7 @@ static const char *const lt_names[EOP_LT_COUNT] = {
     [EOP_LT_COLPART] = "column partials: (ceil(count/32), 128) x (32, 8)",
     [EOP_LT_COLFIN] = "column sums: ceil(count/256) x 256",
     [EOP_LT_HEAD_TILES] = "head tiles: (count, HEADS, B) x 128",
+    [EOP_LT_HEAD_BLOCKS] = "head blocks: (count, HEADS, B) x 256",
 };
 
 /* "min(cap, (c0 + c1*B*L) / div)" in the fewest words. */
@@ -78,7 +79,7 @@ static void print_intro(FILE *f, const StepProgram *p)
             fprintf(f, "//   %4d %-36s %s  count %s; %s", i, n->name, c->phase[k].name, count,
                     lt_names[c->phase[k].lt]);
             if (c->phase[k].lt == EOP_LT_ROWS) fprintf(f, " (THREADS %d)", c->phase[k].threads);
-            if (c->phase[k].lt == EOP_LT_HEAD_TILES) fprintf(f, " (HEADS %d)", c->phase[k].threads);
+            if (c->phase[k].lt == EOP_LT_HEAD_TILES || c->phase[k].lt == EOP_LT_HEAD_BLOCKS) fprintf(f, " (HEADS %d)", c->phase[k].threads);
             fputc('\n', f);
         }
         if (c->n_phases && (c->scratch.c0 || c->scratch.c1)) {

@@ -129,7 +129,11 @@ static void add_kernel(StrBuf *src, const EopGenPhase *ph, const char *name)
 {
     int threads = ph->lt == EOP_LT_ONE ? 1024 : ph->lt == EOP_LT_ROWS ? ph->threads
                 : ph->lt == EOP_LT_HEAD_TILES ? 128 : 256;
-    strbuf_printf(src, "\nextern \"C\" __global__ void __launch_bounds__(%d) %s(EopArgs a)\n{\n", threads, name);
+    /* EOP_LT_HEAD_BLOCKS (the one-pass attention backward): two blocks an
+     * SM, 128 registers, measured faster than one block with 192 */
+    const char *min_blocks = ph->lt == EOP_LT_HEAD_BLOCKS ? ", 2" : "";
+    strbuf_printf(src, "\nextern \"C\" __global__ void __launch_bounds__(%d%s) %s(EopArgs a)\n{\n", threads, min_blocks,
+                  name);
     strbuf_add(src, ph->body.p);
     strbuf_add(src, "}\n");
 }

@@ -8,6 +8,8 @@
 #include "kernel_sources.h"
 
 #define AT_TILE 64   /* query (fwd, dq) or key (dkv) rows per block of the mma kernels */
+#define AT_ONE_PASS_MAX_L 128   /* attn_mma3_bwd: one block per (b, head) owns every key */
+#define AT_ONE_PASS_MAX_D 64    /* ... and its tiles fit 48 KiB of shared memory */
 
 typedef struct {
     DType dtype;
@@ -15,21 +17,27 @@ typedef struct {
     bool causal;
 } AttnCfg;
 
-/* HPC_ATTN_KERNELS: which tensor-core family the step calls, "mma"
- * (v1, the default) or "mma2" (v2: ldmatrix, cp.async double buffering;
- * compiler/kernels/attention.cu).  Read when the step module is generated,
- * so the choice is part of the module's source and of its cache key. */
-static HpcStatus kernel_family(const char **fam, HpcError *err)
+/* HPC_ATTN_KERNELS: which tensor-core family the step calls (compiler/
+ * kernels/attention.cu): "v1" (attn_mma_*), "v2" (attn_mma2_*: ldmatrix,
+ * cp.async double buffering) or "v3", the default: v2's forward, and the
+ * one-pass backward attn_mma3_bwd for rows up to AT_ONE_PASS_MAX_L (v2's
+ * dQ and dK/dV kernels for longer rows; v2's backward only above head size
+ * AT_ONE_PASS_MAX_D).  *fam is the forward's family; *one_pass says whether
+ * the backward has the one-pass phase.  Read when the step module is
+ * generated, so the choice is part of the module's source and of its cache
+ * key. */
+static HpcStatus kernel_family(const char **fam, bool *one_pass, HpcError *err)
 {
     const char *e = getenv("HPC_ATTN_KERNELS");
-    /* v2 by default since the H200 run of 2026-12-01: all 1278 gpu_attention
-     * checks and the fused step pass with it, 0.82 against 1.20 ms a layer
-     * (fwd + bwd) at B256 L128 (BENCHMARKS.md). */
-    if (!e || !*e || strcmp(e, "v2") == 0) *fam = "mma2";
+    *one_pass = false;
+    if (!e || !*e || strcmp(e, "v3") == 0) {
+        *fam = "mma2";
+        *one_pass = true;
+    } else if (strcmp(e, "v2") == 0) *fam = "mma2";
     else if (strcmp(e, "v1") == 0) *fam = "mma";
     else
         return hpc_fail(err, HPC_ERR_INPUT, "emit_ops: HPC_ATTN_KERNELS=%s is not a kernel variant; set it to "
-                        "v1 or v2 (or leave it unset for v2)", e);
+                        "v1, v2 or v3 (or leave it unset for v3)", e);
     return HPC_OK;
 }
 
@@ -140,7 +148,8 @@ HpcStatus eopa_gen_attention(EopGen *gen, HpcError *err)
     HpcStatus st = node_cfg(gen->g, gen->id, &c, err);
     if (st) return st;
     const char *fam;
-    if ((st = kernel_family(&fam, err))) return st;
+    bool one_pass;
+    if ((st = kernel_family(&fam, &one_pass, err))) return st;
     StrBuf *s = attn_phase(gen, fam[3] ? "attn2_fwd" : "attn_fwd", &c, EOP_LT_HEAD_TILES, tiles_of_l(), (int)c.heads);
     strbuf_printf(s, "    hpc_attn::attn_%s_fwd_run(blockIdx.x, blockIdx.y, blockIdx.z, (T *)a.y, (float *)a.yk[0],\n"
                      "        (const T *)a.x[0], (const T *)a.x[1], (const T *)a.x[2], %lld, (const int *)a.x[3],\n"
@@ -149,14 +158,20 @@ HpcStatus eopa_gen_attention(EopGen *gen, HpcError *err)
     return HPC_OK;
 }
 
-/* (dctx, q, k, v, mask, ctx, lse) = a.x[0..6]; delta (B, heads, L) f32 in scratch. */
+/* (dctx, q, k, v, mask, ctx, lse) = a.x[0..6]; delta (B, heads, L) f32 in scratch.
+ * With the one-pass kernel: phases attn3_bwd (rows up to AT_ONE_PASS_MAX_L:
+ * the whole backward; longer rows: delta only), then v2's dq and dkv, which
+ * return at once where attn3_bwd did the work (L is the run's, known on the
+ * device only); otherwise dot, dq, dkv. */
 HpcStatus eopa_gen_attention_bwd(EopGen *gen, HpcError *err)
 {
     AttnCfg c;
     HpcStatus st = node_cfg(gen->g, gen->id, &c, err);
     if (st) return st;
     const char *fam;
-    if ((st = kernel_family(&fam, err))) return st;
+    bool one_pass;
+    if ((st = kernel_family(&fam, &one_pass, err))) return st;
+    one_pass &= c.head_dim <= AT_ONE_PASS_MAX_D;
     bool v2 = fam[3] != 0;
     if (!v2 && c.head_dim > 64)
         return hpc_fail(err, HPC_ERR_INPUT, "emit_ops: node %d (%s): head size %lld: the v1 attention dQ kernel "
@@ -164,16 +179,37 @@ HpcStatus eopa_gen_attention_bwd(EopGen *gen, HpcError *err)
                         "compile with HPC_ATTENTION=unfused", gen->id, gen->g->nodes[gen->id].name,
                         (long long)c.head_dim);
     long long H = (long long)c.hidden;
-    StepSize rows = {.c0 = 0, .c1 = c.heads, .pB = 1, .pL = 1, .div = 1};
-    StrBuf *s = attn_phase(gen, "attn_bwd_dot", &c, EOP_LT_WARP_ROWS, rows, 128);
-    strbuf_add(s, "    hpc_attn::attn_simt_bwd_dot_run(blockIdx.x, 0, 0, (float *)a.scratch, (const T *)a.x[0],\n"
-                  "        (const T *)a.x[5], (int)a.B, (int)a.L);\n");
+    StrBuf *s;
+    char skip[64] = "";
+    if (one_pass) {
+        /* one block of 256 per (b, head): the whole backward up to
+         * AT_ONE_PASS_MAX_L (delta inside), delta alone above it */
+        s = attn_phase(gen, "attn3_bwd", &c, EOP_LT_HEAD_BLOCKS, (StepSize){.c0 = 1}, (int)c.heads);
+        strbuf_printf(s, "    if (a.L > %d) {\n"
+                         "        hpc_attn::attn_head_bwd_dot_run(blockIdx.x, blockIdx.y, blockIdx.z, (float *)a.scratch,\n"
+                         "            (const T *)a.x[0], (const T *)a.x[5], (int)a.B, (int)a.L, 256);\n"
+                         "        return;\n    }\n"
+                         "    hpc_attn::attn_mma3_bwd_run(blockIdx.x, blockIdx.y, blockIdx.z, (T *)a.y, (T *)a.yk[0],\n"
+                         "        (T *)a.yk[1], %lld, (const T *)a.x[0], (const T *)a.x[5], (const T *)a.x[1],\n"
+                         "        (const T *)a.x[2], (const T *)a.x[3], %lld, (const float *)a.x[6], (const int *)a.x[4],\n"
+                         "        (int)a.B, (int)a.L, p, ctl->seed, ctl->step, salt);\n",
+                      AT_ONE_PASS_MAX_L, H, H);
+        /* v2's dQ and dK/dV phases below return at once where it ran */
+        snprintf(skip, sizeof skip, "    if (a.L <= %d) return;\n", AT_ONE_PASS_MAX_L);
+    } else {
+        StepSize rows = {.c0 = 0, .c1 = c.heads, .pB = 1, .pL = 1, .div = 1};
+        s = attn_phase(gen, "attn_bwd_dot", &c, EOP_LT_WARP_ROWS, rows, 128);
+        strbuf_add(s, "    hpc_attn::attn_simt_bwd_dot_run(blockIdx.x, 0, 0, (float *)a.scratch, (const T *)a.x[0],\n"
+                      "        (const T *)a.x[5], (int)a.B, (int)a.L);\n");
+    }
     s = attn_phase(gen, v2 ? "attn2_bwd_dq" : "attn_bwd_dq", &c, EOP_LT_HEAD_TILES, tiles_of_l(), (int)c.heads);
+    strbuf_add(s, skip);
     strbuf_printf(s, "    hpc_attn::attn_%s_bwd_dq_run(blockIdx.x, blockIdx.y, blockIdx.z, (T *)a.y, %lld,\n"
                      "        (const T *)a.x[0], (const T *)a.x[1], (const T *)a.x[2], (const T *)a.x[3], %lld,\n"
                      "        (const float *)a.x[6], (const float *)a.scratch, (const int *)a.x[4],\n"
                      "        (int)a.B, (int)a.L, p, ctl->seed, ctl->step, salt);\n", fam, H, H);
     s = attn_phase(gen, v2 ? "attn2_bwd_dkv" : "attn_bwd_dkv", &c, EOP_LT_HEAD_TILES, tiles_of_l(), (int)c.heads);
+    strbuf_add(s, skip);
     strbuf_printf(s, "    hpc_attn::attn_%s_bwd_dkv_run(blockIdx.x, blockIdx.y, blockIdx.z, (T *)a.yk[0], (T *)a.yk[1],\n"
                      "        %lld, (const T *)a.x[0], (const T *)a.x[1], (const T *)a.x[2], (const T *)a.x[3], %lld,\n"
                      "        (const float *)a.x[6], (const float *)a.scratch, (const int *)a.x[4],\n"

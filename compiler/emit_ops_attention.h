@@ -12,10 +12,18 @@
  *   ATTENTION_BWD  attn_simt_bwd_dot       WARP_ROWS B*L*heads (delta -> scratch)
  *                  attn_mma_bwd_dq         HEAD_TILES (a.y dq)
  *                  attn_mma_bwd_dkv        HEAD_TILES (a.yk[0] dk, a.yk[1] dv)
- * The second family, attn_mma2_* (phases attn2_fwd, attn2_bwd_dq,
- * attn2_bwd_dkv), is the default; HPC_ATTN_KERNELS=v1 (read when the module
- * is generated) takes attn_mma_* above (refused above head size 64), and any
- * other value is refused.
+ * HPC_ATTN_KERNELS (read when the module is generated) picks the family:
+ *   v3 (the default)  attn_mma2_fwd (phase attn2_fwd); ATTENTION_BWD:
+ *                  attn3_bwd: attn_mma3_bwd, the one-pass backward (delta
+ *                     inside), HEAD_BLOCKS 1 x heads x B (256 threads), for
+ *                     L <= 128; above it attn_head_bwd_dot (delta -> scratch)
+ *                  attn2_bwd_dq, attn2_bwd_dkv: v2's, for L > 128 only (they
+ *                     return at once otherwise)
+ *                  above head size 64 the backward is v2's;
+ *   v2             attn_mma2_* (phases attn2_fwd, attn2_bwd_dq, attn2_bwd_dkv)
+ *                  with the dot phase above: the path before v3;
+ *   v1             attn_mma_* above (refused above head size 64);
+ * any other value is refused.
  * Dropout reads the seed, step and training flag from the EopCtl on the
  * device, so a captured CUDA graph replays any step; the salt and p are
  * the node's (the cpu reference's).

@@ -73,6 +73,12 @@ static void launch_shape(const StepPhase *ph, int64_t B, int64_t L, EopPhase *ou
         gr[2] = clamp_blocks(B, 65535);
         bl[0] = 128;
         break;
+    case EOP_LT_HEAD_BLOCKS:
+        gr[0] = clamp_blocks(count, 0x7fffffff);
+        gr[1] = (unsigned)ph->threads;
+        gr[2] = clamp_blocks(B, 65535);
+        bl[0] = 256;
+        break;
     case EOP_LT_COUNT: HPC_ASSERT(0);
     }
 }

@@ -92,6 +92,7 @@ typedef enum {
     EOP_LT_COLFIN,     /* ceil(count/256) x 256: one thread per column */
     EOP_LT_HEAD_TILES, /* (count, threads, B) x 128: count tiles of L, one grid row per head
                           (the phase's `threads` field holds the head count: fused attention) */
+    EOP_LT_HEAD_BLOCKS,/* (count, threads, B) x 256: as EOP_LT_HEAD_TILES, blocks of 8 warps */
     EOP_LT_COUNT
 } EopLaunchType;
 

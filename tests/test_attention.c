@@ -2,7 +2,8 @@
  * cpu_attention.h) against direct loops and finite differences, the fully
  * masked row, and the CUDA kernels (compiler/kernels/attention.cu) compiled
  * by NVRTC for sm_80 and sm_90 in fp16 and bf16 at head sizes 64, 32 and 128
- * (both tensor-core variants, attn_mma_* and attn_mma2_*).
+ * (the tensor-core variants attn_mma_*, attn_mma2_* and the one-pass
+ * backward attn_mma3_bwd).
  * The GPU comparison is tests/gpu/gpu_attention.c. */
 #include <criterion/criterion.h>
 #include <math.h>
@@ -167,12 +168,15 @@ static void compile_attention(int hidden, int heads, KemitDtype dt, int arch)
     cr_assert_eq(nvrtc_compile(src, "attention", arch, NULL, 0, &cubin, &size, NULL, &err), HPC_OK, "%s", err.msg);
     static const char *const bases[] = {"attn_simt_fwd", "attn_simt_bwd_dot", "attn_simt_bwd_dq", "attn_simt_bwd_dkv",
                                         "attn_mma_fwd", "attn_mma_bwd_dq", "attn_mma_bwd_dkv",
-                                        "attn_mma2_fwd", "attn_mma2_bwd_dq", "attn_mma2_bwd_dkv"};
+                                        "attn_mma2_fwd", "attn_mma2_bwd_dq", "attn_mma2_bwd_dkv",
+                                        "attn_head_bwd_dot", "attn_mma3_bwd", "attn_mma3_bwd_r128"};
     for (int i = 0; i < (int)(sizeof bases / sizeof bases[0]); i++) {
         char name[128];
         kemit_name(suffix, bases[i], name, sizeof name);
-        /* v1's dQ kernels do not fit 48 KiB of shared memory at D = 128 */
-        bool absent = hidden / heads > 64 && strstr(bases[i], "_bwd_dq") && !strstr(bases[i], "mma2");
+        /* v1's dQ kernels and the one-pass backward do not fit 48 KiB of
+         * shared memory at D = 128 */
+        bool absent = hidden / heads > 64 &&
+                      ((strstr(bases[i], "_bwd_dq") && !strstr(bases[i], "mma2")) || strstr(bases[i], "mma3"));
         cr_expect((memmem(cubin, size, name, strlen(name)) != NULL) != absent, "sm_%d cubin: %s %s", arch, name,
                   absent ? "present" : "missing");
     }
@@ -287,6 +291,47 @@ static void emu_check_head(int D)
             }
         }
 }
+
+/* attn_mma3_bwd's two A fragments (m16n8k16: lane l, g = l / 4, t = l % 4,
+ * register i holds row g + 8 (i & 1), columns 2t + 8 (i >> 1), +1):
+ *  - K rows of the warp, stored (key x d) with stride D + 8, by a2_kn
+ *    without .trans;
+ *  - dS (query x key) for dQ = dS K, from dS^T stored (key x query) with
+ *    stride 32 + 8, by a2_nk (its stride argument) with .trans. */
+static void emu_check_one_pass(int D)
+{
+    int addr[32], reg[32][4][2];
+    for (int k0 = 0; k0 < 128; k0 += 16)
+        for (int kk = 0; kk < D / 16; kk++) {
+            for (int l = 0; l < 32; l++) addr[l] = emu_kn(D + 8, k0, 16 * kk, l);
+            emu_no_bank_conflict(addr, D + 8, "K as A");
+            emu_ldmatrix_x4(addr, false, reg);
+            for (int l = 0; l < 32; l++)
+                for (int i = 0; i < 4; i++)
+                    for (int e = 0; e < 2; e++) {
+                        int m = l / 4 + 8 * (i & 1), k = 2 * (l % 4) + e + 8 * (i >> 1);
+                        cr_assert_eq(reg[l][i][e], (k0 + m) * (D + 8) + 16 * kk + k, "D%d K as A k0 %d lane %d", D,
+                                     k0, l);
+                    }
+        }
+    const int dss = 32 + 8;
+    for (int kc = 0; kc < 8; kc++)
+        for (int mq = 0; mq < 32; mq += 16) {
+            for (int l = 0; l < 32; l++) addr[l] = emu_nk(dss, 16 * kc, mq, l);
+            emu_no_bank_conflict(addr, dss, "dS^T as A");
+            emu_ldmatrix_x4(addr, true, reg);
+            for (int l = 0; l < 32; l++)
+                for (int i = 0; i < 4; i++)
+                    for (int e = 0; e < 2; e++) {
+                        int m = l / 4 + 8 * (i & 1), k = 2 * (l % 4) + e + 8 * (i >> 1);
+                        cr_assert_eq(reg[l][i][e], (16 * kc + k) * dss + mq + m, "dS as A kc %d mq %d lane %d", kc,
+                                     mq, l);
+                    }
+        }
+}
+
+Test(attention_v3_layout, one_pass_a_fragments_d32) { emu_check_one_pass(32); }
+Test(attention_v3_layout, one_pass_a_fragments_d64) { emu_check_one_pass(64); }
 
 Test(attention_v2_layout, ldmatrix_fragments_and_banks_d32) { emu_check_head(32); }
 Test(attention_v2_layout, ldmatrix_fragments_and_banks_d64) { emu_check_head(64); }

@@ -437,11 +437,13 @@ Test(attention_step, auto_form_follows_policy_and_head_size)
 
 /* ---- CUDA: the step module with the fused node compiles --------------- */
 
-/* variant: HPC_ATTN_KERNELS for the emitter ("v1" or "v2"). */
+/* variant: HPC_ATTN_KERNELS for the emitter ("v1", "v2" or "v3"; v3 is
+ * v2 with the one-pass backward phase, which computes delta alone for long
+ * rows, in place of v2's dot phase). */
 static void expect_module_compiles_as(const ModelSpec *s, SpecPrecision policy, int arch, const char *variant)
 {
     setenv("HPC_ATTN_KERNELS", variant, 1);
-    bool v2 = strcmp(variant, "v2") == 0;
+    bool v3 = strcmp(variant, "v3") == 0, v2 = v3 || strcmp(variant, "v2") == 0;
     Pipeline p;
     build(s, policy, ATTN_FORM_FUSED, &p);
     HpcError err = {0};
@@ -455,6 +457,8 @@ static void expect_module_compiles_as(const ModelSpec *s, SpecPrecision policy, 
         cr_expect(strstr(src, calls[v2][k]) != NULL, "%s: no call %s", variant, calls[v2][k]);
         cr_expect(strstr(src, calls[!v2][k]) == NULL, "%s: calls %s", variant, calls[!v2][k]);
     }
+    cr_expect((strstr(src, "hpc_attn::attn_mma3_bwd_run(") != NULL) == v3, "%s: one-pass backward %s", variant,
+              v3 ? "missing" : "called");
     void *cubin;
     size_t size;
     char *log = NULL;
@@ -473,6 +477,12 @@ static void expect_module_compiles_as(const ModelSpec *s, SpecPrecision policy, 
             cr_expect(memmem(cubin, size, name, strlen(name)) != NULL, "%s not in the cubin", name);
             if (strstr(name, "dot")) {   /* one warp per (b, t, head): 3 * 70 * 2 / 4 blocks */
                 cr_expect_eq(c.phase[k].grid[0], 105u);
+                continue;
+            }
+            if (strstr(name, "attn3_bwd")) {   /* one block of 256 per (b, head) */
+                cr_expect(c.phase[k].grid[0] == 1 && c.phase[k].grid[1] == 2 && c.phase[k].grid[2] == 3 &&
+                          c.phase[k].block[0] == 256, "%s grid (%u, %u, %u) x %u", name, c.phase[k].grid[0],
+                          c.phase[k].grid[1], c.phase[k].grid[2], c.phase[k].block[0]);
                 continue;
             }
             /* ceil(70 / 64) tiles, 2 heads, 3 rows */
@@ -539,17 +549,32 @@ Test(attention_step_cuda, v2_tiny_bf16_causal_sm80, .timeout = 300)
     expect_module_compiles_as(&s, PREC_BF16, 80, "v2");
 }
 
+/* v3 (the default): the one-pass backward in the step module. */
+Test(attention_step_cuda, v3_tiny_fp16_sm90, .timeout = 300)
+{
+    ModelSpec s;
+    tiny_spec(&s, false);
+    expect_module_compiles_as(&s, PREC_FP16, 90, "v3");
+}
+
+Test(attention_step_cuda, v3_tiny_bf16_causal_sm80, .timeout = 300)
+{
+    ModelSpec s;
+    tiny_spec(&s, true);
+    expect_module_compiles_as(&s, PREC_BF16, 80, "v3");
+}
+
 Test(attention_step_cuda, unknown_kernel_variant_is_refused)
 {
     ModelSpec s;
     tiny_spec(&s, false);
     Pipeline p;
     build(&s, PREC_FP16, ATTN_FORM_FUSED, &p);
-    setenv("HPC_ATTN_KERNELS", "v3", 1);
+    setenv("HPC_ATTN_KERNELS", "v9", 1);
     HpcError err = {0};
     char *src = NULL;
     cr_expect_eq(eop_module_source(&p.g, &src, &err), HPC_ERR_INPUT);
-    cr_expect(strstr(err.msg, "HPC_ATTN_KERNELS=v3") != NULL && strstr(err.msg, "v1 or v2") != NULL, "%s", err.msg);
+    cr_expect(strstr(err.msg, "HPC_ATTN_KERNELS=v9") != NULL && strstr(err.msg, "v1, v2 or v3") != NULL, "%s", err.msg);
     unsetenv("HPC_ATTN_KERNELS");
     free(src);
     pipeline_free(&p);

@@ -4,7 +4,8 @@
  * timings at B = 32 and 256, L = 128, BERT-base heads.
  *
  * Cases: fp16 and bf16; head size 64 (12 heads, BERT-base), 32 (12 heads,
- * MiniLM) and 128 (6 heads); L = 1, 7, 32, 64, 100, 128, 512; dropout 0 and 0.1; B = 3 batch
+ * MiniLM) and 128 (6 heads); L = 1, 7, 17, 32, 64, 65, 100, 127, 128, 512;
+ * dropout 0 and 0.1; B = 3 batch
  * rows: row 0 without padding, row 1 with its last third padded, row 2
  * fully masked.  Q, K, V and dctx are random, rounded to the dtype on the
  * host, so kernel and reference read the same values; every output buffer
@@ -28,15 +29,22 @@
  * backward's delta) and both tensor-core families, attn_mma_fwd (v1) and
  * attn_mma2_fwd (v2, HPC_ATTN_KERNELS=v2 in the step), against the same
  * reference; the gradients three times: attn_simt_bwd_dq/dkv,
- * attn_mma_bwd_dq/dkv and attn_mma2_bwd_dq/dkv.  At head size 128 v1's dQ
- * kernels do not exist (48 KiB of shared memory), so there only the SIMT
- * forward and v2 are checked.  Check counts: 18 per case at D 32 and 64
- * (6 SIMT, 6 per family), 9 at D 128; 56 + 28 cases; dropout bits 3 kinds
- * x 3 lengths x 2 modules: 1008 + 252 + 18 = 1278 checks.
+ * attn_mma_bwd_dq/dkv and attn_mma2_bwd_dq/dkv; and the one-pass backward
+ * attn_mma3_bwd (the step's default, L <= 128 and D <= 64; its delta from
+ * the v2 forward's ctx, as in the step) at both register budgets (the
+ * kernel and attn_mma3_bwd_r128), dQ, dK, dV each.  The per-(b, head)
+ * delta attn_head_bwd_dot (the step's v3 phase above L 128) is held to
+ * 1e-5 of attn_simt_bwd_dot's, and feeds the families' dQ/dK/dV checks.
+ * At head size 128 v1's dQ kernels and attn_mma3_bwd do not exist (48 KiB
+ * of shared memory), so there only the SIMT forward and v2 are checked.
+ * Check counts: at D 32 and 64, 19 per case (6 SIMT, 1 delta, 6 per
+ * family) plus 6 one-pass where L <= 128; 10 at D 128; 4 modules x 2 p x
+ * (9 x 25 + 19) + 2 x 2 x 10 x 10 + dropout bits (3 kinds x 3 lengths x 2
+ * modules) = 1952 + 400 + 18 = 2370 checks.
  *
- * Output: one "ok"/"FAIL" line per check, three timing lines per shape
- * (simt, mma, mma2), then "N checks, M failed"; exit 1 on any failure, 77
- * without a GPU.
+ * Output: one "ok"/"FAIL" line per check, timing lines per shape (simt,
+ * mma, mma2, and mma3 at both register budgets), then "N checks, M
+ * failed"; exit 1 on any failure, 77 without a GPU.
  * HPC_TEST_SEED=N repeats a seed; HPC_GPU_TEST_NO_TIMING=1 skips timings. */
 #include <math.h>
 #include <stdio.h>
@@ -294,6 +302,21 @@ static void run_mma_dkv(int fam, const Mod *m, Bufs *d, int B, int L, float p, u
     launch(m, base, (unsigned)(L + 63) / 64, (unsigned)m->NH, (unsigned)B, 128, a);
 }
 
+/* The one-pass backward (v3 in the step): dQ, dK, dV from dctx, ctx and
+ * lse (delta computed inside); grid (1, NH, B) x 256, L <= 128, D <= 64.
+ * r128 takes the same body held to 128 registers. */
+static bool has_mma3(const Mod *m, int L) { return m->D <= 64 && L <= 128; }
+static void run_mma3(bool r128, const Mod *m, Bufs *d, int B, int L, float p, uint64_t seed, uint32_t step,
+                     uint32_t salt)
+{
+    CUdeviceptr q = d->qkv, k = d->qkv + 2 * (size_t)m->H, v = d->qkv + 4 * (size_t)m->H;
+    CUdeviceptr dq = d->dqkv, dk = d->dqkv + 2 * (size_t)m->H, dv = d->dqkv + 4 * (size_t)m->H;
+    int ld = 3 * m->H;
+    void *a[] = {&dq, &dk, &dv, &ld, &d->dctx, &d->ctx, &q, &k, &v, &ld, &d->lse, &d->mask, &B, &L, &p, &seed,
+                 &step, &salt};
+    launch(m, r128 ? "attn_mma3_bwd_r128" : "attn_mma3_bwd", 1, (unsigned)m->NH, (unsigned)B, 256, a);
+}
+
 /* The tensor-core backward of family fam: delta, then dQ and dK/dV. */
 static void run_mma_bwd(int fam, const Mod *m, Bufs *d, int B, int L, float p, uint64_t seed, uint32_t step,
                         uint32_t salt)
@@ -345,6 +368,24 @@ static void test_case(const Mod *m, int L, float p)
     float *ctx = down_st(m, d.ctx, nc), *dqkv = down_st(m, d.dqkv, nq);
     float *lse = malloc(nl * 4);
     DRV(cu->cuMemcpyDtoH(lse, d.lse, nl * 4));
+    char what[96];
+    {   /* delta per (b, head) block (the step's v3 phase for L > 128) against attn_simt_bwd_dot's */
+        float *dsimt = malloc(nl * 4), *dhead = malloc(nl * 4);
+        DRV(cu->cuMemcpyDtoH(dsimt, d.delta, nl * 4));
+        DRV(cu->cuMemsetD8Async(d.delta, 0xFF, nl * 4, dev.stream));
+        int Bv = B, Lv = L;
+        void *a[] = {&d.delta, &d.dctx, &d.ctx, &Bv, &Lv};
+        launch(m, "attn_head_bwd_dot", 1, (unsigned)m->NH, (unsigned)B, 256, a);
+        DRV(cu->cuStreamSynchronize(dev.stream));
+        DRV(cu->cuMemcpyDtoH(dhead, d.delta, nl * 4));
+        double *r = malloc(nl * 8);
+        for (size_t i = 0; i < nl; i++) r[i] = dsimt[i];
+        snprintf(what, sizeof what, "L%d p%.1f delta (head dot)", L, p);
+        check_strided(m, what, dhead, r, nl, 1, 1, 1e-5);
+        free(r);
+        free(dsimt);
+        free(dhead);
+    }
 
     CkAttnShape s = {.B = B, .L = L, .NH = m->NH, .D = m->D, .p = p, .seed = seed, .step = step, .salt = salt};
     double *q64 = to_f64(qkv, nq), *g64 = to_f64(dctx, nc);
@@ -352,7 +393,6 @@ static void test_case(const Mod *m, int L, float p)
     ck_attention_fwd_f64(rc, rl, q64, q64 + H, q64 + 2 * H, 3 * (int64_t)H, mask, &s);
     ck_attention_bwd_f64(rg, rg + H, rg + 2 * H, 3 * (int64_t)H, g64, q64, q64 + H, q64 + 2 * H, 3 * (int64_t)H, mask,
                          &s);
-    char what[96];
     double u = unit(m);
     snprintf(what, sizeof what, "L%d p%.1f ctx", L, p);
     check_strided(m, what, ctx, rc, rows, H, H, 4 * u);
@@ -398,6 +438,19 @@ static void test_case(const Mod *m, int L, float p)
         dqkv = down_st(m, d.dqkv, nq);
         for (int g = 0; g < 3; g++) {
             snprintf(what, sizeof what, "L%d p%.1f %s (%s bwd)", L, p, gname[g], fam_tag[fam]);
+            check_strided(m, what, dqkv + g * H, rg + g * H, rows, 3 * H, H, 16 * u);
+        }
+    }
+    /* The one-pass backward, both register budgets, from v2's lse (left in
+     * d.lse by the last family above) and the same delta. */
+    for (int r128 = 0; r128 < 2 && has_mma3(m, L); r128++) {
+        DRV(cu->cuMemsetD8Async(d.dqkv, 0xFF, nq * 2, dev.stream));
+        run_mma3(r128, m, &d, B, L, p, seed, step, salt);
+        DRV(cu->cuStreamSynchronize(dev.stream));
+        free(dqkv);
+        dqkv = down_st(m, d.dqkv, nq);
+        for (int g = 0; g < 3; g++) {
+            snprintf(what, sizeof what, "L%d p%.1f %s (mma3%s bwd)", L, p, gname[g], r128 ? " r128" : "");
             check_strided(m, what, dqkv + g * H, rg + g * H, rows, 3 * H, H, 16 * u);
         }
     }
@@ -534,6 +587,25 @@ static void timing(const Mod *m, int B, int L)
                "fwd+bwd %.3f ms\n", m->label, B, L, m->NH, fam_tag[fam], mma_ms, f / mma_ms * 1e-9, fam_tag[fam],
                mbwd_ms, 2 * f / mbwd_ms * 1e-9, mma_ms + mbwd_ms);
     }
+    /* The step's default backward (v3): the one-pass kernel, delta inside.
+     * TFLOP/s as above (4 products counted); "executed" counts the 5 it
+     * computes (S, dP, dV, dK, dQ; v2 computes 7). */
+    for (int r128 = 0; r128 < 2 && has_mma3(m, L); r128++) {
+        float ms = 0;
+        for (int i = 0; i < 3; i++) run_mma3(r128, m, &d, B, L, p, seed, step, salt);
+        for (int i = 0; i < iters; i++) {
+            float a;
+            DRV(cu->cuEventRecord(e0, dev.stream));
+            run_mma3(r128, m, &d, B, L, p, seed, step, salt);
+            DRV(cu->cuEventRecord(e1, dev.stream));
+            DRV(cu->cuEventSynchronize(e1));
+            DRV(cu->cuEventElapsedTime(&a, e0, e1));
+            ms += a;
+        }
+        ms /= iters;
+        printf("timing  %-9s B%d L%d NH%d p0.1: mma3%s bwd %.3f ms (%.1f TFLOP/s counted as above, %.1f executed)\n",
+               m->label, B, L, m->NH, r128 ? " r128" : "", ms, 2 * f / ms * 1e-9, 2.5 * f / ms * 1e-9);
+    }
     DRV(cu->cuEventDestroy(e0));
     DRV(cu->cuEventDestroy(e1));
     DRV(cu->cuEventDestroy(e2));
@@ -553,7 +625,7 @@ int main(void)
     cu = cuda_driver();
     printf("gpu_attention: %s (sm_%d), seed %llu (HPC_TEST_SEED to repeat)\n", dev.name, dev.arch,
            (unsigned long long)seed);
-    static const int lengths[] = {1, 7, 32, 64, 100, 128, 512};
+    static const int lengths[] = {1, 7, 17, 32, 64, 65, 100, 127, 128, 512};
     enum { NMODS = 6 };
     Mod mods[NMODS] = {
         mod_build(KEMIT_F16, 12, 64), mod_build(KEMIT_BF16, 12, 64), mod_build(KEMIT_F16, 12, 32),

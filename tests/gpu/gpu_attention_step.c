@@ -23,8 +23,9 @@
  * Timing (printed, not checked): BERT-base fp16 B=32 L=128 step, fused vs
  * unfused, CUDA graph replay, median of 20.
  *
- * HPC_ATTN_KERNELS=v1|v2 picks the tensor-core family the step module calls
- * (compiler/emit_ops_attention.c); the checks are the same for both.
+ * HPC_ATTN_KERNELS=v1|v2|v3 picks the tensor-core family the step module calls
+ * (compiler/emit_ops_attention.c; v3, the default, has the one-pass backward);
+ * the checks are the same for all.
  * Usage: gpu_attention_step [check] [bench]   (default both).
  * Exit 0 when every check passes, 1 on a failure, 4 without a GPU. */
 #include <math.h>
@@ -433,7 +434,7 @@ int main(int argc, char **argv)
     if (!gpu_check_open_device("gpu_attention_step", &g_dev)) return 4;
     const char *variant = getenv("HPC_ATTN_KERNELS");
     printf("gpu_attention_step on %s (sm_%d), attention kernels %s (HPC_ATTN_KERNELS)\n", g_dev.name, g_dev.arch,
-           variant && *variant ? variant : "v1");
+           variant && *variant ? variant : "v3 (default)");
     if (check) {
         check_vs_cpu(M_TINY, PREC_FP16, 3, 77, 2, 1e-2);
         check_vs_cpu(M_TINY, PREC_BF16, 4, 128, -1, 4e-2);
