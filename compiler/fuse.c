@@ -270,7 +270,9 @@ HpcStatus fuse_graph(const IrGraph *in, const PrecisionPlan *pin, IrGraph *out, 
 FuseOptions fuse_defaults(void)
 {
     const char *ln = getenv("HPC_FUSE_LN");   /* a hook for comparisons, as HPC_KEEP_F32 */
-    return (FuseOptions){.recompute_act = true, .layernorm = !ln || strcmp(ln, "0") != 0};
+    const char *ab = getenv("HPC_FUSE_ACT_BGRAD");
+    return (FuseOptions){.recompute_act = true, .layernorm = !ln || strcmp(ln, "0") != 0,
+                         .act_bgrad = !ab || strcmp(ab, "0") != 0};
 }
 
 HpcStatus fuse_graph_with(const IrGraph *in, const PrecisionPlan *pin, IrGraph *out, PrecisionPlan *pout,

@@ -27,6 +27,10 @@
  *   g = ACT(h) read backward only by LINEAR_DW(dy, g) => a copy of the ACT
  *       right before the first of them, which they read instead, so the
  *       forward g is not kept for the backward pass (FuseOptions.recompute_act)
+ *   BIAS_GRAD(ACT_BWD(dy, x))              => ACT_BWD_BGRAD(dy, x): dx, db
+ *       (the column sums of dx from the kernel that writes it; runs before
+ *        the pairing above, so that LINEAR's dW GEMM runs plain;
+ *        compiler/fuse_act.c; HPC_FUSE_ACT_BGRAD=0 turns it off)
  *   The bias gradient of a LINEAR that feeds a LayerNorm site is wanted by
  *   both LN_RESIDUAL_BWD (output 4) and LINEAR_DW_BGRAD; the LayerNorm rule
  *   runs first and takes it (compiler/fuse_dw.c says why).
@@ -78,6 +82,7 @@ typedef struct {
     int ln_casts_folded;      /* CASTs of a site's y that became its output 4 */
     int linear_dw_bgrad;      /* LINEAR_DW + BIAS_GRAD pairs of one dy fused */
     int act_recompute;        /* forward ACTs recomputed before their dW GEMMs */
+    int act_bwd_bgrad;        /* ACT_BWD + BIAS_GRAD of its dx fused (fuse_act.c) */
     int nodes_before, nodes_after;
 } FuseStats;
 
@@ -85,10 +90,11 @@ HpcStatus fuse_graph(const IrGraph *in, const PrecisionPlan *pin, IrGraph *out, 
                      FuseStats *stats, HpcError *err);
 
 /* Optional rules (fuse_defaults: all on, but HPC_FUSE_LN=0 in the
- * environment turns layernorm off). */
+ * environment turns layernorm off, HPC_FUSE_ACT_BGRAD=0 act_bgrad). */
 typedef struct {
     bool recompute_act;       /* recompute an ACT before its dW GEMMs instead of keeping it */
     bool layernorm;           /* the LayerNorm site rules (fuse_layernorm.c) */
+    bool act_bgrad;           /* the activation backward + bias gradient rule (fuse_act.c) */
 } FuseOptions;
 
 FuseOptions fuse_defaults(void);

@@ -1,5 +1,5 @@
 /* compiler/fuse_internal.h — private to the fuse pass (fuse.c and its rule
- * files fuse_layernorm.c, fuse_dw.c): the matcher's state.
+ * files fuse_layernorm.c, fuse_act.c, fuse_dw.c): the matcher's state.
  *
  * match decides per node of the input graph: COPY it, DROP it (its value is
  * read by nothing that survives), REPLACE it by a fused node (repl[id]),
@@ -60,6 +60,10 @@ static inline int fuse_ref_k(int v) { return (-2 - v) % 8; }
  * since a site takes its DROPOUT + ADD with it, and before the bias
  * gradient pairing (fuse_dw.c), which leaves a BIAS_GRAD a site took. */
 void fuse_match_layernorm(Matcher *M);
+
+/* The activation backward + bias gradient rule (fuse_act.c): runs before
+ * the weight-gradient GEMM rules, which leave a BIAS_GRAD it took. */
+void fuse_match_act(Matcher *M);
 
 /* The weight-gradient GEMM rules (fuse_dw.c): LINEAR_DW + BIAS_GRAD pairs,
  * then (opts.recompute_act) the ACTs recomputed before their dW GEMMs. */

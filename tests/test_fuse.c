@@ -240,6 +240,16 @@ static void check_equal(SpecPrecision policy, CpuExecPrecision prec, double tol,
     StepOut q = run_step(&no_ln.g, &no_ln.pl, w, prec, b);
     cr_expect_gt(expect_same(&f, &a, &plain.pl, tol, what), 30);
     cr_expect_gt(expect_same(&f, &q, &plain.pl, tol, what), 30);
+    cr_expect_eq(fused.fuse.act_bwd_bgrad, 3);   /* FFN1 of both layers, the pooler */
+    Pipeline no_act;
+    setenv("HPC_FUSE_ACT_BGRAD", "0", 1);
+    build(&s, policy, true, &no_act);
+    unsetenv("HPC_FUSE_ACT_BGRAD");
+    cr_expect_eq(no_act.fuse.act_bwd_bgrad, 0);
+    StepOut na = run_step(&no_act.g, &no_act.pl, w, prec, b);
+    cr_expect_gt(expect_same(&f, &na, &plain.pl, tol, what), 30);
+    step_free(&na);
+    pipeline_free(&no_act);
     step_free(&a);
     step_free(&f);
     step_free(&q);
@@ -480,12 +490,15 @@ Test(fuse_negative, no_dropout_no_change)
     build(&s, PREC_FP16, true, &fused);
     cr_expect_eq(fused.fuse.softmax_dropout + fused.fuse.dropout_add, 0);
     for (int op = 0; op < IR_OP_COUNT; op++) {
-        if (op == IR_OP_LINEAR_DW || op == IR_OP_BIAS_GRAD || op == IR_OP_LINEAR_DW_BGRAD || op == IR_OP_OUTPUT)
+        if (op == IR_OP_LINEAR_DW || op == IR_OP_BIAS_GRAD || op == IR_OP_LINEAR_DW_BGRAD || op == IR_OP_OUTPUT ||
+            op == IR_OP_ACT_BWD || op == IR_OP_ACT_BWD_BGRAD)
             continue;
         int extra = op == IR_OP_ACT ? fused.fuse.act_recompute : 0;
         cr_expect_eq(count_op(&fused.g, (IrOpKind)op), count_op(&plain.g, (IrOpKind)op) + extra, "%s",
                      ir_op_name((IrOpKind)op));
     }
+    cr_expect_eq(count_op(&fused.g, IR_OP_ACT_BWD) + count_op(&fused.g, IR_OP_ACT_BWD_BGRAD),
+                 count_op(&plain.g, IR_OP_ACT_BWD));
     cr_expect_eq(fused.g.n, plain.g.n + fused.fuse.act_recompute, "each pair is one node and its output");
     pipeline_free(&plain);
     pipeline_free(&fused);
@@ -569,12 +582,14 @@ Test(fuse_count, bert_base_launches_drop)
      * site dropout + add + layernorm + cast (3) and layernorm_dx + dgamma +
      * bias_grad + dropout + bias_grad (4), the last site without a cast
      * (-1 in all); one launch less per LINEAR_DW_BGRAD pair (query, key,
-     * value, FFN1 per layer and the pooler: the attention output and FFN2
-     * bias gradients went to their LayerNorm sites, the classifier's dW
-     * reads the f16 copy of dlogits); one more per recomputed FFN ACT. */
+     * value per layer: the attention output and FFN2 bias gradients went to
+     * their LayerNorm sites, the classifier's dW reads the f16 copy of
+     * dlogits) and per ACT_BWD_BGRAD (FFN1 per layer and the pooler); one
+     * more per recomputed FFN ACT. */
     int L = (int)s.stack.layers;
-    cr_expect_eq(before - after, 2 * L + 2 * 7 * L - 1 + (4 * L + 1) - L, "%d -> %d", before, after);
-    cr_expect_eq(fused.fuse.linear_dw_bgrad, 4 * L + 1);
+    cr_expect_eq(before - after, 2 * L + 2 * 7 * L - 1 + 3 * L + (L + 1) - L, "%d -> %d", before, after);
+    cr_expect_eq(fused.fuse.linear_dw_bgrad, 3 * L);
+    cr_expect_eq(fused.fuse.act_bwd_bgrad, L + 1);
     cr_expect_eq(fused.fuse.act_recompute, L);
     cr_expect_eq(fused.fuse.softmax_dropout, s.stack.layers);
     cr_expect_eq(fused.fuse.ln_residual, 2 * s.stack.layers);
@@ -639,9 +654,11 @@ Test(fuse_golden, fused_listing_matches) { expect_golden(true, "tests/golden/ber
 /* tiny_spec has 6 linears with bias per layer and a pooler; two of each
  * layer's (the attention output and FFN2, which feed the LayerNorm sites)
  * give their bias gradient to LN_RESIDUAL_BWD instead (fuse_dw.c says
- * why); the classifier's bias gradient reads the f32 dlogits while its dW
- * reads the f16 copy (or, under fp32, they share it). */
-static int tiny_pairs(SpecPrecision policy) { return (6 - 2) * 2 + 1 + (policy == PREC_FP32); }
+ * why), and FFN1 and the pooler (a LINEAR before an activation) theirs to
+ * ACT_BWD_BGRAD (fuse_act.c); the classifier's bias gradient reads the f32
+ * dlogits while its dW reads the f16 copy (or, under fp32, they share it). */
+static int tiny_pairs(SpecPrecision policy) { return (6 - 3) * 2 + (policy == PREC_FP32); }
+static int tiny_act_bgrads(void) { return 2 + 1; }
 
 static void check_bgrad_counts(SpecPrecision policy)
 {
@@ -653,8 +670,12 @@ static void check_bgrad_counts(SpecPrecision policy)
     int pairs = tiny_pairs(policy);
     cr_expect_eq(fused.fuse.linear_dw_bgrad, pairs);
     cr_expect_eq(count_op(&fused.g, IR_OP_LINEAR_DW_BGRAD), pairs);
-    /* the pairs' and, per LayerNorm site (2 per layer), its dbeta and dbias */
-    cr_expect_eq(count_op(&plain.g, IR_OP_BIAS_GRAD) - count_op(&fused.g, IR_OP_BIAS_GRAD), pairs + 2 * 2 * 2);
+    cr_expect_eq(fused.fuse.act_bwd_bgrad, tiny_act_bgrads());
+    cr_expect_eq(count_op(&fused.g, IR_OP_ACT_BWD_BGRAD), tiny_act_bgrads());
+    cr_expect_eq(count_op(&fused.g, IR_OP_ACT_BWD), 0);
+    /* the pairs', the activations' and, per LayerNorm site (2 per layer), its dbeta and dbias */
+    cr_expect_eq(count_op(&plain.g, IR_OP_BIAS_GRAD) - count_op(&fused.g, IR_OP_BIAS_GRAD),
+                 pairs + tiny_act_bgrads() + 2 * 2 * 2);
     cr_expect_eq(count_op(&plain.g, IR_OP_LINEAR_DW) - count_op(&fused.g, IR_OP_LINEAR_DW), pairs);
     /* no LINEAR_DW and BIAS_GRAD of one dy are left apart */
     for (int i = 0; i < fused.g.n; i++) {
@@ -666,7 +687,7 @@ static void check_bgrad_counts(SpecPrecision policy)
     /* every bias gradient a pair made is the db output, stored in f32; the
      * other projected gradients are the LayerNorm sites' dgamma, dbeta and
      * the dbias of the LINEAR before each (2 sites per layer) */
-    int from_pairs = 0, from_sites = 0;
+    int from_pairs = 0, from_sites = 0, from_acts = 0;
     for (int p = 0; p < fused.pl.n; p++) {
         int v = fused.g.param_grad[p];
         if (v < 0 || fused.g.nodes[v].op != IR_OP_OUTPUT) continue;
@@ -676,12 +697,19 @@ static void check_bgrad_counts(SpecPrecision policy)
             from_sites += fused.g.nodes[v].attr.output.index == 4;
             continue;
         }
+        if (src->op == IR_OP_ACT_BWD_BGRAD) {
+            cr_expect_eq(fused.g.nodes[v].attr.output.index, 1, "%s", fused.pl.p[p].name);
+            cr_expect(strstr(fused.pl.p[p].name, ".bias") != NULL, "%s", fused.pl.p[p].name);
+            from_acts++;
+            continue;
+        }
         cr_expect_eq(src->op, IR_OP_LINEAR_DW_BGRAD, "%s", fused.pl.p[p].name);
         cr_expect(strstr(fused.pl.p[p].name, ".bias") != NULL, "%s", fused.pl.p[p].name);
         from_pairs++;
     }
     cr_expect_eq(from_pairs, pairs);
     cr_expect_eq(from_sites, 2 * 2);
+    cr_expect_eq(from_acts, tiny_act_bgrads());
     pipeline_free(&plain);
     pipeline_free(&fused);
 }
@@ -690,9 +718,12 @@ Test(fuse_bgrad, pairs_counted_fp32) { check_bgrad_counts(PREC_FP32); }
 Test(fuse_bgrad, pairs_counted_fp16) { check_bgrad_counts(PREC_FP16); }
 Test(fuse_bgrad, pairs_counted_bf16) { check_bgrad_counts(PREC_BF16); }
 
-/* BERT-base: 12 x 4 linears and the pooler pair their BIAS_GRAD with the
- * dW GEMM; each of the 2 LayerNorm sites per layer takes two (its dbeta
- * and the dbias of the LINEAR before it). */
+/* BERT-base: 12 x 3 linears (query, key, value) pair their BIAS_GRAD
+ * with the dW GEMM; FFN1 and the pooler give theirs to the activation's
+ * backward (so no BGRADB GEMM reads a dy that an ACT_BWD_BGRAD wrote);
+ * each of the 2 LayerNorm sites per layer takes two (its dbeta and the
+ * dbias of the LINEAR before it).  With HPC_FUSE_ACT_BGRAD=0 the FFN1 and
+ * pooler bias gradients go back to the BGRADB GEMM. */
 Test(fuse_bgrad, bert_base_bias_grad_nodes_drop)
 {
     ModelSpec s;
@@ -703,9 +734,23 @@ Test(fuse_bgrad, bert_base_bias_grad_nodes_drop)
     int before = count_op(&plain.g, IR_OP_BIAS_GRAD), after = count_op(&fused.g, IR_OP_BIAS_GRAD);
     printf("bert_base fp16: %d bias_grad nodes unfused, %d fused (%d linear_dw_bgrad)\n", before, after,
            fused.fuse.linear_dw_bgrad);
-    cr_expect_eq(fused.fuse.linear_dw_bgrad, 4 * (int)s.stack.layers + 1);
-    cr_expect_eq(fused.fuse.ln_residual_bwd, 2 * (int)s.stack.layers);
-    cr_expect_eq(before - after, 4 * (int)s.stack.layers + 1 + 2 * 2 * (int)s.stack.layers);
+    int L = (int)s.stack.layers;
+    cr_expect_eq(fused.fuse.linear_dw_bgrad, 3 * L);
+    cr_expect_eq(fused.fuse.act_bwd_bgrad, L + 1);
+    cr_expect_eq(count_op(&fused.g, IR_OP_ACT_BWD_BGRAD), L + 1);
+    cr_expect_eq(fused.fuse.ln_residual_bwd, 2 * L);
+    cr_expect_eq(before - after, 3 * L + (L + 1) + 2 * 2 * L);
+    for (int i = 0; i < fused.g.n; i++)   /* no BGRADB GEMM reads the fused activation's dx */
+        if (fused.g.nodes[i].op == IR_OP_LINEAR_DW_BGRAD)
+            cr_expect_neq(fused.g.nodes[fused.g.nodes[i].in[0]].op, IR_OP_ACT_BWD_BGRAD, "%s", fused.g.nodes[i].name);
+    Pipeline off;
+    setenv("HPC_FUSE_ACT_BGRAD", "0", 1);
+    build(&s, PREC_FP16, true, &off);
+    unsetenv("HPC_FUSE_ACT_BGRAD");
+    cr_expect_eq(off.fuse.act_bwd_bgrad, 0);
+    cr_expect_eq(off.fuse.linear_dw_bgrad, 4 * L + 1);
+    cr_expect_eq(count_op(&off.g, IR_OP_BIAS_GRAD), after);
+    pipeline_free(&off);
     pipeline_free(&plain);
     pipeline_free(&fused);
 }
@@ -808,6 +853,78 @@ Test(fuse_bgrad, node_against_direct_sums)
     batch_free(b);
     ir_free(&fx.g);
     params_free(&fx.pl);
+}
+
+/* ---- the activation backward with the bias gradient ------------------
+ * For every activation of the table: x -> LINEAR(W, b) -> ACT -> loss,
+ * autodiff, then the graph fused (BIAS_GRAD(ACT_BWD) => ACT_BWD_BGRAD)
+ * and unfused run on the cpu backend: every gradient bit for bit (f64 and
+ * f32), and a NaN in one value of x reaches db (a column sum never hides
+ * a NaN). */
+static void act_bgrad_case(IrActKind kind, CpuExecPrecision prec)
+{
+    Fx fx;
+    fx_init(&fx);
+    int x = fx_embed(&fx, "x");
+    int w = fx_param(&fx, "ffn.w", TH, TH), b = fx_param(&fx, "ffn.b", TH, 0);   /* IR ids */
+    int h = ir_add(&fx.g, IR_OP_LINEAR, (int[]){x, w, b}, 3, NULL, "ffn.in");
+    IrAttr act = {.act = {kind}};
+    int y = ir_add(&fx.g, IR_OP_ACT, &h, 1, &act, "ffn.act");
+    fx_loss(&fx, y);
+    fx.g.n_params = fx.pl.n;
+    HpcError err = {0};
+    cr_assert_eq(autodiff_build(&fx.g, &fx.pl, &err), HPC_OK, "%s", err.msg);
+    IrGraph out, off;
+    ir_init(&out);
+    ir_init(&off);
+    FuseStats st;
+    cr_assert_eq(fuse_graph(&fx.g, NULL, &out, NULL, &st, &err), HPC_OK, "%s", err.msg);
+    cr_expect_eq(st.act_bwd_bgrad, 1, "%s", ir_act_name(kind));
+    cr_expect_eq(count_op(&out, IR_OP_ACT_BWD_BGRAD), 1);
+    cr_expect_eq(count_op(&out, IR_OP_ACT_BWD), 0);
+    FuseOptions fo = fuse_defaults();
+    fo.act_bgrad = false;
+    cr_assert_eq(fuse_graph_with(&fx.g, NULL, &off, NULL, &st, &fo, &err), HPC_OK, "%s", err.msg);
+    cr_expect_eq(st.act_bwd_bgrad, 0);
+    cr_expect_eq(count_op(&off, IR_OP_ACT_BWD_BGRAD), 0);
+    cr_expect_eq(count_op(&off, IR_OP_LINEAR_DW_BGRAD), 2);   /* ffn and head pair with their dW GEMM */
+    Batch *bt = tiny_batch();
+    double **wt = random_weights(&fx.pl, 0.5);
+    for (int nan_pass = 0; nan_pass < 2; nan_pass++) {
+        if (nan_pass) wt[0][(int64_t)bt->input_ids[2] * TH + 3] = NAN;   /* one x value: a NaN row of h */
+        StepOut f = run_step(&out, &fx.pl, wt, prec, bt), u = run_step(&fx.g, &fx.pl, wt, prec, bt);
+        for (int p = 0; p < fx.pl.n; p++) {
+            int64_t n = params_numel(&fx.pl.p[p]);
+            cr_assert(f.grad[p] && u.grad[p], "%s", fx.pl.p[p].name);
+            int nans = 0;
+            for (int64_t k = 0; k < n; k++) {
+                nans += isnan(f.grad[p][k]);
+                cr_expect(memcmp(&f.grad[p][k], &u.grad[p][k], sizeof(double)) == 0 ||
+                              (isnan(f.grad[p][k]) && isnan(u.grad[p][k])),
+                          "%s %s[%lld]: fused %.17g, unfused %.17g", ir_act_name(kind), fx.pl.p[p].name,
+                          (long long)k, f.grad[p][k], u.grad[p][k]);
+            }
+            if (nan_pass && strcmp(fx.pl.p[p].name, "ffn.b") == 0)
+                cr_expect_gt(nans, 0, "%s: no NaN reached %s", ir_act_name(kind), fx.pl.p[p].name);
+            if (!nan_pass) cr_expect_eq(nans, 0);
+        }
+        step_free(&f);
+        step_free(&u);
+    }
+    free_weights(&fx.pl, wt);
+    batch_free(bt);
+    ir_free(&out);
+    ir_free(&off);
+    ir_free(&fx.g);
+    params_free(&fx.pl);
+}
+
+Test(fuse_act, every_activation_fused_equals_unfused)
+{
+    for (int k = 0; k < IR_ACT_COUNT; k++) {
+        act_bgrad_case((IrActKind)k, CPU_EXEC_F64);
+        act_bgrad_case((IrActKind)k, CPU_EXEC_F32);
+    }
 }
 
 /* Pairs that must stay apart: a db stored in another dtype than dW, and a
@@ -987,7 +1104,7 @@ static void expect_compiles(const ModelSpec *s, SpecPrecision prec, int arch)
     for (int id = 0; id < p.g.n; id++) {
         IrOpKind op = p.g.nodes[id].op;
         if (op != IR_OP_SOFTMAX_DROPOUT && op != IR_OP_SOFTMAX_DROPOUT_BWD && op != IR_OP_DROPOUT_ADD &&
-            op != IR_OP_LN_RESIDUAL && op != IR_OP_LN_RESIDUAL_BWD)
+            op != IR_OP_LN_RESIDUAL && op != IR_OP_LN_RESIDUAL_BWD && op != IR_OP_ACT_BWD_BGRAD && op != IR_OP_ACT)
             continue;
         EopNodeCode c;
         cr_assert_eq(eop_node_code(&p.g, id, 4, 16, &c, &err), HPC_OK, "%s", err.msg);
