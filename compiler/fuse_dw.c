@@ -108,4 +108,5 @@ void fuse_match_dw(Matcher *M)
         if (fuse_node(M, i)->op == IR_OP_BIAS_GRAD) match_bias_grad(M, i);
     for (int i = 0; M->opts.recompute_act && i < M->g->n_forward; i++)
         if (fuse_node(M, i)->op == IR_OP_ACT) match_recompute(M, i);
+    if (M->opts.act_bgrad && M->opts.act_merge && M->opts.recompute_act) fuse_match_act_recompute(M);
 }

@@ -493,7 +493,7 @@ Test(fuse_negative, no_dropout_no_change)
         if (op == IR_OP_LINEAR_DW || op == IR_OP_BIAS_GRAD || op == IR_OP_LINEAR_DW_BGRAD || op == IR_OP_OUTPUT ||
             op == IR_OP_ACT_BWD || op == IR_OP_ACT_BWD_BGRAD)
             continue;
-        int extra = op == IR_OP_ACT ? fused.fuse.act_recompute : 0;
+        int extra = op == IR_OP_ACT ? fused.fuse.act_recompute - fused.fuse.act_merged : 0;
         cr_expect_eq(count_op(&fused.g, (IrOpKind)op), count_op(&plain.g, (IrOpKind)op) + extra, "%s",
                      ir_op_name((IrOpKind)op));
     }
@@ -585,9 +585,12 @@ Test(fuse_count, bert_base_launches_drop)
      * value per layer: the attention output and FFN2 bias gradients went to
      * their LayerNorm sites, the classifier's dW reads the f16 copy of
      * dlogits) and per ACT_BWD_BGRAD (FFN1 per layer and the pooler); one
-     * more per recomputed FFN ACT. */
+     * more per recomputed FFN ACT, unless it is an ACT_BWD_BGRAD's output 2
+     * (merged: every layer). */
     int L = (int)s.stack.layers;
-    cr_expect_eq(before - after, 2 * L + 2 * 7 * L - 1 + 3 * L + (L + 1) - L, "%d -> %d", before, after);
+    cr_expect_eq(fused.fuse.act_merged, L);
+    cr_expect_eq(before - after, 2 * L + 2 * 7 * L - 1 + 3 * L + (L + 1) - L + fused.fuse.act_merged, "%d -> %d",
+                 before, after);
     cr_expect_eq(fused.fuse.linear_dw_bgrad, 3 * L);
     cr_expect_eq(fused.fuse.act_bwd_bgrad, L + 1);
     cr_expect_eq(fused.fuse.act_recompute, L);
@@ -966,42 +969,58 @@ Test(fuse_bgrad, what_must_not_pair)
 /* ---- the FFN activation recomputed in the backward pass ---------------- */
 
 /* Each layer's GELU output is recomputed before its dW GEMM, never kept:
- * the copy reads the forward input, the dW GEMM reads the copy, the
- * forward value's last reader is forward, and its precision plan entry is
- * the forward ACT's. */
-Test(fuse_recompute, ffn_act_recomputed_in_backward)
+ * the copy (or, merged, output 2 of the ACT_BWD_BGRAD that reads the same
+ * h) is computed from the forward input in the backward part, the dW GEMM
+ * reads it, the forward value's last reader is forward, and its precision
+ * plan entry is the forward ACT's. */
+static void check_recomputed(bool merge)
 {
     ModelSpec s;
     tiny_spec(&s);
     Pipeline p;
+    if (!merge) setenv("HPC_FUSE_ACT_BGRAD", "nomerge", 1);
     build(&s, PREC_FP16, true, &p);
+    unsetenv("HPC_FUSE_ACT_BGRAD");
     cr_expect_eq(p.fuse.act_recompute, s.stack.layers);
+    cr_expect_eq(p.fuse.act_merged, merge ? s.stack.layers : 0);
     int copies = 0;
     for (int i = 0; i < p.g.n; i++) {
         const IrNode *n = &p.g.nodes[i];
-        if (n->op != IR_OP_ACT || !n->backward) continue;
+        bool copy = n->op == IR_OP_ACT && n->backward;
+        bool out2 = n->op == IR_OP_OUTPUT && p.g.nodes[n->in[0]].op == IR_OP_ACT_BWD_BGRAD && n->attr.output.index == 2;
+        if (!copy && !out2) continue;
         copies++;
         cr_expect(strstr(n->name, ".recompute") != NULL, "%s", n->name);
-        const IrNode *h = &p.g.nodes[n->in[0]];
+        int h_id = copy ? n->in[0] : p.g.nodes[n->in[0]].in[1];
+        const IrNode *h = &p.g.nodes[h_id];
         cr_expect(!h->backward && i >= p.g.n_forward, "%s reads a forward value, runs in the backward part", n->name);
         cr_expect_eq(n->dtype, DT_F16);
         cr_expect_eq(p.prec.info[i].cls, PREC_CLASS_F32_COMPUTE, "%s", n->name);
-        int fwd = -1;   /* the forward ACT it copies: same input */
+        int fwd = -1;   /* the forward ACT it recomputes: same input */
         for (int j = 0; j < p.g.n_forward; j++)
-            if (p.g.nodes[j].op == IR_OP_ACT && p.g.nodes[j].in[0] == n->in[0]) fwd = j;
+            if (p.g.nodes[j].op == IR_OP_ACT && p.g.nodes[j].in[0] == h_id) fwd = j;
         cr_assert_geq(fwd, 0);
+        int dw = 0;
         for (int j = p.g.n_forward; j < p.g.n; j++)
-            for (int k = 0; k < p.g.nodes[j].n_in; k++)
+            for (int k = 0; k < p.g.nodes[j].n_in; k++) {
                 cr_expect_neq(p.g.nodes[j].in[k], fwd, "%s reads the forward %s", p.g.nodes[j].name,
                               p.g.nodes[fwd].name);
+                dw += p.g.nodes[j].in[k] == i && p.g.nodes[j].op == IR_OP_LINEAR_DW;
+            }
+        cr_expect_eq(dw, 1, "%s: read by %d dW GEMMs", n->name, dw);
     }
     cr_expect_eq(copies, s.stack.layers);
     pipeline_free(&p);
 }
 
+Test(fuse_recompute, ffn_act_recomputed_in_backward) { check_recomputed(false); }
+Test(fuse_recompute, ffn_act_merged_into_act_bwd) { check_recomputed(true); }
+
 /* BERT-base fp16 at B32 L128: the planned arena shrinks by at least the
  * GELU outputs of all layers but one (the last layer's backward holds its
- * copy while the others' are gone). */
+ * copy while the others' are gone), or but two when the copy is an
+ * ACT_BWD_BGRAD's output 2 (g and dh are then live together for the dW2
+ * GEMM: one such tensor more at that moment). */
 Test(fuse_recompute, bert_base_arena_shrinks)
 {
     ModelSpec s;
@@ -1009,7 +1028,12 @@ Test(fuse_recompute, bert_base_arena_shrinks)
     Pipeline keep, re;
     PipeOptions o = pipeline_defaults(PREC_FP16);
     HpcError err = {0};
+    setenv("HPC_FUSE_ACT_BGRAD", "nomerge", 1);
     cr_assert_eq(pipeline_build(&s, &o, &re, &err), HPC_OK, "%s", err.msg);
+    unsetenv("HPC_FUSE_ACT_BGRAD");
+    Pipeline merged;
+    cr_assert_eq(pipeline_build(&s, &o, &merged, &err), HPC_OK, "%s", err.msg);
+    cr_expect_eq(merged.fuse.act_merged, s.stack.layers);
     /* the same graph fused without the recompute */
     PipeOptions u = pipeline_defaults(PREC_FP16);
     u.fuse = false;
@@ -1022,16 +1046,22 @@ Test(fuse_recompute, bert_base_arena_shrinks)
     FuseStats st;
     cr_assert_eq(fuse_graph_with(&keep.g, &keep.prec, &kg, &kp, &st, &fo, &err), HPC_OK, "%s", err.msg);
     cr_expect_eq(st.act_recompute, 0);
-    StepPlan a, b;
+    StepPlan a, b, c;
     cr_assert_eq(plan_build(&kg, 32, 128, &a, &err), HPC_OK, "%s", err.msg);
     cr_assert_eq(plan_build(&re.g, 32, 128, &b, &err), HPC_OK, "%s", err.msg);
+    cr_assert_eq(plan_build(&merged.g, 32, 128, &c, &err), HPC_OK, "%s", err.msg);
     int64_t g_bytes = (int64_t)32 * 128 * s.stack.ffn * 2;
-    printf("bert_base fp16 B32 L128 arena: %.1f MiB keeping the GELU outputs, %.1f MiB recomputing them\n",
-           (double)a.arena_bytes / 1048576.0, (double)b.arena_bytes / 1048576.0);
+    printf("bert_base fp16 B32 L128 arena: %.1f MiB keeping the GELU outputs, %.1f MiB recomputing them, "
+           "%.1f MiB recomputing them in the activation's backward kernel\n",
+           (double)a.arena_bytes / 1048576.0, (double)b.arena_bytes / 1048576.0, (double)c.arena_bytes / 1048576.0);
     cr_expect_geq(a.arena_bytes - b.arena_bytes, (s.stack.layers - 1) * g_bytes, "%lld -> %lld",
                   (long long)a.arena_bytes, (long long)b.arena_bytes);
+    cr_expect_geq(a.arena_bytes - c.arena_bytes, (s.stack.layers - 2) * g_bytes, "%lld -> %lld",
+                  (long long)a.arena_bytes, (long long)c.arena_bytes);
     plan_free(&a);
     plan_free(&b);
+    plan_free(&c);
+    pipeline_free(&merged);
     precision_plan_free(&kp);
     ir_free(&kg);
     pipeline_free(&keep);

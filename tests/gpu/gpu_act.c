@@ -19,7 +19,9 @@
  * most 64 rows, summed in double).  The shapes cover the vector path
  * (FFN % 8 == 0) and the scalar one (FFN 333), few rows (a partial row
  * block) and 130 x 128 rows (512 row blocks, the cap: the four-row loop and
- * its remainder), and the FFN-sized BERT case (3072).  A second run of one
+ * its remainder), and the FFN-sized BERT case (3072).  The recomputed GELU
+ * (output 2 of ACT_BWD_BGRAD when merged, an ACT copy under
+ * HPC_FUSE_ACT_BGRAD=nomerge) is checked as the forward.  A second run of one
  * case puts a NaN into FFN1's bias: the NaN column must reach dx and db
  * exactly where the reference has it.  The pooler's tanh ACT_BWD_BGRAD is
  * checked in every case.
@@ -90,7 +92,7 @@ static double compare(const float *got, const float *ref, int64_t n, int *nan_mi
 
 static double tol_of(DType d) { return d == DT_F32 ? 1e-5 : d == DT_F16 ? 1e-3 : 8e-3; }
 
-typedef struct { int checked_fwd, checked_bwd, db_nans; } Seen;
+typedef struct { int checked_fwd, checked_bwd, checked_recompute, db_nans; } Seen;
 
 static void check_act(CudaExec *ex, const IrGraph *g, int id, const IrGraph *gg, const char *tag, Seen *seen)
 {
@@ -154,6 +156,18 @@ static void check_act_bwd_bgrad(CudaExec *ex, const IrGraph *g, int id, const ch
            tag, a, g->nodes[dbv].name, (long long)C, ir_dtype_name(g->nodes[dbv].dtype), ed, dmism, dnans);
     if (want_nan) seen->db_nans += dnans;
     seen->checked_bwd++;
+    int yv = ir_output(g, id, 2);   /* the recomputed forward value, when merged (fuse_act.c) */
+    if (yv >= 0) {
+        DType yt = g->nodes[yv].dtype;
+        float *y = read_value(ex, yv, cnt, &err);
+        for (int64_t i = 0; i < cnt; i++) ref[i] = (float)act_fwd_ref[n->attr.act_bgrad.kind](x[i]);
+        round_to(yt, ref, cnt);
+        double ey = y ? compare(y, ref, cnt, &mism, &nans) : NAN;
+        result(!isnan(ey) && ey <= tol_of(yt), "%s: %s_bwd_bgrad %s (recomputed act, %s) rel %.3g <= %.0e, NaN mismatches %d",
+               tag, a, g->nodes[yv].name, ir_dtype_name(yt), ey, tol_of(yt), y ? mism : -1);
+        seen->checked_recompute++;
+        free(y);
+    }
     free(dy);
     free(x);
     free(dx);
@@ -184,6 +198,7 @@ typedef struct {
     int64_t ffn, B, L;
     SpecPrecision prec;
     bool nan_bias;   /* a NaN in FFN1's bias */
+    bool nomerge;    /* HPC_FUSE_ACT_BGRAD=nomerge: the recomputed ACT is its own kernel */
 } Case;
 
 static void run_case(Case c)
@@ -199,12 +214,16 @@ static void run_case(Case c)
     s.stack.hidden_dropout = 0.1;
     s.stack.attention_dropout = 0.1;
     char tag[160];
-    snprintf(tag, sizeof tag, "%s ffn %lld %s B=%lld L=%lld%s", spec_activation_name(c.act), (long long)c.ffn,
-             spec_precision_name(c.prec), (long long)c.B, (long long)c.L, c.nan_bias ? " NaN in FFN1's bias" : "");
+    snprintf(tag, sizeof tag, "%s ffn %lld %s B=%lld L=%lld%s%s", spec_activation_name(c.act), (long long)c.ffn,
+             spec_precision_name(c.prec), (long long)c.B, (long long)c.L, c.nan_bias ? " NaN in FFN1's bias" : "",
+             c.nomerge ? " nomerge" : "");
     PipeOptions po = pipeline_defaults(c.prec);
     Pipeline P;
     HpcError err = {0};
-    if (pipeline_build(&s, &po, &P, &err)) {
+    if (c.nomerge) setenv("HPC_FUSE_ACT_BGRAD", "nomerge", 1);
+    HpcStatus bst = pipeline_build(&s, &po, &P, &err);
+    unsetenv("HPC_FUSE_ACT_BGRAD");
+    if (bst) {
         result(0, "%s: pipeline_build: %s", tag, err.msg);
         return;
     }
@@ -234,8 +253,11 @@ static void run_case(Case c)
             if (P.g.nodes[id].op == IR_OP_ACT) check_act(&ex, &P.g, id, &P.g, tag, &seen);
             if (P.g.nodes[id].op == IR_OP_ACT_BWD_BGRAD) check_act_bwd_bgrad(&ex, &P.g, id, tag, c.nan_bias, &seen);
         }
-        result(seen.checked_fwd >= 2 && seen.checked_bwd == 2, "%s: %d act and %d act_bwd_bgrad nodes checked", tag,
-               seen.checked_fwd, seen.checked_bwd);
+        /* the FFN and pooler forward ACTs, the FFN's recompute (a copy, or merged) */
+        result(seen.checked_fwd + seen.checked_recompute == 3 && seen.checked_bwd == 2 &&
+                   seen.checked_recompute == !c.nomerge,
+               "%s: %d act, %d act_bwd_bgrad nodes and %d merged recomputes checked", tag, seen.checked_fwd,
+               seen.checked_bwd, seen.checked_recompute);
         if (c.nan_bias) result(seen.db_nans > 0, "%s: the NaN reached %d bias-gradient values", tag, seen.db_nans);
     }
     if (inited) cuda_exec_free(&ex);
@@ -252,15 +274,17 @@ int main(void)
     printf("gpu_act on %s (sm_%d)\n", g_dev.name, g_dev.arch);
     const SpecPrecision precs[] = {PREC_FP16, PREC_BF16, PREC_FP32};
     for (int p = 0; p < 3; p++) {
-        run_case((Case){ACT_GELU, 3072, 4, 37, precs[p], false});    /* BERT's FFN; 148 rows: 5 row blocks */
-        run_case((Case){ACT_GELU, 333, 5, 29, precs[p], false});     /* FFN % 8 != 0: the scalar kernels */
-        run_case((Case){ACT_GELU, 264, 130, 128, precs[p], false});  /* 16640 rows: 512 row blocks */
+        run_case((Case){ACT_GELU, 3072, 4, 37, precs[p], false, false});    /* BERT's FFN; 148 rows: 5 row blocks */
+        run_case((Case){ACT_GELU, 333, 5, 29, precs[p], false, false});     /* FFN % 8 != 0: the scalar kernels */
+        run_case((Case){ACT_GELU, 264, 130, 128, precs[p], false, false});  /* 16640 rows: 512 row blocks */
     }
-    run_case((Case){ACT_GELU_TANH, 1000, 3, 41, PREC_FP16, false});
-    run_case((Case){ACT_RELU, 1000, 3, 41, PREC_BF16, false});
-    run_case((Case){ACT_SILU, 1000, 3, 41, PREC_FP16, false});
-    run_case((Case){ACT_SILU, 77, 3, 41, PREC_FP32, false});
-    run_case((Case){ACT_GELU, 3072, 4, 37, PREC_FP16, true});
+    run_case((Case){ACT_GELU_TANH, 1000, 3, 41, PREC_FP16, false, false});
+    run_case((Case){ACT_RELU, 1000, 3, 41, PREC_BF16, false, false});
+    run_case((Case){ACT_SILU, 1000, 3, 41, PREC_FP16, false, false});
+    run_case((Case){ACT_SILU, 77, 3, 41, PREC_FP32, false, false});
+    run_case((Case){ACT_GELU, 3072, 4, 37, PREC_FP16, true, false});
+    run_case((Case){ACT_GELU, 3072, 4, 37, PREC_FP16, false, true});
+    run_case((Case){ACT_GELU, 333, 5, 29, PREC_BF16, false, true});
     cuda_device_close(&g_dev);
     return gpu_check_summary();
 }
