@@ -1134,7 +1134,8 @@ static void expect_compiles(const ModelSpec *s, SpecPrecision prec, int arch)
     for (int id = 0; id < p.g.n; id++) {
         IrOpKind op = p.g.nodes[id].op;
         if (op != IR_OP_SOFTMAX_DROPOUT && op != IR_OP_SOFTMAX_DROPOUT_BWD && op != IR_OP_DROPOUT_ADD &&
-            op != IR_OP_LN_RESIDUAL && op != IR_OP_LN_RESIDUAL_BWD && op != IR_OP_ACT_BWD_BGRAD && op != IR_OP_ACT)
+            op != IR_OP_LN_RESIDUAL && op != IR_OP_LN_RESIDUAL_BWD && op != IR_OP_ACT_BWD_BGRAD && op != IR_OP_ACT &&
+            op != IR_OP_ACT_BWD)
             continue;
         EopNodeCode c;
         cr_assert_eq(eop_node_code(&p.g, id, 4, 16, &c, &err), HPC_OK, "%s", err.msg);
@@ -1160,6 +1161,27 @@ Test(fuse_cuda, tiny_fp32_fp16_bf16_sm80_sm90, .timeout = 300)
     expect_compiles(&s, PREC_FP16, 90);
     expect_compiles(&s, PREC_BF16, 80);
     expect_compiles(&s, PREC_FP16, 80);
+}
+
+/* The activation kernels in each form: the fused backward + bias gradient
+ * with the recompute merged (vector path), kept apart (nomerge), the
+ * scalar path (an FFN of 333, not a multiple of 8, with SiLU), and the
+ * rule off (the plain act_bwd vector kernel). */
+Test(fuse_cuda, act_kernels_every_form, .timeout = 300)
+{
+    ModelSpec s;
+    tiny_spec(&s);
+    s.stack.layers = 1;
+    expect_compiles(&s, PREC_BF16, 90);
+    setenv("HPC_FUSE_ACT_BGRAD", "nomerge", 1);
+    expect_compiles(&s, PREC_FP16, 80);
+    setenv("HPC_FUSE_ACT_BGRAD", "0", 1);
+    expect_compiles(&s, PREC_FP16, 90);
+    unsetenv("HPC_FUSE_ACT_BGRAD");
+    s.stack.ffn = 333;
+    s.stack.activation = ACT_SILU;
+    expect_compiles(&s, PREC_FP16, 80);
+    expect_compiles(&s, PREC_FP32, 90);
 }
 
 Test(fuse_cuda, gpt2_causal_sm90, .timeout = 300)
