@@ -819,7 +819,7 @@ static void gen_layernorm_dgamma(EopGen *gen)
 
 /* ACT_BWD_BGRAD's row blocks: ceil(R / ACT_PART_ROWS), at most ACT_PARTS. */
 #define ACT_PARTS 512
-#define ACT_PART_ROWS 32
+#define ACT_PART_ROWS 16
 
 /* 16-byte chunks of one 8-value vector of dtype d (f32: two). */
 static int act_chunks(DType d) { return d == DT_F32 ? 2 : 1; }
@@ -829,6 +829,29 @@ static void act_raw_load(StrBuf *s, int k, DType d, const char *vi, const char *
 {
     strbuf_printf(s, "%sfor (int w = 0; w < %d; w++) q%d[u][w] = ((const eop_v16 *)x%d)[(%s) * %d + w];\n",
                   indent, act_chunks(d), k, k, vi, act_chunks(d));
+}
+
+/* Stores the 8 f32 values NAME[8] to PTR (dtype d): 16-bit types two at a
+ * time with one packed conversion (cvt.rn.{f16,bf16}x2.f32: the same
+ * round-to-nearest-even as st_f16 / st_bf16 per value, half the
+ * conversion instructions, which these kernels are short of).  With ACC,
+ * ACC[j] += the stored value as f32 (what a reader of PTR sees). */
+static void act_store8(StrBuf *s, DType d, const char *name, const char *ptr, const char *acc, const char *ind)
+{
+    if (d == DT_F32) {
+        if (acc) strbuf_printf(s, "%s#pragma unroll\n%sfor (int j = 0; j < 8; j++) %s[j] += %s[j];\n", ind, ind, acc, name);
+        strbuf_printf(s, "%sst8_f32(%s, %s);\n", ind, ptr, name);
+        return;
+    }
+    const char *t = d == DT_F16 ? "f16" : "bf16";
+    strbuf_printf(s, "%s{\n%s    eop_v16 pk;\n#pragma unroll\n%s    for (int k = 0; k < 4; k++) {\n"
+                     "%s        asm(\"cvt.rn.%sx2.f32 %%0, %%1, %%2;\" : \"=r\"(pk.w[k]) : \"f\"(%s[2 * k + 1]), \"f\"(%s[2 * k]));\n",
+                  ind, ind, ind, ind, t, name, name);
+    if (acc)
+        strbuf_printf(s, "%s        %s[2 * k] += ld_%s((unsigned short)(pk.w[k] & 0xffffu));\n"
+                         "%s        %s[2 * k + 1] += ld_%s((unsigned short)(pk.w[k] >> 16));\n",
+                      ind, acc, t, ind, acc, t);
+    strbuf_printf(s, "%s    }\n%s    *(eop_v16 *)(%s) = pk;\n%s}\n", ind, ind, ptr, ind);
 }
 
 /* Vector phase over the node's values: out = EXPR of v0[j], v1[j] (the
@@ -856,7 +879,9 @@ static void act_vec_phase(EopGen *gen, const char *base, const char *expr)
                       ir_dtype_name(INN(k)->dtype), ctype(INN(k)->dtype), k, k);
     strbuf_add(s, "            float r[8];\n#pragma unroll\n            for (int j = 0; j < 8; j++) r[j] = ");
     strbuf_add(s, expr);
-    strbuf_printf(s, ";\n            st8_%s(y + (v + u * T) * 8, r);\n        }\n    }\n", ir_dtype_name(n->dtype));
+    strbuf_add(s, ";\n");
+    act_store8(s, n->dtype, "r", "y + (v + u * T) * 8", NULL, "            ");
+    strbuf_add(s, "        }\n    }\n");
     /* the last n % 8 values */
     strbuf_add(s, "    for (i64 i = nv * 8 + (i64)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += T) {\n"
                 "        const int j = 0;\n");
@@ -933,16 +958,28 @@ static void act_bgrad_vec(EopGen *gen, StrBuf *s, const char *a, int y2)
     /* one row: q0 (dy) and q1 (x) chunks of row r at column block cu */
     strbuf_printf(s, "        auto row = [&](const eop_v16 *qd, const eop_v16 *qx, i64 r) {\n"
                    "            float d[8], x[8], o[8];\n"
-                   "            ld8_%s((const %s *)qd, d);\n            ld8_%s((const %s *)qx, x);\n"
-                   "#pragma unroll\n            for (int j = 0; j < 8; j++) {\n"
-                   "                o[j] = %s(%s(d[j] * actg_%s(x[j])));\n                acc[j] += o[j];\n            }\n"
-                   "            st8_%s(y + r * %lldLL + cu * 8, o);\n",
-                  ir_dtype_name(dd), ctype(dd), ir_dtype_name(dx), ctype(dx), ldf(dt), stf(dt), a,
-                  ir_dtype_name(dt), C);
-    if (y2 >= 0)
-        strbuf_printf(s, "#pragma unroll\n            for (int j = 0; j < 8; j++) x[j] = act_%s(x[j]);\n"
-                       "            st8_%s(y2 + r * %lldLL + cu * 8, x);\n",
-                      a, ir_dtype_name(gen->g->nodes[y2].dtype), C);
+                   "            ld8_%s((const %s *)qd, d);\n            ld8_%s((const %s *)qx, x);\n",
+                  ir_dtype_name(dd), ctype(dd), ir_dtype_name(dx), ctype(dx));
+    if (y2 >= 0 && OUTN->attr.act_bgrad.kind == IR_ACT_GELU)
+        /* act_gelu and actg_gelu of compiler/activations.h in their order of
+         * operations, with 1 + erf(x / sqrt 2) computed once for both */
+        strbuf_add(s, "#pragma unroll\n            for (int j = 0; j < 8; j++) {\n"
+                      "                const float e1 = 1.0f + erff(x[j] * 0.70710678118654752f);\n"
+                      "                o[j] = d[j] * (0.5f * e1 + x[j] * 0.39894228040143268f * expf(-0.5f * x[j] * x[j]));\n"
+                      "                x[j] = 0.5f * x[j] * e1;\n            }\n");
+    else if (y2 >= 0)
+        strbuf_printf(s, "#pragma unroll\n            for (int j = 0; j < 8; j++) {\n"
+                         "                o[j] = d[j] * actg_%s(x[j]);\n                x[j] = act_%s(x[j]);\n            }\n",
+                      a, a);
+    else
+        strbuf_printf(s, "#pragma unroll\n            for (int j = 0; j < 8; j++) o[j] = d[j] * actg_%s(x[j]);\n", a);
+    char ptr[64];
+    snprintf(ptr, sizeof ptr, "y + r * %lldLL + cu * 8", C);
+    act_store8(s, dt, "o", ptr, "acc", "            ");
+    if (y2 >= 0) {
+        snprintf(ptr, sizeof ptr, "y2 + r * %lldLL + cu * 8", C);
+        act_store8(s, gen->g->nodes[y2].dtype, "x", ptr, NULL, "            ");
+    }
     strbuf_printf(s, "        };\n        i64 r = b;\n"
                    "        for (; r + 3 * P < R; r += 4 * P) {\n"
                    "            eop_v16 q0[4][%d], q1[4][%d];\n"
