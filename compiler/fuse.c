@@ -11,6 +11,7 @@
  * fuse_accum.c the gradient sums folded into the dX GEMMs. */
 #include "fuse_internal.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -195,6 +196,20 @@ static void append_recompute(const Matcher *M, IrGraph *out, int a, int *wire, i
     wire[a] = r;
 }
 
+/* The fused node replacing `at`, appended early: its output 2 is the
+ * recomputed forward ACT hoisted_act[at], which readers appended after it
+ * read (as append_recompute's copy) and whose precision plan it takes. */
+static void append_hoisted(const Matcher *M, IrGraph *out, int at, int *wire, int *map, int *src_of)
+{
+    append_replace(M, out, at, wire, map);
+    int a = M->hoisted_act[at], y = ir_output(out, wire[at], 2);
+    HPC_ASSERT(a >= 0 && y >= 0 && out->nodes[y].dtype == node(M, a)->dtype);
+    out->nodes[y].requires_grad = node(M, a)->requires_grad;
+    snprintf(out->nodes[y].name, sizeof out->nodes[y].name, "%.*s.recompute", IR_NAME_MAX - 11, node(M, a)->name);
+    src_of[y] = a;
+    wire[a] = y;
+}
+
 /* The precision plan of `in` re-indexed for `out` through map (each input
  * value's first image); a recomputed copy (src_of[j] >= 0) takes the plan
  * of what it copies, and an output that stands for no input value (a fused
@@ -232,7 +247,7 @@ static int max_out_nodes(const Matcher *M)
 {
     int n = M->g->n;
     for (int i = 0; i < M->g->n; i++) {
-        if (M->recompute[i] >= 0) n++;
+        if (M->recompute[i] >= 0) n++;   /* a hoisted node's outputs are counted at its REPLACE */
         if (M->action[i] == FUSE_REPLACE) n += ir_op_info(M->repl[i].op)->n_outputs;
     }
     return n;
@@ -250,7 +265,8 @@ static void rebuild(const Matcher *M, IrGraph *out, int *map, int *src_of)
     for (int i = 0; i < in->n; i++) map[i] = wire[i] = -1;
     for (int i = 0; i < in->n; i++) {
         if (M->recompute[i] >= 0) append_recompute(M, out, M->recompute[i], wire, src_of);
-        if (M->action[i] == FUSE_REPLACE) append_replace(M, out, i, wire, map);
+        if (M->hoist[i] >= 0) append_hoisted(M, out, M->hoist[i], wire, map, src_of);
+        if (M->action[i] == FUSE_REPLACE && M->hoisted_act[i] < 0) append_replace(M, out, i, wire, map);
         else if (M->action[i] == FUSE_COPY) wire[i] = append_copy(out, node(M, i), wire);
         if (map[i] < 0) map[i] = wire[i];
         if (i == in->n_forward - 1) n_forward = out->n;
@@ -273,8 +289,11 @@ FuseOptions fuse_defaults(void)
 {
     const char *ln = getenv("HPC_FUSE_LN");   /* a hook for comparisons, as HPC_KEEP_F32 */
     const char *acc = getenv("HPC_FUSE_ACCUM");
+    const char *ab = getenv("HPC_FUSE_ACT_BGRAD");   /* 0: off; nomerge: no recompute output */
+    bool act = !ab || strcmp(ab, "0") != 0;
     return (FuseOptions){.recompute_act = true, .layernorm = !ln || strcmp(ln, "0") != 0,
-                         .accumulate = !acc || strcmp(acc, "0") != 0};
+                         .accumulate = !acc || strcmp(acc, "0") != 0,
+                         .act_bgrad = act, .act_merge = act && !(ab && strcmp(ab, "nomerge") == 0)};
 }
 
 HpcStatus fuse_graph_with(const IrGraph *in, const PrecisionPlan *pin, IrGraph *out, PrecisionPlan *pout,
@@ -298,9 +317,11 @@ HpcStatus fuse_graph_with(const IrGraph *in, const PrecisionPlan *pin, IrGraph *
                  .alias_of = xcalloc(n, sizeof(int)),
                  .out_k = xcalloc(n, sizeof(int)),
                  .recompute = xmalloc(n * sizeof(int)),
+                 .hoist = xmalloc(n * sizeof(int)),
+                 .hoisted_act = xmalloc(n * sizeof(int)),
                  .opts = *opts,
                  .stats = stats};
-    for (size_t i = 0; i < n; i++) M.recompute[i] = -1;
+    for (size_t i = 0; i < n; i++) M.recompute[i] = M.hoist[i] = M.hoisted_act[i] = -1;
     count_uses(&M);
     match_all(&M);
     int *map = xmalloc(n * sizeof *map);
@@ -323,6 +344,8 @@ HpcStatus fuse_graph_with(const IrGraph *in, const PrecisionPlan *pin, IrGraph *
     free(M.alias_of);
     free(M.out_k);
     free(M.recompute);
+    free(M.hoist);
+    free(M.hoisted_act);
     return HPC_OK;
 }
 

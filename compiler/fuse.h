@@ -27,6 +27,14 @@
  *   g = ACT(h) read backward only by LINEAR_DW(dy, g) => a copy of the ACT
  *       right before the first of them, which they read instead, so the
  *       forward g is not kept for the backward pass (FuseOptions.recompute_act)
+ *   BIAS_GRAD(ACT_BWD(dy, x))              => ACT_BWD_BGRAD(dy, x): dx, db
+ *       (the column sums of dx from the kernel that writes it; runs before
+ *        the pairing above, so that LINEAR's dW GEMM runs plain;
+ *        compiler/fuse_act.c; HPC_FUSE_ACT_BGRAD=0 turns it off)
+ *   and with the recompute rule below: the recomputed g = ACT(h) becomes
+ *   output 2 of the ACT_BWD_BGRAD that reads h, that node moved to the
+ *   copy's place (its dy comes earlier), so one kernel reads h once for
+ *   both (HPC_FUSE_ACT_BGRAD=nomerge keeps them apart)
  *   The bias gradient of a LINEAR that feeds a LayerNorm site is wanted by
  *   both LN_RESIDUAL_BWD (output 4) and LINEAR_DW_BGRAD; the LayerNorm rule
  *   runs first and takes it (compiler/fuse_dw.c says why).
@@ -83,6 +91,8 @@ typedef struct {
     int linear_dw_bgrad;      /* LINEAR_DW + BIAS_GRAD pairs of one dy fused */
     int act_recompute;        /* forward ACTs recomputed before their dW GEMMs */
     int linear_dx_acc;        /* ADD + LINEAR_DX pairs summed in the GEMM (fuse_accum.c) */
+    int act_bwd_bgrad;        /* ACT_BWD + BIAS_GRAD of its dx fused (fuse_act.c) */
+    int act_merged;           /* recomputed ACTs that became an ACT_BWD_BGRAD's output 2 */
     int nodes_before, nodes_after;
 } FuseStats;
 
@@ -90,11 +100,16 @@ HpcStatus fuse_graph(const IrGraph *in, const PrecisionPlan *pin, IrGraph *out, 
                      FuseStats *stats, HpcError *err);
 
 /* Optional rules (fuse_defaults: all on, but HPC_FUSE_LN=0 in the
- * environment turns layernorm off, HPC_FUSE_ACCUM=0 accumulate). */
+ * environment turns layernorm off, HPC_FUSE_ACCUM=0 accumulate,
+ * HPC_FUSE_ACT_BGRAD=0 act_bgrad and act_merge, HPC_FUSE_ACT_BGRAD=nomerge
+ * act_merge only). */
 typedef struct {
     bool recompute_act;       /* recompute an ACT before its dW GEMMs instead of keeping it */
     bool layernorm;           /* the LayerNorm site rules (fuse_layernorm.c) */
     bool accumulate;          /* ADD(acc, LINEAR_DX) => LINEAR_DX_ACC (fuse_accum.c) */
+    bool act_bgrad;           /* the activation backward + bias gradient rule (fuse_act.c) */
+    bool act_merge;           /* with act_bgrad and recompute_act: the recomputed ACT is that
+                               * node's output 2 (one pass over h; fuse_act.c) */
 } FuseOptions;
 
 FuseOptions fuse_defaults(void);

@@ -20,7 +20,9 @@
  * algorithms cuBLASLt may pick); elsewhere, and under HPC_GEMM_BGRAD=0,
  * LINEAR_DW_BGRAD runs its column-sum kernel, which reads dy again.  So
  * the LayerNorm rules run first and this rule skips a BIAS_GRAD that is an
- * ALIAS already.
+ * ALIAS already.  The activation backward's rule (fuse_act.c) runs first
+ * too, for the same reason: BIAS_GRAD(ACT_BWD) (the FFN's first LINEAR, the
+ * pooler) becomes ACT_BWD_BGRAD's output 1 and that dW GEMM stays plain.
  *
  * Activations recomputed in the backward pass: a forward ACT g = act(h)
  * whose backward readers are all weight-gradient GEMMs (the FFN's
@@ -98,8 +100,13 @@ static void match_recompute(Matcher *M, int a)
 
 void fuse_match_dw(Matcher *M)
 {
+    /* The activation backward takes its bias gradient first (fuse_act.c):
+     * its kernel sums dx's columns for free, while the BGRADB epilogue
+     * slows the dW GEMM down. */
+    if (M->opts.act_bgrad) fuse_match_act(M);
     for (int i = 0; i < M->g->n; i++)
         if (fuse_node(M, i)->op == IR_OP_BIAS_GRAD) match_bias_grad(M, i);
     for (int i = 0; M->opts.recompute_act && i < M->g->n_forward; i++)
         if (fuse_node(M, i)->op == IR_OP_ACT) match_recompute(M, i);
+    if (M->opts.act_bgrad && M->opts.act_merge && M->opts.recompute_act) fuse_match_act_recompute(M);
 }

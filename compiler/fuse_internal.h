@@ -1,5 +1,5 @@
 /* compiler/fuse_internal.h — private to the fuse pass (fuse.c and its rule
- * files fuse_layernorm.c, fuse_dw.c): the matcher's state.
+ * files fuse_layernorm.c, fuse_act.c, fuse_dw.c): the matcher's state.
  *
  * match decides per node of the input graph: COPY it, DROP it (its value is
  * read by nothing that survives), REPLACE it by a fused node (repl[id]),
@@ -14,7 +14,11 @@
  * (the rules check both).
  *
  * Recompute: recompute[id] >= 0 names a forward ACT that rebuild copies
- * right before node id; readers appended after the copy read it. */
+ * right before node id; readers appended after the copy read it.  Or,
+ * hoist[id] >= 0: the ACT_BWD_BGRAD that replaces node hoist[id] is
+ * appended right before node id (not at its own place) and its output 2 is
+ * the recomputed ACT hoisted_act[hoist[id]] (fuse_act.c: one pass over h
+ * for both). */
 #ifndef HPC_COMPILER_FUSE_INTERNAL_H
 #define HPC_COMPILER_FUSE_INTERNAL_H
 
@@ -33,6 +37,9 @@ typedef struct {
     int *alias_of;        /* (g->n) FUSE_ALIAS: the REPLACE node whose output it becomes */
     int *out_k;           /* (g->n) FUSE_ALIAS, FUSE_REPLACE: which output the value becomes */
     int *recompute;       /* (g->n) forward ACT to copy right before this node, or -1 */
+    int *hoist;           /* (g->n) a REPLACE node to append right before this node instead of at
+                           * its own place (its recomputed-ACT output stands for the copy), or -1 */
+    int *hoisted_act;     /* (g->n) for such a REPLACE: the forward ACT its output 2 recomputes */
     FuseOptions opts;
     FuseStats *stats;
 } Matcher;
@@ -60,6 +67,14 @@ static inline int fuse_ref_k(int v) { return (-2 - v) % 8; }
  * since a site takes its DROPOUT + ADD with it, and before the bias
  * gradient pairing (fuse_dw.c), which leaves a BIAS_GRAD a site took. */
 void fuse_match_layernorm(Matcher *M);
+
+/* The activation backward + bias gradient rule (fuse_act.c): runs before
+ * the weight-gradient GEMM rules, which leave a BIAS_GRAD it took. */
+void fuse_match_act(Matcher *M);
+/* After the recompute rule: a recomputed ACT whose input an ACT_BWD_BGRAD
+ * reads becomes that node's output 2, the node hoisted to the copy's place
+ * (opts.act_merge). */
+void fuse_match_act_recompute(Matcher *M);
 
 /* The weight-gradient GEMM rules (fuse_dw.c): LINEAR_DW + BIAS_GRAD pairs,
  * then (opts.recompute_act) the ACTs recomputed before their dW GEMMs. */

@@ -136,6 +136,12 @@ typedef struct {
                            * of dgamma, dbeta and the bias gradient (outputs 2-4) */
 } IrLnFusedAttr;
 
+/* ACT_BWD_BGRAD (compiler/fuse_act.c): the activation, and the storage
+ * dtypes (DType) of output 1, the bias gradient, and output 2, the
+ * recomputed forward value act(x) when the node has one.  `kind` first, as
+ * in IrActAttr, so attr.act.kind names the activation for every act op. */
+typedef struct { IrActKind kind; uint8_t db, y, pad_[2]; } IrActBgradAttr;
+
 typedef union {
     IrInputAttr input;
     IrParamAttr param;
@@ -152,6 +158,7 @@ typedef union {
     IrAttnAttr attn;
     IrFusedAttr fused;
     IrLnFusedAttr ln_fused;
+    IrActBgradAttr act_bgrad;
 } IrAttr;
 
 typedef struct {

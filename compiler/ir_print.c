@@ -32,7 +32,8 @@ void ir_attr_str(const IrNode *n, char *buf, size_t size)
     case IR_OP_LAYERNORM_DX:
     case IR_OP_LAYERNORM_DGAMMA: snprintf(buf, size, "eps=%g", a->norm.eps); break;
     case IR_OP_ACT:
-    case IR_OP_ACT_BWD: snprintf(buf, size, "%s", ir_act_name(a->act.kind)); break;
+    case IR_OP_ACT_BWD:
+    case IR_OP_ACT_BWD_BGRAD: snprintf(buf, size, "%s", ir_act_name(a->act.kind)); break;
     case IR_OP_SOFTMAX: snprintf(buf, size, "%s", a->softmax.causal ? "causal" : "padding"); break;
     case IR_OP_DROPOUT: snprintf(buf, size, "p=%g salt=%d", a->dropout.p, a->dropout.salt); break;
     case IR_OP_SPLIT_HEADS: snprintf(buf, size, "heads=%lld", (long long)a->heads.heads); break;

@@ -341,6 +341,10 @@ static void ir_shape_output(const IrGraph *g, IrNode *n)
     case IR_OP_LINEAR_DW_BGRAD: /* db (out): the column sums of dy, stored as dW */
         set_shape(n, p->dtype, 1, p->dims);
         break;
+    case IR_OP_ACT_BWD_BGRAD: /* db (n) the column sums of dx; y = act(x) like x */
+        if (k == 1) set_shape(n, (DType)p->attr.act_bgrad.db, 1, &p->dims[p->rank - 1]);
+        else set_shape(n, (DType)p->attr.act_bgrad.y, p->rank, p->dims);
+        break;
     case IR_OP_ATTENTION: /* lse: one f32 per (batch row, head, query) */
         set_shape(n, DT_F32, 3, (int64_t[]){p->dims[0], p->attr.attn.heads, p->dims[1]});
         break;
@@ -365,9 +369,17 @@ const char *ir_output_name(IrOpKind op, int k)
         return k < 5 ? nm[k] : "?";
     }
     if (op == IR_OP_LINEAR_DW_BGRAD) return k == 1 ? "db" : "?";
+    if (op == IR_OP_ACT_BWD_BGRAD) return k == 1 ? "db" : k == 2 ? "act" : "?";
     if (op == IR_OP_ATTENTION) return k == 1 ? "lse" : "?";
     if (op == IR_OP_ATTENTION_BWD) return k == 1 ? "dk" : k == 2 ? "dv" : "?";
     return "?";
+}
+
+/* ACT_BWD_BGRAD: dx as ACT_BWD; db and y are its OUTPUTs 1, 2 (ir_shape_output). */
+static void ir_shape_act_bwd_bgrad(const IrGraph *g, IrNode *n)
+{
+    ir_shape_act_bwd(g, n);
+    require(n->rank >= 1, n, "dy, x (.., n)");
 }
 
 /* LINEAR_DW_BGRAD: dW as LINEAR_DW; db is its OUTPUT 1 (ir_shape_output). */
@@ -668,7 +680,7 @@ static const IrOpInfo op_table[] = {
 #undef IR_OP
 };
 _Static_assert(sizeof op_table / sizeof op_table[0] == IR_OP_COUNT, "ops.def and the op table disagree");
-_Static_assert(IR_OP_COUNT == 42, "an op was added or removed: update docs/ir.md (the row names its functions)");
+_Static_assert(IR_OP_COUNT == 43, "an op was added or removed: update docs/ir.md (the row names its functions)");
 
 const IrOpInfo *ir_op_info(IrOpKind op)
 {

@@ -247,6 +247,18 @@ static void check_equal(SpecPrecision policy, CpuExecPrecision prec, double tol,
     StepOut q = run_step(&no_ln.g, &no_ln.pl, w, prec, b);
     cr_expect_gt(expect_same(&f, &a, &plain.pl, tol, what), 30);
     cr_expect_gt(expect_same(&f, &q, &plain.pl, tol, what), 30);
+    cr_expect_eq(fused.fuse.act_bwd_bgrad, 3);   /* FFN1 of both layers, the pooler */
+    Pipeline no_act;
+    setenv("HPC_FUSE_ACT_BGRAD", "0", 1);
+    if (accum_off) setenv("HPC_FUSE_ACCUM", "0", 1);   /* as `fused` was built */
+    build(&s, policy, true, &no_act);
+    unsetenv("HPC_FUSE_ACT_BGRAD");
+    unsetenv("HPC_FUSE_ACCUM");
+    cr_expect_eq(no_act.fuse.act_bwd_bgrad, 0);
+    StepOut na = run_step(&no_act.g, &no_act.pl, w, prec, b);
+    cr_expect_gt(expect_same(&f, &na, &plain.pl, tol, what), 30);
+    step_free(&na);
+    pipeline_free(&no_act);
     step_free(&a);
     step_free(&f);
     step_free(&q);
@@ -489,13 +501,16 @@ Test(fuse_negative, no_dropout_no_change)
     int acc = fused.fuse.linear_dx_acc;   /* ADD + LINEAR_DX => LINEAR_DX_ACC (no dropout needed) */
     cr_expect_gt(acc, 0);
     for (int op = 0; op < IR_OP_COUNT; op++) {
-        if (op == IR_OP_LINEAR_DW || op == IR_OP_BIAS_GRAD || op == IR_OP_LINEAR_DW_BGRAD || op == IR_OP_OUTPUT)
+        if (op == IR_OP_LINEAR_DW || op == IR_OP_BIAS_GRAD || op == IR_OP_LINEAR_DW_BGRAD || op == IR_OP_OUTPUT ||
+            op == IR_OP_ACT_BWD || op == IR_OP_ACT_BWD_BGRAD)
             continue;
-        int extra = op == IR_OP_ACT ? fused.fuse.act_recompute : 0;
+        int extra = op == IR_OP_ACT ? fused.fuse.act_recompute - fused.fuse.act_merged : 0;
         extra += op == IR_OP_LINEAR_DX_ACC ? acc : op == IR_OP_ADD || op == IR_OP_LINEAR_DX ? -acc : 0;
         cr_expect_eq(count_op(&fused.g, (IrOpKind)op), count_op(&plain.g, (IrOpKind)op) + extra, "%s",
                      ir_op_name((IrOpKind)op));
     }
+    cr_expect_eq(count_op(&fused.g, IR_OP_ACT_BWD) + count_op(&fused.g, IR_OP_ACT_BWD_BGRAD),
+                 count_op(&plain.g, IR_OP_ACT_BWD));
     cr_expect_eq(fused.g.n, plain.g.n + fused.fuse.act_recompute - acc, "each pair is one node and its output");
     pipeline_free(&plain);
     pipeline_free(&fused);
@@ -579,15 +594,20 @@ Test(fuse_count, bert_base_launches_drop)
      * site dropout + add + layernorm + cast (3) and layernorm_dx + dgamma +
      * bias_grad + dropout + bias_grad (4), the last site without a cast
      * (-1 in all); one launch less per LINEAR_DW_BGRAD pair (query, key,
-     * value, FFN1 per layer and the pooler: the attention output and FFN2
-     * bias gradients went to their LayerNorm sites, the classifier's dW
-     * reads the f16 copy of dlogits); one more per recomputed FFN ACT. */
+     * value per layer: the attention output and FFN2 bias gradients went to
+     * their LayerNorm sites, the classifier's dW reads the f16 copy of
+     * dlogits) and per ACT_BWD_BGRAD (FFN1 per layer and the pooler); one
+     * more per recomputed FFN ACT, unless it is an ACT_BWD_BGRAD's output 2
+     * (merged: every layer). */
     int L = (int)s.stack.layers;
     /* and one ADD less per accumulating dX GEMM (FFN input, Q, K, V per layer) */
     int accum = 4 * L;
     cr_expect_eq(fused.fuse.linear_dx_acc, accum);
-    cr_expect_eq(before - after, 2 * L + 2 * 7 * L - 1 + (4 * L + 1) - L + accum, "%d -> %d", before, after);
-    cr_expect_eq(fused.fuse.linear_dw_bgrad, 4 * L + 1);
+    cr_expect_eq(fused.fuse.act_merged, L);
+    cr_expect_eq(before - after, 2 * L + 2 * 7 * L - 1 + 3 * L + (L + 1) - L + fused.fuse.act_merged + accum,
+                 "%d -> %d", before, after);
+    cr_expect_eq(fused.fuse.linear_dw_bgrad, 3 * L);
+    cr_expect_eq(fused.fuse.act_bwd_bgrad, L + 1);
     cr_expect_eq(fused.fuse.act_recompute, L);
     cr_expect_eq(fused.fuse.softmax_dropout, s.stack.layers);
     cr_expect_eq(fused.fuse.ln_residual, 2 * s.stack.layers);
@@ -652,9 +672,11 @@ Test(fuse_golden, fused_listing_matches) { expect_golden(true, "tests/golden/ber
 /* tiny_spec has 6 linears with bias per layer and a pooler; two of each
  * layer's (the attention output and FFN2, which feed the LayerNorm sites)
  * give their bias gradient to LN_RESIDUAL_BWD instead (fuse_dw.c says
- * why); the classifier's bias gradient reads the f32 dlogits while its dW
- * reads the f16 copy (or, under fp32, they share it). */
-static int tiny_pairs(SpecPrecision policy) { return (6 - 2) * 2 + 1 + (policy == PREC_FP32); }
+ * why), and FFN1 and the pooler (a LINEAR before an activation) theirs to
+ * ACT_BWD_BGRAD (fuse_act.c); the classifier's bias gradient reads the f32
+ * dlogits while its dW reads the f16 copy (or, under fp32, they share it). */
+static int tiny_pairs(SpecPrecision policy) { return (6 - 3) * 2 + (policy == PREC_FP32); }
+static int tiny_act_bgrads(void) { return 2 + 1; }
 
 static void check_bgrad_counts(SpecPrecision policy)
 {
@@ -666,8 +688,12 @@ static void check_bgrad_counts(SpecPrecision policy)
     int pairs = tiny_pairs(policy);
     cr_expect_eq(fused.fuse.linear_dw_bgrad, pairs);
     cr_expect_eq(count_op(&fused.g, IR_OP_LINEAR_DW_BGRAD), pairs);
-    /* the pairs' and, per LayerNorm site (2 per layer), its dbeta and dbias */
-    cr_expect_eq(count_op(&plain.g, IR_OP_BIAS_GRAD) - count_op(&fused.g, IR_OP_BIAS_GRAD), pairs + 2 * 2 * 2);
+    cr_expect_eq(fused.fuse.act_bwd_bgrad, tiny_act_bgrads());
+    cr_expect_eq(count_op(&fused.g, IR_OP_ACT_BWD_BGRAD), tiny_act_bgrads());
+    cr_expect_eq(count_op(&fused.g, IR_OP_ACT_BWD), 0);
+    /* the pairs', the activations' and, per LayerNorm site (2 per layer), its dbeta and dbias */
+    cr_expect_eq(count_op(&plain.g, IR_OP_BIAS_GRAD) - count_op(&fused.g, IR_OP_BIAS_GRAD),
+                 pairs + tiny_act_bgrads() + 2 * 2 * 2);
     cr_expect_eq(count_op(&plain.g, IR_OP_LINEAR_DW) - count_op(&fused.g, IR_OP_LINEAR_DW), pairs);
     /* no LINEAR_DW and BIAS_GRAD of one dy are left apart */
     for (int i = 0; i < fused.g.n; i++) {
@@ -679,7 +705,7 @@ static void check_bgrad_counts(SpecPrecision policy)
     /* every bias gradient a pair made is the db output, stored in f32; the
      * other projected gradients are the LayerNorm sites' dgamma, dbeta and
      * the dbias of the LINEAR before each (2 sites per layer) */
-    int from_pairs = 0, from_sites = 0;
+    int from_pairs = 0, from_sites = 0, from_acts = 0;
     for (int p = 0; p < fused.pl.n; p++) {
         int v = fused.g.param_grad[p];
         if (v < 0 || fused.g.nodes[v].op != IR_OP_OUTPUT) continue;
@@ -689,12 +715,19 @@ static void check_bgrad_counts(SpecPrecision policy)
             from_sites += fused.g.nodes[v].attr.output.index == 4;
             continue;
         }
+        if (src->op == IR_OP_ACT_BWD_BGRAD) {
+            cr_expect_eq(fused.g.nodes[v].attr.output.index, 1, "%s", fused.pl.p[p].name);
+            cr_expect(strstr(fused.pl.p[p].name, ".bias") != NULL, "%s", fused.pl.p[p].name);
+            from_acts++;
+            continue;
+        }
         cr_expect_eq(src->op, IR_OP_LINEAR_DW_BGRAD, "%s", fused.pl.p[p].name);
         cr_expect(strstr(fused.pl.p[p].name, ".bias") != NULL, "%s", fused.pl.p[p].name);
         from_pairs++;
     }
     cr_expect_eq(from_pairs, pairs);
     cr_expect_eq(from_sites, 2 * 2);
+    cr_expect_eq(from_acts, tiny_act_bgrads());
     pipeline_free(&plain);
     pipeline_free(&fused);
 }
@@ -703,9 +736,12 @@ Test(fuse_bgrad, pairs_counted_fp32) { check_bgrad_counts(PREC_FP32); }
 Test(fuse_bgrad, pairs_counted_fp16) { check_bgrad_counts(PREC_FP16); }
 Test(fuse_bgrad, pairs_counted_bf16) { check_bgrad_counts(PREC_BF16); }
 
-/* BERT-base: 12 x 4 linears and the pooler pair their BIAS_GRAD with the
- * dW GEMM; each of the 2 LayerNorm sites per layer takes two (its dbeta
- * and the dbias of the LINEAR before it). */
+/* BERT-base: 12 x 3 linears (query, key, value) pair their BIAS_GRAD
+ * with the dW GEMM; FFN1 and the pooler give theirs to the activation's
+ * backward (so no BGRADB GEMM reads a dy that an ACT_BWD_BGRAD wrote);
+ * each of the 2 LayerNorm sites per layer takes two (its dbeta and the
+ * dbias of the LINEAR before it).  With HPC_FUSE_ACT_BGRAD=0 the FFN1 and
+ * pooler bias gradients go back to the BGRADB GEMM. */
 Test(fuse_bgrad, bert_base_bias_grad_nodes_drop)
 {
     ModelSpec s;
@@ -716,9 +752,23 @@ Test(fuse_bgrad, bert_base_bias_grad_nodes_drop)
     int before = count_op(&plain.g, IR_OP_BIAS_GRAD), after = count_op(&fused.g, IR_OP_BIAS_GRAD);
     printf("bert_base fp16: %d bias_grad nodes unfused, %d fused (%d linear_dw_bgrad)\n", before, after,
            fused.fuse.linear_dw_bgrad);
-    cr_expect_eq(fused.fuse.linear_dw_bgrad, 4 * (int)s.stack.layers + 1);
-    cr_expect_eq(fused.fuse.ln_residual_bwd, 2 * (int)s.stack.layers);
-    cr_expect_eq(before - after, 4 * (int)s.stack.layers + 1 + 2 * 2 * (int)s.stack.layers);
+    int L = (int)s.stack.layers;
+    cr_expect_eq(fused.fuse.linear_dw_bgrad, 3 * L);
+    cr_expect_eq(fused.fuse.act_bwd_bgrad, L + 1);
+    cr_expect_eq(count_op(&fused.g, IR_OP_ACT_BWD_BGRAD), L + 1);
+    cr_expect_eq(fused.fuse.ln_residual_bwd, 2 * L);
+    cr_expect_eq(before - after, 3 * L + (L + 1) + 2 * 2 * L);
+    for (int i = 0; i < fused.g.n; i++)   /* no BGRADB GEMM reads the fused activation's dx */
+        if (fused.g.nodes[i].op == IR_OP_LINEAR_DW_BGRAD)
+            cr_expect_neq(fused.g.nodes[fused.g.nodes[i].in[0]].op, IR_OP_ACT_BWD_BGRAD, "%s", fused.g.nodes[i].name);
+    Pipeline off;
+    setenv("HPC_FUSE_ACT_BGRAD", "0", 1);
+    build(&s, PREC_FP16, true, &off);
+    unsetenv("HPC_FUSE_ACT_BGRAD");
+    cr_expect_eq(off.fuse.act_bwd_bgrad, 0);
+    cr_expect_eq(off.fuse.linear_dw_bgrad, 4 * L + 1);
+    cr_expect_eq(count_op(&off.g, IR_OP_BIAS_GRAD), after);
+    pipeline_free(&off);
     pipeline_free(&plain);
     pipeline_free(&fused);
 }
@@ -825,6 +875,78 @@ Test(fuse_bgrad, node_against_direct_sums)
     params_free(&fx.pl);
 }
 
+/* ---- the activation backward with the bias gradient ------------------
+ * For every activation of the table: x -> LINEAR(W, b) -> ACT -> loss,
+ * autodiff, then the graph fused (BIAS_GRAD(ACT_BWD) => ACT_BWD_BGRAD)
+ * and unfused run on the cpu backend: every gradient bit for bit (f64 and
+ * f32), and a NaN in one value of x reaches db (a column sum never hides
+ * a NaN). */
+static void act_bgrad_case(IrActKind kind, CpuExecPrecision prec)
+{
+    Fx fx;
+    fx_init(&fx);
+    int x = fx_embed(&fx, "x");
+    int w = fx_param(&fx, "ffn.w", TH, TH), b = fx_param(&fx, "ffn.b", TH, 0);   /* IR ids */
+    int h = ir_add(&fx.g, IR_OP_LINEAR, (int[]){x, w, b}, 3, NULL, "ffn.in");
+    IrAttr act = {.act = {kind}};
+    int y = ir_add(&fx.g, IR_OP_ACT, &h, 1, &act, "ffn.act");
+    fx_loss(&fx, y);
+    fx.g.n_params = fx.pl.n;
+    HpcError err = {0};
+    cr_assert_eq(autodiff_build(&fx.g, &fx.pl, &err), HPC_OK, "%s", err.msg);
+    IrGraph out, off;
+    ir_init(&out);
+    ir_init(&off);
+    FuseStats st;
+    cr_assert_eq(fuse_graph(&fx.g, NULL, &out, NULL, &st, &err), HPC_OK, "%s", err.msg);
+    cr_expect_eq(st.act_bwd_bgrad, 1, "%s", ir_act_name(kind));
+    cr_expect_eq(count_op(&out, IR_OP_ACT_BWD_BGRAD), 1);
+    cr_expect_eq(count_op(&out, IR_OP_ACT_BWD), 0);
+    FuseOptions fo = fuse_defaults();
+    fo.act_bgrad = false;
+    cr_assert_eq(fuse_graph_with(&fx.g, NULL, &off, NULL, &st, &fo, &err), HPC_OK, "%s", err.msg);
+    cr_expect_eq(st.act_bwd_bgrad, 0);
+    cr_expect_eq(count_op(&off, IR_OP_ACT_BWD_BGRAD), 0);
+    cr_expect_eq(count_op(&off, IR_OP_LINEAR_DW_BGRAD), 2);   /* ffn and head pair with their dW GEMM */
+    Batch *bt = tiny_batch();
+    double **wt = random_weights(&fx.pl, 0.5);
+    for (int nan_pass = 0; nan_pass < 2; nan_pass++) {
+        if (nan_pass) wt[0][(int64_t)bt->input_ids[2] * TH + 3] = NAN;   /* one x value: a NaN row of h */
+        StepOut f = run_step(&out, &fx.pl, wt, prec, bt), u = run_step(&fx.g, &fx.pl, wt, prec, bt);
+        for (int p = 0; p < fx.pl.n; p++) {
+            int64_t n = params_numel(&fx.pl.p[p]);
+            cr_assert(f.grad[p] && u.grad[p], "%s", fx.pl.p[p].name);
+            int nans = 0;
+            for (int64_t k = 0; k < n; k++) {
+                nans += isnan(f.grad[p][k]);
+                cr_expect(memcmp(&f.grad[p][k], &u.grad[p][k], sizeof(double)) == 0 ||
+                              (isnan(f.grad[p][k]) && isnan(u.grad[p][k])),
+                          "%s %s[%lld]: fused %.17g, unfused %.17g", ir_act_name(kind), fx.pl.p[p].name,
+                          (long long)k, f.grad[p][k], u.grad[p][k]);
+            }
+            if (nan_pass && strcmp(fx.pl.p[p].name, "ffn.b") == 0)
+                cr_expect_gt(nans, 0, "%s: no NaN reached %s", ir_act_name(kind), fx.pl.p[p].name);
+            if (!nan_pass) cr_expect_eq(nans, 0);
+        }
+        step_free(&f);
+        step_free(&u);
+    }
+    free_weights(&fx.pl, wt);
+    batch_free(bt);
+    ir_free(&out);
+    ir_free(&off);
+    ir_free(&fx.g);
+    params_free(&fx.pl);
+}
+
+Test(fuse_act, every_activation_fused_equals_unfused)
+{
+    for (int k = 0; k < IR_ACT_COUNT; k++) {
+        act_bgrad_case((IrActKind)k, CPU_EXEC_F64);
+        act_bgrad_case((IrActKind)k, CPU_EXEC_F32);
+    }
+}
+
 /* Pairs that must stay apart: a db stored in another dtype than dW, and a
  * dW read by a node between it and the BIAS_GRAD (moving it would break
  * the order); the next LINEAR_DW of the same dy pairs instead. */
@@ -864,42 +986,58 @@ Test(fuse_bgrad, what_must_not_pair)
 /* ---- the FFN activation recomputed in the backward pass ---------------- */
 
 /* Each layer's GELU output is recomputed before its dW GEMM, never kept:
- * the copy reads the forward input, the dW GEMM reads the copy, the
- * forward value's last reader is forward, and its precision plan entry is
- * the forward ACT's. */
-Test(fuse_recompute, ffn_act_recomputed_in_backward)
+ * the copy (or, merged, output 2 of the ACT_BWD_BGRAD that reads the same
+ * h) is computed from the forward input in the backward part, the dW GEMM
+ * reads it, the forward value's last reader is forward, and its precision
+ * plan entry is the forward ACT's. */
+static void check_recomputed(bool merge)
 {
     ModelSpec s;
     tiny_spec(&s);
     Pipeline p;
+    if (!merge) setenv("HPC_FUSE_ACT_BGRAD", "nomerge", 1);
     build(&s, PREC_FP16, true, &p);
+    unsetenv("HPC_FUSE_ACT_BGRAD");
     cr_expect_eq(p.fuse.act_recompute, s.stack.layers);
+    cr_expect_eq(p.fuse.act_merged, merge ? s.stack.layers : 0);
     int copies = 0;
     for (int i = 0; i < p.g.n; i++) {
         const IrNode *n = &p.g.nodes[i];
-        if (n->op != IR_OP_ACT || !n->backward) continue;
+        bool copy = n->op == IR_OP_ACT && n->backward;
+        bool out2 = n->op == IR_OP_OUTPUT && p.g.nodes[n->in[0]].op == IR_OP_ACT_BWD_BGRAD && n->attr.output.index == 2;
+        if (!copy && !out2) continue;
         copies++;
         cr_expect(strstr(n->name, ".recompute") != NULL, "%s", n->name);
-        const IrNode *h = &p.g.nodes[n->in[0]];
+        int h_id = copy ? n->in[0] : p.g.nodes[n->in[0]].in[1];
+        const IrNode *h = &p.g.nodes[h_id];
         cr_expect(!h->backward && i >= p.g.n_forward, "%s reads a forward value, runs in the backward part", n->name);
         cr_expect_eq(n->dtype, DT_F16);
         cr_expect_eq(p.prec.info[i].cls, PREC_CLASS_F32_COMPUTE, "%s", n->name);
-        int fwd = -1;   /* the forward ACT it copies: same input */
+        int fwd = -1;   /* the forward ACT it recomputes: same input */
         for (int j = 0; j < p.g.n_forward; j++)
-            if (p.g.nodes[j].op == IR_OP_ACT && p.g.nodes[j].in[0] == n->in[0]) fwd = j;
+            if (p.g.nodes[j].op == IR_OP_ACT && p.g.nodes[j].in[0] == h_id) fwd = j;
         cr_assert_geq(fwd, 0);
+        int dw = 0;
         for (int j = p.g.n_forward; j < p.g.n; j++)
-            for (int k = 0; k < p.g.nodes[j].n_in; k++)
+            for (int k = 0; k < p.g.nodes[j].n_in; k++) {
                 cr_expect_neq(p.g.nodes[j].in[k], fwd, "%s reads the forward %s", p.g.nodes[j].name,
                               p.g.nodes[fwd].name);
+                dw += p.g.nodes[j].in[k] == i && p.g.nodes[j].op == IR_OP_LINEAR_DW;
+            }
+        cr_expect_eq(dw, 1, "%s: read by %d dW GEMMs", n->name, dw);
     }
     cr_expect_eq(copies, s.stack.layers);
     pipeline_free(&p);
 }
 
+Test(fuse_recompute, ffn_act_recomputed_in_backward) { check_recomputed(false); }
+Test(fuse_recompute, ffn_act_merged_into_act_bwd) { check_recomputed(true); }
+
 /* BERT-base fp16 at B32 L128: the planned arena shrinks by at least the
  * GELU outputs of all layers but one (the last layer's backward holds its
- * copy while the others' are gone). */
+ * copy while the others' are gone), or but two when the copy is an
+ * ACT_BWD_BGRAD's output 2 (g and dh are then live together for the dW2
+ * GEMM: one such tensor more at that moment). */
 Test(fuse_recompute, bert_base_arena_shrinks)
 {
     ModelSpec s;
@@ -907,7 +1045,12 @@ Test(fuse_recompute, bert_base_arena_shrinks)
     Pipeline keep, re;
     PipeOptions o = pipeline_defaults(PREC_FP16);
     HpcError err = {0};
+    setenv("HPC_FUSE_ACT_BGRAD", "nomerge", 1);
     cr_assert_eq(pipeline_build(&s, &o, &re, &err), HPC_OK, "%s", err.msg);
+    unsetenv("HPC_FUSE_ACT_BGRAD");
+    Pipeline merged;
+    cr_assert_eq(pipeline_build(&s, &o, &merged, &err), HPC_OK, "%s", err.msg);
+    cr_expect_eq(merged.fuse.act_merged, s.stack.layers);
     /* the same graph fused without the recompute */
     PipeOptions u = pipeline_defaults(PREC_FP16);
     u.fuse = false;
@@ -920,16 +1063,22 @@ Test(fuse_recompute, bert_base_arena_shrinks)
     FuseStats st;
     cr_assert_eq(fuse_graph_with(&keep.g, &keep.prec, &kg, &kp, &st, &fo, &err), HPC_OK, "%s", err.msg);
     cr_expect_eq(st.act_recompute, 0);
-    StepPlan a, b;
+    StepPlan a, b, c;
     cr_assert_eq(plan_build(&kg, 32, 128, &a, &err), HPC_OK, "%s", err.msg);
     cr_assert_eq(plan_build(&re.g, 32, 128, &b, &err), HPC_OK, "%s", err.msg);
+    cr_assert_eq(plan_build(&merged.g, 32, 128, &c, &err), HPC_OK, "%s", err.msg);
     int64_t g_bytes = (int64_t)32 * 128 * s.stack.ffn * 2;
-    printf("bert_base fp16 B32 L128 arena: %.1f MiB keeping the GELU outputs, %.1f MiB recomputing them\n",
-           (double)a.arena_bytes / 1048576.0, (double)b.arena_bytes / 1048576.0);
+    printf("bert_base fp16 B32 L128 arena: %.1f MiB keeping the GELU outputs, %.1f MiB recomputing them, "
+           "%.1f MiB recomputing them in the activation's backward kernel\n",
+           (double)a.arena_bytes / 1048576.0, (double)b.arena_bytes / 1048576.0, (double)c.arena_bytes / 1048576.0);
     cr_expect_geq(a.arena_bytes - b.arena_bytes, (s.stack.layers - 1) * g_bytes, "%lld -> %lld",
                   (long long)a.arena_bytes, (long long)b.arena_bytes);
+    cr_expect_geq(a.arena_bytes - c.arena_bytes, (s.stack.layers - 2) * g_bytes, "%lld -> %lld",
+                  (long long)a.arena_bytes, (long long)c.arena_bytes);
     plan_free(&a);
     plan_free(&b);
+    plan_free(&c);
+    pipeline_free(&merged);
     precision_plan_free(&kp);
     ir_free(&kg);
     pipeline_free(&keep);
@@ -1002,7 +1151,8 @@ static void expect_compiles(const ModelSpec *s, SpecPrecision prec, int arch)
     for (int id = 0; id < p.g.n; id++) {
         IrOpKind op = p.g.nodes[id].op;
         if (op != IR_OP_SOFTMAX_DROPOUT && op != IR_OP_SOFTMAX_DROPOUT_BWD && op != IR_OP_DROPOUT_ADD &&
-            op != IR_OP_LN_RESIDUAL && op != IR_OP_LN_RESIDUAL_BWD)
+            op != IR_OP_LN_RESIDUAL && op != IR_OP_LN_RESIDUAL_BWD && op != IR_OP_ACT_BWD_BGRAD && op != IR_OP_ACT &&
+            op != IR_OP_ACT_BWD)
             continue;
         EopNodeCode c;
         cr_assert_eq(eop_node_code(&p.g, id, 4, 16, &c, &err), HPC_OK, "%s", err.msg);
@@ -1028,6 +1178,27 @@ Test(fuse_cuda, tiny_fp32_fp16_bf16_sm80_sm90, .timeout = 300)
     expect_compiles(&s, PREC_FP16, 90);
     expect_compiles(&s, PREC_BF16, 80);
     expect_compiles(&s, PREC_FP16, 80);
+}
+
+/* The activation kernels in each form: the fused backward + bias gradient
+ * with the recompute merged (vector path), kept apart (nomerge), the
+ * scalar path (an FFN of 333, not a multiple of 8, with SiLU), and the
+ * rule off (the plain act_bwd vector kernel). */
+Test(fuse_cuda, act_kernels_every_form, .timeout = 300)
+{
+    ModelSpec s;
+    tiny_spec(&s);
+    s.stack.layers = 1;
+    expect_compiles(&s, PREC_BF16, 90);
+    setenv("HPC_FUSE_ACT_BGRAD", "nomerge", 1);
+    expect_compiles(&s, PREC_FP16, 80);
+    setenv("HPC_FUSE_ACT_BGRAD", "0", 1);
+    expect_compiles(&s, PREC_FP16, 90);
+    unsetenv("HPC_FUSE_ACT_BGRAD");
+    s.stack.ffn = 333;
+    s.stack.activation = ACT_SILU;
+    expect_compiles(&s, PREC_FP16, 80);
+    expect_compiles(&s, PREC_FP32, 90);
 }
 
 Test(fuse_cuda, gpt2_causal_sm90, .timeout = 300)

@@ -236,11 +236,13 @@ static void node_case(SpecPrecision prec, bool force_fallback, double tol)
     }
     int vals[64], nv = fused_values(&P.g, vals, 64);
     /* 6 linears with bias per layer, less the 2 that feed a LayerNorm site
-     * (LN_RESIDUAL_BWD takes their bias gradient: compiler/fuse_dw.c), the
-     * pooler, and under fp32 the classifier (its dW and bias gradient then
-     * read one dlogits) */
-    int per_layer = fuse_defaults().layernorm ? 6 - 2 : 6;
-    int want = per_layer * (int)s.stack.layers + 1 + (prec == PREC_FP32);
+     * (LN_RESIDUAL_BWD takes their bias gradient: compiler/fuse_dw.c) and
+     * FFN1 (ACT_BWD_BGRAD takes it: compiler/fuse_act.c), the pooler
+     * (likewise an activation's unless HPC_FUSE_ACT_BGRAD=0), and under fp32
+     * the classifier (its dW and bias gradient then read one dlogits) */
+    FuseOptions fo = fuse_defaults();
+    int per_layer = (fo.layernorm ? 6 - 2 : 6) - fo.act_bgrad;
+    int want = per_layer * (int)s.stack.layers + !fo.act_bgrad + (prec == PREC_FP32);
     result(nv == 2 * want, "%s: %d linear_dw_bgrad nodes (%d expected)", tag, nv / 2, want);
     float **w = gpu_check_random_params(&P.pl, prec, uniform);
     Batch *b = gpu_check_random_batch(&s, B, L, true, rnd);
