@@ -18,7 +18,7 @@ LDLIBS    += -Wl,-Bstatic -ljansson -lutf8proc -Wl,-Bdynamic \
              -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 \
              -lnvrtc -lcublasLt -lcublas -ldl -lpthread -lm
 
-COMPILER_SRC := $(wildcard util/*.c grammar/*.c compiler/*.c)
+COMPILER_SRC := $(wildcard util/*.c grammar/*.c program/*.c compiler/*.c)
 RUNTIME_SRC  := $(wildcard runtime/*/*.c)
 CLI_SRC      := $(wildcard cli/*.c)
 TEST_SRC     := $(wildcard tests/test_*.c)
@@ -145,7 +145,7 @@ FUZZ_SECONDS ?= 60
 # (`make fuzz FUZZ_RUNS=1000000`); FUZZ=NAME runs one.  tests/fuzz/run.sh says
 # where corpora, seeds and crash files go.  The parser harness needs only the
 # front end, so it builds from those sources alone.
-FUZZ_SRC := util/error.c util/num_parse.c util/nearest.c grammar/ast.c compiler/diag.c compiler/spec.c compiler/spec_load.c compiler/summary.c \
+FUZZ_SRC := util/error.c util/num_parse.c util/nearest.c grammar/ast.c compiler/diag.c program/spec.c compiler/spec_load.c compiler/summary.c \
             $(wildcard compiler/check*.c)
 FUZZ_CC     := clang
 FUZZ_CFLAGS := -g -O1 -fsanitize=address,undefined -fno-sanitize-recover=undefined -std=c11 -D_GNU_SOURCE \

@@ -4,7 +4,7 @@
 #include <stdio.h>
 
 #include "cli.h"
-#include "spec.h"
+#include "program/spec.h"
 #include "summary.h"
 
 typedef struct {

@@ -1,7 +1,7 @@
 /* compiler/artifact_spec.c — the model of NAME.hpc through the front end
  * (artifact_load_spec, artifact.h).  Kept apart from artifact.c so that a
  * program reading only the step program links no parser. */
-#include "artifact.h"
+#include "program/artifact.h"
 
 #include <string.h>
 

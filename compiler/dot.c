@@ -5,7 +5,7 @@
  * dtype.  Render with `dot -Tsvg FILE -o graph.svg`. */
 #include <stdio.h>
 
-#include "ir.h"
+#include "program/ir.h"
 
 static const char *node_style(const IrGraph *g, int id)
 {

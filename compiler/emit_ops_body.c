@@ -1217,7 +1217,7 @@ static HpcStatus check_dtypes(const EopGen *gen, HpcError *err)
                     ir_op_name(n->op));
 }
 
-/* The generators named by the `cuda` column of compiler/ops.def, in one
+/* The generators named by the `cuda` column of program/ops.def, in one
  * signature; those that cannot fail are wrapped. */
 typedef HpcStatus (*EopGenFn)(EopGen *gen, HpcError *err);
 
@@ -1265,7 +1265,7 @@ static HpcStatus cuda_output(EopGen *gen, HpcError *err)
 
 static const EopGenFn op_cuda[] = {
 #define IR_OP(E, name, nmin, nmax, nout, prec, grad, cuda) cuda_##cuda,
-#include "ops.def"
+#include "program/ops.def"
 #undef IR_OP
 };
 _Static_assert(sizeof op_cuda / sizeof op_cuda[0] == IR_OP_COUNT, "ops.def and the CUDA table disagree");

@@ -2,7 +2,7 @@
  * node's scratch asked of the emitter (compiler/emit_ops.h).  The runtime
  * plans from a step program's records instead (plan_build_scratch), so it
  * needs no emitter. */
-#include "plan.h"
+#include "program/plan.h"
 
 #include <stdlib.h>
 

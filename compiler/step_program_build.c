@@ -5,7 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "artifact.h"
+#include "program/artifact.h"
 #include "emit_ops.h"
 #include "pipeline.h"
 

@@ -1,4 +1,4 @@
-/* compiler/step_program_build.h — making a step program (compiler/step_program.h)
+/* compiler/step_program_build.h — making a step program (program/step_program.h)
  * and the library calls around it that `hpc compile`, `hpc run` and the C
  * API share:
  *   step_program_from_graph   a finished graph -> a program (records, CUDA);
@@ -25,7 +25,7 @@
 #include <stdio.h>
 
 #include "error.h"
-#include "step_program.h"
+#include "program/step_program.h"
 
 /* Copies g and pl into *out and generates the launch records and module
  * source (compiler/emit_ops.h).  HPC_ERR_INPUT for a graph the GPU path

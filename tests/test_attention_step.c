@@ -42,11 +42,11 @@
 #include "cuda/nvrtc_compile.h"
 #include "data/batch.h"
 #include "emit_ops.h"
-#include "ir.h"
-#include "params.h"
+#include "program/ir.h"
+#include "program/params.h"
 #include "pipeline.h"
-#include "plan.h"
-#include "spec.h"
+#include "program/plan.h"
+#include "program/spec.h"
 
 enum { TV = 50, TC = 3 };
 

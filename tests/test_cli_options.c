@@ -11,7 +11,7 @@
 
 #include "cli.h"
 #include "run_overrides.h"
-#include "spec.h"
+#include "program/spec.h"
 
 /* ---- a small command of every kind of row -------------------------------- */
 

@@ -169,7 +169,7 @@ static void probe_struct(StrBuf *b, const char *ks, size_t total, Field *f, int 
 }
 
 /* The optimizer block, then checks of its structs, codes and chunking as
- * runtime/cuda/cuda_optim.h and compiler/spec.h have them. */
+ * runtime/cuda/cuda_optim.h and program/spec.h have them. */
 static char *layout_probe(int size_shift)
 {
     char *src = NULL;

@@ -32,14 +32,14 @@
 #include "cpu/cpu_exec.h"
 #include "emit_ops.h"
 #include "fuse.h"
-#include "ir.h"
+#include "program/ir.h"
 #include "lower.h"
 #include "cuda/nvrtc_compile.h"
-#include "params.h"
+#include "program/params.h"
 #include "cpu/philox.h"
 #include "pipeline.h"
-#include "plan.h"
-#include "spec.h"
+#include "program/plan.h"
+#include "program/spec.h"
 
 enum { TB = 2, TL = 8, TV = 50, TH = 16, THEADS = 2, TC = 5 };
 

@@ -33,8 +33,8 @@
 #include "fuse.h"
 #include "ln_site_graph.h"
 #include "pipeline.h"
-#include "plan.h"
-#include "spec.h"
+#include "program/plan.h"
+#include "program/spec.h"
 
 static uint64_t g_rng = 0x2545f4914f6cdd1dull;
 static double uniform(void)

@@ -19,7 +19,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "spec.h"
+#include "program/spec.h"
 #include "summary.h"
 
 static void load_model(const char *name, ModelSpec *spec)

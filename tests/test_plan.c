@@ -17,13 +17,13 @@
 
 #include "autodiff.h"
 #include "emit_ops.h"
-#include "ir.h"
+#include "program/ir.h"
 #include "lower.h"
 #include "cuda/nvrtc_compile.h"
-#include "params.h"
-#include "plan.h"
+#include "program/params.h"
+#include "program/plan.h"
 #include "precision.h"
-#include "spec.h"
+#include "program/spec.h"
 
 static void bert_tiny(ModelSpec *s)
 {

@@ -1,4 +1,4 @@
-/* tests/test_step_program.c — the step program (compiler/step_program.h):
+/* tests/test_step_program.c — the step program (program/step_program.h):
  *   - one CUDA source for every (B, L): bert_tiny compiled with two different
  *     batch x length bounds carries byte-identical CUDA and launch records,
  *     and through the kernel cache the second is a hit (one NVRTC compile

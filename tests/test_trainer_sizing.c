@@ -13,7 +13,7 @@
 #include <string.h>
 
 #include "compiler/pipeline.h"
-#include "compiler/plan.h"
+#include "program/plan.h"
 #include "data/synthetic.h"
 #include "train/memcheck.h"
 #include "train/trainer.h"

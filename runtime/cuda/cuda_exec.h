@@ -3,7 +3,7 @@
  * The device twin of runtime/cpu/cpu_exec.h, with the same semantics (it is
  * checked against it: tests/gpu/gpu_step.c).  cuda_exec_init binds a graph
  * once:
- *   - plans the step for the bounds B, L (compiler/plan.h: schedule,
+ *   - plans the step for the bounds B, L (program/plan.h: schedule,
  *     liveness, best-fit arena offsets) and allocates the arena in one
  *     cuMemAlloc, plus the parameter storage (f32 masters and the fp16/bf16
  *     copies the precision plan asks for) and a small control block;
@@ -53,12 +53,12 @@
 #include "data/batch.h"
 #include "cuda/cuda_driver.h"
 #include "cuda/device_arena.h"
-#include "compiler/step_program.h"
+#include "program/step_program.h"
 #include "util/error.h"
 #include "cuda/gemm_cublas.h"
-#include "compiler/ir.h"
-#include "compiler/params.h"
-#include "compiler/plan.h"
+#include "program/ir.h"
+#include "program/params.h"
+#include "program/plan.h"
 
 /* Work queued after the step's own launches on the same stream and, when
  * the step runs as a CUDA graph, captured into that graph: the optimizer
@@ -124,7 +124,7 @@ typedef struct {
 } CudaExec;
 
 /* Plans, allocates and compiles as described above, from a step program's
- * launch records and CUDA source (compiler/step_program.h; borrowed, must
+ * launch records and CUDA source (program/step_program.h; borrowed, must
  * outlive ex): one NVRTC compile (or cache hit) for every B, L.  HPC_ERR_OOM
  * when the plan does not fit (the message gives the figure), HPC_ERR_CUDA
  * for a failed compile or load, HPC_ERR_INPUT for records that do not match

@@ -9,7 +9,7 @@
 #include <unistd.h>
 
 #include "compiler/pipeline.h"
-#include "compiler/plan.h"
+#include "program/plan.h"
 #include "cuda/cuda_driver.h"
 #include "cuda/gemm_cublas.h"
 #include "util/phase_clock.h"

@@ -31,10 +31,10 @@
 #include "cuda/cuda_driver.h"
 #include "cuda/cuda_exec.h"
 #include "cpu/half.h"
-#include "ir.h"
-#include "params.h"
+#include "program/ir.h"
+#include "program/params.h"
 #include "pipeline.h"
-#include "spec.h"
+#include "program/spec.h"
 #include "gpu_check.h"
 #include "gpu_check_model.h"
 

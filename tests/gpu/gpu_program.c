@@ -1,4 +1,4 @@
-/* tests/gpu/gpu_program.c — a step program (compiler/step_program.h) on the
+/* tests/gpu/gpu_program.c — a step program (program/step_program.h) on the
  * GPU, the road `hpc run NAME.hpc` takes:
  *   1. bert_tiny fp16 compiled, written as text and read back, opened on the
  *      cuda backend (train_backend_open_program) for bounds 8 x 64; forward

@@ -1,5 +1,5 @@
-/* compiler/plan.c — schedule, liveness and best-fit arena offsets; see plan.h. */
-#include "plan.h"
+/* program/plan.c — schedule, liveness and best-fit arena offsets; see plan.h. */
+#include "program/plan.h"
 
 #include <stdarg.h>
 #include <stdlib.h>

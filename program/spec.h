@@ -1,4 +1,4 @@
-/* compiler/spec.h — ModelSpec: one checked, fully defaulted model description.
+/* program/spec.h — ModelSpec: one checked, fully defaulted model description.
  *
  * The front end (grammar/ + compiler/check.c) turns a .model file into a
  * ModelSpec; every later stage (lower, precision, training, the runtime)
@@ -12,18 +12,18 @@
  *   ModelSpec spec;
  *   if (spec_load("models/bert_base.model", &spec, stderr) != 0) return 1;
  */
-#ifndef HPC_COMPILER_SPEC_H
-#define HPC_COMPILER_SPEC_H
+#ifndef HPC_PROGRAM_SPEC_H
+#define HPC_PROGRAM_SPEC_H
 
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 
-#include "activations.h"
+#include "program/activations.h"
 #include "dtype.h"
 
 typedef enum { STACK_ENCODER, STACK_DECODER } SpecStackKind;
-/* The activations, one per row of compiler/activations.h (the same order as
+/* The activations, one per row of program/activations.h (the same order as
  * IrActKind, so lowering maps one to the other by value). */
 typedef enum {
 #define SPEC_ACT_ENUM_(E, ...) ACT_##E,

@@ -1,4 +1,4 @@
-/* compiler/plan.h — the step plan: schedule, liveness and arena offsets.
+/* program/plan.h — the step plan: schedule, liveness and arena offsets.
  *
  * plan_build takes a finished graph (lower + autodiff [+ precision]) and the
  * upper bounds B, L of a run (the model's batch and max_seq_len) and decides:
@@ -35,8 +35,8 @@
  *   plan_print(&p, &g, &pl, spec.train.optimizer, stdout);
  *   plan_free(&p);
  */
-#ifndef HPC_COMPILER_PLAN_H
-#define HPC_COMPILER_PLAN_H
+#ifndef HPC_PROGRAM_PLAN_H
+#define HPC_PROGRAM_PLAN_H
 
 #include <stdbool.h>
 #include <stddef.h>
@@ -44,9 +44,9 @@
 #include <stdio.h>
 
 #include "error.h"
-#include "ir.h"
-#include "params.h"
-#include "spec.h"
+#include "program/ir.h"
+#include "program/params.h"
+#include "program/spec.h"
 
 #define PLAN_ALIGN 256
 

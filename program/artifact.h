@@ -1,4 +1,4 @@
-/* compiler/artifact.h — the NAME.hpc file `hpc compile` writes and
+/* program/artifact.h — the NAME.hpc file `hpc compile` writes and
  * `hpc run` loads.
  *
  * A text container, readable with `less`:
@@ -13,7 +13,7 @@
  *            seq_len (plan_print), for people;
  *     cuda   the CUDA source of the model's kernels (emit_ops, one
  *            translation unit), for people and --emit-lib;
- *     program  the step program (compiler/step_program.h): what `hpc run`
+ *     program  the step program (program/step_program.h): what `hpc run`
  *            and the C API execute, with no front end or lowering.
  * A reader rejects another magic, another version, an unknown policy, an
  * unknown or repeated section, a truncated section or a missing model
@@ -30,14 +30,14 @@
  *   ModelSpec s; SpecPrecision p;
  *   if (artifact_load_spec("bert_base.hpc", &s, &p, stderr, &err)) return err.code;
  */
-#ifndef HPC_COMPILER_ARTIFACT_H
-#define HPC_COMPILER_ARTIFACT_H
+#ifndef HPC_PROGRAM_ARTIFACT_H
+#define HPC_PROGRAM_ARTIFACT_H
 
 #include <stddef.h>
 #include <stdio.h>
 
 #include "error.h"
-#include "spec.h"
+#include "program/spec.h"
 
 #define ARTIFACT_MAGIC "HPCART"
 #define ARTIFACT_VERSION 2   /* 2: the program section */
