@@ -5,6 +5,7 @@
 
 #include "cli.h"
 #include "program/spec.h"
+#include "compiler/spec_load.h"
 #include "summary.h"
 
 typedef struct {

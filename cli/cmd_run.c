@@ -27,6 +27,7 @@
 #include "data/dataset.h"
 #include "util/phase_clock.h"
 #include "program/spec.h"
+#include "compiler/spec_load.h"
 #include "data/synthetic.h"
 #include "data/tasks.h"
 #include "formats/hf_folder.h"

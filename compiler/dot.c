@@ -6,6 +6,7 @@
 #include <stdio.h>
 
 #include "program/ir.h"
+#include "ir_print.h"
 
 static const char *node_style(const IrGraph *g, int id)
 {

@@ -9,6 +9,7 @@
 
 #include "fuse.h"
 #include "program/ir.h"
+#include "ir_print.h"
 
 void ir_attr_str(const IrNode *n, char *buf, size_t size)
 {

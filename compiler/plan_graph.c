@@ -1,8 +1,8 @@
-/* compiler/plan_graph.c — plan_build (plan.h): the plan of a graph with each
- * node's scratch asked of the emitter (compiler/emit_ops.h).  The runtime
- * plans from a step program's records instead (plan_build_scratch), so it
- * needs no emitter. */
-#include "program/plan.h"
+/* compiler/plan_graph.c — plan_build (plan_graph.h): the plan of a graph with
+ * each node's scratch asked of the emitter (compiler/emit_ops.h).  The
+ * runtime plans from a step program's records instead (plan_build_scratch),
+ * so it needs no emitter. */
+#include "plan_graph.h"
 
 #include <stdlib.h>
 

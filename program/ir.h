@@ -264,14 +264,4 @@ bool ir_same_shape(const IrNode *a, const IrNode *b);
 /* Writes "(B, L, 768)" into buf. */
 void ir_shape_str(const IrNode *v, char *buf, size_t size);
 
-/* Writes the node's attributes as text ("trans_b alpha=0.125", "p=0.1
- * salt=17", ...), empty for ops without attributes. */
-void ir_attr_str(const IrNode *n, char *buf, size_t size);
-
-/* The readable listing (`hpc compile --ir`): one line per value with id,
- * name, op, inputs, attributes, shape and dtype. */
-void ir_print(const IrGraph *g, FILE *out);
-/* Graphviz dot of the whole graph (`hpc compile --dot FILE`). */
-void ir_dot(const IrGraph *g, FILE *out);
-
 #endif

@@ -86,13 +86,12 @@ typedef struct {
     int64_t arena_bytes;    /* size of the planned block */
 } StepPlan;
 
-/* Builds the plan of g for bounds B, L.  HPC_ERR_USAGE if B or L < 1 or the
+/* Builds the plan of g for bounds B, L with node i's scratch bytes at B, L
+ * given as scratch[i] (NULL: none): the runtime takes them from a step
+ * program's records (step_kernels_scratch), the compiler from the emitter
+ * (plan_build, compiler/plan_graph.h).  HPC_ERR_USAGE if B or L < 1 or the
  * graph is empty; HPC_ERR_INPUT for a value of a dtype the GPU does not
  * store (f64). */
-HpcStatus plan_build(const IrGraph *g, int64_t B, int64_t L, StepPlan *p, HpcError *err);
-/* The same with node i's scratch bytes at B, L given as scratch[i] (NULL:
- * none); plan_build takes them from the emitter (plan_graph.c), the runtime
- * from a step program's records (step_kernels_scratch). */
 HpcStatus plan_build_scratch(const IrGraph *g, int64_t B, int64_t L, const int64_t *scratch, StepPlan *p,
                              HpcError *err);
 void plan_free(StepPlan *p);

@@ -21,8 +21,9 @@
 #   4. for each header split out of a moved one (compiler/spec_load.h,
 #      plan_graph.h, artifact_spec.h, ir_print.h; only once they exist),
 #      every file outside runtime/ and program/ that calls one of its
-#      functions and does not yet include it gets the include after its
-#      last #include line.  Runtime files reach those through
+#      functions and does not yet include it gets the include after the
+#      include of the header it came out of (else after the last #include
+#      of a .h before the file's first line of code).  Runtime files reach those through
 #      compiler/step_program_build.h and are never edited here.
 set -eu
 
@@ -80,11 +81,12 @@ fi
 
 # 4. Includes of the headers split out of the moved ones, where called.
 #    header|functions (a call is NAME followed by '(' outside a comment line)
-splits="spec_load.h|spec_load spec_load_string
-plan_graph.h|plan_build
-artifact_spec.h|artifact_load_spec artifact_model_text
-ir_print.h|ir_print ir_dot"
-echo "$splits" | while IFS='|' read -r hdr fns; do
+#    |the moved header it came out of (the new include goes after that one's)
+splits="spec_load.h|spec_load spec_load_string|spec.h
+plan_graph.h|plan_build|plan.h
+artifact_spec.h|artifact_load_spec|artifact.h
+ir_print.h|ir_print ir_dot ir_attr_str|ir.h"
+echo "$splits" | while IFS='|' read -r hdr fns parent; do
     [ -f "compiler/$hdr" ] || continue
     calls=$(printf '%s' "$fns" | sed 's/ /|/g')
     echo "$files" | grep -E '\.(c|h|inc)$' | grep -vE '^(runtime|program)/' | while read -r f; do
@@ -92,7 +94,11 @@ echo "$splits" | while IFS='|' read -r hdr fns; do
         grep -qP "^(?!\\s*(\\*|/\\*|//)).*\\b($calls)\\(" "$f" || continue
         case $f in compiler/*) inc="#include \"$hdr\"" ;; *) inc="#include \"compiler/$hdr\"" ;; esac
         grep -qE "#include \"(compiler/)?$hdr\"" "$f" && continue
-        last=$(grep -n '^#include "' "$f" | tail -1 | cut -d: -f1)
+        # In the includes before the first line of code (a line that starts
+        # with a letter): after program/PARENT's, else after the last .h.
+        last=$(awk -v p="#include \"program/$parent\"" '/^[A-Za-z_]/ { exit }
+                   index($0, p) == 1 { at = NR } /^#include "[^"]*\.h"/ { h = NR }
+                   END { print at ? at : h }' "$f")
         [ -n "$last" ] || { echo "move-contract.sh: $f calls $fns but has no #include line; add $inc" >&2; continue; }
         sed -i "${last}a\\
 $inc" "$f"

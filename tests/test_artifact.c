@@ -9,7 +9,9 @@
 #include <unistd.h>
 
 #include "program/artifact.h"
+#include "compiler/artifact_spec.h"
 #include "program/spec.h"
+#include "compiler/spec_load.h"
 #include "summary.h"
 
 /* The text after its first (comment) line, which names the source. */

@@ -46,7 +46,9 @@
 #include "program/params.h"
 #include "pipeline.h"
 #include "program/plan.h"
+#include "compiler/plan_graph.h"
 #include "program/spec.h"
+#include "compiler/spec_load.h"
 
 enum { TV = 50, TC = 3 };
 

@@ -12,6 +12,7 @@
 #include "cli.h"
 #include "run_overrides.h"
 #include "program/spec.h"
+#include "compiler/spec_load.h"
 
 /* ---- a small command of every kind of row -------------------------------- */
 

@@ -21,6 +21,7 @@
 #include "emit_ops.h"
 #include "pipeline.h"
 #include "program/spec.h"
+#include "compiler/spec_load.h"
 
 static char *ptx_of(const char *src)
 {

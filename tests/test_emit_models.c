@@ -18,6 +18,7 @@
 #include "cuda/nvrtc_compile.h"
 #include "pipeline.h"
 #include "program/spec.h"
+#include "compiler/spec_load.h"
 
 static void compile_model(const char *file)
 {

@@ -25,6 +25,7 @@
 #include "cuda/cuda_optim.h"
 #include "cuda/kernel_cache.h"
 #include "cuda/nvrtc_compile.h"
+#include "compiler/spec_load.h"
 
 static void tiny_spec(ModelSpec *s)
 {

@@ -33,13 +33,16 @@
 #include "emit_ops.h"
 #include "fuse.h"
 #include "program/ir.h"
+#include "compiler/ir_print.h"
 #include "lower.h"
 #include "cuda/nvrtc_compile.h"
 #include "program/params.h"
 #include "cpu/philox.h"
 #include "pipeline.h"
 #include "program/plan.h"
+#include "compiler/plan_graph.h"
 #include "program/spec.h"
+#include "compiler/spec_load.h"
 
 enum { TB = 2, TL = 8, TV = 50, TH = 16, THEADS = 2, TC = 5 };
 

@@ -19,10 +19,12 @@
 #include "cpu/cpu_exec.h"
 #include "cpu/half.h"
 #include "program/ir.h"
+#include "compiler/ir_print.h"
 #include "lower.h"
 #include "program/params.h"
 #include "precision.h"
 #include "program/spec.h"
+#include "compiler/spec_load.h"
 
 static char *read_all(const char *path)
 {

@@ -20,6 +20,7 @@
 #include <string.h>
 
 #include "program/spec.h"
+#include "compiler/spec_load.h"
 #include "summary.h"
 
 static void load_model(const char *name, ModelSpec *spec)

@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "program/spec.h"
+#include "compiler/spec_load.h"
 
 /* Loads text (len bytes) as "t.model"; returns the status, the whole
  * diagnostic text in *diag (caller frees). */

@@ -22,8 +22,10 @@
 #include "cuda/nvrtc_compile.h"
 #include "program/params.h"
 #include "program/plan.h"
+#include "compiler/plan_graph.h"
 #include "precision.h"
 #include "program/spec.h"
+#include "compiler/spec_load.h"
 
 static void bert_tiny(ModelSpec *s)
 {

@@ -27,6 +27,7 @@
 #include "data/batch.h"
 #include "step_program_build.h"
 #include "train/train_backend.h"
+#include "compiler/spec_load.h"
 
 static void load_tiny(ModelSpec *s, int64_t B, int64_t L)
 {

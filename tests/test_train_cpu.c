@@ -27,6 +27,7 @@
 #include "lower.h"
 #include "program/params.h"
 #include "program/spec.h"
+#include "compiler/spec_load.h"
 #include "summary.h"
 #include "data/synthetic.h"
 #include "train/trainer.h"

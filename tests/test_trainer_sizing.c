@@ -14,6 +14,7 @@
 
 #include "compiler/pipeline.h"
 #include "program/plan.h"
+#include "compiler/plan_graph.h"
 #include "data/synthetic.h"
 #include "train/memcheck.h"
 #include "train/trainer.h"

@@ -6,6 +6,7 @@
 #include <stdio.h>
 
 #include "program/spec.h"
+#include "compiler/spec_load.h"
 #include "summary.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);

@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "program/artifact.h"
+#include "compiler/artifact_spec.h"
 #include "compiler/lower.h"
 #include "data/glue.h"
 #include "data/tokenizer.h"

@@ -35,6 +35,7 @@
 #include "program/params.h"
 #include "pipeline.h"
 #include "program/spec.h"
+#include "compiler/spec_load.h"
 #include "gpu_check.h"
 #include "gpu_check_model.h"
 

@@ -23,6 +23,7 @@
 #include "step_program_build.h"
 #include "train/train_backend.h"
 #include "gpu_check.h"
+#include "compiler/spec_load.h"
 
 
 static Batch *make_batch(int64_t B, int64_t L, uint32_t seed)

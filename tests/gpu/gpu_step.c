@@ -46,6 +46,7 @@
 #include "pipeline.h"
 #include "precision.h"
 #include "program/spec.h"
+#include "compiler/spec_load.h"
 #include "gpu_check.h"
 #include "gpu_check_model.h"
 

@@ -12,6 +12,7 @@
 
 #include "formats/hf_names.h"
 #include "lower.h"
+#include "compiler/spec_load.h"
 
 static int fail(const HpcError *err)
 {
