@@ -1,7 +1,9 @@
 /* program/plan.h — the step plan: schedule, liveness and arena offsets.
  *
- * plan_build takes a finished graph (lower + autodiff [+ precision]) and the
- * upper bounds B, L of a run (the model's batch and max_seq_len) and decides:
+ * plan_build_scratch takes a finished graph (a step program's, or lower +
+ * autodiff [+ precision] in the compiler), each node's scratch bytes and
+ * the upper bounds B, L of a run (the model's batch and max_seq_len) and
+ * decides:
  *   - the schedule: the node order of one training step.  The IR keeps
  *     inputs before their users, so the schedule is the node array order
  *     (forward nodes first, so an evaluation runs the prefix
@@ -30,9 +32,10 @@
  *
  * Usage:
  *   StepPlan p;
- *   if (plan_build(&g, spec.train.batch_size, spec.train.max_seq_len, &p, &err)) return err.code;
- *   CUdeviceptr x = arena_base + p.v[id].offset;     // (dims of id) in g.nodes[id].dtype
- *   plan_print(&p, &g, &pl, spec.train.optimizer, stdout);
+ *   step_kernels_scratch(&prog.kernels, B, L, scratch);      // (n) bytes per node
+ *   if (plan_build_scratch(&prog.g, B, L, scratch, &p, &err)) return err.code;
+ *   CUdeviceptr x = arena_base + p.v[id].offset;     // (dims of id) in prog.g.nodes[id].dtype
+ *   plan_print(&p, &prog.g, &prog.pl, &prog.spec.train, stdout);
  *   plan_free(&p);
  */
 #ifndef HPC_PROGRAM_PLAN_H

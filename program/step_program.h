@@ -25,9 +25,11 @@
  * by step_program_compile (compiler/step_program_build.h), which takes the
  * same road afterwards.
  *
- * This is the one compiler header the runtime needs for a program; the
- * reader (step_program.c) links with ir.c, ops.c, fuse.c, params.c and
- * spec.c only (tests/test_step_program.c checks with nm that a program
+ * program/ is the contract between the two halves: the runtime includes
+ * these headers and no compiler/ header (scripts/check-includes.sh), and
+ * the reader (step_program.c) links with the rest of program/, util/ and
+ * compiler/ops.c, the op table, only (tests/link/check-no-frontend.sh reads
+ * the link map; tests/test_step_program.c checks with nm that a program
  * running an artifact has no yyparse, yylex, lower_model, autodiff_build).
  *
  * Ownership: a StepProgram owns its graph, parameter list, records and
