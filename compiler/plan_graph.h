@@ -19,5 +19,8 @@
 
 /* plan_build_scratch with the emitter's scratch per node; the same errors. */
 HpcStatus plan_build(const IrGraph *g, int64_t B, int64_t L, StepPlan *p, HpcError *err);
+/* The same with options (program/plan.h; opt may be NULL). */
+HpcStatus plan_build_with(const IrGraph *g, int64_t B, int64_t L, const PlanOptions *opt, StepPlan *p,
+                          HpcError *err);
 
 #endif

@@ -97,6 +97,16 @@ typedef struct {
  * store (f64). */
 HpcStatus plan_build_scratch(const IrGraph *g, int64_t B, int64_t L, const int64_t *scratch, StepPlan *p,
                              HpcError *err);
+
+/* How a plan may differ from the default (NULL or zeroed = the default). */
+typedef struct {
+    bool keep_all;   /* every value lives to the end of the step, nothing shares memory:
+                      * a test reads any value after a step (the arena grows to the sum) */
+} PlanOptions;
+
+/* plan_build_scratch with options (opt may be NULL). */
+HpcStatus plan_build_scratch_with(const IrGraph *g, int64_t B, int64_t L, const int64_t *scratch,
+                                  const PlanOptions *opt, StepPlan *p, HpcError *err);
 void plan_free(StepPlan *p);
 
 /* Bytes of one element of dt. */

@@ -131,12 +131,19 @@ typedef struct {
  * the graph. */
 HpcStatus cuda_exec_init_kernels(CudaExec *ex, CudaDevice *dev, const IrGraph *g, const ParamList *pl,
                                  const StepKernels *kernels, int64_t max_B, int64_t max_L, HpcError *err);
+/* The same with the step plan's options (program/plan.h, PlanOptions;
+ * NULL = the default): keep_all for a test that reads every value. */
+HpcStatus cuda_exec_init_kernels_with(CudaExec *ex, CudaDevice *dev, const IrGraph *g, const ParamList *pl,
+                                      const StepKernels *kernels, int64_t max_B, int64_t max_L,
+                                      const PlanOptions *plan, HpcError *err);
 
 /* The same for a graph built in-process (tests, tools): generates the
  * records and source with the emitter first (runtime/cuda/cuda_exec_graph.c,
- * which links compiler/emit_ops). */
+ * through compiler/step_program_build.h); _with takes the plan's options. */
 HpcStatus cuda_exec_init(CudaExec *ex, CudaDevice *dev, const IrGraph *g, const ParamList *pl,
                          int64_t max_B, int64_t max_L, HpcError *err);
+HpcStatus cuda_exec_init_with(CudaExec *ex, CudaDevice *dev, const IrGraph *g, const ParamList *pl,
+                              int64_t max_B, int64_t max_L, const PlanOptions *plan, HpcError *err);
 void cuda_exec_free(CudaExec *ex);
 
 /* Uploads every parameter from host f32 tensors w[p] (laid out as the

@@ -13,13 +13,19 @@
 HpcStatus cuda_exec_init(CudaExec *ex, CudaDevice *dev, const IrGraph *g, const ParamList *pl,
                          int64_t max_B, int64_t max_L, HpcError *err)
 {
+    return cuda_exec_init_with(ex, dev, g, pl, max_B, max_L, NULL, err);
+}
+
+HpcStatus cuda_exec_init_with(CudaExec *ex, CudaDevice *dev, const IrGraph *g, const ParamList *pl,
+                              int64_t max_B, int64_t max_L, const PlanOptions *plan, HpcError *err)
+{
     StepKernels *k = xcalloc(1, sizeof *k);
     HpcStatus st = step_program_kernels_build(g, k, err);
     if (st) {
         free(k);
         return st;
     }
-    st = cuda_exec_init_kernels(ex, dev, g, pl, k, max_B, max_L, err);
+    st = cuda_exec_init_kernels_with(ex, dev, g, pl, k, max_B, max_L, plan, err);
     if (st) {
         step_kernels_free(k);
         free(k);

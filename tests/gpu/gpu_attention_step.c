@@ -233,9 +233,8 @@ static void check_vs_cpu(Shape shape, SpecPrecision prec, int64_t B, int64_t L, 
     CudaExec ex;
     /* Every value kept to the end of the step: the per-node checks below
      * read values whose memory the arena would otherwise hand on. */
-    setenv("HPC_PLAN_KEEP_ALL", "1", 1);
-    HpcStatus st = cuda_exec_init(&ex, &g_dev, &m.g, &m.pl, B + 1, L + 5, &err);
-    unsetenv("HPC_PLAN_KEEP_ALL");
+    HpcStatus st = cuda_exec_init_with(&ex, &g_dev, &m.g, &m.pl, B + 1, L + 5, &(PlanOptions){.keep_all = true},
+                                       &err);
     bool inited = st == HPC_OK;
     if (!st) st = cuda_exec_set_params(&ex, m.w, &err);
     if (st) {
