@@ -18,7 +18,12 @@ LDLIBS    += -Wl,-Bstatic -ljansson -lutf8proc -Wl,-Bdynamic \
              -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 \
              -lnvrtc -lcublasLt -lcublas -ldl -lpthread -lm
 
-COMPILER_SRC := $(wildcard util/*.c grammar/*.c compiler/*.c)
+# libhpcc.a: util/, grammar/, program/ (the step program both halves read
+# and write) and compiler/; libhpcrt.a: runtime/.  A program that only runs
+# NAME.hpc pulls from libhpcc.a nothing but program/ and util/ members and
+# the op table (tests/link/check-no-frontend.sh reads its link map);
+# runtime/ includes no compiler/ header but one door (scripts/check-includes.sh).
+COMPILER_SRC := $(wildcard util/*.c grammar/*.c program/*.c compiler/*.c)
 RUNTIME_SRC  := $(wildcard runtime/*/*.c)
 CLI_SRC      := $(wildcard cli/*.c)
 TEST_SRC     := $(wildcard tests/test_*.c)
@@ -38,7 +43,7 @@ CLI_LIB      := $(BUILD)/libhpccli.a
 TEST_BIN     := $(patsubst tests/%.c,$(BUILD)/tests/%,$(TEST_SRC))
 GPU_TEST_BIN := $(patsubst tests/gpu/%.c,$(BUILD)/tests/gpu/%,$(GPU_TEST_SRC))
 
-.PHONY: all deps demo test test-gpu fuzz check-valgrind bench examples verify-hf clean
+.PHONY: all deps demo test test-gpu fuzz check-valgrind check-includes bench examples verify-hf clean
 all: deps bin/hpc
 
 # The README's first command: fetch all-MiniLM-L6-v2 and fine-tune it on CoLA (scripts/demo.sh).
@@ -97,24 +102,31 @@ $(BUILD)/tests/%: tests/%.c $(CLI_LIB) $(LIBS) | $(BUILD)/.deps-ok
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS) -Icli -Wno-missing-prototypes -o $@ $< $(API_MODEL_ROAD) $(CLI_LIB) $(LIBS) -lcriterion $(LDLIBS)
 
-# A program that only runs artifacts: no front end in it (tests/link/check-no-frontend.sh).
+# A program that only runs artifacts: no front end in it (tests/link/check-no-frontend.sh,
+# which also reads the link map, $@.map, for the library members it pulled).
 $(BUILD)/tests/link/run_artifact: tests/link/run_artifact.c $(LIBS)
 	@mkdir -p $(@D)
-	$(CC) $(CFLAGS) -o $@ $< $(LIBS) $(LDLIBS)
+	$(CC) $(CFLAGS) -o $@ $< -Wl,-Map=$@.map $(LIBS) $(LDLIBS)
 # The same through the C API: cpu backend only, and with the cuda backend linked in.
 $(BUILD)/tests/link/api_artifact: tests/link/api_artifact.c $(LIBS)
 	@mkdir -p $(@D)
-	$(CC) $(CFLAGS) -o $@ $< $(LIBS) $(LDLIBS)
+	$(CC) $(CFLAGS) -o $@ $< -Wl,-Map=$@.map $(LIBS) $(LDLIBS)
 $(BUILD)/tests/link/api_artifact_cuda: tests/link/api_artifact.c $(LIBS)
 	@mkdir -p $(@D)
-	$(CC) $(CFLAGS) -o $@ $< -Wl,--undefined=train_cuda_open $(LIBS) $(LDLIBS)
+	$(CC) $(CFLAGS) -o $@ $< -Wl,-Map=$@.map -Wl,--undefined=train_cuda_open $(LIBS) $(LDLIBS)
 LINK_CHECKS := $(addprefix $(BUILD)/tests/link/,run_artifact api_artifact api_artifact_cuda)
 
 # The C embedding example (examples/) runs on the cpu backend, also under valgrind.
 examples: all
 	$(MAKE) -C examples
 
+# The compile/run boundary in the include graph: runtime/ and program/
+# include no compiler/ header but the listed door (file:line of offenders).
+check-includes:
+	@sh scripts/check-includes.sh
+
 test: all $(TEST_BIN) examples $(LINK_CHECKS)
+	@sh scripts/check-includes.sh
 	@HPC_ROOT=$(CURDIR) sh tests/run-all.sh $(TEST_BIN)
 	@sh tests/link/check-no-frontend.sh bin/hpc $(LINK_CHECKS)
 	@$(MAKE) -s -C examples run >$(BUILD)/examples-run.log 2>&1 && echo "PASS  examples/embed_bert_tiny" || { cat $(BUILD)/examples-run.log; exit 1; }
@@ -145,7 +157,7 @@ FUZZ_SECONDS ?= 60
 # (`make fuzz FUZZ_RUNS=1000000`); FUZZ=NAME runs one.  tests/fuzz/run.sh says
 # where corpora, seeds and crash files go.  The parser harness needs only the
 # front end, so it builds from those sources alone.
-FUZZ_SRC := util/error.c util/num_parse.c util/nearest.c grammar/ast.c compiler/diag.c compiler/spec.c compiler/spec_load.c compiler/summary.c \
+FUZZ_SRC := util/error.c util/num_parse.c util/nearest.c grammar/ast.c compiler/diag.c program/spec.c compiler/spec_load.c compiler/summary.c \
             $(wildcard compiler/check*.c)
 FUZZ_CC     := clang
 FUZZ_CFLAGS := -g -O1 -fsanitize=address,undefined -fno-sanitize-recover=undefined -std=c11 -D_GNU_SOURCE \

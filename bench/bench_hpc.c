@@ -35,7 +35,7 @@
 
 #include "data/batch.h"
 #include "cuda/cuda_driver.h"
-#include "spec.h"
+#include "program/spec.h"
 #include "train/train_backend.h"
 
 static uint64_t g_rng = 0x9e3779b97f4a7c15ull;

@@ -50,6 +50,7 @@
 #include "data/tasks.h"
 #include "formats/hf_init.h"
 #include "train/init.h"
+#include "compiler/spec_load.h"
 
 #define MAX_VARIANTS 16
 

@@ -4,7 +4,8 @@
 #include <stdio.h>
 
 #include "cli.h"
-#include "spec.h"
+#include "program/spec.h"
+#include "compiler/spec_load.h"
 #include "summary.h"
 
 typedef struct {

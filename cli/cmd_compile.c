@@ -2,7 +2,7 @@
  *
  * Runs the stages in order: check -> pipeline_build (lower -> autodiff ->
  * precision -> fuse, compiler/pipeline.h) -> plan -> emit (the CUDA source
- * goes into the NAME.hpc artifact, compiler/artifact.h).  Dump flags print after the last stage
+ * goes into the NAME.hpc artifact, program/artifact.h).  Dump flags print after the last stage
  * that ran: --ir and --dot show the graph (after fuse unless --no-fuse or
  * --stop-after), --precision-report the precision choice per op, --plan the
  * memory plan; --dump-STAGE prints the graph after any compiler stage. */
@@ -13,21 +13,24 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "artifact.h"
+#include "program/artifact.h"
 #include "autodiff.h"
 #include "cli.h"
 #include "emit_lib.h"
 #include "formats/atomic_file.h"
 #include "formats/output_check.h"
 #include "emit_ops.h"
-#include "ir.h"
+#include "program/ir.h"
+#include "compiler/ir_print.h"
 #include "lower.h"
 #include "cuda/nvrtc_compile.h"
-#include "params.h"
+#include "program/params.h"
 #include "pipeline.h"
-#include "plan.h"
+#include "program/plan.h"
+#include "compiler/plan_graph.h"
 #include "precision.h"
-#include "spec.h"
+#include "program/spec.h"
+#include "compiler/spec_load.h"
 #include "step_program_build.h"
 #include "summary.h"
 
@@ -213,7 +216,7 @@ static void print_summary(const Compiled *c, SpecPrecision policy)
     printf("stages     check, lower, autodiff, precision, %splan, emit done\n", c->fused ? "fuse, " : "");
 }
 
-/* NAME.hpc (compiler/artifact.h): the step program (what `hpc run`
+/* NAME.hpc (program/artifact.h): the step program (what `hpc run`
  * executes), the resolved model, the plan summary and the CUDA source. */
 static int write_artifact(const Compiled *c, const CompileArgs *a)
 {

@@ -1,7 +1,7 @@
 /* cli/cmd_run.c — `hpc run [MODEL] [--device auto|cpu|cuda]`: train and
  * evaluate.
  *
- * MODEL is a .model file or a NAME.hpc artifact (compiler/artifact.h);
+ * MODEL is a .model file or a NAME.hpc artifact (program/artifact.h);
  * without one, the only *.hpc in the working directory.  The data is a
  * GLUE task (runtime/data/tasks.h, load_task) or a synthetic one
  * (runtime/data/synthetic.h, make_data); training settings on the command line
@@ -18,7 +18,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "artifact.h"
+#include "program/artifact.h"
 #include "step_program_build.h"
 #include "cpu/cpu_exec.h"
 #include "cpu/cpu_threads.h"
@@ -26,7 +26,8 @@
 #include "cli.h"
 #include "data/dataset.h"
 #include "util/phase_clock.h"
-#include "spec.h"
+#include "program/spec.h"
+#include "compiler/spec_load.h"
 #include "data/synthetic.h"
 #include "data/tasks.h"
 #include "formats/hf_folder.h"

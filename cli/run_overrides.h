@@ -18,7 +18,7 @@
 
 #include "error.h"
 #include "options.h"
-#include "spec.h"
+#include "program/spec.h"
 
 /* --loss-scale: dynamic, none or a static scale. */
 typedef struct {

@@ -1,7 +1,9 @@
 /* compiler/artifact_spec.c — the model of NAME.hpc through the front end
- * (artifact_load_spec, artifact.h).  Kept apart from artifact.c so that a
- * program reading only the step program links no parser. */
-#include "artifact.h"
+ * (artifact_load_spec, artifact_spec.h).  Kept apart from artifact.c so that
+ * a program reading only the step program links no parser. */
+#include "artifact_spec.h"
+
+#include "spec_load.h"
 
 #include <string.h>
 

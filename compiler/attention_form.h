@@ -21,7 +21,7 @@
 #include <stdbool.h>
 
 #include "error.h"
-#include "spec.h"
+#include "program/spec.h"
 
 #define ATTN_FUSED_MAX_HEAD_DIM 128
 

@@ -21,8 +21,8 @@
 #define HPC_COMPILER_AUTODIFF_H
 
 #include "error.h"
-#include "ir.h"
-#include "params.h"
+#include "program/ir.h"
+#include "program/params.h"
 
 HpcStatus autodiff_build(IrGraph *g, const ParamList *params, HpcError *err);
 

@@ -13,7 +13,7 @@
 #include <stddef.h>
 #include <stdio.h>
 
-#include "spec.h"
+#include "program/spec.h"
 
 int check_load_file(const char *path, ModelSpec *out, FILE *diag);
 int check_load_string(const char *name, const char *text, size_t len,

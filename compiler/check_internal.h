@@ -9,7 +9,7 @@
 
 #include "ast.h"
 #include "diag.h"
-#include "spec.h"
+#include "program/spec.h"
 
 /* Which block a key belongs to. */
 typedef enum {

@@ -34,7 +34,7 @@ struct KeyDef {
     KeyFn fn;              /* KT_FN */
 };
 
-/* The rows of compiler/activations.h a stack may use (ffn = 1). */
+/* The rows of program/activations.h a stack may use (ffn = 1). */
 #define FFN_IF_1(...) __VA_ARGS__
 #define FFN_IF_0(...)
 #define FFN_ACT_(E, name, ffn, ...) FFN_IF_##ffn({#name, ACT_##E},)

@@ -5,7 +5,8 @@
  * dtype.  Render with `dot -Tsvg FILE -o graph.svg`. */
 #include <stdio.h>
 
-#include "ir.h"
+#include "program/ir.h"
+#include "ir_print.h"
 
 static const char *node_style(const IrGraph *g, int id)
 {

@@ -107,7 +107,7 @@
 #include <stdint.h>
 
 #include "error.h"
-#include "spec.h"
+#include "program/spec.h"
 
 typedef enum { KEMIT_F32, KEMIT_F16, KEMIT_BF16 } KemitDtype;
 

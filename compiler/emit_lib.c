@@ -193,7 +193,7 @@ HpcStatus emitlib_write_cuh(const ModelSpec *spec, SpecPrecision policy, const c
     /* The exported package calls its model's activation kernels, and
      * compiler/kernels/activation.cu has them for these four only (the
      * training step's own module, NAME_step.cuh, has every row of
-     * compiler/activations.h, and the optimizer). */
+     * program/activations.h, and the optimizer). */
     if (spec->stack.activation != ACT_GELU && spec->stack.activation != ACT_GELU_TANH &&
         spec->stack.activation != ACT_RELU && spec->stack.activation != ACT_TANH)
         return hpc_fail(err, HPC_ERR_INPUT, "--emit-cuda/--emit-lib: the exported templates have no %s "

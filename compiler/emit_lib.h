@@ -22,7 +22,7 @@
  *                       embedded as a C array (no file to ship beside the
  *                       program; opened through HpcModelOptions.model_text)
  *   NAME_demo.c         a program that opens the model and runs a forward
- *   NAME.hpc            the artifact (compiler/artifact.h)
+ *   NAME.hpc            the artifact (program/artifact.h)
  *   NAME_kernels.cuh    as --emit-cuda
  *   NAME.plan.txt       the memory plan of a step (plan_print)
  *   NAME_step.cuh       the step's own kernels and optimizer, as --emit-cuda
@@ -50,7 +50,7 @@
 #include <stddef.h>
 
 #include "error.h"
-#include "spec.h"
+#include "program/spec.h"
 
 #define EMITLIB_MAX_ARCHS 8
 

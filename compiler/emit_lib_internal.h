@@ -7,7 +7,7 @@
 
 #include "emit_kernels.h"
 #include "error.h"
-#include "spec.h"
+#include "program/spec.h"
 
 /* Creates dir if missing (not its parents). */
 HpcStatus emitlib_mkdir(const char *dir, HpcError *err);

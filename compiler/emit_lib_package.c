@@ -7,7 +7,7 @@
 #include <string.h>
 
 #include "hpc.h"
-#include "artifact.h"
+#include "program/artifact.h"
 #include "step_program_build.h"
 #include "emit_lib.h"
 #include "emit_lib_internal.h"
@@ -267,7 +267,7 @@ HpcStatus emitlib_package(const ModelSpec *spec, const EmitLibOptions *o, const 
     if (!st && o->plan_text) st = write_file(dir, spec->name, ".plan.txt", spec, w_text, o->plan_text, err);
     if (!st) {
         /* The artifact carries the step program, so `hpc run` and the C
-         * API run it without compiling (compiler/step_program.h). */
+         * API run it without compiling (program/step_program.h). */
         StepProgram prog;
         char path[4096];
         snprintf(path, sizeof path, "%s/%s%s", dir, spec->name, ARTIFACT_EXT);

@@ -1,6 +1,6 @@
 /* compiler/emit_lib_step.c — DIR/NAME_step.cuh for --emit-cuda and
  * --emit-lib: the CUDA the training step itself runs (the step program's
- * module, compiler/step_program.h, the kernels tests/gpu checks against the
+ * module, program/step_program.h, the kernels tests/gpu checks against the
  * cpu reference), with the ABI and one line per launch so another program
  * can call them: which kernel, its launch type and its count as a function
  * of B and L.  See emit_lib.h. */

@@ -49,8 +49,8 @@
 #include <stdint.h>
 
 #include "error.h"
-#include "ir.h"
-#include "step_program.h"   /* EopKind, EopArgs, EopCtl, StepNodeCode */
+#include "program/ir.h"
+#include "program/step_program.h"   /* EopKind, EopArgs, EopCtl, StepNodeCode */
 
 /* One translation unit with every kernel the graph needs (malloc'd, caller
  * frees), for NVRTC with --gpu-architecture=sm_80 or newer; it includes no

@@ -974,7 +974,7 @@ static void act_bgrad_vec(EopGen *gen, StrBuf *s, const char *a, int y2)
                    "            ld8_%s((const %s *)qd, d);\n            ld8_%s((const %s *)qx, x);\n",
                   ir_dtype_name(dd), ctype(dd), ir_dtype_name(dx), ctype(dx));
     if (y2 >= 0 && OUTN->attr.act_bgrad.kind == IR_ACT_GELU)
-        /* act_gelu and actg_gelu of compiler/activations.h in their order of
+        /* act_gelu and actg_gelu of program/activations.h in their order of
          * operations, with 1 + erf(x / sqrt 2) computed once for both */
         strbuf_add(s, "#pragma unroll\n            for (int j = 0; j < 8; j++) {\n"
                       "                const float e1 = 1.0f + erff(x[j] * 0.70710678118654752f);\n"
@@ -1456,7 +1456,7 @@ static HpcStatus check_dtypes(const EopGen *gen, HpcError *err)
                     ir_op_name(n->op));
 }
 
-/* The generators named by the `cuda` column of compiler/ops.def, in one
+/* The generators named by the `cuda` column of program/ops.def, in one
  * signature; those that cannot fail are wrapped. */
 typedef HpcStatus (*EopGenFn)(EopGen *gen, HpcError *err);
 
@@ -1506,7 +1506,7 @@ static HpcStatus cuda_output(EopGen *gen, HpcError *err)
 
 static const EopGenFn op_cuda[] = {
 #define IR_OP(E, name, nmin, nmax, nout, prec, grad, cuda) cuda_##cuda,
-#include "ops.def"
+#include "program/ops.def"
 #undef IR_OP
 };
 _Static_assert(sizeof op_cuda / sizeof op_cuda[0] == IR_OP_COUNT, "ops.def and the CUDA table disagree");

@@ -39,7 +39,7 @@
 #include <stdbool.h>
 
 #include "error.h"
-#include "ir.h"
+#include "program/ir.h"
 #include "strbuf.h"
 
 extern const char *const eopt_kernel_names[];

@@ -1,5 +1,5 @@
 /* compiler/fuse.h — the fuse pass: pattern rewrites of a graph into the
- * fused op kinds of compiler/ops.def (section "Fused ops").
+ * fused op kinds of program/ops.def (section "Fused ops").
  *
  * Rewrites (docs/fuse.md has the full table and the reasons):
  *   SOFTMAX(s, mask) -> DROPOUT            => SOFTMAX_DROPOUT(s, mask)
@@ -75,7 +75,7 @@
 #include <stdint.h>
 
 #include "error.h"
-#include "ir.h"
+#include "program/ir.h"
 #include "precision.h"
 
 /* The fused ops' attributes (IrFusedAttr, IrLnFusedAttr) and their

@@ -8,7 +8,8 @@
 #include <stdio.h>
 
 #include "fuse.h"
-#include "ir.h"
+#include "program/ir.h"
+#include "ir_print.h"
 
 void ir_attr_str(const IrNode *n, char *buf, size_t size)
 {

@@ -21,7 +21,7 @@ typedef struct {
 
 IrActKind lower_act(SpecActivation a)
 {
-    /* Both enums are the rows of compiler/activations.h, in order. */
+    /* Both enums are the rows of program/activations.h, in order. */
     _Static_assert((int)ACT_COUNT == (int)IR_ACT_COUNT, "activation enums differ");
     HPC_ASSERT(a >= 0 && a < ACT_COUNT);
     return (IrActKind)a;

@@ -23,9 +23,9 @@
 #define HPC_COMPILER_LOWER_H
 
 #include "error.h"
-#include "ir.h"
-#include "params.h"
-#include "spec.h"
+#include "program/ir.h"
+#include "program/params.h"
+#include "program/spec.h"
 
 HpcStatus lower_model(const ModelSpec *spec, IrGraph *g, ParamList *params, HpcError *err);
 

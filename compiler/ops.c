@@ -5,7 +5,7 @@
 
 #include "error.h"
 #include "fuse.h"
-#include "ir.h"
+#include "program/ir.h"
 
 #define NODE(id) (&g->nodes[(id)])
 #define IN(k) NODE(n->in[k])
@@ -676,7 +676,7 @@ GRAD_RULE(output)
 
 static const IrOpInfo op_table[] = {
 #define IR_OP(E, name, nmin, nmax, nout, prec, grad, cuda) {#name, nmin, nmax, nout, ir_shape_##name, grad_##grad},
-#include "ops.def"
+#include "program/ops.def"
 #undef IR_OP
 };
 _Static_assert(sizeof op_table / sizeof op_table[0] == IR_OP_COUNT, "ops.def and the op table disagree");

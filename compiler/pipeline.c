@@ -5,6 +5,7 @@
 
 #include "autodiff.h"
 #include "lower.h"
+#include "ir_print.h"
 
 static const char *const stage_names[PIPE_STAGE_COUNT] = {"lower", "autodiff", "precision", "fuse"};
 

@@ -33,10 +33,10 @@
 #include "attention_form.h"
 #include "error.h"
 #include "fuse.h"
-#include "ir.h"
-#include "params.h"
+#include "program/ir.h"
+#include "program/params.h"
 #include "precision.h"
-#include "spec.h"
+#include "program/spec.h"
 
 typedef enum { PIPE_NONE = -1, PIPE_LOWER, PIPE_AUTODIFF, PIPE_PRECISION, PIPE_FUSE, PIPE_STAGE_COUNT } PipeStage;
 

@@ -27,10 +27,10 @@ typedef struct {
 
 /* Roles of forward values in attention (PREC_KEEP_SCORES). */
 enum { ATTN_NONE, ATTN_SCORES, ATTN_PROBS };
-/* The `prec` column of compiler/ops.def. */
+/* The `prec` column of program/ops.def. */
 static const PrecClass op_class[] = {
 #define IR_OP(E, name, nmin, nmax, nout, prec, ...) PREC_CLASS_##prec,
-#include "ops.def"
+#include "program/ops.def"
 #undef IR_OP
 };
 _Static_assert(sizeof op_class / sizeof op_class[0] == IR_OP_COUNT, "ops.def and the class table disagree");
@@ -85,7 +85,7 @@ static DType dtype_of_prec(SpecPrecision p, DType policy_low)
 
 /* ---- regions ---------------------------------------------------------- */
 
-/* A node's region is the field lowering set (compiler/ir.h: IrRegion, in
+/* A node's region is the field lowering set (program/ir.h: IrRegion, in
  * the order of PrecRegion).  A backward node is planned with the forward
  * op whose backward rule made it: the region of its incoming gradient (the
  * first backward input), which is that of the op's output.  An ADD that sums the contributions to one

@@ -102,8 +102,8 @@
 #include <stdio.h>
 
 #include "error.h"
-#include "ir.h"
-#include "spec.h"
+#include "program/ir.h"
+#include "program/spec.h"
 
 typedef enum {
     PREC_CLASS_NONE,          /* leaves (inputs, parameters) and integer ops */

@@ -1,6 +1,6 @@
-/* compiler/spec_load.c — the load entry points of spec.h: parse and check
- * a .model file (grammar/ and check.c). */
-#include "spec.h"
+/* compiler/spec_load.c — the load entry points of spec_load.h: parse and
+ * check a .model file (grammar/ and check.c). */
+#include "spec_load.h"
 
 #include "check.h"
 

@@ -5,9 +5,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "artifact.h"
+#include "program/artifact.h"
 #include "emit_ops.h"
+#include "lower.h"
 #include "pipeline.h"
+#include "spec_load.h"
 
 HpcStatus step_program_from_graph(const ModelSpec *spec, SpecPrecision policy, bool fused, const IrGraph *g,
                                   const ParamList *pl, StepProgram *out, HpcError *err)
@@ -81,5 +83,20 @@ HpcStatus step_program_save(const char *path, const StepProgram *p, const char *
     HpcStatus st = artifact_write(path, &a, err);
     free(a.model_text);
     free(a.program_text);
+    return st;
+}
+
+HpcStatus step_program_kernels_build(const IrGraph *g, StepKernels *k, HpcError *err)
+{
+    return eop_kernels_build(g, k, err);
+}
+
+HpcStatus step_program_params(const ModelSpec *spec, ParamList *pl, HpcError *err)
+{
+    IrGraph g;
+    ir_init(&g);
+    params_init(pl);
+    HpcStatus st = lower_model(spec, &g, pl, err);
+    ir_free(&g);
     return st;
 }

@@ -1,4 +1,4 @@
-/* compiler/step_program_build.h — making a step program (compiler/step_program.h)
+/* compiler/step_program_build.h — making a step program (program/step_program.h)
  * and the library calls around it that `hpc compile`, `hpc run` and the C
  * API share:
  *   step_program_from_graph   a finished graph -> a program (records, CUDA);
@@ -8,9 +8,20 @@
  *   step_program_load         a NAME.hpc (read, no front end) or a .model
  *                             file (parse, check, compile) -> a program;
  *   step_program_save         a program -> NAME.hpc (the resolved model
- *                             text, the plan summary, the CUDA, the program).
+ *                             text, the plan summary, the CUDA, the program);
+ *   step_program_kernels_build  a graph's launch records and CUDA (the
+ *                             emitter), for a graph built in-process;
+ *   step_program_params       the parameter table a spec lowers to (HF
+ *                             import and export name tensors by it);
+ *   spec_load, spec_load_string  .model text -> a checked spec
+ *                             (compiler/spec_load.h, included here).
  * These link the whole compiler; a program that only runs artifacts uses
- * step_program_read_file (step_program.h) instead.
+ * step_program_read_file (program/step_program.h) instead.
+ *
+ * The boundary: this is the one compiler header that runtime/ may include,
+ * and only in the files of an in-process compile road (a .model path, a
+ * checkpoint's model text, HF import/export, a graph built by a test);
+ * scripts/check-includes.sh lists them and fails on any other include.
  *
  * Usage:
  *   StepProgram p;
@@ -25,7 +36,10 @@
 #include <stdio.h>
 
 #include "error.h"
-#include "step_program.h"
+#include "program/params.h"
+#include "program/spec.h"
+#include "program/step_program.h"
+#include "spec_load.h"
 
 /* Copies g and pl into *out and generates the launch records and module
  * source (compiler/emit_ops.h).  HPC_ERR_INPUT for a graph the GPU path
@@ -46,5 +60,15 @@ HpcStatus step_program_load(const char *path, SpecPrecision policy, bool fuse, S
 
 /* Writes NAME.hpc atomically; plan_text may be NULL. */
 HpcStatus step_program_save(const char *path, const StepProgram *p, const char *plan_text, HpcError *err);
+
+/* Every node's launch record and the module source of g into *k
+ * (compiler/emit_ops.h, eop_kernels_build); the caller frees *k with
+ * step_kernels_free.  HPC_ERR_INPUT for a node the GPU path cannot run. */
+HpcStatus step_program_kernels_build(const IrGraph *g, StepKernels *k, HpcError *err);
+
+/* The parameter table of a checked spec (its names, shapes, initializers
+ * and ties, as lowering makes them) into *pl, which it initialises; the
+ * caller frees it with params_free (also after a failure). */
+HpcStatus step_program_params(const ModelSpec *spec, ParamList *pl, HpcError *err);
 
 #endif

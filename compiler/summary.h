@@ -31,7 +31,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
-#include "spec.h"
+#include "program/spec.h"
 
 typedef struct {
     int64_t embeddings;  /* word + position + token type + embedding LN */

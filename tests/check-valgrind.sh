@@ -13,7 +13,7 @@ if [ -z "$HPC" ]; then
     [ -f build/libhpcc.a ] || { echo "check-valgrind: build/libhpcc.a not built (run make)" >&2; exit 2; }
     HPC=build/tests/check-valgrind-main
     mkdir -p build/tests
-    $CC -std=c11 -D_GNU_SOURCE -g -Iutil -Igrammar -Icompiler -Icli -o "$HPC" \
+    $CC -std=c11 -D_GNU_SOURCE -g -I. -Iutil -Igrammar -Icompiler -Icli -o "$HPC" \
         tests/check-valgrind-main.c cli/cmd_check.c cli/options.c build/libhpcc.a -lm || exit 2
 fi
 [ -x "$HPC" ] || { echo "check-valgrind: $HPC not built (run make)" >&2; exit 2; }

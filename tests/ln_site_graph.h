@@ -20,8 +20,8 @@
 #include <string.h>
 
 #include "fuse.h"
-#include "ir.h"
-#include "params.h"
+#include "program/ir.h"
+#include "program/params.h"
 
 #define LN_SITE_SALT 1234
 

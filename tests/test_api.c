@@ -16,7 +16,8 @@
 #include "emit_lib.h"
 #include "cpu/philox.h"
 #include "formats/safetensors.h"
-#include "spec.h"
+#include "program/spec.h"
+#include "compiler/spec_load.h"
 
 #define TB 4   /* compiled maximum batch of the test handles */
 #define TL 16  /* compiled maximum length */

@@ -1,4 +1,4 @@
-/* tests/test_artifact.c — compiler/artifact.h: the resolved model text
+/* tests/test_artifact.c — program/artifact.h: the resolved model text
  * round-trips every shipped model, the container round-trips its sections,
  * and damaged files fail with their messages. */
 #include <criterion/criterion.h>
@@ -8,8 +8,10 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "artifact.h"
-#include "spec.h"
+#include "program/artifact.h"
+#include "compiler/artifact_spec.h"
+#include "program/spec.h"
+#include "compiler/spec_load.h"
 #include "summary.h"
 
 /* The text after its first (comment) line, which names the source. */

@@ -1,7 +1,7 @@
 /* tests/test_artifact_repro.c — `hpc compile` is byte-reproducible: two
  * compiles of one model give identical NAME.hpc files.  The attribute
  * bytes of the graph's nodes used to carry struct padding from the
- * compiler's stack and heap (compiler/step_program.c, attr_canonical), so
+ * compiler's stack and heap (program/step_program.c, attr_canonical), so
  * the backward MATMUL lines differed from run to run.  Separate processes,
  * so address-space randomisation puts different bytes in any padding. */
 #include <criterion/criterion.h>

@@ -42,11 +42,13 @@
 #include "cuda/nvrtc_compile.h"
 #include "data/batch.h"
 #include "emit_ops.h"
-#include "ir.h"
-#include "params.h"
+#include "program/ir.h"
+#include "program/params.h"
 #include "pipeline.h"
-#include "plan.h"
-#include "spec.h"
+#include "program/plan.h"
+#include "compiler/plan_graph.h"
+#include "program/spec.h"
+#include "compiler/spec_load.h"
 
 enum { TV = 50, TC = 3 };
 

@@ -25,11 +25,11 @@
 #include "autodiff.h"
 #include "data/batch.h"
 #include "cpu/cpu_exec.h"
-#include "ir.h"
+#include "program/ir.h"
 #include "lower.h"
-#include "params.h"
+#include "program/params.h"
 #include "cpu/philox.h"
-#include "spec.h"
+#include "program/spec.h"
 
 enum { TB = 2, TL = 8, TV = 50, TH = 16, TC = 5, THEADS = 2 };
 

@@ -11,7 +11,8 @@
 
 #include "cli.h"
 #include "run_overrides.h"
-#include "spec.h"
+#include "program/spec.h"
+#include "compiler/spec_load.h"
 
 /* ---- a small command of every kind of row -------------------------------- */
 

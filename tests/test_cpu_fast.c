@@ -38,9 +38,9 @@
 #include "cpu/half.h"
 #include "cpu/philox.h"
 #include "data/batch.h"
-#include "params.h"
+#include "program/params.h"
 #include "pipeline.h"
-#include "spec.h"
+#include "program/spec.h"
 
 static uint64_t draws;
 

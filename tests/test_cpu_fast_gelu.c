@@ -15,7 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "compiler/activations.h"
+#include "program/activations.h"
 #include "cpu/cpu_fast_gelu.h"
 #include "cpu/cpu_kernels.h"
 #include "cpu/cpu_threads.h"

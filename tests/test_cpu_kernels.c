@@ -17,7 +17,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "compiler/activations.h"
+#include "program/activations.h"
 #include "cpu/cpu_kernels.h"
 
 /* ---- helpers ------------------------------------------------------------ */
@@ -594,7 +594,7 @@ Test(activations, known_values)
     cr_expect(fabs(y[0] - 0.8411919906082768) < 1e-12, "gelu_tanh(1) = %.17g", y[0]);
 }
 
-/* SiLU through the generic kernels and the row of compiler/activations.h:
+/* SiLU through the generic kernels and the row of program/activations.h:
  * known values, the derivative against central differences of the
  * reference, and f32 against f64. */
 Test(activations, silu)

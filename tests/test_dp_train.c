@@ -40,6 +40,7 @@
 #include "dist/collectives.h"
 #include "lower.h"
 #include "train/trainer.h"
+#include "compiler/spec_load.h"
 
 #define ROWS 120
 #define GLOBAL_BATCH 12

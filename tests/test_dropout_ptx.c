@@ -20,7 +20,8 @@
 #include "emit_kernels.h"
 #include "emit_ops.h"
 #include "pipeline.h"
-#include "spec.h"
+#include "program/spec.h"
+#include "compiler/spec_load.h"
 
 static char *ptx_of(const char *src)
 {

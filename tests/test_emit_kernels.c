@@ -12,7 +12,8 @@
 #include "emit_attention.h"
 #include "emit_kernels.h"
 #include "kernel_sources.h"
-#include "spec.h"
+#include "program/spec.h"
+#include "compiler/spec_load.h"
 
 /* Shapes for the unit tests below, and one beside the shipped models
  * whose hidden size is no multiple of 8 (8-byte and 4-byte row vectors)

@@ -17,7 +17,8 @@
 #include "emit_ops.h"
 #include "cuda/nvrtc_compile.h"
 #include "pipeline.h"
-#include "spec.h"
+#include "program/spec.h"
+#include "compiler/spec_load.h"
 
 static void compile_model(const char *file)
 {
@@ -67,7 +68,7 @@ static int count_of(const char *s, const char *what)
     return n;
 }
 
-/* A SiLU FFN (compiler/activations.h): its act/act_bwd kernels compile. */
+/* A SiLU FFN (program/activations.h): its act/act_bwd kernels compile. */
 Test(emit_models, bert_tiny_silu, .timeout = 600)
 {
     const char *root = getenv("HPC_ROOT");

@@ -25,6 +25,7 @@
 #include "cuda/cuda_optim.h"
 #include "cuda/kernel_cache.h"
 #include "cuda/nvrtc_compile.h"
+#include "compiler/spec_load.h"
 
 static void tiny_spec(ModelSpec *s)
 {
@@ -169,7 +170,7 @@ static void probe_struct(StrBuf *b, const char *ks, size_t total, Field *f, int 
 }
 
 /* The optimizer block, then checks of its structs, codes and chunking as
- * runtime/cuda/cuda_optim.h and compiler/spec.h have them. */
+ * runtime/cuda/cuda_optim.h and program/spec.h have them. */
 static char *layout_probe(int size_shift)
 {
     char *src = NULL;

@@ -32,14 +32,17 @@
 #include "cpu/cpu_exec.h"
 #include "emit_ops.h"
 #include "fuse.h"
-#include "ir.h"
+#include "program/ir.h"
+#include "compiler/ir_print.h"
 #include "lower.h"
 #include "cuda/nvrtc_compile.h"
-#include "params.h"
+#include "program/params.h"
 #include "cpu/philox.h"
 #include "pipeline.h"
-#include "plan.h"
-#include "spec.h"
+#include "program/plan.h"
+#include "compiler/plan_graph.h"
+#include "program/spec.h"
+#include "compiler/spec_load.h"
 
 enum { TB = 2, TL = 8, TV = 50, TH = 16, THEADS = 2, TC = 5 };
 

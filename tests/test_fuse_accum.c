@@ -1,5 +1,5 @@
 /* tests/test_fuse_accum.c — the accumulating dX GEMM (compiler/fuse_accum.c,
- * LINEAR_DX_ACC) and the planner's in-place writes (compiler/plan.h).
+ * LINEAR_DX_ACC) and the planner's in-place writes (program/plan.h).
  *
  * Counts: the BERT-base fp16 step has 48 backward ADDs of a residual
  * gradient and a dX (per layer FFN input + Q + K + V) with the rule off and
@@ -30,11 +30,13 @@
 #include "cpu/philox.h"
 #include "data/batch.h"
 #include "fuse.h"
-#include "ir.h"
-#include "params.h"
+#include "program/ir.h"
+#include "program/params.h"
 #include "pipeline.h"
-#include "plan.h"
-#include "spec.h"
+#include "program/plan.h"
+#include "compiler/plan_graph.h"
+#include "program/spec.h"
+#include "compiler/spec_load.h"
 
 enum { TB = 2, TL = 8, TV = 50, TC = 5 };
 
@@ -121,11 +123,9 @@ Test(fuse_accum, bert_base_adds_gone_and_in_place, .timeout = 300)
     printf("bert_base fp16 B32 L128 arena: %.1f MiB with the adds, %.1f MiB accumulating in place\n",
            (double)poff.arena_bytes / 1048576.0, (double)pon.arena_bytes / 1048576.0);
     cr_expect_leq(pon.arena_bytes, poff.arena_bytes);
-    /* HPC_PLAN_KEEP_ALL=1 keeps every value: nothing in place, still valid. */
+    /* PlanOptions.keep_all keeps every value: nothing in place, still valid. */
     StepPlan keep;
-    setenv("HPC_PLAN_KEEP_ALL", "1", 1);
-    HpcStatus st = plan_build(&on.g, 2, 16, &keep, &err);
-    unsetenv("HPC_PLAN_KEEP_ALL");
+    HpcStatus st = plan_build_with(&on.g, 2, 16, &(PlanOptions){.keep_all = true}, &keep, &err);
     cr_assert_eq(st, HPC_OK, "%s", err.msg);
     int kept_apart = 0;
     for (int i = 0; i < on.g.n; i++) kept_apart += keep.v[i].storage == i;

@@ -33,8 +33,10 @@
 #include "fuse.h"
 #include "ln_site_graph.h"
 #include "pipeline.h"
-#include "plan.h"
-#include "spec.h"
+#include "program/plan.h"
+#include "compiler/plan_graph.h"
+#include "program/spec.h"
+#include "compiler/spec_load.h"
 
 static uint64_t g_rng = 0x2545f4914f6cdd1dull;
 static double uniform(void)

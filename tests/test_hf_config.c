@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "formats/hf_config.h"
+#include "compiler/spec_load.h"
 
 static void load_fixture(const char *dir, const HfImportOptions *opt, ModelSpec *spec, HfConfigInfo *info)
 {

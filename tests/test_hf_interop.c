@@ -23,6 +23,7 @@
 #include "train/init.h"
 #include "train/lossscale.h"
 #include "hf_tiny.h"
+#include "compiler/spec_load.h"
 
 static char root[PATH_MAX], work[PATH_MAX], tiny[PATH_MAX + 16];
 

@@ -18,11 +18,13 @@
 #include "data/batch.h"
 #include "cpu/cpu_exec.h"
 #include "cpu/half.h"
-#include "ir.h"
+#include "program/ir.h"
+#include "compiler/ir_print.h"
 #include "lower.h"
-#include "params.h"
+#include "program/params.h"
 #include "precision.h"
-#include "spec.h"
+#include "program/spec.h"
+#include "compiler/spec_load.h"
 
 static char *read_all(const char *path)
 {

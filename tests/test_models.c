@@ -19,7 +19,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "spec.h"
+#include "program/spec.h"
+#include "compiler/spec_load.h"
 #include "summary.h"
 
 static void load_model(const char *name, ModelSpec *spec)

@@ -9,7 +9,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "spec.h"
+#include "program/spec.h"
+#include "compiler/spec_load.h"
 
 /* Loads text (len bytes) as "t.model"; returns the status, the whole
  * diagnostic text in *diag (caller frees). */

@@ -17,13 +17,15 @@
 
 #include "autodiff.h"
 #include "emit_ops.h"
-#include "ir.h"
+#include "program/ir.h"
 #include "lower.h"
 #include "cuda/nvrtc_compile.h"
-#include "params.h"
-#include "plan.h"
+#include "program/params.h"
+#include "program/plan.h"
+#include "compiler/plan_graph.h"
 #include "precision.h"
-#include "spec.h"
+#include "program/spec.h"
+#include "compiler/spec_load.h"
 
 static void bert_tiny(ModelSpec *s)
 {
@@ -288,7 +290,7 @@ Test(emit_ops, names_say_what_they_do)
     ir_free(&g);
 }
 
-/* HPC_PLAN_KEEP_ALL=1 (a debugging aid for tests that read intermediate
+/* PlanOptions.keep_all (a debugging aid for tests that read intermediate
  * values after a step): every arena value lives to the end, so no two
  * share memory and the arena is at least the sum of their sizes. */
 Test(plan, keep_all_shares_nothing)
@@ -302,9 +304,7 @@ Test(plan, keep_all_shares_nothing)
     bert_tiny(&s);
     build(&s, PREC_FP16, &g, &pl);
     cr_assert_eq(plan_build(&g, 4, 32, &shared, &err), HPC_OK, "%s", err.msg);
-    setenv("HPC_PLAN_KEEP_ALL", "1", 1);
-    HpcStatus st = plan_build(&g, 4, 32, &kept, &err);
-    unsetenv("HPC_PLAN_KEEP_ALL");
+    HpcStatus st = plan_build_with(&g, 4, 32, &(PlanOptions){.keep_all = true}, &kept, &err);
     cr_assert_eq(st, HPC_OK, "%s", err.msg);
     cr_expect(plan_check(&kept, &g, why, sizeof why), "%s", why);
     int64_t sum = 0;

@@ -1,4 +1,4 @@
-/* tests/test_step_program.c — the step program (compiler/step_program.h):
+/* tests/test_step_program.c — the step program (program/step_program.h):
  *   - one CUDA source for every (B, L): bert_tiny compiled with two different
  *     batch x length bounds carries byte-identical CUDA and launch records,
  *     and through the kernel cache the second is a hit (one NVRTC compile
@@ -27,6 +27,7 @@
 #include "data/batch.h"
 #include "step_program_build.h"
 #include "train/train_backend.h"
+#include "compiler/spec_load.h"
 
 static void load_tiny(ModelSpec *s, int64_t B, int64_t L)
 {

@@ -23,10 +23,11 @@
 #include <stdlib.h>
 
 #include "data/dataset.h"
-#include "ir.h"
+#include "program/ir.h"
 #include "lower.h"
-#include "params.h"
-#include "spec.h"
+#include "program/params.h"
+#include "program/spec.h"
+#include "compiler/spec_load.h"
 #include "summary.h"
 #include "data/synthetic.h"
 #include "train/trainer.h"

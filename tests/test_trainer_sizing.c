@@ -13,7 +13,8 @@
 #include <string.h>
 
 #include "compiler/pipeline.h"
-#include "compiler/plan.h"
+#include "program/plan.h"
+#include "compiler/plan_graph.h"
 #include "data/synthetic.h"
 #include "train/memcheck.h"
 #include "train/trainer.h"

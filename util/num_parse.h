@@ -2,7 +2,7 @@
  *
  * Every number hpc reads as text goes through these functions: the command
  * line (cli/options.c), .model literals (grammar/scanner.l), artifact
- * headers (compiler/artifact.c) and checkpoint state (runtime/train/).
+ * headers (program/artifact.c) and checkpoint state (runtime/train/).
  * They promise:
  *   - the whole text is the number: no leading spaces, no trailing junk,
  *     decimal only (no "0x10", "inf", "nan");

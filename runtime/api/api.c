@@ -26,7 +26,7 @@ _Static_assert(HPC_API_OK == (int)HPC_OK && HPC_API_ERR_INPUT == (int)HPC_ERR_IN
  * road (and so no compiler). */
 #pragma weak api_program_from_model
 
-/* A compiled artifact's file name ends so (compiler/artifact.h's ARTIFACT_EXT). */
+/* A compiled artifact's file name ends so (program/artifact.h's ARTIFACT_EXT). */
 #define API_ARTIFACT_EXT ".hpc"
 
 /* Used when the model file counts epochs: the API sees single steps. */

@@ -9,7 +9,7 @@
  * and one collect of its record.
  *
  * Ownership: the handle owns the step program (graph, parameter list,
- * launch records, CUDA; compiler/step_program.h), the backend opened on it
+ * launch records, CUDA; program/step_program.h), the backend opened on it
  * and the zero buffers that stand in for optional batch fields.
  */
 #ifndef HPC_RUNTIME_API_HANDLE_H
@@ -23,7 +23,7 @@
 #include "train/lossscale.h"
 #include "train/train_backend.h"
 #include "util/error.h"
-#include "compiler/step_program.h"
+#include "program/step_program.h"
 
 #define API_MAGIC 0x48504331u  /* "HPC1"; cleared by hpc_model_free */
 

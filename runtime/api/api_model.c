@@ -7,7 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "compiler/spec.h"
+#include "program/spec.h"
 #include "compiler/step_program_build.h"
 
 /* The spec of a model file or text; located diagnostics go into the

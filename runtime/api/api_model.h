@@ -15,7 +15,7 @@
 #define HPC_RUNTIME_API_MODEL_H
 
 #include "util/error.h"
-#include "compiler/step_program.h"
+#include "program/step_program.h"
 
 /* With spec non-NULL: that checked spec compiled at `policy` (an artifact
  * asked for another policy).  Else the model file at path, or text when

@@ -38,7 +38,7 @@ static void *scratch(CpuExec *ex, int slot, int64_t bytes)
     return ex->scratch[slot];
 }
 
-/* The reference of every activation and of its derivative (compiler/activations.h). */
+/* The reference of every activation and of its derivative (program/activations.h). */
 static const CkActFn act_ref_fn[IR_ACT_COUNT] = {
 #define ACT_REF_(E, name, ffn, hf, ref, grad, cuda) ref,
     HPC_ACTIVATIONS(ACT_REF_)

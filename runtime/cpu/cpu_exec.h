@@ -4,7 +4,7 @@
  * one buffer per value, binds INPUT values from a Batch and PARAM values
  * from caller-owned parameter storage, and dispatches each node to the
  * numerical kernels of runtime/cpu/cpu_kernels.h (the CPU reference of the op;
- * the dispatch table is generated from compiler/ops.def).
+ * the dispatch table is generated from program/ops.def).
  *
  * Precision: the whole graph runs in one storage type.
  *   CPU_EXEC_F32: float buffers; values whose dtype is DT_F16 or DT_BF16 are
@@ -54,7 +54,7 @@
 
 #include "data/batch.h"
 #include "util/error.h"
-#include "compiler/ir.h"
+#include "program/ir.h"
 
 typedef enum { CPU_EXEC_F32, CPU_EXEC_F64 } CpuExecPrecision;
 typedef enum { CPU_EXEC_REFERENCE, CPU_EXEC_FAST } CpuExecMode;

@@ -7,7 +7,7 @@
 #include <pthread.h>
 #include <stdlib.h>
 
-#include "compiler/activations.h"
+#include "program/activations.h"
 #include "cpu/cpu_kernels.h"
 #include "cpu/cpu_threads.h"
 

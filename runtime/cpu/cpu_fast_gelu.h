@@ -1,7 +1,7 @@
 /* runtime/cpu/cpu_fast_gelu.h — the exact (erf) GELU and its derivative for
  * the cpu executor's fast mode, on every core and four values at a time.
  *
- * Promise: the formulas of compiler/activations.h's act_ref_gelu and
+ * Promise: the formulas of program/activations.h's act_ref_gelu and
  * act_grad_ref_gelu, in double, in their order of operations, rounded once
  * to float, exactly as ck_act_fwd_f32 / ck_act_bwd_f32 do with them; only
  * erf and exp come from glibc's vector math library (libmvec, glibc >=

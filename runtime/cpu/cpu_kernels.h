@@ -89,7 +89,7 @@ void ck_layernorm_bwd_f32(float *dx, float *dgamma, float *dbeta,
 
 /* ---- elementwise activations (n elements; y may alias x) -------------- */
 
-/* Any activation of compiler/activations.h, given its reference (or its
+/* Any activation of program/activations.h, given its reference (or its
  * derivative) in double: y = f(x), rounded once; dx += dy * fprime(x),
  * fprime of the forward INPUT x.  The named kernels below are these with
  * the table's functions. */

@@ -11,7 +11,7 @@
 #include "cpu/cpu_kernels_tmpl.h"
 #include "cpu/philox.h"
 
-#include "compiler/activations.h" /* the reference functions, in double */
+#include "program/activations.h" /* the reference functions, in double */
 
 /* Every id in [0, V), or HPC_ERR_INPUT naming the first one that is not. */
 static HpcStatus ck_check_ids(const char *fn, const int32_t *ids, int64_t n, int64_t V,

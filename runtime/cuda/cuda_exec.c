@@ -129,14 +129,14 @@ static HpcStatus lookup_kernels(CudaExec *ex, HpcError *err)
 }
 
 /* The plan for the bounds, each node's scratch from its record. */
-static HpcStatus plan_step(CudaExec *ex, int64_t max_B, int64_t max_L, HpcError *err)
+static HpcStatus plan_step(CudaExec *ex, int64_t max_B, int64_t max_L, const PlanOptions *opt, HpcError *err)
 {
     if (ex->kernels->n != ex->g->n)
         return hpc_fail(err, HPC_ERR_INPUT, "cuda_exec: %d launch records for a graph of %d nodes; "
                         "recompile the program with `hpc compile MODEL`", ex->kernels->n, ex->g->n);
     int64_t *scratch = xcalloc((size_t)(ex->g->n > 0 ? ex->g->n : 1), sizeof *scratch);
     step_kernels_scratch(ex->kernels, max_B, max_L, scratch);
-    HpcStatus st = plan_build_scratch(ex->g, max_B, max_L, scratch, &ex->plan, err);
+    HpcStatus st = plan_build_scratch_with(ex->g, max_B, max_L, scratch, opt, &ex->plan, err);
     free(scratch);
     return st;
 }
@@ -144,12 +144,19 @@ static HpcStatus plan_step(CudaExec *ex, int64_t max_B, int64_t max_L, HpcError 
 HpcStatus cuda_exec_init_kernels(CudaExec *ex, CudaDevice *dev, const IrGraph *g, const ParamList *pl,
                                  const StepKernels *kernels, int64_t max_B, int64_t max_L, HpcError *err)
 {
+    return cuda_exec_init_kernels_with(ex, dev, g, pl, kernels, max_B, max_L, NULL, err);
+}
+
+HpcStatus cuda_exec_init_kernels_with(CudaExec *ex, CudaDevice *dev, const IrGraph *g, const ParamList *pl,
+                                      const StepKernels *kernels, int64_t max_B, int64_t max_L,
+                                      const PlanOptions *plan, HpcError *err)
+{
     memset(ex, 0, sizeof *ex);
     ex->g = g;
     ex->pl = pl;
     ex->dev = dev;
     ex->kernels = kernels;
-    HpcStatus st = plan_step(ex, max_B, max_L, err);
+    HpcStatus st = plan_step(ex, max_B, max_L, plan, err);
     phase_mark("step plan for the run's bounds (arena offsets)");
     if (!st) st = arena_init_with(&ex->arena, dev->allocator, "activations and gradients",
                                   (size_t)ex->plan.arena_bytes, err);

@@ -3,7 +3,7 @@
  * The device twin of runtime/cpu/cpu_exec.h, with the same semantics (it is
  * checked against it: tests/gpu/gpu_step.c).  cuda_exec_init binds a graph
  * once:
- *   - plans the step for the bounds B, L (compiler/plan.h: schedule,
+ *   - plans the step for the bounds B, L (program/plan.h: schedule,
  *     liveness, best-fit arena offsets) and allocates the arena in one
  *     cuMemAlloc, plus the parameter storage (f32 masters and the fp16/bf16
  *     copies the precision plan asks for) and a small control block;
@@ -53,12 +53,12 @@
 #include "data/batch.h"
 #include "cuda/cuda_driver.h"
 #include "cuda/device_arena.h"
-#include "compiler/step_program.h"
+#include "program/step_program.h"
 #include "util/error.h"
 #include "cuda/gemm_cublas.h"
-#include "compiler/ir.h"
-#include "compiler/params.h"
-#include "compiler/plan.h"
+#include "program/ir.h"
+#include "program/params.h"
+#include "program/plan.h"
 
 /* Work queued after the step's own launches on the same stream and, when
  * the step runs as a CUDA graph, captured into that graph: the optimizer
@@ -124,19 +124,26 @@ typedef struct {
 } CudaExec;
 
 /* Plans, allocates and compiles as described above, from a step program's
- * launch records and CUDA source (compiler/step_program.h; borrowed, must
+ * launch records and CUDA source (program/step_program.h; borrowed, must
  * outlive ex): one NVRTC compile (or cache hit) for every B, L.  HPC_ERR_OOM
  * when the plan does not fit (the message gives the figure), HPC_ERR_CUDA
  * for a failed compile or load, HPC_ERR_INPUT for records that do not match
  * the graph. */
 HpcStatus cuda_exec_init_kernels(CudaExec *ex, CudaDevice *dev, const IrGraph *g, const ParamList *pl,
                                  const StepKernels *kernels, int64_t max_B, int64_t max_L, HpcError *err);
+/* The same with the step plan's options (program/plan.h, PlanOptions;
+ * NULL = the default): keep_all for a test that reads every value. */
+HpcStatus cuda_exec_init_kernels_with(CudaExec *ex, CudaDevice *dev, const IrGraph *g, const ParamList *pl,
+                                      const StepKernels *kernels, int64_t max_B, int64_t max_L,
+                                      const PlanOptions *plan, HpcError *err);
 
 /* The same for a graph built in-process (tests, tools): generates the
  * records and source with the emitter first (runtime/cuda/cuda_exec_graph.c,
- * which links compiler/emit_ops). */
+ * through compiler/step_program_build.h); _with takes the plan's options. */
 HpcStatus cuda_exec_init(CudaExec *ex, CudaDevice *dev, const IrGraph *g, const ParamList *pl,
                          int64_t max_B, int64_t max_L, HpcError *err);
+HpcStatus cuda_exec_init_with(CudaExec *ex, CudaDevice *dev, const IrGraph *g, const ParamList *pl,
+                              int64_t max_B, int64_t max_L, const PlanOptions *plan, HpcError *err);
 void cuda_exec_free(CudaExec *ex);
 
 /* Uploads every parameter from host f32 tensors w[p] (laid out as the

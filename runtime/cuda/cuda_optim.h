@@ -61,7 +61,7 @@
 
 #include "cuda/cuda_exec.h"
 #include "util/error.h"
-#include "compiler/spec.h"
+#include "program/spec.h"
 
 /* Device structs of the optimizer kernels (layouts fixed: the kernels of
  * compiler/emit_optim.c see the same fields in the same order as

@@ -54,7 +54,7 @@
 #include "util/error.h"
 #include "data/glue.h"
 #include "data/metrics.h"
-#include "compiler/spec.h"
+#include "program/spec.h"
 #include "data/tokenizer.h"
 
 #define TASK_PATH_MAX 1024

@@ -147,7 +147,7 @@ static HpcStatus cfg_activation(Cfg *c, const char *key, const char *dflt, SpecA
     else if (!strcmp(name, "gelu_new") || !strcmp(name, "gelu_fast") || !strcmp(name, "gelu_pytorch_tanh"))
         *out = ACT_GELU_TANH;
     else {
-        /* Any other FFN activation under its own Hugging Face name (compiler/activations.h). */
+        /* Any other FFN activation under its own Hugging Face name (program/activations.h). */
 #define HF_ACT_(E, nm, ffn, hf_name, ...) if (ffn && strcmp(name, hf_name) == 0) { *out = ACT_##E; return HPC_OK; }
         HPC_ACTIVATIONS(HF_ACT_)
 #undef HF_ACT_

@@ -20,7 +20,7 @@
  * the caller to show; this module prints nothing.
  *
  * hf_model_write then prints a header comment (source, labels, notes) and
- * the ModelSpec as .model source (spec_write, compiler/spec.h), which
+ * the ModelSpec as .model source (spec_write, program/spec.h), which
  * spec_load reads back into an equal spec.
  *
  * Usage:
@@ -37,7 +37,7 @@
 #include <stdio.h>
 
 #include "util/error.h"
-#include "compiler/spec.h"
+#include "program/spec.h"
 
 #define HF_MAX_NOTES 8
 #define HF_MAX_LABELS 64

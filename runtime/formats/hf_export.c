@@ -12,7 +12,7 @@
 #include "formats/hf_names.h"
 #include "formats/output_check.h"
 #include "train/checkpoint.h"
-#include "compiler/lower.h"
+#include "compiler/step_program_build.h"   /* the compiler's door: step_program_params */
 
 /* The checkpoint's weights into w[i] for every storage-owning parameter. */
 static HpcStatus load_weights(const char *dir, const ModelSpec *spec, const ParamList *pl, float **w, HpcError *err)
@@ -52,15 +52,13 @@ HpcStatus hf_export_checkpoint(const char *ckpt, const char *model_type, const c
 {
     memset(rep, 0, sizeof *rep);
     ModelSpec spec;
-    IrGraph g;
     ParamList pl;
-    ir_init(&g);
     params_init(&pl);
     const char *type = NULL;
     char path[4200];
     HpcStatus st = checkpoint_read_spec(ckpt, &spec, NULL, err);
     if (!st) st = pick_type(&spec, model_type, &type, err);
-    if (!st) st = lower_model(&spec, &g, &pl, err);
+    if (!st) st = step_program_params(&spec, &pl, err);
     float **w = xcalloc((size_t)pl.n + 1, sizeof *w);
     if (!st) st = load_weights(ckpt, &spec, &pl, w, err);
     char step[4096] = "";
@@ -80,6 +78,5 @@ HpcStatus hf_export_checkpoint(const char *ckpt, const char *model_type, const c
     for (int i = 0; i < pl.n; i++) free(w[i]);
     free(w);
     params_free(&pl);
-    ir_free(&g);
     return st;
 }

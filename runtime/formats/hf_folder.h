@@ -27,8 +27,8 @@
 #include <stdbool.h>
 
 #include "util/error.h"
-#include "compiler/params.h"
-#include "compiler/spec.h"
+#include "program/params.h"
+#include "program/spec.h"
 
 typedef struct {
     const ModelSpec *spec;

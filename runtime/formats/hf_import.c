@@ -14,7 +14,7 @@
 #include "formats/hf_names.h"
 #include "formats/output_check.h"
 #include "formats/safetensors.h"
-#include "compiler/lower.h"
+#include "compiler/step_program_build.h"   /* the compiler's door: step_program_params, spec_load_string */
 
 static bool is_file(const char *dir, const char *name, char *path, size_t cap)
 {
@@ -57,11 +57,8 @@ void hf_import_name(const char *dir, const char *out_path, char *name, size_t ca
 static HpcStatus match_weights(HfImport *imp, const StFile *f, HpcError *err)
 {
     const ModelSpec *spec = &imp->spec;
-    IrGraph g;
     ParamList pl;
-    ir_init(&g);
-    params_init(&pl);
-    HpcStatus st = lower_model(spec, &g, &pl, err);
+    HpcStatus st = step_program_params(spec, &pl, err);
     const char *fresh[8];
     int n_new = 0;
     if (!st) st = hf_names_check(imp->info.model_type, f, &pl, fresh, 8, &n_new, err);
@@ -76,7 +73,6 @@ static HpcStatus match_weights(HfImport *imp, const StFile *f, HpcError *err)
         if (n > 8) add_note(imp, "... and %d more unused tensors", n - 8);
     }
     params_free(&pl);
-    ir_free(&g);
     return st;
 }
 

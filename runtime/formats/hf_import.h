@@ -40,7 +40,7 @@
 
 #include "formats/hf_config.h"
 #include "util/error.h"
-#include "compiler/spec.h"
+#include "program/spec.h"
 
 #define HF_IMPORT_MAX_NOTES 24
 

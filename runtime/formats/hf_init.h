@@ -28,7 +28,7 @@
 #define HPC_RUNTIME_HF_INIT_H
 
 #include "util/error.h"
-#include "compiler/params.h"
+#include "program/params.h"
 
 #define HF_INIT_MAX_LINES 48
 

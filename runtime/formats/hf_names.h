@@ -1,6 +1,6 @@
 /* runtime/formats/hf_names.h — hpc parameter <-> Hugging Face checkpoint tensor.
  *
- * hpc names every parameter after Hugging Face's BERT (compiler/params.h):
+ * hpc names every parameter after Hugging Face's BERT (program/params.h):
  * "bert.encoder.layer.3.attention.self.query.weight", with the prefix
  * "transformer" for decoder stacks.  This module finds the tensor that holds
  * such a parameter in a checkpoint of another family and loads it in hpc's
@@ -38,9 +38,9 @@
 #include <stdbool.h>
 
 #include "util/error.h"
-#include "compiler/params.h"
+#include "program/params.h"
 #include "formats/safetensors.h"
-#include "compiler/spec.h"
+#include "program/spec.h"
 
 typedef struct {
     const StTensor *t;   /* the checkpoint tensor; NULL when `zeros` */

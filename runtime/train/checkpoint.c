@@ -18,6 +18,7 @@
 #include "formats/hf_config.h"
 #include "formats/safetensors.h"
 #include "num_parse.h"
+#include "compiler/step_program_build.h"   /* spec_load_string: the checkpoint's model text */
 
 #define M_PREFIX "exp_avg."
 #define V_PREFIX "exp_avg_sq."

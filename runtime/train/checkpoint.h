@@ -72,8 +72,8 @@
 #include "util/error.h"
 #include "train/lossscale.h"
 #include "train/optim.h"
-#include "compiler/params.h"
-#include "compiler/spec.h"
+#include "program/params.h"
+#include "program/spec.h"
 
 #define CHECKPOINT_FORMAT "hpc-checkpoint"
 #define CHECKPOINT_VERSION 2       /* 2: SHA256SUMS and the settings */

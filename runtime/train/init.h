@@ -17,7 +17,7 @@
 #include <stdint.h>
 
 #include "util/error.h"
-#include "compiler/params.h"
+#include "program/params.h"
 
 #define INIT_STD 0.02
 

@@ -39,7 +39,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "compiler/spec.h"
+#include "program/spec.h"
 
 /* Used when SpecTraining.max_skipped_steps is 0 (unset). */
 #define LS_DEFAULT_MAX_CONSECUTIVE_SKIPS 100   /* as spec_defaults */

@@ -8,8 +8,8 @@
 #include <sys/resource.h>
 #include <unistd.h>
 
-#include "compiler/pipeline.h"
-#include "compiler/plan.h"
+#include "compiler/step_program_build.h"   /* a .model run: step_program_compile */
+#include "program/plan.h"
 #include "cuda/cuda_driver.h"
 #include "cuda/gemm_cublas.h"
 #include "util/phase_clock.h"
@@ -111,11 +111,20 @@ static HpcStatus check_cpu(const IrGraph *g, const ParamList *pl, const ModelSpe
     return st ? st : memcheck_compare(what, need, avail, source, err);
 }
 
-static HpcStatus check_cuda(const IrGraph *g, const ParamList *pl, const ModelSpec *spec, int64_t B, int64_t L,
-                            HpcError *err)
+/* The step plan the cuda executor will make: the program's records give
+ * each node's scratch (as cuda_exec_init_program does). */
+static HpcStatus check_cuda(const StepProgram *prog, const ModelSpec *spec, int64_t B, int64_t L, HpcError *err)
 {
+    const IrGraph *g = &prog->g;
+    const ParamList *pl = &prog->pl;
+    if (prog->kernels.n != g->n)
+        return hpc_fail(err, HPC_ERR_INPUT, "memcheck: %d launch records for a graph of %d nodes; recompile the "
+                        "program with `hpc compile MODEL`", prog->kernels.n, g->n);
+    int64_t *scratch = xcalloc((size_t)(g->n > 0 ? g->n : 1), sizeof *scratch);
+    step_kernels_scratch(&prog->kernels, B, L, scratch);
     StepPlan plan;
-    HpcStatus st = plan_build(g, B, L, &plan, err);
+    HpcStatus st = plan_build_scratch(g, B, L, scratch, &plan, err);
+    free(scratch);
     if (st) return st;
     PlanMemory m;
     plan_memory(&plan, g, pl, &spec->train, &m);
@@ -141,22 +150,19 @@ HpcStatus memcheck_run(const ModelSpec *spec, const StepProgram *program, SpecPr
         if (!gpu && device == TRAIN_DEVICE_CUDA) return err->code;
     }
     /* A compiled program carries the graph the backend will run: size that
-     * one rather than lowering the model a second time. */
-    Pipeline p;
+     * one rather than compiling the model a second time. */
+    StepProgram own;
     bool built = false;
-    const IrGraph *g = program ? &program->g : NULL;
-    const ParamList *pl = program ? &program->pl : NULL;
     HpcStatus st = HPC_OK;
     if (!program) {
-        PipeOptions o = pipeline_defaults(policy == PREC_DEFAULT ? PREC_FP32 : policy);
-        o.fuse = fuse;
-        st = pipeline_build(spec, &o, &p, err);
-        built = !st;
-        g = &p.g;
-        pl = &p.pl;
+        st = step_program_compile(spec, policy, fuse, &own, err);
+        built = true;   /* freed below, also after a failure */
+        program = &own;
     }
-    if (!st) st = gpu ? check_cuda(g, pl, spec, B, L, err) : check_cpu(g, pl, spec, B, L, checkpoint_copy, err);
-    if (built) pipeline_free(&p);
+    if (!st)
+        st = gpu ? check_cuda(program, spec, B, L, err)
+                 : check_cpu(&program->g, &program->pl, spec, B, L, checkpoint_copy, err);
+    if (built) step_program_free(&own);
     if (gpu) cuda_device_close_keep_context(&dev);   /* the backend opens it next: no second context creation */
     phase_mark(gpu ? "memory check (opens the GPU: CUDA driver, cuInit, context; a step plan)" : "memory check");
     return st;

@@ -8,7 +8,7 @@
  *         each value in its own buffer), the f32 masters, their gradients,
  *         the optimizer state (m, v) and, with checkpoints, the trainer's
  *         host copy of w, m, v (runtime/train/trainer_ckpt.h);
- *   cuda  device memory: the step plan's figure (compiler/plan.h,
+ *   cuda  device memory: the step plan's figure (program/plan.h,
  *         plan_memory: arena, parameters, optimizer state) plus cuBLASLt's
  *         workspace.
  * What is available:
@@ -30,10 +30,10 @@
 #include <stdint.h>
 
 #include "util/error.h"
-#include "compiler/ir.h"
-#include "compiler/params.h"
-#include "compiler/spec.h"
-#include "compiler/step_program.h"
+#include "program/ir.h"
+#include "program/params.h"
+#include "program/spec.h"
+#include "program/step_program.h"
 #include "train/train_backend.h"
 
 /* Host bytes a cpu run of g needs at bounds B, L (see above). */

@@ -38,7 +38,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "compiler/spec.h"
+#include "program/spec.h"
 
 typedef struct {
     float *master;    /* (n) f32 master weights, updated in place */

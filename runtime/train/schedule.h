@@ -22,7 +22,7 @@
 
 #include <stdint.h>
 
-#include "compiler/spec.h"
+#include "program/spec.h"
 
 typedef struct { SpecSchedule kind; double lr; int64_t warmup_steps, total_steps; double min_lr_ratio; } ScheduleConfig;
 /* warmup_steps = train->warmup_steps, or ceil(warmup_ratio * total_steps)

@@ -60,7 +60,7 @@
 #include "train/checkpoint.h"
 #include "util/error.h"
 #include "train/init.h"
-#include "compiler/step_program.h"
+#include "program/step_program.h"
 
 struct Collectives;   /* runtime/dist/collectives.h */
 
@@ -161,7 +161,7 @@ struct TrainBackendOptions {
                                   HPC_ERR_NO_GPU saying so, and auto takes the cpu */
 };
 
-/* Opens the backend on a step program (compiler/step_program.h; borrowed,
+/* Opens the backend on a step program (program/step_program.h; borrowed,
  * must outlive b; its spec is b->spec): initialises the parameters and
  * opens the backend for batches up to max_B x max_L.  Nothing is parsed,
  * lowered or generated: the cuda backend compiles the program's CUDA once

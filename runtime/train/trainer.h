@@ -95,7 +95,7 @@
 #include "data/dataset.h"
 #include "train/checkpoint.h"
 #include "util/error.h"
-#include "compiler/spec.h"
+#include "program/spec.h"
 #include "data/tasks.h"
 #include "train/train_backend.h"
 #include "dist/rendezvous.h"

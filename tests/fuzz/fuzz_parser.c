@@ -5,7 +5,8 @@
 #include <stdint.h>
 #include <stdio.h>
 
-#include "spec.h"
+#include "program/spec.h"
+#include "compiler/spec_load.h"
 #include "summary.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);

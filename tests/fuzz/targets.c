@@ -9,7 +9,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "compiler/artifact.h"
+#include "program/artifact.h"
+#include "compiler/artifact_spec.h"
 #include "compiler/lower.h"
 #include "data/glue.h"
 #include "data/tokenizer.h"
@@ -100,7 +101,7 @@ int fuzz_target_safetensors(const uint8_t *data, size_t size)
     return 0;
 }
 
-/* ---- artifacts (compiler/artifact.c) ------------------------------------ */
+/* ---- artifacts (program/artifact.c) ------------------------------------ */
 
 int fuzz_target_artifact(const uint8_t *data, size_t size)
 {

@@ -21,7 +21,7 @@
  *     every parameter gradient (all flow through the accumulated residual
  *     gradients) is compared, rel L2 with a floor of 1e-3 of the largest
  *     gradient norm (tests/gpu/gpu_step.c says why);
- *   HPC_PLAN_KEEP_ALL=1: nothing shares memory, the GEMMs write out of
+ *   PlanOptions.keep_all: nothing shares memory, the GEMMs write out of
  *     place, and every LINEAR_DX_ACC value itself is compared.
  * Tolerances as gpu_step: fp32 1e-4, fp16 1e-2, bf16 4e-2.
  *
@@ -39,10 +39,10 @@
 #include "cuda/gemm_cublas.h"
 #include "compiler/fuse.h"
 #include "data/batch.h"
-#include "ir.h"
-#include "params.h"
+#include "program/ir.h"
+#include "program/params.h"
 #include "pipeline.h"
-#include "spec.h"
+#include "program/spec.h"
 #include "gpu_check.h"
 #include "gpu_check_model.h"
 
@@ -232,7 +232,7 @@ static void node_case(SpecPrecision prec, bool keep_all, double tol)
     tiny_spec(&s);
     char tag[128];
     snprintf(tag, sizeof tag, "executor %s B=%lld L=%lld, %s", spec_precision_name(prec), (long long)B, (long long)L,
-             keep_all ? "HPC_PLAN_KEEP_ALL=1 (out of place)" : "in place");
+             keep_all ? "PlanOptions.keep_all (out of place)" : "in place");
     PipeOptions po = pipeline_defaults(prec);
     Pipeline P;
     HpcError err = {0};
@@ -250,9 +250,7 @@ static void node_case(SpecPrecision prec, bool keep_all, double tol)
     for (int q = 0; q < P.pl.n; q++)
         if (P.pl.p[q].tied_to < 0) cpu_exec_bind_param(&cx, q, w[q]);
     CudaExec ex;
-    if (keep_all) setenv("HPC_PLAN_KEEP_ALL", "1", 1);
-    HpcStatus st = cuda_exec_init(&ex, &g_dev, &P.g, &P.pl, B, L, &err);
-    unsetenv("HPC_PLAN_KEEP_ALL");
+    HpcStatus st = cuda_exec_init_with(&ex, &g_dev, &P.g, &P.pl, B, L, &(PlanOptions){.keep_all = keep_all}, &err);
     if (!st) st = cuda_exec_set_params(&ex, w, &err);
     if (!st) {
         int in_place = 0;

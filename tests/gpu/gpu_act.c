@@ -1,13 +1,13 @@
 /* tests/gpu/gpu_act.c — the step module's activation kernels (ACT forward,
  * the recomputed ACT, ACT_BWD_BGRAD: dx and the bias gradient;
  * compiler/emit_ops_body.c) against the C reference of
- * compiler/activations.h (the cpu backend's functions), on the kernels'
+ * program/activations.h (the cpu backend's functions), on the kernels'
  * own inputs.
  *
  * Each case builds a one-layer BERT-shaped classifier (hidden 64) with a
  * given FFN activation and size under a policy (fp32, fp16, bf16), runs one
  * training step on the cuda executor with every value kept
- * (HPC_PLAN_KEEP_ALL=1) and the checked outputs poisoned with NaN first,
+ * (PlanOptions.keep_all) and the checked outputs poisoned with NaN first,
  * then reads each checked node's inputs back from the device and
  * recomputes in double:
  *   ACT            y = act(x), rounded to y's dtype;
@@ -32,15 +32,15 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "activations.h"
+#include "program/activations.h"
 #include "cpu/half.h"
 #include "cuda/cuda_driver.h"
 #include "cuda/cuda_exec.h"
 #include "data/batch.h"
-#include "ir.h"
-#include "params.h"
+#include "program/ir.h"
+#include "program/params.h"
 #include "pipeline.h"
-#include "spec.h"
+#include "program/spec.h"
 #include "gpu_check.h"
 #include "gpu_check_model.h"
 
@@ -236,9 +236,8 @@ static void run_case(Case c)
             if (strstr(P.pl.p[q].name, "intermediate.dense.bias")) w[q][5] = NAN;
     Batch *b = gpu_check_random_batch(&s, c.B, c.L, true, rnd);
     CudaExec ex;
-    setenv("HPC_PLAN_KEEP_ALL", "1", 1);   /* the checks read intermediate values */
-    HpcStatus st = cuda_exec_init(&ex, &g_dev, &P.g, &P.pl, c.B, c.L, &err);
-    unsetenv("HPC_PLAN_KEEP_ALL");
+    /* keep_all: the checks read intermediate values */
+    HpcStatus st = cuda_exec_init_with(&ex, &g_dev, &P.g, &P.pl, c.B, c.L, &(PlanOptions){.keep_all = true}, &err);
     bool inited = st == HPC_OK;
     if (!st) st = cuda_exec_set_params(&ex, w, &err);
     if (!st) st = poison_outputs(&ex, &P.g, &err);

@@ -39,11 +39,12 @@
 #include "cuda/cuda_driver.h"
 #include "cuda/cuda_exec.h"
 #include "data/batch.h"
-#include "ir.h"
-#include "params.h"
+#include "program/ir.h"
+#include "program/params.h"
 #include "pipeline.h"
 #include "precision.h"
-#include "spec.h"
+#include "program/spec.h"
+#include "compiler/spec_load.h"
 #include "gpu_check.h"
 #include "gpu_check_model.h"
 
@@ -233,9 +234,8 @@ static void check_vs_cpu(Shape shape, SpecPrecision prec, int64_t B, int64_t L, 
     CudaExec ex;
     /* Every value kept to the end of the step: the per-node checks below
      * read values whose memory the arena would otherwise hand on. */
-    setenv("HPC_PLAN_KEEP_ALL", "1", 1);
-    HpcStatus st = cuda_exec_init(&ex, &g_dev, &m.g, &m.pl, B + 1, L + 5, &err);
-    unsetenv("HPC_PLAN_KEEP_ALL");
+    HpcStatus st = cuda_exec_init_with(&ex, &g_dev, &m.g, &m.pl, B + 1, L + 5, &(PlanOptions){.keep_all = true},
+                                       &err);
     bool inited = st == HPC_OK;
     if (!st) st = cuda_exec_set_params(&ex, m.w, &err);
     if (st) {

@@ -36,10 +36,10 @@
 #include "cuda/gemm_cublas.h"
 #include "compiler/fuse.h"
 #include "data/batch.h"
-#include "ir.h"
-#include "params.h"
+#include "program/ir.h"
+#include "program/params.h"
 #include "pipeline.h"
-#include "spec.h"
+#include "program/spec.h"
 #include "gpu_check.h"
 #include "gpu_check_model.h"
 

@@ -28,9 +28,9 @@
 #include "cpu/half.h"
 #include "data/batch.h"
 #include "util/error.h"
-#include "ir.h"
-#include "params.h"
-#include "spec.h"
+#include "program/ir.h"
+#include "program/params.h"
+#include "program/spec.h"
 
 static inline float **gpu_check_random_params(const ParamList *pl, SpecPrecision prec, float (*uniform)(void))
 {

@@ -1,4 +1,4 @@
-/* tests/gpu/gpu_program.c — a step program (compiler/step_program.h) on the
+/* tests/gpu/gpu_program.c — a step program (program/step_program.h) on the
  * GPU, the road `hpc run NAME.hpc` takes:
  *   1. bert_tiny fp16 compiled, written as text and read back, opened on the
  *      cuda backend (train_backend_open_program) for bounds 8 x 64; forward
@@ -23,6 +23,7 @@
 #include "step_program_build.h"
 #include "train/train_backend.h"
 #include "gpu_check.h"
+#include "compiler/spec_load.h"
 
 
 static Batch *make_batch(int64_t B, int64_t L, uint32_t seed)

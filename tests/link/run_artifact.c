@@ -1,5 +1,5 @@
 /* tests/link/run_artifact.c — a program that runs a compiled artifact and
- * nothing else: it reads NAME.hpc's step program (compiler/step_program.h)
+ * nothing else: it reads NAME.hpc's step program (program/step_program.h)
  * and trains it for a few steps on the cpu backend through the one backend
  * interface (runtime/train/train_backend.h).  It references no parser,
  * checker, lowering or autodiff, so a static link leaves them out;
@@ -9,7 +9,7 @@
 #include <math.h>
 #include <stdio.h>
 
-#include "compiler/step_program.h"
+#include "program/step_program.h"
 #include "data/batch.h"
 #include "train/train_backend.h"
 

@@ -11,6 +11,7 @@
 #include "cpu/cpu_exec.h"
 #include "formats/hf_names.h"
 #include "lower.h"
+#include "compiler/spec_load.h"
 
 static int fail(const HpcError *err)
 {

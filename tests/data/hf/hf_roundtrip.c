@@ -2,7 +2,7 @@
  * built by make): loads every parameter of MODEL from a transformers
  * checkpoint through runtime/hf_names and writes them back with
  * hf_names_save.  Build from the repository root after `make`:
- *   cc -std=c11 -D_GNU_SOURCE -Iutil -Icompiler -Iruntime -Igrammar \
+ *   cc -std=c11 -D_GNU_SOURCE -I. -Iutil -Icompiler -Iruntime -Igrammar \
  *      -Ibuild/gen -o build/hf_roundtrip tests/data/hf/hf_roundtrip.c build/libhpcrt.a build/libhpcc.a \
  *      -Wl,-Bstatic -ljansson -lutf8proc -Wl,-Bdynamic -L/usr/local/cuda/lib64 \
  *      -Wl,-rpath,/usr/local/cuda/lib64 -lnvrtc -lcublasLt -lcublas -ldl -lpthread -lm
@@ -12,6 +12,7 @@
 
 #include "formats/hf_names.h"
 #include "lower.h"
+#include "compiler/spec_load.h"
 
 static int fail(const HpcError *err)
 {

@@ -1,7 +1,7 @@
-/* compiler/spec.c — ModelSpec defaults and names.  See spec.h.  The load
+/* program/spec.c — ModelSpec defaults and names.  See spec.h.  The load
  * entry points are in spec_load.c (they need the parser), so a program that
  * only reads a step program links no front end. */
-#include "spec.h"
+#include "program/spec.h"
 
 #include <string.h>
 

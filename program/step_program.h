@@ -1,12 +1,12 @@
-/* compiler/step_program.h — the step program: the compiler's one product and
+/* program/step_program.h — the step program: the compiler's one product and
  * the runtime's one input.
  *
  * A StepProgram is everything needed to train or run one model under one
  * precision policy, with the batch B and the padded length L left open:
  *   - spec       the checked model (sizes, head, training settings);
- *   - g          the value table and the nodes in order (compiler/ir.h):
+ *   - g          the value table and the nodes in order (program/ir.h):
  *                every value's dtype and shape, dims constants or B, L;
- *   - pl         the parameter table, Hugging Face names (compiler/params.h);
+ *   - pl         the parameter table, Hugging Face names (program/params.h);
  *   - kernels    one launch record per node (StepNodeCode: the kernels'
  *                names, launch type, and their element / row counts and
  *                scratch bytes as functions of B and L) and the CUDA
@@ -15,19 +15,21 @@
  * arguments (EopArgs.B, .L), so one NVRTC compile per (program, arch)
  * serves every (B, L) of a run.  GEMM descriptors are functions of B, L
  * read from the value table (runtime/cuda/cuda_exec.c); arena offsets come
- * from plan_build_scratch (compiler/plan.h) for the run's bounds, with each
+ * from plan_build_scratch (program/plan.h) for the run's bounds, with each
  * node's scratch from its record.
  *
- * `hpc compile` writes a program into NAME.hpc (compiler/artifact.h: the
+ * `hpc compile` writes a program into NAME.hpc (program/artifact.h: the
  * `program` section, written and read by step_program_write / _read below);
  * `hpc run NAME.hpc` and the C API read it back and never run the parser,
  * the checker, lowering or autodiff.  A .model path is compiled in-process
  * by step_program_compile (compiler/step_program_build.h), which takes the
  * same road afterwards.
  *
- * This is the one compiler header the runtime needs for a program; the
- * reader (step_program.c) links with ir.c, ops.c, fuse.c, params.c and
- * spec.c only (tests/test_step_program.c checks with nm that a program
+ * program/ is the contract between the two halves: the runtime includes
+ * these headers and no compiler/ header (scripts/check-includes.sh), and
+ * the reader (step_program.c) links with the rest of program/, util/ and
+ * compiler/ops.c, the op table, only (tests/link/check-no-frontend.sh reads
+ * the link map; tests/test_step_program.c checks with nm that a program
  * running an artifact has no yyparse, yylex, lower_model, autodiff_build).
  *
  * Ownership: a StepProgram owns its graph, parameter list, records and
@@ -39,17 +41,17 @@
  *   ... cuda_exec_init_program(&ex, &dev, &p, B, L, &err) or the trainer ...
  *   step_program_free(&p);
  */
-#ifndef HPC_COMPILER_STEP_PROGRAM_H
-#define HPC_COMPILER_STEP_PROGRAM_H
+#ifndef HPC_PROGRAM_STEP_PROGRAM_H
+#define HPC_PROGRAM_STEP_PROGRAM_H
 
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 
 #include "error.h"
-#include "ir.h"
-#include "params.h"
-#include "spec.h"
+#include "program/ir.h"
+#include "program/params.h"
+#include "program/spec.h"
 
 #define EOP_MAX_PHASES 3
 #define EOP_NAME_MAX 96
@@ -220,7 +222,7 @@ void step_program_write(const StepProgram *p, FILE *out);
 HpcStatus step_program_read(const char *where, const char *text, size_t len, StepProgram *p,
                             HpcError *err);
 
-/* Reads the program section of NAME.hpc (compiler/artifact.h). */
+/* Reads the program section of NAME.hpc (program/artifact.h). */
 HpcStatus step_program_read_file(const char *path, StepProgram *p, HpcError *err);
 
 #endif

@@ -1,6 +1,6 @@
-/* compiler/artifact.c — NAME.hpc: write, read, and the resolved model
+/* program/artifact.c — NAME.hpc: write, read, and the resolved model
  * text; see artifact.h. */
-#include "artifact.h"
+#include "program/artifact.h"
 
 #include <errno.h>
 #include <stdint.h>

@@ -1,7 +1,9 @@
-/* compiler/plan.h — the step plan: schedule, liveness and arena offsets.
+/* program/plan.h — the step plan: schedule, liveness and arena offsets.
  *
- * plan_build takes a finished graph (lower + autodiff [+ precision]) and the
- * upper bounds B, L of a run (the model's batch and max_seq_len) and decides:
+ * plan_build_scratch takes a finished graph (a step program's, or lower +
+ * autodiff [+ precision] in the compiler), each node's scratch bytes and
+ * the upper bounds B, L of a run (the model's batch and max_seq_len) and
+ * decides:
  *   - the schedule: the node order of one training step.  The IR keeps
  *     inputs before their users, so the schedule is the node array order
  *     (forward nodes first, so an evaluation runs the prefix
@@ -23,7 +25,7 @@
  *     input is no role pinned to the end, same dtype and size); a chain of
  *     them (residual + dXq + dXk + dXv) is one range that lives from the
  *     first value's definition to the last one's last reader.  Otherwise
- *     (HPC_PLAN_KEEP_ALL=1, a reader after the node) the value has its own
+ *     (PlanOptions.keep_all, a reader after the node) the value has its own
  *     range and the executor writes out of place;
  *   - the memory figure of a training step: arena, parameters, gradients,
  *     optimizer state (plan_print prints it; `hpc compile --plan`).
@@ -38,13 +40,14 @@
  *
  * Usage:
  *   StepPlan p;
- *   if (plan_build(&g, spec.train.batch_size, spec.train.max_seq_len, &p, &err)) return err.code;
- *   CUdeviceptr x = arena_base + p.v[id].offset;     // (dims of id) in g.nodes[id].dtype
- *   plan_print(&p, &g, &pl, spec.train.optimizer, stdout);
+ *   step_kernels_scratch(&prog.kernels, B, L, scratch);      // (n) bytes per node
+ *   if (plan_build_scratch(&prog.g, B, L, scratch, &p, &err)) return err.code;
+ *   CUdeviceptr x = arena_base + p.v[id].offset;     // (dims of id) in prog.g.nodes[id].dtype
+ *   plan_print(&p, &prog.g, &prog.pl, &prog.spec.train, stdout);
  *   plan_free(&p);
  */
-#ifndef HPC_COMPILER_PLAN_H
-#define HPC_COMPILER_PLAN_H
+#ifndef HPC_PROGRAM_PLAN_H
+#define HPC_PROGRAM_PLAN_H
 
 #include <stdbool.h>
 #include <stddef.h>
@@ -52,9 +55,9 @@
 #include <stdio.h>
 
 #include "error.h"
-#include "ir.h"
-#include "params.h"
-#include "spec.h"
+#include "program/ir.h"
+#include "program/params.h"
+#include "program/spec.h"
 
 #define PLAN_ALIGN 256
 
@@ -96,15 +99,24 @@ typedef struct {
     int64_t arena_bytes;    /* size of the planned block */
 } StepPlan;
 
-/* Builds the plan of g for bounds B, L.  HPC_ERR_USAGE if B or L < 1 or the
+/* Builds the plan of g for bounds B, L with node i's scratch bytes at B, L
+ * given as scratch[i] (NULL: none): the runtime takes them from a step
+ * program's records (step_kernels_scratch), the compiler from the emitter
+ * (plan_build, compiler/plan_graph.h).  HPC_ERR_USAGE if B or L < 1 or the
  * graph is empty; HPC_ERR_INPUT for a value of a dtype the GPU does not
  * store (f64). */
-HpcStatus plan_build(const IrGraph *g, int64_t B, int64_t L, StepPlan *p, HpcError *err);
-/* The same with node i's scratch bytes at B, L given as scratch[i] (NULL:
- * none); plan_build takes them from the emitter (plan_graph.c), the runtime
- * from a step program's records (step_kernels_scratch). */
 HpcStatus plan_build_scratch(const IrGraph *g, int64_t B, int64_t L, const int64_t *scratch, StepPlan *p,
                              HpcError *err);
+
+/* How a plan may differ from the default (NULL or zeroed = the default). */
+typedef struct {
+    bool keep_all;   /* every value lives to the end of the step, nothing shares memory:
+                      * a test reads any value after a step (the arena grows to the sum) */
+} PlanOptions;
+
+/* plan_build_scratch with options (opt may be NULL). */
+HpcStatus plan_build_scratch_with(const IrGraph *g, int64_t B, int64_t L, const int64_t *scratch,
+                                  const PlanOptions *opt, StepPlan *p, HpcError *err);
 void plan_free(StepPlan *p);
 
 /* The input a node of this op writes its result over when the plan lets

@@ -1,4 +1,4 @@
-/* compiler/artifact.h — the NAME.hpc file `hpc compile` writes and
+/* program/artifact.h — the NAME.hpc file `hpc compile` writes and
  * `hpc run` loads.
  *
  * A text container, readable with `less`:
@@ -13,12 +13,13 @@
  *            seq_len (plan_print), for people;
  *     cuda   the CUDA source of the model's kernels (emit_ops, one
  *            translation unit), for people and --emit-lib;
- *     program  the step program (compiler/step_program.h): what `hpc run`
+ *     program  the step program (program/step_program.h): what `hpc run`
  *            and the C API execute, with no front end or lowering.
  * A reader rejects another magic, another version, an unknown policy, an
  * unknown or repeated section, a truncated section or a missing model
  * section (HPC_ERR_INPUT, naming the file and the byte offset).
- * artifact_load_spec lives in artifact_spec.c (it needs the parser).
+ * artifact_load_spec (the model section through the front end) is the
+ * compiler's: compiler/artifact_spec.h.
  *
  * Ownership: artifact_read fills an Artifact whose strings are malloc'd;
  * artifact_free releases them.  artifact_write borrows everything.
@@ -27,17 +28,15 @@
  *   Artifact a = {.policy = PREC_FP16, .model_text = text, ...};
  *   snprintf(a.name, sizeof a.name, "%s", spec.name);
  *   if (artifact_write("bert_base.hpc", &a, &err)) return err.code;
- *   ModelSpec s; SpecPrecision p;
- *   if (artifact_load_spec("bert_base.hpc", &s, &p, stderr, &err)) return err.code;
  */
-#ifndef HPC_COMPILER_ARTIFACT_H
-#define HPC_COMPILER_ARTIFACT_H
+#ifndef HPC_PROGRAM_ARTIFACT_H
+#define HPC_PROGRAM_ARTIFACT_H
 
 #include <stddef.h>
 #include <stdio.h>
 
 #include "error.h"
-#include "spec.h"
+#include "program/spec.h"
 
 #define ARTIFACT_MAGIC "HPCART"
 #define ARTIFACT_VERSION 2   /* 2: the program section */
@@ -57,11 +56,6 @@ typedef struct {
 HpcStatus artifact_write(const char *path, const Artifact *a, HpcError *err);
 HpcStatus artifact_read(const char *path, Artifact *a, HpcError *err);
 void artifact_free(Artifact *a);
-
-/* Reads the artifact and checks its model text into *spec; *policy gets
- * the compiled policy.  Diagnostics of a bad model text go to diag. */
-HpcStatus artifact_load_spec(const char *path, ModelSpec *spec, SpecPrecision *policy, FILE *diag,
-                             HpcError *err);
 
 /* The resolved model text of a checked spec (malloc'd, caller frees): one
  * `model NAME { ... }` block with every key, which spec_load_string turns

@@ -1,4 +1,4 @@
-/* compiler/spec_write.c — a ModelSpec as .model source; see spec_write in
+/* program/spec_write.c — a ModelSpec as .model source; see spec_write in
  * spec.h.  Every number is written as the shortest decimal that reads back
  * as the same double, so spec_load of the output gives an equal spec. */
 #include <stdbool.h>
@@ -6,7 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "spec.h"
+#include "program/spec.h"
 
 /* The shortest decimal that reads back as exactly x, so that spec_load
  * of the written file gives bit-identical doubles. */

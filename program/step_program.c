@@ -1,4 +1,4 @@
-/* compiler/step_program.c — the step program: sizes of B and L, launch
+/* program/step_program.c — the step program: sizes of B and L, launch
  * shapes, copies, and the text form in NAME.hpc; see step_program.h.
  *
  * The text form, one record per line (a name is always the rest of its
@@ -19,9 +19,9 @@
  * is the attribute union's bytes (IrAttr, with the fused ops' IrFusedAttr
  * stored in them as compiler/fuse.h does), so doubles survive exactly.
  * Enums are written by name. */
-#include "step_program.h"
+#include "program/step_program.h"
 
-#include "artifact.h"
+#include "program/artifact.h"
 
 #include <errno.h>
 #include <inttypes.h>

@@ -1,4 +1,4 @@
-/* compiler/params.h — the parameter list of a lowered model.
+/* program/params.h — the parameter list of a lowered model.
  *
  * One ParamInfo per named tensor, in the order the lowering creates them.
  * Names follow Hugging Face's BERT checkpoints (docs/ir.md lists the scheme),
@@ -10,8 +10,8 @@
  *
  * Ownership: the ParamList owns its array; params_free releases it.
  */
-#ifndef HPC_COMPILER_PARAMS_H
-#define HPC_COMPILER_PARAMS_H
+#ifndef HPC_PROGRAM_PARAMS_H
+#define HPC_PROGRAM_PARAMS_H
 
 #include <stdbool.h>
 #include <stdint.h>

@@ -1,4 +1,4 @@
-/* compiler/activations.h — the activation set, defined once for C and CUDA.
+/* program/activations.h — the activation set, defined once for C and CUDA.
  *
  * Each row of HPC_ACTIVATIONS names one activation:
  *
@@ -22,8 +22,8 @@
  * an activation is one row here plus its two reference functions.  The
  * GPU tests hold the CUDA text to the C reference within the dtype's
  * tolerance (tests/gpu/gpu_kernels.c). */
-#ifndef HPC_COMPILER_ACTIVATIONS_H
-#define HPC_COMPILER_ACTIVATIONS_H
+#ifndef HPC_PROGRAM_ACTIVATIONS_H
+#define HPC_PROGRAM_ACTIVATIONS_H
 
 #include <math.h>
 

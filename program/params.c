@@ -1,5 +1,5 @@
-/* compiler/params.c — see params.h. */
-#include "params.h"
+/* program/params.c — see params.h. */
+#include "program/params.h"
 
 #include <stdio.h>
 #include <stdlib.h>

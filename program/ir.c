@@ -1,5 +1,5 @@
-/* compiler/ir.c — graph construction and small queries; see ir.h. */
-#include "ir.h"
+/* program/ir.c — graph construction and small queries; see ir.h. */
+#include "program/ir.h"
 
 #include <stdlib.h>
 #include <string.h>

@@ -1,4 +1,4 @@
-/* compiler/ir.h — the graph IR: one node per value, in topological order.
+/* program/ir.h — the graph IR: one node per value, in topological order.
  *
  * A graph is an array of nodes; node i produces value i, and inputs always
  * have smaller ids, so the array order is a valid schedule.  An op with
@@ -14,7 +14,7 @@
  * graph runs.  Every other size (hidden, heads, vocab) is a constant.
  *
  * The op kinds, their arity and their rules come from one table,
- * compiler/ops.def.  Attributes are typed per op kind (IrAttr is a union of
+ * program/ops.def.  Attributes are typed per op kind (IrAttr is a union of
  * small structs; ops.def says which member an op uses).
  *
  * Builders validate and record: ir_add computes the output shape and dtype
@@ -39,15 +39,15 @@
  *   ...
  *   ir_free(&g);
  */
-#ifndef HPC_COMPILER_IR_H
-#define HPC_COMPILER_IR_H
+#ifndef HPC_PROGRAM_IR_H
+#define HPC_PROGRAM_IR_H
 
 #include <stdbool.h>
 #include <stdint.h>
 #include <string.h>
 #include <stdio.h>
 
-#include "activations.h"
+#include "program/activations.h"
 
 #define IR_MAX_RANK 4
 #define IR_MAX_INPUTS 8   /* e.g. a fused LayerNorm(x + bias + residual): 5 */
@@ -60,7 +60,7 @@ typedef enum { DT_F32, DT_F16, DT_BF16, DT_F64, DT_I32 } DType;
 
 typedef enum {
 #define IR_OP(E, ...) IR_OP_##E,
-#include "ops.def"
+#include "program/ops.def"
 #undef IR_OP
     IR_OP_COUNT
 } IrOpKind;
@@ -77,7 +77,7 @@ typedef enum {
     IR_IN_COUNT
 } IrInputKind;
 
-/* The activations, one per row of compiler/activations.h. */
+/* The activations, one per row of program/activations.h. */
 typedef enum {
 #define IR_ACT_ENUM_(E, ...) IR_ACT_##E,
     HPC_ACTIVATIONS(IR_ACT_ENUM_)
@@ -176,7 +176,7 @@ typedef struct {
 } IrNode;
 
 /* The fused ops' attributes.  A set clears the whole union first, so the
- * bytes an artifact stores (compiler/step_program.c) do not depend on what
+ * bytes an artifact stores (program/step_program.c) do not depend on what
  * the node held before. */
 static inline IrFusedAttr fuse_attr_get(const IrNode *n) { return n->attr.fused; }
 static inline void fuse_attr_set(IrAttr *a, IrFusedAttr f)
@@ -270,15 +270,5 @@ bool ir_same_shape(const IrNode *a, const IrNode *b);
 
 /* Writes "(B, L, 768)" into buf. */
 void ir_shape_str(const IrNode *v, char *buf, size_t size);
-
-/* Writes the node's attributes as text ("trans_b alpha=0.125", "p=0.1
- * salt=17", ...), empty for ops without attributes. */
-void ir_attr_str(const IrNode *n, char *buf, size_t size);
-
-/* The readable listing (`hpc compile --ir`): one line per value with id,
- * name, op, inputs, attributes, shape and dtype. */
-void ir_print(const IrGraph *g, FILE *out);
-/* Graphviz dot of the whole graph (`hpc compile --dot FILE`). */
-void ir_dot(const IrGraph *g, FILE *out);
 
 #endif

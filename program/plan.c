@@ -1,5 +1,5 @@
-/* compiler/plan.c — schedule, liveness and best-fit arena offsets; see plan.h. */
-#include "plan.h"
+/* program/plan.c — schedule, liveness and best-fit arena offsets; see plan.h. */
+#include "program/plan.h"
 
 #include <stdarg.h>
 #include <stdlib.h>
@@ -98,7 +98,7 @@ static bool is_batch_input(const IrNode *n)
     return n->op == IR_OP_INPUT && n->attr.input.kind != IR_IN_LOSS_SCALE;
 }
 
-static void plan_lifetimes(StepPlan *p, const IrGraph *g)
+static void plan_lifetimes(StepPlan *p, const IrGraph *g, bool keep_all)
 {
     for (int i = 0; i < g->n; i++) {
         const IrNode *n = &g->nodes[i];
@@ -118,11 +118,10 @@ static void plan_lifetimes(StepPlan *p, const IrGraph *g)
     if (g->logits >= 0) p->v[g->logits].last = end;
     for (int q = 0; q < g->n_params && g->param_grad; q++)
         if (g->param_grad[q] >= 0) p->v[g->param_grad[q]].last = end;
-    /* HPC_PLAN_KEEP_ALL=1: nothing shares memory, so a test can read any
+    /* PlanOptions.keep_all: nothing shares memory, so a test can read any
      * value after the step (tests/gpu/gpu_attention_step.c); a debugging
      * aid, never for training (the arena grows to the sum of all values). */
-    const char *keep = getenv("HPC_PLAN_KEEP_ALL");
-    if (keep && strcmp(keep, "1") == 0)
+    if (keep_all)
         for (int i = 0; i < g->n; i++) p->v[i].last = end;
 }
 
@@ -218,6 +217,12 @@ static void plan_offsets(StepPlan *p)
 HpcStatus plan_build_scratch(const IrGraph *g, int64_t B, int64_t L, const int64_t *scratch, StepPlan *p,
                              HpcError *err)
 {
+    return plan_build_scratch_with(g, B, L, scratch, NULL, p, err);
+}
+
+HpcStatus plan_build_scratch_with(const IrGraph *g, int64_t B, int64_t L, const int64_t *scratch,
+                                  const PlanOptions *opt, StepPlan *p, HpcError *err)
+{
     memset(p, 0, sizeof *p);
     if (B < 1 || L < 1 || g->n < 1)
         return hpc_fail(err, HPC_ERR_USAGE, "plan_build: batch %lld and length %lld must be >= 1 "
@@ -241,7 +246,7 @@ HpcStatus plan_build_scratch(const IrGraph *g, int64_t B, int64_t L, const int64
         p->scratch_bytes[i] = s > 0 ? align_up(s) : 0;
         p->scratch_off[i] = -1;
     }
-    plan_lifetimes(p, g);
+    plan_lifetimes(p, g, opt && opt->keep_all);
     plan_inplace(p, g);
     plan_offsets(p);
     return HPC_OK;

@@ -1,29 +1,33 @@
-/* compiler/spec.h — ModelSpec: one checked, fully defaulted model description.
+/* program/spec.h — ModelSpec: one checked, fully defaulted model description.
  *
- * The front end (grammar/ + compiler/check.c) turns a .model file into a
- * ModelSpec; every later stage (lower, precision, training, the runtime)
+ * The front end (grammar/ + compiler/check.c, entered through
+ * compiler/spec_load.h) turns a .model file into a ModelSpec; every later stage (lower, precision, training, the runtime)
  * reads only this struct, never the AST.  All sizes are int64_t and were
  * range-checked by the checker (limits in compiler/check_keys.c and docs/language.md), so later
  * stages may multiply them without overflow checks of their own.
  *
  * A ModelSpec owns no heap memory: copy it by value, no free needed.
  *
+ * This header is part of the step program (program/): the runtime reads a
+ * ModelSpec's sizes and training settings; reading one from .model text is
+ * the compiler's (compiler/spec_load.h).
+ *
  * Usage:
  *   ModelSpec spec;
- *   if (spec_load("models/bert_base.model", &spec, stderr) != 0) return 1;
+ *   if (spec_load("models/bert_base.model", &spec, stderr) != 0) return 1;   // compiler/spec_load.h
  */
-#ifndef HPC_COMPILER_SPEC_H
-#define HPC_COMPILER_SPEC_H
+#ifndef HPC_PROGRAM_SPEC_H
+#define HPC_PROGRAM_SPEC_H
 
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 
-#include "activations.h"
+#include "program/activations.h"
 #include "dtype.h"
 
 typedef enum { STACK_ENCODER, STACK_DECODER } SpecStackKind;
-/* The activations, one per row of compiler/activations.h (the same order as
+/* The activations, one per row of program/activations.h (the same order as
  * IrActKind, so lowering maps one to the other by value). */
 typedef enum {
 #define SPEC_ACT_ENUM_(E, ...) ACT_##E,
@@ -117,17 +121,6 @@ typedef struct {
 /* Fills every field with the documented default (a BERT-base-like encoder
  * with a 2-label sequence classifier and AdamW); the checker starts here. */
 void spec_defaults(ModelSpec *spec);
-
-/* Parses and checks a .model file.  Returns 0 and fills *out on success.
- * On failure prints located diagnostics (file:line:col, the line, a caret)
- * to diag and returns the number of errors (> 0), or -1 if the file could not
- * be read (the message names the file and the reason). */
-int spec_load(const char *path, ModelSpec *out, FILE *diag);
-
-/* Same, from memory; name is used in diagnostics.  `extends` clauses are
- * resolved relative to base_dir (may be NULL for the current directory). */
-int spec_load_string(const char *name, const char *text, size_t len,
-                     const char *base_dir, ModelSpec *out, FILE *diag);
 
 /* Writes spec as .model source ("model NAME { ... }", every field
  * explicit): spec_load of the text gives back an equal spec (not the
