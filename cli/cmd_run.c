@@ -32,6 +32,7 @@
 #include "formats/hf_folder.h"
 #include "formats/hf_tokenizer.h"
 #include "run_overrides.h"
+#include "train/init.h"
 #include "train/trainer.h"
 #include "cuda/cuda_driver.h"
 #include "dist/collectives.h"
@@ -414,6 +415,9 @@ int cmd_run(int argc, char **argv)
         }
         return HPC_OK;
     }
+    /* The GPU opens on a thread of its own while the artifact is read and
+     * the parameters drawn (runtime/cuda/cuda_driver.h). */
+    if (strcmp(a.device, "cpu") != 0) cuda_device_open_ahead(dist_gpu_ordinal());
     ModelSpec spec;
     rc = load_spec(&a, &spec);
     if (rc) return rc;
@@ -453,6 +457,8 @@ int cmd_run(int argc, char **argv)
     /* the range of --threads is the option table's */
     cpu_exec_set_training_mode(a.cpu_reference ? CPU_EXEC_REFERENCE : CPU_EXEC_FAST);
     if (!st && a.threads) cpu_threads_set((int)a.threads);
+    /* The parameters drawn while the trainer checks memory and opens the GPU (train/init.h). */
+    if (!st && a.have_program && device != TRAIN_DEVICE_CPU) init_store_ahead(&a.program.pl, a.program.spec.train.seed);
     TrainResult r;
     if (!st) st = trainer_run(&spec, glue ? &task.train : &train, glue ? &task.dev : &dev, &o, &r, &err);
     dataset_free(&train);

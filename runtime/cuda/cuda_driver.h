@@ -126,6 +126,19 @@ void cuda_device_close(CudaDevice *d);
 void cuda_device_close_keep_context(CudaDevice *d);
 void cuda_kept_context_release(void);
 
+/* Starts opening GPU `ordinal` on a thread of its own, so that loading the
+ * driver, cuInit and creating the primary context (a quarter of a second
+ * on an H200 host) run while the caller reads its inputs and draws the
+ * parameters.  The thread loads the driver, reads the device and retains
+ * its primary context as the kept context above.  cuda_device_open (and so
+ * every later open of the GPU) first waits for it; nothing else needs to.
+ * Its failures are not reported: the open that waits does every step again
+ * and reports its own error (the driver's load error is the same once-made
+ * status), with the call, the code and the remedy.  Idempotent (the first
+ * call starts it); HPC_START_OVERLAP=0 in the environment turns it off.
+ * The thread is waited for at exit if no open did. */
+void cuda_device_open_ahead(int ordinal);
+
 /* Reads one device's properties without retaining a context (hpc devices). */
 HpcStatus cuda_device_query(CudaDevice *d, int ordinal, HpcError *err);
 
