@@ -417,11 +417,12 @@ int cmd_run(int argc, char **argv)
     }
     /* The GPU opens on a thread of its own while the artifact is read and
      * the parameters drawn (runtime/cuda/cuda_driver.h). */
+    phase_mark("process start to `hpc run` (the loader, options)");
     if (strcmp(a.device, "cpu") != 0) cuda_device_open_ahead(dist_gpu_ordinal());
     ModelSpec spec;
     rc = load_spec(&a, &spec);
     if (rc) return rc;
-    phase_mark("process start, options, model or artifact read and checked");
+    phase_mark("model or artifact read and checked");
     HpcError err = {0};
     TrainDevice device = TRAIN_DEVICE_AUTO;
     train_device_parse(a.device, &device);

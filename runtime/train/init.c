@@ -60,6 +60,7 @@ struct InitDraws {
     pthread_t thread;
     bool threaded;         /* drawn on `thread` (else in the caller) */
     atomic_bool done;      /* every value written */
+    atomic_bool cancel;    /* nobody will read them: stop soon */
     bool ahead;            /* started by init_store_ahead */
 };
 
@@ -68,6 +69,8 @@ static bool overlap_on(void)
     const char *v = getenv("HPC_START_OVERLAP");
     return !(v && strcmp(v, "0") == 0);
 }
+
+enum { CANCEL_EVERY = 1 << 16 };   /* elements between two looks at the cancel flag */
 
 /* Elements [s, e) of the element space: the pieces of the parameters it covers. */
 static void draws_range(void *ctx, int64_t s, int64_t e)
@@ -83,7 +86,10 @@ static void draws_range(void *ctx, int64_t s, int64_t e)
         if (d->numel[i] == 0) continue;
         int64_t a = s > d->start[i] ? s - d->start[i] : 0;
         int64_t b = (e < d->start[i + 1] ? e : d->start[i + 1]) - d->start[i];
-        if (a < b) init_piece(d->kind[i], i, d->w[i], d->seed, a, b);
+        for (int64_t c = a; c < b; c += CANCEL_EVERY) {   /* a run that failed need not wait for all of it */
+            if (atomic_load_explicit(&d->cancel, memory_order_relaxed)) return;
+            init_piece(d->kind[i], i, d->w[i], d->seed, c, b - c < CANCEL_EVERY ? b : c + CANCEL_EVERY);
+        }
     }
 }
 
@@ -91,6 +97,7 @@ static void draws_run(InitDraws *d)
 {
     double t0 = phase_clock_now();
     cpu_parallel_for(d->start[d->n], 1 << 16, draws_range, d);
+    if (atomic_load(&d->cancel)) return;
     phase_spanf(t0, phase_clock_now(), "parameter init: %lld values on %d threads (%s)", (long long)d->start[d->n],
                 cpu_threads_count(), d->ahead ? "started ahead, at the start of the run" : "in the background");
     atomic_store(&d->done, true);
@@ -189,6 +196,7 @@ static void ahead_drop(void)
     ahead = NULL;
     pthread_mutex_unlock(&ahead_lock);
     if (d) {
+        atomic_store(&d->cancel, true);
         draws_wait(d);
         draws_free(d, true);
     }
@@ -229,6 +237,7 @@ HpcStatus init_store_start(ParamStore *ps, const ParamList *pl, uint64_t seed, H
     ahead = NULL;
     pthread_mutex_unlock(&ahead_lock);
     if (d && !draws_match(d, pl, seed)) {   /* drawn for another model or seed: not ours */
+        atomic_store(&d->cancel, true);
         draws_wait(d);
         draws_free(d, true);
         d = NULL;
@@ -270,6 +279,7 @@ HpcStatus init_store(ParamStore *ps, const ParamList *pl, uint64_t seed, HpcErro
 
 void init_store_free(ParamStore *ps)
 {
+    if (ps->pending) atomic_store(&ps->pending->cancel, true);   /* freed unread: stop the draws */
     init_store_wait(ps);
     if (ps->w && ps->pl)
         for (int i = 0; i < ps->pl->n; i++)

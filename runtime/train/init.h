@@ -24,7 +24,7 @@
  * (no thread, nothing ahead).
  *
  * Ownership: the store owns its tensors; init_store_free releases them
- * (waiting for draws still running first).
+ * (stopping draws still running first: their values are never read).
  */
 #ifndef HPC_RUNTIME_INIT_H
 #define HPC_RUNTIME_INIT_H

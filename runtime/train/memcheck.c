@@ -142,6 +142,7 @@ HpcStatus memcheck_run(const ModelSpec *spec, const StepProgram *program, SpecPr
     if (device != TRAIN_DEVICE_CPU) {
         HpcError ignore = {0};
         gpu = cuda_device_open(&dev, dist_gpu_ordinal(), device == TRAIN_DEVICE_CUDA ? err : &ignore) == HPC_OK;
+        phase_mark("memory check: the GPU open (the wait for the thread opening it ahead, cuda_driver.h)");
         if (!gpu && device == TRAIN_DEVICE_CUDA) return err->code;
     }
     /* A compiled program carries the graph the backend will run: size that
@@ -162,6 +163,6 @@ HpcStatus memcheck_run(const ModelSpec *spec, const StepProgram *program, SpecPr
     if (!st) st = gpu ? check_cuda(g, pl, spec, B, L, err) : check_cpu(g, pl, spec, B, L, checkpoint_copy, err);
     if (built) pipeline_free(&p);
     if (gpu) cuda_device_close_keep_context(&dev);   /* the backend opens it next: no second context creation */
-    phase_mark(gpu ? "memory check (opens the GPU: CUDA driver, cuInit, context; a step plan)" : "memory check");
+    phase_mark(gpu ? "memory check: a step plan, the GPU's free memory" : "memory check");
     return st;
 }

@@ -48,8 +48,8 @@ HpcStatus train_backend_open_with(TrainBackend *b, TrainDevice dev, const StepPr
                       "-Wl,--undefined=train_cuda_open and the CUDA libraries (docs/embedding.md), or use the cpu");
     if (!st) st = dev == TRAIN_DEVICE_CUDA ? o->cuda_open(b, total_steps, max_B, max_L, o, err)
                                            : train_cpu_open(b, total_steps, err);
-    init_store_wait(&b->ps);   /* whatever the backend did: the store is whole from here on */
-    if (st) train_backend_close(b);
+    if (st) train_backend_close(b);   /* stops draws still running */
+    else init_store_wait(&b->ps);     /* whatever the backend did: the store is whole from here on */
     return st;
 }
 
