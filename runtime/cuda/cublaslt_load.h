@@ -7,9 +7,11 @@
  * "libcublasLt.so.<major>" (the toolkit's, found through the executable's
  * run path; or the path in $HPC_CUBLASLT) and resolves each function into a
  * table, like the driver (cuda/cuda_driver.h).  cublaslt_load_ahead()
- * starts that on a thread of its own at the start of a run, so the
- * initialisers run while the artifact is read and the parameters drawn;
- * the first cublaslt_load() waits for it.
+ * starts that on a thread of its own; loading the CUDA driver calls it once
+ * libcuda is found (so a machine without a driver never loads cuBLASLt),
+ * which at the start of `hpc run` is the GPU opened ahead: the initialisers
+ * run while cuInit does, the artifact is read and the parameters drawn.
+ * The first cublaslt_load() waits for it.
  *
  * Callers: runtime/cuda/gemm_cublas.c includes cuda/cublaslt_calls.h, which
  * turns its cublasLt* calls into calls through the table, after gemm_init's

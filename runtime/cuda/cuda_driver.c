@@ -68,6 +68,9 @@ static void load_once(void)
     HpcError *err = &g_load_error;
     g_load_status = open_library(err);
     if (g_load_status) return;
+    /* A driver is there: cuBLASLt's initialisers (0.1 s) on another thread
+     * while cuInit runs here (not on machines without one: CI). */
+    cublaslt_load_ahead();
 #define CUDA_DRIVER_RESOLVE(name)                                                         \
     if (!g_load_status)                                                                   \
         g_load_status = resolve(g_driver.lib, CUDA_DRIVER_STR(name), (void **)&g_driver.name, err);
@@ -242,7 +245,6 @@ void cuda_device_open_ahead(int ordinal)
 {
     const char *off = getenv("HPC_START_OVERLAP");
     if (off && strcmp(off, "0") == 0) return;
-    cublaslt_load_ahead();   /* its initialisers meanwhile, on another thread */
     pthread_mutex_lock(&ahead_lock);
     if (!ahead_started) {
         ahead_started = true;

@@ -134,7 +134,9 @@ void cuda_kept_context_release(void);
  * every later open of the GPU) first waits for it; nothing else needs to.
  * Its failures are not reported: the open that waits does every step again
  * and reports its own error (the driver's load error is the same once-made
- * status), with the call, the code and the remedy.  Idempotent (the first
+ * status), with the call, the code and the remedy.  (Loading the driver
+ * also starts cuBLASLt's load on a thread of its own: cuda/cublaslt_load.h.)
+ * Idempotent (the first
  * call starts it); HPC_START_OVERLAP=0 in the environment turns it off.
  * The thread is waited for at exit if no open did. */
 void cuda_device_open_ahead(int ordinal);

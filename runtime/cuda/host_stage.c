@@ -5,12 +5,14 @@
 #include <string.h>
 
 #include "cpu/cpu_threads.h"
+#include "util/phase_clock.h"
 
 HpcStatus host_stage_open(HostStage *s, CUstream stream, HpcError *err)
 {
     const CudaDriver *cu = cuda_driver();
     memset(s, 0, sizeof *s);
     s->stream = stream;
+    s->opened = phase_clock_now();
     if (!cu)
         return hpc_fail(err, HPC_ERR_NO_GPU, "host_stage_open: the CUDA driver is not loaded (open the device first)");
     s->pinned = true;
@@ -111,6 +113,10 @@ HpcStatus host_stage_close(HostStage *s, HpcStatus st, HpcError *err)
         if (s->buf[k] && s->pinned) cu->cuMemFreeHost(s->buf[k]);
         else free(s->buf[k]);
     }
+    if (!st && s->bytes_moved)
+        phase_spanf(s->opened, phase_clock_now(), "host-to-device upload: %.0f MB through %s buffers on %d threads",
+                    (double)s->bytes_moved / 1e6, s->pinned ? "page-locked" : "pageable (no locked memory)",
+                    cpu_threads_count());
     memset(s, 0, sizeof *s);
     return st;
 }

@@ -52,6 +52,7 @@ typedef struct {
     int next;
     bool pinned;            /* the buffers are page-locked (else malloc'd) */
     int64_t bytes_moved;
+    double opened;          /* phase_clock_now() at open: the close records a span */
 } HostStage;
 
 HpcStatus host_stage_open(HostStage *s, CUstream stream, HpcError *err);
