@@ -398,7 +398,7 @@ static HpcStatus dist_setup(const RunArgs *a, DistEnv *env, bool *launch, HpcErr
     return HPC_OK;
 }
 
-int cmd_run(int argc, char **argv)
+static int run_command(int argc, char **argv)
 {
     RunArgs a;
     int rc = run_parse(argc, argv, &a);
@@ -478,4 +478,13 @@ int cmd_run(int argc, char **argv)
                r.eval_metric, r.best_metric, (long long)r.best_step);
     if (r.saved[0]) printf("checkpoint: %s\n", r.saved);
     return HPC_OK;
+}
+
+/* The threads that open the GPU ahead end before the process does
+ * (runtime/cuda/cuda_driver.h, cuda_ahead_join, says why). */
+int cmd_run(int argc, char **argv)
+{
+    int rc = run_command(argc, argv);
+    cuda_ahead_join();
+    return rc;
 }

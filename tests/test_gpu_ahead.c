@@ -111,6 +111,7 @@ Test(gpu_ahead, the_open_finds_the_context_retained_ahead, .init = build_stub, .
     cr_expect_eq(retains(), 1, "the kept context outlives the open");
     cuda_kept_context_release();
     cr_expect_eq(retains(), 0);
+    cuda_ahead_join();   /* the cuBLASLt thread the stub's presence started */
 }
 
 Test(gpu_ahead, a_retain_that_fails_ahead_is_reported_by_the_open, .init = build_stub, .fini = remove_dir)
@@ -125,6 +126,7 @@ Test(gpu_ahead, a_retain_that_fails_ahead_is_reported_by_the_open, .init = build
               "%s", err.msg);
     unsetenv("STUB_RETAIN_FAIL");
     cr_expect_eq(retains(), 0, "nothing kept from the failed retain");
+    cuda_ahead_join();
 }
 
 Test(gpu_ahead, overlap_off_starts_nothing, .init = build_stub, .fini = remove_dir)

@@ -71,14 +71,17 @@ static void *ahead_main(void *arg)
     return NULL;
 }
 
-/* At exit: never leave the thread inside the library's initialisers. */
-static void ahead_join(void)
+void cublaslt_load_join(void)
 {
     pthread_mutex_lock(&ahead_lock);
     if (ahead_running) pthread_join(ahead_thread, NULL);
     ahead_running = false;
     pthread_mutex_unlock(&ahead_lock);
 }
+
+/* A fallback at exit (see cuda_ahead_join in cuda/cuda_driver.h for why it
+ * cannot be the only one). */
+static void ahead_join(void) { cublaslt_load_join(); }
 
 void cublaslt_load_ahead(void)
 {

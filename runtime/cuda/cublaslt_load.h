@@ -7,11 +7,11 @@
  * "libcublasLt.so.<major>" (the toolkit's, found through the executable's
  * run path; or the path in $HPC_CUBLASLT) and resolves each function into a
  * table, like the driver (cuda/cuda_driver.h).  cublaslt_load_ahead()
- * starts that on a thread of its own; loading the CUDA driver calls it once
- * libcuda is found (so a machine without a driver never loads cuBLASLt),
- * which at the start of `hpc run` is the GPU opened ahead: the initialisers
- * run while cuInit does, the artifact is read and the parameters drawn.
- * The first cublaslt_load() waits for it.
+ * starts that on a thread of its own; the GPU opened ahead
+ * (cuda_device_open_ahead) calls it once libcuda is found (so a machine
+ * without a driver never loads cuBLASLt): at the start of `hpc run` the
+ * initialisers run while cuInit does, the artifact is read and the
+ * parameters drawn.  The first cublaslt_load() waits for it.
  *
  * Callers: runtime/cuda/gemm_cublas.c includes cuda/cublaslt_calls.h, which
  * turns its cublasLt* calls into calls through the table, after gemm_init's
@@ -62,5 +62,8 @@ const CublasLt *cublaslt(void);
 /* Starts cublaslt_load on a thread of its own (idempotent; HPC_START_OVERLAP=0
  * turns it off); its result is the one every later cublaslt_load returns. */
 void cublaslt_load_ahead(void);
+/* Waits for the thread cublaslt_load_ahead started, if any (before exit:
+ * see cuda_ahead_join in cuda/cuda_driver.h). */
+void cublaslt_load_join(void);
 
 #endif

@@ -9,10 +9,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 /* ---- loading ---------------------------------------------------------- */
 
 static CudaDriver g_driver;
+static bool g_cublaslt_ahead;   /* cuda_device_open_ahead asked for cuBLASLt too */
 static HpcError g_load_error;
 static HpcStatus g_load_status = HPC_ERR_INTERNAL;
 static pthread_once_t g_load_once = PTHREAD_ONCE_INIT;
@@ -68,9 +70,10 @@ static void load_once(void)
     HpcError *err = &g_load_error;
     g_load_status = open_library(err);
     if (g_load_status) return;
-    /* A driver is there: cuBLASLt's initialisers (0.1 s) on another thread
-     * while cuInit runs here (not on machines without one: CI). */
-    cublaslt_load_ahead();
+    /* Opening ahead and a driver is there: cuBLASLt's initialisers (0.1 s)
+     * on another thread while cuInit runs here (never on machines without
+     * a driver: CI). */
+    if (g_cublaslt_ahead) cublaslt_load_ahead();
 #define CUDA_DRIVER_RESOLVE(name)                                                         \
     if (!g_load_status)                                                                   \
         g_load_status = resolve(g_driver.lib, CUDA_DRIVER_STR(name), (void **)&g_driver.name, err);
@@ -248,10 +251,17 @@ void cuda_device_open_ahead(int ordinal)
     pthread_mutex_lock(&ahead_lock);
     if (!ahead_started) {
         ahead_started = true;
+        g_cublaslt_ahead = true;
         ahead_running = pthread_create(&ahead_thread, NULL, ahead_main, (void *)(intptr_t)ordinal) == 0;
-        if (ahead_running) atexit(ahead_wait);   /* never exit with the thread inside the driver */
+        if (ahead_running) atexit(ahead_wait);   /* a fallback: callers end with cuda_ahead_join */
     }
     pthread_mutex_unlock(&ahead_lock);
+}
+
+void cuda_ahead_join(void)
+{
+    ahead_wait();
+    cublaslt_load_join();
 }
 
 HpcStatus cuda_mem_info(size_t *free_bytes, size_t *total_bytes, HpcError *err)
@@ -271,13 +281,34 @@ static HpcStatus allow_shared(CUfunction f, unsigned shmem, HpcError *err)
                                f, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, (int)shmem));
 }
 
+static _Atomic long launch_calls;
+static _Atomic long long launch_ns;
+
+static long long mono_ns(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (long long)t.tv_sec * 1000000000LL + t.tv_nsec;
+}
+
 HpcStatus cuda_launch(CUfunction f, const unsigned grid[3], const unsigned block[3],
                       unsigned shmem, CUstream stream, void **args, HpcError *err)
 {
+    long long t0 = phase_clock_on() ? mono_ns() : -1;
     HpcStatus st = allow_shared(f, shmem, err);
-    if (st) return st;
-    return CUDA_CHECK(err, g_driver.cuLaunchKernel(f, grid[0], grid[1], grid[2], block[0],
-                                                   block[1], block[2], shmem, stream, args, NULL));
+    if (!st) st = CUDA_CHECK(err, g_driver.cuLaunchKernel(f, grid[0], grid[1], grid[2], block[0],
+                                                          block[1], block[2], shmem, stream, args, NULL));
+    if (t0 >= 0) {
+        launch_calls++;
+        launch_ns += mono_ns() - t0;
+    }
+    return st;
+}
+
+void cuda_launch_stats(long *calls, double *seconds)
+{
+    *calls = launch_calls;
+    *seconds = 1e-9 * (double)launch_ns;
 }
 
 /* ---- the checking functions --------------------------------------------- */

@@ -218,9 +218,13 @@ static HpcStatus cuda_step(TrainBackend *b, bool poison, HpcError *err)
     if (!st) st = CUDA_CHECK(err, cu->cuMemcpyDtoHAsync(t->host_state + ring, slot, sizeof(CudaOptState),
                                                         t->dev.stream));
     if (!st) st = CUDA_CHECK(err, cu->cuEventRecord(t->end[ring], t->dev.stream));
-    if (t->profile && t->steps == 0)
-        phase_markf("step 1 queued by the host (eager: cuBLASLt heuristics, GEMM autotune %d timed / %d cached, "
-                    "launches)", t->ex.gemm.tuned, t->ex.gemm.tune_hits);
+    if (t->profile && t->steps == 0) {
+        long calls;
+        double secs;
+        cuda_launch_stats(&calls, &secs);
+        phase_markf("step 1 queued by the host (eager; GEMM autotune %d timed / %d cached; all our launches so far: "
+                    "%ld in %.3f s)", t->ex.gemm.tuned, t->ex.gemm.tune_hits, calls, secs);
+    }
     if (!st) {
         t->steps++;
         t->chain_next = true;
@@ -478,8 +482,11 @@ static HpcStatus alloc_rings(CudaTrain *t, HpcError *err)
  * for it) and with HPC_WARMUP=0. */
 static HpcStatus warm_up(TrainBackend *b, CudaTrain *t, int64_t B, int64_t L, HpcError *err)
 {
-    const char *off = getenv("HPC_WARMUP"), *prof = getenv("HPC_PROFILE");
-    if ((off && strcmp(off, "0") == 0) || (prof && *prof && strcmp(prof, "0") != 0)) return HPC_OK;
+    const char *prof = getenv("HPC_PROFILE");
+    if (prof && *prof && strcmp(prof, "0") != 0) return HPC_OK;
+    long calls0;
+    double secs0;
+    cuda_launch_stats(&calls0, &secs0);
     Batch *batch = batch_new(B, L, 1);
     if (!batch) return hpc_fail(err, HPC_ERR_OOM, "cuda backend: out of host memory for a %lld x %lld batch",
                                 (long long)B, (long long)L);
@@ -488,8 +495,12 @@ static HpcStatus warm_up(TrainBackend *b, CudaTrain *t, int64_t B, int64_t L, Hp
                         .loss_scale = 1.0};
     HpcStatus st = cuda_exec_run(&t->ex, batch, &o, err);
     batch_free(batch);   /* its bytes reached the driver: uploads from pageable memory are staged */
-    phase_markf("warm-up pass while the parameters are drawn (%lld x %lld: cuBLASLt, GEMM autotune %d timed / "
-                "%d cached, first launches)", (long long)B, (long long)L, t->ex.gemm.tuned, t->ex.gemm.tune_hits);
+    long calls;
+    double secs;
+    cuda_launch_stats(&calls, &secs);
+    phase_markf("warm-up pass (%lld x %lld: GEMM autotune %d timed / %d cached; %ld of our launches in %.3f s, "
+                "the rest cuBLASLt)", (long long)B, (long long)L, t->ex.gemm.tuned, t->ex.gemm.tune_hits,
+                calls - calls0, secs - secs0);
     return st;
 }
 
@@ -544,7 +555,12 @@ HpcStatus train_cuda_open(TrainBackend *b, int64_t total_steps, int64_t max_B, i
     b->cuda_stream = t->dev.stream;
     st = alloc_rings(t, err);
     phase_mark("record rings and events");
-    if (!st && !init_store_ready(&b->ps)) st = warm_up(b, t, max_B, max_L, err);
+    /* HPC_WARMUP: 0 never, 1 always, else only while the draws still run
+     * (with nothing to overlap it would only add its own launches). */
+    const char *wu = getenv("HPC_WARMUP");
+    bool never = wu && strcmp(wu, "0") == 0, always = wu && strcmp(wu, "1") == 0;
+    if (!st && !never && (always || !init_store_ready(&b->ps))) st = warm_up(b, t, max_B, max_L, err);
+    else if (!st) phase_mark(never ? "no warm-up pass (HPC_WARMUP=0)" : "no warm-up pass: the parameters were drawn already");
     init_store_wait(&b->ps);   /* drawn on other threads meanwhile (train_backend.c) */
     phase_mark("parameter init: the wait for the draws");
     if (!st) st = cuda_exec_set_params(&t->ex, b->ps.w, err);
