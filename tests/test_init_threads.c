@@ -51,7 +51,7 @@ static void expect_exact(const ParamStore *ps, const ParamList *pl, uint64_t see
 Test(init_threads, same_bits_on_1_2_and_n_threads)
 {
     ParamList pl;
-    make_list(&pl, 40001);
+    make_list(&pl, 200001);   /* enough elements for 7 pieces of the split */
     const int counts[] = {1, 2, 7};
     for (size_t c = 0; c < sizeof counts / sizeof counts[0]; c++) {
         cpu_threads_set(counts[c]);
@@ -71,8 +71,8 @@ Test(init_threads, same_bits_on_1_2_and_n_threads)
 Test(init_threads, background_start_then_wait)
 {
     ParamList pl;
-    make_list(&pl, 90001);
-    cpu_threads_set(3);
+    make_list(&pl, 200001);
+    cpu_threads_set(9);   /* in the background two threads stay out of the split: 7 pieces */
     ParamStore ps;
     HpcError err = {0};
     cr_assert_eq(init_store_start(&ps, &pl, 7, &err), HPC_OK, "%s", err.msg);
