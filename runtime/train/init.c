@@ -6,7 +6,6 @@
 #include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
 
 #include "cpu/cpu_threads.h"
 #include "train/init_normal.h"
@@ -141,20 +140,6 @@ static void draws_free(InitDraws *d, bool with_tensors)
     free(d);
 }
 
-/* A tensor's memory.  Large ones in transparent huge pages where the
- * system offers them (madvise mode): 512 times fewer page faults for the
- * 440 MB of BERT-base, which the drawing threads otherwise take while
- * cuInit, on another thread, maps memory of its own.  free() releases it. */
-static float *tensor_alloc(size_t bytes)
-{
-    const size_t huge = (size_t)2 << 20;
-    void *p = NULL;
-    if (bytes < huge) return malloc(bytes + 1);
-    if (posix_memalign(&p, huge, bytes)) return NULL;
-    madvise(p, bytes, MADV_HUGEPAGE);   /* advice only: ignored where unsupported */
-    return p;
-}
-
 /* The job for pl, its tensors allocated; NULL (and *bad the parameter) when
  * one cannot be. */
 static InitDraws *draws_new(const ParamList *pl, uint64_t seed, int *bad)
@@ -176,7 +161,7 @@ static InitDraws *draws_new(const ParamList *pl, uint64_t seed, int *bad)
         if (p->tied_to >= 0) continue;
         d->numel[i] = params_numel(p);
         d->start[i + 1] += d->numel[i];
-        d->w[i] = tensor_alloc((size_t)d->numel[i] * sizeof(float));
+        d->w[i] = malloc((size_t)d->numel[i] * sizeof(float) + 1);
         if (!d->w[i]) {
             *bad = i;
             draws_free(d, true);
