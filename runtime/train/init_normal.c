@@ -40,9 +40,14 @@ static float normal_exact(uint32_t x0, uint32_t x1)
 enum { COARSE = 1 << 12 };
 static double coarse_cos[COARSE + 1], coarse_sin[COARSE + 1];
 static pthread_once_t coarse_once = PTHREAD_ONCE_INIT;
+static bool use_avx2;   /* the cpu has AVX2 and HPC_INIT_AVX2 is not "0" (set once, with the table) */
 
 static void coarse_fill(void)
 {
+#if defined(__x86_64__) && defined(__GNUC__)
+    const char *off = getenv("HPC_INIT_AVX2");
+    use_avx2 = __builtin_cpu_supports("avx2") && !(off && strcmp(off, "0") == 0);
+#endif
     for (int h = 0; h <= COARSE; h++) {
         double angle = 6.283185307179586477 * ((double)h / (1 << 14));
         coarse_cos[h] = cos(angle);
@@ -201,31 +206,18 @@ __attribute__((target("avx2"))) static void draws_avx2(uint64_t seed, uint32_t s
     }
 }
 
-static int avx2_state = -1;   /* -1 not asked yet; the answer is the same for every thread */
-
-static bool use_avx2(void)
-{
-    if (avx2_state < 0) {
-        const char *off = getenv("HPC_INIT_AVX2");
-        avx2_state = __builtin_cpu_supports("avx2") && !(off && strcmp(off, "0") == 0);
-    }
-    return avx2_state == 1;
-}
 #endif
 
 void init_normals(uint64_t seed, uint32_t salt, int64_t first, int64_t n, float *out)
 {
     pthread_once(&coarse_once, coarse_fill);
     uint32_t x0[BLOCK], x1[BLOCK];
-#if defined(HAVE_AVX2_PATH)
-    bool avx2 = use_avx2();
-#endif
     for (int64_t b = 0; b < n; b += BLOCK) {
         int len = n - b < BLOCK ? (int)(n - b) : BLOCK;
         uint64_t start = (uint64_t)(first + b);
         int done = 0;
 #if defined(HAVE_AVX2_PATH)
-        if (avx2) {
+        if (use_avx2) {
             done = len & ~7;
             draws_avx2(seed, salt, start, done, x0, x1);
         }
