@@ -33,6 +33,7 @@
 #include "formats/hf_folder.h"
 #include "formats/hf_tokenizer.h"
 #include "run_overrides.h"
+#include "train/init.h"
 #include "train/trainer.h"
 #include "cuda/cuda_driver.h"
 #include "dist/collectives.h"
@@ -398,7 +399,7 @@ static HpcStatus dist_setup(const RunArgs *a, DistEnv *env, bool *launch, HpcErr
     return HPC_OK;
 }
 
-int cmd_run(int argc, char **argv)
+static int run_command(int argc, char **argv)
 {
     RunArgs a;
     int rc = run_parse(argc, argv, &a);
@@ -415,10 +416,14 @@ int cmd_run(int argc, char **argv)
         }
         return HPC_OK;
     }
+    /* The GPU opens on a thread of its own while the artifact is read and
+     * the parameters drawn (runtime/cuda/cuda_driver.h). */
+    phase_mark("process start to `hpc run` (the loader, options)");
+    if (strcmp(a.device, "cpu") != 0) cuda_device_open_ahead(dist_gpu_ordinal());
     ModelSpec spec;
     rc = load_spec(&a, &spec);
     if (rc) return rc;
-    phase_mark("process start, options, model or artifact read and checked");
+    phase_mark("model or artifact read and checked");
     HpcError err = {0};
     TrainDevice device = TRAIN_DEVICE_AUTO;
     train_device_parse(a.device, &device);
@@ -454,6 +459,8 @@ int cmd_run(int argc, char **argv)
     /* the range of --threads is the option table's */
     cpu_exec_set_training_mode(a.cpu_reference ? CPU_EXEC_REFERENCE : CPU_EXEC_FAST);
     if (!st && a.threads) cpu_threads_set((int)a.threads);
+    /* The parameters drawn while the trainer checks memory and opens the GPU (train/init.h). */
+    if (!st && a.have_program && device != TRAIN_DEVICE_CPU) init_store_ahead(&a.program.pl, a.program.spec.train.seed);
     TrainResult r;
     if (!st) st = trainer_run(&spec, glue ? &task.train : &train, glue ? &task.dev : &dev, &o, &r, &err);
     dataset_free(&train);
@@ -472,4 +479,13 @@ int cmd_run(int argc, char **argv)
                r.eval_metric, r.best_metric, (long long)r.best_step);
     if (r.saved[0]) printf("checkpoint: %s\n", r.saved);
     return HPC_OK;
+}
+
+/* The threads that open the GPU ahead end before the process does
+ * (runtime/cuda/cuda_driver.h, cuda_ahead_join, says why). */
+int cmd_run(int argc, char **argv)
+{
+    int rc = run_command(argc, argv);
+    cuda_ahead_join();
+    return rc;
 }

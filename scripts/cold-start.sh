@@ -6,13 +6,17 @@
 # Three starts, each with its own kernel cache directory:
 #   cold   empty cache, artifact without cubins: NVRTC compiles the step
 #          module (one module: the optimizer is part of it)
-#   warm   the same cache again: the step module and the GEMM choices are
+#   warm   the same cache again (twice: warm2): the step module and the GEMM choices are
 #          cache hits
 #   ahead  empty cache, artifact compiled with --arch 90: the step module is
 #          the artifact's cubin, no NVRTC at all (GEMM autotune times again:
 #          its cache is empty)
 #   split  as cold, with HPC_NVRTC_SPLIT=0 (NVRTC on every core: an
 #          experiment, runtime/cuda/nvrtc_compile.h)
+#   serial as warm, with HPC_START_OVERLAP=0 HPC_WARMUP=0: the GPU opened,
+#          cuBLASLt loaded and the parameters drawn one after the other,
+#          no warm-up pass (what the overlap saves; docs/cuda.md)
+# Work on other threads beside the phases prints as "span" lines.
 # and one CoLA fine-tune over every padded length, counting NVRTC compiles.
 # Run from the repository root on the GPU machine with the binaries built:
 #   sh scripts/cold-start.sh
@@ -22,17 +26,21 @@ tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 bin/hpc compile models/bert_base.model --fp16 -o "$tmp/bert_base.hpc" >/dev/null
 bin/hpc compile models/bert_base.model --fp16 --arch 90 -o "$tmp/bert_base_sm90.hpc" >/dev/null
-start() {   # $1 label, $2 artifact, $3 cache dir [, $4 HPC_NVRTC_SPLIT]
-    out=$(HPC_NVRTC_SPLIT="${4:-}" HPC_STARTUP=1 HPC_CACHE_DIR="$3" bin/hpc run "$2" --device cuda --steps 1 2>&1 || true)
+start() {   # $1 label, $2 artifact, $3 cache dir [, $4... VAR=value for the environment]
+    label=$1 artifact=$2 cache=$3
+    shift 3
+    out=$(env "$@" HPC_STARTUP=1 HPC_CACHE_DIR="$cache" bin/hpc run "$artifact" --device cuda --steps 1 2>&1 || true)
     line=$(printf '%s\n' "$out" | grep 'hpc profile: cold start' || true)
-    echo "$1: ${line:-no profile line (did the run fail?)}"
+    echo "$label: ${line:-no profile line (did the run fail?)}"
     if [ -z "$line" ]; then printf '%s\n' "$out" | tail -5; fi
-    printf '%s\n' "$out" | grep 'hpc profile: start-up phase' | sed "s/^hpc profile: start-up /  $1 /" || true
+    printf '%s\n' "$out" | grep -E 'hpc profile: start-up (phase|phases|span) ' | sed "s/^hpc profile: start-up /  $label /" || true
 }
 start cold "$tmp/bert_base.hpc" "$tmp/cache1"
 start warm "$tmp/bert_base.hpc" "$tmp/cache1"
+start warm2 "$tmp/bert_base.hpc" "$tmp/cache1"
+start serial "$tmp/bert_base.hpc" "$tmp/cache1" HPC_START_OVERLAP=0 HPC_WARMUP=0
 start ahead "$tmp/bert_base_sm90.hpc" "$tmp/cache2"
-start split "$tmp/bert_base.hpc" "$tmp/cache4" 0
+start split "$tmp/bert_base.hpc" "$tmp/cache4" HPC_NVRTC_SPLIT=0
 echo "CoLA fine-tune, every padded length (one compile per module wanted):"
 HPC_STARTUP=1 HPC_CACHE_DIR="$tmp/cache3" bin/hpc run "$tmp/bert_base.hpc" --device cuda --task cola \
     --steps 200 2>&1 | grep -E 'hpc profile: cold start|backend cuda' | head -3

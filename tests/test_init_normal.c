@@ -34,6 +34,16 @@ Test(init_normal, matches_philox_normal_bit_for_bit)
     for (int64_t n = 0; n < 70; n++) expect_same(42, (uint32_t)n, n * 5, n); /* every tail length */
 }
 
+/* The SSE2 lanes alone (the path of a cpu without AVX2) give the same bits. */
+Test(init_normal, sse2_path_matches_too)
+{
+    setenv("HPC_INIT_AVX2", "0", 1);
+    expect_same(1, 0, 0, 400000);
+    expect_same(9, 3, ((int64_t)1 << 32) - 37, 101);
+    for (int64_t n = 0; n < 20; n++) expect_same(42, (uint32_t)n, n * 5, n);
+    unsetenv("HPC_INIT_AVX2");
+}
+
 Test(init_normal, crosses_the_high_counter_word)
 {
     expect_same(9, 3, ((int64_t)1 << 32) - 37, 101);

@@ -57,3 +57,26 @@ Test(phase_clock, marks_print_in_order_and_add_up)
     cr_expect_str_eq(again, "");
     free(again);
 }
+
+/* A span (work on another thread) prints its own length and closes no
+ * phase: the phase after it still runs from the mark before it. */
+Test(phase_clock, spans_close_no_phase)
+{
+    phase_clock_enable(true);
+    phase_mark("before");
+    double t0 = phase_clock_now();
+    sleep_ms(20);
+    phase_spanf(t0, phase_clock_now(), "beside (%s)", "x");
+    sleep_ms(10);
+    phase_mark("after");
+    char *t = printed();
+    const char *span = strstr(t, "start-up span"), *after = strstr(t, "s  after\n");
+    cr_assert(span && after && span < after, "%s", t);
+    double len = -1, phase = -1;
+    cr_assert_eq(sscanf(span + strlen("start-up span"), "%lf", &len), 1, "%s", t);
+    cr_assert(strstr(span, "s  beside (x) (beside the phases, "), "%s", t);
+    cr_assert_eq(sscanf(strstr(span, "start-up phase") + strlen("start-up phase"), "%lf", &phase), 1, "%s", t);
+    cr_expect(len >= 0.015 && len < 5, "span %g", len);
+    cr_expect(phase >= 0.025 && phase < 5, "the phase after the span is %g s: it must count the span's time", phase);
+    free(t);
+}

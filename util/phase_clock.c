@@ -10,7 +10,8 @@
 
 typedef struct {
     char what[120];
-    double at;   /* process age at the mark */
+    double at;      /* process age at the mark (a span: where it ended) */
+    double began;   /* a span: where it began; < 0 for a mark */
 } PhaseMark;
 
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
@@ -74,14 +75,40 @@ static double age_now(void)
     return age_at_first + (mono() - mono_at_first);
 }
 
+static void add(const char *what, double began, double at)
+{
+    if (n_marks < PHASE_CLOCK_MAX) {
+        snprintf(marks[n_marks].what, sizeof marks[n_marks].what, "%s", what);
+        marks[n_marks].began = began;
+        marks[n_marks++].at = at;
+    }
+}
+
 static void add_mark(const char *what)
 {
     pthread_mutex_lock(&lock);
+    add(what, -1, age_now());
+    pthread_mutex_unlock(&lock);
+}
+
+double phase_clock_now(void)
+{
+    pthread_mutex_lock(&lock);
     double at = age_now();
-    if (n_marks < PHASE_CLOCK_MAX) {
-        snprintf(marks[n_marks].what, sizeof marks[n_marks].what, "%s", what);
-        marks[n_marks++].at = at;
-    }
+    pthread_mutex_unlock(&lock);
+    return at;
+}
+
+void phase_spanf(double began, double ended, const char *fmt, ...)
+{
+    if (!phase_clock_on()) return;
+    char buf[120];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(buf, sizeof buf, fmt, ap);
+    va_end(ap);
+    pthread_mutex_lock(&lock);
+    add(buf, began < 0 ? 0 : began, ended);
     pthread_mutex_unlock(&lock);
 }
 
@@ -106,6 +133,11 @@ void phase_clock_print(FILE *f)
     pthread_mutex_lock(&lock);
     double prev = 0;
     for (int i = 0; i < n_marks; i++) {
+        if (marks[i].began >= 0) {   /* a span beside the phases */
+            fprintf(f, "hpc profile: start-up span  %7.3f s  %s (beside the phases, %.3f .. %.3f s)\n",
+                    marks[i].at - marks[i].began, marks[i].what, marks[i].began, marks[i].at);
+            continue;
+        }
         fprintf(f, "hpc profile: start-up phase %7.3f s  %s\n", marks[i].at - prev, marks[i].what);
         prev = marks[i].at;
     }

@@ -7,7 +7,11 @@
  * environment, or phase_clock_enable(true).  phase_clock_print writes one
  * line per phase and the total, e.g.
  *   hpc profile: start-up phase  0.412 s  CUDA context and stream
- * At most PHASE_CLOCK_MAX marks are kept; later ones are dropped.
+ * Work that runs beside the phases on another thread (the GPU opened
+ * ahead, the parameters drawn in the background) is a span: it closes no
+ * phase and prints as its own line with where it began and ended, e.g.
+ *   hpc profile: start-up span   0.231 s  cuInit (beside the phases, 0.012 .. 0.243 s)
+ * At most PHASE_CLOCK_MAX marks and spans are kept; later ones are dropped.
  * Thread-safe for marks from several threads (a mutex).
  *
  *   phase_mark("artifact read, graph");
@@ -33,11 +37,21 @@ void phase_mark(const char *what);
 /* Like phase_mark with "what (detail)", detail copied (printf format). */
 void phase_markf(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
+/* The process age now on the marks' clock (call it while recording is on;
+ * spans take two of these). */
+double phase_clock_now(void);
+
+/* Records work that ran from `began` to `ended` (phase_clock_now values)
+ * beside the phases, under "what (detail)" (printf format).  No-op while
+ * recording is off. */
+void phase_spanf(double began, double ended, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+
 /* Seconds since this process started (/proc/self/stat against
  * /proc/uptime), or -1 where /proc is missing. */
 double phase_clock_process_age(void);
 
-/* One line per recorded phase, in order, then the sum; then forgets them. */
+/* One line per recorded phase or span, in the order recorded, then the sum
+ * of the phases; then forgets them. */
 void phase_clock_print(FILE *f);
 
 #endif

@@ -8,7 +8,9 @@
 #include "cpu/cpu_threads.h"
 
 #include <pthread.h>
+#include <sched.h>
 #include <stdbool.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <unistd.h>
 
@@ -65,6 +67,18 @@ static void *worker_main(void *arg)
     return NULL;
 }
 
+/* The cores a cgroup (v2) CPU quota allows, "QUOTA PERIOD" in cpu.max,
+ * rounded up; 0 when unlimited or unknown. */
+static long quota_cores(void)
+{
+    FILE *f = fopen("/sys/fs/cgroup/cpu.max", "r");
+    if (!f) return 0;
+    long long quota = 0, period = 0;
+    int got = fscanf(f, "%lld %lld", &quota, &period);   /* "max 100000" reads 0 fields */
+    fclose(f);
+    return got == 2 && quota > 0 && period > 0 ? (long)((quota + period - 1) / period) : 0;
+}
+
 static int default_threads(void)
 {
     const char *env = getenv("HPC_CPU_THREADS");
@@ -74,6 +88,13 @@ static int default_threads(void)
         if (*end == '\0' && v >= 1) return v > CPU_THREADS_MAX ? CPU_THREADS_MAX : (int)v;
     }
     long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    /* A container or taskset may let this process run on fewer: threads
+     * beyond those only take turns (and every split waits for the last). */
+    cpu_set_t mine;
+    if (sched_getaffinity(0, sizeof mine, &mine) == 0 && CPU_COUNT(&mine) >= 1 && CPU_COUNT(&mine) < cores)
+        cores = CPU_COUNT(&mine);
+    long quota = quota_cores();
+    if (quota >= 1 && quota < cores) cores = quota;
     if (cores < 1) cores = 1;
     return cores > CPU_THREADS_MAX ? CPU_THREADS_MAX : (int)cores;
 }

@@ -9,7 +9,9 @@
  *
  * Thread count: cpu_threads_count() is, in order of precedence, the last
  * cpu_threads_set(n > 0), the environment's HPC_CPU_THREADS, or the number
- * of online cores (sysconf(_SC_NPROCESSORS_ONLN)); at most CPU_THREADS_MAX.
+ * of online cores this process may use (sysconf(_SC_NPROCESSORS_ONLN),
+ * fewer when its affinity mask or a cgroup CPU quota, /sys/fs/cgroup/cpu.max,
+ * says so); at most CPU_THREADS_MAX.
  * The workers start at the first parallel call and wait on a condition
  * variable between calls (no spinning: the cores stay free for others).
  * Calls from several threads at once are serialised; a call from inside fn

@@ -1,15 +1,20 @@
 /* runtime/cuda/cuda_driver.c — see cuda_driver.h. */
 #include "cuda/cuda_driver.h"
 
+#include "cuda/cublaslt_load.h"
+#include "util/phase_clock.h"
+
 #include <dlfcn.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 /* ---- loading ---------------------------------------------------------- */
 
 static CudaDriver g_driver;
+static bool g_cublaslt_ahead;   /* cuda_device_open_ahead asked for cuBLASLt too */
 static HpcError g_load_error;
 static HpcStatus g_load_status = HPC_ERR_INTERNAL;
 static pthread_once_t g_load_once = PTHREAD_ONCE_INIT;
@@ -65,6 +70,10 @@ static void load_once(void)
     HpcError *err = &g_load_error;
     g_load_status = open_library(err);
     if (g_load_status) return;
+    /* Opening ahead and a driver is there: cuBLASLt's initialisers (0.1 s)
+     * on another thread while cuInit runs here (never on machines without
+     * a driver: CI). */
+    if (g_cublaslt_ahead) cublaslt_load_ahead();
 #define CUDA_DRIVER_RESOLVE(name)                                                         \
     if (!g_load_status)                                                                   \
         g_load_status = resolve(g_driver.lib, CUDA_DRIVER_STR(name), (void **)&g_driver.name, err);
@@ -132,8 +141,11 @@ HpcStatus cuda_device_query(CudaDevice *d, int ordinal, HpcError *err)
     return HPC_OK;
 }
 
+static void ahead_wait(void);
+
 HpcStatus cuda_device_open(CudaDevice *d, int ordinal, HpcError *err)
 {
+    ahead_wait();   /* the open started ahead, if any, has retained the context */
     HpcStatus st = cuda_device_query(d, ordinal, err);
     if (st) return st;
     if (d->arch < CUDA_MIN_ARCH)
@@ -191,6 +203,67 @@ void cuda_kept_context_release(void)
     if (had) g_driver.cuDevicePrimaryCtxRelease(kept_dev);
 }
 
+/* ---- opening ahead (see cuda_driver.h) ---------------------------------- */
+
+static pthread_mutex_t ahead_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_t ahead_thread;
+static bool ahead_started, ahead_running;
+
+static void *ahead_main(void *arg)
+{
+    int ordinal = (int)(intptr_t)arg;
+    double t0 = phase_clock_now();
+    CudaDevice d;
+    HpcError ignore = {0};   /* the open that waits for this thread reports */
+    if (cuda_driver_load(&ignore)) return NULL;
+    double t1 = phase_clock_now();
+    if (cuda_device_query(&d, ordinal, &ignore) || d.arch < CUDA_MIN_ARCH) return NULL;
+    CUcontext ctx;
+    if (g_driver.cuDevicePrimaryCtxRetain(&ctx, d.dev) != CUDA_SUCCESS) return NULL;
+    double t2 = phase_clock_now();
+    pthread_mutex_lock(&kept_lock);
+    bool keep = !kept_ctx;
+    if (keep) {
+        kept_ctx = true;
+        kept_dev = d.dev;
+    }
+    pthread_mutex_unlock(&kept_lock);
+    if (!keep) g_driver.cuDevicePrimaryCtxRelease(d.dev);
+    phase_spanf(t0, t1, "GPU opened ahead: CUDA driver loaded, cuInit (%s)", g_driver.path);
+    phase_spanf(t1, t2, "GPU opened ahead: device %d's primary context created", ordinal);
+    return NULL;
+}
+
+static void ahead_wait(void)
+{
+    pthread_mutex_lock(&ahead_lock);
+    if (ahead_running) {
+        pthread_join(ahead_thread, NULL);
+        ahead_running = false;
+    }
+    pthread_mutex_unlock(&ahead_lock);
+}
+
+void cuda_device_open_ahead(int ordinal)
+{
+    const char *off = getenv("HPC_START_OVERLAP");
+    if (off && strcmp(off, "0") == 0) return;
+    pthread_mutex_lock(&ahead_lock);
+    if (!ahead_started) {
+        ahead_started = true;
+        g_cublaslt_ahead = true;
+        ahead_running = pthread_create(&ahead_thread, NULL, ahead_main, (void *)(intptr_t)ordinal) == 0;
+        if (ahead_running) atexit(ahead_wait);   /* a fallback: callers end with cuda_ahead_join */
+    }
+    pthread_mutex_unlock(&ahead_lock);
+}
+
+void cuda_ahead_join(void)
+{
+    ahead_wait();
+    cublaslt_load_join();
+}
+
 HpcStatus cuda_mem_info(size_t *free_bytes, size_t *total_bytes, HpcError *err)
 {
     *free_bytes = *total_bytes = 0;
@@ -208,13 +281,34 @@ static HpcStatus allow_shared(CUfunction f, unsigned shmem, HpcError *err)
                                f, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, (int)shmem));
 }
 
+static _Atomic long launch_calls;
+static _Atomic long long launch_ns;
+
+static long long mono_ns(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (long long)t.tv_sec * 1000000000LL + t.tv_nsec;
+}
+
 HpcStatus cuda_launch(CUfunction f, const unsigned grid[3], const unsigned block[3],
                       unsigned shmem, CUstream stream, void **args, HpcError *err)
 {
+    long long t0 = phase_clock_on() ? mono_ns() : -1;
     HpcStatus st = allow_shared(f, shmem, err);
-    if (st) return st;
-    return CUDA_CHECK(err, g_driver.cuLaunchKernel(f, grid[0], grid[1], grid[2], block[0],
-                                                   block[1], block[2], shmem, stream, args, NULL));
+    if (!st) st = CUDA_CHECK(err, g_driver.cuLaunchKernel(f, grid[0], grid[1], grid[2], block[0],
+                                                          block[1], block[2], shmem, stream, args, NULL));
+    if (t0 >= 0) {
+        launch_calls++;
+        launch_ns += mono_ns() - t0;
+    }
+    return st;
+}
+
+void cuda_launch_stats(long *calls, double *seconds)
+{
+    *calls = launch_calls;
+    *seconds = 1e-9 * (double)launch_ns;
 }
 
 /* ---- the checking functions --------------------------------------------- */
@@ -347,11 +441,32 @@ static const char *cublas_remedy(cublasStatus_t r)
     }
 }
 
+/* For messages when cuBLASLt is not loaded (cuda/cublaslt_load.h). */
+static const char *cublas_name(cublasStatus_t r)
+{
+    const CublasLt *lt = cublaslt();
+    if (lt) return lt->cublasLtGetStatusName(r);
+    switch (r) {
+    case CUBLAS_STATUS_SUCCESS: return "CUBLAS_STATUS_SUCCESS";
+    case CUBLAS_STATUS_NOT_INITIALIZED: return "CUBLAS_STATUS_NOT_INITIALIZED";
+    case CUBLAS_STATUS_ALLOC_FAILED: return "CUBLAS_STATUS_ALLOC_FAILED";
+    case CUBLAS_STATUS_INVALID_VALUE: return "CUBLAS_STATUS_INVALID_VALUE";
+    case CUBLAS_STATUS_ARCH_MISMATCH: return "CUBLAS_STATUS_ARCH_MISMATCH";
+    case CUBLAS_STATUS_MAPPING_ERROR: return "CUBLAS_STATUS_MAPPING_ERROR";
+    case CUBLAS_STATUS_EXECUTION_FAILED: return "CUBLAS_STATUS_EXECUTION_FAILED";
+    case CUBLAS_STATUS_INTERNAL_ERROR: return "CUBLAS_STATUS_INTERNAL_ERROR";
+    case CUBLAS_STATUS_NOT_SUPPORTED: return "CUBLAS_STATUS_NOT_SUPPORTED";
+    case CUBLAS_STATUS_LICENSE_ERROR: return "CUBLAS_STATUS_LICENSE_ERROR";
+    default: return "CUBLAS_STATUS_(unnamed)";
+    }
+}
+
 HpcStatus cuda_check_cublas(cublasStatus_t r, const char *call, const char *file, int line,
                             HpcError *err)
 {
     if (r == CUBLAS_STATUS_SUCCESS) return HPC_OK;
+    const CublasLt *lt = cublaslt();
     return hpc_fail(err, r == CUBLAS_STATUS_ALLOC_FAILED ? HPC_ERR_OOM : HPC_ERR_CUDA,
-                    "%s failed at %s:%d: %s (%d: %s); %s", call, file, line,
-                    cublasGetStatusName(r), (int)r, cublasGetStatusString(r), cublas_remedy(r));
+                    "%s failed at %s:%d: %s (%d: %s); %s", call, file, line, cublas_name(r), (int)r,
+                    lt ? lt->cublasLtGetStatusString(r) : "no description", cublas_remedy(r));
 }

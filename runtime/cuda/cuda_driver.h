@@ -126,6 +126,28 @@ void cuda_device_close(CudaDevice *d);
 void cuda_device_close_keep_context(CudaDevice *d);
 void cuda_kept_context_release(void);
 
+/* Starts opening GPU `ordinal` on a thread of its own, so that loading the
+ * driver, cuInit and creating the primary context (a quarter of a second
+ * on an H200 host) run while the caller reads its inputs and draws the
+ * parameters.  The thread loads the driver, reads the device and retains
+ * its primary context as the kept context above.  cuda_device_open (and so
+ * every later open of the GPU) first waits for it; nothing else needs to.
+ * Its failures are not reported: the open that waits does every step again
+ * and reports its own error (the driver's load error is the same once-made
+ * status), with the call, the code and the remedy.  Once libcuda is found
+ * the thread also starts cuBLASLt's load on a thread of its own
+ * (cuda/cublaslt_load.h).  Idempotent (the first call starts it);
+ * HPC_START_OVERLAP=0 in the environment turns it off.
+ *
+ * The caller must call cuda_ahead_join() before the process exits (after
+ * its last use of the GPU, or on its error path): an exit() while a thread
+ * is still inside libcuda's or libcublasLt's loading would run the exit
+ * handlers those libraries registered under the thread's feet (atexit
+ * order is last-registered first, so no handler of ours can run before
+ * theirs).  `hpc run` does (cli/cmd_run.c). */
+void cuda_device_open_ahead(int ordinal);
+void cuda_ahead_join(void);
+
 /* Reads one device's properties without retaining a context (hpc devices). */
 HpcStatus cuda_device_query(CudaDevice *d, int ordinal, HpcError *err);
 
@@ -137,6 +159,11 @@ HpcStatus cuda_mem_info(size_t *free_bytes, size_t *total_bytes, HpcError *err);
  * shared memory limit first when shmem exceeds the 48 KiB default. */
 HpcStatus cuda_launch(CUfunction f, const unsigned grid[3], const unsigned block[3],
                       unsigned shmem, CUstream stream, void **args, HpcError *err);
+
+/* Calls of cuda_launch so far and the host seconds spent in them, counted
+ * only while start-up recording is on (util/phase_clock.h: HPC_STARTUP=1),
+ * so the start-up report can tell our launches from cuBLASLt's work. */
+void cuda_launch_stats(long *calls, double *seconds);
 
 /* The checking functions behind CUDA_CHECK; call the macro, not these. */
 HpcStatus cuda_check_cu(CUresult r, const char *call, const char *file, int line, HpcError *err);

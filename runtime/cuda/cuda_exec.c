@@ -9,6 +9,7 @@
 
 #include "cpu/cpu_threads.h"
 #include "cpu/half.h"
+#include "cuda/host_stage.h"
 #include "cuda/nvrtc_compile.h"
 #include "util/phase_clock.h"
 
@@ -196,39 +197,40 @@ void cuda_exec_free(CudaExec *ex)
     memset(ex, 0, sizeof *ex);
 }
 
-/* One range of a 16-bit copy, converted on the cpu pool's threads
- * (BERT-base's 110M conversions took about a third of a second on one). */
-typedef struct { const float *src; uint16_t *low; bool bf16; } LowCopyJob;
+/* Items of a 16-bit copy, converted on the cpu pool's threads straight
+ * into the upload's page-locked buffer (BERT-base's 110M conversions took
+ * about a third of a second on one thread). */
+typedef struct { const float *src; bool bf16; } LowCopyJob;
 
-static void low_copy_range(void *ctx, int64_t begin, int64_t end)
+static void low_copy_fill(void *ctx, int64_t first, int64_t count, void *out)
 {
     const LowCopyJob *j = ctx;
-    for (int64_t k = begin; k < end; k++) j->low[k] = j->bf16 ? bf16_from_f32(j->src[k]) : half_from_f32(j->src[k]);
+    uint16_t *low = out;
+    for (int64_t k = 0; k < count; k++)
+        low[k] = j->bf16 ? bf16_from_f32(j->src[first + k]) : half_from_f32(j->src[first + k]);
 }
 
+/* Through page-locked staging buffers on the run's stream (runtime/cuda/
+ * host_stage.h: non-blocking, so in order with its kernels, unlike the
+ * legacy stream's copies); done when this returns.  A 16-bit copy that
+ * several PARAM nodes share is uploaded once. */
 HpcStatus cuda_exec_set_params(CudaExec *ex, float *const *w, HpcError *err)
 {
-    const CudaDriver *cu = cuda_driver();
-    HpcStatus st = HPC_OK;
+    HostStage stage;
+    HpcStatus st = host_stage_open(&stage, ex->dev->stream, err);
     for (int q = 0; q < ex->pl->n && !st; q++)
         if (ex->pl->p[q].tied_to < 0)
-            st = CUDA_CHECK(err, cu->cuMemcpyHtoDAsync(ex->master[q], w[q], (size_t)params_numel(&ex->pl->p[q]) * 4,
-                                                       ex->dev->stream));
+            st = host_stage_copy(&stage, ex->master[q], w[q], (size_t)params_numel(&ex->pl->p[q]) * 4, err);
     for (int i = 0; i < ex->g->n && !st; i++) {
         const IrNode *n = NODE(i);
         if (n->op != IR_OP_PARAM || n->dtype == DT_F32) continue;
-        int64_t numel = ir_numel(n, 1, 1);
-        uint16_t *low = malloc((size_t)numel * 2);
-        if (!low) return hpc_fail(err, HPC_ERR_OOM, "cuda_exec_set_params: out of host memory");
-        LowCopyJob job = {.src = w[n->attr.param.index], .low = low, .bf16 = n->dtype == DT_BF16};
-        cpu_parallel_for(numel, 1 << 16, low_copy_range, &job);
-        st = CUDA_CHECK(err, cu->cuMemcpyHtoDAsync(ex->param_dev[i], low, (size_t)numel * 2, ex->dev->stream));
-        if (!st) st = cuda_exec_sync(ex, err);
-        free(low);
+        bool done = false;
+        for (int j = 0; j < i && !done; j++) done = ex->param_dev[j] == ex->param_dev[i];
+        if (done) continue;
+        LowCopyJob job = {.src = w[n->attr.param.index], .bf16 = n->dtype == DT_BF16};
+        st = host_stage_fill(&stage, ex->param_dev[i], ir_numel(n, 1, 1), 2, low_copy_fill, &job, err);
     }
-    /* On the run's stream (non-blocking: the legacy stream's copies would
-     * not be ordered with its kernels); done when this returns. */
-    return st ? st : cuda_exec_sync(ex, err);
+    return host_stage_close(&stage, st, err);
 }
 
 /* ---- batch checks and uploads ------------------------------------------ */

@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "cuda/kernel_cache.h"
+#include "cuda/cublaslt_calls.h"   /* last: cublasLt* through the loaded table */
 
 _Static_assert(sizeof(cublasLtMatmulAlgo_t) == GEMM_TUNE_ALGO_BYTES, "gemm_tune.h stores the algorithm's bytes");
 
@@ -502,8 +503,10 @@ HpcStatus gemm_init(GemmContext *g, CUstream stream, size_t workspace_bytes, Hpc
                         "(open the device first)");
     g->stream = stream;
     g->workspace_bytes = workspace_bytes ? workspace_bytes : GEMM_DEFAULT_WORKSPACE;
+    HpcStatus st = cublaslt_load(err);   /* dlopen'd (started ahead by `hpc run`): cuda/cublaslt_load.h */
+    if (st) return st;
     tune_open(g);
-    HpcStatus st = CUDA_CHECK(err, cublasLtCreate(&g->lt));
+    st = CUDA_CHECK(err, cublasLtCreate(&g->lt));
     if (st) return st;
     CUresult r = cu->cuMemAlloc(&g->workspace, g->workspace_bytes);
     if (r == CUDA_SUCCESS) return HPC_OK;

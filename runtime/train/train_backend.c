@@ -36,14 +36,20 @@ HpcStatus train_backend_open_with(TrainBackend *b, TrainDevice dev, const StepPr
     step_program_copy_graph(prog, &b->g, &b->pl);
     HPC_ASSERT(dev != TRAIN_DEVICE_AUTO);   /* train_backend_open_program decides auto */
     b->device = dev;
-    HpcStatus st = init_store(&b->ps, &b->pl, b->spec->train.seed, err);
-    phase_mark("parameter init (init_store)");
+    /* The cuda backend opens the GPU while the parameters are drawn and
+     * waits for them before their upload (train_cuda.c); the cpu waits here. */
+    HpcStatus st = init_store_start(&b->ps, &b->pl, b->spec->train.seed, err);
+    if (dev != TRAIN_DEVICE_CUDA) {
+        init_store_wait(&b->ps);
+        phase_mark("parameter init (init_store)");
+    }
     if (!st && dev == TRAIN_DEVICE_CUDA && !o->cuda_open)
         st = hpc_fail(err, HPC_ERR_NO_GPU, "this program was linked without hpc's cuda backend; link it with "
                       "-Wl,--undefined=train_cuda_open and the CUDA libraries (docs/embedding.md), or use the cpu");
     if (!st) st = dev == TRAIN_DEVICE_CUDA ? o->cuda_open(b, total_steps, max_B, max_L, o, err)
                                            : train_cpu_open(b, total_steps, err);
-    if (st) train_backend_close(b);
+    if (st) train_backend_close(b);   /* stops draws still running */
+    else init_store_wait(&b->ps);     /* whatever the backend did: the store is whole from here on */
     return st;
 }
 

@@ -32,6 +32,7 @@
  * off), and the caller's device allocator serves the executor's arena and
  * every buffer beside it; cuBLASLt's workspace (32 MiB) and the loaded
  * modules still come from the driver. */
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -39,6 +40,7 @@
 #include "cuda/cuda_exec.h"
 #include "cuda/cuda_optim.h"
 #include "cuda/nvrtc_compile.h"
+#include "data/batch.h"
 #include "dist/collectives.h"
 #include "dist/rendezvous.h"
 #include "train/lossscale.h"
@@ -217,9 +219,13 @@ static HpcStatus cuda_step(TrainBackend *b, bool poison, HpcError *err)
     if (!st) st = CUDA_CHECK(err, cu->cuMemcpyDtoHAsync(t->host_state + ring, slot, sizeof(CudaOptState),
                                                         t->dev.stream));
     if (!st) st = CUDA_CHECK(err, cu->cuEventRecord(t->end[ring], t->dev.stream));
-    if (t->profile && t->steps == 0)
-        phase_markf("step 1 queued by the host (eager: cuBLASLt heuristics, GEMM autotune %d timed / %d cached, "
-                    "launches)", t->ex.gemm.tuned, t->ex.gemm.tune_hits);
+    if (t->profile && t->steps == 0) {
+        long calls;
+        double secs;
+        cuda_launch_stats(&calls, &secs);
+        phase_markf("step 1 queued by the host (eager; GEMM autotune %d timed / %d cached; all our launches so far: "
+                    "%ld in %.3f s)", t->ex.gemm.tuned, t->ex.gemm.tune_hits, calls, secs);
+    }
     if (!st) {
         t->steps++;
         t->chain_next = true;
@@ -466,6 +472,82 @@ static HpcStatus alloc_rings(CudaTrain *t, HpcError *err)
                                  "step records", err);
 }
 
+/* Step 1's first-time costs (cuBLASLt's first calls and the loading of
+ * its kernels, the GEMM plans and choices, the first launch of each of our
+ * kernels) paid while the parameters are drawn and uploaded: one forward
+ * and backward pass at the run's bounds, with dropout, on whatever the
+ * buffers hold.  Its results are never read: it writes only the arena (no
+ * parameter, optimizer state, counter or record changes), and it is
+ * outside any CUDA graph (tail_key 0: step 1's own graph slot stays
+ * untouched).  Skipped under HPC_PROFILE (its per-node table would print
+ * for it) and with HPC_WARMUP=0. */
+static HpcStatus warm_up(TrainBackend *b, CudaTrain *t, int64_t B, int64_t L, HpcError *err)
+{
+    const char *prof = getenv("HPC_PROFILE");
+    if (prof && *prof && strcmp(prof, "0") != 0) return HPC_OK;
+    long calls0;
+    double secs0;
+    cuda_launch_stats(&calls0, &secs0);
+    Batch *batch = batch_new(B, L, 1);
+    if (!batch) return hpc_fail(err, HPC_ERR_OOM, "cuda backend: out of host memory for a %lld x %lld batch",
+                                (long long)B, (long long)L);
+    for (int64_t i = 0; i < B * L; i++) batch->attention_mask[i] = 1;   /* ids, types, labels: 0, valid */
+    CudaRunOptions o = {.training = true, .backward = true, .seed = b->spec->train.seed, .step = 0,
+                        .loss_scale = 1.0};
+    HpcStatus st = cuda_exec_run(&t->ex, batch, &o, err);
+    batch_free(batch);   /* its bytes reached the driver: uploads from pageable memory are staged */
+    long calls;
+    double secs;
+    cuda_launch_stats(&calls, &secs);
+    phase_markf("warm-up pass (%lld x %lld: GEMM autotune %d timed / %d cached; %ld of our launches in %.3f s, "
+                "the rest cuBLASLt)", (long long)B, (long long)L, t->ex.gemm.tuned, t->ex.gemm.tune_hits,
+                calls - calls0, secs - secs0);
+    return st;
+}
+
+/* The upload on a thread of its own, beside the warm-up pass: it waits for
+ * the draws, then fills the staging buffers and queues the copies on the
+ * run's stream (the context made current on it first).  Both queue on the
+ * same stream in whatever order they come; the warm-up may read parameters
+ * half uploaded, which is harmless (its results are never read), and
+ * step 1 is queued after the join, so after every copy. */
+typedef struct {
+    TrainBackend *b;
+    CudaTrain *t;
+    HpcStatus st;
+    HpcError err;
+} UploadJob;
+
+static void *upload_main(void *arg)
+{
+    UploadJob *j = arg;
+    j->st = CUDA_CHECK(&j->err, cuda_driver()->cuCtxSetCurrent(j->t->dev.ctx));
+    init_store_wait(&j->b->ps);
+    if (!j->st) j->st = cuda_exec_set_params(&j->t->ex, j->b->ps.w, &j->err);
+    return NULL;
+}
+
+static HpcStatus warm_up_and_upload(TrainBackend *b, CudaTrain *t, int64_t B, int64_t L, HpcError *err)
+{
+    UploadJob job = {.b = b, .t = t};
+    pthread_t thread;
+    const char *overlap = getenv("HPC_START_OVERLAP");   /* "0": one thing after another */
+    bool apart = !(overlap && strcmp(overlap, "0") == 0) && pthread_create(&thread, NULL, upload_main, &job) == 0;
+    HpcStatus st = warm_up(b, t, B, L, err);
+    if (apart) {
+        pthread_join(thread, NULL);
+    } else {   /* HPC_START_OVERLAP=0, or no thread to be had: one after the other */
+        init_store_wait(&b->ps);
+        if (!st) job.st = cuda_exec_set_params(&t->ex, b->ps.w, &job.err);
+    }
+    phase_mark("parameter init waited for and uploaded beside the warm-up pass (the upload's span above)");
+    if (!st && job.st) {
+        *err = job.err;
+        st = job.st;
+    }
+    return st;
+}
+
 HpcStatus train_cuda_open(TrainBackend *b, int64_t total_steps, int64_t max_B, int64_t max_L,
                           const TrainBackendOptions *o, HpcError *err)
 {
@@ -505,9 +587,7 @@ HpcStatus train_cuda_open(TrainBackend *b, int64_t total_steps, int64_t max_B, i
     if (st) return st;
     t->ex_open = true;
     phase_mark("kernel lookups");
-    st = cuda_exec_set_params(&t->ex, b->ps.w, err);
-    phase_mark("parameter upload (f32 masters; 16-bit copies converted on the host)");
-    if (!st) st = cuda_optim_init(&t->opt, &t->ex, b->spec, b->policy, total_steps, err);
+    st = cuda_optim_init(&t->opt, &t->ex, b->spec, b->policy, total_steps, err);
     if (st) return st;
     t->opt_open = true;
     phase_mark("optimizer: tables uploaded, m and v zeroed");
@@ -519,5 +599,17 @@ HpcStatus train_cuda_open(TrainBackend *b, int64_t total_steps, int64_t max_B, i
     b->cuda_stream = t->dev.stream;
     st = alloc_rings(t, err);
     phase_mark("record rings and events");
+    /* The warm-up pass with the upload beside it: step 1's first-call
+     * costs (0.19-0.26 s of host time on the H200) and the wait for the
+     * draws plus the upload (0.08 s) overlap, whether or not the draws are
+     * still running.  HPC_WARMUP=0: neither, one after the other. */
+    const char *wu = getenv("HPC_WARMUP");
+    bool never = wu && strcmp(wu, "0") == 0;
+    if (!st && !never) return warm_up_and_upload(b, t, max_B, max_L, err);
+    if (!st) phase_mark("no warm-up pass (HPC_WARMUP=0)");
+    init_store_wait(&b->ps);   /* drawn on other threads meanwhile (train_backend.c) */
+    phase_mark("parameter init: the wait for the draws");
+    if (!st) st = cuda_exec_set_params(&t->ex, b->ps.w, err);
+    phase_mark("parameter upload (f32 masters, 16-bit copies converted on the host; page-locked staging)");
     return st;
 }
