@@ -30,6 +30,7 @@
 #include "autodiff.h"
 #include "data/batch.h"
 #include "cpu/cpu_exec.h"
+#include "cpu_step.h"
 #include "emit_ops.h"
 #include "fuse.h"
 #include "program/ir.h"
@@ -107,52 +108,11 @@ static void free_weights(const ParamList *pl, double **w)
 }
 
 /* The loss and every parameter gradient (as f64) of one training step. */
-typedef struct {
-    double loss;
-    double **grad;   /* (n_params) NULL where none */
-    int n;
-} StepOut;
-
+/* The step on the reference executor, loss scale 1 (tests/cpu_step.h). */
 static StepOut run_step(const IrGraph *g, const ParamList *pl, double **w, CpuExecPrecision prec,
                         const Batch *b)
 {
-    CpuExec ex;
-    cpu_exec_init(&ex, g, prec);
-    float **wf = calloc((size_t)pl->n, sizeof *wf);
-    for (int p = 0; p < pl->n; p++) {
-        if (pl->p[p].tied_to >= 0) continue;
-        if (prec == CPU_EXEC_F64) {
-            cpu_exec_bind_param(&ex, p, w[p]);
-            continue;
-        }
-        int64_t n = params_numel(&pl->p[p]);
-        wf[p] = malloc((size_t)n * sizeof(float));
-        for (int64_t k = 0; k < n; k++) wf[p][k] = (float)w[p][k];
-        cpu_exec_bind_param(&ex, p, wf[p]);
-    }
-    CpuRunOptions o = {.training = true, .backward = true, .seed = 77, .step = 3, .loss_scale = 1.0};
-    HpcError err = {0};
-    cr_assert_eq(cpu_exec_run(&ex, b, &o, &err), HPC_OK, "cpu_exec_run: %s", err.msg);
-    StepOut s = {cpu_exec_loss(&ex), calloc((size_t)pl->n, sizeof(double *)), pl->n};
-    for (int p = 0; p < pl->n; p++) {
-        int gv = g->param_grad[p];
-        if (gv < 0) continue;
-        int64_t n = params_numel(&pl->p[p]);
-        s.grad[p] = malloc((size_t)n * sizeof(double));
-        const void *v = cpu_exec_value(&ex, gv);
-        for (int64_t k = 0; k < n; k++)
-            s.grad[p][k] = prec == CPU_EXEC_F64 ? ((const double *)v)[k] : ((const float *)v)[k];
-    }
-    for (int p = 0; p < pl->n; p++) free(wf[p]);
-    free(wf);
-    cpu_exec_free(&ex);
-    return s;
-}
-
-static void step_free(StepOut *s)
-{
-    for (int p = 0; p < s->n; p++) free(s->grad[p]);
-    free(s->grad);
+    return cpu_step_run(g, pl, w, prec, CPU_EXEC_REFERENCE, 1.0, b);
 }
 
 /* Relative error of a against b, ||a - b|| / ||b||; NaN never passes. */

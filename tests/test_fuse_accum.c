@@ -26,6 +26,7 @@
 #include <string.h>
 
 #include "cpu/cpu_exec.h"
+#include "cpu_step.h"
 #include "cpu/half.h"
 #include "cpu/philox.h"
 #include "data/batch.h"
@@ -199,12 +200,6 @@ static Batch *tiny_batch(void)
     return b;
 }
 
-typedef struct {
-    double loss;
-    double **grad;   /* (n) NULL where none */
-    int n;
-} StepOut;
-
 /* The loss scale of the steps (the backward's seed; relative errors do not
  * depend on it in exact arithmetic, but 16-bit gradients underflow at 1). */
 static double g_loss_scale = 1.0;
@@ -236,44 +231,7 @@ static void free_weights(const ParamList *pl, double **w)
 static StepOut run_step(const IrGraph *g, const ParamList *pl, double **w, CpuExecPrecision prec, CpuExecMode mode,
                         const Batch *b)
 {
-    CpuExec ex;
-    cpu_exec_init(&ex, g, prec);
-    cpu_exec_set_mode(&ex, mode);
-    float **wf = calloc((size_t)pl->n, sizeof *wf);
-    for (int p = 0; p < pl->n; p++) {
-        if (pl->p[p].tied_to >= 0) continue;
-        if (prec == CPU_EXEC_F64) {
-            cpu_exec_bind_param(&ex, p, w[p]);
-            continue;
-        }
-        int64_t n = params_numel(&pl->p[p]);
-        wf[p] = malloc((size_t)n * sizeof(float));
-        for (int64_t k = 0; k < n; k++) wf[p][k] = (float)w[p][k];
-        cpu_exec_bind_param(&ex, p, wf[p]);
-    }
-    CpuRunOptions o = {.training = true, .backward = true, .seed = 77, .step = 3, .loss_scale = g_loss_scale};
-    HpcError err = {0};
-    cr_assert_eq(cpu_exec_run(&ex, b, &o, &err), HPC_OK, "cpu_exec_run: %s", err.msg);
-    StepOut s = {cpu_exec_loss(&ex), calloc((size_t)pl->n, sizeof(double *)), pl->n};
-    for (int p = 0; p < pl->n; p++) {
-        int gv = g->param_grad[p];
-        if (gv < 0) continue;
-        int64_t n = params_numel(&pl->p[p]);
-        s.grad[p] = malloc((size_t)n * sizeof(double));
-        const void *v = cpu_exec_value(&ex, gv);
-        for (int64_t k = 0; k < n; k++)
-            s.grad[p][k] = prec == CPU_EXEC_F64 ? ((const double *)v)[k] : ((const float *)v)[k];
-    }
-    for (int p = 0; p < pl->n; p++) free(wf[p]);
-    free(wf);
-    cpu_exec_free(&ex);
-    return s;
-}
-
-static void step_free(StepOut *s)
-{
-    for (int p = 0; p < s->n; p++) free(s->grad[p]);
-    free(s->grad);
+    return cpu_step_run(g, pl, w, prec, mode, g_loss_scale, b);
 }
 
 /* ||a - b|| / ||b||; NaN (in a or b) gives NaN, which no test accepts. */
@@ -402,21 +360,8 @@ static double *value_of(const IrGraph *g, const ParamList *pl, double **w, CpuEx
 {
     CpuExec ex;
     cpu_exec_init(&ex, g, prec);
-    float **wf = calloc((size_t)pl->n, sizeof *wf);
-    for (int p = 0; p < pl->n; p++) {
-        if (pl->p[p].tied_to >= 0) continue;
-        if (prec == CPU_EXEC_F64) {
-            cpu_exec_bind_param(&ex, p, w[p]);
-            continue;
-        }
-        int64_t n = params_numel(&pl->p[p]);
-        wf[p] = malloc((size_t)n * sizeof(float));
-        for (int64_t k = 0; k < n; k++) wf[p][k] = (float)w[p][k];
-        cpu_exec_bind_param(&ex, p, wf[p]);
-    }
-    CpuRunOptions o = {.training = true, .backward = true, .seed = 77, .step = 3, .loss_scale = g_loss_scale};
-    HpcError err = {0};
-    cr_assert_eq(cpu_exec_run(&ex, b, &o, &err), HPC_OK, "cpu_exec_run: %s", err.msg);
+    float **wf = cpu_step_bind(&ex, pl, w, prec);
+    cpu_step_exec(&ex, b, g_loss_scale);
     *numel = 0;
     for (int k = 0; k < n_names; k++) *numel += cpu_exec_numel(&ex, (int)last_named(g, names[k]));
     double *v = malloc((size_t)*numel * sizeof *v), *at = v;
@@ -426,8 +371,7 @@ static double *value_of(const IrGraph *g, const ParamList *pl, double **w, CpuEx
         const void *x = cpu_exec_value(&ex, id);
         for (int64_t i = 0; i < n; i++) *at++ = prec == CPU_EXEC_F64 ? ((const double *)x)[i] : ((const float *)x)[i];
     }
-    for (int p = 0; p < pl->n; p++) free(wf[p]);
-    free(wf);
+    cpu_step_unbind(pl, wf);
     cpu_exec_free(&ex);
     return v;
 }

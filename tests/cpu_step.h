@@ -1,0 +1,91 @@
+/* tests/cpu_step.h — one training step of a graph on the cpu executor, for
+ * the tests that compare two graphs or two plans on the same weights and
+ * batch (tests/test_fuse.c, tests/test_fuse_accum.c).  Header-only (static
+ * functions, Criterion asserts): each test is its own program.
+ *
+ * Weights come as doubles, one array per parameter (tied parameters share
+ * their owner's); the f64 executor takes them as they are, the f32 one a
+ * float copy.  The step runs in training mode with the backward pass,
+ * dropout seed 77 and step 3, so two graphs of one model draw the same
+ * masks.  StepOut holds the loss and every parameter gradient as doubles
+ * (NULL where a parameter has none). */
+#ifndef HPC_TESTS_CPU_STEP_H
+#define HPC_TESTS_CPU_STEP_H
+
+#include <criterion/criterion.h>
+#include <stdlib.h>
+
+#include "cpu/cpu_exec.h"
+#include "data/batch.h"
+#include "program/ir.h"
+#include "program/params.h"
+
+typedef struct {
+    double loss;
+    double **grad;   /* (n) NULL where none */
+    int n;
+} StepOut;
+
+/* Binds w to ex; returns the float copies to free with cpu_step_unbind
+ * (all NULL for the f64 executor). */
+static float **cpu_step_bind(CpuExec *ex, const ParamList *pl, double **w, CpuExecPrecision prec)
+{
+    float **wf = calloc((size_t)pl->n, sizeof *wf);
+    for (int p = 0; p < pl->n; p++) {
+        if (pl->p[p].tied_to >= 0) continue;
+        if (prec == CPU_EXEC_F64) {
+            cpu_exec_bind_param(ex, p, w[p]);
+            continue;
+        }
+        int64_t n = params_numel(&pl->p[p]);
+        wf[p] = malloc((size_t)n * sizeof(float));
+        for (int64_t k = 0; k < n; k++) wf[p][k] = (float)w[p][k];
+        cpu_exec_bind_param(ex, p, wf[p]);
+    }
+    return wf;
+}
+
+static void cpu_step_unbind(const ParamList *pl, float **wf)
+{
+    for (int p = 0; p < pl->n; p++) free(wf[p]);
+    free(wf);
+}
+
+/* The step itself: training, backward, the tests' fixed seed and step. */
+static void cpu_step_exec(CpuExec *ex, const Batch *b, double loss_scale)
+{
+    CpuRunOptions o = {.training = true, .backward = true, .seed = 77, .step = 3, .loss_scale = loss_scale};
+    HpcError err = {0};
+    cr_assert_eq(cpu_exec_run(ex, b, &o, &err), HPC_OK, "cpu_exec_run: %s", err.msg);
+}
+
+static StepOut cpu_step_run(const IrGraph *g, const ParamList *pl, double **w, CpuExecPrecision prec,
+                            CpuExecMode mode, double loss_scale, const Batch *b)
+{
+    CpuExec ex;
+    cpu_exec_init(&ex, g, prec);
+    cpu_exec_set_mode(&ex, mode);
+    float **wf = cpu_step_bind(&ex, pl, w, prec);
+    cpu_step_exec(&ex, b, loss_scale);
+    StepOut s = {cpu_exec_loss(&ex), calloc((size_t)pl->n, sizeof(double *)), pl->n};
+    for (int p = 0; p < pl->n; p++) {
+        int gv = g->param_grad[p];
+        if (gv < 0) continue;
+        int64_t n = params_numel(&pl->p[p]);
+        s.grad[p] = malloc((size_t)n * sizeof(double));
+        const void *v = cpu_exec_value(&ex, gv);
+        for (int64_t k = 0; k < n; k++)
+            s.grad[p][k] = prec == CPU_EXEC_F64 ? ((const double *)v)[k] : ((const float *)v)[k];
+    }
+    cpu_step_unbind(pl, wf);
+    cpu_exec_free(&ex);
+    return s;
+}
+
+static void step_free(StepOut *s)
+{
+    for (int p = 0; p < s->n; p++) free(s->grad[p]);
+    free(s->grad);
+}
+
+#endif
