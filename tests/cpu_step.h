@@ -14,8 +14,10 @@
 
 #include <criterion/criterion.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "cpu/cpu_exec.h"
+#include "cpu/philox.h"
 #include "data/batch.h"
 #include "program/ir.h"
 #include "program/params.h"
@@ -25,6 +27,34 @@ typedef struct {
     double **grad;   /* (n) NULL where none */
     int n;
 } StepOut;
+
+/* Random weights for every parameter (f64), uniform in [-scale, scale)
+ * from Philox stream `seed`; LayerNorm gammas around 1.  Tied parameters
+ * point at their owner's array (free with cpu_step_free_weights). */
+static double **cpu_step_random_weights(const ParamList *pl, uint64_t seed, double scale)
+{
+    double **w = calloc((size_t)pl->n, sizeof *w);
+    uint64_t ctr = 0;
+    for (int i = 0; i < pl->n; i++) {
+        const ParamInfo *p = &pl->p[i];
+        if (p->tied_to >= 0) continue;
+        int64_t n = params_numel(p);
+        bool gamma = strstr(p->name, "LayerNorm.weight") || strstr(p->name, "gamma");
+        w[i] = malloc((size_t)n * sizeof(double));
+        for (int64_t k = 0; k < n; k++)
+            w[i][k] = (gamma ? 1.0 : 0.0) + scale * (2.0 * philox_uniform(seed, ctr++, 0, 99) - 1.0);
+    }
+    for (int i = 0; i < pl->n; i++)
+        if (pl->p[i].tied_to >= 0) w[i] = w[pl->p[i].tied_to];
+    return w;
+}
+
+static void cpu_step_free_weights(const ParamList *pl, double **w)
+{
+    for (int i = 0; i < pl->n; i++)
+        if (pl->p[i].tied_to < 0) free(w[i]);
+    free(w);
+}
 
 /* Binds w to ex; returns the float copies to free with cpu_step_unbind
  * (all NULL for the f64 executor). */

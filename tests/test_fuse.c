@@ -82,30 +82,9 @@ static Batch *tiny_batch(void)
 }
 
 /* Random weights for every parameter (f64 master copy); gammas around 1. */
-static double **random_weights(const ParamList *pl, double scale)
-{
-    double **w = calloc((size_t)pl->n, sizeof *w);
-    uint64_t ctr = 0;
-    for (int i = 0; i < pl->n; i++) {
-        const ParamInfo *p = &pl->p[i];
-        if (p->tied_to >= 0) continue;
-        int64_t n = params_numel(p);
-        bool gamma = strstr(p->name, "LayerNorm.weight") || strstr(p->name, "gamma");
-        w[i] = malloc((size_t)n * sizeof(double));
-        for (int64_t k = 0; k < n; k++)
-            w[i][k] = (gamma ? 1.0 : 0.0) + scale * (2.0 * philox_uniform(1234, ctr++, 0, 99) - 1.0);
-    }
-    for (int i = 0; i < pl->n; i++)
-        if (pl->p[i].tied_to >= 0) w[i] = w[pl->p[i].tied_to];
-    return w;
-}
+static double **random_weights(const ParamList *pl, double scale) { return cpu_step_random_weights(pl, 1234, scale); }
 
-static void free_weights(const ParamList *pl, double **w)
-{
-    for (int i = 0; i < pl->n; i++)
-        if (pl->p[i].tied_to < 0) free(w[i]);
-    free(w);
-}
+static void free_weights(const ParamList *pl, double **w) { cpu_step_free_weights(pl, w); }
 
 /* The loss and every parameter gradient (as f64) of one training step. */
 /* The step on the reference executor, loss scale 1 (tests/cpu_step.h). */

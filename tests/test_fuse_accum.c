@@ -204,29 +204,9 @@ static Batch *tiny_batch(void)
  * depend on it in exact arithmetic, but 16-bit gradients underflow at 1). */
 static double g_loss_scale = 1.0;
 
-static double **random_weights(const ParamList *pl, uint64_t seed)
-{
-    double **w = calloc((size_t)pl->n, sizeof *w);
-    uint64_t ctr = 0;
-    for (int i = 0; i < pl->n; i++) {
-        if (pl->p[i].tied_to >= 0) continue;
-        int64_t n = params_numel(&pl->p[i]);
-        bool gamma = strstr(pl->p[i].name, "LayerNorm.weight") != NULL;
-        w[i] = malloc((size_t)n * sizeof(double));
-        for (int64_t k = 0; k < n; k++)
-            w[i][k] = (gamma ? 1.0 : 0.0) + 0.5 * (2.0 * philox_uniform(seed, ctr++, 0, 99) - 1.0);
-    }
-    for (int i = 0; i < pl->n; i++)
-        if (pl->p[i].tied_to >= 0) w[i] = w[pl->p[i].tied_to];
-    return w;
-}
+static double **random_weights(const ParamList *pl, uint64_t seed) { return cpu_step_random_weights(pl, seed, 0.5); }
 
-static void free_weights(const ParamList *pl, double **w)
-{
-    for (int i = 0; i < pl->n; i++)
-        if (pl->p[i].tied_to < 0) free(w[i]);
-    free(w);
-}
+static void free_weights(const ParamList *pl, double **w) { cpu_step_free_weights(pl, w); }
 
 static StepOut run_step(const IrGraph *g, const ParamList *pl, double **w, CpuExecPrecision prec, CpuExecMode mode,
                         const Batch *b)
