@@ -22,8 +22,8 @@ LDLIBS    += -Wl,-Bstatic -ljansson -lutf8proc -Wl,-Bdynamic \
 
 # libhpcc.a: util/, grammar/, program/ (the step program both halves read
 # and write) and compiler/; libhpcrt.a: runtime/.  A program that only runs
-# NAME.hpc pulls from libhpcc.a nothing but program/ and util/ members and
-# the op table (tests/link/check-no-frontend.sh reads its link map);
+# NAME.hpc pulls from libhpcc.a nothing but program/ and util/ members
+# (tests/link/check-no-frontend.sh reads its link map);
 # runtime/ includes no compiler/ header but one door (scripts/check-includes.sh).
 COMPILER_SRC := $(wildcard util/*.c grammar/*.c program/*.c compiler/*.c)
 RUNTIME_SRC  := $(wildcard runtime/*/*.c)

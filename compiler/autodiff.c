@@ -4,6 +4,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 
+#include "compiler/ir_build.h"
+
 static void mark_requires_grad(IrGraph *g, const ParamList *pl)
 {
     for (int i = 0; i < g->n_forward; i++) {

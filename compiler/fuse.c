@@ -15,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "compiler/ir_build.h"
 
 static const IrNode *node(const Matcher *M, int id) { return fuse_node(M, id); }
 

@@ -8,6 +8,8 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "compiler/ir_build.h"
+
 typedef struct {
     const ModelSpec *spec;
     IrGraph *g;

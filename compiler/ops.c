@@ -1,10 +1,12 @@
-/* compiler/ops.c — the op table: shape/dtype rule and backward rule of every
- * op kind listed in ops.def.  The CPU reference of each op lives in
+/* compiler/ops.c — the compiler's half of the op table: the shape/dtype rule
+ * and the backward rule of every op kind listed in ops.def (names, arities
+ * and outputs: program/op_info.c).  The CPU reference of each op lives in
  * runtime/cpu/cpu_exec.c (the runtime library may not be used by the compiler). */
 #include <string.h>
 
 #include "error.h"
 #include "fuse.h"
+#include "compiler/ir_build.h"
 #include "program/ir.h"
 
 #define NODE(id) (&g->nodes[(id)])
@@ -356,24 +358,6 @@ static void ir_shape_output(const IrGraph *g, IrNode *n)
     }
 }
 
-const char *ir_output_name(IrOpKind op, int k)
-{
-    if (k == 0) return "out";
-    if (op == IR_OP_LAYERNORM_FWD) return k == 1 ? "mean" : k == 2 ? "rstd" : "?";
-    if (op == IR_OP_LN_RESIDUAL) {
-        static const char *const nm[] = {"out", "mean", "rstd", "sum", "low"};
-        return k < 5 ? nm[k] : "?";
-    }
-    if (op == IR_OP_LN_RESIDUAL_BWD) {
-        static const char *const nm[] = {"out", "dx", "dgamma", "dbeta", "dbias"};
-        return k < 5 ? nm[k] : "?";
-    }
-    if (op == IR_OP_LINEAR_DW_BGRAD) return k == 1 ? "db" : "?";
-    if (op == IR_OP_ACT_BWD_BGRAD) return k == 1 ? "db" : k == 2 ? "act" : "?";
-    if (op == IR_OP_ATTENTION) return k == 1 ? "lse" : "?";
-    if (op == IR_OP_ATTENTION_BWD) return k == 1 ? "dk" : k == 2 ? "dv" : "?";
-    return "?";
-}
 
 /* ACT_BWD_BGRAD: dx as ACT_BWD; db and y are its OUTPUTs 1, 2 (ir_shape_output). */
 static void ir_shape_act_bwd_bgrad(const IrGraph *g, IrNode *n)
@@ -672,26 +656,35 @@ GRAD_RULE(output)
 }
 #undef F
 
-/* ---- the table -------------------------------------------------------- */
+/* ---- the rule tables ------------------------------------------------- */
 
-static const IrOpInfo op_table[] = {
-#define IR_OP(E, name, nmin, nmax, nout, prec, grad, cuda) {#name, nmin, nmax, nout, ir_shape_##name, grad_##grad},
+static const IrShapeFn shape_table[] = {
+#define IR_OP(E, name, nmin, nmax, nout, prec, grad, cuda) ir_shape_##name,
 #include "program/ops.def"
 #undef IR_OP
 };
-_Static_assert(sizeof op_table / sizeof op_table[0] == IR_OP_COUNT, "ops.def and the op table disagree");
-_Static_assert(IR_OP_COUNT == 43, "an op was added or removed: update docs/ir.md (the row names its functions)");
+static const IrGradFn grad_table[] = {
+#define IR_OP(E, name, nmin, nmax, nout, prec, grad, cuda) grad_##grad,
+#include "program/ops.def"
+#undef IR_OP
+};
+_Static_assert(sizeof shape_table / sizeof shape_table[0] == IR_OP_COUNT, "ops.def and the shape rules disagree");
+_Static_assert(sizeof grad_table / sizeof grad_table[0] == IR_OP_COUNT, "ops.def and the backward rules disagree");
 
-const IrOpInfo *ir_op_info(IrOpKind op)
+IrShapeFn ir_shape_rule(IrOpKind op)
 {
     HPC_ASSERT(op >= 0 && op < IR_OP_COUNT);
-    return &op_table[op];
+    return shape_table[op];
 }
 
-const char *ir_op_name(IrOpKind op) { return ir_op_info(op)->name; }
+IrGradFn ir_grad_rule(IrOpKind op)
+{
+    HPC_ASSERT(op >= 0 && op < IR_OP_COUNT);
+    return grad_table[op];
+}
 
 void ir_backward(IrGraph *g, int id, int dy, int dx[IR_MAX_INPUTS])
 {
     for (int k = 0; k < IR_MAX_INPUTS; k++) dx[k] = -1;
-    ir_op_info(g->nodes[id].op)->backward(g, id, dy, dx);
+    ir_grad_rule(g->nodes[id].op)(g, id, dy, dx);
 }

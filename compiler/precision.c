@@ -4,6 +4,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "compiler/ir_build.h"
+
 /* dtype slots of the per-value caches */
 enum { SLOT_F32, SLOT_F16, SLOT_BF16, N_SLOTS };
 

@@ -17,10 +17,9 @@
  * program/ops.def.  Attributes are typed per op kind (IrAttr is a union of
  * small structs; ops.def says which member an op uses).
  *
- * Builders validate and record: ir_add computes the output shape and dtype
- * with the op's shape rule and panics (HPC_ASSERT regime) on a shape
- * mismatch, because graphs are built by the compiler from a checked
- * ModelSpec, never from user input directly.
+ * This header holds the data and the queries both halves need.  Building
+ * a graph (ir_add and the other builders, which run the op's shape rule,
+ * and the backward rules) is the compiler's: compiler/ir_build.h.
  *
  * Graph roles: `loss` is the scalar the backward pass starts from, `logits`
  * the head's output (for evaluation); after autodiff, `param_grad[p]` is the
@@ -31,7 +30,7 @@
  * Ownership: IrGraph owns its node array; ir_free releases it.  Passes that
  * rewrite the graph (precision, fuse) build a new graph or append nodes.
  *
- * Usage:
+ * Usage (building: compiler/ir_build.h):
  *   IrGraph g; ir_init(&g);
  *   int x = ir_input(&g, IR_IN_INPUT_IDS);
  *   int w = ir_param(&g, 0, DT_F32, 2, (int64_t[]){64, 16}, "emb");
@@ -202,54 +201,21 @@ typedef struct {
     IrRegion region;          /* given to the nodes appended next (lowering moves it) */
 } IrGraph;
 
-/* Shape and dtype rule of an op: fills node->dtype, rank, dims from the
- * inputs (already in g) and the attribute; panics on a mismatch. */
-typedef void (*IrShapeFn)(const IrGraph *g, IrNode *node);
-/* Backward rule of an op: see ir_backward. */
-typedef void (*IrGradFn)(IrGraph *g, int node, int dy, int *dx);
-
+/* What the op table (program/op_info.c, from ops.def) says of an op kind: the
+ * facts a reader of a step program checks a node against.  The shape and
+ * backward rules that build graphs are the compiler's (compiler/ir_build.h). */
 typedef struct {
     const char *name;
     int min_inputs, max_inputs;
     int n_outputs;            /* 1, or an op whose outputs 1.. are OUTPUT nodes */
-    IrShapeFn shape;
-    IrGradFn backward;        /* the rule ir_backward runs (ops.def's grad column) */
 } IrOpInfo;
 
 void ir_init(IrGraph *g);
 void ir_free(IrGraph *g);
 
-/* Appends a node, runs its shape rule, returns its id.  attr may be NULL for
- * ops without attributes.  name is copied (truncated); NULL = op name. */
-int ir_add(IrGraph *g, IrOpKind op, const int *inputs, int n_in, const IrAttr *attr,
-           const char *name);
-/* For an op with several outputs: ir_add, then one OUTPUT node per output
- * 1 .. n_outputs-1 right after it, named "<name>.<output name>".  Writes the
- * value ids of all outputs into outs[0 .. n_outputs) (outs[0] is the node)
- * and returns the node's id. */
-int ir_add_outputs(IrGraph *g, IrOpKind op, const int *inputs, int n_in, const IrAttr *attr,
-                   const char *name, int *outs);
 /* The value of output k of node id: id itself for k == 0, else its OUTPUT
  * node, or -1 when the graph has none (a pass dropped an unused one). */
 int ir_output(const IrGraph *g, int id, int k);
-int ir_input(IrGraph *g, IrInputKind kind);
-int ir_param(IrGraph *g, int index, DType dtype, int rank, const int64_t *dims, const char *name);
-
-/* Backward rule of node's op (compiler/ops.c): given dy, the gradient value
- * of node, appends the nodes that compute the gradient of each input whose
- * requires_grad is set and writes their ids into dx[i] (-1 for the others).
- * Autodiff calls it once per forward node, in reverse order. */
-void ir_backward(IrGraph *g, int node, int dy, int dx[IR_MAX_INPUTS]);
-
-/* For passes that rebuild a graph (precision, fuse): appends a copy of
- * node n of another graph with its inputs remapped through map (old id ->
- * id in g) and runs its shape rule again, so dtypes follow the new inputs
- * (a PARAM keeps its dims and dtype; set node->dtype afterwards to store a
- * value in another precision).  Flags, name and attributes are copied; a
- * dropout keeps its salt, so its mask does not change.  Returns the id. */
-int ir_copy_node(IrGraph *g, const IrNode *n, const int *map);
-/* CAST(v) to `to`, or v itself when it already has that dtype. */
-int ir_cast(IrGraph *g, int v, DType to);
 /* Copies loss, logits, n_forward and param_grad of src through map. */
 void ir_copy_roles(IrGraph *g, const IrGraph *src, const int *map);
 

@@ -20,6 +20,7 @@
 #include <string.h>
 
 #include "fuse.h"
+#include "compiler/ir_build.h"
 #include "program/ir.h"
 #include "program/params.h"
 

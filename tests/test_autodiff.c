@@ -25,6 +25,7 @@
 #include "autodiff.h"
 #include "data/batch.h"
 #include "cpu/cpu_exec.h"
+#include "compiler/ir_build.h"
 #include "program/ir.h"
 #include "lower.h"
 #include "program/params.h"

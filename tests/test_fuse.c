@@ -33,6 +33,7 @@
 #include "cpu_step.h"
 #include "emit_ops.h"
 #include "fuse.h"
+#include "compiler/ir_build.h"
 #include "program/ir.h"
 #include "compiler/ir_print.h"
 #include "lower.h"

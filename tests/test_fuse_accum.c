@@ -31,6 +31,7 @@
 #include "cpu/philox.h"
 #include "data/batch.h"
 #include "fuse.h"
+#include "compiler/ir_build.h"
 #include "program/ir.h"
 #include "program/params.h"
 #include "pipeline.h"

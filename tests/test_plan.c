@@ -17,6 +17,7 @@
 
 #include "autodiff.h"
 #include "emit_ops.h"
+#include "compiler/ir_build.h"
 #include "program/ir.h"
 #include "lower.h"
 #include "cuda/nvrtc_compile.h"
