@@ -106,9 +106,12 @@ $(BUILD)/tests/%: tests/%.c $(CLI_LIB) $(LIBS) | $(BUILD)/.deps-ok
 
 # A program that only runs artifacts: no front end in it (tests/link/check-no-frontend.sh,
 # which also reads the link map, $@.map, for the library members it pulled).
+# It also links the checkpoint writer and reader (a run that saves and
+# resumes): they must not bring the parser either.
 $(BUILD)/tests/link/run_artifact: tests/link/run_artifact.c $(LIBS)
 	@mkdir -p $(@D)
-	$(CC) $(CFLAGS) -o $@ $< -Wl,-Map=$@.map $(LIBS) $(LDLIBS)
+	$(CC) $(CFLAGS) -o $@ $< -Wl,-Map=$@.map -Wl,--undefined=checkpoint_save -Wl,--undefined=checkpoint_load \
+	    $(LIBS) $(LDLIBS)
 # The same through the C API: cpu backend only, and with the cuda backend linked in.
 $(BUILD)/tests/link/api_artifact: tests/link/api_artifact.c $(LIBS)
 	@mkdir -p $(@D)

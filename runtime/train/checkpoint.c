@@ -18,7 +18,6 @@
 #include "formats/hf_config.h"
 #include "formats/safetensors.h"
 #include "num_parse.h"
-#include "compiler/step_program_build.h"   /* spec_load_string: the checkpoint's model text */
 
 #define M_PREFIX "exp_avg."
 #define V_PREFIX "exp_avg_sq."
@@ -481,41 +480,27 @@ HpcStatus checkpoint_load(const char *dir, TrainState *ts, HpcError *err)
 }
 
 /* ------------------------------------------------------------------ */
-/* The saved model                                                      */
+/* The saved model (parsed by checkpoint_spec.c: the front end is not needed
+ * to save or resume a run)                                             */
 
-static bool parse_policy(const char *name, SpecPrecision *out)
+HpcStatus checkpoint_read_model_text(const char *dir, char **text, char *policy, size_t policy_cap, char *where,
+                                     size_t where_cap, HpcError *err)
 {
-    for (SpecPrecision p = PREC_DEFAULT; p <= PREC_BF16; p++)
-        if (strcmp(name, spec_precision_name(p)) == 0) {
-            *out = p;
-            return true;
-        }
-    return false;
-}
-
-HpcStatus checkpoint_read_spec(const char *dir, ModelSpec *spec, SpecPrecision *policy, HpcError *err)
-{
-    char stepdir[4096], name[4200];
+    char stepdir[4096];
     json_t *root = NULL;
+    *text = NULL;
+    if (policy_cap) policy[0] = 0;
     HpcStatus st = ckfs_resolve(dir, stepdir, sizeof stepdir, err);
     if (!st) st = verify_files(stepdir, false, err);
     if (!st) st = read_state(stepdir, &root, err);
     if (st) return st;
     const char *source = NULL, *pol = "";
     json_unpack(root, "{s:{s:s}, s?s}", "model", "source", &source, "policy", &pol);
-    snprintf(name, sizeof name, "%s/state.json (model.source)", stepdir);
-    char *diag = NULL;
-    size_t dlen = 0;
-    FILE *df = open_memstream(&diag, &dlen);
-    int nerr = source && df ? spec_load_string(name, source, strlen(source), NULL, spec, df) : -1;
-    if (df) fclose(df);
-    if (nerr != 0)
-        st = hpc_fail(err, HPC_ERR_INPUT, "checkpoint: %s holds no loadable model text: %.600s", name,
-                      diag && *diag ? diag : "(missing)");
-    if (!st && policy && !parse_policy(pol, policy)) *policy = PREC_DEFAULT;
-    free(diag);
+    snprintf(where, where_cap, "%s/state.json (model.source)", stepdir);
+    if (source) *text = xstrdup(source);
+    if (policy_cap) snprintf(policy, policy_cap, "%s", pol);
     json_decref(root);
-    return st;
+    return HPC_OK;
 }
 
 HpcStatus checkpoint_lock(const char *dir, CheckpointLock *lk, HpcError *err)

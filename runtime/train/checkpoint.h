@@ -160,8 +160,14 @@ HpcStatus checkpoint_lock(const char *dir, CheckpointLock *lk, HpcError *err);
 void checkpoint_unlock(CheckpointLock *lk);
 
 /* The ModelSpec saved in the checkpoint (its .model text, re-read by the
- * front end) and the precision policy of the run that wrote it. */
+ * front end: checkpoint_spec.c) and the precision policy of the run that
+ * wrote it. */
 HpcStatus checkpoint_read_spec(const char *dir, ModelSpec *spec, SpecPrecision *policy, HpcError *err);
+/* What checkpoint_read_spec parses, after the files' checks: the .model
+ * text (malloc'd; NULL when state.json has none), the policy name ("" when
+ * none) and where the text is, for diagnostics. */
+HpcStatus checkpoint_read_model_text(const char *dir, char **text, char *policy, size_t policy_cap, char *where,
+                                     size_t where_cap, HpcError *err);
 
 /* One line describing what shapes the model's parameters and function
  * ("encoder vocab 64 pos 64 types 2 hidden 32 ... head classifier 2"),
