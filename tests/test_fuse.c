@@ -31,6 +31,7 @@
 #include "data/batch.h"
 #include "cpu/cpu_exec.h"
 #include "cpu_step.h"
+#include "tiny_classifier.h"
 #include "emit_ops.h"
 #include "fuse.h"
 #include "compiler/ir_build.h"
@@ -45,42 +46,6 @@
 #include "compiler/plan_graph.h"
 #include "program/spec.h"
 #include "compiler/spec_load.h"
-
-enum { TB = 2, TL = 8, TV = 50, TH = 16, THEADS = 2, TC = 5 };
-
-static void tiny_spec(ModelSpec *s)
-{
-    spec_defaults(s);
-    snprintf(s->name, sizeof s->name, "tiny");
-    s->stack.vocab_size = TV;
-    s->stack.max_positions = 16;
-    s->stack.hidden = TH;
-    s->stack.heads = THEADS;
-    s->stack.layers = 2;
-    s->stack.ffn = 32;
-    s->stack.ln_eps = 1e-5;
-    s->stack.hidden_dropout = 0.1;
-    s->stack.attention_dropout = 0.1;
-    s->head.num_labels = 3;
-}
-
-static Batch *tiny_batch(void)
-{
-    Batch *b = batch_new(TB, TL, 1);
-    int lens[TB] = {TL, 5}; /* row 1 is padded: the mask matters */
-    for (int r = 0; r < TB; r++)
-        for (int t = 0; t < TL; t++) {
-            int i = r * TL + t;
-            bool real = t < lens[r];
-            b->input_ids[i] = real ? (int)(philox_uniform(7, (uint64_t)i, 0, 1) * TV) : 0;
-            b->token_type_ids[i] = real && t >= 3;
-            b->attention_mask[i] = real;
-            b->labels[i] = real ? (int)(philox_uniform(7, (uint64_t)i, 0, 2) * TC) : -100;
-        }
-    b->labels[0] = 1;
-    b->labels[1] = 2;
-    return b;
-}
 
 /* Random weights for every parameter (f64 master copy); gammas around 1. */
 static double **random_weights(const ParamList *pl, double scale) { return cpu_step_random_weights(pl, 1234, scale); }
