@@ -12,27 +12,12 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cuda/gemm_internal.h"
 #include "cuda/kernel_cache.h"
 #include "cuda/cublaslt_calls.h"   /* last: cublasLt* through the loaded table */
 
 _Static_assert(sizeof(cublasLtMatmulAlgo_t) == GEMM_TUNE_ALGO_BYTES, "gemm_tune.h stores the algorithm's bytes");
 
-/* What decides descriptors and algorithm; pointers only by their alignment. */
-typedef struct {
-    int64_t M, N, K, batch, lda, ldb, ldc, stride_a, stride_b, stride_c, ld_aux;
-    int trans_a, trans_b, ab_type, c_type, epilogue, allow_tf32;
-    int optional;               /* gemm_run_optional: the epilogue may be dropped */
-    int reads_c;                /* beta != 0: timed (and cached) apart from beta = 0 */
-    int align_a, align_b, align_c, align_d, align_bias, align_aux;
-} PlanKey;
-
-struct GemmPlan {
-    PlanKey key;
-    GemmEpilogue epilogue;               /* what it runs: key.epilogue, or NONE for an optional one cuBLASLt lacks */
-    cublasLtMatmulDesc_t op;
-    cublasLtMatrixLayout_t la, lb, lc;   /* cuBLASLt's A (our B), B (our A), C */
-    cublasLtMatmulAlgo_t algo;
-};
 
 size_t gemm_dtype_size(GemmDtype t) { return t == GEMM_F32 ? 4 : 2; }
 
@@ -141,12 +126,19 @@ static void plan_key(PlanKey *k, const GemmContext *g, const GemmDesc *d, bool o
 
 /* ---- plans ----------------------------------------------------------------- */
 
-static void plan_destroy(GemmPlan *p)
+void gemm_plan_descriptors_free(GemmPlan *p)
 {
     if (p->la) cublasLtMatrixLayoutDestroy(p->la);
     if (p->lb) cublasLtMatrixLayoutDestroy(p->lb);
     if (p->lc) cublasLtMatrixLayoutDestroy(p->lc);
     if (p->op) cublasLtMatmulDescDestroy(p->op);
+    p->la = p->lb = p->lc = NULL;
+    p->op = NULL;
+}
+
+static void plan_destroy(GemmPlan *p)
+{
+    gemm_plan_descriptors_free(p);
     memset(p, 0, sizeof *p);
 }
 
@@ -227,6 +219,15 @@ static HpcStatus plan_pointers(GemmPlan *p, const GemmDesc *d, HpcError *err)
     return st;
 }
 
+HpcStatus gemm_plan_descriptors(GemmPlan *p, const GemmContext *g, const GemmDesc *d, HpcError *err)
+{
+    HpcStatus st = plan_layouts(p, d, err);
+    if (!st) st = plan_desc(p, g, d, err);
+    return st ? st : plan_pointers(p, d, err);
+}
+
+HpcStatus gemm_plan_point(GemmPlan *p, const GemmDesc *d, HpcError *err) { return plan_pointers(p, d, err); }
+
 static HpcStatus pref_set(cublasLtMatmulPreference_t pref, cublasLtMatmulPreferenceAttributes_t a,
                           uint32_t v, HpcError *err)
 {
@@ -262,8 +263,8 @@ typedef struct {
     CUevent e0, e1;
 } TuneRun;
 
-static cublasStatus_t matmul_with(const GemmContext *g, const GemmPlan *p, const GemmDesc *d,
-                                  const cublasLtMatmulAlgo_t *algo)
+cublasStatus_t gemm_matmul_with(const GemmContext *g, const GemmPlan *p, const GemmDesc *d,
+                                const cublasLtMatmulAlgo_t *algo)
 {
     void *a = (void *)(uintptr_t)d->A, *b = (void *)(uintptr_t)d->B;
     void *c = (void *)(uintptr_t)d->C, *out = (void *)(uintptr_t)out_ptr(d), *ws = (void *)(uintptr_t)g->workspace;
@@ -279,10 +280,10 @@ static double tune_timer(void *ctx, int i)
     TuneRun *r = ctx;
     const CudaDriver *cu = cuda_driver();
     enum { TIMED = 5 };
-    if (matmul_with(r->g, r->p, r->d, &r->res[i].algo) != CUBLAS_STATUS_SUCCESS) return -1;
+    if (gemm_matmul_with(r->g, r->p, r->d, &r->res[i].algo) != CUBLAS_STATUS_SUCCESS) return -1;
     if (cu->cuEventRecord(r->e0, r->g->stream) != CUDA_SUCCESS) return -1;
     for (int k = 0; k < TIMED; k++)
-        if (matmul_with(r->g, r->p, r->d, &r->res[i].algo) != CUBLAS_STATUS_SUCCESS) return -1;
+        if (gemm_matmul_with(r->g, r->p, r->d, &r->res[i].algo) != CUBLAS_STATUS_SUCCESS) return -1;
     float ms = 0;
     if (cu->cuEventRecord(r->e1, r->g->stream) != CUDA_SUCCESS || cu->cuEventSynchronize(r->e1) != CUDA_SUCCESS ||
         cu->cuEventElapsedTime(&ms, r->e0, r->e1) != CUDA_SUCCESS)
@@ -331,7 +332,7 @@ static bool stream_capturing(CUstream s)
 static int choose_algo(GemmContext *g, const GemmPlan *p, const GemmDesc *d,
                        const cublasLtMatmulHeuristicResult_t *res, int found)
 {
-    if (!g->autotune || found < 2 || stream_capturing(g->stream)) return 0;
+    if (!g->autotune || found < 1 || stream_capturing(g->stream)) return 0;
     char key[GEMM_TUNE_KEY_MAX];
     tune_key(g, p, key, sizeof key);
     const GemmTuneEntry *e = gemm_tune_find(&g->tune, key);
@@ -357,7 +358,7 @@ static int choose_algo(GemmContext *g, const GemmPlan *p, const GemmDesc *d,
  * still proposes it.  Any doubt (no entry, a check that fails) goes the
  * old way, heuristic first.  Saves one cublasLtMatmulAlgoGetHeuristic of
  * GEMM_TUNE_MAX_CANDIDATES results per GEMM shape in step 1. */
-static bool plan_algo_cached(GemmPlan *p, GemmContext *g)
+bool gemm_plan_algo_cached(GemmPlan *p, const GemmContext *g)
 {
     if (!g->autotune || stream_capturing(g->stream)) return false;
     char key[GEMM_TUNE_KEY_MAX];
@@ -372,7 +373,6 @@ static bool plan_algo_cached(GemmPlan *p, GemmContext *g)
         check.state != CUBLAS_STATUS_SUCCESS || check.workspaceSize > g->workspace_bytes)
         return false;
     p->algo = algo;
-    g->tune_hits++;
     return true;
 }
 
@@ -380,7 +380,8 @@ static bool plan_algo_cached(GemmPlan *p, GemmContext *g)
  * proposes none. */
 static HpcStatus plan_algo(GemmPlan *p, GemmContext *g, const GemmDesc *d, int *found_out, HpcError *err)
 {
-    if (plan_algo_cached(p, g)) {
+    if (gemm_plan_algo_cached(p, g)) {
+        g->tune_hits++;
         *found_out = 1;
         return HPC_OK;
     }
@@ -423,9 +424,7 @@ static HpcStatus plan_make_with(GemmPlan *p, const PlanKey *key, GemmContext *g,
     p->key = *key;
     p->epilogue = epi;
     *found = -1;
-    HpcStatus st = plan_layouts(p, d, err);
-    if (!st) st = plan_desc(p, g, d, err);
-    if (!st) st = plan_pointers(p, d, err);
+    HpcStatus st = gemm_plan_descriptors(p, g, d, err);
     if (!st) st = plan_algo(p, g, d, found, err);
     if (st) plan_destroy(p);
     return st;
@@ -448,14 +447,21 @@ static HpcStatus plan_make(GemmPlan *p, GemmContext *g, const GemmDesc *d, bool 
     return st;
 }
 
+static bool plan_defer(const GemmContext *g, GemmPlan *p, const GemmDesc *d, bool optional);
+
 static HpcStatus plan_find(GemmContext *g, const GemmDesc *d, bool optional, GemmPlan **out, HpcError *err)
 {
     PlanKey key;
     plan_key(&key, g, d, optional);
     for (int i = 0; i < g->num_plans; i++) {
-        if (memcmp(&g->plans[i].key, &key, sizeof key) != 0) continue;
-        *out = &g->plans[i];
-        return plan_pointers(*out, d, err);
+        GemmPlan *p = &g->plans[i];
+        if (memcmp(&p->key, &key, sizeof key) != 0) continue;
+        *out = p;
+        if (p->deferred && !g->record_only) {   /* recorded, and gemm_prime never made it */
+            HpcStatus st = gemm_plan_complete(g, p, err);
+            if (st) return st;
+        }
+        return p->deferred ? HPC_OK : plan_pointers(p, d, err);
     }
     if (g->num_plans == g->cap_plans) {
         g->cap_plans = g->cap_plans ? 2 * g->cap_plans : 32;
@@ -464,11 +470,44 @@ static HpcStatus plan_find(GemmContext *g, const GemmDesc *d, bool optional, Gem
     GemmPlan *p = &g->plans[g->num_plans];
     memset(p, 0, sizeof *p);
     p->key = key;
+    if (g->record_only && plan_defer(g, p, d, optional)) {
+        g->num_plans++;
+        *out = p;
+        return HPC_OK;
+    }
     HpcStatus st = plan_make(p, g, d, optional, err);
     if (st) return st;
     g->num_plans++;
     *out = p;
     return HPC_OK;
+}
+
+/* While recording (gemm_prime): a plan whose algorithm the tuning cache
+ * holds is left to gemm_prime's workers, with the epilogue plan_make would
+ * run (d's, or none under HPC_GEMM_BGRAD=0); anything else is made now,
+ * here, since choosing an algorithm may time candidates on the stream. */
+static bool plan_defer(const GemmContext *g, GemmPlan *p, const GemmDesc *d, bool optional)
+{
+    bool may_drop = optional && is_bgrad(d->epilogue) && !uses_aux(d->epilogue);
+    p->epilogue = may_drop && g->bgrad_off ? GEMM_EPI_NONE : d->epilogue;
+    if (!g->autotune || stream_capturing(g->stream)) return false;
+    char key[GEMM_TUNE_KEY_MAX];
+    tune_key(g, p, key, sizeof key);
+    if (!gemm_tune_find(&g->tune, key)) return false;
+    p->deferred = true;
+    return true;
+}
+
+HpcStatus gemm_plan_complete(GemmContext *g, GemmPlan *p, HpcError *err)
+{
+    GemmDesc first = p->first;
+    bool recorded = p->recorded;
+    gemm_plan_descriptors_free(p);   /* a worker's half-made descriptors, if any */
+    p->deferred = false;
+    HpcStatus st = plan_make(p, g, &first, p->key.optional, err);
+    p->first = first;
+    p->recorded = recorded;
+    return st;
 }
 
 /* ---- public ------------------------------------------------------------------ */
@@ -517,6 +556,7 @@ HpcStatus gemm_init(GemmContext *g, CUstream stream, size_t workspace_bytes, Hpc
 
 void gemm_free(GemmContext *g)
 {
+    gemm_library_warm_join();   /* a set-up thread still running uses the context */
     gemm_tune_free(&g->tune);
     for (int i = 0; i < g->num_plans; i++) plan_destroy(&g->plans[i]);
     free(g->plans);
@@ -526,13 +566,23 @@ void gemm_free(GemmContext *g)
     memset(g, 0, sizeof *g);
 }
 
+/* Queues d with p, or (record_only) keeps d as p's first call for gemm_prime. */
+static HpcStatus run_or_record(GemmContext *g, GemmPlan *p, const GemmDesc *d, HpcError *err)
+{
+    if (!g->record_only) return CUDA_CHECK(err, gemm_matmul_with(g, p, d, &p->algo));
+    if (!p->recorded) {
+        p->first = *d;
+        p->recorded = true;
+    }
+    return HPC_OK;
+}
+
 HpcStatus gemm_run(GemmContext *g, const GemmDesc *d, HpcError *err)
 {
     GemmPlan *p;
     HpcStatus st = validate(d, err);
     if (!st) st = plan_find(g, d, false, &p, err);
-    if (st) return st;
-    return CUDA_CHECK(err, matmul_with(g, p, d, &p->algo));
+    return st ? st : run_or_record(g, p, d, err);
 }
 
 HpcStatus gemm_run_optional(GemmContext *g, const GemmDesc *d, bool *epilogue_done, HpcError *err)
@@ -543,7 +593,7 @@ HpcStatus gemm_run_optional(GemmContext *g, const GemmDesc *d, bool *epilogue_do
     if (!st) st = plan_find(g, d, true, &p, err);
     if (st) return st;
     *epilogue_done = p->epilogue == d->epilogue;
-    return CUDA_CHECK(err, matmul_with(g, p, d, &p->algo));
+    return run_or_record(g, p, d, err);
 }
 
 void gemm_desc_rm(GemmDesc *d, GemmDtype ab, GemmDtype c, int64_t M, int64_t N, int64_t K,

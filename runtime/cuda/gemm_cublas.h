@@ -130,6 +130,7 @@ typedef struct {
     int tuned, tune_hits;       /* shapes timed / found in the cache (for tests and logs) */
     bool bgrad_off;             /* HPC_GEMM_BGRAD=0: gemm_run_optional never uses the epilogue */
     int bgrad_dropped;          /* optional epilogues cuBLASLt had no algorithm for (plans made) */
+    bool record_only;           /* gemm_run records calls and queues nothing (gemm_prime) */
 } GemmContext;
 
 /* Default workspace: 32 MiB, what cuBLASLt asks for on Hopper. */
@@ -147,6 +148,36 @@ HpcStatus gemm_run(GemmContext *g, const GemmDesc *d, HpcError *err);
  * choice is made once per shape (with the plan), so every later call of
  * that shape, captured or not, does the same. */
 HpcStatus gemm_run_optional(GemmContext *g, const GemmDesc *d, bool *epilogue_done, HpcError *err);
+
+/* First calls ahead (runtime/cuda/gemm_prime.c).  cuBLASLt pays a large
+ * host cost the first time a process queries it (about 0.1 s on the H200
+ * host) and a few ms more for each plan's algorithm check and each
+ * kernel's first launch, which step 1 would otherwise pay one GEMM after
+ * another.  With g->record_only set, gemm_run and gemm_run_optional queue
+ * nothing: they record each plan's first call, and a plan whose algorithm
+ * the tuning cache holds is not made yet.  gemm_prime then makes those
+ * plans and runs every recorded call once, spread over `threads` host
+ * threads (1..16), each with its own stream, cuBLASLt handle and
+ * workspace, and waits for them; what a worker cannot make (a cached
+ * choice cuBLASLt no longer accepts) it makes on the calling thread the
+ * ordinary way.  The calls run on the recorded buffers at once: only for a
+ * warm-up whose results are never read.
+ *
+ * gemm_library_warm_start(ctx) pays the one-time set-up earlier still, on
+ * a thread of its own, with one small GEMM of its own buffers (call it as
+ * soon as the context exists); gemm_prime (or gemm_library_warm_join)
+ * waits for it. */
+typedef struct {
+    int threads;
+    int made;                   /* plans the workers made from the tuning cache */
+    int made_here;              /* plans made on the calling thread */
+    int calls;                  /* first calls run */
+    double seconds;             /* wall time of gemm_prime */
+} GemmPrimeStats;
+
+HpcStatus gemm_prime(GemmContext *g, CUcontext ctx, int threads, GemmPrimeStats *stats, HpcError *err);
+void gemm_library_warm_start(CUcontext ctx);
+void gemm_library_warm_join(void);
 
 /* Fills d for C (M, N) = A (M, K) @ B (K, N), packed, batch 1, alpha 1, beta 0. */
 void gemm_desc_rm(GemmDesc *d, GemmDtype ab, GemmDtype c, int64_t M, int64_t N, int64_t K,

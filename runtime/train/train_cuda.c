@@ -37,6 +37,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cpu/cpu_threads.h"
 #include "cuda/cuda_exec.h"
 #include "cuda/cuda_optim.h"
 #include "cuda/nvrtc_compile.h"
@@ -472,6 +473,31 @@ static HpcStatus alloc_rings(CudaTrain *t, HpcError *err)
                                  "step records", err);
 }
 
+/* cuBLASLt's first-use costs of the warm-up pass, ahead of it and on
+ * several threads (cuda/gemm_cublas.h, gemm_prime): a pass that records
+ * the GEMM calls without queueing them (our kernels run as usual), then
+ * the plans made and every GEMM kernel launched once, at the same time.
+ * HPC_GEMM_PRIME_THREADS: how many threads (default: 8, or the cores if
+ * fewer; 0: none, the warm-up pass pays the costs one GEMM after another).
+ * On the H200 host, warm caches: the pass's 0.20-0.25 s in cuBLASLt became
+ * 0.13-0.20 s of waiting, most of it for gemm_library_warm_start. */
+static HpcStatus prime_gemms(CudaTrain *t, const Batch *batch, const CudaRunOptions *o, HpcError *err)
+{
+    const char *env = getenv("HPC_GEMM_PRIME_THREADS");
+    int cores = cpu_threads_count(), threads = env && *env ? atoi(env) : cores < 8 ? cores : 8;
+    if (threads <= 0) return HPC_OK;
+    t->ex.gemm.record_only = true;
+    HpcStatus st = cuda_exec_run(&t->ex, batch, o, err);
+    t->ex.gemm.record_only = false;
+    phase_mark("GEMM calls of the warm-up pass recorded (plans with a cached algorithm left to the threads)");
+    GemmPrimeStats ps;
+    if (!st) st = gemm_prime(&t->ex.gemm, t->dev.ctx, threads, &ps, err);
+    if (!st)
+        phase_markf("GEMM plans and first calls ahead: %d first calls on %d thread(s), %d plans made there, "
+                    "%d here", ps.calls, ps.threads, ps.made, ps.made_here);
+    return st;
+}
+
 /* Step 1's first-time costs (cuBLASLt's first calls and the loading of
  * its kernels, the GEMM plans and choices, the first launch of each of our
  * kernels) paid while the parameters are drawn and uploaded: one forward
@@ -494,7 +520,8 @@ static HpcStatus warm_up(TrainBackend *b, CudaTrain *t, int64_t B, int64_t L, Hp
     for (int64_t i = 0; i < B * L; i++) batch->attention_mask[i] = 1;   /* ids, types, labels: 0, valid */
     CudaRunOptions o = {.training = true, .backward = true, .seed = b->spec->train.seed, .step = 0,
                         .loss_scale = 1.0};
-    HpcStatus st = cuda_exec_run(&t->ex, batch, &o, err);
+    HpcStatus st = prime_gemms(t, batch, &o, err);
+    if (!st) st = cuda_exec_run(&t->ex, batch, &o, err);
     batch_free(batch);   /* its bytes reached the driver: uploads from pageable memory are staged */
     long calls;
     double secs;
@@ -574,6 +601,9 @@ HpcStatus train_cuda_open(TrainBackend *b, int64_t total_steps, int64_t max_B, i
     if (st) return st;
     t->dev_open = true;
     cuda_kept_context_release();   /* the memory check's retain: this backend holds its own now */
+    const char *warm = getenv("HPC_WARMUP"), *overlap = getenv("HPC_START_OVERLAP");
+    if (!(warm && strcmp(warm, "0") == 0) && !(overlap && strcmp(overlap, "0") == 0))
+        gemm_library_warm_start(t->dev.ctx);   /* beside the arena, module and optimizer set-up */
     phase_mark("CUDA driver, context and stream (cuda_device_open)");
     t->own_stream = t->dev.stream;
     t->graphs = o->cuda_stream == NULL;

@@ -1,8 +1,10 @@
 /* tests/gpu/gpu_runtime.c — the CUDA runtime foundation on a real GPU:
  * driver + device, NVRTC compile (through the disk cache) and launch of a
  * kernel checked against the CPU, cuBLASLt GEMMs of every dtype, layout,
- * batch and epilogue against a double-precision CPU reference, CUDA graph
- * capture, device memory figures and the out-of-memory message.
+ * batch and epilogue against a double-precision CPU reference, the same
+ * GEMMs after their first calls were paid ahead on several threads
+ * (gemm_prime), CUDA graph capture, device memory figures and the
+ * out-of-memory message.
  *
  * Tolerances (max |gpu - ref| / max |ref|, ref in double from the very
  * inputs the GPU saw, i.e. after their rounding to fp16/bf16):
@@ -606,6 +608,66 @@ static void test_gemms(void)
     gemm_free(&ctx);
 }
 
+/* gemm_prime (runtime/cuda/gemm_prime.c): every case's call recorded under
+ * record_only, the plans and first calls made ahead on 4 threads, then every
+ * case run for real against its reference with no plan added.  Three
+ * rounds: an empty tuning cache (plans made, and timed, while recording),
+ * the cache that round filled (plans made by the threads), and that cache
+ * with every algorithm garbled (cuBLASLt's check fails on the threads:
+ * made on the calling thread the ordinary way, and still right). */
+static void test_prime(void)
+{
+    enum { NCASE = sizeof gemm_cases / sizeof gemm_cases[0] };
+    static const char *round_name[3] = {"empty tuning cache", "warm tuning cache", "garbled tuning cache"};
+    const char *outer = getenv("HPC_CACHE_DIR");
+    char saved[4096], fresh[] = "/tmp/hpc-gpu-prime-XXXXXX";
+    snprintf(saved, sizeof saved, "%s", outer ? outer : "");
+    if (!mkdtemp(fresh)) {
+        result(0, "gemm_prime: mkdtemp failed");
+        return;
+    }
+    setenv("HPC_CACHE_DIR", fresh, 1);
+    for (int round = 0; round < 3; round++) {
+        GemmContext ctx;
+        HpcError err;
+        if (!ok_status(gemm_init(&ctx, g_dev.stream, 0, &err), &err, "gemm_init (gemm_prime)")) break;
+        if (round == 2)
+            for (int i = 0; i < ctx.tune.n; i++) memset(ctx.tune.e[i].algo, 0xFF, GEMM_TUNE_ALGO_BYTES);
+        GemmShape shape[NCASE];
+        GemmData data[NCASE];
+        size_t made = 0;
+        HpcStatus st = HPC_OK;
+        ctx.record_only = true;
+        for (; made < NCASE && !st; made++) {
+            GemmDesc desc;
+            case_shape(&gemm_cases[made], &shape[made]);
+            gemm_data_make(&gemm_cases[made], &shape[made], &data[made]);
+            gemm_desc_for(&gemm_cases[made], &shape[made], &data[made], &desc);
+            st = gemm_run(&ctx, &desc, &err);
+        }
+        ctx.record_only = false;
+        int plans = ctx.num_plans;
+        GemmPrimeStats ps;
+        if (!st) st = gemm_prime(&ctx, g_dev.ctx, 4, &ps, &err);
+        if (!st) st = sync_stream(&err);
+        if (ok_status(st, &err, round_name[round])) {
+            bool where = round == 0   ? ps.made == 0 && ps.made_here == 0
+                         : round == 1 ? ps.made > 0 && ps.made_here == 0
+                                      : ps.made == 0 && ps.made_here > 0;
+            result(ps.calls == plans && where,
+                   "gemm_prime, %s: %d first calls for %d plans on %d threads; plans made there %d, on the caller %d",
+                   round_name[round], ps.calls, plans, ps.threads, ps.made, ps.made_here);
+            for (size_t i = 0; i < NCASE; i++) gemm_check(&ctx, &gemm_cases[i]);
+            result(ctx.num_plans == plans, "gemm_prime, %s: the %d cases ran on the primed plans (%d plans now)",
+                   round_name[round], (int)NCASE, ctx.num_plans);
+        }
+        for (size_t i = 0; i < made; i++) gemm_data_free(&data[i]);
+        gemm_free(&ctx);
+    }
+    if (saved[0]) setenv("HPC_CACHE_DIR", saved, 1);
+    else unsetenv("HPC_CACHE_DIR");
+}
+
 /* ---- memory ------------------------------------------------------------------- */
 
 static void test_memory(void)
@@ -661,6 +723,7 @@ int main(void)
     if (!ok_status(arena_init(&g_arena, "test buffers", 0, &err), &err, "arena_init 0")) return 1;
     test_kernel();
     test_gemms();
+    test_prime();
     test_memory();
     ArenaStats s;
     arena_stats(&g_arena, &s);
