@@ -46,10 +46,11 @@ static float normal_fallback(uint32_t x0, uint32_t x1)
     return normal_exact(x0, x1);
 }
 
-/* cos and sin of 2 pi h / 2^14 for h < 2^12 (a quarter turn), from libm
- * once per process. */
+/* The coarse angles A = 2 pi h / 2^14 for h < 2^12 (a quarter turn), from
+ * libm once per process, laid out for fast_cos_turn: at index o 2^12 + h,
+ * turn_cd holds cos A (o = 0) or sin A (o = 1) and turn_sd -sin A or cos A. */
 enum { COARSE = 1 << 12 };
-static double coarse_cos[COARSE + 1], coarse_sin[COARSE + 1];
+static double turn_cd[2 * COARSE], turn_sd[2 * COARSE];
 static pthread_once_t coarse_once = PTHREAD_ONCE_INIT;
 static bool use_avx2;   /* the cpu has AVX2 and HPC_INIT_AVX2 is not "0" (set once, with the table) */
 
@@ -59,27 +60,31 @@ static void coarse_fill(void)
     const char *off = getenv("HPC_INIT_AVX2");
     use_avx2 = __builtin_cpu_supports("avx2") && !(off && strcmp(off, "0") == 0);
 #endif
-    for (int h = 0; h <= COARSE; h++) {
+    for (int h = 0; h < COARSE; h++) {
         double angle = 6.283185307179586477 * ((double)h / (1 << 14));
-        coarse_cos[h] = cos(angle);
-        coarse_sin[h] = sin(angle);
+        turn_cd[h] = cos(angle);
+        turn_sd[h] = -sin(angle);
+        turn_cd[COARSE + h] = sin(angle);
+        turn_sd[COARSE + h] = cos(angle);
     }
 }
 
-/* The radius sqrt(-2 log u1) without libm's log.  u1 = 2^k z with z in
- * [sqrt(2)/2, sqrt(2)): the exponent split is integer work on u1's bits
- * (below), then log z = 2 atanh(s) with s = (z - 1) / (z + 1), |s| < 0.1716,
- * as the series 2 s (1 + s^2/3 + ... + s^18/19) (remainder < 3e-17 of it,
- * summed in Estrin's order for short dependency chains),
- * and log u1 = k ln2 + log z with ln2 in two parts (k ln2_hi exact).  z - 1
- * is exact (Sterbenz), so the error stays a few ulps relative even for u1
- * near 1; INIT_NORMAL_R_ERR bounds it against libm (checked for all 2^24
- * u1 by tests/test_init_normal.c).  The AVX2 lanes below do the same
- * operations in the same order, without FMA. */
+/* The radius sqrt(-2 log u1) without libm's log (nor its division).
+ * u1 = w / (2^24 + 1) with w = a + 1 an integer in [1, 2^24], so
+ *   log u1 = log(w / 2^24) - log1p(2^-24) = (k - 24) ln2 + log z - log1p(2^-24)
+ * with w = 2^k z, z in [sqrt(2)/2, sqrt(2)) split off w's bits exactly;
+ * both logs are <= 0 for k = 24, so nothing cancels near u1 = 1.  Then
+ * log z = 2 atanh(s) with s = (z - 1) / (z + 1), |s| < 0.1716, as the series
+ * 2 s (1 + s^2/3 + ... + s^18/19) (remainder < 3e-17 of it, summed in
+ * Estrin's order for short dependency chains), and k ln2 in two parts
+ * (k ln2_hi exact).  z - 1 is exact (Sterbenz), so the error stays a few
+ * ulps relative; INIT_NORMAL_R_ERR bounds it against libm's radius of the
+ * same u1 (checked for all 2^24 a by tests/test_init_normal.c).  The AVX2
+ * lanes below do the same operations in the same order, without FMA. */
 #define LOG_SPLIT 0x3FE6A09E667F3BCDull   /* bits of sqrt(2)/2 */
-#define K_BIAS (64ull << 52)              /* keeps k + 64 > 0 in the top bits */
 #define LN2_HI 6.93147180369123816490e-01 /* ln 2 to 32 bits: k ln2_hi is exact */
 #define LN2_LO 1.90821492927058770002e-10 /* ln 2 - LN2_HI */
+#define LOG1P_2M24 0x1.ffffff000000bp-25  /* log1p(2^-24), rounded */
 
 /* The series' coefficients 2 / (2 i + 3) for i = 0..8 (the 2 s term apart). */
 #define A0 (2.0 / 3)
@@ -92,49 +97,47 @@ static void coarse_fill(void)
 #define A7 (2.0 / 17)
 #define A8 (2.0 / 19)
 
-static inline double radius_from(double k, double z)
+/* sqrt(-2 log u1) from j = k - 24 and z. */
+static inline double radius_from(double j, double z)
 {
     double f = z - 1.0;
     double s = f / (2.0 + f), s2 = s * s, s4 = s2 * s2, s8 = s4 * s4;
-    /* q = A0 + A1 s^2 + ... + A8 s^16 in Estrin's order (short dependency chains) */
+    /* q = A0 + A1 s^2 + ... + A8 s^16 in Estrin's order */
     double p01 = A0 + s2 * A1, p23 = A2 + s2 * A3, p45 = A4 + s2 * A5, p67 = A6 + s2 * A7;
     double p03 = p01 + s4 * p23, p47 = p45 + s4 * p67;
     double q = p03 + s8 * (p47 + s8 * A8);
     double log_z = 2.0 * s + s * (s2 * q);
-    double log_u = k * LN2_HI + (k * LN2_LO + log_z);
+    double log_u = j * LN2_HI + ((j * LN2_LO + log_z) - LOG1P_2M24);
     return sqrt(-2.0 * log_u);   /* log_u < 0: no errno path taken */
 }
 
 static inline double fast_radius(uint32_t x0)
 {
-    double u1 = ((x0 >> 8) + 1.0) / 16777217.0;
-    uint64_t bits, zbits;
-    memcpy(&bits, &u1, sizeof bits);
-    uint64_t kb = (bits + (K_BIAS - LOG_SPLIT)) >> 52;  /* k + 64 */
-    zbits = bits + (K_BIAS - (kb << 52));              /* u1 / 2^k */
+    double w = (double)((x0 >> 8) + 1);
+    uint64_t bits;
+    memcpy(&bits, &w, sizeof bits);
+    uint64_t k = (bits - LOG_SPLIT) >> 52;   /* w >= 1 > sqrt(2)/2: no borrow */
+    uint64_t zbits = bits - (k << 52);       /* w / 2^k */
     double z;
     memcpy(&z, &zbits, sizeof z);
-    return radius_from((double)(int64_t)kb - 64.0, z);
+    return radius_from((double)k - 24.0, z);
 }
 
-/* cos(2 pi b / 2^24) for b < 2^24: the quadrant from b's top two bits,
+/* cos(2 pi b / 2^24) for b < 2^24: the quadrant q from b's top two bits,
  * a coarse angle A from the next 12 (table) and a fine angle d < 2 pi 2^-14
- * from the last 10: cos(A + d) = cos A cos d - sin A sin d with Taylor
- * series of cos d to d^6 and sin d to d^7 (remainders < 1e-25). */
+ * from the last 10, with Taylor series of cos d to d^6 and sin d to d^7
+ * (remainders < 1e-25).  By quadrant the cosine is c, -s, -c, s with
+ * c = cos(A + d) = cos A cos d + (-sin A) sin d and
+ * s = sin(A + d) = sin A cos d + cos A sin d: one table row picks c or s
+ * (q's low bit, the index's bit 12) and the sign flips for q = 1, 2. */
 static inline double fast_cos_turn(uint32_t b)
 {
-    uint32_t q = b >> 22, h = (b >> 10) & 0xFFFu, t = b & 0x3FFu;
+    uint32_t q = b >> 22, i = (b >> 10) & 0x1FFFu, t = b & 0x3FFu;
     double d = (double)t * (6.283185307179586477 / 16777216.0), d2 = d * d;
     double cd = 1.0 + d2 * (-0.5 + d2 * (1.0 / 24 + d2 * (-1.0 / 720)));
     double sd = d * (1.0 + d2 * (-1.0 / 6 + d2 * (1.0 / 120 + d2 * (-1.0 / 5040))));
-    double c = coarse_cos[h] * cd - coarse_sin[h] * sd;  /* cos of the angle within the quadrant */
-    double s = coarse_sin[h] * cd + coarse_cos[h] * sd;  /* its sin */
-    switch (q) {
-    case 0: return c;
-    case 1: return -s;
-    case 2: return -c;
-    default: return s;
-    }
+    double v = turn_cd[i] * cd + turn_sd[i] * sd;
+    return (q + 1) & 2 ? -v : v;
 }
 
 double init_normal_cos_exact(uint32_t b) { return cos(2.0 * M_PI * (b / 16777216.0)); }
@@ -230,56 +233,73 @@ static void draws_sse2(uint64_t seed, uint32_t salt, uint64_t first, int n,
 #define HAVE_AVX2_PATH 1
 #include <immintrin.h>
 
-/* As draws_sse2, eight lanes at a time in AVX2 (n a multiple of 8): the
- * products' low words are the even lanes of one _mm256_mul_epu32 and the
- * odd lanes of the other shifted up, the high words the other way round,
- * so no lane crosses.  Used where the cpu has AVX2 (checked once). */
+/* As draws_sse2 in AVX2, sixteen lanes at a time (n a multiple of 16).
+ * Each draw's words sit in the low half of a 64-bit lane: _mm256_mul_epu32
+ * reads only those halves and gives the whole product, whose high word is
+ * one shift away, so a round is two products, two shifts and four xors
+ * for four draws (what the upper halves carry is never read).  The counter
+ * starts as the 64-bit index itself (low word c0, c1 = index >> 32), and
+ * four independent groups of lanes are in flight, for the multiplier's
+ * latency.  Used where the cpu has AVX2 (checked once). */
+enum { AVX2_GROUPS = 4, AVX2_LANES = 4 * AVX2_GROUPS };
+
+/* The low words of a's and b's four 64-bit lanes, in order (a's first). */
+__attribute__((target("avx2"))) static inline __m256i low_words(__m256i a, __m256i b)
+{
+    __m256 ab = _mm256_shuffle_ps(_mm256_castsi256_ps(a), _mm256_castsi256_ps(b), _MM_SHUFFLE(2, 0, 2, 0));
+    return _mm256_permute4x64_epi64(_mm256_castps_si256(ab), _MM_SHUFFLE(3, 1, 2, 0));
+}
+
 __attribute__((target("avx2"))) static void draws_avx2(uint64_t seed, uint32_t salt, uint64_t first, int n,
                                                        uint32_t *x0, uint32_t *x1)
 {
+    __m256i key0[10], key1[10];
+    uint32_t k0 = (uint32_t)seed, k1 = (uint32_t)(seed >> 32);
+    for (int r = 0; r < 10; r++) {
+        if (r > 0) { k0 += PHILOX_W0; k1 += PHILOX_W1; }
+        key0[r] = _mm256_set1_epi32((int)k0);
+        key1[r] = _mm256_set1_epi32((int)k1);
+    }
     const __m256i m0 = _mm256_set1_epi32((int)PHILOX_M0), m1 = _mm256_set1_epi32((int)PHILOX_M1);
-    for (int k = 0; k < n; k += 8) {
-        uint32_t lo[8], hi[8];
-        for (int l = 0; l < 8; l++) {
-            uint64_t idx = first + (uint64_t)(k + l);
-            lo[l] = (uint32_t)idx;
-            hi[l] = (uint32_t)(idx >> 32);
+    const __m256i step = _mm256_set1_epi32((int)INIT_STEP), lane = _mm256_setr_epi64x(0, 1, 2, 3);
+    for (int k = 0; k < n; k += AVX2_LANES) {
+        __m256i c0[AVX2_GROUPS], c1[AVX2_GROUPS], c2[AVX2_GROUPS], c3[AVX2_GROUPS];
+        for (int g = 0; g < AVX2_GROUPS; g++) {
+            c0[g] = _mm256_add_epi64(_mm256_set1_epi64x((long long)(first + (uint64_t)(k + 4 * g))), lane);
+            c1[g] = _mm256_srli_epi64(c0[g], 32);
+            c2[g] = step;
+            c3[g] = _mm256_set1_epi32((int)salt);
         }
-        __m256i c0 = _mm256_loadu_si256((const __m256i *)lo), c1 = _mm256_loadu_si256((const __m256i *)hi);
-        __m256i c2 = _mm256_set1_epi32((int)INIT_STEP), c3 = _mm256_set1_epi32((int)salt);
-        uint32_t k0 = (uint32_t)seed, k1 = (uint32_t)(seed >> 32);
+#pragma GCC unroll 10
         for (int r = 0; r < 10; r++) {
-            if (r > 0) { k0 += PHILOX_W0; k1 += PHILOX_W1; }
-            __m256i e0 = _mm256_mul_epu32(c0, m0), o0 = _mm256_mul_epu32(_mm256_srli_epi64(c0, 32), m0);
-            __m256i e1 = _mm256_mul_epu32(c2, m1), o1 = _mm256_mul_epu32(_mm256_srli_epi64(c2, 32), m1);
-            __m256i lo0 = _mm256_blend_epi32(e0, _mm256_slli_epi64(o0, 32), 0xAA);
-            __m256i hi0 = _mm256_blend_epi32(_mm256_srli_epi64(e0, 32), o0, 0xAA);
-            __m256i lo1 = _mm256_blend_epi32(e1, _mm256_slli_epi64(o1, 32), 0xAA);
-            __m256i hi1 = _mm256_blend_epi32(_mm256_srli_epi64(e1, 32), o1, 0xAA);
-            c0 = _mm256_xor_si256(_mm256_xor_si256(hi1, c1), _mm256_set1_epi32((int)k0));
-            c1 = lo1;
-            c2 = _mm256_xor_si256(_mm256_xor_si256(hi0, c3), _mm256_set1_epi32((int)k1));
-            c3 = lo0;
+#pragma GCC unroll 4
+            for (int g = 0; g < AVX2_GROUPS; g++) {
+                __m256i p0 = _mm256_mul_epu32(c0[g], m0), p1 = _mm256_mul_epu32(c2[g], m1);
+                c0[g] = _mm256_xor_si256(_mm256_xor_si256(_mm256_srli_epi64(p1, 32), c1[g]), key0[r]);
+                c1[g] = p1;
+                c2[g] = _mm256_xor_si256(_mm256_xor_si256(_mm256_srli_epi64(p0, 32), c3[g]), key1[r]);
+                c3[g] = p0;
+            }
         }
-        _mm256_storeu_si256((__m256i *)(x0 + k), c0);
-        _mm256_storeu_si256((__m256i *)(x1 + k), c1);
+        for (int g = 0; g < AVX2_GROUPS; g += 2) {
+            _mm256_storeu_si256((__m256i *)(x0 + k + 4 * g), low_words(c0[g], c0[g + 1]));
+            _mm256_storeu_si256((__m256i *)(x1 + k + 4 * g), low_words(c1[g], c1[g + 1]));
+        }
     }
 }
 
 /* fast_radius of four words' x[0], lane by lane: the same operations in
  * the same order (IEEE division and square root are exact-rounded in
- * vector form too), the exponent k turned to a double through 2^52 + k. */
+ * vector form too), k - 24 turned to a double through 2^52 + k. */
 __attribute__((target("avx2"))) static inline __m256d radius4(__m128i w0)
 {
     const __m256d one = _mm256_set1_pd(1.0), two = _mm256_set1_pd(2.0);
-    __m256d u1 = _mm256_div_pd(_mm256_add_pd(_mm256_cvtepi32_pd(_mm_srli_epi32(w0, 8)), one),
-                               _mm256_set1_pd(16777217.0));
-    __m256i bits = _mm256_castpd_si256(u1);
-    __m256i kb = _mm256_srli_epi64(_mm256_add_epi64(bits, _mm256_set1_epi64x((long long)(K_BIAS - LOG_SPLIT))), 52);
-    __m256i zbits = _mm256_add_epi64(bits, _mm256_sub_epi64(_mm256_set1_epi64x((long long)K_BIAS),
-                                                            _mm256_slli_epi64(kb, 52)));
-    __m256d k = _mm256_sub_pd(_mm256_castsi256_pd(_mm256_or_si256(kb, _mm256_set1_epi64x(0x4330000000000000ll))),
-                              _mm256_set1_pd(4503599627370496.0 + 64.0));   /* (2^52 + k + 64) - (2^52 + 64) */
+    __m256d w = _mm256_cvtepi32_pd(_mm_add_epi32(_mm_srli_epi32(w0, 8), _mm_set1_epi32(1)));
+    __m256i bits = _mm256_castpd_si256(w);
+    __m256i k = _mm256_srli_epi64(_mm256_sub_epi64(bits, _mm256_set1_epi64x((long long)LOG_SPLIT)), 52);
+    __m256i zbits = _mm256_sub_epi64(bits, _mm256_slli_epi64(k, 52));
+    __m256d j = _mm256_sub_pd(_mm256_castsi256_pd(_mm256_or_si256(k, _mm256_set1_epi64x(0x4330000000000000ll))),
+                              _mm256_set1_pd(4503599627370496.0 + 24.0));   /* (2^52 + k) - (2^52 + 24) */
     __m256d f = _mm256_sub_pd(_mm256_castsi256_pd(zbits), one);
     __m256d s = _mm256_div_pd(f, _mm256_add_pd(two, f)), s2 = _mm256_mul_pd(s, s);
     __m256d s4 = _mm256_mul_pd(s2, s2), s8 = _mm256_mul_pd(s4, s4);
@@ -290,18 +310,18 @@ __attribute__((target("avx2"))) static inline __m256d radius4(__m128i w0)
     __m256d p03 = _mm256_add_pd(p01, _mm256_mul_pd(s4, p23)), p47 = _mm256_add_pd(p45, _mm256_mul_pd(s4, p67));
     __m256d q = _mm256_add_pd(p03, _mm256_mul_pd(s8, _mm256_add_pd(p47, _mm256_mul_pd(s8, _mm256_set1_pd(A8)))));
     __m256d log_z = _mm256_add_pd(_mm256_mul_pd(two, s), _mm256_mul_pd(s, _mm256_mul_pd(s2, q)));
-    __m256d log_u = _mm256_add_pd(_mm256_mul_pd(k, _mm256_set1_pd(LN2_HI)),
-                                  _mm256_add_pd(_mm256_mul_pd(k, _mm256_set1_pd(LN2_LO)), log_z));
+    __m256d log_u = _mm256_add_pd(_mm256_mul_pd(j, _mm256_set1_pd(LN2_HI)),
+                                  _mm256_sub_pd(_mm256_add_pd(_mm256_mul_pd(j, _mm256_set1_pd(LN2_LO)), log_z),
+                                                _mm256_set1_pd(LOG1P_2M24)));
     return _mm256_sqrt_pd(_mm256_mul_pd(_mm256_set1_pd(-2.0), log_u));
 }
 
-/* fast_cos_turn of four words' x[1] >> 8: the coarse table through two
- * gathers and the quadrant's switch as a select on q's low bit (sin for
- * q = 1, 3) and a sign flip where bit 1 of q + 1 is set (q = 1, 2). */
+/* fast_cos_turn of four words' x[1] >> 8: the table rows through two
+ * gathers, the sign flip as an xor of bit 1 of q + 1 into the sign bit. */
 __attribute__((target("avx2"))) static inline __m256d cos4(__m128i w1)
 {
     __m128i b = _mm_srli_epi32(w1, 8);
-    __m128i h = _mm_and_si128(_mm_srli_epi32(b, 10), _mm_set1_epi32(0xFFF));
+    __m128i i = _mm_and_si128(_mm_srli_epi32(b, 10), _mm_set1_epi32(0x1FFF));
     __m128i t = _mm_and_si128(b, _mm_set1_epi32(0x3FF));
     __m256i q = _mm256_cvtepu32_epi64(_mm_srli_epi32(b, 22));
     __m256d d = _mm256_mul_pd(_mm256_cvtepi32_pd(t), _mm256_set1_pd(6.283185307179586477 / 16777216.0));
@@ -312,13 +332,11 @@ __attribute__((target("avx2"))) static inline __m256d cos4(__m128i w1)
     __m256d sd = _mm256_add_pd(_mm256_set1_pd(1.0 / 120), _mm256_mul_pd(d2, _mm256_set1_pd(-1.0 / 5040)));
     sd = _mm256_add_pd(_mm256_set1_pd(-1.0 / 6), _mm256_mul_pd(d2, sd));
     sd = _mm256_mul_pd(d, _mm256_add_pd(_mm256_set1_pd(1.0), _mm256_mul_pd(d2, sd)));
-    __m256d cc = _mm256_i32gather_pd(coarse_cos, h, 8), cs = _mm256_i32gather_pd(coarse_sin, h, 8);
-    __m256d c = _mm256_sub_pd(_mm256_mul_pd(cc, cd), _mm256_mul_pd(cs, sd));
-    __m256d s = _mm256_add_pd(_mm256_mul_pd(cs, cd), _mm256_mul_pd(cc, sd));
-    __m256d pick = _mm256_blendv_pd(c, s, _mm256_castsi256_pd(_mm256_slli_epi64(q, 63)));
+    __m256d v = _mm256_add_pd(_mm256_mul_pd(_mm256_i32gather_pd(turn_cd, i, 8), cd),
+                              _mm256_mul_pd(_mm256_i32gather_pd(turn_sd, i, 8), sd));
     __m256i flip = _mm256_slli_epi64(_mm256_and_si256(_mm256_add_epi64(q, _mm256_set1_epi64x(1)),
                                                       _mm256_set1_epi64x(2)), 62);
-    return _mm256_xor_pd(pick, _mm256_castsi256_pd(flip));
+    return _mm256_xor_pd(v, _mm256_castsi256_pd(flip));
 }
 
 /* normals_scalar four lanes at a time (n <= BLOCK, a multiple of 4), the
@@ -404,7 +422,7 @@ void init_normals(uint64_t seed, uint32_t salt, int64_t first, int64_t n, float 
         int done = 0;
 #if defined(HAVE_AVX2_PATH)
         if (use_avx2) {
-            done = len & ~7;
+            done = len & ~(AVX2_LANES - 1);
             draws_avx2(seed, salt, start, done, x0, x1);
         }
 #endif

@@ -18,7 +18,7 @@
 #include <stdint.h>
 
 #define INIT_NORMAL_C_ERR 4e-15  /* max |cos_fast - cos_exact| */
-#define INIT_NORMAL_R_ERR 2e-15  /* max |r_fast - r_exact| / r_exact */
+#define INIT_NORMAL_R_ERR 4e-15  /* max |r_fast - r_exact| / r_exact (measured 2.1e-15, see init_normal.c) */
 
 void init_normal_fast_parts(const uint32_t *x0, const uint32_t *x1, int n, double *r, double *c);
 double init_normal_radius_exact(uint32_t a);
