@@ -46,81 +46,92 @@ static float normal_fallback(uint32_t x0, uint32_t x1)
     return normal_exact(x0, x1);
 }
 
-/* The coarse angles A = 2 pi h / 2^14 for h < 2^12 (a quarter turn), from
- * libm once per process, laid out for fast_cos_turn: at index o 2^12 + h,
- * turn_cd holds cos A (o = 0) or sin A (o = 1) and turn_sd -sin A or cos A. */
-enum { COARSE = 1 << 12 };
-static double turn_cd[2 * COARSE], turn_sd[2 * COARSE];
-static pthread_once_t coarse_once = PTHREAD_ONCE_INIT;
-static bool use_avx2;   /* the cpu has AVX2 and HPC_INIT_AVX2 is not "0" (set once, with the table) */
+/* The radius sqrt(-2 log u1) without libm's log (nor any division).
+ * u1 = w / (2^24 + 1) with w = a + 1 an integer in [1, 2^24], so
+ *   log u1 = log(w / 2^24) - log1p(2^-24) = (k - 24) ln2 + log z - log1p(2^-24)
+ * with w = 2^k z, z in [LOG_SPLIT, 2 LOG_SPLIT) split off w's bits exactly
+ * (both logs are <= 0 for k = 24, so nothing cancels near u1 = 1).  z falls
+ * in one of LOG_ROWS rows by its next bits; the row's inv has 24 bits and
+ * z at most 24, so z inv is exact, and within 2^-8 of 1, so t = z inv - 1 is
+ * exact too (Sterbenz); log z = -log(inv) + log1p(t) with log1p's series to
+ * t^7 (remainder < 2^-59 of it).  The two rows beside 1.0 have inv = 1, so
+ * log z keeps its relative accuracy for z near 1; elsewhere |log z| >=
+ * 2/3 |log inv|.  ln2 is in two parts (k ln2_hi exact).  INIT_NORMAL_R_ERR
+ * bounds the radius against libm's of the same u1 (checked for all 2^24 a
+ * by tests/test_init_normal.c); the AVX2 lanes below do the same
+ * operations in the same order, without FMA. */
+enum { LOG_ROWS = 256, LOG_ROW_SHIFT = 44 };
+#define LOG_SPLIT 0x3FE6A00000000000ull   /* bits of 0.70703125 (about sqrt(2)/2); a row starts at 1.0 */
+#define LN2_HI 6.93147180369123816490e-01 /* ln 2 to 32 bits: k ln2_hi is exact */
+#define LN2_LO 1.90821492927058770002e-10 /* ln 2 - LN2_HI */
+#define LOG1P_2M24 0x1.ffffff000000bp-25  /* log1p(2^-24), rounded */
+static double log_rows[LOG_ROWS][2];   /* (inv, -log(inv)) by row */
 
-static void coarse_fill(void)
+static double double_of_bits(uint64_t bits)
+{
+    double d;
+    memcpy(&d, &bits, sizeof d);
+    return d;
+}
+
+static void log_rows_fill(void)
+{
+    for (int i = 0; i < LOG_ROWS; i++) {
+        double lo = double_of_bits(LOG_SPLIT + ((uint64_t)i << LOG_ROW_SHIFT));
+        double hi = double_of_bits(LOG_SPLIT + ((uint64_t)(i + 1) << LOG_ROW_SHIFT));
+        bool beside_one = lo == 1.0 || hi == 1.0;
+        log_rows[i][0] = beside_one ? 1.0 : (double)(float)(2.0 / (lo + hi));
+        log_rows[i][1] = beside_one ? 0.0 : -log(log_rows[i][0]);
+    }
+}
+
+/* The coarse angles A = 2 pi h / 2^14 for h < 2^12 (a quarter turn), from
+ * libm once per process, laid out for fast_cos_turn: row o 2^12 + h holds
+ * the factors of cos d and sin d, (cos A, -sin A) for o = 0 and
+ * (sin A, cos A) for o = 1 (pairs, so that a row is one 16-byte load). */
+enum { COARSE = 1 << 12 };
+static double turn_rows[2 * COARSE][2];
+static pthread_once_t tables_once = PTHREAD_ONCE_INIT;
+static bool use_avx2;   /* the cpu has AVX2 and HPC_INIT_AVX2 is not "0" (set once, with the tables) */
+
+static void tables_fill(void)
 {
 #if defined(__x86_64__) && defined(__GNUC__)
     const char *off = getenv("HPC_INIT_AVX2");
     use_avx2 = __builtin_cpu_supports("avx2") && !(off && strcmp(off, "0") == 0);
 #endif
+    log_rows_fill();
     for (int h = 0; h < COARSE; h++) {
         double angle = 6.283185307179586477 * ((double)h / (1 << 14));
-        turn_cd[h] = cos(angle);
-        turn_sd[h] = -sin(angle);
-        turn_cd[COARSE + h] = sin(angle);
-        turn_sd[COARSE + h] = cos(angle);
+        turn_rows[h][0] = cos(angle);
+        turn_rows[h][1] = -sin(angle);
+        turn_rows[COARSE + h][0] = sin(angle);
+        turn_rows[COARSE + h][1] = cos(angle);
     }
 }
 
-/* The radius sqrt(-2 log u1) without libm's log (nor its division).
- * u1 = w / (2^24 + 1) with w = a + 1 an integer in [1, 2^24], so
- *   log u1 = log(w / 2^24) - log1p(2^-24) = (k - 24) ln2 + log z - log1p(2^-24)
- * with w = 2^k z, z in [sqrt(2)/2, sqrt(2)) split off w's bits exactly;
- * both logs are <= 0 for k = 24, so nothing cancels near u1 = 1.  Then
- * log z = 2 atanh(s) with s = (z - 1) / (z + 1), |s| < 0.1716, as the series
- * 2 s (1 + s^2/3 + ... + s^18/19) (remainder < 3e-17 of it, summed in
- * Estrin's order for short dependency chains), and k ln2 in two parts
- * (k ln2_hi exact).  z - 1 is exact (Sterbenz), so the error stays a few
- * ulps relative; INIT_NORMAL_R_ERR bounds it against libm's radius of the
- * same u1 (checked for all 2^24 a by tests/test_init_normal.c).  The AVX2
- * lanes below do the same operations in the same order, without FMA. */
-#define LOG_SPLIT 0x3FE6A09E667F3BCDull   /* bits of sqrt(2)/2 */
-#define LN2_HI 6.93147180369123816490e-01 /* ln 2 to 32 bits: k ln2_hi is exact */
-#define LN2_LO 1.90821492927058770002e-10 /* ln 2 - LN2_HI */
-#define LOG1P_2M24 0x1.ffffff000000bp-25  /* log1p(2^-24), rounded */
-
-/* The series' coefficients 2 / (2 i + 3) for i = 0..8 (the 2 s term apart). */
-#define A0 (2.0 / 3)
-#define A1 (2.0 / 5)
-#define A2 (2.0 / 7)
-#define A3 (2.0 / 9)
-#define A4 (2.0 / 11)
-#define A5 (2.0 / 13)
-#define A6 (2.0 / 15)
-#define A7 (2.0 / 17)
-#define A8 (2.0 / 19)
-
-/* sqrt(-2 log u1) from j = k - 24 and z. */
-static inline double radius_from(double j, double z)
-{
-    double f = z - 1.0;
-    double s = f / (2.0 + f), s2 = s * s, s4 = s2 * s2, s8 = s4 * s4;
-    /* q = A0 + A1 s^2 + ... + A8 s^16 in Estrin's order */
-    double p01 = A0 + s2 * A1, p23 = A2 + s2 * A3, p45 = A4 + s2 * A5, p67 = A6 + s2 * A7;
-    double p03 = p01 + s4 * p23, p47 = p45 + s4 * p67;
-    double q = p03 + s8 * (p47 + s8 * A8);
-    double log_z = 2.0 * s + s * (s2 * q);
-    double log_u = j * LN2_HI + ((j * LN2_LO + log_z) - LOG1P_2M24);
-    return sqrt(-2.0 * log_u);   /* log_u < 0: no errno path taken */
-}
+/* log1p's coefficients (-1)^(n+1) / n for n = 2..7. */
+#define B2 (-1.0 / 2)
+#define B3 (1.0 / 3)
+#define B4 (-1.0 / 4)
+#define B5 (1.0 / 5)
+#define B6 (-1.0 / 6)
+#define B7 (1.0 / 7)
 
 static inline double fast_radius(uint32_t x0)
 {
     double w = (double)((x0 >> 8) + 1);
     uint64_t bits;
     memcpy(&bits, &w, sizeof bits);
-    uint64_t k = (bits - LOG_SPLIT) >> 52;   /* w >= 1 > sqrt(2)/2: no borrow */
-    uint64_t zbits = bits - (k << 52);       /* w / 2^k */
-    double z;
-    memcpy(&z, &zbits, sizeof z);
-    return radius_from((double)k - 24.0, z);
+    uint64_t tmp = bits - LOG_SPLIT;   /* w >= 1 > LOG_SPLIT: no borrow */
+    uint64_t k = tmp >> 52, row = (tmp >> LOG_ROW_SHIFT) & (LOG_ROWS - 1);
+    double z = double_of_bits(bits - (k << 52));   /* w / 2^k */
+    double t = z * log_rows[row][0] - 1.0, t2 = t * t, t4 = t2 * t2;
+    /* log1p(t) = t + t^2 (B2 + B3 t + ... + B7 t^5), in Estrin's order (short dependency chains) */
+    double p = ((B2 + t * B3) + t2 * (B4 + t * B5)) + t4 * (B6 + t * B7);
+    double log1p_t = t + t2 * p, j = (double)k - 24.0;
+    double log_u = j * LN2_HI + (((j * LN2_LO + log_rows[row][1]) + log1p_t) - LOG1P_2M24);
+    return sqrt(-2.0 * log_u);   /* log_u < 0: no errno path taken */
 }
 
 /* cos(2 pi b / 2^24) for b < 2^24: the quadrant q from b's top two bits,
@@ -136,7 +147,7 @@ static inline double fast_cos_turn(uint32_t b)
     double d = (double)t * (6.283185307179586477 / 16777216.0), d2 = d * d;
     double cd = 1.0 + d2 * (-0.5 + d2 * (1.0 / 24 + d2 * (-1.0 / 720)));
     double sd = d * (1.0 + d2 * (-1.0 / 6 + d2 * (1.0 / 120 + d2 * (-1.0 / 5040))));
-    double v = turn_cd[i] * cd + turn_sd[i] * sd;
+    double v = turn_rows[i][0] * cd + turn_rows[i][1] * sd;
     return (q + 1) & 2 ? -v : v;
 }
 
@@ -151,10 +162,10 @@ double init_normal_radius_exact(uint32_t a) { return sqrt(-2.0 * log((a + 1.0) /
  * of 1e-15 |v| covers r/r' and the rounding of v -+ delta.  If both ends of
  * [v - delta, v + delta] round to the same float, that is the exact float;
  * otherwise (about 1 value in 10^6) take the exact path. */
-static inline double guard_delta(double r, double abs_v)
-{
-    return 2.0 * (INIT_NORMAL_C_ERR * r + INIT_NORMAL_R_ERR * abs_v) + 1e-15 * abs_v;
-}
+#define GUARD_R (2.0 * INIT_NORMAL_C_ERR)
+#define GUARD_V (2.0 * INIT_NORMAL_R_ERR + 1e-15)
+
+static inline double guard_delta(double r, double abs_v) { return GUARD_R * r + GUARD_V * abs_v; }
 
 static void normals_scalar(const uint32_t *x0, const uint32_t *x1, int n, float *out)
 {
@@ -288,36 +299,49 @@ __attribute__((target("avx2"))) static void draws_avx2(uint64_t seed, uint32_t s
     }
 }
 
+/* The first and second doubles of four table rows (16-byte pairs) whose
+ * indices are r0..r3: two rows to each 128-bit half, then unpacked (four
+ * loads, cheaper here than two gathers). */
+__attribute__((target("avx2"))) static inline void rows4(const double (*rows)[2], long long r0, long long r1,
+                                                         long long r2, long long r3, __m256d *first, __m256d *second)
+{
+    __m256d a = _mm256_insertf128_pd(_mm256_castpd128_pd256(_mm_loadu_pd(rows[r0])), _mm_loadu_pd(rows[r2]), 1);
+    __m256d b = _mm256_insertf128_pd(_mm256_castpd128_pd256(_mm_loadu_pd(rows[r1])), _mm_loadu_pd(rows[r3]), 1);
+    *first = _mm256_unpacklo_pd(a, b);
+    *second = _mm256_unpackhi_pd(a, b);
+}
+
 /* fast_radius of four words' x[0], lane by lane: the same operations in
- * the same order (IEEE division and square root are exact-rounded in
- * vector form too), k - 24 turned to a double through 2^52 + k. */
+ * the same order (IEEE square root is exact-rounded in vector form too),
+ * k - 24 turned to a double through 2^52 + k. */
 __attribute__((target("avx2"))) static inline __m256d radius4(__m128i w0)
 {
-    const __m256d one = _mm256_set1_pd(1.0), two = _mm256_set1_pd(2.0);
     __m256d w = _mm256_cvtepi32_pd(_mm_add_epi32(_mm_srli_epi32(w0, 8), _mm_set1_epi32(1)));
     __m256i bits = _mm256_castpd_si256(w);
-    __m256i k = _mm256_srli_epi64(_mm256_sub_epi64(bits, _mm256_set1_epi64x((long long)LOG_SPLIT)), 52);
-    __m256i zbits = _mm256_sub_epi64(bits, _mm256_slli_epi64(k, 52));
+    __m256i tmp = _mm256_sub_epi64(bits, _mm256_set1_epi64x((long long)LOG_SPLIT));
+    __m256i k = _mm256_srli_epi64(tmp, 52);
+    __m256i row = _mm256_and_si256(_mm256_srli_epi64(tmp, LOG_ROW_SHIFT), _mm256_set1_epi64x(LOG_ROWS - 1));
+    __m256d z = _mm256_castsi256_pd(_mm256_sub_epi64(bits, _mm256_slli_epi64(k, 52)));
+    __m256d inv, log_c;
+    rows4(log_rows, _mm256_extract_epi64(row, 0), _mm256_extract_epi64(row, 1), _mm256_extract_epi64(row, 2),
+          _mm256_extract_epi64(row, 3), &inv, &log_c);
+    __m256d t = _mm256_sub_pd(_mm256_mul_pd(z, inv), _mm256_set1_pd(1.0));
+    __m256d t2 = _mm256_mul_pd(t, t), t4 = _mm256_mul_pd(t2, t2);
+    __m256d p01 = _mm256_add_pd(_mm256_set1_pd(B2), _mm256_mul_pd(t, _mm256_set1_pd(B3)));
+    __m256d p23 = _mm256_add_pd(_mm256_set1_pd(B4), _mm256_mul_pd(t, _mm256_set1_pd(B5)));
+    __m256d p45 = _mm256_add_pd(_mm256_set1_pd(B6), _mm256_mul_pd(t, _mm256_set1_pd(B7)));
+    __m256d p = _mm256_add_pd(_mm256_add_pd(p01, _mm256_mul_pd(t2, p23)), _mm256_mul_pd(t4, p45));
+    __m256d log1p_t = _mm256_add_pd(t, _mm256_mul_pd(t2, p));
     __m256d j = _mm256_sub_pd(_mm256_castsi256_pd(_mm256_or_si256(k, _mm256_set1_epi64x(0x4330000000000000ll))),
                               _mm256_set1_pd(4503599627370496.0 + 24.0));   /* (2^52 + k) - (2^52 + 24) */
-    __m256d f = _mm256_sub_pd(_mm256_castsi256_pd(zbits), one);
-    __m256d s = _mm256_div_pd(f, _mm256_add_pd(two, f)), s2 = _mm256_mul_pd(s, s);
-    __m256d s4 = _mm256_mul_pd(s2, s2), s8 = _mm256_mul_pd(s4, s4);
-    __m256d p01 = _mm256_add_pd(_mm256_set1_pd(A0), _mm256_mul_pd(s2, _mm256_set1_pd(A1)));
-    __m256d p23 = _mm256_add_pd(_mm256_set1_pd(A2), _mm256_mul_pd(s2, _mm256_set1_pd(A3)));
-    __m256d p45 = _mm256_add_pd(_mm256_set1_pd(A4), _mm256_mul_pd(s2, _mm256_set1_pd(A5)));
-    __m256d p67 = _mm256_add_pd(_mm256_set1_pd(A6), _mm256_mul_pd(s2, _mm256_set1_pd(A7)));
-    __m256d p03 = _mm256_add_pd(p01, _mm256_mul_pd(s4, p23)), p47 = _mm256_add_pd(p45, _mm256_mul_pd(s4, p67));
-    __m256d q = _mm256_add_pd(p03, _mm256_mul_pd(s8, _mm256_add_pd(p47, _mm256_mul_pd(s8, _mm256_set1_pd(A8)))));
-    __m256d log_z = _mm256_add_pd(_mm256_mul_pd(two, s), _mm256_mul_pd(s, _mm256_mul_pd(s2, q)));
-    __m256d log_u = _mm256_add_pd(_mm256_mul_pd(j, _mm256_set1_pd(LN2_HI)),
-                                  _mm256_sub_pd(_mm256_add_pd(_mm256_mul_pd(j, _mm256_set1_pd(LN2_LO)), log_z),
-                                                _mm256_set1_pd(LOG1P_2M24)));
+    __m256d sum = _mm256_add_pd(_mm256_mul_pd(j, _mm256_set1_pd(LN2_LO)), log_c);
+    sum = _mm256_sub_pd(_mm256_add_pd(sum, log1p_t), _mm256_set1_pd(LOG1P_2M24));
+    __m256d log_u = _mm256_add_pd(_mm256_mul_pd(j, _mm256_set1_pd(LN2_HI)), sum);
     return _mm256_sqrt_pd(_mm256_mul_pd(_mm256_set1_pd(-2.0), log_u));
 }
 
-/* fast_cos_turn of four words' x[1] >> 8: the table rows through two
- * gathers, the sign flip as an xor of bit 1 of q + 1 into the sign bit. */
+/* fast_cos_turn of four words' x[1] >> 8, the sign flip as an xor of
+ * bit 1 of q + 1 into the sign bit. */
 __attribute__((target("avx2"))) static inline __m256d cos4(__m128i w1)
 {
     __m128i b = _mm_srli_epi32(w1, 8);
@@ -332,8 +356,10 @@ __attribute__((target("avx2"))) static inline __m256d cos4(__m128i w1)
     __m256d sd = _mm256_add_pd(_mm256_set1_pd(1.0 / 120), _mm256_mul_pd(d2, _mm256_set1_pd(-1.0 / 5040)));
     sd = _mm256_add_pd(_mm256_set1_pd(-1.0 / 6), _mm256_mul_pd(d2, sd));
     sd = _mm256_mul_pd(d, _mm256_add_pd(_mm256_set1_pd(1.0), _mm256_mul_pd(d2, sd)));
-    __m256d v = _mm256_add_pd(_mm256_mul_pd(_mm256_i32gather_pd(turn_cd, i, 8), cd),
-                              _mm256_mul_pd(_mm256_i32gather_pd(turn_sd, i, 8), sd));
+    __m256d f_cd, f_sd;
+    rows4(turn_rows, _mm_cvtsi128_si32(i), _mm_extract_epi32(i, 1), _mm_extract_epi32(i, 2), _mm_extract_epi32(i, 3),
+          &f_cd, &f_sd);
+    __m256d v = _mm256_add_pd(_mm256_mul_pd(f_cd, cd), _mm256_mul_pd(f_sd, sd));
     __m256i flip = _mm256_slli_epi64(_mm256_and_si256(_mm256_add_epi64(q, _mm256_set1_epi64x(1)),
                                                       _mm256_set1_epi64x(2)), 62);
     return _mm256_xor_pd(v, _mm256_castsi256_pd(flip));
@@ -347,14 +373,12 @@ __attribute__((target("avx2"))) static void normals_avx2(const uint32_t *x0, con
 {
     double r[BLOCK];
     for (int k = 0; k < n; k += 4) _mm256_storeu_pd(r + k, radius4(_mm_loadu_si128((const __m128i *)(x0 + k))));
-    const __m256d c_err = _mm256_set1_pd(INIT_NORMAL_C_ERR), r_err = _mm256_set1_pd(INIT_NORMAL_R_ERR);
+    const __m256d guard_r = _mm256_set1_pd(GUARD_R), guard_v = _mm256_set1_pd(GUARD_V);
     for (int k = 0; k < n; k += 4) {
         __m256d rk = _mm256_loadu_pd(r + k);
         __m256d v = _mm256_mul_pd(rk, cos4(_mm_loadu_si128((const __m128i *)(x1 + k))));
         __m256d abs_v = _mm256_andnot_pd(_mm256_set1_pd(-0.0), v);
-        __m256d delta = _mm256_add_pd(_mm256_mul_pd(_mm256_set1_pd(2.0), _mm256_add_pd(_mm256_mul_pd(c_err, rk),
-                                                                                      _mm256_mul_pd(r_err, abs_v))),
-                                      _mm256_mul_pd(_mm256_set1_pd(1e-15), abs_v));
+        __m256d delta = _mm256_add_pd(_mm256_mul_pd(guard_r, rk), _mm256_mul_pd(guard_v, abs_v));
         __m128 lo = _mm256_cvtpd_ps(_mm256_sub_pd(v, delta)), hi = _mm256_cvtpd_ps(_mm256_add_pd(v, delta));
         _mm_storeu_ps(out + k, _mm256_cvtpd_ps(_mm256_mul_pd(_mm256_set1_pd(INIT_STD), _mm256_cvtps_pd(lo))));
         for (int bad = ~_mm_movemask_ps(_mm_cmpeq_ps(lo, hi)) & 0xF; bad; bad &= bad - 1) {
@@ -390,7 +414,7 @@ static void normals_from_words(const uint32_t *x0, const uint32_t *x1, int n, fl
 
 void init_normal_fast_parts(const uint32_t *x0, const uint32_t *x1, int n, double *r, double *c)
 {
-    pthread_once(&coarse_once, coarse_fill);
+    pthread_once(&tables_once, tables_fill);
     int done = 0;
 #if defined(HAVE_AVX2_PATH)
     if (use_avx2) {
@@ -406,7 +430,7 @@ void init_normal_fast_parts(const uint32_t *x0, const uint32_t *x1, int n, doubl
 
 bool init_normal_uses_avx2(void)
 {
-    pthread_once(&coarse_once, coarse_fill);
+    pthread_once(&tables_once, tables_fill);
     return use_avx2;
 }
 
@@ -414,7 +438,7 @@ uint64_t init_normal_fallback_count(void) { return atomic_load(&fallbacks); }
 
 void init_normals(uint64_t seed, uint32_t salt, int64_t first, int64_t n, float *out)
 {
-    pthread_once(&coarse_once, coarse_fill);
+    pthread_once(&tables_once, tables_fill);
     uint32_t x0[BLOCK], x1[BLOCK];
     for (int64_t b = 0; b < n; b += BLOCK) {
         int len = n - b < BLOCK ? (int)(n - b) : BLOCK;
