@@ -55,11 +55,13 @@ static float normal_fallback(uint32_t x0, uint32_t x1)
  * z at most 24, so z inv is exact, and within 2^-8 of 1, so t = z inv - 1 is
  * exact too (Sterbenz); log z = -log(inv) + log1p(t) with log1p's series to
  * t^7 (remainder < 2^-59 of it).  The two rows beside 1.0 have inv = 1, so
- * log z keeps its relative accuracy for z near 1; elsewhere |log z| >=
- * 2/3 |log inv|.  ln2 is in two parts (k ln2_hi exact).  INIT_NORMAL_R_ERR
- * bounds the radius against libm's of the same u1 (checked for all 2^24 a
- * by tests/test_init_normal.c); the AVX2 lanes below do the same
- * operations in the same order, without FMA. */
+ * log z keeps its relative accuracy for z near 1; elsewhere |log z| >
+ * 0.66 |log inv|.  ln2 is in two parts (k ln2_hi exact).  INIT_NORMAL_R_ERR
+ * bounds the radius against libm's (checked for all 2^24 a by
+ * tests/test_init_normal.c); most of that difference is libm's own, from
+ * rounding u1 = w / (2^24 + 1) to a double before its log (up to ~2^-48 of
+ * log u1 for u1 near 1), which this path never does.  The AVX2 lanes below
+ * do the same operations in the same order, without FMA. */
 enum { LOG_ROWS = 256, LOG_ROW_SHIFT = 44 };
 #define LOG_SPLIT 0x3FE6A00000000000ull   /* bits of 0.70703125 (about sqrt(2)/2); a row starts at 1.0 */
 #define LN2_HI 6.93147180369123816490e-01 /* ln 2 to 32 bits: k ln2_hi is exact */
@@ -155,13 +157,16 @@ double init_normal_cos_exact(uint32_t b) { return cos(2.0 * M_PI * (b / 16777216
 double init_normal_radius_exact(uint32_t a) { return sqrt(-2.0 * log((a + 1.0) / 16777217.0)); }
 
 /* The rounding guard.  The exact value is p = r c (rounded), r and c libm's
- * as in philox_normal; the fast one is v = r' c' with |r' - r| <= R_ERR r
- * and |c' - c| <= C_ERR (tests/test_init_normal.c checks all 2^24 radii and
- * all 2^24 cosines), so |v - p| <= R_ERR r |c'| + r C_ERR plus each
- * product's rounding (2^-53 of it); r < 5.8.  The slack of the factor 2 and
- * of 1e-15 |v| covers r/r' and the rounding of v -+ delta.  If both ends of
- * [v - delta, v + delta] round to the same float, that is the exact float;
- * otherwise (about 1 value in 10^6) take the exact path. */
+ * as in philox_normal; the fast one is v = r' c' (rounded) with
+ * |r' - r| <= R_ERR r and |c' - c| <= C_ERR (tests/test_init_normal.c
+ * checks all 2^24 radii and all 2^24 cosines), so
+ *   |v - p| <= R_ERR r |c'| + C_ERR r + 2^-53 (|v| + |p|)
+ * and r <= r' / (1 - R_ERR), r |c'| <= |v| (1 + 2^-52) / (1 - R_ERR).
+ * delta = 2 C_ERR r' + (2 R_ERR + 1e-15) |v| covers that twice over, and the
+ * slack covers the rounding of delta and of v -+ delta.  If both ends of
+ * [v - delta, v + delta] round to the same float, that is the exact float
+ * (rounding is monotone); otherwise (about 2 values in 10^6, counted by
+ * init_normal_fallback_count) take the exact path. */
 #define GUARD_R (2.0 * INIT_NORMAL_C_ERR)
 #define GUARD_V (2.0 * INIT_NORMAL_R_ERR + 1e-15)
 
