@@ -17,7 +17,10 @@
  *           kernel of 256 B / 1 KiB / 4 KiB of local memory per thread adds
  *           (the driver's reservation for SMs x threads per SM).
  *
- * Usage: mem_probe [BxL] (default 32x128), fp16.  Exit 0, 1 on an error,
+ * With `gemm` after the shape, first a cuBLASLt context of its own
+ * (gemm_init, then gemm_free): what cuBLASLt takes, what stays after.
+ *
+ * Usage: mem_probe [BxL [gemm]] (default 32x128), fp16.  Exit 0, 1 on an error,
  * 4 without a GPU.  Not part of `make test`: an H200 measurement tool. */
 #include <dlfcn.h>
 #include <stdio.h>
@@ -26,6 +29,7 @@
 
 #include "compiler/step_program_build.h"
 #include "cuda/cuda_driver.h"
+#include "cuda/gemm_cublas.h"
 #include "cuda/nvrtc_compile.h"
 #include "data/batch.h"
 #include "program/spec.h"
@@ -179,7 +183,7 @@ int main(int argc, char **argv)
 {
     long long B = 32, L = 128;
     if (argc > 1 && sscanf(argv[1], "%lldx%lld", &B, &L) != 2) {
-        fprintf(stderr, "usage: mem_probe [BxL]\n");
+        fprintf(stderr, "usage: mem_probe [BxL [gemm]]\n");
         return 1;
     }
     HpcError err = {0};
@@ -197,6 +201,17 @@ int main(int argc, char **argv)
     const size_t sizes[] = {3072, 1179648, 2359296, 4718592, 9437184, 2 << 20};
     for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) alloc_experiment(sizes[i], 32);
 
+    if (argc > 2 && strcmp(argv[2], "gemm") == 0) {
+        GemmContext g;
+        if (gemm_init(&g, dev.stream, 0, &err)) {
+            fprintf(stderr, "mem_probe: %s\n", err.msg);
+            return 1;
+        }
+        printf("gemm   cuBLASLt handle + %.0f MiB workspace: %.1f MiB\n", (double)GEMM_DEFAULT_WORKSPACE / MIB,
+               used_mib());
+        gemm_free(&g);
+        printf("gemm   after gemm_free: %.1f MiB\n", used_mib());
+    }
     ModelSpec spec;
     spec_defaults(&spec);
     snprintf(spec.name, sizeof spec.name, "bert_base");
