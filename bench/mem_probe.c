@@ -17,10 +17,12 @@
  *           kernel of 256 B / 1 KiB / 4 KiB of local memory per thread adds
  *           (the driver's reservation for SMs x threads per SM).
  *
+ * With `lmem` after the shape, only the local-memory launches (0, 40,
+ * 256, 512, 1 KiB, 4 KiB per thread) in a context that has run nothing.
  * With `gemm` after the shape, first a cuBLASLt context of its own
  * (gemm_init, then gemm_free): what cuBLASLt takes, what stays after.
  *
- * Usage: mem_probe [BxL [gemm]] (default 32x128), fp16.  Exit 0, 1 on an error,
+ * Usage: mem_probe [BxL [gemm|lmem]] (default 32x128), fp16.  Exit 0, 1 on an error,
  * 4 without a GPU.  Not part of `make test`: an H200 measurement tool. */
 #include <dlfcn.h>
 #include <stdio.h>
@@ -141,16 +143,21 @@ static HpcStatus module_lmem(const ModelSpec *spec, int arch, HpcError *err)
     return HPC_OK;
 }
 
-/* What a kernel with `bytes` of local memory per thread adds when launched. */
+/* What a kernel with `bytes` of local memory per thread (0: none) adds
+ * when launched. */
 static HpcStatus lmem_experiment(int arch, int bytes, HpcError *err)
 {
     const CudaDriver *cu = cuda_driver();
     char src[512];
-    snprintf(src, sizeof src,
-             "extern \"C\" __global__ void lm(float *out, int k) {\n"
-             "  volatile float a[%d];\n"
-             "  for (int i = 0; i < %d; i++) a[i] = (float)(i * k);\n"
-             "  out[threadIdx.x] = a[(k + threadIdx.x) %% %d];\n}\n", bytes / 4, bytes / 4, bytes / 4);
+    int n = bytes / 4;
+    if (n > 0)
+        snprintf(src, sizeof src,
+                 "extern \"C\" __global__ void lm(float *out, int k) {\n"
+                 "  volatile float a[%d];\n"
+                 "  for (int i = 0; i < %d; i++) a[i] = (float)(i * k);\n"
+                 "  out[threadIdx.x] = a[(k + threadIdx.x) %% %d];\n}\n", n, n, n);
+    else
+        snprintf(src, sizeof src, "extern \"C\" __global__ void lm(float *out, int k) { out[threadIdx.x] = k; }\n");
     void *cubin = NULL;
     size_t size = 0;
     HpcStatus st = nvrtc_compile(src, "lmem_probe", arch, NULL, 0, &cubin, &size, NULL, err);
@@ -172,18 +179,20 @@ static HpcStatus lmem_experiment(int arch, int bytes, HpcError *err)
     if (!st) st = CUDA_CHECK(err, cu->cuCtxSynchronize());
     double after = used_mib();
     if (!st)
-        printf("lmem   a kernel of %4d B local per thread (attribute %d B): launch adds %8.2f MiB (module+buffer %.2f)\n",
-               bytes, local, after - mid, mid - before);
+        printf("lmem   a kernel of %4d B local per thread (attribute %4d B): launch adds %8.2f MiB, now %8.2f "
+               "(module+buffer %.2f)\n", bytes, local, after - mid, after, mid - before);
     if (out) cu->cuMemFree(out);
     cu->cuModuleUnload(m);
     return st;
 }
 
+static const int lmem_sizes[] = {0, 40, 256, 512, 1024, 4096};
+
 int main(int argc, char **argv)
 {
     long long B = 32, L = 128;
     if (argc > 1 && sscanf(argv[1], "%lldx%lld", &B, &L) != 2) {
-        fprintf(stderr, "usage: mem_probe [BxL [gemm]]\n");
+        fprintf(stderr, "usage: mem_probe [BxL [gemm|lmem]]\n");
         return 1;
     }
     HpcError err = {0};
@@ -201,6 +210,14 @@ int main(int argc, char **argv)
     const size_t sizes[] = {3072, 1179648, 2359296, 4718592, 9437184, 2 << 20};
     for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) alloc_experiment(sizes[i], 32);
 
+    if (argc > 2 && strcmp(argv[2], "lmem") == 0) {   /* in a fresh context, nothing else */
+        HpcStatus st = HPC_OK;
+        for (size_t i = 0; i < sizeof lmem_sizes / sizeof lmem_sizes[0] && !st; i++)
+            st = lmem_experiment(dev.arch, lmem_sizes[i], &err);
+        if (st) fprintf(stderr, "mem_probe: %s\n", err.msg);
+        cuda_device_close(&dev);
+        return st ? 1 : 0;
+    }
     if (argc > 2 && strcmp(argv[2], "gemm") == 0) {
         GemmContext g;
         if (gemm_init(&g, dev.stream, 0, &err)) {
@@ -229,7 +246,8 @@ int main(int argc, char **argv)
     if (!st) st = steps(&be, b, 10, &err);
     if (!st) printf("step   after 11 steps: %.1f MiB; hpc counts %.1f\n", used_mib(), be.peak_bytes(&be) / MIB);
     if (!st) st = module_lmem(&spec, dev.arch, &err);
-    for (int bytes = 256; bytes <= 4096 && !st; bytes *= 4) st = lmem_experiment(dev.arch, bytes, &err);
+    for (size_t i = 2; i < sizeof lmem_sizes / sizeof lmem_sizes[0] && !st; i++)
+        st = lmem_experiment(dev.arch, lmem_sizes[i], &err);
     batch_free(b);
     train_backend_close(&be);
     printf("close  after the backend's close: %.1f MiB still used\n", used_mib());
