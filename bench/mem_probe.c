@@ -125,17 +125,32 @@ static HpcStatus module_lmem(const ModelSpec *spec, int arch, HpcError *err)
         return HPC_OK;
     }
     CUfunction *f = xcalloc(n + 1, sizeof *f);
-    int max_local = 0, with_local = 0;
+    int max_local = 0, with_local = 0, groups = 0;
+    struct { char stem[96]; int local, count; } group[32];   /* kernels with local memory, by name less its hash */
     if (enumerate(f, n, m) == CUDA_SUCCESS)
         for (unsigned i = 0; i < n; i++) {
-            int local = 0, regs = 0;
+            int local = 0;
             const char *nm = "?";
             cu->cuFuncGetAttribute(&local, CU_FUNC_ATTRIBUTE_LOCAL_SIZE_BYTES, f[i]);
-            cu->cuFuncGetAttribute(&regs, CU_FUNC_ATTRIBUTE_NUM_REGS, f[i]);
             name(&nm, f[i]);
             if (local > max_local) max_local = local;
-            if (local > 0 && with_local++ < 8) printf("lmem   %-44s %4d B local, %3d registers\n", nm, local, regs);
+            if (local == 0) continue;
+            with_local++;
+            char stem[96];
+            snprintf(stem, sizeof stem, "%s", nm);
+            size_t len = strlen(stem);
+            if (len > 7 && stem[len - 7] == '_') stem[len - 7] = '\0';
+            int k = 0;
+            while (k < groups && !(strcmp(group[k].stem, stem) == 0 && group[k].local == local)) k++;
+            if (k == groups && groups < 32) {
+                snprintf(group[groups].stem, sizeof group[groups].stem, "%s", stem);
+                group[groups].local = local;
+                group[groups++].count = 0;
+            }
+            if (k < groups) group[k].count++;
         }
+    for (int k = 0; k < groups; k++)
+        printf("lmem   %3d x %-44s %4d B local per thread\n", group[k].count, group[k].stem, group[k].local);
     printf("lmem   %u kernels, %d with local memory, the most %d B per thread; after touching them: +%.2f MiB\n", n,
            with_local, max_local, used_mib() - before);
     free(f);
