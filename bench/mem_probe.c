@@ -203,6 +203,21 @@ static HpcStatus lmem_experiment(int arch, int bytes, HpcError *err)
 
 static const int lmem_sizes[] = {0, 40, 256, 512, 1024, 4096};
 
+/* The context's stack-size, printf and heap limits (cuCtxGetLimit). */
+static void print_limits(const char *when)
+{
+    typedef CUresult (*LimitFn)(size_t *, CUlimit);
+    LimitFn get = (LimitFn)dlsym(cuda_driver()->lib, "cuCtxGetLimit");
+    size_t stack = 0, fifo = 0, heap = 0;
+    if (!get || get(&stack, CU_LIMIT_STACK_SIZE) || get(&fifo, CU_LIMIT_PRINTF_FIFO_SIZE) ||
+        get(&heap, CU_LIMIT_MALLOC_HEAP_SIZE)) {
+        printf("limits %s: cuCtxGetLimit failed\n", when);
+        return;
+    }
+    printf("limits %s: stack %zu B per thread, printf fifo %.1f MiB, malloc heap %.1f MiB\n", when, stack,
+           (double)fifo / MIB, (double)heap / MIB);
+}
+
 int main(int argc, char **argv)
 {
     long long B = 32, L = 128;
@@ -225,11 +240,13 @@ int main(int argc, char **argv)
     const size_t sizes[] = {3072, 1179648, 2359296, 4718592, 9437184, 2 << 20};
     for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) alloc_experiment(sizes[i], 32);
 
+    print_limits("with the context");
     if (argc > 2 && strcmp(argv[2], "lmem") == 0) {   /* in a fresh context, nothing else */
         HpcStatus st = HPC_OK;
         for (size_t i = 0; i < sizeof lmem_sizes / sizeof lmem_sizes[0] && !st; i++)
             st = lmem_experiment(dev.arch, lmem_sizes[i], &err);
         if (st) fprintf(stderr, "mem_probe: %s\n", err.msg);
+        print_limits("after the launches");
         cuda_device_close(&dev);
         return st ? 1 : 0;
     }
@@ -260,6 +277,7 @@ int main(int argc, char **argv)
     if (!st) printf("step   after 1 step: %.1f MiB; hpc counts %.1f\n", used_mib(), be.peak_bytes(&be) / MIB);
     if (!st) st = steps(&be, b, 10, &err);
     if (!st) printf("step   after 11 steps: %.1f MiB; hpc counts %.1f\n", used_mib(), be.peak_bytes(&be) / MIB);
+    if (!st) print_limits("after the steps");
     if (!st) st = module_lmem(&spec, dev.arch, &err);
     for (size_t i = 2; i < sizeof lmem_sizes / sizeof lmem_sizes[0] && !st; i++)
         st = lmem_experiment(dev.arch, lmem_sizes[i], &err);
