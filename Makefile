@@ -200,6 +200,10 @@ BENCH_BIN := $(BUILD)/bench/bench_hpc
 $(BENCH_BIN): bench/bench_hpc.c $(LIBS)
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS) -o $@ $< $(LIBS) $(LDLIBS)
+# bench/mem_probe.c: where the device memory of a step goes (issue #15), an H200 tool.
+$(BUILD)/bench/mem_probe: bench/mem_probe.c $(LIBS)
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS) -o $@ $< $(LIBS) $(LDLIBS)
 # bench/finetune_quality.sh: fp16 fine-tune quality against PyTorch AMP.
 QUALITY_BIN := $(BUILD)/bench/grad_error
 $(QUALITY_BIN): bench/grad_error.c $(LIBS)

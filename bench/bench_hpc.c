@@ -12,8 +12,9 @@
  * For each shape B x L and policy: `warmup` steps, then `iters` steps each
  * timed with CUDA events on the backend's stream; the median in ms.  Peak
  * memory: the executor's peak (plan arena + parameters + optimizer state +
- * odd buffers, runtime/cuda/device_arena.h) and the device memory in use after
- * the run minus before it (cuMemGetInfo; adds cuBLAS workspace, modules).
+ * odd buffers, runtime/cuda/device_arena.h, + cuBLASLt's workspace) and the
+ * device memory in use after the run minus before it (cuMemGetInfo; adds
+ * cuBLASLt's own state, the module, the graph, 2 MiB page rounding).
  * One JSON object per line on stdout, as pytorch_bert.py prints.
  *
  * With --profile (or HPC_PROFILE=1 in the environment), one more step after

@@ -42,37 +42,44 @@ CUdeviceptr cuda_exec_param_ptr(const CudaExec *ex, int p, DType dt)
 /* ---- binding: parameters, module ------------------------------------- */
 
 /* One device buffer per (parameter, dtype) the graph reads, plus a master
- * for every parameter that owns storage. */
+ * for every parameter that owns storage: the masters in one allocation,
+ * the 16-bit copies in another (arena_alloc_packed: no 2 MiB rounding per
+ * tensor). */
 static HpcStatus alloc_params(CudaExec *ex, HpcError *err)
 {
     const IrGraph *g = ex->g;
     ex->param_dev = xcalloc((size_t)g->n, sizeof *ex->param_dev);
     ex->master = xcalloc((size_t)(ex->pl->n > 0 ? ex->pl->n : 1), sizeof *ex->master);
-    for (int q = 0; q < ex->pl->n; q++) {
-        if (ex->pl->p[q].tied_to >= 0) continue;
-        HpcStatus st = arena_alloc(&ex->arena, &ex->master[q], (size_t)params_numel(&ex->pl->p[q]) * 4,
-                                   "parameter (f32)", err);
-        if (st) return st;
-    }
+    size_t *bytes = xcalloc((size_t)(g->n > ex->pl->n ? g->n : ex->pl->n) + 1, sizeof *bytes);
+    int *owner = xcalloc((size_t)g->n + 1, sizeof *owner);   /* node i shares node owner[i]'s copy */
+    CUdeviceptr block;
+    for (int q = 0; q < ex->pl->n; q++)
+        bytes[q] = ex->pl->p[q].tied_to >= 0 ? 0 : (size_t)params_numel(&ex->pl->p[q]) * 4;
+    HpcStatus st = arena_alloc_packed(&ex->arena, &block, ex->master, bytes, ex->pl->n, "parameters (f32)", err);
     for (int i = 0; i < g->n; i++) {
         const IrNode *n = &g->nodes[i];
+        bytes[i] = 0;
+        owner[i] = i;
         if (n->op != IR_OP_PARAM) continue;
         int q = n->attr.param.index;
         HPC_ASSERT(q >= 0 && q < ex->pl->n && ex->pl->p[q].tied_to < 0);
-        if (n->dtype == DT_F32) {
-            ex->param_dev[i] = ex->master[q];
-            continue;
-        }
-        for (int j = 0; j < i && !ex->param_dev[i]; j++)   /* one copy per (index, dtype) */
+        if (n->dtype == DT_F32) continue;
+        for (int j = 0; j < i && owner[i] == i; j++)   /* one copy per (index, dtype) */
             if (g->nodes[j].op == IR_OP_PARAM && g->nodes[j].attr.param.index == q &&
                 g->nodes[j].dtype == n->dtype)
-                ex->param_dev[i] = ex->param_dev[j];
-        if (ex->param_dev[i]) continue;
-        HpcStatus st = arena_alloc(&ex->arena, &ex->param_dev[i], (size_t)ir_numel(n, 1, 1) * 2,
-                                   "parameter (low copy)", err);
-        if (st) return st;
+                owner[i] = j;
+        if (owner[i] == i) bytes[i] = (size_t)ir_numel(n, 1, 1) * 2;
     }
-    return HPC_OK;
+    if (!st) st = arena_alloc_packed(&ex->arena, &block, ex->param_dev, bytes, g->n, "parameters (low copies)", err);
+    for (int i = 0; i < g->n && !st; i++) {
+        const IrNode *n = &g->nodes[i];
+        if (n->op != IR_OP_PARAM) continue;
+        if (n->dtype == DT_F32) ex->param_dev[i] = ex->master[n->attr.param.index];
+        else ex->param_dev[i] = ex->param_dev[owner[i]];
+    }
+    free(bytes);
+    free(owner);
+    return st;
 }
 
 /* The program's one module: compiled once per (program, arch) for every

@@ -171,10 +171,15 @@ static CudaOptParams params_of(const SpecTraining *tr, int64_t total_steps, Loss
     };
 }
 
-static HpcStatus zeroed(CudaOptim *o, CUdeviceptr *p, size_t bytes, const char *what, HpcError *err)
+/* One zeroed allocation holding a buffer of bytes[i] for each of the
+ * count tensors (arena_alloc_packed); ptrs[i] the tensor's. */
+static HpcStatus zeroed_packed(CudaOptim *o, CUdeviceptr *block, CUdeviceptr *ptrs, const size_t *bytes,
+                               const char *what, HpcError *err)
 {
-    HpcStatus st = arena_alloc(&o->ex->arena, p, bytes, what, err);
-    return st ? st : CUDA_CHECK(err, cuda_driver()->cuMemsetD8Async(*p, 0, bytes, o->ex->dev->stream));
+    HpcStatus st = arena_alloc_packed(&o->ex->arena, block, ptrs, bytes, o->count, what, err);
+    size_t total = 0;
+    for (int i = 0; i < o->count; i++) total += arena_align(bytes[i]);
+    return st || !*block ? st : CUDA_CHECK(err, cuda_driver()->cuMemsetD8Async(*block, 0, total, o->ex->dev->stream));
 }
 
 /* Parameter p's 16-bit copy, or 0: the step module's optimizer was
@@ -186,7 +191,8 @@ static CUdeviceptr low_copy(const CudaExec *ex, int p)
     return low ? low : cuda_exec_param_ptr(ex, p, DT_BF16);
 }
 
-/* One CudaOptTensor per parameter with a gradient, state zeroed; src[]
+/* One CudaOptTensor per parameter with a gradient, state zeroed (m, v and
+ * the gradient sums in one allocation each, not one per tensor); src[]
  * gets the executor's gradient of each. */
 static HpcStatus build_tensors(CudaOptim *o, const SpecTraining *tr, uint64_t *src, HpcError *err)
 {
@@ -194,8 +200,9 @@ static HpcStatus build_tensors(CudaOptim *o, const SpecTraining *tr, uint64_t *s
     const ParamList *pl = o->ex->pl;
     OptimConfig oc;
     optim_config_from_spec(&oc, tr);
-    HpcStatus st = HPC_OK;
-    for (int p = 0; p < pl->n && !st; p++) {
+    size_t *bytes = xcalloc((size_t)pl->n + 1, sizeof *bytes);
+    CUdeviceptr *ptrs = xcalloc((size_t)pl->n + 1, sizeof *ptrs);
+    for (int p = 0; p < pl->n; p++) {
         if (g->param_grad[p] < 0) continue;
         HPC_ASSERT(pl->p[p].tied_to < 0);
         int64_t n = params_numel(&pl->p[p]);
@@ -203,14 +210,19 @@ static HpcStatus build_tensors(CudaOptim *o, const SpecTraining *tr, uint64_t *s
         src[o->count] = cuda_exec_ptr(o->ex, g->param_grad[p]);
         *t = (CudaOptTensor){.master = cuda_exec_param_ptr(o->ex, p, DT_F32), .grad = src[o->count], .n = n,
                              .decay = pl->p[p].decay, .low = low_copy(o->ex, p)};
-        if (optim_needs_m(&oc)) st = zeroed(o, (CUdeviceptr *)&t->m, (size_t)n * 4, "optimizer m", err);
-        if (!st && optim_needs_v(&oc)) st = zeroed(o, (CUdeviceptr *)&t->v, (size_t)n * 4, "optimizer v", err);
-        if (!st && o->grad_accum > 1) {
-            st = arena_alloc(&o->ex->arena, &o->acc[o->count], (size_t)n * 4, "gradient sum", err);
-            t->grad = o->acc[o->count];
-        }
+        bytes[o->count] = (size_t)n * 4;
         o->param[o->count++] = p;
     }
+    HpcStatus st = HPC_OK;
+    if (optim_needs_m(&oc) && !(st = zeroed_packed(o, &o->m_block, ptrs, bytes, "optimizer m", err)))
+        for (int i = 0; i < o->count; i++) o->host_t[i].m = ptrs[i];
+    if (!st && optim_needs_v(&oc) && !(st = zeroed_packed(o, &o->v_block, ptrs, bytes, "optimizer v", err)))
+        for (int i = 0; i < o->count; i++) o->host_t[i].v = ptrs[i];
+    if (!st && o->grad_accum > 1 &&
+        !(st = arena_alloc_packed(&o->ex->arena, &o->acc_block, o->acc, bytes, o->count, "gradient sums", err)))
+        for (int i = 0; i < o->count; i++) o->host_t[i].grad = o->acc[i];
+    free(bytes);
+    free(ptrs);
     return st;
 }
 
@@ -277,11 +289,9 @@ void cuda_optim_free(CudaOptim *o)
 {
     if (!o->ex) return;
     DeviceArena *a = &o->ex->arena;
-    for (int i = 0; i < o->count; i++) {
-        if (o->host_t[i].m) arena_release(a, o->host_t[i].m);
-        if (o->host_t[i].v) arena_release(a, o->host_t[i].v);
-        if (o->acc[i]) arena_release(a, o->acc[i]);
-    }
+    if (o->m_block) arena_release(a, o->m_block);
+    if (o->v_block) arena_release(a, o->v_block);
+    if (o->acc_block) arena_release(a, o->acc_block);
     const CudaOptPlan *p = &o->plan;
     CUdeviceptr bufs[] = {p->tensors, p->src_grads, p->chunks, p->chunk_first, p->state, p->decision,
                           p->part_sq, p->part_inf, p->part_pu, p->ratio, p->poison};

@@ -192,6 +192,7 @@ struct CudaOptim {
     int *param;                   /* (count) ParamList index of each */
     CudaOptTensor *host_t;       /* (count) host copy of the table */
     CUdeviceptr *acc;             /* (count) f32 accumulators, 0 when grad_accum == 1 */
+    CUdeviceptr m_block, v_block, acc_block;   /* one allocation each for every tensor's m, v, acc */
     CudaOptPlan plan;
     int64_t grad_accum;
     CudaOptTailCtx tail_ctx[3];

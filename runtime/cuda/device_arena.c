@@ -109,6 +109,20 @@ HpcStatus arena_alloc(DeviceArena *a, CUdeviceptr *ptr, size_t bytes, const char
     return HPC_OK;
 }
 
+HpcStatus arena_alloc_packed(DeviceArena *a, CUdeviceptr *block, CUdeviceptr *ptrs, const size_t *bytes, int n,
+                             const char *what, HpcError *err)
+{
+    size_t total = 0;
+    for (int i = 0; i < n; i++) total += arena_align(bytes[i]);
+    HpcStatus st = arena_alloc(a, block, total, what, err);
+    size_t off = 0;
+    for (int i = 0; i < n; i++) {
+        ptrs[i] = !st && bytes[i] ? *block + off : 0;
+        off += arena_align(bytes[i]);
+    }
+    return st;
+}
+
 void arena_release(DeviceArena *a, CUdeviceptr ptr)
 {
     if (!ptr) return;

@@ -78,6 +78,15 @@ HpcStatus arena_alloc(DeviceArena *a, CUdeviceptr *ptr, size_t bytes, const char
                       HpcError *err);
 void arena_release(DeviceArena *a, CUdeviceptr ptr);
 
+/* n buffers of bytes[i] in ONE odd buffer, each at an ARENA_ALIGN offset:
+ * ptrs[i] (0 where bytes[i] is 0), *block the allocation to arena_release
+ * (0 when every size is 0).  Why: the driver hands cuMemAlloc memory out in
+ * 2 MiB pages, so a buffer per parameter tensor (BERT-base: 201 tensors x
+ * master, 16-bit copy, m, v; 48 of 2.25 MiB) left hundreds of MiB of the
+ * device in rounding that no plan counted. */
+HpcStatus arena_alloc_packed(DeviceArena *a, CUdeviceptr *block, CUdeviceptr *ptrs, const size_t *bytes, int n,
+                             const char *what, HpcError *err);
+
 /* Current and peak figures, plus the device's free/total memory. */
 void arena_stats(const DeviceArena *a, ArenaStats *s);
 
