@@ -131,8 +131,10 @@ static void add_kernel(StrBuf *src, const EopGenPhase *ph, const char *name)
                 : ph->lt == EOP_LT_HEAD_TILES ? 128 : 256;
     /* EOP_LT_HEAD_BLOCKS (the one-pass attention backward): two blocks an
      * SM, 128 registers, measured faster than one block with 192 */
-    const char *min_blocks = ph->lt == EOP_LT_HEAD_BLOCKS ? ", 2" : "";
-    strbuf_printf(src, "\nextern \"C\" __global__ void __launch_bounds__(%d%s) %s(EopArgs a)\n{\n", threads, min_blocks,
+    int min_blocks = ph->lt == EOP_LT_HEAD_BLOCKS ? 2 : ph->min_blocks;
+    char mb[16] = "";
+    if (min_blocks > 0) snprintf(mb, sizeof mb, ", %d", min_blocks);
+    strbuf_printf(src, "\nextern \"C\" __global__ void __launch_bounds__(%d%s) %s(EopArgs a)\n{\n", threads, mb,
                   name);
     strbuf_add(src, ph->body.p);
     strbuf_add(src, "}\n");

@@ -19,6 +19,7 @@ typedef struct {
     EopLaunchType lt;
     StepSize count;            /* of B, L */
     int threads;
+    int min_blocks;            /* __launch_bounds__'s blocks per SM; 0: none */
 } EopGenPhase;
 
 typedef struct {

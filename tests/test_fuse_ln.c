@@ -506,8 +506,6 @@ static void expect_site_compiles(int64_t D, DType low, int arch)
                       c.phase[k].name);
             phases++;
         }
-        if (op == IR_OP_LN_RESIDUAL_BWD)   /* the column partials: 512 blocks x 3 x D f32 */
-            cr_expect_eq(eop_scratch_bytes(&f.g, id, 1, 1), (int64_t)512 * 3 * D * 4);
     }
     cr_expect_eq(phases, 3);
     free(cubin);
@@ -515,6 +513,39 @@ static void expect_site_compiles(int64_t D, DType low, int arch)
     free(src);
     ln_site_free(&u);
     ln_site_free(&f);
+}
+
+/* LN_RESIDUAL_BWD's scratch holds one 3 x D f32 partial per block of its
+ * first phase, and the second phase is one block per 32 partial columns. */
+static void expect_parts_fit(int64_t R, int64_t D)
+{
+    LnSite u, f;
+    ln_site_build(&u, R, D, DT_F16, 1e-12, 0.1f);
+    HpcError err = {0};
+    cr_assert_eq(ln_site_fuse(&u, &f, NULL, &err), 2, "%s", err.msg);
+    int seen = 0;
+    for (int id = 0; id < f.g.n; id++) {
+        if (f.g.nodes[id].op != IR_OP_LN_RESIDUAL_BWD) continue;
+        EopNodeCode c;
+        cr_assert_eq(eop_node_code(&f.g, id, 1, 1, &c, &err), HPC_OK, "%s", err.msg);
+        int64_t part = 3 * D * 4, blocks = c.phase[0].grid[0], bytes = eop_scratch_bytes(&f.g, id, 1, 1);
+        cr_expect(blocks >= 1 && blocks <= R && blocks <= 264, "R=%lld D=%lld: %lld blocks", (long long)R,
+                  (long long)D, (long long)blocks);
+        cr_expect(bytes >= blocks * part && bytes < (blocks + 1) * part, "R=%lld D=%lld: %lld scratch bytes for %lld "
+                  "partials of %lld", (long long)R, (long long)D, (long long)bytes, (long long)blocks, (long long)part);
+        cr_expect_eq(c.phase[1].grid[0], (unsigned)((3 * D + 31) / 32));
+        seen++;
+    }
+    cr_expect_eq(seen, 1);
+    ln_site_free(&u);
+    ln_site_free(&f);
+}
+
+Test(fuse_ln_cuda, bwd_partials_fit_the_scratch)
+{
+    static const int64_t Rs[] = {1, 3, 488, 1055, 1056, 1057, 4099, 100000}, Ds[] = {128, 768, 4096};
+    for (int d = 0; d < 3; d++)
+        for (int r = 0; r < 8; r++) expect_parts_fit(Rs[r], Ds[d]);
 }
 
 Test(fuse_ln_cuda, site_kernels_compile, .timeout = 300)
