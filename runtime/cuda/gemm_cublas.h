@@ -165,14 +165,17 @@ HpcStatus gemm_run_optional(GemmContext *g, const GemmDesc *d, bool *epilogue_do
  *
  * gemm_library_warm_start(ctx) pays the one-time set-up earlier still, on
  * a thread of its own, with one small GEMM of its own buffers (call it as
- * soon as the context exists); gemm_prime (or gemm_library_warm_join)
- * waits for it. */
+ * soon as the context exists); gemm_prime's threads run beside it (the
+ * library orders its own set-up) and gemm_prime waits for it before it
+ * returns, as gemm_library_warm_join does. */
 typedef struct {
     int threads;
     int made;                   /* plans the workers made from the tuning cache */
     int made_here;              /* plans made on the calling thread */
     int calls;                  /* first calls run */
     double seconds;             /* wall time of gemm_prime */
+    double setup, making, launching;   /* the slowest thread's seconds in each: its stream, handle and
+                                          workspace; making plans; first calls */
 } GemmPrimeStats;
 
 HpcStatus gemm_prime(GemmContext *g, CUcontext ctx, int threads, GemmPrimeStats *stats, HpcError *err);

@@ -37,6 +37,7 @@ typedef struct {
     CUcontext ctx;
     int index, stride;          /* this worker takes plans index, index + stride, ... */
     int made, calls;            /* deferred plans it made, first calls it ran */
+    double setup, making, launching;   /* seconds: its stream, handle and workspace; plans; first calls */
     HpcStatus st;
     HpcError err;
 } PrimeWorker;
@@ -63,13 +64,16 @@ static void *prime_main(void *arg)
     mine.lt = NULL;
     mine.stream = NULL;
     mine.workspace = 0;
+    double t0 = now_seconds();
     w->st = CUDA_CHECK(&w->err, cu->cuCtxSetCurrent(w->ctx));
     if (!w->st) w->st = CUDA_CHECK(&w->err, cu->cuStreamCreate(&mine.stream, CU_STREAM_NON_BLOCKING));
-    if (!w->st) w->st = CUDA_CHECK(&w->err, cublasLtCreate(&mine.lt));
     if (!w->st) w->st = CUDA_CHECK(&w->err, cu->cuMemAlloc(&mine.workspace, mine.workspace_bytes));
+    if (!w->st) w->st = CUDA_CHECK(&w->err, cublasLtCreate(&mine.lt));
+    w->setup = now_seconds() - t0;
     for (int i = w->index; i < w->g->num_plans && !w->st; i += w->stride) {
         GemmPlan *p = &w->g->plans[i];
         if (!p->recorded || p->primed) continue;
+        double t1 = now_seconds();
         if (p->deferred) {
             if (!make_deferred(p, w->g)) continue;   /* left to gemm_prime's caller */
             w->made++;
@@ -77,9 +81,12 @@ static void *prime_main(void *arg)
             w->st = gemm_plan_point(p, &p->first, &w->err);   /* each plan is one worker's alone */
             if (w->st) break;
         }
+        double t2 = now_seconds();
         w->st = CUDA_CHECK(&w->err, gemm_matmul_with(&mine, p, &p->first, &p->algo));
         p->primed = !w->st;
         w->calls++;
+        w->making += t2 - t1;
+        w->launching += now_seconds() - t2;
     }
     if (mine.stream && !w->st) w->st = CUDA_CHECK(&w->err, cu->cuStreamSynchronize(mine.stream));
     if (mine.workspace) cu->cuMemFree(mine.workspace);
@@ -95,7 +102,6 @@ HpcStatus gemm_prime(GemmContext *g, CUcontext ctx, int threads, GemmPrimeStats 
     if (threads < 1) threads = 1;
     if (threads > MAX_THREADS) threads = MAX_THREADS;
     double t0 = now_seconds();
-    gemm_library_warm_join();
     PrimeWorker w[MAX_THREADS];
     pthread_t tid[MAX_THREADS];
     bool started[MAX_THREADS] = {false};
@@ -110,12 +116,16 @@ HpcStatus gemm_prime(GemmContext *g, CUcontext ctx, int threads, GemmPrimeStats 
         if (started[k]) pthread_join(tid[k], NULL);
         stats->made += w[k].made;
         stats->calls += w[k].calls;
+        if (w[k].setup > stats->setup) stats->setup = w[k].setup;
+        if (w[k].making > stats->making) stats->making = w[k].making;
+        if (w[k].launching > stats->launching) stats->launching = w[k].launching;
         if (w[k].st && !st) {
             *err = w[k].err;
             st = w[k].st;
         }
     }
     g->tune_hits += stats->made;
+    gemm_library_warm_join();   /* the workers ran beside it: cuBLASLt's own locks order the set-up */
     /* What the workers could not make (a cached choice that no longer
      * checks out) is made here, the ordinary way, and run once. */
     for (int i = 0; i < g->num_plans && !st; i++) {

@@ -484,7 +484,9 @@ static HpcStatus alloc_rings(CudaTrain *t, HpcError *err)
  * HPC_GEMM_PRIME_THREADS: how many threads (default: 8, or the cores if
  * fewer; 0: none, the warm-up pass pays the costs one GEMM after another).
  * On the H200 host, warm caches: the pass's 0.20-0.25 s in cuBLASLt became
- * 0.13-0.20 s of waiting, most of it for gemm_library_warm_start. */
+ * 0.09-0.10 s of waiting, with the threads running beside
+ * gemm_library_warm_start (0.10-0.16 s, almost all of it cuBLASLt's first
+ * query). */
 static HpcStatus prime_gemms(CudaTrain *t, const Batch *batch, const CudaRunOptions *o, HpcError *err)
 {
     const char *env = getenv("HPC_GEMM_PRIME_THREADS");
@@ -498,7 +500,8 @@ static HpcStatus prime_gemms(CudaTrain *t, const Batch *batch, const CudaRunOpti
     if (!st) st = gemm_prime(&t->ex.gemm, t->dev.ctx, threads, &ps, err);
     if (!st)
         phase_markf("GEMM plans and first calls ahead: %d first calls on %d thread(s), %d plans made there, "
-                    "%d here", ps.calls, ps.threads, ps.made, ps.made_here);
+                    "%d here; the slowest thread's set-up %.3f s, plans %.3f s, first calls %.3f s",
+                    ps.calls, ps.threads, ps.made, ps.made_here, ps.setup, ps.making, ps.launching);
     return st;
 }
 
