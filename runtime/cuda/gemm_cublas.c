@@ -205,7 +205,7 @@ static HpcStatus plan_desc(GemmPlan *p, const GemmContext *g, const GemmDesc *d,
 
 /* Points the descriptor at this call's bias and aux (heuristics read them
  * for alignment, so this happens before the algorithm is chosen, too). */
-static HpcStatus plan_pointers(GemmPlan *p, const GemmDesc *d, HpcError *err)
+HpcStatus gemm_plan_point(GemmPlan *p, const GemmDesc *d, HpcError *err)
 {
     HpcStatus st = HPC_OK;
     if (uses_bias(p->epilogue)) {
@@ -223,10 +223,9 @@ HpcStatus gemm_plan_descriptors(GemmPlan *p, const GemmContext *g, const GemmDes
 {
     HpcStatus st = plan_layouts(p, d, err);
     if (!st) st = plan_desc(p, g, d, err);
-    return st ? st : plan_pointers(p, d, err);
+    return st ? st : gemm_plan_point(p, d, err);
 }
 
-HpcStatus gemm_plan_point(GemmPlan *p, const GemmDesc *d, HpcError *err) { return plan_pointers(p, d, err); }
 
 static HpcStatus pref_set(cublasLtMatmulPreference_t pref, cublasLtMatmulPreferenceAttributes_t a,
                           uint32_t v, HpcError *err)
@@ -461,7 +460,7 @@ static HpcStatus plan_find(GemmContext *g, const GemmDesc *d, bool optional, Gem
             HpcStatus st = gemm_plan_complete(g, p, err);
             if (st) return st;
         }
-        return p->deferred ? HPC_OK : plan_pointers(p, d, err);
+        return p->deferred ? HPC_OK : gemm_plan_point(p, d, err);
     }
     if (g->num_plans == g->cap_plans) {
         g->cap_plans = g->cap_plans ? 2 * g->cap_plans : 32;

@@ -19,18 +19,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "cuda/cublaslt_load.h"
 #include "util/phase_clock.h"
 #include "cuda/cublaslt_calls.h"   /* last: cublasLt* through the loaded table */
-
-static double now_seconds(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
 typedef struct {
     GemmContext *g;
@@ -64,16 +56,16 @@ static void *prime_main(void *arg)
     mine.lt = NULL;
     mine.stream = NULL;
     mine.workspace = 0;
-    double t0 = now_seconds();
+    double t0 = phase_clock_now();
     w->st = CUDA_CHECK(&w->err, cu->cuCtxSetCurrent(w->ctx));
     if (!w->st) w->st = CUDA_CHECK(&w->err, cu->cuStreamCreate(&mine.stream, CU_STREAM_NON_BLOCKING));
     if (!w->st) w->st = CUDA_CHECK(&w->err, cu->cuMemAlloc(&mine.workspace, mine.workspace_bytes));
     if (!w->st) w->st = CUDA_CHECK(&w->err, cublasLtCreate(&mine.lt));
-    w->setup = now_seconds() - t0;
+    w->setup = phase_clock_now() - t0;
     for (int i = w->index; i < w->g->num_plans && !w->st; i += w->stride) {
         GemmPlan *p = &w->g->plans[i];
         if (!p->recorded || p->primed) continue;
-        double t1 = now_seconds();
+        double t1 = phase_clock_now();
         if (p->deferred) {
             if (!make_deferred(p, w->g)) continue;   /* left to gemm_prime's caller */
             w->made++;
@@ -81,12 +73,12 @@ static void *prime_main(void *arg)
             w->st = gemm_plan_point(p, &p->first, &w->err);   /* each plan is one worker's alone */
             if (w->st) break;
         }
-        double t2 = now_seconds();
+        double t2 = phase_clock_now();
         w->st = CUDA_CHECK(&w->err, gemm_matmul_with(&mine, p, &p->first, &p->algo));
         p->primed = !w->st;
         w->calls++;
         w->making += t2 - t1;
-        w->launching += now_seconds() - t2;
+        w->launching += phase_clock_now() - t2;
     }
     if (mine.stream && !w->st) w->st = CUDA_CHECK(&w->err, cu->cuStreamSynchronize(mine.stream));
     if (mine.workspace) cu->cuMemFree(mine.workspace);
@@ -101,7 +93,7 @@ HpcStatus gemm_prime(GemmContext *g, CUcontext ctx, int threads, GemmPrimeStats 
     memset(stats, 0, sizeof *stats);
     if (threads < 1) threads = 1;
     if (threads > MAX_THREADS) threads = MAX_THREADS;
-    double t0 = now_seconds();
+    double t0 = phase_clock_now();
     PrimeWorker w[MAX_THREADS];
     pthread_t tid[MAX_THREADS];
     bool started[MAX_THREADS] = {false};
@@ -142,7 +134,7 @@ HpcStatus gemm_prime(GemmContext *g, CUcontext ctx, int threads, GemmPrimeStats 
         stats->calls++;
     }
     stats->threads = threads;
-    stats->seconds = now_seconds() - t0;
+    stats->seconds = phase_clock_now() - t0;
     return st;
 }
 

@@ -561,12 +561,18 @@ static void *upload_main(void *arg)
     return NULL;
 }
 
+/* An environment switch set to "0" (HPC_WARMUP, HPC_START_OVERLAP). */
+static bool switched_off(const char *name)
+{
+    const char *v = getenv(name);
+    return v && strcmp(v, "0") == 0;
+}
+
 static HpcStatus warm_up_and_upload(TrainBackend *b, CudaTrain *t, int64_t B, int64_t L, HpcError *err)
 {
     UploadJob job = {.b = b, .t = t};
     pthread_t thread;
-    const char *overlap = getenv("HPC_START_OVERLAP");   /* "0": one thing after another */
-    bool apart = !(overlap && strcmp(overlap, "0") == 0) && pthread_create(&thread, NULL, upload_main, &job) == 0;
+    bool apart = !switched_off("HPC_START_OVERLAP") && pthread_create(&thread, NULL, upload_main, &job) == 0;
     HpcStatus st = warm_up(b, t, B, L, err);
     if (apart) {
         pthread_join(thread, NULL);
@@ -608,8 +614,8 @@ HpcStatus train_cuda_open(TrainBackend *b, int64_t total_steps, int64_t max_B, i
     if (st) return st;
     t->dev_open = true;
     cuda_kept_context_release();   /* the memory check's retain: this backend holds its own now */
-    const char *warm = getenv("HPC_WARMUP"), *overlap = getenv("HPC_START_OVERLAP");
-    if (!(warm && strcmp(warm, "0") == 0) && !(overlap && strcmp(overlap, "0") == 0))
+    bool warm_up_pass = !switched_off("HPC_WARMUP");
+    if (warm_up_pass && !switched_off("HPC_START_OVERLAP"))
         gemm_library_warm_start(t->dev.ctx);   /* beside the arena, module and optimizer set-up */
     phase_mark("CUDA driver, context and stream (cuda_device_open)");
     t->own_stream = t->dev.stream;
@@ -640,9 +646,7 @@ HpcStatus train_cuda_open(TrainBackend *b, int64_t total_steps, int64_t max_B, i
      * costs (0.19-0.26 s of host time on the H200) and the wait for the
      * draws plus the upload (0.08 s) overlap, whether or not the draws are
      * still running.  HPC_WARMUP=0: neither, one after the other. */
-    const char *wu = getenv("HPC_WARMUP");
-    bool never = wu && strcmp(wu, "0") == 0;
-    if (!st && !never) return warm_up_and_upload(b, t, max_B, max_L, err);
+    if (!st && warm_up_pass) return warm_up_and_upload(b, t, max_B, max_L, err);
     if (!st) phase_mark("no warm-up pass (HPC_WARMUP=0)");
     init_store_wait(&b->ps);   /* drawn on other threads meanwhile (train_backend.c) */
     phase_mark("parameter init: the wait for the draws");
