@@ -49,6 +49,9 @@ static HpcStatus node_cfg(const IrGraph *g, int id, AttnCfg *c, HpcError *err)
 {
     const IrNode *n = &g->nodes[id];
     const IrNode *q = &g->nodes[n->in[n->op == IR_OP_ATTENTION ? 0 : 1]];
+    if (n->attr.attn.packed)   /* compiler/fuse_qkv.c; docs/fuse_qkv.md says what is left */
+        return hpc_fail(err, HPC_ERR_INPUT, "emit_ops: node %d (%s): packed Q/K/V attention (HPC_FUSE_QKV=1) "
+                        "has no CUDA kernels yet; unset HPC_FUSE_QKV or run on the cpu backend", id, n->name);
     c->dtype = q->dtype;
     c->hidden = q->dims[2];
     c->heads = n->attr.attn.heads;

@@ -50,6 +50,11 @@ bool param_pack_qkv_group(const ParamList *pl, int q, int members[3])
     return ref->tied_to < 0;
 }
 
+bool param_pack_adjacent_everywhere(int64_t numel)
+{
+    return numel > 0 && (numel * 2) % PARAM_PACK_ALIGN == 0;   /* then 4-byte sizes are multiples too */
+}
+
 static size_t align_up(size_t x, size_t a) { return (x + a - 1) & ~(a - 1); }
 
 /* The item holding parameter q with tag `tag` and room, or -1. */

@@ -33,8 +33,19 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 
 #include "program/params.h"
+
+/* The alignment of every packed tensor (runtime/cuda's ARENA_ALIGN, which
+ * cuda_exec.c checks equal): what cuBLASLt's default preferences assume. */
+#define PARAM_PACK_ALIGN 256
+
+/* Whether a group's members of numel elements each lie back to back in
+ * every family (4-byte masters, 2-byte copies) at PARAM_PACK_ALIGN: the
+ * condition param_pack_offsets groups under, for a rewrite that relies on
+ * it (compiler/fuse_qkv.c). */
+bool param_pack_adjacent_everywhere(int64_t numel);
 
 /* If parameter q is one of a self-attention block's query/key/value
  * weights (or biases) and the other two are in the table with the same

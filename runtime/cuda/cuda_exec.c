@@ -47,6 +47,8 @@ CUdeviceptr cuda_exec_param_ptr(const CudaExec *ex, int p, DType dt)
  * the 16-bit copies in another (no 2 MiB rounding per tensor), each laid
  * out by program/param_pack.h (a block's query, key and value weights, and
  * its three biases, back to back). */
+_Static_assert(ARENA_ALIGN == PARAM_PACK_ALIGN, "program/param_pack.h packs for the arena's alignment");
+
 static HpcStatus alloc_packed(CudaExec *ex, CUdeviceptr *ptrs, int n, const int *item_param, const int *item_tag,
                               const size_t *bytes, const char *what, HpcError *err)
 {
