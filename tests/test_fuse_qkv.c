@@ -26,6 +26,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "compiler/step_program_build.h"
 #include "cpu/cpu_exec.h"
 #include "cpu_step.h"
 #include "tiny_classifier.h"
@@ -34,6 +35,7 @@
 #include "program/ir.h"
 #include "program/params.h"
 #include "program/spec.h"
+#include "program/step_program.h"
 
 static void qkv_spec(ModelSpec *s)
 {
@@ -183,3 +185,25 @@ Test(fuse_qkv, on_equals_off_fp32_f32) { expect_on_equals_off(PREC_FP32, CPU_EXE
 Test(fuse_qkv, on_equals_off_fp32_f32_fast) { expect_on_equals_off(PREC_FP32, CPU_EXEC_F32, CPU_EXEC_FAST, 1e-5, "fp32/f32 fast"); }
 Test(fuse_qkv, on_equals_off_fp16_f32) { expect_on_equals_off(PREC_FP16, CPU_EXEC_F32, CPU_EXEC_REFERENCE, 1e-5, "fp16/f32"); }
 Test(fuse_qkv, on_equals_off_bf16_f32) { expect_on_equals_off(PREC_BF16, CPU_EXEC_F32, CPU_EXEC_REFERENCE, 1e-5, "bf16/f32"); }
+
+/* The CUDA module of the rewritten fp16 graph: built (the copies and the
+ * packed attention's arguments; `hpc compile --arch 90` also runs NVRTC on
+ * it), with q, k, v and dq, dk, dv as column blocks of stride 3H.  Not run
+ * here: no GPU (docs/fuse_qkv.md has the GPU checks). */
+Test(fuse_qkv, cuda_module_takes_the_packed_form)
+{
+    ModelSpec s;
+    qkv_spec(&s);
+    Pipeline on;
+    build(&s, PREC_FP16, true, ATTN_FORM_FUSED, &on);
+    StepKernels k;
+    HpcError err = {0};
+    cr_assert_eq(step_program_kernels_build(&on.g, &k, &err), HPC_OK, "%s", err.msg);
+    const char *src = k.cuda_source;
+    cr_assert(src);
+    cr_assert(strstr(src, "(const T *)a.x[0] + 128, (const T *)a.x[0] + 256, 384"), "forward q, k, v at stride 3H");
+    cr_assert(strstr(src, "(T *)a.y + 128, (T *)a.y + 256"), "backward dk, dv beside dq");
+    cr_assert(strstr(src, "stack_f16") && strstr(src, "unstack_f32"), "the stack and unstack copies");
+    step_kernels_free(&k);
+    pipeline_free(&on);
+}
