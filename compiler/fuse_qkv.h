@@ -26,8 +26,10 @@
  * there); nothing else moves relative to the rest.
  *
  * The cpu backend runs the result (STACK, UNSTACK and packed attention
- * have cpu references); the CUDA emitter refuses it until the kernels take
- * the packed form (docs/fuse_qkv.md lists what is left). */
+ * have cpu references, tests/test_fuse_qkv.c); the CUDA emitter makes copy
+ * kernels for STACK/UNSTACK and passes the packed q, k, v with row stride
+ * 3H to the attention kernels, not yet run on a GPU (docs/fuse_qkv.md lists
+ * what is left). */
 #ifndef HPC_COMPILER_FUSE_QKV_H
 #define HPC_COMPILER_FUSE_QKV_H
 
