@@ -15,7 +15,37 @@ typedef struct {
     DType dtype;
     int64_t hidden, heads, head_dim;
     bool causal;
+    bool packed;          /* q, k, v one (B, L, 3H) value (compiler/fuse_qkv.c) */
+    long long ld;         /* their row stride: hidden, or 3 hidden when packed */
 } AttnCfg;
+
+/* The kernel arguments of q, k, v (input `first` onwards) and of the
+ * backward's dq, dk, dv: three values with row stride H, or, packed, the
+ * column blocks of one value with row stride 3H (the kernels take both
+ * strides; only the pointers differ). */
+typedef struct { char q[48], k[48], v[48], dq[40], dk[40], dv[40]; } AttnPtrs;
+
+static AttnPtrs attn_ptrs(const AttnCfg *c, int first)
+{
+    AttnPtrs p;
+    long long H = (long long)c->hidden;
+    if (c->packed) {
+        snprintf(p.q, sizeof p.q, "(const T *)a.x[%d]", first);
+        snprintf(p.k, sizeof p.k, "(const T *)a.x[%d] + %lld", first, H);
+        snprintf(p.v, sizeof p.v, "(const T *)a.x[%d] + %lld", first, 2 * H);
+        snprintf(p.dq, sizeof p.dq, "(T *)a.y");
+        snprintf(p.dk, sizeof p.dk, "(T *)a.y + %lld", H);
+        snprintf(p.dv, sizeof p.dv, "(T *)a.y + %lld", 2 * H);
+    } else {
+        snprintf(p.q, sizeof p.q, "(const T *)a.x[%d]", first);
+        snprintf(p.k, sizeof p.k, "(const T *)a.x[%d]", first + 1);
+        snprintf(p.v, sizeof p.v, "(const T *)a.x[%d]", first + 2);
+        snprintf(p.dq, sizeof p.dq, "(T *)a.y");
+        snprintf(p.dk, sizeof p.dk, "(T *)a.yk[0]");
+        snprintf(p.dv, sizeof p.dv, "(T *)a.yk[1]");
+    }
+    return p;
+}
 
 /* HPC_ATTN_KERNELS: which tensor-core family the step calls (compiler/
  * kernels/attention.cu): "v1" (attn_mma_*), "v2" (attn_mma2_*: ldmatrix,
@@ -50,7 +80,9 @@ static HpcStatus node_cfg(const IrGraph *g, int id, AttnCfg *c, HpcError *err)
     const IrNode *n = &g->nodes[id];
     const IrNode *q = &g->nodes[n->in[n->op == IR_OP_ATTENTION ? 0 : 1]];
     c->dtype = q->dtype;
-    c->hidden = q->dims[2];
+    c->packed = n->attr.attn.packed;
+    c->hidden = q->dims[2] / (c->packed ? 3 : 1);
+    c->ld = (long long)q->dims[2];
     c->heads = n->attr.attn.heads;
     c->head_dim = c->hidden / c->heads;
     c->causal = n->attr.attn.causal;
@@ -151,10 +183,11 @@ HpcStatus eopa_gen_attention(EopGen *gen, HpcError *err)
     bool one_pass;
     if ((st = kernel_family(&fam, &one_pass, err))) return st;
     StrBuf *s = attn_phase(gen, fam[3] ? "attn2_fwd" : "attn_fwd", &c, EOP_LT_HEAD_TILES, tiles_of_l(), (int)c.heads);
+    AttnPtrs ap = attn_ptrs(&c, 0);
     strbuf_printf(s, "    hpc_attn::attn_%s_fwd_run(blockIdx.x, blockIdx.y, blockIdx.z, (T *)a.y, (float *)a.yk[0],\n"
-                     "        (const T *)a.x[0], (const T *)a.x[1], (const T *)a.x[2], %lld, (const int *)a.x[3],\n"
+                     "        %s, %s, %s, %lld, (const int *)a.x[3],\n"
                      "        (int)a.B, (int)a.L, p, ctl->seed, ctl->step, salt);\n",
-                  fam, (long long)c.hidden);
+                  fam, ap.q, ap.k, ap.v, c.ld);
     return HPC_OK;
 }
 
@@ -178,7 +211,7 @@ HpcStatus eopa_gen_attention_bwd(EopGen *gen, HpcError *err)
                         "needs more than 48 KiB of shared memory above head size 64; set HPC_ATTN_KERNELS=v2 or "
                         "compile with HPC_ATTENTION=unfused", gen->id, gen->g->nodes[gen->id].name,
                         (long long)c.head_dim);
-    long long H = (long long)c.hidden;
+    AttnPtrs ap = attn_ptrs(&c, 1);
     StrBuf *s;
     char skip[64] = "";
     if (one_pass) {
@@ -189,11 +222,11 @@ HpcStatus eopa_gen_attention_bwd(EopGen *gen, HpcError *err)
                          "        hpc_attn::attn_head_bwd_dot_run(blockIdx.x, blockIdx.y, blockIdx.z, (float *)a.scratch,\n"
                          "            (const T *)a.x[0], (const T *)a.x[5], (int)a.B, (int)a.L, 256);\n"
                          "        return;\n    }\n"
-                         "    hpc_attn::attn_mma3_bwd_run(blockIdx.x, blockIdx.y, blockIdx.z, (T *)a.y, (T *)a.yk[0],\n"
-                         "        (T *)a.yk[1], %lld, (const T *)a.x[0], (const T *)a.x[5], (const T *)a.x[1],\n"
-                         "        (const T *)a.x[2], (const T *)a.x[3], %lld, (const float *)a.x[6], (const int *)a.x[4],\n"
+                         "    hpc_attn::attn_mma3_bwd_run(blockIdx.x, blockIdx.y, blockIdx.z, %s, %s,\n"
+                         "        %s, %lld, (const T *)a.x[0], (const T *)a.x[5], %s,\n"
+                         "        %s, %s, %lld, (const float *)a.x[6], (const int *)a.x[4],\n"
                          "        (int)a.B, (int)a.L, p, ctl->seed, ctl->step, salt);\n",
-                      AT_ONE_PASS_MAX_L, H, H);
+                      AT_ONE_PASS_MAX_L, ap.dq, ap.dk, ap.dv, c.ld, ap.q, ap.k, ap.v, c.ld);
         /* v2's dQ and dK/dV phases below return at once where it ran */
         snprintf(skip, sizeof skip, "    if (a.L <= %d) return;\n", AT_ONE_PASS_MAX_L);
     } else {
@@ -204,16 +237,18 @@ HpcStatus eopa_gen_attention_bwd(EopGen *gen, HpcError *err)
     }
     s = attn_phase(gen, v2 ? "attn2_bwd_dq" : "attn_bwd_dq", &c, EOP_LT_HEAD_TILES, tiles_of_l(), (int)c.heads);
     strbuf_add(s, skip);
-    strbuf_printf(s, "    hpc_attn::attn_%s_bwd_dq_run(blockIdx.x, blockIdx.y, blockIdx.z, (T *)a.y, %lld,\n"
-                     "        (const T *)a.x[0], (const T *)a.x[1], (const T *)a.x[2], (const T *)a.x[3], %lld,\n"
+    strbuf_printf(s, "    hpc_attn::attn_%s_bwd_dq_run(blockIdx.x, blockIdx.y, blockIdx.z, %s, %lld,\n"
+                     "        (const T *)a.x[0], %s, %s, %s, %lld,\n"
                      "        (const float *)a.x[6], (const float *)a.scratch, (const int *)a.x[4],\n"
-                     "        (int)a.B, (int)a.L, p, ctl->seed, ctl->step, salt);\n", fam, H, H);
+                     "        (int)a.B, (int)a.L, p, ctl->seed, ctl->step, salt);\n", fam, ap.dq, c.ld, ap.q, ap.k,
+                  ap.v, c.ld);
     s = attn_phase(gen, v2 ? "attn2_bwd_dkv" : "attn_bwd_dkv", &c, EOP_LT_HEAD_TILES, tiles_of_l(), (int)c.heads);
     strbuf_add(s, skip);
-    strbuf_printf(s, "    hpc_attn::attn_%s_bwd_dkv_run(blockIdx.x, blockIdx.y, blockIdx.z, (T *)a.yk[0], (T *)a.yk[1],\n"
-                     "        %lld, (const T *)a.x[0], (const T *)a.x[1], (const T *)a.x[2], (const T *)a.x[3], %lld,\n"
+    strbuf_printf(s, "    hpc_attn::attn_%s_bwd_dkv_run(blockIdx.x, blockIdx.y, blockIdx.z, %s, %s,\n"
+                     "        %lld, (const T *)a.x[0], %s, %s, %s, %lld,\n"
                      "        (const float *)a.x[6], (const float *)a.scratch, (const int *)a.x[4],\n"
-                     "        (int)a.B, (int)a.L, p, ctl->seed, ctl->step, salt);\n", fam, H, H);
+                     "        (int)a.B, (int)a.L, p, ctl->seed, ctl->step, salt);\n", fam, ap.dk, ap.dv, c.ld, ap.q,
+                  ap.k, ap.v, c.ld);
     gen->scratch = (StepSize){.c0 = 0, .c1 = 4 * c.heads, .pB = 1, .pL = 1, .div = 1};
     return HPC_OK;
 }

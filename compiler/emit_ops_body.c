@@ -307,6 +307,31 @@ static void gen_heads(EopGen *gen, bool split)
                     D, D, NH, NH, stf(OUTN->dtype), ldf(INN(0)->dtype), NH, D);
 }
 
+/* STACK (compiler/fuse_qkv.c): rows of x0, x1, x2 one after another.  A
+ * copy; the parameters it stacks lie adjacent in the cuda executor's
+ * buffers (program/param_pack.h), so a later version can alias instead. */
+static void gen_stack(EopGen *gen)
+{
+    StrBuf *s = elems_phase(gen, "stack", OUTN);
+    strbuf_printf(s, "    const i64 part = n / 3;\n"
+                   "    EOP_FOR(i, n) {\n        const i64 k = i / part, j = i - k * part;\n"
+                   "        y[i] = %s(k == 0 ? %s(x0[j]) : k == 1 ? %s(x1[j]) : %s(x2[j]));\n    }\n",
+                stf(OUTN->dtype), ldf(INN(0)->dtype), ldf(INN(1)->dtype), ldf(INN(2)->dtype));
+}
+
+/* UNSTACK: the three row blocks of x0 into outputs 0, 1, 2 (a.yk[0, 1];
+ * absent ones are 0). */
+static void gen_unstack(EopGen *gen)
+{
+    StrBuf *s = elems_phase(gen, "unstack", OUTN);
+    const char *t = ctype(OUTN->dtype);
+    strbuf_printf(s, "    %s *y1 = (%s *)a.yk[0], *y2 = (%s *)a.yk[1];\n"
+                   "    EOP_FOR(i, n) {\n        y[i] = %s(%s(x0[i]));\n"
+                   "        if (y1) y1[i] = %s(%s(x0[n + i]));\n        if (y2) y2[i] = %s(%s(x0[2 * n + i]));\n    }\n",
+                t, t, t, stf(OUTN->dtype), ldf(INN(0)->dtype), stf(OUTN->dtype), ldf(INN(0)->dtype),
+                stf(OUTN->dtype), ldf(INN(0)->dtype));
+}
+
 static void gen_slice_first(EopGen *gen)
 {
     long long H = (long long)last_dim(OUTN);
@@ -1718,7 +1743,7 @@ EOP_PLAIN(cross_entropy) EOP_PLAIN(mse) EOP_PLAIN(cast) EOP_PLAIN(embedding_bwd)
 EOP_PLAIN(layernorm_dx) EOP_PLAIN(layernorm_dgamma) EOP_PLAIN(act_bwd) EOP_PLAIN(softmax_bwd)
 EOP_PLAIN(slice_first_bwd) EOP_PLAIN(slice_last_bwd) EOP_PLAIN(cross_entropy_bwd) EOP_PLAIN(mse_bwd)
 EOP_PLAIN(softmax_dropout) EOP_PLAIN(softmax_dropout_bwd) EOP_PLAIN(dropout_add)
-EOP_PLAIN(act_bwd_bgrad)
+EOP_PLAIN(act_bwd_bgrad) EOP_PLAIN(stack) EOP_PLAIN(unstack)
 #undef EOP_PLAIN
 static HpcStatus cuda_gemm(EopGen *gen, HpcError *err) { return gen_gemm(gen, err); }
 static HpcStatus cuda_linear_dw_bgrad(EopGen *gen, HpcError *err) { return gen_linear_dw_bgrad(gen, err); }

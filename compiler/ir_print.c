@@ -25,8 +25,8 @@ void ir_attr_str(const IrNode *n, char *buf, size_t size)
     case IR_OP_OUTPUT: snprintf(buf, size, "index=%d", a->output.index); break;
     case IR_OP_ATTENTION:
     case IR_OP_ATTENTION_BWD:
-        snprintf(buf, size, "heads=%d p=%g salt=%d%s", a->attn.heads, (double)a->attn.p, a->attn.salt,
-                 a->attn.causal ? " causal" : "");
+        snprintf(buf, size, "heads=%d p=%g salt=%d%s%s", a->attn.heads, (double)a->attn.p, a->attn.salt,
+                 a->attn.causal ? " causal" : "", a->attn.packed ? " packed" : "");
         break;
     case IR_OP_LAYERNORM:
     case IR_OP_LAYERNORM_FWD:

@@ -298,24 +298,56 @@ static void ir_shape_attention(const IrGraph *g, IrNode *n)
         require_same(n, q, IN(k));
         require(IN(k)->dtype == q->dtype, n, "q, k and v must have one dtype");
     }
+    bool packed = n->attr.attn.packed;
+    require(!packed || (n->in[1] == n->in[0] && n->in[2] == n->in[0] && q->dims[2] % 3 == 0), n,
+            "packed: q, k and v are one (B, L, 3H) value");
     require(is_BL(IN(3)), n, "mask must be (B, L) i32");
     require(n->attr.attn.p >= 0 && n->attr.attn.p < 1, n, "dropout p must be in [0, 1)");
     if (n->attr.attn.salt < 0) n->attr.attn.salt = (int32_t)(n - g->nodes);
     copy_shape(n, q);
+    if (packed) n->dims[2] /= 3;   /* ctx (B, L, H) */
+    require(n->dims[2] % heads == 0, n, "H must be a multiple of heads");
 }
 
 /* ATTENTION_BWD: (dctx, q, k, v, mask, ctx, lse) -> dq, dk, dv like q. */
 static void ir_shape_attention_bwd(const IrGraph *g, IrNode *n)
 {
     const IrNode *q = IN(1), *lse = IN(6);
-    require_same(n, IN(0), q);
-    require_same(n, IN(5), q);
+    if (n->attr.attn.packed) {   /* dctx, ctx (B, L, H); qkv (B, L, 3H) -> dqkv */
+        require(q->rank == 3 && IN(0)->rank == 3 && q->dims[2] == 3 * IN(0)->dims[2], n, "packed: qkv (B, L, 3H)");
+        require_same(n, IN(5), IN(0));
+    } else {
+        require_same(n, IN(0), q);
+        require_same(n, IN(5), q);
+    }
     for (int k = 2; k < 4; k++) require_same(n, q, IN(k));
     require(is_BL(IN(4)), n, "mask must be (B, L) i32");
     require(lse->rank == 3 && lse->dtype == DT_F32 && lse->dims[1] == n->attr.attn.heads, n,
             "lse must be (B, heads, L) f32");
     copy_shape(n, q);
     n->dtype = IN(0)->dtype;
+}
+
+/* STACK: three values of one shape and dtype, concatenated along dim 0. */
+static void ir_shape_stack(const IrGraph *g, IrNode *n)
+{
+    const IrNode *a = IN(0);
+    require(a->rank >= 1 && a->dims[0] > 0, n, "parts must have a fixed dim 0");
+    for (int k = 1; k < 3; k++) {
+        require_same(n, a, IN(k));
+        require(IN(k)->dtype == a->dtype, n, "parts must have one dtype");
+    }
+    copy_shape(n, a);
+    n->dims[0] *= 3;
+}
+
+/* UNSTACK: dim 0 split in three equal parts; output 0 the first. */
+static void ir_shape_unstack(const IrGraph *g, IrNode *n)
+{
+    const IrNode *x = IN(0);
+    require(x->rank >= 1 && x->dims[0] > 0 && x->dims[0] % 3 == 0, n, "dim 0 must be a multiple of 3");
+    copy_shape(n, x);
+    n->dims[0] /= 3;
 }
 
 /* Output k >= 1 of a multi-output op: each such op has its case here. */
@@ -351,6 +383,7 @@ static void ir_shape_output(const IrGraph *g, IrNode *n)
         set_shape(n, DT_F32, 3, (int64_t[]){p->dims[0], p->attr.attn.heads, p->dims[1]});
         break;
     case IR_OP_ATTENTION_BWD: /* dk, dv: as dq */
+    case IR_OP_UNSTACK:       /* the second and third parts: as the first */
         copy_shape(n, p);
         break;
     default:
@@ -644,6 +677,31 @@ GRAD_RULE(attention)
         NODE(outs[k])->region = NODE(f.in[k])->region;
         if (needs(g, id, k)) dx[k] = outs[k];
     }
+    /* packed: q, k and v are one value, and output 0 its whole gradient */
+    if (f.attr.attn.packed) dx[1] = dx[2] = -1;
+}
+
+/* STACK: the gradient's three parts, one per input (UNSTACK). */
+GRAD_RULE(stack)
+{
+    IrNode f = F;
+    if (!needs(g, id, 0) && !needs(g, id, 1) && !needs(g, id, 2)) return;
+    int outs[3];
+    char name[IR_NAME_MAX];
+    snprintf(name, sizeof name, "d.%.*s", IR_NAME_MAX - 3, f.name);
+    ir_add_outputs(g, IR_OP_UNSTACK, &dy, 1, NULL, name, outs);
+    for (int k = 0; k < 3; k++) {
+        NODE(outs[k])->backward = true;
+        NODE(outs[k])->region = NODE(f.in[k])->region;
+        if (needs(g, id, k)) dx[k] = outs[k];
+    }
+}
+
+/* UNSTACK appears only in backward passes (STACK's rule). */
+GRAD_RULE(unstack)
+{
+    hpc_panic(__FILE__, __LINE__, "no gradient through %s: unstack is made by the backward pass only",
+              NODE(id)->name);
 }
 
 /* Outputs past the first (statistics kept for a backward op) carry no

@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "autodiff.h"
+#include "fuse_qkv.h"
 #include "lower.h"
 #include "ir_print.h"
 
@@ -24,7 +25,7 @@ PipeStage pipeline_stage_parse(const char *name)
 PipeOptions pipeline_defaults(SpecPrecision policy)
 {
     return (PipeOptions){.policy = policy, .fuse = true, .stop_after = PIPE_FUSE, .dump = 0,
-                         .dump_out = NULL, .attention = ATTN_FORM_AUTO};
+                         .dump_out = NULL, .attention = ATTN_FORM_AUTO, .fuse_qkv = fuse_qkv_requested()};
 }
 
 /* Replaces p->g by its precision plan. */
@@ -68,7 +69,9 @@ static HpcStatus run_stage(Pipeline *p, PipeStage s, const ModelSpec *spec, cons
     case PIPE_LOWER: {
         bool fused_attention;
         HpcStatus st = attention_form_choose(spec, o->policy, o->attention, &fused_attention, err);
-        return st ? st : lower_model_attention(spec, fused_attention, &p->g, &p->pl, err);
+        if (!st) st = lower_model_attention(spec, fused_attention, &p->g, &p->pl, err);
+        if (!st && o->fuse_qkv) st = fuse_qkv_graph(&p->g, &p->pl, &p->qkv_sites, err);
+        return st;
     }
     case PIPE_AUTODIFF: return autodiff_build(&p->g, &p->pl, err);
     case PIPE_PRECISION: return stage_precision(p, spec, o->policy, err);

@@ -2,6 +2,9 @@
  *
  *   lower -> autodiff -> precision(policy) -> fuse (unless opts.fuse is off)
  *
+ * (with opts.fuse_qkv, HPC_FUSE_QKV=1, the lower stage ends with the Q/K/V
+ * rewrite of compiler/fuse_qkv.h, so its dump shows the rewritten graph)
+ *
  * pipeline_build runs the stages in that order on a checked ModelSpec and
  * leaves the graph of the last stage that ran, the parameter list and the
  * precision plan (re-indexed for the fused graph) in a Pipeline.  Two hooks
@@ -49,6 +52,8 @@ typedef struct {
     unsigned dump;            /* PIPE_BIT(stage): print the graph after it */
     FILE *dump_out;           /* where dumps go (default stdout) */
     AttnForm attention;       /* fused or unfused attention (compiler/attention_form.h; default auto) */
+    bool fuse_qkv;            /* Q, K, V as one GEMM right after lowering (compiler/fuse_qkv.h;
+                               * default: HPC_FUSE_QKV=1 in the environment) */
 } PipeOptions;
 
 typedef struct {
@@ -56,6 +61,7 @@ typedef struct {
     ParamList pl;
     PrecisionPlan prec;       /* valid when reached >= PIPE_PRECISION */
     FuseStats fuse;           /* zero unless the fuse stage ran */
+    int qkv_sites;            /* attention blocks made one QKV GEMM (PipeOptions.fuse_qkv) */
     PipeStage reached;        /* last stage that ran; PIPE_NONE before lower */
     bool fused;               /* the fuse stage ran */
 } Pipeline;

@@ -116,6 +116,19 @@ static bool produces_param_grad(IrOpKind op)
 static void mark_grad(Planner *P, const int *n_uses, int v, int allowed_uses)
 {
     const IrNode *n = &P->in->nodes[v];
+    /* The gradient of a STACK of parameters (compiler/fuse_qkv.c): the
+     * UNSTACK's three parts are the gradients, so they, the UNSTACK (read
+     * by its two OUTPUT nodes) and the gradient it splits are f32. */
+    if (n->backward && n->op == IR_OP_OUTPUT && P->in->nodes[n->in[0]].op == IR_OP_UNSTACK) {
+        if (n_uses[v] == allowed_uses) P->grad_f32[v] = true;
+        return;
+    }
+    if (n->backward && n->op == IR_OP_UNSTACK) {
+        if (n_uses[v] != allowed_uses + 2) return;
+        P->grad_f32[v] = true;
+        mark_grad(P, n_uses, n->in[0], 1);
+        return;
+    }
     if (!n->backward || !produces_param_grad(n->op) || n_uses[v] != allowed_uses) return;
     P->grad_f32[v] = true;
     if (n->op != IR_OP_ADD) return;

@@ -104,8 +104,12 @@ typedef struct { int64_t rows; } IrEmbedBwdAttr;           /* V: rows of the tab
 typedef struct { int index; } IrOutputAttr;                /* which output (>= 1) of the input node */
 /* ATTENTION and ATTENTION_BWD: heads, the attention-probability dropout
  * (p, salt = id of the forward ATTENTION op, its own Philox stream) and
- * causal masking on top of the padding mask.  16 bytes, as the union. */
-typedef struct { float p; int32_t salt; int32_t heads; uint8_t causal; } IrAttnAttr;
+ * causal masking on top of the padding mask.  packed (compiler/fuse_qkv.c):
+ * q, k and v are one (B, L, 3H) value, columns [0, H), [H, 2H), [2H, 3H),
+ * given as all three inputs; ATTENTION_BWD's output 0 is then the one
+ * (B, L, 3H) gradient dqkv and its outputs 1, 2 (dk, dv) are unused.
+ * 16 bytes, as the union. */
+typedef struct { float p; int32_t salt; int32_t heads; uint8_t causal, packed; } IrAttnAttr;
 
 /* SOFTMAX_DROPOUT, SOFTMAX_DROPOUT_BWD and DROPOUT_ADD (made by the fuse
  * pass, compiler/fuse.c); p is a float because the dropout kernels take p

@@ -305,6 +305,7 @@ static void attr_canonical(const IrNode *n, IrAttr *c)
         c->attn.salt = a->attn.salt;
         c->attn.heads = a->attn.heads;
         c->attn.causal = a->attn.causal;
+        c->attn.packed = a->attn.packed;
         break;
     default: memcpy(c, a, sizeof *c); break;
     }

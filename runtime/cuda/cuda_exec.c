@@ -11,6 +11,7 @@
 #include "cpu/half.h"
 #include "cuda/host_stage.h"
 #include "cuda/nvrtc_compile.h"
+#include "program/param_pack.h"
 #include "util/phase_clock.h"
 
 #define NODE(id) (&ex->g->nodes[(id)])
@@ -43,23 +44,44 @@ CUdeviceptr cuda_exec_param_ptr(const CudaExec *ex, int p, DType dt)
 
 /* One device buffer per (parameter, dtype) the graph reads, plus a master
  * for every parameter that owns storage: the masters in one allocation,
- * the 16-bit copies in another (arena_alloc_packed: no 2 MiB rounding per
- * tensor). */
+ * the 16-bit copies in another (no 2 MiB rounding per tensor), each laid
+ * out by program/param_pack.h (a block's query, key and value weights, and
+ * its three biases, back to back). */
+_Static_assert(ARENA_ALIGN == PARAM_PACK_ALIGN, "program/param_pack.h packs for the arena's alignment");
+
+static HpcStatus alloc_packed(CudaExec *ex, CUdeviceptr *ptrs, int n, const int *item_param, const int *item_tag,
+                              const size_t *bytes, const char *what, HpcError *err)
+{
+    size_t *off = xcalloc((size_t)n + 1, sizeof *off);
+    size_t total = param_pack_offsets(ex->pl, n, item_param, item_tag, bytes, ARENA_ALIGN, off);
+    CUdeviceptr block = 0;
+    HpcStatus st = arena_alloc(&ex->arena, &block, total, what, err);
+    for (int i = 0; i < n; i++) ptrs[i] = !st && bytes[i] ? block + (CUdeviceptr)off[i] : 0;
+    free(off);
+    return st;
+}
+
 static HpcStatus alloc_params(CudaExec *ex, HpcError *err)
 {
     const IrGraph *g = ex->g;
     ex->param_dev = xcalloc((size_t)g->n, sizeof *ex->param_dev);
     ex->master = xcalloc((size_t)(ex->pl->n > 0 ? ex->pl->n : 1), sizeof *ex->master);
-    size_t *bytes = xcalloc((size_t)(g->n > ex->pl->n ? g->n : ex->pl->n) + 1, sizeof *bytes);
+    int most = g->n > ex->pl->n ? g->n : ex->pl->n;
+    size_t *bytes = xcalloc((size_t)most + 1, sizeof *bytes);
+    int *item_param = xcalloc((size_t)most + 1, sizeof *item_param);
+    int *item_tag = xcalloc((size_t)g->n + 1, sizeof *item_tag);
     int *owner = xcalloc((size_t)g->n + 1, sizeof *owner);   /* node i shares node owner[i]'s copy */
-    CUdeviceptr block;
-    for (int q = 0; q < ex->pl->n; q++)
+    for (int q = 0; q < ex->pl->n; q++) {
         bytes[q] = ex->pl->p[q].tied_to >= 0 ? 0 : (size_t)params_numel(&ex->pl->p[q]) * 4;
-    HpcStatus st = arena_alloc_packed(&ex->arena, &block, ex->master, bytes, ex->pl->n, "parameters (f32)", err);
+        item_param[q] = q;
+    }
+    HpcStatus st = alloc_packed(ex, ex->master, ex->pl->n, item_param, NULL, bytes, "parameters (f32)", err);
     for (int i = 0; i < g->n; i++) {
         const IrNode *n = &g->nodes[i];
         bytes[i] = 0;
         owner[i] = i;
+        item_param[i] = n->op == IR_OP_PARAM ? n->attr.param.index : -1;
+        item_tag[i] = (int)n->dtype;
         if (n->op != IR_OP_PARAM) continue;
         int q = n->attr.param.index;
         HPC_ASSERT(q >= 0 && q < ex->pl->n && ex->pl->p[q].tied_to < 0);
@@ -70,7 +92,7 @@ static HpcStatus alloc_params(CudaExec *ex, HpcError *err)
                 owner[i] = j;
         if (owner[i] == i) bytes[i] = (size_t)ir_numel(n, 1, 1) * 2;
     }
-    if (!st) st = arena_alloc_packed(&ex->arena, &block, ex->param_dev, bytes, g->n, "parameters (low copies)", err);
+    if (!st) st = alloc_packed(ex, ex->param_dev, g->n, item_param, item_tag, bytes, "parameters (low copies)", err);
     for (int i = 0; i < g->n && !st; i++) {
         const IrNode *n = &g->nodes[i];
         if (n->op != IR_OP_PARAM) continue;
@@ -78,6 +100,8 @@ static HpcStatus alloc_params(CudaExec *ex, HpcError *err)
         else ex->param_dev[i] = ex->param_dev[owner[i]];
     }
     free(bytes);
+    free(item_param);
+    free(item_tag);
     free(owner);
     return st;
 }
