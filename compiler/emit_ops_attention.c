@@ -165,9 +165,10 @@ static StrBuf *attn_phase(EopGen *gen, const char *base, const AttnCfg *c, EopLa
     StrBuf *s = &ph->body;
     const IrAttnAttr *a = &gen->g->nodes[gen->id].attr.attn;
     strbuf_printf(s, "    typedef hpc_attn::st_t T;\n    const EopCtl *ctl = (const EopCtl *)a.ctl;\n"
-                     "    const float p = ctl->training ? (float)%.9g : 0.0f;\n    const u32 salt = %uu;\n"
+                     "    const float p = ctl->training ? (float)%.9g : 0.0f;\n    const u32 salt = (u32)a.salt;\n"
                      "    (void)p; (void)salt;\n",
-                  (double)a->p, (unsigned)a->salt);
+                  (double)a->p);
+    gen->salt = (uint32_t)a->salt;   /* a launch argument: the layers share one kernel */
     return s;
 }
 

@@ -246,8 +246,8 @@ static void gen_dropout(EopGen *gen)
         char pre[256], expr[160];
         snprintf(pre, sizeof pre, "    const float p = (float)%.9g;\n    const float sc = (float)(1.0 / (1.0 - (double)p));\n"
                                   "    const bool on = ctl->training && p != 0.0f;\n", (double)(float)d->p);
-        snprintf(expr, sizeof expr, "dropout_elem(philox_mask8(ctl->seed, (u64)(i - j) >> 3, ctl->step, %uu, p), i, on, v0[j], sc)",
-                 (unsigned)d->salt);
+        gen->salt = (uint32_t)d->salt;
+        snprintf(expr, sizeof expr, "dropout_elem(philox_mask8(ctl->seed, (u64)(i - j) >> 3, ctl->step, (u32)a.salt, p), i, on, v0[j], sc)");
         vec_elems(gen, "dropout", pre, expr);
         return;
     }
@@ -255,9 +255,10 @@ static void gen_dropout(EopGen *gen)
     strbuf_printf(s, "    const float p = (float)%.9g;\n    const float sc = (float)(1.0 / (1.0 - (double)p));\n"
                    "    const bool on = ctl->training && p != 0.0f;\n"
                    "    EOP_FOR(i, n) {\n        float v = %s(x0[i]);\n"
-                   "        if (on) v = philox_keep(ctl->seed, (u64)i, ctl->step, %uu, p) ? v * sc : 0.0f;\n"
+                   "        if (on) v = philox_keep(ctl->seed, (u64)i, ctl->step, (u32)a.salt, p) ? v * sc : 0.0f;\n"
                    "        y[i] = %s(v);\n    }\n",
-                (double)(float)d->p, ldf(INN(0)->dtype), (unsigned)d->salt, stf(OUTN->dtype));
+                (double)(float)d->p, ldf(INN(0)->dtype), stf(OUTN->dtype));
+    gen->salt = (uint32_t)d->salt;
 }
 
 /* The permutation as a copy of 16-byte chunks: each head's D elements are
@@ -1180,12 +1181,15 @@ static void round_expr(DType mid, const char *v, char *buf, size_t size)
     else snprintf(buf, size, "(%s)", v);
 }
 
-/* Declares p, sc, on (dropout is live) for a fused op's mask. */
-static void dropout_consts(StrBuf *s, IrFusedAttr fa)
+/* Declares p, sc, on (dropout is live) and salt for a fused op's mask.  The
+ * salt is the node's launch argument (a.salt), not a constant, so the
+ * layers' kernels that differ only by it are one kernel in the module. */
+static void dropout_consts(EopGen *gen, StrBuf *s, IrFusedAttr fa)
 {
+    gen->salt = (uint32_t)fa.salt;
     strbuf_printf(s, "    const float p = (float)%.9g;\n    const float dscale = (float)(1.0 / (1.0 - (double)p));\n"
-                   "    const bool on = ctl->training && p != 0.0f;\n    const u32 salt = %uu;\n",
-                (double)fa.p, (unsigned)fa.salt);
+                   "    const bool on = ctl->training && p != 0.0f;\n    const u32 salt = (u32)a.salt;\n",
+                (double)fa.p);
 }
 
 /* Row max and sum of exp over the visible keys of scores `sc` (warp per row). */
@@ -1229,7 +1233,7 @@ static void gen_softmax_dropout(EopGen *gen)
     const char *ld = ldf(INN(0)->dtype);
     char pr[96];
     round_expr((DType)fa.mid, "VIS(k) && sum != 0.0f ? expf(v - m) / sum : 0.0f", pr, sizeof pr);
-    dropout_consts(s, fa);
+    dropout_consts(gen, s, fa);
     strbuf_printf(s, "    const i64 b = row / (%lldLL * a.L), q = row %% a.L;\n"
                    "    const int *mask = x1 + b * a.L;\n    const %s *sc = x0 + row * a.L;\n",
                 (long long)n->dims[1], ctype(INN(0)->dtype));
@@ -1263,7 +1267,7 @@ static void gen_softmax_dropout_bwd(EopGen *gen)
     char pr[96], gr[64];
     round_expr((DType)fa.mid, "VIS(k) && sum != 0.0f ? expf(v - m) / sum : 0.0f", pr, sizeof pr);
     round_expr((DType)fa.mid2, "g", gr, sizeof gr);
-    dropout_consts(s, fa);
+    dropout_consts(gen, s, fa);
     strbuf_printf(s, "    const i64 b = row / (%lldLL * a.L), q = row %% a.L;\n"
                    "    const int *mask = x2 + b * a.L;\n    const %s *sc = x1 + row * a.L;\n"
                    "    const %s *dr = x0 + row * a.L;\n",
@@ -1305,7 +1309,7 @@ static void gen_dropout_add(EopGen *gen)
     if (vec_ok(gen)) {
         StrBuf pre = {0};
         char keep[160], expr[320];
-        dropout_consts(&pre, fa);
+        dropout_consts(gen, &pre, fa);
         snprintf(keep, sizeof keep, "dropout_elem(philox_mask8(ctl->seed, (u64)(i - j) >> 3, ctl->step, salt, p), i, on, v0[j], dscale)");
         round_expr((DType)fa.mid, keep, expr, sizeof expr);
         size_t len = strlen(expr);
@@ -1315,7 +1319,7 @@ static void gen_dropout_add(EopGen *gen)
         return;
     }
     StrBuf *s = elems_phase(gen, "dropout_add", OUTN);
-    dropout_consts(s, fa);
+    dropout_consts(gen, s, fa);
     strbuf_printf(s, "    EOP_FOR(i, n) {\n        float v = %s(x0[i]);\n"
                    "        if (on) v = philox_keep(ctl->seed, (u64)i, ctl->step, salt, p) ? v * dscale : 0.0f;\n"
                    "        y[i] = %s(%s + %s(x1[i]));\n    }\n",
@@ -1350,7 +1354,7 @@ static HpcStatus cuda_ln_residual(EopGen *gen, HpcError *err)
     round_expr((DType)la.mid, "dropout_elem(m8, j, on, xv8[j], dscale)", vm, sizeof vm);
     round_expr((DType)la.aux, "v + rv8[j]", va, sizeof va);
     StrBuf *s = ln_row_phase(gen, n->n_in == 5 ? "ln_residual_bias_fwd" : "ln_residual_fwd", n, D);
-    dropout_consts(s, fa);
+    dropout_consts(gen, s, fa);
     const char *aux = ir_dtype_name((DType)la.aux), *low = ir_dtype_name((DType)la.low);
     strbuf_printf(s, "    float *o_mean = (float *)a.yk[0], *o_rstd = (float *)a.yk[1];\n"
                    "    %s *o_sum = (%s *)a.yk[2];\n    %s *o_low = (%s *)a.yk[3];\n"
@@ -1533,7 +1537,7 @@ static HpcStatus cuda_ln_residual_bwd(EopGen *gen, HpcError *err)
     parts.cap = sh.cap;
     StrBuf *s = phase(gen, "ln_residual_bwd", tag, EOP_LT_ROWS, parts, G * T);
     gen->ph[gen->n_phases - 1].min_blocks = sh.min_blocks;
-    dropout_consts(s, fa);
+    dropout_consts(gen, s, fa);
     strbuf_printf(s, "    // %d groups of %d threads, %d blocks an SM, at most %d blocks, %d rows a block's pass\n"
                    "    const i64 R = %s;\n    %s *o_dx = (%s *)a.yk[0];\n"
                    "    const int g = threadIdx.x / %d, t = threadIdx.x - g * %d;\n"
@@ -1642,7 +1646,7 @@ static HpcStatus ln_bwd_512(EopGen *gen, HpcError *err)
     round_expr(n->dtype, "rstd * (dv[u][j] - a1 - xh[u][j] * b1)", rd, sizeof rd);
     round_expr((DType)la.mid, "dropout_elem(m8, j, on, d, dscale)", rx, sizeof rx);
     StrBuf *s = phase(gen, "ln_residual_bwd", tag, EOP_LT_ROWS, sz_const(LN_BWD_PARTS), T);
-    dropout_consts(s, fa);
+    dropout_consts(gen, s, fa);
     strbuf_printf(s, "    __shared__ float sh[32];\n    const i64 R = %s;\n"
                    "    %s *o_dx = (%s *)a.yk[0];\n"
                    "    float ag[%d][8], ab[%d][8], ac[%d][8];\n"

@@ -29,6 +29,7 @@ typedef struct {
     int n_phases;
     EopGenPhase ph[EOP_MAX_PHASES];
     bool bias_epilogue;
+    uint32_t salt;         /* the dropout salt its bodies read as a.salt (StepNodeCode.salt) */
     StepSize scratch;      /* bytes, of B, L */
 } EopGen;
 

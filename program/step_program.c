@@ -89,6 +89,7 @@ void step_node_launch(const StepNodeCode *c, int64_t B, int64_t L, EopNodeCode *
     out->kind = c->kind;
     out->n_phases = c->n_phases;
     out->bias_epilogue = c->bias_epilogue;
+    out->salt = c->salt;
     for (int p = 0; p < c->n_phases; p++) {
         snprintf(out->phase[p].name, sizeof out->phase[p].name, "%s", c->phase[p].name);
         launch_shape(&c->phase[p], B, L, &out->phase[p]);
@@ -328,7 +329,7 @@ static void write_node(const IrNode *n, FILE *out)
 
 static void write_code(const StepNodeCode *c, FILE *out)
 {
-    fprintf(out, "code %d %d %d ", (int)c->kind, c->n_phases, c->bias_epilogue ? 1 : 0);
+    fprintf(out, "code %d %d %d %u ", (int)c->kind, c->n_phases, c->bias_epilogue ? 1 : 0, (unsigned)c->salt);
     write_size(&c->scratch, out);
     fputc('\n', out);
     for (int p = 0; p < c->n_phases; p++) {
@@ -582,8 +583,10 @@ static HpcStatus read_code(Reader *r, StepKernels *k, int n_nodes)
     StepNodeCode *c = &k->node[k->n];
     memset(c, 0, sizeof *c);
     int kind = 0, bias = 0, used = 0;
-    if (sscanf(r->buf, "code %d %d %d %n", &kind, &c->n_phases, &bias, &used) < 3 || used == 0)
-        return bad(r, "a code line needs kind, phases, bias_epilogue and a scratch size%s", "");
+    unsigned salt = 0;
+    if (sscanf(r->buf, "code %d %d %d %u %n", &kind, &c->n_phases, &bias, &salt, &used) < 4 || used == 0)
+        return bad(r, "a code line needs kind, phases, bias_epilogue, salt and a scratch size%s", "");
+    c->salt = salt;
     const char *p = r->buf + used;
     if (kind < EOP_NONE || kind > EOP_KERNELS || c->n_phases < 0 || c->n_phases > EOP_MAX_PHASES ||
         !read_size(&p, &c->scratch) || *p)

@@ -62,8 +62,12 @@
 /* The version of the program section; a reader refuses any other.
  * 2: EopArgs with 8 inputs and extra outputs (fused attention);
  * 3: 4 extra outputs (the fused LayerNorm site's mean, rstd, s, y in 16
- *    bits), so a version-2 program's CUDA would read the wrong slots. */
-#define STEP_PROGRAM_VERSION 3
+ *    bits), so a version-2 program's CUDA would read the wrong slots;
+ * 4: the dropout salt is a launch argument (EopArgs.salt, from the code
+ *    line), not a constant in the kernel's text, so the layers' kernels
+ *    that differ only by salt are one kernel: a version-3 program's CUDA
+ *    would draw every mask with salt 0. */
+#define STEP_PROGRAM_VERSION 4
 /* A node line lists n_in inputs padded with -1 to at least this many. */
 #define STEP_NODE_MIN_INPUTS 3
 /* Inputs a CUDA kernel takes (EopArgs.x); the emitter refuses a node with more. */
@@ -123,6 +127,7 @@ typedef struct {
     int n_phases;
     StepPhase phase[EOP_MAX_PHASES];
     bool bias_epilogue;          /* EOP_GEMM of a LINEAR with bias: cuBLASLt adds it */
+    uint32_t salt;               /* its dropout masks' salt (EopArgs.salt), 0 without dropout */
     StepSize scratch;            /* bytes of scratch its kernels need */
 } StepNodeCode;
 
@@ -137,9 +142,10 @@ typedef struct {
     int n_phases;
     EopPhase phase[EOP_MAX_PHASES];
     bool bias_epilogue;
+    uint32_t salt;
 } EopNodeCode;
 
-/* The kernels' argument, passed by value (layout fixed: 136 bytes). */
+/* The kernels' argument, passed by value (layout fixed: 144 bytes). */
 typedef struct {
     uint64_t y;                  /* output value */
     uint64_t x[EOP_MAX_INPUTS];  /* inputs, 0 past n_in */
@@ -147,6 +153,7 @@ typedef struct {
     uint64_t scratch;            /* the node's scratch, or 0 */
     uint64_t ctl;                /* const EopCtl * */
     int64_t B, L;
+    uint64_t salt;               /* the node's dropout salt (StepNodeCode.salt) */
 } EopArgs;
 
 /* Per-step control block in device memory (layout fixed: 24 bytes). */

@@ -61,6 +61,34 @@ Test(emit_models, minilm_l12_h384, .timeout = 600) { compile_model("minilm_l12_h
 Test(emit_models, roberta_base, .timeout = 600) { compile_model("roberta_base.model"); }
 Test(emit_models, gpt2_small, .timeout = 600) { compile_model("gpt2_small.model"); }
 
+/* The layers of a stack differ only by their dropout salts, a launch
+ * argument (EopArgs.salt): the module's kernels do not multiply with the
+ * layer count, which is what keeps NVRTC's cold compile short. */
+Test(emit_models, kernels_do_not_grow_with_layers)
+{
+    const char *root = getenv("HPC_ROOT");
+    char path[512];
+    snprintf(path, sizeof path, "%s/models/bert_base.model", root ? root : ".");
+    const SpecPrecision policies[] = {PREC_FP32, PREC_FP16, PREC_BF16};
+    for (int i = 0; i < 3; i++) {
+        int kernels[2];
+        for (int k = 0; k < 2; k++) {
+            ModelSpec spec;
+            cr_assert_eq(spec_load(path, &spec, stderr), 0, "cannot load %s", path);
+            spec.stack.layers = k == 0 ? 2 : 5;
+            HpcError err = {0};
+            PipeOptions o = pipeline_defaults(policies[i]);
+            Pipeline p;
+            cr_assert_eq(pipeline_build(&spec, &o, &p, &err), HPC_OK, "%s", err.msg);
+            kernels[k] = eop_kernel_count(&p.g);
+            pipeline_free(&p);
+        }
+        cr_expect_gt(kernels[0], 10, "policy %d: %d kernels", i, kernels[0]);
+        cr_expect_eq(kernels[0], kernels[1], "policy %d: %d kernels with 2 layers, %d with 5", i, kernels[0],
+                     kernels[1]);
+    }
+}
+
 static int count_of(const char *s, const char *what)
 {
     int n = 0;

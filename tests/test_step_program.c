@@ -229,7 +229,8 @@ Test(step_program, bad_programs_are_refused_with_the_reason)
     char *t = program_text(&p, &len);
     expect_refused(t, len, NULL, NULL, len / 2, "truncated");
     expect_refused(t, len, NULL, NULL, len - 4, "truncated: no 'end' line");
-    expect_refused(t, len, "step_program 3\n", "step_program 7\n", 0, "format version 7, this hpc reads version 3");
+    expect_refused(t, len, "step_program 4\n", "step_program 7\n", 0, "format version 7, this hpc reads version 4");
+    expect_refused(t, len, "step_program 4\n", "step_program 3\n", 0, "format version 3, this hpc reads version 4");
     expect_refused(t, len, "policy fp32\n", "policy fp12\n", 0, "unknown policy 'fp12'");
     expect_refused(t, len, "fused 1\n", "fused 1\nwidgets 3\n", 0, "unknown field 'widgets'");
     expect_refused(t, len, "spec stack.hidden ", "spec stack.width ", 0, "unknown spec field 'stack.width'");

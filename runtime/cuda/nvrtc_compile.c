@@ -19,6 +19,7 @@ typedef struct {
     char arch_opt[48];
     char include_opt[KCACHE_PATH_MAX];
     char split_opt[48];
+    char env_opts[512];   /* HPC_NVRTC_OPTIONS, split in place at the spaces */
 } OptionList;
 
 int nvrtc_version_number(void)
@@ -80,15 +81,34 @@ static HpcStatus options_build(OptionList *o, int arch, const char *const *extra
     o->v[o->n++] = o->arch_opt;
     if (find_toolkit_include(o->include_opt, sizeof o->include_opt))
         o->v[o->n++] = o->include_opt;
-    const char *split = getenv("HPC_NVRTC_SPLIT");   /* an experiment: see nvrtc_compile.h */
+    /* NVVM and ptxas on every core unless HPC_NVRTC_SPLIT says how many
+     * (1: one thread, NVRTC's own default): see nvrtc_compile.h. */
+    const char *split = getenv("HPC_NVRTC_SPLIT");
+    long threads = 0;
     if (split && *split) {
         char *end;
-        long n = strtol(split, &end, 10);
-        if (*end || n < 0 || n > 1024)
+        threads = strtol(split, &end, 10);
+        if (*end || threads < 0 || threads > 1024)
             return hpc_fail(err, HPC_ERR_USAGE, "HPC_NVRTC_SPLIT=%s: expected a thread count 0..1024 "
-                            "(0 = every core) or nothing", split);
-        snprintf(o->split_opt, sizeof o->split_opt, "--split-compile=%ld", n);
+                            "(0 = every core, 1 = one thread) or nothing", split);
+    }
+    if (threads != 1) {
+        snprintf(o->split_opt, sizeof o->split_opt, "--split-compile=%ld", threads);
         o->v[o->n++] = o->split_opt;
+    }
+    const char *more = getenv("HPC_NVRTC_OPTIONS");   /* experiments: see nvrtc_compile.h */
+    if (more && *more) {
+        if (strlen(more) >= sizeof o->env_opts)
+            return hpc_fail(err, HPC_ERR_USAGE, "HPC_NVRTC_OPTIONS: %zu characters, at most %zu",
+                            strlen(more), sizeof o->env_opts - 1);
+        strcpy(o->env_opts, more);
+        char *save = NULL;
+        for (char *tok = strtok_r(o->env_opts, " ", &save); tok; tok = strtok_r(NULL, " ", &save)) {
+            if (o->n + n_extra >= NVRTC_MAX_OPTIONS)
+                return hpc_fail(err, HPC_ERR_USAGE, "HPC_NVRTC_OPTIONS: too many options (at most %d in all)",
+                                NVRTC_MAX_OPTIONS);
+            o->v[o->n++] = tok;
+        }
     }
     for (int i = 0; i < n_extra; i++) o->v[o->n++] = extra[i];
     return HPC_OK;

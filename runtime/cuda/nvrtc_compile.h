@@ -5,9 +5,14 @@
  * nvrtcGetCUBIN.  NVRTC needs no GPU, so CI compiles every emitted kernel.
  * The options always include the arch and -I for the toolkit's headers
  * (cuda_fp16.h, cuda_bf16.h) when found; pass extra ones in `options`.
- * HPC_NVRTC_SPLIT=N in the environment adds --split-compile=N (NVVM and
- * ptxas on N threads, 0 = every core): an experiment for the cold start of
- * large modules, off by default until its kernels are timed on a GPU.
+ * Compiles run NVVM and ptxas on every core (--split-compile=0): on the
+ * H200 host BERT-base's step module took 6.0 s that way against 23.7 s on
+ * one thread, with the same step times (BENCHMARKS.md, sixth session).
+ * HPC_NVRTC_SPLIT=N sets the thread count (1: one thread, no option).
+ * HPC_NVRTC_OPTIONS="OPT OPT ..." adds any NVRTC options (space separated),
+ * for experiments such as "--no-cache" (NVRTC 12.9+ keeps its own cache of
+ * compiled programs on the machine: without it a second process's compile
+ * of the same source says nothing about a fresh machine's).
  * Every option is part of the cache key, so such cubins never mix.
  *
  * When compilation fails, the source and NVRTC's log are saved to

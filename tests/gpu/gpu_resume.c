@@ -4,9 +4,13 @@
  * A tiny BERT (vocab 64, hidden 32, 2 layers, dropout 0.1, fp16, grad_accum
  * 2, an injected inf gradient at step 4) trains 12 steps in one go (A),
  * then 5 steps saving a checkpoint (B), then resumes B to step 12 (C), and
- * runs A once more (A2).  C's loss scale and last loss must equal A's, and
- * each final weight tensor of C must be as close to A's as A2's is (within
- * 4x, or within 1e-5 relative L2 where A2 is closer than that).  GPU runs
+ * runs A twice more (A2, A3).  C's loss scale and last loss must equal A's,
+ * and each final weight tensor of C must be as close to the nearest of A,
+ * A2, A3 as those three are to each other (within 4x their largest pairwise
+ * distance, or within 1e-5 relative L2 where they are closer than that):
+ * with one re-run only, a tensor whose two plain runs happened to agree
+ * closely failed a correct resume now and then (query.bias: 1.4e-4 after
+ * resume, 7.2e-6 between A and A2, in 1 of 3 runs on an H200).  GPU runs
  * are not bitwise reproducible (the embedding backward adds with float
  * atomics), and since fp16 keeps the embeddings and the residual stream in
  * f32 (2026-12-01) that noise reaches every layer: the attention key
@@ -34,6 +38,14 @@ static void check(int ok, const char *what, double detail)
 {
     printf("%s %s (%.3g)\n", ok ? "ok  " : "FAIL", what, detail);
     g_fail += !ok;
+}
+
+/* Relative L2 distance of x and y over n values, against a squared norm den. */
+static double rel_dist(const float *x, const float *y, int64_t n, double den)
+{
+    double num = 0;
+    for (int64_t k = 0; k < n; k++) num += (double)(x[k] - y[k]) * (x[k] - y[k]);
+    return sqrt(num / (den > 0 ? den : 1));
 }
 
 int main(void)
@@ -64,12 +76,13 @@ int main(void)
     ir_init(&g); params_init(&pl);
     if (lower_model(&m, &g, &pl, &err)) { printf("FAIL lower: %s\n", err.msg); return 1; }
     float **wa = calloc((size_t)pl.n, sizeof *wa), **wc = calloc((size_t)pl.n, sizeof *wc);
-    float **wa2 = calloc((size_t)pl.n, sizeof *wa2);
+    float **wa2 = calloc((size_t)pl.n, sizeof *wa2), **wa3 = calloc((size_t)pl.n, sizeof *wa3);
     for (int i = 0; i < pl.n; i++)
         if (pl.p[i].tied_to < 0) {
             wa[i] = calloc((size_t)params_numel(&pl.p[i]), 4);
             wc[i] = calloc((size_t)params_numel(&pl.p[i]), 4);
             wa2[i] = calloc((size_t)params_numel(&pl.p[i]), 4);
+            wa3[i] = calloc((size_t)params_numel(&pl.p[i]), 4);
         }
     char dir[128];
     snprintf(dir, sizeof dir, "/tmp/gpu_resume_%d", (int)getpid());
@@ -79,39 +92,47 @@ int main(void)
     b.weights_out = NULL; b.checkpoint_dir = dir; b.stop_after = 5;
     TrainOptions c = a;
     c.weights_out = wc; c.resume_dir = dir;
-    TrainOptions a2 = a;   /* A again, no checkpoint: the run-to-run spread (float atomics) */
+    TrainOptions a2 = a, a3 = a;   /* A again, no checkpoint: the run-to-run spread (float atomics) */
     a2.weights_out = wa2;
-    TrainResult ra2;
+    a3.weights_out = wa3;
+    TrainResult ra2, ra3;
     if (trainer_run(&m, &train, &dev, &a, &ra, &err) || trainer_run(&m, &train, &dev, &b, &rb, &err) ||
-        trainer_run(&m, &train, &dev, &c, &rc, &err) || trainer_run(&m, &train, &dev, &a2, &ra2, &err)) {
+        trainer_run(&m, &train, &dev, &c, &rc, &err) || trainer_run(&m, &train, &dev, &a2, &ra2, &err) ||
+        trainer_run(&m, &train, &dev, &a3, &ra3, &err)) {
         printf("FAIL trainer: %s\n", err.msg);
         return 1;
     }
     printf("backend %s; A: %lld steps, %lld skipped; C resumed from %lld\n", ra.backend, (long long)ra.steps,
            (long long)ra.skipped, (long long)rc.resumed_from);
     double worst = 0, spread = 0, worst_excess = 0;
-    int identical = 1, worst_at = -1, spread_at = -1, beyond = 0;
+    int identical = 1, worst_at = -1, spread_at = -1, beyond = 0, excess_at = -1;
+    double excess_rel = 0, excess_rel2 = 0;
     for (int i = 0; i < pl.n; i++) {
         if (!wa[i]) continue;
         int64_t n = params_numel(&pl.p[i]);
         identical &= memcmp(wa[i], wc[i], (size_t)n * 4) == 0;
-        double num = 0, num2 = 0, den = 0;
-        for (int64_t k = 0; k < n; k++) {
-            num += (double)(wa[i][k] - wc[i][k]) * (wa[i][k] - wc[i][k]);
-            num2 += (double)(wa[i][k] - wa2[i][k]) * (wa[i][k] - wa2[i][k]);
-            den += (double)wa[i][k] * wa[i][k];
-        }
-        double rel = sqrt(num / (den > 0 ? den : 1)), rel2 = sqrt(num2 / (den > 0 ? den : 1));
+        double den = 0;
+        for (int64_t k = 0; k < n; k++) den += (double)wa[i][k] * wa[i][k];
+        /* rel: C to the nearest plain run; rel2: the plain runs' largest spread */
+        double rel = fmin(rel_dist(wa[i], wc[i], n, den), fmin(rel_dist(wa2[i], wc[i], n, den), rel_dist(wa3[i], wc[i], n, den)));
+        double rel2 = fmax(rel_dist(wa[i], wa2[i], n, den), fmax(rel_dist(wa[i], wa3[i], n, den), rel_dist(wa2[i], wa3[i], n, den)));
         if (!(rel <= worst)) { worst = rel; worst_at = i; }   /* NaN becomes the worst */
         if (!(rel2 <= spread)) { spread = rel2; spread_at = i; }
         double allowed = fmax(1e-5, 4 * rel2);
         if (!(rel <= allowed)) beyond++;   /* NaN counts */
-        if (!(rel / allowed <= worst_excess)) worst_excess = rel / allowed;
+        if (!(rel / allowed <= worst_excess)) {
+            worst_excess = rel / allowed;
+            excess_at = i;
+            excess_rel = rel;
+            excess_rel2 = rel2;
+        }
     }
     /* Which tensor, and how far two uninterrupted runs of A already are:
      * a resume that loses state differs far beyond that spread. */
-    printf("worst tensor after resume: %s (%.3g); A run twice: worst %s (%.3g)\n",
+    printf("worst tensor after resume: %s (%.3g); A run three times: worst %s (%.3g)\n",
            worst_at >= 0 ? pl.p[worst_at].name : "-", worst, spread_at >= 0 ? pl.p[spread_at].name : "-", spread);
+    printf("closest to its limit: %s (after resume %.3g, A run three times %.3g)\n",
+           excess_at >= 0 ? pl.p[excess_at].name : "-", excess_rel, excess_rel2);
     check(rc.resumed_from == 5 && rc.steps == 12, "resumed after step 5 and ran to 12", (double)rc.resumed_from);
     check(ra.skipped == 1 && rc.skipped == 1, "the injected step skipped in both", (double)rc.skipped);
     check(ra.final_scale == rc.final_scale, "final loss scale equal", rc.final_scale);
