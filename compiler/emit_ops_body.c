@@ -1413,14 +1413,12 @@ static HpcStatus cuda_ln_residual(EopGen *gen, HpcError *err)
  * adds the warps' sums in order.
  *
  * HPC_LN_BWD (a hook for comparisons, read when the module is generated,
- * so part of the kernels' text and cache key): "old" the 512-part kernels;
- * "v2,G,CAP[,M]" this design with G groups, at most CAP blocks and at
+ * so part of the kernels' text and cache key): "v2,G,CAP[,M]" this design with G groups, at most CAP blocks and at
  * least M rows a group (P = min(CAP, ceil(R / (G M)))). */
 #define LNB_SUM_WARPS 16
 #define LNB_SMS 132
 
 typedef struct {
-    bool old;
     int groups;       /* row groups a block */
     int per;          /* rows a block's pass needs before a second block: G x M */
     int cap;          /* blocks at most */
@@ -1436,16 +1434,14 @@ static HpcStatus ln_bwd_shape(const EopGen *gen, long long D, LnBwdShape *sh, Hp
      * (ptxas: 80, no spills, at D = 768 under (384, 2)) */
     sh->prefetch = nu == 1;
     int regs = 24 + (sh->prefetch ? 56 : 40) * nu;
-    sh->old = false;
     sh->groups = T >= 384 ? 1 : 384 / T;
     int g = 0, cap = 0, m = 1, got = 0, used = 0;
     const char *e = getenv("HPC_LN_BWD");
     if (e && *e && strcmp(e, "v2") != 0) {
-        if (strcmp(e, "old") == 0) sh->old = true;
-        else got = sscanf(e, "v2,%d,%d%n,%d%n", &g, &cap, &used, &m, &used);
-        if (!sh->old && (got < 2 || e[used] || g < 1 || g * T > 1024 || cap < 1 || m < 1))
+        got = sscanf(e, "v2,%d,%d%n,%d%n", &g, &cap, &used, &m, &used);
+        if (got < 2 || e[used] || g < 1 || g * T > 1024 || cap < 1 || m < 1)
             return hpc_fail(err, HPC_ERR_INPUT, "emit_ops: node %d (%s): HPC_LN_BWD=%s is not a variant; set it "
-                            "to old, v2 or v2,GROUPS,MAXBLOCKS[,ROWS] (GROUPS x %d threads at most 1024), or "
+                            "to v2 or v2,GROUPS,MAXBLOCKS[,ROWS] (GROUPS x %d threads at most 1024), or "
                             "leave it unset", gen->id, OUTN->name, e, T);
         if (got >= 2) sh->groups = g;
     }
@@ -1514,8 +1510,6 @@ static void lnb_block_partial(StrBuf *s, long long D, const LnBwdShape *sh)
     }
 }
 
-static HpcStatus ln_bwd_512(EopGen *gen, HpcError *err);
-
 static HpcStatus cuda_ln_residual_bwd(EopGen *gen, HpcError *err)
 {
     const IrNode *n = OUTN;
@@ -1524,7 +1518,6 @@ static HpcStatus cuda_ln_residual_bwd(EopGen *gen, HpcError *err)
     LnBwdShape sh = {0};
     if (!st) st = ln_bwd_shape(gen, D, &sh, err);
     if (st) return st;
-    if (sh.old) return ln_bwd_512(gen, err);
     IrLnFusedAttr la = fuse_ln_attr_get(n);
     IrFusedAttr fa = {la.p, (int32_t)la.salt, 0, (uint8_t)la.mid, 0, 0};
     int nu = ln_nu(D), T = ln_threads(D), G = sh.groups, WG = T / 32;
@@ -1620,89 +1613,6 @@ static HpcStatus cuda_ln_residual_bwd(EopGen *gen, HpcError *err)
     sc.div = sh.per;
     sc.cap = (int64_t)sh.cap * row_bytes;
     gen->scratch = sc;
-    return HPC_OK;
-}
-
-/* HPC_LN_BWD=old, the previous design (kept for side-by-side timing).
- * Phase 1: LN_BWD_PARTS blocks walk the rows (row = block, block + parts,
- * ...): ds and dx = dropout(ds) per row, and per-thread column partials of
- * dy * xhat, dy and dx into sf[(part * 3 + q) * D + column].  Phase 2 sums
- * the parts in double into dgamma, dbeta, dbias (8 warps per 32 columns).
- * 512 blocks: a block has only D / 8 threads (96 at H = 768), so the row
- * loop needs about four blocks per SM of an H100/H200 to keep loads in
- * flight; the partials (512 x 3 x D f32) are scratch for this node only. */
-#define LN_BWD_PARTS 512
-static HpcStatus ln_bwd_512(EopGen *gen, HpcError *err)
-{
-    (void)err;
-    const IrNode *n = OUTN;
-    long long D = (long long)last_dim(n);
-    IrLnFusedAttr la = fuse_ln_attr_get(n);
-    IrFusedAttr fa = {la.p, (int32_t)la.salt, 0, (uint8_t)la.mid, 0, 0};
-    int nu = ln_nu(D), T = ln_threads(D);
-    char rows[128], tag[32], rd[96], rx[96];
-    rows_expr(n, rows, sizeof rows);
-    snprintf(tag, sizeof tag, "h%lld", D);
-    round_expr(n->dtype, "rstd * (dv[u][j] - a1 - xh[u][j] * b1)", rd, sizeof rd);
-    round_expr((DType)la.mid, "dropout_elem(m8, j, on, d, dscale)", rx, sizeof rx);
-    StrBuf *s = phase(gen, "ln_residual_bwd", tag, EOP_LT_ROWS, sz_const(LN_BWD_PARTS), T);
-    dropout_consts(gen, s, fa);
-    strbuf_printf(s, "    __shared__ float sh[32];\n    const i64 R = %s;\n"
-                   "    %s *o_dx = (%s *)a.yk[0];\n"
-                   "    float ag[%d][8], ab[%d][8], ac[%d][8];\n"
-                   "    for (int u = 0; u < %d; u++) for (int j = 0; j < 8; j++) ag[u][j] = ab[u][j] = ac[u][j] = 0.0f;\n"
-                   "    for (i64 row = blockIdx.x; row < R; row += gridDim.x) {\n"
-                   "        const float mean = x2[row], rstd = x3[row];\n"
-                   "        float xh[%d][8], dv[%d][8];\n        float a1 = 0.0f, b1 = 0.0f;\n"
-                   "#pragma unroll\n        for (int u = 0; u < %d; u++) {\n            const int cu = threadIdx.x + %d * u;\n"
-                   "            for (int j = 0; j < 8; j++) xh[u][j] = dv[u][j] = 0.0f;\n            if (cu >= %lld) continue;\n"
-                   "            float gm[8];\n            ld8_%s(x1 + row * %lldLL + cu * 8, xh[u]);\n"
-                   "            ld8_%s(x0 + row * %lldLL + cu * 8, dv[u]);\n            ld8_%s(x4 + cu * 8, gm);\n"
-                   "            for (int j = 0; j < 8; j++) {\n                xh[u][j] = (xh[u][j] - mean) * rstd;\n"
-                   "                ag[u][j] += dv[u][j] * xh[u][j];\n                ab[u][j] += dv[u][j];\n"
-                   "                dv[u][j] *= gm[j];\n                a1 += dv[u][j];\n                b1 += dv[u][j] * xh[u][j];\n"
-                   "            }\n        }\n"
-                   "        a1 = block_sum(a1, sh) * (1.0f / %lld);\n        b1 = block_sum(b1, sh) * (1.0f / %lld);\n"
-                   "#pragma unroll\n        for (int u = 0; u < %d; u++) {\n            const int cu = threadIdx.x + %d * u;\n"
-                   "            if (cu >= %lld) break;\n            const i64 e0 = row * %lldLL + cu * 8;\n"
-                   "            const u32 m8 = philox_mask8(ctl->seed, (u64)e0 >> 3, ctl->step, salt, p);\n"
-                   "            float r[8], q[8];\n"
-                   "            for (int j = 0; j < 8; j++) {\n                const float d = %s;\n"
-                   "                r[j] = d;\n                q[j] = %s;\n                ac[u][j] += q[j];\n            }\n"
-                   "            st8_%s(y + e0, r);\n            if (o_dx) st8_%s(o_dx + e0, q);\n        }\n    }\n"
-                   "#pragma unroll\n    for (int u = 0; u < %d; u++) {\n        const int cu = threadIdx.x + %d * u;\n"
-                   "        if (cu >= %lld) break;\n"
-                   "        for (int j = 0; j < 8; j++) {\n            const i64 c = cu * 8 + j, b = (i64)blockIdx.x * 3 * %lldLL;\n"
-                   "            sf[b + c] = ag[u][j];\n            sf[b + %lldLL + c] = ab[u][j];\n            sf[b + 2 * %lldLL + c] = ac[u][j];\n"
-                   "        }\n    }\n",
-                rows, ctype((DType)la.mid), ctype((DType)la.mid), nu, nu, nu, nu, nu, nu, nu, T, D / 8,
-                ir_dtype_name(INN(1)->dtype), D, ir_dtype_name(INN(0)->dtype), D, ir_dtype_name(INN(4)->dtype),
-                D, D, nu, T, D / 8, D, rd, rx, ir_dtype_name(n->dtype), ir_dtype_name((DType)la.mid),
-                nu, T, D / 8, D, D, D);
-    /* Phase 2: a block of 8 warps owns 32 columns (one per lane, so the
-     * loads of a warp are contiguous); warp w sums parts w, w + 8, ... in
-     * double and warp 0 adds the 8 warps' sums in order: deterministic, with
-     * a chain of 64 loads per thread instead of 512 (H200, B32 L32: the
-     * one-thread-per-column sum kept 3 blocks busy for most of 62 us). */
-    s = phase(gen, "ln_residual_bwd_sum", tag, EOP_LT_COLFIN, sz_const(8 * ((D + 31) / 32) * 32), 256);
-    const char *sa = stf((DType)la.aux), *ca = ctype((DType)la.aux);
-    strbuf_printf(s, "    __shared__ double part[3][8][32];\n"
-                   "    const int lane = threadIdx.x & 31, w = threadIdx.x >> 5;\n"
-                   "    const i64 col = (i64)blockIdx.x * 32 + lane;\n"
-                   "    double g = 0.0, b = 0.0, c = 0.0;\n"
-                   "    if (col < %lld)\n"
-                   "        for (int p = w; p < %d; p += 8) {\n            const i64 o = (i64)p * 3 * %lldLL + col;\n"
-                   "            g += sf[o];\n            b += sf[o + %lldLL];\n            c += sf[o + 2 * %lldLL];\n        }\n"
-                   "    part[0][w][lane] = g;\n    part[1][w][lane] = b;\n    part[2][w][lane] = c;\n"
-                   "    __syncthreads();\n"
-                   "    if (w != 0 || col >= %lld) return;\n"
-                   "    for (int k = 1; k < 8; k++) {\n        g += part[0][k][lane];\n        b += part[1][k][lane];\n"
-                   "        c += part[2][k][lane];\n    }\n"
-                   "    %s *o_g = (%s *)a.yk[1], *o_b = (%s *)a.yk[2], *o_c = (%s *)a.yk[3];\n"
-                   "    if (o_g) o_g[col] = %s((float)g);\n    if (o_b) o_b[col] = %s((float)b);\n"
-                   "    if (o_c) o_c[col] = %s((float)c);\n",
-                D, LN_BWD_PARTS, D, D, D, D, ca, ca, ca, ca, sa, sa, sa);
-    gen->scratch = sz_const((int64_t)LN_BWD_PARTS * 3 * D * 4);
     return HPC_OK;
 }
 
