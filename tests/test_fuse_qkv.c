@@ -81,6 +81,19 @@ Test(fuse_qkv, counts)
     cr_assert_eq(on.qkv_sites, L);
     cr_assert_eq(count_packed(&off.g), 0);
     cr_assert_eq(count_packed(&on.g), 2 * L, "a packed ATTENTION and ATTENTION_BWD per layer");
+    /* the packed backward's one output is dqkv (B, L, 3H): no dk, dv
+     * OUTPUT nodes, which nothing would write */
+    for (int i = 0; i < on.g.n; i++) {
+        const IrNode *n = &on.g.nodes[i];
+        if (n->op != IR_OP_ATTENTION_BWD) continue;
+        cr_assert(n->attr.attn.packed);
+        cr_assert_eq(n->dims[2], 3 * s.stack.hidden, "%s: output 0 covers q, k and v", n->name);
+        cr_assert_eq(ir_output(&on.g, i, 1), -1, "%s has a dk output", n->name);
+        cr_assert_eq(ir_output(&on.g, i, 2), -1, "%s has a dv output", n->name);
+    }
+    for (int i = 0; i < off.g.n; i++)
+        if (off.g.nodes[i].op == IR_OP_ATTENTION_BWD)
+            cr_assert(ir_output(&off.g, i, 1) >= 0 && ir_output(&off.g, i, 2) >= 0, "unpacked: dk, dv outputs");
     cr_assert_eq(count_op(&on.g, IR_OP_STACK), 2 * L);
     cr_assert_eq(count_op(&on.g, IR_OP_UNSTACK), 2 * L);
     cr_assert_eq(count_op(&off.g, IR_OP_LINEAR) - count_op(&on.g, IR_OP_LINEAR), 2 * L);
