@@ -97,11 +97,19 @@ static HpcStatus node_cfg(const IrGraph *g, int id, AttnCfg *c, HpcError *err)
                         "f16 or bf16 values of one dtype and a head size that is a multiple of 16 up to 128 "
                         "(here %s, head size %lld); compile with HPC_ATTENTION=unfused", id, n->name,
                         ir_dtype_name(c->dtype), (long long)c->head_dim);
-    for (int k = 1; k < ir_op_info(n->op)->n_outputs; k++)
-        if (ir_output(g, id, k) < 0)
+    /* the packed backward writes dq, dk, dv as the column blocks of its one
+     * output (compiler/ops.c gives it no dk, dv OUTPUT nodes) */
+    bool packed_bwd = c->packed && n->op == IR_OP_ATTENTION_BWD;
+    for (int k = 1; k < ir_op_info(n->op)->n_outputs; k++) {
+        if (packed_bwd && ir_output(g, id, k) >= 0)
+            return hpc_fail(err, HPC_ERR_INPUT, "emit_ops: node %d (%s): a packed attention backward has "
+                            "output %s, which no kernel writes; rebuild the graph (compiler/ops.c makes "
+                            "none)", id, n->name, ir_output_name(n->op, k));
+        if (!packed_bwd && ir_output(g, id, k) < 0)
             return hpc_fail(err, HPC_ERR_INPUT, "emit_ops: node %d (%s): output %s was removed, but the "
                             "kernel writes it; compile with HPC_ATTENTION=unfused", id, n->name,
                             ir_output_name(n->op, k));
+    }
     return HPC_OK;
 }
 

@@ -5,6 +5,7 @@
 #include "emit_ops_attention.h"
 
 #include "fuse.h"
+#include "program/plan.h"
 
 #include <stdarg.h>
 #include <stdio.h>
@@ -308,11 +309,22 @@ static void gen_heads(EopGen *gen, bool split)
                     D, D, NH, NH, stf(OUTN->dtype), ldf(INN(0)->dtype), NH, D);
 }
 
-/* STACK (compiler/fuse_qkv.c): rows of x0, x1, x2 one after another.  A
- * copy; the parameters it stacks lie adjacent in the cuda executor's
- * buffers (program/param_pack.h), so a later version can alias instead. */
+/* Whether the planner stores value id inside another value (program/
+ * plan.h: a STACK of adjacent parameters, an UNSTACK's parts): then no
+ * kernel runs for it. */
+static bool planned_view(const EopGen *gen)
+{
+    int base;
+    int64_t off;
+    return plan_view_of(gen->g, gen->id, &base, &off);
+}
+
+/* STACK (compiler/fuse_qkv.c): rows of x0, x1, x2 one after another.  Of
+ * parameters (adjacent in the cuda executor's buffers, program/
+ * param_pack.h) a view, no kernel; else a copy. */
 static void gen_stack(EopGen *gen)
 {
+    if (planned_view(gen)) return;
     StrBuf *s = elems_phase(gen, "stack", OUTN);
     strbuf_printf(s, "    const i64 part = n / 3;\n"
                    "    EOP_FOR(i, n) {\n        const i64 k = i / part, j = i - k * part;\n"
@@ -321,9 +333,11 @@ static void gen_stack(EopGen *gen)
 }
 
 /* UNSTACK: the three row blocks of x0 into outputs 0, 1, 2 (a.yk[0, 1];
- * absent ones are 0). */
+ * absent ones are 0); where the parts are views of x0 (the stacked dW and
+ * bias gradients), no kernel. */
 static void gen_unstack(EopGen *gen)
 {
+    if (planned_view(gen)) return;
     StrBuf *s = elems_phase(gen, "unstack", OUTN);
     const char *t = ctype(OUTN->dtype);
     strbuf_printf(s, "    %s *y1 = (%s *)a.yk[0], *y2 = (%s *)a.yk[1];\n"

@@ -26,10 +26,12 @@
  * there); nothing else moves relative to the rest.
  *
  * The cpu backend runs the result (STACK, UNSTACK and packed attention
- * have cpu references, tests/test_fuse_qkv.c); the CUDA emitter makes copy
- * kernels for STACK/UNSTACK and passes the packed q, k, v with row stride
- * 3H to the attention kernels, not yet run on a GPU (docs/fuse_qkv.md lists
- * what is left). */
+ * have cpu references, tests/test_fuse_qkv.c).  On the cuda backend the
+ * stacks of parameters and the unstacked gradients are views
+ * (program/plan.h plan_view_of: no kernel, no copy), and the packed q, k,
+ * v and dq, dk, dv go to the attention kernels with row stride 3H; the
+ * packed backward has one (B, L, 3H) output and no dk, dv outputs
+ * (docs/fuse_qkv.md). */
 #ifndef HPC_COMPILER_FUSE_QKV_H
 #define HPC_COMPILER_FUSE_QKV_H
 

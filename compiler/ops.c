@@ -658,7 +658,7 @@ GRAD_RULE(cast)
     if (needs(g, id, 0)) dx[0] = grad_node(g, id, 0, IR_OP_CAST, &dy, 1, &a);
 }
 /* ATTENTION: one ATTENTION_BWD (dctx, q, k, v, mask, ctx, lse) gives dq
- * and, as its outputs 1 and 2, dk and dv.  The backward reads the lse the
+ * and, as its outputs 1 and 2, dk and dv (packed: dqkv only).  The backward reads the lse the
  * forward saved (and ctx, for rowsum(dctx * ctx)); it regenerates the
  * dropout mask from the same salt. */
 GRAD_RULE(attention)
@@ -670,15 +670,23 @@ GRAD_RULE(attention)
     int outs[3];
     char name[IR_NAME_MAX];
     snprintf(name, sizeof name, "d.%.*s", IR_NAME_MAX - 3, f.name);
-    ir_add_outputs(g, IR_OP_ATTENTION_BWD, (int[]){dy, f.in[0], f.in[1], f.in[2], f.in[3], id, lse}, 7,
-                   &f.attr, name, outs);
+    const int in[7] = {dy, f.in[0], f.in[1], f.in[2], f.in[3], id, lse};
+    /* packed: q, k and v are one value and output 0 its whole (B, L, 3H)
+     * gradient, so the node gets no dk, dv OUTPUT nodes (no storage for
+     * values nothing writes) and autodiff sums nothing for inputs 1, 2 */
+    if (f.attr.attn.packed) {
+        int b = ir_add(g, IR_OP_ATTENTION_BWD, in, 7, &f.attr, name);
+        NODE(b)->backward = true;
+        NODE(b)->region = NODE(f.in[0])->region;
+        if (needs(g, id, 0)) dx[0] = b;
+        return;
+    }
+    ir_add_outputs(g, IR_OP_ATTENTION_BWD, in, 7, &f.attr, name, outs);
     for (int k = 0; k < 3; k++) {
         NODE(outs[k])->backward = true;
         NODE(outs[k])->region = NODE(f.in[k])->region;
         if (needs(g, id, k)) dx[k] = outs[k];
     }
-    /* packed: q, k and v are one value, and output 0 its whole gradient */
-    if (f.attr.attn.packed) dx[1] = dx[2] = -1;
 }
 
 /* STACK: the gradient's three parts, one per input (UNSTACK). */

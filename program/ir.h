@@ -107,7 +107,7 @@ typedef struct { int index; } IrOutputAttr;                /* which output (>= 1
  * causal masking on top of the padding mask.  packed (compiler/fuse_qkv.c):
  * q, k and v are one (B, L, 3H) value, columns [0, H), [H, 2H), [2H, 3H),
  * given as all three inputs; ATTENTION_BWD's output 0 is then the one
- * (B, L, 3H) gradient dqkv and its outputs 1, 2 (dk, dv) are unused.
+ * (B, L, 3H) gradient dqkv and the node has no outputs 1, 2 (dk, dv).
  * 16 bytes, as the union. */
 typedef struct { float p; int32_t salt; int32_t heads; uint8_t causal, packed; } IrAttnAttr;
 

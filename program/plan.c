@@ -93,6 +93,82 @@ static void fl_release(FreeList *f, int64_t off, int64_t size)
 
 int plan_inplace_input(const IrNode *n) { return n->op == IR_OP_LINEAR_DX_ACC ? 2 : -1; }
 
+/* ---- views (see plan.h) ----------------------------------------------- */
+
+static bool fixed_shape(const IrNode *n)
+{
+    for (int i = 0; i < n->rank; i++)
+        if (n->dims[i] < 0) return false;
+    return true;
+}
+
+/* The rule without the base's own check (a view is never a base). */
+static bool view_rule(const IrGraph *g, int v, int *base, int64_t *byte_off)
+{
+    const IrNode *n = &g->nodes[v];
+    if (n->op == IR_OP_STACK) {
+        for (int k = 0; k < 3; k++) {
+            const IrNode *x = &g->nodes[n->in[k]];
+            if (x->op != IR_OP_PARAM || x->dtype != n->dtype) return false;
+        }
+        *base = n->in[0];
+        *byte_off = 0;
+        return true;
+    }
+    int u = v, k = 0;
+    if (n->op == IR_OP_OUTPUT) {
+        u = n->in[0];
+        k = n->attr.output.index;
+    }
+    const IrNode *un = &g->nodes[u];
+    if (un->op != IR_OP_UNSTACK) return false;
+    const IrNode *x = &g->nodes[un->in[0]];
+    int64_t part = ir_numel(un, 1, 1) * (int64_t)plan_dtype_size(un->dtype);
+    if (x->dtype != un->dtype || !fixed_shape(x) || part % PLAN_ALIGN != 0) return false;
+    *base = un->in[0];
+    *byte_off = k * part;
+    return true;
+}
+
+bool plan_view_of(const IrGraph *g, int v, int *base, int64_t *byte_off)
+{
+    int b, b2;
+    int64_t off, off2;
+    if (!view_rule(g, v, &b, &off) || view_rule(g, b, &b2, &off2)) return false;
+    *base = b;
+    *byte_off = off;
+    return true;
+}
+
+/* Views get kind PLAN_VIEW and their base; an arena base lives as long as
+ * its views (so nothing overwrites it, in place or by sharing, while a
+ * view is read).  Before plan_inplace, which reads those lifetimes. */
+static void plan_views(StepPlan *p, const IrGraph *g)
+{
+    for (int i = 0; i < g->n; i++) {
+        int b;
+        int64_t off;
+        p->v[i].view_off = 0;
+        if (!plan_view_of(g, i, &b, &off)) continue;
+        p->v[i].kind = PLAN_VIEW;
+        p->v[i].view_off = off;
+        if (p->v[b].last < p->v[i].last) p->v[b].last = p->v[i].last;
+    }
+}
+
+/* After plan_offsets: each view's storage is its base, and an arena
+ * view's offset the base's plus view_off. */
+static void plan_view_offsets(StepPlan *p, const IrGraph *g)
+{
+    for (int i = 0; i < g->n; i++) {
+        int b;
+        int64_t off;
+        if (p->v[i].kind != PLAN_VIEW || !plan_view_of(g, i, &b, &off)) continue;
+        p->v[i].storage = b;
+        p->v[i].offset = p->v[b].kind == PLAN_ARENA ? p->v[b].offset + off : -1;
+    }
+}
+
 static bool is_batch_input(const IrNode *n)
 {
     return n->op == IR_OP_INPUT && n->attr.input.kind != IR_IN_LOSS_SCALE;
@@ -247,8 +323,10 @@ HpcStatus plan_build_scratch_with(const IrGraph *g, int64_t B, int64_t L, const 
         p->scratch_off[i] = -1;
     }
     plan_lifetimes(p, g, opt && opt->keep_all);
+    plan_views(p, g);
     plan_inplace(p, g);
     plan_offsets(p);
+    plan_view_offsets(p, g);
     return HPC_OK;
 }
 
@@ -348,6 +426,34 @@ static bool check_inplace(const StepPlan *p, const IrGraph *g, int i, char *why,
     return true;
 }
 
+/* View i (PLAN_VIEW): the rule's base and offset, inside the base's
+ * bytes, and the base (an arena range or a parameter) live over i's
+ * lifetime. */
+static bool check_view(const StepPlan *p, const IrGraph *g, int i, char *why, size_t why_size)
+{
+    const PlanValue *v = &p->v[i];
+    int b;
+    int64_t off;
+    if (!plan_view_of(g, i, &b, &off) || v->storage != b || v->view_off != off)
+        return check_fail(why, why_size, "value %d (%s) is planned as a view of value %d at %lld, which the "
+                          "view rule does not make", i, g->nodes[i].name, v->storage, (long long)v->view_off);
+    const PlanValue *base = &p->v[b];
+    int64_t need = ir_numel(&g->nodes[i], p->B, p->L) * (int64_t)plan_dtype_size(g->nodes[i].dtype);
+    int64_t have = ir_numel(&g->nodes[b], p->B, p->L) * (int64_t)plan_dtype_size(g->nodes[b].dtype);
+    /* a stack of parameters covers its base and the two after it (the
+     * executor checks at bind time that they follow it in memory) */
+    if (base->kind == PLAN_PARAM) have *= 3;
+    if (off < 0 || off + need > have)
+        return check_fail(why, why_size, "view %d (%s): bytes [%lld, +%lld) outside value %d's %lld", i,
+                          g->nodes[i].name, (long long)off, (long long)need, b, (long long)have);
+    if (base->kind == PLAN_PARAM) return true;
+    if (base->kind != PLAN_ARENA || base->def > v->def || base->last < v->last || v->offset != base->offset + off)
+        return check_fail(why, why_size, "view %d (%s) [%d, %d] at %lld: its base %d [%d, %d] at %lld is not "
+                          "an arena value live over it, or the offsets disagree", i, g->nodes[i].name, v->def,
+                          v->last, (long long)v->offset, b, base->def, base->last, (long long)base->offset);
+    return true;
+}
+
 bool plan_check(const StepPlan *p, const IrGraph *g, char *why, size_t why_size)
 {
     for (int i = 0; i < g->n; i++) {
@@ -356,6 +462,13 @@ bool plan_check(const StepPlan *p, const IrGraph *g, char *why, size_t why_size)
             if (p->v[g->nodes[i].in[k]].last < i || p->v[g->nodes[i].in[k]].def > i)
                 return check_fail(why, why_size, "value %d is not live when node %d reads it",
                                   g->nodes[i].in[k], i);
+        int b;
+        int64_t off;
+        if (plan_view_of(g, i, &b, &off) != (v->kind == PLAN_VIEW))
+            return check_fail(why, why_size, "value %d (%s) %s a view by the rule but is planned as %s", i,
+                              g->nodes[i].name, v->kind == PLAN_VIEW ? "is not" : "is",
+                              v->kind == PLAN_VIEW ? "one" : "its own storage");
+        if (v->kind == PLAN_VIEW && !check_view(p, g, i, why, why_size)) return false;
         if (v->kind != PLAN_ARENA) continue;
         if (v->storage != i && !check_inplace(p, g, i, why, why_size)) return false;
         if (v->def > v->last || v->offset < 0 || v->offset % PLAN_ALIGN ||
@@ -418,14 +531,15 @@ void plan_print(const StepPlan *p, const IrGraph *g, const ParamList *pl,
     for (int t = 0; t < p->n_order; t++) {
         int i = p->order[t];
         const PlanValue *v = &p->v[i];
-        if (v->kind != PLAN_ARENA) continue;
+        if (v->kind != PLAN_ARENA && v->kind != PLAN_VIEW) continue;
         fprintf(out, "%5d %5d  %-40.40s %6s %12lld %12lld  [%d, %d]", t, i, g->nodes[i].name,
                 ir_dtype_name(g->nodes[i].dtype), (long long)v->bytes, (long long)v->offset,
                 v->def, v->last);
         if (p->scratch_bytes[i] > 0)
             fprintf(out, "  scratch %lld @ %lld", (long long)p->scratch_bytes[i],
                     (long long)p->scratch_off[i]);
-        if (v->storage != i) fprintf(out, "  in place of %d", v->storage);
+        if (v->kind == PLAN_VIEW) fprintf(out, "  view of %d + %lld", v->storage, (long long)v->view_off);
+        else if (v->storage != i) fprintf(out, "  in place of %d", v->storage);
         fputc('\n', out);
     }
 }

@@ -27,6 +27,8 @@
  *     first value's definition to the last one's last reader.  Otherwise
  *     (PlanOptions.keep_all, a reader after the node) the value has its own
  *     range and the executor writes out of place;
+ *   - views (plan_view_of): a stack of adjacent parameters, the parts of
+ *     an unstacked gradient, stored inside another value (PLAN_VIEW);
  *   - the memory figure of a training step: arena, parameters, gradients,
  *     optimizer state (plan_print prints it; `hpc compile --plan`).
  *
@@ -65,15 +67,19 @@ typedef enum {
     PLAN_NONE,     /* not stored: a value the step never computes */
     PLAN_ARENA,    /* in the arena at `offset` */
     PLAN_PARAM,    /* parameter storage (master or low copy), outside the arena */
+    PLAN_VIEW,     /* bytes [view_off, view_off + bytes) of value `storage` (plan_view_of):
+                    * no kernel writes it; arena views also have their `offset` */
 } PlanKind;
 
 typedef struct {
     PlanKind kind;
     int64_t bytes;     /* at the plan's B, L; rounded up to PLAN_ALIGN */
-    int64_t offset;    /* PLAN_ARENA: byte offset in the arena; else -1 */
+    int64_t offset;    /* PLAN_ARENA, and PLAN_VIEW of an arena value: byte offset in the arena; else -1 */
     int def, last;     /* schedule positions, def <= last; -1 = before the first node */
     int storage;       /* the value whose arena range holds this one: itself, or for an
-                        * in-place write (plan_inplace_input) the first value of its chain */
+                        * in-place write (plan_inplace_input) the first value of its chain;
+                        * PLAN_VIEW: the value it is a view of */
+    int64_t view_off;  /* PLAN_VIEW: byte offset inside `storage`; else 0 */
 } PlanValue;
 
 /* The memory a training step needs, bytes. */
@@ -122,6 +128,19 @@ void plan_free(StepPlan *p);
 /* The input a node of this op writes its result over when the plan lets
  * it (the cuda executor then runs it in place), or -1. */
 int plan_inplace_input(const IrNode *n);
+
+/* Views (Q, K and V from one GEMM, compiler/fuse_qkv.c): value v needs no
+ * storage or kernel of its own because it is bytes [*byte_off, + its size)
+ * of value *base, which is no view itself:
+ *   - a STACK of three PARAM nodes of its dtype: the first one's storage
+ *     (the executor lays stacked parameters out back to back,
+ *     program/param_pack.h, and checks that at bind time);
+ *   - part k of an UNSTACK (the node for k = 0, its OUTPUT k else) of a
+ *     value x of its dtype and a shape without B or L, each part a
+ *     multiple of PLAN_ALIGN bytes: x's bytes from k parts on.
+ * The rule reads only the graph, so the emitter (no kernel) and the
+ * planner (no range) agree.  The base lives as long as its views. */
+bool plan_view_of(const IrGraph *g, int v, int *base, int64_t *byte_off);
 
 /* Bytes of one element of dt. */
 size_t plan_dtype_size(DType dt);

@@ -26,8 +26,11 @@ static double now_seconds(void)
 CUdeviceptr cuda_exec_ptr(const CudaExec *ex, int v)
 {
     if (ex->g->nodes[v].op == IR_OP_PARAM) return ex->param_dev[v];
-    HPC_ASSERT(ex->plan.v[v].kind == PLAN_ARENA);
-    return ex->arena.base + (CUdeviceptr)ex->plan.v[v].offset;
+    const PlanValue *pv = &ex->plan.v[v];
+    /* a view (program/plan.h): inside its base, a parameter or an arena value */
+    if (pv->kind == PLAN_VIEW) return cuda_exec_ptr(ex, pv->storage) + (CUdeviceptr)pv->view_off;
+    HPC_ASSERT(pv->kind == PLAN_ARENA);
+    return ex->arena.base + (CUdeviceptr)pv->offset;
 }
 
 CUdeviceptr cuda_exec_param_ptr(const CudaExec *ex, int p, DType dt)
@@ -104,6 +107,26 @@ static HpcStatus alloc_params(CudaExec *ex, HpcError *err)
     free(item_tag);
     free(owner);
     return st;
+}
+
+/* A STACK planned as a view of its first parameter (program/plan.h) reads
+ * the three in place: they must lie back to back in device memory, as
+ * program/param_pack.h lays out a query/key/value group. */
+static HpcStatus cuda_exec_check_views(const CudaExec *ex, HpcError *err)
+{
+    for (int i = 0; i < ex->g->n; i++) {
+        const IrNode *n = NODE(i);
+        if (n->op != IR_OP_STACK || ex->plan.v[i].kind != PLAN_VIEW) continue;
+        CUdeviceptr first = cuda_exec_ptr(ex, n->in[0]);
+        size_t part = (size_t)ir_numel(NODE(n->in[0]), 1, 1) * plan_dtype_size(n->dtype);
+        for (int k = 1; k < 3; k++)
+            if (cuda_exec_ptr(ex, n->in[k]) != first + (CUdeviceptr)(k * part))
+                return hpc_fail(err, HPC_ERR_INPUT, "cuda_exec: node %d (%s) reads parameters %s, %s, %s as one "
+                                "stacked tensor, but they do not lie back to back in device memory "
+                                "(program/param_pack.h); compile with HPC_FUSE_QKV=0", i, n->name,
+                                NODE(n->in[0])->name, NODE(n->in[1])->name, NODE(n->in[2])->name);
+    }
+    return HPC_OK;
 }
 
 /* The program's one module: compiled once per (program, arch) for every
@@ -193,6 +216,7 @@ HpcStatus cuda_exec_init_kernels_with(CudaExec *ex, CudaDevice *dev, const IrGra
     if (!st) st = arena_init_with(&ex->arena, dev->allocator, "activations and gradients",
                                   (size_t)ex->plan.arena_bytes, err);
     if (!st) st = alloc_params(ex, err);
+    if (!st) st = cuda_exec_check_views(ex, err);
     if (!st) st = arena_alloc(&ex->arena, &ex->ctl, sizeof(EopCtl), "step control", err);
     phase_mark("arena allocation and parameter buffers");
     if (!st) st = gemm_init(&ex->gemm, dev->stream, 0, err);

@@ -8,7 +8,9 @@
  *   - fused step vs cpu, dropout on (attention 0.1, same salt and step on
  *     both sides): loss, every parameter gradient, and per attention node
  *     ctx, lse (finite entries; +inf exactly where the cpu has +inf) and
- *     dq, dk, dv; cases: bert_tiny fp16 B=3 L=77 (odd, padded rows, one
+ *     dq, dk, dv (with HPC_FUSE_QKV=1 every attention node is packed,
+ *     asserted, and the backward's one (B, L, 3H) output is compared block
+ *     by block: its dq, dk, dv columns); cases: bert_tiny fp16 B=3 L=77 (odd, padded rows, one
  *     row fully masked), bert_tiny bf16 B=4 L=128, a tiny GPT-2 (causal)
  *     fp16 B=2 L=50, a one-layer BERT-base fp16 B=2 L=128;
  *   - fused vs unfused, both on the GPU, dropout off (spec dropouts 0):
@@ -34,6 +36,7 @@
 #include <string.h>
 
 #include "attention_form.h"
+#include "compiler/fuse_qkv.h"
 #include "cpu/cpu_exec.h"
 #include "cpu/half.h"
 #include "cuda/cuda_driver.h"
@@ -137,6 +140,14 @@ static int count_op(const IrGraph *g, IrOpKind op)
     return n;
 }
 
+static int count_packed(const IrGraph *g)
+{
+    int n = 0;
+    for (int i = 0; i < g->n; i++)
+        n += (g->nodes[i].op == IR_OP_ATTENTION || g->nodes[i].op == IR_OP_ATTENTION_BWD) && g->nodes[i].attr.attn.packed;
+    return n;
+}
+
 /* Row r has a random length in [L/2, L]; row `empty` (if >= 0) is all padding. */
 static Batch *make_batch(const ModelSpec *s, int64_t B, int64_t L, int64_t empty)
 {
@@ -214,6 +225,36 @@ static double worst_grad(const Model *m, float *const *ga, float *const *gb, int
     return worst;
 }
 
+/* A packed ATTENTION_BWD (compiler/fuse_qkv.c, HPC_FUSE_QKV=1): it has no
+ * dk, dv OUTPUT nodes, and its one output is the (B, L, 3H) gradient of
+ * the QKV GEMM; each of its column blocks dq, dk, dv is compared with the
+ * cpu's on its own (a block of small norm could hide in the whole). */
+static void check_packed_bwd(const IrGraph *g, int id, CpuExec *cx, CudaExec *ex, const char *tag, double tol)
+{
+    const IrNode *n = &g->nodes[id];
+    int64_t H = g->nodes[n->in[0]].dims[2];   /* dctx (B, L, H) */
+    bool no_extra = ir_output(g, id, 1) < 0 && ir_output(g, id, 2) < 0;
+    result(no_extra && n->dims[2] == 3 * H, "%s: %s is packed: one (B, L, %lld) output, no dk/dv outputs", tag,
+           n->name, (long long)(3 * H));
+    int64_t cnt = cpu_exec_numel(cx, id), rows = cnt / (3 * H);
+    float *gg = read_gpu(ex, id, cnt);
+    const float *c = cpu_exec_value(cx, id);
+    float *a = xmalloc((size_t)(rows * H > 0 ? rows * H : 1) * sizeof *a);
+    float *b = xmalloc((size_t)(rows * H > 0 ? rows * H : 1) * sizeof *b);
+    static const char *const part[3] = {"dq", "dk", "dv"};
+    for (int k = 0; k < 3; k++) {
+        for (int64_t r = 0; r < rows; r++) {
+            memcpy(a + r * H, gg + r * 3 * H + k * H, (size_t)H * sizeof *a);
+            memcpy(b + r * H, c + r * 3 * H + k * H, (size_t)H * sizeof *b);
+        }
+        double e = gpu_check_rel_l2(a, b, rows * H);
+        result(e <= tol, "%s: %s columns %s rel %.3g <= %.0e", tag, n->name, part[k], e, tol);
+    }
+    free(a);
+    free(b);
+    free(gg);
+}
+
 /* The fused step on the GPU against the cpu backend. */
 static void check_vs_cpu(Shape shape, SpecPrecision prec, int64_t B, int64_t L, int64_t empty, double tol)
 {
@@ -226,6 +267,11 @@ static void check_vs_cpu(Shape shape, SpecPrecision prec, int64_t B, int64_t L, 
     int n_attn = count_op(&m.g, IR_OP_ATTENTION);
     result(n_attn == m.spec.stack.layers && count_op(&m.g, IR_OP_ATTENTION_BWD) == n_attn,
            "%s: the graph has %d fused attention nodes (forward and backward)", tag, n_attn);
+    /* HPC_FUSE_QKV on: every block of these shapes (H a multiple of 128)
+     * is rewritten, so all attention nodes are packed; off: none is */
+    int n_packed = count_packed(&m.g), want = fuse_qkv_requested() ? 2 * n_attn : 0;
+    result(n_packed == want, "%s: %d of %d attention nodes packed (Q, K, V from one GEMM: %s)", tag, n_packed,
+           2 * n_attn, want ? "on" : "off");
     Batch *b = make_batch(&m.spec, B, L, empty);
     CpuExec cx;
     cpu_exec_init(&cx, &m.g, CPU_EXEC_F32);
@@ -260,6 +306,10 @@ static void check_vs_cpu(Shape shape, SpecPrecision prec, int64_t B, int64_t L, 
         for (int id = 0; id < m.g.n; id++) {
             const IrNode *n = &m.g.nodes[id];
             if (n->op != IR_OP_ATTENTION && n->op != IR_OP_ATTENTION_BWD) continue;
+            if (n->op == IR_OP_ATTENTION_BWD && n->attr.attn.packed) {
+                check_packed_bwd(&m.g, id, &cx, &ex, tag, tol);
+                continue;
+            }
             for (int k = 0; k < ir_op_info(n->op)->n_outputs; k++) {
                 int v = ir_output(&m.g, id, k);
                 int64_t cnt = cpu_exec_numel(&cx, v);

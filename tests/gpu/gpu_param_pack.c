@@ -11,7 +11,11 @@
  * weights read in one copy from the query's pointer are Wq, Wk, Wv stacked
  * (3H, H), as one QKV GEMM will read them.  The training step itself is
  * checked against the cpu backend by gpu_step, gpu_accum and the others,
- * which run on this layout too.
+ * which run on this layout too.  Each case runs twice: the three
+ * projections apart and as one GEMM (compiler/fuse_qkv.c, whatever
+ * HPC_FUSE_QKV says); fused, the stacks are views of the parameters and
+ * the unstacked gradients views of the stacked ones (check_views), and a
+ * stack of parameters out of layout order is refused at bind time.
  *
  * Exit 0 when every check passes, 1 on a failed check, 4 without a GPU. */
 #include <stdio.h>
@@ -96,12 +100,63 @@ static void check_layer(const CudaExec *ex, const ParamList *pl, float **w, DTyp
     free(h);
 }
 
-static void run_case(SpecPrecision prec)
+/* Q, K and V from one GEMM (compiler/fuse_qkv.c): each STACK is a view
+ * of its first parameter (no copy: the pointer is the query's) and each
+ * UNSTACK part a view k parts into the stacked gradient (program/plan.h). */
+static void check_views(const CudaExec *ex, const IrGraph *g, const char *tag)
+{
+    int stacks = 0, parts = 0, bad = 0;
+    for (int i = 0; i < g->n; i++) {
+        const IrNode *n = &g->nodes[i];
+        if (n->op == IR_OP_STACK) {
+            stacks++;
+            bad += ex->plan.v[i].kind != PLAN_VIEW || cuda_exec_ptr(ex, i) != cuda_exec_ptr(ex, n->in[0]);
+        }
+        int u = n->op == IR_OP_OUTPUT ? n->in[0] : i;
+        if (g->nodes[u].op != IR_OP_UNSTACK) continue;
+        int k = n->op == IR_OP_OUTPUT ? n->attr.output.index : 0;
+        size_t part = (size_t)ir_numel(n, 1, 1) * 4;
+        parts++;
+        bad += ex->plan.v[i].kind != PLAN_VIEW ||
+               cuda_exec_ptr(ex, i) != cuda_exec_ptr(ex, g->nodes[u].in[0]) + (CUdeviceptr)(k * part);
+    }
+    result(stacks == 4 && parts == 12 && bad == 0, "%s: %d stacks read the parameters in place, %d gradient parts "
+           "lie inside the stacked gradients (%d wrong)", tag, stacks, parts, bad);
+}
+
+/* A STACK whose parameters are not in layout order (key before query)
+ * is refused at bind time, not read across the wrong bytes. */
+static void check_view_refused(Pipeline *P, const char *tag)
+{
+    IrGraph *g = &P->g;
+    int stack = -1;
+    for (int i = 0; i < g->n && stack < 0; i++)
+        if (g->nodes[i].op == IR_OP_STACK) stack = i;
+    if (stack < 0) {
+        result(0, "%s: no STACK node to reorder", tag);
+        return;
+    }
+    int *in = g->nodes[stack].in, t = in[0];
+    in[0] = in[1];
+    in[1] = t;
+    CudaExec ex;
+    HpcError err = {0};
+    HpcStatus st = cuda_exec_init(&ex, &g_dev, g, &P->pl, 2, 16, &err);
+    if (!st) cuda_exec_free(&ex);
+    in[1] = in[0];
+    in[0] = t;
+    result(st && strstr(err.msg, "back to back"), "%s: a stack of key, query, value is refused at bind time (%s)",
+           tag, st ? err.msg : "accepted");
+}
+
+static void run_case(SpecPrecision prec, bool fuse_qkv)
 {
     ModelSpec s;
     tiny_spec(&s);
-    const char *tag = spec_precision_name(prec);
+    char tag[48];
+    snprintf(tag, sizeof tag, "%s%s", spec_precision_name(prec), fuse_qkv ? " qkv fused" : "");
     PipeOptions po = pipeline_defaults(prec);
+    po.fuse_qkv = fuse_qkv;
     Pipeline P;
     HpcError err = {0};
     if (pipeline_build(&s, &po, &P, &err)) {
@@ -135,7 +190,9 @@ static void run_case(SpecPrecision prec)
                 check_layer(&ex, &P.pl, w, f ? low : DT_F32, layer, "weight", tag);
                 check_layer(&ex, &P.pl, w, f ? low : DT_F32, layer, "bias", tag);
             }
+        if (fuse_qkv) check_views(&ex, &P.g, tag);
         cuda_exec_free(&ex);
+        if (fuse_qkv) check_view_refused(&P, tag);
     }
     if (st) result(0, "%s: %s", tag, err.msg);
     for (int q = 0; q < P.pl.n; q++)
@@ -148,8 +205,10 @@ int main(void)
 {
     if (!gpu_check_open_device("gpu_param_pack", &g_dev)) return 4;
     printf("gpu_param_pack on %s (sm_%d)\n", g_dev.name, g_dev.arch);
-    run_case(PREC_FP32);
-    run_case(PREC_FP16);
-    run_case(PREC_BF16);
+    for (int f = 0; f < 2; f++) {
+        run_case(PREC_FP32, f);
+        run_case(PREC_FP16, f);
+        run_case(PREC_BF16, f);
+    }
     return gpu_check_summary();
 }
