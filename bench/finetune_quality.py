@@ -13,12 +13,15 @@ Subcommands:
                             vocab.txt and tokenizer_config.json.  Both hpc
                             (--init) and PyTorch (from_pretrained) read it.
                             Standard library only.
-  torch-finetune DIR SEED [DATA [JOBS]]
+  torch-finetune DIR SEED [DATA [JOBS [STEPLOG]]]
                             fine-tunes DIR on CoLA (DATA, default data/cola)
                             with torch.autocast(fp16) and GradScaler in an
                             HF-Trainer-style loop (the recipe below) and
-                            prints one JSON line: dev MCC, accuracy, skipped
-                            steps, seconds, real tokens trained on, and
+                            prints one JSON line: dev MCC, accuracy, dev
+                            loss, skipped steps, seconds, real tokens
+                            trained on; STEPLOG (optional): every step's
+                            loss, lr, loss scale and gradient norm in the
+                            fields of hpc's --log; and
                             JOBS (default 1): how many
                             such runs shared the GPU, so the table can leave
                             concurrent timings out (the numbers do not
@@ -37,6 +40,14 @@ Subcommands:
                             relative error of AMP's and fp32's logits, loss
                             and gradients against fp64, averaged over the
                             batches, as grad_error measures hpc's; JSON lines.
+  curves OUT [PLAN...]      the runs step by step: hpc's run logs
+                            (OUT/hpc-PLAN-seedS.jsonl) beside PyTorch's step
+                            logs (OUT/torch-steps-seedS.jsonl, written by
+                            torch-finetune's STEPLOG) over the seeds both
+                            have: per epoch the mean train loss, gradient
+                            norm and share of clipped steps, the dev loss
+                            and MCC (mean ± std over seeds), and whether the
+                            two lr sequences are the same step for step.
   table RESULTS.jsonl       the markdown table for BENCHMARKS.md, with a
                             significance line per hpc row: the difference of
                             the mean MCCs with its standard error.
@@ -194,7 +205,7 @@ def mcc(pred, gold):
     return (tp * tn - fp * fn) / den if den else 0.0
 
 
-def cmd_torch_finetune(init_dir, seed, data_dir, jobs=1):
+def cmd_torch_finetune(init_dir, seed, data_dir, jobs=1, steplog=None):
     import torch
     from transformers import AutoTokenizer, BertForSequenceClassification
     torch.backends.cuda.matmul.allow_tf32 = False
@@ -217,9 +228,12 @@ def cmd_torch_finetune(init_dir, seed, data_dir, jobs=1):
     scaler = torch.amp.GradScaler("cuda", init_scale=65536.0, growth_interval=2000)
     gen = torch.Generator().manual_seed(seed)
     skipped = tokens = 0
+    # per step, for the step log: kept on the device and read once at the
+    # end, so logging adds no synchronisation (get_scale() already syncs)
+    losses, norms, lrs, scales, epochs_of, skips = [], [], [], [], [], []
     torch.cuda.synchronize()
     t0 = time.time()
-    for _ in range(EPOCHS):
+    for epoch in range(EPOCHS):
         order = torch.randperm(len(train), generator=gen).tolist()
         for b in range(steps_per_epoch):
             rows = [train[i] for i in order[b * BATCH:(b + 1) * BATCH]]
@@ -229,11 +243,17 @@ def cmd_torch_finetune(init_dir, seed, data_dir, jobs=1):
                 loss = model(**batch).loss
             scaler.scale(loss).backward()
             scaler.unscale_(opt)
-            torch.nn.utils.clip_grad_norm_(model.parameters(), CLIP)
+            norm = torch.nn.utils.clip_grad_norm_(model.parameters(), CLIP)
             before = scaler.get_scale()
+            lrs.append(opt.param_groups[0]["lr"])   # the lr this step applies
+            scales.append(before)
+            losses.append(loss.detach().float())
+            norms.append(norm.detach().float())
+            epochs_of.append(epoch)
             scaler.step(opt)
             scaler.update()
-            if scaler.get_scale() < before:
+            skips.append(scaler.get_scale() < before)
+            if skips[-1]:
                 skipped += 1          # the step was skipped: the schedule waits too
             else:
                 sched.step()
@@ -241,17 +261,41 @@ def cmd_torch_finetune(init_dir, seed, data_dir, jobs=1):
     torch.cuda.synchronize()
     train_s = time.time() - t0
     model.eval()
-    pred = []
+    pred, dev_loss = [], 0.0
     with torch.no_grad(), torch.autocast("cuda", dtype=torch.float16):
         for b in range(0, len(dev_rows), 128):
             batch = collate(torch, dev_rows[b:b + 128], dev)
-            batch.pop("labels")
-            pred += model(**batch).logits.argmax(-1).tolist()
+            labels = batch.pop("labels")
+            logits = model(**batch).logits
+            dev_loss += float(torch.nn.functional.cross_entropy(logits.float(), labels, reduction="sum"))
+            pred += logits.argmax(-1).tolist()
     gold = [r[2] for r in dev_rows]
     acc = sum(p == g for p, g in zip(pred, gold)) / len(gold)
+    dev_loss /= len(dev_rows)
+    if steplog:
+        write_steplog(steplog, torch.stack(losses).tolist(), torch.stack(norms).tolist(), lrs, scales, epochs_of,
+                      skips, mcc(pred, gold), dev_loss, total)
     print(json.dumps({"kind": "finetune", "impl": "pytorch-amp", "seed": seed, "mcc": mcc(pred, gold),
-                      "accuracy": acc, "skipped": skipped, "steps": total, "train_s": train_s, "tokens": tokens,
-                      "jobs": jobs}))
+                      "accuracy": acc, "dev_loss": dev_loss, "skipped": skipped, "steps": total, "train_s": train_s,
+                      "tokens": tokens, "jobs": jobs}))
+
+
+def write_steplog(path, losses, norms, lrs, scales, epochs_of, skips, dev_mcc, dev_loss, total):
+    """The PyTorch run as JSON lines in the fields of hpc's --log (step:
+    loss, lr, loss_scale, grad_norm before clipping, skipped_total; one eval
+    after the last step), so `curves` reads both the same way."""
+    lines, total_skips = [], 0
+    for k in range(len(losses)):
+        total_skips += bool(skips[k])
+        lines.append(json.dumps({"event": "step", "step": k + 1, "total_steps": total, "epoch": epochs_of[k],
+                                 "loss": losses[k], "lr": lrs[k], "loss_scale": scales[k],
+                                 "grad_norm": norms[k] if math.isfinite(norms[k]) else None,
+                                 "skipped_total": total_skips}))
+    lines.append(json.dumps({"event": "eval", "step": len(losses), "metric": "mcc", "value": dev_mcc,
+                             "loss": dev_loss}))
+    with open(path + ".tmp", "w") as f:
+        f.write("\n".join(lines) + "\n")
+    os.replace(path + ".tmp", path)
 
 
 def cmd_random_init(out, vocab, shape):
@@ -328,6 +372,121 @@ def cmd_torch_grad(init_dir, batches_path, scale):
                "groups": {k: v / n for k, v in e["groups"].items()},
                "ref_loss": ref_losses[0]}
         print(json.dumps(out))
+
+
+# ---- curves: the runs step by step ------------------------------------------
+
+def read_runlog(path):
+    """Steps and evals of one run log (hpc --log, or write_steplog)."""
+    steps, evals = [], []
+    with open(path) as f:
+        for line in f:
+            if not line.startswith("{"):
+                continue
+            e = json.loads(line)
+            if e.get("event") == "step":
+                steps.append(e)
+            elif e.get("event") == "eval":
+                evals.append(e)
+    return steps, evals
+
+
+def run_curves(steps, evals):
+    """Per epoch: the mean train loss and grad norm of its applied steps and
+    the share of steps that clip (norm above CLIP); the run's lr sequence;
+    the last eval's MCC and dev loss."""
+    out = {"epochs": {}, "lr": [s["lr"] for s in steps], "skipped": steps[-1]["skipped_total"] if steps else 0,
+           "steps": len(steps), "first50": None}
+    prev = 0
+    for e in sorted({s["epoch"] for s in steps}):
+        es = []
+        for s in steps:
+            if s["epoch"] == e:
+                skipped = s["skipped_total"] > prev
+                prev = s["skipped_total"]
+                if not skipped and s.get("grad_norm") is not None:
+                    es.append(s)
+        if es:
+            out["epochs"][e] = (sum(s["loss"] for s in es) / len(es), sum(s["grad_norm"] for s in es) / len(es),
+                                sum(s["grad_norm"] > CLIP for s in es) / len(es))
+    head = [s["loss"] for s in steps[:50]]
+    out["first50"] = sum(head) / len(head) if head else None
+    if evals:
+        out["mcc"], out["dev_loss"] = evals[-1]["value"], evals[-1].get("loss")
+    return out
+
+
+def lr_agreement(a, b):
+    """Largest relative difference of two lr sequences (None if lengths differ)."""
+    if len(a) != len(b):
+        return None
+    worst = 0.0
+    for x, y in zip(a, b):
+        d = abs(x - y)
+        if d:
+            worst = max(worst, d / max(abs(x), abs(y)))
+    return worst
+
+
+def cmd_curves(out_dir, plans):
+    """The markdown table of `curves OUT [PLAN...]`: hpc's runs (OUT/hpc-PLAN-
+    seedS.jsonl, PLAN default "default") beside PyTorch's (OUT/torch-steps-
+    seedS.jsonl) over the seeds both have."""
+    import glob
+    import re
+    plans = plans or ["default"]
+    impls = [("hpc " + p, os.path.join(out_dir, "hpc-%s-seed*.jsonl" % p)) for p in plans]
+    impls.append(("pytorch-amp", os.path.join(out_dir, "torch-steps-seed*.jsonl")))
+    runs = {}
+    for name, pattern in impls:
+        for path in glob.glob(pattern):
+            seed = int(re.search(r"seed(\d+)\.jsonl$", path).group(1))
+            steps, evals = read_runlog(path)
+            if steps:
+                runs.setdefault(name, {})[seed] = run_curves(steps, evals)
+    if not runs:
+        sys.exit("curves: no run logs in %s" % out_dir)
+    seeds = sorted(set.intersection(*(set(r) for r in runs.values())))
+    print("Step by step, %d seeds both sides ran (%s): per epoch the mean over its applied steps, then "
+          "mean ± std over the seeds; clip = share of steps whose gradient norm (before clipping) is above %g."
+          % (len(seeds), ", ".join(map(str, seeds)) or "none", CLIP))
+    print()
+    print("| run | steps | skipped | loss steps 1-50 | epoch | train loss | grad norm | clip | dev loss | dev MCC |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+
+    def ms(xs, fmt="%.4f ± %.4f"):
+        xs = [x for x in xs if x is not None]
+        if not xs:
+            return "-"
+        m, s = mean_std(xs)
+        return fmt % ((m, s) if fmt.count("%") == 2 else m)
+    for name, by_seed in runs.items():
+        rs = [by_seed[s] for s in seeds]
+        if not rs:
+            continue
+        for e in sorted(rs[0]["epochs"]):
+            first = e == min(rs[0]["epochs"])
+            cells = [ms([r["epochs"][e][k] for r in rs if e in r["epochs"]]) for k in range(3)]
+            print("| %s | %s | %s | %s | %d | %s | %s | %s | %s | %s |"
+                  % (name if first else "", ms([r["steps"] for r in rs], "%.0f") if first else "",
+                     ms([r["skipped"] for r in rs], "%.2f") if first else "",
+                     ms([r["first50"] for r in rs]) if first else "",
+                     e, cells[0], cells[1], cells[2], ms([r.get("dev_loss") for r in rs]) if first else "",
+                     ms([r.get("mcc") for r in rs]) if first else ""))
+    torch_runs = runs.get("pytorch-amp", {})
+    for name, by_seed in runs.items():
+        if name == "pytorch-amp" or not torch_runs:
+            continue
+        worst = [lr_agreement(by_seed[s]["lr"], torch_runs[s]["lr"]) for s in seeds
+                 if by_seed[s]["skipped"] == 0 and torch_runs[s]["skipped"] == 0]
+        if worst and all(w is not None for w in worst):
+            print()
+            print("lr of every step, %s against pytorch-amp (%d seeds without skipped steps): largest relative "
+                  "difference %.2e (%s)" % (name, len(worst), max(worst),
+                                            "the same schedule" if max(worst) < 1e-6 else "SCHEDULES DIFFER"))
+        elif worst:
+            print()
+            print("lr of every step, %s against pytorch-amp: the step counts differ" % name)
 
 
 # ---- the table ---------------------------------------------------------------
@@ -434,8 +593,11 @@ def main():
     a = sys.argv[1:]
     if a[:1] == ["seeds"] and len(a) == 4:
         cmd_seeds(a[1], a[2], int(a[3]))
-    elif a[:1] == ["torch-finetune"] and len(a) in (3, 4, 5):
-        cmd_torch_finetune(a[1], int(a[2]), a[3] if len(a) >= 4 else "data/cola", int(a[4]) if len(a) == 5 else 1)
+    elif a[:1] == ["torch-finetune"] and len(a) in (3, 4, 5, 6):
+        cmd_torch_finetune(a[1], int(a[2]), a[3] if len(a) >= 4 else "data/cola", int(a[4]) if len(a) >= 5 else 1,
+                           a[5] if len(a) == 6 else None)
+    elif a[:1] == ["curves"] and len(a) >= 2:
+        cmd_curves(a[1], a[2:])
     elif a[:1] == ["random-init"] and len(a) in (3, 7):
         cmd_random_init(a[1], a[2], [int(x) for x in a[3:7]] if len(a) == 7 else [12, 768, 12, 3072])
     elif a[:1] == ["torch-grad"] and len(a) in (3, 4):

@@ -23,7 +23,10 @@
 #      against fp64 with dropout off;
 #   4. (if build/bench/bench_hpc is there: make build/bench/bench_hpc) the
 #      BERT-base fp16 step time of each plan at 32x128 and 256x128;
-#   5. the markdown table (finetune_quality.py table) to stdout and to
+#   5. the markdown table (finetune_quality.py table) and, where both
+#      sides ran here, the runs step by step (finetune_quality.py curves:
+#      per epoch train loss, gradient norm, clipped share; dev loss; the
+#      lr of every step compared) to stdout and to
 #      build/quality/out/finetune_quality.md, the raw JSON lines (and each
 #      run's log) in build/quality/out/, which accumulates over calls; both
 #      files are also copied to $OUT when it is set (the device machine's
@@ -129,7 +132,7 @@ if has torch; then
         while [ "$s" -lt "$SEEDS" ] && [ "$s" -lt $((first + JOBS)) ]; do
             echo "finetune_quality: PyTorch AMP seed $s ($JOBS at a time)" >&2
             "$PYTHON" bench/finetune_quality.py torch-finetune "$WORK/seed-$s" "$s" data/cola "$JOBS" \
-                > "$OUT/torch-seed$s.json" 2> "$OUT/torch-seed$s.err" &
+                "$OUT/torch-steps-seed$s.jsonl" > "$OUT/torch-seed$s.json" 2> "$OUT/torch-seed$s.err" &
             s=$((s + 1))
         done
         wait
@@ -171,6 +174,16 @@ if has speed && [ -x build/bench/bench_hpc ]; then
 fi
 
 "$PYTHON" bench/finetune_quality.py table "$RAW" | tee "$OUT/finetune_quality.md"
+# the runs step by step (hpc's --log files beside PyTorch's step logs), when
+# both sides have run in build/quality/out; the logs themselves go to $OUT
+# as one archive
+CURVES=
+if ls "$OUT"/torch-steps-seed*.jsonl > /dev/null 2>&1 && ls "$OUT"/hpc-*-seed*.jsonl > /dev/null 2>&1; then
+    echo >> "$OUT/finetune_quality.md"
+    "$PYTHON" bench/finetune_quality.py curves "$OUT" $PLANS | tee -a "$OUT/finetune_quality.md"
+    (cd "$OUT" && tar czf steplogs.tar.gz hpc-*-seed*.jsonl torch-steps-seed*.jsonl)
+    CURVES="$OUT/steplogs.tar.gz"
+fi
 if [ -n "$COPY_TO" ] && [ "$COPY_TO" != "$OUT" ]; then
-    mkdir -p "$COPY_TO" && cp "$RAW" "$OUT/finetune_quality.md" "$COPY_TO/"
+    mkdir -p "$COPY_TO" && cp "$RAW" "$OUT/finetune_quality.md" $CURVES "$COPY_TO/"
 fi

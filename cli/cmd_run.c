@@ -34,6 +34,7 @@
 #include "formats/hf_tokenizer.h"
 #include "run_overrides.h"
 #include "train/init.h"
+#include "train/spec_compile.h"
 #include "train/trainer.h"
 #include "cuda/cuda_driver.h"
 #include "dist/collectives.h"
@@ -47,7 +48,7 @@ typedef struct {
     SpecPrecision policy;                 /* PREC_DEFAULT: no flag (an artifact's own, else fp32) */
     bool no_fuse, cased, skip_bad_rows, allow_changed, no_memory_check, cpu_reference, bucket;
     bool rows_given;                      /* --train-rows */
-    StepProgram program;       /* a NAME.hpc's program (have_program) */
+    StepProgram program;       /* the run's program (have_program): a NAME.hpc's, or the model's compiled here */
     bool have_program;
     RunOverrides train;  /* --lr, --loss-scale, ... over the model's train block */
     CliParsed parsed;
@@ -324,7 +325,22 @@ static HpcStatus program_for_run(RunArgs *a, const ModelSpec *spec, HpcError *er
         return HPC_OK;
     }
     step_program_free(&a->program);
-    return step_program_compile(spec, a->policy, !a->no_fuse, &a->program, err);
+    return train_spec_compile(spec, a->policy, !a->no_fuse, &a->program, err);
+}
+
+/* A .model file (or a checkpoint's model, --resume without MODEL): compiled
+ * once, here, with the run's settings, and then the artifact's road: the
+ * trainer's memory check and its backend share this program instead of
+ * compiling the spec once each (tests/test_run_compiles.c). */
+static HpcStatus program_from_model(RunArgs *a, const ModelSpec *spec, HpcError *err)
+{
+    HpcStatus st = train_spec_compile(spec, a->policy, !a->no_fuse, &a->program, err);
+    if (st) {
+        step_program_free(&a->program);
+        return st;
+    }
+    a->have_program = true;
+    return HPC_OK;
 }
 
 /* What the data adds to the settings a checkpoint records (checkpoint.h). */
@@ -437,7 +453,7 @@ static int run_command(int argc, char **argv)
     run_overrides_apply(&a.train, a.train_seen, &spec);
     HpcStatus st = inject_step(&inject, &err);
     if (!st) st = check_run(&spec, &a, &err);
-    if (!st && a.have_program) st = program_for_run(&a, &spec, &err);
+    if (!st) st = a.have_program ? program_for_run(&a, &spec, &err) : program_from_model(&a, &spec, &err);
     bool glue = !is_synthetic(&a);
     if (!st && glue && a.init) st = init_tokenizer(&a, &err);
     if (!st && a.output) st = hf_folder_check(a.output, &spec, &err);

@@ -17,8 +17,7 @@ set -eu
 # file  allowed compiler header   (why: the road it serves)
 ALLOWED='
 runtime/api/api_model.c            compiler/step_program_build.h   the C API opens a .model file or text
-runtime/train/train_backend_model.c compiler/step_program_build.h  the trainer opens a checked spec
-runtime/train/memcheck.c           compiler/step_program_build.h   sizes a .model run before opening it
+runtime/train/spec_compile.c       compiler/step_program_build.h   the trainer compiles a checked spec (counted)
 runtime/train/checkpoint_spec.c    compiler/step_program_build.h   a checkpoint stores its model as .model text
 runtime/formats/hf_import.c        compiler/step_program_build.h   the parameter table of an imported model
 runtime/formats/hf_export.c        compiler/step_program_build.h   the parameter table of an exported model

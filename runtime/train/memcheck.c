@@ -8,7 +8,6 @@
 #include <sys/resource.h>
 #include <unistd.h>
 
-#include "compiler/step_program_build.h"   /* a .model run: step_program_compile */
 #include "program/plan.h"
 #include "cuda/cuda_driver.h"
 #include "cuda/gemm_cublas.h"
@@ -16,6 +15,7 @@
 #include "dist/rendezvous.h"
 #include "train/init.h"
 #include "train/optim.h"
+#include "train/spec_compile.h"   /* a spec without its program: compiled here */
 
 #define MIB (1024.0 * 1024.0)
 
@@ -160,7 +160,7 @@ HpcStatus memcheck_run(const ModelSpec *spec, const StepProgram *program, SpecPr
     bool built = false;
     HpcStatus st = HPC_OK;
     if (!program) {
-        st = step_program_compile(spec, policy, fuse, &own, err);
+        st = train_spec_compile(spec, policy, fuse, &own, err);
         built = true;   /* freed below, also after a failure */
         program = &own;
     }
