@@ -50,7 +50,11 @@ Subcommands:
                             two lr sequences are the same step for step.
   table RESULTS.jsonl       the markdown table for BENCHMARKS.md, with a
                             significance line per hpc row: the difference of
-                            the mean MCCs with its standard error.
+                            the mean MCCs with its standard error; and the
+                            dev loss after the last epoch (mean ± std) of
+                            the runs that recorded it (hpc's last eval,
+                            PyTorch's dev_loss): a continuous measure of the
+                            same spread.
 
 The recipe, the same for both sides (hpc takes it from the imported model
 file and the command line of finetune_quality.sh): AdamW lr 5e-5, betas
@@ -563,6 +567,15 @@ def cmd_table(path):
     for impl, rs in fine.items():
         if amp and impl != "pytorch-amp" and len(rs) > 1 and len(amp) > 1:
             print(significance(impl, [r["mcc"] for r in rs], [r["mcc"] for r in amp]))
+    # the dev loss after the last epoch, a continuous measure of the same
+    # spread (lines from before it was recorded have none)
+    losses = {impl: [r["dev_loss"] for r in rs if r.get("dev_loss") is not None] for impl, rs in fine.items()}
+    if any(len(v) > 1 for v in losses.values()):
+        print()
+        for impl, v in losses.items():
+            if len(v) > 1:
+                m, s = mean_std(v)
+                print("dev loss after the last epoch, %s: %.4f ± %.4f over %d seeds" % (impl, m, s, len(v)))
     if grads:
         print()
         print("| one step vs fp64 (dropout off) | batches | logits | loss | gradient | embeddings | attn qkv "

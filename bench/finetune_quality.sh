@@ -97,7 +97,7 @@ if not evals:
     sys.exit("no eval event in " + path)
 s = summ[-1] if summ else {}
 print(json.dumps({"kind": "finetune", "impl": impl, "seed": seed,
-                  "mcc": evals[-1]["value"], "skipped": s.get("skipped_total", steps[-1].get("skipped_total", 0) if steps else 0),
+                  "mcc": evals[-1]["value"], "dev_loss": evals[-1].get("loss"), "skipped": s.get("skipped_total", steps[-1].get("skipped_total", 0) if steps else 0),
                   "steps": s.get("steps"), "train_s": s.get("wall_s")}))
 EOF
 }
