@@ -228,10 +228,10 @@ Test(fuse_qkv, on_equals_off_fp32_f32_fast) { expect_on_equals_off(PREC_FP32, CP
 Test(fuse_qkv, on_equals_off_fp16_f32) { expect_on_equals_off(PREC_FP16, CPU_EXEC_F32, CPU_EXEC_REFERENCE, 1e-5, "fp16/f32"); }
 Test(fuse_qkv, on_equals_off_bf16_f32) { expect_on_equals_off(PREC_BF16, CPU_EXEC_F32, CPU_EXEC_REFERENCE, 1e-5, "bf16/f32"); }
 
-/* The CUDA module of the rewritten fp16 graph: built (the copies and the
- * packed attention's arguments; `hpc compile --arch 90` also runs NVRTC on
- * it), with q, k, v and dq, dk, dv as column blocks of stride 3H.  Not run
- * here: no GPU (docs/fuse_qkv.md has the GPU checks). */
+/* The CUDA module of the rewritten fp16 graph: built (`hpc compile --arch
+ * 90` also runs NVRTC on it), with q, k, v and dq, dk, dv as column blocks
+ * of stride 3H and no stack/unstack kernels.  Not run here: no GPU
+ * (tests/gpu/gpu_attention_step.c, gpu_param_pack.c run it). */
 Test(fuse_qkv, cuda_module_takes_the_packed_form)
 {
     ModelSpec s;
