@@ -6,8 +6,9 @@
  * The options always include the arch and -I for the toolkit's headers
  * (cuda_fp16.h, cuda_bf16.h) when found; pass extra ones in `options`.
  * Compiles run NVVM and ptxas on every core (--split-compile=0): on the
- * H200 host BERT-base's step module took 6.0 s that way against 23.7 s on
- * one thread, with the same step times (BENCHMARKS.md, sixth session).
+ * H200 host BERT-base fp16's step module took 1.8-2.3 s that way against
+ * 4.8 s on one thread, with the same step times (BENCHMARKS.md, sixth
+ * session).
  * HPC_NVRTC_SPLIT=N sets the thread count (1: one thread, no option).
  * HPC_NVRTC_OPTIONS="OPT OPT ..." adds any NVRTC options (space separated),
  * for experiments such as "--no-cache" (NVRTC 12.9+ keeps its own cache of
