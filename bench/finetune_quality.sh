@@ -13,7 +13,10 @@
 #      Face folder that both sides load;
 #   2. per seed, `hpc run --fp16 --init seed-S --seed S` for each precision
 #      plan in PLANS (HPC_KEEP_F32: "default" is hpc's fp16 now, "none" the
-#      all-16-bit plan before it; "fp32" runs `hpc run --fp32` instead), one
+#      all-16-bit plan before it; "fp32" runs `hpc run --fp32` instead; a
+#      plan ending in "+unfused", such as "default+unfused", also sets
+#      HPC_ATTENTION=unfused: the attention as the unfused chain, as fp32
+#      runs it, to tell the fused kernels' part in a difference), one
 #      run at a time, then PyTorch AMP (torch-finetune), JOBS runs at a time
 #      on the one GPU (each its own process and seed: the MCCs do not depend
 #      on JOBS, only the timing does, so the table shows PyTorch's time only
@@ -102,15 +105,25 @@ print(json.dumps({"kind": "finetune", "impl": impl, "seed": seed,
 EOF
 }
 
+# The environment of PLAN's hpc runs: HPC_KEEP_F32 (and HPC_ATTENTION for a
+# "+unfused" plan); nothing for fp32.
+plan_env() {
+    case $1 in
+        fp32) ;;
+        *+unfused) echo "HPC_KEEP_F32=${1%+unfused} HPC_ATTENTION=unfused";;
+        *) echo "HPC_KEEP_F32=$1";;
+    esac
+}
+
 if has hpc; then
     for plan in $PLANS; do
         s=$FIRST_SEED
         while [ "$s" -lt "$SEEDS" ]; do
             log=$OUT/hpc-$plan-seed$s.jsonl
             rm -f "$log"   # a log from an earlier call would be appended to
-            if [ "$plan" = fp32 ]; then prec=--fp32 keep=; else prec=--fp16 keep=$plan; fi
-            echo "finetune_quality: hpc $prec${keep:+ (plan $keep)} seed $s" >&2
-            if env ${keep:+HPC_KEEP_F32=$keep} bin/hpc run "$WORK/minilm.model" $RECIPE $prec --init "$WORK/seed-$s" \
+            if [ "$plan" = fp32 ]; then prec=--fp32; else prec=--fp16; fi
+            echo "finetune_quality: hpc $prec (plan $plan) seed $s" >&2
+            if env $(plan_env "$plan") bin/hpc run "$WORK/minilm.model" $RECIPE $prec --init "$WORK/seed-$s" \
                    --seed "$s" --log "$log" > "$OUT/hpc-$plan-seed$s.out" 2>&1; then
                 hpc_result "$plan" "$s" "$log" | tee -a "$RAW"
                 save
@@ -153,7 +166,9 @@ fi
 if has grad; then
     echo "finetune_quality: one step against fp64 ($BATCHES batches of 32)" >&2
     KEEPS=""
-    for plan in $PLANS; do [ "$plan" = fp32 ] || KEEPS="$KEEPS --keep $plan"; done
+    for plan in $PLANS; do   # the keep lists only: grad_error compares plans, not attention forms
+        case $plan in fp32|*+unfused) ;; *) KEEPS="$KEEPS --keep $plan";; esac
+    done
     [ -n "$KEEPS" ] || KEEPS="--keep default"
     build/bench/grad_error --model "$WORK/minilm.model" --init "$WORK/seed-0" --rows 32 --batches "$BATCHES" \
         --loss-scale "$LOSS_SCALE" --device cuda $KEEPS --dump-batch "$WORK/batches.jsonl" --json "$RAW" >&2
@@ -168,7 +183,7 @@ if has speed && [ -x build/bench/bench_hpc ]; then
     for plan in $PLANS; do
         [ "$plan" = fp32 ] && continue
         echo "finetune_quality: BERT-base fp16 step time, plan $plan" >&2
-        HPC_KEEP_F32=$plan build/bench/bench_hpc --shapes 32x128,256x128 --policies fp16 --warmup 5 --iters 20 |
+        env $(plan_env "$plan") build/bench/bench_hpc --shapes 32x128,256x128 --policies fp16 --warmup 5 --iters 20 |
             sed "s/^{/{\"kind\": \"speed\", \"plan\": \"$plan\", /" | tee -a "$RAW"
     done
 fi
