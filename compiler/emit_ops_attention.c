@@ -176,7 +176,7 @@ static StrBuf *attn_phase(EopGen *gen, const char *base, const AttnCfg *c, EopLa
                      "    const float p = ctl->training ? (float)%.9g : 0.0f;\n    const u32 salt = (u32)a.salt;\n"
                      "    (void)p; (void)salt;\n",
                   (double)a->p);
-    gen->salt = (uint32_t)a->salt;   /* a launch argument: the layers share one kernel */
+    eopb_use_salt(gen, (uint32_t)a->salt);   /* a launch argument: the layers share one kernel */
     return s;
 }
 

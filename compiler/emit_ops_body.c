@@ -240,6 +240,13 @@ static void gen_cast(EopGen *gen)
     strbuf_printf(s, "    EOP_FOR(i, n) y[i] = %s(%s(x0[i]));\n", stf(OUTN->dtype), ldf(INN(0)->dtype));
 }
 
+void eopb_use_salt(EopGen *gen, uint32_t salt)
+{
+    HPC_ASSERT(!gen->has_salt || gen->salt == salt);
+    gen->salt = salt;
+    gen->has_salt = true;
+}
+
 static void gen_dropout(EopGen *gen)
 {
     const IrDropoutAttr *d = &OUTN->attr.dropout;
@@ -247,7 +254,7 @@ static void gen_dropout(EopGen *gen)
         char pre[256], expr[160];
         snprintf(pre, sizeof pre, "    const float p = (float)%.9g;\n    const float sc = (float)(1.0 / (1.0 - (double)p));\n"
                                   "    const bool on = ctl->training && p != 0.0f;\n", (double)(float)d->p);
-        gen->salt = (uint32_t)d->salt;
+        eopb_use_salt(gen, (uint32_t)d->salt);
         snprintf(expr, sizeof expr, "dropout_elem(philox_mask8(ctl->seed, (u64)(i - j) >> 3, ctl->step, (u32)a.salt, p), i, on, v0[j], sc)");
         vec_elems(gen, "dropout", pre, expr);
         return;
@@ -259,7 +266,7 @@ static void gen_dropout(EopGen *gen)
                    "        if (on) v = philox_keep(ctl->seed, (u64)i, ctl->step, (u32)a.salt, p) ? v * sc : 0.0f;\n"
                    "        y[i] = %s(v);\n    }\n",
                 (double)(float)d->p, ldf(INN(0)->dtype), stf(OUTN->dtype));
-    gen->salt = (uint32_t)d->salt;
+    eopb_use_salt(gen, (uint32_t)d->salt);
 }
 
 /* The permutation as a copy of 16-byte chunks: each head's D elements are
@@ -1200,7 +1207,7 @@ static void round_expr(DType mid, const char *v, char *buf, size_t size)
  * layers' kernels that differ only by it are one kernel in the module. */
 static void dropout_consts(EopGen *gen, StrBuf *s, IrFusedAttr fa)
 {
-    gen->salt = (uint32_t)fa.salt;
+    eopb_use_salt(gen, (uint32_t)fa.salt);
     strbuf_printf(s, "    const float p = (float)%.9g;\n    const float dscale = (float)(1.0 / (1.0 - (double)p));\n"
                    "    const bool on = ctl->training && p != 0.0f;\n    const u32 salt = (u32)a.salt;\n",
                 (double)fa.p);

@@ -30,8 +30,14 @@ typedef struct {
     EopGenPhase ph[EOP_MAX_PHASES];
     bool bias_epilogue;
     uint32_t salt;         /* the dropout salt its bodies read as a.salt (StepNodeCode.salt) */
+    bool has_salt;         /* salt set (eopb_use_salt) */
     StepSize scratch;      /* bytes, of B, L */
 } EopGen;
+
+/* Records the dropout salt a node's bodies read as a.salt.  One salt a
+ * node: it is a single launch argument, so a second, different one is a
+ * bug in the generator (asserted). */
+void eopb_use_salt(EopGen *gen, uint32_t salt);
 
 /* Fills gen (already holding g and id; the rest zero). */
 HpcStatus eopb_node(EopGen *gen, HpcError *err);
