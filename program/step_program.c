@@ -89,7 +89,6 @@ void step_node_launch(const StepNodeCode *c, int64_t B, int64_t L, EopNodeCode *
     out->kind = c->kind;
     out->n_phases = c->n_phases;
     out->bias_epilogue = c->bias_epilogue;
-    out->salt = c->salt;
     for (int p = 0; p < c->n_phases; p++) {
         snprintf(out->phase[p].name, sizeof out->phase[p].name, "%s", c->phase[p].name);
         launch_shape(&c->phase[p], B, L, &out->phase[p]);

@@ -142,7 +142,6 @@ typedef struct {
     int n_phases;
     EopPhase phase[EOP_MAX_PHASES];
     bool bias_epilogue;
-    uint32_t salt;
 } EopNodeCode;
 
 /* The kernels' argument, passed by value (layout fixed: 144 bytes). */

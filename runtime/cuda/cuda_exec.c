@@ -411,7 +411,7 @@ static HpcStatus launch_phases(CudaExec *ex, int id, HpcError *err)
     const IrNode *n = NODE(id);
     /* LINEAR_DW_BGRAD's phases (its fallback) write db, its output 1. */
     int y = n->op == IR_OP_LINEAR_DW_BGRAD ? ir_output(ex->g, id, 1) : id;
-    EopArgs a = {.y = cuda_exec_ptr(ex, y), .ctl = ex->ctl, .B = ex->B, .L = ex->L, .salt = ex->code[id].salt};
+    EopArgs a = {.y = cuda_exec_ptr(ex, y), .ctl = ex->ctl, .B = ex->B, .L = ex->L, .salt = ex->kernels->node[id].salt};
     for (int k = 0; k < n->n_in; k++) a.x[k] = cuda_exec_ptr(ex, n->in[k]);
     for (int k = 1; k < ir_op_info(n->op)->n_outputs && k <= EOP_MAX_EXTRA_OUTPUTS; k++) {
         int o = ir_output(ex->g, id, k);   /* a multi-output node writes its OUTPUT values too */

@@ -31,6 +31,7 @@
 #include "lower.h"
 #include "data/synthetic.h"
 #include "train/trainer.h"
+#include "gpu_check.h"   /* gpu_check_rel_l2 */
 
 static int g_fail;
 
@@ -38,14 +39,6 @@ static void check(int ok, const char *what, double detail)
 {
     printf("%s %s (%.3g)\n", ok ? "ok  " : "FAIL", what, detail);
     g_fail += !ok;
-}
-
-/* Relative L2 distance of x and y over n values, against a squared norm den. */
-static double rel_dist(const float *x, const float *y, int64_t n, double den)
-{
-    double num = 0;
-    for (int64_t k = 0; k < n; k++) num += (double)(x[k] - y[k]) * (x[k] - y[k]);
-    return sqrt(num / (den > 0 ? den : 1));
 }
 
 int main(void)
@@ -111,11 +104,11 @@ int main(void)
         if (!wa[i]) continue;
         int64_t n = params_numel(&pl.p[i]);
         identical &= memcmp(wa[i], wc[i], (size_t)n * 4) == 0;
-        double den = 0;
-        for (int64_t k = 0; k < n; k++) den += (double)wa[i][k] * wa[i][k];
         /* rel: C to the nearest plain run; rel2: the plain runs' largest spread */
-        double rel = fmin(rel_dist(wa[i], wc[i], n, den), fmin(rel_dist(wa2[i], wc[i], n, den), rel_dist(wa3[i], wc[i], n, den)));
-        double rel2 = fmax(rel_dist(wa[i], wa2[i], n, den), fmax(rel_dist(wa[i], wa3[i], n, den), rel_dist(wa2[i], wa3[i], n, den)));
+        double rel = fmin(gpu_check_rel_l2(wc[i], wa[i], n),
+                          fmin(gpu_check_rel_l2(wc[i], wa2[i], n), gpu_check_rel_l2(wc[i], wa3[i], n)));
+        double rel2 = fmax(gpu_check_rel_l2(wa2[i], wa[i], n),
+                           fmax(gpu_check_rel_l2(wa3[i], wa[i], n), gpu_check_rel_l2(wa3[i], wa2[i], n)));
         if (!(rel <= worst)) { worst = rel; worst_at = i; }   /* NaN becomes the worst */
         if (!(rel2 <= spread)) { spread = rel2; spread_at = i; }
         double allowed = fmax(1e-5, 4 * rel2);
