@@ -117,3 +117,10 @@ void ir_copy_roles(IrGraph *g, const IrGraph *src, const int *map)
     for (int p = 0; p < src->n_params; p++)
         g->param_grad[p] = src->param_grad[p] >= 0 ? map[src->param_grad[p]] : -1;
 }
+
+int ir_count_op(const IrGraph *g, IrOpKind op, int from)
+{
+    int n = 0;
+    for (int i = from; i < g->n; i++) n += g->nodes[i].op == op;
+    return n;
+}

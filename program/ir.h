@@ -237,6 +237,8 @@ int64_t ir_numel(const IrNode *v, int64_t B, int64_t L);
 int64_t ir_rows(const IrNode *v, int64_t B, int64_t L);
 int64_t ir_dim(int64_t d, int64_t B, int64_t L);  /* binds one dim */
 bool ir_same_shape(const IrNode *a, const IrNode *b);
+/* How many nodes of g from node `from` on are of kind op (0: the whole graph). */
+int ir_count_op(const IrGraph *g, IrOpKind op, int from);
 
 /* Writes "(B, L, 768)" into buf. */
 void ir_shape_str(const IrNode *v, char *buf, size_t size);

@@ -197,13 +197,6 @@ static void build(const ModelSpec *s, SpecPrecision policy, AttnForm form, Pipel
     cr_assert_eq(pipeline_build(s, &o, p, &err), HPC_OK, "pipeline_build: %s", err.msg);
 }
 
-static int count_op(const IrGraph *g, IrOpKind op)
-{
-    int n = 0;
-    for (int i = 0; i < g->n; i++) n += g->nodes[i].op == op;
-    return n;
-}
-
 /* Fused and unfused steps of spec s on batch (B, L): loss and every
  * parameter gradient within tol_loss / tol_grad. */
 static void check_same_step(const ModelSpec *s, SpecPrecision policy, CpuExecPrecision prec, int B, int L,
@@ -212,11 +205,11 @@ static void check_same_step(const ModelSpec *s, SpecPrecision policy, CpuExecPre
     Pipeline un, fu;
     build(s, policy, ATTN_FORM_UNFUSED, &un);
     build(s, policy, ATTN_FORM_FUSED, &fu);
-    cr_assert_eq(count_op(&fu.g, IR_OP_ATTENTION), 2, "%s: one ATTENTION per layer", what);
-    cr_assert_eq(count_op(&fu.g, IR_OP_ATTENTION_BWD), 2, "%s: one ATTENTION_BWD per layer", what);
-    cr_assert_eq(count_op(&fu.g, IR_OP_SPLIT_HEADS) + count_op(&fu.g, IR_OP_MERGE_HEADS), 0,
+    cr_assert_eq(ir_count_op(&fu.g, IR_OP_ATTENTION, 0), 2, "%s: one ATTENTION per layer", what);
+    cr_assert_eq(ir_count_op(&fu.g, IR_OP_ATTENTION_BWD, 0), 2, "%s: one ATTENTION_BWD per layer", what);
+    cr_assert_eq(ir_count_op(&fu.g, IR_OP_SPLIT_HEADS, 0) + ir_count_op(&fu.g, IR_OP_MERGE_HEADS, 0), 0,
                  "%s: no head split/merge left", what);
-    cr_assert_eq(count_op(&un.g, IR_OP_ATTENTION), 0);
+    cr_assert_eq(ir_count_op(&un.g, IR_OP_ATTENTION, 0), 0);
     cr_assert_eq(un.pl.n, fu.pl.n, "the same parameters");
     Batch *b = make_batch(B, L);
     double **w = random_weights(&un.pl, 0.5);
@@ -381,7 +374,7 @@ Test(attention_step, bert_base_plan_has_no_score_tensor)
     Pipeline un, fu;
     build(&s, PREC_FP16, ATTN_FORM_UNFUSED, &un);
     build(&s, PREC_FP16, ATTN_FORM_AUTO, &fu);   /* fp16, head size 64: auto is fused */
-    cr_assert_eq(count_op(&fu.g, IR_OP_ATTENTION), 12);
+    cr_assert_eq(ir_count_op(&fu.g, IR_OP_ATTENTION, 0), 12);
     for (int i = 0; i < fu.g.n; i++) {
         const IrNode *v = &fu.g.nodes[i];
         bool scores = v->rank == 4 && v->dims[2] == IR_DIM_L && v->dims[3] == IR_DIM_L;

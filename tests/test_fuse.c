@@ -115,13 +115,6 @@ static void build_no_ln(const ModelSpec *s, SpecPrecision policy, Pipeline *p)
     unsetenv("HPC_FUSE_LN");
 }
 
-static int count_op(const IrGraph *g, IrOpKind op)
-{
-    int n = 0;
-    for (int i = 0; i < g->n; i++) n += g->nodes[i].op == op;
-    return n;
-}
-
 static void check_equal(SpecPrecision policy, CpuExecPrecision prec, double tol, const char *what)
 {
     ModelSpec s;
@@ -147,7 +140,7 @@ static void check_equal(SpecPrecision policy, CpuExecPrecision prec, double tol,
     unsetenv("HPC_FUSE_ACCUM");
     cr_assert_eq(no_ln.fuse.dropout_add, 4);
     cr_assert_eq(no_ln.fuse.ln_residual, 0);
-    cr_assert_eq(count_op(&no_ln.g, IR_OP_LN_RESIDUAL), 0);
+    cr_assert_eq(ir_count_op(&no_ln.g, IR_OP_LN_RESIDUAL, 0), 0);
     Batch *b = tiny_batch();
     double **w = random_weights(&plain.pl, 0.5);
     StepOut a = run_step(&plain.g, &plain.pl, w, prec, b);
@@ -204,8 +197,8 @@ Test(fuse_equal, before_autodiff_equals_after)
     cr_expect_eq(st.dropout_add, 0);
     cr_expect_eq(st.ln_residual, 4);
     cr_assert_eq(autodiff_build(&early, &pl, &err), HPC_OK, "%s", err.msg);
-    cr_expect_eq(count_op(&early, IR_OP_SOFTMAX_DROPOUT_BWD), 2);
-    cr_expect_eq(count_op(&early, IR_OP_LN_RESIDUAL_BWD), 4);   /* from LN_RESIDUAL's backward rule */
+    cr_expect_eq(ir_count_op(&early, IR_OP_SOFTMAX_DROPOUT_BWD, 0), 2);
+    cr_expect_eq(ir_count_op(&early, IR_OP_LN_RESIDUAL_BWD, 0), 4);   /* from LN_RESIDUAL's backward rule */
     Batch *b = tiny_batch();
     double **w = random_weights(&pl, 0.5);
     StepOut x = run_step(&early, &pl, w, CPU_EXEC_F64, b);
@@ -414,11 +407,11 @@ Test(fuse_negative, no_dropout_no_change)
             continue;
         int extra = op == IR_OP_ACT ? fused.fuse.act_recompute - fused.fuse.act_merged : 0;
         extra += op == IR_OP_LINEAR_DX_ACC ? acc : op == IR_OP_ADD || op == IR_OP_LINEAR_DX ? -acc : 0;
-        cr_expect_eq(count_op(&fused.g, (IrOpKind)op), count_op(&plain.g, (IrOpKind)op) + extra, "%s",
+        cr_expect_eq(ir_count_op(&fused.g, (IrOpKind)op, 0), ir_count_op(&plain.g, (IrOpKind)op, 0) + extra, "%s",
                      ir_op_name((IrOpKind)op));
     }
-    cr_expect_eq(count_op(&fused.g, IR_OP_ACT_BWD) + count_op(&fused.g, IR_OP_ACT_BWD_BGRAD),
-                 count_op(&plain.g, IR_OP_ACT_BWD));
+    cr_expect_eq(ir_count_op(&fused.g, IR_OP_ACT_BWD, 0) + ir_count_op(&fused.g, IR_OP_ACT_BWD_BGRAD, 0),
+                 ir_count_op(&plain.g, IR_OP_ACT_BWD, 0));
     cr_expect_eq(fused.g.n, plain.g.n + fused.fuse.act_recompute - acc, "each pair is one node and its output");
     pipeline_free(&plain);
     pipeline_free(&fused);
@@ -595,14 +588,14 @@ static void check_bgrad_counts(SpecPrecision policy)
     build(&s, policy, true, &fused);
     int pairs = tiny_pairs(policy);
     cr_expect_eq(fused.fuse.linear_dw_bgrad, pairs);
-    cr_expect_eq(count_op(&fused.g, IR_OP_LINEAR_DW_BGRAD), pairs);
+    cr_expect_eq(ir_count_op(&fused.g, IR_OP_LINEAR_DW_BGRAD, 0), pairs);
     cr_expect_eq(fused.fuse.act_bwd_bgrad, tiny_act_bgrads());
-    cr_expect_eq(count_op(&fused.g, IR_OP_ACT_BWD_BGRAD), tiny_act_bgrads());
-    cr_expect_eq(count_op(&fused.g, IR_OP_ACT_BWD), 0);
+    cr_expect_eq(ir_count_op(&fused.g, IR_OP_ACT_BWD_BGRAD, 0), tiny_act_bgrads());
+    cr_expect_eq(ir_count_op(&fused.g, IR_OP_ACT_BWD, 0), 0);
     /* the pairs', the activations' and, per LayerNorm site (2 per layer), its dbeta and dbias */
-    cr_expect_eq(count_op(&plain.g, IR_OP_BIAS_GRAD) - count_op(&fused.g, IR_OP_BIAS_GRAD),
+    cr_expect_eq(ir_count_op(&plain.g, IR_OP_BIAS_GRAD, 0) - ir_count_op(&fused.g, IR_OP_BIAS_GRAD, 0),
                  pairs + tiny_act_bgrads() + 2 * 2 * 2);
-    cr_expect_eq(count_op(&plain.g, IR_OP_LINEAR_DW) - count_op(&fused.g, IR_OP_LINEAR_DW), pairs);
+    cr_expect_eq(ir_count_op(&plain.g, IR_OP_LINEAR_DW, 0) - ir_count_op(&fused.g, IR_OP_LINEAR_DW, 0), pairs);
     /* no LINEAR_DW and BIAS_GRAD of one dy are left apart */
     for (int i = 0; i < fused.g.n; i++) {
         if (fused.g.nodes[i].op != IR_OP_BIAS_GRAD) continue;
@@ -657,13 +650,13 @@ Test(fuse_bgrad, bert_base_bias_grad_nodes_drop)
     Pipeline plain, fused;
     build(&s, PREC_FP16, false, &plain);
     build(&s, PREC_FP16, true, &fused);
-    int before = count_op(&plain.g, IR_OP_BIAS_GRAD), after = count_op(&fused.g, IR_OP_BIAS_GRAD);
+    int before = ir_count_op(&plain.g, IR_OP_BIAS_GRAD, 0), after = ir_count_op(&fused.g, IR_OP_BIAS_GRAD, 0);
     printf("bert_base fp16: %d bias_grad nodes unfused, %d fused (%d linear_dw_bgrad)\n", before, after,
            fused.fuse.linear_dw_bgrad);
     int L = (int)s.stack.layers;
     cr_expect_eq(fused.fuse.linear_dw_bgrad, 3 * L);
     cr_expect_eq(fused.fuse.act_bwd_bgrad, L + 1);
-    cr_expect_eq(count_op(&fused.g, IR_OP_ACT_BWD_BGRAD), L + 1);
+    cr_expect_eq(ir_count_op(&fused.g, IR_OP_ACT_BWD_BGRAD, 0), L + 1);
     cr_expect_eq(fused.fuse.ln_residual_bwd, 2 * L);
     cr_expect_eq(before - after, 3 * L + (L + 1) + 2 * 2 * L);
     for (int i = 0; i < fused.g.n; i++)   /* no BGRADB GEMM reads the fused activation's dx */
@@ -675,7 +668,7 @@ Test(fuse_bgrad, bert_base_bias_grad_nodes_drop)
     unsetenv("HPC_FUSE_ACT_BGRAD");
     cr_expect_eq(off.fuse.act_bwd_bgrad, 0);
     cr_expect_eq(off.fuse.linear_dw_bgrad, 4 * L + 1);
-    cr_expect_eq(count_op(&off.g, IR_OP_BIAS_GRAD), after);
+    cr_expect_eq(ir_count_op(&off.g, IR_OP_BIAS_GRAD, 0), after);
     pipeline_free(&off);
     pipeline_free(&plain);
     pipeline_free(&fused);
@@ -808,14 +801,14 @@ static void act_bgrad_case(IrActKind kind, CpuExecPrecision prec)
     FuseStats st;
     cr_assert_eq(fuse_graph(&fx.g, NULL, &out, NULL, &st, &err), HPC_OK, "%s", err.msg);
     cr_expect_eq(st.act_bwd_bgrad, 1, "%s", ir_act_name(kind));
-    cr_expect_eq(count_op(&out, IR_OP_ACT_BWD_BGRAD), 1);
-    cr_expect_eq(count_op(&out, IR_OP_ACT_BWD), 0);
+    cr_expect_eq(ir_count_op(&out, IR_OP_ACT_BWD_BGRAD, 0), 1);
+    cr_expect_eq(ir_count_op(&out, IR_OP_ACT_BWD, 0), 0);
     FuseOptions fo = fuse_defaults();
     fo.act_bgrad = false;
     cr_assert_eq(fuse_graph_with(&fx.g, NULL, &off, NULL, &st, &fo, &err), HPC_OK, "%s", err.msg);
     cr_expect_eq(st.act_bwd_bgrad, 0);
-    cr_expect_eq(count_op(&off, IR_OP_ACT_BWD_BGRAD), 0);
-    cr_expect_eq(count_op(&off, IR_OP_LINEAR_DW_BGRAD), 2);   /* ffn and head pair with their dW GEMM */
+    cr_expect_eq(ir_count_op(&off, IR_OP_ACT_BWD_BGRAD, 0), 0);
+    cr_expect_eq(ir_count_op(&off, IR_OP_LINEAR_DW_BGRAD, 0), 2);   /* ffn and head pair with their dW GEMM */
     Batch *bt = tiny_batch();
     double **wt = random_weights(&fx.pl, 0.5);
     for (int nan_pass = 0; nan_pass < 2; nan_pass++) {
@@ -884,8 +877,8 @@ Test(fuse_bgrad, what_must_not_pair)
     cr_assert_geq(f, 0);
     cr_expect_str_eq(out.nodes[f].name, "dw_free");
     cr_expect_eq(out.nodes[f + 1].op, IR_OP_OUTPUT);
-    cr_expect_eq(count_op(&out, IR_OP_LINEAR_DW), 1);    /* dw_read */
-    cr_expect_eq(count_op(&out, IR_OP_BIAS_GRAD), 1);    /* db_f16 */
+    cr_expect_eq(ir_count_op(&out, IR_OP_LINEAR_DW, 0), 1);    /* dw_read */
+    cr_expect_eq(ir_count_op(&out, IR_OP_BIAS_GRAD, 0), 1);    /* db_f16 */
     ir_free(&out);
     ir_free(&fx.g);
     params_free(&fx.pl);

@@ -51,13 +51,6 @@ static void build(const ModelSpec *s, SpecPrecision policy, bool accumulate, Pip
     cr_assert_eq(st, HPC_OK, "pipeline_build: %s", err.msg);
 }
 
-static int count_op(const IrGraph *g, IrOpKind op, int from)
-{
-    int n = 0;
-    for (int i = from; i < g->n; i++) n += g->nodes[i].op == op;
-    return n;
-}
-
 /* ---- counts and the plan ------------------------------------------------ */
 
 Test(fuse_accum, bert_base_adds_gone_and_in_place, .timeout = 300)
@@ -71,16 +64,16 @@ Test(fuse_accum, bert_base_adds_gone_and_in_place, .timeout = 300)
     build(&s, PREC_FP16, false, &off);
     build(&s, PREC_FP16, true, &on);
     int L = (int)s.stack.layers;
-    int bwd_off = count_op(&off.g, IR_OP_ADD, off.g.n_forward), bwd_on = count_op(&on.g, IR_OP_ADD, on.g.n_forward);
-    int all_off = count_op(&off.g, IR_OP_ADD, 0), all_on = count_op(&on.g, IR_OP_ADD, 0);
+    int bwd_off = ir_count_op(&off.g, IR_OP_ADD, off.g.n_forward), bwd_on = ir_count_op(&on.g, IR_OP_ADD, on.g.n_forward);
+    int all_off = ir_count_op(&off.g, IR_OP_ADD, 0), all_on = ir_count_op(&on.g, IR_OP_ADD, 0);
     printf("bert_base fp16: ADD nodes %d -> %d (backward %d -> %d), linear_dx_acc %d\n", all_off, all_on, bwd_off,
-           bwd_on, count_op(&on.g, IR_OP_LINEAR_DX_ACC, 0));
+           bwd_on, ir_count_op(&on.g, IR_OP_LINEAR_DX_ACC, 0));
     cr_expect_eq(bwd_off, 4 * L, "per layer: FFN input + Q + K + V dX onto the residual gradient");
     cr_expect_eq(bwd_on, 0);
     cr_expect_eq(all_off - all_on, 4 * L, "the forward embedding sums stay");
     cr_expect_eq(on.fuse.linear_dx_acc, 4 * L);
-    cr_expect_eq(count_op(&on.g, IR_OP_LINEAR_DX_ACC, 0), 4 * L);
-    cr_expect_eq(count_op(&off.g, IR_OP_LINEAR_DX, 0) - count_op(&on.g, IR_OP_LINEAR_DX, 0), 4 * L);
+    cr_expect_eq(ir_count_op(&on.g, IR_OP_LINEAR_DX_ACC, 0), 4 * L);
+    cr_expect_eq(ir_count_op(&off.g, IR_OP_LINEAR_DX, 0) - ir_count_op(&on.g, IR_OP_LINEAR_DX, 0), 4 * L);
     cr_expect_eq(fuse_count_launches(&off.g) - fuse_count_launches(&on.g), 4 * L);
     for (int i = 0; i < on.g.n; i++) {
         const IrNode *n = &on.g.nodes[i];
@@ -222,7 +215,7 @@ static void expect_on_equals_off(SpecPrecision policy, CpuExecPrecision prec, do
     build(&s, policy, true, &on);
     cr_assert_eq(off.fuse.linear_dx_acc, 0);
     cr_assert_eq(on.fuse.linear_dx_acc, 4 * (int)s.stack.layers, "%s", what);
-    cr_assert_eq(count_op(&on.g, IR_OP_ADD, on.g.n_forward), 0, "%s", what);
+    cr_assert_eq(ir_count_op(&on.g, IR_OP_ADD, on.g.n_forward), 0, "%s", what);
     Batch *b = tiny_batch();
     double **w = random_weights(&off.pl, 1234);
     StepOut a = run_step(&off.g, &off.pl, w, prec, CPU_EXEC_REFERENCE, b);

@@ -55,13 +55,6 @@ static void build(const ModelSpec *s, SpecPrecision policy, bool qkv, AttnForm f
     cr_assert_eq(pipeline_build(s, &o, p, &err), HPC_OK, "pipeline_build: %s", err.msg);
 }
 
-static int count_op(const IrGraph *g, IrOpKind op)
-{
-    int n = 0;
-    for (int i = 0; i < g->n; i++) n += g->nodes[i].op == op;
-    return n;
-}
-
 static int count_packed(const IrGraph *g)
 {
     int n = 0;
@@ -95,10 +88,10 @@ Test(fuse_qkv, counts)
     for (int i = 0; i < off.g.n; i++)
         if (off.g.nodes[i].op == IR_OP_ATTENTION_BWD)
             cr_assert(ir_output(&off.g, i, 1) >= 0 && ir_output(&off.g, i, 2) >= 0, "unpacked: dk, dv outputs");
-    cr_assert_eq(count_op(&on.g, IR_OP_STACK), 2 * L);
-    cr_assert_eq(count_op(&on.g, IR_OP_UNSTACK), 2 * L);
-    cr_assert_eq(count_op(&off.g, IR_OP_LINEAR) - count_op(&on.g, IR_OP_LINEAR), 2 * L);
-    cr_assert_eq(count_op(&off.g, IR_OP_LINEAR_DW_BGRAD) - count_op(&on.g, IR_OP_LINEAR_DW_BGRAD), 2 * L);
+    cr_assert_eq(ir_count_op(&on.g, IR_OP_STACK, 0), 2 * L);
+    cr_assert_eq(ir_count_op(&on.g, IR_OP_UNSTACK, 0), 2 * L);
+    cr_assert_eq(ir_count_op(&off.g, IR_OP_LINEAR, 0) - ir_count_op(&on.g, IR_OP_LINEAR, 0), 2 * L);
+    cr_assert_eq(ir_count_op(&off.g, IR_OP_LINEAR_DW_BGRAD, 0) - ir_count_op(&on.g, IR_OP_LINEAR_DW_BGRAD, 0), 2 * L);
     cr_assert_eq(off.fuse.linear_dx_acc, 4 * L);
     cr_assert_eq(on.fuse.linear_dx_acc, 2 * L, "one accumulating dX GEMM for Q, K, V per layer");
     /* the parameter table and the roles are untouched */
@@ -111,7 +104,7 @@ Test(fuse_qkv, counts)
     /* unfused attention has no ATTENTION node to feed: nothing to rewrite */
     build(&s, PREC_FP16, true, ATTN_FORM_UNFUSED, &on);
     cr_assert_eq(on.qkv_sites, 0);
-    cr_assert_eq(count_op(&on.g, IR_OP_STACK), 0);
+    cr_assert_eq(ir_count_op(&on.g, IR_OP_STACK, 0), 0);
     pipeline_free(&on);
     /* hidden 16: 16-bit biases of 32 bytes would not lie back to back, so no rewrite */
     tiny_spec(&s);
@@ -210,8 +203,8 @@ Test(fuse_qkv, frozen_layer)
     Pipeline on;
     build(&s, PREC_FP16, true, ATTN_FORM_FUSED, &on);
     cr_assert_eq(on.qkv_sites, (int)s.stack.layers);
-    cr_assert_eq(count_op(&on.g, IR_OP_STACK), 2 * (int)s.stack.layers);
-    cr_assert_eq(count_op(&on.g, IR_OP_UNSTACK), 2, "only the trained layer's gradients are split");
+    cr_assert_eq(ir_count_op(&on.g, IR_OP_STACK, 0), 2 * (int)s.stack.layers);
+    cr_assert_eq(ir_count_op(&on.g, IR_OP_UNSTACK, 0), 2, "only the trained layer's gradients are split");
     for (int p = 0; p < on.pl.n; p++)
         if (strstr(on.pl.p[p].name, "layer.0.attention.self."))
             cr_assert_lt(on.g.param_grad[p], 0, "%s has a gradient", on.pl.p[p].name);

@@ -52,18 +52,6 @@ static uint64_t g_rng = 0x9e3779b97f4a7c15ull;
 static uint32_t rnd(void) { return (uint32_t)(gpu_check_xorshift(&g_rng) >> 32); }
 static float uniform(void) { return gpu_check_uniform24(rnd() >> 8); }
 
-/* ||got - ref|| / max(||ref||, floor); NaN in got gives NaN. */
-static double rel_l2(const float *got, const double *ref, int64_t n, double floor_norm)
-{
-    double d = 0, r = 0;
-    for (int64_t i = 0; i < n; i++) {
-        double e = (double)got[i] - ref[i];
-        d += e * e;
-        r += ref[i] * ref[i];
-    }
-    return sqrt(d) / fmax(sqrt(r), floor_norm);
-}
-
 static void die(const char *what, const HpcError *err)
 {
     fprintf(stderr, "gpu_accum: %s: %s\n", what, err->msg);
@@ -144,7 +132,7 @@ static void gemm_case(GemmContext *ctx, GemmDtype t, int64_t R, int64_t K, int64
             continue;
         }
         float *got = download(in_place ? dc : dd, R * N);
-        double e = rel_l2(got, ref, R * N, 0);
+        double e = gpu_check_rel_l2_f64(got, ref, R * N, 0);
         const char *how = pass == 0 ? "in place, first call (autotuned)" : pass == 1 ? "out of place" : "in place, again";
         result(e <= 1e-5, "%s, %s: rel %.3g <= 1e-5", tag, how, e);
         if (!in_place) {
@@ -271,7 +259,7 @@ static void node_case(SpecPrecision prec, bool keep_all, double tol)
                 double *ref = xmalloc((size_t)n * sizeof *ref);
                 const float *c = cpu_exec_value(&cx, vals[k]);
                 for (int64_t i = 0; i < n; i++) ref[i] = c[i];
-                double e = cuda_exec_read(&ex, vals[k], gpu, &err) ? NAN : rel_l2(gpu, ref, n, fl);
+                double e = cuda_exec_read(&ex, vals[k], gpu, &err) ? NAN : gpu_check_rel_l2_f64(gpu, ref, n, fl);
                 if (isnan(e) || (!isnan(worst) && e > worst)) {
                     worst = e;
                     worst_v = vals[k];

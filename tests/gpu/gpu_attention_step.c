@@ -133,13 +133,6 @@ static void model_free(Model *m)
     ir_free(&m->g);
 }
 
-static int count_op(const IrGraph *g, IrOpKind op)
-{
-    int n = 0;
-    for (int i = 0; i < g->n; i++) n += g->nodes[i].op == op;
-    return n;
-}
-
 static int count_packed(const IrGraph *g)
 {
     int n = 0;
@@ -264,8 +257,8 @@ static void check_vs_cpu(Shape shape, SpecPrecision prec, int64_t B, int64_t L, 
     char tag[160];
     snprintf(tag, sizeof tag, "%s %s B=%lld L=%lld%s", m.spec.name, spec_precision_name(prec), (long long)B,
              (long long)L, empty >= 0 ? " (one row fully masked)" : "");
-    int n_attn = count_op(&m.g, IR_OP_ATTENTION);
-    result(n_attn == m.spec.stack.layers && count_op(&m.g, IR_OP_ATTENTION_BWD) == n_attn,
+    int n_attn = ir_count_op(&m.g, IR_OP_ATTENTION, 0);
+    result(n_attn == m.spec.stack.layers && ir_count_op(&m.g, IR_OP_ATTENTION_BWD, 0) == n_attn,
            "%s: the graph has %d fused attention nodes (forward and backward)", tag, n_attn);
     /* HPC_FUSE_QKV on: every block of these shapes (H a multiple of 128)
      * is rewritten, so all attention nodes are packed; off: none is */
@@ -396,7 +389,7 @@ static void check_fused_vs_unfused(void)
         model_free(&fu);
         return;
     }
-    result(count_op(&fu.g, IR_OP_ATTENTION) == 2 && count_op(&un.g, IR_OP_ATTENTION) == 0,
+    result(ir_count_op(&fu.g, IR_OP_ATTENTION, 0) == 2 && ir_count_op(&un.g, IR_OP_ATTENTION, 0) == 0,
            "bert_tiny fp16: fused graph has the node, unfused has none");
     Batch *b = make_batch(&fu.spec, 4, 96, -1);
     double lf = NAN, lu = NAN;

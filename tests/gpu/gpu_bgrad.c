@@ -49,18 +49,6 @@ static uint64_t g_rng = 0x2545f4914f6cdd1dull;
 static uint32_t rnd(void) { return (uint32_t)(gpu_check_xorshift(&g_rng) >> 32); }
 static float uniform(void) { return gpu_check_uniform24(rnd() >> 8); }
 
-/* ||got - ref|| / max(||ref||, floor); NaN in got gives NaN. */
-static double rel_l2(const float *got, const double *ref, int64_t n, double floor_norm)
-{
-    double d = 0, r = 0;
-    for (int64_t i = 0; i < n; i++) {
-        double e = (double)got[i] - ref[i];
-        d += e * e;
-        r += ref[i] * ref[i];
-    }
-    return sqrt(d) / fmax(sqrt(r), floor_norm);
-}
-
 /* ---- part 1: the GEMM ------------------------------------------------------ */
 
 /* n random values in [-1, 1) rounded to t, as f32 (host) and as t's bytes (device). */
@@ -143,12 +131,12 @@ static void gemm_case(GemmContext *ctx, GemmContext *off, GemmDtype t, int64_t R
             continue;
         }
         float *gw = download(ddw, out * in), *gb = download(ddb, out);
-        double ew = rel_l2(gw, rw, out * in, 0);
+        double ew = gpu_check_rel_l2_f64(gw, rw, out * in, 0);
         if (pass == 0) {
             result(ew <= 1e-5, "%s, epilogue %s: dW rel %.3g <= 1e-5", tag,
                    done ? "used" : "not available (column sums by the fallback kernel)", ew);
             if (done) {
-                double eb = rel_l2(gb, rb, out, 0);
+                double eb = gpu_check_rel_l2_f64(gb, rb, out, 0);
                 result(eb <= 1e-5, "%s: db from the epilogue rel %.3g <= 1e-5", tag, eb);
             }
         } else {
@@ -272,7 +260,7 @@ static void node_case(SpecPrecision prec, bool force_fallback, double tol)
                 double *ref = xmalloc((size_t)n * sizeof *ref);
                 const float *c = cpu_exec_value(&cx, vals[k]);
                 for (int64_t i = 0; i < n; i++) ref[i] = c[i];
-                double e = cuda_exec_read(&ex, vals[k], gpu, &err) ? NAN : rel_l2(gpu, ref, n, fl);
+                double e = cuda_exec_read(&ex, vals[k], gpu, &err) ? NAN : gpu_check_rel_l2_f64(gpu, ref, n, fl);
                 if (isnan(e) || (!isnan(worst) && e > worst)) {
                     worst = e;
                     worst_v = vals[k];

@@ -89,6 +89,19 @@ static inline double gpu_check_rel_l2_floor(const float *got, const float *ref, 
     return sqrt(d) / fmax(sqrt(r), floor_norm);
 }
 
+/* The same against an f64 reference (a host GEMM or reduction computed in
+ * double); floor 0 means none, so a zero reference with any error is inf. */
+static inline double gpu_check_rel_l2_f64(const float *got, const double *ref, int64_t n, double floor_norm)
+{
+    double d = 0, r = 0;
+    for (int64_t i = 0; i < n; i++) {
+        double e = (double)got[i] - ref[i];
+        d += e * e;
+        r += ref[i] * ref[i];
+    }
+    return sqrt(d) / fmax(sqrt(r), floor_norm);
+}
+
 static inline uint64_t gpu_check_xorshift(uint64_t *state)
 {
     *state ^= *state << 13;
