@@ -166,12 +166,16 @@ fi
 if has grad; then
     echo "finetune_quality: one step against fp64 ($BATCHES batches of 32)" >&2
     KEEPS=""
-    for plan in $PLANS; do   # the keep lists only: grad_error compares plans, not attention forms
+    # The keep lists only; grad_error measures the trainer's graph (the fused
+    # attention under fp16) and, in the extra cuda line, the unfused chain.
+    for plan in $PLANS; do
         case $plan in fp32|*+unfused) ;; *) KEEPS="$KEEPS --keep $plan";; esac
     done
     [ -n "$KEEPS" ] || KEEPS="--keep default"
     build/bench/grad_error --model "$WORK/minilm.model" --init "$WORK/seed-0" --rows 32 --batches "$BATCHES" \
         --loss-scale "$LOSS_SCALE" --device cuda $KEEPS --dump-batch "$WORK/batches.jsonl" --json "$RAW" >&2
+    build/bench/grad_error --model "$WORK/minilm.model" --init "$WORK/seed-0" --rows 32 --batches "$BATCHES" \
+        --loss-scale "$LOSS_SCALE" --device cuda --keep default --attention unfused --json "$RAW" >&2
     build/bench/grad_error --model "$WORK/minilm.model" --init "$WORK/seed-0" --rows 32 --batches "$BATCHES" \
         --loss-scale "$LOSS_SCALE" --device cpu $KEEPS --json "$RAW" >&2
     build/bench/grad_error --model "$WORK/minilm.model" --init "$WORK/seed-0" --rows 32 --batches "$BATCHES" \

@@ -1,14 +1,19 @@
 /* bench/grad_error.c — how far one training step's numbers are from fp64.
  *
  * On one fixed batch (the first N rows of a GLUE task's train split, padded
- * as the trainer pads them), with dropout off, this program computes the
+ * as the trainer pads them), with dropout off (or, with --dropout-seed S,
+ * on, with the same masks in every run: the masks are a function of the
+ * seed S, the batch's index as the step and each node's salt, identical on
+ * the cpu and the GPU, fused or not), this program computes the
  * logits, the loss and every parameter gradient three ways:
  *   - the reference: the fp32 graph run by the cpu backend in double
  *     precision (CPU_EXEC_F64, no rounding anywhere);
  *   - hpc under a policy (fp16, bf16 or fp32) with one or more precision
  *     options (--keep: which values the policy keeps in f32, see
- *     compiler/precision.h), on the cpu backend (which rounds every 16-bit
- *     value exactly as the GPU stores it) or on the GPU (--device cuda);
+ *     compiler/precision.h), on the graph the trainer builds (the attention
+ *     fused or not as compiler/attention_form.h chooses, or as --attention
+ *     forces), on the cpu backend (which rounds every 16-bit value exactly
+ *     as the GPU stores it) or on the GPU (--device cuda);
  * and prints the relative error of each against the reference:
  * ||x - ref||_2 / ||ref||_2 for the logits, the whole gradient (all
  * parameters as one vector) and groups of parameters (embeddings,
@@ -25,7 +30,7 @@
  *   grad_error --model M.model --init DIR [--task cola] [--data DIR] [--vocab FILE]
  *              [--rows 32] [--batches 1] [--policy fp16] [--keep LIST]...
  *              [--device cpu|cuda] [--loss-scale 1024] [--dump-batch FILE.jsonl]
- *              [--json FILE.jsonl]
+ *              [--json FILE.jsonl] [--dropout-seed S]
  * With --batches K the first K batches are measured and the errors
  * averaged over them; --dump-batch writes them, one JSON object a line.
  * --keep takes "none", "default", "all" or a comma list of embeddings,
@@ -39,8 +44,10 @@
 #include <string.h>
 #include <time.h>
 
+#include "compiler/attention_form.h"
 #include "compiler/autodiff.h"
 #include "compiler/fuse.h"
+#include "compiler/fuse_qkv.h"
 #include "compiler/lower.h"
 #include "compiler/precision.h"
 #include "cpu/cpu_exec.h"
@@ -60,6 +67,8 @@ typedef struct {
     SpecPrecision policy;
     int64_t rows, batches;
     double loss_scale;
+    long long dropout_seed;   /* < 0: dropout off */
+    AttnForm attention;       /* the measured graphs' attention (the reference is exact either way) */
     int n_keep;
     unsigned keep[MAX_VARIANTS];
 } Args;
@@ -110,17 +119,26 @@ typedef struct {
     IrGraph g;
     ParamList pl;
     PrecisionPlan prec;
+    bool fused_attention;    /* one ATTENTION node per layer (else the unfused chain) */
 } Built;
 
-/* lower -> autodiff -> precision (policy, keep) -> fuse: the trainer's graph. */
-static HpcStatus build(const ModelSpec *spec, SpecPrecision policy, unsigned keep, Built *b, HpcError *err)
+/* lower -> autodiff -> precision (policy, keep) -> fuse: the trainer's graph,
+ * with the attention in the form `form` gives under `policy` (AUTO: the
+ * trainer's choice, fused under fp16/bf16; compiler/attention_form.h) and
+ * Q/K/V stacked as compiler/pipeline.c stacks them (HPC_FUSE_QKV). */
+static HpcStatus build(const ModelSpec *spec, SpecPrecision policy, unsigned keep, AttnForm form, Built *b,
+                       HpcError *err)
 {
     IrGraph raw, mixed;
     ir_init(&raw);
     ir_init(&mixed);
     ir_init(&b->g);
     params_init(&b->pl);
-    HpcStatus st = lower_model(spec, &raw, &b->pl, err);
+    bool fused_attention = false;
+    HpcStatus st = attention_form_choose(spec, policy, form, &fused_attention, err);
+    if (!st) st = lower_model_attention(spec, fused_attention, &raw, &b->pl, err);
+    if (!st && fused_attention && fuse_qkv_requested()) st = fuse_qkv_graph(&raw, &b->pl, NULL, err);
+    b->fused_attention = fused_attention;
     if (!st) st = autodiff_build(&raw, &b->pl, err);
     PrecisionOptions o = {.keep_f32 = keep};
     PrecisionPlan pp;
@@ -142,8 +160,11 @@ static void built_free(Built *b)
 
 /* ---- runs ------------------------------------------------------------- */
 
-static HpcStatus reference_run(const Built *b, const ParamStore *ps, const Batch *batch, StepNumbers *out,
-                               HpcError *err)
+/* Dropout of one measured batch: off, or on with masks from (seed, step). */
+typedef struct { bool on; uint64_t seed; uint32_t step; } DropoutDraw;
+
+static HpcStatus reference_run(const Built *b, const ParamStore *ps, const Batch *batch, DropoutDraw dd,
+                               StepNumbers *out, HpcError *err)
 {
     CpuExec ex;
     cpu_exec_init(&ex, &b->g, CPU_EXEC_F64);
@@ -155,7 +176,7 @@ static HpcStatus reference_run(const Built *b, const ParamStore *ps, const Batch
         for (int64_t i = 0; i < n; i++) w64[p][i] = ps->w[p][i];
         cpu_exec_bind_param(&ex, p, w64[p]);
     }
-    CpuRunOptions o = {.training = false, .backward = true, .seed = 0, .step = 0, .loss_scale = 1.0};
+    CpuRunOptions o = {.training = dd.on, .backward = true, .seed = dd.seed, .step = dd.step, .loss_scale = 1.0};
     HpcStatus st = cpu_exec_run(&ex, batch, &o, err);
     if (!st) {
         out->loss = cpu_exec_loss(&ex);
@@ -185,14 +206,14 @@ static double *widen(const float *src, int64_t n, double div)
     return d;
 }
 
-static HpcStatus cpu_run(const Built *b, const ParamStore *ps, const Batch *batch, double scale, StepNumbers *out,
-                         HpcError *err)
+static HpcStatus cpu_run(const Built *b, const ParamStore *ps, const Batch *batch, DropoutDraw dd, double scale,
+                         StepNumbers *out, HpcError *err)
 {
     CpuExec ex;
     cpu_exec_init(&ex, &b->g, CPU_EXEC_F32);
     for (int p = 0; p < b->pl.n; p++)
         if (b->pl.p[p].tied_to < 0) cpu_exec_bind_param(&ex, p, ps->w[p]);
-    CpuRunOptions o = {.training = false, .backward = true, .seed = 0, .step = 0, .loss_scale = scale};
+    CpuRunOptions o = {.training = dd.on, .backward = true, .seed = dd.seed, .step = dd.step, .loss_scale = scale};
     HpcStatus st = cpu_exec_run(&ex, batch, &o, err);
     if (!st) {
         out->loss = cpu_exec_loss(&ex);
@@ -207,8 +228,8 @@ static HpcStatus cpu_run(const Built *b, const ParamStore *ps, const Batch *batc
     return st;
 }
 
-static HpcStatus cuda_run(const Built *b, const ParamStore *ps, const Batch *batch, double scale, StepNumbers *out,
-                          HpcError *err)
+static HpcStatus cuda_run(const Built *b, const ParamStore *ps, const Batch *batch, DropoutDraw dd, double scale,
+                          StepNumbers *out, HpcError *err)
 {
     static CudaDevice dev;
     static bool open;
@@ -219,7 +240,7 @@ static HpcStatus cuda_run(const Built *b, const ParamStore *ps, const Batch *bat
     memset(&ex, 0, sizeof ex);
     st = cuda_exec_init(&ex, &dev, &b->g, &b->pl, batch->B, batch->L, err);
     if (!st) st = cuda_exec_set_params(&ex, ps->w, err);
-    CudaRunOptions o = {.training = false, .backward = true, .seed = 0, .step = 0, .loss_scale = scale};
+    CudaRunOptions o = {.training = dd.on, .backward = true, .seed = dd.seed, .step = dd.step, .loss_scale = scale};
     if (!st) st = cuda_exec_run(&ex, batch, &o, err);
     if (!st) st = cuda_exec_loss(&ex, &out->loss, err);
     if (!st) {
@@ -290,14 +311,18 @@ static void usage(void)
     fputs("usage: grad_error --model M.model --init DIR [--task cola] [--data DIR] [--vocab FILE]\n"
           "                  [--rows 32] [--batches 1] [--policy fp16|bf16|fp32] [--keep LIST]...\n"
           "                  [--device cpu|cuda] [--loss-scale 1024] [--dump-batch FILE.jsonl]\n"
-          "                  [--json FILE.jsonl]\n"
-          "--keep: none, default, all, or a comma list of embeddings, residual, norm, grads, probs, act\n",
+          "                  [--json FILE.jsonl] [--dropout-seed S] [--attention auto|fused|unfused]\n"
+          "--keep: none, default, all, or a comma list of embeddings, residual, norm, grads, probs, act\n"
+          "--dropout-seed: dropout on, the same masks in every run (seed S, the batch index as the step)\n"
+          "--attention: the form of the measured graphs' attention (default auto: the trainer's, fused\n"
+          "             under fp16/bf16; HPC_ATTENTION in the environment overrides auto)\n",
           stderr);
 }
 
 static int parse_args(int argc, char **argv, Args *a)
 {
-    *a = (Args){.task = "cola", .device = "cpu", .policy = PREC_FP16, .rows = 32, .batches = 1, .loss_scale = 1024};
+    *a = (Args){.task = "cola", .device = "cpu", .policy = PREC_FP16, .rows = 32, .batches = 1, .loss_scale = 1024,
+                .dropout_seed = -1};
     for (int i = 1; i < argc; i++) {
         const char *o = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (strcmp(o, "-h") == 0 || strcmp(o, "--help") == 0) {
@@ -326,6 +351,11 @@ static int parse_args(int argc, char **argv, Args *a)
                    !*end) {
         } else if (strcmp(o, "--loss-scale") == 0 && (a->loss_scale = strtod(v, &end)) > 0 && !*end &&
                    isfinite(a->loss_scale)) {
+        } else if (strcmp(o, "--dropout-seed") == 0 && (a->dropout_seed = strtoll(v, &end, 10)) >= 0 &&
+                   a->dropout_seed <= 0xffffffffll && !*end) {
+        } else if (strcmp(o, "--attention") == 0 && (strcmp(v, "auto") == 0 || strcmp(v, "fused") == 0 ||
+                                                      strcmp(v, "unfused") == 0)) {
+            a->attention = v[0] == 'a' ? ATTN_FORM_AUTO : v[0] == 'f' ? ATTN_FORM_FUSED : ATTN_FORM_UNFUSED;
         } else if (strcmp(o, "--keep") == 0 && a->n_keep < MAX_VARIANTS &&
                    precision_keep_parse(v, &a->keep[a->n_keep])) {
             a->n_keep++;
@@ -372,10 +402,12 @@ static void print_errors(FILE *out, const char *label, const Errors *e)
     fputc('\n', out);
 }
 
-static void json_errors(FILE *f, const Args *a, const char *keep, int batches, const Errors *e, double secs,
-                        double ref_loss)
+static void json_errors(FILE *f, const Args *a, const char *keep, bool fused_attention, int batches, const Errors *e,
+                        double secs, double ref_loss)
 {
-    fprintf(f, "{\"kind\": \"grad\", \"impl\": \"hpc\", \"ref_loss\": %.12f,", ref_loss);
+    fprintf(f, "{\"kind\": \"grad\", \"impl\": \"hpc\", \"ref_loss\": %.12f, \"attention\": \"%s\",", ref_loss,
+            fused_attention ? "fused" : "unfused");
+    if (a->dropout_seed >= 0) fprintf(f, " \"dropout_seed\": %lld,", a->dropout_seed);
     fprintf(f, " \"device\": \"%s\", \"policy\": \"%s\", \"keep\": \"%s\", \"rows\": %lld, "
                "\"batches\": %d, \"loss_scale\": %g, \"logits\": %.6e, \"loss\": %.6e, \"grad\": %.6e, "
                "\"seconds\": %.2f, \"groups\": {",
@@ -460,7 +492,12 @@ int main(int argc, char **argv)
     }
     Built ref;
     ParamStore ps = {0};
-    HpcStatus st = build(&spec, PREC_FP32, 0, &ref, &err);
+    /* The reference takes the measured graphs' attention form: the dropout
+     * salts are node ids of lowering, so the fused and unfused graphs draw
+     * different masks (with dropout off they compute the same function). */
+    bool fused_attention = false;
+    HpcStatus st = attention_form_choose(&spec, a.policy, a.attention, &fused_attention, &err);
+    if (!st) st = build(&spec, PREC_FP32, 0, fused_attention ? ATTN_FORM_FUSED : ATTN_FORM_UNFUSED, &ref, &err);
     if (!st) st = init_store(&ps, &ref.pl, spec.train.seed, &err);
     HfInitReport rep;
     if (!st) st = hf_init_load(a.init, &ref.pl, ps.w, &rep, &err);
@@ -471,22 +508,23 @@ int main(int argc, char **argv)
     fprintf(stderr, "grad_error: %s, %d batch(es) of %lld rows from %s train; weights %s (%d loaded, %d new)\n",
             spec.name, nb, (long long)a.rows, a.task, rep.path, rep.n_loaded, rep.n_new);
     Variant *var = xcalloc((size_t)a.n_keep, sizeof *var);
-    for (int v = 0; v < a.n_keep && !st; v++) st = build(&spec, a.policy, a.keep[v], &var[v].b, &err);
+    for (int v = 0; v < a.n_keep && !st; v++) st = build(&spec, a.policy, a.keep[v], a.attention, &var[v].b, &err);
     bool cuda = strcmp(a.device, "cuda") == 0;
     double ref_loss = NAN;   /* the first batch's: the same number PyTorch's fp64 run must give */
     double scale = a.policy == PREC_FP32 ? 1.0 : a.loss_scale;
     for (int i = 0; i < nb && !st; i++) {
         StepNumbers r = {0};
+        DropoutDraw dd = {a.dropout_seed >= 0, (uint64_t)(a.dropout_seed >= 0 ? a.dropout_seed : 0), (uint32_t)i};
         double t0 = seconds();
-        if ((st = reference_run(&ref, &ps, batches[i], &r, &err))) break;
+        if ((st = reference_run(&ref, &ps, batches[i], dd, &r, &err))) break;
         if (i == 0) ref_loss = r.loss;
         fprintf(stderr, "grad_error: batch %d (%lld x %lld): fp64 reference in %.1f s, loss %.9f\n", i,
                 (long long)batches[i]->B, (long long)batches[i]->L, seconds() - t0, r.loss);
         for (int v = 0; v < a.n_keep && !st; v++) {
             StepNumbers x = {0};
             t0 = seconds();
-            st = cuda ? cuda_run(&var[v].b, &ps, batches[i], scale, &x, &err)
-                      : cpu_run(&var[v].b, &ps, batches[i], scale, &x, &err);
+            st = cuda ? cuda_run(&var[v].b, &ps, batches[i], dd, scale, &x, &err)
+                      : cpu_run(&var[v].b, &ps, batches[i], dd, scale, &x, &err);
             var[v].seconds += seconds() - t0;
             if (!st) {
                 Errors e = compare(&var[v].b, &x, &r);
@@ -504,10 +542,11 @@ int main(int argc, char **argv)
     for (int v = 0; v < a.n_keep && !st; v++) {   /* the mean over batches */
         char keep[128], label[200];
         precision_keep_format(var[v].b.prec.keep_f32, keep, sizeof keep);
-        snprintf(label, sizeof label, "hpc %s %s keep=%s", a.device, spec_precision_name(a.policy), keep);
+        snprintf(label, sizeof label, "hpc %s %s keep=%s %s%s", a.device, spec_precision_name(a.policy), keep,
+                 var[v].b.fused_attention ? "fused" : "unfused", a.dropout_seed >= 0 ? " dropout" : "");
         scale_errors(&var[v].sum, 1.0 / nb);
         print_errors(stdout, label, &var[v].sum);
-        if (json) json_errors(json, &a, keep, nb, &var[v].sum, var[v].seconds, ref_loss);
+        if (json) json_errors(json, &a, keep, var[v].b.fused_attention, nb, &var[v].sum, var[v].seconds, ref_loss);
     }
     if (st && st != HPC_ERR_IO) fprintf(stderr, "grad_error: %s\n", err.msg);
     if (json) fclose(json);
