@@ -11,7 +11,9 @@
 bool fuse_qkv_requested(void)
 {
     const char *e = getenv("HPC_FUSE_QKV");
-    return e && strcmp(e, "1") == 0;
+    if (e && strcmp(e, "1") == 0) return true;
+    if (e && strcmp(e, "0") == 0) return false;
+    return FUSE_QKV_DEFAULT;
 }
 
 typedef struct {

@@ -44,6 +44,7 @@
 static void build(const ModelSpec *s, SpecPrecision policy, bool accumulate, Pipeline *p)
 {
     PipeOptions o = pipeline_defaults(policy);
+    o.fuse_qkv = false;   /* the counts below are of Q, K and V as three GEMMs */
     if (!accumulate) setenv("HPC_FUSE_ACCUM", "0", 1);
     HpcError err = {0};
     HpcStatus st = pipeline_build(s, &o, p, &err);

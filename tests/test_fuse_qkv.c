@@ -26,6 +26,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "compiler/fuse_qkv.h"
 #include "compiler/plan_graph.h"
 #include "compiler/step_program_build.h"
 #include "cpu/cpu_exec.h"
@@ -116,7 +117,9 @@ Test(fuse_qkv, counts)
 Test(fuse_qkv, switch_reads_the_environment)
 {
     unsetenv("HPC_FUSE_QKV");
-    cr_assert_not(pipeline_defaults(PREC_FP16).fuse_qkv, "off by default");
+    cr_assert_eq(pipeline_defaults(PREC_FP16).fuse_qkv, FUSE_QKV_DEFAULT);
+    setenv("HPC_FUSE_QKV", "yes", 1);
+    cr_assert_eq(pipeline_defaults(PREC_FP16).fuse_qkv, FUSE_QKV_DEFAULT, "only 0 and 1 mean something");
     setenv("HPC_FUSE_QKV", "0", 1);
     cr_assert_not(pipeline_defaults(PREC_FP16).fuse_qkv);
     setenv("HPC_FUSE_QKV", "1", 1);
