@@ -24,6 +24,10 @@
  * dropout mask must be the cpu's: every element the cpu drops is 0 on the
  * GPU, every element it keeps is not (for |ds| above 1e-6).
  *
+ * Then the f16 and bf16 cases again under HPC_LN_SAVE=xhat: the site saves
+ * xhat = (s - mean) rstd in f16 (compared as "s", f16 tolerance) and rstd,
+ * no mean, and the backward reads them.
+ *
  * Exit 0 when every check passes, 1 on a failed check, 4 without a GPU. */
 #include <math.h>
 #include <stdio.h>
@@ -174,18 +178,25 @@ static void both_close(Both *b)
     free(b->w);
 }
 
+static bool g_xhat;   /* the cases under HPC_LN_SAVE=xhat */
+
 static void site_case(int64_t R, int64_t D, DType low)
 {
     char tag[96];
-    snprintf(tag, sizeof tag, "ln_residual R=%lld D=%lld %s", (long long)R, (long long)D, ir_dtype_name(low));
+    snprintf(tag, sizeof tag, "ln_residual%s R=%lld D=%lld %s", g_xhat ? " xhat" : "", (long long)R, (long long)D,
+             ir_dtype_name(low));
     LnSite u, f;
     ln_site_build(&u, R, D, low, 1e-12, 0.1f);
     HpcError err = {0};
-    if (ln_site_fuse(&u, &f, NULL, &err) != 2) {
+    FuseStats st;
+    if (ln_site_fuse(&u, &f, &st, &err) != 2) {
         result(0, "%s: the site did not fuse: %s", tag, err.msg);
         ln_site_free(&u);
         return;
     }
+    if (g_xhat)   /* saved: xhat (f16, output 3) and rstd, no mean */
+        result(st.ln_saved_xhat == 1 && f.v[LNV_MEAN] < 0 && f.g.nodes[f.v[LNV_SUM]].dtype == DT_F16,
+               "%s: the site saves xhat (f16) and no mean", tag);
     Both b;
     if (both_open(&b, &f.g, &f.pl, tag)) {
         int ok;
@@ -219,7 +230,8 @@ static void site_case(int64_t R, int64_t D, DType low)
                        "with_bias", outs);
         f.g.n_params = f.pl.n;
         f.g.n_forward = f.g.n;
-        snprintf(tag, sizeof tag, "ln_residual+bias R=%lld D=%lld %s", (long long)R, (long long)D, ir_dtype_name(low));
+        snprintf(tag, sizeof tag, "ln_residual+bias%s R=%lld D=%lld %s", g_xhat ? " xhat" : "", (long long)R,
+                 (long long)D, ir_dtype_name(low));
         if (both_open(&b, &f.g, &f.pl, tag)) {
             int ok;
             run_both(&b.ex, &b.cx, false, tag, &ok);
@@ -244,6 +256,20 @@ int main(void)
         for (int r = 0; r < 3; r++)
             for (int l = 0; l < 3; l++)
                 if (Rs[r] < 4096 || Ds[d] <= 1024) site_case(Rs[r], Ds[d], lows[l]);
+    /* HPC_LN_SAVE=xhat (compiler/fuse_layernorm.c): the 16-bit sites save
+     * xhat in f16, the backward reads it (f32 sites are left alone) */
+    const char *was = getenv("HPC_LN_SAVE");
+    char *saved = was ? strdup(was) : NULL;
+    setenv("HPC_LN_SAVE", "xhat", 1);
+    g_xhat = true;
+    for (int d = 0; d < 4; d++)
+        for (int r = 0; r < 3; r++)
+            for (int l = 1; l < 3; l++)
+                if (Rs[r] < 4096 || Ds[d] <= 1024) site_case(Rs[r], Ds[d], lows[l]);
+    g_xhat = false;
+    if (saved) setenv("HPC_LN_SAVE", saved, 1);
+    else unsetenv("HPC_LN_SAVE");
+    free(saved);
     cuda_device_close(&g_dev);
     return gpu_check_summary();
 }
