@@ -354,6 +354,18 @@ static void gen_unstack(EopGen *gen)
                 stf(OUTN->dtype), ldf(INN(0)->dtype));
 }
 
+/* LN_DW_FIX (compiler/fuse_ln_dw.c): y = raw * gamma[col] + db[row] * beta[col]
+ * over the (out, in) weight gradient. */
+static void gen_ln_dw_fix(EopGen *gen)
+{
+    long long in = (long long)OUTN->dims[1];
+    StrBuf *s = elems_phase(gen, "ln_dw_fix", OUTN);
+    strbuf_printf(s, "    EOP_FOR(i, n) {\n        const i64 o = i / %lldLL, c = i - o * %lldLL;\n"
+                   "        y[i] = %s(%s(x0[i]) * %s(x1[c]) + %s(x3[o]) * %s(x2[c]));\n    }\n",
+                in, in, stf(OUTN->dtype), ldf(INN(0)->dtype), ldf(INN(1)->dtype), ldf(INN(3)->dtype),
+                ldf(INN(2)->dtype));
+}
+
 static void gen_slice_first(EopGen *gen)
 {
     long long H = (long long)last_dim(OUTN);
@@ -1692,7 +1704,7 @@ EOP_PLAIN(cross_entropy) EOP_PLAIN(mse) EOP_PLAIN(cast) EOP_PLAIN(embedding_bwd)
 EOP_PLAIN(layernorm_dx) EOP_PLAIN(layernorm_dgamma) EOP_PLAIN(act_bwd) EOP_PLAIN(softmax_bwd)
 EOP_PLAIN(slice_first_bwd) EOP_PLAIN(slice_last_bwd) EOP_PLAIN(cross_entropy_bwd) EOP_PLAIN(mse_bwd)
 EOP_PLAIN(softmax_dropout) EOP_PLAIN(softmax_dropout_bwd) EOP_PLAIN(dropout_add)
-EOP_PLAIN(act_bwd_bgrad) EOP_PLAIN(stack) EOP_PLAIN(unstack)
+EOP_PLAIN(act_bwd_bgrad) EOP_PLAIN(stack) EOP_PLAIN(unstack) EOP_PLAIN(ln_dw_fix)
 #undef EOP_PLAIN
 static HpcStatus cuda_gemm(EopGen *gen, HpcError *err) { return gen_gemm(gen, err); }
 static HpcStatus cuda_linear_dw_bgrad(EopGen *gen, HpcError *err) { return gen_linear_dw_bgrad(gen, err); }

@@ -285,10 +285,11 @@ HpcStatus fuse_graph(const IrGraph *in, const PrecisionPlan *pin, IrGraph *out, 
                      FuseStats *stats, HpcError *err)
 {
     const char *save = getenv("HPC_LN_SAVE");
-    if (save && *save && strcmp(save, "s") != 0 && strcmp(save, "xhat") != 0)
+    if (save && *save && strcmp(save, "s") != 0 && strcmp(save, "xhat") != 0 && strcmp(save, "xhat_dw") != 0)
         return hpc_fail(err, HPC_ERR_INPUT, "fuse_graph: HPC_LN_SAVE=%s is not a choice; set it to s (the "
-                        "LayerNorm sites save their f32 input, the default) or xhat (they save the "
-                        "normalised input in f16), or leave it unset", save);
+                        "LayerNorm sites save their f32 input, the default), xhat (they save the "
+                        "normalised input in f16) or xhat_dw (xhat, and the weight gradients of the "
+                        "GEMMs after them read it instead of their 16-bit output), or leave it unset", save);
     FuseOptions o = fuse_defaults();
     return fuse_graph_with(in, pin, out, pout, stats, &o, err);
 }
@@ -303,7 +304,8 @@ FuseOptions fuse_defaults(void)
     return (FuseOptions){.recompute_act = true, .layernorm = !ln || strcmp(ln, "0") != 0,
                          .accumulate = !acc || strcmp(acc, "0") != 0,
                          .act_bgrad = act, .act_merge = act && !(ab && strcmp(ab, "nomerge") == 0),
-                         .ln_save_xhat = save && strcmp(save, "xhat") == 0};
+                         .ln_save_xhat = save && (strcmp(save, "xhat") == 0 || strcmp(save, "xhat_dw") == 0),
+                         .ln_save_xhat_dw = save && strcmp(save, "xhat_dw") == 0};
 }
 
 HpcStatus fuse_graph_with(const IrGraph *in, const PrecisionPlan *pin, IrGraph *out, PrecisionPlan *pout,
@@ -342,6 +344,7 @@ HpcStatus fuse_graph_with(const IrGraph *in, const PrecisionPlan *pin, IrGraph *
     HPC_ASSERT((size_t)out->n < n_out);
     if (pout) remap_plan(pin, map, src_of, in, out, pout);
     if (pout) fuse_accum_plan(out, pout);
+    if (opts->ln_save_xhat && opts->ln_save_xhat_dw) fuse_ln_dw(out, pout, stats);
     stats->nodes_before = in->n;
     stats->nodes_after = out->n;
     free(map);

@@ -454,6 +454,17 @@ static void ir_shape_ln_residual_bwd(const IrGraph *g, IrNode *n)
     copy_shape(n, IN(0));
 }
 
+/* LN_DW_FIX: raw (out, in), gamma and beta (in), db (out); raw's shape and dtype. */
+static void ir_shape_ln_dw_fix(const IrGraph *g, IrNode *n)
+{
+    const IrNode *raw = IN(0);
+    require(raw->rank == 2, n, "raw dW (out, in)");
+    require(IN(1)->rank == 1 && IN(1)->dims[0] == raw->dims[1], n, "gamma (in)");
+    require(IN(2)->rank == 1 && IN(2)->dims[0] == raw->dims[1], n, "beta (in)");
+    require(IN(3)->rank == 1 && IN(3)->dims[0] == raw->dims[0], n, "db (out)");
+    copy_shape(n, raw);
+}
+
 /* ---- backward rules --------------------------------------------------- */
 
 /* Appends node op(inputs) named "d.<name of forward input k>". */

@@ -283,15 +283,18 @@ static bool grad_sums(const Step *a, const Step *b, int p, int64_t n, double *d,
     return true;
 }
 
-static void tiny_step_case(SpecPrecision policy)
+static void tiny_step_case(SpecPrecision policy, const char *save)
 {
     ModelSpec s;
     load_model("bert_tiny.model", &s);
     Pipeline ref, def, xh;
     build(&s, PREC_FP32, NULL, &ref);
     build(&s, policy, NULL, &def);
-    build(&s, policy, "xhat", &xh);
+    build(&s, policy, save, &xh);
     cr_assert_eq(xh.fuse.ln_saved_xhat, 2 * s.stack.layers, "%d sites save xhat", xh.fuse.ln_saved_xhat);
+    /* xhat_dw under fp16: each layer's FFN-in dW, and the Q, K, V dW of every layer after the first */
+    int dw = strcmp(save, "xhat_dw") == 0 && policy == PREC_FP16 ? (int)(s.stack.layers + 3 * (s.stack.layers - 1)) : 0;
+    cr_assert_eq(xh.fuse.ln_dw_from_xhat, dw, "%d dW GEMMs read xhat", xh.fuse.ln_dw_from_xhat);
     cr_assert_eq(def.fuse.ln_saved_xhat, 0);
     float **w = calloc((size_t)ref.pl.n, sizeof *w);
     for (int p = 0; p < ref.pl.n; p++) {
@@ -340,8 +343,8 @@ static void tiny_step_case(SpecPrecision policy)
     }
     cr_expect_gt(compared, 30);
     double all_def = sqrt(dd_all / r_all), all_x = sqrt(dx_all / r_all);
-    printf("bert_tiny %s: whole gradient %.4g from f32 (default), %.4g (xhat); worst ratio %.4f (%s)\n",
-           policy == PREC_FP16 ? "fp16" : "bf16", all_def, all_x, worst, worst_name);
+    printf("bert_tiny %s: whole gradient %.4g from f32 (default), %.4g (%s); worst ratio %.4f (%s)\n",
+           policy == PREC_FP16 ? "fp16" : "bf16", all_def, all_x, save, worst, worst_name);
     cr_expect(all_x <= 1.01 * all_def, "whole gradient: %.4g with xhat, %.4g default", all_x, all_def);
     /* with dropout on (the same salts in both 16-bit graphs): the same loss, gradients close */
     Step td = step(&def, w, b, true), tx = step(&xh, w, b, true);
@@ -370,8 +373,73 @@ static void tiny_step_case(SpecPrecision policy)
     pipeline_free(&xh);
 }
 
-Test(ln_xhat_model, bert_tiny_fp16_gradients, .timeout = 600) { tiny_step_case(PREC_FP16); }
-Test(ln_xhat_model, bert_tiny_bf16_gradients, .timeout = 600) { tiny_step_case(PREC_BF16); }
+Test(ln_xhat_model, bert_tiny_fp16_gradients, .timeout = 600) { tiny_step_case(PREC_FP16, "xhat"); }
+Test(ln_xhat_model, bert_tiny_bf16_gradients, .timeout = 600) { tiny_step_case(PREC_BF16, "xhat"); }
+Test(ln_xhat_model, bert_tiny_fp16_gradients_dw, .timeout = 600) { tiny_step_case(PREC_FP16, "xhat_dw"); }
+/* bf16: dy is bf16, xhat f16: the dW GEMMs keep y16 (none rewritten), the step is xhat's */
+Test(ln_xhat_model, bert_tiny_bf16_gradients_dw, .timeout = 600) { tiny_step_case(PREC_BF16, "xhat_dw"); }
+
+/* xhat_dw's algebra, exactly: in f64 (the cpu backend rounds nothing there)
+ * dW from xhat and LN_DW_FIX is the default's dy^T y to 1e-12, so the only
+ * change under fp16 is where the rounding happens. */
+Test(ln_xhat_model, bert_tiny_dw_fix_exact_in_f64, .timeout = 600)
+{
+    ModelSpec s;
+    load_model("bert_tiny.model", &s);
+    Pipeline def, dw;
+    build(&s, PREC_FP16, NULL, &def);
+    build(&s, PREC_FP16, "xhat_dw", &dw);
+    cr_assert_gt(dw.fuse.ln_dw_from_xhat, 0);
+    double **w = calloc((size_t)def.pl.n, sizeof *w);
+    for (int p = 0; p < def.pl.n; p++) {
+        if (def.pl.p[p].tied_to >= 0) continue;
+        int64_t n = params_numel(&def.pl.p[p]);
+        w[p] = malloc((size_t)n * sizeof **w);
+        for (int64_t i = 0; i < n; i++)
+            w[p][i] = def.pl.p[p].init == PARAM_INIT_ONES ? 1 + 0.1 * uniform() : 0.05 * uniform();
+    }
+    Batch *b = batch_new(2, 12, 0);
+    for (int64_t i = 0; i < 2 * 12; i++) {
+        b->input_ids[i] = (int32_t)(1 + (uint64_t)(uniform() * 1e6 + 1e6) % (uint64_t)(s.stack.vocab_size - 1));
+        b->attention_mask[i] = (i % 12) < 12 - (i / 12);
+    }
+    b->labels[0] = 0;
+    b->labels[1] = s.head.num_labels > 1;
+    CpuExec ea, eb;
+    const Pipeline *P[2] = {&def, &dw};
+    CpuExec *E[2] = {&ea, &eb};
+    for (int k = 0; k < 2; k++) {
+        cpu_exec_init(E[k], &P[k]->g, CPU_EXEC_F64);
+        for (int p = 0; p < P[k]->pl.n; p++)
+            if (P[k]->pl.p[p].tied_to < 0) cpu_exec_bind_param(E[k], p, w[p]);
+        CpuRunOptions o = {.training = true, .backward = true, .seed = 3, .step = 1, .loss_scale = 1};
+        HpcError err = {0};
+        cr_assert_eq(cpu_exec_run(E[k], b, &o, &err), HPC_OK, "%s", err.msg);
+    }
+    int compared = 0;
+    for (int p = 0; p < def.pl.n; p++) {
+        int va = def.g.param_grad[p], vb = dw.g.param_grad[p];
+        if (va < 0) continue;
+        cr_assert_geq(vb, 0);
+        const double *a = cpu_exec_value(&ea, va), *c = cpu_exec_value(&eb, vb);
+        double d = 0, r = 0;
+        for (int64_t i = 0; i < params_numel(&def.pl.p[p]); i++) {
+            d += (a[i] - c[i]) * (a[i] - c[i]);
+            r += a[i] * a[i];
+        }
+        double e = sqrt(d) / fmax(sqrt(r), 1e-300);
+        cr_expect(e <= 1e-12, "%s: %.3g from the default's in f64", def.pl.p[p].name, e);   /* NaN fails */
+        compared++;
+    }
+    cr_expect_gt(compared, 30);
+    cpu_exec_free(&ea);
+    cpu_exec_free(&eb);
+    batch_free(b);
+    for (int p = 0; p < def.pl.n; p++) free(w[p]);
+    free(w);
+    pipeline_free(&def);
+    pipeline_free(&dw);
+}
 
 /* ---- bert_base: the plan ----------------------------------------------- */
 
@@ -423,6 +491,63 @@ Test(ln_xhat_model, bert_base_bf16_plan_32x128) { plan_case(PREC_BF16, 32, 128);
 Test(ln_xhat_model, bert_base_fp16_plan_256x128) { plan_case(PREC_FP16, 256, 128); }
 Test(ln_xhat_model, bert_base_fp32_plan_unchanged) { plan_case(PREC_FP32, 32, 128); }
 
+/* y16 values (output 4 of a site saving xhat) read by a backward dW GEMM. */
+static int y16_read_by_dw(const IrGraph *g, int64_t *bytes_each, const StepPlan *p)
+{
+    int count = 0;
+    for (int i = 0; i < g->n; i++) {
+        const IrNode *n = &g->nodes[i];
+        if (n->op != IR_OP_LN_RESIDUAL || !fuse_ln_attr_get(n).xhat) continue;
+        int y16 = ir_output(g, i, 4);
+        bool read = false;
+        for (int j = g->n_forward; j < g->n && y16 >= 0; j++) {
+            IrOpKind op = g->nodes[j].op;
+            read |= (op == IR_OP_LINEAR_DW || op == IR_OP_LINEAR_DW_BGRAD) && g->nodes[j].in[1] == y16;
+        }
+        if (read) {
+            count++;
+            *bytes_each = p->v[y16].bytes;
+        }
+    }
+    return count;
+}
+
+/* HPC_LN_SAVE=xhat_dw against xhat: the y16 that dW GEMMs read are no
+ * longer live into the backward pass (their bytes, from the shapes). */
+static void plan_dw_case(int64_t B, int64_t L)
+{
+    ModelSpec s;
+    load_model("bert_base.model", &s);
+    Pipeline xh, dw;
+    build(&s, PREC_FP16, "xhat", &xh);
+    build(&s, PREC_FP16, "xhat_dw", &dw);
+    StepPlan px, pw;
+    HpcError err = {0};
+    cr_assert_eq(plan_build(&xh.g, B, L, &px, &err), HPC_OK, "%s", err.msg);
+    cr_assert_eq(plan_build(&dw.g, B, L, &pw, &err), HPC_OK, "%s", err.msg);
+    int64_t each = 0, none = 0;
+    int read = y16_read_by_dw(&xh.g, &each, &px);
+    cr_expect_eq(read, 2 * (int)s.stack.layers - 1, "%d y16 read by dW GEMMs", read);   /* the last feeds the pooler only */
+    cr_expect_eq(each, aligned(B * L * s.stack.hidden * 2));
+    cr_expect_eq(y16_read_by_dw(&dw.g, &none, &pw), 0, "xhat_dw: a dW GEMM still reads y16");
+    cr_expect_eq(dw.fuse.ln_dw_from_xhat, (int)(s.stack.layers + 3 * (s.stack.layers - 1)));
+    int64_t want = read * aligned(B * L * s.stack.hidden * 2), lx = live_into_backward(&px), lw = live_into_backward(&pw);
+    printf("bert_base fp16 %lldx%lld xhat_dw: live into backward %.1f -> %.1f MiB (predicted -%.1f), arena %.1f -> "
+           "%.1f MiB\n", (long long)B, (long long)L, lx / 1048576.0, lw / 1048576.0, want / 1048576.0,
+           px.arena_bytes / 1048576.0, pw.arena_bytes / 1048576.0);
+    cr_expect_eq(lx - lw, want, "live into backward %lld -> %lld, predicted %lld less", (long long)lx, (long long)lw,
+                 (long long)want);
+    cr_expect_leq(pw.arena_bytes, px.arena_bytes - want + want / 20, "arena %lld -> %lld", (long long)px.arena_bytes,
+                  (long long)pw.arena_bytes);
+    plan_free(&px);
+    plan_free(&pw);
+    pipeline_free(&xh);
+    pipeline_free(&dw);
+}
+
+Test(ln_xhat_model, bert_base_fp16_plan_dw_32x128) { plan_dw_case(32, 128); }
+Test(ln_xhat_model, bert_base_fp16_plan_dw_256x128) { plan_dw_case(256, 128); }
+
 /* ---- CUDA text ---------------------------------------------------------- */
 
 static char *site_source(int64_t D, DType low, const char *save, LnSite *f)
@@ -469,6 +594,32 @@ static void expect_xhat_site_compiles(int64_t D, DType low, int arch)
     free(dsrc);
     ln_site_free(&f);
     ln_site_free(&d);
+}
+
+/* A whole bert_tiny fp16 step under xhat_dw (LN_DW_FIX's kernel among them)
+ * compiles for sm_80 and sm_90. */
+Test(ln_xhat_cuda, bert_tiny_xhat_dw_module_compiles, .timeout = 300)
+{
+    ModelSpec s;
+    load_model("bert_tiny.model", &s);
+    Pipeline p;
+    build(&s, PREC_FP16, "xhat_dw", &p);
+    cr_assert_gt(p.fuse.ln_dw_from_xhat, 0);
+    char *src = NULL;
+    HpcError err = {0};
+    cr_assert_eq(eop_module_source(&p.g, &src, &err), HPC_OK, "%s", err.msg);
+    cr_expect(strstr(src, "ln_dw_fix") != NULL, "no ln_dw_fix kernel in the module");
+    for (int arch = 80; arch <= 90; arch += 10) {
+        void *cubin = NULL;
+        size_t size = 0;
+        char *log = NULL;
+        cr_expect_eq(nvrtc_compile(src, "hpc_ln_xhat_dw", arch, NULL, 0, &cubin, &size, &log, &err), HPC_OK,
+                     "sm_%d: %s\n%s", arch, err.msg, log ? log : "");
+        free(cubin);
+        free(log);
+    }
+    free(src);
+    pipeline_free(&p);
 }
 
 Test(ln_xhat_cuda, site_kernels_compile, .timeout = 300)

@@ -26,7 +26,8 @@
  *
  * Then the f16 and bf16 cases again under HPC_LN_SAVE=xhat: the site saves
  * xhat = (s - mean) rstd in f16 (compared as "s", f16 tolerance) and rstd,
- * no mean, and the backward reads them.
+ * no mean, and the backward reads them.  And LN_DW_FIX (HPC_LN_SAVE=xhat_dw)
+ * alone at (768, 768), (3072, 768) and (5, 24), f32 tolerance.
  *
  * Exit 0 when every check passes, 1 on a failed check, 4 without a GPU. */
 #include <math.h>
@@ -245,6 +246,38 @@ static void site_case(int64_t R, int64_t D, DType low)
     ln_site_free(&u);
 }
 
+/* LN_DW_FIX (compiler/fuse_ln_dw.c, HPC_LN_SAVE=xhat_dw) alone: y = raw *
+ * gamma[col] + db[row] * beta[col] over an (out, in) weight gradient, f32. */
+static void dw_fix_case(int64_t out, int64_t in)
+{
+    char tag[64];
+    snprintf(tag, sizeof tag, "ln_dw_fix %lldx%lld", (long long)out, (long long)in);
+    IrGraph g;
+    ParamList pl;
+    ir_init(&g);
+    params_init(&pl);
+    int64_t d[4][2] = {{out, in}, {in, 0}, {in, 0}, {out, 0}};
+    static const char *const nm[4] = {"raw", "gamma", "beta", "db"};
+    int v[4];
+    for (int k = 0; k < 4; k++) {
+        int rank = k == 0 ? 2 : 1;
+        int p = params_add(&pl, nm[k], rank, d[k], k == 1 ? PARAM_INIT_ONES : PARAM_INIT_NORMAL, false, false);
+        v[k] = ir_param(&g, p, DT_F32, rank, d[k], nm[k]);
+    }
+    int fix = ir_add(&g, IR_OP_LN_DW_FIX, v, 4, NULL, "dw");
+    g.n_forward = g.n;
+    g.n_params = pl.n;
+    Both b;
+    if (both_open(&b, &g, &pl, tag)) {
+        int ok;
+        run_both(&b.ex, &b.cx, false, tag, &ok);
+        if (ok) compare(&b.ex, &b.cx, &g, fix, tag, "dW", NULL, DT_F32);
+        both_close(&b);
+    }
+    ir_free(&g);
+    params_free(&pl);
+}
+
 int main(void)
 {
     gpu_check_gap = " ";   /* this program\'s lines always had one space */
@@ -267,6 +300,9 @@ int main(void)
             for (int l = 1; l < 3; l++)
                 if (Rs[r] < 4096 || Ds[d] <= 1024) site_case(Rs[r], Ds[d], lows[l]);
     g_xhat = false;
+    dw_fix_case(768, 768);
+    dw_fix_case(3072, 768);
+    dw_fix_case(5, 24);
     if (saved) setenv("HPC_LN_SAVE", saved, 1);
     else unsetenv("HPC_LN_SAVE");
     free(saved);
