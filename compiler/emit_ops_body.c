@@ -354,6 +354,18 @@ static void gen_unstack(EopGen *gen)
                 stf(OUTN->dtype), ldf(INN(0)->dtype));
 }
 
+/* LN_DW_FIX (compiler/fuse_ln_dw.c): y = raw * gamma[col] + db[row] * beta[col]
+ * over the (out, in) weight gradient. */
+static void gen_ln_dw_fix(EopGen *gen)
+{
+    long long in = (long long)OUTN->dims[1];
+    StrBuf *s = elems_phase(gen, "ln_dw_fix", OUTN);
+    strbuf_printf(s, "    EOP_FOR(i, n) {\n        const i64 o = i / %lldLL, c = i - o * %lldLL;\n"
+                   "        y[i] = %s(%s(x0[i]) * %s(x1[c]) + %s(x3[o]) * %s(x2[c]));\n    }\n",
+                in, in, stf(OUTN->dtype), ldf(INN(0)->dtype), ldf(INN(1)->dtype), ldf(INN(3)->dtype),
+                ldf(INN(2)->dtype));
+}
+
 static void gen_slice_first(EopGen *gen)
 {
     long long H = (long long)last_dim(OUTN);
@@ -1376,7 +1388,9 @@ static HpcStatus cuda_ln_residual(EopGen *gen, HpcError *err)
     round_expr((DType)la.aux, "v + rv8[j]", va, sizeof va);
     StrBuf *s = ln_row_phase(gen, n->n_in == 5 ? "ln_residual_bias_fwd" : "ln_residual_fwd", n, D);
     dropout_consts(gen, s, fa);
-    const char *aux = ir_dtype_name((DType)la.aux), *low = ir_dtype_name((DType)la.low);
+    /* la.xhat: output 3 is xhat = (s - mean) * rstd in f16, written with y; s stays in registers */
+    DType saved = la.xhat ? DT_F16 : (DType)la.aux;
+    const char *aux = ir_dtype_name(saved), *low = ir_dtype_name((DType)la.low);
     strbuf_printf(s, "    float *o_mean = (float *)a.yk[0], *o_rstd = (float *)a.yk[1];\n"
                    "    %s *o_sum = (%s *)a.yk[2];\n    %s *o_low = (%s *)a.yk[3];\n"
                    "    float xv[%d][8];\n#pragma unroll\n    for (int u = 0; u < %d; u++) {\n"
@@ -1384,25 +1398,33 @@ static HpcStatus cuda_ln_residual(EopGen *gen, HpcError *err)
                    "        for (int j = 0; j < 8; j++) xv[u][j] = 0.0f;\n        if (cu >= %lld) continue;\n"
                    "        const i64 e0 = row * %lldLL + cu * 8;\n        float xv8[8], rv8[8];\n"
                    "        ld8_%s(x0 + e0, xv8);\n        ld8_%s(x1 + e0, rv8);\n",
-                ctype((DType)la.aux), ctype((DType)la.aux), ctype((DType)la.low), ctype((DType)la.low),
+                ctype(saved), ctype(saved), ctype((DType)la.low), ctype((DType)la.low),
                 nu, nu, ln_threads(D), D / 8, D, ir_dtype_name(INN(0)->dtype), ir_dtype_name(INN(1)->dtype));
     if (n->n_in == 5)
         strbuf_printf(s, "        float bv8[8];\n        ld8_%s(x4 + cu * 8, bv8);\n"
                        "        for (int j = 0; j < 8; j++) xv8[j] += bv8[j];\n", ir_dtype_name(INN(4)->dtype));
     strbuf_printf(s, "        const u32 m8 = philox_mask8(ctl->seed, (u64)e0 >> 3, ctl->step, salt, p);\n"
                    "#pragma unroll\n        for (int j = 0; j < 8; j++) {\n            const float v = %s;\n"
-                   "            xv[u][j] = %s;\n        }\n        if (o_sum) st8_%s(o_sum + e0, xv[u]);\n    }\n",
-                vm, va, aux);
+                   "            xv[u][j] = %s;\n        }\n",
+                vm, va);
+    if (!la.xhat) strbuf_printf(s, "        if (o_sum) st8_%s(o_sum + e0, xv[u]);\n", aux);
+    strbuf_add(s, "    }\n");
     ln_row_stats(s, D, (double)(float)la.eps);
     strbuf_printf(s, "    if (threadIdx.x == 0) {\n        if (o_mean) o_mean[row] = mean;\n        if (o_rstd) o_rstd[row] = rstd;\n    }\n"
                    "#pragma unroll\n    for (int u = 0; u < %d; u++) {\n        const int cu = threadIdx.x + %d * u;\n"
-                   "        if (cu >= %lld) break;\n        float g[8], bt[8], r[8];\n"
+                   "        if (cu >= %lld) break;\n        float g[8], bt[8], r[8]%s;\n"
                    "        ld8_%s(x2 + cu * 8, g);\n        ld8_%s(x3 + cu * 8, bt);\n"
-                   "        for (int j = 0; j < 8; j++) r[j] = (xv[u][j] - mean) * rstd * g[j] + bt[j];\n"
+                   "%s"
                    "        st8_%s(y + row * %lldLL + cu * 8, r);\n"
-                   "        if (o_low) st8_%s(o_low + row * %lldLL + cu * 8, r);\n    }\n",
-                nu, ln_threads(D), D / 8, ir_dtype_name(INN(2)->dtype), ir_dtype_name(INN(3)->dtype),
+                   "        if (o_low) st8_%s(o_low + row * %lldLL + cu * 8, r);\n",
+                nu, ln_threads(D), D / 8, la.xhat ? ", h[8]" : "", ir_dtype_name(INN(2)->dtype),
+                ir_dtype_name(INN(3)->dtype),
+                la.xhat ? "        for (int j = 0; j < 8; j++) {\n            h[j] = (xv[u][j] - mean) * rstd;\n"
+                          "            r[j] = h[j] * g[j] + bt[j];\n        }\n"
+                        : "        for (int j = 0; j < 8; j++) r[j] = (xv[u][j] - mean) * rstd * g[j] + bt[j];\n",
                 ir_dtype_name(n->dtype), D, low, D);
+    if (la.xhat) strbuf_printf(s, "        if (o_sum) st8_%s(o_sum + row * %lldLL + cu * 8, h);\n", aux, D);
+    strbuf_add(s, "    }\n");
     return HPC_OK;
 }
 
@@ -1480,6 +1502,9 @@ static void lnb_load_row(StrBuf *s, const EopGen *gen, long long D, const char *
                          const char *sv, const char *dv, const char *mn, const char *rs)
 {
     int nu = ln_nu(D), T = ln_threads(D);
+    /* xhat: x1 is xhat (f16) and x2 rstd; the mean stays 0 (unused) */
+    bool xhat = fuse_ln_attr_get(OUTN).xhat;
+    const char *mn_src = xhat ? "0.0f" : "x2[", *mn_end = xhat ? "" : "]", *rs_src = xhat ? "x2[" : "x3[";
     strbuf_printf(s, "%sfloat %s[%d][8], %s[%d][8], %s = 0.0f, %s = 0.0f;\n"
                    "#pragma unroll\n%sfor (int u = 0; u < %d; u++) {\n"
                    "%s    const int cu = t + %d * u;\n"
@@ -1487,10 +1512,10 @@ static void lnb_load_row(StrBuf *s, const EopGen *gen, long long D, const char *
                    "%s        ld8_%s(x1 + %s * %lldLL + cu * 8, %s[u]);\n"
                    "%s        ld8_%s(x0 + %s * %lldLL + cu * 8, %s[u]);\n"
                    "%s    } else for (int j = 0; j < 8; j++) %s[u][j] = %s[u][j] = 0.0f;\n%s}\n"
-                   "%sif (%s < R) {\n%s    %s = x2[%s];\n%s    %s = x3[%s];\n%s}\n",
+                   "%sif (%s < R) {\n%s    %s = %s%s%s;\n%s    %s = %s%s];\n%s}\n",
                 in, sv, nu, dv, nu, mn, rs, in, nu, in, T, in, row, D / 8, in, ir_dtype_name(INN(1)->dtype), row, D,
-                sv, in, ir_dtype_name(INN(0)->dtype), row, D, dv, in, sv, dv, in, in, row, in, mn, row, in, rs, row,
-                in);
+                sv, in, ir_dtype_name(INN(0)->dtype), row, D, dv, in, sv, dv, in, in, row, in, mn, mn_src,
+                xhat ? "" : row, mn_end, in, rs, rs_src, row, in);
 }
 
 /* The parts expression of phase 1's grid, in the kernels' C. */
@@ -1575,16 +1600,17 @@ static HpcStatus cuda_ln_residual_bwd(EopGen *gen, HpcError *err)
     } else {
         lnb_load_row(s, gen, D, "        ", "row", "sv", "dv", "mean", "rstd");
     }
-    /* sv becomes xhat in place (zeros past D stay zeros) */
+    /* sv becomes xhat in place (zeros past D stay zeros); la.xhat: it is xhat, loaded */
     strbuf_printf(s, "        float a1 = 0.0f, b1 = 0.0f;\n"
                    "#pragma unroll\n        for (int u = 0; u < %d; u++) {\n            const int cu = t + %d * u;\n"
                    "            if (cu >= %lld) continue;\n"
-                   "            float gm[8];\n            ld8_%s(x4 + cu * 8, gm);\n"
-                   "            for (int j = 0; j < 8; j++) {\n                sv[u][j] = (sv[u][j] - mean) * rstd;\n"
+                   "            float gm[8];\n            ld8_%s(%s + cu * 8, gm);\n"
+                   "            for (int j = 0; j < 8; j++) {\n%s"
                    "                ag[u][j] += dv[u][j] * sv[u][j];\n                ab[u][j] += dv[u][j];\n"
                    "                dv[u][j] *= gm[j];\n                a1 += dv[u][j];\n                b1 += dv[u][j] * sv[u][j];\n"
                    "            }\n        }\n        a1 = warp_sum(a1);\n        b1 = warp_sum(b1);\n",
-                nu, T, D / 8, ir_dtype_name(INN(4)->dtype));
+                nu, T, D / 8, ir_dtype_name(INN(la.xhat ? 3 : 4)->dtype), la.xhat ? "x3" : "x4",
+                la.xhat ? "" : "                sv[u][j] = (sv[u][j] - mean) * rstd;\n");
     if (WG > 1)
         strbuf_printf(s, "        if (lane == 0) {\n            red[par][g][wq][0] = a1;\n            red[par][g][wq][1] = b1;\n        }\n"
                        "        __syncthreads();   // red[par] is written again two passes on, after the next barrier\n"
@@ -1678,7 +1704,7 @@ EOP_PLAIN(cross_entropy) EOP_PLAIN(mse) EOP_PLAIN(cast) EOP_PLAIN(embedding_bwd)
 EOP_PLAIN(layernorm_dx) EOP_PLAIN(layernorm_dgamma) EOP_PLAIN(act_bwd) EOP_PLAIN(softmax_bwd)
 EOP_PLAIN(slice_first_bwd) EOP_PLAIN(slice_last_bwd) EOP_PLAIN(cross_entropy_bwd) EOP_PLAIN(mse_bwd)
 EOP_PLAIN(softmax_dropout) EOP_PLAIN(softmax_dropout_bwd) EOP_PLAIN(dropout_add)
-EOP_PLAIN(act_bwd_bgrad) EOP_PLAIN(stack) EOP_PLAIN(unstack)
+EOP_PLAIN(act_bwd_bgrad) EOP_PLAIN(stack) EOP_PLAIN(unstack) EOP_PLAIN(ln_dw_fix)
 #undef EOP_PLAIN
 static HpcStatus cuda_gemm(EopGen *gen, HpcError *err) { return gen_gemm(gen, err); }
 static HpcStatus cuda_linear_dw_bgrad(EopGen *gen, HpcError *err) { return gen_linear_dw_bgrad(gen, err); }

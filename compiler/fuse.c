@@ -142,7 +142,9 @@ static int append_fused(const Matcher *M, IrGraph *out, int at, const int *wire)
     for (int k = 1; k < ir_op_info(r->op)->n_outputs; k++) {
         if (!(M->outputs[at] >> k & 1u)) continue;
         char name[IR_NAME_MAX];
-        snprintf(name, sizeof name, "%.*s.%s", IR_NAME_MAX - 16, r->name, ir_output_name(r->op, k));
+        const char *what = ir_output_name(r->op, k);
+        if (r->op == IR_OP_LN_RESIDUAL && k == 3 && fuse_ln_attr_get(r).xhat) what = "xhat";   /* not s */
+        snprintf(name, sizeof name, "%.*s.%s", IR_NAME_MAX - 16, r->name, what);
         IrAttr a = {.output = {k}};
         int j = ir_add(out, IR_OP_OUTPUT, &id, 1, &a, name);
         out->nodes[j].requires_grad = r->requires_grad;
@@ -282,6 +284,12 @@ static void rebuild(const Matcher *M, IrGraph *out, int *map, int *src_of)
 HpcStatus fuse_graph(const IrGraph *in, const PrecisionPlan *pin, IrGraph *out, PrecisionPlan *pout,
                      FuseStats *stats, HpcError *err)
 {
+    const char *save = getenv("HPC_LN_SAVE");
+    if (save && *save && strcmp(save, "s") != 0 && strcmp(save, "xhat") != 0 && strcmp(save, "xhat_dw") != 0)
+        return hpc_fail(err, HPC_ERR_INPUT, "fuse_graph: HPC_LN_SAVE=%s is not a choice; set it to s (the "
+                        "LayerNorm sites save their f32 input, the default), xhat (they save the "
+                        "normalised input in f16) or xhat_dw (xhat, and the weight gradients of the "
+                        "GEMMs after them read it instead of their 16-bit output), or leave it unset", save);
     FuseOptions o = fuse_defaults();
     return fuse_graph_with(in, pin, out, pout, stats, &o, err);
 }
@@ -291,10 +299,13 @@ FuseOptions fuse_defaults(void)
     const char *ln = getenv("HPC_FUSE_LN");   /* a hook for comparisons, as HPC_KEEP_F32 */
     const char *acc = getenv("HPC_FUSE_ACCUM");
     const char *ab = getenv("HPC_FUSE_ACT_BGRAD");   /* 0: off; nomerge: no recompute output */
+    const char *save = getenv("HPC_LN_SAVE");   /* s (default) or xhat: what the LayerNorm sites keep */
     bool act = !ab || strcmp(ab, "0") != 0;
     return (FuseOptions){.recompute_act = true, .layernorm = !ln || strcmp(ln, "0") != 0,
                          .accumulate = !acc || strcmp(acc, "0") != 0,
-                         .act_bgrad = act, .act_merge = act && !(ab && strcmp(ab, "nomerge") == 0)};
+                         .act_bgrad = act, .act_merge = act && !(ab && strcmp(ab, "nomerge") == 0),
+                         .ln_save_xhat = save && (strcmp(save, "xhat") == 0 || strcmp(save, "xhat_dw") == 0),
+                         .ln_save_xhat_dw = save && strcmp(save, "xhat_dw") == 0};
 }
 
 HpcStatus fuse_graph_with(const IrGraph *in, const PrecisionPlan *pin, IrGraph *out, PrecisionPlan *pout,
@@ -333,6 +344,7 @@ HpcStatus fuse_graph_with(const IrGraph *in, const PrecisionPlan *pin, IrGraph *
     HPC_ASSERT((size_t)out->n < n_out);
     if (pout) remap_plan(pin, map, src_of, in, out, pout);
     if (pout) fuse_accum_plan(out, pout);
+    if (opts->ln_save_xhat && opts->ln_save_xhat_dw) fuse_ln_dw(out, pout, stats);
     stats->nodes_before = in->n;
     stats->nodes_after = out->n;
     free(map);

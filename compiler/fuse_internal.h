@@ -85,6 +85,12 @@ void fuse_match_dw(Matcher *M);
  * the other rules placed.  fuse_accum_plan gives the fused nodes of `out`
  * their GEMM's precision class in the re-indexed plan. */
 void fuse_match_accum(Matcher *M);
+
+/* HPC_LN_SAVE=xhat_dw, after the rebuild (compiler/fuse_ln_dw.c): rewrites
+ * g (and plan, when not NULL, node for node) so that each dW GEMM reading
+ * the 16-bit y of a site that saves xhat reads xhat, followed by an
+ * LN_DW_FIX that makes it dy^T y. */
+void fuse_ln_dw(IrGraph *g, PrecisionPlan *plan, FuseStats *st);
 void fuse_accum_plan(const IrGraph *out, PrecisionPlan *plan);
 
 #endif

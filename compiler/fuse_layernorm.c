@@ -19,7 +19,14 @@
  * are optional (a frozen gamma has none); each must come after the
  * LAYERNORM_DX and share one dtype.  Member 4 is also what LINEAR_DW_BGRAD
  * (fuse_dw.c) would take; these rules run first and keep it (fuse_dw.c
- * says why). */
+ * says why).
+ *
+ * HPC_LN_SAVE=xhat (FuseOptions.ln_save_xhat; a 16-bit policy only): at a
+ * site whose backward fuses and whose s nothing else reads, the forward
+ * saves xhat = (s - mean) rstd in f16 as output 3 instead of s (|xhat| <=
+ * sqrt(H), so f16 holds it under bf16 too, with 8x finer rounding) and no
+ * mean; the backward reads (dy, xhat, rstd, gamma).  Half the bytes of s
+ * per site stay live into the backward pass. */
 #include <string.h>
 
 #include "fuse_internal.h"
@@ -80,7 +87,7 @@ static void match_site(Matcher *M, int ln)
         const IrNode *dn = nd(M, d);
         DType low = cast_dtype(M, ln);
         if (dn->attr.dropout.salt < 0 || dn->attr.dropout.salt > FUSE_LN_SALT_MAX) return;
-        IrLnFusedAttr la = {l->attr.norm.eps, (float)dn->attr.dropout.p, (uint32_t)dn->attr.dropout.salt,
+        IrLnFusedAttr la = {l->attr.norm.eps, (float)dn->attr.dropout.p, (uint32_t)dn->attr.dropout.salt, 0,
                             dn->dtype, low == DT_F32 ? DT_F16 : low, sn->dtype};
         IrNode *rp = &M->repl[ln];
         *rp = *l;
@@ -112,6 +119,31 @@ static int find_reader(const Matcher *M, int v, int k, IrOpKind op, int after)
     return -1;
 }
 
+static bool is_16bit(DType t) { return t == DT_F16 || t == DT_BF16; }
+
+/* HPC_LN_SAVE=xhat at a site whose backward fuses: only under a 16-bit
+ * policy (the site's x or dx is 16-bit; fp32 keeps s), and only when s is
+ * read by nothing but the LAYERNORM ln, its LAYERNORM_DX and the
+ * LAYERNORM_DGAMMA dg the fused backward takes (a pre-LN stack's residual
+ * stream keeps s). */
+static bool save_xhat(const Matcher *M, int s, int dg, IrLnFusedAttr la, DType dx)
+{
+    if (!M->opts.ln_save_xhat || !(is_16bit((DType)la.mid) || is_16bit(dx))) return false;
+    return M->n_uses[s] == 2 + (dg >= 0);
+}
+
+/* The forward site ln saves xhat (f16) and rstd: output 3 is xhat, output
+ * 1 (mean) is not made, and s, read by nothing now, is dropped. */
+static void switch_to_xhat(Matcher *M, int ln, int s)
+{
+    IrLnFusedAttr la = fuse_ln_attr_get(&M->repl[ln]);
+    la.xhat = 1;
+    fuse_ln_attr_set(&M->repl[ln].attr, la);
+    M->outputs[ln] &= ~(1u << 1);
+    M->action[s] = FUSE_DROP;
+    M->stats->ln_saved_xhat++;
+}
+
 static void match_site_bwd(Matcher *M, int dxn)
 {
     const IrNode *x = nd(M, dxn);
@@ -135,13 +167,20 @@ static void match_site_bwd(Matcher *M, int dxn)
     DType aux = DT_F32;
     for (int q = 2; q >= 0; q--)
         if (members[q] >= 0) aux = nd(M, members[q])->dtype;
+    bool xhat = save_xhat(M, s, dg, la, nd(M, dd)->dtype);
     IrNode *rp = &M->repl[dxn];
     *rp = *x;
     rp->op = IR_OP_LN_RESIDUAL_BWD;
-    rp->n_in = 5;
+    rp->n_in = xhat ? 4 : 5;
     int in[5] = {dy, s, fuse_output_ref(ln, 1), fuse_output_ref(ln, 2), x->in[2]};
-    for (int q = 0; q < IR_MAX_INPUTS; q++) rp->in[q] = q < 5 ? in[q] : -1;
-    IrLnFusedAttr lb = {la.eps, la.p, la.salt, nd(M, dd)->dtype, 0, aux};
+    if (xhat) {   /* (dy, xhat, rstd, gamma) */
+        in[1] = fuse_output_ref(ln, 3);
+        in[2] = fuse_output_ref(ln, 2);
+        in[3] = x->in[2];
+        switch_to_xhat(M, ln, s);
+    }
+    for (int q = 0; q < IR_MAX_INPUTS; q++) rp->in[q] = q < rp->n_in ? in[q] : -1;
+    IrLnFusedAttr lb = {la.eps, la.p, la.salt, xhat, nd(M, dd)->dtype, 0, aux};
     fuse_ln_attr_set(&rp->attr, lb);
     M->action[dxn] = FUSE_REPLACE;
     fuse_alias(M, dd, dxn, 1);

@@ -43,7 +43,7 @@ void ir_attr_str(const IrNode *n, char *buf, size_t size)
     case IR_OP_LN_RESIDUAL:
     case IR_OP_LN_RESIDUAL_BWD: {
         IrLnFusedAttr la = fuse_ln_attr_get(n);
-        snprintf(buf, size, "eps=%g p=%g salt=%d", la.eps, (double)la.p, (int)la.salt);
+        snprintf(buf, size, "eps=%g p=%g salt=%d%s", la.eps, (double)la.p, (int)la.salt, la.xhat ? " save=xhat" : "");
         break;
     }
     case IR_OP_LINEAR_DX_ACC:   /* compiler/fuse_accum.c: the sum is f32, dX no longer stored */

@@ -363,7 +363,7 @@ static void ir_shape_output(const IrGraph *g, IrNode *n)
     case IR_OP_LN_RESIDUAL: { /* mean, rstd (rows) f32; s; y in 16 bits */
         IrLnFusedAttr la = fuse_ln_attr_get(p);
         if (k <= 2) set_shape(n, DT_F32, p->rank - 1, p->dims);
-        else set_shape(n, (DType)(k == 3 ? la.aux : la.low), p->rank, p->dims);
+        else set_shape(n, (DType)(k == 3 ? (la.xhat ? DT_F16 : la.aux) : la.low), p->rank, p->dims);
         break;
     }
     case IR_OP_LN_RESIDUAL_BWD: { /* dx like ds; dgamma, dbeta, dbias (H) */
@@ -440,13 +440,29 @@ static void ir_shape_ln_residual(const IrGraph *g, IrNode *n)
     copy_shape(n, IN(1));
 }
 
-/* LN_RESIDUAL_BWD: dy and s alike, mean/rstd one per row, gamma (H). */
+/* LN_RESIDUAL_BWD: dy and s alike, mean/rstd one per row, gamma (H); with
+ * IrLnFusedAttr.xhat (dy, xhat, rstd, gamma), xhat f16 like dy. */
 static void ir_shape_ln_residual_bwd(const IrGraph *g, IrNode *n)
 {
+    bool xhat = fuse_ln_attr_get(n).xhat;
+    int stats = xhat ? 1 : 2;
+    require(n->n_in == 3 + stats, n, xhat ? "inputs (dy, xhat, rstd, gamma)" : "inputs (dy, s, mean, rstd, gamma)");
     require_same(n, IN(0), IN(1));
-    require(IN(2)->rank == IN(0)->rank - 1 && IN(3)->rank == IN(0)->rank - 1, n, "mean/rstd (rows)");
-    require(IN(4)->rank == 1 && IN(4)->dims[0] == last(IN(0)), n, "gamma (H)");
+    require(!xhat || IN(1)->dtype == DT_F16, n, "xhat f16");
+    for (int k = 2; k < 2 + stats; k++) require(IN(k)->rank == IN(0)->rank - 1, n, "mean/rstd (rows)");
+    require(IN(2 + stats)->rank == 1 && IN(2 + stats)->dims[0] == last(IN(0)), n, "gamma (H)");
     copy_shape(n, IN(0));
+}
+
+/* LN_DW_FIX: raw (out, in), gamma and beta (in), db (out); raw's shape and dtype. */
+static void ir_shape_ln_dw_fix(const IrGraph *g, IrNode *n)
+{
+    const IrNode *raw = IN(0);
+    require(raw->rank == 2, n, "raw dW (out, in)");
+    require(IN(1)->rank == 1 && IN(1)->dims[0] == raw->dims[1], n, "gamma (in)");
+    require(IN(2)->rank == 1 && IN(2)->dims[0] == raw->dims[1], n, "beta (in)");
+    require(IN(3)->rank == 1 && IN(3)->dims[0] == raw->dims[0], n, "db (out)");
+    copy_shape(n, raw);
 }
 
 /* ---- backward rules --------------------------------------------------- */

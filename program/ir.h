@@ -125,13 +125,16 @@ typedef struct {
 
 
 /* LN_RESIDUAL and LN_RESIDUAL_BWD (compiler/fuse_layernorm.c; 16 bytes: eps stays a double, so the fused cpu reference is the unfused
- * one to the last bit; the salt, a node id, gets 20 bits and the fuse rule
+ * one to the last bit; the salt, a node id, gets 19 bits and the fuse rule
  * leaves a site alone whose salt does not fit). */
-#define FUSE_LN_SALT_MAX ((1 << 20) - 1)
+#define FUSE_LN_SALT_MAX ((1 << 19) - 1)
 typedef struct {
     double eps;           /* LayerNorm epsilon */
     float p;              /* dropout probability of the branch x */
-    uint32_t salt : 20;   /* the forward DROPOUT's salt: the same Philox mask */
+    uint32_t salt : 19;   /* the forward DROPOUT's salt: the same Philox mask */
+    uint32_t xhat : 1;    /* HPC_LN_SAVE=xhat: output 3 of LN_RESIDUAL is
+                           * xhat = (s - mean) rstd in f16, not s, and no mean;
+                           * LN_RESIDUAL_BWD reads (dy, xhat, rstd, gamma) */
     uint32_t mid : 4;     /* DType of dropout(x) in the unfused chain;
                            * LN_RESIDUAL_BWD: of the gradient into x (output 1) */
     uint32_t low : 4;     /* LN_RESIDUAL: DType of output 4, y in 16 bits */

@@ -24,6 +24,11 @@
  * dropout mask must be the cpu's: every element the cpu drops is 0 on the
  * GPU, every element it keeps is not (for |ds| above 1e-6).
  *
+ * Then the f16 and bf16 cases again under HPC_LN_SAVE=xhat: the site saves
+ * xhat = (s - mean) rstd in f16 (compared as "s", f16 tolerance) and rstd,
+ * no mean, and the backward reads them.  And LN_DW_FIX (HPC_LN_SAVE=xhat_dw)
+ * alone at (768, 768), (3072, 768) and (5, 24), f32 tolerance.
+ *
  * Exit 0 when every check passes, 1 on a failed check, 4 without a GPU. */
 #include <math.h>
 #include <stdio.h>
@@ -174,18 +179,25 @@ static void both_close(Both *b)
     free(b->w);
 }
 
+static bool g_xhat;   /* the cases under HPC_LN_SAVE=xhat */
+
 static void site_case(int64_t R, int64_t D, DType low)
 {
     char tag[96];
-    snprintf(tag, sizeof tag, "ln_residual R=%lld D=%lld %s", (long long)R, (long long)D, ir_dtype_name(low));
+    snprintf(tag, sizeof tag, "ln_residual%s R=%lld D=%lld %s", g_xhat ? " xhat" : "", (long long)R, (long long)D,
+             ir_dtype_name(low));
     LnSite u, f;
     ln_site_build(&u, R, D, low, 1e-12, 0.1f);
     HpcError err = {0};
-    if (ln_site_fuse(&u, &f, NULL, &err) != 2) {
+    FuseStats st;
+    if (ln_site_fuse(&u, &f, &st, &err) != 2) {
         result(0, "%s: the site did not fuse: %s", tag, err.msg);
         ln_site_free(&u);
         return;
     }
+    if (g_xhat)   /* saved: xhat (f16, output 3) and rstd, no mean */
+        result(st.ln_saved_xhat == 1 && f.v[LNV_MEAN] < 0 && f.g.nodes[f.v[LNV_SUM]].dtype == DT_F16,
+               "%s: the site saves xhat (f16) and no mean", tag);
     Both b;
     if (both_open(&b, &f.g, &f.pl, tag)) {
         int ok;
@@ -219,7 +231,8 @@ static void site_case(int64_t R, int64_t D, DType low)
                        "with_bias", outs);
         f.g.n_params = f.pl.n;
         f.g.n_forward = f.g.n;
-        snprintf(tag, sizeof tag, "ln_residual+bias R=%lld D=%lld %s", (long long)R, (long long)D, ir_dtype_name(low));
+        snprintf(tag, sizeof tag, "ln_residual+bias%s R=%lld D=%lld %s", g_xhat ? " xhat" : "", (long long)R,
+                 (long long)D, ir_dtype_name(low));
         if (both_open(&b, &f.g, &f.pl, tag)) {
             int ok;
             run_both(&b.ex, &b.cx, false, tag, &ok);
@@ -233,6 +246,38 @@ static void site_case(int64_t R, int64_t D, DType low)
     ln_site_free(&u);
 }
 
+/* LN_DW_FIX (compiler/fuse_ln_dw.c, HPC_LN_SAVE=xhat_dw) alone: y = raw *
+ * gamma[col] + db[row] * beta[col] over an (out, in) weight gradient, f32. */
+static void dw_fix_case(int64_t out, int64_t in)
+{
+    char tag[64];
+    snprintf(tag, sizeof tag, "ln_dw_fix %lldx%lld", (long long)out, (long long)in);
+    IrGraph g;
+    ParamList pl;
+    ir_init(&g);
+    params_init(&pl);
+    int64_t d[4][2] = {{out, in}, {in, 0}, {in, 0}, {out, 0}};
+    static const char *const nm[4] = {"raw", "gamma", "beta", "db"};
+    int v[4];
+    for (int k = 0; k < 4; k++) {
+        int rank = k == 0 ? 2 : 1;
+        int p = params_add(&pl, nm[k], rank, d[k], k == 1 ? PARAM_INIT_ONES : PARAM_INIT_NORMAL, false, false);
+        v[k] = ir_param(&g, p, DT_F32, rank, d[k], nm[k]);
+    }
+    int fix = ir_add(&g, IR_OP_LN_DW_FIX, v, 4, NULL, "dw");
+    g.n_forward = g.n;
+    g.n_params = pl.n;
+    Both b;
+    if (both_open(&b, &g, &pl, tag)) {
+        int ok;
+        run_both(&b.ex, &b.cx, false, tag, &ok);
+        if (ok) compare(&b.ex, &b.cx, &g, fix, tag, "dW", NULL, DT_F32);
+        both_close(&b);
+    }
+    ir_free(&g);
+    params_free(&pl);
+}
+
 int main(void)
 {
     gpu_check_gap = " ";   /* this program\'s lines always had one space */
@@ -244,6 +289,23 @@ int main(void)
         for (int r = 0; r < 3; r++)
             for (int l = 0; l < 3; l++)
                 if (Rs[r] < 4096 || Ds[d] <= 1024) site_case(Rs[r], Ds[d], lows[l]);
+    /* HPC_LN_SAVE=xhat (compiler/fuse_layernorm.c): the 16-bit sites save
+     * xhat in f16, the backward reads it (f32 sites are left alone) */
+    const char *was = getenv("HPC_LN_SAVE");
+    char *saved = was ? strdup(was) : NULL;
+    setenv("HPC_LN_SAVE", "xhat", 1);
+    g_xhat = true;
+    for (int d = 0; d < 4; d++)
+        for (int r = 0; r < 3; r++)
+            for (int l = 1; l < 3; l++)
+                if (Rs[r] < 4096 || Ds[d] <= 1024) site_case(Rs[r], Ds[d], lows[l]);
+    g_xhat = false;
+    dw_fix_case(768, 768);
+    dw_fix_case(3072, 768);
+    dw_fix_case(5, 24);
+    if (saved) setenv("HPC_LN_SAVE", saved, 1);
+    else unsetenv("HPC_LN_SAVE");
+    free(saved);
     cuda_device_close(&g_dev);
     return gpu_check_summary();
 }
