@@ -86,6 +86,10 @@ static HpcStatus node_cfg(const IrGraph *g, int id, AttnCfg *c, HpcError *err)
     c->heads = n->attr.attn.heads;
     c->head_dim = c->hidden / c->heads;
     c->causal = n->attr.attn.causal;
+    if (n->attr.attn.varlen)
+        return hpc_fail(err, HPC_ERR_INPUT, "emit_ops: node %d (%s): varlen attention (a packed program, "
+                        "docs/packing.md) has no CUDA kernel yet; run packed programs on the cpu backend or "
+                        "train without pack", id, n->name);
     int n_float = n->op == IR_OP_ATTENTION ? 3 : 6;   /* ATTENTION_BWD: all but mask and lse */
     bool same = n->dtype == c->dtype;
     for (int k = 0; k < n->n_in && k < n_float + 1; k++) {

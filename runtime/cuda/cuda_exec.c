@@ -207,6 +207,11 @@ HpcStatus cuda_exec_init_kernels_with(CudaExec *ex, CudaDevice *dev, const IrGra
                                       const PlanOptions *plan, HpcError *err)
 {
     memset(ex, 0, sizeof *ex);
+    const char *pack_cuda = getenv("HPC_PACK_CUDA");
+    if (ir_graph_packed(g) && !(pack_cuda && strcmp(pack_cuda, "1") == 0))
+        return hpc_fail(err, HPC_ERR_USAGE, "cuda backend: this program is packed (pack = true, hpc run --pack; "
+                        "docs/packing.md), which the cuda backend does not run yet; use --device cpu, or train "
+                        "without pack (HPC_PACK_CUDA=1 lets a development build try)");
     ex->g = g;
     ex->pl = pl;
     ex->dev = dev;
@@ -342,6 +347,7 @@ static HpcStatus upload_input(CudaExec *ex, int id, const Batch *b, HpcError *er
     case IR_IN_LABELS: src = b->labels; bytes = (size_t)b->B * 4; break;
     case IR_IN_TOKEN_LABELS: src = b->labels; break;
     case IR_IN_TARGETS: src = b->targets; bytes = (size_t)b->B * 4; break;
+    case IR_IN_SEQ_SPANS: src = b->seq_spans; bytes = (size_t)b->B * 2 * 4; break;   /* packed (docs/packing.md) */
     case IR_IN_LOSS_SCALE:
     case IR_IN_COUNT: return HPC_OK;
     }
