@@ -38,6 +38,7 @@ typedef struct {
     Collectives nccl;                    /* opts->dist: the NCCL world joined here */
     bool nccl_open;
     bool packed;                         /* the program reads packed batches (docs/packing.md) */
+    int64_t micro_batches, slots, padded_slots, real;   /* token slots trained, and what padding would hold */
 } Trainer;
 
 /* The next batch, starting the next epoch when one ends. */
@@ -47,6 +48,17 @@ static Batch *next_batch(Loader *ld, HpcError *err)
     if (!b) b = loader_next(ld);
     if (!b) hpc_fail(err, HPC_ERR_OOM, "trainer: out of host memory for a batch");
     return b;
+}
+
+/* The slots of b, had it been padded (loader.h: B x the longest row rounded up to 8). */
+static int64_t padded_slots(const Batch *b, int64_t max_len)
+{
+    if (!b->seq_spans) return b->B * b->L;
+    int64_t m = 1;
+    for (int64_t r = 0; r < b->B; r++)
+        if (b->seq_spans[2 * r + 1] > m) m = b->seq_spans[2 * r + 1];
+    m = (m + 7) / 8 * 8;
+    return b->B * (m < max_len ? m : max_len);
 }
 
 static int64_t real_tokens(const Batch *b)
@@ -217,6 +229,10 @@ static HpcStatus train_step(Trainer *t, Loader *ld, int64_t step, HpcError *err)
         if (!b) return err->code;
         HpcStatus st = t->be.micro(&t->be, b, m, err);
         tokens += real_tokens(b);
+        t->micro_batches++;
+        t->slots += b->B * b->L;
+        t->padded_slots += padded_slots(b, t->spec->train.max_seq_len);
+        t->real += real_tokens(b);
         batch_free(b);
         if (st) return st;
     }
@@ -349,6 +365,10 @@ static HpcStatus train_loop(Trainer *t, const Dataset *train, const Dataset *eva
         if (stop) break;
     }
     loader_free(&ld);
+    if (t->micro_batches > 0)
+        runlog_message(t->log, "token slots a micro-batch: %.1f for %.1f real tokens (%s; padded batches: %.1f)",
+                       (double)t->slots / (double)t->micro_batches, (double)t->real / (double)t->micro_batches,
+                       t->packed ? "packed" : "padded", (double)t->padded_slots / (double)t->micro_batches);
     return st;
 }
 
