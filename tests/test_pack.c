@@ -13,8 +13,10 @@
  * for a sequence classifier (first token), a token classifier (labels per
  * slot, -100 on padding), a masked LM with a tied decoder, and a causal
  * decoder with a sequence classifier (last token of each span).
- * Dropout on: a packed step gives finite gradients that differ from the
- * dropout-off step, and a packed bert_tiny-sized run trains a synthetic
+ * Dropout on: each packed sequence's attention (ctx rows, lse block) is the
+ * padded fused node at B = 1, L = len_b with the Philox key seed ^
+ * span_seed(start_b), bit for bit; a packed step gives finite gradients
+ * that differ from the dropout-off step, and a packed bert_tiny-sized run trains a synthetic
  * task to > 90% dev accuracy through the trainer.
  * Loader: spans, tokens, types, masks and labels of a packed batch from a
  * small TSV file, L = ceil(tokens / B), and the in-graph position ids
@@ -24,7 +26,9 @@
  * (HPC_ATTENTION=unfused), a packed causal LM, a padded batch given to a
  * packed program, spans outside the slots; a packed program compiles no
  * CUDA kernels (the cuda backend refuses it) unless HPC_PACK_CUDA=1, and
- * then the emitter names what it cannot emit. */
+ * then the emitter names what it cannot emit (the varlen attention).
+ * CUDA (no GPU needed): the span_positions / span_token / span_token_bwd
+ * kernels compile with NVRTC for sm_80 and sm_90 (f32 and f16). */
 #include <criterion/criterion.h>
 #include <math.h>
 #include <stdio.h>
@@ -33,6 +37,9 @@
 #include <unistd.h>
 
 #include "compiler/attention_form.h"
+#include "compiler/emit_ops.h"
+#include "compiler/ir_build.h"
+#include "cuda/nvrtc_compile.h"
 #include "compiler/pipeline.h"
 #include "compiler/step_program_build.h"
 #include "cpu/cpu_exec.h"
@@ -311,8 +318,8 @@ Test(pack_equal, causal_last_token)
     check_equal(H_CAUSAL_SEQ, PREC_FP32, ATTN_FORM_AUTO, CPU_EXEC_F32, 1e-5, "causal seq f32");
 }
 
-/* A control: the same packed batch with span 0 running on over sequence
- * 1's slot (the attention not kept apart) gives another loss, so the equality above
+/* A control: the same packed batch with the boundary of spans 2 and 3
+ * moved by one token (the attention not kept apart) gives another loss, so the equality above
  * is not vacuous. */
 Test(pack_equal, merged_spans_differ)
 {
@@ -325,7 +332,9 @@ Test(pack_equal, merged_spans_differ)
     Batch *b = first_batch(&d, true);
     double **w = rand_weights(&p.pl, 4321);
     Step a = run_step(&p, w, CPU_EXEC_F64, b, false);
-    b->seq_spans[1] += b->seq_spans[3];   /* span 0 also covers span 1's slot */
+    b->seq_spans[5] += 1;   /* span 2 takes span 3's first token */
+    b->seq_spans[6] += 1;
+    b->seq_spans[7] -= 1;
     Step m = run_step(&p, w, CPU_EXEC_F64, b, false);
     cr_expect_gt(fabs(m.loss - a.loss) / fabs(a.loss), 1e-4, "loss %.12g vs %.12g", m.loss, a.loss);
     step_free(&a);
@@ -369,6 +378,93 @@ Test(pack_dropout, step_differs_and_is_finite)
     batch_free(b);
     dataset_free(&d);
     pipeline_free(&p);
+}
+
+/* The varlen contract with dropout on (cpu_exec_packed.inc): sequence b
+ * of a packed batch is the padded fused node at B = 1, L = len_b run with
+ * the Philox key seed ^ span_seed(start_b): its ctx rows and its lse block
+ * (at start_b * heads) equal such a run's, bit for bit.  Hidden dropout is
+ * off so layer 0's attention inputs are the same in both runs. */
+static uint64_t span_seed(int64_t start) { return (uint64_t)(start + 1) * 0x9E3779B97F4A7C15ull; }
+
+static int first_attention(const IrGraph *g)
+{
+    for (int i = 0; i < g->n; i++)
+        if (g->nodes[i].op == IR_OP_ATTENTION) return i;
+    return -1;
+}
+
+Test(pack_dropout, sequence_is_the_padded_node_with_its_seed)
+{
+    ModelSpec sp, sk;
+    spec_for(&sp, H_SEQ, false);
+    spec_for(&sk, H_SEQ, true);
+    sp.stack.hidden_dropout = sk.stack.hidden_dropout = 0;
+    sp.head.classifier_dropout = sk.head.classifier_dropout = 0;
+    Pipeline pad, pk;
+    build(&sp, PREC_FP32, ATTN_FORM_FUSED, &pad);
+    build(&sk, PREC_FP32, ATTN_FORM_AUTO, &pk);
+    Dataset d;
+    make_rows(&d);   /* rows 0 (16 tokens) and 2 (7) into a batch of two */
+    Dataset two;
+    dataset_init(&two, "two");
+    HpcError err = {0};
+    for (int r = 0; r < 3; r += 2)
+        cr_assert_eq(dataset_add(&two, d.ex[r].ids, d.ex[r].type_ids, d.ex[r].len, 0, 0, &err), HPC_OK);
+    Loader ld;
+    cr_assert_eq(loader_init(&ld, &two, 2, PMAX, 1, false, false, &err), HPC_OK);
+    loader_set_pack(&ld, true);
+    Batch *bk = loader_next(&ld);
+    loader_free(&ld);
+    double **w = rand_weights(&pad.pl, 7);
+    CpuRunOptions o = {.training = true, .backward = false, .seed = 77, .step = 3, .loss_scale = 1.0};
+    CpuExec ek;
+    cpu_exec_init(&ek, &pk.g, CPU_EXEC_F64);
+    for (int i = 0; i < pk.pl.n; i++)
+        if (pk.pl.p[i].tied_to < 0) cpu_exec_bind_param(&ek, i, w[i]);
+    cr_assert_eq(cpu_exec_run(&ek, bk, &o, &err), HPC_OK, "%s", err.msg);
+    int ak = first_attention(&pk.g), ap = first_attention(&pad.g);
+    cr_assert(ak >= 0 && ap >= 0);
+    int64_t H = pk.g.nodes[ak].dims[2], NH = pk.g.nodes[ak].attr.attn.heads;
+    const double *ck = cpu_exec_value(&ek, ak), *lk = cpu_exec_value(&ek, ir_output(&pk.g, ak, 1));
+    for (int b = 0; b < 2; b++) {
+        int64_t start = bk->seq_spans[2 * b], n = bk->seq_spans[2 * b + 1];
+        Batch *one = batch_new(1, n, 1);   /* L = len: no padding, the padded index at L = n */
+        for (int64_t t = 0; t < n; t++) {
+            one->input_ids[t] = bk->input_ids[start + t];
+            one->token_type_ids[t] = bk->token_type_ids[start + t];
+            one->attention_mask[t] = 1;
+        }
+        CpuExec ep;
+        cpu_exec_init(&ep, &pad.g, CPU_EXEC_F64);
+        for (int i = 0; i < pad.pl.n; i++)
+            if (pad.pl.p[i].tied_to < 0) cpu_exec_bind_param(&ep, i, w[i]);
+        CpuRunOptions op = o;
+        op.seed = o.seed ^ span_seed(start);
+        cr_assert_eq(cpu_exec_run(&ep, one, &op, &err), HPC_OK, "%s", err.msg);
+        const double *cp = cpu_exec_value(&ep, ap), *lp = cpu_exec_value(&ep, ir_output(&pad.g, ap, 1));
+        int diff = 0;
+        for (int64_t e = 0; e < n * H; e++) diff += cp[e] != ck[start * H + e];
+        for (int64_t e = 0; e < NH * n; e++) diff += lp[e] != lk[start * NH + e];
+        cr_expect_eq(diff, 0, "sequence %d: %d of %lld ctx / lse values differ", b, diff, (long long)(n * (H + NH)));
+        /* and dropout is on: the run at the plain seed differs */
+        op.seed = o.seed;
+        cr_assert_eq(cpu_exec_run(&ep, one, &op, &err), HPC_OK, "%s", err.msg);
+        cp = cpu_exec_value(&ep, ap);
+        diff = 0;
+        for (int64_t e = 0; e < n * H; e++) diff += cp[e] != ck[start * H + e];
+        cr_expect_gt(diff, 0, "sequence %d: the key offset matters", b);
+        cpu_exec_free(&ep);
+        batch_free(one);
+    }
+    cr_expect(isinf(lk[bk->B * bk->L * NH - 1]), "the tail's lse is +inf");
+    cpu_exec_free(&ek);
+    free_weights(&pad.pl, w);
+    batch_free(bk);
+    dataset_free(&two);
+    dataset_free(&d);
+    pipeline_free(&pad);
+    pipeline_free(&pk);
 }
 
 /* Dropout on, through the trainer: a packed run learns synthetic-contains. */
@@ -640,4 +736,45 @@ Test(pack_errors, no_cuda_kernels_unless_asked)
     cr_assert_eq(step_program_compile(&s, PREC_FP16, true, &prog, &err), HPC_OK, "%s", err.msg);
     cr_expect_gt(prog.kernels.n, 0);
     step_program_free(&prog);
+}
+
+/* ---- CUDA: the span kernels compile ---------------------------------------- */
+
+Test(pack_cuda, span_kernels_compile_with_nvrtc, .timeout = 300)
+{
+    for (int f16 = 0; f16 < 2; f16++) {
+        IrGraph g;
+        ir_init(&g);
+        int ids = ir_input(&g, IR_IN_INPUT_IDS), spans = ir_input(&g, IR_IN_SEQ_SPANS);
+        int table = ir_param(&g, 0, DT_F32, 2, (int64_t[]){PV, 32}, "table");
+        int x = ir_add(&g, IR_OP_EMBEDDING, (int[]){table, ids}, 2, NULL, "x");
+        if (f16) {
+            IrAttr c = {.cast = {DT_F16}};
+            x = ir_add(&g, IR_OP_CAST, &x, 1, &c, "x16");
+        }
+        IrAttr off = {.pos = {2}}, first = {.span = {0}}, last = {.span = {1}};
+        ir_add(&g, IR_OP_SPAN_POSITIONS, &spans, 1, &off, "pos");
+        int t0 = ir_add(&g, IR_OP_SPAN_TOKEN, (int[]){x, spans}, 2, &first, "first");
+        int t1 = ir_add(&g, IR_OP_SPAN_TOKEN, (int[]){x, spans}, 2, &last, "last");
+        ir_add(&g, IR_OP_SPAN_TOKEN_BWD, (int[]){t0, spans}, 2, &first, "d.first");
+        ir_add(&g, IR_OP_SPAN_TOKEN_BWD, (int[]){t1, spans}, 2, &last, "d.last");
+        g.n_forward = g.n;
+        char *src = NULL;
+        HpcError err = {0};
+        cr_assert_eq(eop_module_source(&g, &src, &err), HPC_OK, "%s", err.msg);
+        cr_expect(strstr(src, "span_positions") && strstr(src, "span_first_bwd") && strstr(src, "span_last"),
+                  "the span kernels are in the module");
+        for (int arch = 80; arch <= 90; arch += 10) {
+            void *cubin = NULL;
+            size_t size = 0;
+            char *log = NULL;
+            cr_expect_eq(nvrtc_compile(src, "hpc_step", arch, NULL, 0, &cubin, &size, &log, &err), HPC_OK,
+                         "%s sm_%d: %s\n%s", f16 ? "f16" : "f32", arch, err.msg, log ? log : "");
+            cr_expect_gt(size, 1000);
+            free(cubin);
+            free(log);
+        }
+        free(src);
+        ir_free(&g);
+    }
 }
