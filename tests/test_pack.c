@@ -26,9 +26,12 @@
  * (HPC_ATTENTION=unfused), a packed causal LM, a padded batch given to a
  * packed program, spans outside the slots; a packed program compiles no
  * CUDA kernels (the cuda backend refuses it) unless HPC_PACK_CUDA=1, and
- * then the emitter names what it cannot emit (the varlen attention).
- * CUDA (no GPU needed): the span_positions / span_token / span_token_bwd
- * kernels compile with NVRTC for sm_80 and sm_90 (f32 and f16). */
+ * then it emits them (fp16/bf16; fp32 has no fused-attention kernel and
+ * says so).  CUDA (no GPU needed): the span_positions / span_token /
+ * span_token_bwd kernels (f32, f16) and whole packed step modules (fp16,
+ * bf16; the default one-pass backward and HPC_ATTN_KERNELS=v2 / v1; Q, K
+ * and V unstacked and as one QKV GEMM; head sizes 16 and 64, causal too)
+ * compile with NVRTC for sm_80 and sm_90. */
 #include <criterion/criterion.h>
 #include <math.h>
 #include <stdio.h>
@@ -725,10 +728,15 @@ Test(pack_errors, no_cuda_kernels_unless_asked)
     cr_expect(ir_graph_packed(&prog.g));
     cr_expect_eq(prog.kernels.n, 0, "a packed program carries no kernels (%d)", prog.kernels.n);
     step_program_free(&prog);
+    /* HPC_PACK_CUDA=1: the kernels are emitted (fp16); fp32 has no fused-attention kernel */
     setenv("HPC_PACK_CUDA", "1", 1);
     err = (HpcError){0};
-    cr_expect_neq(step_program_compile(&s, PREC_FP16, true, &prog, &err), HPC_OK);
-    cr_expect(strstr(err.msg, "no CUDA kernel"), "message: %s", err.msg);
+    cr_assert_eq(step_program_compile(&s, PREC_FP16, true, &prog, &err), HPC_OK, "%s", err.msg);
+    cr_expect_gt(prog.kernels.n, 0);
+    step_program_free(&prog);
+    err = (HpcError){0};
+    cr_expect_neq(step_program_compile(&s, PREC_FP32, true, &prog, &err), HPC_OK);
+    cr_expect(strstr(err.msg, "f16 or bf16"), "message: %s", err.msg);
     unsetenv("HPC_PACK_CUDA");
     /* the padded program still has its kernels */
     s.train.pack = false;
@@ -777,4 +785,52 @@ Test(pack_cuda, span_kernels_compile_with_nvrtc, .timeout = 300)
         free(src);
         ir_free(&g);
     }
+}
+
+/* A packed step's whole module (varlen attention phases included). */
+static void compile_packed_module(ModelSpec *s, SpecPrecision policy, const char *what)
+{
+    PipeOptions o = pipeline_defaults(policy);
+    Pipeline p;
+    HpcError err = {0};
+    cr_assert_eq(pipeline_build(s, &o, &p, &err), HPC_OK, "%s: %s", what, err.msg);
+    char *src = NULL;
+    cr_assert_eq(eop_module_source(&p.g, &src, &err), HPC_OK, "%s: %s", what, err.msg);
+    cr_expect(strstr(src, "_vl_"), "%s: varlen attention phases in the module", what);
+    for (int arch = 80; arch <= 90; arch += 10) {
+        void *cubin = NULL;
+        size_t size = 0;
+        char *log = NULL;
+        cr_expect_eq(nvrtc_compile(src, "hpc_step", arch, NULL, 0, &cubin, &size, &log, &err), HPC_OK,
+                     "%s sm_%d: %s\n%s", what, arch, err.msg, log ? log : "");
+        cr_expect_gt(size, 1000);
+        free(cubin);
+        free(log);
+    }
+    free(src);
+    pipeline_free(&p);
+}
+
+Test(pack_cuda, packed_step_modules_compile_with_nvrtc, .timeout = 900)
+{
+    ModelSpec s;
+    spec_for(&s, H_SEQ, true);   /* hidden 32, 2 heads of 16 */
+    compile_packed_module(&s, PREC_FP16, "tiny fp16 (v3)");
+    compile_packed_module(&s, PREC_BF16, "tiny bf16 (v3)");
+    setenv("HPC_FUSE_QKV", "1", 1);
+    compile_packed_module(&s, PREC_FP16, "tiny fp16 QKV");
+    unsetenv("HPC_FUSE_QKV");
+    setenv("HPC_ATTN_KERNELS", "v2", 1);
+    compile_packed_module(&s, PREC_FP16, "tiny fp16 v2");
+    setenv("HPC_ATTN_KERNELS", "v1", 1);
+    compile_packed_module(&s, PREC_FP16, "tiny fp16 v1");
+    unsetenv("HPC_ATTN_KERNELS");
+    spec_for(&s, H_CAUSAL_SEQ, true);
+    compile_packed_module(&s, PREC_FP16, "causal fp16");
+    spec_for(&s, H_SEQ, true);
+    s.stack.hidden = 256;   /* 4 heads of 64, BERT-base's head size */
+    s.stack.heads = 4;
+    s.stack.ffn = 512;
+    s.stack.layers = 1;
+    compile_packed_module(&s, PREC_FP16, "head 64 fp16");
 }

@@ -697,7 +697,11 @@ static HpcStatus profile_run(CudaExec *ex, int end, const CudaExecTail *tail, Hp
 
 HpcStatus cuda_exec_stage(CudaExec *ex, const Batch *batch, const CudaRunOptions *opts, HpcError *err)
 {
-    if (batch->B < 1 || batch->L < 1 || batch->B > ex->plan.B || batch->L > ex->plan.L)
+    /* a packed batch (docs/packing.md) is bounded by its slots: every value
+     * of a packed graph grows with B x L or B, none with L alone */
+    bool packed = ir_graph_packed(ex->g);
+    bool outside = packed ? batch->B * batch->L > ex->plan.B * ex->plan.L : batch->L > ex->plan.L;
+    if (batch->B < 1 || batch->L < 1 || batch->B > ex->plan.B || outside)
         return hpc_fail(err, HPC_ERR_USAGE, "cuda_exec: batch %lld x %lld outside the planned bounds "
                         "%lld x %lld; plan with the largest batch and length", (long long)batch->B,
                         (long long)batch->L, (long long)ex->plan.B, (long long)ex->plan.L);
