@@ -47,6 +47,7 @@ typedef struct {
     const char *stop_after;
     const char *out;     /* -o: the artifact's path */
     bool no_artifact;
+    bool pack;           /* --pack: train.pack = true (docs/packing.md) */
     const char *emit_cuda, *emit_lib; /* --emit-cuda DIR, --emit-lib DIR */
     ArchList arch;       /* --arch */
 } CompileArgs;
@@ -85,6 +86,10 @@ static const CliOpt compile_opts[] = {
      .help = "the memory plan of a step at the model's batch x max_seq_len"},
     {.name = "no-fuse", .kind = CLI_FLAG, .off = A(no_fuse), .excludes = EX_FUSE,
      .help = "skip the fuse pass (the unfused graph, as before fusion)"},
+    {.name = "pack", .kind = CLI_FLAG, .off = A(pack),
+     .help = "a packed program (the model's `pack = true`): batches hold every sequence's tokens back to "
+             "back with no padding rows, so a step costs the real tokens (docs/packing.md); cpu backend only "
+             "so far"},
     {.name = "dump-lower", .kind = CLI_FLAG, .off = A(dump[PIPE_LOWER]), .help = "print the graph after lowering"},
     {.name = "dump-autodiff", .kind = CLI_FLAG, .off = A(dump[PIPE_AUTODIFF]),
      .help = "print the graph after autodiff (forward and backward)"},
@@ -304,6 +309,7 @@ int cmd_compile(int argc, char **argv)
     memset(&c, 0, sizeof c);
     int nerr = spec_load(a.model, &c.spec, stderr);
     if (nerr) return nerr < 0 ? HPC_ERR_IO : HPC_ERR_INPUT;
+    if (a.pack) c.spec.train.pack = true;
     ir_init(&c.g);
     params_init(&c.pl);
     HpcError err = {0};

@@ -47,6 +47,7 @@ typedef struct {
     int64_t steps, seq_len, rows, eval_every, ckpt_every, keep, threads, gpus;
     SpecPrecision policy;                 /* PREC_DEFAULT: no flag (an artifact's own, else fp32) */
     bool no_fuse, cased, skip_bad_rows, allow_changed, no_memory_check, cpu_reference, bucket;
+    bool pack;   /* --pack: train.pack = true (docs/packing.md) */
     bool rows_given;                      /* --train-rows */
     StepProgram program;       /* the run's program (have_program): a NAME.hpc's, or the model's compiled here */
     bool have_program;
@@ -134,6 +135,10 @@ static const CliOpt run_opts[] = {
      .help = "write the best model by dev metric (the final one when there is no evaluation) "
              "as a Hugging Face folder: config.json, model.safetensors, vocab.txt, "
              "tokenizer_config.json, special_tokens_map.json"},
+    {.name = "pack", .kind = CLI_FLAG, .off = A(pack),
+     .help = "packed batches (the model's `pack = true`): each batch holds its rows' tokens back to back "
+             "with no padding rows, so a step costs the real tokens, not batch x the longest row "
+             "(docs/packing.md); cpu backend only so far (--device cpu); off by default"},
     {.name = "bucket", .kind = CLI_FLAG, .off = A(bucket),
      .help = "train on batches of rows of similar length (windows of 50 batches sorted by length, "
              "then visited in a seeded order): less padding, so faster, but another batch "
@@ -320,7 +325,8 @@ static int load_spec(RunArgs *a, ModelSpec *spec)
 static HpcStatus program_for_run(RunArgs *a, const ModelSpec *spec, HpcError *err)
 {
     const SpecTraining *was = &a->program.spec.train, *now = &spec->train;
-    if (was->freeze_embeddings == now->freeze_embeddings && was->freeze_layers == now->freeze_layers) {
+    if (was->freeze_embeddings == now->freeze_embeddings && was->freeze_layers == now->freeze_layers &&
+        was->pack == now->pack) {
         a->program.spec = *spec;
         return HPC_OK;
     }
@@ -451,6 +457,7 @@ static int run_command(int argc, char **argv)
     memset(&task, 0, sizeof task);
     int64_t inject = 0;
     run_overrides_apply(&a.train, a.train_seen, &spec);
+    if (a.pack) spec.train.pack = true;
     HpcStatus st = inject_step(&inject, &err);
     if (!st) st = check_run(&spec, &a, &err);
     if (!st) st = a.have_program ? program_for_run(&a, &spec, &err) : program_from_model(&a, &spec, &err);

@@ -29,6 +29,18 @@ HpcStatus attention_form_choose(const ModelSpec *spec, SpecPrecision policy, Att
                 return hpc_fail(err, HPC_ERR_USAGE, "HPC_ATTENTION=%s: want auto, fused or unfused", e);
         }
     }
+    /* A packed program (docs/packing.md) has no (B, L) mask: only the
+     * fused op, which attends within each sequence's span, can run it. */
+    if (spec->train.pack) {
+        if (req == ATTN_FORM_UNFUSED)
+            return hpc_fail(err, HPC_ERR_USAGE,
+                            "%s: pack = true needs the fused attention op (the unfused chain of batched score "
+                            "GEMMs cannot keep packed sequences apart), but the unfused one was asked for%s; "
+                            "unset HPC_ATTENTION or train without pack",
+                            spec->name, getenv("HPC_ATTENTION") ? " (HPC_ATTENTION=unfused)" : "");
+        *fused = true;
+        return HPC_OK;
+    }
     if (req != ATTN_FORM_AUTO) {
         *fused = req == ATTN_FORM_FUSED;
         return HPC_OK;

@@ -14,6 +14,11 @@
  * The environment variable HPC_ATTENTION=auto|fused|unfused overrides an
  * AUTO request, so `hpc run`, `hpc compile` and bench/ can compare the two
  * forms without a rebuild.
+ *
+ * A packed program (train.pack, docs/packing.md) is always fused: only the
+ * fused op attends within each sequence's span of the flat token slots.
+ * Asking for the unfused form there (UNFUSED, HPC_ATTENTION=unfused) is an
+ * HPC_ERR_USAGE naming pack.
  */
 #ifndef HPC_COMPILER_ATTENTION_FORM_H
 #define HPC_COMPILER_ATTENTION_FORM_H

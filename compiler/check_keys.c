@@ -105,6 +105,7 @@ static const KeyDef KEYS[K_COUNT] = {
     {K_EPOCHS, BLK_TRAIN, "epochs", KT_FN, TR(epochs), 1, 1e6, 0, NULL, fn_length},
     {K_STEPS, BLK_TRAIN, "steps", KT_FN, TR(steps), 1, 1e12, 0, NULL, fn_length},
     {K_FREEZE, BLK_TRAIN, "freeze", KT_FN, 0, 0, 0, 0, NULL, fn_freeze},
+    {K_PACK, BLK_TRAIN, "pack", KT_BOOL, TR(pack), 0, 0, 0, NULL, NULL},
 
     {K_LR, BLK_OPTIMIZER, "lr", KT_FLOAT, TR(lr), 0, 10, F_LO_OPEN, NULL, NULL},
     {K_BETAS, BLK_OPTIMIZER, "betas", KT_FN, 0, 0, 1, F_HI_OPEN, NULL, fn_betas},

@@ -17,6 +17,7 @@ typedef struct {
     bool causal;
     bool packed;          /* q, k, v one (B, L, 3H) value (compiler/fuse_qkv.c) */
     long long ld;         /* their row stride: hidden, or 3 hidden when packed */
+    bool varlen;          /* a packed batch's spans instead of the mask (docs/packing.md) */
 } AttnCfg;
 
 /* The kernel arguments of q, k, v (input `first` onwards) and of the
@@ -86,6 +87,7 @@ static HpcStatus node_cfg(const IrGraph *g, int id, AttnCfg *c, HpcError *err)
     c->heads = n->attr.attn.heads;
     c->head_dim = c->hidden / c->heads;
     c->causal = n->attr.attn.causal;
+    c->varlen = n->attr.attn.varlen;
     int n_float = n->op == IR_OP_ATTENTION ? 3 : 6;   /* ATTENTION_BWD: all but mask and lse */
     bool same = n->dtype == c->dtype;
     for (int k = 0; k < n->n_in && k < n_float + 1; k++) {
@@ -183,6 +185,121 @@ static StrBuf *attn_phase(EopGen *gen, const char *base, const AttnCfg *c, EopLa
 /* ceil(L / AT_TILE) blocks along L. */
 static StepSize tiles_of_l(void) { return (StepSize){.c0 = AT_TILE - 1, .c1 = 1, .pB = 0, .pL = 1, .div = AT_TILE}; }
 
+/* ---- varlen (a packed batch, docs/packing.md) ------------------------------
+ * Sequence b is the padded kernels' contract at B = 1, L = len_b from
+ * offset base pointers (runtime/cpu/cpu_exec_packed.inc states it): each
+ * phase's block z is the sequence, its span read from the spans input;
+ * tiles at or past len_b return; lse and delta hold the sequence's
+ * (heads, len_b) block at start_b x heads; the dropout key is
+ * seed ^ span_seed(start_b).  The grid has tiles for B x L rows, which bound
+ * every span.  A last phase writes zeros to the tail rows (the slots after
+ * the last span) of the outputs: they feed the next GEMMs. */
+
+/* Declares st, nl (sequence blockIdx.z's span) and vseed; returns for an empty span. */
+static void vl_span_text(StrBuf *s, int spans_input)
+{
+    strbuf_printf(s, "    const int *sp = (const int *)a.x[%d];\n"
+                     "    const i64 st = sp[2 * blockIdx.z], nl = sp[2 * blockIdx.z + 1];\n"
+                     "    const u64 vseed = ctl->seed ^ ((u64)(st + 1) * 0x9E3779B97F4A7C15ull);\n"
+                     "    (void)vseed;\n    if (nl < 1) return;\n", spans_input);
+}
+
+/* ptr + st * stride, as a kernel argument. */
+static const char *vl_at(char *buf, size_t cap, const char *ptr, long long stride)
+{
+    snprintf(buf, cap, "(%s) + st * %lldLL", ptr, stride);
+    return buf;
+}
+
+/* Zeros in rows [end, B L) of out (row width w), end the last span's end:
+ * grid-stride over the launch, or (one_block) by block (0, 0, 0) alone. */
+static void vl_tail_text(StrBuf *s, int spans_input, const char *out, long long w, bool one_block)
+{
+    strbuf_printf(s, "    if (%s) {\n        const int *sp = (const int *)a.x[%d];\n"
+                     "        const i64 end = (i64)sp[2 * (a.B - 1)] + sp[2 * (a.B - 1) + 1], n = (i64)a.B * a.L * %lldLL;\n"
+                     "        T *o = %s;\n"
+                     "        for (i64 i = end * %lldLL + %s; i < n; i += %s)\n"
+                     "            o[i] = hpc_attn::st_from(0.0f);\n    }\n",
+                  one_block ? "blockIdx.x == 0 && blockIdx.y == 0 && blockIdx.z == 0" : "true", spans_input, w,
+                  out, w, one_block ? "threadIdx.x" : "(i64)blockIdx.x * blockDim.x + threadIdx.x",
+                  one_block ? "blockDim.x" : "(i64)gridDim.x * blockDim.x");
+}
+
+static StepSize vl_tiles(void) { return (StepSize){.c0 = AT_TILE - 1, .c1 = 1, .pB = 1, .pL = 1, .div = AT_TILE}; }
+
+static HpcStatus gen_attention_varlen(EopGen *gen, const AttnCfg *c, const char *fam)
+{
+    AttnPtrs ap = attn_ptrs(c, 0);
+    char q[96], k[96], v[96], y[64], l[64];
+    long long H = (long long)c->hidden, NH = (long long)c->heads;
+    StrBuf *s = attn_phase(gen, fam[3] ? "attn2_fwd_vl" : "attn_fwd_vl", c, EOP_LT_HEAD_TILES, vl_tiles(), (int)c->heads);
+    vl_span_text(s, 3);
+    strbuf_printf(s, "    if ((i64)blockIdx.x * %d >= nl) return;\n"
+                     "    hpc_attn::attn_%s_fwd_run(blockIdx.x, blockIdx.y, 0, %s, %s,\n"
+                     "        %s, %s, %s, %lld, (const int *)0,\n"
+                     "        1, (int)nl, p, vseed, ctl->step, salt);\n",
+                  AT_TILE, fam, vl_at(y, sizeof y, "(T *)a.y", H), vl_at(l, sizeof l, "(float *)a.yk[0]", NH),
+                  vl_at(q, sizeof q, ap.q, c->ld), vl_at(k, sizeof k, ap.k, c->ld), vl_at(v, sizeof v, ap.v, c->ld),
+                  c->ld);
+    s = attn_phase(gen, "attn_tail_vl", c, EOP_LT_ELEMS, (StepSize){.c0 = 0, .c1 = H, .pB = 1, .pL = 1, .div = 1}, 256);
+    vl_tail_text(s, 3, "(T *)a.y", H, false);
+    return HPC_OK;
+}
+
+/* The backward (EOP_MAX_PHASES = 3): one block a (sequence, head) makes
+ * delta (or, one-pass and len_b <= AT_ONE_PASS_MAX_L, the whole backward),
+ * and block (0, 0, 0) first zeroes the tails (rows no span writes); then
+ * the dQ and dK/dV tiles of the longer sequences. */
+static HpcStatus gen_attention_bwd_varlen(EopGen *gen, const AttnCfg *c, const char *fam, bool one_pass)
+{
+    AttnPtrs ap = attn_ptrs(c, 1);
+    long long H = (long long)c->hidden, NH = (long long)c->heads, ld = c->ld;
+    char q[96], k[96], v[96], dq[80], dk[80], dv[80], g[64], y[64], l[80], dl[80];
+    vl_at(q, sizeof q, ap.q, ld);
+    vl_at(k, sizeof k, ap.k, ld);
+    vl_at(v, sizeof v, ap.v, ld);
+    vl_at(dq, sizeof dq, ap.dq, ld);
+    vl_at(dk, sizeof dk, ap.dk, ld);
+    vl_at(dv, sizeof dv, ap.dv, ld);
+    vl_at(g, sizeof g, "(const T *)a.x[0]", H);
+    vl_at(y, sizeof y, "(const T *)a.x[5]", H);
+    vl_at(l, sizeof l, "(const float *)a.x[6]", NH);
+    vl_at(dl, sizeof dl, "(float *)a.scratch", NH);
+    StrBuf *s = attn_phase(gen, one_pass ? "attn3_bwd_vl" : "attn_bwd_dot_vl", c, EOP_LT_HEAD_BLOCKS,
+                           (StepSize){.c0 = 1}, (int)c->heads);
+    vl_tail_text(s, 4, "(T *)a.y", c->packed ? 3 * H : H, true);
+    if (!c->packed) {
+        vl_tail_text(s, 4, "(T *)a.yk[0]", H, true);
+        vl_tail_text(s, 4, "(T *)a.yk[1]", H, true);
+    }
+    vl_span_text(s, 4);
+    if (one_pass)
+        strbuf_printf(s, "    if (nl <= %d) {\n"
+                         "        hpc_attn::attn_mma3_bwd_run(blockIdx.x, blockIdx.y, 0, %s, %s, %s, %lld, %s, %s,\n"
+                         "            %s, %s, %s, %lld, %s, (const int *)0, 1, (int)nl, p, vseed, ctl->step, salt);\n"
+                         "        return;\n    }\n",
+                      AT_ONE_PASS_MAX_L, dq, dk, dv, ld, g, y, q, k, v, ld, l);
+    strbuf_printf(s, "    hpc_attn::attn_head_bwd_dot_run(blockIdx.x, blockIdx.y, 0, %s, %s, %s, 1, (int)nl, 256);\n",
+                  dl, g, y);
+    char skip[80] = "";
+    if (one_pass) snprintf(skip, sizeof skip, "    if (nl <= %d) return;\n", AT_ONE_PASS_MAX_L);
+    bool v2 = fam[3] != 0;
+    s = attn_phase(gen, v2 ? "attn2_bwd_dq_vl" : "attn_bwd_dq_vl", c, EOP_LT_HEAD_TILES, vl_tiles(), (int)c->heads);
+    vl_span_text(s, 4);
+    strbuf_printf(s, "%s    if ((i64)blockIdx.x * %d >= nl) return;\n"
+                     "    hpc_attn::attn_%s_bwd_dq_run(blockIdx.x, blockIdx.y, 0, %s, %lld, %s, %s, %s, %s, %lld,\n"
+                     "        %s, %s, (const int *)0, 1, (int)nl, p, vseed, ctl->step, salt);\n",
+                  skip, AT_TILE, fam, dq, ld, g, q, k, v, ld, l, dl);
+    s = attn_phase(gen, v2 ? "attn2_bwd_dkv_vl" : "attn_bwd_dkv_vl", c, EOP_LT_HEAD_TILES, vl_tiles(), (int)c->heads);
+    vl_span_text(s, 4);
+    strbuf_printf(s, "%s    if ((i64)blockIdx.x * %d >= nl) return;\n"
+                     "    hpc_attn::attn_%s_bwd_dkv_run(blockIdx.x, blockIdx.y, 0, %s, %s, %lld, %s, %s, %s, %s, %lld,\n"
+                     "        %s, %s, (const int *)0, 1, (int)nl, p, vseed, ctl->step, salt);\n",
+                  skip, AT_TILE, fam, dk, dv, ld, g, q, k, v, ld, l, dl);
+    gen->scratch = (StepSize){.c0 = 0, .c1 = 4 * c->heads, .pB = 1, .pL = 1, .div = 1};
+    return HPC_OK;
+}
+
 HpcStatus eopa_gen_attention(EopGen *gen, HpcError *err)
 {
     AttnCfg c;
@@ -191,6 +308,7 @@ HpcStatus eopa_gen_attention(EopGen *gen, HpcError *err)
     const char *fam;
     bool one_pass;
     if ((st = kernel_family(&fam, &one_pass, err))) return st;
+    if (c.varlen) return gen_attention_varlen(gen, &c, fam);
     StrBuf *s = attn_phase(gen, fam[3] ? "attn2_fwd" : "attn_fwd", &c, EOP_LT_HEAD_TILES, tiles_of_l(), (int)c.heads);
     AttnPtrs ap = attn_ptrs(&c, 0);
     strbuf_printf(s, "    hpc_attn::attn_%s_fwd_run(blockIdx.x, blockIdx.y, blockIdx.z, (T *)a.y, (float *)a.yk[0],\n"
@@ -220,6 +338,7 @@ HpcStatus eopa_gen_attention_bwd(EopGen *gen, HpcError *err)
                         "needs more than 48 KiB of shared memory above head size 64; set HPC_ATTN_KERNELS=v2 or "
                         "compile with HPC_ATTENTION=unfused", gen->id, gen->g->nodes[gen->id].name,
                         (long long)c.head_dim);
+    if (c.varlen) return gen_attention_bwd_varlen(gen, &c, fam, one_pass);
     AttnPtrs ap = attn_ptrs(&c, 1);
     StrBuf *s;
     char skip[64] = "";

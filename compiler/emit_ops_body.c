@@ -1720,6 +1720,54 @@ static HpcStatus cuda_unsupported(EopGen *gen, HpcError *err)
                     "graph on the cpu backend", gen->id, OUTN->name, ir_op_name(OUTN->op));
 }
 
+/* ---- packed batches (docs/packing.md; cpu references in
+ * runtime/cpu/cpu_exec_packed.inc).  The spans are in order and apart, so
+ * the sequence holding flat slot s is the last b with start_b <= s (binary
+ * search), when s < start_b + len_b. */
+static void span_find_text(StrBuf *s, const char *spans, const char *slot)
+{
+    strbuf_printf(s, "        i64 lo = 0, hi = (i64)a.B - 1, f = -1;\n"
+                     "        while (lo <= hi) {\n            const i64 m = (lo + hi) / 2;\n"
+                     "            if (%s[2 * m] <= %s) { f = m; lo = m + 1; } else hi = m - 1;\n        }\n"
+                     "        const bool in = f >= 0 && %s < (i64)%s[2 * f] + %s[2 * f + 1];\n",
+                  spans, slot, slot, spans, spans);
+}
+
+static HpcStatus cuda_span_positions(EopGen *gen, HpcError *err)
+{
+    (void)err;
+    StrBuf *s = elems_phase(gen, "span_positions", OUTN);
+    strbuf_add(s, "    EOP_FOR(i, n) {\n");
+    span_find_text(s, "x0", "i");
+    strbuf_printf(s, "        y[i] = (in ? (int)(i - x0[2 * f]) : 0) + %lld;\n    }\n", (long long)OUTN->attr.pos.offset);
+    return HPC_OK;
+}
+
+static HpcStatus cuda_span_token(EopGen *gen, HpcError *err)
+{
+    (void)err;
+    long long H = (long long)last_dim(OUTN);
+    StrBuf *s = elems_phase(gen, OUTN->attr.span.last ? "span_last" : "span_first", OUTN);
+    strbuf_printf(s, "    EOP_FOR(i, n) {\n        const i64 b = i / %lldLL, c = i %% %lldLL, len = x1[2 * b + 1];\n"
+                     "        const i64 t = x1[2 * b] + %s;\n"
+                     "        y[i] = %s(len < 1 ? 0.0f : %s(x0[t * %lldLL + c]));\n    }\n",
+                  H, H, OUTN->attr.span.last ? "len - 1" : "0", stf(OUTN->dtype), ldf(INN(0)->dtype), H);
+    return HPC_OK;
+}
+
+static HpcStatus cuda_span_token_bwd(EopGen *gen, HpcError *err)
+{
+    (void)err;
+    long long H = (long long)last_dim(OUTN);
+    StrBuf *s = elems_phase(gen, OUTN->attr.span.last ? "span_last_bwd" : "span_first_bwd", OUTN);
+    strbuf_printf(s, "    EOP_FOR(i, n) {\n        const i64 slot = i / %lldLL, c = i %% %lldLL;\n", H, H);
+    span_find_text(s, "x1", "slot");
+    strbuf_printf(s, "        const bool tok = in && slot == (i64)x1[2 * f] + %s;\n"
+                     "        y[i] = %s(tok ? %s(x0[f * %lldLL + c]) : 0.0f);\n    }\n",
+                  OUTN->attr.span.last ? "x1[2 * f + 1] - 1" : "0", stf(OUTN->dtype), ldf(INN(0)->dtype), H);
+    return HPC_OK;
+}
+
 /* A projection is written by the multi-output node it reads. */
 static HpcStatus cuda_output(EopGen *gen, HpcError *err)
 {

@@ -16,7 +16,8 @@ typedef struct {
     ParamList *pl;
     const char *prefix;  /* "bert" (encoder) or "transformer" (decoder) */
     bool frozen;         /* parameters created now are frozen */
-    int mask;            /* attention_mask input */
+    int mask;            /* attention_mask input (-1 in a packed graph) */
+    int spans;           /* seq_spans input of a packed graph (docs/packing.md), else -1 */
     int ids;             /* input_ids input */
     bool fused_attention; /* ATTENTION nodes instead of the unfused chain */
 } Lower;
@@ -92,7 +93,9 @@ static int lower_embeddings(Lower *lw, int *word_table)
     snprintf(n, sizeof n, "%s.embeddings.position_embeddings.weight", lw->prefix);
     int pt = lw_param(lw, n, s->max_positions, s->hidden, PARAM_INIT_NORMAL, true);
     IrAttr pa = {.pos = {s->position_offset}};
-    int pos = ir_add(g, IR_OP_POSITIONS, NULL, 0, &pa, "position_ids");
+    /* packed: the ids restart at 0 in every sequence's span */
+    int pos = lw->spans >= 0 ? ir_add(g, IR_OP_SPAN_POSITIONS, &lw->spans, 1, &pa, "position_ids")
+                             : ir_add(g, IR_OP_POSITIONS, NULL, 0, &pa, "position_ids");
     int pe = ir_add(g, IR_OP_EMBEDDING, (int[]){pt, pos}, 2, NULL, "emb.position");
     x = lw_add(lw, x, pe, "emb.sum");
     if (s->type_vocab_size > 0) {
@@ -124,10 +127,12 @@ static int lower_attention_fused(Lower *lw, int x, const char *pre, const char *
         snprintf(vn, sizeof vn, "%s.attn.%c", v, which[i][0]);
         proj[i] = lw_linear(lw, x, n, s->hidden, s->hidden, vn);
     }
-    IrAttr a = {.attn = {(float)s->attention_dropout, -1, (int32_t)s->heads, s->attention == ATTN_CAUSAL}};
+    bool varlen = lw->spans >= 0;   /* packed: attend within each span, input 3 the spans */
+    IrAttr a = {.attn = {(float)s->attention_dropout, -1, (int32_t)s->heads, s->attention == ATTN_CAUSAL, 0, varlen}};
     int outs[2];
     snprintf(vn, sizeof vn, "%s.attn.context", v);
-    return ir_add_outputs(lw->g, IR_OP_ATTENTION, (int[]){proj[0], proj[1], proj[2], lw->mask}, 4, &a, vn, outs);
+    int keys = varlen ? lw->spans : lw->mask;
+    return ir_add_outputs(lw->g, IR_OP_ATTENTION, (int[]){proj[0], proj[1], proj[2], keys}, 4, &a, vn, outs);
 }
 
 /* The context of the unfused path: each projection's heads split right
@@ -249,7 +254,11 @@ static int lower_seq_head(Lower *lw, int x)
     /* Under causal attention only the last real token has seen the whole
      * row (HF GPT2ForSequenceClassification pools it); a bidirectional
      * stack pools the first ([CLS]) token as BERT does. */
-    if (lw->spec->stack.attention == ATTN_CAUSAL)
+    if (lw->spans >= 0) {   /* packed: the span's first (or, causal, last) slot */
+        IrAttr sa = {.span = {lw->spec->stack.attention == ATTN_CAUSAL}};
+        x = ir_add(lw->g, IR_OP_SPAN_TOKEN, (int[]){x, lw->spans}, 2, &sa,
+                   sa.span.last ? "head.last_token" : "head.first_token");
+    } else if (lw->spec->stack.attention == ATTN_CAUSAL)
         x = ir_add(lw->g, IR_OP_SLICE_LAST, (int[]){x, lw->mask}, 2, NULL, "head.last_token");
     else
         x = ir_add(lw->g, IR_OP_SLICE_FIRST, &x, 1, NULL, "head.first_token");
@@ -311,12 +320,22 @@ HpcStatus lower_model_attention(const ModelSpec *spec, bool fused_attention, IrG
     if (s->heads < 1 || s->hidden % s->heads != 0)
         return hpc_fail(err, HPC_ERR_INPUT, "lower %s: hidden %lld is not a multiple of heads %lld",
                         spec->name, (long long)s->hidden, (long long)s->heads);
+    bool pack = spec->train.pack;
+    if (pack && !fused_attention)
+        return hpc_fail(err, HPC_ERR_USAGE, "lower %s: a packed program (pack = true) needs the fused attention "
+                        "op, which attends within each sequence; leave HPC_ATTENTION unset (or auto/fused)",
+                        spec->name);
+    if (pack && spec->head.kind == HEAD_CAUSAL_LM)
+        return hpc_fail(err, HPC_ERR_USAGE, "lower %s: pack = true does not support a causal LM head yet (its "
+                        "next-token labels would cross from one packed sequence into the next); train it "
+                        "without pack", spec->name);
     HPC_ASSERT(g->n == 0 && params->n == 0);
-    Lower lw = {.spec = spec, .g = g, .pl = params, .fused_attention = fused_attention};
+    Lower lw = {.spec = spec, .g = g, .pl = params, .fused_attention = fused_attention, .mask = -1, .spans = -1};
     lw.prefix = s->kind == STACK_DECODER ? "transformer" : "bert";
     g->region = IR_REGION_EMBEDDINGS;
     lw.ids = ir_input(g, IR_IN_INPUT_IDS);
-    lw.mask = ir_input(g, IR_IN_ATTN_MASK);
+    if (pack) lw.spans = ir_input(g, IR_IN_SEQ_SPANS);
+    else lw.mask = ir_input(g, IR_IN_ATTN_MASK);
     int word_table;
     int x = lower_embeddings(&lw, &word_table);
     g->region = IR_REGION_STACK;

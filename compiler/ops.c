@@ -48,6 +48,12 @@ static bool is_BL(const IrNode *v)
     return v->rank == 2 && v->dims[0] == IR_DIM_B && v->dims[1] == IR_DIM_L && v->dtype == DT_I32;
 }
 
+/* The spans of a packed batch: (B, 2) i32 (docs/packing.md). */
+static bool is_spans(const IrNode *v)
+{
+    return v->rank == 2 && v->dims[0] == IR_DIM_B && v->dims[1] == 2 && v->dtype == DT_I32;
+}
+
 /* ---- shape rules, one per op ------------------------------------------ */
 
 static void ir_shape_input(const IrGraph *g, IrNode *n)
@@ -61,6 +67,7 @@ static void ir_shape_input(const IrGraph *g, IrNode *n)
     case IR_IN_LABELS: set_shape(n, DT_I32, 1, b); break;
     case IR_IN_TARGETS: set_shape(n, DT_F32, 1, b); break;
     case IR_IN_LOSS_SCALE: set_shape(n, DT_F32, 0, NULL); break;
+    case IR_IN_SEQ_SPANS: set_shape(n, DT_I32, 2, (int64_t[]){IR_DIM_B, 2}); break;
     case IR_IN_COUNT: require(false, n, "bad input kind");
     }
 }
@@ -284,6 +291,30 @@ static void ir_shape_softmax_dropout(const IrGraph *g, IrNode *n) { ir_shape_sof
 
 static void ir_shape_layernorm_fwd(const IrGraph *g, IrNode *n) { ir_shape_layernorm(g, n); }
 
+/* ---- packed batches (docs/packing.md) ---------------------------------- */
+
+static void ir_shape_span_positions(const IrGraph *g, IrNode *n)
+{
+    require(is_spans(IN(0)), n, "spans must be (B, 2) i32");
+    set_shape(n, DT_I32, 2, (int64_t[]){IR_DIM_B, IR_DIM_L});
+}
+
+static void ir_shape_span_token(const IrGraph *g, IrNode *n)
+{
+    const IrNode *x = IN(0);
+    require(x->rank == 3 && x->dims[0] == IR_DIM_B && x->dims[1] == IR_DIM_L, n, "x must be (B, L, H)");
+    require(is_spans(IN(1)), n, "spans must be (B, 2) i32");
+    set_shape(n, x->dtype, 2, (int64_t[]){IR_DIM_B, x->dims[2]});
+}
+
+static void ir_shape_span_token_bwd(const IrGraph *g, IrNode *n)
+{
+    const IrNode *dy = IN(0);
+    require(dy->rank == 2 && dy->dims[0] == IR_DIM_B, n, "dy (B, H)");
+    require(is_spans(IN(1)), n, "spans must be (B, 2) i32");
+    set_shape(n, dy->dtype, 3, (int64_t[]){IR_DIM_B, IR_DIM_L, dy->dims[1]});
+}
+
 /* ATTENTION: q, k, v (B, L, H) of one dtype, H a multiple of heads, the
  * padding mask (B, L) i32; ctx (B, L, H) in the dtype of q.  The salt
  * defaults to the node's own id (as a dropout's). */
@@ -301,7 +332,8 @@ static void ir_shape_attention(const IrGraph *g, IrNode *n)
     bool packed = n->attr.attn.packed;
     require(!packed || (n->in[1] == n->in[0] && n->in[2] == n->in[0] && q->dims[2] % 3 == 0), n,
             "packed: q, k and v are one (B, L, 3H) value");
-    require(is_BL(IN(3)), n, "mask must be (B, L) i32");
+    require(n->attr.attn.varlen ? is_spans(IN(3)) : is_BL(IN(3)), n,
+            n->attr.attn.varlen ? "varlen: spans must be (B, 2) i32" : "mask must be (B, L) i32");
     require(n->attr.attn.p >= 0 && n->attr.attn.p < 1, n, "dropout p must be in [0, 1)");
     if (n->attr.attn.salt < 0) n->attr.attn.salt = (int32_t)(n - g->nodes);
     copy_shape(n, q);
@@ -321,7 +353,8 @@ static void ir_shape_attention_bwd(const IrGraph *g, IrNode *n)
         require_same(n, IN(5), q);
     }
     for (int k = 2; k < 4; k++) require_same(n, q, IN(k));
-    require(is_BL(IN(4)), n, "mask must be (B, L) i32");
+    require(n->attr.attn.varlen ? is_spans(IN(4)) : is_BL(IN(4)), n,
+            n->attr.attn.varlen ? "varlen: spans must be (B, 2) i32" : "mask must be (B, L) i32");
     require(lse->rank == 3 && lse->dtype == DT_F32 && lse->dims[1] == n->attr.attn.heads, n,
             "lse must be (B, heads, L) f32");
     copy_shape(n, q);
@@ -644,6 +677,13 @@ GRAD_RULE(merge_heads)
 GRAD_RULE(slice_first)
 {
     if (needs(g, id, 0)) dx[0] = grad_node(g, id, 0, IR_OP_SLICE_FIRST_BWD, &dy, 1, NULL);
+}
+
+/* The same spans pick the same slot. */
+GRAD_RULE(span_token)
+{
+    IrNode f = F;
+    if (needs(g, id, 0)) dx[0] = grad_node(g, id, 0, IR_OP_SPAN_TOKEN_BWD, (int[]){dy, f.in[1]}, 2, &f.attr);
 }
 
 /* The same mask picks the same token. */

@@ -273,11 +273,13 @@ static int grad_target(const Planner *P, int i)
     case IR_OP_MERGE_HEADS:          /* whose output dy is the gradient of */
     case IR_OP_SLICE_FIRST_BWD:
     case IR_OP_SLICE_LAST_BWD:
+    case IR_OP_SPAN_TOKEN_BWD:
     case IR_OP_CAST: {
         IrOpKind fwd = n->op == IR_OP_SPLIT_HEADS ? IR_OP_MERGE_HEADS
                      : n->op == IR_OP_MERGE_HEADS ? IR_OP_SPLIT_HEADS
                      : n->op == IR_OP_SLICE_FIRST_BWD ? IR_OP_SLICE_FIRST
-                     : n->op == IR_OP_SLICE_LAST_BWD ? IR_OP_SLICE_LAST : IR_OP_CAST;
+                     : n->op == IR_OP_SLICE_LAST_BWD ? IR_OP_SLICE_LAST
+                     : n->op == IR_OP_SPAN_TOKEN_BWD ? IR_OP_SPAN_TOKEN : IR_OP_CAST;
         int t = g->nodes[n->in[0]].backward ? P->target[n->in[0]] : -1;
         return t >= 0 && g->nodes[t].op == fwd && !g->nodes[t].backward ? g->nodes[t].in[0] : -1;
     }
@@ -313,6 +315,7 @@ static DType forward_storage(const Planner *P, const IrNode *n, const int *ins, 
     case IR_OP_MERGE_HEADS:
     case IR_OP_SLICE_FIRST:
     case IR_OP_SLICE_LAST:
+    case IR_OP_SPAN_TOKEN:
         return keep ? P->out->nodes[ins[0]].dtype : low;
     default:
         return low;

@@ -49,7 +49,7 @@ const char *ir_input_name(IrInputKind kind)
 {
     static const char *names[IR_IN_COUNT] = {
         "input_ids", "token_type_ids", "attention_mask", "labels", "token_labels",
-        "targets", "loss_scale",
+        "targets", "loss_scale", "seq_spans",
     };
     return kind >= 0 && kind < IR_IN_COUNT ? names[kind] : "?";
 }
@@ -81,6 +81,13 @@ int64_t ir_rows(const IrNode *v, int64_t B, int64_t L)
     int64_t n = 1;
     for (int i = 0; i + 1 < v->rank; i++) n *= ir_dim(v->dims[i], B, L);
     return n;
+}
+
+bool ir_graph_packed(const IrGraph *g)
+{
+    for (int i = 0; i < g->n; i++)
+        if (g->nodes[i].op == IR_OP_INPUT && g->nodes[i].attr.input.kind == IR_IN_SEQ_SPANS) return true;
+    return false;
 }
 
 bool ir_same_shape(const IrNode *a, const IrNode *b)

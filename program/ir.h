@@ -73,6 +73,8 @@ typedef enum {
     IR_IN_TOKEN_LABELS,   /* (B, L) i32, -100 = ignore (token classification, masked LM) */
     IR_IN_TARGETS,        /* (B) f32 regression targets */
     IR_IN_LOSS_SCALE,     /* () f32: the gradient of the loss (the loss scale) */
+    IR_IN_SEQ_SPANS,      /* (B, 2) i32 [start_b, len_b] in flat token slots: a packed batch
+                             (docs/packing.md); its presence makes the graph packed */
     IR_IN_COUNT
 } IrInputKind;
 
@@ -109,7 +111,11 @@ typedef struct { int index; } IrOutputAttr;                /* which output (>= 1
  * given as all three inputs; ATTENTION_BWD's output 0 is then the one
  * (B, L, 3H) gradient dqkv and the node has no outputs 1, 2 (dk, dv).
  * 16 bytes, as the union. */
-typedef struct { float p; int32_t salt; int32_t heads; uint8_t causal, packed; } IrAttnAttr;
+/* varlen (a packed graph, docs/packing.md): input 3 (ATTENTION) / 4
+ * (ATTENTION_BWD) is the (B, 2) i32 spans instead of the (B, L) mask, the
+ * B x L slots are one flat sequence of tokens and sequence b attends
+ * within slots [start_b, start_b + len_b) only. */
+typedef struct { float p; int32_t salt; int32_t heads; uint8_t causal, packed, varlen; } IrAttnAttr;
 
 /* SOFTMAX_DROPOUT, SOFTMAX_DROPOUT_BWD and DROPOUT_ADD (made by the fuse
  * pass, compiler/fuse.c); p is a float because the dropout kernels take p
@@ -148,6 +154,11 @@ typedef struct {
  * in IrActAttr, so attr.act.kind names the activation for every act op. */
 typedef struct { IrActKind kind; uint8_t db, y, pad_[2]; } IrActBgradAttr;
 
+/* SPAN_TOKEN, SPAN_TOKEN_BWD (packed graphs): which slot of each span the
+ * head reads: its first (start_b, [CLS]) or, last = 1, its last
+ * (start_b + len_b - 1, causal stacks). */
+typedef struct { uint8_t last; } IrSpanAttr;
+
 typedef union {
     IrInputAttr input;
     IrParamAttr param;
@@ -165,6 +176,7 @@ typedef union {
     IrFusedAttr fused;
     IrLnFusedAttr ln_fused;
     IrActBgradAttr act_bgrad;
+    IrSpanAttr span;
 } IrAttr;
 
 typedef struct {
@@ -242,6 +254,9 @@ int64_t ir_dim(int64_t d, int64_t B, int64_t L);  /* binds one dim */
 bool ir_same_shape(const IrNode *a, const IrNode *b);
 /* How many nodes of g from node `from` on are of kind op (0: the whole graph). */
 int ir_count_op(const IrGraph *g, IrOpKind op, int from);
+
+/* The graph reads a packed batch (an IR_IN_SEQ_SPANS input; docs/packing.md). */
+bool ir_graph_packed(const IrGraph *g);
 
 /* Writes "(B, L, 768)" into buf. */
 void ir_shape_str(const IrNode *v, char *buf, size_t size);

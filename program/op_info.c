@@ -11,7 +11,7 @@ static const IrOpInfo op_table[] = {
 #undef IR_OP
 };
 _Static_assert(sizeof op_table / sizeof op_table[0] == IR_OP_COUNT, "ops.def and the op table disagree");
-_Static_assert(IR_OP_COUNT == 46, "an op was added or removed: update docs/ir.md (the row names its functions)");
+_Static_assert(IR_OP_COUNT == 49, "an op was added or removed: update docs/ir.md (the row names its functions)");
 
 const IrOpInfo *ir_op_info(IrOpKind op)
 {

@@ -71,6 +71,7 @@ void spec_defaults(ModelSpec *spec)
     t->steps = 0;
     t->freeze_embeddings = false;
     t->freeze_layers = 0;
+    t->pack = false;
 }
 
 const char *spec_activation_name(SpecActivation a)

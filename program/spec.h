@@ -108,6 +108,7 @@ typedef struct {
     int64_t steps;
     bool freeze_embeddings;
     int64_t freeze_layers;     /* the first N layers get no update */
+    bool pack;                 /* packed batches, no padding (docs/packing.md) */
 } SpecTraining;
 
 typedef struct {

@@ -139,6 +139,7 @@ static void write_train(const SpecTraining *t, FILE *out)
         fprintf(out, "    freeze = (embeddings, layers %lld)\n", (long long)t->freeze_layers);
     else if (t->freeze_embeddings) fputs("    freeze = embeddings\n", out);
     else if (t->freeze_layers) fprintf(out, "    freeze = layers %lld\n", (long long)t->freeze_layers);
+    if (t->pack) fputs("    pack = true\n", out);
     fputs("  }\n", out);
 }
 

@@ -238,6 +238,7 @@ static const SpecField spec_fields[] = {
     FLD("train.steps", F_I64, train.steps, 0),
     FLD("train.freeze_embeddings", F_BOOL, train.freeze_embeddings, 0),
     FLD("train.freeze_layers", F_I64, train.freeze_layers, 0),
+    FLD("train.pack", F_BOOL, train.pack, 0),
 };
 #undef FLD
 #define N_SPEC_FIELDS ((int)(sizeof spec_fields / sizeof spec_fields[0]))
@@ -306,7 +307,10 @@ static void attr_canonical(const IrNode *n, IrAttr *c)
         c->attn.heads = a->attn.heads;
         c->attn.causal = a->attn.causal;
         c->attn.packed = a->attn.packed;
+        c->attn.varlen = a->attn.varlen;
         break;
+    case IR_OP_SPAN_POSITIONS: c->pos.offset = a->pos.offset; break;
+    case IR_OP_SPAN_TOKEN: case IR_OP_SPAN_TOKEN_BWD: c->span.last = a->span.last; break;
     default: memcpy(c, a, sizeof *c); break;
     }
 }

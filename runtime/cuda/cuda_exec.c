@@ -207,6 +207,11 @@ HpcStatus cuda_exec_init_kernels_with(CudaExec *ex, CudaDevice *dev, const IrGra
                                       const PlanOptions *plan, HpcError *err)
 {
     memset(ex, 0, sizeof *ex);
+    const char *pack_cuda = getenv("HPC_PACK_CUDA");
+    if (ir_graph_packed(g) && !(pack_cuda && strcmp(pack_cuda, "1") == 0))
+        return hpc_fail(err, HPC_ERR_USAGE, "cuda backend: this program is packed (pack = true, hpc run --pack; "
+                        "docs/packing.md), which the cuda backend does not run yet; use --device cpu, or train "
+                        "without pack (HPC_PACK_CUDA=1 lets a development build try)");
     ex->g = g;
     ex->pl = pl;
     ex->dev = dev;
@@ -342,6 +347,7 @@ static HpcStatus upload_input(CudaExec *ex, int id, const Batch *b, HpcError *er
     case IR_IN_LABELS: src = b->labels; bytes = (size_t)b->B * 4; break;
     case IR_IN_TOKEN_LABELS: src = b->labels; break;
     case IR_IN_TARGETS: src = b->targets; bytes = (size_t)b->B * 4; break;
+    case IR_IN_SEQ_SPANS: src = b->seq_spans; bytes = (size_t)b->B * 2 * 4; break;   /* packed (docs/packing.md) */
     case IR_IN_LOSS_SCALE:
     case IR_IN_COUNT: return HPC_OK;
     }
@@ -691,7 +697,11 @@ static HpcStatus profile_run(CudaExec *ex, int end, const CudaExecTail *tail, Hp
 
 HpcStatus cuda_exec_stage(CudaExec *ex, const Batch *batch, const CudaRunOptions *opts, HpcError *err)
 {
-    if (batch->B < 1 || batch->L < 1 || batch->B > ex->plan.B || batch->L > ex->plan.L)
+    /* a packed batch (docs/packing.md) is bounded by its slots: every value
+     * of a packed graph grows with B x L or B, none with L alone */
+    bool packed = ir_graph_packed(ex->g);
+    bool outside = packed ? batch->B * batch->L > ex->plan.B * ex->plan.L : batch->L > ex->plan.L;
+    if (batch->B < 1 || batch->L < 1 || batch->B > ex->plan.B || outside)
         return hpc_fail(err, HPC_ERR_USAGE, "cuda_exec: batch %lld x %lld outside the planned bounds "
                         "%lld x %lld; plan with the largest batch and length", (long long)batch->B,
                         (long long)batch->L, (long long)ex->plan.B, (long long)ex->plan.L);

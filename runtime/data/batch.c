@@ -24,9 +24,22 @@ Batch *batch_new(int64_t B, int64_t L, int with_targets)
     return b;
 }
 
+Batch *batch_new_packed(int64_t B, int64_t L, int with_targets)
+{
+    Batch *b = batch_new(B, L, with_targets);
+    if (!b) return NULL;
+    b->seq_spans = calloc((size_t)(2 * B), sizeof(int32_t));
+    if (!b->seq_spans) {
+        batch_free(b);
+        return NULL;
+    }
+    return b;
+}
+
 void batch_free(Batch *b)
 {
     if (!b) return;
+    free(b->seq_spans);
     free(b->input_ids);
     free(b->token_type_ids);
     free(b->attention_mask);

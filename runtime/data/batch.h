@@ -5,6 +5,13 @@
  * L is the padded length of this batch (data loaders pad to a multiple of 8,
  * never beyond the model's max_seq_len).  A Batch owns its arrays; free it
  * with batch_free.
+ *
+ * A packed batch (seq_spans != NULL; docs/packing.md) holds B sequences
+ * back to back in its B x L slots read as one flat array: sequence b is
+ * slots [seq_spans[2b], seq_spans[2b] + seq_spans[2b + 1]); the slots after
+ * the last sequence are padding (pad id, type 0, mask 0, token label -100).
+ * Token-wise fields (ids, types, mask, token labels) are per flat slot;
+ * labels[b], targets[b] and example_index[b] are per sequence as before.
  */
 #ifndef HPC_RUNTIME_BATCH_H
 #define HPC_RUNTIME_BATCH_H
@@ -22,11 +29,14 @@ typedef struct {
                                  causal LM: unused (targets are input_ids shifted) */
     float *targets;           /* regression: (B) values; otherwise NULL */
     int64_t *example_index;   /* (B) which dataset row each batch row came from */
+    int32_t *seq_spans;       /* packed batches: (B, 2) [start, len] in flat slots; else NULL */
 } Batch;
 
 /* Allocates all arrays for B x L (labels as (B, L) so every head fits),
  * zero-filled; targets only when with_targets.  Returns NULL on OOM. */
 Batch *batch_new(int64_t B, int64_t L, int with_targets);
+/* batch_new plus seq_spans (zero-filled): a packed batch. */
+Batch *batch_new_packed(int64_t B, int64_t L, int with_targets);
 void batch_free(Batch *batch);
 
 #endif

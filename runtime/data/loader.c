@@ -158,6 +158,72 @@ static void loader_fill_row(const Loader *ld, Batch *bt, int64_t b, int64_t row)
     bt->example_index[b] = row;
 }
 
+/* Round up to LOADER_PACK_ROUND; at least 1. */
+static int64_t pack_len(int64_t total, int64_t B)
+{
+    int64_t L = (total + B - 1) / B;
+    L = (L + LOADER_PACK_ROUND - 1) / LOADER_PACK_ROUND * LOADER_PACK_ROUND;
+    return L > 0 ? L : 1;
+}
+
+void loader_set_pack(Loader *ld, bool pack)
+{
+    ld->pack = pack;
+}
+
+int64_t loader_packed_max_slots(const Loader *ld, int64_t epochs)
+{
+    Loader w = *ld;   /* its own order buffer, so ld is untouched */
+    w.order = malloc((size_t)ld->data->n * sizeof *w.order);
+    if (!w.order) return 0;
+    int64_t best = 0, n = ld->data->n;
+    for (int64_t e = 0; e < (epochs > 0 ? epochs : 1); e++) {
+        w.epoch = e;
+        if (!loader_build_order(&w)) {
+            best = 0;
+            break;
+        }
+        for (int64_t at = 0; at < n; at += w.batch_size) {
+            int64_t B = n - at < w.batch_size ? n - at : w.batch_size, total = 0;
+            for (int64_t b = 0; b < B; b++) total += w.data->ex[w.order[at + b]].len;
+            if (B * pack_len(total, B) > best) best = B * pack_len(total, B);
+        }
+        if (!w.shuffle) break;   /* every epoch the same */
+    }
+    free(w.order);
+    return best;
+}
+
+/* A packed batch of rows order[from..from+B): tokens back to back. */
+static Batch *loader_pack_rows(const Loader *ld, int64_t from, int64_t B)
+{
+    int64_t total = 0;
+    for (int64_t b = 0; b < B; b++) total += ld->data->ex[ld->order[from + b]].len;
+    Batch *bt = batch_new_packed(B, pack_len(total, B), ld->data->regression);
+    if (!bt) return NULL;
+    int64_t slots = bt->B * bt->L, at = 0;
+    for (int64_t i = 0; i < slots; i++) {
+        bt->input_ids[i] = ld->pad_id;
+        bt->labels[i] = -100;   /* token labels: tail slots are not scored */
+    }
+    for (int64_t b = 0; b < B; b++) {
+        int64_t row = ld->order[from + b];
+        const Example *ex = &ld->data->ex[row];
+        bt->seq_spans[2 * b] = (int32_t)at;
+        bt->seq_spans[2 * b + 1] = ex->len;
+        for (int32_t t = 0; t < ex->len; t++, at++) {
+            bt->input_ids[at] = ex->ids[t];
+            bt->token_type_ids[at] = ex->type_ids[t];
+            bt->attention_mask[at] = 1;
+        }
+        bt->example_index[b] = row;
+        if (bt->targets) bt->targets[b] = ex->target;
+    }
+    /* sequence labels after the token slots' -100: labels[b] is row b's class */
+    for (int64_t b = 0; b < B; b++) bt->labels[b] = ld->data->ex[ld->order[from + b]].label;
+    return bt;
+}
+
 Batch *loader_next(Loader *ld)
 {
     int64_t n = ld->data->n;
@@ -171,6 +237,11 @@ Batch *loader_next(Loader *ld)
     int64_t first = 0, mine = B;   /* this rank's rows of the global batch */
     HpcError ignore = {0};         /* cannot fail: loader_set_shard checked the sizes */
     if (ld->world > 1 && dist_rank_rows(B, ld->rank, ld->world, &first, &mine, &ignore)) return NULL;
+    if (ld->pack) {
+        Batch *pk = loader_pack_rows(ld, ld->cursor + first, mine);
+        if (pk) ld->cursor += B;
+        return pk;
+    }
     Batch *bt = batch_new(mine, loader_padded_len(ld, ld->cursor, B), ld->data->regression);
     if (!bt) return NULL;
     for (int64_t b = 0; b < mine; b++) loader_fill_row(ld, bt, b, ld->order[ld->cursor + first + b]);

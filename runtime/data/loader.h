@@ -22,6 +22,14 @@
  * batch_new; only the first B entries are used for sequence tasks); for a
  * regression dataset targets[b] holds the target and labels[b] = -1.
  *
+ * Packing (loader_set_pack; docs/packing.md): a batch of B rows is one
+ * packed Batch (batch.h): the rows' tokens back to back in file/visit order,
+ * row b at flat slots [start_b, start_b + len_b), seq_spans filled, and L =
+ * ceil(total tokens / B) rounded up to LOADER_PACK_ROUND, so a step's slots
+ * follow the real tokens instead of B x the longest row.  The tail slots
+ * after the last row are padding.  Order, bucketing, resume and shards are
+ * as without packing.
+ *
  * Data-parallel shards (loader_set_shard): every rank walks the same
  * permutation and the same global batches (batch_size rows, the position
  * ld->cursor counts global rows), and loader_next returns rank r's equal,
@@ -52,6 +60,11 @@
 /* Batches per bucketing window (see above). */
 #define LOADER_BUCKET_WINDOW 50
 
+/* A packed batch's L is a multiple of this.  The slots past the tokens
+ * cost as much as real ones, and at 1 the tail is under B slots; the
+ * kernels need no alignment of L (a GEMM sees B x L rows). */
+#define LOADER_PACK_ROUND 1
+
 typedef struct {
     const Dataset *data;  /* borrowed */
     int64_t batch_size, max_len;
@@ -63,6 +76,7 @@ typedef struct {
     int64_t *order;       /* (n) row indices of this epoch, in visiting order */
     int64_t order_epoch;  /* epoch `order` was built for; -1 = not built */
     int rank, world;      /* shard of each global batch this loader returns (0, 1: all) */
+    bool pack;            /* packed batches (loader_set_pack) */
 } Loader;
 
 /* Checks arguments (batch_size >= 1, max_len >= 1, no row longer than max_len,
@@ -84,6 +98,19 @@ HpcStatus loader_seek(Loader *ld, int64_t epoch, int64_t cursor, HpcError *err);
  * HPC_ERR_USAGE when batch_size or the epoch's last batch does not divide
  * by world. */
 HpcStatus loader_set_shard(Loader *ld, int rank, int world, HpcError *err);
+
+/* Packed batches from now on (see above) when pack is true. */
+void loader_set_pack(Loader *ld, bool pack);
+
+/* Packed batches: the most token slots (B x L) of any batch this loader's
+ * settings (data, batch size, seed, shuffle, bucket; no shard) make in
+ * epochs 0 .. epochs - 1: the orders are functions of (seed, epoch), so
+ * this is exactly what a run of that many epochs will see, however it is
+ * resumed.  The trainer sizes a packed run for batch_size x
+ * ceil(that / batch_size) (and the eval sets' one epoch): every value of a
+ * packed graph grows with the slots, none with L alone (the fused
+ * attention keeps no L x L value).  0 on OOM. */
+int64_t loader_packed_max_slots(const Loader *ld, int64_t epochs);
 
 /* The longest L any batch of these datasets can have, by the padding rule
  * above: the longest row over sets[0..n) (NULL entries skipped) rounded up

@@ -37,6 +37,8 @@ typedef struct {
     bool lead;                           /* rank 0 (or no coll): prints, logs, writes */
     Collectives nccl;                    /* opts->dist: the NCCL world joined here */
     bool nccl_open;
+    bool packed;                         /* the program reads packed batches (docs/packing.md) */
+    int64_t micro_batches, slots, padded_slots, real;   /* token slots trained, and what padding would hold */
 } Trainer;
 
 /* The next batch, starting the next epoch when one ends. */
@@ -46,6 +48,17 @@ static Batch *next_batch(Loader *ld, HpcError *err)
     if (!b) b = loader_next(ld);
     if (!b) hpc_fail(err, HPC_ERR_OOM, "trainer: out of host memory for a batch");
     return b;
+}
+
+/* The slots of b, had it been padded (loader.h: B x the longest row rounded up to 8). */
+static int64_t padded_slots(const Batch *b, int64_t max_len)
+{
+    if (!b->seq_spans) return b->B * b->L;
+    int64_t m = 1;
+    for (int64_t r = 0; r < b->B; r++)
+        if (b->seq_spans[2 * r + 1] > m) m = b->seq_spans[2 * r + 1];
+    m = (m + 7) / 8 * 8;
+    return b->B * (m < max_len ? m : max_len);
 }
 
 static int64_t real_tokens(const Batch *b)
@@ -96,6 +109,7 @@ static HpcStatus run_forward(Trainer *t, const Dataset *d, int32_t *labels, floa
     HpcStatus st = loader_init(&ld, d, t->spec->train.batch_size, t->spec->train.max_seq_len,
                                t->spec->train.seed, false, false, err);
     if (st) return st;
+    loader_set_pack(&ld, t->packed);
     double loss_sum = 0;
     int64_t rows = 0;
     for (Batch *b; st == HPC_OK && (b = loader_next(&ld)); batch_free(b)) {
@@ -215,6 +229,10 @@ static HpcStatus train_step(Trainer *t, Loader *ld, int64_t step, HpcError *err)
         if (!b) return err->code;
         HpcStatus st = t->be.micro(&t->be, b, m, err);
         tokens += real_tokens(b);
+        t->micro_batches++;
+        t->slots += b->B * b->L;
+        t->padded_slots += padded_slots(b, t->spec->train.max_seq_len);
+        t->real += real_tokens(b);
         batch_free(b);
         if (st) return st;
     }
@@ -308,6 +326,7 @@ static HpcStatus train_loop(Trainer *t, const Dataset *train, const Dataset *eva
     const TrainOptions *opts = t->opts;
     Loader ld;
     HpcStatus st = loader_init(&ld, train, tr->batch_size, tr->max_seq_len, tr->seed, true, opts->bucket, err);
+    loader_set_pack(&ld, t->packed);
     if (!st && opts->coll) st = loader_set_shard(&ld, opts->coll->rank, opts->coll->world, err);
     if (st) {
         loader_free(&ld);
@@ -346,6 +365,10 @@ static HpcStatus train_loop(Trainer *t, const Dataset *train, const Dataset *eva
         if (stop) break;
     }
     loader_free(&ld);
+    if (t->micro_batches > 0)
+        runlog_message(t->log, "token slots a micro-batch: %.1f for %.1f real tokens (%s; padded batches: %.1f)",
+                       (double)t->slots / (double)t->micro_batches, (double)t->real / (double)t->micro_batches,
+                       t->packed ? "packed" : "padded", (double)t->padded_slots / (double)t->micro_batches);
     return st;
 }
 
@@ -395,8 +418,9 @@ static void log_start(Trainer *t, TrainResult *res)
     runlog_message(t->log, "%s: %lld parameters, %d values in the graph, backend %s, %s",
                    t->spec->name, (long long)res->params, t->be.g.n, t->be.name,
                    spec_precision_name(t->be.policy));
-    runlog_message(t->log, "sized for batch %lld x sequence %lld: the data's longest row has %lld tokens "
+    runlog_message(t->log, "sized for batch %lld x sequence %lld%s: the data's longest row has %lld tokens "
                    "(seq_len %lld)", (long long)t->spec->train.batch_size, (long long)res->sized_len,
+                   t->packed ? " (packed batches: the most token slots a batch can need)" : "",
                    (long long)res->longest_row, (long long)t->spec->train.max_seq_len);
     char line[1200];
     for (int s = 0; t->opts->task && s < TASK_SPLIT_COUNT; s++)
@@ -459,10 +483,16 @@ static HpcStatus check_outputs(Trainer *t, HpcError *err)
     return st;
 }
 
+/* Batches an epoch of d has at batch size B. */
+static int64_t loader_batches_for(const Dataset *d, int64_t B)
+{
+    return d->n > 0 ? (d->n + B - 1) / B : 1;
+}
+
 /* The L to size the backend for (trainer.h, "Sizing"): every dataset a
  * batch may come from, before the other ranks drop eval. */
 static int64_t sized_len(const ModelSpec *spec, const Dataset *train, const Dataset *eval, const TrainOptions *o,
-                         TrainResult *res)
+                         bool packed, TrainResult *res)
 {
     const Dataset *test = o->task && o->predict ? &o->task->test : NULL;
     const Dataset *sets[] = {train, eval, test};
@@ -471,6 +501,23 @@ static int64_t sized_len(const ModelSpec *spec, const Dataset *train, const Data
         if (sets[s] && dataset_max_len(sets[s]) > longest) longest = dataset_max_len(sets[s]);
     res->longest_row = longest;
     res->sized_len = (loader_longest_batch_len(sets, 3, spec->train.max_seq_len) + 7) / 8 * 8;
+    if (packed) {   /* the most slots a packed batch of this run needs, as batch_size x L (loader.h) */
+        const SpecTraining *tr = &spec->train;
+        int64_t B = tr->batch_size, slots = 0;
+        int64_t epochs = (total_steps(spec, train, o) * tr->grad_accum + loader_batches_for(train, B) - 1) /
+                         loader_batches_for(train, B) + 1;
+        for (int s = 0; s < 3; s++) {
+            Loader ld;
+            HpcError ignore = {0};
+            if (!sets[s] || loader_init(&ld, sets[s], B, tr->max_seq_len, tr->seed, s == 0, s == 0 && o->bucket,
+                                        &ignore))
+                continue;
+            int64_t m = loader_packed_max_slots(&ld, s == 0 ? epochs : 1);
+            if (m > slots) slots = m;
+            loader_free(&ld);
+        }
+        if (slots > 0) res->sized_len = (slots + B - 1) / B;
+    }
     return res->sized_len;
 }
 
@@ -482,7 +529,8 @@ HpcStatus trainer_run(const ModelSpec *spec, const Dataset *train, const Dataset
     t->spec = spec;
     t->lead = opts->coll ? opts->coll->rank == 0 : !opts->dist || opts->dist->rank == 0;
     t->rank_opts = *opts;
-    int64_t L = sized_len(spec, train, eval, opts, res);
+    t->packed = spec->train.pack || (opts->program && ir_graph_packed(&opts->program->g));
+    int64_t L = sized_len(spec, train, eval, opts, t->packed, res);
     if (!t->lead) {   /* the other ranks print, log, evaluate and write nothing */
         t->rank_opts.jsonl = NULL;
         t->rank_opts.out = NULL;

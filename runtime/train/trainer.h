@@ -81,7 +81,11 @@
  * the cpu) and the memory check are sized for the longest batch the data
  * can make, not for the model's seq_len (TrainResult.sized_len; the
  * start-up summary prints it): CoLA's rows stop at 47 tokens, so a run
- * with seq_len 128 reserves for 48.
+ * with seq_len 128 reserves for 48.  A packed program (docs/packing.md) is
+ * sized for batch x ceil(S / batch), S the most token slots any batch of
+ * the run has (loader_packed_max_slots over the run's epochs and the eval
+ * sets), and its loaders pack; the log reports the slots a micro-batch
+ * trained against what padded batches would hold.
  *
  * Everything the trainer allocates is freed before it returns.
  */
