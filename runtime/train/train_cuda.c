@@ -521,10 +521,15 @@ static HpcStatus warm_up(TrainBackend *b, CudaTrain *t, int64_t B, int64_t L, Hp
     long calls0;
     double secs0;
     cuda_launch_stats(&calls0, &secs0);
-    Batch *batch = batch_new(B, L, 1);
+    bool packed = b->spec->train.pack;   /* a packed program reads seq_spans (docs/packing.md) */
+    Batch *batch = packed ? batch_new_packed(B, L, 1) : batch_new(B, L, 1);
     if (!batch) return hpc_fail(err, HPC_ERR_OOM, "cuda backend: out of host memory for a %lld x %lld batch",
                                 (long long)B, (long long)L);
     for (int64_t i = 0; i < B * L; i++) batch->attention_mask[i] = 1;   /* ids, types, labels: 0, valid */
+    for (int64_t r = 0; packed && r < B; r++) {   /* every slot used: sequence r is slots [r L, r L + L) */
+        batch->seq_spans[2 * r] = (int32_t)(r * L);
+        batch->seq_spans[2 * r + 1] = (int32_t)L;
+    }
     CudaRunOptions o = {.training = true, .backward = true, .seed = b->spec->train.seed, .step = 0,
                         .loss_scale = 1.0};
     HpcStatus st = prime_gemms(t, batch, &o, err);

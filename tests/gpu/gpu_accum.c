@@ -222,6 +222,7 @@ static void node_case(SpecPrecision prec, bool keep_all, double tol)
     snprintf(tag, sizeof tag, "executor %s B=%lld L=%lld, %s", spec_precision_name(prec), (long long)B, (long long)L,
              keep_all ? "PlanOptions.keep_all (out of place)" : "in place");
     PipeOptions po = pipeline_defaults(prec);
+    po.fuse_qkv = false;   /* the node counts below are of Q, K and V as three GEMMs */
     Pipeline P;
     HpcError err = {0};
     if (pipeline_build(&s, &po, &P, &err)) {

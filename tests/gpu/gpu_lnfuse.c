@@ -20,7 +20,8 @@
  * in a fixed order).
  * Tolerances (relative L2, NaN fails): f32 values 1e-5 (the GPU reduces in
  * f32, the cpu in double), values stored in f16 2e-3, bf16 1.6e-2, and dbias
- * (a sum of the 16-bit dx) as the dx dtype.  The
+ * (a sum of the 16-bit dx) as the dx dtype, under xhat dgamma too (a sum
+ * over the 16-bit xhat).  The
  * dropout mask must be the cpu's: every element the cpu drops is 0 on the
  * GPU, every element it keeps is not (for |ds| above 1e-6).
  *
@@ -210,9 +211,13 @@ static void site_case(int64_t R, int64_t D, DType low)
         static const int bwd[] = {LNV_DS, LNV_DX, LNV_DGAMMA, LNV_DBETA, LNV_DBIAS};
         float *dx = malloc((size_t)(R * D) * sizeof *dx);
         for (int k = 0; ok && k < 5; k++) {
-            /* dbias sums the 16-bit dx: a rounding flip of dx there is its error */
+            /* dbias sums the 16-bit dx: a rounding flip of dx there is its
+             * error; so, under xhat, is a flip of the 16-bit xhat in dgamma
+             * (the GPU's f32 mean and rstd against the cpu's double: H200
+             * 2026-12-01, 1.23e-5 at R=488 D=128 against f32's 1e-5) */
             int v = f.v[bwd[k]];
-            DType tol_dt = bwd[k] == LNV_DBIAS ? low : f.g.nodes[v].dtype;
+            bool low_sum = bwd[k] == LNV_DBIAS || (g_xhat && bwd[k] == LNV_DGAMMA);
+            DType tol_dt = low_sum ? low : f.g.nodes[v].dtype;
             compare(&b.ex, &b.cx, &f.g, v, tag, ln_site_value_name[bwd[k]], bwd[k] == LNV_DX ? dx : NULL, tol_dt);
         }
         if (ok) compare_mask(dx, &b.cx, f.v[LNV_DX], f.v[LNV_DS], tag);
