@@ -104,9 +104,10 @@ HpcStatus fuse_graph(const IrGraph *in, const PrecisionPlan *pin, IrGraph *out, 
 /* Optional rules (fuse_defaults: all on, but HPC_FUSE_LN=0 in the
  * environment turns layernorm off, HPC_FUSE_ACCUM=0 accumulate,
  * HPC_FUSE_ACT_BGRAD=0 act_bgrad and act_merge, HPC_FUSE_ACT_BGRAD=nomerge
- * act_merge only; ln_save_xhat is off unless HPC_LN_SAVE=xhat or xhat_dw,
- * ln_save_xhat_dw unless xhat_dw, and fuse_graph refuses any other
- * HPC_LN_SAVE but s). */
+ * act_merge only; ln_save_xhat is on unless HPC_LN_SAVE=s (the H200 suite
+ * passed with it, 2026-12-01), ln_save_xhat_dw off unless HPC_LN_SAVE=xhat_dw
+ * (it trades step time at small shapes for memory), and fuse_graph refuses
+ * any other HPC_LN_SAVE). */
 typedef struct {
     bool recompute_act;       /* recompute an ACT before its dW GEMMs instead of keeping it */
     bool layernorm;           /* the LayerNorm site rules (fuse_layernorm.c) */
@@ -114,7 +115,7 @@ typedef struct {
     bool act_bgrad;           /* the activation backward + bias gradient rule (fuse_act.c) */
     bool act_merge;           /* with act_bgrad and recompute_act: the recomputed ACT is that
                                * node's output 2 (one pass over h; fuse_act.c) */
-    bool ln_save_xhat;        /* HPC_LN_SAVE=xhat: a LayerNorm site whose backward fuses saves
+    bool ln_save_xhat;        /* default (HPC_LN_SAVE=s: off): a LayerNorm site whose backward fuses saves
                                * xhat in f16 and rstd, not s and mean (fuse_layernorm.c) */
     bool ln_save_xhat_dw;     /* HPC_LN_SAVE=xhat_dw (with ln_save_xhat): the dW GEMMs reading such
                                * a site's 16-bit y read xhat instead (fuse_ln_dw.c) */

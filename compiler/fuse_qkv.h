@@ -1,7 +1,7 @@
 /* compiler/fuse_qkv.h — Q, K and V from one GEMM (issue 15 item 1,
  * docs/fuse_qkv.md): a rewrite of the forward graph, run right after
- * lowering (compiler/pipeline.c) when HPC_FUSE_QKV=1; off by default
- * (FUSE_QKV_DEFAULT).
+ * lowering (compiler/pipeline.c); on by default (FUSE_QKV_DEFAULT),
+ * HPC_FUSE_QKV=0 turns it off.
  *
  * Pattern, per attention block (lower_attention_fused):
  *   q = LINEAR(x, Wq, bq), k = LINEAR(x, Wk, bk), v = LINEAR(x, Wv, bv),
@@ -43,10 +43,10 @@
 #include "program/params.h"
 
 /* The rewrite's default for every backend (the cpu references run the
- * same graph the GPU runs).  Off until the whole `make test-gpu` has passed
- * with HPC_FUSE_QKV=1; then this constant is the one line to flip
- * (docs/fuse_qkv.md, "Left"). */
-#define FUSE_QKV_DEFAULT false
+ * same graph the GPU runs).  On since the whole `make test-gpu` passed
+ * with HPC_FUSE_QKV=1 on the H200 (2026-12-01, seventh session;
+ * docs/fuse_qkv.md). */
+#define FUSE_QKV_DEFAULT true
 
 /* HPC_FUSE_QKV=1 on, HPC_FUSE_QKV=0 off, anything else or unset:
  * FUSE_QKV_DEFAULT. */

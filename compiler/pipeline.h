@@ -2,7 +2,7 @@
  *
  *   lower -> autodiff -> precision(policy) -> fuse (unless opts.fuse is off)
  *
- * (with opts.fuse_qkv, HPC_FUSE_QKV=1, the lower stage ends with the Q/K/V
+ * (with opts.fuse_qkv, the default unless HPC_FUSE_QKV=0, the lower stage ends with the Q/K/V
  * rewrite of compiler/fuse_qkv.h, so its dump shows the rewritten graph)
  *
  * pipeline_build runs the stages in that order on a checked ModelSpec and
@@ -53,7 +53,7 @@ typedef struct {
     FILE *dump_out;           /* where dumps go (default stdout) */
     AttnForm attention;       /* fused or unfused attention (compiler/attention_form.h; default auto) */
     bool fuse_qkv;            /* Q, K, V as one GEMM right after lowering (compiler/fuse_qkv.h;
-                               * default: HPC_FUSE_QKV=1 in the environment) */
+                               * default: fuse_qkv_requested(), on unless HPC_FUSE_QKV=0) */
 } PipeOptions;
 
 typedef struct {

@@ -62,11 +62,11 @@ static double uniform(void)
 
 /* ---- one site ----------------------------------------------------------- */
 
-/* The site fused with HPC_LN_SAVE set to `save` (NULL: unset). */
+/* The site fused with HPC_LN_SAVE set to `save` (NULL: "s", the rule
+ * before xhat became the default, the baseline every case compares with). */
 static int fuse_with(const LnSite *u, LnSite *f, const char *save, FuseStats *st)
 {
-    if (save) setenv("HPC_LN_SAVE", save, 1);
-    else unsetenv("HPC_LN_SAVE");
+    setenv("HPC_LN_SAVE", save ? save : "s", 1);
     HpcError err = {0};
     int n = ln_site_fuse(u, f, st, &err);
     unsetenv("HPC_LN_SAVE");
@@ -208,6 +208,19 @@ Test(ln_xhat_site, f32_site_left_alone)
     ln_site_free(&f);
 }
 
+/* xhat is the default since the H200 suite passed with it; s turns it off. */
+Test(ln_xhat_site, default_is_xhat)
+{
+    unsetenv("HPC_LN_SAVE");
+    cr_expect(fuse_defaults().ln_save_xhat);
+    cr_expect_not(fuse_defaults().ln_save_xhat_dw);
+    setenv("HPC_LN_SAVE", "s", 1);
+    cr_expect_not(fuse_defaults().ln_save_xhat);
+    setenv("HPC_LN_SAVE", "xhat_dw", 1);
+    cr_expect(fuse_defaults().ln_save_xhat && fuse_defaults().ln_save_xhat_dw);
+    unsetenv("HPC_LN_SAVE");
+}
+
 Test(ln_xhat_site, bad_value_refused)
 {
     LnSite u, f;
@@ -236,7 +249,7 @@ static void load_model(const char *file, ModelSpec *s)
 static void build(const ModelSpec *s, SpecPrecision policy, const char *save, Pipeline *p)
 {
     PipeOptions o = pipeline_defaults(policy);
-    if (save) setenv("HPC_LN_SAVE", save, 1);
+    setenv("HPC_LN_SAVE", save ? save : "s", 1);   /* NULL: the old rule, the baseline */
     HpcError err = {0};
     HpcStatus st = pipeline_build(s, &o, p, &err);
     unsetenv("HPC_LN_SAVE");
