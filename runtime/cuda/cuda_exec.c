@@ -210,8 +210,8 @@ HpcStatus cuda_exec_init_kernels_with(CudaExec *ex, CudaDevice *dev, const IrGra
     const char *pack_cuda = getenv("HPC_PACK_CUDA");
     if (ir_graph_packed(g) && !(pack_cuda && strcmp(pack_cuda, "1") == 0))
         return hpc_fail(err, HPC_ERR_USAGE, "cuda backend: this program is packed (pack = true, hpc run --pack; "
-                        "docs/packing.md), which the cuda backend does not run yet; use --device cpu, or train "
-                        "without pack (HPC_PACK_CUDA=1 lets a development build try)");
+                        "docs/packing.md), which the cuda backend runs only with HPC_PACK_CUDA=1 for now (checked, "
+                        "not yet faster than padding); set it, use --device cpu, or train without pack");
     ex->g = g;
     ex->pl = pl;
     ex->dev = dev;
