@@ -7,7 +7,7 @@
  * their owner's); the f64 executor takes them as they are, the f32 one a
  * float copy.  The step runs in training mode with the backward pass,
  * dropout seed 77 and step 3, so two graphs of one model draw the same
- * masks.  StepOut holds the loss and every parameter gradient as doubles
+ * masks (cpu_step_run_dropout: with dropout off too; tests/test_pack.c).  StepOut holds the loss and every parameter gradient as doubles
  * (NULL where a parameter has none). */
 #ifndef HPC_TESTS_CPU_STEP_H
 #define HPC_TESTS_CPU_STEP_H
@@ -81,22 +81,24 @@ static void cpu_step_unbind(const ParamList *pl, float **wf)
     free(wf);
 }
 
-/* The step itself: training, backward, the tests' fixed seed and step. */
-static void cpu_step_exec(CpuExec *ex, const Batch *b, double loss_scale)
+/* The step itself: training (dropout on) or not, backward, the tests'
+ * fixed seed and step. */
+static void cpu_step_exec(CpuExec *ex, const Batch *b, double loss_scale, bool training)
 {
-    CpuRunOptions o = {.training = true, .backward = true, .seed = 77, .step = 3, .loss_scale = loss_scale};
+    CpuRunOptions o = {.training = training, .backward = true, .seed = 77, .step = 3, .loss_scale = loss_scale};
     HpcError err = {0};
     cr_assert_eq(cpu_exec_run(ex, b, &o, &err), HPC_OK, "cpu_exec_run: %s", err.msg);
 }
 
-static StepOut cpu_step_run(const IrGraph *g, const ParamList *pl, double **w, CpuExecPrecision prec,
-                            CpuExecMode mode, double loss_scale, const Batch *b)
+/* cpu_step_run with dropout on (training) or off. */
+static StepOut cpu_step_run_dropout(const IrGraph *g, const ParamList *pl, double **w, CpuExecPrecision prec,
+                                    CpuExecMode mode, double loss_scale, const Batch *b, bool training)
 {
     CpuExec ex;
     cpu_exec_init(&ex, g, prec);
     cpu_exec_set_mode(&ex, mode);
     float **wf = cpu_step_bind(&ex, pl, w, prec);
-    cpu_step_exec(&ex, b, loss_scale);
+    cpu_step_exec(&ex, b, loss_scale, training);
     StepOut s = {cpu_exec_loss(&ex), calloc((size_t)pl->n, sizeof(double *)), pl->n};
     for (int p = 0; p < pl->n; p++) {
         int gv = g->param_grad[p];
@@ -110,6 +112,12 @@ static StepOut cpu_step_run(const IrGraph *g, const ParamList *pl, double **w, C
     cpu_step_unbind(pl, wf);
     cpu_exec_free(&ex);
     return s;
+}
+
+static inline StepOut cpu_step_run(const IrGraph *g, const ParamList *pl, double **w, CpuExecPrecision prec,
+                            CpuExecMode mode, double loss_scale, const Batch *b)
+{
+    return cpu_step_run_dropout(g, pl, w, prec, mode, loss_scale, b, true);
 }
 
 static void step_free(StepOut *s)

@@ -301,7 +301,7 @@ static double *value_of(const IrGraph *g, const ParamList *pl, double **w, CpuEx
     CpuExec ex;
     cpu_exec_init(&ex, g, prec);
     float **wf = cpu_step_bind(&ex, pl, w, prec);
-    cpu_step_exec(&ex, b, g_loss_scale);
+    cpu_step_exec(&ex, b, g_loss_scale, true);
     *numel = 0;
     for (int k = 0; k < n_names; k++) *numel += cpu_exec_numel(&ex, (int)last_named(g, names[k]));
     double *v = malloc((size_t)*numel * sizeof *v), *at = v;

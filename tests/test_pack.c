@@ -56,6 +56,7 @@
 #include "program/params.h"
 #include "program/spec.h"
 #include "train/trainer.h"
+#include "cpu_step.h"
 
 enum { PV = 60, PC = 3, PB = 6, PMAX = 16 };
 static const int32_t ROW_LENS[PB] = {16, 1, 7, 12, 3, 16};
@@ -140,77 +141,10 @@ static void token_labels(Batch *bt, HeadCase h)
     }
 }
 
-static double **rand_weights(const ParamList *pl, uint64_t seed)
+/* A step of pipeline p on the cpu executor (tests/cpu_step.h), dropout on or off. */
+static StepOut run_step(const Pipeline *p, double **w, CpuExecPrecision prec, const Batch *b, bool dropout)
 {
-    double **w = calloc((size_t)pl->n, sizeof *w);
-    uint64_t ctr = 0;
-    for (int i = 0; i < pl->n; i++) {
-        const ParamInfo *p = &pl->p[i];
-        if (p->tied_to >= 0) continue;
-        int64_t n = params_numel(p);
-        bool gamma = strstr(p->name, "LayerNorm.weight") || strstr(p->name, "ln_f.weight");
-        w[i] = malloc((size_t)n * sizeof(double));
-        for (int64_t k = 0; k < n; k++)
-            w[i][k] = (gamma ? 1.0 : 0.0) + 0.5 * (2.0 * philox_uniform(seed, ctr++, 0, 99) - 1.0);
-    }
-    for (int i = 0; i < pl->n; i++)
-        if (pl->p[i].tied_to >= 0) w[i] = w[pl->p[i].tied_to];
-    return w;
-}
-
-static void free_weights(const ParamList *pl, double **w)
-{
-    for (int i = 0; i < pl->n; i++)
-        if (pl->p[i].tied_to < 0) free(w[i]);
-    free(w);
-}
-
-/* One step's loss and parameter gradients (doubles). */
-typedef struct {
-    double loss;
-    double **grad;
-    int n;
-} Step;
-
-static Step run_step(const Pipeline *p, double **w, CpuExecPrecision prec, const Batch *b, bool dropout)
-{
-    CpuExec ex;
-    cpu_exec_init(&ex, &p->g, prec);
-    float **wf = calloc((size_t)p->pl.n, sizeof *wf);
-    for (int i = 0; i < p->pl.n; i++) {
-        if (p->pl.p[i].tied_to >= 0) continue;
-        if (prec == CPU_EXEC_F64) {
-            cpu_exec_bind_param(&ex, i, w[i]);
-            continue;
-        }
-        int64_t n = params_numel(&p->pl.p[i]);
-        wf[i] = malloc((size_t)n * sizeof(float));
-        for (int64_t k = 0; k < n; k++) wf[i][k] = (float)w[i][k];
-        cpu_exec_bind_param(&ex, i, wf[i]);
-    }
-    CpuRunOptions o = {.training = dropout, .backward = true, .seed = 77, .step = 3, .loss_scale = 1.0};
-    HpcError err = {0};
-    cr_assert_eq(cpu_exec_run(&ex, b, &o, &err), HPC_OK, "cpu_exec_run: %s", err.msg);
-    Step s = {cpu_exec_loss(&ex), calloc((size_t)p->pl.n, sizeof(double *)), p->pl.n};
-    for (int i = 0; i < p->pl.n; i++) {
-        int gv = p->g.param_grad[i];
-        if (gv < 0) continue;
-        int64_t n = params_numel(&p->pl.p[i]);
-        s.grad[i] = malloc((size_t)n * sizeof(double));
-        const void *v = cpu_exec_value(&ex, gv);
-        for (int64_t k = 0; k < n; k++)
-            s.grad[i][k] = prec == CPU_EXEC_F64 ? ((const double *)v)[k] : ((const float *)v)[k];
-    }
-    for (int i = 0; i < p->pl.n; i++) free(wf[i]);
-    free(wf);
-    cpu_exec_free(&ex);
-    return s;
-}
-
-static void step_free(Step *s)
-{
-    for (int i = 0; i < s->n; i++) free(s->grad[i]);
-    free(s->grad);
+    return cpu_step_run_dropout(&p->g, &p->pl, w, prec, CPU_EXEC_REFERENCE, 1.0, b, dropout);
 }
 
 static void build(const ModelSpec *s, SpecPrecision policy, AttnForm form, Pipeline *p)
@@ -219,13 +153,6 @@ static void build(const ModelSpec *s, SpecPrecision policy, AttnForm form, Pipel
     o.attention = form;
     HpcError err = {0};
     cr_assert_eq(pipeline_build(s, &o, p, &err), HPC_OK, "pipeline_build: %s", err.msg);
-}
-
-static int count_op(const IrGraph *g, IrOpKind op)
-{
-    int n = 0;
-    for (int i = 0; i < g->n; i++) n += g->nodes[i].op == op;
-    return n;
 }
 
 /* Relative L2 error of a against r; NaN anywhere fails (returns +inf). */
@@ -252,7 +179,7 @@ static double check_equal(HeadCase h, SpecPrecision policy, AttnForm form, CpuEx
     build(&sp, policy, form, &pad);
     build(&sk, policy, ATTN_FORM_AUTO, &pk);
     cr_assert(ir_graph_packed(&pk.g) && !ir_graph_packed(&pad.g), "%s: only the pack program is packed", what);
-    cr_assert_eq(count_op(&pk.g, IR_OP_ATTENTION), 2, "%s: a packed program has fused attention", what);
+    cr_assert_eq(ir_count_op(&pk.g, IR_OP_ATTENTION, 0), 2, "%s: a packed program has fused attention", what);
     cr_assert_eq(pad.pl.n, pk.pl.n, "%s: the same parameters", what);
     Dataset d;
     make_rows(&d);
@@ -262,8 +189,8 @@ static double check_equal(HeadCase h, SpecPrecision policy, AttnForm form, CpuEx
                  (long long)(bk->B * bk->L), (long long)(bp->B * bp->L));
     token_labels(bp, h);
     token_labels(bk, h);
-    double **w = rand_weights(&pad.pl, 4321);
-    Step a = run_step(&pad, w, prec, bp, false), b = run_step(&pk, w, prec, bk, false);
+    double **w = cpu_step_random_weights(&pad.pl, 4321, 0.5);
+    StepOut a = run_step(&pad, w, prec, bp, false), b = run_step(&pk, w, prec, bk, false);
     double lerr = fabs(b.loss - a.loss) / fabs(a.loss);
     cr_expect(isfinite(b.loss) && a.loss > 0 && lerr <= tol, "%s: loss packed %.17g vs padded %.17g (rel %.3g)",
               what, b.loss, a.loss, lerr);
@@ -283,7 +210,7 @@ static double check_equal(HeadCase h, SpecPrecision policy, AttnForm form, CpuEx
             what, lerr, worst, compared, (long long)(bk->B * bk->L), (long long)(bp->B * bp->L));
     step_free(&a);
     step_free(&b);
-    free_weights(&pad.pl, w);
+    cpu_step_free_weights(&pad.pl, w);
     batch_free(bp);
     batch_free(bk);
     dataset_free(&d);
@@ -333,16 +260,16 @@ Test(pack_equal, merged_spans_differ)
     Dataset d;
     make_rows(&d);
     Batch *b = first_batch(&d, true);
-    double **w = rand_weights(&p.pl, 4321);
-    Step a = run_step(&p, w, CPU_EXEC_F64, b, false);
+    double **w = cpu_step_random_weights(&p.pl, 4321, 0.5);
+    StepOut a = run_step(&p, w, CPU_EXEC_F64, b, false);
     b->seq_spans[5] += 1;   /* span 2 takes span 3's first token */
     b->seq_spans[6] += 1;
     b->seq_spans[7] -= 1;
-    Step m = run_step(&p, w, CPU_EXEC_F64, b, false);
+    StepOut m = run_step(&p, w, CPU_EXEC_F64, b, false);
     cr_expect_gt(fabs(m.loss - a.loss) / fabs(a.loss), 1e-4, "loss %.12g vs %.12g", m.loss, a.loss);
     step_free(&a);
     step_free(&m);
-    free_weights(&p.pl, w);
+    cpu_step_free_weights(&p.pl, w);
     batch_free(b);
     dataset_free(&d);
     pipeline_free(&p);
@@ -364,8 +291,8 @@ Test(pack_dropout, step_differs_and_is_finite)
     Dataset d;
     make_rows(&d);
     Batch *b = first_batch(&d, true);
-    double **w = rand_weights(&p.pl, 99);
-    Step on = run_step(&p, w, CPU_EXEC_F32, b, true), off = run_step(&p, w, CPU_EXEC_F32, b, false);
+    double **w = cpu_step_random_weights(&p.pl, 99, 0.5);
+    StepOut on = run_step(&p, w, CPU_EXEC_F32, b, true), off = run_step(&p, w, CPU_EXEC_F32, b, false);
     cr_expect(isfinite(on.loss) && on.loss != off.loss, "loss %.9g on vs %.9g off", on.loss, off.loss);
     for (int i = 0; i < p.pl.n; i++) {
         if (!on.grad[i]) continue;
@@ -377,7 +304,7 @@ Test(pack_dropout, step_differs_and_is_finite)
     cr_expect_gt(rel_l2(on.grad[q], off.grad[q], params_numel(&p.pl.p[q])), 1e-3);
     step_free(&on);
     step_free(&off);
-    free_weights(&p.pl, w);
+    cpu_step_free_weights(&p.pl, w);
     batch_free(b);
     dataset_free(&d);
     pipeline_free(&p);
@@ -419,7 +346,7 @@ Test(pack_dropout, sequence_is_the_padded_node_with_its_seed)
     loader_set_pack(&ld, true);
     Batch *bk = loader_next(&ld);
     loader_free(&ld);
-    double **w = rand_weights(&pad.pl, 7);
+    double **w = cpu_step_random_weights(&pad.pl, 7, 0.5);
     CpuRunOptions o = {.training = true, .backward = false, .seed = 77, .step = 3, .loss_scale = 1.0};
     CpuExec ek;
     cpu_exec_init(&ek, &pk.g, CPU_EXEC_F64);
@@ -462,7 +389,7 @@ Test(pack_dropout, sequence_is_the_padded_node_with_its_seed)
     }
     cr_expect(isinf(lk[bk->B * bk->L * NH - 1]), "the tail's lse is +inf");
     cpu_exec_free(&ek);
-    free_weights(&pad.pl, w);
+    cpu_step_free_weights(&pad.pl, w);
     batch_free(bk);
     dataset_free(&two);
     dataset_free(&d);
@@ -589,7 +516,7 @@ Test(pack_loader, spans_tokens_labels_positions_from_tsv)
     loader_set_pack(&ld, true);
     b = loader_next(&ld);   /* 3 rows, 18 tokens: L 6, no tail */
     cr_assert_eq(b->B * b->L, 18);
-    double **w = rand_weights(&p.pl, 5);
+    double **w = cpu_step_random_weights(&p.pl, 5, 0.5);
     CpuExec ex;
     cpu_exec_init(&ex, &p.g, CPU_EXEC_F64);
     for (int i = 0; i < p.pl.n; i++)
@@ -600,7 +527,7 @@ Test(pack_loader, spans_tokens_labels_positions_from_tsv)
     for (int r = 0, at = 0; r < 3; r++)
         for (int t = 0; t < d.ex[r].len; t++, at++) cr_expect_eq(got[at], t, "slot %d", at);
     cpu_exec_free(&ex);
-    free_weights(&p.pl, w);
+    cpu_step_free_weights(&p.pl, w);
     pipeline_free(&p);
     batch_free(b);
     loader_free(&ld);
@@ -687,7 +614,7 @@ Test(pack_errors, padded_batch_or_bad_spans_refused)
     Dataset d;
     make_rows(&d);
     Batch *padded = first_batch(&d, false), *packed = first_batch(&d, true);
-    double **w = rand_weights(&p.pl, 5);
+    double **w = cpu_step_random_weights(&p.pl, 5, 0.5);
     CpuExec ex;
     cpu_exec_init(&ex, &p.g, CPU_EXEC_F32);
     float **wf = calloc((size_t)p.pl.n, sizeof *wf);
@@ -709,7 +636,7 @@ Test(pack_errors, padded_batch_or_bad_spans_refused)
     for (int i = 0; i < p.pl.n; i++) free(wf[i]);
     free(wf);
     cpu_exec_free(&ex);
-    free_weights(&p.pl, w);
+    cpu_step_free_weights(&p.pl, w);
     batch_free(padded);
     batch_free(packed);
     dataset_free(&d);
