@@ -28,6 +28,9 @@
  *
  * Usage: bench_hpc [--shapes 32x128,32x32,256x128] [--policies fp16,fp32]
  *                  [--warmup 10] [--iters 30] [--profile]
+ *                  [--attention-dropout P]   (default 0.1, BERT's: 0 times the
+ *                                             step without the attention's
+ *                                             dropout draws)
  * Exit 0 on success, 1 on an error, 4 without a GPU. */
 #include <stdbool.h>
 #include <stdio.h>
@@ -148,6 +151,7 @@ int main(int argc, char **argv)
 {
     const char *shapes = "32x128,32x32,256x128", *policies = "fp16,fp32";
     int warmup = 10, iters = 30;
+    double attention_dropout = -1;   /* < 0: the spec's default */
     const char *env_profile = getenv("HPC_PROFILE");
     bool profile = env_profile && *env_profile && strcmp(env_profile, "0") != 0;
     /* The timed steps run with graphs; only the extra step is profiled. */
@@ -159,6 +163,11 @@ int main(int argc, char **argv)
         else if (strcmp(argv[i], "--policies") == 0) policies = argv[++i];
         else if (strcmp(argv[i], "--warmup") == 0) warmup = atoi(argv[++i]);
         else if (strcmp(argv[i], "--iters") == 0) iters = atoi(argv[++i]);
+        else if (strcmp(argv[i], "--attention-dropout") == 0) attention_dropout = atof(argv[++i]);
+    }
+    if (attention_dropout > 1) {
+        fprintf(stderr, "bench_hpc: --attention-dropout %g: a probability in [0, 1)\n", attention_dropout);
+        return 1;
     }
     if (iters < 1) iters = 1;
     HpcError err = {0};
@@ -170,6 +179,7 @@ int main(int argc, char **argv)
     ModelSpec spec;
     spec_defaults(&spec);
     snprintf(spec.name, sizeof spec.name, "bert_base");
+    if (attention_dropout >= 0) spec.stack.attention_dropout = attention_dropout;
     char sh[256];
     snprintf(sh, sizeof sh, "%s", shapes);
     int rc = 0;

@@ -55,8 +55,11 @@
 // Every kernel is a body attn_NAME_run(block x, y, z, args...) and, unless
 // HPC_ATTN_NO_KERNELS, the kernel KN(attn_NAME)(args...) that calls it with
 // blockIdx.  The step module (compiler/emit_ops_attention.c) takes the
-// bodies only and calls them from its EopArgs wrappers, with AT_RUN set to
-// __noinline__ so the nodes of every layer share one compiled body.
+// bodies only and calls them from its EopArgs wrappers, inlined: every
+// layer's node launches the same kernel (the dropout salt is an argument),
+// so no body is compiled twice, and inlining drops the call's stack frame
+// and spills (H200, 2026-12-02: the backward -4 %, with the batched delta
+// loads; until then AT_RUN was __noinline__ there).
 #ifndef AT_RUN
 #define AT_RUN __device__ __forceinline__
 #endif
@@ -1494,6 +1497,37 @@ __device__ __forceinline__ float a3_row_dot(const st_t *dctx, const st_t *ctx, i
     return s;
 }
 
+// delta[row] = rowsum(dO * O) for rows 0 .. A3_KEYS - 1 of head h of batch
+// row b (0 past L), by the whole block of 32 A3_WARPS threads: every
+// thread's 16-byte loads are issued before the first sum, so their
+// latencies overlap instead of adding up.
+__device__ __forceinline__ void a3_delta_rows(float *dl, const st_t *dctx, const st_t *ctx, int b, int h, int L)
+{
+    constexpr int PER = A3_KEYS * (AT_D / 8) / (32 * A3_WARPS);   // 16-byte pieces a thread
+    uint4 gw[PER], yw[PER];
+#pragma unroll
+    for (int k = 0; k < PER; k++) {
+        int i = k * 32 * A3_WARPS + threadIdx.x, row = i / (AT_D / 8), c8 = (i % (AT_D / 8)) * 8;
+        gw[k] = yw[k] = make_uint4(0u, 0u, 0u, 0u);
+        if (row < L) {
+            i64 at = ((i64)b * L + row) * HPC_HIDDEN + h * AT_D + c8;
+            gw[k] = *reinterpret_cast<const uint4 *>(dctx + at);
+            yw[k] = *reinterpret_cast<const uint4 *>(ctx + at);
+        }
+    }
+#pragma unroll
+    for (int k = 0; k < PER; k++) {
+        const st_t *ge = reinterpret_cast<const st_t *>(&gw[k]), *ye = reinterpret_cast<const st_t *>(&yw[k]);
+        float s = 0.0f;
+#pragma unroll
+        for (int e = 0; e < 8; e++) s += ld_f(ge[e]) * ld_f(ye[e]);
+#pragma unroll
+        for (int o = 1; o < AT_D / 8; o <<= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
+        int i = k * 32 * A3_WARPS + threadIdx.x;
+        if (i % (AT_D / 8) == 0) dl[i / (AT_D / 8)] = s;
+    }
+}
+
 // attn_head_bwd_dot: attn_simt_bwd_dot for the rows of one (b, head), grid
 // (1, NH, B) x nthr: the step's one-pass phase runs it instead of
 // attn_mma3_bwd where L > A3_KEYS, for v2's dQ and dK/dV kernels.
@@ -1565,12 +1599,7 @@ AT_RUN void attn_mma3_bwd_run(int at_bx, int at_by, int at_bz,
             va[kk][i] = key < L ? *reinterpret_cast<const u32 *>(v + ((i64)b * L + key) * ld + h * AT_D + col) : 0u;
         }
     // delta = rowsum(dO * O) of every row (attn_simt_bwd_dot's job, folded in).
-#pragma unroll
-    for (int i0 = 0; i0 < A3_KEYS * (AT_D / 8); i0 += 32 * A3_WARPS) {
-        int i = i0 + threadIdx.x, row = i / (AT_D / 8);
-        float s = a3_row_dot(dctx, ctx, b, h, i, L);
-        if (i % (AT_D / 8) == 0) dl[row] = s;
-    }
+    a3_delta_rows(dl, dctx, ctx, b, h, L);
     float gk[AT_D / 8][4], gv[AT_D / 8][4];
 #pragma unroll
     for (int nd = 0; nd < AT_D / 8; nd++)
