@@ -14,7 +14,10 @@
  *     1e-3 of the largest gradient norm, see check_grads);
  *   - a forward-only evaluation (dropout off): logits and loss;
  *   - CUDA graph replay: the captured step at another dropout step gives the
- *     eager step's loss (the control block is read on the device).
+ *     eager step's loss (the control block is read on the device) and every
+ *     parameter gradient of the eager step (rel L2 <= 1e-6: only the float
+ *     atomics of the embedding backward may differ), so a capture that
+ *     orders, skips or repeats work wrongly shows here.
  * Tolerances: fp32 1e-4 (different summation orders only); fp16 1e-2 and
  * bf16 4e-2 (the cpu emulates the same 16-bit roundings, but a 1-ulp
  * difference in a rounded value (fp16 4.9e-4, bf16 3.9e-3) propagates).
@@ -277,7 +280,34 @@ static int check_loss(const char *tag, const char *what, CudaExec *ex, double cp
     return 1;
 }
 
-/* Graph replay at another dropout step must give the eager step's loss. */
+/* Every parameter gradient of the last run, read to the host (NULL where
+ * a parameter has none); NULL on a read error (reported). */
+static float **read_grads(const Model *m, CudaExec *ex, const char *tag)
+{
+    HpcError err = {0};
+    float **g = xcalloc((size_t)m->pl.n, sizeof *g);
+    for (int q = 0; q < m->pl.n; q++) {
+        int v = m->g.param_grad[q];
+        if (v < 0) continue;
+        g[q] = xmalloc((size_t)ir_numel(&m->g.nodes[v], ex->B, ex->L) * sizeof *g[q]);
+        if (cuda_exec_read(ex, v, g[q], &err)) {
+            result(0, "%s: read gradient %s: %s", tag, m->pl.p[q].name, err.msg);
+            for (int k = 0; k <= q; k++) free(g[k]);
+            free(g);
+            return NULL;
+        }
+    }
+    return g;
+}
+
+static void free_grads(const Model *m, float **g)
+{
+    for (int q = 0; g && q < m->pl.n; q++) free(g[q]);
+    free(g);
+}
+
+/* Graph replay at another dropout step must give the eager step's loss and
+ * gradients. */
 static void check_graph_replay(const Model *m, CudaExec *ex, const Batch *b, const StepCase *c, const char *tag)
 {
     HpcError err = {0};
@@ -286,6 +316,7 @@ static void check_graph_replay(const Model *m, CudaExec *ex, const Batch *b, con
     double eager, replay = NAN;
     HpcStatus st = cuda_exec_run(ex, b, &o, &err);
     if (!st) st = cuda_exec_loss(ex, &eager, &err);
+    float **eager_grads = st ? NULL : read_grads(m, ex, tag);
     o.graph = true;
     for (int i = 0; i < 3 && !st; i++) {   /* eager, capture + launch, replay */
         o.step = i == 2 ? 8 : 5;
@@ -294,11 +325,29 @@ static void check_graph_replay(const Model *m, CudaExec *ex, const Batch *b, con
     if (!st) st = cuda_exec_loss(ex, &replay, &err);
     if (st) {
         result(0, "%s: CUDA graph: %s", tag, err.msg);
+        free_grads(m, eager_grads);
         return;
     }
     result(fabs(replay - eager) <= 1e-6 * fabs(eager), "%s: CUDA graph replay at step 8: loss %.7f, "
            "eager %.7f", tag, replay, eager);
-    (void)m;
+    float **replay_grads = eager_grads ? read_grads(m, ex, tag) : NULL;
+    if (replay_grads) {
+        double worst = 0;
+        const char *where = "";
+        for (int q = 0; q < m->pl.n; q++) {
+            if (!eager_grads[q]) continue;
+            int64_t n = ir_numel(&m->g.nodes[m->g.param_grad[q]], ex->B, ex->L);
+            double e = gpu_check_rel_l2(replay_grads[q], eager_grads[q], n);
+            if (isnan(e) || e > worst) {
+                worst = isnan(e) ? INFINITY : e;
+                where = m->pl.p[q].name;
+            }
+        }
+        result(worst <= 1e-6, "%s: CUDA graph replay: every gradient as the eager step's, worst rel L2 %.3g (%s)",
+               tag, worst, where);
+    }
+    free_grads(m, eager_grads);
+    free_grads(m, replay_grads);
 }
 
 static void check_step(bool tiny, Variant v, SpecPrecision prec, const StepCase *c)
