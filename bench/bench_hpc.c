@@ -163,11 +163,14 @@ int main(int argc, char **argv)
         else if (strcmp(argv[i], "--policies") == 0) policies = argv[++i];
         else if (strcmp(argv[i], "--warmup") == 0) warmup = atoi(argv[++i]);
         else if (strcmp(argv[i], "--iters") == 0) iters = atoi(argv[++i]);
-        else if (strcmp(argv[i], "--attention-dropout") == 0) attention_dropout = atof(argv[++i]);
-    }
-    if (attention_dropout > 1) {
-        fprintf(stderr, "bench_hpc: --attention-dropout %g: a probability in [0, 1)\n", attention_dropout);
-        return 1;
+        else if (strcmp(argv[i], "--attention-dropout") == 0) {
+            char *end;
+            attention_dropout = strtod(argv[++i], &end);
+            if (*end || !(attention_dropout >= 0 && attention_dropout < 1)) {
+                fprintf(stderr, "bench_hpc: --attention-dropout %s: a probability in [0, 1)\n", argv[i]);
+                return 1;
+            }
+        }
     }
     if (iters < 1) iters = 1;
     HpcError err = {0};

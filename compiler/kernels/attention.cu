@@ -57,9 +57,9 @@
 // blockIdx.  The step module (compiler/emit_ops_attention.c) takes the
 // bodies only and calls them from its EopArgs wrappers, inlined: every
 // layer's node launches the same kernel (the dropout salt is an argument),
-// so no body is compiled twice, and inlining drops the call's stack frame
-// and spills (H200, 2026-12-02: the backward -4 %, with the batched delta
-// loads; until then AT_RUN was __noinline__ there).
+// so no body is compiled twice, and inlining saves the call itself (the
+// ABI's saved registers and stack frame; H200, 2026-12-02: the backward -4 %
+// with the batched delta loads; until then AT_RUN was __noinline__ there).
 #ifndef AT_RUN
 #define AT_RUN __device__ __forceinline__
 #endif
@@ -1498,7 +1498,7 @@ __device__ __forceinline__ float a3_row_dot(const st_t *dctx, const st_t *ctx, i
 }
 
 // delta[row] = rowsum(dO * O) for rows 0 .. A3_KEYS - 1 of head h of batch
-// row b (0 past L), by the whole block of 32 A3_WARPS threads: every
+// row b (0 past L), by the whole block of 32 x A3_WARPS threads: every
 // thread's 16-byte loads are issued before the first sum, so their
 // latencies overlap instead of adding up.
 __device__ __forceinline__ void a3_delta_rows(float *dl, const st_t *dctx, const st_t *ctx, int b, int h, int L)
