@@ -1,6 +1,6 @@
 /* tests/cpu_step.h — one training step of a graph on the cpu executor, for
  * the tests that compare two graphs or two plans on the same weights and
- * batch (tests/test_fuse.c, tests/test_fuse_accum.c).  Header-only (static
+ * batch (tests/test_fuse.c, tests/test_fuse_accum.c).  Header-only (static inline
  * functions, Criterion asserts): each test is its own program.
  *
  * Weights come as doubles, one array per parameter (tied parameters share
@@ -8,7 +8,9 @@
  * float copy.  The step runs in training mode with the backward pass,
  * dropout seed 77 and step 3, so two graphs of one model draw the same
  * masks (cpu_step_run_dropout: with dropout off too; tests/test_pack.c).  StepOut holds the loss and every parameter gradient as doubles
- * (NULL where a parameter has none). */
+ * (NULL where a parameter has none).  cpu_step_run_f32 is the same step for
+ * tests whose weights are floats already (tests/test_fuse_ln.c,
+ * tests/test_ln_xhat.c): the f32 executor, gradients as floats. */
 #ifndef HPC_TESTS_CPU_STEP_H
 #define HPC_TESTS_CPU_STEP_H
 
@@ -31,7 +33,7 @@ typedef struct {
 /* Random weights for every parameter (f64), uniform in [-scale, scale)
  * from Philox stream `seed`; LayerNorm gammas around 1.  Tied parameters
  * point at their owner's array (free with cpu_step_free_weights). */
-static double **cpu_step_random_weights(const ParamList *pl, uint64_t seed, double scale)
+static inline double **cpu_step_random_weights(const ParamList *pl, uint64_t seed, double scale)
 {
     double **w = calloc((size_t)pl->n, sizeof *w);
     uint64_t ctr = 0;
@@ -49,7 +51,7 @@ static double **cpu_step_random_weights(const ParamList *pl, uint64_t seed, doub
     return w;
 }
 
-static void cpu_step_free_weights(const ParamList *pl, double **w)
+static inline void cpu_step_free_weights(const ParamList *pl, double **w)
 {
     for (int i = 0; i < pl->n; i++)
         if (pl->p[i].tied_to < 0) free(w[i]);
@@ -58,7 +60,7 @@ static void cpu_step_free_weights(const ParamList *pl, double **w)
 
 /* Binds w to ex; returns the float copies to free with cpu_step_unbind
  * (all NULL for the f64 executor). */
-static float **cpu_step_bind(CpuExec *ex, const ParamList *pl, double **w, CpuExecPrecision prec)
+static inline float **cpu_step_bind(CpuExec *ex, const ParamList *pl, double **w, CpuExecPrecision prec)
 {
     float **wf = calloc((size_t)pl->n, sizeof *wf);
     for (int p = 0; p < pl->n; p++) {
@@ -75,7 +77,7 @@ static float **cpu_step_bind(CpuExec *ex, const ParamList *pl, double **w, CpuEx
     return wf;
 }
 
-static void cpu_step_unbind(const ParamList *pl, float **wf)
+static inline void cpu_step_unbind(const ParamList *pl, float **wf)
 {
     for (int p = 0; p < pl->n; p++) free(wf[p]);
     free(wf);
@@ -83,7 +85,7 @@ static void cpu_step_unbind(const ParamList *pl, float **wf)
 
 /* The step itself: training (dropout on) or not, backward, the tests'
  * fixed seed and step. */
-static void cpu_step_exec(CpuExec *ex, const Batch *b, double loss_scale, bool training)
+static inline void cpu_step_exec(CpuExec *ex, const Batch *b, double loss_scale, bool training)
 {
     CpuRunOptions o = {.training = training, .backward = true, .seed = 77, .step = 3, .loss_scale = loss_scale};
     HpcError err = {0};
@@ -91,8 +93,8 @@ static void cpu_step_exec(CpuExec *ex, const Batch *b, double loss_scale, bool t
 }
 
 /* cpu_step_run with dropout on (training) or off. */
-static StepOut cpu_step_run_dropout(const IrGraph *g, const ParamList *pl, double **w, CpuExecPrecision prec,
-                                    CpuExecMode mode, double loss_scale, const Batch *b, bool training)
+static inline StepOut cpu_step_run_dropout(const IrGraph *g, const ParamList *pl, double **w, CpuExecPrecision prec,
+                                           CpuExecMode mode, double loss_scale, const Batch *b, bool training)
 {
     CpuExec ex;
     cpu_exec_init(&ex, g, prec);
@@ -115,12 +117,46 @@ static StepOut cpu_step_run_dropout(const IrGraph *g, const ParamList *pl, doubl
 }
 
 static inline StepOut cpu_step_run(const IrGraph *g, const ParamList *pl, double **w, CpuExecPrecision prec,
-                            CpuExecMode mode, double loss_scale, const Batch *b)
+                                   CpuExecMode mode, double loss_scale, const Batch *b)
 {
     return cpu_step_run_dropout(g, pl, w, prec, mode, loss_scale, b, true);
 }
 
-static void step_free(StepOut *s)
+static inline void step_free(StepOut *s)
+{
+    for (int p = 0; p < s->n; p++) free(s->grad[p]);
+    free(s->grad);
+}
+
+typedef struct {
+    double loss;
+    float **grad;    /* (n) NULL where none */
+    int n;
+} StepOutF32;
+
+/* The step on the f32 executor with float weights w (tied parameters
+ * skipped), dropout on (training) or off; gradients copied out as floats. */
+static inline StepOutF32 cpu_step_run_f32(const IrGraph *g, const ParamList *pl, float **w, const Batch *b,
+                                         bool training)
+{
+    CpuExec ex;
+    cpu_exec_init(&ex, g, CPU_EXEC_F32);
+    for (int p = 0; p < pl->n; p++)
+        if (pl->p[p].tied_to < 0) cpu_exec_bind_param(&ex, p, w[p]);
+    cpu_step_exec(&ex, b, 1, training);
+    StepOutF32 s = {cpu_exec_loss(&ex), calloc((size_t)pl->n, sizeof(float *)), pl->n};
+    for (int p = 0; p < pl->n; p++) {
+        int gv = g->param_grad[p];
+        if (gv < 0) continue;
+        int64_t n = params_numel(&pl->p[p]);
+        s.grad[p] = malloc((size_t)n * sizeof(float));
+        memcpy(s.grad[p], cpu_exec_value(&ex, gv), (size_t)n * sizeof(float));
+    }
+    cpu_exec_free(&ex);
+    return s;
+}
+
+static inline void step_free_f32(StepOutF32 *s)
 {
     for (int p = 0; p < s->n; p++) free(s->grad[p]);
     free(s->grad);

@@ -26,6 +26,7 @@
 #include <string.h>
 
 #include "cpu/cpu_exec.h"
+#include "cpu_step.h"
 #include "cpu/half.h"
 #include "cuda/nvrtc_compile.h"
 #include "data/batch.h"
@@ -269,41 +270,14 @@ static void build(const ModelSpec *s, SpecPrecision policy, bool fuse, bool ln, 
     cr_assert_eq(st, HPC_OK, "pipeline_build: %s", err.msg);
 }
 
-typedef struct {
-    double loss;
-    float **grad;   /* (n_params) */
-    int n;
-} Step;
-
-static Step step(const Pipeline *P, float **w, const Batch *b)
+/* One training step of P on the cpu (tests/cpu_step.h). */
+static StepOutF32 step(const Pipeline *P, float **w, const Batch *b)
 {
-    CpuExec ex;
-    cpu_exec_init(&ex, &P->g, CPU_EXEC_F32);
-    for (int p = 0; p < P->pl.n; p++)
-        if (P->pl.p[p].tied_to < 0) cpu_exec_bind_param(&ex, p, w[p]);
-    CpuRunOptions o = {.training = true, .backward = true, .seed = 11, .step = 1, .loss_scale = 1};
-    HpcError err = {0};
-    cr_assert_eq(cpu_exec_run(&ex, b, &o, &err), HPC_OK, "%s", err.msg);
-    Step s = {cpu_exec_loss(&ex), calloc((size_t)P->pl.n, sizeof(float *)), P->pl.n};
-    for (int p = 0; p < P->pl.n; p++) {
-        int v = P->g.param_grad[p];
-        if (v < 0) continue;
-        int64_t n = params_numel(&P->pl.p[p]);
-        s.grad[p] = malloc((size_t)n * sizeof(float));
-        memcpy(s.grad[p], cpu_exec_value(&ex, v), (size_t)n * sizeof(float));
-    }
-    cpu_exec_free(&ex);
-    return s;
-}
-
-static void step_free(Step *s)
-{
-    for (int p = 0; p < s->n; p++) free(s->grad[p]);
-    free(s->grad);
+    return cpu_step_run_f32(&P->g, &P->pl, w, b, true);
 }
 
 /* ||a - b|| / ||b|| over parameter p; NaN when either side is not finite. */
-static double grad_err(const Step *a, const Step *b, int p, int64_t n)
+static double grad_err(const StepOutF32 *a, const StepOutF32 *b, int p, int64_t n)
 {
     double d = 0, r = 0;
     for (int64_t i = 0; i < n; i++) {
@@ -351,7 +325,7 @@ Test(fuse_ln_model, bert_tiny_on_off_and_fp16_against_f32, .timeout = 600)
         prec_round_array(PREC_FP16, w[p], n);   /* masters equal to their fp16 copies */
     }
     Batch *b = tiny_batch(&s, 2, 12);
-    Step ref = step(&f32_ref, w, b), fl = step(&f32_ln, w, b), hp = step(&h_plain, w, b), hl = step(&h_ln, w, b);
+    StepOutF32 ref = step(&f32_ref, w, b), fl = step(&f32_ln, w, b), hp = step(&h_plain, w, b), hl = step(&h_ln, w, b);
     cr_expect(fabs(fl.loss - ref.loss) <= 1e-5 * fabs(ref.loss), "f32 loss %.9g vs %.9g", fl.loss, ref.loss);
     cr_expect(isfinite(hl.loss) && fabs(hl.loss - hp.loss) <= 1e-6 * fabs(hp.loss), "fp16 loss %.9g vs %.9g",
               hl.loss, hp.loss);
@@ -373,10 +347,10 @@ Test(fuse_ln_model, bert_tiny_on_off_and_fp16_against_f32, .timeout = 600)
         compared++;
     }
     cr_expect_gt(compared, 30);
-    step_free(&ref);
-    step_free(&fl);
-    step_free(&hp);
-    step_free(&hl);
+    step_free_f32(&ref);
+    step_free_f32(&fl);
+    step_free_f32(&hp);
+    step_free_f32(&hl);
     batch_free(b);
     for (int p = 0; p < f32_ref.pl.n; p++) free(w[p]);
     free(w);
@@ -413,7 +387,7 @@ Test(fuse_ln_model, gpt2_pre_ln_on_off, .timeout = 600)
     for (int p = 0; p < off.pl.n; p++)
         if (off.pl.p[p].tied_to >= 0) w[p] = w[off.pl.p[p].tied_to];
     Batch *b = tiny_batch(&s, 2, 12);
-    Step a = step(&off, w, b), f = step(&on, w, b);
+    StepOutF32 a = step(&off, w, b), f = step(&on, w, b);
     cr_expect(isfinite(f.loss) && fabs(f.loss - a.loss) <= 1e-5 * fabs(a.loss), "loss %.9g vs %.9g", f.loss, a.loss);
     int compared = 0;
     for (int p = 0; p < a.n; p++) {
@@ -423,8 +397,8 @@ Test(fuse_ln_model, gpt2_pre_ln_on_off, .timeout = 600)
         compared++;
     }
     cr_expect_gt(compared, 10);
-    step_free(&a);
-    step_free(&f);
+    step_free_f32(&a);
+    step_free_f32(&f);
     batch_free(b);
     for (int p = 0; p < off.pl.n; p++)
         if (off.pl.p[p].tied_to < 0) free(w[p]);

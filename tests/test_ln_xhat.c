@@ -40,6 +40,7 @@
 #include "compiler/plan_graph.h"
 #include "compiler/spec_load.h"
 #include "cpu/cpu_exec.h"
+#include "cpu_step.h"
 #include "cpu/half.h"
 #include "cuda/nvrtc_compile.h"
 #include "data/batch.h"
@@ -256,41 +257,14 @@ static void build(const ModelSpec *s, SpecPrecision policy, const char *save, Pi
     cr_assert_eq(st, HPC_OK, "pipeline_build: %s", err.msg);
 }
 
-typedef struct {
-    double loss;
-    float **grad;
-    int n;
-} Step;
-
-static Step step(const Pipeline *P, float **w, const Batch *b, bool training)
+/* One training step of P on the cpu (tests/cpu_step.h). */
+static StepOutF32 step(const Pipeline *P, float **w, const Batch *b, bool training)
 {
-    CpuExec ex;
-    cpu_exec_init(&ex, &P->g, CPU_EXEC_F32);
-    for (int p = 0; p < P->pl.n; p++)
-        if (P->pl.p[p].tied_to < 0) cpu_exec_bind_param(&ex, p, w[p]);
-    CpuRunOptions o = {.training = training, .backward = true, .seed = 21, .step = 4, .loss_scale = 1};
-    HpcError err = {0};
-    cr_assert_eq(cpu_exec_run(&ex, b, &o, &err), HPC_OK, "%s", err.msg);
-    Step s = {cpu_exec_loss(&ex), calloc((size_t)P->pl.n, sizeof(float *)), P->pl.n};
-    for (int p = 0; p < P->pl.n; p++) {
-        int v = P->g.param_grad[p];
-        if (v < 0) continue;
-        int64_t n = params_numel(&P->pl.p[p]);
-        s.grad[p] = malloc((size_t)n * sizeof(float));
-        memcpy(s.grad[p], cpu_exec_value(&ex, v), (size_t)n * sizeof(float));
-    }
-    cpu_exec_free(&ex);
-    return s;
-}
-
-static void step_free(Step *s)
-{
-    for (int p = 0; p < s->n; p++) free(s->grad[p]);
-    free(s->grad);
+    return cpu_step_run_f32(&P->g, &P->pl, w, b, training);
 }
 
 /* sum (a - b)^2 and sum b^2 over parameter p into *d, *r; false if not finite. */
-static bool grad_sums(const Step *a, const Step *b, int p, int64_t n, double *d, double *r)
+static bool grad_sums(const StepOutF32 *a, const StepOutF32 *b, int p, int64_t n, double *d, double *r)
 {
     *d = *r = 0;
     for (int64_t i = 0; i < n; i++) {
@@ -334,7 +308,7 @@ static void tiny_step_case(SpecPrecision policy, const char *save)
     }
     for (int64_t r = 0; r < 3 && s.head.num_labels > 0; r++) b->labels[r] = (int32_t)(r % s.head.num_labels);
     /* against f32 without dropout: the salts (node ids) of the f32 graph are not the 16-bit graphs' */
-    Step sr = step(&ref, w, b, false), sd = step(&def, w, b, false), sx = step(&xh, w, b, false);
+    StepOutF32 sr = step(&ref, w, b, false), sd = step(&def, w, b, false), sx = step(&xh, w, b, false);
     cr_expect(isfinite(sx.loss) && sx.loss == sd.loss, "loss %.9g with xhat, %.9g default", sx.loss, sd.loss);
     double dd_all = 0, dx_all = 0, r_all = 0, worst = 0;
     const char *worst_name = "";
@@ -368,7 +342,7 @@ static void tiny_step_case(SpecPrecision policy, const char *save)
            policy == PREC_FP16 ? "fp16" : "bf16", all_def, all_x, save, worst, worst_name);
     cr_expect(all_x <= 1.01 * all_def, "whole gradient: %.4g with xhat, %.4g default", all_x, all_def);
     /* with dropout on (the same salts in both 16-bit graphs): the same loss, gradients close */
-    Step td = step(&def, w, b, true), tx = step(&xh, w, b, true);
+    StepOutF32 td = step(&def, w, b, true), tx = step(&xh, w, b, true);
     cr_expect(isfinite(tx.loss) && tx.loss == td.loss, "dropout on: loss %.9g with xhat, %.9g default", tx.loss,
               td.loss);
     double dt = 0, rt = 0, d, r;
@@ -381,11 +355,11 @@ static void tiny_step_case(SpecPrecision policy, const char *save)
     double tol = policy == PREC_FP16 ? 5e-4 : 2e-3;
     printf("  dropout on: whole gradient with xhat %.4g from the default's\n", sqrt(dt / rt));
     cr_expect(sqrt(dt / rt) <= tol, "dropout on: the gradient with xhat is %.4g from the default's", sqrt(dt / rt));
-    step_free(&td);
-    step_free(&tx);
-    step_free(&sr);
-    step_free(&sd);
-    step_free(&sx);
+    step_free_f32(&td);
+    step_free_f32(&tx);
+    step_free_f32(&sr);
+    step_free_f32(&sd);
+    step_free_f32(&sx);
     batch_free(b);
     for (int p = 0; p < ref.pl.n; p++) free(w[p]);
     free(w);
