@@ -13,7 +13,8 @@ Subcommands:
                             vocab.txt and tokenizer_config.json.  Both hpc
                             (--init) and PyTorch (from_pretrained) read it.
                             Standard library only.
-  torch-finetune DIR SEED [DATA [JOBS [STEPLOG]]]
+  torch-finetune DIR SEED [DATA [JOBS [STEPLOG]]] [--order hpc|torch]
+                 [--precision amp|fp32]
                             fine-tunes DIR on CoLA (DATA, default data/cola)
                             with torch.autocast(fp16) and GradScaler in an
                             HF-Trainer-style loop (the recipe below) and
@@ -26,7 +27,16 @@ Subcommands:
                             such runs shared the GPU, so the table can leave
                             concurrent timings out (the numbers do not
                             depend on it: each run has its own process,
-                            seed and generator).
+                            seed and generator).  Two controlled variants,
+                            to tell what hpc's wider spread over seeds comes
+                            from: --order hpc visits the rows in hpc's order
+                            for SEED (hpc_order.py, the port of
+                            runtime/data/loader.c's shuffle) instead of
+                            torch.randperm's; --precision fp32 trains and
+                            evaluates in plain f32 (no autocast, GradScaler
+                            disabled: no scaling, no skipped steps).  The
+                            line's impl names the variant: pytorch-amp,
+                            pytorch-fp32, each with " (hpc order)".
   random-init OUT VOCAB [LAYERS HIDDEN HEADS FFN]
                             a BertForSequenceClassification of the given
                             shape (default BERT-base: 12 768 12 3072, 2
@@ -49,10 +59,12 @@ Subcommands:
                             and MCC (mean ± std over seeds), and whether the
                             two lr sequences are the same step for step.
   table RESULTS.jsonl       the markdown table for BENCHMARKS.md, with a
-                            significance line per hpc row: the difference of
-                            the mean MCCs with its standard error; and the
-                            dev loss after the last epoch (mean ± std) of
-                            the runs that recorded it (hpc's last eval,
+                            significance line per row against pytorch-amp
+                            (hpc's rows, then PyTorch's variants): the
+                            difference of the mean MCCs with its standard
+                            error and the ratio of the stds; and the dev
+                            loss after the last epoch (mean ± std) of every
+                            run that recorded it (hpc's last eval,
                             PyTorch's dev_loss): a continuous measure of the
                             same spread.
 
@@ -75,6 +87,8 @@ import shutil
 import struct
 import sys
 import time
+
+import hpc_order
 
 LR, EPOCHS, BATCH, WARMUP, MAX_LEN, CLIP, WD = 5e-5, 3, 32, 0.1, 128, 1.0, 0.01
 GROUPS = ("embeddings", "attn_qkv", "attn_out", "ffn_in", "ffn_out", "layernorm", "pooler", "classifier", "other")
@@ -209,7 +223,12 @@ def mcc(pred, gold):
     return (tp * tn - fp * fn) / den if den else 0.0
 
 
-def cmd_torch_finetune(init_dir, seed, data_dir, jobs=1, steplog=None):
+def torch_impl(order, precision):
+    """The impl name of a torch-finetune variant (the table's row)."""
+    return "pytorch-%s%s" % (precision, " (hpc order)" if order == "hpc" else "")
+
+
+def cmd_torch_finetune(init_dir, seed, data_dir, jobs=1, steplog=None, order="torch", precision="amp"):
     import torch
     from transformers import AutoTokenizer, BertForSequenceClassification
     torch.backends.cuda.matmul.allow_tf32 = False
@@ -229,8 +248,21 @@ def cmd_torch_finetune(init_dir, seed, data_dir, jobs=1, steplog=None):
     warmup = math.ceil(WARMUP * total)
     sched = torch.optim.lr_scheduler.LambdaLR(
         opt, lambda s: s / max(1, warmup) if s < warmup else max(0.0, (total - s) / max(1, total - warmup)))
-    scaler = torch.amp.GradScaler("cuda", init_scale=65536.0, growth_interval=2000)
+    amp = precision == "amp"
+    # disabled (fp32), scale/unscale_/update are no-ops and step() is
+    # opt.step(): clipping sees the true gradients, nothing is skipped
+    scaler = torch.amp.GradScaler("cuda", init_scale=65536.0, growth_interval=2000, enabled=amp)
     gen = torch.Generator().manual_seed(seed)
+    plan = None
+    if order == "hpc":
+        # hpc's batches for this seed, in hpc's order; randperm is not drawn,
+        # so dropout (the global generator) is seeded as in the default run
+        plan = hpc_order.batch_plan(len(train), BATCH, EPOCHS, seed)
+        every_row = all(sorted(r for b in plan[e * steps_per_epoch:(e + 1) * steps_per_epoch] for r in b)
+                        == list(range(len(train))) for e in range(EPOCHS))
+        if len(plan) != total or not every_row:
+            sys.exit("torch-finetune: hpc's order has %d steps for %d (%d x %d), or an epoch misses a row"
+                     % (len(plan), total, steps_per_epoch, EPOCHS))
     skipped = tokens = 0
     # per step, for the step log: kept on the device and read once at the
     # end, so logging adds no synchronisation (get_scale() already syncs)
@@ -238,12 +270,16 @@ def cmd_torch_finetune(init_dir, seed, data_dir, jobs=1, steplog=None):
     torch.cuda.synchronize()
     t0 = time.time()
     for epoch in range(EPOCHS):
-        order = torch.randperm(len(train), generator=gen).tolist()
-        for b in range(steps_per_epoch):
-            rows = [train[i] for i in order[b * BATCH:(b + 1) * BATCH]]
+        if plan is not None:
+            batches = plan[epoch * steps_per_epoch:(epoch + 1) * steps_per_epoch]
+        else:
+            perm = torch.randperm(len(train), generator=gen).tolist()
+            batches = [perm[b * BATCH:(b + 1) * BATCH] for b in range(steps_per_epoch)]
+        for idx in batches:
+            rows = [train[i] for i in idx]
             tokens += sum(len(r[0]) for r in rows)
             batch = collate(torch, rows, dev)
-            with torch.autocast("cuda", dtype=torch.float16):
+            with torch.autocast("cuda", dtype=torch.float16, enabled=amp):
                 loss = model(**batch).loss
             scaler.scale(loss).backward()
             scaler.unscale_(opt)
@@ -266,7 +302,7 @@ def cmd_torch_finetune(init_dir, seed, data_dir, jobs=1, steplog=None):
     train_s = time.time() - t0
     model.eval()
     pred, dev_loss = [], 0.0
-    with torch.no_grad(), torch.autocast("cuda", dtype=torch.float16):
+    with torch.no_grad(), torch.autocast("cuda", dtype=torch.float16, enabled=amp):
         for b in range(0, len(dev_rows), 128):
             batch = collate(torch, dev_rows[b:b + 128], dev)
             labels = batch.pop("labels")
@@ -279,9 +315,9 @@ def cmd_torch_finetune(init_dir, seed, data_dir, jobs=1, steplog=None):
     if steplog:
         write_steplog(steplog, torch.stack(losses).tolist(), torch.stack(norms).tolist(), lrs, scales, epochs_of,
                       skips, mcc(pred, gold), dev_loss, total)
-    print(json.dumps({"kind": "finetune", "impl": "pytorch-amp", "seed": seed, "mcc": mcc(pred, gold),
-                      "accuracy": acc, "dev_loss": dev_loss, "skipped": skipped, "steps": total, "train_s": train_s,
-                      "tokens": tokens, "jobs": jobs}))
+    print(json.dumps({"kind": "finetune", "impl": torch_impl(order, precision), "seed": seed,
+                      "mcc": mcc(pred, gold), "accuracy": acc, "dev_loss": dev_loss, "skipped": skipped,
+                      "steps": total, "train_s": train_s, "tokens": tokens, "jobs": jobs}))
 
 
 def write_steplog(path, losses, norms, lrs, scales, epochs_of, skips, dev_mcc, dev_loss, total):
@@ -514,12 +550,22 @@ def run_seconds(rs):
                                    "/".join(sorted({str(j) for _, j in shared})))
 
 
+def std_ratio(xs, ref):
+    """std(xs) / std(ref) with its standard error by the delta method: the
+    relative errors s / sqrt(2 (n - 1)) of the two stds add in quadrature."""
+    s, sa = mean_std(xs)[1], mean_std(ref)[1]
+    if sa == 0:
+        return "-"
+    r = s / sa
+    return "%.2f ± %.2f" % (r, r * math.sqrt(1 / (2 * (len(xs) - 1)) + 1 / (2 * (len(ref) - 1))))
+
+
 def significance(impl, xs, ref):
     """The bar (mean within 1 point, spread no wider) and whether the
     difference of means stands out of the seed noise: its standard error
     sqrt(s1^2/n1 + s2^2/n2) and the ratio; each std with its own standard
-    error s / sqrt(2 (n - 1)) (normal approximation), so a "wider" spread
-    can be told from noise too."""
+    error s / sqrt(2 (n - 1)) (normal approximation), and their ratio, so a
+    "wider" spread can be told from noise too."""
     m, s = mean_std(xs)
     ma, sa = mean_std(ref)
     d = m - ma
@@ -529,9 +575,9 @@ def significance(impl, xs, ref):
         "%.1f standard errors: more than seed noise" % z
     sse, sase = s / math.sqrt(2 * (len(xs) - 1)), sa / math.sqrt(2 * (len(ref) - 1))
     return ("%s against pytorch-amp: mean MCC %+.3f ± %.3f (difference ± its standard error; %.1f SE, %s); "
-            "within 1 point: %s; std %.3f ± %.3f vs %.3f ± %.3f (no wider: %s)"
+            "within 1 point: %s; std %.3f ± %.3f vs %.3f ± %.3f (no wider: %s; ratio %s)"
             % (impl, d, se, z, word, "yes" if abs(d) <= 0.01 else "no", s, sse, sa, sase,
-               "yes" if s <= sa else "no"))
+               "yes" if s <= sa else "no", std_ratio(xs, ref)))
 
 
 def cmd_table(path):
@@ -564,18 +610,28 @@ def cmd_table(path):
               "of runs that shared it, which says nothing about speed).")
         if dropped:
             print("(%d lines repeated a run's seed: the MCC columns count each seed once, its last line)" % dropped)
-    for impl, rs in fine.items():
-        if amp and impl != "pytorch-amp" and len(rs) > 1 and len(amp) > 1:
+    # hpc's rows, then PyTorch's controlled variants (hpc's order, fp32):
+    # what each changes of PyTorch AMP's mean and spread
+    others = [i for i in fine if i != "pytorch-amp"]
+    others = [i for i in others if not i.startswith("pytorch-")] + [i for i in others if i.startswith("pytorch-")]
+    for impl in others:
+        rs = fine[impl]
+        if amp and len(rs) > 1 and len(amp) > 1:
             print(significance(impl, [r["mcc"] for r in rs], [r["mcc"] for r in amp]))
     # the dev loss after the last epoch, a continuous measure of the same
     # spread (lines from before it was recorded have none)
     losses = {impl: [r["dev_loss"] for r in rs if r.get("dev_loss") is not None] for impl, rs in fine.items()}
-    if any(len(v) > 1 for v in losses.values()):
+    ref = losses.get("pytorch-amp", [])
+    if any(losses.values()):
         print()
         for impl, v in losses.items():
-            if len(v) > 1:
-                m, s = mean_std(v)
-                print("dev loss after the last epoch, %s: %.4f ± %.4f over %d seeds" % (impl, m, s, len(v)))
+            if not v:
+                continue
+            m, s = mean_std(v)
+            ratio = "; std ratio to pytorch-amp's %s" % std_ratio(v, ref) \
+                if impl != "pytorch-amp" and len(v) > 1 and len(ref) > 1 else ""
+            print("dev loss after the last epoch, %s: %.4f ± %.4f over %d seed%s%s"
+                  % (impl, m, s, len(v), "s" if len(v) > 1 else "", ratio))
     if grads:
         print()
         print("| one step vs fp64 (dropout off) | batches | logits | loss | gradient | embeddings | attn qkv "
@@ -602,13 +658,33 @@ def print_speed(speed):
         print("| hpc fp16 (%s) | %s x %s | %.2f | %.0f |" % (r["plan"], r["B"], r["L"], r["median_ms"], r["peak_mib"]))
 
 
+def take_flags(a, choices):
+    """Removes `--NAME VALUE` pairs (or --NAME=VALUE) from a, wherever they
+    stand, so the positional arguments keep their places; name -> value."""
+    out, rest = {}, []
+    it = iter(a)
+    for w in it:
+        name, eq, value = w.partition("=")
+        if name[2:] in choices and name.startswith("--"):
+            value = value if eq else next(it, None)
+            if value not in choices[name[2:]]:
+                sys.exit("%s: expected one of %s, got %s" % (name, "|".join(choices[name[2:]]), value))
+            out[name[2:]] = value
+        else:
+            rest.append(w)
+    return out, rest
+
+
 def main():
     a = sys.argv[1:]
+    flags = {}
+    if a[:1] == ["torch-finetune"]:
+        flags, a = take_flags(a, {"order": ("hpc", "torch"), "precision": ("amp", "fp32")})
     if a[:1] == ["seeds"] and len(a) == 4:
         cmd_seeds(a[1], a[2], int(a[3]))
     elif a[:1] == ["torch-finetune"] and len(a) in (3, 4, 5, 6):
         cmd_torch_finetune(a[1], int(a[2]), a[3] if len(a) >= 4 else "data/cola", int(a[4]) if len(a) >= 5 else 1,
-                           a[5] if len(a) == 6 else None)
+                           a[5] if len(a) == 6 else None, **flags)
     elif a[:1] == ["curves"] and len(a) >= 2:
         cmd_curves(a[1], a[2:])
     elif a[:1] == ["random-init"] and len(a) in (3, 7):

@@ -17,10 +17,11 @@
 #      plan ending in "+unfused", such as "default+unfused", also sets
 #      HPC_ATTENTION=unfused: the attention as the unfused chain, as fp32
 #      runs it, to tell the fused kernels' part in a difference), one
-#      run at a time, then PyTorch AMP (torch-finetune), JOBS runs at a time
-#      on the one GPU (each its own process and seed: the MCCs do not depend
-#      on JOBS, only the timing does, so the table shows PyTorch's time only
-#      from JOBS=1 runs and marks the others);
+#      run at a time, then PyTorch (torch-finetune) in each variant of
+#      TORCH_VARIANTS, JOBS runs at a time on the one GPU (each its own
+#      process and seed: the MCCs do not depend on JOBS, only the timing
+#      does, so the table shows PyTorch's time only from JOBS=1 runs and
+#      marks the others);
 #   3. grad_error (hpc on the GPU and its cpu emulation) and torch-grad
 #      (AMP and fp32) on the same BATCHES batches of 32 CoLA rows, each
 #      against fp64 with dropout off;
@@ -41,6 +42,11 @@
 # SEEDS-1 only, e.g. to add seeds to an earlier call's lines), JOBS (1:
 # PyTorch runs at once), PLANS
 # ("default embeddings,residual,norm none"; add fp32 for hpc's f32 run),
+# TORCH_VARIANTS ("amp": PyTorch AMP as the HF Trainer runs it; add the
+# controlled variants to tell what hpc's wider spread over seeds comes
+# from: amp-hpc-order, AMP on hpc's batch order for the seed; fp32, plain
+# f32 without loss scaling; fp32-hpc-order, both; each is a row of the
+# table, set against amp, and a PyTorch run per seed),
 # PARTS ("hpc torch grad speed": run a subset, e.g. PARTS=torch, to split
 # the work over several calls; the JSON lines accumulate in
 # build/quality/out: remove it to start over), BATCHES (4),
@@ -58,6 +64,7 @@ SEEDS=${SEEDS:-8}
 FIRST_SEED=${FIRST_SEED:-0}
 JOBS=${JOBS:-1}
 PLANS=${PLANS:-default embeddings,residual,norm none}
+TORCH_VARIANTS=${TORCH_VARIANTS:-amp}
 PARTS=${PARTS:-hpc torch grad speed}
 BATCHES=${BATCHES:-4}
 LOSS_SCALE=${LOSS_SCALE:-65536}
@@ -70,6 +77,20 @@ RAW=$OUT/finetune_quality.jsonl
 mkdir -p "$OUT" "$WORK"
 case "$SEEDS$JOBS$FIRST_SEED" in *[!0-9]*) echo "finetune_quality: SEEDS, FIRST_SEED and JOBS must be numbers" >&2; exit 2;; esac
 [ "$JOBS" -ge 1 ] || { echo "finetune_quality: JOBS must be at least 1" >&2; exit 2; }
+# torch-finetune's flags for a TORCH_VARIANTS word
+torch_flags() {
+    case $1 in
+        amp) ;;
+        amp-hpc-order) echo "--order hpc";;
+        fp32) echo "--precision fp32";;
+        fp32-hpc-order) echo "--precision fp32 --order hpc";;
+        *) return 1;;
+    esac
+}
+for v in $TORCH_VARIANTS; do
+    torch_flags "$v" > /dev/null ||
+        { echo "finetune_quality: TORCH_VARIANTS: unknown $v (amp, amp-hpc-order, fp32, fp32-hpc-order)" >&2; exit 2; }
+done
 for f in bin/hpc build/bench/grad_error "$F16/model.safetensors" data/cola/train.tsv; do
     [ -e "$f" ] || { echo "finetune_quality: missing $f (build it on the build machine: make bin/hpc bench-quality-bins; python3 bench/make_f16_weights.py)" >&2; exit 1; }
 done
@@ -137,30 +158,46 @@ if has hpc; then
 fi
 
 if has torch; then
-    # waves of JOBS processes; each writes its own line, appended in seed
-    # order once the wave is done (the same file whatever JOBS is)
-    s=$FIRST_SEED
-    while [ "$s" -lt "$SEEDS" ]; do
-        first=$s
-        while [ "$s" -lt "$SEEDS" ] && [ "$s" -lt $((first + JOBS)) ]; do
-            echo "finetune_quality: PyTorch AMP seed $s ($JOBS at a time)" >&2
-            "$PYTHON" bench/finetune_quality.py torch-finetune "$WORK/seed-$s" "$s" data/cola "$JOBS" \
-                "$OUT/torch-steps-seed$s.jsonl" > "$OUT/torch-seed$s.json" 2> "$OUT/torch-seed$s.err" &
-            s=$((s + 1))
-        done
-        wait
-        k=$first
-        while [ "$k" -lt "$s" ]; do
-            if grep -q '^{' "$OUT/torch-seed$k.json" 2>/dev/null; then
-                grep '^{' "$OUT/torch-seed$k.json" | tee -a "$RAW"
+    # waves of JOBS processes over (seed, variant), seed by seed; each writes
+    # its own line, appended in that order once the wave is done (the same
+    # file whatever JOBS is).  amp keeps the file names it always had
+    # (torch-seedS.json, torch-steps-seedS.jsonl, which `curves` reads); the
+    # other variants' files carry their name: torch-fp32-seedS.json, ...
+    tag() { [ "$1" = amp ] || echo "-$1"; }
+    collect() {   # the lines of the wave's runs ("seed:variant" words)
+        for job in "$@"; do
+            k=${job%%:*}
+            out=$OUT/torch$(tag "${job#*:}")-seed$k
+            if grep -q '^{' "$out.json" 2>/dev/null; then
+                grep '^{' "$out.json" | tee -a "$RAW"
             else
-                echo "finetune_quality: PyTorch seed $k failed, see $OUT/torch-seed$k.err" >&2
-                tail -5 "$OUT/torch-seed$k.err" >&2
+                echo "finetune_quality: PyTorch ${job#*:} seed $k failed, see $out.err" >&2
+                tail -5 "$out.err" >&2
             fi
-            k=$((k + 1))
         done
         save
+    }
+    wave= n=0
+    s=$FIRST_SEED
+    while [ "$s" -lt "$SEEDS" ]; do
+        for v in $TORCH_VARIANTS; do
+            echo "finetune_quality: PyTorch $v seed $s ($JOBS at a time)" >&2
+            "$PYTHON" bench/finetune_quality.py torch-finetune "$WORK/seed-$s" "$s" data/cola "$JOBS" \
+                "$OUT/torch-steps$(tag "$v")-seed$s.jsonl" $(torch_flags "$v") \
+                > "$OUT/torch$(tag "$v")-seed$s.json" 2> "$OUT/torch$(tag "$v")-seed$s.err" &
+            wave="$wave $s:$v" n=$((n + 1))
+            if [ "$n" -ge "$JOBS" ]; then
+                wait
+                collect $wave
+                wave= n=0
+            fi
+        done
+        s=$((s + 1))
     done
+    if [ "$n" -gt 0 ]; then
+        wait
+        collect $wave
+    fi
 fi
 
 if has grad; then
@@ -200,7 +237,7 @@ CURVES=
 if ls "$OUT"/torch-steps-seed*.jsonl > /dev/null 2>&1 && ls "$OUT"/hpc-*-seed*.jsonl > /dev/null 2>&1; then
     echo >> "$OUT/finetune_quality.md"
     "$PYTHON" bench/finetune_quality.py curves "$OUT" $PLANS | tee -a "$OUT/finetune_quality.md"
-    (cd "$OUT" && tar czf steplogs.tar.gz hpc-*-seed*.jsonl torch-steps-seed*.jsonl)
+    (cd "$OUT" && tar czf steplogs.tar.gz hpc-*-seed*.jsonl torch-steps*-seed*.jsonl)
     CURVES="$OUT/steplogs.tar.gz"
 fi
 if [ -n "$COPY_TO" ] && [ "$COPY_TO" != "$OUT" ]; then

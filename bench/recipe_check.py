@@ -24,7 +24,7 @@ step by step:
 
 How the two sides are made to see the same batches: hpc shuffles with a
 Fisher-Yates permutation drawn from Philox-4x32-10 keyed by (seed, epoch)
-(runtime/data/loader.c); this file draws the same permutation (philox(),
+(runtime/data/loader.c); hpc_order.py draws the same permutation (philox(),
 epoch_order()), so the PyTorch loop visits the same rows in the same
 batches without any hpc option.  A wrong replica would show at once as
 different losses from step 1 (the check also compares each step's real
@@ -68,6 +68,9 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 import finetune_quality as fq  # noqa: E402  (the shared recipe and helpers)
+# hpc's batch order (runtime/data/loader.c), ported in hpc_order.py; the names
+# stay importable from here
+from hpc_order import M32, SALT_SHUFFLE, batch_plan, epoch_order, loader_draw, philox  # noqa: E402,F401
 
 # Tolerances: f32 on both sides, different kernels and summation orders.
 TOL_LOSS = 1e-5      # relative, every step
@@ -81,49 +84,6 @@ TOL_DEV_LOSS = 1e-4  # relative
 # that Adam normalises to lr-sized steps: its update is compared but not
 # held to TOL_UPDATE.
 ZERO_GRADIENT = re.compile(r"attention\.self\.key\.bias$")
-
-# ---- hpc's batch order (runtime/data/loader.c) ------------------------------
-
-M32 = 0xFFFFFFFF
-SALT_SHUFFLE = 0x53485546  # "SHUF"
-
-
-def philox(counter, key):
-    """Philox-4x32-10 as runtime/cpu/philox.c computes it."""
-    c0, c1, c2, c3 = counter
-    k0, k1 = key
-    for r in range(10):
-        if r:
-            k0 = (k0 + 0x9E3779B9) & M32
-            k1 = (k1 + 0xBB67AE85) & M32
-        p0 = 0xD2511F53 * c0
-        p1 = 0xCD9E8D57 * c2
-        c0, c1, c2, c3 = ((p1 >> 32) ^ c1 ^ k0) & M32, p1 & M32, ((p0 >> 32) ^ c3 ^ k1) & M32, p0 & M32
-    return c0, c1, c2, c3
-
-
-def loader_draw(seed, epoch, salt, i, bound):
-    r = philox((i & M32, (i >> 32) & M32, epoch & M32, salt), (seed & M32, (seed >> 32) & M32))
-    return ((r[1] << 32) | r[0]) % bound
-
-
-def epoch_order(n, seed, epoch):
-    """The rows of epoch `epoch` in hpc's visiting order (shuffle on, no bucketing)."""
-    a = list(range(n))
-    for i in range(n - 1, 0, -1):
-        j = loader_draw(seed, epoch, SALT_SHUFFLE, i, i + 1)
-        a[i], a[j] = a[j], a[i]
-    return a
-
-
-def batch_plan(n, batch, epochs, seed):
-    """Row indices of every step's batch, epoch after epoch, as hpc's trainer takes them."""
-    plan = []
-    for e in range(epochs):
-        order = epoch_order(n, seed, e)
-        plan += [order[b:b + batch] for b in range(0, n, batch)]
-    return plan
-
 
 # ---- set-up ---------------------------------------------------------------------
 
