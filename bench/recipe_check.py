@@ -68,9 +68,7 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 import finetune_quality as fq  # noqa: E402  (the shared recipe and helpers)
-# hpc's batch order (runtime/data/loader.c), ported in hpc_order.py; the names
-# stay importable from here
-from hpc_order import M32, SALT_SHUFFLE, batch_plan, epoch_order, loader_draw, philox  # noqa: E402,F401
+from hpc_order import batch_plan  # noqa: E402  (hpc's batch order, runtime/data/loader.c)
 
 # Tolerances: f32 on both sides, different kernels and summation orders.
 TOL_LOSS = 1e-5      # relative, every step
