@@ -18,7 +18,8 @@ dropped; truncating a row to seq_len changes no position).  --pack changes
 a batch's layout, not its rows.
 
 Self-check: python3 bench/hpc_order.py (Philox's known answers, and a
-small plan that must cover every row once per epoch).
+small plan that must cover every row once per epoch).  The C side holds
+the same small plan: tests/test_loader.c, shuffle_matches_the_python_port.
 """
 import sys
 
