@@ -138,7 +138,7 @@ static const CliOpt run_opts[] = {
     {.name = "pack", .kind = CLI_FLAG, .off = A(pack),
      .help = "packed batches (the model's `pack = true`): each batch holds its rows' tokens back to back "
              "with no padding rows, so a step costs the real tokens, not batch x the longest row "
-             "(docs/packing.md); cpu backend only so far (--device cpu); off by default"},
+             "(docs/packing.md); on the GPU with --fp16 or --bf16 (fp32: --device cpu); off by default"},
     {.name = "bucket", .kind = CLI_FLAG, .off = A(bucket),
      .help = "train on batches of rows of similar length (windows of 50 batches sorted by length, "
              "then visited in a seeded order): less padding, so faster, but another batch "

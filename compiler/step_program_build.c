@@ -21,11 +21,10 @@ HpcStatus step_program_from_graph(const ModelSpec *spec, SpecPrecision policy, b
     out->policy = policy == PREC_DEFAULT ? PREC_FP32 : policy;
     out->fused = fused;
     snprintf(out->name, sizeof out->name, "%s", spec->name);
-    /* A packed program (docs/packing.md) has no CUDA kernels yet: it gets
-     * none (the cuda backend refuses it), unless HPC_PACK_CUDA=1 asks the
-     * emitter to try (and to name the op it cannot emit). */
-    const char *pc = getenv("HPC_PACK_CUDA");
-    if (ir_graph_packed(&out->g) && !(pc && strcmp(pc, "1") == 0)) return HPC_OK;
+    /* A packed program (docs/packing.md) needs the fused attention's varlen
+     * kernels, which exist in 16 bits only: under fp32 it gets no CUDA
+     * kernels and runs on the cpu backend (the cuda backend says so). */
+    if (ir_graph_packed(&out->g) && out->policy == PREC_FP32) return HPC_OK;
     HpcStatus st = eop_kernels_build(&out->g, &out->kernels, err);
     if (st) step_program_free(out);
     return st;

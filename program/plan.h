@@ -20,7 +20,8 @@
  *     values whose lifetimes do not overlap share memory.  Parameters (f32
  *     masters and their fp16/bf16 copies) live outside the arena.
  *   - in-place writes: a node whose op writes over one of its inputs
- *     (plan_inplace_input: LINEAR_DX_ACC's acc, the GEMM's C = D) gets that
+ *     (plan_inplace_input: LINEAR_DX_ACC's acc, the GEMM's C = D; the
+ *     activation backward's dy and x) gets that
  *     input's storage when the node is the input's last reader (and the
  *     input is no role pinned to the end, same dtype and size); a chain of
  *     them (residual + dXq + dXk + dXv) is one range that lives from the
@@ -125,9 +126,11 @@ HpcStatus plan_build_scratch_with(const IrGraph *g, int64_t B, int64_t L, const 
                                   const PlanOptions *opt, StepPlan *p, HpcError *err);
 void plan_free(StepPlan *p);
 
-/* The input a node of this op writes its result over when the plan lets
- * it (the cuda executor then runs it in place), or -1. */
-int plan_inplace_input(const IrNode *n);
+/* The value that value v is written over when the plan lets it (the cuda
+ * executor then runs its node in place), or -1: LINEAR_DX_ACC's acc (the
+ * GEMM's C = D); ACT_BWD_BGRAD's dy for its dx and, for its output 2 (the
+ * recomputed act(x)), its x. */
+int plan_inplace_input(const IrGraph *g, int v);
 
 /* Views (Q, K and V from one GEMM, compiler/fuse_qkv.c): value v needs no
  * storage or kernel of its own because it is bytes [*byte_off, + its size)

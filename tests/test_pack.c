@@ -24,10 +24,9 @@
  * packed run is what its batches need.
  * Errors: a packed program with the unfused attention forced
  * (HPC_ATTENTION=unfused), a packed causal LM, a padded batch given to a
- * packed program, spans outside the slots; a packed program compiles no
- * CUDA kernels (the cuda backend refuses it) unless HPC_PACK_CUDA=1, and
- * then it emits them (fp16/bf16; fp32 has no fused-attention kernel and
- * says so).  CUDA (no GPU needed): the span_positions / span_token /
+ * packed program, spans outside the slots; a packed program carries its
+ * CUDA kernels under fp16/bf16 and none under fp32 (no varlen attention
+ * kernel there: the cuda backend refuses it).  CUDA (no GPU needed): the span_positions / span_token /
  * span_token_bwd kernels (f32, f16) and whole packed step modules (fp16,
  * bf16; the default one-pass backward and HPC_ATTN_KERNELS=v2 / v1; Q, K
  * and V unstacked and as one QKV GEMM; head sizes 16 and 64, causal too)
@@ -643,28 +642,30 @@ Test(pack_errors, padded_batch_or_bad_spans_refused)
     pipeline_free(&p);
 }
 
-/* No CUDA kernels for a packed program (so the cuda backend refuses it),
- * unless HPC_PACK_CUDA=1, when the emitter says what it lacks. */
-Test(pack_errors, no_cuda_kernels_unless_asked)
+/* A packed program carries CUDA kernels under fp16 and bf16; under fp32,
+ * whose attention has no varlen kernel, it compiles with none (it runs on
+ * the cpu backend, and the cuda backend refuses it). */
+Test(pack_errors, cuda_kernels_in_16_bits_only)
 {
     ModelSpec s;
     spec_for(&s, H_SEQ, true);
     StepProgram prog;
     HpcError err = {0};
-    cr_assert_eq(step_program_compile(&s, PREC_FP16, true, &prog, &err), HPC_OK, "%s", err.msg);
+    SpecPrecision low[2] = {PREC_FP16, PREC_BF16};
+    for (int k = 0; k < 2; k++) {
+        err = (HpcError){0};
+        cr_assert_eq(step_program_compile(&s, low[k], true, &prog, &err), HPC_OK, "%s", err.msg);
+        cr_expect(ir_graph_packed(&prog.g));
+        cr_expect_gt(prog.kernels.n, 0, "a packed %s program carries its kernels", k ? "bf16" : "fp16");
+        cr_expect(prog.kernels.cuda_source && strstr(prog.kernels.cuda_source, "attn2_fwd_vl"),
+                  "the varlen attention is in the module");
+        step_program_free(&prog);
+    }
+    err = (HpcError){0};
+    cr_assert_eq(step_program_compile(&s, PREC_FP32, true, &prog, &err), HPC_OK, "%s", err.msg);
     cr_expect(ir_graph_packed(&prog.g));
-    cr_expect_eq(prog.kernels.n, 0, "a packed program carries no kernels (%d)", prog.kernels.n);
+    cr_expect_eq(prog.kernels.n, 0, "a packed fp32 program carries no kernels (%d)", prog.kernels.n);
     step_program_free(&prog);
-    /* HPC_PACK_CUDA=1: the kernels are emitted (fp16); fp32 has no fused-attention kernel */
-    setenv("HPC_PACK_CUDA", "1", 1);
-    err = (HpcError){0};
-    cr_assert_eq(step_program_compile(&s, PREC_FP16, true, &prog, &err), HPC_OK, "%s", err.msg);
-    cr_expect_gt(prog.kernels.n, 0);
-    step_program_free(&prog);
-    err = (HpcError){0};
-    cr_expect_neq(step_program_compile(&s, PREC_FP32, true, &prog, &err), HPC_OK);
-    cr_expect(strstr(err.msg, "f16 or bf16"), "message: %s", err.msg);
-    unsetenv("HPC_PACK_CUDA");
     /* the padded program still has its kernels */
     s.train.pack = false;
     err = (HpcError){0};

@@ -207,11 +207,11 @@ HpcStatus cuda_exec_init_kernels_with(CudaExec *ex, CudaDevice *dev, const IrGra
                                       const PlanOptions *plan, HpcError *err)
 {
     memset(ex, 0, sizeof *ex);
-    const char *pack_cuda = getenv("HPC_PACK_CUDA");
-    if (ir_graph_packed(g) && !(pack_cuda && strcmp(pack_cuda, "1") == 0))
-        return hpc_fail(err, HPC_ERR_USAGE, "cuda backend: this program is packed (pack = true, hpc run --pack; "
-                        "docs/packing.md), which the cuda backend runs only with HPC_PACK_CUDA=1 for now (checked, "
-                        "not yet faster than padding); set it, use --device cpu, or train without pack");
+    if (ir_graph_packed(g) && (!kernels || kernels->n == 0))
+        return hpc_fail(err, HPC_ERR_USAGE, "cuda backend: this packed program (pack = true, hpc run --pack; "
+                        "docs/packing.md) carries no CUDA kernels: packed batches need the fused attention, "
+                        "which runs in 16 bits only; train with --fp16 or --bf16, use --device cpu, or train "
+                        "without pack (an artifact compiled before 2026-12-02 also lacks them: compile it again)");
     ex->g = g;
     ex->pl = pl;
     ex->dev = dev;

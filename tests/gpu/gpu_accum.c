@@ -243,7 +243,7 @@ static void node_case(SpecPrecision prec, bool keep_all, double tol)
     if (!st) st = cuda_exec_set_params(&ex, w, &err);
     if (!st) {
         int in_place = 0;
-        for (int i = 0; i < P.g.n; i++) in_place += ex.plan.v[i].storage != i;
+        for (int i = 0; i < P.g.n; i++) in_place += P.g.nodes[i].op == IR_OP_LINEAR_DX_ACC && ex.plan.v[i].storage != i;
         result(in_place == (keep_all ? 0 : want), "%s: %d values written in place (%d expected)", tag, in_place,
                keep_all ? 0 : want);
         /* a loss scale as training uses (gpu_bgrad.c says why) */

@@ -4,9 +4,7 @@
  * and the seq_spans upload, on the same weights, packed batch, dropout seed
  * and step (dropout on: hidden 0.1, attention 0.1).
  *
- * Runs only with HPC_PACK_CUDA=1 (the cuda backend refuses packed programs
- * otherwise: the switch stays off until this test has passed on a GPU);
- * without it the test prints one line and exits 0.  With HPC_FUSE_QKV=1
+ * With HPC_FUSE_QKV=1
  * the attention nodes are packed QKV (the check is the same: loss, ctx,
  * gradients).  HPC_ATTN_KERNELS=v1|v2|v3 picks the kernel family.
  *
@@ -210,11 +208,6 @@ static void check_case(Case c, SpecPrecision prec, double tol)
 
 int main(void)
 {
-    const char *sw = getenv("HPC_PACK_CUDA");
-    if (!sw || strcmp(sw, "1") != 0) {
-        printf("gpu_pack: skipped (packed programs run on the GPU only with HPC_PACK_CUDA=1)\n");
-        return 0;
-    }
     if (!gpu_check_open_device("gpu_pack", &g_dev)) return 4;
     printf("gpu_pack on %s (sm_%d)\n", g_dev.name, g_dev.arch);
     check_case(C_TINY, PREC_FP16, 1e-2);
