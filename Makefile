@@ -204,6 +204,12 @@ $(BENCH_BIN): bench/bench_hpc.c $(LIBS)
 $(BUILD)/bench/mem_probe: bench/mem_probe.c $(LIBS)
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS) -o $@ $< $(LIBS) $(LDLIBS)
+# bench/gemm_candidates.c: every cuBLASLt candidate for BERT-base's GEMMs (issue #15), an H200
+# tool; it links cuBLASLt and the CUDA runtime directly (hpc opens the driver and cuBLASLt with dlopen).
+$(BUILD)/bench/gemm_candidates: bench/gemm_candidates.c
+	@mkdir -p $(@D)
+	$(CC) -std=c11 -O2 -Wall -Wextra -isystem $(CUDA_HOME)/include -o $@ $< -L$(CUDA_HOME)/lib64 \
+		-Wl,-rpath,$(CUDA_HOME)/lib64 -lcublasLt -lcudart
 # bench/finetune_quality.sh: fp16 fine-tune quality against PyTorch AMP.
 QUALITY_BIN := $(BUILD)/bench/grad_error
 $(QUALITY_BIN): bench/grad_error.c $(LIBS)

@@ -16,12 +16,13 @@
 #      all-16-bit plan before it; "fp32" runs `hpc run --fp32` instead; a
 #      plan ending in "+unfused", such as "default+unfused", also sets
 #      HPC_ATTENTION=unfused: the attention as the unfused chain, as fp32
-#      runs it, to tell the fused kernels' part in a difference), one
-#      run at a time, then PyTorch (torch-finetune) in each variant of
-#      TORCH_VARIANTS, JOBS runs at a time on the one GPU (each its own
-#      process and seed: the MCCs do not depend on JOBS, only the timing
-#      does, so the table shows PyTorch's time only from JOBS=1 runs and
-#      marks the others);
+#      runs it, to tell the fused kernels' part in a difference; one ending
+#      in "+pack", such as "default+pack", trains on packed batches, `hpc
+#      run --pack`: docs/packing.md), one run at a time, then PyTorch
+#      (torch-finetune) in each variant of TORCH_VARIANTS, JOBS runs at a
+#      time on the one GPU (each its own process and seed: the MCCs do not
+#      depend on JOBS, only the timing does, so the table shows PyTorch's
+#      time only from JOBS=1 runs and marks the others);
 #   3. grad_error (hpc on the GPU and its cpu emulation) and torch-grad
 #      (AMP and fp32) on the same BATCHES batches of 32 CoLA rows, each
 #      against fp64 with dropout off;
@@ -91,10 +92,12 @@ for v in $TORCH_VARIANTS; do
     torch_flags "$v" > /dev/null ||
         { echo "finetune_quality: TORCH_VARIANTS: unknown $v (amp, amp-hpc-order, fp32, fp32-hpc-order)" >&2; exit 2; }
 done
-for f in bin/hpc build/bench/grad_error "$F16/model.safetensors" data/cola/train.tsv; do
+has() { case " $PARTS " in *" $1 "*) return 0;; esac; return 1; }
+NEEDS="bin/hpc $F16/model.safetensors data/cola/train.tsv"
+has grad && NEEDS="$NEEDS build/bench/grad_error"   # only the gradient part runs it
+for f in $NEEDS; do
     [ -e "$f" ] || { echo "finetune_quality: missing $f (build it on the build machine: make bin/hpc bench-quality-bins; python3 bench/make_f16_weights.py)" >&2; exit 1; }
 done
-has() { case " $PARTS " in *" $1 "*) return 0;; esac; return 1; }
 # the raw lines so far to $OUT after every run, so a call cut off by its
 # time limit still brings back what it finished
 save() { if [ -n "$COPY_TO" ] && [ "$COPY_TO" != "$OUT" ] && [ -e "$RAW" ]; then mkdir -p "$COPY_TO" && cp "$RAW" "$COPY_TO/"; fi; }
@@ -132,8 +135,14 @@ plan_env() {
     case $1 in
         fp32) ;;
         *+unfused) echo "HPC_KEEP_F32=${1%+unfused} HPC_ATTENTION=unfused";;
+        *+pack) echo "HPC_KEEP_F32=${1%+pack}";;
         *) echo "HPC_KEEP_F32=$1";;
     esac
+}
+
+# The extra `hpc run` flag of PLAN: --pack for a "+pack" plan.
+plan_flags() {
+    case $1 in *+pack) echo "--pack";; esac
 }
 
 if has hpc; then
@@ -144,8 +153,8 @@ if has hpc; then
             rm -f "$log"   # a log from an earlier call would be appended to
             if [ "$plan" = fp32 ]; then prec=--fp32; else prec=--fp16; fi
             echo "finetune_quality: hpc $prec (plan $plan) seed $s" >&2
-            if env $(plan_env "$plan") bin/hpc run "$WORK/minilm.model" $RECIPE $prec --init "$WORK/seed-$s" \
-                   --seed "$s" --log "$log" > "$OUT/hpc-$plan-seed$s.out" 2>&1; then
+            if env $(plan_env "$plan") bin/hpc run "$WORK/minilm.model" $RECIPE $prec $(plan_flags "$plan") \
+                   --init "$WORK/seed-$s" --seed "$s" --log "$log" > "$OUT/hpc-$plan-seed$s.out" 2>&1; then
                 hpc_result "$plan" "$s" "$log" | tee -a "$RAW"
                 save
             else
@@ -206,7 +215,7 @@ if has grad; then
     # The keep lists only; grad_error measures the trainer's graph (the fused
     # attention under fp16) and, in the extra cuda line, the unfused chain.
     for plan in $PLANS; do
-        case $plan in fp32|*+unfused) ;; *) KEEPS="$KEEPS --keep $plan";; esac
+        case $plan in fp32|*+unfused|*+pack) ;; *) KEEPS="$KEEPS --keep $plan";; esac
     done
     [ -n "$KEEPS" ] || KEEPS="--keep default"
     build/bench/grad_error --model "$WORK/minilm.model" --init "$WORK/seed-0" --rows 32 --batches "$BATCHES" \
@@ -222,7 +231,7 @@ fi
 
 if has speed && [ -x build/bench/bench_hpc ]; then
     for plan in $PLANS; do
-        [ "$plan" = fp32 ] && continue
+        case $plan in fp32|*+pack) continue;; esac   # bench_hpc times padded steps
         echo "finetune_quality: BERT-base fp16 step time, plan $plan" >&2
         env $(plan_env "$plan") build/bench/bench_hpc --shapes 32x128,256x128 --policies fp16 --warmup 5 --iters 20 |
             sed "s/^{/{\"kind\": \"speed\", \"plan\": \"$plan\", /" | tee -a "$RAW"

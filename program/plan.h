@@ -21,9 +21,9 @@
  *     masters and their fp16/bf16 copies) live outside the arena.
  *   - in-place writes: a node whose op writes over one of its inputs
  *     (plan_inplace_input: LINEAR_DX_ACC's acc, the GEMM's C = D; the
- *     activation backward's dy and x) gets that
- *     input's storage when the node is the input's last reader (and the
- *     input is no role pinned to the end, same dtype and size); a chain of
+ *     activation backward's dy and x) gets that input's storage when the
+ *     node is the input's last reader (and the input is no role pinned to
+ *     the end, same dtype and size); a chain of
  *     them (residual + dXq + dXk + dXv) is one range that lives from the
  *     first value's definition to the last one's last reader.  Otherwise
  *     (PlanOptions.keep_all, a reader after the node) the value has its own

@@ -55,13 +55,18 @@ static void build(const ModelSpec *s, SpecPrecision policy, bool accumulate, Pip
 
 /* ---- counts and the plan ------------------------------------------------ */
 
-Test(fuse_accum, bert_base_adds_gone_and_in_place, .timeout = 300)
+static void load_bert_base(ModelSpec *s)
 {
-    ModelSpec s;
     const char *root = getenv("HPC_ROOT");
     char path[512];
     snprintf(path, sizeof path, "%s/models/bert_base.model", root ? root : ".");
-    cr_assert_eq(spec_load(path, &s, stderr), 0, "cannot load %s", path);
+    cr_assert_eq(spec_load(path, s, stderr), 0, "cannot load %s", path);
+}
+
+Test(fuse_accum, bert_base_adds_gone_and_in_place, .timeout = 300)
+{
+    ModelSpec s;
+    load_bert_base(&s);
     Pipeline off, on;
     build(&s, PREC_FP16, false, &off);
     build(&s, PREC_FP16, true, &on);
@@ -125,10 +130,7 @@ Test(fuse_accum, bert_base_adds_gone_and_in_place, .timeout = 300)
 Test(fuse_accum, act_backward_writes_over_its_inputs, .timeout = 300)
 {
     ModelSpec s;
-    const char *root = getenv("HPC_ROOT");
-    char path[512];
-    snprintf(path, sizeof path, "%s/models/bert_base.model", root ? root : ".");
-    cr_assert_eq(spec_load(path, &s, stderr), 0, "cannot load %s", path);
+    load_bert_base(&s);
     Pipeline on;
     build(&s, PREC_FP16, true, &on);
     StepPlan p;

@@ -1,0 +1,285 @@
+/* bench/gemm_candidates.c — what cuBLASLt offers for BERT-base's GEMMs
+ * beyond the algorithm hpc's autotune picks (runtime/cuda/gemm_cublas.c
+ * times the heuristic's first GEMM_TUNE_MAX_CANDIDATES = 8 and keeps the
+ * fastest).  For each linear of BERT-base (Q/K/V as one 2304 x 768 weight,
+ * the attention output, FFN up and down), in each of its three GEMMs
+ * (forward with the bias epilogue; dX, f32 and accumulating (beta 1) where
+ * the step accumulates, 16-bit elsewhere; dW in f32, and the Q/K/V dW also with the BGRADB epilogue
+ * that gives the bias gradient), at T = B x L tokens, it times:
+ *   h0     the heuristic's first algorithm (cuBLAS's own choice);
+ *   h8     the best of the heuristic's first 8 (hpc's choice);
+ *   hall   the best of all it returns when asked for 64;
+ *   split  the best split-K variant (2 .. 16 parts, each reduction scheme)
+ *          of the first 8 that cuBLASLt accepts;
+ * and prints one line per GEMM with each time (microseconds, the best of 3
+ * rounds of 5 runs after one warm-up), the algorithm's id, tile, split-K
+ * and reduction scheme, and how much the best of all beats h8.
+ *
+ * Shapes in cuBLASLt's column-major terms, as hpc passes them (row-major
+ * Y = X W^T is Y^T = W X^T there).  Inputs hold random multiples of 1/4000
+ * in [-0.25, 0.25].  32 MiB of workspace, as hpc.
+ *
+ *   make build/bench/gemm_candidates
+ *   build/bench/gemm_candidates              # T = 32768, 4096, 1024
+ *   build/bench/gemm_candidates 4096         # one T
+ *
+ * Needs a GPU and libcublasLt; not part of `make test`. */
+#include <cublasLt.h>
+#include <cuda_runtime.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define CHECK_CUDA(x)                                                                            \
+    do {                                                                                         \
+        cudaError_t e_ = (x);                                                                    \
+        if (e_ != cudaSuccess) {                                                                 \
+            fprintf(stderr, "gemm_candidates: %s:%d: %s\n", __FILE__, __LINE__, cudaGetErrorString(e_)); \
+            exit(1);                                                                             \
+        }                                                                                        \
+    } while (0)
+#define CHECK_LT(x)                                                                              \
+    do {                                                                                         \
+        cublasStatus_t s_ = (x);                                                                 \
+        if (s_ != CUBLAS_STATUS_SUCCESS) {                                                       \
+            fprintf(stderr, "gemm_candidates: %s:%d: cuBLASLt status %d\n", __FILE__, __LINE__, (int)s_); \
+            exit(1);                                                                             \
+        }                                                                                        \
+    } while (0)
+
+enum { HEURISTIC_ASK = 64, HPC_CANDIDATES = 8, ROUNDS = 3, RUNS = 5 };
+static const size_t WORKSPACE = 32u << 20;
+
+static cublasLtHandle_t lt;
+static void *workspace;
+static cudaStream_t stream;
+static cudaEvent_t ev0, ev1;
+
+/* One GEMM: C (m x n) = op(A) op(B) (+ beta C), column-major. */
+typedef struct {
+    char name[32];
+    int m, n, k, trans_a, trans_b, lda, ldb, ldc;
+    cudaDataType_t c_type;     /* C and D */
+    float beta;
+    cublasLtEpilogue_t epilogue;
+} GemmShape;
+
+typedef struct {
+    cublasLtMatmulDesc_t op;
+    cublasLtMatrixLayout_t la, lb, lc;
+    void *a, *b, *c, *bias;
+    float alpha, beta;
+} Problem;
+
+static cublasStatus_t run_once(const Problem *p, const cublasLtMatmulAlgo_t *algo)
+{
+    return cublasLtMatmul(lt, p->op, &p->alpha, p->a, p->la, p->b, p->lb, &p->beta, p->c, p->lc, p->c, p->lc, algo,
+                          workspace, WORKSPACE, stream);
+}
+
+/* Microseconds per run of algo, or -1 if cuBLASLt refuses to run it. */
+static double time_algo(const Problem *p, const cublasLtMatmulAlgo_t *algo)
+{
+    if (run_once(p, algo) != CUBLAS_STATUS_SUCCESS) return -1;
+    double best = -1;
+    for (int r = 0; r < ROUNDS; r++) {
+        CHECK_CUDA(cudaEventRecord(ev0, stream));
+        for (int i = 0; i < RUNS; i++)
+            if (run_once(p, algo) != CUBLAS_STATUS_SUCCESS) return -1;
+        CHECK_CUDA(cudaEventRecord(ev1, stream));
+        CHECK_CUDA(cudaEventSynchronize(ev1));
+        float ms = 0;
+        CHECK_CUDA(cudaEventElapsedTime(&ms, ev0, ev1));
+        double us = 1000.0 * ms / RUNS;
+        if (best < 0 || us < best) best = us;
+    }
+    return best;
+}
+
+/* Whether cuBLASLt accepts algo for p within the workspace. */
+static int accepted(const Problem *p, const cublasLtMatmulAlgo_t *algo)
+{
+    cublasLtMatmulHeuristicResult_t r;
+    memset(&r, 0, sizeof r);
+    return cublasLtMatmulAlgoCheck(lt, p->op, p->la, p->lb, p->lc, p->lc, algo, &r) == CUBLAS_STATUS_SUCCESS &&
+           r.state == CUBLAS_STATUS_SUCCESS && r.workspaceSize <= WORKSPACE;
+}
+
+static int config_int(const cublasLtMatmulAlgo_t *a, cublasLtMatmulAlgoConfigAttributes_t attr)
+{
+    int v = 0;
+    size_t written = 0;
+    cublasLtMatmulAlgoConfigGetAttribute(a, attr, &v, sizeof v, &written);
+    return v;
+}
+
+static void describe(const cublasLtMatmulAlgo_t *a, char *buf, size_t size)
+{
+    snprintf(buf, size, "id %d tile %d split %d red %d", config_int(a, CUBLASLT_ALGO_CONFIG_ID),
+             config_int(a, CUBLASLT_ALGO_CONFIG_TILE_ID), config_int(a, CUBLASLT_ALGO_CONFIG_SPLITK_NUM),
+             config_int(a, CUBLASLT_ALGO_CONFIG_REDUCTION_SCHEME));
+}
+
+/* The best time so far and the algorithm that gave it. */
+typedef struct { double us; char what[64]; int tried; } Best;
+
+static void offer(Best *b, double us, const cublasLtMatmulAlgo_t *a)
+{
+    b->tried++;
+    if (us < 0 || (b->us >= 0 && us >= b->us)) return;
+    b->us = us;
+    describe(a, b->what, sizeof b->what);
+}
+
+static void *random_f16(size_t n)
+{
+    _Float16 *h = malloc(n * sizeof *h);
+    if (!h) exit(1);
+    for (size_t i = 0; i < n; i++) h[i] = (_Float16)((float)(rand() % 2001 - 1000) / 4000.0f);
+    void *d = NULL;
+    CHECK_CUDA(cudaMalloc(&d, n * sizeof *h));
+    CHECK_CUDA(cudaMemcpy(d, h, n * sizeof *h, cudaMemcpyHostToDevice));
+    free(h);
+    return d;
+}
+
+static void problem_init(Problem *p, const GemmShape *s)
+{
+    size_t a_rows = s->trans_a ? s->k : s->m, a_cols = s->trans_a ? s->m : s->k;
+    size_t b_rows = s->trans_b ? s->n : s->k, b_cols = s->trans_b ? s->k : s->n;
+    size_t c_size = s->c_type == CUDA_R_32F ? 4 : 2, bias_len = s->m > s->n ? s->m : s->n;
+    p->alpha = 1.0f;
+    p->beta = s->beta;
+    p->a = random_f16(a_rows * a_cols);
+    p->b = random_f16(b_rows * b_cols);
+    CHECK_CUDA(cudaMalloc(&p->c, (size_t)s->m * s->n * c_size));
+    CHECK_CUDA(cudaMemset(p->c, 0, (size_t)s->m * s->n * c_size));
+    CHECK_CUDA(cudaMalloc(&p->bias, bias_len * 4));
+    CHECK_CUDA(cudaMemset(p->bias, 0, bias_len * 4));
+    CHECK_LT(cublasLtMatmulDescCreate(&p->op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+    cublasOperation_t ta = s->trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, tb = s->trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
+    CHECK_LT(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta));
+    CHECK_LT(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb));
+    if (s->epilogue != CUBLASLT_EPILOGUE_DEFAULT) {
+        /* the forward's bias in C's type; a bias gradient in f32 (C's type for dW) */
+        cudaDataType_t bias_type = s->c_type;
+        CHECK_LT(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_EPILOGUE, &s->epilogue, sizeof s->epilogue));
+        CHECK_LT(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &p->bias, sizeof p->bias));
+        CHECK_LT(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bias_type, sizeof bias_type));
+    }
+    CHECK_LT(cublasLtMatrixLayoutCreate(&p->la, CUDA_R_16F, a_rows, a_cols, s->lda));
+    CHECK_LT(cublasLtMatrixLayoutCreate(&p->lb, CUDA_R_16F, b_rows, b_cols, s->ldb));
+    CHECK_LT(cublasLtMatrixLayoutCreate(&p->lc, s->c_type, s->m, s->n, s->ldc));
+}
+
+static void problem_free(Problem *p)
+{
+    cublasLtMatrixLayoutDestroy(p->la);
+    cublasLtMatrixLayoutDestroy(p->lb);
+    cublasLtMatrixLayoutDestroy(p->lc);
+    cublasLtMatmulDescDestroy(p->op);
+    cudaFree(p->a);
+    cudaFree(p->b);
+    cudaFree(p->c);
+    cudaFree(p->bias);
+}
+
+static void measure(const GemmShape *s, int tokens)
+{
+    Problem p;
+    problem_init(&p, s);
+    cublasLtMatmulPreference_t pref;
+    size_t ws = WORKSPACE;
+    CHECK_LT(cublasLtMatmulPreferenceCreate(&pref));
+    CHECK_LT(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws));
+    cublasLtMatmulHeuristicResult_t res[HEURISTIC_ASK];
+    int found = 0;
+    CHECK_LT(cublasLtMatmulAlgoGetHeuristic(lt, p.op, p.la, p.lb, p.lc, p.lc, pref, HEURISTIC_ASK, res, &found));
+    cublasLtMatmulPreferenceDestroy(pref);
+    Best h0 = {-1, "-", 0}, h8 = {-1, "-", 0}, all = {-1, "-", 0}, split = {-1, "-", 0};
+    for (int i = 0; i < found; i++) {
+        double us = time_algo(&p, &res[i].algo);
+        if (i == 0) offer(&h0, us, &res[i].algo);
+        if (i < HPC_CANDIDATES) offer(&h8, us, &res[i].algo);
+        offer(&all, us, &res[i].algo);
+    }
+    static const int parts[] = {2, 3, 4, 6, 8, 12, 16};
+    static const uint32_t schemes[] = {CUBLASLT_REDUCTION_SCHEME_INPLACE, CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE,
+                                       CUBLASLT_REDUCTION_SCHEME_OUTPUT_TYPE};
+    for (int i = 0; i < found && i < HPC_CANDIDATES; i++) {
+        int supported = 0;
+        size_t written = 0;
+        cublasLtMatmulAlgoCapGetAttribute(&res[i].algo, CUBLASLT_ALGO_CAP_SPLITK_SUPPORT, &supported,
+                                          sizeof supported, &written);
+        for (int j = 0; supported && j < (int)(sizeof parts / sizeof parts[0]); j++)
+            for (int r = 0; r < 3; r++) {
+                cublasLtMatmulAlgo_t a = res[i].algo;
+                cublasLtMatmulAlgoConfigSetAttribute(&a, CUBLASLT_ALGO_CONFIG_SPLITK_NUM, &parts[j], sizeof parts[j]);
+                cublasLtMatmulAlgoConfigSetAttribute(&a, CUBLASLT_ALGO_CONFIG_REDUCTION_SCHEME, &schemes[r],
+                                                     sizeof schemes[r]);
+                if (accepted(&p, &a)) offer(&split, time_algo(&p, &a), &a);
+            }
+    }
+    double tflop = 2.0 * s->m * s->n * s->k / 1e6;   /* divided by us: TFLOP/s */
+    double best = all.us;
+    if (split.us >= 0 && (best < 0 || split.us < best)) best = split.us;
+    printf("%-12s T=%-6d m %-6d n %-6d k %-6d | h0 %7.1f us %4.0f TF/s [%s] | h8 %7.1f [%s] | hall(%d) %7.1f [%s] "
+           "| split(%d) %7.1f [%s] | best %4.0f TF/s, %+.1f%% against h8\n",
+           s->name, tokens, s->m, s->n, s->k, h0.us, h0.us > 0 ? tflop / h0.us : 0, h0.what, h8.us, h8.what, found,
+           all.us, all.what, split.tried, split.us, split.what, best > 0 ? tflop / best : 0,
+           h8.us > 0 && best > 0 ? 100.0 * (best - h8.us) / h8.us : 0);
+    fflush(stdout);
+    problem_free(&p);
+}
+
+int main(int argc, char **argv)
+{
+    int tokens[3] = {32768, 4096, 1024}, n_tokens = 3;
+    if (argc > 1) {
+        tokens[0] = atoi(argv[1]);
+        n_tokens = 1;
+        if (tokens[0] < 1) {
+            fprintf(stderr, "usage: gemm_candidates [TOKENS]   (B x L, default 32768, 4096 and 1024)\n");
+            return 2;
+        }
+    }
+    CHECK_CUDA(cudaSetDevice(0));
+    CHECK_CUDA(cudaStreamCreate(&stream));
+    CHECK_CUDA(cudaEventCreate(&ev0));
+    CHECK_CUDA(cudaEventCreate(&ev1));
+    CHECK_CUDA(cudaMalloc(&workspace, WORKSPACE));
+    CHECK_LT(cublasLtCreate(&lt));
+    /* (out, in) of BERT-base's linears */
+    static const int linears[4][2] = {{2304, 768}, {768, 768}, {3072, 768}, {768, 3072}};
+    for (int t = 0; t < n_tokens; t++) {
+        int T = tokens[t];
+        for (int l = 0; l < 4; l++) {
+            int out = linears[l][0], in = linears[l][1];
+            /* the step accumulates dX into the f32 residual gradient where the
+             * linear reads the residual stream: Q/K/V and FFN up */
+            int accumulates = in == 768 && out > 768;
+            GemmShape fwd = {"", out, T, in, 1, 0, in, in, out, CUDA_R_16F, 0.0f, CUBLASLT_EPILOGUE_BIAS};
+            GemmShape dx = {"", in, T, out, 0, 0, in, out, in, accumulates ? CUDA_R_32F : CUDA_R_16F,
+                            accumulates ? 1.0f : 0.0f, CUBLASLT_EPILOGUE_DEFAULT};
+            GemmShape dw = {"", in, out, T, 0, 1, in, out, in, CUDA_R_32F, 0.0f, CUBLASLT_EPILOGUE_DEFAULT};
+            snprintf(fwd.name, sizeof fwd.name, "fwd %dx%d", out, in);
+            snprintf(dx.name, sizeof dx.name, "dx %dx%d", out, in);
+            snprintf(dw.name, sizeof dw.name, "dw %dx%d", out, in);
+            measure(&fwd, T);
+            measure(&dx, T);
+            measure(&dw, T);
+            if (out == 2304) {
+                GemmShape bgrad = dw;
+                bgrad.epilogue = CUBLASLT_EPILOGUE_BGRADB;
+                snprintf(bgrad.name, sizeof bgrad.name, "dw+bgrad %d", out);
+                measure(&bgrad, T);
+            }
+        }
+    }
+    cublasLtDestroy(lt);
+    cudaFree(workspace);
+    cudaEventDestroy(ev0);
+    cudaEventDestroy(ev1);
+    cudaStreamDestroy(stream);
+    return 0;
+}
