@@ -1478,51 +1478,47 @@ KN(attn_mma2_bwd_dkv)(st_t *dk, st_t *dv, int ldg, const st_t *dctx, const st_t 
 #define A3_DQ_UNITS (2 * (AT_D / 16))          // (16 query x 16 column) pieces of a tile's dQ
 #define A3_DSS AM_QTS                          // shared row stride of dS^T
 
-// Piece i of delta = rowsum(dO * O) for head h of batch row b: AT_D / 8
-// adjacent lanes take row i / (AT_D / 8), 8 elements each (16 bytes), and
-// every one of them returns the row's sum (0 past L).  Whole warps only.
-__device__ __forceinline__ float a3_row_dot(const st_t *dctx, const st_t *ctx, int b, int h, int i, int L)
+// delta = rowsum(dO * O), for head h of batch row b, in 16-byte pieces:
+// piece i is elements 8 (i % (AT_D / 8)) .. + 7 of row i / (AT_D / 8), and
+// AT_D / 8 adjacent lanes hold a row.  a3_load_piece loads piece i of dO
+// and O (zeros past L); a3_piece_row_sum multiplies a lane's piece and sums
+// over the row's lanes, returning the row's sum in every one of them.
+// Whole warps only.
+__device__ __forceinline__ void a3_load_piece(uint4 &gw, uint4 &yw, const st_t *dctx, const st_t *ctx, int b, int h,
+                                              int i, int L)
 {
     int row = i / (AT_D / 8), c8 = (i % (AT_D / 8)) * 8;
-    float s = 0.0f;
+    gw = yw = make_uint4(0u, 0u, 0u, 0u);
     if (row < L) {
         i64 at = ((i64)b * L + row) * HPC_HIDDEN + h * AT_D + c8;
-        uint4 gw = *reinterpret_cast<const uint4 *>(dctx + at), yw = *reinterpret_cast<const uint4 *>(ctx + at);
-        const st_t *ge = reinterpret_cast<const st_t *>(&gw), *ye = reinterpret_cast<const st_t *>(&yw);
-#pragma unroll
-        for (int e = 0; e < 8; e++) s += ld_f(ge[e]) * ld_f(ye[e]);
+        gw = *reinterpret_cast<const uint4 *>(dctx + at);
+        yw = *reinterpret_cast<const uint4 *>(ctx + at);
     }
+}
+
+__device__ __forceinline__ float a3_piece_row_sum(uint4 gw, uint4 yw)
+{
+    const st_t *ge = reinterpret_cast<const st_t *>(&gw), *ye = reinterpret_cast<const st_t *>(&yw);
+    float s = 0.0f;
+#pragma unroll
+    for (int e = 0; e < 8; e++) s += ld_f(ge[e]) * ld_f(ye[e]);
 #pragma unroll
     for (int o = 1; o < AT_D / 8; o <<= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
     return s;
 }
 
-// delta[row] = rowsum(dO * O) for rows 0 .. A3_KEYS - 1 of head h of batch
-// row b (0 past L), by the whole block of 32 x A3_WARPS threads: every
-// thread's 16-byte loads are issued before the first sum, so their
-// latencies overlap instead of adding up.
+// delta[row] for rows 0 .. A3_KEYS - 1 (0 past L), by the whole block of
+// 32 x A3_WARPS threads: every thread's pieces are loaded before the first
+// sum, so their latencies overlap instead of adding up.
 __device__ __forceinline__ void a3_delta_rows(float *dl, const st_t *dctx, const st_t *ctx, int b, int h, int L)
 {
-    constexpr int PER = A3_KEYS * (AT_D / 8) / (32 * A3_WARPS);   // 16-byte pieces a thread
+    constexpr int PER = A3_KEYS * (AT_D / 8) / (32 * A3_WARPS);   // pieces a thread
     uint4 gw[PER], yw[PER];
 #pragma unroll
-    for (int k = 0; k < PER; k++) {
-        int i = k * 32 * A3_WARPS + threadIdx.x, row = i / (AT_D / 8), c8 = (i % (AT_D / 8)) * 8;
-        gw[k] = yw[k] = make_uint4(0u, 0u, 0u, 0u);
-        if (row < L) {
-            i64 at = ((i64)b * L + row) * HPC_HIDDEN + h * AT_D + c8;
-            gw[k] = *reinterpret_cast<const uint4 *>(dctx + at);
-            yw[k] = *reinterpret_cast<const uint4 *>(ctx + at);
-        }
-    }
+    for (int k = 0; k < PER; k++) a3_load_piece(gw[k], yw[k], dctx, ctx, b, h, k * 32 * A3_WARPS + threadIdx.x, L);
 #pragma unroll
     for (int k = 0; k < PER; k++) {
-        const st_t *ge = reinterpret_cast<const st_t *>(&gw[k]), *ye = reinterpret_cast<const st_t *>(&yw[k]);
-        float s = 0.0f;
-#pragma unroll
-        for (int e = 0; e < 8; e++) s += ld_f(ge[e]) * ld_f(ye[e]);
-#pragma unroll
-        for (int o = 1; o < AT_D / 8; o <<= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
+        float s = a3_piece_row_sum(gw[k], yw[k]);
         int i = k * 32 * A3_WARPS + threadIdx.x;
         if (i % (AT_D / 8) == 0) dl[i / (AT_D / 8)] = s;
     }
@@ -1538,7 +1534,9 @@ AT_RUN void attn_head_bwd_dot_run(int at_bx, int at_by, int at_bz, float *delta,
     i64 bh = (i64)b * HPC_HEADS + h;
     for (int i0 = 0; i0 < L * (AT_D / 8); i0 += nthr) {   // the same trip count in every thread
         int i = i0 + threadIdx.x, row = i / (AT_D / 8);
-        float s = a3_row_dot(dctx, ctx, b, h, i, L);
+        uint4 gw, yw;
+        a3_load_piece(gw, yw, dctx, ctx, b, h, i, L);
+        float s = a3_piece_row_sum(gw, yw);
         if (i % (AT_D / 8) == 0 && row < L) delta[bh * L + row] = s;
     }
 }
