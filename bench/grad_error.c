@@ -136,7 +136,7 @@ static HpcStatus build(const ModelSpec *spec, SpecPrecision policy, unsigned kee
     params_init(&b->pl);
     bool fused_attention = false;
     HpcStatus st = attention_form_choose(spec, policy, form, &fused_attention, err);
-    if (!st) st = lower_model_attention(spec, fused_attention, &raw, &b->pl, err);
+    if (!st) st = lower_model_attention(spec, fused_attention, last_layer_first_requested(), &raw, &b->pl, err);
     if (!st && fused_attention && fuse_qkv_requested()) st = fuse_qkv_graph(&raw, &b->pl, NULL, err);
     b->fused_attention = fused_attention;
     if (!st) st = autodiff_build(&raw, &b->pl, err);

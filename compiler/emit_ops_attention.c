@@ -18,6 +18,7 @@ typedef struct {
     bool packed;          /* q, k, v one (B, L, 3H) value (compiler/fuse_qkv.c) */
     long long ld;         /* their row stride: hidden, or 3 hidden when packed */
     bool varlen;          /* a packed batch's spans instead of the mask (docs/packing.md) */
+    bool first_query;     /* query 0 alone: ctx, dctx (B, H) (program/ir.h) */
 } AttnCfg;
 
 /* The kernel arguments of q, k, v (input `first` onwards) and of the
@@ -88,6 +89,7 @@ static HpcStatus node_cfg(const IrGraph *g, int id, AttnCfg *c, HpcError *err)
     c->head_dim = c->hidden / c->heads;
     c->causal = n->attr.attn.causal;
     c->varlen = n->attr.attn.varlen;
+    c->first_query = n->attr.attn.first_query;
     int n_float = n->op == IR_OP_ATTENTION ? 3 : 6;   /* ATTENTION_BWD: all but mask and lse */
     bool same = n->dtype == c->dtype;
     for (int k = 0; k < n->n_in && k < n_float + 1; k++) {
@@ -308,13 +310,22 @@ HpcStatus eopa_gen_attention(EopGen *gen, HpcError *err)
     bool one_pass;
     if ((st = kernel_family(&fam, &one_pass, err))) return st;
     if (c.varlen) return gen_attention_varlen(gen, &c, fam);
-    StrBuf *s = attn_phase(gen, fam[3] ? "attn2_fwd" : "attn_fwd", &c, EOP_LT_HEAD_TILES, tiles_of_l(), (int)c.heads);
+    AttnPtrs ap = attn_ptrs(&c, 0);
+    StrBuf *s;
+    if (c.first_query) {   /* one block a (b, head): query 0 alone */
+        s = attn_phase(gen, "attn_first_fwd", &c, EOP_LT_HEAD_TILES, (StepSize){.c0 = 1}, (int)c.heads);
+        strbuf_printf(s, "    hpc_attn::attn_first_fwd_run(0, blockIdx.y, blockIdx.z, (T *)a.y, (float *)a.yk[0],\n"
+                         "        %s, %s, %s, %lld, (const int *)a.x[3],\n"
+                         "        (int)a.B, (int)a.L, p, ctl->seed, ctl->step, salt);\n",
+                      ap.q, ap.k, ap.v, c.ld);
+        return HPC_OK;
+    }
+    s = attn_phase(gen, fam[3] ? "attn2_fwd" : "attn_fwd", &c, EOP_LT_HEAD_TILES, tiles_of_l(), (int)c.heads);
     /* v2 up to head size 64: four blocks an SM (128 registers) instead of
      * the three that its 138 registers allow, since the forward is bound by
      * issue, not memory (H200, BERT-base 256 x 128: 184 -> 171 us a layer);
      * larger heads keep their registers */
     if (fam[3] && c.head_dim <= 64) gen->ph[gen->n_phases - 1].min_blocks = 4;
-    AttnPtrs ap = attn_ptrs(&c, 0);
     strbuf_printf(s, "    hpc_attn::attn_%s_fwd_run(blockIdx.x, blockIdx.y, blockIdx.z, (T *)a.y, (float *)a.yk[0],\n"
                      "        %s, %s, %s, %lld, (const int *)a.x[3],\n"
                      "        (int)a.B, (int)a.L, p, ctl->seed, ctl->step, salt);\n",
@@ -345,6 +356,15 @@ HpcStatus eopa_gen_attention_bwd(EopGen *gen, HpcError *err)
     if (c.varlen) return gen_attention_bwd_varlen(gen, &c, fam, one_pass);
     AttnPtrs ap = attn_ptrs(&c, 1);
     StrBuf *s;
+    if (c.first_query) {
+        s = attn_phase(gen, "attn_first_bwd", &c, EOP_LT_HEAD_TILES, (StepSize){.c0 = 1}, (int)c.heads);
+        strbuf_printf(s, "    hpc_attn::attn_first_bwd_run(0, blockIdx.y, blockIdx.z, %s, %s, %s, %lld,\n"
+                         "        (const T *)a.x[0], (const T *)a.x[5], %s, %s, %s, %lld,\n"
+                         "        (const float *)a.x[6], (const int *)a.x[4],\n"
+                         "        (int)a.B, (int)a.L, p, ctl->seed, ctl->step, salt);\n",
+                      ap.dq, ap.dk, ap.dv, c.ld, ap.q, ap.k, ap.v, c.ld);
+        return HPC_OK;
+    }
     char skip[64] = "";
     if (one_pass) {
         /* one block of 256 per (b, head): the whole backward up to

@@ -355,15 +355,35 @@ static void gen_unstack(EopGen *gen)
 }
 
 /* LN_DW_FIX (compiler/fuse_ln_dw.c): y = raw * gamma[col] + db[row] * beta[col]
- * over the (out, in) weight gradient. */
+ * over the (out, in) weight gradient; may write over raw (program/plan.c:
+ * each thread reads and writes the same elements).  With in % 8 == 0 (every
+ * hidden size hpc trains), 8 columns of one row a thread through 16-byte
+ * loads and stores: the fix is a pass over the f32 gradient per LayerNorm
+ * site, bound by its bytes. */
 static void gen_ln_dw_fix(EopGen *gen)
 {
     long long in = (long long)OUTN->dims[1];
-    StrBuf *s = elems_phase(gen, "ln_dw_fix", OUTN);
-    strbuf_printf(s, "    EOP_FOR(i, n) {\n        const i64 o = i / %lldLL, c = i - o * %lldLL;\n"
-                   "        y[i] = %s(%s(x0[i]) * %s(x1[c]) + %s(x3[o]) * %s(x2[c]));\n    }\n",
-                in, in, stf(OUTN->dtype), ldf(INN(0)->dtype), ldf(INN(1)->dtype), ldf(INN(3)->dtype),
-                ldf(INN(2)->dtype));
+    if (in % 8 != 0) {
+        StrBuf *s = elems_phase(gen, "ln_dw_fix", OUTN);
+        strbuf_printf(s, "    EOP_FOR(i, n) {\n        const i64 o = i / %lldLL, c = i - o * %lldLL;\n"
+                       "        y[i] = %s(%s(x0[i]) * %s(x1[c]) + %s(x3[o]) * %s(x2[c]));\n    }\n",
+                    in, in, stf(OUTN->dtype), ldf(INN(0)->dtype), ldf(INN(1)->dtype), ldf(INN(3)->dtype),
+                    ldf(INN(2)->dtype));
+        return;
+    }
+    char tag[64], num[128];
+    shape_tag(OUTN, tag, sizeof tag);
+    numel_expr(OUTN, num, sizeof num);
+    StrBuf *s = phase(gen, "ln_dw_fix", tag, EOP_LT_ELEMS, sz_ceil_div(sz_numel(OUTN), 8), 256);
+    strbuf_printf(s, "    const i64 n = %s;\n"
+                   "    EOP_FOR(iv, n / 8) {\n        const i64 i0 = iv * 8, o = i0 / %lldLL, c = i0 - o * %lldLL;\n"
+                   "        float r[8], gm[8], bt[8];\n"
+                   "        ld8_%s(x0 + i0, r);\n        ld8_%s(x1 + c, gm);\n        ld8_%s(x2 + c, bt);\n"
+                   "        const float db = %s(x3[o]);\n"
+                   "#pragma unroll\n        for (int j = 0; j < 8; j++) r[j] = r[j] * gm[j] + db * bt[j];\n"
+                   "        st8_%s(y + i0, r);\n    }\n",
+                num, in, in, ir_dtype_name(INN(0)->dtype), ir_dtype_name(INN(1)->dtype), ir_dtype_name(INN(2)->dtype),
+                ldf(INN(3)->dtype), ir_dtype_name(OUTN->dtype));
 }
 
 static void gen_slice_first(EopGen *gen)

@@ -25,8 +25,9 @@ void ir_attr_str(const IrNode *n, char *buf, size_t size)
     case IR_OP_OUTPUT: snprintf(buf, size, "index=%d", a->output.index); break;
     case IR_OP_ATTENTION:
     case IR_OP_ATTENTION_BWD:
-        snprintf(buf, size, "heads=%d p=%g salt=%d%s%s%s", a->attn.heads, (double)a->attn.p, a->attn.salt,
-                 a->attn.causal ? " causal" : "", a->attn.packed ? " packed" : "", a->attn.varlen ? " varlen" : "");
+        snprintf(buf, size, "heads=%d p=%g salt=%d%s%s%s%s", a->attn.heads, (double)a->attn.p, a->attn.salt,
+                 a->attn.causal ? " causal" : "", a->attn.packed ? " packed" : "", a->attn.varlen ? " varlen" : "",
+                 a->attn.first_query ? " first_query" : "");
         break;
     case IR_OP_SPAN_POSITIONS: snprintf(buf, size, "offset=%lld", (long long)a->pos.offset); break;
     case IR_OP_SPAN_TOKEN:

@@ -6,6 +6,7 @@
 
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "compiler/ir_build.h"
@@ -20,6 +21,7 @@ typedef struct {
     int spans;           /* seq_spans input of a packed graph (docs/packing.md), else -1 */
     int ids;             /* input_ids input */
     bool fused_attention; /* ATTENTION nodes instead of the unfused chain */
+    bool first_only;     /* the layer being lowered computes token 0 of each row only */
 } Lower;
 
 IrActKind lower_act(SpecActivation a)
@@ -128,7 +130,8 @@ static int lower_attention_fused(Lower *lw, int x, const char *pre, const char *
         proj[i] = lw_linear(lw, x, n, s->hidden, s->hidden, vn);
     }
     bool varlen = lw->spans >= 0;   /* packed: attend within each span, input 3 the spans */
-    IrAttr a = {.attn = {(float)s->attention_dropout, -1, (int32_t)s->heads, s->attention == ATTN_CAUSAL, 0, varlen}};
+    IrAttr a = {.attn = {(float)s->attention_dropout, -1, (int32_t)s->heads, s->attention == ATTN_CAUSAL, 0, varlen,
+                         lw->first_only}};
     int outs[2];
     snprintf(vn, sizeof vn, "%s.attn.context", v);
     int keys = varlen ? lw->spans : lw->mask;
@@ -215,6 +218,10 @@ static int lower_layer(Lower *lw, int x, int64_t i)
     int a = post ? lower_attention(lw, x, pre, v)
                  : lower_attention(lw, lw_layernorm(lw, x, n, vn), pre, v);
     char rn[IR_NAME_MAX];
+    if (lw->first_only) {   /* the residual of token 0 only, as the attention's context */
+        snprintf(rn, sizeof rn, "%s.first_token", v);
+        x = ir_add(lw->g, IR_OP_SLICE_FIRST, &x, 1, NULL, rn);
+    }
     snprintf(rn, sizeof rn, "%s.attn.residual", v);
     x = lw_add(lw, a, x, rn);
     if (post) x = lw_layernorm(lw, x, n, vn);
@@ -254,7 +261,9 @@ static int lower_seq_head(Lower *lw, int x)
     /* Under causal attention only the last real token has seen the whole
      * row (HF GPT2ForSequenceClassification pools it); a bidirectional
      * stack pools the first ([CLS]) token as BERT does. */
-    if (lw->spans >= 0) {   /* packed: the span's first (or, causal, last) slot */
+    if (lw->first_only) {
+        /* the last layer made token 0 of each row only: x is (B, H) */
+    } else if (lw->spans >= 0) {   /* packed: the span's first (or, causal, last) slot */
         IrAttr sa = {.span = {lw->spec->stack.attention == ATTN_CAUSAL}};
         x = ir_add(lw->g, IR_OP_SPAN_TOKEN, (int[]){x, lw->spans}, 2, &sa,
                    sa.span.last ? "head.last_token" : "head.first_token");
@@ -308,13 +317,26 @@ static int lower_head(Lower *lw, int x, int word_table)
     return ir_add(g, IR_OP_CROSS_ENTROPY, (int[]){logits, labels}, 2, NULL, "loss");
 }
 
-HpcStatus lower_model(const ModelSpec *spec, IrGraph *g, ParamList *params, HpcError *err)
+bool last_layer_first_requested(void)
 {
-    return lower_model_attention(spec, false, g, params, err);
+    const char *e = getenv("HPC_LAST_LAYER");
+    return !(e && strcmp(e, "all") == 0);
 }
 
-HpcStatus lower_model_attention(const ModelSpec *spec, bool fused_attention, IrGraph *g, ParamList *params,
-                                HpcError *err)
+bool last_layer_first_only(const ModelSpec *spec, bool fused_attention)
+{
+    const SpecStack *s = &spec->stack;
+    return fused_attention && !spec->train.pack && spec->head.kind == HEAD_SEQ_CLASSIFICATION &&
+           s->attention != ATTN_CAUSAL && s->norm == NORM_POST && s->kind != STACK_DECODER && s->layers >= 1;
+}
+
+HpcStatus lower_model(const ModelSpec *spec, IrGraph *g, ParamList *params, HpcError *err)
+{
+    return lower_model_attention(spec, false, false, g, params, err);
+}
+
+HpcStatus lower_model_attention(const ModelSpec *spec, bool fused_attention, bool first_token, IrGraph *g,
+                                ParamList *params, HpcError *err)
 {
     const SpecStack *s = &spec->stack;
     if (s->heads < 1 || s->hidden % s->heads != 0)
@@ -339,7 +361,10 @@ HpcStatus lower_model_attention(const ModelSpec *spec, bool fused_attention, IrG
     int word_table;
     int x = lower_embeddings(&lw, &word_table);
     g->region = IR_REGION_STACK;
-    for (int64_t i = 0; i < s->layers; i++) x = lower_layer(&lw, x, i);
+    for (int64_t i = 0; i < s->layers; i++) {
+        lw.first_only = first_token && i == s->layers - 1 && last_layer_first_only(spec, fused_attention);
+        x = lower_layer(&lw, x, i);
+    }
     if (s->final_ln) {
         char n[PARAM_NAME_MAX];
         snprintf(n, sizeof n, "%s.ln_f", lw.prefix);

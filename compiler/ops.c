@@ -336,22 +336,24 @@ static void ir_shape_attention(const IrGraph *g, IrNode *n)
             n->attr.attn.varlen ? "varlen: spans must be (B, 2) i32" : "mask must be (B, L) i32");
     require(n->attr.attn.p >= 0 && n->attr.attn.p < 1, n, "dropout p must be in [0, 1)");
     if (n->attr.attn.salt < 0) n->attr.attn.salt = (int32_t)(n - g->nodes);
-    copy_shape(n, q);
-    if (packed) n->dims[2] /= 3;   /* ctx (B, L, H) */
-    require(n->dims[2] % heads == 0, n, "H must be a multiple of heads");
+    require(!n->attr.attn.first_query || (!n->attr.attn.varlen && !n->attr.attn.causal), n,
+            "first_query: a padded, bidirectional attention only");
+    int64_t H = q->dims[2] / (packed ? 3 : 1);
+    require(H % heads == 0, n, "H must be a multiple of heads");
+    if (n->attr.attn.first_query) set_shape(n, q->dtype, 2, (int64_t[]){q->dims[0], H});   /* ctx (B, H) */
+    else set_shape(n, q->dtype, 3, (int64_t[]){q->dims[0], q->dims[1], H});               /* ctx (B, L, H) */
 }
 
 /* ATTENTION_BWD: (dctx, q, k, v, mask, ctx, lse) -> dq, dk, dv like q. */
 static void ir_shape_attention_bwd(const IrGraph *g, IrNode *n)
 {
-    const IrNode *q = IN(1), *lse = IN(6);
-    if (n->attr.attn.packed) {   /* dctx, ctx (B, L, H); qkv (B, L, 3H) -> dqkv */
-        require(q->rank == 3 && IN(0)->rank == 3 && q->dims[2] == 3 * IN(0)->dims[2], n, "packed: qkv (B, L, 3H)");
-        require_same(n, IN(5), IN(0));
-    } else {
-        require_same(n, IN(0), q);
-        require_same(n, IN(5), q);
-    }
+    const IrNode *q = IN(1), *lse = IN(6), *dctx = IN(0);
+    int64_t H = dctx->dims[dctx->rank - 1];
+    require(q->rank == 3 && dctx->dims[0] == q->dims[0], n, "q (B, L, ..) and dctx of the same B");
+    if (n->attr.attn.first_query) require(dctx->rank == 2, n, "first_query: dctx (B, H)");
+    else require(dctx->rank == 3 && dctx->dims[1] == q->dims[1], n, "dctx (B, L, H)");
+    require(q->dims[2] == (n->attr.attn.packed ? 3 * H : H), n, "q (B, L, H), or packed qkv (B, L, 3H)");
+    require_same(n, IN(5), dctx);
     for (int k = 2; k < 4; k++) require_same(n, q, IN(k));
     require(n->attr.attn.varlen ? is_spans(IN(4)) : is_BL(IN(4)), n,
             n->attr.attn.varlen ? "varlen: spans must be (B, 2) i32" : "mask must be (B, L) i32");
@@ -412,8 +414,8 @@ static void ir_shape_output(const IrGraph *g, IrNode *n)
         if (k == 1) set_shape(n, (DType)p->attr.act_bgrad.db, 1, &p->dims[p->rank - 1]);
         else set_shape(n, (DType)p->attr.act_bgrad.y, p->rank, p->dims);
         break;
-    case IR_OP_ATTENTION: /* lse: one f32 per (batch row, head, query) */
-        set_shape(n, DT_F32, 3, (int64_t[]){p->dims[0], p->attr.attn.heads, p->dims[1]});
+    case IR_OP_ATTENTION: /* lse: one f32 per (batch row, head, query); first_query: one query */
+        set_shape(n, DT_F32, 3, (int64_t[]){p->dims[0], p->attr.attn.heads, p->attr.attn.first_query ? 1 : p->dims[1]});
         break;
     case IR_OP_ATTENTION_BWD: /* dk, dv: as dq */
     case IR_OP_UNSTACK:       /* the second and third parts: as the first */

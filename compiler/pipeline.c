@@ -25,7 +25,8 @@ PipeStage pipeline_stage_parse(const char *name)
 PipeOptions pipeline_defaults(SpecPrecision policy)
 {
     return (PipeOptions){.policy = policy, .fuse = true, .stop_after = PIPE_FUSE, .dump = 0,
-                         .dump_out = NULL, .attention = ATTN_FORM_AUTO, .fuse_qkv = fuse_qkv_requested()};
+                         .dump_out = NULL, .attention = ATTN_FORM_AUTO, .fuse_qkv = fuse_qkv_requested(),
+                         .first_token_last_layer = last_layer_first_requested()};
 }
 
 /* Replaces p->g by its precision plan. */
@@ -69,7 +70,7 @@ static HpcStatus run_stage(Pipeline *p, PipeStage s, const ModelSpec *spec, cons
     case PIPE_LOWER: {
         bool fused_attention;
         HpcStatus st = attention_form_choose(spec, o->policy, o->attention, &fused_attention, err);
-        if (!st) st = lower_model_attention(spec, fused_attention, &p->g, &p->pl, err);
+        if (!st) st = lower_model_attention(spec, fused_attention, o->first_token_last_layer, &p->g, &p->pl, err);
         if (!st && o->fuse_qkv) st = fuse_qkv_graph(&p->g, &p->pl, &p->qkv_sites, err);
         return st;
     }

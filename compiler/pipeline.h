@@ -54,6 +54,8 @@ typedef struct {
     AttnForm attention;       /* fused or unfused attention (compiler/attention_form.h; default auto) */
     bool fuse_qkv;            /* Q, K, V as one GEMM right after lowering (compiler/fuse_qkv.h;
                                * default: fuse_qkv_requested(), on unless HPC_FUSE_QKV=0) */
+    bool first_token_last_layer; /* the last layer for token 0 where compiler/lower.h allows it
+                               * (default: last_layer_first_requested(), on unless HPC_LAST_LAYER=all) */
 } PipeOptions;
 
 typedef struct {

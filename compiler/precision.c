@@ -339,12 +339,17 @@ static DType backward_storage(Planner *P, int i, const int *ins, DType low)
         }
         return d;
     }
+    /* A scatter of dy into zeros (the slices' backward) computes nothing:
+     * it keeps at least dy's format, so a wide dy stays wide (the last
+     * layer lowered for token 0 scatters the f32 residual gradient). */
+    bool scatter = n->op == IR_OP_SLICE_FIRST_BWD || n->op == IR_OP_SLICE_LAST_BWD || n->op == IR_OP_SPAN_TOKEN_BWD;
+    DType least = scatter ? P->out->nodes[ins[0]].dtype : low;
     int t = P->target[i];
-    if (t < 0 || P->in->nodes[t].backward || !ir_dtype_is_float(planned_dtype(P, t))) return low;
+    if (t < 0 || P->in->nodes[t].backward || !ir_dtype_is_float(planned_dtype(P, t))) return wider(low, least);
     if (P->keep & PREC_KEEP_SCORES && P->attn[t] == ATTN_PROBS) return DT_F32;   /* dP, as in flash attention */
     if (P->keep & PREC_KEEP_SCORES && P->attn[t] == ATTN_SCORES) return low;     /* dS: read by GEMMs only */
     if (precision_op_class(n->op) == PREC_CLASS_LOW) return low;
-    return planned_dtype(P, t);
+    return wider(planned_dtype(P, t), least);
 }
 
 static void plan_leaf(Planner *P, int i)

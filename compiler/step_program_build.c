@@ -30,18 +30,31 @@ HpcStatus step_program_from_graph(const ModelSpec *spec, SpecPrecision policy, b
     return st;
 }
 
-HpcStatus step_program_compile(const ModelSpec *spec, SpecPrecision policy, bool fuse, StepProgram *out,
-                               HpcError *err)
+static HpcStatus compile_with(const ModelSpec *spec, SpecPrecision policy, bool fuse, bool first_token,
+                              StepProgram *out, HpcError *err)
 {
     if (policy == PREC_DEFAULT) policy = PREC_FP32;
     PipeOptions o = pipeline_defaults(policy);
     o.fuse = fuse;
+    o.first_token_last_layer &= first_token;
     Pipeline p;
     HpcStatus st = pipeline_build(spec, &o, &p, err);
     if (!st) st = step_program_from_graph(spec, policy, p.fused, &p.g, &p.pl, out, err);
     else step_program_init(out);
     pipeline_free(&p);
     return st;
+}
+
+HpcStatus step_program_compile(const ModelSpec *spec, SpecPrecision policy, bool fuse, StepProgram *out,
+                               HpcError *err)
+{
+    return compile_with(spec, policy, fuse, true, out, err);
+}
+
+HpcStatus step_program_compile_every_token(const ModelSpec *spec, SpecPrecision policy, bool fuse,
+                                           StepProgram *out, HpcError *err)
+{
+    return compile_with(spec, policy, fuse, false, out, err);
 }
 
 static bool ends_with(const char *s, const char *tail)

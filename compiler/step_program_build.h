@@ -51,6 +51,12 @@ HpcStatus step_program_from_graph(const ModelSpec *spec, SpecPrecision policy, b
 HpcStatus step_program_compile(const ModelSpec *spec, SpecPrecision policy, bool fuse, StepProgram *out,
                                HpcError *err);
 
+/* step_program_compile with every layer over every token (no last layer
+ * for token 0, compiler/lower.h): for a program whose last hidden states
+ * are read (the C API's hpc_model_hidden). */
+HpcStatus step_program_compile_every_token(const ModelSpec *spec, SpecPrecision policy, bool fuse,
+                                           StepProgram *out, HpcError *err);
+
 /* path ending in .hpc: the artifact's program, compiled again from its
  * model only when `policy` (not PREC_DEFAULT) or `fuse` differs from what
  * it was compiled with; else a .model file, checked (diagnostics to diag)

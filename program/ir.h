@@ -115,7 +115,11 @@ typedef struct { int index; } IrOutputAttr;                /* which output (>= 1
  * (ATTENTION_BWD) is the (B, 2) i32 spans instead of the (B, L) mask, the
  * B x L slots are one flat sequence of tokens and sequence b attends
  * within slots [start_b, start_b + len_b) only. */
-typedef struct { float p; int32_t salt; int32_t heads; uint8_t causal, packed, varlen; } IrAttnAttr;
+/* first_query (compiler/lower.c, the last layer under a first-token head):
+ * only query 0 of each row attends, over all L keys: ctx (B, H), lse
+ * (B, heads, 1), and the backward's dq is zero past row 0.  Its dropout
+ * bits are those of query 0 in the full attention. */
+typedef struct { float p; int32_t salt; int32_t heads; uint8_t causal, packed, varlen, first_query; } IrAttnAttr;
 
 /* SOFTMAX_DROPOUT, SOFTMAX_DROPOUT_BWD and DROPOUT_ADD (made by the fuse
  * pass, compiler/fuse.c); p is a float because the dropout kernels take p

@@ -20,75 +20,6 @@ size_t plan_dtype_size(DType dt)
     return 4;
 }
 
-/* ---- the free list of the arena --------------------------------------- */
-
-typedef struct { int64_t off, size; } Block;
-
-typedef struct {
-    Block *free;        /* sorted by offset, coalesced */
-    int n, cap;
-    int64_t top;        /* end of the used part */
-    int64_t peak;       /* largest top so far: the arena size */
-} FreeList;
-
-static void fl_remove(FreeList *f, int i)
-{
-    memmove(&f->free[i], &f->free[i + 1], (size_t)(f->n - i - 1) * sizeof *f->free);
-    f->n--;
-}
-
-/* Best fit: the smallest free block that holds `size`; else the tail block
- * grown past top; else fresh memory at top. */
-static int64_t fl_alloc(FreeList *f, int64_t size)
-{
-    int best = -1;
-    for (int i = 0; i < f->n; i++)
-        if (f->free[i].size >= size && (best < 0 || f->free[i].size < f->free[best].size)) best = i;
-    int64_t off;
-    if (best >= 0) {
-        off = f->free[best].off;
-        f->free[best].off += size;
-        f->free[best].size -= size;
-        if (f->free[best].size == 0) fl_remove(f, best);
-        return off;
-    }
-    if (f->n > 0 && f->free[f->n - 1].off + f->free[f->n - 1].size == f->top) {
-        off = f->free[f->n - 1].off;
-        fl_remove(f, f->n - 1);
-    } else {
-        off = f->top;
-    }
-    f->top = off + size;
-    if (f->top > f->peak) f->peak = f->top;
-    return off;
-}
-
-static void fl_release(FreeList *f, int64_t off, int64_t size)
-{
-    int i = 0;
-    while (i < f->n && f->free[i].off < off) i++;
-    if (f->n == f->cap) {
-        f->cap = f->cap ? 2 * f->cap : 64;
-        f->free = xrealloc(f->free, (size_t)f->cap * sizeof *f->free);
-    }
-    memmove(&f->free[i + 1], &f->free[i], (size_t)(f->n - i) * sizeof *f->free);
-    f->free[i] = (Block){off, size};
-    f->n++;
-    if (i + 1 < f->n && f->free[i].off + f->free[i].size == f->free[i + 1].off) {
-        f->free[i].size += f->free[i + 1].size;
-        fl_remove(f, i + 1);
-    }
-    if (i > 0 && f->free[i - 1].off + f->free[i - 1].size == f->free[i].off) {
-        f->free[i - 1].size += f->free[i].size;
-        fl_remove(f, i);
-        i--;
-    }
-    if (f->free[i].off + f->free[i].size == f->top) {   /* give the tail back */
-        f->top = f->free[i].off;
-        fl_remove(f, i);
-    }
-}
-
 /* ---- liveness --------------------------------------------------------- */
 
 int plan_inplace_input(const IrGraph *g, int v)
@@ -102,6 +33,8 @@ int plan_inplace_input(const IrGraph *g, int v)
     if (n->op == IR_OP_ACT_BWD_BGRAD) return n->in[0];
     if (n->op == IR_OP_OUTPUT && n->attr.output.index == 2 && g->nodes[n->in[0]].op == IR_OP_ACT_BWD_BGRAD)
         return g->nodes[n->in[0]].in[1];
+    /* LN_DW_FIX rewrites the raw weight gradient element by element */
+    if (n->op == IR_OP_LN_DW_FIX) return n->in[0];
     return -1;
 }
 
@@ -249,12 +182,6 @@ static int range_by_def(const void *a, const void *b)
     return x->id < y->id ? -1 : x->id > y->id;
 }
 
-static int range_by_last(const void *a, const void *b)
-{
-    const Range *x = a, *y = b;
-    return x->last < y->last ? -1 : x->last > y->last;
-}
-
 static int collect_ranges(const StepPlan *p, Range *r)
 {
     int n = 0;
@@ -272,35 +199,58 @@ static void set_offset(StepPlan *p, const Range *r, int64_t off)
     else p->scratch_off[-r->id - 1] = off;
 }
 
-/* Walks the ranges by definition; before placing the ranges born at
- * position t, releases every range whose last use is before t. */
+/* Largest first, then earliest born: the order in which plan_offsets
+ * places the ranges. */
+static int range_by_size(const void *a, const void *b)
+{
+    const Range *x = a, *y = b;
+    if (x->bytes != y->bytes) return x->bytes > y->bytes ? -1 : 1;
+    return range_by_def(a, b);
+}
+
+static bool ranges_overlap(const Range *a, const Range *b) { return !(a->last < b->def || b->last < a->def); }
+
+typedef struct { int64_t off, end; } Span;
+
+static int span_by_off(const void *a, const void *b)
+{
+    const Span *x = a, *y = b;
+    return x->off < y->off ? -1 : x->off > y->off;
+}
+
+/* Offsets for every range, knowing all lifetimes at once: the ranges go
+ * largest first, each at the lowest offset where it overlaps no range
+ * already placed whose lifetime meets its own.  Placing by definition
+ * order with a free list (what this did until 2026-12-02) cannot see that
+ * a small value born early will block a hole that a large one needs later;
+ * on BERT-base at 32 x 128 the arena came out 19 MiB above the peak of
+ * live bytes, and 71 MiB with the first-token last layer (lower.h). */
 static void plan_offsets(StepPlan *p)
 {
-    Range *born = xmalloc((size_t)(2 * p->n + 1) * sizeof *born);
-    Range *dying = xmalloc((size_t)(2 * p->n + 1) * sizeof *dying);
-    int n = collect_ranges(p, born);
-    memcpy(dying, born, (size_t)n * sizeof *born);
-    qsort(born, (size_t)n, sizeof *born, range_by_def);
-    qsort(dying, (size_t)n, sizeof *dying, range_by_last);
-    FreeList f = {0};
-    int64_t *off = xmalloc((size_t)(2 * p->n + 1) * sizeof *off); /* by range slot: value i or n+i */
-    int d = 0;
-    for (int b = 0; b < n; b++) {
-        for (; d < n && dying[d].last < born[b].def; d++) {
-            int slot = dying[d].id >= 0 ? dying[d].id : p->n + (-dying[d].id - 1);
-            fl_release(&f, off[slot], dying[d].bytes);
-        }
-        int slot = born[b].id >= 0 ? born[b].id : p->n + (-born[b].id - 1);
-        off[slot] = fl_alloc(&f, born[b].bytes);
-        set_offset(p, &born[b], off[slot]);
+    Range *r = xmalloc((size_t)(2 * p->n + 1) * sizeof *r);
+    int n = collect_ranges(p, r);
+    qsort(r, (size_t)n, sizeof *r, range_by_size);
+    int64_t *off = xmalloc((size_t)(n + 1) * sizeof *off);
+    Span *busy = xmalloc((size_t)(n + 1) * sizeof *busy);
+    int64_t arena = 0;
+    for (int i = 0; i < n; i++) {
+        int nb = 0;
+        for (int j = 0; j < i; j++)
+            if (ranges_overlap(&r[i], &r[j])) busy[nb++] = (Span){off[j], off[j] + r[j].bytes};
+        qsort(busy, (size_t)nb, sizeof *busy, span_by_off);
+        int64_t at = 0;
+        for (int k = 0; k < nb && busy[k].off < at + r[i].bytes; k++)
+            if (busy[k].end > at) at = busy[k].end;
+        off[i] = at;
+        set_offset(p, &r[i], at);
+        if (at + r[i].bytes > arena) arena = at + r[i].bytes;
     }
-    p->arena_bytes = f.peak;
+    p->arena_bytes = arena;
     for (int i = 0; i < p->n; i++)
         if (p->v[i].storage != i) p->v[i].offset = p->v[p->v[i].storage].offset;
-    free(f.free);
+    free(busy);
     free(off);
-    free(born);
-    free(dying);
+    free(r);
 }
 
 HpcStatus plan_build_scratch(const IrGraph *g, int64_t B, int64_t L, const int64_t *scratch, StepPlan *p,

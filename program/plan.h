@@ -16,12 +16,15 @@
  *     after the step);
  *   - an offset in one device block (the arena) for every value the step
  *     computes, and for the scratch memory of each node (emit_ops.h says
- *     how much a kernel needs), with greedy best-fit over a free list, so
- *     values whose lifetimes do not overlap share memory.  Parameters (f32
+ *     how much a kernel needs): knowing every lifetime, the ranges are
+ *     placed largest first, each at the lowest offset free of the ranges
+ *     already placed that live at the same time, so values whose lifetimes
+ *     do not overlap share memory.  Parameters (f32
  *     masters and their fp16/bf16 copies) live outside the arena.
  *   - in-place writes: a node whose op writes over one of its inputs
  *     (plan_inplace_input: LINEAR_DX_ACC's acc, the GEMM's C = D; the
- *     activation backward's dy and x) gets that input's storage when the
+ *     activation backward's dy and x; LN_DW_FIX's raw weight gradient)
+ *     gets that input's storage when the
  *     node is the input's last reader (and the input is no role pinned to
  *     the end, same dtype and size); a chain of
  *     them (residual + dXq + dXk + dXv) is one range that lives from the

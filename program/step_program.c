@@ -308,6 +308,7 @@ static void attr_canonical(const IrNode *n, IrAttr *c)
         c->attn.causal = a->attn.causal;
         c->attn.packed = a->attn.packed;
         c->attn.varlen = a->attn.varlen;
+        c->attn.first_query = a->attn.first_query;
         break;
     case IR_OP_SPAN_POSITIONS: c->pos.offset = a->pos.offset; break;
     case IR_OP_SPAN_TOKEN: case IR_OP_SPAN_TOKEN_BWD: c->span.last = a->span.last; break;

@@ -66,8 +66,10 @@
  * 4: the dropout salt is a launch argument (EopArgs.salt, from the code
  *    line), not a constant in the kernel's text, so the layers' kernels
  *    that differ only by salt are one kernel: a version-3 program's CUDA
- *    would draw every mask with salt 0. */
-#define STEP_PROGRAM_VERSION 4
+ *    would draw every mask with salt 0;
+ * 5: ATTENTION's first_query flag (IrAttnAttr): a version-4 reader would
+ *    take a last layer lowered for the first token as a full one. */
+#define STEP_PROGRAM_VERSION 5
 /* A node line lists n_in inputs padded with -1 to at least this many. */
 #define STEP_NODE_MIN_INPUTS 3
 /* Inputs a CUDA kernel takes (EopArgs.x); the emitter refuses a node with more. */

@@ -10,7 +10,9 @@
  * masks (cpu_step_run_dropout: with dropout off too; tests/test_pack.c).  StepOut holds the loss and every parameter gradient as doubles
  * (NULL where a parameter has none).  cpu_step_run_f32 is the same step for
  * tests whose weights are floats already (tests/test_fuse_ln.c,
- * tests/test_ln_xhat.c): the f32 executor, gradients as floats. */
+ * tests/test_ln_xhat.c): the f32 executor, gradients as floats.
+ * cpu_step_padded_batch is the padded batch tests/test_attention_step.c and
+ * tests/test_first_token.c run. */
 #ifndef HPC_TESTS_CPU_STEP_H
 #define HPC_TESTS_CPU_STEP_H
 
@@ -56,6 +58,26 @@ static inline void cpu_step_free_weights(const ParamList *pl, double **w)
     for (int i = 0; i < pl->n; i++)
         if (pl->p[i].tied_to < 0) free(w[i]);
     free(w);
+}
+
+/* B rows of length L for a sequence-classification head: row r has
+ * L - 3r real tokens (at least 1; row 0 unpadded), ids from Philox stream 7
+ * in [0, vocab), token type 1 from position 3 on, label r % classes. */
+static inline Batch *cpu_step_padded_batch(int B, int L, int vocab, int classes)
+{
+    Batch *b = batch_new(B, L, 1);
+    for (int r = 0; r < B; r++) {
+        int len = L - 3 * r > 1 ? L - 3 * r : 1;
+        for (int t = 0; t < L; t++) {
+            int i = r * L + t;
+            bool real = t < len;
+            b->input_ids[i] = real ? (int)(philox_uniform(7, (uint64_t)i, 0, 1) * vocab) : 0;
+            b->token_type_ids[i] = real && t >= 3;
+            b->attention_mask[i] = real;
+        }
+        b->labels[r] = r % classes;
+    }
+    return b;
 }
 
 /* Binds w to ex; returns the float copies to free with cpu_step_unbind

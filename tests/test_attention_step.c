@@ -39,6 +39,7 @@
 #include "cpu/cpu_attention.h"
 #include "cpu/cpu_exec.h"
 #include "cpu/philox.h"
+#include "cpu_step.h"
 #include "cuda/nvrtc_compile.h"
 #include "data/batch.h"
 #include "emit_ops.h"
@@ -69,23 +70,8 @@ static void tiny_spec(ModelSpec *s, bool causal)
     s->head.num_labels = TC;
 }
 
-/* B rows of length L; row r has L - 3r real tokens (row 0 unpadded). */
-static Batch *make_batch(int B, int L)
-{
-    Batch *b = batch_new(B, L, 1);
-    for (int r = 0; r < B; r++) {
-        int len = L - 3 * r > 1 ? L - 3 * r : 1;
-        for (int t = 0; t < L; t++) {
-            int i = r * L + t;
-            bool real = t < len;
-            b->input_ids[i] = real ? (int)(philox_uniform(7, (uint64_t)i, 0, 1) * TV) : 0;
-            b->token_type_ids[i] = real && t >= 3;
-            b->attention_mask[i] = real;
-        }
-        b->labels[r] = r % TC;
-    }
-    return b;
-}
+/* tests/cpu_step.h's padded batch with this file's vocabulary and classes. */
+static Batch *make_batch(int B, int L) { return cpu_step_padded_batch(B, L, TV, TC); }
 
 static double **random_weights(const ParamList *pl, double scale)
 {
@@ -318,9 +304,20 @@ Test(attention_step, dropout_bits_match_the_kernels_reference)
         double *v = value_f64(&e, n->in[q0 + 2], CPU_EXEC_F64);
         const int32_t *mask = b->attention_mask;
         int64_t nv = (int64_t)B * L * 32, nl = (int64_t)B * sh.NH * L;
+        /* the last layer is lowered for token 0 (compiler/lower.h): its
+         * node is query 0 of the full reference */
+        bool first = n->attr.attn.first_query;
+        cr_expect_eq(first, strncmp(n->name, "layer.1.", 8) == 0 || strncmp(n->name, "d.layer.1.", 10) == 0,
+                     "%s: first_query exactly in the last layer", n->name);
         if (n->op == IR_OP_ATTENTION) {
             double *ctx = calloc((size_t)nv, sizeof *ctx), *lse = calloc((size_t)nl, sizeof *lse);
             ck_attention_fwd_f64(ctx, lse, q, k, v, 32, mask, &sh);
+            if (first) {   /* keep query 0's rows, packed as the node stores them */
+                for (int r = 0; r < B; r++) memmove(ctx + r * 32, ctx + (int64_t)r * L * 32, 32 * sizeof *ctx);
+                for (int64_t r = 0; r < B * sh.NH; r++) lse[r] = lse[r * L];
+                nv = (int64_t)B * 32;
+                nl = (int64_t)B * sh.NH;
+            }
             double *got = value_f64(&e, id, CPU_EXEC_F64), *gl = value_f64(&e, ir_output(&fu.g, id, 1), CPU_EXEC_F64);
             cr_expect_lt(rel_err(got, ctx, nv), 1e-12, "ctx of %s", n->name);
             double lerr = 0;
@@ -335,6 +332,12 @@ Test(attention_step, dropout_bits_match_the_kernels_reference)
             free(gl);
         } else {
             double *dctx = value_f64(&e, n->in[0], CPU_EXEC_F64);
+            if (first) {   /* query 0's dctx; the other queries' are zero */
+                double *full = calloc((size_t)nv, sizeof *full);
+                for (int r = 0; r < B; r++) memcpy(full + (int64_t)r * L * 32, dctx + r * 32, 32 * sizeof *full);
+                free(dctx);
+                dctx = full;
+            }
             double *g[3];
             for (int j = 0; j < 3; j++) g[j] = calloc((size_t)nv, sizeof(double));
             ck_attention_bwd_f64(g[0], g[1], g[2], 32, dctx, q, k, v, 32, mask, &sh);
@@ -466,6 +469,18 @@ static void expect_module_compiles_as(const ModelSpec *s, SpecPrecision policy, 
         EopNodeCode c;
         cr_assert_eq(eop_node_code(&p.g, id, 3, 70, &c, &err), HPC_OK, "%s", err.msg);
         cr_expect_eq(c.kind, EOP_KERNELS);
+        nodes++;
+        if (p.g.nodes[id].attr.attn.first_query) {   /* the last layer: one block a (b, head), no scratch */
+            const char *name = c.phase[0].name;
+            cr_expect_eq(c.n_phases, 1);
+            cr_expect(strstr(name, op == IR_OP_ATTENTION ? "attn_first_fwd" : "attn_first_bwd") != NULL, "%s", name);
+            cr_expect(memmem(cubin, size, name, strlen(name)) != NULL, "%s not in the cubin", name);
+            cr_expect(c.phase[0].grid[0] == 1 && c.phase[0].grid[1] == 2 && c.phase[0].grid[2] == 3 &&
+                      c.phase[0].block[0] == 128, "%s grid (%u, %u, %u) x %u", name, c.phase[0].grid[0],
+                      c.phase[0].grid[1], c.phase[0].grid[2], c.phase[0].block[0]);
+            cr_expect_eq(eop_scratch_bytes(&p.g, id, 3, 70), 0);
+            continue;
+        }
         cr_expect_eq(c.n_phases, op == IR_OP_ATTENTION ? 1 : 3);
         for (int k = 0; k < c.n_phases; k++) {
             const char *name = c.phase[k].name;
@@ -487,7 +502,6 @@ static void expect_module_compiles_as(const ModelSpec *s, SpecPrecision policy, 
         }
         if (op == IR_OP_ATTENTION_BWD)   /* delta: B * heads * L floats */
             cr_expect_eq(eop_scratch_bytes(&p.g, id, 3, 70), 3 * 2 * 70 * 4);
-        nodes++;
     }
     cr_expect_eq(nodes, 4);
     free(cubin);

@@ -52,6 +52,10 @@
  * 16-bit xhat (the default) rounds on purpose and has its own tests,
  * tests/test_ln_xhat.c.  Set before main, for every test of this file. */
 __attribute__((constructor)) static void pin_ln_save_s(void) { setenv("HPC_LN_SAVE", "s", 1); }
+/* Their BERT-base counts and sizes assume every layer runs every token:
+ * the last layer lowered for token 0 (compiler/lower.h) has its own tests,
+ * tests/test_first_token.c. */
+__attribute__((constructor)) static void pin_last_layer_all(void) { setenv("HPC_LAST_LAYER", "all", 1); }
 
 /* Random weights for every parameter (f64 master copy); gammas around 1. */
 static double **random_weights(const ParamList *pl, double scale) { return cpu_step_random_weights(pl, 1234, scale); }

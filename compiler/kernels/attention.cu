@@ -1764,4 +1764,167 @@ KN(attn_mma3_bwd_r128)(st_t *dq, st_t *dk, st_t *dv, int ldg, const st_t *dctx, 
 #endif // AT_D <= 64
 #endif // 16-bit, D % 16 == 0
 
+// ---- query 0 alone (IrAttnAttr.first_query: the last layer under a
+// first-token head, compiler/lower.h) ------------------------------------
+// Query 0 of row b against all L keys: ctx (B, HPC_HIDDEN) and lse (B, NH),
+// the full attention's row 0 (its dropout index ((b * NH + h) * L + 0) * L
+// + k).  One block of AF_WARPS warps per (b, head); warp w takes keys w,
+// w + AF_WARPS, ...; the lanes split the head's D elements, so each key's
+// row is one coalesced read.  Every dtype (SIMT, f32 accumulation).
+// Forward: pass 1 the max and sum of exp over the visible keys (lse), pass
+// 2 recomputes each score and adds exp(s - lse) * keep * V_k.
+// Backward: delta = dctx . ctx; per key dZ = dctx . V_k,
+// dS = P (keep dZ - delta), dV_k = P keep dctx, dK_k = dS q / sqrt(D),
+// dQ row 0 = sum_k dS K_k / sqrt(D); the other rows of dQ are 0 (written,
+// since the gradients are overwritten).
+
+#define AF_WARPS 4
+
+// (1 / sqrt(D)) q . K_k with qs the scaled query: the warp's sum, in every lane.
+__device__ __forceinline__ float af_score(const float *qs, const st_t *krow, int lane)
+{
+    float s = 0.0f;
+    for (int d = lane; d < AT_D; d += 32) s += qs[d] * ld_f(krow[d]);
+    return warp_sum(s);
+}
+
+// The row's lse over its visible keys from each warp's (max, sum):
+// +inf with none visible, NaN if a visible score is NaN.
+__device__ __forceinline__ float af_row_lse(const st_t *k, int ld, const int *mask, const float *qs, int b, int h,
+                                            int L, float (*stat)[2])
+{
+    int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    float m = HPC_NEG_INF, l = 0.0f;
+    for (int key = warp; key < L; key += AF_WARPS) {
+        float s = af_score(qs, k + ((i64)b * L + key) * ld + h * AT_D, lane);
+        if (!at_visible(mask, b, 0, key, L)) continue;   // uniform across the warp
+        if (s != s) {
+            l = s;   // NaN sticks
+            continue;
+        }
+        float mn = fmaxf(m, s);
+        if (mn == HPC_NEG_INF) continue;
+        l = l * expf(m - mn) + expf(s - mn);
+        m = mn;
+    }
+    if (lane == 0) {
+        stat[warp][0] = m;
+        stat[warp][1] = l;
+    }
+    __syncthreads();
+    float mx = HPC_NEG_INF, sum = 0.0f;
+    for (int w = 0; w < AF_WARPS; w++) mx = fmaxf(mx, stat[w][0]);
+    for (int w = 0; w < AF_WARPS; w++)
+        sum += stat[w][1] != stat[w][1] ? stat[w][1] : stat[w][0] == HPC_NEG_INF ? 0.0f : stat[w][1] * expf(stat[w][0] - mx);
+    return sum != sum ? sum : sum == 0.0f ? HPC_INF : mx + logf(sum);
+}
+
+// The AF_WARPS partial rows part[w][0..D) summed into out[d] * mul.
+__device__ __forceinline__ void af_sum_rows(st_t *out, float (*part)[AT_D + 1], float mul)
+{
+    __syncthreads();
+    for (int d = threadIdx.x; d < AT_D; d += blockDim.x) {
+        float t = 0.0f;
+        for (int w = 0; w < AF_WARPS; w++) t += part[w][d];
+        out[d] = st_from(t * mul);
+    }
+}
+
+AT_RUN void attn_first_fwd_run(int at_bx, int at_by, int at_bz, st_t *ctx, float *lse, const st_t *q,
+                               const st_t *k, const st_t *v, int ld, const int *mask, int B, int L, float p, u64 seed,
+                               u32 step, u32 salt)
+{
+    __shared__ float qs[AT_D];
+    __shared__ float part[AF_WARPS][AT_D + 1];
+    __shared__ float stat[AF_WARPS][2];
+    int b = at_bz, h = at_by, warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    float dscale = dropout_scale(p);
+    for (int d = threadIdx.x; d < AT_D; d += blockDim.x) qs[d] = at_scale() * ld_f(q[(i64)b * L * ld + h * AT_D + d]);
+    __syncthreads();
+    float ls = af_row_lse(k, ld, mask, qs, b, h, L, stat);
+    float o[AT_DPL];
+#pragma unroll
+    for (int e = 0; e < AT_DPL; e++) o[e] = 0.0f;
+    for (int key = warp; key < L; key += AF_WARPS) {
+        i64 row = ((i64)b * L + key) * ld + h * AT_D;
+        float s = af_score(qs, k + row, lane);
+        if (!at_visible(mask, b, 0, key, L)) continue;
+        float z = expf(s - ls) * at_keep((((i64)b * HPC_HEADS + h) * L) * L + key, p, dscale, seed, step, salt);
+#pragma unroll
+        for (int e = 0; e < AT_DPL; e++) {
+            int d = lane + 32 * e;
+            if (d < AT_D) o[e] += z * ld_f(v[row + d]);
+        }
+    }
+#pragma unroll
+    for (int e = 0; e < AT_DPL; e++)
+        if (lane + 32 * e < AT_D) part[warp][lane + 32 * e] = o[e];
+    af_sum_rows(ctx + (i64)b * HPC_HIDDEN + h * AT_D, part, 1.0f);
+    if (threadIdx.x == 0) lse[(i64)b * HPC_HEADS + h] = ls;
+}
+
+AT_RUN void attn_first_bwd_run(int at_bx, int at_by, int at_bz, st_t *dq, st_t *dk, st_t *dv, int ldg,
+                               const st_t *dctx, const st_t *ctx, const st_t *q, const st_t *k, const st_t *v, int ld,
+                               const float *lse, const int *mask, int B, int L, float p, u64 seed, u32 step,
+                               u32 salt)
+{
+    __shared__ float qs[AT_D], gs[AT_D];
+    __shared__ float part[AF_WARPS][AT_D + 1];
+    __shared__ float red[32];
+    int b = at_bz, h = at_by, warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    float dscale = dropout_scale(p);
+    const st_t *g = dctx + (i64)b * HPC_HIDDEN + h * AT_D, *y = ctx + (i64)b * HPC_HIDDEN + h * AT_D;
+    float dot = 0.0f;
+    for (int d = threadIdx.x; d < AT_D; d += blockDim.x) {
+        qs[d] = at_scale() * ld_f(q[(i64)b * L * ld + h * AT_D + d]);
+        gs[d] = ld_f(g[d]);
+        dot += gs[d] * ld_f(y[d]);
+    }
+    float delta = block_sum(dot, red);   // its barriers publish qs and gs
+    float ls = lse[(i64)b * HPC_HEADS + h];
+    float acc[AT_DPL];
+#pragma unroll
+    for (int e = 0; e < AT_DPL; e++) acc[e] = 0.0f;
+    for (int key = warp; key < L; key += AF_WARPS) {
+        i64 row = ((i64)b * L + key) * ld + h * AT_D, grow = ((i64)b * L + key) * ldg + h * AT_D;
+        float s = af_score(qs, k + row, lane), dz = 0.0f;
+        for (int d = lane; d < AT_D; d += 32) dz += gs[d] * ld_f(v[row + d]);
+        dz = warp_sum(dz);
+        bool vis = at_visible(mask, b, 0, key, L);
+        float pe = vis ? expf(s - ls) : 0.0f;
+        float keep = vis ? at_keep((((i64)b * HPC_HEADS + h) * L) * L + key, p, dscale, seed, step, salt) : 0.0f;
+        float ds = vis ? pe * (keep * dz - delta) : 0.0f;
+#pragma unroll
+        for (int e = 0; e < AT_DPL; e++) {
+            int d = lane + 32 * e;
+            if (d >= AT_D) continue;
+            dv[grow + d] = st_from(pe * keep * gs[d]);
+            dk[grow + d] = st_from(ds * qs[d]);
+            acc[e] += ds * ld_f(k[row + d]);
+        }
+    }
+#pragma unroll
+    for (int e = 0; e < AT_DPL; e++)
+        if (lane + 32 * e < AT_D) part[warp][lane + 32 * e] = acc[e];
+    af_sum_rows(dq + (i64)b * L * ldg + h * AT_D, part, at_scale());
+    for (i64 i = threadIdx.x; i < (i64)(L - 1) * AT_D; i += blockDim.x)
+        dq[((i64)b * L + 1 + i / AT_D) * ldg + h * AT_D + i % AT_D] = st_from(0.0f);
+}
+#ifndef HPC_ATTN_NO_KERNELS
+extern "C" __global__ void __launch_bounds__(128)
+KN(attn_first_fwd)(st_t *ctx, float *lse, const st_t *q, const st_t *k, const st_t *v, int ld, const int *mask, int B,
+                   int L, float p, u64 seed, u32 step, u32 salt)
+{
+    attn_first_fwd_run(blockIdx.x, blockIdx.y, blockIdx.z, ctx, lse, q, k, v, ld, mask, B, L, p, seed, step, salt);
+}
+extern "C" __global__ void __launch_bounds__(128)
+KN(attn_first_bwd)(st_t *dq, st_t *dk, st_t *dv, int ldg, const st_t *dctx, const st_t *ctx, const st_t *q,
+                   const st_t *k, const st_t *v, int ld, const float *lse, const int *mask, int B, int L, float p,
+                   u64 seed, u32 step, u32 salt)
+{
+    attn_first_bwd_run(blockIdx.x, blockIdx.y, blockIdx.z, dq, dk, dv, ldg, dctx, ctx, q, k, v, ld, lse, mask, B, L, p,
+                       seed, step, salt);
+}
+#endif
+
 #endif // HPC_HEAD_DIM <= 128

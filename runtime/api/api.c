@@ -184,6 +184,7 @@ int api_find_hidden(const IrGraph *g, int64_t hidden)
     int found = -1;
     for (int i = 0; i < g->n_forward; i++) {
         const IrNode *v = &g->nodes[i];
+        if (v->op == IR_OP_ATTENTION && v->attr.attn.first_query) return -1;   /* the last layer has token 0 only */
         if (strncmp(v->name, "head.", 5) == 0 || i == g->logits) break;
         if (v->op == IR_OP_OUTPUT) continue;   /* a fused LayerNorm's s or 16-bit y: its y is the op itself */
         if (v->rank == 3 && v->dims[0] == IR_DIM_B && v->dims[1] == IR_DIM_L && v->dims[2] == hidden &&
@@ -463,6 +464,12 @@ HpcApiStatus hpc_model_hidden(HpcModel *m, const HpcBatch *b, float *hidden, siz
 {
     if (!api_valid(m)) return HPC_API_ERR_USAGE;
     HpcError *err = api_begin(m);
+    for (int i = 0; m->hidden_value < 0 && i < m->prog.g.n; i++)
+        if (m->prog.g.nodes[i].op == IR_OP_ATTENTION && m->prog.g.nodes[i].attr.attn.first_query)
+            return (HpcApiStatus)hpc_fail(err, HPC_ERR_USAGE, "hpc_model_hidden: %s was compiled with its last "
+                                          "layer for token 0 only (a classification head), so it has no last "
+                                          "hidden states; compile it with HPC_LAST_LAYER=all, or open its .model",
+                                          m->spec.name);
     if (m->hidden_value < 0)
         return (HpcApiStatus)hpc_fail(err, HPC_ERR_INTERNAL, "hpc_model_hidden: no hidden-state value "
                                       "found in the graph of %s", m->spec.name);

@@ -46,7 +46,8 @@ struct HpcModel {
 };
 
 /* The value id of the head's input, the last (B, L, hidden) float value of
- * the forward part before the first head node; -1 if none. */
+ * the forward part before the first head node; -1 if none, or if the last
+ * layer was lowered for token 0 only (compiler/lower.h). */
 int api_find_hidden(const IrGraph *g, int64_t hidden);
 
 #endif

@@ -39,5 +39,6 @@ HpcStatus api_program_from_model(const char *path, const char *text, const Model
         if (st) return st;
         spec = &read;
     }
-    return step_program_compile(spec, policy, true, out, err);
+    /* every token: hpc_model_hidden reads the last layer's whole output */
+    return step_program_compile_every_token(spec, policy, true, out, err);
 }

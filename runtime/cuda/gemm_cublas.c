@@ -270,7 +270,7 @@ cublasStatus_t gemm_matmul_with(const GemmContext *g, const GemmPlan *p, const G
     /* cuBLASLt's A is our B, its B our A; C is the input (beta), D the output
      * (C itself unless d->D), both in C's layout. */
     return cublasLtMatmul(g->lt, p->op, &d->alpha, b, p->la, a, p->lb, &d->beta, c, p->lc, out, p->lc, algo, ws,
-                          g->workspace_bytes, (cudaStream_t)g->stream);
+                          g->workspace_held, (cudaStream_t)g->stream);
 }
 
 /* Microseconds per run of candidate i (1 warm-up, 5 timed); < 0 on failure. */
@@ -340,8 +340,15 @@ static int choose_algo(GemmContext *g, const GemmPlan *p, const GemmDesc *d,
             g->tune_hits++;
             return i;
         }
+    /* the candidates may use the whole limit: a buffer of that size for them alone */
     double us = 0;
-    int pick = tune_time(g, p, d, res, found, &us);
+    int pick = 0;
+    GemmContext wide = *g;
+    wide.workspace_held = g->workspace_bytes;
+    if (cuda_driver()->cuMemAlloc(&wide.workspace, wide.workspace_held) == CUDA_SUCCESS) {
+        pick = tune_time(&wide, p, d, res, found, &us);
+        cuda_driver()->cuMemFree(wide.workspace);
+    }
     g->tuned++;
     HpcError err;
     if (us > 0 && !gemm_tune_put(&g->tune, key, &res[pick].algo, us, &err) && gemm_tune_save(&g->tune, &err))
@@ -372,6 +379,7 @@ bool gemm_plan_algo_cached(GemmPlan *p, const GemmContext *g)
         check.state != CUBLAS_STATUS_SUCCESS || check.workspaceSize > g->workspace_bytes)
         return false;
     p->algo = algo;
+    p->ws_need = check.workspaceSize;
     return true;
 }
 
@@ -412,7 +420,9 @@ static HpcStatus plan_algo(GemmPlan *p, GemmContext *g, const GemmDesc *d, int *
                         (long long)d->N, (long long)d->K, gemm_dtype_name(d->ab_type),
                         gemm_dtype_name(d->c_type), (long long)d->batch, gemm_epilogue_name(p->epilogue),
                         d->trans_a, d->trans_b, p->key.align_a, p->key.align_b, p->key.align_c);
-    p->algo = res[choose_algo(g, p, d, res, found)].algo;
+    int pick = choose_algo(g, p, d, res, found);
+    p->algo = res[pick].algo;
+    p->ws_need = res[pick].workspaceSize;
     return HPC_OK;
 }
 
@@ -544,23 +554,52 @@ HpcStatus gemm_init(GemmContext *g, CUstream stream, size_t workspace_bytes, Hpc
     HpcStatus st = cublaslt_load(err);   /* dlopen'd (started ahead by `hpc run`): cuda/cublaslt_load.h */
     if (st) return st;
     tune_open(g);
-    st = CUDA_CHECK(err, cublasLtCreate(&g->lt));
+    return CUDA_CHECK(err, cublasLtCreate(&g->lt));
+}
+
+size_t gemm_workspace_held(const GemmContext *g) { return g->workspace_held + g->retired_bytes; }
+
+size_t gemm_workspace_needed(const GemmContext *g)
+{
+    size_t need = 0;
+    for (int i = 0; i < g->num_plans; i++)
+        if (g->plans[i].ws_need > need) need = g->plans[i].ws_need;
+    return need;
+}
+
+/* A workspace of at least `need` bytes (in steps of 64 KiB).  The buffer it
+ * replaces is kept (see GemmContext.retired). */
+HpcStatus gemm_workspace_reserve(GemmContext *g, size_t need, HpcError *err)
+{
+    if (need <= g->workspace_held) return HPC_OK;
+    size_t step = (size_t)64 << 10, bytes = (need + step - 1) / step * step;
+    CUdeviceptr w;
+    HpcStatus st = CUDA_CHECK(err, cuda_driver()->cuMemAlloc(&w, bytes));
     if (st) return st;
-    CUresult r = cu->cuMemAlloc(&g->workspace, g->workspace_bytes);
-    if (r == CUDA_SUCCESS) return HPC_OK;
-    cublasLtDestroy(g->lt);
-    g->lt = NULL;
-    return CUDA_CHECK(err, r);
+    if (g->workspace) {
+        g->retired = xrealloc(g->retired, (size_t)(g->n_retired + 1) * sizeof *g->retired);
+        g->retired[g->n_retired++] = g->workspace;
+        g->retired_bytes += g->workspace_held;
+    }
+    g->workspace = w;
+    g->workspace_held = bytes;
+    return HPC_OK;
 }
 
 void gemm_free(GemmContext *g)
 {
     gemm_library_warm_join();   /* a set-up thread still running uses the context */
+    if (getenv("HPC_GEMM_REPORT") && g->lt)
+        fprintf(stderr, "hpc: cuBLASLt: %d plans; their algorithms need %zu bytes of workspace (limit %zu); "
+                        "%zu bytes held\n", g->num_plans, gemm_workspace_needed(g), g->workspace_bytes,
+                gemm_workspace_held(g));
     gemm_tune_free(&g->tune);
     for (int i = 0; i < g->num_plans; i++) plan_destroy(&g->plans[i]);
     free(g->plans);
     const CudaDriver *cu = cuda_driver();
     if (cu && g->workspace) cu->cuMemFree(g->workspace);
+    for (int i = 0; cu && i < g->n_retired; i++) cu->cuMemFree(g->retired[i]);
+    free(g->retired);
     if (g->lt) cublasLtDestroy(g->lt);
     memset(g, 0, sizeof *g);
 }
@@ -568,7 +607,10 @@ void gemm_free(GemmContext *g)
 /* Queues d with p, or (record_only) keeps d as p's first call for gemm_prime. */
 static HpcStatus run_or_record(GemmContext *g, GemmPlan *p, const GemmDesc *d, HpcError *err)
 {
-    if (!g->record_only) return CUDA_CHECK(err, gemm_matmul_with(g, p, d, &p->algo));
+    if (!g->record_only) {
+        HpcStatus st = gemm_workspace_reserve(g, p->ws_need, err);
+        return st ? st : CUDA_CHECK(err, gemm_matmul_with(g, p, d, &p->algo));
+    }
     if (!p->recorded) {
         p->first = *d;
         p->recorded = true;

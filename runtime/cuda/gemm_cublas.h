@@ -119,8 +119,15 @@ typedef struct GemmPlan GemmPlan;   /* private: descriptors + algorithm */
 typedef struct {
     cublasLtHandle_t lt;
     CUstream stream;
-    CUdeviceptr workspace;
-    size_t workspace_bytes;
+    size_t workspace_bytes;     /* the most workspace an algorithm may use: the heuristic's limit, part
+                                   of the tuning key (what cuBLASLt asks for on Hopper) */
+    CUdeviceptr workspace;      /* what the chosen algorithms need, grown as plans are made (0 while none
+                                   needs any) */
+    size_t workspace_held;      /* its bytes */
+    CUdeviceptr *retired;       /* smaller workspaces it replaced: a captured CUDA graph may still use
+                                   them, so they live until gemm_free */
+    size_t retired_bytes;
+    int n_retired;
     bool allow_tf32;            /* f32 GEMMs may use TF32 (off by default) */
     GemmPlan *plans;
     int num_plans, cap_plans;
@@ -133,12 +140,26 @@ typedef struct {
     bool record_only;           /* gemm_run records calls and queues nothing (gemm_prime) */
 } GemmContext;
 
-/* Default workspace: 32 MiB, what cuBLASLt asks for on Hopper. */
+/* Default workspace limit: 32 MiB, what cuBLASLt asks for on Hopper. */
 #define GEMM_DEFAULT_WORKSPACE ((size_t)32 << 20)
 
-/* Needs a current context (cuda_device_open).  workspace_bytes 0 = default. */
+/* Needs a current context (cuda_device_open).  workspace_bytes 0 = default.
+ * The heuristic may propose algorithms that use up to workspace_bytes, but
+ * the context holds only what its chosen algorithms need (BERT-base at
+ * 32 x 128 on the H200: 0.2 MB of the 32 MiB), in a buffer that grows when
+ * a new plan needs more; candidates are timed in a full-size buffer that
+ * lives only while they run. */
 HpcStatus gemm_init(GemmContext *g, CUstream stream, size_t workspace_bytes, HpcError *err);
+/* HPC_GEMM_REPORT set: says on stderr how many plans there were and how
+ * much workspace they hold. */
 void gemm_free(GemmContext *g);
+
+/* Device bytes of workspace the context holds (the current buffer and the
+ * ones it replaced). */
+size_t gemm_workspace_held(const GemmContext *g);
+
+/* The most workspace any of the context's chosen algorithms needs. */
+size_t gemm_workspace_needed(const GemmContext *g);
 
 /* Queues one (batched) GEMM on g->stream. */
 HpcStatus gemm_run(GemmContext *g, const GemmDesc *d, HpcError *err);

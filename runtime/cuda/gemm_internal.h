@@ -29,6 +29,7 @@ struct GemmPlan {
     cublasLtMatmulDesc_t op;
     cublasLtMatrixLayout_t la, lb, lc;   /* cuBLASLt's A (our B), B (our A), C */
     cublasLtMatmulAlgo_t algo;
+    size_t ws_need;                      /* workspace bytes algo needs (cublasLtMatmulAlgoCheck) */
     GemmDesc first;                      /* its first call while recording (gemm_prime runs it) */
     bool recorded;                       /* first is set */
     bool deferred;                       /* descriptors and algorithm not made yet (see above) */
@@ -50,6 +51,10 @@ bool gemm_plan_algo_cached(GemmPlan *p, const GemmContext *g);
 
 /* Makes a deferred plan (or one a worker gave up on) the ordinary way. */
 HpcStatus gemm_plan_complete(GemmContext *g, GemmPlan *p, HpcError *err);
+
+/* Grows g's workspace to hold at least `need` bytes (p->ws_need of a plan
+ * about to run on g). */
+HpcStatus gemm_workspace_reserve(GemmContext *g, size_t need, HpcError *err);
 
 /* One cublasLtMatmul of d with p and algo, on g's handle, workspace and stream. */
 cublasStatus_t gemm_matmul_with(const GemmContext *g, const GemmPlan *p, const GemmDesc *d,

@@ -59,7 +59,11 @@ static void *prime_main(void *arg)
     double t0 = phase_clock_now();
     w->st = CUDA_CHECK(&w->err, cu->cuCtxSetCurrent(w->ctx));
     if (!w->st) w->st = CUDA_CHECK(&w->err, cu->cuStreamCreate(&mine.stream, CU_STREAM_NON_BLOCKING));
-    if (!w->st) w->st = CUDA_CHECK(&w->err, cu->cuMemAlloc(&mine.workspace, mine.workspace_bytes));
+    mine.workspace_held = mine.workspace_bytes;   /* its own, for any algorithm within the limit */
+    mine.retired = NULL;
+    mine.retired_bytes = 0;
+    mine.n_retired = 0;
+    if (!w->st) w->st = CUDA_CHECK(&w->err, cu->cuMemAlloc(&mine.workspace, mine.workspace_held));
     if (!w->st) w->st = CUDA_CHECK(&w->err, cublasLtCreate(&mine.lt));
     w->setup = phase_clock_now() - t0;
     for (int i = w->index; i < w->g->num_plans && !w->st; i += w->stride) {
@@ -129,6 +133,7 @@ HpcStatus gemm_prime(GemmContext *g, CUcontext ctx, int threads, GemmPrimeStats 
         } else {
             st = gemm_plan_point(p, &p->first, err);
         }
+        if (!st) st = gemm_workspace_reserve(g, p->ws_need, err);
         if (!st) st = CUDA_CHECK(err, gemm_matmul_with(g, p, &p->first, &p->algo));
         p->primed = !st;
         stats->calls++;

@@ -30,8 +30,8 @@
  * For the C API (train_backend_open_with's options): the caller's stream
  * replaces the device's own for every launch and copy (CUDA graphs are then
  * off), and the caller's device allocator serves the executor's arena and
- * every buffer beside it; cuBLASLt's workspace (32 MiB) and the loaded
- * modules still come from the driver. */
+ * every buffer beside it; cuBLASLt's workspace (what its chosen algorithms
+ * need, up to 32 MiB) and the loaded modules still come from the driver. */
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -337,15 +337,17 @@ static HpcStatus cuda_read_param(TrainBackend *b, int p, float *out, HpcError *e
     return cuda_optim_read_master(&impl(b)->opt, q, out, err);
 }
 
-/* The arena's peak plus cuBLASLt's workspace (gemm_init's own cuMemAlloc,
- * outside the arena): what the memory check predicts (train/memcheck.c).
- * On an H200 at BERT-base B32 L128 fp16 (bench/mem_probe.c): arena peak
- * 2553.8 MiB + 32 MiB workspace, the device 2598 MiB above the bare context. */
+/* The arena's peak plus the cuBLASLt workspace the chosen algorithms hold
+ * (outside the arena; runtime/cuda/gemm_cublas.h): what the memory check
+ * predicts (train/memcheck.c).  On an H200 at BERT-base B32 L128 fp16
+ * (bench/mem_probe.c, before the workspace was sized to the algorithms):
+ * arena peak 2553.8 MiB + 32 MiB workspace, the device 2598 MiB above the
+ * bare context. */
 static double cuda_peak_bytes(TrainBackend *b)
 {
     ArenaStats s;
     arena_stats(&impl(b)->ex.arena, &s);
-    return (double)s.peak_bytes + (double)impl(b)->ex.gemm.workspace_bytes;
+    return (double)s.peak_bytes + (double)gemm_workspace_held(&impl(b)->ex.gemm);
 }
 
 /* m and v of every optimized tensor, device <-> host (to_host picks). */

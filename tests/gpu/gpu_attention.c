@@ -37,10 +37,14 @@
  * 1e-5 of attn_simt_bwd_dot's, and feeds the families' dQ/dK/dV checks.
  * At head size 128 v1's dQ kernels and attn_mma3_bwd do not exist (48 KiB
  * of shared memory), so there only the SIMT forward and v2 are checked.
+ * The first-query kernels attn_first_fwd / attn_first_bwd (the last
+ * layer under a first-token head) are checked in every case: ctx, lse, the
+ * fully masked row, dQ, dK and dV against the reference's query 0.
  * Check counts: at D 32 and 64, 19 per case (6 SIMT, 1 delta, 6 per
- * family) plus 6 one-pass where L <= 128; 10 at D 128; 4 modules x 2 p x
- * (9 x 25 + 19) + 2 x 2 x 10 x 10 + dropout bits (3 kinds x 3 lengths x 2
- * modules) = 1952 + 400 + 18 = 2370 checks.
+ * family) plus 6 one-pass where L <= 128; 10 at D 128; plus 6 first-query
+ * checks in all 120 cases; 4 modules x 2 p x (9 x 25 + 19) + 2 x 2 x 10 x
+ * 10 + 720 + dropout bits (3 kinds x 3 lengths x 2 modules) = 1952 + 400 +
+ * 720 + 18 = 3090 checks.
  *
  * Output: one "ok"/"FAIL" line per check, timing lines per shape (simt,
  * mma, mma2, and mma3 at both register budgets), then "N checks, M
@@ -343,6 +347,70 @@ static void bufs_free(Bufs *d)
     for (int i = 0; i < 7; i++) DRV(cu->cuMemFree(all[i]));
 }
 
+/* attn_first_fwd / attn_first_bwd (query 0 alone, the step's last layer
+ * under a first-token head) on the case's inputs: ctx (B, H) and lse
+ * (B, NH) against the reference's query 0, and dQ, dK, dV against the
+ * reference backward whose dctx is zero past query 0 (so dQ past row 0 is
+ * 0, which the NaN poison proves is written).  The backward reads the
+ * first-query forward's own ctx and lse, as in the step. */
+static void test_first_query(const Mod *m, Bufs *d, const float *qkv, const float *dctx, const int32_t *mask, int B,
+                             int L, float p, uint64_t seed, uint32_t step, uint32_t salt)
+{
+    size_t H = (size_t)m->H, nq = (size_t)B * L * 3 * H, nc = (size_t)B * L * H, nl = (size_t)B * L * m->NH;
+    CkAttnShape s = {.B = B, .L = L, .NH = m->NH, .D = m->D, .p = p, .seed = seed, .step = step, .salt = salt};
+    double *q64 = to_f64(qkv, nq), *g0 = calloc(nc, 8);
+    float *dctx0 = malloc((size_t)B * H * sizeof *dctx0);
+    for (int b = 0; b < B; b++)
+        for (size_t c = 0; c < H; c++) g0[(size_t)b * L * H + c] = dctx0[b * H + c] = dctx[(size_t)b * L * H + c];
+    double *rc = malloc(nc * 8), *rl = malloc(nl * 8), *rg = calloc(nq, 8);
+    ck_attention_fwd_f64(rc, rl, q64, q64 + H, q64 + 2 * H, 3 * (int64_t)H, mask, &s);
+    ck_attention_bwd_f64(rg, rg + H, rg + 2 * H, 3 * (int64_t)H, g0, q64, q64 + H, q64 + 2 * H, 3 * (int64_t)H, mask,
+                         &s);
+    for (int b = 0; b < B; b++) {   /* query 0's rows, packed (B, H) and (B, NH) */
+        memmove(rc + b * H, rc + (size_t)b * L * H, H * sizeof *rc);
+        for (int h = 0; h < m->NH; h++) rl[b * m->NH + h] = rl[((size_t)b * m->NH + h) * L];
+    }
+    CUdeviceptr q = d->qkv, k = d->qkv + 2 * H, v = d->qkv + 4 * H, g = up_st(m, dctx0, (size_t)B * H);
+    CUdeviceptr dq = d->dqkv, dk = d->dqkv + 2 * H, dv = d->dqkv + 4 * H;
+    int ld = 3 * m->H;
+    DRV(cu->cuMemsetD8Async(d->ctx, 0xFF, nc * 2, dev.stream));
+    DRV(cu->cuMemsetD8Async(d->lse, 0xFF, nl * 4, dev.stream));
+    DRV(cu->cuMemsetD8Async(d->dqkv, 0xFF, nq * 2, dev.stream));
+    void *fa[] = {&d->ctx, &d->lse, &q, &k, &v, &ld, &d->mask, &B, &L, &p, &seed, &step, &salt};
+    launch(m, "attn_first_fwd", 1, (unsigned)m->NH, (unsigned)B, 128, fa);
+    void *ba[] = {&dq, &dk, &dv, &ld, &g, &d->ctx, &q, &k, &v, &ld, &d->lse, &d->mask, &B, &L, &p, &seed, &step, &salt};
+    launch(m, "attn_first_bwd", 1, (unsigned)m->NH, (unsigned)B, 128, ba);
+    DRV(cu->cuStreamSynchronize(dev.stream));
+    float *ctx = down_st(m, d->ctx, (size_t)B * H), *dqkv = down_st(m, d->dqkv, nq);
+    float *lse = malloc((size_t)B * m->NH * 4);
+    DRV(cu->cuMemcpyDtoH(lse, d->lse, (size_t)B * m->NH * 4));
+    char what[96];
+    double u = unit(m);
+    snprintf(what, sizeof what, "L%d p%.1f ctx (first query)", L, p);
+    check_strided(m, what, ctx, rc, (size_t)B, H, H, 4 * u);
+    snprintf(what, sizeof what, "L%d p%.1f lse (first query)", L, p);
+    check_lse(m, what, lse, rl, (size_t)B * m->NH);
+    size_t nonzero = 0;
+    for (size_t i = 2 * H; i < 3 * H; i++) nonzero += ctx[i] != 0.0f;
+    snprintf(what, sizeof what, "L%d p%.1f fully masked row is 0 (first query)", L, p);
+    report(nonzero == 0, m->label, what, (double)nonzero, 0, nonzero ? " NONZERO CONTEXT" : "");
+    static const char *const gname[3] = {"dQ", "dK", "dV"};
+    for (int j = 0; j < 3; j++) {
+        snprintf(what, sizeof what, "L%d p%.1f %s (first query)", L, p, gname[j]);
+        check_strided(m, what, dqkv + j * H, rg + j * H, (size_t)B * L, 3 * H, H, 16 * u);
+    }
+    DRV(cu->cuMemFree(g));
+    free(q64);
+    free(g0);
+    free(dctx0);
+    free(rc);
+    free(rl);
+    free(rg);
+    free(ctx);
+    free(dqkv);
+    free(lse);
+}
+
 static void test_case(const Mod *m, int L, float p)
 {
     const int B = 3;
@@ -454,6 +522,7 @@ static void test_case(const Mod *m, int L, float p)
             check_strided(m, what, dqkv + g * H, rg + g * H, rows, 3 * H, H, 16 * u);
         }
     }
+    test_first_query(m, &d, qkv, dctx, mask, B, L, p, seed, step, salt);
     bufs_free(&d);
     free(qkv);
     free(dctx);

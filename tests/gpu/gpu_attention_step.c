@@ -225,7 +225,8 @@ static double worst_grad(const Model *m, float *const *ga, float *const *gb, int
 static void check_packed_bwd(const IrGraph *g, int id, CpuExec *cx, CudaExec *ex, const char *tag, double tol)
 {
     const IrNode *n = &g->nodes[id];
-    int64_t H = g->nodes[n->in[0]].dims[2];   /* dctx (B, L, H) */
+    const IrNode *dctx = &g->nodes[n->in[0]];   /* (B, L, H), or (B, H) for query 0 alone */
+    int64_t H = dctx->dims[dctx->rank - 1];
     bool no_extra = ir_output(g, id, 1) < 0 && ir_output(g, id, 2) < 0;
     result(no_extra && n->dims[2] == 3 * H, "%s: %s is packed: one (B, L, %lld) output, no dk/dv outputs", tag,
            n->name, (long long)(3 * H));

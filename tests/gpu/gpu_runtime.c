@@ -3,8 +3,8 @@
  * kernel checked against the CPU, cuBLASLt GEMMs of every dtype, layout,
  * batch and epilogue against a double-precision CPU reference, the same
  * GEMMs after their first calls were paid ahead on several threads
- * (gemm_prime), CUDA graph capture, device memory figures and the
- * out-of-memory message.
+ * (gemm_prime), the cuBLASLt workspace sized to the chosen algorithms,
+ * CUDA graph capture, device memory figures and the out-of-memory message.
  *
  * Tolerances (max |gpu - ref| / max |ref|, ref in double from the very
  * inputs the GPU saw, i.e. after their rounding to fp16/bf16):
@@ -596,6 +596,11 @@ static void test_gemms(void)
     gemm_check(&ctx, &gemm_cases[0]);
     result(ctx.num_plans == plans, "plan cache: %d plans for %zu cases, none added on a repeat", plans,
            sizeof gemm_cases / sizeof gemm_cases[0]);
+    /* the workspace is what the chosen algorithms need (64 KiB steps), not the limit */
+    size_t need = gemm_workspace_needed(&ctx), step = (size_t)64 << 10;
+    result(ctx.workspace_held >= need && ctx.workspace_held < need + step && ctx.workspace_held <= ctx.workspace_bytes,
+           "workspace: the chosen algorithms need %zu bytes, the context's buffer holds %zu (limit %zu)", need,
+           ctx.workspace_held, ctx.workspace_bytes);
     test_linear(&ctx);
     test_graph(&ctx);
     /* misuse is a usage error naming the shape */
