@@ -202,8 +202,13 @@ static void print_summary(const Compiled *c, SpecPrecision policy)
     int trainable = 0;
     for (int p = 0; p < c->pl.n; p++) trainable += c->g.param_grad[p] >= 0;
     summary_print(&c->spec, stdout);
-    printf("\nlowered    %lld parameters in %d tensors (%d with gradients)\n",
-           (long long)params_total(&c->pl), c->pl.n, trainable);
+    bool first_token = false;
+    for (int i = 0; i < c->g.n; i++)
+        first_token |= c->g.nodes[i].op == IR_OP_ATTENTION && c->g.nodes[i].attr.attn.first_query;
+    printf("\nlowered    %lld parameters in %d tensors (%d with gradients)%s\n",
+           (long long)params_total(&c->pl), c->pl.n, trainable,
+           first_token ? "; the last layer for token 0 only, which the head reads (HPC_LAST_LAYER=all: "
+                         "every token)" : "");
     printf("graph      %d values: %d forward, %d backward; %d casts for %s\n", c->g.n,
            c->g.n_forward, c->g.n - c->g.n_forward, c->prec.n_casts, spec_precision_name(policy));
     PlanMemory m;
@@ -214,10 +219,12 @@ static void print_summary(const Compiled *c, SpecPrecision policy)
     if (c->fused)
         printf("fused      %d softmax+dropout, %d their backward, %d dropout+residual, %d LayerNorm sites "
                "(%d backward, %d casts folded), %d dW+bias gradient, %d activation backward+bias gradient, "
-               "%d activations recomputed, %d gradient sums in dX GEMMs: %d -> %d values\n",
+               "%d activations recomputed, %d gradient sums in dX GEMMs, %d dW GEMMs from a saved xhat: "
+               "%d -> %d values\n",
                c->fuse.softmax_dropout, c->fuse.softmax_dropout_bwd, c->fuse.dropout_add, c->fuse.ln_residual,
                c->fuse.ln_residual_bwd, c->fuse.ln_casts_folded, c->fuse.linear_dw_bgrad, c->fuse.act_bwd_bgrad,
-               c->fuse.act_recompute, c->fuse.linear_dx_acc, c->fuse.nodes_before, c->fuse.nodes_after);
+               c->fuse.act_recompute, c->fuse.linear_dx_acc, c->fuse.ln_dw_from_xhat, c->fuse.nodes_before,
+               c->fuse.nodes_after);
     printf("stages     check, lower, autodiff, precision, %splan, emit done\n", c->fused ? "fuse, " : "");
 }
 
