@@ -29,28 +29,29 @@
 
 HpcStatus lower_model(const ModelSpec *spec, IrGraph *g, ParamList *params, HpcError *err);
 
-/* lower_model with the attention's form chosen (and, first_token, the last
- * layer for token 0 where last_layer_first_only allows it): fused_attention false is
- * lower_model (linear q/k/v -> split_heads -> matmul -> softmax (+dropout)
- * -> matmul -> merge_heads); true puts one ATTENTION node (ops.def: ctx and
- * its log-sum-exp; compiler/kernels/attention.cu) between the projections
- * and the output dense, with no (B, heads, L, L) value in the graph.  Its
- * attention dropout draws its own Philox stream (salt = the ATTENTION
- * node's id), so with dropout on the two forms draw different, equally
- * exact masks; with dropout off they compute the same function. */
+/* lower_model with the attention's form chosen, and with first_token the
+ * last layer for token 0 where last_layer_first_only allows it.
+ * fused_attention false is lower_model (linear q/k/v -> split_heads ->
+ * matmul -> softmax (+dropout) -> matmul -> merge_heads); true puts one
+ * ATTENTION node (ops.def: ctx and its log-sum-exp;
+ * compiler/kernels/attention.cu) between the projections and the output
+ * dense, with no (B, heads, L, L) value in the graph.  Its attention
+ * dropout draws its own Philox stream (salt = the ATTENTION node's id), so
+ * with dropout on the two forms draw different, equally exact masks; with
+ * dropout off they compute the same function. */
 HpcStatus lower_model_attention(const ModelSpec *spec, bool fused_attention, bool first_token, IrGraph *g,
                                 ParamList *params, HpcError *err);
 
 /* Whether lower_model_attention(..., first_token = true, ...) lowers the
- * last layer for token 0 alone:
- * a sequence-classification head reads the last layer's output at token 0
- * ([CLS]) only, so in a post-LN bidirectional stack that layer's attention
- * needs query 0 alone (over every key: ATTENTION first_query), and its
- * output dense, residual, LayerNorms and FFN one row per batch row instead
- * of L.  The loss and every gradient are those of the full layer; only the
- * dropout draws of that layer's hidden dropouts differ (other shapes, so
- * other indices; equally exact).  Fused attention, padded batches only.
- * What it costs: the layer's other tokens have no hidden state (the C API's
+ * last layer for token 0 alone.  A sequence-classification head reads the
+ * last layer's output at token 0 ([CLS]) only, so in a post-LN
+ * bidirectional stack that layer's attention needs query 0 alone (over
+ * every key: ATTENTION first_query), and its output dense, residual,
+ * LayerNorms and FFN one row per batch row instead of L.  The loss and
+ * every gradient are those of the full layer; only the dropout draws of
+ * that layer's hidden dropouts differ (other shapes, so other indices;
+ * equally exact).  Fused attention, padded batches only.  What it costs:
+ * the layer's other tokens have no hidden state (the C API's
  * hpc_model_hidden needs them, so its programs ask for every token). */
 bool last_layer_first_only(const ModelSpec *spec, bool fused_attention);
 
