@@ -253,6 +253,19 @@ static void plan_offsets(StepPlan *p)
     free(r);
 }
 
+int64_t plan_peak_live_bytes(const StepPlan *p)
+{
+    int64_t peak = 0;
+    for (int pos = -1; pos < p->n_order; pos++) {
+        int64_t live = pos >= 0 ? p->scratch_bytes[p->order[pos]] : 0;
+        for (int i = 0; i < p->n; i++)
+            if (p->v[i].kind == PLAN_ARENA && p->v[i].storage == i && p->v[i].def <= pos && pos <= p->v[i].last)
+                live += p->v[i].bytes;
+        if (live > peak) peak = live;
+    }
+    return peak;
+}
+
 HpcStatus plan_build_scratch(const IrGraph *g, int64_t B, int64_t L, const int64_t *scratch, StepPlan *p,
                              HpcError *err)
 {

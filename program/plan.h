@@ -156,6 +156,12 @@ size_t plan_dtype_size(DType dt);
 void plan_memory(const StepPlan *p, const IrGraph *g, const ParamList *pl,
                  const SpecTraining *train, PlanMemory *m);
 
+/* The most arena bytes live at one schedule position: each storage range
+ * once (a value written in place over another shares its range, which
+ * lives as long as the whole chain), plus that node's scratch.  What the
+ * graph needs before the arena's packing; arena_bytes is at least this. */
+int64_t plan_peak_live_bytes(const StepPlan *p);
+
 /* Checks the plan's invariants: every arena range inside the arena and
  * aligned, def <= last, each value live at its readers' positions, and no
  * two arena ranges (values or scratch) overlap in memory while both are

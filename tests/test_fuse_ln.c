@@ -411,23 +411,6 @@ Test(fuse_ln_model, gpt2_pre_ln_on_off, .timeout = 600)
     pipeline_free(&on);
 }
 
-/* The most arena bytes live at one schedule position (values and the
- * node's scratch): what the graph needs, before the arena's packing.  A
- * value written in place over another (program/plan.h) is counted once,
- * as its range's first value, which lives as long as the whole chain. */
-static int64_t peak_live_bytes(const StepPlan *p)
-{
-    int64_t peak = 0;
-    for (int pos = -1; pos < p->n_order; pos++) {
-        int64_t live = pos >= 0 ? p->scratch_bytes[p->order[pos]] : 0;
-        for (int i = 0; i < p->n; i++)
-            if (p->v[i].kind == PLAN_ARENA && p->v[i].storage == i && p->v[i].def <= pos && pos <= p->v[i].last)
-                live += p->v[i].bytes;
-        if (live > peak) peak = live;
-    }
-    return peak;
-}
-
 /* BERT-base's plan at 32 x 128, fp16, against HPC_FUSE_LN=0 (where
  * DROPOUT_ADD already holds dropout + add and LINEAR_DW_BGRAD the bias
  * gradient of the LINEAR before the site): per site DROPOUT_ADD +
@@ -455,7 +438,7 @@ Test(fuse_ln_model, bert_base_plan_launches_and_arena)
     HpcError err = {0};
     cr_assert_eq(plan_build(&on.g, 32, 128, &pon, &err), HPC_OK, "%s", err.msg);
     cr_assert_eq(plan_build(&off.g, 32, 128, &poff, &err), HPC_OK, "%s", err.msg);
-    int64_t live_on = peak_live_bytes(&pon), live_off = peak_live_bytes(&poff);
+    int64_t live_on = plan_peak_live_bytes(&pon), live_off = plan_peak_live_bytes(&poff);
     printf("bert_base fp16 32x128: launches %d -> %d, arena %.1f -> %.1f MiB, peak live %.1f -> %.1f MiB\n",
            loff, lon, (double)poff.arena_bytes / 1048576.0, (double)pon.arena_bytes / 1048576.0,
            (double)live_off / 1048576.0, (double)live_on / 1048576.0);

@@ -325,21 +325,6 @@ Test(plan, keep_all_shares_nothing)
     params_free(&pl);
 }
 
-/* The largest bytes live at any one schedule position: each storage root
- * once (in-place chains share theirs), plus the node's scratch there. */
-static int64_t peak_live_bytes(const StepPlan *p)
-{
-    int64_t peak = 0;
-    for (int pos = -1; pos < p->n_order; pos++) {
-        int64_t live = pos >= 0 ? p->scratch_bytes[p->order[pos]] : 0;
-        for (int i = 0; i < p->n; i++)
-            if (p->v[i].kind == PLAN_ARENA && p->v[i].storage == i && p->v[i].def <= pos && pos <= p->v[i].last)
-                live += p->v[i].bytes;
-        if (live > peak) peak = live;
-    }
-    return peak;
-}
-
 /* The arena's placement (program/plan.c: largest first, each at the lowest
  * offset free for its whole lifetime) comes within 2 % of the bytes live at
  * the peak on BERT-base fp16 at 32 x 128, with the last layer for token 0
@@ -361,7 +346,7 @@ static void arena_near_peak(bool first_token)
     cr_assert_eq(plan_build(&pp.g, 32, 128, &p, &err), HPC_OK, "%s", err.msg);
     char why[512] = "";
     cr_expect(plan_check(&p, &pp.g, why, sizeof why), "%s", why);
-    int64_t live = peak_live_bytes(&p);
+    int64_t live = plan_peak_live_bytes(&p);
     printf("plan bert_base fp16 32x128%s: arena %.1f MiB, %.1f MiB live at the peak\n",
            first_token ? " (last layer for token 0)" : "", p.arena_bytes / 1048576.0, live / 1048576.0);
     cr_expect_geq(p.arena_bytes, live);
