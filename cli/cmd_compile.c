@@ -219,12 +219,12 @@ static void print_summary(const Compiled *c, SpecPrecision policy)
     if (c->fused)
         printf("fused      %d softmax+dropout, %d their backward, %d dropout+residual, %d LayerNorm sites "
                "(%d backward, %d casts folded), %d dW+bias gradient, %d activation backward+bias gradient, "
-               "%d activations recomputed, %d gradient sums in dX GEMMs, %d dW GEMMs from a saved xhat: "
-               "%d -> %d values\n",
+               "%d activations recomputed, %d gradient sums in dX GEMMs, %d dW GEMMs from a saved xhat, "
+               "%d embedding layer (HPC_FUSE_EMB=0: none): %d -> %d values\n",
                c->fuse.softmax_dropout, c->fuse.softmax_dropout_bwd, c->fuse.dropout_add, c->fuse.ln_residual,
                c->fuse.ln_residual_bwd, c->fuse.ln_casts_folded, c->fuse.linear_dw_bgrad, c->fuse.act_bwd_bgrad,
-               c->fuse.act_recompute, c->fuse.linear_dx_acc, c->fuse.ln_dw_from_xhat, c->fuse.nodes_before,
-               c->fuse.nodes_after);
+               c->fuse.act_recompute, c->fuse.linear_dx_acc, c->fuse.ln_dw_from_xhat, c->fuse.embed_ln,
+               c->fuse.nodes_before, c->fuse.nodes_after);
     printf("stages     check, lower, autodiff, precision, %splan, emit done\n", c->fused ? "fuse, " : "");
 }
 

@@ -81,6 +81,12 @@ static const char eop_prelude[] =
     "{ eop_v16 a, b;\n#pragma unroll\n"
     "  for (int j = 0; j < 4; j++) { a.w[j] = __float_as_uint(v[j]); b.w[j] = __float_as_uint(v[j + 4]); }\n"
     "  ((eop_v16 *)p)[0] = a; ((eop_v16 *)p)[1] = b; }\n"
+    "// 8 f32 added to p (32-byte aligned) by reductions: two 16-byte ones on sm_90+.\n"
+    "__device__ __forceinline__ void red8_f32(float *p, const float *v)\n"
+    "{\n#if __CUDA_ARCH__ >= 900\n"
+    "  asm volatile(\"red.global.add.v4.f32 [%0], {%1, %2, %3, %4};\" :: \"l\"(p), \"f\"(v[0]), \"f\"(v[1]), \"f\"(v[2]), \"f\"(v[3]) : \"memory\");\n"
+    "  asm volatile(\"red.global.add.v4.f32 [%0], {%1, %2, %3, %4};\" :: \"l\"(p + 4), \"f\"(v[4]), \"f\"(v[5]), \"f\"(v[6]), \"f\"(v[7]) : \"memory\");\n"
+    "#else\n#pragma unroll\n  for (int j = 0; j < 8; j++) atomicAdd(p + j, v[j]);\n#endif\n}\n"
     "#define KN(base) base##_eop\n";
 
 static uint64_t fnv1a(const char *s)

@@ -105,6 +105,7 @@ static void match_add(Matcher *M, int a)
 
 static void match_all(Matcher *M)
 {
+    if (M->opts.embed_ln && M->opts.ln_save_xhat) fuse_match_embed(M);   /* it saves xhat, as the sites do */
     for (int i = 0; i < M->g->n; i++)
         if (node(M, i)->op == IR_OP_SOFTMAX && !node(M, i)->backward) match_softmax(M, i);
     /* The LayerNorm sites next: they take their DROPOUT + ADD with them, and
@@ -300,12 +301,14 @@ FuseOptions fuse_defaults(void)
     const char *acc = getenv("HPC_FUSE_ACCUM");
     const char *ab = getenv("HPC_FUSE_ACT_BGRAD");   /* 0: off; nomerge: no recompute output */
     const char *save = getenv("HPC_LN_SAVE");   /* xhat_dw (default), xhat or s: what the LayerNorm sites keep */
+    const char *emb = getenv("HPC_FUSE_EMB");
     bool act = !ab || strcmp(ab, "0") != 0;
     return (FuseOptions){.recompute_act = true, .layernorm = !ln || strcmp(ln, "0") != 0,
                          .accumulate = !acc || strcmp(acc, "0") != 0,
                          .act_bgrad = act, .act_merge = act && !(ab && strcmp(ab, "nomerge") == 0),
                          .ln_save_xhat = !(save && strcmp(save, "s") == 0),
-                         .ln_save_xhat_dw = !save || !*save || strcmp(save, "xhat_dw") == 0};
+                         .ln_save_xhat_dw = !save || !*save || strcmp(save, "xhat_dw") == 0,
+                         .embed_ln = !emb || strcmp(emb, "0") != 0};
 }
 
 HpcStatus fuse_graph_with(const IrGraph *in, const PrecisionPlan *pin, IrGraph *out, PrecisionPlan *pout,

@@ -14,6 +14,11 @@
  *       outputs y, mean, rstd, s = r + dropout(x) and y in 16 bits (the cast
  *       folded; compiler/fuse_layernorm.c); uses of s elsewhere (pre-LN
  *       models) read output s;
+ *   DROPOUT(LAYERNORM(ADD chain of 2-3 EMBEDDINGs)) [-> CAST to 16 bits]
+ *                                          => EMBED_LN(gamma, beta, table, ids, ...)
+ *       with its backward (the dropout, LayerNorm and lookup gradients)
+ *                                          => EMBED_LN_BWD(dy, xhat, rstd, gamma, ids, ...)
+ *       (compiler/fuse_embed.c; mixed policies only; HPC_FUSE_EMB=0 or HPC_LN_SAVE=s turns it off)
  *   LAYERNORM_DX(dy, s, gamma), LAYERNORM_DGAMMA(dy, s), BIAS_GRAD(dy),
  *   DROPOUT(LAYERNORM_DX) [, BIAS_GRAD of it]
  *                                          => LN_RESIDUAL_BWD(dy, s, mean, rstd, gamma)
@@ -95,6 +100,7 @@ typedef struct {
     int linear_dx_acc;        /* ADD + LINEAR_DX pairs summed in the GEMM (fuse_accum.c) */
     int act_bwd_bgrad;        /* ACT_BWD + BIAS_GRAD of its dx fused (fuse_act.c) */
     int act_merged;           /* recomputed ACTs that became an ACT_BWD_BGRAD's output 2 */
+    int embed_ln;             /* embedding layers fused, forward and backward (fuse_embed.c) */
     int nodes_before, nodes_after;
 } FuseStats;
 
@@ -120,6 +126,9 @@ typedef struct {
                                * xhat in f16 and rstd, not s and mean (fuse_layernorm.c) */
     bool ln_save_xhat_dw;     /* default (HPC_LN_SAVE=xhat or s: off; with ln_save_xhat): the dW GEMMs
                                * reading such a site's 16-bit y read xhat instead (fuse_ln_dw.c) */
+    bool embed_ln;            /* default (HPC_FUSE_EMB=0: off; with ln_save_xhat only, since it saves xhat
+                               * too): BERT's embedding layer, lookups + LayerNorm + dropout and its
+                               * backward, as EMBED_LN / EMBED_LN_BWD (fuse_embed.c) */
 } FuseOptions;
 
 FuseOptions fuse_defaults(void);

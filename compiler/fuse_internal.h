@@ -63,6 +63,10 @@ static inline bool fuse_is_output_ref(int v) { return v <= -2; }
 static inline int fuse_ref_node(int v) { return (-2 - v) / 8; }
 static inline int fuse_ref_k(int v) { return (-2 - v) % 8; }
 
+/* The embedding layer rule (fuse_embed.c): runs first, so that no other
+ * rule takes a node of its pattern. */
+void fuse_match_embed(Matcher *M);
+
 /* The LayerNorm site rules (fuse_layernorm.c): run before DROPOUT + ADD,
  * since a site takes its DROPOUT + ADD with it, and before the bias
  * gradient pairing (fuse_dw.c), which leaves a BIAS_GRAD a site took. */

@@ -50,6 +50,13 @@ void ir_attr_str(const IrNode *n, char *buf, size_t size)
         snprintf(buf, size, "eps=%g p=%g salt=%d%s", la.eps, (double)la.p, (int)la.salt, la.xhat ? " save=xhat" : "");
         break;
     }
+    case IR_OP_EMBED_LN:
+        snprintf(buf, size, "eps=%g p=%g salt=%d", a->embed_ln.eps, (double)a->embed_ln.p, (int)a->embed_ln.salt);
+        break;
+    case IR_OP_EMBED_LN_BWD:
+        snprintf(buf, size, "p=%g salt=%d rows=%d,%d,%d", (double)a->embed_ln_bwd.p, (int)a->embed_ln_bwd.salt,
+                 a->embed_ln_bwd.rows0, a->embed_ln_bwd.rows1, (int)a->embed_ln_bwd.rows2);
+        break;
     case IR_OP_LINEAR_DX_ACC:   /* compiler/fuse_accum.c: the sum is f32, dX no longer stored */
         snprintf(buf, size, "+=%%%d unrounded=%s", n->in[2], ir_dtype_name((DType)a->fused.mid));
         break;

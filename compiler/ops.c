@@ -414,6 +414,17 @@ static void ir_shape_output(const IrGraph *g, IrNode *n)
         if (k == 1) set_shape(n, (DType)p->attr.act_bgrad.db, 1, &p->dims[p->rank - 1]);
         else set_shape(n, (DType)p->attr.act_bgrad.y, p->rank, p->dims);
         break;
+    case IR_OP_EMBED_LN: /* xhat f16 like y; rstd (B, L) f32; y in 16 bits */
+        if (k == 2) set_shape(n, DT_F32, p->rank - 1, p->dims);
+        else set_shape(n, k == 1 ? DT_F16 : (DType)p->attr.embed_ln.low, p->rank, p->dims);
+        break;
+    case IR_OP_EMBED_LN_BWD: { /* the tables' gradients (V, H) f32; dgamma, dbeta (H) f32 */
+        const IrEmbedLnBwdAttr *ea = &p->attr.embed_ln_bwd;
+        int64_t rows = k == 1 ? ea->rows1 : ea->rows2;
+        if (k <= 2) set_shape(n, DT_F32, 2, (int64_t[]){rows, p->dims[1]});
+        else set_shape(n, DT_F32, 1, &p->dims[1]);
+        break;
+    }
     case IR_OP_ATTENTION: /* lse: one f32 per (batch row, head, query); first_query: one query */
         set_shape(n, DT_F32, 3, (int64_t[]){p->dims[0], p->attr.attn.heads, p->attr.attn.first_query ? 1 : p->dims[1]});
         break;
@@ -487,6 +498,34 @@ static void ir_shape_ln_residual_bwd(const IrGraph *g, IrNode *n)
     for (int k = 2; k < 2 + stats; k++) require(IN(k)->rank == IN(0)->rank - 1, n, "mean/rstd (rows)");
     require(IN(2 + stats)->rank == 1 && IN(2 + stats)->dims[0] == last(IN(0)), n, "gamma (H)");
     copy_shape(n, IN(0));
+}
+
+/* EMBED_LN: gamma, beta (H); pairs (table (V, H), ids (B, L) i32); y
+ * (B, L, H) f32 (the fuse rule keeps the dtype of the value it replaces). */
+static void ir_shape_embed_ln(const IrGraph *g, IrNode *n)
+{
+    require(n->n_in == 6 || n->n_in == 8, n, "inputs (gamma, beta, table0, ids0, table1, ids1[, table2, ids2])");
+    int64_t H = last(IN(0));
+    require(IN(0)->rank == 1 && IN(1)->rank == 1 && IN(1)->dims[0] == H, n, "gamma, beta (H)");
+    for (int k = 2; k < n->n_in; k += 2) {
+        require(IN(k)->rank == 2 && IN(k)->dims[1] == H, n, "tables (V, H)");
+        require(is_BL(IN(k + 1)), n, "ids (B, L) i32");
+    }
+    set_shape(n, DT_F32, 3, (int64_t[]){IR_DIM_B, IR_DIM_L, H});
+}
+
+/* EMBED_LN_BWD: dy and xhat (B, L, H), xhat f16, rstd (B, L), gamma (H),
+ * ids (B, L) i32; output 0 the first table's gradient (V0, H) f32. */
+static void ir_shape_embed_ln_bwd(const IrGraph *g, IrNode *n)
+{
+    const IrEmbedLnBwdAttr *a = &n->attr.embed_ln_bwd;
+    require_same(n, IN(0), IN(1));
+    require(IN(0)->rank == 3 && IN(1)->dtype == DT_F16, n, "dy (B, L, H), xhat f16");
+    require(IN(2)->rank == 2 && IN(2)->dtype == DT_F32, n, "rstd (B, L) f32");
+    require(IN(3)->rank == 1 && IN(3)->dims[0] == last(IN(0)), n, "gamma (H)");
+    for (int k = 4; k < n->n_in; k++) require(is_BL(IN(k)), n, "ids (B, L) i32");
+    require(a->rows0 > 0 && a->rows1 > 0 && (a->rows2 > 0) == (n->n_in == 7), n, "the tables' rows");
+    set_shape(n, DT_F32, 2, (int64_t[]){a->rows0, last(IN(0))});
 }
 
 /* LN_DW_FIX: raw (out, in), gamma and beta (in), db (out); raw's shape and dtype. */
@@ -594,6 +633,16 @@ static void grad_ln_residual(IrGraph *g, int id, int dy, int *dx)
     }
     int from[5] = {1, 0, 2, 3, 4};   /* input k's gradient is output from[k] */
     for (int k = 0; k < f.n_in; k++) dx[k] = needs(g, id, k) ? outs[from[k]] : -1;
+}
+
+/* EMBED_LN is made by the fuse pass after autodiff only (compiler/
+ * fuse_embed.c matches its backward with it), so no graph differentiates it. */
+static void grad_embed_ln(IrGraph *g, int id, int dy, int *dx)
+{
+    (void)dy;
+    (void)dx;
+    hpc_panic(__FILE__, __LINE__, "%s: EMBED_LN has no backward rule (the fuse pass makes it after autodiff "
+              "only, with its EMBED_LN_BWD)", NODE(id)->name);
 }
 
 /* The rules named by the `grad` column of ops.def.  Each appends the nodes

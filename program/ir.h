@@ -152,6 +152,27 @@ typedef struct {
                            * of dgamma, dbeta and the bias gradient (outputs 2-4) */
 } IrLnFusedAttr;
 
+/* EMBED_LN and EMBED_LN_BWD (compiler/fuse_embed.c; 16 bytes each).  The
+ * dropout after the LayerNorm is p and salt (p = 0: none).  eps stays a
+ * double, as IrNormAttr's, so the fused cpu reference is the unfused one;
+ * the backward needs no eps (it reads xhat and rstd) but the row counts of
+ * the tables, the shapes of its outputs 0-2 (the fuse rule leaves a
+ * third table of more than EMBED_LN_ROWS2_MAX rows unfused). */
+#define EMBED_LN_ROWS2_MAX ((1 << 13) - 1)
+typedef struct {
+    double eps;
+    float p;
+    uint32_t salt : 19;   /* the DROPOUT's salt: the same Philox mask */
+    uint32_t low : 4;     /* DType of output 3, y in 16 bits */
+    uint32_t pad_ : 9;
+} IrEmbedLnAttr;
+typedef struct {
+    int32_t rows0, rows1; /* V0, V1 */
+    float p;
+    uint32_t salt : 19;
+    uint32_t rows2 : 13;  /* V2, 0 with two tables */
+} IrEmbedLnBwdAttr;
+
 /* ACT_BWD_BGRAD (compiler/fuse_act.c): the activation, and the storage
  * dtypes (DType) of output 1, the bias gradient, and output 2, the
  * recomputed forward value act(x) when the node has one.  `kind` first, as
@@ -181,6 +202,8 @@ typedef union {
     IrLnFusedAttr ln_fused;
     IrActBgradAttr act_bgrad;
     IrSpanAttr span;
+    IrEmbedLnAttr embed_ln;
+    IrEmbedLnBwdAttr embed_ln_bwd;
 } IrAttr;
 
 typedef struct {
@@ -211,6 +234,16 @@ static inline void fuse_ln_attr_set(IrAttr *a, IrLnFusedAttr f)
 {
     memset(a, 0, sizeof *a);
     a->ln_fused = f;
+}
+static inline void fuse_embed_attr_set(IrAttr *a, IrEmbedLnAttr f)
+{
+    memset(a, 0, sizeof *a);
+    a->embed_ln = f;
+}
+static inline void fuse_embed_bwd_attr_set(IrAttr *a, IrEmbedLnBwdAttr f)
+{
+    memset(a, 0, sizeof *a);
+    a->embed_ln_bwd = f;
 }
 
 typedef struct {

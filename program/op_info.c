@@ -11,7 +11,7 @@ static const IrOpInfo op_table[] = {
 #undef IR_OP
 };
 _Static_assert(sizeof op_table / sizeof op_table[0] == IR_OP_COUNT, "ops.def and the op table disagree");
-_Static_assert(IR_OP_COUNT == 49, "an op was added or removed: update docs/ir.md (the row names its functions)");
+_Static_assert(IR_OP_COUNT == 51, "an op was added or removed: update docs/ir.md (the row names its functions)");
 
 const IrOpInfo *ir_op_info(IrOpKind op)
 {
@@ -38,5 +38,13 @@ const char *ir_output_name(IrOpKind op, int k)
     if (op == IR_OP_ATTENTION) return k == 1 ? "lse" : "?";
     if (op == IR_OP_ATTENTION_BWD) return k == 1 ? "dk" : k == 2 ? "dv" : "?";
     if (op == IR_OP_UNSTACK) return k == 1 ? "second" : k == 2 ? "third" : "?";
+    if (op == IR_OP_EMBED_LN) {
+        static const char *const nm[] = {"out", "xhat", "rstd", "low"};
+        return k < 4 ? nm[k] : "?";
+    }
+    if (op == IR_OP_EMBED_LN_BWD) {
+        static const char *const nm[] = {"out", "dtable1", "dtable2", "dgamma", "dbeta"};
+        return k < 5 ? nm[k] : "?";
+    }
     return "?";
 }

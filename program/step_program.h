@@ -68,8 +68,10 @@
  *    that differ only by salt are one kernel: a version-3 program's CUDA
  *    would draw every mask with salt 0;
  * 5: ATTENTION's first_query flag (IrAttnAttr): a version-4 reader would
- *    take a last layer lowered for the first token as a full one. */
-#define STEP_PROGRAM_VERSION 5
+ *    take a last layer lowered for the first token as a full one;
+ * 6: the fused embedding layer (EMBED_LN, EMBED_LN_BWD), op kinds that a
+ *    version-5 reader does not know. */
+#define STEP_PROGRAM_VERSION 6
 /* A node line lists n_in inputs padded with -1 to at least this many. */
 #define STEP_NODE_MIN_INPUTS 3
 /* Inputs a CUDA kernel takes (EopArgs.x); the emitter refuses a node with more. */

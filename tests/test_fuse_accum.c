@@ -106,7 +106,10 @@ Test(fuse_accum, bert_base_adds_gone_and_in_place, .timeout = 300)
     cr_expect_eq(in_place, 4 * L, "every accumulating GEMM writes over its acc");
     printf("bert_base fp16 B32 L128 arena: %.1f MiB with the adds, %.1f MiB accumulating in place\n",
            (double)poff.arena_bytes / 1048576.0, (double)pon.arena_bytes / 1048576.0);
-    cr_expect_leq(pon.arena_bytes, poff.arena_bytes);
+    /* the placer is a heuristic (largest first, program/plan.c): the two graphs' different value sets may
+     * place a few KiB apart (6 KiB of 752 MiB with the fused embedding layer, 2026-12-02) */
+    cr_expect_leq(pon.arena_bytes, poff.arena_bytes + poff.arena_bytes / 1000, "%lld > %lld",
+                  (long long)pon.arena_bytes, (long long)poff.arena_bytes);
     /* PlanOptions.keep_all keeps every value: nothing in place, still valid. */
     StepPlan keep;
     HpcStatus st = plan_build_with(&on.g, 2, 16, &(PlanOptions){.keep_all = true}, &keep, &err);

@@ -476,6 +476,9 @@ static void plan_case(SpecPrecision policy, int64_t B, int64_t L)
     int64_t rows = B * L, H = s.stack.hidden;
     /* per site: s (f32) and mean (f32 a row) go, xhat (f16) comes */
     int64_t want = sites * (aligned(rows * H * 4) + aligned(rows * 4) - aligned(rows * H * 2));
+    /* HPC_LN_SAVE=xhat also fuses the embedding layer (compiler/fuse_embed.c), which keeps xhat (f16)
+     * and rstd instead of its f32 sum; the baseline (s) keeps it unfused */
+    if (xh.fuse.embed_ln) want += aligned(rows * H * 4) - aligned(rows * H * 2) - aligned(rows * 4);
     int64_t ld = live_into_backward(&pd), lx = live_into_backward(&px);
     printf("bert_base %s %lldx%lld: live into backward %.1f -> %.1f MiB (predicted -%.1f), arena %.1f -> %.1f MiB\n",
            policy == PREC_FP16 ? "fp16" : policy == PREC_BF16 ? "bf16" : "fp32", (long long)B, (long long)L,

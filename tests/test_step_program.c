@@ -230,8 +230,8 @@ Test(step_program, bad_programs_are_refused_with_the_reason)
     char *t = program_text(&p, &len);
     expect_refused(t, len, NULL, NULL, len / 2, "truncated");
     expect_refused(t, len, NULL, NULL, len - 4, "truncated: no 'end' line");
-    expect_refused(t, len, "step_program 5\n", "step_program 7\n", 0, "format version 7, this hpc reads version 5");
-    expect_refused(t, len, "step_program 5\n", "step_program 3\n", 0, "format version 3, this hpc reads version 5");
+    expect_refused(t, len, "step_program 6\n", "step_program 7\n", 0, "format version 7, this hpc reads version 6");
+    expect_refused(t, len, "step_program 6\n", "step_program 3\n", 0, "format version 3, this hpc reads version 6");
     expect_refused(t, len, "policy fp32\n", "policy fp12\n", 0, "unknown policy 'fp12'");
     expect_refused(t, len, "fused 1\n", "fused 1\nwidgets 3\n", 0, "unknown field 'widgets'");
     expect_refused(t, len, "spec stack.hidden ", "spec stack.width ", 0, "unknown spec field 'stack.width'");
@@ -348,7 +348,8 @@ Test(step_program, emit_cuda_exports_the_step_module)
             cr_expect_not_null(strstr(text, line), "no launch line for %s", line);
             break;
         }
-    cr_expect_not_null(strstr(text, "count 128*B*L"), "a (B, L, 128) count in B and L");
+    /* a count in B and L: the row kernels' one block a (B, L) row (the embedding layer, the LayerNorm sites) */
+    cr_expect_not_null(strstr(text, "count 1*B*L;"), "a (B, L) row count in B and L");
     free(text);
     step_program_free(&p);
     char cmd[128];

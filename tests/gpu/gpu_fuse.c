@@ -18,7 +18,10 @@
  * of 96 threads per row) and 1024, with 8 x 61 rows (odd L: rows not a
  * multiple of the column-partial blocks); every LayerNorm gamma/beta
  * gradient and every output-dense bias gradient comes from their kernels,
- * and a run with HPC_FUSE_LN=0 must hold none of them.
+ * and a run with HPC_FUSE_LN=0 must hold none of them.  The fused embedding
+ * layer (EMBED_LN, EMBED_LN_BWD: compiler/fuse_embed.c) is in every BERT
+ * case under fp16 and bf16: its tables', dgamma's and dbeta's gradients
+ * are among those compared.
  *
  * Exit 0 when every check passes, 1 on a failed check, 4 without a GPU. */
 #include <math.h>
@@ -157,6 +160,11 @@ static void check_case(bool causal, SpecPrecision prec, int64_t B, int64_t L, do
         result(ln_f == 2 * (int)s.stack.layers && ln_b == ln_f, "%s: %d + %d fused LayerNorm sites", tag, ln_f, ln_b);
     else /* pre-LN: forward sites only (the residual gradient is a sum) */
         result(ln_f > 0, "%s: %d fused LayerNorm sites (forward)", tag, ln_f);
+    /* the embedding layer (compiler/fuse_embed.c): fused under fp16/bf16 in BERT (its LayerNorm), at
+     * hidden 128 (one warp a row), 768 (three) and 1024 (four); GPT-2 has no embedding LayerNorm */
+    int emb = ir_count_op(&P.g, IR_OP_EMBED_LN, 0) + ir_count_op(&P.g, IR_OP_EMBED_LN_BWD, 0);
+    int emb_want = !causal && prec != PREC_FP32 ? 2 : 0;
+    result(emb == emb_want, "%s: %d fused embedding nodes (want %d)", tag, emb, emb_want);
     float **w = gpu_check_random_params(&P.pl, prec, uniform);
     Batch *b = gpu_check_random_batch(&s, B, L, !causal, rnd);
     CpuExec cx;
