@@ -11,7 +11,8 @@
  *     dq, dk, dv (with HPC_FUSE_QKV=1 every attention node is packed,
  *     asserted, and the backward's one (B, L, 3H) output is compared block
  *     by block: its dq, dk, dv columns); cases: bert_tiny fp16 B=3 L=77 (odd, padded rows, one
- *     row fully masked), bert_tiny bf16 B=4 L=128, a tiny GPT-2 (causal)
+ *     row fully masked), bert_tiny bf16 B=4 L=128, bert_tiny fp16 B=2 L=200 (past
+ *     the one-pass backward's 128 rows: the v2 dQ and dK/dV kernels), a tiny GPT-2 (causal)
  *     fp16 B=2 L=50, a one-layer BERT-base fp16 B=2 L=128;
  *   - fused vs unfused, both on the GPU, dropout off (spec dropouts 0):
  *     loss and gradients, bert_tiny fp16 B=4 L=96;
@@ -482,6 +483,7 @@ int main(int argc, char **argv)
     if (check) {
         check_vs_cpu(M_TINY, PREC_FP16, 3, 77, 2, 1e-2);
         check_vs_cpu(M_TINY, PREC_BF16, 4, 128, -1, 4e-2);
+        check_vs_cpu(M_TINY, PREC_FP16, 2, 200, -1, 1e-2);   /* past attn3_bwd's 128 rows: the v2 kernels */
         check_vs_cpu(M_GPT2_TINY, PREC_FP16, 2, 50, -1, 1e-2);
         check_vs_cpu(M_BASE_1L, PREC_FP16, 2, 128, -1, 1e-2);
         check_fused_vs_unfused();
