@@ -28,11 +28,6 @@
 
 static const IrNode *nd(const Matcher *M, int id) { return fuse_node(M, id); }
 
-static bool is_free(const Matcher *M, int id, IrOpKind op, bool backward)
-{
-    return nd(M, id)->op == op && nd(M, id)->backward == backward && M->action[id] == FUSE_COPY;
-}
-
 typedef struct {
     int terms[3], n_terms;   /* EMBEDDING nodes in summation order */
     int adds[2], n_adds;
@@ -74,7 +69,7 @@ static int only_reader(const Matcher *M, int v, int k, IrOpKind op, bool backwar
     int found = -1;
     for (int j = from + 1; j < M->g->n; j++) {
         const IrNode *u = nd(M, j);
-        if (u->n_in > k && u->in[k] == v && is_free(M, j, op, backward)) {
+        if (u->n_in > k && u->in[k] == v && fuse_is_free(M, j, op, backward)) {
             if (found >= 0) return -2;
             found = j;
         }
@@ -113,8 +108,8 @@ static bool match_forward(const Matcher *M, int ln, EmbSite *e)
     e->low = DT_F32;
     for (int j = e->y + 1; j < M->g->n && e->low == DT_F32; j++) {
         const IrNode *u = nd(M, j);
-        if (u->in[0] == e->y && is_free(M, j, IR_OP_CAST, false) && (u->attr.cast.to == DT_F16 || u->attr.cast.to == DT_BF16))
-            e->low = u->attr.cast.to;
+        bool to16 = u->attr.cast.to == DT_F16 || u->attr.cast.to == DT_BF16;
+        if (u->in[0] == e->y && fuse_is_free(M, j, IR_OP_CAST, false) && to16) e->low = u->attr.cast.to;
     }
     return e->low != DT_F32;
 }
@@ -130,7 +125,7 @@ static bool match_backward(const Matcher *M, EmbSite *e)
     e->dd = -1;
     if (e->drop >= 0) {
         const IrNode *dd = nd(M, dln), *fd = nd(M, e->drop);
-        if (!is_free(M, dln, IR_OP_DROPOUT, true) || dd->attr.dropout.salt != fd->attr.dropout.salt ||
+        if (!fuse_is_free(M, dln, IR_OP_DROPOUT, true) || dd->attr.dropout.salt != fd->attr.dropout.salt ||
             (float)dd->attr.dropout.p != (float)fd->attr.dropout.p)
             return false;
         e->dd = dln;
@@ -148,7 +143,7 @@ static bool match_backward(const Matcher *M, EmbSite *e)
         e->ebwd[k] = -1;   /* the lookup backward of these ids and this table */
         for (int j = e->dx + 1; j < M->g->n; j++) {
             const IrNode *u = nd(M, j);
-            if (is_free(M, j, IR_OP_EMBEDDING_BWD, true) && u->in[0] == e->dx && u->in[1] == t->in[1] &&
+            if (fuse_is_free(M, j, IR_OP_EMBEDDING_BWD, true) && u->in[0] == e->dx && u->in[1] == t->in[1] &&
                 u->attr.embed_bwd.rows == nd(M, t->in[0])->dims[0]) {
                 if (e->ebwd[k] >= 0) return false;
                 e->ebwd[k] = j;
@@ -188,7 +183,7 @@ static void rewrite_forward(Matcher *M, const EmbSite *e)
     for (int k = 0; k < e->n_terms; k++) M->action[e->terms[k]] = FUSE_DROP;
     for (int k = 0; k < e->n_adds; k++) M->action[e->adds[k]] = FUSE_DROP;
     for (int j = e->y + 1; j < M->g->n; j++)
-        if (nd(M, j)->in[0] == e->y && is_free(M, j, IR_OP_CAST, false) && nd(M, j)->attr.cast.to == e->low)
+        if (nd(M, j)->in[0] == e->y && fuse_is_free(M, j, IR_OP_CAST, false) && nd(M, j)->attr.cast.to == e->low)
             fuse_alias(M, j, e->y, 3);
 }
 
@@ -240,7 +235,7 @@ void fuse_match_embed(Matcher *M)
 {
     if (M->g->n_forward >= M->g->n) return;   /* a forward-only graph: the backward half is the point */
     for (int i = 0; i < M->g->n; i++) {
-        if (!is_free(M, i, IR_OP_LAYERNORM, false)) continue;
+        if (!fuse_is_free(M, i, IR_OP_LAYERNORM, false)) continue;
         EmbSite e = {0};
         if (!match_forward(M, i, &e) || !match_backward(M, &e)) continue;
         /* the backward's placement is checked before anything is rewritten */

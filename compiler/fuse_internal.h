@@ -46,6 +46,13 @@ typedef struct {
 
 static inline const IrNode *fuse_node(const Matcher *M, int id) { return &M->g->nodes[id]; }
 
+/* Node id is an op of that kind and direction that no rule has taken yet. */
+static inline bool fuse_is_free(const Matcher *M, int id, IrOpKind op, bool backward)
+{
+    const IrNode *n = fuse_node(M, id);
+    return n->op == op && n->backward == backward && M->action[id] == FUSE_COPY;
+}
+
 /* Member `id` becomes output k of the fused node replacing `at`. */
 static inline void fuse_alias(Matcher *M, int id, int at, int k)
 {

@@ -33,11 +33,6 @@
 
 static const IrNode *nd(const Matcher *M, int id) { return &M->g->nodes[id]; }
 
-static bool is_free(const Matcher *M, int id, IrOpKind op, bool backward)
-{
-    return nd(M, id)->op == op && nd(M, id)->backward == backward && M->action[id] == FUSE_COPY;
-}
-
 static bool has_backward(const Matcher *M) { return M->g->n_forward < M->g->n; }
 
 /* Readers of s other than the LAYERNORM ln and the backward ops of ln that
@@ -66,7 +61,7 @@ static DType cast_dtype(const Matcher *M, int ln)
     if (nd(M, ln)->dtype != DT_F32 || !has_backward(M)) return DT_F32;
     for (int j = ln + 1; j < M->g->n; j++) {
         const IrNode *u = nd(M, j);
-        if (u->in[0] == ln && is_free(M, j, IR_OP_CAST, false) &&
+        if (u->in[0] == ln && fuse_is_free(M, j, IR_OP_CAST, false) &&
             (u->attr.cast.to == DT_F16 || u->attr.cast.to == DT_BF16))
             return u->attr.cast.to;
     }
@@ -77,11 +72,11 @@ static void match_site(Matcher *M, int ln)
 {
     const IrNode *l = nd(M, ln);
     int s = l->in[0];
-    if (!is_free(M, s, IR_OP_ADD, false)) return;
+    if (!fuse_is_free(M, s, IR_OP_ADD, false)) return;
     const IrNode *sn = nd(M, s);
     for (int k = 0; k < 2; k++) {
         int d = sn->in[k], r = sn->in[1 - k];
-        if (d == r || !is_free(M, d, IR_OP_DROPOUT, false) || M->n_uses[d] != 1) continue;
+        if (d == r || !fuse_is_free(M, d, IR_OP_DROPOUT, false) || M->n_uses[d] != 1) continue;
         int others = other_readers_of_sum(M, s, ln);
         if (others < 0 || (others > 0 && !has_backward(M))) return;
         const IrNode *dn = nd(M, d);
@@ -102,7 +97,7 @@ static void match_site(Matcher *M, int ln)
         fuse_alias(M, s, ln, 3);
         if (low != DT_F32)
             for (int j = ln + 1; j < M->g->n; j++)
-                if (nd(M, j)->in[0] == ln && is_free(M, j, IR_OP_CAST, false) && nd(M, j)->attr.cast.to == low) {
+                if (nd(M, j)->in[0] == ln && fuse_is_free(M, j, IR_OP_CAST, false) && nd(M, j)->attr.cast.to == low) {
                     fuse_alias(M, j, ln, 4);
                     M->stats->ln_casts_folded++;
                 }
@@ -115,7 +110,7 @@ static void match_site(Matcher *M, int ln)
 static int find_reader(const Matcher *M, int v, int k, IrOpKind op, int after)
 {
     for (int j = after + 1; j < M->g->n; j++)
-        if (nd(M, j)->n_in > k && nd(M, j)->in[k] == v && is_free(M, j, op, true)) return j;
+        if (nd(M, j)->n_in > k && nd(M, j)->in[k] == v && fuse_is_free(M, j, op, true)) return j;
     return -1;
 }
 
@@ -156,7 +151,7 @@ static void match_site_bwd(Matcher *M, int dxn)
     int dd = -1;
     for (int j = dxn + 1; j < M->g->n && dd < 0; j++) {
         const IrNode *u = nd(M, j);
-        if (u->in[0] == dxn && is_free(M, j, IR_OP_DROPOUT, true) && u->attr.dropout.salt == (int)la.salt &&
+        if (u->in[0] == dxn && fuse_is_free(M, j, IR_OP_DROPOUT, true) && u->attr.dropout.salt == (int)la.salt &&
             (float)u->attr.dropout.p == la.p)
             dd = j;
     }
@@ -192,7 +187,7 @@ static void match_site_bwd(Matcher *M, int dxn)
 void fuse_match_layernorm(Matcher *M)
 {
     for (int i = 0; i < M->g->n; i++)
-        if (is_free(M, i, IR_OP_LAYERNORM, false)) match_site(M, i);
+        if (fuse_is_free(M, i, IR_OP_LAYERNORM, false)) match_site(M, i);
     for (int i = 0; i < M->g->n; i++)
-        if (is_free(M, i, IR_OP_LAYERNORM_DX, true)) match_site_bwd(M, i);
+        if (fuse_is_free(M, i, IR_OP_LAYERNORM_DX, true)) match_site_bwd(M, i);
 }

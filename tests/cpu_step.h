@@ -12,11 +12,15 @@
  * tests whose weights are floats already (tests/test_fuse_ln.c,
  * tests/test_ln_xhat.c): the f32 executor, gradients as floats.
  * cpu_step_padded_batch is the padded batch tests/test_attention_step.c and
- * tests/test_first_token.c run. */
+ * tests/test_first_token.c run; cpu_step_tiny_spec the bert_tiny-shaped
+ * model and cpu_step_worst_rel the comparison of two steps that
+ * tests/test_first_token.c and tests/test_fuse_embed.c share. */
 #ifndef HPC_TESTS_CPU_STEP_H
 #define HPC_TESTS_CPU_STEP_H
 
 #include <criterion/criterion.h>
+#include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -25,6 +29,7 @@
 #include "data/batch.h"
 #include "program/ir.h"
 #include "program/params.h"
+#include "program/spec.h"
 
 typedef struct {
     double loss;
@@ -78,6 +83,22 @@ static inline Batch *cpu_step_padded_batch(int B, int L, int vocab, int classes)
         b->labels[r] = r % classes;
     }
     return b;
+}
+
+/* A bert_tiny-shaped classifier: hidden 32, 2 heads, 2 layers, ffn 64,
+ * LayerNorm eps 1e-5, `vocab` tokens, `positions` positions, `classes` labels. */
+static inline void cpu_step_tiny_spec(ModelSpec *s, const char *name, int vocab, int positions, int classes)
+{
+    spec_defaults(s);
+    snprintf(s->name, sizeof s->name, "%s", name);
+    s->stack.vocab_size = vocab;
+    s->stack.max_positions = positions;
+    s->stack.hidden = 32;
+    s->stack.heads = 2;
+    s->stack.layers = 2;
+    s->stack.ffn = 64;
+    s->stack.ln_eps = 1e-5;
+    s->head.num_labels = classes;
 }
 
 /* Binds w to ex; returns the float copies to free with cpu_step_unbind
@@ -148,6 +169,47 @@ static inline void step_free(StepOut *s)
 {
     for (int p = 0; p < s->n; p++) free(s->grad[p]);
     free(s->grad);
+}
+
+
+/* Worst relative L2 error over the loss and every gradient of b against
+ * a (NaN is the worst); a gradient's norm is floored at 1e-3 of the
+ * largest one's (the key bias gradient is zero in exact arithmetic:
+ * softmax ignores a shift of its row, so both steps hold rounding noise
+ * there).  *which names the worst, *compared counts the nonzero gradients;
+ * a gradient in one step only fails. */
+static inline double cpu_step_worst_rel(const StepOut *a, const StepOut *b, const ParamList *pl, const char **which,
+                                        int *compared)
+{
+    double worst = fabs(a->loss - b->loss) / fabs(a->loss), largest = 0;
+    *which = "loss";
+    *compared = 0;
+    for (int q = 0; q < pl->n; q++) {
+        double den = 0;
+        for (int64_t k = 0; a->grad[q] && k < params_numel(&pl->p[q]); k++) den += a->grad[q][k] * a->grad[q][k];
+        largest = fmax(largest, sqrt(den));
+    }
+    for (int q = 0; q < pl->n; q++) {
+        if (!a->grad[q]) {
+            cr_expect(!b->grad[q], "%s: a gradient in one step only", pl->p[q].name);
+            continue;
+        }
+        cr_expect(b->grad[q] != NULL, "%s: a gradient in one step only", pl->p[q].name);
+        if (!b->grad[q]) continue;
+        double num = 0, den = 0;
+        for (int64_t k = 0; k < params_numel(&pl->p[q]); k++) {
+            double d = b->grad[q][k] - a->grad[q][k];
+            num += d * d;
+            den += a->grad[q][k] * a->grad[q][k];
+        }
+        double e = sqrt(num) / fmax(sqrt(den), 1e-3 * largest);
+        *compared += den > 0;
+        if (!(e <= worst)) {
+            worst = e;
+            *which = pl->p[q].name;
+        }
+    }
+    return worst;
 }
 
 typedef struct {

@@ -39,19 +39,7 @@
 
 enum { TV = 50, TC = 3, L_MAX = 32 };
 
-static void tiny_spec(ModelSpec *s)
-{
-    spec_defaults(s);
-    snprintf(s->name, sizeof s->name, "tiny_first");
-    s->stack.vocab_size = TV;
-    s->stack.max_positions = L_MAX;
-    s->stack.hidden = 32;
-    s->stack.heads = 2;
-    s->stack.layers = 2;
-    s->stack.ffn = 64;
-    s->stack.ln_eps = 1e-5;
-    s->head.num_labels = TC;
-}
+static void tiny_spec(ModelSpec *s) { cpu_step_tiny_spec(s, "tiny_first", TV, L_MAX, TC); }
 
 /* The pipeline with the fused attention node, HPC_LAST_LAYER=`last`. */
 static void build(const ModelSpec *s, SpecPrecision policy, const char *last, Pipeline *p)
@@ -140,41 +128,6 @@ Test(first_token, where_it_applies)
     cr_expect(pipeline_defaults(PREC_FP16).first_token_last_layer);
 }
 
-/* Worst relative L2 error over the loss and every gradient of b against
- * a; a gradient's norm is floored at 1e-3 of the largest one's (the key
- * bias gradient is zero in exact arithmetic: softmax ignores a shift of its
- * row, so both graphs hold rounding noise there). */
-static double worst_rel(const StepOut *a, const StepOut *b, const ParamList *pl, const char **which, int *compared)
-{
-    double worst = fabs(a->loss - b->loss) / fabs(a->loss), largest = 0;
-    *which = "loss";
-    *compared = 0;
-    for (int q = 0; q < pl->n; q++) {
-        double den = 0;
-        for (int64_t k = 0; a->grad[q] && k < params_numel(&pl->p[q]); k++) den += a->grad[q][k] * a->grad[q][k];
-        largest = fmax(largest, sqrt(den));
-    }
-    for (int q = 0; q < pl->n; q++) {
-        if (!a->grad[q]) {
-            cr_expect(!b->grad[q], "%s: a gradient in one graph only", pl->p[q].name);
-            continue;
-        }
-        double num = 0, den = 0;
-        for (int64_t k = 0; k < params_numel(&pl->p[q]); k++) {
-            double d = b->grad[q][k] - a->grad[q][k];
-            num += d * d;
-            den += a->grad[q][k] * a->grad[q][k];
-        }
-        double e = sqrt(num) / fmax(sqrt(den), 1e-3 * largest);
-        *compared += den > 0;
-        if (!(e <= worst)) {
-            worst = e;
-            *which = pl->p[q].name;
-        }
-    }
-    return worst;
-}
-
 static void same_function(SpecPrecision policy, CpuExecPrecision prec, double tol, const char *tag)
 {
     ModelSpec s;
@@ -189,7 +142,7 @@ static void same_function(SpecPrecision policy, CpuExecPrecision prec, double to
     StepOut f = cpu_step_run_dropout(&first.g, &first.pl, w, prec, CPU_EXEC_REFERENCE, 1.0, b, false);
     const char *which;
     int compared;
-    double e = worst_rel(&a, &f, &first.pl, &which, &compared);
+    double e = cpu_step_worst_rel(&a, &f, &first.pl, &which, &compared);
     printf("first_token %s: loss %.9g vs %.9g, worst relative error %.3g (%s) over %d nonzero gradients\n", tag,
            f.loss, a.loss, e, which, compared);
     cr_expect(e <= tol, "%s: worst relative error %.3g (%s) > %.0e", tag, e, which, tol);
