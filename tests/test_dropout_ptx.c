@@ -2,15 +2,15 @@
  * per 8 elements (runtime/cpu/philox.h), seen in the PTX NVRTC makes of
  * them; no GPU needed.
  *
- * A draw is ten rounds, each with one multiply by 0xD2511F53, so the
- * constant's count in a kernel's PTX over ten is the number of draws the
- * kernel's code holds (one more where the compiler narrows a round's
- * multiply to 32 bits).  The vectorised element kernels of the step module
+ * A draw is ten rounds, each with one low-half product by 0xD2511F53, so
+ * the count of those in a kernel's PTX over ten is the number of draws the
+ * kernel's code holds.  The vectorised element kernels of the step module
  * (dropout_*, dropout_add_*: 8 elements per iteration plus a scalar tail)
  * must hold at most 2 — a draw per element would show 8 or more — the fused
  * LayerNorm sites (ln_residual_fwd_*, ln_residual_bwd_*: one 8-column chunk
  * per thread at hidden 768) 1, and the
- * standalone dropout_fwd / dropout_bwd of compiler/kernels/dropout.cu 1. */
+ * standalone dropout_fwd / dropout_bwd of compiler/kernels/dropout.cu 2
+ * (one a copy of their loop). */
 #include <criterion/criterion.h>
 #include <nvrtc.h>
 #include <stdio.h>
@@ -44,13 +44,29 @@ static char *ptx_of(const char *src)
     return ptx;
 }
 
-/* Occurrences of the Philox multiplier (decimal, signed or hex) in [a, b). */
+/* Low-half products by the Philox multiplier (decimal, signed or hex) in
+ * [a, b): PTX lines with the constant and "mul.lo" or "mul.wide".  A round
+ * has one; its high half is a mul.hi that may take the constant from a
+ * register, so it is not counted (compiler/kernels/philox.cu). */
 static int multiplier_count(const char *a, const char *b)
 {
     static const char *const forms[] = {"3528531795", "-766435501", "0dD2511F53", "0xD2511F53", "0xd2511f53"};
     int count = 0;
-    for (size_t f = 0; f < sizeof forms / sizeof forms[0]; f++)
-        for (const char *p = a; (p = strstr(p, forms[f])) && p < b; p++) count++;
+    for (const char *line = a; line < b; ) {
+        const char *nl = memchr(line, '\n', (size_t)(b - line));
+        const char *end = nl ? nl : b;
+        char buf[256];
+        size_t len = (size_t)(end - line) < sizeof buf - 1 ? (size_t)(end - line) : sizeof buf - 1;
+        memcpy(buf, line, len);
+        buf[len] = 0;
+        if (strstr(buf, "mul.lo") || strstr(buf, "mul.wide"))
+            for (size_t f = 0; f < sizeof forms / sizeof forms[0]; f++)
+                if (strstr(buf, forms[f])) {
+                    count++;
+                    break;
+                }
+        line = end + 1;
+    }
     return count;
 }
 
@@ -74,9 +90,8 @@ static int each_entry(const char *ptx, const char *prefix, void (*check)(const c
     return seen;
 }
 
-/* A draw is 10 multiplies by the constant, give or take one the compiler
- * narrows to 32 bits: limit draws allow limit * 10 + 5, where one draw per
- * element of an 8-wide loop would show 80 or more. */
+/* A draw is 10 products by the constant: limit draws allow limit * 10 + 5,
+ * where one draw per element of an 8-wide loop would show 80 or more. */
 static void expect_draws(const char *name, int mults, int limit)
 {
     cr_expect(mults >= 10 && mults <= limit * 10 + 5, "%s: %d Philox multiplies, about %d draws (limit %d)", name,
@@ -127,8 +142,11 @@ Test(dropout_ptx, standalone_kernels_draw_once_per_8, .timeout = 300)
     HpcError err = {0};
     cr_assert_eq(kemit_source(&kc, &src, suffix, &err), HPC_OK, "%s", err.msg);
     char *ptx = ptx_of(src);
-    cr_expect_eq(each_entry(ptx, "dropout_fwd", expect_draws, 1), 1);
-    cr_expect_eq(each_entry(ptx, "dropout_bwd", expect_draws, 1), 1);
+    /* 2: NVVM may unswitch the grid-stride loop on the 16-byte-access test,
+     * two copies of the loop with one draw each (a draw per element would
+     * show 8 a copy) */
+    cr_expect_eq(each_entry(ptx, "dropout_fwd", expect_draws, 2), 1);
+    cr_expect_eq(each_entry(ptx, "dropout_bwd", expect_draws, 2), 1);
     free(ptx);
     free(src);
 }

@@ -884,11 +884,22 @@ KN(attn_mma_bwd_dkv)(st_t *dk, st_t *dv, int ldg, const st_t *dctx, const st_t *
 // (k rows x n columns) with it.
 
 #define A2_NBUF (AT_D <= 64 ? 2 : 1)   // K/V buffers of the forward and dQ
-#define A2_LOG2E 1.4426950408889634f   // exponentials as exp2f of log2-scaled scores
+#define A2_LOG2E 1.4426950408889634f   // exponentials as 2^x (a2_exp2) of log2-scaled scores
 #define A2_LN2 0.6931471805599453f
 #define A2_QBUF 2                      // Q/dO buffers of dK/dV
 
 __device__ __forceinline__ u32 a2_smem(const void *p) { return (u32)__cvta_generic_to_shared(p); }
+
+// 2^x by the one MUFU instruction, subnormal results flushed to zero:
+// exp2f's extra scaling for subnormal results (four more instructions an
+// element) buys probabilities under 2^-126, which round to zero in the
+// 16-bit products and sums anyway.  2^-inf = 0, NaN stays NaN.
+__device__ __forceinline__ float a2_exp2(float x)
+{
+    float y;
+    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+    return y;
+}
 
 // 16 bytes global -> shared, asynchronously; zeros when !in (src not read).
 __device__ __forceinline__ void a2_cp16(void *dst, const void *src, bool in)
@@ -922,14 +933,30 @@ __device__ __forceinline__ void a2_ldm4t(u32 r[4], const unsigned short *p)
 }
 
 // Rows t0 .. t0 + rows - 1 of one head (row stride ld) into dst (row stride
-// AM_KS), zeros past L; nthr threads (the block's first nthr).
+// AM_KS), zeros past L; nthr threads (the block's first nthr, a multiple of
+// the AT_D / 8 pieces of a row).  A thread keeps one column piece and steps
+// over the rows, so the loop has a fixed trip count (rows and nthr are
+// constants where it is inlined) and no division, and a piece's address is
+// one 32-bit row offset from row t0 (|r ld| < 2^31 for any L this runs):
+// about 5 instructions a piece, where the flat-index form spent about 20 on
+// signed division and 64-bit arithmetic.  The base is row t0's, not the
+// head's, so that a caller's loop over tiles cannot hoist it and keep it in
+// registers (the one-pass backward spilled when it did).
 __device__ __forceinline__ void a2_stage(unsigned short *dst, const st_t *src, int ld, int b, int h, int t0,
                                          int rows, int L, int nthr = 128)
 {
-    for (int i = threadIdx.x; i < rows * (AT_D / 8); i += nthr) {
-        int r = i / (AT_D / 8), c8 = (i % (AT_D / 8)) * 8, t = t0 + r;
-        bool in = t < L;
-        a2_cp16(dst + r * AM_KS + c8, src + ((i64)b * L + (in ? t : 0)) * ld + h * AT_D + c8, in);
+    constexpr unsigned PIECES = AT_D / 8;   // 16-byte pieces a row
+    unsigned tid = threadIdx.x;
+    if (tid >= (unsigned)nthr) return;
+    const int rstep = nthr / (int)PIECES;   // rows one pass of the threads covers
+    int c8 = (int)(tid % PIECES) * 8, r0 = (int)(tid / PIECES);
+    const st_t *row_t0 = src + ((i64)b * L + t0) * ld + h * AT_D + c8;
+#pragma unroll
+    for (int i = 0; i < (rows + rstep - 1) / rstep; i++) {
+        int r = r0 + i * rstep;
+        if (rows % rstep != 0 && r >= rows) break;
+        bool in = t0 + r < L;
+        a2_cp16(dst + r * AM_KS + c8, row_t0 + (in ? r : -t0) * ld, in);   // past L: row 0, not read
     }
 }
 
@@ -1024,7 +1051,15 @@ AT_RUN void attn_mma2_fwd_run(int at_bx, int at_by, int at_bz,
             a2_commit();
             a2_wait0();
         }
-        __syncthreads();
+        // Thread j staged vis[buf][j] itself, so it may read it before the
+        // barrier; the barrier's AND says whether every key of the tile is
+        // visible to every row of the block (the common case: then the
+        // scores need no per-element masking).
+        bool see_mine = threadIdx.x >= AM_KT || vis[buf][threadIdx.x] != 0;
+#if HPC_CAUSAL
+        see_mine = see_mine && t0 + AM_KT - 1 <= at_bx * AM_QB;
+#endif
+        bool all_see = __syncthreads_and(see_mine) != 0;
         const unsigned short *kb = ks[buf], *vb = vs[buf];
         const int *vb_vis = vis[buf];
 
@@ -1041,24 +1076,37 @@ AT_RUN void attn_mma2_fwd_run(int at_bx, int at_by, int at_bz,
                 am_mma(s[2 * np + 1], qa[kk], f[2], f[3]);
             }
         float mx[2] = {HPC_NEG_INF, HPC_NEG_INF};
+        if (all_see) {
 #pragma unroll
-        for (int nt = 0; nt < AM_KT / 8; nt++)
+            for (int nt = 0; nt < AM_KT / 8; nt++)
 #pragma unroll
-            for (int c = 0; c < 4; c++) {
-                int rr = c >> 1, j = nt * 8 + 2 * t + (c & 1);
-                bool see = vb_vis[j] != 0 && !(HPC_CAUSAL && t0 + j > rows[rr]);
-                float x = see ? s[nt][c] * scale2 : HPC_NEG_INF;   // log2 units
-                s[nt][c] = x;
-                mx[rr] = fmaxf(mx[rr], x);
-            }
-        float corr[2];
+                for (int c = 0; c < 4; c++) {
+                    s[nt][c] *= scale2;   // log2 units
+                    mx[c >> 1] = fmaxf(mx[c >> 1], s[nt][c]);
+                }
+        } else {
+#pragma unroll
+            for (int nt = 0; nt < AM_KT / 8; nt++)
+#pragma unroll
+                for (int c = 0; c < 4; c++) {
+                    int rr = c >> 1, j = nt * 8 + 2 * t + (c & 1);
+                    bool see = vb_vis[j] != 0 && !(HPC_CAUSAL && t0 + j > rows[rr]);
+                    float x = see ? s[nt][c] * scale2 : HPC_NEG_INF;
+                    s[nt][c] = x;
+                    mx[rr] = fmaxf(mx[rr], x);
+                }
+        }
+        float corr[2], mref[2];
 #pragma unroll
         for (int rr = 0; rr < 2; rr++) {
             mx[rr] = fmaxf(mx[rr], __shfl_xor_sync(0xffffffffu, mx[rr], 1));
             mx[rr] = fmaxf(mx[rr], __shfl_xor_sync(0xffffffffu, mx[rr], 2));
             float mn = fmaxf(m[rr], mx[rr]);
-            corr[rr] = m[rr] == HPC_NEG_INF ? 0.0f : exp2f(m[rr] - mn);
+            corr[rr] = m[rr] == HPC_NEG_INF ? 0.0f : a2_exp2(m[rr] - mn);
             m[rr] = mn;
+            // The exponent's reference: 0 while every key so far is masked,
+            // so a masked score (-inf) gives exactly 0 without a test.
+            mref[rr] = mn == HPC_NEG_INF ? 0.0f : mn;
             l[rr] *= corr[rr];
         }
 #pragma unroll
@@ -1092,7 +1140,7 @@ AT_RUN void attn_mma2_fwd_run(int at_bx, int at_by, int at_bz,
 #pragma unroll
             for (int c = 0; c < 4; c++) {
                 int rr = c >> 1;
-                float pe = s[nt][c] == HPC_NEG_INF ? 0.0f : exp2f(s[nt][c] - m[rr]);
+                float pe = a2_exp2(s[nt][c] - mref[rr]);
                 l[rr] += pe;
                 s[nt][c] = (kbits[rr][nt] >> (c & 1)) & 1u ? pe * dscale : 0.0f;
             }
@@ -1197,7 +1245,15 @@ AT_RUN void attn_mma2_bwd_dq_run(int at_bx, int at_by, int at_bz,
             a2_commit();
             a2_wait0();
         }
-        __syncthreads();
+        // Thread j staged vis[buf][j] itself, so it may read it before the
+        // barrier; the barrier's AND says whether every key of the tile is
+        // visible to every row of the block (the common case: then the
+        // scores need no per-element masking).
+        bool see_mine = threadIdx.x >= AM_KT || vis[buf][threadIdx.x] != 0;
+#if HPC_CAUSAL
+        see_mine = see_mine && t0 + AM_KT - 1 <= at_bx * AM_QB;
+#endif
+        bool all_see = __syncthreads_and(see_mine) != 0;
         const unsigned short *kb = ks[buf], *vb = vs[buf];
         const int *vb_vis = vis[buf];
 
@@ -1244,7 +1300,7 @@ AT_RUN void attn_mma2_bwd_dq_run(int at_bx, int at_by, int at_bz,
                 int rr = c >> 1, j = nt * 8 + 2 * t + (c & 1);
                 float ds = 0.0f;
                 if (vb_vis[j] != 0 && !(HPC_CAUSAL && t0 + j > rows[rr])) {
-                    float pe = exp2f(sc[nt][c] * scale2 - rl[rr]);
+                    float pe = a2_exp2(sc[nt][c] * scale2 - rl[rr]);
                     float kf = (kbits[rr][nt] >> (c & 1)) & 1u ? dscale : 0.0f;
                     ds = pe * (dp[nt][c] * kf - rd[rr]);
                 }
@@ -1392,7 +1448,7 @@ AT_RUN void attn_mma2_bwd_dkv_run(int at_bx, int at_by, int at_bz,
                 float z = 0.0f, ds = 0.0f;
                 if (row < L && kvis[half] && !(HPC_CAUSAL && keys[half] > row)) {
                     int r = nt * 8 + qi;
-                    float pe = exp2f(st[nt][c] * scale2 - tlb[r] * A2_LOG2E);
+                    float pe = a2_exp2(st[nt][c] * scale2 - tlb[r] * A2_LOG2E);
                     float kf = (w >> g) & 1u ? dscale : 0.0f;
                     z = pe * kf;
                     ds = pe * (dpt[nt][c] * kf - tdb[r]);
@@ -1653,16 +1709,17 @@ AT_RUN void attn_mma3_bwd_run(int at_bx, int at_by, int at_bz,
                         int nt = 2 * hq + j, qi = 2 * t + (c & 1), half = c >> 1, row = c0 + nt * 8 + qi;
                         u32 w = 0xFFu;
                         if (p != 0.0f) w = __shfl_sync(0xffffffffu, mine, (j << 4) | (qi << 1) | half);
-                        float z = 0.0f, ds = 0.0f;
-                        if (row < L && kvis[half] && !(HPC_CAUSAL && keys[half] > row)) {
-                            int r = nt * 8 + qi;
-                            float pe = exp2f(st[j][c] * scale2 - tlb[r] * A2_LOG2E);
-                            float kf = (w >> g) & 1u ? dscale : 0.0f;
-                            z = pe * kf;
-                            ds = pe * (dpt[j][c] * kf - tdb[r]);
-                        }
-                        st[j][c] = z;
-                        dpt[j][c] = ds;
+                        // Branch-free: the exponential of a hidden element
+                        // is computed and then replaced by 0 (a select, so
+                        // a NaN there cannot leak).  Rows past L read the
+                        // staged zeros and row 0's lse.
+                        int r = nt * 8 + qi;
+                        bool on = row < L && kvis[half] && !(HPC_CAUSAL && keys[half] > row);
+                        float pe = a2_exp2(st[j][c] * scale2 - tlb[r] * A2_LOG2E);
+                        pe = on ? pe : 0.0f;
+                        float kf = (w >> g) & 1u ? dscale : 0.0f;
+                        st[j][c] = pe * kf;
+                        dpt[j][c] = pe * (dpt[j][c] * kf - tdb[r]);
                     }
                 u32 za[4] = {am_pack(st[0][0], st[0][1]), am_pack(st[0][2], st[0][3]), am_pack(st[1][0], st[1][1]),
                              am_pack(st[1][2], st[1][3])};
