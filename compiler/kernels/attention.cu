@@ -1075,15 +1075,14 @@ AT_RUN void attn_mma2_fwd_run(int at_bx, int at_by, int at_bz,
                 am_mma(s[2 * np], qa[kk], f[0], f[1]);
                 am_mma(s[2 * np + 1], qa[kk], f[2], f[3]);
             }
+        // The row maxima in raw score units (scale2 > 0 keeps the order), so
+        // each exponent is one FFMA: 2^(s scale2 - m scale2).
         float mx[2] = {HPC_NEG_INF, HPC_NEG_INF};
         if (all_see) {
 #pragma unroll
             for (int nt = 0; nt < AM_KT / 8; nt++)
 #pragma unroll
-                for (int c = 0; c < 4; c++) {
-                    s[nt][c] *= scale2;   // log2 units
-                    mx[c >> 1] = fmaxf(mx[c >> 1], s[nt][c]);
-                }
+                for (int c = 0; c < 4; c++) mx[c >> 1] = fmaxf(mx[c >> 1], s[nt][c]);
         } else {
 #pragma unroll
             for (int nt = 0; nt < AM_KT / 8; nt++)
@@ -1091,7 +1090,7 @@ AT_RUN void attn_mma2_fwd_run(int at_bx, int at_by, int at_bz,
                 for (int c = 0; c < 4; c++) {
                     int rr = c >> 1, j = nt * 8 + 2 * t + (c & 1);
                     bool see = vb_vis[j] != 0 && !(HPC_CAUSAL && t0 + j > rows[rr]);
-                    float x = see ? s[nt][c] * scale2 : HPC_NEG_INF;
+                    float x = see ? s[nt][c] : HPC_NEG_INF;
                     s[nt][c] = x;
                     mx[rr] = fmaxf(mx[rr], x);
                 }
@@ -1102,19 +1101,21 @@ AT_RUN void attn_mma2_fwd_run(int at_bx, int at_by, int at_bz,
             mx[rr] = fmaxf(mx[rr], __shfl_xor_sync(0xffffffffu, mx[rr], 1));
             mx[rr] = fmaxf(mx[rr], __shfl_xor_sync(0xffffffffu, mx[rr], 2));
             float mn = fmaxf(m[rr], mx[rr]);
-            corr[rr] = m[rr] == HPC_NEG_INF ? 0.0f : a2_exp2(m[rr] - mn);
+            corr[rr] = m[rr] == HPC_NEG_INF ? 0.0f : a2_exp2((m[rr] - mn) * scale2);
             m[rr] = mn;
-            // The exponent's reference: 0 while every key so far is masked,
-            // so a masked score (-inf) gives exactly 0 without a test.
-            mref[rr] = mn == HPC_NEG_INF ? 0.0f : mn;
+            // The exponent's reference (log2 units): 0 while every key so far
+            // is masked, so a masked score (-inf) gives exactly 0 without a test.
+            mref[rr] = mn == HPC_NEG_INF ? 0.0f : mn * scale2;
             l[rr] *= corr[rr];
         }
+        if (it > 0) {   // before the first tile o is still 0
 #pragma unroll
-        for (int nd = 0; nd < AT_D / 8; nd++) {
-            o[nd][0] *= corr[0];
-            o[nd][1] *= corr[0];
-            o[nd][2] *= corr[1];
-            o[nd][3] *= corr[1];
+            for (int nd = 0; nd < AT_D / 8; nd++) {
+                o[nd][0] *= corr[0];
+                o[nd][1] *= corr[0];
+                o[nd][2] *= corr[1];
+                o[nd][3] *= corr[1];
+            }
         }
         u32 kbits[2][AM_KT / 8];
         if (p != 0.0f) {
@@ -1140,9 +1141,9 @@ AT_RUN void attn_mma2_fwd_run(int at_bx, int at_by, int at_bz,
 #pragma unroll
             for (int c = 0; c < 4; c++) {
                 int rr = c >> 1;
-                float pe = a2_exp2(s[nt][c] - mref[rr]);
+                float pe = a2_exp2(fmaf(s[nt][c], scale2, -mref[rr]));
                 l[rr] += pe;
-                s[nt][c] = (kbits[rr][nt] >> (c & 1)) & 1u ? pe * dscale : 0.0f;
+                s[nt][c] = (kbits[rr][nt] >> (c & 1)) & 1u ? pe : 0.0f;   // 1/(1-p) with 1/l at the end
             }
 #pragma unroll
         for (int kc = 0; kc < AM_KT / 16; kc++) {
@@ -1164,14 +1165,15 @@ AT_RUN void attn_mma2_fwd_run(int at_bx, int at_by, int at_bz,
         l[rr] += __shfl_xor_sync(0xffffffffu, l[rr], 2);
         int row = rows[rr];
         if (row >= L) continue;
-        float inv = l[rr] == 0.0f ? 0.0f : 1.0f / l[rr];
+        float inv = l[rr] == 0.0f ? 0.0f : dscale / l[rr];
 #pragma unroll
         for (int nd = 0; nd < AT_D / 8; nd++) {
             u32 w = am_pack(o[nd][2 * rr] * inv, o[nd][2 * rr + 1] * inv);
             *reinterpret_cast<u32 *>(ctx + ((i64)b * L + row) * HPC_HIDDEN + h * AT_D + nd * 8 + 2 * t) = w;
         }
         if (t == 0)
-            lse[((i64)b * HPC_HEADS + h) * L + row] = l[rr] == 0.0f ? HPC_INF : (m[rr] + log2f(l[rr])) * A2_LN2;
+            lse[((i64)b * HPC_HEADS + h) * L + row] =
+                l[rr] == 0.0f ? HPC_INF : (m[rr] * scale2 + log2f(l[rr])) * A2_LN2;
     }
 }
 #ifndef HPC_ATTN_NO_KERNELS
