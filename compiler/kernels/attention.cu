@@ -1888,6 +1888,26 @@ __device__ __forceinline__ void af_put_row(st_t *row, float a, const float *xs, 
     }
 }
 
+// acc[u] += w_j row_j[lane + 32 u] over warp `warp`'s 32 keys j of the chunk
+// at key c (w_j = ws[j - c] from shared memory, row_j the key's row of x,
+// row stride ld from the head's column base), keys at or past L left out,
+// and hidden keys too where skip_hidden.
+__device__ __forceinline__ void af_add_rows(float acc[AT_DPL], const float *ws, const st_t *x, int ld, const int *mask,
+                                            int b, int c, int L, bool skip_hidden)
+{
+    int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    for (int j = warp * 32; j < warp * 32 + 32 && c + j < L; j++) {
+        if (skip_hidden && !at_visible(mask, b, 0, c + j, L)) continue;
+        float w = ws[j];
+        const st_t *row = x + ((i64)b * L + c + j) * ld;
+#pragma unroll
+        for (int u = 0; u < AT_DPL; u++) {
+            int d = lane + 32 * u;
+            if (d < AT_D) acc[u] += w * ld_f(row[d]);
+        }
+    }
+}
+
 // out[d] = mul * sum of the AF_WARPS partial rows part[w][d].
 __device__ __forceinline__ void af_sum_rows(st_t *out, float (*part)[AT_D + 1], float mul)
 {
@@ -1929,16 +1949,7 @@ AT_RUN void attn_first_fwd_run(int at_bx, int at_by, int at_bz, st_t *ctx, float
         __syncthreads();
 #pragma unroll
         for (int u = 0; u < AT_DPL; u++) o[u] *= corr;
-        for (int j = warp * 32; j < warp * 32 + 32 && c + j < L; j++) {
-            if (!at_visible(mask, b, 0, c + j, L)) continue;   // hidden values never count, NaN or not
-            float z = zs[j];
-            const st_t *vr = v + ((i64)b * L + c + j) * ld + h * AT_D;
-#pragma unroll
-            for (int u = 0; u < AT_DPL; u++) {
-                int d = lane + 32 * u;
-                if (d < AT_D) o[u] += z * ld_f(vr[d]);
-            }
-        }
+        af_add_rows(o, zs, v + h * AT_D, ld, mask, b, c, L, true);   // hidden values never count, NaN or not
     }
 #pragma unroll
     for (int u = 0; u < AT_DPL; u++)
@@ -1987,15 +1998,7 @@ AT_RUN void attn_first_bwd_run(int at_bx, int at_by, int at_bz, st_t *dq, st_t *
         }
         dss[threadIdx.x] = ds;
         __syncthreads();
-        for (int j = warp * 32; j < warp * 32 + 32 && c + j < L; j++) {
-            float w = dss[j];
-            const st_t *kr = k + ((i64)b * L + c + j) * ld + h * AT_D;
-#pragma unroll
-            for (int u = 0; u < AT_DPL; u++) {
-                int d = lane + 32 * u;
-                if (d < AT_D) acc[u] += w * ld_f(kr[d]);
-            }
-        }
+        af_add_rows(acc, dss, k + h * AT_D, ld, mask, b, c, L, false);
         __syncthreads();   // dss is written again by the next chunk
     }
 #pragma unroll
