@@ -1247,15 +1247,7 @@ AT_RUN void attn_mma2_bwd_dq_run(int at_bx, int at_by, int at_bz,
             a2_commit();
             a2_wait0();
         }
-        // Thread j staged vis[buf][j] itself, so it may read it before the
-        // barrier; the barrier's AND says whether every key of the tile is
-        // visible to every row of the block (the common case: then the
-        // scores need no per-element masking).
-        bool see_mine = threadIdx.x >= AM_KT || vis[buf][threadIdx.x] != 0;
-#if HPC_CAUSAL
-        see_mine = see_mine && t0 + AM_KT - 1 <= at_bx * AM_QB;
-#endif
-        bool all_see = __syncthreads_and(see_mine) != 0;
+        __syncthreads();
         const unsigned short *kb = ks[buf], *vb = vs[buf];
         const int *vb_vis = vis[buf];
 
@@ -1888,10 +1880,10 @@ __device__ __forceinline__ void af_put_row(st_t *row, float a, const float *xs, 
     }
 }
 
-// acc[u] += w_j row_j[lane + 32 u] over warp `warp`'s 32 keys j of the chunk
-// at key c (w_j = ws[j - c] from shared memory, row_j the key's row of x,
-// row stride ld from the head's column base), keys at or past L left out,
-// and hidden keys too where skip_hidden.
+// acc[u] += ws[j] row_j[lane + 32 u] over the calling warp's 32 keys c + j
+// of the chunk at key c (j = 32 warp .. 32 warp + 31; ws in shared memory;
+// row_j key c + j's row of x, rows ld apart from the head's column base),
+// keys at or past L left out, and hidden keys too where skip_hidden.
 __device__ __forceinline__ void af_add_rows(float acc[AT_DPL], const float *ws, const st_t *x, int ld, const int *mask,
                                             int b, int c, int L, bool skip_hidden)
 {
