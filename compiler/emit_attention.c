@@ -1,6 +1,6 @@
 /* compiler/emit_attention.c — see emit_attention.h.  Takes the constants
  * from kemit_source()'s output (so they are the step module's own), then
- * the templates common.cu, philox.cu and attention.cu, and names the
+ * the templates common.cu, philox.cu and the attention parts, and names the
  * kernels with a hash of this translation unit. */
 #include "emit_attention.h"
 
@@ -12,8 +12,19 @@
 #include "kernel_sources.h"
 #include "strbuf.h"
 
-/* The templates, in dependency order. */
-static const char *const attn_templates[] = {"common.cu", "philox.cu", "attention.cu"};
+const char *const kemit_attn_parts[KEMIT_ATTN_PARTS] = {
+    "attention.cu", "attention_mma.cu", "attention_mma2.cu", "attention_mma3.cu", "attention_first.cu",
+};
+
+/* The templates, in dependency order: the helpers, then the parts. */
+static const char *const attn_helpers[] = {"common.cu", "philox.cu"};
+#define ATTN_TEMPLATES (sizeof attn_helpers / sizeof attn_helpers[0] + KEMIT_ATTN_PARTS)
+
+static const char *attn_template(size_t i)
+{
+    size_t nh = sizeof attn_helpers / sizeof attn_helpers[0];
+    return i < nh ? attn_helpers[i] : kemit_attn_parts[i - nh];
+}
 
 static uint64_t fnv1a(const char *s, size_t n)
 {
@@ -48,14 +59,14 @@ HpcStatus kemit_attention_source(const KernelConfig *cfg, char **source, char su
     StrBuf body = {0};
     strbuf_addn(&body, consts, (size_t)(end - consts));
     free(full);
-    for (size_t i = 0; i < sizeof attn_templates / sizeof attn_templates[0]; i++) {
-        const char *text = kernel_source_find(attn_templates[i]);
+    for (size_t i = 0; i < ATTN_TEMPLATES; i++) {
+        const char *text = kernel_source_find(attn_template(i));
         if (!text) {
             free(body.p);
             return hpc_fail(err, HPC_ERR_INTERNAL, "attention emitter: template compiler/kernels/%s is not in "
-                            "the build; rebuild with `make` from a full checkout", attn_templates[i]);
+                            "the build; rebuild with `make` from a full checkout", attn_template(i));
         }
-        strbuf_printf(&body, "\n// ---- %s ----\n", attn_templates[i]);
+        strbuf_printf(&body, "\n// ---- %s ----\n", attn_template(i));
         strbuf_add(&body, text);
     }
     uint64_t h = fnv1a(body.p, body.len);

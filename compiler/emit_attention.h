@@ -1,12 +1,15 @@
 /* compiler/emit_attention.h — the CUDA source of the fused attention kernels
- * alone (compiler/kernels/attention.cu with the helpers it needs).
+ * alone (compiler/kernels/attention*.cu with the helpers they need), and the
+ * list of those templates.
  *
- * The step module does not hold these kernels yet (nothing in the IR calls
- * them; kemit_source() leaves attention.cu out, so step compiles do not pay
- * for it).  This translation unit has the step module's constants and only
- * common.cu, philox.cu and attention.cu.  Kernel names are BASE + suffix
- * as kemit_name() builds them, the suffix hashing this unit; the bases and
- * their launch shapes are in attention.cu and docs/cuda_kernels.md:
+ * The step module holds the kernels' bodies through its own generator
+ * (compiler/emit_ops_attention.h, which takes the same templates in the same
+ * order); kemit_source() leaves them out.  This translation unit has the
+ * step module's constants, common.cu, philox.cu and the attention templates,
+ * with a kernel for every body: what tests/gpu/gpu_attention.c checks and
+ * times.  Kernel names are BASE + suffix as kemit_name() builds them, the
+ * suffix hashing this unit; the bases and their launch shapes are in the
+ * templates and docs/cuda_kernels.md:
  *   attn_simt_fwd      grid (ceil(L / 16), NH, B) x 128
  *   attn_simt_bwd_dot  grid ceil(B * L * NH / 4) x 128
  *   attn_simt_bwd_dq   grid (ceil(L / 16), NH, B) x 128
@@ -16,6 +19,9 @@
  *   attn_mma_bwd_dkv   grid (ceil(L / 64), NH, B) x 128   (fp16/bf16, D % 16 == 0)
  *   attn_mma2_fwd, attn_mma2_bwd_dq, attn_mma2_bwd_dkv: the second
  *                      tensor-core family (v2), the grids of attn_mma_*
+ *   attn_mma3_bwd, attn_mma3_bwd_r128   grid (1, NH, B) x 256 (L <= 128, D <= 64)
+ *   attn_head_bwd_dot  grid (1, NH, B) x 256
+ *   attn_first_fwd, attn_first_bwd      grid (1, NH, B) x 128 (query 0 alone)
  * At head size 128 attn_simt_bwd_dq and attn_mma_bwd_dq are not in the
  * unit (their tiles pass 48 KiB of shared memory); v2 covers it.
  * Head sizes up to KEMIT_ATTN_MAX_HEAD_DIM. */
@@ -25,6 +31,14 @@
 #include "emit_kernels.h"
 
 #define KEMIT_ATTN_MAX_HEAD_DIM 128
+
+/* The attention templates in compiler/kernels/, in the order each builds on
+ * the ones before: the contract, its helpers and the SIMT family; the three
+ * tensor-core families; query 0 alone.  A translation unit takes them after
+ * common.cu (and philox.cu) and the constants HPC_DTYPE, HPC_HIDDEN,
+ * HPC_HEADS, HPC_HEAD_DIM, HPC_CAUSAL. */
+#define KEMIT_ATTN_PARTS 5
+extern const char *const kemit_attn_parts[KEMIT_ATTN_PARTS];
 
 /* *source (malloc'd) and suffix for config cfg; HPC_ERR_INPUT when cfg is
  * refused by kemit_source or its head size is above the maximum. */

@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "emit_attention.h"
 #include "kernel_sources.h"
 
 #define AT_TILE 64   /* query (fwd, dq) or key (dkv) rows per block of the mma kernels */
@@ -50,7 +51,7 @@ static AttnPtrs attn_ptrs(const AttnCfg *c, int first)
 }
 
 /* HPC_ATTN_KERNELS: which tensor-core family the step calls (compiler/
- * kernels/attention.cu): "v1" (attn_mma_*), "v2" (attn_mma2_*: ldmatrix,
+ * kernels/attention_mma*.cu): "v1" (attn_mma_*), "v2" (attn_mma2_*: ldmatrix,
  * cp.async double buffering) or "v3", the default: v2's forward, and the
  * one-pass backward attn_mma3_bwd for rows up to AT_ONE_PASS_MAX_L (v2's
  * dQ and dK/dV kernels for longer rows; v2's backward only above head size
@@ -135,13 +136,16 @@ HpcStatus eopa_module_part(const IrGraph *g, StrBuf *src, HpcError *err)
                             "with HPC_ATTENTION=unfused", first, id);
     }
     if (first < 0) return HPC_OK;
-    const char *common = kernel_source_find("common.cu"), *attn = kernel_source_find("attention.cu");
-    if (!common || !attn)
-        return hpc_fail(err, HPC_ERR_INTERNAL, "emit_ops: the templates compiler/kernels/common.cu and "
-                        "attention.cu are not in the build; rebuild with `make` from a full checkout");
+    const char *common = kernel_source_find("common.cu"), *parts[KEMIT_ATTN_PARTS];
+    for (int i = 0; i < KEMIT_ATTN_PARTS; i++) {
+        parts[i] = kernel_source_find(kemit_attn_parts[i]);
+        if (!common || !parts[i])
+            return hpc_fail(err, HPC_ERR_INTERNAL, "emit_ops: the templates compiler/kernels/common.cu and "
+                            "%s are not in the build; rebuild with `make` from a full checkout", kemit_attn_parts[i]);
+    }
     if (!src) return HPC_OK;
     strbuf_printf(src, "\n// ---- fused attention (%s, hidden %lld, %lld heads of %lld%s): compiler/kernels/"
-                  "common.cu and attention.cu, bodies only ----\n",
+                  "common.cu and attention*.cu, bodies only ----\n",
                   ir_dtype_name(c.dtype), (long long)c.hidden, (long long)c.heads, (long long)c.head_dim,
                   c.causal ? ", causal" : "");
     strbuf_printf(src, "#define HPC_DTYPE %d\n#define HPC_HIDDEN %lld\n#define HPC_HEADS %lld\n"
@@ -154,7 +158,7 @@ HpcStatus eopa_module_part(const IrGraph *g, StrBuf *src, HpcError *err)
                     "namespace hpc_attn {\n");
     strbuf_add(src, common);
     strbuf_add(src, "\n");
-    strbuf_add(src, attn);
+    for (int i = 0; i < KEMIT_ATTN_PARTS; i++) strbuf_add(src, parts[i]);
     strbuf_add(src, "\n} // namespace hpc_attn\n"
                     "#undef HPC_ATTN_NO_KERNELS\n#undef AT_RUN\n#undef ROW_VEC\n#undef ROW_THREADS\n#undef ROW_NPT\n#undef ROW_RPB\n"
                     "#undef ST_VEC\n// ---- end of fused attention ----\n");

@@ -1,7 +1,7 @@
 /* compiler/emit_ops_attention.h — private to emit_ops: the fused attention
  * nodes (ATTENTION, ATTENTION_BWD) in the step module.
  *
- * The kernel bodies are compiler/kernels/attention.cu's tensor-core family
+ * The kernel bodies are compiler/kernels/attention*.cu's tensor-core family
  * (attn_mma_*, with attn_simt_bwd_dot for the backward's row dots), put into
  * the step module once, inside `namespace hpc_attn` with the constants of
  * the graph's attention (dtype, hidden, heads, head size, causal) and
@@ -38,7 +38,8 @@
 
 #include "emit_ops_body.h"
 
-/* The shared block (constants, common.cu, attention.cu) when g has an
+/* The shared block (constants, common.cu, the attention templates of
+ * emit_attention.h's kemit_attn_parts) when g has an
  * attention node; nothing otherwise. */
 HpcStatus eopa_module_part(const IrGraph *g, StrBuf *src, HpcError *err);
 

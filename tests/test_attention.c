@@ -1,6 +1,6 @@
 /* tests/test_attention.c — the fused-attention reference (runtime/cpu/
  * cpu_attention.h) against direct loops and finite differences, the fully
- * masked row, and the CUDA kernels (compiler/kernels/attention.cu) compiled
+ * masked row, and the CUDA kernels (compiler/kernels/attention*.cu) compiled
  * by NVRTC for sm_80 and sm_90 in fp16 and bf16 at head sizes 64, 32 and 128
  * (the tensor-core variants attn_mma_*, attn_mma2_* and the one-pass
  * backward attn_mma3_bwd).
@@ -210,7 +210,7 @@ Test(attention_nvrtc, head_size_above_the_maximum_is_refused)
  * attn_mma2_* take every B fragment of mma.m16n8k16 from ldmatrix.x4, with
  * lane addresses from a2_nk() (stored n x k, no .trans) and a2_kn() (stored
  * k x n, .trans).  Their index math is repeated here (keep in step with
- * compiler/kernels/attention.cu) and run through a model of ldmatrix (PTX
+ * compiler/kernels/attention_mma2.cu) and run through a model of ldmatrix (PTX
  * ISA: lanes 8i .. 8i + 7 address rows 0..7 of matrix i; register i of lane
  * l holds row l / 4, columns 2 (l % 4), +1, or with .trans rows 2 (l % 4),
  * +1 of column l / 4).  Each lane must receive exactly the B fragment the

@@ -1,6 +1,6 @@
 /* tests/gpu/gpu_attention_step.c — the fused ATTENTION node in the GPU
  * training step (compiler/emit_ops_attention.c wrapping
- * compiler/kernels/attention.cu's tensor-core kernels) against the cpu
+ * compiler/kernels/attention_mma*.cu's tensor-core kernels) against the cpu
  * backend (runtime/cpu/cpu_exec_attention.inc) on the same weights, batch,
  * dropout seed and step; then fused against unfused on the GPU.
  *

@@ -1,0 +1,648 @@
+// compiler/kernels/attention_mma2.cu — fused attention, second tensor-core
+// family (v2: attn_mma2_fwd, the step's forward, and attn_mma2_bwd_dq /
+// attn_mma2_bwd_dkv, its backward above L 128 or head size 64) and the
+// cp.async / ldmatrix helpers (a2_*) the one-pass backward shares; builds
+// on attention.cu and attention_mma.cu.
+
+#if HPC_HEAD_DIM <= 128 && HPC_DTYPE != 0 && HPC_HEAD_DIM % 16 == 0
+
+// == Tensor-core kernels, second variant (HPC_ATTN_KERNELS=v2) ==
+//
+// attn_mma2_fwd, attn_mma2_bwd_dq, attn_mma2_bwd_dkv: the contract, the
+// grids and the work split of attn_mma_* (attention_mma.cu), and the same
+// dropout draws (am_bits8), with the staging rewritten:
+//  - every tile lands in shared memory ROW-MAJOR by cp.async (16 bytes a
+//    thread, zero-filled past L), rows padded by 8 elements (16 bytes) so
+//    the 8 row addresses of each ldmatrix phase fall in 8 different 16-byte
+//    bank groups; no transposed copy is built with 2-byte stores any more;
+//  - B fragments come from ldmatrix.x4 (one instruction feeds two mma):
+//    without .trans where the product wants the stored rows as its n index
+//    (K in Q K^T, V in dO V^T, Q and dO in K Q^T and V dO^T), with .trans
+//    where it wants them as its k index (V in P V, K in dS K, dO in Z^T dO,
+//    Q in dS^T Q);
+//  - the next tile is fetched while the current one is computed (two
+//    buffers; one for the forward and dQ at D = 128, where two would pass
+//    48 KiB of static shared memory);
+//  - the padding mask of a key tile is staged once per tile (not read from
+//    global memory per score), and causal blocks skip the tiles they cannot
+//    see.
+// ldmatrix.x4 (PTX ISA, "warp-level matrix load"): lanes 8i .. 8i + 7 give
+// the addresses of rows 0..7 of matrix i; register i of lane l then holds
+// row l / 4, columns 2 (l % 4), +1 of matrix i, or with .trans rows
+// 2 (l % 4), +1 of column l / 4, the lower index in the low half.  With
+// g = l / 4, t = l % 4 that is the B fragment (k 2t..2t+1, n g) of
+// mma.m16n8k16 when the matrix is (n rows x k columns) without .trans, or
+// (k rows x n columns) with it.
+
+#define A2_NBUF (AT_D <= 64 ? 2 : 1)   // K/V buffers of the forward and dQ
+#define A2_LOG2E 1.4426950408889634f   // exponentials as 2^x (a2_exp2) of log2-scaled scores
+#define A2_LN2 0.6931471805599453f
+#define A2_QBUF 2                      // Q/dO buffers of dK/dV
+
+__device__ __forceinline__ u32 a2_smem(const void *p) { return (u32)__cvta_generic_to_shared(p); }
+
+// 2^x by the one MUFU instruction, subnormal results flushed to zero:
+// exp2f's extra scaling for subnormal results (four more instructions an
+// element) buys probabilities under 2^-126, which round to zero in the
+// 16-bit products and sums anyway.  2^-inf = 0, NaN stays NaN.
+__device__ __forceinline__ float a2_exp2(float x)
+{
+    float y;
+    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+    return y;
+}
+
+// 16 bytes global -> shared, asynchronously; zeros when !in (src not read).
+__device__ __forceinline__ void a2_cp16(void *dst, const void *src, bool in)
+{
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(a2_smem(dst)), "l"(src), "r"(in ? 16 : 0)
+                 : "memory");
+}
+
+__device__ __forceinline__ void a2_cp4(void *dst, const void *src, bool in)
+{
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(a2_smem(dst)), "l"(src), "r"(in ? 4 : 0)
+                 : "memory");
+}
+
+__device__ __forceinline__ void a2_commit(void) { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+__device__ __forceinline__ void a2_wait0(void) { asm volatile("cp.async.wait_group 0;\n" ::: "memory"); }
+__device__ __forceinline__ void a2_wait1(void) { asm volatile("cp.async.wait_group 1;\n" ::: "memory"); }
+
+__device__ __forceinline__ void a2_ldm4(u32 r[4], const unsigned short *p)
+{
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(a2_smem(p)));
+}
+
+__device__ __forceinline__ void a2_ldm4t(u32 r[4], const unsigned short *p)
+{
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(a2_smem(p)));
+}
+
+// Rows t0 .. t0 + rows - 1 of one head (row stride ld) into dst (row stride
+// AM_KS), zeros past L; nthr threads (the block's first nthr, a multiple of
+// the AT_D / 8 pieces of a row).  A thread keeps one column piece and steps
+// over the rows, so the loop has a fixed trip count (rows and nthr are
+// constants where it is inlined) and no division, and a piece's address is
+// one 32-bit row offset from row t0 (|r ld| < 2^31 for any L this runs):
+// about 5 instructions a piece, where the flat-index form spent about 20 on
+// signed division and 64-bit arithmetic.  The base is row t0's, not the
+// head's, so that a caller's loop over tiles cannot hoist it and keep it in
+// registers (the one-pass backward spilled when it did).
+__device__ __forceinline__ void a2_stage(unsigned short *dst, const st_t *src, int ld, int b, int h, int t0,
+                                         int rows, int L, int nthr = 128)
+{
+    constexpr unsigned PIECES = AT_D / 8;   // 16-byte pieces a row
+    unsigned tid = threadIdx.x;
+    if (tid >= (unsigned)nthr) return;
+    const int rstep = nthr / (int)PIECES;   // rows one pass of the threads covers
+    int c8 = (int)(tid % PIECES) * 8, r0 = (int)(tid / PIECES);
+    const st_t *row_t0 = src + ((i64)b * L + t0) * ld + h * AT_D + c8;
+#pragma unroll
+    for (int i = 0; i < (rows + rstep - 1) / rstep; i++) {
+        int r = r0 + i * rstep;
+        if (rows % rstep != 0 && r >= rows) break;
+        bool in = t0 + r < L;
+        a2_cp16(dst + r * AM_KS + c8, row_t0 + (in ? r : -t0) * ld, in);   // past L: row 0, not read
+    }
+}
+
+// vis[j] != 0 iff key t0 + j (j < AM_KT) is below L and not padding.
+__device__ __forceinline__ void a2_stage_mask(int *vis, const int *mask, int b, int t0, int L)
+{
+    int j = threadIdx.x, key = t0 + j;
+    if (j >= AM_KT) return;
+    if (mask) a2_cp4(vis + j, mask + (i64)b * L + (key < L ? key : 0), key < L);
+    else vis[j] = key < L;
+}
+
+// Shared address of lane's row in an ldmatrix.x4 whose matrices are (row
+// block r0 + 8 (i >> 1), column block c0 + 8 (i & 1)): the B fragments of
+// two n tiles (nt, nt + 1) at one k16 step, stored (n x k).  Read with
+// .trans from a tile stored (k x m) it is the A fragment of the (m x k)
+// product operand at (m0 = c0, k0 = r0) (attn_mma3_bwd's dS).
+__device__ __forceinline__ const unsigned short *a2_nk(const unsigned short *base, int r0, int c0, int lane,
+                                                       int stride = AM_KS)
+{
+    int i = lane >> 3;
+    return base + (r0 + 8 * (i >> 1) + (lane & 7)) * stride + c0 + 8 * (i & 1);
+}
+
+// The same for matrices (row block r0 + 8 (i & 1), column block c0 + 8 (i >> 1))
+// read with .trans: B fragments of two n tiles at one k16 step, stored (k x n).
+__device__ __forceinline__ const unsigned short *a2_kn(const unsigned short *base, int r0, int c0, int lane)
+{
+    int i = lane >> 3;
+    return base + (r0 + 8 * (i & 1) + (lane & 7)) * AM_KS + c0 + 8 * (i >> 1);
+}
+
+// Key tiles a block of query rows q0 .. q0 + AM_QB - 1 can see.
+__device__ __forceinline__ int a2_key_tiles(int q0, int L)
+{
+    int n = (L + AM_KT - 1) / AM_KT;
+#if HPC_CAUSAL
+    n = min(n, (q0 + AM_QB - 1) / AM_KT + 1);
+#endif
+    return n;
+}
+
+AT_RUN void attn_mma2_fwd_run(int at_bx, int at_by, int at_bz,
+                              st_t *ctx, float *lse, const st_t *q, const st_t *k, const st_t *v, int ld,
+                              const int *mask, int B, int L, float p, u64 seed, u32 step, u32 salt)
+{
+    __shared__ __align__(128) unsigned short ks[A2_NBUF][AM_KT * AM_KS];
+    __shared__ __align__(128) unsigned short vs[A2_NBUF][AM_KT * AM_KS];
+    __shared__ int vis[A2_NBUF][AM_KT];
+    int b = at_bz, h = at_by;
+    int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+    int r0 = at_bx * AM_QB + warp * AM_QW;
+    int rows[2] = {r0 + g, r0 + g + 8};
+    float scale2 = at_scale() * A2_LOG2E, dscale = dropout_scale(p);
+    i64 flat[2];
+    for (int rr = 0; rr < 2; rr++) flat[rr] = (((i64)b * HPC_HEADS + h) * L + rows[rr]) * L;
+    int ntiles = a2_key_tiles(at_bx * AM_QB, L);
+    if (A2_NBUF == 2) {
+        a2_stage(ks[0], k, ld, b, h, 0, AM_KT, L);
+        a2_stage(vs[0], v, ld, b, h, 0, AM_KT, L);
+        a2_stage_mask(vis[0], mask, b, 0, L);
+        a2_commit();
+    }
+
+    u32 qa[AT_D / 16][4];
+#pragma unroll
+    for (int kk = 0; kk < AT_D / 16; kk++)
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            int row = rows[i & 1], col = kk * 16 + 2 * t + (i >= 2 ? 8 : 0);
+            qa[kk][i] = row < L ? *reinterpret_cast<const u32 *>(q + ((i64)b * L + row) * ld + h * AT_D + col) : 0u;
+        }
+    float o[AT_D / 8][4];
+#pragma unroll
+    for (int nd = 0; nd < AT_D / 8; nd++) o[nd][0] = o[nd][1] = o[nd][2] = o[nd][3] = 0.0f;
+    float m[2] = {HPC_NEG_INF, HPC_NEG_INF}, l[2] = {0.0f, 0.0f};
+
+    for (int it = 0; it < ntiles; it++) {
+        int t0 = it * AM_KT, buf = A2_NBUF == 2 ? (it & 1) : 0;
+        if (A2_NBUF == 2) {
+            if (it + 1 < ntiles) {
+                a2_stage(ks[buf ^ 1], k, ld, b, h, t0 + AM_KT, AM_KT, L);
+                a2_stage(vs[buf ^ 1], v, ld, b, h, t0 + AM_KT, AM_KT, L);
+                a2_stage_mask(vis[buf ^ 1], mask, b, t0 + AM_KT, L);
+            }
+            a2_commit();
+            a2_wait1();
+        } else {
+            a2_stage(ks[0], k, ld, b, h, t0, AM_KT, L);
+            a2_stage(vs[0], v, ld, b, h, t0, AM_KT, L);
+            a2_stage_mask(vis[0], mask, b, t0, L);
+            a2_commit();
+            a2_wait0();
+        }
+        // Thread j staged vis[buf][j] itself, so it may read it before the
+        // barrier; the barrier's AND says whether every key of the tile is
+        // visible to every row of the block (the common case: then the
+        // scores need no per-element masking).
+        bool see_mine = threadIdx.x >= AM_KT || vis[buf][threadIdx.x] != 0;
+#if HPC_CAUSAL
+        see_mine = see_mine && t0 + AM_KT - 1 <= at_bx * AM_QB;
+#endif
+        bool all_see = __syncthreads_and(see_mine) != 0;
+        const unsigned short *kb = ks[buf], *vb = vs[buf];
+        const int *vb_vis = vis[buf];
+
+        float s[AM_KT / 8][4];
+#pragma unroll
+        for (int nt = 0; nt < AM_KT / 8; nt++) s[nt][0] = s[nt][1] = s[nt][2] = s[nt][3] = 0.0f;
+#pragma unroll
+        for (int kk = 0; kk < AT_D / 16; kk++)
+#pragma unroll
+            for (int np = 0; np < AM_KT / 16; np++) {
+                u32 f[4];
+                a2_ldm4(f, a2_nk(kb, 16 * np, 16 * kk, lane));
+                am_mma(s[2 * np], qa[kk], f[0], f[1]);
+                am_mma(s[2 * np + 1], qa[kk], f[2], f[3]);
+            }
+        // The row maxima in raw score units (scale2 > 0 keeps the order), so
+        // each exponent is one FFMA: 2^(s scale2 - m scale2).
+        float mx[2] = {HPC_NEG_INF, HPC_NEG_INF};
+        if (all_see) {
+#pragma unroll
+            for (int nt = 0; nt < AM_KT / 8; nt++)
+#pragma unroll
+                for (int c = 0; c < 4; c++) mx[c >> 1] = fmaxf(mx[c >> 1], s[nt][c]);
+        } else {
+#pragma unroll
+            for (int nt = 0; nt < AM_KT / 8; nt++)
+#pragma unroll
+                for (int c = 0; c < 4; c++) {
+                    int rr = c >> 1, j = nt * 8 + 2 * t + (c & 1);
+                    bool see = vb_vis[j] != 0 && !(HPC_CAUSAL && t0 + j > rows[rr]);
+                    float x = see ? s[nt][c] : HPC_NEG_INF;
+                    s[nt][c] = x;
+                    mx[rr] = fmaxf(mx[rr], x);
+                }
+        }
+        float corr[2], mref[2];
+#pragma unroll
+        for (int rr = 0; rr < 2; rr++) {
+            mx[rr] = fmaxf(mx[rr], __shfl_xor_sync(0xffffffffu, mx[rr], 1));
+            mx[rr] = fmaxf(mx[rr], __shfl_xor_sync(0xffffffffu, mx[rr], 2));
+            float mn = fmaxf(m[rr], mx[rr]);
+            corr[rr] = m[rr] == HPC_NEG_INF ? 0.0f : a2_exp2((m[rr] - mn) * scale2);
+            m[rr] = mn;
+            // The exponent's reference (log2 units): 0 while every key so far
+            // is masked, so a masked score (-inf) gives exactly 0 without a test.
+            mref[rr] = mn == HPC_NEG_INF ? 0.0f : mn * scale2;
+            l[rr] *= corr[rr];
+        }
+        if (it > 0) {   // before the first tile o is still 0
+#pragma unroll
+            for (int nd = 0; nd < AT_D / 8; nd++) {
+                o[nd][0] *= corr[0];
+                o[nd][1] *= corr[0];
+                o[nd][2] *= corr[1];
+                o[nd][3] *= corr[1];
+            }
+        }
+        u32 kbits[2][AM_KT / 8];
+        if (p != 0.0f) {
+            u32 mine[2][2];
+#pragma unroll
+            for (int rr = 0; rr < 2; rr++)
+#pragma unroll
+                for (int j = 0; j < 2; j++)
+                    mine[rr][j] = am_bits8(flat[rr] + t0 + (t + 4 * j) * 8, p, seed, step, salt);
+#pragma unroll
+            for (int rr = 0; rr < 2; rr++)
+#pragma unroll
+                for (int nt = 0; nt < AM_KT / 8; nt++) {
+                    u32 w = __shfl_sync(0xffffffffu, mine[rr][nt >> 2], (lane & ~3) | (nt & 3));
+                    kbits[rr][nt] = (w >> (2 * t)) & 3u;
+                }
+        } else {
+#pragma unroll
+            for (int nt = 0; nt < AM_KT / 8; nt++) kbits[0][nt] = kbits[1][nt] = 3u;
+        }
+#pragma unroll
+        for (int nt = 0; nt < AM_KT / 8; nt++)
+#pragma unroll
+            for (int c = 0; c < 4; c++) {
+                int rr = c >> 1;
+                float pe = a2_exp2(fmaf(s[nt][c], scale2, -mref[rr]));
+                l[rr] += pe;
+                s[nt][c] = (kbits[rr][nt] >> (c & 1)) & 1u ? pe : 0.0f;   // 1/(1-p) with 1/l at the end
+            }
+#pragma unroll
+        for (int kc = 0; kc < AM_KT / 16; kc++) {
+            u32 pa[4] = {am_pack(s[2 * kc][0], s[2 * kc][1]), am_pack(s[2 * kc][2], s[2 * kc][3]),
+                         am_pack(s[2 * kc + 1][0], s[2 * kc + 1][1]), am_pack(s[2 * kc + 1][2], s[2 * kc + 1][3])};
+#pragma unroll
+            for (int np = 0; np < AT_D / 16; np++) {
+                u32 f[4];
+                a2_ldm4t(f, a2_kn(vb, 16 * kc, 16 * np, lane));
+                am_mma(o[2 * np], pa, f[0], f[1]);
+                am_mma(o[2 * np + 1], pa, f[2], f[3]);
+            }
+        }
+        __syncthreads();   // buffer buf is refilled by the next iteration's prefetch
+    }
+#pragma unroll
+    for (int rr = 0; rr < 2; rr++) {
+        l[rr] += __shfl_xor_sync(0xffffffffu, l[rr], 1);
+        l[rr] += __shfl_xor_sync(0xffffffffu, l[rr], 2);
+        int row = rows[rr];
+        if (row >= L) continue;
+        float inv = l[rr] == 0.0f ? 0.0f : dscale / l[rr];
+#pragma unroll
+        for (int nd = 0; nd < AT_D / 8; nd++) {
+            u32 w = am_pack(o[nd][2 * rr] * inv, o[nd][2 * rr + 1] * inv);
+            *reinterpret_cast<u32 *>(ctx + ((i64)b * L + row) * HPC_HIDDEN + h * AT_D + nd * 8 + 2 * t) = w;
+        }
+        if (t == 0)
+            lse[((i64)b * HPC_HEADS + h) * L + row] =
+                l[rr] == 0.0f ? HPC_INF : (m[rr] * scale2 + log2f(l[rr])) * A2_LN2;
+    }
+}
+#ifndef HPC_ATTN_NO_KERNELS
+extern "C" __global__ void __launch_bounds__(128)
+KN(attn_mma2_fwd)(st_t *ctx, float *lse, const st_t *q, const st_t *k, const st_t *v, int ld,
+                  const int *mask, int B, int L, float p, u64 seed, u32 step, u32 salt)
+{
+    attn_mma2_fwd_run(blockIdx.x, blockIdx.y, blockIdx.z, ctx, lse, q, k, v, ld, mask, B, L, p, seed, step, salt);
+}
+#endif
+
+// attn_mma2_bwd_dq: attn_mma_bwd_dq with the staging above; S = Q K^T and
+// dP = dO V^T read K and V without .trans, dQ += dS K reads K with .trans
+// (the copy kt of the first variant is gone).
+AT_RUN void attn_mma2_bwd_dq_run(int at_bx, int at_by, int at_bz,
+                                 st_t *dq, int ldg, const st_t *dctx, const st_t *q, const st_t *k, const st_t *v, int ld,
+                                 const float *lse, const float *delta, const int *mask, int B, int L, float p, u64 seed,
+                                 u32 step, u32 salt)
+{
+    __shared__ __align__(128) unsigned short ks[A2_NBUF][AM_KT * AM_KS];
+    __shared__ __align__(128) unsigned short vs[A2_NBUF][AM_KT * AM_KS];
+    __shared__ int vis[A2_NBUF][AM_KT];
+    int b = at_bz, h = at_by;
+    int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+    int r0 = at_bx * AM_QB + warp * AM_QW;
+    int rows[2] = {r0 + g, r0 + g + 8};
+    float scale = at_scale(), scale2 = scale * A2_LOG2E, dscale = dropout_scale(p);
+    int ntiles = a2_key_tiles(at_bx * AM_QB, L);
+    if (A2_NBUF == 2) {
+        a2_stage(ks[0], k, ld, b, h, 0, AM_KT, L);
+        a2_stage(vs[0], v, ld, b, h, 0, AM_KT, L);
+        a2_stage_mask(vis[0], mask, b, 0, L);
+        a2_commit();
+    }
+    i64 flat[2];
+    float rl[2], rd[2];
+    for (int rr = 0; rr < 2; rr++) {
+        flat[rr] = (((i64)b * HPC_HEADS + h) * L + rows[rr]) * L;
+        int row = min(rows[rr], L - 1);
+        rl[rr] = lse[((i64)b * HPC_HEADS + h) * L + row] * A2_LOG2E;   // +inf stays +inf
+        rd[rr] = delta[((i64)b * HPC_HEADS + h) * L + row];
+    }
+    u32 qa[AT_D / 16][4], ga[AT_D / 16][4];
+#pragma unroll
+    for (int kk = 0; kk < AT_D / 16; kk++)
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            int row = rows[i & 1], col = kk * 16 + 2 * t + (i >= 2 ? 8 : 0);
+            bool in = row < L;
+            qa[kk][i] = in ? *reinterpret_cast<const u32 *>(q + ((i64)b * L + row) * ld + h * AT_D + col) : 0u;
+            ga[kk][i] = in ? *reinterpret_cast<const u32 *>(dctx + ((i64)b * L + row) * HPC_HIDDEN + h * AT_D + col) : 0u;
+        }
+    float acc[AT_D / 8][4];
+#pragma unroll
+    for (int nd = 0; nd < AT_D / 8; nd++) acc[nd][0] = acc[nd][1] = acc[nd][2] = acc[nd][3] = 0.0f;
+
+    for (int it = 0; it < ntiles; it++) {
+        int t0 = it * AM_KT, buf = A2_NBUF == 2 ? (it & 1) : 0;
+        if (A2_NBUF == 2) {
+            if (it + 1 < ntiles) {
+                a2_stage(ks[buf ^ 1], k, ld, b, h, t0 + AM_KT, AM_KT, L);
+                a2_stage(vs[buf ^ 1], v, ld, b, h, t0 + AM_KT, AM_KT, L);
+                a2_stage_mask(vis[buf ^ 1], mask, b, t0 + AM_KT, L);
+            }
+            a2_commit();
+            a2_wait1();
+        } else {
+            a2_stage(ks[0], k, ld, b, h, t0, AM_KT, L);
+            a2_stage(vs[0], v, ld, b, h, t0, AM_KT, L);
+            a2_stage_mask(vis[0], mask, b, t0, L);
+            a2_commit();
+            a2_wait0();
+        }
+        __syncthreads();
+        const unsigned short *kb = ks[buf], *vb = vs[buf];
+        const int *vb_vis = vis[buf];
+
+        float sc[AM_KT / 8][4], dp[AM_KT / 8][4];
+#pragma unroll
+        for (int nt = 0; nt < AM_KT / 8; nt++)
+#pragma unroll
+            for (int c = 0; c < 4; c++) sc[nt][c] = dp[nt][c] = 0.0f;
+#pragma unroll
+        for (int kk = 0; kk < AT_D / 16; kk++)
+#pragma unroll
+            for (int np = 0; np < AM_KT / 16; np++) {
+                u32 f[4], e[4];
+                a2_ldm4(f, a2_nk(kb, 16 * np, 16 * kk, lane));
+                a2_ldm4(e, a2_nk(vb, 16 * np, 16 * kk, lane));
+                am_mma(sc[2 * np], qa[kk], f[0], f[1]);
+                am_mma(sc[2 * np + 1], qa[kk], f[2], f[3]);
+                am_mma(dp[2 * np], ga[kk], e[0], e[1]);
+                am_mma(dp[2 * np + 1], ga[kk], e[2], e[3]);
+            }
+        u32 kbits[2][AM_KT / 8];
+        if (p != 0.0f) {
+            u32 mine[2][2];
+#pragma unroll
+            for (int rr = 0; rr < 2; rr++)
+#pragma unroll
+                for (int j = 0; j < 2; j++)
+                    mine[rr][j] = am_bits8(flat[rr] + t0 + (t + 4 * j) * 8, p, seed, step, salt);
+#pragma unroll
+            for (int rr = 0; rr < 2; rr++)
+#pragma unroll
+                for (int nt = 0; nt < AM_KT / 8; nt++) {
+                    u32 w = __shfl_sync(0xffffffffu, mine[rr][nt >> 2], (lane & ~3) | (nt & 3));
+                    kbits[rr][nt] = (w >> (2 * t)) & 3u;
+                }
+        } else {
+#pragma unroll
+            for (int nt = 0; nt < AM_KT / 8; nt++) kbits[0][nt] = kbits[1][nt] = 3u;
+        }
+#pragma unroll
+        for (int nt = 0; nt < AM_KT / 8; nt++)
+#pragma unroll
+            for (int c = 0; c < 4; c++) {
+                int rr = c >> 1, j = nt * 8 + 2 * t + (c & 1);
+                float ds = 0.0f;
+                if (vb_vis[j] != 0 && !(HPC_CAUSAL && t0 + j > rows[rr])) {
+                    float pe = a2_exp2(sc[nt][c] * scale2 - rl[rr]);
+                    float kf = (kbits[rr][nt] >> (c & 1)) & 1u ? dscale : 0.0f;
+                    ds = pe * (dp[nt][c] * kf - rd[rr]);
+                }
+                sc[nt][c] = ds;
+            }
+#pragma unroll
+        for (int kc = 0; kc < AM_KT / 16; kc++) {
+            u32 pa[4] = {am_pack(sc[2 * kc][0], sc[2 * kc][1]), am_pack(sc[2 * kc][2], sc[2 * kc][3]),
+                         am_pack(sc[2 * kc + 1][0], sc[2 * kc + 1][1]), am_pack(sc[2 * kc + 1][2], sc[2 * kc + 1][3])};
+#pragma unroll
+            for (int np = 0; np < AT_D / 16; np++) {
+                u32 f[4];
+                a2_ldm4t(f, a2_kn(kb, 16 * kc, 16 * np, lane));
+                am_mma(acc[2 * np], pa, f[0], f[1]);
+                am_mma(acc[2 * np + 1], pa, f[2], f[3]);
+            }
+        }
+        __syncthreads();
+    }
+#pragma unroll
+    for (int rr = 0; rr < 2; rr++) {
+        int row = rows[rr];
+        if (row >= L) continue;
+#pragma unroll
+        for (int nd = 0; nd < AT_D / 8; nd++) {
+            u32 w = am_pack(acc[nd][2 * rr] * scale, acc[nd][2 * rr + 1] * scale);
+            *reinterpret_cast<u32 *>(dq + ((i64)b * L + row) * ldg + h * AT_D + nd * 8 + 2 * t) = w;
+        }
+    }
+}
+#ifndef HPC_ATTN_NO_KERNELS
+extern "C" __global__ void __launch_bounds__(128)
+KN(attn_mma2_bwd_dq)(st_t *dq, int ldg, const st_t *dctx, const st_t *q, const st_t *k, const st_t *v, int ld,
+                     const float *lse, const float *delta, const int *mask, int B, int L, float p, u64 seed,
+                     u32 step, u32 salt)
+{
+    attn_mma2_bwd_dq_run(blockIdx.x, blockIdx.y, blockIdx.z, dq, ldg, dctx, q, k, v, ld, lse, delta, mask, B, L, p, seed, step, salt);
+}
+#endif
+
+// attn_mma2_bwd_dkv: attn_mma_bwd_dkv with the staging above.  The query
+// tiles (Q and dO row-major, lse and delta) are double-buffered; S^T = K Q^T
+// and dP^T = V dO^T read Q and dO without .trans, dV += Z^T dO and
+// dK += dS^T Q read them with .trans (the copies qt and gt are gone).  The
+// visibility of the warp's 16 keys is read once; causal blocks start at the
+// first query tile that can see their keys.
+AT_RUN void attn_mma2_bwd_dkv_run(int at_bx, int at_by, int at_bz,
+                                  st_t *dk, st_t *dv, int ldg, const st_t *dctx, const st_t *q, const st_t *k, const st_t *v,
+                                  int ld, const float *lse, const float *delta, const int *mask, int B, int L, float p,
+                                  u64 seed, u32 step, u32 salt)
+{
+    __shared__ __align__(128) unsigned short qs[A2_QBUF][AM_QT * AM_KS];
+    __shared__ __align__(128) unsigned short gs[A2_QBUF][AM_QT * AM_KS];
+    __shared__ float tl[A2_QBUF][AM_QT], td[A2_QBUF][AM_QT];
+    int b = at_bz, h = at_by;
+    int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+    int k0 = at_bx * AM_QB + warp * AM_QW;   // the warp's first key
+    int keys[2] = {k0 + g, k0 + g + 8};
+    float scale = at_scale(), scale2 = scale * A2_LOG2E, dscale = dropout_scale(p);
+    i64 bh = (i64)b * HPC_HEADS + h;
+    int c_first = 0, c_end = L;
+#if HPC_CAUSAL
+    c_first = (at_bx * AM_QB / AM_QT) * AM_QT;   // queries below the block's first key see none of it
+#endif
+    // One query tile (rows c0 ..) into buffer qb: Q, dO, lse, delta.
+#define A2_STAGE_Q(qb, c0)                                                                            \
+    do {                                                                                              \
+        a2_stage(qs[qb], q, ld, b, h, (c0), AM_QT, L);                                                \
+        a2_stage(gs[qb], dctx, HPC_HIDDEN, b, h, (c0), AM_QT, L);                                     \
+        if (threadIdx.x < AM_QT) {                                                                    \
+            int row_ = (c0) + threadIdx.x;                                                            \
+            bool in_ = row_ < L;                                                                      \
+            a2_cp4(&tl[qb][threadIdx.x], lse + bh * L + (in_ ? row_ : 0), in_);                       \
+            a2_cp4(&td[qb][threadIdx.x], delta + bh * L + (in_ ? row_ : 0), in_);                     \
+        }                                                                                             \
+    } while (0)
+    if (c_first < c_end) A2_STAGE_Q(0, c_first);
+    a2_commit();
+
+    bool kvis[2];
+    u32 ka[AT_D / 16][4], va[AT_D / 16][4];
+#pragma unroll
+    for (int half = 0; half < 2; half++)
+        kvis[half] = keys[half] < L && (!mask || mask[(i64)b * L + keys[half]] != 0);
+#pragma unroll
+    for (int kk = 0; kk < AT_D / 16; kk++)
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            int key = keys[i & 1], col = kk * 16 + 2 * t + (i >= 2 ? 8 : 0);
+            bool in = key < L;
+            ka[kk][i] = in ? *reinterpret_cast<const u32 *>(k + ((i64)b * L + key) * ld + h * AT_D + col) : 0u;
+            va[kk][i] = in ? *reinterpret_cast<const u32 *>(v + ((i64)b * L + key) * ld + h * AT_D + col) : 0u;
+        }
+    float gk[AT_D / 8][4], gv[AT_D / 8][4];
+#pragma unroll
+    for (int nd = 0; nd < AT_D / 8; nd++)
+#pragma unroll
+        for (int c = 0; c < 4; c++) gk[nd][c] = gv[nd][c] = 0.0f;
+
+    for (int c0 = c_first, it = 0; c0 < c_end; c0 += AM_QT, it++) {
+        int buf = it & 1;
+        if (c0 + AM_QT < c_end) A2_STAGE_Q(buf ^ 1, c0 + AM_QT);
+        a2_commit();
+        a2_wait1();
+        __syncthreads();
+        const unsigned short *qb = qs[buf], *gb = gs[buf];
+        const float *tlb = tl[buf], *tdb = td[buf];
+
+        // S^T (16 keys x 32 queries) and dP^T = V dO^T.
+        float st[AM_QT / 8][4], dpt[AM_QT / 8][4];
+#pragma unroll
+        for (int nt = 0; nt < AM_QT / 8; nt++)
+#pragma unroll
+            for (int c = 0; c < 4; c++) st[nt][c] = dpt[nt][c] = 0.0f;
+#pragma unroll
+        for (int kk = 0; kk < AT_D / 16; kk++)
+#pragma unroll
+            for (int np = 0; np < AM_QT / 16; np++) {
+                u32 f[4], e[4];
+                a2_ldm4(f, a2_nk(qb, 16 * np, 16 * kk, lane));
+                a2_ldm4(e, a2_nk(gb, 16 * np, 16 * kk, lane));
+                am_mma(st[2 * np], ka[kk], f[0], f[1]);
+                am_mma(st[2 * np + 1], ka[kk], f[2], f[3]);
+                am_mma(dpt[2 * np], va[kk], e[0], e[1]);
+                am_mma(dpt[2 * np + 1], va[kk], e[2], e[3]);
+            }
+        // Keep bits: lane draws the 8 keys k0 + 8 (lane & 1) .. + 7 of query
+        // nt * 8 + ((lane & 15) >> 1), nt = 2 np + (lane >> 4).
+        u32 mine[AM_QT / 16];
+        if (p != 0.0f) {
+#pragma unroll
+            for (int np = 0; np < AM_QT / 16; np++) {
+                int nt = 2 * np + (lane >> 4), row = c0 + nt * 8 + ((lane & 15) >> 1);
+                mine[np] = am_bits8((bh * L + row) * L + k0 + 8 * (lane & 1), p, seed, step, salt);
+            }
+        }
+#pragma unroll
+        for (int nt = 0; nt < AM_QT / 8; nt++)
+#pragma unroll
+            for (int c = 0; c < 4; c++) {
+                int qi = 2 * t + (c & 1), half = c >> 1, row = c0 + nt * 8 + qi;
+                u32 w = 0xFFu;
+                if (p != 0.0f)
+                    w = __shfl_sync(0xffffffffu, mine[nt >> 1], ((nt & 1) << 4) | (qi << 1) | half);
+                float z = 0.0f, ds = 0.0f;
+                if (row < L && kvis[half] && !(HPC_CAUSAL && keys[half] > row)) {
+                    int r = nt * 8 + qi;
+                    float pe = a2_exp2(st[nt][c] * scale2 - tlb[r] * A2_LOG2E);
+                    float kf = (w >> g) & 1u ? dscale : 0.0f;
+                    z = pe * kf;
+                    ds = pe * (dpt[nt][c] * kf - tdb[r]);
+                }
+                st[nt][c] = z;
+                dpt[nt][c] = ds;
+            }
+#pragma unroll
+        for (int kc = 0; kc < AM_QT / 16; kc++) {
+            u32 za[4] = {am_pack(st[2 * kc][0], st[2 * kc][1]), am_pack(st[2 * kc][2], st[2 * kc][3]),
+                         am_pack(st[2 * kc + 1][0], st[2 * kc + 1][1]), am_pack(st[2 * kc + 1][2], st[2 * kc + 1][3])};
+            u32 sa[4] = {am_pack(dpt[2 * kc][0], dpt[2 * kc][1]), am_pack(dpt[2 * kc][2], dpt[2 * kc][3]),
+                         am_pack(dpt[2 * kc + 1][0], dpt[2 * kc + 1][1]),
+                         am_pack(dpt[2 * kc + 1][2], dpt[2 * kc + 1][3])};
+#pragma unroll
+            for (int np = 0; np < AT_D / 16; np++) {
+                u32 f[4], e[4];
+                a2_ldm4t(e, a2_kn(gb, 16 * kc, 16 * np, lane));
+                a2_ldm4t(f, a2_kn(qb, 16 * kc, 16 * np, lane));
+                am_mma(gv[2 * np], za, e[0], e[1]);
+                am_mma(gv[2 * np + 1], za, e[2], e[3]);
+                am_mma(gk[2 * np], sa, f[0], f[1]);
+                am_mma(gk[2 * np + 1], sa, f[2], f[3]);
+            }
+        }
+        __syncthreads();   // buffer buf is refilled by the next iteration's prefetch
+    }
+#undef A2_STAGE_Q
+    a2_wait0();
+#pragma unroll
+    for (int half = 0; half < 2; half++) {
+        int key = keys[half];
+        if (key >= L) continue;
+#pragma unroll
+        for (int nd = 0; nd < AT_D / 8; nd++) {
+            i64 at = ((i64)b * L + key) * ldg + h * AT_D + nd * 8 + 2 * t;
+            *reinterpret_cast<u32 *>(dk + at) = am_pack(gk[nd][2 * half] * scale, gk[nd][2 * half + 1] * scale);
+            *reinterpret_cast<u32 *>(dv + at) = am_pack(gv[nd][2 * half], gv[nd][2 * half + 1]);
+        }
+    }
+}
+#ifndef HPC_ATTN_NO_KERNELS
+extern "C" __global__ void __launch_bounds__(128)
+KN(attn_mma2_bwd_dkv)(st_t *dk, st_t *dv, int ldg, const st_t *dctx, const st_t *q, const st_t *k, const st_t *v,
+                      int ld, const float *lse, const float *delta, const int *mask, int B, int L, float p,
+                      u64 seed, u32 step, u32 salt)
+{
+    attn_mma2_bwd_dkv_run(blockIdx.x, blockIdx.y, blockIdx.z, dk, dv, ldg, dctx, q, k, v, ld, lse, delta, mask, B, L, p, seed, step, salt);
+}
+#endif
+
+#endif // 16-bit storage, D a multiple of 16, D <= 128

@@ -1,0 +1,328 @@
+// compiler/kernels/attention_mma3.cu — the one-pass tensor-core backward
+// (attn_mma3_bwd, the step's default up to L 128 and head size 64) and
+// attn_head_bwd_dot (delta per (b, head) above that); builds on
+// attention.cu, attention_mma.cu and attention_mma2.cu.
+
+#if HPC_HEAD_DIM <= 128 && HPC_DTYPE != 0 && HPC_HEAD_DIM % 16 == 0
+
+// == One-pass tensor-core backward (attn_mma3_bwd, the step's default) ==
+//
+// attn_mma3_bwd: dQ, dK and dV of one (b, head) in ONE pass over S, P and
+// dP (the v2 backward computes them twice, once for dQ and once for dK/dV).
+// Grid (1, NH, B) x 256, for L <= A3_KEYS (128) and D <= 64 (its tiles fill
+// the 48 KiB of static shared memory at D = 64); the step keeps
+// attn_mma2_bwd_dq/dkv for longer rows and larger heads.  Inputs as the
+// other families: lse from the forward, delta = rowsum(dO * O) from
+// attn_simt_bwd_dot.
+//  - Warp w owns keys 16 w .. 16 w + 15 (warps at or past L only help with
+//    dQ): their K and V rows are A fragments in registers and their dK, dV
+//    rows accumulate in registers, as in attn_mma2_bwd_dkv, whose per-tile
+//    work (S^T = K Q^T, dP^T = V dO^T, the same dropout draws, dV += Z^T dO,
+//    dK += dS^T Q) is repeated here unchanged.
+//  - The block walks the query tiles of AM_QT rows (Q, dO, lse, delta by
+//    cp.async, double-buffered).  Each warp also stores its dS^T (16 keys x
+//    AM_QT queries, rounded to the storage dtype as for dK) into the shared
+//    tile dss (keys x queries); after a barrier the 8 warps share the tile's
+//    dQ = dS K (AM_QT x D): warp w takes query rows 16 (w & 1) .. and
+//    columns 16 (w >> 1) .., A = dS from dss by ldmatrix.trans (a2_nk),
+//    B = K from the staged K rows by ldmatrix.trans (a2_kn), summing over
+//    every key, and writes its piece of dQ directly: no atomics, no
+//    workspace.  At D = 32 warps 4..7 have no dQ piece.
+//  - K of all keys is staged once, with the first query tile.
+// Two barriers a tile: after the tile lands (which also orders the last
+// tile's dQ reads of dss before this tile's stores), and after dss is full
+// (which also orders this tile's reads of buffer buf before the next
+// prefetch overwrites it).
+
+#define A3_WARPS 8
+#define A3_KEYS (A3_WARPS * AM_QW)              // keys one block owns: the largest L it takes
+#define A3_DQ_UNITS (2 * (AT_D / 16))          // (16 query x 16 column) pieces of a tile's dQ
+#define A3_DSS AM_QTS                          // shared row stride of dS^T
+
+// delta = rowsum(dO * O), for head h of batch row b, in 16-byte pieces:
+// piece i is elements 8 (i % (AT_D / 8)) .. + 7 of row i / (AT_D / 8), and
+// AT_D / 8 adjacent lanes hold a row.  a3_load_piece loads piece i of dO
+// and O (zeros past L); a3_piece_row_sum multiplies a lane's piece and sums
+// over the row's lanes, returning the row's sum in every one of them.
+// Whole warps only.
+__device__ __forceinline__ void a3_load_piece(uint4 &gw, uint4 &yw, const st_t *dctx, const st_t *ctx, int b, int h,
+                                              int i, int L)
+{
+    int row = i / (AT_D / 8), c8 = (i % (AT_D / 8)) * 8;
+    gw = yw = make_uint4(0u, 0u, 0u, 0u);
+    if (row < L) {
+        i64 at = ((i64)b * L + row) * HPC_HIDDEN + h * AT_D + c8;
+        gw = *reinterpret_cast<const uint4 *>(dctx + at);
+        yw = *reinterpret_cast<const uint4 *>(ctx + at);
+    }
+}
+
+__device__ __forceinline__ float a3_piece_row_sum(uint4 gw, uint4 yw)
+{
+    const st_t *ge = reinterpret_cast<const st_t *>(&gw), *ye = reinterpret_cast<const st_t *>(&yw);
+    float s = 0.0f;
+#pragma unroll
+    for (int e = 0; e < 8; e++) s += ld_f(ge[e]) * ld_f(ye[e]);
+#pragma unroll
+    for (int o = 1; o < AT_D / 8; o <<= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
+    return s;
+}
+
+// delta[row] for rows 0 .. A3_KEYS - 1 (0 past L), by the whole block of
+// 32 x A3_WARPS threads: every thread's pieces are loaded before the first
+// sum, so their latencies overlap instead of adding up.
+__device__ __forceinline__ void a3_delta_rows(float *dl, const st_t *dctx, const st_t *ctx, int b, int h, int L)
+{
+    constexpr int PER = A3_KEYS * (AT_D / 8) / (32 * A3_WARPS);   // pieces a thread
+    uint4 gw[PER], yw[PER];
+#pragma unroll
+    for (int k = 0; k < PER; k++) a3_load_piece(gw[k], yw[k], dctx, ctx, b, h, k * 32 * A3_WARPS + threadIdx.x, L);
+#pragma unroll
+    for (int k = 0; k < PER; k++) {
+        float s = a3_piece_row_sum(gw[k], yw[k]);
+        int i = k * 32 * A3_WARPS + threadIdx.x;
+        if (i % (AT_D / 8) == 0) dl[i / (AT_D / 8)] = s;
+    }
+}
+
+// attn_head_bwd_dot: attn_simt_bwd_dot for the rows of one (b, head), grid
+// (1, NH, B) x nthr: the step's one-pass phase runs it instead of
+// attn_mma3_bwd where L > A3_KEYS, for v2's dQ and dK/dV kernels.
+AT_RUN void attn_head_bwd_dot_run(int at_bx, int at_by, int at_bz, float *delta, const st_t *dctx, const st_t *ctx,
+                                  int B, int L, int nthr)
+{
+    int b = at_bz, h = at_by;
+    i64 bh = (i64)b * HPC_HEADS + h;
+    for (int i0 = 0; i0 < L * (AT_D / 8); i0 += nthr) {   // the same trip count in every thread
+        int i = i0 + threadIdx.x, row = i / (AT_D / 8);
+        uint4 gw, yw;
+        a3_load_piece(gw, yw, dctx, ctx, b, h, i, L);
+        float s = a3_piece_row_sum(gw, yw);
+        if (i % (AT_D / 8) == 0 && row < L) delta[bh * L + row] = s;
+    }
+}
+
+#ifndef HPC_ATTN_NO_KERNELS
+extern "C" __global__ void __launch_bounds__(256)
+KN(attn_head_bwd_dot)(float *delta, const st_t *dctx, const st_t *ctx, int B, int L)
+{
+    attn_head_bwd_dot_run(blockIdx.x, blockIdx.y, blockIdx.z, delta, dctx, ctx, B, L, 256);
+}
+#endif
+
+#if AT_D <= 64
+AT_RUN void attn_mma3_bwd_run(int at_bx, int at_by, int at_bz,
+                              st_t *dq, st_t *dk, st_t *dv, int ldg, const st_t *dctx, const st_t *ctx, const st_t *q,
+                              const st_t *k, const st_t *v, int ld, const float *lse, const int *mask, int B, int L,
+                              float p, u64 seed, u32 step, u32 salt)
+{
+    __shared__ __align__(128) unsigned short ks[A3_KEYS * AM_KS];            // K of every key
+    __shared__ __align__(128) unsigned short qs[A2_QBUF][AM_QT * AM_KS];
+    __shared__ __align__(128) unsigned short gs[A2_QBUF][AM_QT * AM_KS];
+    __shared__ __align__(128) unsigned short dss[A3_KEYS * A3_DSS];          // dS^T of the tile
+    __shared__ float tl[A2_QBUF][AM_QT], dl[A3_KEYS];                        // lse of the tile, delta of every row
+    (void)at_bx;
+    int b = at_bz, h = at_by;
+    int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+    int k0 = warp * AM_QW;   // the warp's first key
+    int keys[2] = {k0 + g, k0 + g + 8};
+    bool owns = k0 < L;      // warp-uniform: the warp has keys below L
+    int nkc = (L + 15) / 16; // 16-key chunks of dQ's sum
+    float scale = at_scale(), scale2 = scale * A2_LOG2E, dscale = dropout_scale(p);
+    i64 bh = (i64)b * HPC_HEADS + h;
+#define A3_STAGE_Q(qb, c0)                                                                            \
+    do {                                                                                              \
+        a2_stage(qs[qb], q, ld, b, h, (c0), AM_QT, L, 32 * A3_WARPS);                                 \
+        a2_stage(gs[qb], dctx, HPC_HIDDEN, b, h, (c0), AM_QT, L, 32 * A3_WARPS);                      \
+        if (threadIdx.x < AM_QT) {                                                                    \
+            int row_ = (c0) + threadIdx.x;                                                            \
+            bool in_ = row_ < L;                                                                      \
+            a2_cp4(&tl[qb][threadIdx.x], lse + bh * L + (in_ ? row_ : 0), in_);                       \
+        }                                                                                             \
+    } while (0)
+    a2_stage(ks, k, ld, b, h, 0, A3_KEYS, L, 32 * A3_WARPS);
+    A3_STAGE_Q(0, 0);
+    a2_commit();
+
+    // V of the warp's keys as A fragments (K's come from ks, by ldmatrix).
+    bool kvis[2];
+    u32 va[AT_D / 16][4];
+#pragma unroll
+    for (int half = 0; half < 2; half++)
+        kvis[half] = keys[half] < L && (!mask || mask[(i64)b * L + keys[half]] != 0);
+#pragma unroll
+    for (int kk = 0; kk < AT_D / 16; kk++)
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            int key = keys[i & 1], col = kk * 16 + 2 * t + (i >= 2 ? 8 : 0);
+            va[kk][i] = key < L ? *reinterpret_cast<const u32 *>(v + ((i64)b * L + key) * ld + h * AT_D + col) : 0u;
+        }
+    // delta = rowsum(dO * O) of every row (attn_simt_bwd_dot's job, folded in).
+    a3_delta_rows(dl, dctx, ctx, b, h, L);
+    float gk[AT_D / 8][4], gv[AT_D / 8][4];
+#pragma unroll
+    for (int nd = 0; nd < AT_D / 8; nd++)
+#pragma unroll
+        for (int c = 0; c < 4; c++) gk[nd][c] = gv[nd][c] = 0.0f;
+
+    for (int c0 = 0, it = 0; c0 < L; c0 += AM_QT, it++) {
+        int buf = it & 1;
+        if (c0 + AM_QT < L) A3_STAGE_Q(buf ^ 1, c0 + AM_QT);
+        a2_commit();
+        a2_wait1();
+        __syncthreads();
+        const unsigned short *qb = qs[buf], *gb = gs[buf];
+        const float *tlb = tl[buf], *tdb = dl + c0;
+
+        if (owns) {
+            // Two halves of 16 queries (hq), so only 16 x 16 of S^T and dP^T
+            // are live at a time: S^T = K Q^T and dP^T = V dO^T for the
+            // half, P, Z and dS, then dV += Z^T dO and dK += dS^T Q over it.
+#pragma unroll
+            for (int hq = 0; hq < AM_QT / 16; hq++) {
+                float st[2][4], dpt[2][4];
+#pragma unroll
+                for (int j = 0; j < 2; j++)
+#pragma unroll
+                    for (int c = 0; c < 4; c++) st[j][c] = dpt[j][c] = 0.0f;
+#pragma unroll
+                for (int kk = 0; kk < AT_D / 16; kk++) {
+                    // A fragment of the warp's K rows (16 x 16 at column 16 kk):
+                    // a2_kn's matrices (rows + 8 (i & 1), columns + 8 (i >> 1))
+                    // without .trans are a0..a3.
+                    u32 ka[4], f[4], e[4];
+                    a2_ldm4(ka, a2_kn(ks, k0, 16 * kk, lane));
+                    a2_ldm4(f, a2_nk(qb, 16 * hq, 16 * kk, lane));
+                    a2_ldm4(e, a2_nk(gb, 16 * hq, 16 * kk, lane));
+                    am_mma(st[0], ka, f[0], f[1]);
+                    am_mma(st[1], ka, f[2], f[3]);
+                    am_mma(dpt[0], va[kk], e[0], e[1]);
+                    am_mma(dpt[1], va[kk], e[2], e[3]);
+                }
+                // Keep bits as attn_mma2_bwd_dkv: lane draws the 8 keys
+                // k0 + 8 (lane & 1) .. + 7 of query nt * 8 + ((lane & 15) >> 1),
+                // nt = 2 hq + (lane >> 4).
+                u32 mine = 0xFFu;
+                if (p != 0.0f) {
+                    int row = c0 + (2 * hq + (lane >> 4)) * 8 + ((lane & 15) >> 1);
+                    mine = am_bits8((bh * L + row) * L + k0 + 8 * (lane & 1), p, seed, step, salt);
+                }
+#pragma unroll
+                for (int j = 0; j < 2; j++)
+#pragma unroll
+                    for (int c = 0; c < 4; c++) {
+                        int nt = 2 * hq + j, qi = 2 * t + (c & 1), half = c >> 1, row = c0 + nt * 8 + qi;
+                        u32 w = 0xFFu;
+                        if (p != 0.0f) w = __shfl_sync(0xffffffffu, mine, (j << 4) | (qi << 1) | half);
+                        // Branch-free: the exponential of a hidden element
+                        // is computed and then replaced by 0 (a select, so
+                        // a NaN there cannot leak).  Rows past L read the
+                        // staged zeros and row 0's lse.
+                        int r = nt * 8 + qi;
+                        bool on = row < L && kvis[half] && !(HPC_CAUSAL && keys[half] > row);
+                        float pe = a2_exp2(st[j][c] * scale2 - tlb[r] * A2_LOG2E);
+                        pe = on ? pe : 0.0f;
+                        float kf = (w >> g) & 1u ? dscale : 0.0f;
+                        st[j][c] = pe * kf;
+                        dpt[j][c] = pe * (dpt[j][c] * kf - tdb[r]);
+                    }
+                u32 za[4] = {am_pack(st[0][0], st[0][1]), am_pack(st[0][2], st[0][3]), am_pack(st[1][0], st[1][1]),
+                             am_pack(st[1][2], st[1][3])};
+                u32 sa[4] = {am_pack(dpt[0][0], dpt[0][1]), am_pack(dpt[0][2], dpt[0][3]),
+                             am_pack(dpt[1][0], dpt[1][1]), am_pack(dpt[1][2], dpt[1][3])};
+                // dS^T for dQ: sa[i] is keys k0 + g (+ 8 for i odd), queries 16 hq + 2t (+ 8 for i >= 2).
+#pragma unroll
+                for (int i = 0; i < 4; i++)
+                    *reinterpret_cast<u32 *>(dss + (k0 + g + 8 * (i & 1)) * A3_DSS + 16 * hq + 8 * (i >> 1) + 2 * t) =
+                        sa[i];
+#pragma unroll
+                for (int np = 0; np < AT_D / 16; np++) {
+                    u32 f[4], e[4];
+                    a2_ldm4t(e, a2_kn(gb, 16 * hq, 16 * np, lane));
+                    a2_ldm4t(f, a2_kn(qb, 16 * hq, 16 * np, lane));
+                    am_mma(gv[2 * np], za, e[0], e[1]);
+                    am_mma(gv[2 * np + 1], za, e[2], e[3]);
+                    am_mma(gk[2 * np], sa, f[0], f[1]);
+                    am_mma(gk[2 * np + 1], sa, f[2], f[3]);
+                }
+            }
+        }
+        __syncthreads();   // dss is full; every read of buffer buf is done
+
+        if (warp < A3_DQ_UNITS) {
+            int mq = 16 * (warp & 1), nc = 16 * (warp >> 1);   // the warp's query rows and columns
+            // Two accumulator sets (even and odd key chunks) halve the
+            // chains of dependent mma.
+            float acc[2][4], acc2[2][4];
+#pragma unroll
+            for (int j = 0; j < 2; j++)
+#pragma unroll
+                for (int c = 0; c < 4; c++) acc[j][c] = acc2[j][c] = 0.0f;
+#pragma unroll
+            for (int kc = 0; kc < A3_KEYS / 16; kc += 2) {
+                if (kc >= nkc) break;
+                u32 a[4], f[4];
+                a2_ldm4t(a, a2_nk(dss, 16 * kc, mq, lane, A3_DSS));
+                a2_ldm4t(f, a2_kn(ks, 16 * kc, nc, lane));
+                am_mma(acc[0], a, f[0], f[1]);
+                am_mma(acc[1], a, f[2], f[3]);
+                if (kc + 1 >= nkc) break;
+                a2_ldm4t(a, a2_nk(dss, 16 * (kc + 1), mq, lane, A3_DSS));
+                a2_ldm4t(f, a2_kn(ks, 16 * (kc + 1), nc, lane));
+                am_mma(acc2[0], a, f[0], f[1]);
+                am_mma(acc2[1], a, f[2], f[3]);
+            }
+#pragma unroll
+            for (int j = 0; j < 2; j++)
+#pragma unroll
+                for (int c = 0; c < 4; c++) acc[j][c] += acc2[j][c];
+#pragma unroll
+            for (int half = 0; half < 2; half++) {
+                int row = c0 + mq + g + 8 * half;
+                if (row >= L) continue;
+#pragma unroll
+                for (int j = 0; j < 2; j++) {
+                    i64 at = ((i64)b * L + row) * ldg + h * AT_D + nc + 8 * j + 2 * t;
+                    *reinterpret_cast<u32 *>(dq + at) = am_pack(acc[j][2 * half] * scale, acc[j][2 * half + 1] * scale);
+                }
+            }
+        }
+    }
+#undef A3_STAGE_Q
+    a2_wait0();
+    if (!owns) return;
+#pragma unroll
+    for (int half = 0; half < 2; half++) {
+        int key = keys[half];
+        if (key >= L) continue;
+#pragma unroll
+        for (int nd = 0; nd < AT_D / 8; nd++) {
+            i64 at = ((i64)b * L + key) * ldg + h * AT_D + nd * 8 + 2 * t;
+            *reinterpret_cast<u32 *>(dk + at) = am_pack(gk[nd][2 * half] * scale, gk[nd][2 * half + 1] * scale);
+            *reinterpret_cast<u32 *>(dv + at) = am_pack(gv[nd][2 * half], gv[nd][2 * half + 1]);
+        }
+    }
+}
+#ifndef HPC_ATTN_NO_KERNELS
+extern "C" __global__ void __launch_bounds__(256)
+KN(attn_mma3_bwd)(st_t *dq, st_t *dk, st_t *dv, int ldg, const st_t *dctx, const st_t *ctx, const st_t *q,
+                  const st_t *k, const st_t *v, int ld, const float *lse, const int *mask, int B, int L, float p,
+                  u64 seed, u32 step, u32 salt)
+{
+    attn_mma3_bwd_run(blockIdx.x, blockIdx.y, blockIdx.z, dq, dk, dv, ldg, dctx, ctx, q, k, v, ld, lse, mask, B, L, p,
+                      seed, step, salt);
+}
+// The same body held to 128 registers (two blocks an SM): timed beside it by
+// tests/gpu/gpu_attention.c to choose the step's launch bounds.
+extern "C" __global__ void __launch_bounds__(256, 2)
+KN(attn_mma3_bwd_r128)(st_t *dq, st_t *dk, st_t *dv, int ldg, const st_t *dctx, const st_t *ctx, const st_t *q,
+                       const st_t *k, const st_t *v, int ld, const float *lse, const int *mask, int B, int L, float p,
+                       u64 seed, u32 step, u32 salt)
+{
+    attn_mma3_bwd_run(blockIdx.x, blockIdx.y, blockIdx.z, dq, dk, dv, ldg, dctx, ctx, q, k, v, ld, lse, mask, B, L, p,
+                      seed, step, salt);
+}
+#endif
+#endif // AT_D <= 64
+
+#endif // 16-bit storage, D a multiple of 16, D <= 128
