@@ -902,7 +902,8 @@ static void gen_layernorm_dgamma(EopGen *gen)
  * The FFN's activation moves B*L*ffn values per pass (BERT-base 256 x 128:
  * 201 MB each way in f16), so these kernels are written for bandwidth:
  * 16-byte loads and stores (8 values), four of them per input in flight
- * per thread before any math, f32 math (the exact erff GELU); the grid
+ * per thread before any math, f32 math (the exact GELU through gelu_cdf of
+ * program/activations.h); the grid
  * strides, so any grid is correct.
  * ACT_BWD_BGRAD adds the bias gradient: each block sums the columns of
  * the stored dx over its rows into f32 partials, and a second kernel adds
@@ -1054,11 +1055,12 @@ static void act_bgrad_vec(EopGen *gen, StrBuf *s, const char *a, int y2)
                   ir_dtype_name(dd), ctype(dd), ir_dtype_name(dx), ctype(dx));
     if (y2 >= 0 && OUTN->attr.act_bgrad.kind == IR_ACT_GELU)
         /* act_gelu and actg_gelu of program/activations.h in their order of
-         * operations, with 1 + erf(x / sqrt 2) computed once for both */
+         * operations, with Phi(x) and phi(x) computed once for both */
         strbuf_add(s, "#pragma unroll\n            for (int j = 0; j < 8; j++) {\n"
-                      "                const float e1 = 1.0f + erff(x[j] * 0.70710678118654752f);\n"
-                      "                o[j] = d[j] * (0.5f * e1 + x[j] * 0.39894228040143268f * expf(-0.5f * x[j] * x[j]));\n"
-                      "                x[j] = 0.5f * x[j] * e1;\n            }\n");
+                      "                float pdf;\n"
+                      "                const float cdf = gelu_cdf(x[j], &pdf);\n"
+                      "                o[j] = d[j] * (cdf + x[j] * pdf);\n"
+                      "                x[j] = x[j] * cdf;\n            }\n");
     else if (y2 >= 0)
         strbuf_printf(s, "#pragma unroll\n            for (int j = 0; j < 8; j++) {\n"
                          "                o[j] = d[j] * actg_%s(x[j]);\n                x[j] = act_%s(x[j]);\n            }\n",

@@ -14,7 +14,7 @@
  *   ACT_BWD_BGRAD  dx = dy * act'(x), rounded to dx's dtype, and
  *                  db = column sums of the device's stored dx (double).
  * Limits (rel L2; NaN positions must match, so an unwritten or a NaN value
- * never passes): y, dx: f32 1e-5, f16 1e-3, bf16 8e-3 (f32 erff/expf vs
+ * never passes): y, dx: f32 1e-5, f16 1e-3, bf16 8e-3 (f32 gelu_cdf/expf vs
  * double, then at most one storage ulp apart); db 1e-5 (f32 partials of
  * max(16, R / 512) rows, summed in double).  The shapes cover the vector path
  * (FFN % 8 == 0) and the scalar one (FFN 333), few rows (a partial row
