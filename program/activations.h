@@ -90,20 +90,51 @@ static inline double act_grad_ref_silu(double x)
  * 13 instructions for both.  In f32 arithmetic Phi is within 2.5e-7 of the
  * exact value and x Phi(x) within 4e-7 absolute, as the erff form's 4.5e-7
  * (scripts/fit_gelu_cdf.py makes the fit and this f32 check). */
+/* gelu_cdf's constants, written once for the CUDA text and for
+ * act_gelu_cdf_f32, its twin in C (exact division and exp2f where the GPU
+ * has rcp.approx and ex2.approx), which tests/test_cpu_kernels.c holds to
+ * the exact erf so that a wrong digit here fails without a GPU. */
+#define ACT_GELU_CDF_PX 0.2761251926              /* p / sqrt 2, p = 0.3905 */
+#define ACT_GELU_CDF_EXP2 -0.72134752044448170    /* -log2(e) / 2: exp(-x^2 / 2) as 2^(x^2 c) */
+#define ACT_GELU_CDF_PDF 0.39894228040143268      /* 1 / sqrt(2 pi) */
+#define ACT_GELU_CDF_Q0 1.175812036e-01           /* Q(t) = Q0 + Q1 t + ... + Q5 t^5, 1/2 folded in */
+#define ACT_GELU_CDF_Q1 4.742334783e-02
+#define ACT_GELU_CDF_Q2 3.203678131e-01
+#define ACT_GELU_CDF_Q3 -3.113307953e-01
+#define ACT_GELU_CDF_Q4 4.391722083e-01
+#define ACT_GELU_CDF_Q5 -1.132137850e-01
+#define ACT_STR_(x) #x
+#define ACT_F32(x) ACT_STR_(x) "f"   /* a constant above as a CUDA float literal */
+
+static inline float act_gelu_cdf_f32(float x, float *pdf)
+{
+    const float t = 1.0f / fmaf((float)ACT_GELU_CDF_PX, fabsf(x), 1.0f);
+    const float e = exp2f(x * x * (float)ACT_GELU_CDF_EXP2);
+    float q = (float)ACT_GELU_CDF_Q5;
+    q = fmaf(q, t, (float)ACT_GELU_CDF_Q4);
+    q = fmaf(q, t, (float)ACT_GELU_CDF_Q3);
+    q = fmaf(q, t, (float)ACT_GELU_CDF_Q2);
+    q = fmaf(q, t, (float)ACT_GELU_CDF_Q1);
+    q = fmaf(q, t, (float)ACT_GELU_CDF_Q0);
+    const float tail = t * q * e;
+    *pdf = (float)ACT_GELU_CDF_PDF * e;
+    return x >= 0.0f ? 1.0f - tail : tail;
+}
+
 #define ACT_GELU_CUDA                                                                               \
     "__device__ __forceinline__ float gelu_cdf(float x, float *pdf)\n"                              \
     "{\n"                                                                                           \
     "    float t, e;\n"                                                                             \
-    "    asm(\"rcp.approx.ftz.f32 %0, %1;\" : \"=f\"(t) : \"f\"(fmaf(0.2761251926f, fabsf(x), 1.0f)));\n" \
-    "    asm(\"ex2.approx.ftz.f32 %0, %1;\" : \"=f\"(e) : \"f\"(x * x * -0.72134752044448170f));\n" \
-    "    float q = -1.132137850e-01f;\n"                                                            \
-    "    q = fmaf(q, t, 4.391722083e-01f);\n"                                                       \
-    "    q = fmaf(q, t, -3.113307953e-01f);\n"                                                      \
-    "    q = fmaf(q, t, 3.203678131e-01f);\n"                                                       \
-    "    q = fmaf(q, t, 4.742334783e-02f);\n"                                                       \
-    "    q = fmaf(q, t, 1.175812036e-01f);\n"                                                       \
+    "    asm(\"rcp.approx.ftz.f32 %0, %1;\" : \"=f\"(t) : \"f\"(fmaf(" ACT_F32(ACT_GELU_CDF_PX) ", fabsf(x), 1.0f)));\n" \
+    "    asm(\"ex2.approx.ftz.f32 %0, %1;\" : \"=f\"(e) : \"f\"(x * x * " ACT_F32(ACT_GELU_CDF_EXP2) "));\n" \
+    "    float q = " ACT_F32(ACT_GELU_CDF_Q5) ";\n"                                                 \
+    "    q = fmaf(q, t, " ACT_F32(ACT_GELU_CDF_Q4) ");\n"                                           \
+    "    q = fmaf(q, t, " ACT_F32(ACT_GELU_CDF_Q3) ");\n"                                           \
+    "    q = fmaf(q, t, " ACT_F32(ACT_GELU_CDF_Q2) ");\n"                                           \
+    "    q = fmaf(q, t, " ACT_F32(ACT_GELU_CDF_Q1) ");\n"                                           \
+    "    q = fmaf(q, t, " ACT_F32(ACT_GELU_CDF_Q0) ");\n"                                           \
     "    const float tail = t * q * e;   /* Phi(-|x|); NaN for a NaN x */\n"                        \
-    "    *pdf = 0.39894228040143268f * e;\n"                                                        \
+    "    *pdf = " ACT_F32(ACT_GELU_CDF_PDF) " * e;\n"                                               \
     "    return x >= 0.0f ? 1.0f - tail : tail;\n"                                                  \
     "}\n"                                                                                           \
     "__device__ __forceinline__ float act_gelu(float x) { float pdf; return x * gelu_cdf(x, &pdf); }\n" \

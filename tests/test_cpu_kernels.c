@@ -626,6 +626,51 @@ Test(activations, silu)
     free(xs), free(dy);
 }
 
+/* gelu_cdf, the GPU's exact GELU (program/activations.h), through its C
+ * twin act_gelu_cdf_f32 (the same constants and f32 operations, exact
+ * division and exp2f where the GPU uses .approx): Phi, phi, x Phi(x) and
+ * its derivative against the double reference on a grid over [-12, 12]
+ * and on random inputs, and NaN in, NaN out.  Bounds: the fit's f32 errors
+ * (scripts/fit_gelu_cdf.py: Phi 2.5e-7, x Phi(x) 3.9e-7) with a margin; a
+ * wrong digit in a constant moves them by far more. */
+static void gelu_cdf_errors(double x, double err[4])
+{
+    float pdf;
+    const float xf = (float)x;
+    const double xd = xf;
+    const float cdf = act_gelu_cdf_f32(xf, &pdf);
+    const double exact_cdf = 0.5 * (1.0 + erf(xd * ACT_SQRT1_2));
+    const double exact_pdf = ACT_INV_SQRT_2PI * exp(-0.5 * xd * xd);
+    const double got[4] = {cdf, pdf, (double)(xf * cdf), (double)(cdf + xf * pdf)};
+    const double want[4] = {exact_cdf, exact_pdf, act_ref_gelu(xd), act_grad_ref_gelu(xd)};
+    for (int k = 0; k < 4; k++) {
+        double e = fabs(got[k] - want[k]);
+        err[k] = e == e ? e : INFINITY;   /* a NaN never passes */
+    }
+}
+
+Test(activations, gelu_cdf_twin_matches_erf)
+{
+    static const char *what[4] = {"Phi", "phi", "gelu", "gelu'"};
+    static const double bound[4] = {4e-7, 1e-7, 6e-7, 6e-7};
+    double worst[4] = {0}, at[4] = {0}, err[4];
+    rng_seed(32);
+    for (int i = 0; i <= 240000; i++) {
+        double x = i < 240000 ? -12.0 + i * 1e-4 : 12.0;
+        if (i % 2) x = 3.0 * rng_uniform();   /* every other input random in [-3, 3) */
+        gelu_cdf_errors(x, err);
+        for (int k = 0; k < 4; k++)
+            if (err[k] > worst[k]) worst[k] = err[k], at[k] = x;
+    }
+    for (int k = 0; k < 4; k++)
+        cr_expect(worst[k] <= bound[k], "gelu_cdf %s: |error| %.3g at x = %.9g (bound %.1g)", what[k], worst[k],
+                  at[k], bound[k]);
+    float pdf;
+    cr_expect(isnan(act_gelu_cdf_f32(NAN, &pdf)) && isnan(pdf), "NaN in, NaN out");
+    cr_expect(act_gelu_cdf_f32(INFINITY, &pdf) == 1.0f && pdf == 0.0f, "Phi(+inf) = 1, phi = 0");
+    cr_expect(act_gelu_cdf_f32(-INFINITY, &pdf) == 0.0f && pdf == 0.0f, "Phi(-inf) = 0, phi = 0");
+}
+
 /* ---- dropout ------------------------------------------------------------ */
 
 Test(dropout, rate_scale_and_determinism)
