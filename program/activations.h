@@ -89,8 +89,9 @@ static inline double act_grad_ref_silu(double x)
  * 1e-8 over z >= 0, p = 0.3905), and the exponential is phi's too: about
  * 13 instructions for both.  In f32 arithmetic Phi is within 2.5e-7 of the
  * exact value and x Phi(x) within 4e-7 absolute, as the erff form's 4.5e-7
- * (scripts/fit_gelu_cdf.py makes the fit and this f32 check). */
-/* gelu_cdf's constants, written once for the CUDA text and for
+ * (scripts/fit_gelu_cdf.py makes the fit and this f32 check).
+ *
+ * The constants are written once, below, for the CUDA text and for
  * act_gelu_cdf_f32, its twin in C (exact division and exp2f where the GPU
  * has rcp.approx and ex2.approx), which tests/test_cpu_kernels.c holds to
  * the exact erf so that a wrong digit here fails without a GPU. */
