@@ -5,7 +5,9 @@
  * the attention output, FFN up and down), in each of its three GEMMs
  * (forward with the bias epilogue; dX, f32 and accumulating (beta 1) where
  * the step accumulates, 16-bit elsewhere; dW in f32, and the Q/K/V dW also with the BGRADB epilogue
- * that gives the bias gradient), at T = B x L tokens, it times:
+ * that gives the bias gradient, and plain with 8 more rows of x, "dw+ones": the shape of the
+ * bias gradient taken from a column of ones appended to x (NOTES.md), where C's row `in` is
+ * colsum(dy)), at T = B x L tokens, it times:
  *   h0     the heuristic's first algorithm (cuBLAS's own choice);
  *   h8     the best of the heuristic's first 8 (hpc's choice);
  *   hall   the best of all it returns when asked for 64;
@@ -273,6 +275,12 @@ int main(int argc, char **argv)
                 bgrad.epilogue = CUBLASLT_EPILOGUE_BGRADB;
                 snprintf(bgrad.name, sizeof bgrad.name, "dw+bgrad %d", out);
                 measure(&bgrad, T);
+                /* x as (T, in + 8) with a column of ones (and 7 of zeros):
+                 * the plain GEMM's row `in` of C is the bias gradient */
+                GemmShape ones = dw;
+                ones.m = ones.lda = ones.ldc = in + 8;
+                snprintf(ones.name, sizeof ones.name, "dw+ones %d", out);
+                measure(&ones, T);
             }
         }
     }
