@@ -136,12 +136,12 @@ HpcStatus eopa_module_part(const IrGraph *g, StrBuf *src, HpcError *err)
                             "with HPC_ATTENTION=unfused", first, id);
     }
     if (first < 0) return HPC_OK;
-    const char *common = kernel_source_find("common.cu"), *parts[KEMIT_ATTN_PARTS];
-    for (int i = 0; i < KEMIT_ATTN_PARTS; i++) {
-        parts[i] = kernel_source_find(kemit_attn_parts[i]);
-        if (!common || !parts[i])
-            return hpc_fail(err, HPC_ERR_INTERNAL, "emit_ops: the templates compiler/kernels/common.cu and "
-                            "%s are not in the build; rebuild with `make` from a full checkout", kemit_attn_parts[i]);
+    const char *parts[1 + KEMIT_ATTN_PARTS];   /* common.cu, then the attention parts */
+    for (int i = 0; i <= KEMIT_ATTN_PARTS; i++) {
+        const char *name = i == 0 ? "common.cu" : kemit_attn_parts[i - 1];
+        if (!(parts[i] = kernel_source_find(name)))
+            return hpc_fail(err, HPC_ERR_INTERNAL, "emit_ops: the template compiler/kernels/%s is not in the "
+                            "build; rebuild with `make` from a full checkout", name);
     }
     if (!src) return HPC_OK;
     strbuf_printf(src, "\n// ---- fused attention (%s, hidden %lld, %lld heads of %lld%s): compiler/kernels/"
@@ -156,9 +156,9 @@ HpcStatus eopa_module_part(const IrGraph *g, StrBuf *src, HpcError *err)
     strbuf_add(src, "#define HPC_ROW_VEC 8\n#define HPC_ROW_THREADS 128\n#define HPC_ROW_NPT 1\n"
                     "#define HPC_ROW_RPB 1\n#define HPC_ATTN_NO_KERNELS 1\n"
                     "namespace hpc_attn {\n");
-    strbuf_add(src, common);
+    strbuf_add(src, parts[0]);
     strbuf_add(src, "\n");
-    for (int i = 0; i < KEMIT_ATTN_PARTS; i++) strbuf_add(src, parts[i]);
+    for (int i = 1; i <= KEMIT_ATTN_PARTS; i++) strbuf_add(src, parts[i]);
     strbuf_add(src, "\n} // namespace hpc_attn\n"
                     "#undef HPC_ATTN_NO_KERNELS\n#undef AT_RUN\n#undef ROW_VEC\n#undef ROW_THREADS\n#undef ROW_NPT\n#undef ROW_RPB\n"
                     "#undef ST_VEC\n// ---- end of fused attention ----\n");
