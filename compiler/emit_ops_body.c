@@ -386,6 +386,40 @@ static void gen_ln_dw_fix(EopGen *gen)
                 ldf(INN(3)->dtype), ir_dtype_name(OUTN->dtype));
 }
 
+/* LN_DW_FIX_DB (compiler/fuse_ln_dw.c, HPC_LN_SAVE=xhat_ones): raw is
+ * (out, in + IR_XHAT_ONES_PAD), its column `in` the bias gradient db;
+ * y = raw[:, :in] * gamma[col] + db[row] * beta[col], and db into output 1
+ * (a.yk[0]) by the thread of each row's first columns.  Not in place: raw's
+ * rows are longer than y's.  8 columns a thread as LN_DW_FIX. */
+static void gen_ln_dw_fix_db(EopGen *gen)
+{
+    long long in = (long long)OUTN->dims[1], ldr = (long long)last_dim(INN(0));
+    const char *t = ctype(OUTN->dtype), *st = stf(OUTN->dtype), *lr = ldf(INN(0)->dtype);
+    if (in % 8 != 0) {
+        StrBuf *s = elems_phase(gen, "ln_dw_fix_db", OUTN);
+        strbuf_printf(s, "    %s *o_db = (%s *)a.yk[0];\n"
+                       "    EOP_FOR(i, n) {\n        const i64 o = i / %lldLL, c = i - o * %lldLL;\n"
+                       "        const float db = %s(x0[o * %lldLL + %lldLL]);\n"
+                       "        y[i] = %s(%s(x0[o * %lldLL + c]) * %s(x1[c]) + db * %s(x2[c]));\n"
+                       "        if (c == 0 && o_db) o_db[o] = %s(db);\n    }\n",
+                    t, t, in, in, lr, ldr, in, st, lr, ldr, ldf(INN(1)->dtype), ldf(INN(2)->dtype), st);
+        return;
+    }
+    char tag[64], num[128];
+    shape_tag(OUTN, tag, sizeof tag);
+    numel_expr(OUTN, num, sizeof num);
+    StrBuf *s = phase(gen, "ln_dw_fix_db", tag, EOP_LT_ELEMS, sz_ceil_div(sz_numel(OUTN), 8), 256);
+    strbuf_printf(s, "    const i64 n = %s;\n    %s *o_db = (%s *)a.yk[0];\n"
+                   "    EOP_FOR(iv, n / 8) {\n        const i64 i0 = iv * 8, o = i0 / %lldLL, c = i0 - o * %lldLL;\n"
+                   "        float r[8], gm[8], bt[8];\n"
+                   "        ld8_%s(x0 + o * %lldLL + c, r);\n        ld8_%s(x1 + c, gm);\n        ld8_%s(x2 + c, bt);\n"
+                   "        const float db = %s(x0[o * %lldLL + %lldLL]);\n"
+                   "#pragma unroll\n        for (int j = 0; j < 8; j++) r[j] = r[j] * gm[j] + db * bt[j];\n"
+                   "        st8_%s(y + i0, r);\n        if (c == 0 && o_db) o_db[o] = %s(db);\n    }\n",
+                num, t, t, in, in, ir_dtype_name(INN(0)->dtype), ldr, ir_dtype_name(INN(1)->dtype),
+                ir_dtype_name(INN(2)->dtype), lr, ldr, in, ir_dtype_name(OUTN->dtype), st);
+}
+
 static void gen_slice_first(EopGen *gen)
 {
     long long H = (long long)last_dim(OUTN);
@@ -1460,8 +1494,18 @@ static HpcStatus cuda_ln_residual(EopGen *gen, HpcError *err)
                           "            r[j] = h[j] * g[j] + bt[j];\n        }\n"
                         : "        for (int j = 0; j < 8; j++) r[j] = (xv[u][j] - mean) * rstd * g[j] + bt[j];\n",
                 ir_dtype_name(n->dtype), D, low, D);
-    if (la.xhat) strbuf_printf(s, "        if (o_sum) st8_%s(o_sum + row * %lldLL + cu * 8, h);\n", aux, D);
+    /* xhat's rows are XS apart: D, or D + IR_XHAT_ONES_PAD with its ones column (la.ones) */
+    int xo = la.xhat ? ir_output(gen->g, gen->id, 3) : -1;
+    long long XS = xo >= 0 ? (long long)last_dim(&gen->g->nodes[xo]) : D;
+    if (la.xhat) strbuf_printf(s, "        if (o_sum) st8_%s(o_sum + row * %lldLL + cu * 8, h);\n", aux, XS);
     strbuf_add(s, "    }\n");
+    if (la.xhat && XS > D) {
+        HPC_ASSERT(XS == D + 8);
+        strbuf_printf(s, "    if (o_sum && threadIdx.x == 0) {\n"
+                       "        const float one[8] = {1.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};\n"
+                       "        st8_%s(o_sum + row * %lldLL + %lldLL, one);\n    }\n",
+                    aux, XS, D);
+    }
     return HPC_OK;
 }
 
@@ -1539,8 +1583,11 @@ static void lnb_load_row(StrBuf *s, const EopGen *gen, long long D, const char *
                          const char *sv, const char *dv, const char *mn, const char *rs)
 {
     int nu = ln_nu(D), T = ln_threads(D);
-    /* xhat: x1 is xhat (f16) and x2 rstd; the mean stays 0 (unused) */
+    /* xhat: x1 is xhat (f16) and x2 rstd; the mean stays 0 (unused).  x1's
+     * rows are XS apart: D, or D + IR_XHAT_ONES_PAD where the site saved
+     * xhat with its ones column (compiler/fuse_ln_dw.c) */
     bool xhat = fuse_ln_attr_get(OUTN).xhat;
+    long long XS = (long long)last_dim(INN(1));
     const char *mn_src = xhat ? "0.0f" : "x2[", *mn_end = xhat ? "" : "]", *rs_src = xhat ? "x2[" : "x3[";
     strbuf_printf(s, "%sfloat %s[%d][8], %s[%d][8], %s = 0.0f, %s = 0.0f;\n"
                    "#pragma unroll\n%sfor (int u = 0; u < %d; u++) {\n"
@@ -1550,7 +1597,7 @@ static void lnb_load_row(StrBuf *s, const EopGen *gen, long long D, const char *
                    "%s        ld8_%s(x0 + %s * %lldLL + cu * 8, %s[u]);\n"
                    "%s    } else for (int j = 0; j < 8; j++) %s[u][j] = %s[u][j] = 0.0f;\n%s}\n"
                    "%sif (%s < R) {\n%s    %s = %s%s%s;\n%s    %s = %s%s];\n%s}\n",
-                in, sv, nu, dv, nu, mn, rs, in, nu, in, T, in, row, D / 8, in, ir_dtype_name(INN(1)->dtype), row, D,
+                in, sv, nu, dv, nu, mn, rs, in, nu, in, T, in, row, D / 8, in, ir_dtype_name(INN(1)->dtype), row, XS,
                 sv, in, ir_dtype_name(INN(0)->dtype), row, D, dv, in, sv, dv, in, in, row, in, mn, mn_src,
                 xhat ? "" : row, mn_end, in, rs, rs_src, row, in);
 }
@@ -2020,7 +2067,7 @@ EOP_PLAIN(cross_entropy) EOP_PLAIN(mse) EOP_PLAIN(cast) EOP_PLAIN(embedding_bwd)
 EOP_PLAIN(layernorm_dx) EOP_PLAIN(layernorm_dgamma) EOP_PLAIN(act_bwd) EOP_PLAIN(softmax_bwd)
 EOP_PLAIN(slice_first_bwd) EOP_PLAIN(slice_last_bwd) EOP_PLAIN(cross_entropy_bwd) EOP_PLAIN(mse_bwd)
 EOP_PLAIN(softmax_dropout) EOP_PLAIN(softmax_dropout_bwd) EOP_PLAIN(dropout_add)
-EOP_PLAIN(act_bwd_bgrad) EOP_PLAIN(stack) EOP_PLAIN(unstack) EOP_PLAIN(ln_dw_fix)
+EOP_PLAIN(act_bwd_bgrad) EOP_PLAIN(stack) EOP_PLAIN(unstack) EOP_PLAIN(ln_dw_fix) EOP_PLAIN(ln_dw_fix_db)
 #undef EOP_PLAIN
 static HpcStatus cuda_gemm(EopGen *gen, HpcError *err) { return gen_gemm(gen, err); }
 static HpcStatus cuda_linear_dw_bgrad(EopGen *gen, HpcError *err) { return gen_linear_dw_bgrad(gen, err); }

@@ -286,11 +286,14 @@ HpcStatus fuse_graph(const IrGraph *in, const PrecisionPlan *pin, IrGraph *out, 
                      FuseStats *stats, HpcError *err)
 {
     const char *save = getenv("HPC_LN_SAVE");
-    if (save && *save && strcmp(save, "s") != 0 && strcmp(save, "xhat") != 0 && strcmp(save, "xhat_dw") != 0)
+    if (save && *save && strcmp(save, "s") != 0 && strcmp(save, "xhat") != 0 && strcmp(save, "xhat_dw") != 0 &&
+        strcmp(save, "xhat_ones") != 0)
         return hpc_fail(err, HPC_ERR_INPUT, "fuse_graph: HPC_LN_SAVE=%s is not a choice; set it to s (the "
                         "LayerNorm sites save their f32 input), xhat (they save the normalised "
-                        "input in f16) or xhat_dw (xhat, and the weight gradients of the GEMMs after "
-                        "them read it instead of their 16-bit output: the default), or leave it unset", save);
+                        "input in f16), xhat_dw (xhat, and the weight gradients of the GEMMs after "
+                        "them read it instead of their 16-bit output: the default) or xhat_ones "
+                        "(xhat_dw, and a column of ones on xhat gives those GEMMs' bias gradients), "
+                        "or leave it unset", save);
     FuseOptions o = fuse_defaults();
     return fuse_graph_with(in, pin, out, pout, stats, &o, err);
 }
@@ -300,14 +303,16 @@ FuseOptions fuse_defaults(void)
     const char *ln = getenv("HPC_FUSE_LN");   /* a hook for comparisons, as HPC_KEEP_F32 */
     const char *acc = getenv("HPC_FUSE_ACCUM");
     const char *ab = getenv("HPC_FUSE_ACT_BGRAD");   /* 0: off; nomerge: no recompute output */
-    const char *save = getenv("HPC_LN_SAVE");   /* xhat_dw (default), xhat or s: what the LayerNorm sites keep */
+    const char *save = getenv("HPC_LN_SAVE");   /* xhat_dw (default), xhat_ones, xhat or s: what the LayerNorm sites keep */
     const char *emb = getenv("HPC_FUSE_EMB");
     bool act = !ab || strcmp(ab, "0") != 0;
     return (FuseOptions){.recompute_act = true, .layernorm = !ln || strcmp(ln, "0") != 0,
                          .accumulate = !acc || strcmp(acc, "0") != 0,
                          .act_bgrad = act, .act_merge = act && !(ab && strcmp(ab, "nomerge") == 0),
                          .ln_save_xhat = !(save && strcmp(save, "s") == 0),
-                         .ln_save_xhat_dw = !save || !*save || strcmp(save, "xhat_dw") == 0,
+                         .ln_save_xhat_dw = !save || !*save || strcmp(save, "xhat_dw") == 0 ||
+                                            strcmp(save, "xhat_ones") == 0,
+                         .ln_xhat_ones = save && strcmp(save, "xhat_ones") == 0,
                          .embed_ln = !emb || strcmp(emb, "0") != 0};
 }
 
@@ -347,7 +352,7 @@ HpcStatus fuse_graph_with(const IrGraph *in, const PrecisionPlan *pin, IrGraph *
     HPC_ASSERT((size_t)out->n < n_out);
     if (pout) remap_plan(pin, map, src_of, in, out, pout);
     if (pout) fuse_accum_plan(out, pout);
-    if (opts->ln_save_xhat && opts->ln_save_xhat_dw) fuse_ln_dw(out, pout, stats);
+    if (opts->ln_save_xhat && opts->ln_save_xhat_dw) fuse_ln_dw(out, pout, opts->ln_xhat_ones, stats);
     stats->nodes_before = in->n;
     stats->nodes_after = out->n;
     free(map);

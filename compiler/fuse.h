@@ -94,6 +94,7 @@ typedef struct {
     int ln_residual_bwd;      /* their backward fused */
     int ln_saved_xhat;        /* of those, sites that save xhat, not s (HPC_LN_SAVE=xhat) */
     int ln_dw_from_xhat;      /* dW GEMMs that read xhat, not y16 (HPC_LN_SAVE=xhat_dw) */
+    int ln_db_from_ones;      /* of those, bias gradients from xhat's ones column (HPC_LN_SAVE=xhat_ones) */
     int ln_casts_folded;      /* CASTs of a site's y that became its output 4 */
     int linear_dw_bgrad;      /* LINEAR_DW + BIAS_GRAD pairs of one dy fused */
     int act_recompute;        /* forward ACTs recomputed before their dW GEMMs */
@@ -126,6 +127,10 @@ typedef struct {
                                * xhat in f16 and rstd, not s and mean (fuse_layernorm.c) */
     bool ln_save_xhat_dw;     /* default (HPC_LN_SAVE=xhat or s: off; with ln_save_xhat): the dW GEMMs
                                * reading such a site's 16-bit y read xhat instead (fuse_ln_dw.c) */
+    bool ln_xhat_ones;        /* HPC_LN_SAVE=xhat_ones (off by default; with ln_save_xhat_dw): where such
+                               * a GEMM also makes its bias gradient (LINEAR_DW_BGRAD, the Q/K/V's), the
+                               * site's xhat gets a column of ones and the plain GEMM's raw output holds
+                               * the bias gradient (fuse_ln_dw.c) */
     bool embed_ln;            /* default (HPC_FUSE_EMB=0: off; with ln_save_xhat only, since it saves xhat
                                * too): BERT's embedding layer, lookups + LayerNorm + dropout and its
                                * backward, as EMBED_LN / EMBED_LN_BWD (fuse_embed.c) */

@@ -100,8 +100,10 @@ void fuse_match_accum(Matcher *M);
 /* HPC_LN_SAVE=xhat_dw, after the rebuild (compiler/fuse_ln_dw.c): rewrites
  * g (and plan, when not NULL, node for node) so that each dW GEMM reading
  * the 16-bit y of a site that saves xhat reads xhat, followed by an
- * LN_DW_FIX that makes it dy^T y. */
-void fuse_ln_dw(IrGraph *g, PrecisionPlan *plan, FuseStats *st);
+ * LN_DW_FIX that makes it dy^T y.  With `ones` (HPC_LN_SAVE=xhat_ones) the
+ * GEMMs that make their own bias gradient read [xhat | 1 | 0] instead and
+ * an LN_DW_FIX_DB makes dW and db from their raw output. */
+void fuse_ln_dw(IrGraph *g, PrecisionPlan *plan, bool ones, FuseStats *st);
 void fuse_accum_plan(const IrGraph *out, PrecisionPlan *plan);
 
 #endif

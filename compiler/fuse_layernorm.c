@@ -83,7 +83,7 @@ static void match_site(Matcher *M, int ln)
         DType low = cast_dtype(M, ln);
         if (dn->attr.dropout.salt < 0 || dn->attr.dropout.salt > FUSE_LN_SALT_MAX) return;
         IrLnFusedAttr la = {l->attr.norm.eps, (float)dn->attr.dropout.p, (uint32_t)dn->attr.dropout.salt, 0,
-                            dn->dtype, low == DT_F32 ? DT_F16 : low, sn->dtype};
+                            dn->dtype, low == DT_F32 ? DT_F16 : low, sn->dtype, 0};
         IrNode *rp = &M->repl[ln];
         *rp = *l;
         rp->op = IR_OP_LN_RESIDUAL;
@@ -175,7 +175,7 @@ static void match_site_bwd(Matcher *M, int dxn)
         switch_to_xhat(M, ln, s);
     }
     for (int q = 0; q < IR_MAX_INPUTS; q++) rp->in[q] = q < rp->n_in ? in[q] : -1;
-    IrLnFusedAttr lb = {la.eps, la.p, la.salt, xhat, nd(M, dd)->dtype, 0, aux};
+    IrLnFusedAttr lb = {la.eps, la.p, la.salt, xhat, nd(M, dd)->dtype, 0, aux, 0};
     fuse_ln_attr_set(&rp->attr, lb);
     M->action[dxn] = FUSE_REPLACE;
     fuse_alias(M, dd, dxn, 1);

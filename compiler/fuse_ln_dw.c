@@ -16,6 +16,14 @@
  * where db comes before the GEMM or is its own output, so the fix can follow
  * the GEMM's outputs before anything reads the gradient.
  *
+ * HPC_LN_SAVE=xhat_ones (`ones`): where every such GEMM of a site makes its
+ * own db (LINEAR_DW_BGRAD: cuBLASLt's BGRADB epilogue, which made BERT's
+ * Q/K/V dW GEMM about 95 us a layer slower on the H200 at 32768 rows), the
+ * site saves [xhat | 1 | 0] (IR_XHAT_ONES_PAD more columns) instead, the
+ * GEMM runs plain (LINEAR_DW), its raw output's column `in` is
+ * dy^T 1 = colsum(dy) = db, and an LN_DW_FIX_DB makes dW and db from raw.
+ * Nothing reads dy a second time; the GEMM does 1 % more work.
+ *
  * Runs on the rebuilt graph (after fuse.c's rebuild): a copy node for node
  * with the fix nodes inserted, the precision plan re-indexed alike. */
 #include <stdio.h>
@@ -28,7 +36,9 @@
 
 typedef struct {
     int gemm;   /* the LINEAR_DW / LINEAR_DW_BGRAD (old id) */
+    int ln;     /* the LN_RESIDUAL site whose xhat it reads */
     int xhat, gamma, beta, db;
+    bool ones;  /* db from xhat's ones column: LINEAR_DW + LN_DW_FIX_DB */
 } DwSite;
 
 static const IrNode *nd(const IrGraph *g, int id) { return &g->nodes[id]; }
@@ -71,56 +81,117 @@ static bool match(const IrGraph *g, int i, DwSite *s)
     if (xh < 0 || nd(g, xh)->dtype != DT_F16 || db < 0) return false;
     bool own = nd(g, db)->op == IR_OP_OUTPUT && nd(g, db)->in[0] == i;
     if (!(db < i || own) || nd(g, db)->dims[0] != n->dims[0]) return false;
-    *s = (DwSite){i, xh, nd(g, ln)->in[2], nd(g, ln)->in[3], db};
+    *s = (DwSite){i, ln, xh, nd(g, ln)->in[2], nd(g, ln)->in[3], db, false};
     return true;
 }
 
-/* Appends the fix of site s to out; later readers of the gradient read it. */
-static void append_fix(const IrGraph *g, IrGraph *out, const DwSite *s, int *map, PrecNodeInfo *info)
+/* Whether site s's db can come from a ones column on its xhat: it is the
+ * GEMM's own output, and so for every other GEMM of the same LayerNorm
+ * site (they all read the widened xhat then), and xhat's other readers
+ * are the site's backward, which reads it with its wider rows. */
+static bool ones_ok(const IrGraph *g, const DwSite *sites, int n_sites, const DwSite *s)
+{
+    for (int k = 0; k < n_sites; k++) {
+        const DwSite *o = &sites[k];
+        if (o->ln != s->ln) continue;
+        if (nd(g, o->gemm)->op != IR_OP_LINEAR_DW_BGRAD || nd(g, o->db)->op != IR_OP_OUTPUT ||
+            nd(g, o->db)->in[0] != o->gemm)
+            return false;
+    }
+    for (int j = s->xhat + 1; j < g->n; j++) {
+        const IrNode *u = nd(g, j);
+        for (int k = 0; k < u->n_in; k++)
+            if (u->in[k] == s->xhat && u->op != IR_OP_LN_RESIDUAL_BWD) return false;
+    }
+    return true;
+}
+
+static bool site_widened(const DwSite *sites, int n_sites, int ln)
+{
+    for (int k = 0; k < n_sites; k++)
+        if (sites[k].ln == ln && sites[k].ones) return true;
+    return false;
+}
+
+static int add_backward(IrGraph *out, IrOpKind op, const int *in, int n_in, const IrAttr *attr, const IrNode *like)
+{
+    int f = ir_add(out, op, in, n_in, attr, like->name);
+    out->nodes[f].backward = true;
+    out->nodes[f].region = like->region;
+    return f;
+}
+
+/* Appends the fix of site s to out; later readers of the gradient (and,
+ * with s->ones, of the GEMM's old db output) read it. */
+static void append_fix(const IrGraph *g, IrGraph *out, const DwSite *s, int *map, PrecNodeInfo *info,
+                       const PrecisionPlan *plan)
 {
     int raw = map[s->gemm];
-    int in[4] = {raw, map[s->gamma], map[s->beta], map[s->db]};
-    int f = ir_add(out, IR_OP_LN_DW_FIX, in, 4, NULL, nd(g, s->gemm)->name);
-    IrNode *o = &out->nodes[f];
-    o->backward = true;
-    o->region = nd(g, s->gemm)->region;
+    int f;
+    if (s->ones) {
+        int in[3] = {raw, map[s->gamma], map[s->beta]};
+        f = add_backward(out, IR_OP_LN_DW_FIX_DB, in, 3, NULL, nd(g, s->gemm));
+        IrAttr a = {.output = {1}};
+        int db = add_backward(out, IR_OP_OUTPUT, &f, 1, &a, nd(g, s->db));
+        out->nodes[db].dtype = nd(g, s->db)->dtype;
+        if (info) info[db] = plan->info[s->db];
+        map[s->db] = db;
+    } else {
+        int in[4] = {raw, map[s->gamma], map[s->beta], map[s->db]};
+        f = add_backward(out, IR_OP_LN_DW_FIX, in, 4, NULL, nd(g, s->gemm));
+    }
     snprintf(out->nodes[raw].name, sizeof out->nodes[raw].name, "%.*s.raw", IR_NAME_MAX - 5, nd(g, s->gemm)->name);
     if (info) info[f] = (PrecNodeInfo){PREC_CLASS_F32_COMPUTE, info[raw].region, DT_F32, -1};
     map[s->gemm] = f;
 }
 
-void fuse_ln_dw(IrGraph *g, PrecisionPlan *plan, FuseStats *st)
+void fuse_ln_dw(IrGraph *g, PrecisionPlan *plan, bool ones, FuseStats *st)
 {
     DwSite *sites = xcalloc((size_t)(g->n > 0 ? g->n : 1), sizeof *sites);
-    int n_sites = 0;
+    int n_sites = 0, n_ones = 0;
     for (int i = 0; i < g->n; i++)
         if (match(g, i, &sites[n_sites])) n_sites++;
     if (n_sites == 0) {
         free(sites);
         return;
     }
+    for (int k = 0; ones && k < n_sites; k++) {
+        sites[k].ones = ones_ok(g, sites, n_sites, &sites[k]);
+        n_ones += sites[k].ones;
+    }
     IrGraph out;
     ir_init(&out);
     out.region = g->region;
     int *map = xmalloc((size_t)g->n * sizeof *map);
-    PrecNodeInfo *info = plan ? xcalloc((size_t)(g->n + n_sites), sizeof *info) : NULL;
+    PrecNodeInfo *info = plan ? xcalloc((size_t)(g->n + 2 * n_sites), sizeof *info) : NULL;
     int next = 0, pending = -1;
     for (int j = 0; j < g->n; j++) {
+        const IrNode *n = nd(g, j);
         /* a site's fix goes after the GEMM's outputs, before any other node */
-        if (pending >= 0 && nd(g, j)->op != IR_OP_OUTPUT) {
-            append_fix(g, &out, &sites[pending], map, info);
+        if (pending >= 0 && n->op != IR_OP_OUTPUT) {
+            append_fix(g, &out, &sites[pending], map, info, plan);
             pending = -1;
         }
-        IrNode c = *nd(g, j);
+        /* a widened site's GEMM has no db output: its fix makes db */
+        if (pending >= 0 && sites[pending].ones && j == sites[pending].db) continue;
+        IrNode c = *n;
         bool site = next < n_sites && sites[next].gemm == j;
-        if (site) c.in[1] = sites[next].xhat;
+        if (site) {
+            c.in[1] = sites[next].xhat;
+            if (sites[next].ones) c.op = IR_OP_LINEAR_DW;
+        }
+        if (n->op == IR_OP_LN_RESIDUAL && site_widened(sites, n_sites, j)) {
+            IrLnFusedAttr la = fuse_ln_attr_get(n);
+            la.ones = 1;   /* its output 3 (copied next) gets the wider shape */
+            fuse_ln_attr_set(&c.attr, la);
+        }
         int id = ir_copy_node(&out, &c, map);
-        out.nodes[id].dtype = nd(g, j)->dtype;
+        out.nodes[id].dtype = n->dtype;
         map[j] = id;
         if (info) info[id] = plan->info[j];
         if (site) pending = next++;
     }
-    if (pending >= 0) append_fix(g, &out, &sites[pending], map, info);
+    if (pending >= 0) append_fix(g, &out, &sites[pending], map, info, plan);
     ir_copy_roles(&out, g, map);
     if (plan) {
         free(plan->info);
@@ -129,6 +200,7 @@ void fuse_ln_dw(IrGraph *g, PrecisionPlan *plan, FuseStats *st)
         for (int u = 0; u < plan->n_in; u++) plan->map[u] = plan->map[u] >= 0 ? map[plan->map[u]] : -1;
     }
     st->ln_dw_from_xhat = n_sites;
+    st->ln_db_from_ones = n_ones;
     ir_free(g);
     *g = out;
     free(map);

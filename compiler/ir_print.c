@@ -47,7 +47,7 @@ void ir_attr_str(const IrNode *n, char *buf, size_t size)
     case IR_OP_LN_RESIDUAL:
     case IR_OP_LN_RESIDUAL_BWD: {
         IrLnFusedAttr la = fuse_ln_attr_get(n);
-        snprintf(buf, size, "eps=%g p=%g salt=%d%s", la.eps, (double)la.p, (int)la.salt, la.xhat ? " save=xhat" : "");
+        snprintf(buf, size, "eps=%g p=%g salt=%d%s", la.eps, (double)la.p, (int)la.salt, la.xhat ? (la.ones ? " save=xhat+ones" : " save=xhat") : "");
         break;
     }
     case IR_OP_EMBED_LN:

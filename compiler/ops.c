@@ -399,6 +399,7 @@ static void ir_shape_output(const IrGraph *g, IrNode *n)
         IrLnFusedAttr la = fuse_ln_attr_get(p);
         if (k <= 2) set_shape(n, DT_F32, p->rank - 1, p->dims);
         else set_shape(n, (DType)(k == 3 ? (la.xhat ? DT_F16 : la.aux) : la.low), p->rank, p->dims);
+        if (k == 3 && la.xhat && la.ones) n->dims[n->rank - 1] += IR_XHAT_ONES_PAD;   /* [xhat | 1 | 0] */
         break;
     }
     case IR_OP_LN_RESIDUAL_BWD: { /* dx like ds; dgamma, dbeta, dbias (H) */
@@ -408,6 +409,7 @@ static void ir_shape_output(const IrGraph *g, IrNode *n)
         break;
     }
     case IR_OP_LINEAR_DW_BGRAD: /* db (out): the column sums of dy, stored as dW */
+    case IR_OP_LN_DW_FIX_DB:    /* db (out): raw's column in, stored as dW */
         set_shape(n, p->dtype, 1, p->dims);
         break;
     case IR_OP_ACT_BWD_BGRAD: /* db (n) the column sums of dx; y = act(x) like x */
@@ -493,7 +495,12 @@ static void ir_shape_ln_residual_bwd(const IrGraph *g, IrNode *n)
     bool xhat = fuse_ln_attr_get(n).xhat;
     int stats = xhat ? 1 : 2;
     require(n->n_in == 3 + stats, n, xhat ? "inputs (dy, xhat, rstd, gamma)" : "inputs (dy, s, mean, rstd, gamma)");
-    require_same(n, IN(0), IN(1));
+    if (xhat && last(IN(1)) == last(IN(0)) + IR_XHAT_ONES_PAD) {   /* xhat saved with its ones column */
+        require(IN(1)->rank == IN(0)->rank, n, "xhat (.., H + 8)");
+        for (int i = 0; i + 1 < IN(0)->rank; i++) require(IN(1)->dims[i] == IN(0)->dims[i], n, "xhat's rows as dy's");
+    } else {
+        require_same(n, IN(0), IN(1));
+    }
     require(!xhat || IN(1)->dtype == DT_F16, n, "xhat f16");
     for (int k = 2; k < 2 + stats; k++) require(IN(k)->rank == IN(0)->rank - 1, n, "mean/rstd (rows)");
     require(IN(2 + stats)->rank == 1 && IN(2 + stats)->dims[0] == last(IN(0)), n, "gamma (H)");
@@ -537,6 +544,18 @@ static void ir_shape_ln_dw_fix(const IrGraph *g, IrNode *n)
     require(IN(2)->rank == 1 && IN(2)->dims[0] == raw->dims[1], n, "beta (in)");
     require(IN(3)->rank == 1 && IN(3)->dims[0] == raw->dims[0], n, "db (out)");
     copy_shape(n, raw);
+}
+
+/* LN_DW_FIX_DB: raw (out, in + IR_XHAT_ONES_PAD) f32, gamma and beta (in);
+ * dW (out, in) in raw's dtype, db its OUTPUT 1 (ir_shape_output). */
+static void ir_shape_ln_dw_fix_db(const IrGraph *g, IrNode *n)
+{
+    const IrNode *raw = IN(0);
+    require(raw->rank == 2 && raw->dims[1] > IR_XHAT_ONES_PAD, n, "raw dW (out, in + 8)");
+    int64_t in = raw->dims[1] - IR_XHAT_ONES_PAD;
+    require(IN(1)->rank == 1 && IN(1)->dims[0] == in, n, "gamma (in)");
+    require(IN(2)->rank == 1 && IN(2)->dims[0] == in, n, "beta (in)");
+    set_shape(n, raw->dtype, 2, (int64_t[]){raw->dims[0], in});
 }
 
 /* ---- backward rules --------------------------------------------------- */

@@ -148,9 +148,20 @@ typedef struct {
     uint32_t mid : 4;     /* DType of dropout(x) in the unfused chain;
                            * LN_RESIDUAL_BWD: of the gradient into x (output 1) */
     uint32_t low : 4;     /* LN_RESIDUAL: DType of output 4, y in 16 bits */
-    uint32_t aux : 4;     /* LN_RESIDUAL: DType of output 3, s; LN_RESIDUAL_BWD:
+    uint32_t aux : 3;     /* LN_RESIDUAL: DType of output 3, s; LN_RESIDUAL_BWD:
                            * of dgamma, dbeta and the bias gradient (outputs 2-4) */
+    uint32_t ones : 1;    /* LN_RESIDUAL with xhat (HPC_LN_SAVE=xhat_ones): the
+                           * saved xhat has IR_XHAT_ONES_PAD more columns, the
+                           * first of them 1 and the rest 0, so a dW GEMM that
+                           * reads it also sums its dy's columns (fuse_ln_dw.c).
+                           * The last bit, so that a program written before it
+                           * (aux < 8) reads as 0. */
 } IrLnFusedAttr;
+_Static_assert(DT_I32 < 8, "IrLnFusedAttr.aux holds a DType in 3 bits");
+
+/* The columns a saved xhat with IrLnFusedAttr.ones has past H: a 1, then
+ * zeros, so its rows stay 16-byte aligned in f16. */
+#define IR_XHAT_ONES_PAD 8
 
 /* EMBED_LN and EMBED_LN_BWD (compiler/fuse_embed.c; 16 bytes each).  The
  * dropout after the LayerNorm is p and salt (p = 0: none).  eps stays a

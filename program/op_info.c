@@ -11,7 +11,7 @@ static const IrOpInfo op_table[] = {
 #undef IR_OP
 };
 _Static_assert(sizeof op_table / sizeof op_table[0] == IR_OP_COUNT, "ops.def and the op table disagree");
-_Static_assert(IR_OP_COUNT == 51, "an op was added or removed: update docs/ir.md (the row names its functions)");
+_Static_assert(IR_OP_COUNT == 52, "an op was added or removed: update docs/ir.md (the row names its functions)");
 
 const IrOpInfo *ir_op_info(IrOpKind op)
 {
@@ -33,7 +33,7 @@ const char *ir_output_name(IrOpKind op, int k)
         static const char *const nm[] = {"out", "dx", "dgamma", "dbeta", "dbias"};
         return k < 5 ? nm[k] : "?";
     }
-    if (op == IR_OP_LINEAR_DW_BGRAD) return k == 1 ? "db" : "?";
+    if (op == IR_OP_LINEAR_DW_BGRAD || op == IR_OP_LN_DW_FIX_DB) return k == 1 ? "db" : "?";
     if (op == IR_OP_ACT_BWD_BGRAD) return k == 1 ? "db" : k == 2 ? "act" : "?";
     if (op == IR_OP_ATTENTION) return k == 1 ? "lse" : "?";
     if (op == IR_OP_ATTENTION_BWD) return k == 1 ? "dk" : k == 2 ? "dv" : "?";

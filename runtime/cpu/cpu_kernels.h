@@ -86,10 +86,12 @@ void ck_layernorm_fwd_f32(float *y, float *mean, float *rstd, const float *x,
 void ck_layernorm_bwd_f32(float *dx, float *dgamma, float *dbeta,
                           const float *dy, const float *x, const float *mean,
                           const float *rstd, const float *gamma, int64_t N, int64_t D);
-/* ck_layernorm_bwd_f32 from the forward's xhat = (x - mean) * rstd (N, D)
- * and rstd (HPC_LN_SAVE=xhat: the sites that save xhat, not x). */
+/* ck_layernorm_bwd_f32 from the forward's xhat = (x - mean) * rstd (N, D),
+ * its rows ldx >= D elements apart (D + IR_XHAT_ONES_PAD when the site
+ * saved its ones column), and rstd (HPC_LN_SAVE=xhat: the sites that save
+ * xhat, not x). */
 void ck_layernorm_bwd_xhat_f32(float *dx, float *dgamma, float *dbeta, const float *dy, const float *xhat,
-                               const float *rstd, const float *gamma, int64_t N, int64_t D);
+                               int64_t ldx, const float *rstd, const float *gamma, int64_t N, int64_t D);
 
 /* ---- elementwise activations (n elements; y may alias x) -------------- */
 
@@ -234,7 +236,7 @@ void ck_layernorm_bwd_f64(double *dx, double *dgamma, double *dbeta,
                           const double *dy, const double *x, const double *mean,
                           const double *rstd, const double *gamma, int64_t N, int64_t D);
 void ck_layernorm_bwd_xhat_f64(double *dx, double *dgamma, double *dbeta, const double *dy, const double *xhat,
-                               const double *rstd, const double *gamma, int64_t N, int64_t D);
+                               int64_t ldx, const double *rstd, const double *gamma, int64_t N, int64_t D);
 
 void ck_gelu_fwd_f64(double *y, const double *x, int64_t n);
 void ck_gelu_bwd_f64(double *dx, const double *dy, const double *x, int64_t n);

@@ -27,8 +27,12 @@
  *
  * Then the f16 and bf16 cases again under HPC_LN_SAVE=xhat: the site saves
  * xhat = (s - mean) rstd in f16 (compared as "s", f16 tolerance) and rstd,
- * no mean, and the backward reads them.  And LN_DW_FIX (HPC_LN_SAVE=xhat_dw)
- * alone at (768, 768), (3072, 768) and (5, 24), f32 tolerance.
+ * no mean, and the backward reads them.  The f16 cases once more with
+ * xhat saved with its ones column (IrLnFusedAttr.ones, HPC_LN_SAVE=
+ * xhat_ones: rows of D + 8, column D = 1, the rest 0; the backward reads
+ * the wider rows).  And LN_DW_FIX (HPC_LN_SAVE=xhat_dw) alone at (768,
+ * 768), (3072, 768) and (5, 24), and LN_DW_FIX_DB (xhat_ones) at (2304,
+ * 768), (768, 768) and (5, 24), f32 tolerance.
  *
  * Exit 0 when every check passes, 1 on a failed check, 4 without a GPU. */
 #include <math.h>
@@ -181,12 +185,39 @@ static void both_close(Both *b)
 }
 
 static bool g_xhat;   /* the cases under HPC_LN_SAVE=xhat */
+static bool g_ones;   /* and with xhat's ones column */
+
+/* f's graph again with its LN_RESIDUAL saving [xhat | 1 | 0], node for
+ * node (the ids in f.v stay), as compiler/fuse_ln_dw.c widens a site. */
+static void widen_xhat(LnSite *f)
+{
+    IrGraph w;
+    ir_init(&w);
+    w.region = f->g.region;
+    int *map = malloc((size_t)f->g.n * sizeof *map);
+    for (int j = 0; j < f->g.n; j++) {
+        IrNode c = f->g.nodes[j];
+        if (c.op == IR_OP_LN_RESIDUAL) {
+            IrLnFusedAttr la = fuse_ln_attr_get(&c);
+            la.ones = 1;
+            fuse_ln_attr_set(&c.attr, la);
+        }
+        map[j] = ir_copy_node(&w, &c, map);
+        w.nodes[map[j]].dtype = f->g.nodes[j].dtype;
+    }
+    ir_copy_roles(&w, &f->g, map);
+    w.n_forward = f->g.n_forward;
+    w.n_params = f->g.n_params;
+    free(map);
+    ir_free(&f->g);
+    f->g = w;
+}
 
 static void site_case(int64_t R, int64_t D, DType low)
 {
     char tag[96];
-    snprintf(tag, sizeof tag, "ln_residual%s R=%lld D=%lld %s", g_xhat ? " xhat" : "", (long long)R, (long long)D,
-             ir_dtype_name(low));
+    snprintf(tag, sizeof tag, "ln_residual%s R=%lld D=%lld %s", g_ones ? " xhat+ones" : g_xhat ? " xhat" : "",
+             (long long)R, (long long)D, ir_dtype_name(low));
     LnSite u, f;
     ln_site_build(&u, R, D, low, 1e-12, 0.1f);
     HpcError err = {0};
@@ -199,6 +230,11 @@ static void site_case(int64_t R, int64_t D, DType low)
     if (g_xhat)   /* saved: xhat (f16, output 3) and rstd, no mean */
         result(st.ln_saved_xhat == 1 && f.v[LNV_MEAN] < 0 && f.g.nodes[f.v[LNV_SUM]].dtype == DT_F16,
                "%s: the site saves xhat (f16) and no mean", tag);
+    if (g_ones) {   /* compared whole: the ones column too */
+        widen_xhat(&f);
+        const IrNode *x = &f.g.nodes[f.v[LNV_SUM]];
+        result(x->dims[x->rank - 1] == D + IR_XHAT_ONES_PAD, "%s: xhat rows of D + 8", tag);
+    }
     Both b;
     if (both_open(&b, &f.g, &f.pl, tag)) {
         int ok;
@@ -226,7 +262,7 @@ static void site_case(int64_t R, int64_t D, DType low)
         both_close(&b);
     }
     ln_site_free(&f);
-    if (low == DT_F16 && ln_site_fuse(&u, &f, NULL, &err) == 2) {
+    if (low == DT_F16 && !g_ones && ln_site_fuse(&u, &f, NULL, &err) == 2) {
         /* the bias form, appended last and run forward: LN_RESIDUAL(x, r, gamma, beta, bias) */
         int64_t bd[2] = {D, 0};
         int pb = params_add(&f.pl, "bias", 1, bd, PARAM_INIT_NORMAL, false, false);
@@ -283,6 +319,40 @@ static void dw_fix_case(int64_t out, int64_t in)
     params_free(&pl);
 }
 
+/* LN_DW_FIX_DB (compiler/fuse_ln_dw.c, HPC_LN_SAVE=xhat_ones) alone: raw
+ * (out, in + 8) f32 whose column `in` is db; dW = raw[:, :in] * gamma[col]
+ * + db[row] * beta[col] and db (output 1), f32. */
+static void dw_fix_db_case(int64_t out, int64_t in)
+{
+    char tag[64];
+    snprintf(tag, sizeof tag, "ln_dw_fix_db %lldx%lld", (long long)out, (long long)in);
+    IrGraph g;
+    ParamList pl;
+    ir_init(&g);
+    params_init(&pl);
+    int64_t d[3][2] = {{out, in + IR_XHAT_ONES_PAD}, {in, 0}, {in, 0}};
+    static const char *const nm[3] = {"raw", "gamma", "beta"};
+    int v[3], outs[2];
+    for (int k = 0; k < 3; k++) {
+        int rank = k == 0 ? 2 : 1;
+        int p = params_add(&pl, nm[k], rank, d[k], k == 1 ? PARAM_INIT_ONES : PARAM_INIT_NORMAL, false, false);
+        v[k] = ir_param(&g, p, DT_F32, rank, d[k], nm[k]);
+    }
+    ir_add_outputs(&g, IR_OP_LN_DW_FIX_DB, v, 3, NULL, "dw", outs);
+    g.n_forward = g.n;
+    g.n_params = pl.n;
+    Both b;
+    if (both_open(&b, &g, &pl, tag)) {
+        int ok;
+        run_both(&b.ex, &b.cx, false, tag, &ok);
+        if (ok) compare(&b.ex, &b.cx, &g, outs[0], tag, "dW", NULL, DT_F32);
+        if (ok) compare(&b.ex, &b.cx, &g, outs[1], tag, "db", NULL, DT_F32);
+        both_close(&b);
+    }
+    ir_free(&g);
+    params_free(&pl);
+}
+
 int main(void)
 {
     gpu_check_gap = " ";   /* this program\'s lines always had one space */
@@ -304,10 +374,17 @@ int main(void)
         for (int r = 0; r < 3; r++)
             for (int l = 1; l < 3; l++)
                 if (Rs[r] < 4096 || Ds[d] <= 1024) site_case(Rs[r], Ds[d], lows[l]);
-    g_xhat = false;
+    g_ones = true;   /* the site widened as HPC_LN_SAVE=xhat_ones widens it */
+    for (int d = 0; d < 4; d++)
+        for (int r = 0; r < 3; r++)
+            if (Rs[r] < 4096 || Ds[d] <= 1024) site_case(Rs[r], Ds[d], DT_F16);
+    g_ones = g_xhat = false;
     dw_fix_case(768, 768);
     dw_fix_case(3072, 768);
     dw_fix_case(5, 24);
+    dw_fix_db_case(2304, 768);
+    dw_fix_db_case(768, 768);
+    dw_fix_db_case(5, 24);
     if (saved) setenv("HPC_LN_SAVE", saved, 1);
     else unsetenv("HPC_LN_SAVE");
     free(saved);

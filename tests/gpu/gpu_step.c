@@ -356,8 +356,9 @@ static void check_step(bool tiny, Variant v, SpecPrecision prec, const StepCase 
     Model m;
     HpcError err = {0};
     if (!model_build(&m, tiny, v, prec)) return;
-    snprintf(tag, sizeof tag, "%s %s B=%lld L=%lld", m.spec.name, spec_precision_name(prec),
-             (long long)c->B, (long long)c->L);
+    const char *save = getenv("HPC_LN_SAVE");
+    snprintf(tag, sizeof tag, "%s %s B=%lld L=%lld%s%s", m.spec.name, spec_precision_name(prec),
+             (long long)c->B, (long long)c->L, save ? " HPC_LN_SAVE=" : "", save ? save : "");
     Batch *b = random_batch(&m.spec, v, c->B, c->L);
     CpuExec cx;
     cpu_exec_init(&cx, &m.g, CPU_EXEC_F32);
@@ -516,6 +517,18 @@ int main(int argc, char **argv)
     if (base) {
         check_step(false, V_SEQ_CLS, PREC_FP32, &base32);
         check_step(false, V_SEQ_CLS, PREC_FP16, &base16);
+    }
+    /* HPC_LN_SAVE=xhat_ones (compiler/fuse_ln_dw.c): the Q/K/V bias
+     * gradients from a ones column on the saved xhat, not BGRADB */
+    if (tiny || base) {
+        const char *was = getenv("HPC_LN_SAVE");
+        char *saved = was ? strdup(was) : NULL;
+        setenv("HPC_LN_SAVE", "xhat_ones", 1);
+        if (tiny) check_step(true, V_SEQ_CLS, PREC_FP16, &tiny16);
+        if (base) check_step(false, V_SEQ_CLS, PREC_FP16, &base16);
+        if (saved) setenv("HPC_LN_SAVE", saved, 1);
+        else unsetenv("HPC_LN_SAVE");
+        free(saved);
     }
     if (do_bench) run_bench();
     cuda_device_close(&g_dev);

@@ -1,0 +1,347 @@
+/* tests/test_ln_xhat_ones.c — HPC_LN_SAVE=xhat_ones (compiler/fuse_ln_dw.c):
+ * a LayerNorm site whose dW GEMMs also make their bias gradient saves
+ * [xhat | 1 | 0] (IR_XHAT_ONES_PAD more columns), the GEMM runs plain and an
+ * LN_DW_FIX_DB takes db from its raw output's column `in`; on the cpu
+ * backend.
+ *
+ *  - models/bert_tiny.model under fp16: the pass widens the sites that feed a
+ *    Q/K/V GEMM (every layer but the first, whose Q/K/V reads the embedding
+ *    LayerNorm), their xhat has H + 8 columns, no LINEAR_DW_BGRAD reads an
+ *    xhat, each widened GEMM is followed by an LN_DW_FIX_DB; under bf16
+ *    (dy bf16, xhat f16: the dW GEMMs keep y16) nothing is widened;
+ *  - in f64 (the cpu backend rounds nothing there) every gradient of a step
+ *    is xhat_dw's to 1e-12: the ones column gives colsum(dy) exactly, and
+ *    the LayerNorm backward reads the wider rows;
+ *  - under fp16 in f32 the loss is xhat_dw's bit for bit and every gradient
+ *    within 1e-5 of it (the same values summed in another order), with
+ *    dropout on and off; no NaN;
+ *  - models/bert_base.model at 32 x 128: the widened xhat values hold
+ *    exactly 11 x 4096 x 8 x 2 bytes more than under xhat_dw;
+ *  - the fp16 module compiles with NVRTC (sm_80, sm_90) and has the
+ *    ln_dw_fix_db kernel;
+ *  - HPC_LN_SAVE=bogus is refused and names xhat_ones. */
+#include <criterion/criterion.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "compiler/plan_graph.h"
+#include "compiler/spec_load.h"
+#include "cpu/cpu_exec.h"
+#include "cpu_step.h"
+#include "cpu/half.h"
+#include "cuda/nvrtc_compile.h"
+#include "data/batch.h"
+#include "emit_ops.h"
+#include "fuse.h"
+#include "fuse_qkv.h"
+#include "pipeline.h"
+#include "program/plan.h"
+#include "program/spec.h"
+
+/* Every layer runs every token (the first-token last layer has its own
+ * tests, tests/test_first_token.c). */
+__attribute__((constructor)) static void pin_last_layer_all(void) { setenv("HPC_LAST_LAYER", "all", 1); }
+
+static uint64_t g_rng = 0x2545f4914f6cdd1dull;
+static double uniform(void)
+{
+    g_rng ^= g_rng << 13;
+    g_rng ^= g_rng >> 7;
+    g_rng ^= g_rng << 17;
+    return (double)(g_rng >> 11) / 9007199254740992.0 * 2.0 - 1.0;   /* [-1, 1) */
+}
+
+static void load_model(const char *file, ModelSpec *s)
+{
+    const char *root = getenv("HPC_ROOT");
+    char path[512];
+    snprintf(path, sizeof path, "%s/models/%s", root ? root : ".", file);
+    cr_assert_eq(spec_load(path, s, stderr), 0, "cannot load %s", path);
+}
+
+static void build(const ModelSpec *s, SpecPrecision policy, const char *save, Pipeline *p)
+{
+    PipeOptions o = pipeline_defaults(policy);
+    setenv("HPC_LN_SAVE", save, 1);
+    HpcError err = {0};
+    HpcStatus st = pipeline_build(s, &o, p, &err);
+    unsetenv("HPC_LN_SAVE");
+    cr_assert_eq(st, HPC_OK, "pipeline_build: %s", err.msg);
+}
+
+static int count_op(const IrGraph *g, IrOpKind op)
+{
+    int c = 0;
+    for (int i = 0; i < g->n; i++) c += g->nodes[i].op == op;
+    return c;
+}
+
+/* The LN_RESIDUAL sites with IrLnFusedAttr.ones, checking each one's xhat
+ * (output 3) is (.., H + 8) and read only by dW GEMMs followed by their
+ * LN_DW_FIX_DB and by LN_RESIDUAL_BWD. */
+static int widened_sites(const IrGraph *g)
+{
+    int sites = 0;
+    for (int i = 0; i < g->n; i++) {
+        const IrNode *n = &g->nodes[i];
+        if (n->op != IR_OP_LN_RESIDUAL || !fuse_ln_attr_get(n).ones) continue;
+        sites++;
+        int xh = ir_output(g, i, 3);
+        cr_assert_geq(xh, 0, "%s: no xhat", n->name);
+        cr_expect_eq(g->nodes[xh].dims[g->nodes[xh].rank - 1], n->dims[n->rank - 1] + IR_XHAT_ONES_PAD,
+                     "%s: xhat is not H + 8 wide", n->name);
+        for (int j = xh + 1; j < g->n; j++) {
+            const IrNode *u = &g->nodes[j];
+            for (int k = 0; k < u->n_in; k++) {
+                if (u->in[k] != xh) continue;
+                if (u->op == IR_OP_LINEAR_DW) {
+                    bool fixed = false;   /* the fix comes right after the GEMM */
+                    for (int f = j + 1; f < g->n && f <= j + 2; f++)
+                        fixed |= g->nodes[f].op == IR_OP_LN_DW_FIX_DB && g->nodes[f].in[0] == j;
+                    cr_expect(fixed, "%s: no ln_dw_fix_db after it", u->name);
+                } else {
+                    cr_expect_eq(u->op, IR_OP_LN_RESIDUAL_BWD, "%s reads a widened xhat (%s)", u->name,
+                                 ir_op_name(u->op));
+                }
+            }
+        }
+    }
+    return sites;
+}
+
+Test(ln_xhat_ones, bert_tiny_graph)
+{
+    ModelSpec s;
+    load_model("bert_tiny.model", &s);
+    Pipeline dw, on, bf;
+    build(&s, PREC_FP16, "xhat_dw", &dw);
+    build(&s, PREC_FP16, "xhat_ones", &on);
+    build(&s, PREC_BF16, "xhat_ones", &bf);
+    int qkv = fuse_qkv_requested() ? 1 : 3, layers = (int)s.stack.layers;
+    cr_expect_eq(on.fuse.ln_db_from_ones, qkv * (layers - 1), "%d bias gradients from ones",
+                 on.fuse.ln_db_from_ones);
+    cr_expect_eq(on.fuse.ln_dw_from_xhat, dw.fuse.ln_dw_from_xhat);
+    cr_expect_eq(dw.fuse.ln_db_from_ones, 0);
+    cr_expect_eq(widened_sites(&on.g), layers - 1);
+    cr_expect_eq(widened_sites(&dw.g), 0);
+    cr_expect_eq(count_op(&on.g, IR_OP_LN_DW_FIX_DB), qkv * (layers - 1));
+    cr_expect_eq(count_op(&on.g, IR_OP_LINEAR_DW_BGRAD) + qkv * (layers - 1), count_op(&dw.g, IR_OP_LINEAR_DW_BGRAD));
+    cr_expect_eq(bf.fuse.ln_db_from_ones, 0, "bf16: the dW GEMMs keep y16");
+    cr_expect_eq(widened_sites(&bf.g), 0);
+    pipeline_free(&dw);
+    pipeline_free(&on);
+    pipeline_free(&bf);
+}
+
+static float **random_weights_f32(const ParamList *pl)
+{
+    float **w = calloc((size_t)pl->n, sizeof *w);
+    for (int p = 0; p < pl->n; p++) {
+        if (pl->p[p].tied_to >= 0) continue;
+        int64_t n = params_numel(&pl->p[p]);
+        w[p] = malloc((size_t)n * sizeof **w);
+        for (int64_t i = 0; i < n; i++)
+            w[p][i] = pl->p[p].init == PARAM_INIT_ONES ? (float)(1 + 0.1 * uniform()) : (float)(0.05 * uniform());
+        prec_round_array(PREC_FP16, w[p], n);   /* masters equal to their 16-bit copies */
+    }
+    return w;
+}
+
+static Batch *random_batch(const ModelSpec *s, int64_t B, int64_t L)
+{
+    Batch *b = batch_new(B, L, 0);
+    for (int64_t i = 0; i < B * L; i++) {
+        b->input_ids[i] = (int32_t)(1 + (uint64_t)(uniform() * 1e6 + 1e6) % (uint64_t)(s->stack.vocab_size - 1));
+        b->attention_mask[i] = (i % L) < L - 2 * (i / L);
+        b->token_type_ids[i] = (i % L) >= L / 2;
+    }
+    for (int64_t r = 0; r < B && s->head.num_labels > 0; r++) b->labels[r] = (int32_t)(r % s->head.num_labels);
+    return b;
+}
+
+/* The algebra, exactly: in f64 every gradient is xhat_dw's to 1e-12. */
+Test(ln_xhat_ones, bert_tiny_exact_in_f64, .timeout = 600)
+{
+    ModelSpec s;
+    load_model("bert_tiny.model", &s);
+    Pipeline dw, on;
+    build(&s, PREC_FP16, "xhat_dw", &dw);
+    build(&s, PREC_FP16, "xhat_ones", &on);
+    cr_assert_gt(on.fuse.ln_db_from_ones, 0);
+    double **w = calloc((size_t)dw.pl.n, sizeof *w);
+    for (int p = 0; p < dw.pl.n; p++) {
+        if (dw.pl.p[p].tied_to >= 0) continue;
+        int64_t n = params_numel(&dw.pl.p[p]);
+        w[p] = malloc((size_t)n * sizeof **w);
+        for (int64_t i = 0; i < n; i++)
+            w[p][i] = dw.pl.p[p].init == PARAM_INIT_ONES ? 1 + 0.1 * uniform() : 0.05 * uniform();
+    }
+    Batch *b = random_batch(&s, 2, 12);
+    CpuExec ea, eb;
+    const Pipeline *P[2] = {&dw, &on};
+    CpuExec *E[2] = {&ea, &eb};
+    for (int k = 0; k < 2; k++) {
+        cpu_exec_init(E[k], &P[k]->g, CPU_EXEC_F64);
+        for (int p = 0; p < P[k]->pl.n; p++)
+            if (P[k]->pl.p[p].tied_to < 0) cpu_exec_bind_param(E[k], p, w[p]);
+        CpuRunOptions o = {.training = true, .backward = true, .seed = 3, .step = 1, .loss_scale = 1};
+        HpcError err = {0};
+        cr_assert_eq(cpu_exec_run(E[k], b, &o, &err), HPC_OK, "%s", err.msg);
+    }
+    int compared = 0;
+    for (int p = 0; p < dw.pl.n; p++) {
+        int va = dw.g.param_grad[p], vb = on.g.param_grad[p];
+        if (va < 0) continue;
+        cr_assert_geq(vb, 0);
+        const double *a = cpu_exec_value(&ea, va), *c = cpu_exec_value(&eb, vb);
+        double d = 0, r = 0;
+        for (int64_t i = 0; i < params_numel(&dw.pl.p[p]); i++) {
+            d += (a[i] - c[i]) * (a[i] - c[i]);
+            r += a[i] * a[i];
+        }
+        double e = sqrt(d) / fmax(sqrt(r), 1e-300);
+        cr_expect(e <= 1e-12, "%s: %.3g from xhat_dw's in f64", dw.pl.p[p].name, e);   /* NaN fails */
+        compared++;
+    }
+    cr_expect_gt(compared, 30);
+    cpu_exec_free(&ea);
+    cpu_exec_free(&eb);
+    batch_free(b);
+    for (int p = 0; p < dw.pl.n; p++) free(w[p]);
+    free(w);
+    pipeline_free(&dw);
+    pipeline_free(&on);
+}
+
+/* Under fp16 (f32 arithmetic, 16-bit roundings): the forward is unchanged,
+ * the gradients are xhat_dw's up to summation order. */
+Test(ln_xhat_ones, bert_tiny_fp16_step, .timeout = 600)
+{
+    ModelSpec s;
+    load_model("bert_tiny.model", &s);
+    Pipeline dw, on;
+    build(&s, PREC_FP16, "xhat_dw", &dw);
+    build(&s, PREC_FP16, "xhat_ones", &on);
+    float **w = random_weights_f32(&dw.pl);
+    Batch *b = random_batch(&s, 3, 16);
+    for (int training = 0; training <= 1; training++) {
+        StepOutF32 a = cpu_step_run_f32(&dw.g, &dw.pl, w, b, training), c = cpu_step_run_f32(&on.g, &on.pl, w, b, training);
+        cr_expect(isfinite(c.loss) && c.loss == a.loss, "dropout %d: loss %.9g with ones, %.9g xhat_dw", training,
+                  c.loss, a.loss);
+        int compared = 0;
+        double worst = 0;
+        for (int p = 0; p < a.n; p++) {
+            if (!a.grad[p]) continue;
+            cr_assert(c.grad[p] != NULL, "%s: no gradient with ones", dw.pl.p[p].name);
+            double d = 0, r = 0;
+            bool finite = true;
+            for (int64_t i = 0; i < params_numel(&dw.pl.p[p]); i++) {
+                finite &= isfinite(c.grad[p][i]) && isfinite(a.grad[p][i]);
+                double e = (double)c.grad[p][i] - a.grad[p][i];
+                d += e * e;
+                r += (double)a.grad[p][i] * a.grad[p][i];
+            }
+            double e = sqrt(d) / fmax(sqrt(r), 1e-30);
+            cr_expect(finite, "%s: not finite", dw.pl.p[p].name);
+            cr_expect(e <= 1e-5, "dropout %d, %s: %.3g from xhat_dw's", training, dw.pl.p[p].name, e);
+            worst = fmax(worst, e);
+            compared++;
+        }
+        printf("bert_tiny fp16 xhat_ones, dropout %d: worst gradient %.3g from xhat_dw's over %d tensors\n", training,
+               worst, compared);
+        cr_expect_gt(compared, 30);
+        step_free_f32(&a);
+        step_free_f32(&c);
+    }
+    batch_free(b);
+    for (int p = 0; p < dw.pl.n; p++) free(w[p]);
+    free(w);
+    pipeline_free(&dw);
+    pipeline_free(&on);
+}
+
+/* The bytes of LN_RESIDUAL's output 3 (xhat) over the plan's graph. */
+static int64_t xhat_bytes(const Pipeline *p, int64_t B, int64_t L)
+{
+    int64_t bytes = 0;
+    for (int i = 0; i < p->g.n; i++) {
+        const IrNode *n = &p->g.nodes[i];
+        if (n->op == IR_OP_OUTPUT && n->attr.output.index == 3 && p->g.nodes[n->in[0]].op == IR_OP_LN_RESIDUAL)
+            bytes += ir_numel(n, B, L) * (int64_t)plan_dtype_size(n->dtype);
+    }
+    return bytes;
+}
+
+Test(ln_xhat_ones, bert_base_xhat_bytes)
+{
+    ModelSpec s;
+    load_model("bert_base.model", &s);
+    Pipeline dw, on;
+    build(&s, PREC_FP16, "xhat_dw", &dw);
+    build(&s, PREC_FP16, "xhat_ones", &on);
+    int sites = widened_sites(&on.g);
+    cr_expect_eq(sites, (int)s.stack.layers - 1);
+    int64_t grown = xhat_bytes(&on, 32, 128) - xhat_bytes(&dw, 32, 128);
+    cr_expect_eq(grown, (int64_t)sites * 32 * 128 * IR_XHAT_ONES_PAD * 2, "xhat grew by %lld bytes", (long long)grown);
+    /* the arena: the wider xhat, and the raw (out, in + 8) gradient beside
+     * dW at its fix (LN_DW_FIX writes over its raw, LN_DW_FIX_DB cannot) */
+    int64_t raw = 0;
+    for (int i = 0; i < on.g.n; i++)
+        if (on.g.nodes[i].op == IR_OP_LN_DW_FIX_DB) {
+            const IrNode *r = &on.g.nodes[on.g.nodes[i].in[0]];
+            raw = ir_numel(r, 32, 128) * (int64_t)plan_dtype_size(r->dtype);
+        }
+    StepPlan pd, po;
+    HpcError err = {0};
+    cr_assert_eq(plan_build(&dw.g, 32, 128, &pd, &err), HPC_OK, "%s", err.msg);
+    cr_assert_eq(plan_build(&on.g, 32, 128, &po, &err), HPC_OK, "%s", err.msg);
+    printf("bert_base fp16 32x128: arena %.2f -> %.2f MiB with xhat_ones (xhat +%.2f, raw %.2f MiB)\n",
+           pd.arena_bytes / 1048576.0, po.arena_bytes / 1048576.0, grown / 1048576.0, raw / 1048576.0);
+    cr_expect_gt(raw, 0);
+    cr_expect_leq(po.arena_bytes - pd.arena_bytes, grown + raw + PLAN_ALIGN, "arena %lld -> %lld",
+                  (long long)pd.arena_bytes, (long long)po.arena_bytes);
+    plan_free(&pd);
+    plan_free(&po);
+    pipeline_free(&dw);
+    pipeline_free(&on);
+}
+
+Test(ln_xhat_ones, fp16_module_compiles, .timeout = 300)
+{
+    ModelSpec s;
+    load_model("bert_tiny.model", &s);
+    Pipeline p;
+    build(&s, PREC_FP16, "xhat_ones", &p);
+    cr_assert_gt(p.fuse.ln_db_from_ones, 0);
+    char *src = NULL;
+    HpcError err = {0};
+    cr_assert_eq(eop_module_source(&p.g, &src, &err), HPC_OK, "%s", err.msg);
+    cr_expect(strstr(src, "ln_dw_fix_db") != NULL, "no ln_dw_fix_db kernel in the module");
+    for (int arch = 80; arch <= 90; arch += 10) {
+        void *cubin = NULL;
+        size_t size = 0;
+        char *log = NULL;
+        cr_expect_eq(nvrtc_compile(src, "hpc_ln_xhat_ones", arch, NULL, 0, &cubin, &size, &log, &err), HPC_OK,
+                     "sm_%d: %s\n%s", arch, err.msg, log ? log : "");
+        free(cubin);
+        free(log);
+    }
+    free(src);
+    pipeline_free(&p);
+}
+
+Test(ln_xhat_ones, bogus_value_names_the_choice)
+{
+    ModelSpec s;
+    load_model("bert_tiny.model", &s);
+    PipeOptions o = pipeline_defaults(PREC_FP16);
+    setenv("HPC_LN_SAVE", "ones", 1);
+    Pipeline p;
+    HpcError err = {0};
+    HpcStatus st = pipeline_build(&s, &o, &p, &err);
+    unsetenv("HPC_LN_SAVE");
+    cr_assert_neq(st, HPC_OK, "HPC_LN_SAVE=ones was taken");
+    cr_expect(strstr(err.msg, "xhat_ones") != NULL, "the message does not name xhat_ones: %s", err.msg);
+}
