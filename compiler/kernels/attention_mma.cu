@@ -72,6 +72,116 @@ __device__ __forceinline__ u32 am_bits8(i64 f0, float p, u64 seed, u32 step, u32
     return w & 0xFFu;
 }
 
+// A fragments (16 x 16 chunk kk of D) of the warp's rows rows[0] = r0 + g
+// and rows[1] = r0 + g + 8 of one head of x, zeros past L.
+__device__ __forceinline__ void am_load_a(u32 a[AT_D / 16][4], const st_t *x, int ld, int b, int h, const int rows[2],
+                                          int t, int L)
+{
+#pragma unroll
+    for (int kk = 0; kk < AT_D / 16; kk++)
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            int row = rows[i & 1], col = kk * 16 + 2 * t + (i >= 2 ? 8 : 0);
+            a[kk][i] = row < L ? *reinterpret_cast<const u32 *>(x + ((i64)b * L + row) * ld + h * AT_D + col) : 0u;
+        }
+}
+
+// am_load_a of two heads' rows at once (Q and dO, or K and V), loaded side
+// by side in one loop.
+__device__ __forceinline__ void am_load_a2(u32 a[AT_D / 16][4], const st_t *x, int ldx, u32 a2[AT_D / 16][4],
+                                           const st_t *x2, int ldx2, int b, int h, const int rows[2], int t, int L)
+{
+#pragma unroll
+    for (int kk = 0; kk < AT_D / 16; kk++)
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            int row = rows[i & 1], col = kk * 16 + 2 * t + (i >= 2 ? 8 : 0);
+            bool in = row < L;
+            a[kk][i] = in ? *reinterpret_cast<const u32 *>(x + ((i64)b * L + row) * ldx + h * AT_D + col) : 0u;
+            a2[kk][i] = in ? *reinterpret_cast<const u32 *>(x2 + ((i64)b * L + row) * ldx2 + h * AT_D + col) : 0u;
+        }
+}
+
+// The A fragment (16 rows x 16 columns) of two adjacent 8-column
+// accumulator tiles s[0], s[1], rounded to the storage dtype: P, Z or dS
+// go into the next product without leaving the registers.
+__device__ __forceinline__ void am_frag_a(u32 a[4], const float s[2][4])
+{
+    a[0] = am_pack(s[0][0], s[0][1]);
+    a[1] = am_pack(s[0][2], s[0][3]);
+    a[2] = am_pack(s[1][0], s[1][1]);
+    a[3] = am_pack(s[1][2], s[1][3]);
+}
+
+// o *= corr of its row (g or g + 8), the online softmax's rescaling.
+__device__ __forceinline__ void am_rescale(float o[AT_D / 8][4], const float corr[2])
+{
+#pragma unroll
+    for (int nd = 0; nd < AT_D / 8; nd++) {
+        o[nd][0] *= corr[0];
+        o[nd][1] *= corr[0];
+        o[nd][2] *= corr[1];
+        o[nd][3] *= corr[1];
+    }
+}
+
+// Row rr (g, or g + 8 for rr = 1) of a warp's 16 x D accumulators, times
+// mul, to row `row` of head h of out (row stride ld): the lane's pairs.
+__device__ __forceinline__ void am_put_row(st_t *out, int ld, int b, int h, int row, int L,
+                                           const float acc[AT_D / 8][4], int rr, float mul, int t)
+{
+#pragma unroll
+    for (int nd = 0; nd < AT_D / 8; nd++) {
+        u32 w = am_pack(acc[nd][2 * rr] * mul, acc[nd][2 * rr + 1] * mul);
+        *reinterpret_cast<u32 *>(out + ((i64)b * L + row) * ld + h * AT_D + nd * 8 + 2 * t) = w;
+    }
+}
+
+// kb[rr][nt]: keep bits of this lane's keys 2t, 2t + 1 of 8-key tile nt of
+// the key tile at t0, for its rows rr (flat[rr]: the row's first element).
+// Lane t draws 8-key tiles t and t + 4 of both rows into mine and the quad
+// shares them by shuffles (one draw per 8 elements).  mine is the caller's,
+// declared beside kb: as a local here it moved the kernels' registers.
+__device__ __forceinline__ void am_keep_bits(u32 kb[2][AM_KT / 8], u32 mine[2][2], const i64 flat[2], int t0, int lane,
+                                             int t, float p, u64 seed, u32 step, u32 salt)
+{
+    if (p != 0.0f) {
+#pragma unroll
+        for (int rr = 0; rr < 2; rr++)
+#pragma unroll
+            for (int j = 0; j < 2; j++)
+                mine[rr][j] = am_bits8(flat[rr] + t0 + (t + 4 * j) * 8, p, seed, step, salt);
+#pragma unroll
+        for (int rr = 0; rr < 2; rr++)
+#pragma unroll
+            for (int nt = 0; nt < AM_KT / 8; nt++) {
+                u32 w = __shfl_sync(0xffffffffu, mine[rr][nt >> 2], (lane & ~3) | (nt & 3));
+                kb[rr][nt] = (w >> (2 * t)) & 3u;
+            }
+    } else {
+#pragma unroll
+        for (int nt = 0; nt < AM_KT / 8; nt++) kb[0][nt] = kb[1][nt] = 3u;
+    }
+}
+
+// acc += P X for the warp's 16 rows: P the score-shaped accumulators of a
+// key tile (s[nt], 8-key tile nt), X^T the tile staged transposed (D rows
+// of AM_KT keys, row stride AM_VS), so B's pairs are adjacent.
+__device__ __forceinline__ void am_mma_pv(float acc[AT_D / 8][4], const float s[AM_KT / 8][4],
+                                          const unsigned short *xt, int g, int t)
+{
+#pragma unroll
+    for (int kc = 0; kc < AM_KT / 16; kc++) {
+        u32 pa[4];
+        am_frag_a(pa, s + 2 * kc);
+#pragma unroll
+        for (int nd = 0; nd < AT_D / 8; nd++) {
+            const unsigned short *xp = xt + (nd * 8 + g) * AM_VS + kc * 16 + 2 * t;
+            am_mma(acc[nd], pa, *reinterpret_cast<const u32 *>(xp), *reinterpret_cast<const u32 *>(xp + 8));
+        }
+    }
+}
+
 AT_RUN void attn_mma_fwd_run(int at_bx, int at_by, int at_bz,
                                                  st_t *ctx, float *lse, const st_t *q, const st_t *k, const st_t *v, int ld,
                                                  const int *mask, int B, int L, float p, u64 seed, u32 step, u32 salt)
@@ -87,13 +197,7 @@ AT_RUN void attn_mma_fwd_run(int at_bx, int at_by, int at_bz,
     for (int rr = 0; rr < 2; rr++) flat[rr] = (((i64)b * HPC_HEADS + h) * L + rows[rr]) * L;
 
     u32 qa[AT_D / 16][4];
-#pragma unroll
-    for (int kk = 0; kk < AT_D / 16; kk++)
-#pragma unroll
-        for (int i = 0; i < 4; i++) {
-            int row = rows[i & 1], col = kk * 16 + 2 * t + (i >= 2 ? 8 : 0);
-            qa[kk][i] = row < L ? *reinterpret_cast<const u32 *>(q + ((i64)b * L + row) * ld + h * AT_D + col) : 0u;
-        }
+    am_load_a(qa, q, ld, b, h, rows, t, L);
     float o[AT_D / 8][4];
 #pragma unroll
     for (int nd = 0; nd < AT_D / 8; nd++) o[nd][0] = o[nd][1] = o[nd][2] = o[nd][3] = 0.0f;
@@ -145,33 +249,9 @@ AT_RUN void attn_mma_fwd_run(int at_bx, int at_by, int at_bz,
             m[rr] = mn;
             l[rr] *= corr[rr];
         }
-#pragma unroll
-        for (int nd = 0; nd < AT_D / 8; nd++) {
-            o[nd][0] *= corr[0];
-            o[nd][1] *= corr[0];
-            o[nd][2] *= corr[1];
-            o[nd][3] *= corr[1];
-        }
-        // kb[rr][nt]: keep bits of this lane's keys 2t, 2t + 1 of 8-key tile nt.
-        u32 kb[2][AM_KT / 8];
-        if (p != 0.0f) {
-            u32 mine[2][2];
-#pragma unroll
-            for (int rr = 0; rr < 2; rr++)
-#pragma unroll
-                for (int j = 0; j < 2; j++)
-                    mine[rr][j] = am_bits8(flat[rr] + t0 + (t + 4 * j) * 8, p, seed, step, salt);
-#pragma unroll
-            for (int rr = 0; rr < 2; rr++)
-#pragma unroll
-                for (int nt = 0; nt < AM_KT / 8; nt++) {
-                    u32 w = __shfl_sync(0xffffffffu, mine[rr][nt >> 2], (lane & ~3) | (nt & 3));
-                    kb[rr][nt] = (w >> (2 * t)) & 3u;
-                }
-        } else {
-#pragma unroll
-            for (int nt = 0; nt < AM_KT / 8; nt++) kb[0][nt] = kb[1][nt] = 3u;
-        }
+        am_rescale(o, corr);
+        u32 kb[2][AM_KT / 8], mine[2][2];
+        am_keep_bits(kb, mine, flat, t0, lane, t, p, seed, step, salt);
 #pragma unroll
         for (int nt = 0; nt < AM_KT / 8; nt++)
 #pragma unroll
@@ -183,16 +263,7 @@ AT_RUN void attn_mma_fwd_run(int at_bx, int at_by, int at_bz,
                 l[rr] += pe;
                 s[nt][c] = (kb[rr][nt] >> (c & 1)) & 1u ? pe * dscale : 0.0f;
             }
-#pragma unroll
-        for (int kc = 0; kc < AM_KT / 16; kc++) {
-            u32 pa[4] = {am_pack(s[2 * kc][0], s[2 * kc][1]), am_pack(s[2 * kc][2], s[2 * kc][3]),
-                         am_pack(s[2 * kc + 1][0], s[2 * kc + 1][1]), am_pack(s[2 * kc + 1][2], s[2 * kc + 1][3])};
-#pragma unroll
-            for (int nd = 0; nd < AT_D / 8; nd++) {
-                const unsigned short *vp = vt + (nd * 8 + g) * AM_VS + kc * 16 + 2 * t;
-                am_mma(o[nd], pa, *reinterpret_cast<const u32 *>(vp), *reinterpret_cast<const u32 *>(vp + 8));
-            }
-        }
+        am_mma_pv(o, s, vt, g, t);
     }
 #pragma unroll
     for (int rr = 0; rr < 2; rr++) {
@@ -201,11 +272,7 @@ AT_RUN void attn_mma_fwd_run(int at_bx, int at_by, int at_bz,
         int row = rows[rr];
         if (row >= L) continue;
         float inv = l[rr] == 0.0f ? 0.0f : 1.0f / l[rr];
-#pragma unroll
-        for (int nd = 0; nd < AT_D / 8; nd++) {
-            u32 w = am_pack(o[nd][2 * rr] * inv, o[nd][2 * rr + 1] * inv);
-            *reinterpret_cast<u32 *>(ctx + ((i64)b * L + row) * HPC_HIDDEN + h * AT_D + nd * 8 + 2 * t) = w;
-        }
+        am_put_row(ctx, HPC_HIDDEN, b, h, row, L, o, rr, inv, t);
         if (t == 0) lse[((i64)b * HPC_HEADS + h) * L + row] = l[rr] == 0.0f ? HPC_INF : m[rr] + logf(l[rr]);
     }
 }
@@ -245,15 +312,7 @@ AT_RUN void attn_mma_bwd_dq_run(int at_bx, int at_by, int at_bz,
         rd[rr] = delta[((i64)b * HPC_HEADS + h) * L + row];
     }
     u32 qa[AT_D / 16][4], ga[AT_D / 16][4];
-#pragma unroll
-    for (int kk = 0; kk < AT_D / 16; kk++)
-#pragma unroll
-        for (int i = 0; i < 4; i++) {
-            int row = rows[i & 1], col = kk * 16 + 2 * t + (i >= 2 ? 8 : 0);
-            bool in = row < L;
-            qa[kk][i] = in ? *reinterpret_cast<const u32 *>(q + ((i64)b * L + row) * ld + h * AT_D + col) : 0u;
-            ga[kk][i] = in ? *reinterpret_cast<const u32 *>(dctx + ((i64)b * L + row) * HPC_HIDDEN + h * AT_D + col) : 0u;
-        }
+    am_load_a2(qa, q, ld, ga, dctx, HPC_HIDDEN, b, h, rows, t, L);
     float acc[AT_D / 8][4];
 #pragma unroll
     for (int nd = 0; nd < AT_D / 8; nd++) acc[nd][0] = acc[nd][1] = acc[nd][2] = acc[nd][3] = 0.0f;
@@ -287,25 +346,8 @@ AT_RUN void attn_mma_bwd_dq_run(int at_bx, int at_by, int at_bz,
                 am_mma(dp[nt], ga[kk], *reinterpret_cast<const u32 *>(vs + off), *reinterpret_cast<const u32 *>(vs + off + 8));
             }
         }
-        u32 kb[2][AM_KT / 8];
-        if (p != 0.0f) {
-            u32 mine[2][2];
-#pragma unroll
-            for (int rr = 0; rr < 2; rr++)
-#pragma unroll
-                for (int j = 0; j < 2; j++)
-                    mine[rr][j] = am_bits8(flat[rr] + t0 + (t + 4 * j) * 8, p, seed, step, salt);
-#pragma unroll
-            for (int rr = 0; rr < 2; rr++)
-#pragma unroll
-                for (int nt = 0; nt < AM_KT / 8; nt++) {
-                    u32 w = __shfl_sync(0xffffffffu, mine[rr][nt >> 2], (lane & ~3) | (nt & 3));
-                    kb[rr][nt] = (w >> (2 * t)) & 3u;
-                }
-        } else {
-#pragma unroll
-            for (int nt = 0; nt < AM_KT / 8; nt++) kb[0][nt] = kb[1][nt] = 3u;
-        }
+        u32 kb[2][AM_KT / 8], mine[2][2];
+        am_keep_bits(kb, mine, flat, t0, lane, t, p, seed, step, salt);
 #pragma unroll
         for (int nt = 0; nt < AM_KT / 8; nt++)
 #pragma unroll
@@ -319,26 +361,13 @@ AT_RUN void attn_mma_bwd_dq_run(int at_bx, int at_by, int at_bz,
                 }
                 sc[nt][c] = ds;
             }
-#pragma unroll
-        for (int kc = 0; kc < AM_KT / 16; kc++) {
-            u32 pa[4] = {am_pack(sc[2 * kc][0], sc[2 * kc][1]), am_pack(sc[2 * kc][2], sc[2 * kc][3]),
-                         am_pack(sc[2 * kc + 1][0], sc[2 * kc + 1][1]), am_pack(sc[2 * kc + 1][2], sc[2 * kc + 1][3])};
-#pragma unroll
-            for (int nd = 0; nd < AT_D / 8; nd++) {
-                const unsigned short *kp = kt + (nd * 8 + g) * AM_VS + kc * 16 + 2 * t;
-                am_mma(acc[nd], pa, *reinterpret_cast<const u32 *>(kp), *reinterpret_cast<const u32 *>(kp + 8));
-            }
-        }
+        am_mma_pv(acc, sc, kt, g, t);
     }
 #pragma unroll
     for (int rr = 0; rr < 2; rr++) {
         int row = rows[rr];
         if (row >= L) continue;
-#pragma unroll
-        for (int nd = 0; nd < AT_D / 8; nd++) {
-            u32 w = am_pack(acc[nd][2 * rr] * scale, acc[nd][2 * rr + 1] * scale);
-            *reinterpret_cast<u32 *>(dq + ((i64)b * L + row) * ldg + h * AT_D + nd * 8 + 2 * t) = w;
-        }
+        am_put_row(dq, ldg, b, h, row, L, acc, rr, scale, t);
     }
 }
 // At D = 128 its tiles (ks, vs, kt: 52 KiB) pass the 48 KiB of static
@@ -365,6 +394,23 @@ KN(attn_mma_bwd_dq)(st_t *dq, int ldg, const st_t *dctx, const st_t *q, const st
 #define AM_QT 32                 // queries per tile (dkv)
 #define AM_QTS (AM_QT + 8)       // shared row stride of Q^T, dO^T
 
+// The warp's dK (times scale) and dV rows, keys below L: the lane's pairs.
+__device__ __forceinline__ void am_put_dkv(st_t *dk, st_t *dv, int ldg, int b, int h, const int keys[2], int L, int t,
+                                           const float gk[AT_D / 8][4], const float gv[AT_D / 8][4], float scale)
+{
+#pragma unroll
+    for (int half = 0; half < 2; half++) {
+        int key = keys[half];
+        if (key >= L) continue;
+#pragma unroll
+        for (int nd = 0; nd < AT_D / 8; nd++) {
+            i64 at = ((i64)b * L + key) * ldg + h * AT_D + nd * 8 + 2 * t;
+            *reinterpret_cast<u32 *>(dk + at) = am_pack(gk[nd][2 * half] * scale, gk[nd][2 * half + 1] * scale);
+            *reinterpret_cast<u32 *>(dv + at) = am_pack(gv[nd][2 * half], gv[nd][2 * half + 1]);
+        }
+    }
+}
+
 AT_RUN void attn_mma_bwd_dkv_run(int at_bx, int at_by, int at_bz,
                                                      st_t *dk, st_t *dv, int ldg, const st_t *dctx, const st_t *q, const st_t *k, const st_t *v,
                                                      int ld, const float *lse, const float *delta, const int *mask, int B, int L, float p,
@@ -383,15 +429,7 @@ AT_RUN void attn_mma_bwd_dkv_run(int at_bx, int at_by, int at_bz,
     i64 bh = (i64)b * HPC_HEADS + h;
 
     u32 ka[AT_D / 16][4], va[AT_D / 16][4];
-#pragma unroll
-    for (int kk = 0; kk < AT_D / 16; kk++)
-#pragma unroll
-        for (int i = 0; i < 4; i++) {
-            int key = keys[i & 1], col = kk * 16 + 2 * t + (i >= 2 ? 8 : 0);
-            bool in = key < L;
-            ka[kk][i] = in ? *reinterpret_cast<const u32 *>(k + ((i64)b * L + key) * ld + h * AT_D + col) : 0u;
-            va[kk][i] = in ? *reinterpret_cast<const u32 *>(v + ((i64)b * L + key) * ld + h * AT_D + col) : 0u;
-        }
+    am_load_a2(ka, k, ld, va, v, ld, b, h, keys, t, L);
     float gk[AT_D / 8][4], gv[AT_D / 8][4];
 #pragma unroll
     for (int nd = 0; nd < AT_D / 8; nd++)
@@ -468,11 +506,9 @@ AT_RUN void attn_mma_bwd_dkv_run(int at_bx, int at_by, int at_bz,
             }
 #pragma unroll
         for (int kc = 0; kc < AM_QT / 16; kc++) {
-            u32 za[4] = {am_pack(st[2 * kc][0], st[2 * kc][1]), am_pack(st[2 * kc][2], st[2 * kc][3]),
-                         am_pack(st[2 * kc + 1][0], st[2 * kc + 1][1]), am_pack(st[2 * kc + 1][2], st[2 * kc + 1][3])};
-            u32 sa[4] = {am_pack(dpt[2 * kc][0], dpt[2 * kc][1]), am_pack(dpt[2 * kc][2], dpt[2 * kc][3]),
-                         am_pack(dpt[2 * kc + 1][0], dpt[2 * kc + 1][1]),
-                         am_pack(dpt[2 * kc + 1][2], dpt[2 * kc + 1][3])};
+            u32 za[4], sa[4];
+            am_frag_a(za, st + 2 * kc);
+            am_frag_a(sa, dpt + 2 * kc);
 #pragma unroll
             for (int nd = 0; nd < AT_D / 8; nd++) {
                 int off = (nd * 8 + g) * AM_QTS + kc * 16 + 2 * t;
@@ -481,17 +517,7 @@ AT_RUN void attn_mma_bwd_dkv_run(int at_bx, int at_by, int at_bz,
             }
         }
     }
-#pragma unroll
-    for (int half = 0; half < 2; half++) {
-        int key = keys[half];
-        if (key >= L) continue;
-#pragma unroll
-        for (int nd = 0; nd < AT_D / 8; nd++) {
-            i64 at = ((i64)b * L + key) * ldg + h * AT_D + nd * 8 + 2 * t;
-            *reinterpret_cast<u32 *>(dk + at) = am_pack(gk[nd][2 * half] * scale, gk[nd][2 * half + 1] * scale);
-            *reinterpret_cast<u32 *>(dv + at) = am_pack(gv[nd][2 * half], gv[nd][2 * half + 1]);
-        }
-    }
+    am_put_dkv(dk, dv, ldg, b, h, keys, L, t, gk, gv, scale);
 }
 #ifndef HPC_ATTN_NO_KERNELS
 extern "C" __global__ void __launch_bounds__(128)

@@ -150,6 +150,117 @@ __device__ __forceinline__ int a2_key_tiles(int q0, int L)
     return n;
 }
 
+// K, V and the mask of the key tile at t0 into one buffer (not committed).
+__device__ __forceinline__ void a2_stage_kv(unsigned short *kb, unsigned short *vb, int *visb, const st_t *k,
+                                            const st_t *v, const int *mask, int ld, int b, int h, int t0, int L)
+{
+    a2_stage(kb, k, ld, b, h, t0, AM_KT, L);
+    a2_stage(vb, v, ld, b, h, t0, AM_KT, L);
+    a2_stage_mask(visb, mask, b, t0, L);
+}
+
+// The key tile at t0 (tile it of ntiles) is in buffer buf once this returns
+// and the caller's barrier follows: with two buffers it was prefetched (the
+// previous call, or before the loop) and tile it + 1 is fetched now into
+// the other; with one, it is fetched and waited for.
+__device__ __forceinline__ void a2_fetch_kv(unsigned short (*ks)[AM_KT * AM_KS], unsigned short (*vs)[AM_KT * AM_KS],
+                                            int (*vis)[AM_KT], const st_t *k, const st_t *v, const int *mask, int ld,
+                                            int b, int h, int t0, int buf, int it, int ntiles, int L)
+{
+    if (A2_NBUF == 2) {
+        if (it + 1 < ntiles)
+            a2_stage_kv(ks[buf ^ 1], vs[buf ^ 1], vis[buf ^ 1], k, v, mask, ld, b, h, t0 + AM_KT, L);
+        a2_commit();
+        a2_wait1();
+    } else {
+        a2_stage_kv(ks[0], vs[0], vis[0], k, v, mask, ld, b, h, t0, L);
+        a2_commit();
+        a2_wait0();
+    }
+}
+
+// Query tile c0 into one buffer of the dK/dV kernels: Q, dO, lse and, if
+// with_delta, delta, by the block's first nthr threads (not committed).
+// A flag, not a test of tdb: the test stayed in the compiled kernel.
+__device__ __forceinline__ void a2_stage_q(unsigned short *qb, unsigned short *gb, float *tlb, float *tdb,
+                                           const st_t *q, const st_t *dctx, const float *lse, const float *delta,
+                                           int ld, int b, int h, i64 bh, int c0, int L, bool with_delta,
+                                           int nthr = 128)
+{
+    a2_stage(qb, q, ld, b, h, c0, AM_QT, L, nthr);
+    a2_stage(gb, dctx, HPC_HIDDEN, b, h, c0, AM_QT, L, nthr);
+    if (threadIdx.x < AM_QT) {
+        int row = c0 + threadIdx.x;
+        bool in = row < L;
+        a2_cp4(&tlb[threadIdx.x], lse + bh * L + (in ? row : 0), in);
+        if (with_delta) a2_cp4(&tdb[threadIdx.x], delta + bh * L + (in ? row : 0), in);
+    }
+}
+
+// S = A X^T and S2 = A2 X2^T for the warp's 16 rows against staged tiles
+// of N rows (row-major, read without .trans): Q K^T and dO V^T of the dQ
+// kernel (N = AM_KT), K Q^T and V dO^T of the dK/dV kernel (N = AM_QT).
+template <int N>
+__device__ __forceinline__ void a2_mma_nt2(float s[N / 8][4], float s2[N / 8][4], const u32 a[AT_D / 16][4],
+                                           const u32 a2[AT_D / 16][4], const unsigned short *xb,
+                                           const unsigned short *x2b, int lane)
+{
+#pragma unroll
+    for (int nt = 0; nt < N / 8; nt++)
+#pragma unroll
+        for (int c = 0; c < 4; c++) s[nt][c] = s2[nt][c] = 0.0f;
+#pragma unroll
+    for (int kk = 0; kk < AT_D / 16; kk++)
+#pragma unroll
+        for (int np = 0; np < N / 16; np++) {
+            u32 f[4], e[4];
+            a2_ldm4(f, a2_nk(xb, 16 * np, 16 * kk, lane));
+            a2_ldm4(e, a2_nk(x2b, 16 * np, 16 * kk, lane));
+            am_mma(s[2 * np], a[kk], f[0], f[1]);
+            am_mma(s[2 * np + 1], a[kk], f[2], f[3]);
+            am_mma(s2[2 * np], a2[kk], e[0], e[1]);
+            am_mma(s2[2 * np + 1], a2[kk], e[2], e[3]);
+        }
+}
+
+// acc += P X for the warp's 16 rows: P the score-shaped accumulators of a
+// key tile (s[nt], 8-key tile nt), X the tile staged row-major (keys x D),
+// read with .trans.
+__device__ __forceinline__ void a2_mma_pv(float acc[AT_D / 8][4], const float s[AM_KT / 8][4],
+                                          const unsigned short *xb, int lane)
+{
+#pragma unroll
+    for (int kc = 0; kc < AM_KT / 16; kc++) {
+        u32 pa[4];
+        am_frag_a(pa, s + 2 * kc);
+#pragma unroll
+        for (int np = 0; np < AT_D / 16; np++) {
+            u32 f[4];
+            a2_ldm4t(f, a2_kn(xb, 16 * kc, 16 * np, lane));
+            am_mma(acc[2 * np], pa, f[0], f[1]);
+            am_mma(acc[2 * np + 1], pa, f[2], f[3]);
+        }
+    }
+}
+
+// dV += Z^T dO and dK += dS^T Q over 16 queries from row r0 of the staged
+// Q and dO tiles (qb, gb), za and sa the A fragments of Z^T and dS^T.
+__device__ __forceinline__ void a2_mma_dkv(float gk[AT_D / 8][4], float gv[AT_D / 8][4], const u32 za[4],
+                                           const u32 sa[4], const unsigned short *qb, const unsigned short *gb, int r0,
+                                           int lane)
+{
+#pragma unroll
+    for (int np = 0; np < AT_D / 16; np++) {
+        u32 f[4], e[4];
+        a2_ldm4t(e, a2_kn(gb, r0, 16 * np, lane));
+        a2_ldm4t(f, a2_kn(qb, r0, 16 * np, lane));
+        am_mma(gv[2 * np], za, e[0], e[1]);
+        am_mma(gv[2 * np + 1], za, e[2], e[3]);
+        am_mma(gk[2 * np], sa, f[0], f[1]);
+        am_mma(gk[2 * np + 1], sa, f[2], f[3]);
+    }
+}
+
 AT_RUN void attn_mma2_fwd_run(int at_bx, int at_by, int at_bz,
                               st_t *ctx, float *lse, const st_t *q, const st_t *k, const st_t *v, int ld,
                               const int *mask, int B, int L, float p, u64 seed, u32 step, u32 salt)
@@ -166,20 +277,12 @@ AT_RUN void attn_mma2_fwd_run(int at_bx, int at_by, int at_bz,
     for (int rr = 0; rr < 2; rr++) flat[rr] = (((i64)b * HPC_HEADS + h) * L + rows[rr]) * L;
     int ntiles = a2_key_tiles(at_bx * AM_QB, L);
     if (A2_NBUF == 2) {
-        a2_stage(ks[0], k, ld, b, h, 0, AM_KT, L);
-        a2_stage(vs[0], v, ld, b, h, 0, AM_KT, L);
-        a2_stage_mask(vis[0], mask, b, 0, L);
+        a2_stage_kv(ks[0], vs[0], vis[0], k, v, mask, ld, b, h, 0, L);
         a2_commit();
     }
 
     u32 qa[AT_D / 16][4];
-#pragma unroll
-    for (int kk = 0; kk < AT_D / 16; kk++)
-#pragma unroll
-        for (int i = 0; i < 4; i++) {
-            int row = rows[i & 1], col = kk * 16 + 2 * t + (i >= 2 ? 8 : 0);
-            qa[kk][i] = row < L ? *reinterpret_cast<const u32 *>(q + ((i64)b * L + row) * ld + h * AT_D + col) : 0u;
-        }
+    am_load_a(qa, q, ld, b, h, rows, t, L);
     float o[AT_D / 8][4];
 #pragma unroll
     for (int nd = 0; nd < AT_D / 8; nd++) o[nd][0] = o[nd][1] = o[nd][2] = o[nd][3] = 0.0f;
@@ -187,21 +290,7 @@ AT_RUN void attn_mma2_fwd_run(int at_bx, int at_by, int at_bz,
 
     for (int it = 0; it < ntiles; it++) {
         int t0 = it * AM_KT, buf = A2_NBUF == 2 ? (it & 1) : 0;
-        if (A2_NBUF == 2) {
-            if (it + 1 < ntiles) {
-                a2_stage(ks[buf ^ 1], k, ld, b, h, t0 + AM_KT, AM_KT, L);
-                a2_stage(vs[buf ^ 1], v, ld, b, h, t0 + AM_KT, AM_KT, L);
-                a2_stage_mask(vis[buf ^ 1], mask, b, t0 + AM_KT, L);
-            }
-            a2_commit();
-            a2_wait1();
-        } else {
-            a2_stage(ks[0], k, ld, b, h, t0, AM_KT, L);
-            a2_stage(vs[0], v, ld, b, h, t0, AM_KT, L);
-            a2_stage_mask(vis[0], mask, b, t0, L);
-            a2_commit();
-            a2_wait0();
-        }
+        a2_fetch_kv(ks, vs, vis, k, v, mask, ld, b, h, t0, buf, it, ntiles, L);
         // Thread j staged vis[buf][j] itself, so it may read it before the
         // barrier; the barrier's AND says whether every key of the tile is
         // visible to every row of the block (the common case: then the
@@ -259,34 +348,9 @@ AT_RUN void attn_mma2_fwd_run(int at_bx, int at_by, int at_bz,
             mref[rr] = mn == HPC_NEG_INF ? 0.0f : mn * scale2;
             l[rr] *= corr[rr];
         }
-        if (it > 0) {   // before the first tile o is still 0
-#pragma unroll
-            for (int nd = 0; nd < AT_D / 8; nd++) {
-                o[nd][0] *= corr[0];
-                o[nd][1] *= corr[0];
-                o[nd][2] *= corr[1];
-                o[nd][3] *= corr[1];
-            }
-        }
-        u32 kbits[2][AM_KT / 8];
-        if (p != 0.0f) {
-            u32 mine[2][2];
-#pragma unroll
-            for (int rr = 0; rr < 2; rr++)
-#pragma unroll
-                for (int j = 0; j < 2; j++)
-                    mine[rr][j] = am_bits8(flat[rr] + t0 + (t + 4 * j) * 8, p, seed, step, salt);
-#pragma unroll
-            for (int rr = 0; rr < 2; rr++)
-#pragma unroll
-                for (int nt = 0; nt < AM_KT / 8; nt++) {
-                    u32 w = __shfl_sync(0xffffffffu, mine[rr][nt >> 2], (lane & ~3) | (nt & 3));
-                    kbits[rr][nt] = (w >> (2 * t)) & 3u;
-                }
-        } else {
-#pragma unroll
-            for (int nt = 0; nt < AM_KT / 8; nt++) kbits[0][nt] = kbits[1][nt] = 3u;
-        }
+        if (it > 0) am_rescale(o, corr);   // before the first tile o is still 0
+        u32 kbits[2][AM_KT / 8], mine[2][2];
+        am_keep_bits(kbits, mine, flat, t0, lane, t, p, seed, step, salt);
 #pragma unroll
         for (int nt = 0; nt < AM_KT / 8; nt++)
 #pragma unroll
@@ -296,18 +360,7 @@ AT_RUN void attn_mma2_fwd_run(int at_bx, int at_by, int at_bz,
                 l[rr] += pe;
                 s[nt][c] = (kbits[rr][nt] >> (c & 1)) & 1u ? pe : 0.0f;   // 1/(1-p) with 1/l at the end
             }
-#pragma unroll
-        for (int kc = 0; kc < AM_KT / 16; kc++) {
-            u32 pa[4] = {am_pack(s[2 * kc][0], s[2 * kc][1]), am_pack(s[2 * kc][2], s[2 * kc][3]),
-                         am_pack(s[2 * kc + 1][0], s[2 * kc + 1][1]), am_pack(s[2 * kc + 1][2], s[2 * kc + 1][3])};
-#pragma unroll
-            for (int np = 0; np < AT_D / 16; np++) {
-                u32 f[4];
-                a2_ldm4t(f, a2_kn(vb, 16 * kc, 16 * np, lane));
-                am_mma(o[2 * np], pa, f[0], f[1]);
-                am_mma(o[2 * np + 1], pa, f[2], f[3]);
-            }
-        }
+        a2_mma_pv(o, s, vb, lane);
         __syncthreads();   // buffer buf is refilled by the next iteration's prefetch
     }
 #pragma unroll
@@ -317,11 +370,7 @@ AT_RUN void attn_mma2_fwd_run(int at_bx, int at_by, int at_bz,
         int row = rows[rr];
         if (row >= L) continue;
         float inv = l[rr] == 0.0f ? 0.0f : dscale / l[rr];
-#pragma unroll
-        for (int nd = 0; nd < AT_D / 8; nd++) {
-            u32 w = am_pack(o[nd][2 * rr] * inv, o[nd][2 * rr + 1] * inv);
-            *reinterpret_cast<u32 *>(ctx + ((i64)b * L + row) * HPC_HIDDEN + h * AT_D + nd * 8 + 2 * t) = w;
-        }
+        am_put_row(ctx, HPC_HIDDEN, b, h, row, L, o, rr, inv, t);
         if (t == 0)
             lse[((i64)b * HPC_HEADS + h) * L + row] =
                 l[rr] == 0.0f ? HPC_INF : (m[rr] * scale2 + log2f(l[rr])) * A2_LN2;
@@ -354,9 +403,7 @@ AT_RUN void attn_mma2_bwd_dq_run(int at_bx, int at_by, int at_bz,
     float scale = at_scale(), scale2 = scale * A2_LOG2E, dscale = dropout_scale(p);
     int ntiles = a2_key_tiles(at_bx * AM_QB, L);
     if (A2_NBUF == 2) {
-        a2_stage(ks[0], k, ld, b, h, 0, AM_KT, L);
-        a2_stage(vs[0], v, ld, b, h, 0, AM_KT, L);
-        a2_stage_mask(vis[0], mask, b, 0, L);
+        a2_stage_kv(ks[0], vs[0], vis[0], k, v, mask, ld, b, h, 0, L);
         a2_commit();
     }
     i64 flat[2];
@@ -368,76 +415,22 @@ AT_RUN void attn_mma2_bwd_dq_run(int at_bx, int at_by, int at_bz,
         rd[rr] = delta[((i64)b * HPC_HEADS + h) * L + row];
     }
     u32 qa[AT_D / 16][4], ga[AT_D / 16][4];
-#pragma unroll
-    for (int kk = 0; kk < AT_D / 16; kk++)
-#pragma unroll
-        for (int i = 0; i < 4; i++) {
-            int row = rows[i & 1], col = kk * 16 + 2 * t + (i >= 2 ? 8 : 0);
-            bool in = row < L;
-            qa[kk][i] = in ? *reinterpret_cast<const u32 *>(q + ((i64)b * L + row) * ld + h * AT_D + col) : 0u;
-            ga[kk][i] = in ? *reinterpret_cast<const u32 *>(dctx + ((i64)b * L + row) * HPC_HIDDEN + h * AT_D + col) : 0u;
-        }
+    am_load_a2(qa, q, ld, ga, dctx, HPC_HIDDEN, b, h, rows, t, L);
     float acc[AT_D / 8][4];
 #pragma unroll
     for (int nd = 0; nd < AT_D / 8; nd++) acc[nd][0] = acc[nd][1] = acc[nd][2] = acc[nd][3] = 0.0f;
 
     for (int it = 0; it < ntiles; it++) {
         int t0 = it * AM_KT, buf = A2_NBUF == 2 ? (it & 1) : 0;
-        if (A2_NBUF == 2) {
-            if (it + 1 < ntiles) {
-                a2_stage(ks[buf ^ 1], k, ld, b, h, t0 + AM_KT, AM_KT, L);
-                a2_stage(vs[buf ^ 1], v, ld, b, h, t0 + AM_KT, AM_KT, L);
-                a2_stage_mask(vis[buf ^ 1], mask, b, t0 + AM_KT, L);
-            }
-            a2_commit();
-            a2_wait1();
-        } else {
-            a2_stage(ks[0], k, ld, b, h, t0, AM_KT, L);
-            a2_stage(vs[0], v, ld, b, h, t0, AM_KT, L);
-            a2_stage_mask(vis[0], mask, b, t0, L);
-            a2_commit();
-            a2_wait0();
-        }
+        a2_fetch_kv(ks, vs, vis, k, v, mask, ld, b, h, t0, buf, it, ntiles, L);
         __syncthreads();
         const unsigned short *kb = ks[buf], *vb = vs[buf];
         const int *vb_vis = vis[buf];
 
         float sc[AM_KT / 8][4], dp[AM_KT / 8][4];
-#pragma unroll
-        for (int nt = 0; nt < AM_KT / 8; nt++)
-#pragma unroll
-            for (int c = 0; c < 4; c++) sc[nt][c] = dp[nt][c] = 0.0f;
-#pragma unroll
-        for (int kk = 0; kk < AT_D / 16; kk++)
-#pragma unroll
-            for (int np = 0; np < AM_KT / 16; np++) {
-                u32 f[4], e[4];
-                a2_ldm4(f, a2_nk(kb, 16 * np, 16 * kk, lane));
-                a2_ldm4(e, a2_nk(vb, 16 * np, 16 * kk, lane));
-                am_mma(sc[2 * np], qa[kk], f[0], f[1]);
-                am_mma(sc[2 * np + 1], qa[kk], f[2], f[3]);
-                am_mma(dp[2 * np], ga[kk], e[0], e[1]);
-                am_mma(dp[2 * np + 1], ga[kk], e[2], e[3]);
-            }
-        u32 kbits[2][AM_KT / 8];
-        if (p != 0.0f) {
-            u32 mine[2][2];
-#pragma unroll
-            for (int rr = 0; rr < 2; rr++)
-#pragma unroll
-                for (int j = 0; j < 2; j++)
-                    mine[rr][j] = am_bits8(flat[rr] + t0 + (t + 4 * j) * 8, p, seed, step, salt);
-#pragma unroll
-            for (int rr = 0; rr < 2; rr++)
-#pragma unroll
-                for (int nt = 0; nt < AM_KT / 8; nt++) {
-                    u32 w = __shfl_sync(0xffffffffu, mine[rr][nt >> 2], (lane & ~3) | (nt & 3));
-                    kbits[rr][nt] = (w >> (2 * t)) & 3u;
-                }
-        } else {
-#pragma unroll
-            for (int nt = 0; nt < AM_KT / 8; nt++) kbits[0][nt] = kbits[1][nt] = 3u;
-        }
+        a2_mma_nt2<AM_KT>(sc, dp, qa, ga, kb, vb, lane);
+        u32 kbits[2][AM_KT / 8], mine[2][2];
+        am_keep_bits(kbits, mine, flat, t0, lane, t, p, seed, step, salt);
 #pragma unroll
         for (int nt = 0; nt < AM_KT / 8; nt++)
 #pragma unroll
@@ -451,29 +444,14 @@ AT_RUN void attn_mma2_bwd_dq_run(int at_bx, int at_by, int at_bz,
                 }
                 sc[nt][c] = ds;
             }
-#pragma unroll
-        for (int kc = 0; kc < AM_KT / 16; kc++) {
-            u32 pa[4] = {am_pack(sc[2 * kc][0], sc[2 * kc][1]), am_pack(sc[2 * kc][2], sc[2 * kc][3]),
-                         am_pack(sc[2 * kc + 1][0], sc[2 * kc + 1][1]), am_pack(sc[2 * kc + 1][2], sc[2 * kc + 1][3])};
-#pragma unroll
-            for (int np = 0; np < AT_D / 16; np++) {
-                u32 f[4];
-                a2_ldm4t(f, a2_kn(kb, 16 * kc, 16 * np, lane));
-                am_mma(acc[2 * np], pa, f[0], f[1]);
-                am_mma(acc[2 * np + 1], pa, f[2], f[3]);
-            }
-        }
+        a2_mma_pv(acc, sc, kb, lane);
         __syncthreads();
     }
 #pragma unroll
     for (int rr = 0; rr < 2; rr++) {
         int row = rows[rr];
         if (row >= L) continue;
-#pragma unroll
-        for (int nd = 0; nd < AT_D / 8; nd++) {
-            u32 w = am_pack(acc[nd][2 * rr] * scale, acc[nd][2 * rr + 1] * scale);
-            *reinterpret_cast<u32 *>(dq + ((i64)b * L + row) * ldg + h * AT_D + nd * 8 + 2 * t) = w;
-        }
+        am_put_row(dq, ldg, b, h, row, L, acc, rr, scale, t);
     }
 }
 #ifndef HPC_ATTN_NO_KERNELS
@@ -510,19 +488,8 @@ AT_RUN void attn_mma2_bwd_dkv_run(int at_bx, int at_by, int at_bz,
 #if HPC_CAUSAL
     c_first = (at_bx * AM_QB / AM_QT) * AM_QT;   // queries below the block's first key see none of it
 #endif
-    // One query tile (rows c0 ..) into buffer qb: Q, dO, lse, delta.
-#define A2_STAGE_Q(qb, c0)                                                                            \
-    do {                                                                                              \
-        a2_stage(qs[qb], q, ld, b, h, (c0), AM_QT, L);                                                \
-        a2_stage(gs[qb], dctx, HPC_HIDDEN, b, h, (c0), AM_QT, L);                                     \
-        if (threadIdx.x < AM_QT) {                                                                    \
-            int row_ = (c0) + threadIdx.x;                                                            \
-            bool in_ = row_ < L;                                                                      \
-            a2_cp4(&tl[qb][threadIdx.x], lse + bh * L + (in_ ? row_ : 0), in_);                       \
-            a2_cp4(&td[qb][threadIdx.x], delta + bh * L + (in_ ? row_ : 0), in_);                     \
-        }                                                                                             \
-    } while (0)
-    if (c_first < c_end) A2_STAGE_Q(0, c_first);
+    if (c_first < c_end)
+        a2_stage_q(qs[0], gs[0], tl[0], td[0], q, dctx, lse, delta, ld, b, h, bh, c_first, L, true);
     a2_commit();
 
     bool kvis[2];
@@ -530,15 +497,7 @@ AT_RUN void attn_mma2_bwd_dkv_run(int at_bx, int at_by, int at_bz,
 #pragma unroll
     for (int half = 0; half < 2; half++)
         kvis[half] = keys[half] < L && (!mask || mask[(i64)b * L + keys[half]] != 0);
-#pragma unroll
-    for (int kk = 0; kk < AT_D / 16; kk++)
-#pragma unroll
-        for (int i = 0; i < 4; i++) {
-            int key = keys[i & 1], col = kk * 16 + 2 * t + (i >= 2 ? 8 : 0);
-            bool in = key < L;
-            ka[kk][i] = in ? *reinterpret_cast<const u32 *>(k + ((i64)b * L + key) * ld + h * AT_D + col) : 0u;
-            va[kk][i] = in ? *reinterpret_cast<const u32 *>(v + ((i64)b * L + key) * ld + h * AT_D + col) : 0u;
-        }
+    am_load_a2(ka, k, ld, va, v, ld, b, h, keys, t, L);
     float gk[AT_D / 8][4], gv[AT_D / 8][4];
 #pragma unroll
     for (int nd = 0; nd < AT_D / 8; nd++)
@@ -547,7 +506,9 @@ AT_RUN void attn_mma2_bwd_dkv_run(int at_bx, int at_by, int at_bz,
 
     for (int c0 = c_first, it = 0; c0 < c_end; c0 += AM_QT, it++) {
         int buf = it & 1;
-        if (c0 + AM_QT < c_end) A2_STAGE_Q(buf ^ 1, c0 + AM_QT);
+        if (c0 + AM_QT < c_end)
+            a2_stage_q(qs[buf ^ 1], gs[buf ^ 1], tl[buf ^ 1], td[buf ^ 1], q, dctx, lse, delta, ld, b, h, bh,
+                       c0 + AM_QT, L, true);
         a2_commit();
         a2_wait1();
         __syncthreads();
@@ -556,22 +517,7 @@ AT_RUN void attn_mma2_bwd_dkv_run(int at_bx, int at_by, int at_bz,
 
         // S^T (16 keys x 32 queries) and dP^T = V dO^T.
         float st[AM_QT / 8][4], dpt[AM_QT / 8][4];
-#pragma unroll
-        for (int nt = 0; nt < AM_QT / 8; nt++)
-#pragma unroll
-            for (int c = 0; c < 4; c++) st[nt][c] = dpt[nt][c] = 0.0f;
-#pragma unroll
-        for (int kk = 0; kk < AT_D / 16; kk++)
-#pragma unroll
-            for (int np = 0; np < AM_QT / 16; np++) {
-                u32 f[4], e[4];
-                a2_ldm4(f, a2_nk(qb, 16 * np, 16 * kk, lane));
-                a2_ldm4(e, a2_nk(gb, 16 * np, 16 * kk, lane));
-                am_mma(st[2 * np], ka[kk], f[0], f[1]);
-                am_mma(st[2 * np + 1], ka[kk], f[2], f[3]);
-                am_mma(dpt[2 * np], va[kk], e[0], e[1]);
-                am_mma(dpt[2 * np + 1], va[kk], e[2], e[3]);
-            }
+        a2_mma_nt2<AM_QT>(st, dpt, ka, va, qb, gb, lane);
         // Keep bits: lane draws the 8 keys k0 + 8 (lane & 1) .. + 7 of query
         // nt * 8 + ((lane & 15) >> 1), nt = 2 np + (lane >> 4).
         u32 mine[AM_QT / 16];
@@ -603,37 +549,15 @@ AT_RUN void attn_mma2_bwd_dkv_run(int at_bx, int at_by, int at_bz,
             }
 #pragma unroll
         for (int kc = 0; kc < AM_QT / 16; kc++) {
-            u32 za[4] = {am_pack(st[2 * kc][0], st[2 * kc][1]), am_pack(st[2 * kc][2], st[2 * kc][3]),
-                         am_pack(st[2 * kc + 1][0], st[2 * kc + 1][1]), am_pack(st[2 * kc + 1][2], st[2 * kc + 1][3])};
-            u32 sa[4] = {am_pack(dpt[2 * kc][0], dpt[2 * kc][1]), am_pack(dpt[2 * kc][2], dpt[2 * kc][3]),
-                         am_pack(dpt[2 * kc + 1][0], dpt[2 * kc + 1][1]),
-                         am_pack(dpt[2 * kc + 1][2], dpt[2 * kc + 1][3])};
-#pragma unroll
-            for (int np = 0; np < AT_D / 16; np++) {
-                u32 f[4], e[4];
-                a2_ldm4t(e, a2_kn(gb, 16 * kc, 16 * np, lane));
-                a2_ldm4t(f, a2_kn(qb, 16 * kc, 16 * np, lane));
-                am_mma(gv[2 * np], za, e[0], e[1]);
-                am_mma(gv[2 * np + 1], za, e[2], e[3]);
-                am_mma(gk[2 * np], sa, f[0], f[1]);
-                am_mma(gk[2 * np + 1], sa, f[2], f[3]);
-            }
+            u32 za[4], sa[4];
+            am_frag_a(za, st + 2 * kc);
+            am_frag_a(sa, dpt + 2 * kc);
+            a2_mma_dkv(gk, gv, za, sa, qb, gb, 16 * kc, lane);
         }
         __syncthreads();   // buffer buf is refilled by the next iteration's prefetch
     }
-#undef A2_STAGE_Q
     a2_wait0();
-#pragma unroll
-    for (int half = 0; half < 2; half++) {
-        int key = keys[half];
-        if (key >= L) continue;
-#pragma unroll
-        for (int nd = 0; nd < AT_D / 8; nd++) {
-            i64 at = ((i64)b * L + key) * ldg + h * AT_D + nd * 8 + 2 * t;
-            *reinterpret_cast<u32 *>(dk + at) = am_pack(gk[nd][2 * half] * scale, gk[nd][2 * half + 1] * scale);
-            *reinterpret_cast<u32 *>(dv + at) = am_pack(gv[nd][2 * half], gv[nd][2 * half + 1]);
-        }
-    }
+    am_put_dkv(dk, dv, ldg, b, h, keys, L, t, gk, gv, scale);
 }
 #ifndef HPC_ATTN_NO_KERNELS
 extern "C" __global__ void __launch_bounds__(128)

@@ -130,18 +130,9 @@ AT_RUN void attn_mma3_bwd_run(int at_bx, int at_by, int at_bz,
     int nkc = (L + 15) / 16; // 16-key chunks of dQ's sum
     float scale = at_scale(), scale2 = scale * A2_LOG2E, dscale = dropout_scale(p);
     i64 bh = (i64)b * HPC_HEADS + h;
-#define A3_STAGE_Q(qb, c0)                                                                            \
-    do {                                                                                              \
-        a2_stage(qs[qb], q, ld, b, h, (c0), AM_QT, L, 32 * A3_WARPS);                                 \
-        a2_stage(gs[qb], dctx, HPC_HIDDEN, b, h, (c0), AM_QT, L, 32 * A3_WARPS);                      \
-        if (threadIdx.x < AM_QT) {                                                                    \
-            int row_ = (c0) + threadIdx.x;                                                            \
-            bool in_ = row_ < L;                                                                      \
-            a2_cp4(&tl[qb][threadIdx.x], lse + bh * L + (in_ ? row_ : 0), in_);                       \
-        }                                                                                             \
-    } while (0)
     a2_stage(ks, k, ld, b, h, 0, A3_KEYS, L, 32 * A3_WARPS);
-    A3_STAGE_Q(0, 0);
+    // no delta tile: a3_delta_rows computes every row's below
+    a2_stage_q(qs[0], gs[0], tl[0], nullptr, q, dctx, lse, nullptr, ld, b, h, bh, 0, L, false, 32 * A3_WARPS);
     a2_commit();
 
     // V of the warp's keys as A fragments (K's come from ks, by ldmatrix).
@@ -150,13 +141,7 @@ AT_RUN void attn_mma3_bwd_run(int at_bx, int at_by, int at_bz,
 #pragma unroll
     for (int half = 0; half < 2; half++)
         kvis[half] = keys[half] < L && (!mask || mask[(i64)b * L + keys[half]] != 0);
-#pragma unroll
-    for (int kk = 0; kk < AT_D / 16; kk++)
-#pragma unroll
-        for (int i = 0; i < 4; i++) {
-            int key = keys[i & 1], col = kk * 16 + 2 * t + (i >= 2 ? 8 : 0);
-            va[kk][i] = key < L ? *reinterpret_cast<const u32 *>(v + ((i64)b * L + key) * ld + h * AT_D + col) : 0u;
-        }
+    am_load_a(va, v, ld, b, h, keys, t, L);
     // delta = rowsum(dO * O) of every row (attn_simt_bwd_dot's job, folded in).
     a3_delta_rows(dl, dctx, ctx, b, h, L);
     float gk[AT_D / 8][4], gv[AT_D / 8][4];
@@ -167,7 +152,9 @@ AT_RUN void attn_mma3_bwd_run(int at_bx, int at_by, int at_bz,
 
     for (int c0 = 0, it = 0; c0 < L; c0 += AM_QT, it++) {
         int buf = it & 1;
-        if (c0 + AM_QT < L) A3_STAGE_Q(buf ^ 1, c0 + AM_QT);
+        if (c0 + AM_QT < L)
+            a2_stage_q(qs[buf ^ 1], gs[buf ^ 1], tl[buf ^ 1], nullptr, q, dctx, lse, nullptr, ld, b, h, bh,
+                       c0 + AM_QT, L, false, 32 * A3_WARPS);
         a2_commit();
         a2_wait1();
         __syncthreads();
@@ -226,25 +213,15 @@ AT_RUN void attn_mma3_bwd_run(int at_bx, int at_by, int at_bz,
                         st[j][c] = pe * kf;
                         dpt[j][c] = pe * (dpt[j][c] * kf - tdb[r]);
                     }
-                u32 za[4] = {am_pack(st[0][0], st[0][1]), am_pack(st[0][2], st[0][3]), am_pack(st[1][0], st[1][1]),
-                             am_pack(st[1][2], st[1][3])};
-                u32 sa[4] = {am_pack(dpt[0][0], dpt[0][1]), am_pack(dpt[0][2], dpt[0][3]),
-                             am_pack(dpt[1][0], dpt[1][1]), am_pack(dpt[1][2], dpt[1][3])};
+                u32 za[4], sa[4];
+                am_frag_a(za, st);
+                am_frag_a(sa, dpt);
                 // dS^T for dQ: sa[i] is keys k0 + g (+ 8 for i odd), queries 16 hq + 2t (+ 8 for i >= 2).
 #pragma unroll
                 for (int i = 0; i < 4; i++)
                     *reinterpret_cast<u32 *>(dss + (k0 + g + 8 * (i & 1)) * A3_DSS + 16 * hq + 8 * (i >> 1) + 2 * t) =
                         sa[i];
-#pragma unroll
-                for (int np = 0; np < AT_D / 16; np++) {
-                    u32 f[4], e[4];
-                    a2_ldm4t(e, a2_kn(gb, 16 * hq, 16 * np, lane));
-                    a2_ldm4t(f, a2_kn(qb, 16 * hq, 16 * np, lane));
-                    am_mma(gv[2 * np], za, e[0], e[1]);
-                    am_mma(gv[2 * np + 1], za, e[2], e[3]);
-                    am_mma(gk[2 * np], sa, f[0], f[1]);
-                    am_mma(gk[2 * np + 1], sa, f[2], f[3]);
-                }
+                a2_mma_dkv(gk, gv, za, sa, qb, gb, 16 * hq, lane);
             }
         }
         __syncthreads();   // dss is full; every read of buffer buf is done
@@ -288,20 +265,9 @@ AT_RUN void attn_mma3_bwd_run(int at_bx, int at_by, int at_bz,
             }
         }
     }
-#undef A3_STAGE_Q
     a2_wait0();
     if (!owns) return;
-#pragma unroll
-    for (int half = 0; half < 2; half++) {
-        int key = keys[half];
-        if (key >= L) continue;
-#pragma unroll
-        for (int nd = 0; nd < AT_D / 8; nd++) {
-            i64 at = ((i64)b * L + key) * ldg + h * AT_D + nd * 8 + 2 * t;
-            *reinterpret_cast<u32 *>(dk + at) = am_pack(gk[nd][2 * half] * scale, gk[nd][2 * half + 1] * scale);
-            *reinterpret_cast<u32 *>(dv + at) = am_pack(gv[nd][2 * half], gv[nd][2 * half + 1]);
-        }
-    }
+    am_put_dkv(dk, dv, ldg, b, h, keys, L, t, gk, gv, scale);
 }
 #ifndef HPC_ATTN_NO_KERNELS
 extern "C" __global__ void __launch_bounds__(256)
