@@ -359,66 +359,56 @@ static void gen_unstack(EopGen *gen)
  * each thread reads and writes the same elements).  With in % 8 == 0 (every
  * hidden size hpc trains), 8 columns of one row a thread through 16-byte
  * loads and stores: the fix is a pass over the f32 gradient per LayerNorm
- * site, bound by its bytes. */
-static void gen_ln_dw_fix(EopGen *gen)
-{
-    long long in = (long long)OUTN->dims[1];
-    if (in % 8 != 0) {
-        StrBuf *s = elems_phase(gen, "ln_dw_fix", OUTN);
-        strbuf_printf(s, "    EOP_FOR(i, n) {\n        const i64 o = i / %lldLL, c = i - o * %lldLL;\n"
-                       "        y[i] = %s(%s(x0[i]) * %s(x1[c]) + %s(x3[o]) * %s(x2[c]));\n    }\n",
-                    in, in, stf(OUTN->dtype), ldf(INN(0)->dtype), ldf(INN(1)->dtype), ldf(INN(3)->dtype),
-                    ldf(INN(2)->dtype));
-        return;
-    }
-    char tag[64], num[128];
-    shape_tag(OUTN, tag, sizeof tag);
-    numel_expr(OUTN, num, sizeof num);
-    StrBuf *s = phase(gen, "ln_dw_fix", tag, EOP_LT_ELEMS, sz_ceil_div(sz_numel(OUTN), 8), 256);
-    strbuf_printf(s, "    const i64 n = %s;\n"
-                   "    EOP_FOR(iv, n / 8) {\n        const i64 i0 = iv * 8, o = i0 / %lldLL, c = i0 - o * %lldLL;\n"
-                   "        float r[8], gm[8], bt[8];\n"
-                   "        ld8_%s(x0 + i0, r);\n        ld8_%s(x1 + c, gm);\n        ld8_%s(x2 + c, bt);\n"
-                   "        const float db = %s(x3[o]);\n"
-                   "#pragma unroll\n        for (int j = 0; j < 8; j++) r[j] = r[j] * gm[j] + db * bt[j];\n"
-                   "        st8_%s(y + i0, r);\n    }\n",
-                num, in, in, ir_dtype_name(INN(0)->dtype), ir_dtype_name(INN(1)->dtype), ir_dtype_name(INN(2)->dtype),
-                ldf(INN(3)->dtype), ir_dtype_name(OUTN->dtype));
-}
-
-/* LN_DW_FIX_DB (compiler/fuse_ln_dw.c, HPC_LN_SAVE=xhat_ones): raw is
- * (out, in + IR_XHAT_ONES_PAD), its column `in` the bias gradient db;
- * y = raw[:, :in] * gamma[col] + db[row] * beta[col], and db into output 1
- * (a.yk[0]) by the thread of each row's first columns.  Not in place: raw's
- * rows are longer than y's.  8 columns a thread as LN_DW_FIX. */
-static void gen_ln_dw_fix_db(EopGen *gen)
+ * site, bound by its bytes.
+ *
+ * LN_DW_FIX_DB (HPC_LN_SAVE=xhat_ones, db_in_raw): raw is (out, in +
+ * IR_XHAT_ONES_PAD) and its column `in` is db, which the thread of each
+ * row's first columns also writes to output 1 (a.yk[0]).  Not in place:
+ * raw's rows are longer than y's. */
+static void gen_dw_fix(EopGen *gen, bool db_in_raw)
 {
     long long in = (long long)OUTN->dims[1], ldr = (long long)last_dim(INN(0));
-    const char *t = ctype(OUTN->dtype), *st = stf(OUTN->dtype), *lr = ldf(INN(0)->dtype);
+    const char *name = db_in_raw ? "ln_dw_fix_db" : "ln_dw_fix", *t = ctype(OUTN->dtype), *st = stf(OUTN->dtype);
+    /* raw's element (o, c) for the scalar and the vector loop, db's source, and the db output */
+    char elem[64], vec[64], db[96], decl[96] = "", put[96] = "";
+    if (db_in_raw) {
+        snprintf(elem, sizeof elem, "x0[o * %lldLL + c]", ldr);
+        snprintf(vec, sizeof vec, "x0 + o * %lldLL + c", ldr);
+        snprintf(db, sizeof db, "%s(x0[o * %lldLL + %lldLL])", ldf(INN(0)->dtype), ldr, in);
+        snprintf(decl, sizeof decl, "    %s *o_db = (%s *)a.yk[0];\n", t, t);
+        snprintf(put, sizeof put, "        if (c == 0 && o_db) o_db[o] = %s(db);\n", st);
+    } else {
+        snprintf(elem, sizeof elem, "x0[i]");
+        snprintf(vec, sizeof vec, "x0 + i0");
+        snprintf(db, sizeof db, "%s(x3[o])", ldf(INN(3)->dtype));
+    }
     if (in % 8 != 0) {
-        StrBuf *s = elems_phase(gen, "ln_dw_fix_db", OUTN);
-        strbuf_printf(s, "    %s *o_db = (%s *)a.yk[0];\n"
-                       "    EOP_FOR(i, n) {\n        const i64 o = i / %lldLL, c = i - o * %lldLL;\n"
-                       "        const float db = %s(x0[o * %lldLL + %lldLL]);\n"
-                       "        y[i] = %s(%s(x0[o * %lldLL + c]) * %s(x1[c]) + db * %s(x2[c]));\n"
-                       "        if (c == 0 && o_db) o_db[o] = %s(db);\n    }\n",
-                    t, t, in, in, lr, ldr, in, st, lr, ldr, ldf(INN(1)->dtype), ldf(INN(2)->dtype), st);
+        StrBuf *s = elems_phase(gen, name, OUTN);
+        char dbl[128] = "";
+        if (db_in_raw) snprintf(dbl, sizeof dbl, "        const float db = %s;\n", db);
+        strbuf_printf(s, "%s    EOP_FOR(i, n) {\n        const i64 o = i / %lldLL, c = i - o * %lldLL;\n"
+                       "%s        y[i] = %s(%s(%s) * %s(x1[c]) + %s * %s(x2[c]));\n%s    }\n",
+                    decl, in, in, dbl, st, ldf(INN(0)->dtype), elem, ldf(INN(1)->dtype), db_in_raw ? "db" : db,
+                    ldf(INN(2)->dtype), put);
         return;
     }
     char tag[64], num[128];
     shape_tag(OUTN, tag, sizeof tag);
     numel_expr(OUTN, num, sizeof num);
-    StrBuf *s = phase(gen, "ln_dw_fix_db", tag, EOP_LT_ELEMS, sz_ceil_div(sz_numel(OUTN), 8), 256);
-    strbuf_printf(s, "    const i64 n = %s;\n    %s *o_db = (%s *)a.yk[0];\n"
+    StrBuf *s = phase(gen, name, tag, EOP_LT_ELEMS, sz_ceil_div(sz_numel(OUTN), 8), 256);
+    strbuf_printf(s, "    const i64 n = %s;\n%s"
                    "    EOP_FOR(iv, n / 8) {\n        const i64 i0 = iv * 8, o = i0 / %lldLL, c = i0 - o * %lldLL;\n"
                    "        float r[8], gm[8], bt[8];\n"
-                   "        ld8_%s(x0 + o * %lldLL + c, r);\n        ld8_%s(x1 + c, gm);\n        ld8_%s(x2 + c, bt);\n"
-                   "        const float db = %s(x0[o * %lldLL + %lldLL]);\n"
+                   "        ld8_%s(%s, r);\n        ld8_%s(x1 + c, gm);\n        ld8_%s(x2 + c, bt);\n"
+                   "        const float db = %s;\n"
                    "#pragma unroll\n        for (int j = 0; j < 8; j++) r[j] = r[j] * gm[j] + db * bt[j];\n"
-                   "        st8_%s(y + i0, r);\n        if (c == 0 && o_db) o_db[o] = %s(db);\n    }\n",
-                num, t, t, in, in, ir_dtype_name(INN(0)->dtype), ldr, ir_dtype_name(INN(1)->dtype),
-                ir_dtype_name(INN(2)->dtype), lr, ldr, in, ir_dtype_name(OUTN->dtype), st);
+                   "        st8_%s(y + i0, r);\n%s    }\n",
+                num, decl, in, in, ir_dtype_name(INN(0)->dtype), vec, ir_dtype_name(INN(1)->dtype),
+                ir_dtype_name(INN(2)->dtype), db, ir_dtype_name(OUTN->dtype), put);
 }
+
+static void gen_ln_dw_fix(EopGen *gen) { gen_dw_fix(gen, false); }
+static void gen_ln_dw_fix_db(EopGen *gen) { gen_dw_fix(gen, true); }
 
 static void gen_slice_first(EopGen *gen)
 {

@@ -19,6 +19,9 @@
  *    exactly 11 x 4096 x 8 x 2 bytes more than under xhat_dw;
  *  - the fp16 module compiles with NVRTC (sm_80, sm_90) and has the
  *    ln_dw_fix_db kernel;
+ *  - LN_DW_FIX_DB alone on random data: the cpu reference is the formula
+ *    (db exactly raw's column in), and its kernel compiles in both forms
+ *    (8 columns a thread at in 24, one element at in 20);
  *  - HPC_LN_SAVE=bogus is refused and names xhat_ones. */
 #include <criterion/criterion.h>
 #include <math.h>
@@ -26,6 +29,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "compiler/ir_build.h"
 #include "compiler/plan_graph.h"
 #include "compiler/spec_load.h"
 #include "cpu/cpu_exec.h"
@@ -170,47 +174,20 @@ Test(ln_xhat_ones, bert_tiny_exact_in_f64, .timeout = 600)
     build(&s, PREC_FP16, "xhat_dw", &dw);
     build(&s, PREC_FP16, "xhat_ones", &on);
     cr_assert_gt(on.fuse.ln_db_from_ones, 0);
-    double **w = calloc((size_t)dw.pl.n, sizeof *w);
-    for (int p = 0; p < dw.pl.n; p++) {
-        if (dw.pl.p[p].tied_to >= 0) continue;
-        int64_t n = params_numel(&dw.pl.p[p]);
-        w[p] = malloc((size_t)n * sizeof **w);
-        for (int64_t i = 0; i < n; i++)
-            w[p][i] = dw.pl.p[p].init == PARAM_INIT_ONES ? 1 + 0.1 * uniform() : 0.05 * uniform();
-    }
-    Batch *b = random_batch(&s, 2, 12);
-    CpuExec ea, eb;
-    const Pipeline *P[2] = {&dw, &on};
-    CpuExec *E[2] = {&ea, &eb};
-    for (int k = 0; k < 2; k++) {
-        cpu_exec_init(E[k], &P[k]->g, CPU_EXEC_F64);
-        for (int p = 0; p < P[k]->pl.n; p++)
-            if (P[k]->pl.p[p].tied_to < 0) cpu_exec_bind_param(E[k], p, w[p]);
-        CpuRunOptions o = {.training = true, .backward = true, .seed = 3, .step = 1, .loss_scale = 1};
-        HpcError err = {0};
-        cr_assert_eq(cpu_exec_run(E[k], b, &o, &err), HPC_OK, "%s", err.msg);
-    }
+    double **w = cpu_step_random_weights(&dw.pl, 5, 0.05);
+    Batch *b = cpu_step_padded_batch(2, 12, (int)s.stack.vocab_size, s.head.num_labels > 1 ? s.head.num_labels : 1);
+    StepOut a = cpu_step_run(&dw.g, &dw.pl, w, CPU_EXEC_F64, CPU_EXEC_REFERENCE, 1, b);
+    StepOut c = cpu_step_run(&on.g, &on.pl, w, CPU_EXEC_F64, CPU_EXEC_REFERENCE, 1, b);
+    const char *which = "";
     int compared = 0;
-    for (int p = 0; p < dw.pl.n; p++) {
-        int va = dw.g.param_grad[p], vb = on.g.param_grad[p];
-        if (va < 0) continue;
-        cr_assert_geq(vb, 0);
-        const double *a = cpu_exec_value(&ea, va), *c = cpu_exec_value(&eb, vb);
-        double d = 0, r = 0;
-        for (int64_t i = 0; i < params_numel(&dw.pl.p[p]); i++) {
-            d += (a[i] - c[i]) * (a[i] - c[i]);
-            r += a[i] * a[i];
-        }
-        double e = sqrt(d) / fmax(sqrt(r), 1e-300);
-        cr_expect(e <= 1e-12, "%s: %.3g from xhat_dw's in f64", dw.pl.p[p].name, e);   /* NaN fails */
-        compared++;
-    }
+    double worst = cpu_step_worst_rel(&a, &c, &dw.pl, &which, &compared);
+    printf("bert_tiny f64 xhat_ones: worst %.3g from xhat_dw's (%s) over %d gradients\n", worst, which, compared);
+    cr_expect(worst <= 1e-12, "%s: %.3g from xhat_dw's in f64", which, worst);   /* NaN fails */
     cr_expect_gt(compared, 30);
-    cpu_exec_free(&ea);
-    cpu_exec_free(&eb);
+    step_free(&a);
+    step_free(&c);
     batch_free(b);
-    for (int p = 0; p < dw.pl.n; p++) free(w[p]);
-    free(w);
+    cpu_step_free_weights(&dw.pl, w);
     pipeline_free(&dw);
     pipeline_free(&on);
 }
@@ -330,6 +307,73 @@ Test(ln_xhat_ones, fp16_module_compiles, .timeout = 300)
     }
     free(src);
     pipeline_free(&p);
+}
+
+/* LN_DW_FIX_DB alone on random data, its cpu reference against the formula
+ * in double, and its kernel text (the 8-column loop at in 24, the scalar
+ * loop at in 20) compiling with NVRTC. */
+static void fix_db_case(int64_t out, int64_t in)
+{
+    IrGraph g;
+    ParamList pl;
+    ir_init(&g);
+    params_init(&pl);
+    int64_t d[3][2] = {{out, in + IR_XHAT_ONES_PAD}, {in, 0}, {in, 0}};
+    static const char *const nm[3] = {"raw", "gamma", "beta"};
+    int v[3], outs[2];
+    float *w[3];
+    for (int k = 0; k < 3; k++) {
+        int rank = k == 0 ? 2 : 1;
+        int p = params_add(&pl, nm[k], rank, d[k], PARAM_INIT_NORMAL, false, false);
+        v[k] = ir_param(&g, p, DT_F32, rank, d[k], nm[k]);
+        int64_t n = k == 0 ? out * (in + IR_XHAT_ONES_PAD) : in;
+        w[k] = malloc((size_t)n * sizeof *w[k]);
+        for (int64_t i = 0; i < n; i++) w[k][i] = (float)uniform();
+    }
+    ir_add_outputs(&g, IR_OP_LN_DW_FIX_DB, v, 3, NULL, "dw", outs);
+    g.n_forward = g.n;
+    g.n_params = pl.n;
+    CpuExec ex;
+    cpu_exec_init(&ex, &g, CPU_EXEC_F32);
+    for (int k = 0; k < 3; k++) cpu_exec_bind_param(&ex, k, w[k]);
+    Batch *b = batch_new(1, 1, 0);
+    CpuRunOptions o = {.training = false, .backward = false, .loss_scale = 1};
+    HpcError err = {0};
+    cr_assert_eq(cpu_exec_run(&ex, b, &o, &err), HPC_OK, "%s", err.msg);
+    const float *dw = cpu_exec_value(&ex, outs[0]), *db = cpu_exec_value(&ex, outs[1]);
+    int64_t ldr = in + IR_XHAT_ONES_PAD;
+    for (int64_t r = 0; r < out; r++) {
+        double want_db = w[0][r * ldr + in];   /* a NaN fails both checks */
+        cr_expect(db[r] == (float)want_db, "db[%lld] %g, raw's column %lld %g", (long long)r, db[r], (long long)in,
+                  want_db);
+        for (int64_t c = 0; c < in; c++) {
+            double want = (double)w[0][r * ldr + c] * w[1][c] + want_db * w[2][c];
+            cr_expect(fabs(dw[r * in + c] - want) <= 1e-6 * (1 + fabs(want)), "dW[%lld][%lld] %g, want %g",
+                      (long long)r, (long long)c, dw[r * in + c], want);
+        }
+    }
+    char *src = NULL;
+    cr_assert_eq(eop_module_source(&g, &src, &err), HPC_OK, "%s", err.msg);
+    cr_expect(strstr(src, "ln_dw_fix_db") != NULL && strstr(src, "o_db[o]") != NULL, "no ln_dw_fix_db kernel");
+    void *cubin = NULL;
+    size_t size = 0;
+    char *log = NULL;
+    cr_expect_eq(nvrtc_compile(src, "hpc_ln_dw_fix_db", 90, NULL, 0, &cubin, &size, &log, &err), HPC_OK,
+                 "in %lld: %s\n%s", (long long)in, err.msg, log ? log : "");
+    free(cubin);
+    free(log);
+    free(src);
+    cpu_exec_free(&ex);
+    batch_free(b);
+    for (int k = 0; k < 3; k++) free(w[k]);
+    ir_free(&g);
+    params_free(&pl);
+}
+
+Test(ln_xhat_ones, ln_dw_fix_db_alone, .timeout = 120)
+{
+    fix_db_case(7, 24);
+    fix_db_case(5, 20);
 }
 
 Test(ln_xhat_ones, bogus_value_names_the_choice)

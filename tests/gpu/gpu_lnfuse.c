@@ -32,7 +32,7 @@
  * xhat_ones: rows of D + 8, column D = 1, the rest 0; the backward reads
  * the wider rows).  And LN_DW_FIX (HPC_LN_SAVE=xhat_dw) alone at (768,
  * 768), (3072, 768) and (5, 24), and LN_DW_FIX_DB (xhat_ones) at (2304,
- * 768), (768, 768) and (5, 24), f32 tolerance.
+ * 768), (768, 768) and (5, 20), f32 tolerance.
  *
  * Exit 0 when every check passes, 1 on a failed check, 4 without a GPU. */
 #include <math.h>
@@ -384,7 +384,7 @@ int main(void)
     dw_fix_case(5, 24);
     dw_fix_db_case(2304, 768);
     dw_fix_db_case(768, 768);
-    dw_fix_db_case(5, 24);
+    dw_fix_db_case(5, 20);   /* in % 8 != 0: the one-element loop */
     if (saved) setenv("HPC_LN_SAVE", saved, 1);
     else unsetenv("HPC_LN_SAVE");
     free(saved);
