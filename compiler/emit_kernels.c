@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "kernel_sources.h"
+#include "program/activations.h"
 #include "strbuf.h"
 
 /* The default rows per block of ln_bwd/emb_bwd. */
@@ -149,6 +150,8 @@ HpcStatus kemit_source(const KernelConfig *cfg, char **source, char suffix[KEMIT
             return hpc_fail(err, HPC_ERR_INTERNAL, "kernel emitter: template compiler/kernels/%s is "
                             "not in the build; rebuild with `make` from a full checkout", kemit_templates[i]);
         }
+        if (strcmp(kemit_templates[i], "activation.cu") == 0)   /* the exact GELU's Phi, as the step module's */
+            strbuf_add(&body, "\n// ---- gelu_cdf (program/activations.h) ----\n" ACT_GELU_CDF_CUDA("KN(gelu_cdf)"));
         strbuf_printf(&body, "\n// ---- %s ----\n", kemit_templates[i]);
         strbuf_add(&body, text);
     }

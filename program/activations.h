@@ -122,8 +122,11 @@ static inline float act_gelu_cdf_f32(float x, float *pdf)
     return x >= 0.0f ? 1.0f - tail : tail;
 }
 
-#define ACT_GELU_CUDA                                                                               \
-    "__device__ __forceinline__ float gelu_cdf(float x, float *pdf)\n"                              \
+/* gelu_cdf's CUDA text under the name NAME (a string: the exported kernels,
+ * compiler/emit_kernels.c, give it their suffix so that their header and a
+ * step module can share a translation unit). */
+#define ACT_GELU_CDF_CUDA(NAME)                                                                     \
+    "__device__ __forceinline__ float " NAME "(float x, float *pdf)\n"                              \
     "{\n"                                                                                           \
     "    float t, e;\n"                                                                             \
     "    asm(\"rcp.approx.ftz.f32 %0, %1;\" : \"=f\"(t) : \"f\"(fmaf(" ACT_F32(ACT_GELU_CDF_PX) ", fabsf(x), 1.0f)));\n" \
@@ -137,7 +140,9 @@ static inline float act_gelu_cdf_f32(float x, float *pdf)
     "    const float tail = t * q * e;   /* Phi(-|x|); NaN for a NaN x */\n"                        \
     "    *pdf = " ACT_F32(ACT_GELU_CDF_PDF) " * e;\n"                                               \
     "    return x >= 0.0f ? 1.0f - tail : tail;\n"                                                  \
-    "}\n"                                                                                           \
+    "}\n"
+#define ACT_GELU_CUDA                                                                               \
+    ACT_GELU_CDF_CUDA("gelu_cdf")                                                                   \
     "__device__ __forceinline__ float act_gelu(float x) { float pdf; return x * gelu_cdf(x, &pdf); }\n" \
     "__device__ __forceinline__ float actg_gelu(float x) { float pdf; float cdf = gelu_cdf(x, &pdf); return cdf + x * pdf; }\n"
 

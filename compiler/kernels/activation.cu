@@ -5,6 +5,10 @@
 //   gelu_tanh  0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))
 //   relu       max(x, 0)    (derivative 0 at 0)
 //   tanh       tanh(x)
+// The exact GELU takes Phi(x) and phi(x) from KN(gelu_cdf), the step
+// module's gelu_cdf (program/activations.h: about 13 instructions where
+// erff and expf took about 35), which compiler/emit_kernels.c emits just
+// before this file.
 // Elementwise kernels are grid-stride loops over (R, C) with 16-byte
 // vectors when C allows: any grid works; 256 threads are expected.
 
@@ -16,7 +20,10 @@
 template <int A>
 __device__ __forceinline__ float act_fwd(float x)
 {
-    if (A == ACT_GELU) return 0.5f * x * (1.0f + erff(x * 0.70710678118654752f));
+    if (A == ACT_GELU) {
+        float pdf;
+        return x * KN(gelu_cdf)(x, &pdf);
+    }
     if (A == ACT_GELU_TANH) {
         float u = 0.79788456080286536f * (x + 0.044715f * x * x * x);
         return 0.5f * x * (1.0f + tanhf(u));
@@ -29,8 +36,7 @@ template <int A>
 __device__ __forceinline__ float act_grad(float x)
 {
     if (A == ACT_GELU) {
-        float cdf = 0.5f * (1.0f + erff(x * 0.70710678118654752f));
-        float pdf = 0.39894228040143268f * expf(-0.5f * x * x);
+        float pdf, cdf = KN(gelu_cdf)(x, &pdf);
         return cdf + x * pdf;
     }
     if (A == ACT_GELU_TANH) {
