@@ -1,7 +1,8 @@
 /* tests/ln_site_graph.h — one LayerNorm site as a small graph, for the
- * fused-LayerNorm tests on the cpu (tests/test_fuse_ln.c) and on the GPU
- * (tests/gpu/gpu_lnfuse.c).  Header-only (static functions): both are
- * separate programs.
+ * fused-LayerNorm tests on the cpu (tests/test_fuse_ln.c, test_ln_xhat.c,
+ * test_ln_xhat_ones.c) and on the GPU (tests/gpu/gpu_lnfuse.c), and the
+ * weight-gradient fix after such a site alone (ln_dw_fix_graph).
+ * Header-only (static inline functions): each test is its own program.
  *
  * The unfused site, as lowering + precision make it for a post-LN layer,
  * with every input a parameter of constant shape (R, D) or (D) so any data
@@ -38,14 +39,14 @@ typedef struct {
     int n_forward;
 } LnSite;
 
-static int ln_site_param(LnSite *t, const char *name, int rank, int64_t d0, int64_t d1, bool ones)
+static inline int ln_site_param(LnSite *t, const char *name, int rank, int64_t d0, int64_t d1, bool ones)
 {
     int64_t dims[2] = {d0, d1};
     int p = params_add(&t->pl, name, rank, dims, ones ? PARAM_INIT_ONES : PARAM_INIT_NORMAL, false, false);
     return ir_param(&t->g, p, DT_F32, rank, dims, name);
 }
 
-static int ln_site_add(LnSite *t, IrOpKind op, const int *in, int n_in, const IrAttr *a, const char *name,
+static inline int ln_site_add(LnSite *t, IrOpKind op, const int *in, int n_in, const IrAttr *a, const char *name,
                        bool backward)
 {
     int id = ir_add(&t->g, op, in, n_in, a, name);
@@ -55,7 +56,7 @@ static int ln_site_add(LnSite *t, IrOpKind op, const int *in, int n_in, const Ir
 }
 
 /* The unfused site of R rows of D with 16-bit storage `low` (DT_F32: none). */
-static void ln_site_build(LnSite *t, int64_t R, int64_t D, DType low, double eps, float p)
+static inline void ln_site_build(LnSite *t, int64_t R, int64_t D, DType low, double eps, float p)
 {
     ir_init(&t->g);
     params_init(&t->pl);
@@ -88,7 +89,7 @@ static void ln_site_build(LnSite *t, int64_t R, int64_t D, DType low, double eps
 
 /* The fused graph of u (fuse pass with the LayerNorm rules on) into t;
  * returns the number of LN_RESIDUAL + LN_RESIDUAL_BWD nodes (2 expected). */
-static int ln_site_fuse(const LnSite *u, LnSite *t, FuseStats *st, HpcError *err)
+static inline int ln_site_fuse(const LnSite *u, LnSite *t, FuseStats *st, HpcError *err)
 {
     ir_init(&t->g);
     params_init(&t->pl);
@@ -113,10 +114,34 @@ static int ln_site_fuse(const LnSite *u, LnSite *t, FuseStats *st, HpcError *err
     return n;
 }
 
-static void ln_site_free(LnSite *t)
+static inline void ln_site_free(LnSite *t)
 {
     ir_free(&t->g);
     params_free(&t->pl);
+}
+
+/* The weight-gradient fix after a dW GEMM that read a site's xhat
+ * (compiler/fuse_ln_dw.c), alone, every input an f32 parameter:
+ * LN_DW_FIX(raw (out, in), gamma, beta, db (out)) or, with `ones`,
+ * LN_DW_FIX_DB(raw (out, in + IR_XHAT_ONES_PAD), gamma, beta) and its db
+ * output.  Parameters in order raw, gamma (PARAM_INIT_ONES), beta[, db];
+ * outs[0] is dW, outs[1] db (-1 without `ones`). */
+static inline void ln_dw_fix_graph(IrGraph *g, ParamList *pl, int64_t out, int64_t in, bool ones, int outs[2])
+{
+    ir_init(g);
+    params_init(pl);
+    int64_t d[4][2] = {{out, in + (ones ? IR_XHAT_ONES_PAD : 0)}, {in, 0}, {in, 0}, {out, 0}};
+    static const char *const nm[4] = {"raw", "gamma", "beta", "db"};
+    int n_in = ones ? 3 : 4, v[4];
+    for (int k = 0; k < n_in; k++) {
+        int rank = k == 0 ? 2 : 1;
+        int p = params_add(pl, nm[k], rank, d[k], k == 1 ? PARAM_INIT_ONES : PARAM_INIT_NORMAL, false, false);
+        v[k] = ir_param(g, p, DT_F32, rank, d[k], nm[k]);
+    }
+    outs[1] = -1;
+    ir_add_outputs(g, ones ? IR_OP_LN_DW_FIX_DB : IR_OP_LN_DW_FIX, v, n_in, NULL, "dw", outs);
+    g->n_forward = g->n;
+    g->n_params = pl->n;
 }
 
 #endif

@@ -48,6 +48,7 @@
 #include "fuse.h"
 #include "fuse_qkv.h"
 #include "ln_site_graph.h"
+#include "module_compiles.h"
 #include "pipeline.h"
 #include "program/plan.h"
 #include "program/spec.h"
@@ -613,20 +614,7 @@ Test(ln_xhat_cuda, bert_tiny_xhat_dw_module_compiles, .timeout = 300)
     Pipeline p;
     build(&s, PREC_FP16, "xhat_dw", &p);
     cr_assert_gt(p.fuse.ln_dw_from_xhat, 0);
-    char *src = NULL;
-    HpcError err = {0};
-    cr_assert_eq(eop_module_source(&p.g, &src, &err), HPC_OK, "%s", err.msg);
-    cr_expect(strstr(src, "ln_dw_fix") != NULL, "no ln_dw_fix kernel in the module");
-    for (int arch = 80; arch <= 90; arch += 10) {
-        void *cubin = NULL;
-        size_t size = 0;
-        char *log = NULL;
-        cr_expect_eq(nvrtc_compile(src, "hpc_ln_xhat_dw", arch, NULL, 0, &cubin, &size, &log, &err), HPC_OK,
-                     "sm_%d: %s\n%s", arch, err.msg, log ? log : "");
-        free(cubin);
-        free(log);
-    }
-    free(src);
+    expect_module_compiles(&p.g, "hpc_ln_xhat_dw", "ln_dw_fix");
     pipeline_free(&p);
 }
 

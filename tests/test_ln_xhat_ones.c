@@ -29,17 +29,16 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "compiler/ir_build.h"
 #include "compiler/plan_graph.h"
 #include "compiler/spec_load.h"
 #include "cpu/cpu_exec.h"
 #include "cpu_step.h"
 #include "cpu/half.h"
-#include "cuda/nvrtc_compile.h"
 #include "data/batch.h"
-#include "emit_ops.h"
 #include "fuse.h"
 #include "fuse_qkv.h"
+#include "ln_site_graph.h"
+#include "module_compiles.h"
 #include "pipeline.h"
 #include "program/plan.h"
 #include "program/spec.h"
@@ -139,32 +138,6 @@ Test(ln_xhat_ones, bert_tiny_graph)
     pipeline_free(&bf);
 }
 
-static float **random_weights_f32(const ParamList *pl)
-{
-    float **w = calloc((size_t)pl->n, sizeof *w);
-    for (int p = 0; p < pl->n; p++) {
-        if (pl->p[p].tied_to >= 0) continue;
-        int64_t n = params_numel(&pl->p[p]);
-        w[p] = malloc((size_t)n * sizeof **w);
-        for (int64_t i = 0; i < n; i++)
-            w[p][i] = pl->p[p].init == PARAM_INIT_ONES ? (float)(1 + 0.1 * uniform()) : (float)(0.05 * uniform());
-        prec_round_array(PREC_FP16, w[p], n);   /* masters equal to their 16-bit copies */
-    }
-    return w;
-}
-
-static Batch *random_batch(const ModelSpec *s, int64_t B, int64_t L)
-{
-    Batch *b = batch_new(B, L, 0);
-    for (int64_t i = 0; i < B * L; i++) {
-        b->input_ids[i] = (int32_t)(1 + (uint64_t)(uniform() * 1e6 + 1e6) % (uint64_t)(s->stack.vocab_size - 1));
-        b->attention_mask[i] = (i % L) < L - 2 * (i / L);
-        b->token_type_ids[i] = (i % L) >= L / 2;
-    }
-    for (int64_t r = 0; r < B && s->head.num_labels > 0; r++) b->labels[r] = (int32_t)(r % s->head.num_labels);
-    return b;
-}
-
 /* The algebra, exactly: in f64 every gradient is xhat_dw's to 1e-12. */
 Test(ln_xhat_ones, bert_tiny_exact_in_f64, .timeout = 600)
 {
@@ -201,40 +174,25 @@ Test(ln_xhat_ones, bert_tiny_fp16_step, .timeout = 600)
     Pipeline dw, on;
     build(&s, PREC_FP16, "xhat_dw", &dw);
     build(&s, PREC_FP16, "xhat_ones", &on);
-    float **w = random_weights_f32(&dw.pl);
-    Batch *b = random_batch(&s, 3, 16);
+    double **w = cpu_step_random_weights(&dw.pl, 6, 0.05);
+    Batch *b = cpu_step_padded_batch(3, 16, (int)s.stack.vocab_size, s.head.num_labels > 1 ? s.head.num_labels : 1);
     for (int training = 0; training <= 1; training++) {
-        StepOutF32 a = cpu_step_run_f32(&dw.g, &dw.pl, w, b, training), c = cpu_step_run_f32(&on.g, &on.pl, w, b, training);
+        StepOut a = cpu_step_run_dropout(&dw.g, &dw.pl, w, CPU_EXEC_F32, CPU_EXEC_REFERENCE, 1, b, training);
+        StepOut c = cpu_step_run_dropout(&on.g, &on.pl, w, CPU_EXEC_F32, CPU_EXEC_REFERENCE, 1, b, training);
         cr_expect(isfinite(c.loss) && c.loss == a.loss, "dropout %d: loss %.9g with ones, %.9g xhat_dw", training,
                   c.loss, a.loss);
+        const char *which = "";
         int compared = 0;
-        double worst = 0;
-        for (int p = 0; p < a.n; p++) {
-            if (!a.grad[p]) continue;
-            cr_assert(c.grad[p] != NULL, "%s: no gradient with ones", dw.pl.p[p].name);
-            double d = 0, r = 0;
-            bool finite = true;
-            for (int64_t i = 0; i < params_numel(&dw.pl.p[p]); i++) {
-                finite &= isfinite(c.grad[p][i]) && isfinite(a.grad[p][i]);
-                double e = (double)c.grad[p][i] - a.grad[p][i];
-                d += e * e;
-                r += (double)a.grad[p][i] * a.grad[p][i];
-            }
-            double e = sqrt(d) / fmax(sqrt(r), 1e-30);
-            cr_expect(finite, "%s: not finite", dw.pl.p[p].name);
-            cr_expect(e <= 1e-5, "dropout %d, %s: %.3g from xhat_dw's", training, dw.pl.p[p].name, e);
-            worst = fmax(worst, e);
-            compared++;
-        }
-        printf("bert_tiny fp16 xhat_ones, dropout %d: worst gradient %.3g from xhat_dw's over %d tensors\n", training,
-               worst, compared);
+        double worst = cpu_step_worst_rel(&a, &c, &dw.pl, &which, &compared);
+        printf("bert_tiny fp16 xhat_ones, dropout %d: worst %.3g from xhat_dw's (%s) over %d gradients\n", training,
+               worst, which, compared);
+        cr_expect(worst <= 1e-5, "dropout %d, %s: %.3g from xhat_dw's", training, which, worst);   /* NaN fails */
         cr_expect_gt(compared, 30);
-        step_free_f32(&a);
-        step_free_f32(&c);
+        step_free(&a);
+        step_free(&c);
     }
     batch_free(b);
-    for (int p = 0; p < dw.pl.n; p++) free(w[p]);
-    free(w);
+    cpu_step_free_weights(&dw.pl, w);
     pipeline_free(&dw);
     pipeline_free(&on);
 }
@@ -292,20 +250,7 @@ Test(ln_xhat_ones, fp16_module_compiles, .timeout = 300)
     Pipeline p;
     build(&s, PREC_FP16, "xhat_ones", &p);
     cr_assert_gt(p.fuse.ln_db_from_ones, 0);
-    char *src = NULL;
-    HpcError err = {0};
-    cr_assert_eq(eop_module_source(&p.g, &src, &err), HPC_OK, "%s", err.msg);
-    cr_expect(strstr(src, "ln_dw_fix_db") != NULL, "no ln_dw_fix_db kernel in the module");
-    for (int arch = 80; arch <= 90; arch += 10) {
-        void *cubin = NULL;
-        size_t size = 0;
-        char *log = NULL;
-        cr_expect_eq(nvrtc_compile(src, "hpc_ln_xhat_ones", arch, NULL, 0, &cubin, &size, &log, &err), HPC_OK,
-                     "sm_%d: %s\n%s", arch, err.msg, log ? log : "");
-        free(cubin);
-        free(log);
-    }
-    free(src);
+    expect_module_compiles(&p.g, "hpc_ln_xhat_ones", "ln_dw_fix_db");
     pipeline_free(&p);
 }
 
@@ -316,32 +261,22 @@ static void fix_db_case(int64_t out, int64_t in)
 {
     IrGraph g;
     ParamList pl;
-    ir_init(&g);
-    params_init(&pl);
-    int64_t d[3][2] = {{out, in + IR_XHAT_ONES_PAD}, {in, 0}, {in, 0}};
-    static const char *const nm[3] = {"raw", "gamma", "beta"};
-    int v[3], outs[2];
+    int outs[2];
+    ln_dw_fix_graph(&g, &pl, out, in, true, outs);
+    int64_t ldr = in + IR_XHAT_ONES_PAD, numel[3] = {out * ldr, in, in};
     float *w[3];
-    for (int k = 0; k < 3; k++) {
-        int rank = k == 0 ? 2 : 1;
-        int p = params_add(&pl, nm[k], rank, d[k], PARAM_INIT_NORMAL, false, false);
-        v[k] = ir_param(&g, p, DT_F32, rank, d[k], nm[k]);
-        int64_t n = k == 0 ? out * (in + IR_XHAT_ONES_PAD) : in;
-        w[k] = malloc((size_t)n * sizeof *w[k]);
-        for (int64_t i = 0; i < n; i++) w[k][i] = (float)uniform();
-    }
-    ir_add_outputs(&g, IR_OP_LN_DW_FIX_DB, v, 3, NULL, "dw", outs);
-    g.n_forward = g.n;
-    g.n_params = pl.n;
     CpuExec ex;
     cpu_exec_init(&ex, &g, CPU_EXEC_F32);
-    for (int k = 0; k < 3; k++) cpu_exec_bind_param(&ex, k, w[k]);
+    for (int k = 0; k < 3; k++) {
+        w[k] = malloc((size_t)numel[k] * sizeof *w[k]);
+        for (int64_t i = 0; i < numel[k]; i++) w[k][i] = (float)uniform();
+        cpu_exec_bind_param(&ex, k, w[k]);
+    }
     Batch *b = batch_new(1, 1, 0);
     CpuRunOptions o = {.training = false, .backward = false, .loss_scale = 1};
     HpcError err = {0};
     cr_assert_eq(cpu_exec_run(&ex, b, &o, &err), HPC_OK, "%s", err.msg);
     const float *dw = cpu_exec_value(&ex, outs[0]), *db = cpu_exec_value(&ex, outs[1]);
-    int64_t ldr = in + IR_XHAT_ONES_PAD;
     for (int64_t r = 0; r < out; r++) {
         double want_db = w[0][r * ldr + in];   /* a NaN fails both checks */
         cr_expect(db[r] == (float)want_db, "db[%lld] %g, raw's column %lld %g", (long long)r, db[r], (long long)in,
@@ -352,17 +287,7 @@ static void fix_db_case(int64_t out, int64_t in)
                       (long long)r, (long long)c, dw[r * in + c], want);
         }
     }
-    char *src = NULL;
-    cr_assert_eq(eop_module_source(&g, &src, &err), HPC_OK, "%s", err.msg);
-    cr_expect(strstr(src, "ln_dw_fix_db") != NULL && strstr(src, "o_db[o]") != NULL, "no ln_dw_fix_db kernel");
-    void *cubin = NULL;
-    size_t size = 0;
-    char *log = NULL;
-    cr_expect_eq(nvrtc_compile(src, "hpc_ln_dw_fix_db", 90, NULL, 0, &cubin, &size, &log, &err), HPC_OK,
-                 "in %lld: %s\n%s", (long long)in, err.msg, log ? log : "");
-    free(cubin);
-    free(log);
-    free(src);
+    expect_module_compiles(&g, "hpc_ln_dw_fix_db", "o_db[o]");
     cpu_exec_free(&ex);
     batch_free(b);
     for (int k = 0; k < 3; k++) free(w[k]);
