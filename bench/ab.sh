@@ -14,7 +14,8 @@
 # the machine's clocks shows in every variant alike), each
 # `bench_hpc --shapes SHAPES --policies fp16 --warmup WARMUP --iters ITERS`;
 # then, with PROFILE=1, one `--profile` step of each at PSHAPES, the table
-# rows matching PGREP.  Settings (environment): SHAPES (32x128,32x32,
+# rows matching PGREP (PROFILE=graph: `--profile-graph`, the rows timed
+# inside the step's CUDA graph).  Settings (environment): SHAPES (32x128,32x32,
 # 256x128), ROUNDS (2), WARMUP (5), ITERS (20), PROFILE, PSHAPES (256x128),
 # PGREP (attention).  Output: one line per run (variant, round, shape,
 # median ms, device MiB) on stdout; the JSON lines go to $OUT/ab_NAME.jsonl
@@ -47,10 +48,12 @@ while [ $run -lt "$ROUNDS" ]; do
     done
 done
 if [ -n "${PROFILE:-}" ]; then
+    popt=--profile
+    [ "$PROFILE" = graph ] && popt=--profile-graph
     for v in "$@"; do
         name=${v%%=*}; rest=${v#*=}; bin=${rest%%:*}
         # shellcheck disable=SC2046
         env $(settings "$rest") "$bin" --shapes "${PSHAPES:-256x128}" --policies fp16 --warmup 2 --iters 3 \
-            --profile 2>&1 >/dev/null | grep -E "${PGREP:-attention}" | grep -v "by op" | sed "s/^/$name /"
+            "$popt" 2>&1 >/dev/null | grep -E "${PGREP:-attention}" | grep -v "by op" | sed "s/^/$name /"
     done
 fi

@@ -20,14 +20,17 @@
  * With --profile (or HPC_PROFILE=1 in the environment), one more step after
  * the timed ones runs with HPC_PROFILE=1: cuda_exec times every node with
  * CUDA events, eagerly, and prints its tables to stderr
- * (runtime/cuda/cuda_exec.c, docs/perf.md).  The optimizer and loss-scaler
+ * (runtime/cuda/cuda_exec_profile.c, docs/perf.md).  --profile-graph (or
+ * HPC_PROFILE=graph[:N]) times the nodes inside the step's CUDA graph
+ * instead, the median of N replays (5), which the small shapes need: there
+ * the eager rows carry the host's launch latency.  The optimizer and loss-scaler
  * step runs inside the step's graph (the executor's tail), so it is one
  * row of that table, "optimizer + loss scaler", with its own time and rate
  * (34 bytes per parameter for AdamW with an fp16 copy; issue #15's goal is
  * 0.9 ms for BERT-base).
  *
  * Usage: bench_hpc [--shapes 32x128,32x32,256x128] [--policies fp16,fp32]
- *                  [--warmup 10] [--iters 30] [--profile]
+ *                  [--warmup 10] [--iters 30] [--profile | --profile-graph]
  *                  [--attention-dropout P]   (default 0.1, BERT's: 0 times the
  *                                             step without the attention's
  *                                             dropout draws)
@@ -111,15 +114,15 @@ static HpcStatus time_steps(TrainBackend *be, const Batch *b, int warmup, int it
     return st;
 }
 
-/* One step with cuda_exec's profile mode on: its tables (the optimizer
- * one row of them) go to stderr. */
-static HpcStatus profile_step(TrainBackend *be, const Batch *b, HpcError *err)
+/* One step with cuda_exec's profile mode (HPC_PROFILE's value `mode`) on:
+ * its tables (the optimizer one row of them) go to stderr. */
+static HpcStatus profile_step(TrainBackend *be, const Batch *b, const char *mode, HpcError *err)
 {
     TrainStepStat stats[TRAIN_STAT_RING];
     int n = 0;
     const char *was = getenv("HPC_PROFILE");
     char *keep = was ? strdup(was) : NULL;
-    setenv("HPC_PROFILE", "1", 1);
+    setenv("HPC_PROFILE", mode, 1);
     HpcStatus st = one_step(be, b, err);
     if (!st) st = be->collect(be, stats, TRAIN_STAT_RING, &n, err);
     if (keep) setenv("HPC_PROFILE", keep, 1);
@@ -129,7 +132,7 @@ static HpcStatus profile_step(TrainBackend *be, const Batch *b, HpcError *err)
 }
 
 static HpcStatus bench_one(const ModelSpec *spec, SpecPrecision policy, int64_t B, int64_t L, int warmup,
-                           int iters, bool profile, BenchResult *r, HpcError *err)
+                           int iters, const char *profile, BenchResult *r, HpcError *err)
 {
     size_t free0 = 0, free1 = 0, total = 0;
     HpcStatus st = cuda_mem_info(&free0, &total, err);
@@ -138,7 +141,7 @@ static HpcStatus bench_one(const ModelSpec *spec, SpecPrecision policy, int64_t 
     if (st) return st;
     Batch *b = random_batch(spec, B, L);
     st = time_steps(&be, b, warmup, iters, r, err);
-    if (!st && profile) st = profile_step(&be, b, err);
+    if (!st && profile) st = profile_step(&be, b, profile, err);
     if (!st) st = cuda_mem_info(&free1, &total, err);
     r->peak_mib = be.peak_bytes(&be) / 1048576.0;
     r->device_mib = ((double)free0 - (double)free1) / 1048576.0;
@@ -152,12 +155,16 @@ int main(int argc, char **argv)
     const char *shapes = "32x128,32x32,256x128", *policies = "fp16,fp32";
     int warmup = 10, iters = 30;
     double attention_dropout = -1;   /* < 0: the spec's default */
+    /* The timed steps run with graphs; only the extra step is profiled, in
+     * the environment's mode or the option's. */
     const char *env_profile = getenv("HPC_PROFILE");
-    bool profile = env_profile && *env_profile && strcmp(env_profile, "0") != 0;
-    /* The timed steps run with graphs; only the extra step is profiled. */
-    if (profile) unsetenv("HPC_PROFILE");
+    char profile_mode[64] = "";
+    if (env_profile && *env_profile && strcmp(env_profile, "0") != 0)
+        snprintf(profile_mode, sizeof profile_mode, "%s", env_profile);
+    unsetenv("HPC_PROFILE");
     for (int i = 1; i < argc; i++) {
-        if (strcmp(argv[i], "--profile") == 0) profile = true;
+        if (strcmp(argv[i], "--profile") == 0) snprintf(profile_mode, sizeof profile_mode, "1");
+        else if (strcmp(argv[i], "--profile-graph") == 0) snprintf(profile_mode, sizeof profile_mode, "graph");
         else if (i + 1 == argc) break;
         else if (strcmp(argv[i], "--shapes") == 0) shapes = argv[++i];
         else if (strcmp(argv[i], "--policies") == 0) policies = argv[++i];
@@ -192,7 +199,7 @@ int main(int argc, char **argv)
         for (SpecPrecision p = PREC_FP32; p <= PREC_BF16; p++) {
             if (!strstr(policies, spec_precision_name(p))) continue;
             BenchResult r = {0};
-            if (bench_one(&spec, p, B, L, warmup, iters, profile, &r, &err)) {
+            if (bench_one(&spec, p, B, L, warmup, iters, *profile_mode ? profile_mode : NULL, &r, &err)) {
                 fprintf(stderr, "bench_hpc: B=%lld L=%lld %s: %s\n", B, L, spec_precision_name(p), err.msg);
                 rc = 1;
                 continue;

@@ -17,6 +17,14 @@
  * rounds of 5 runs after one warm-up), the algorithm's id, tile, split-K
  * and reduction scheme, and how much the best of all beats h8.
  *
+ * --cold: also each candidate of the first 8 with a cold L2, as in the step,
+ * where a GEMM's weights were last read a whole step earlier and its
+ * activations by another kernel: before each run a 256 MiB buffer is
+ * written (the H200's L2 holds 50 MiB), and the run alone is timed.  A
+ * second line per GEMM then says which of the 8 is fastest cold, and what
+ * the warm choice (hpc's autotune times warm) costs cold: whether tuning
+ * cold would choose differently, and what it would gain.
+ *
  * Shapes in cuBLASLt's column-major terms, as hpc passes them (row-major
  * Y = X W^T is Y^T = W X^T there).  Inputs hold random multiples of 1/4000
  * in [-0.25, 0.25].  32 MiB of workspace, as hpc.
@@ -24,6 +32,7 @@
  *   make build/bench/gemm_candidates
  *   build/bench/gemm_candidates              # T = 32768, 4096, 1024
  *   build/bench/gemm_candidates 4096         # one T
+ *   build/bench/gemm_candidates --cold 1024  # and the 8 candidates cold
  *
  * Needs a GPU and libcublasLt; not part of `make test`. */
 #include <cublasLt.h>
@@ -51,9 +60,10 @@
 
 enum { HEURISTIC_ASK = 64, HPC_CANDIDATES = 8, ROUNDS = 3, RUNS = 5 };
 static const size_t WORKSPACE = 32u << 20;
+static const size_t FLUSH_BYTES = 256u << 20;   /* written before each cold run: five times the L2 */
 
 static cublasLtHandle_t lt;
-static void *workspace;
+static void *workspace, *flush;
 static cudaStream_t stream;
 static cudaEvent_t ev0, ev1;
 
@@ -94,6 +104,30 @@ static double time_algo(const Problem *p, const cublasLtMatmulAlgo_t *algo)
         CHECK_CUDA(cudaEventElapsedTime(&ms, ev0, ev1));
         double us = 1000.0 * ms / RUNS;
         if (best < 0 || us < best) best = us;
+    }
+    return best;
+}
+
+/* Microseconds of one run of algo with a cold L2: the mean over RUNS runs,
+ * each after FLUSH_BYTES are written and timed alone, the best of ROUNDS;
+ * -1 if cuBLASLt refuses it. */
+static double time_algo_cold(const Problem *p, const cublasLtMatmulAlgo_t *algo)
+{
+    if (run_once(p, algo) != CUBLAS_STATUS_SUCCESS) return -1;
+    double best = -1;
+    for (int r = 0; r < ROUNDS; r++) {
+        double sum = 0;
+        for (int i = 0; i < RUNS; i++) {
+            CHECK_CUDA(cudaMemsetAsync(flush, r + i + 1, FLUSH_BYTES, stream));
+            CHECK_CUDA(cudaEventRecord(ev0, stream));
+            if (run_once(p, algo) != CUBLAS_STATUS_SUCCESS) return -1;
+            CHECK_CUDA(cudaEventRecord(ev1, stream));
+            CHECK_CUDA(cudaEventSynchronize(ev1));
+            float ms = 0;
+            CHECK_CUDA(cudaEventElapsedTime(&ms, ev0, ev1));
+            sum += 1000.0 * ms;
+        }
+        if (best < 0 || sum / RUNS < best) best = sum / RUNS;
     }
     return best;
 }
@@ -186,7 +220,7 @@ static void problem_free(Problem *p)
     cudaFree(p->bias);
 }
 
-static void measure(const GemmShape *s, int tokens)
+static void measure(const GemmShape *s, int tokens, int cold)
 {
     Problem p;
     problem_init(&p, s);
@@ -199,10 +233,14 @@ static void measure(const GemmShape *s, int tokens)
     CHECK_LT(cublasLtMatmulAlgoGetHeuristic(lt, p.op, p.la, p.lb, p.lc, p.lc, pref, HEURISTIC_ASK, res, &found));
     cublasLtMatmulPreferenceDestroy(pref);
     Best h0 = {-1, "-", 0}, h8 = {-1, "-", 0}, all = {-1, "-", 0}, split = {-1, "-", 0};
+    double warm[HPC_CANDIDATES];
     for (int i = 0; i < found; i++) {
         double us = time_algo(&p, &res[i].algo);
         if (i == 0) offer(&h0, us, &res[i].algo);
-        if (i < HPC_CANDIDATES) offer(&h8, us, &res[i].algo);
+        if (i < HPC_CANDIDATES) {
+            offer(&h8, us, &res[i].algo);
+            warm[i] = us;
+        }
         offer(&all, us, &res[i].algo);
     }
     static const int parts[] = {2, 3, 4, 6, 8, 12, 16};
@@ -230,18 +268,39 @@ static void measure(const GemmShape *s, int tokens)
            s->name, tokens, s->m, s->n, s->k, h0.us, h0.us > 0 ? tflop / h0.us : 0, h0.what, h8.us, h8.what, found,
            all.us, all.what, split.tried, split.us, split.what, best > 0 ? tflop / best : 0,
            h8.us > 0 && best > 0 ? 100.0 * (best - h8.us) / h8.us : 0);
+    if (cold) {
+        /* the warm choice (hpc's: the fastest warm of the first 8) against the fastest cold */
+        int n = found < HPC_CANDIDATES ? found : HPC_CANDIDATES, warm_pick = -1;
+        for (int i = 0; i < n; i++)
+            if (warm[i] >= 0 && (warm_pick < 0 || warm[i] < warm[warm_pick])) warm_pick = i;
+        Best c8 = {-1, "-", 0};
+        double warm_pick_cold = -1;
+        for (int i = 0; i < n; i++) {
+            double us = time_algo_cold(&p, &res[i].algo);
+            if (i == warm_pick) warm_pick_cold = us;
+            offer(&c8, us, &res[i].algo);
+        }
+        printf("%-12s T=%-6d cold | warm pick %7.1f us cold [%s] | cold pick %7.1f us [%s] | %+.1f%%\n", s->name,
+               tokens, warm_pick_cold, h8.what, c8.us, c8.what,
+               warm_pick_cold > 0 && c8.us > 0 ? 100.0 * (c8.us - warm_pick_cold) / warm_pick_cold : 0);
+    }
     fflush(stdout);
     problem_free(&p);
 }
 
 int main(int argc, char **argv)
 {
-    int tokens[3] = {32768, 4096, 1024}, n_tokens = 3;
-    if (argc > 1) {
-        tokens[0] = atoi(argv[1]);
+    int tokens[3] = {32768, 4096, 1024}, n_tokens = 3, cold = 0;
+    int arg = 1;
+    if (arg < argc && strcmp(argv[arg], "--cold") == 0) {
+        cold = 1;
+        arg++;
+    }
+    if (arg < argc) {
+        tokens[0] = atoi(argv[arg]);
         n_tokens = 1;
-        if (tokens[0] < 1) {
-            fprintf(stderr, "usage: gemm_candidates [TOKENS]   (B x L, default 32768, 4096 and 1024)\n");
+        if (tokens[0] < 1 || arg + 1 < argc) {
+            fprintf(stderr, "usage: gemm_candidates [--cold] [TOKENS]   (B x L, default 32768, 4096 and 1024)\n");
             return 2;
         }
     }
@@ -250,6 +309,7 @@ int main(int argc, char **argv)
     CHECK_CUDA(cudaEventCreate(&ev0));
     CHECK_CUDA(cudaEventCreate(&ev1));
     CHECK_CUDA(cudaMalloc(&workspace, WORKSPACE));
+    if (cold) CHECK_CUDA(cudaMalloc(&flush, FLUSH_BYTES));
     CHECK_LT(cublasLtCreate(&lt));
     /* (out, in) of BERT-base's linears */
     static const int linears[4][2] = {{2304, 768}, {768, 768}, {3072, 768}, {768, 3072}};
@@ -267,25 +327,26 @@ int main(int argc, char **argv)
             snprintf(fwd.name, sizeof fwd.name, "fwd %dx%d", out, in);
             snprintf(dx.name, sizeof dx.name, "dx %dx%d", out, in);
             snprintf(dw.name, sizeof dw.name, "dw %dx%d", out, in);
-            measure(&fwd, T);
-            measure(&dx, T);
-            measure(&dw, T);
+            measure(&fwd, T, cold);
+            measure(&dx, T, cold);
+            measure(&dw, T, cold);
             if (out == 2304) {
                 GemmShape bgrad = dw;
                 bgrad.epilogue = CUBLASLT_EPILOGUE_BGRADB;
                 snprintf(bgrad.name, sizeof bgrad.name, "dw+bgrad %d", out);
-                measure(&bgrad, T);
+                measure(&bgrad, T, cold);
                 /* x as (T, in + 8) with a column of ones (and 7 of zeros):
                  * the plain GEMM's row `in` of C is the bias gradient */
                 GemmShape ones = dw;
                 ones.m = ones.lda = ones.ldc = in + 8;
                 snprintf(ones.name, sizeof ones.name, "dw+ones %d", out);
-                measure(&ones, T);
+                measure(&ones, T, cold);
             }
         }
     }
     cublasLtDestroy(lt);
     cudaFree(workspace);
+    cudaFree(flush);
     cudaEventDestroy(ev0);
     cudaEventDestroy(ev1);
     cudaStreamDestroy(stream);

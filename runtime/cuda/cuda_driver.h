@@ -65,7 +65,7 @@
     X(cuMemsetD8) X(cuMemsetD8Async) X(cuMemsetD32Async)                      \
     X(cuStreamCreate) X(cuStreamDestroy) X(cuStreamSynchronize) X(cuStreamQuery) \
     X(cuStreamIsCapturing)                                                    \
-    X(cuEventCreate) X(cuEventDestroy) X(cuEventRecord)                       \
+    X(cuEventCreate) X(cuEventDestroy) X(cuEventRecord) X(cuEventRecordWithFlags) \
     X(cuEventSynchronize) X(cuEventElapsedTime) X(cuEventQuery)               \
     X(cuStreamBeginCapture) X(cuStreamEndCapture) X(cuGraphInstantiate)       \
     X(cuGraphLaunch) X(cuGraphExecDestroy) X(cuGraphDestroy)

@@ -1,5 +1,6 @@
 /* runtime/cuda/cuda_exec.c — the cuda backend; see cuda_exec.h. */
 #include "cuda/cuda_exec.h"
+#include "cuda/cuda_exec_internal.h"
 
 #include <stddef.h>
 #include <stdio.h>
@@ -363,7 +364,7 @@ static HpcStatus upload_input(CudaExec *ex, int id, const Batch *b, HpcError *er
 
 static GemmDtype gemm_type(DType d) { return d == DT_F16 ? GEMM_F16 : d == DT_BF16 ? GEMM_BF16 : GEMM_F32; }
 
-static void gemm_desc_node(const CudaExec *ex, int id, GemmDesc *d)
+void cuda_exec_gemm_desc(const CudaExec *ex, int id, GemmDesc *d)
 {
     const IrNode *n = NODE(id), *a = NODE(n->in[0]), *b = NODE(n->in[1]);
     GemmDtype ab = gemm_type(a->dtype), c = gemm_type(n->dtype);
@@ -432,7 +433,7 @@ static HpcStatus launch_phases(CudaExec *ex, int id, HpcError *err)
     return st;
 }
 
-static HpcStatus launch_node(CudaExec *ex, int id, HpcError *err)
+HpcStatus cuda_exec_launch_node(CudaExec *ex, int id, HpcError *err)
 {
     HpcStatus st;
     GemmDesc d;
@@ -440,7 +441,7 @@ static HpcStatus launch_node(CudaExec *ex, int id, HpcError *err)
     case EOP_NONE:
     case EOP_UPLOAD: return HPC_OK;
     case EOP_GEMM:
-        gemm_desc_node(ex, id, &d);
+        cuda_exec_gemm_desc(ex, id, &d);
         if (d.epilogue == GEMM_EPI_BGRAD_A) {   /* the column-sum kernels only where cuBLASLt has no epilogue */
             bool done = false;
             st = gemm_run_optional(&ex->gemm, &d, &done, err);
@@ -457,7 +458,7 @@ static HpcStatus launch_all(CudaExec *ex, int end, HpcError *err)
 {
     HpcStatus st = HPC_OK;
     for (int t = 0; t < end && !st; t++) {
-        st = launch_node(ex, ex->plan.order[t], err);
+        st = cuda_exec_launch_node(ex, ex->plan.order[t], err);
         if (st) {
             size_t len = strlen(err->msg);
             snprintf(err->msg + len, sizeof err->msg - len, " (node %d, %s)", ex->plan.order[t],
@@ -480,7 +481,7 @@ static CudaExecGraph *graph_slot(CudaExec *ex, bool backward, uint64_t tail_key)
 }
 
 /* The step's nodes, then the tail (the optimizer) on the same stream. */
-static HpcStatus launch_step(CudaExec *ex, int end, const CudaExecTail *tail, HpcError *err)
+HpcStatus cuda_exec_launch_step(CudaExec *ex, int end, const CudaExecTail *tail, HpcError *err)
 {
     HpcStatus st = launch_all(ex, end, err);
     return st || !tail ? st : tail->queue(tail->ctx, ex->dev->stream, err);
@@ -492,12 +493,12 @@ static HpcStatus run_graph(CudaExec *ex, int end, bool backward, const CudaExecT
 {
     const CudaDriver *cu = cuda_driver();
     CudaExecGraph *s = graph_slot(ex, backward, tail ? tail->key : 0);
-    if (!s || (!s->exec && s->runs++ == 0)) return launch_step(ex, end, tail, err);
+    if (!s || (!s->exec && s->runs++ == 0)) return cuda_exec_launch_step(ex, end, tail, err);
     if (!s->exec) {
         CUgraph graph = NULL;
         HpcStatus st = CUDA_CHECK(err, cu->cuStreamBeginCapture(ex->dev->stream, CU_STREAM_CAPTURE_MODE_RELAXED));
         if (st) return st;
-        HpcStatus run = launch_step(ex, end, tail, err);
+        HpcStatus run = cuda_exec_launch_step(ex, end, tail, err);
         st = CUDA_CHECK(err, cu->cuStreamEndCapture(ex->dev->stream, &graph));
         if (run) st = run;
         if (!st) st = CUDA_CHECK(err, cu->cuGraphInstantiate(&s->exec, graph, 0));
@@ -505,194 +506,6 @@ static HpcStatus run_graph(CudaExec *ex, int end, bool backward, const CudaExecT
         if (st) return st;
     }
     return CUDA_CHECK(err, cu->cuGraphLaunch(s->exec, ex->dev->stream));
-}
-
-/* ---- profile mode (HPC_PROFILE=1) -------------------------------------- */
-
-/* One row of the profile: the nodes that ran the same kernels (or the same
- * GEMM configuration). */
-typedef struct {
-    char key[200];             /* kernel names (no hash), or the GEMM's shape and dtypes */
-    const char *op;            /* IR op kind */
-    bool gemm;
-    int calls;
-    double ms, bytes, flops;
-} ProfRow;
-
-static bool profile_enabled(void)
-{
-    const char *e = getenv("HPC_PROFILE");
-    return e && *e && strcmp(e, "0") != 0;
-}
-
-static const char *prof_dtype_name(GemmDtype d) { return d == GEMM_F16 ? "f16" : d == GEMM_BF16 ? "bf16" : "f32"; }
-
-/* Bytes a node's kernels must move at least: every input and the output once. */
-static double node_bytes(const CudaExec *ex, int id)
-{
-    const IrNode *n = NODE(id);
-    double b = (double)ir_numel(n, ex->B, ex->L) * (double)plan_dtype_size(n->dtype);
-    for (int k = 0; k < n->n_in; k++) {
-        const IrNode *x = NODE(n->in[k]);
-        b += (double)ir_numel(x, ex->B, ex->L) * (double)plan_dtype_size(x->dtype);
-    }
-    return b;
-}
-
-static void profile_key(const CudaExec *ex, int id, ProfRow *r)
-{
-    const IrNode *n = NODE(id);
-    const EopNodeCode *c = &ex->code[id];
-    r->op = ir_op_name(n->op);
-    r->gemm = c->kind == EOP_GEMM;
-    size_t used = 0;
-    r->key[0] = 0;
-    if (r->gemm) {
-        GemmDesc d;
-        gemm_desc_node(ex, id, &d);
-        used = (size_t)snprintf(r->key, sizeof r->key, "gemm %s %s->%s M%lld N%lld K%lld x%lld%s%s%s",
-                                r->op, prof_dtype_name(d.ab_type), prof_dtype_name(d.c_type), (long long)d.M,
-                                (long long)d.N, (long long)d.K, (long long)d.batch, d.trans_a ? " tA" : "",
-                                d.trans_b ? " tB" : "", c->bias_epilogue ? " +bias"
-                                : d.epilogue == GEMM_EPI_BGRAD_A ? " +bgrad" : d.beta != 0 ? " +C" : "");
-        r->flops = 2.0 * (double)d.M * (double)d.N * (double)d.K * (double)d.batch;
-    } else {
-        r->bytes = node_bytes(ex, id);
-    }
-    /* Kernels that differ only in a constant (a dropout salt) share a row:
-     * the name without its six-digit hash. */
-    for (int k = 0; k < c->n_phases && used < sizeof r->key; k++) {
-        const char *name = c->phase[k].name;
-        int len = (int)strlen(name);
-        if (len > 7 && name[len - 7] == '_') len -= 7;
-        used += (size_t)snprintf(r->key + used, sizeof r->key - used, "%s%.*s", used ? " + " : "", len, name);
-    }
-}
-
-static int prof_cmp(const void *a, const void *b)
-{
-    double x = ((const ProfRow *)a)->ms, y = ((const ProfRow *)b)->ms;
-    return (x < y) - (x > y);
-}
-
-/* Adds node time ms to its row (rows grow as needed; n_rows <= nodes). */
-static void profile_add(ProfRow *rows, int *n_rows, const ProfRow *one, double ms)
-{
-    int i = 0;
-    while (i < *n_rows && strcmp(rows[i].key, one->key) != 0) i++;
-    if (i == *n_rows) {
-        rows[i] = *one;
-        rows[i].ms = rows[i].bytes = rows[i].flops = 0;
-        rows[i].calls = 0;
-        (*n_rows)++;
-    }
-    rows[i].calls++;
-    rows[i].ms += ms;
-    rows[i].bytes += one->bytes;
-    rows[i].flops += one->flops;
-}
-
-static void profile_print(const CudaExec *ex, ProfRow *rows, int n_rows, double total, FILE *f)
-{
-    qsort(rows, (size_t)n_rows, sizeof *rows, prof_cmp);
-    fprintf(f, "hpc profile: B=%lld L=%lld, %.3f ms in %d kernel rows (eager, one CUDA event per node; "
-            "GB/s from each input and output read or written once)\n",
-            (long long)ex->B, (long long)ex->L, total, n_rows);
-    fprintf(f, "%9s %6s %6s %9s %10s  %-20s %s\n", "ms", "share", "calls", "us/call", "rate", "op", "kernels");
-    for (int i = 0; i < n_rows; i++) {
-        const ProfRow *r = &rows[i];
-        char rate[32];
-        if (r->gemm) snprintf(rate, sizeof rate, "%.1f TF/s", r->ms > 0 ? r->flops / (r->ms * 1e9) : 0.0);
-        else snprintf(rate, sizeof rate, "%.0f GB/s", r->ms > 0 ? r->bytes / (r->ms * 1e6) : 0.0);
-        fprintf(f, "%9.3f %5.1f%% %6d %9.1f %10s  %-20s %s\n", r->ms, total > 0 ? 100.0 * r->ms / total : 0.0,
-                r->calls, 1000.0 * r->ms / r->calls, rate, r->op, r->key);
-    }
-}
-
-/* By op kind: the same rows summed per IR op (GEMMs and kernels apart). */
-static void profile_print_ops(const ProfRow *rows, int n_rows, double total, FILE *f)
-{
-    ProfRow *ops = xcalloc((size_t)(n_rows > 0 ? n_rows : 1), sizeof *ops);
-    int n_ops = 0;
-    for (int i = 0; i < n_rows; i++) {
-        ProfRow one = rows[i];
-        snprintf(one.key, sizeof one.key, "%s%s", rows[i].gemm ? "gemm " : "", rows[i].op);
-        int j = 0;
-        while (j < n_ops && strcmp(ops[j].key, one.key) != 0) j++;
-        if (j == n_ops) {
-            ops[j] = one;
-            ops[j].calls = 0;
-            ops[j].ms = ops[j].bytes = ops[j].flops = 0;
-            n_ops++;
-        }
-        ops[j].calls += one.calls;
-        ops[j].ms += one.ms;
-        ops[j].bytes += one.bytes;
-        ops[j].flops += one.flops;
-    }
-    qsort(ops, (size_t)n_ops, sizeof *ops, prof_cmp);
-    fprintf(f, "hpc profile by op kind:\n%9s %6s %6s %10s  %s\n", "ms", "share", "calls", "rate", "op");
-    for (int i = 0; i < n_ops; i++) {
-        char rate[32];
-        if (ops[i].gemm) snprintf(rate, sizeof rate, "%.1f TF/s", ops[i].ms > 0 ? ops[i].flops / (ops[i].ms * 1e9) : 0.0);
-        else snprintf(rate, sizeof rate, "%.0f GB/s", ops[i].ms > 0 ? ops[i].bytes / (ops[i].ms * 1e6) : 0.0);
-        fprintf(f, "%9.3f %5.1f%% %6d %10s  %s\n", ops[i].ms, total > 0 ? 100.0 * ops[i].ms / total : 0.0,
-                ops[i].calls, rate, ops[i].key);
-    }
-    free(ops);
-}
-
-/* Runs nodes [0, end) eagerly with an event after each launching node, then
- * the tail (one row), waits, and prints the tables to stderr. */
-static HpcStatus profile_run(CudaExec *ex, int end, const CudaExecTail *tail, HpcError *err)
-{
-    const CudaDriver *cu = cuda_driver();
-    int n_events = end + 2;   /* the start, one per node, the tail */
-    CUevent *ev = xcalloc((size_t)n_events, sizeof *ev);
-    int *node = xcalloc((size_t)n_events, sizeof *node);
-    int n_ev = 0;
-    HpcStatus st = HPC_OK;
-    for (int t = 0; t < n_events && !st; t++) st = CUDA_CHECK(err, cu->cuEventCreate(&ev[t], CU_EVENT_DEFAULT));
-    if (!st) st = CUDA_CHECK(err, cu->cuEventRecord(ev[n_ev++], ex->dev->stream));
-    for (int t = 0; t < end && !st; t++) {
-        int id = ex->plan.order[t];
-        if (ex->code[id].kind != EOP_GEMM && ex->code[id].kind != EOP_KERNELS) continue;
-        st = launch_node(ex, id, err);
-        node[n_ev] = id;
-        if (!st) st = CUDA_CHECK(err, cu->cuEventRecord(ev[n_ev++], ex->dev->stream));
-    }
-    if (!st && tail) {
-        st = tail->queue(tail->ctx, ex->dev->stream, err);
-        node[n_ev] = -1;
-        if (!st) st = CUDA_CHECK(err, cu->cuEventRecord(ev[n_ev++], ex->dev->stream));
-    }
-    if (!st) st = CUDA_CHECK(err, cu->cuEventSynchronize(ev[n_ev - 1]));
-    ProfRow *rows = xcalloc((size_t)n_ev + 1, sizeof *rows);
-    int n_rows = 0;
-    double total = 0;
-    for (int k = 1; k < n_ev && !st; k++) {
-        float ms = 0;
-        st = CUDA_CHECK(err, cu->cuEventElapsedTime(&ms, ev[k - 1], ev[k]));
-        ProfRow one = {0};
-        if (node[k] >= 0) profile_key(ex, node[k], &one);
-        else {   /* the tail: the optimizer and loss scaler */
-            snprintf(one.key, sizeof one.key, "%s", tail->label);
-            one.op = "optimizer";
-            one.bytes = tail->bytes;
-        }
-        profile_add(rows, &n_rows, &one, ms);
-        total += ms;
-    }
-    if (!st) {
-        profile_print(ex, rows, n_rows, total, stderr);
-        profile_print_ops(rows, n_rows, total, stderr);
-    }
-    for (int t = 0; t < n_events; t++)
-        if (ev[t]) cu->cuEventDestroy(ev[t]);
-    free(rows);
-    free(node);
-    free(ev);
-    return st;
 }
 
 HpcStatus cuda_exec_stage(CudaExec *ex, const Batch *batch, const CudaRunOptions *opts, HpcError *err)
@@ -725,8 +538,19 @@ HpcStatus cuda_exec_stage(CudaExec *ex, const Batch *batch, const CudaRunOptions
 HpcStatus cuda_exec_launch(CudaExec *ex, const CudaRunOptions *opts, HpcError *err)
 {
     int end = opts->backward ? ex->plan.n_order : ex->plan.n_forward;
-    if (profile_enabled()) return profile_run(ex, end, opts->tail, err);   /* eager: a graph has no per-node times */
-    return opts->graph ? run_graph(ex, end, opts->backward, opts->tail, err) : launch_step(ex, end, opts->tail, err);
+    CudaProfileMode mode;
+    int replays;
+    HpcStatus st = cuda_exec_profile_mode(&mode, &replays, err);
+    if (st) return st;
+    if (mode == CUDA_PROFILE_EAGER) return cuda_exec_profile_eager(ex, end, opts->tail, err);
+    if (mode == CUDA_PROFILE_GRAPH) {
+        /* as run_graph: a shape's first run is eager, so cuBLASLt chooses
+         * its algorithms outside a capture */
+        CudaExecGraph *s = graph_slot(ex, opts->backward, opts->tail ? opts->tail->key : 0);
+        if (!s || (!s->exec && s->runs++ == 0)) return cuda_exec_launch_step(ex, end, opts->tail, err);
+        return cuda_exec_profile_graph(ex, end, opts->tail, replays, err);
+    }
+    return opts->graph ? run_graph(ex, end, opts->backward, opts->tail, err) : cuda_exec_launch_step(ex, end, opts->tail, err);
 }
 
 HpcStatus cuda_exec_run(CudaExec *ex, const Batch *batch, const CudaRunOptions *opts, HpcError *err)

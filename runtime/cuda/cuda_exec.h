@@ -28,8 +28,9 @@
  * the bounds, ids inside their tables, positions inside max_positions,
  * labels in range or -100 (HPC_ERR_INPUT, as the cpu backend).
  *
- * HPC_PROFILE=1: an eager run with per-node CUDA events; tables to stderr
- * (docs/perf.md).
+ * HPC_PROFILE=1: an eager run with per-node CUDA events; HPC_PROFILE=graph[:N]:
+ * the nodes timed inside a CUDA graph, medians of N replays; tables to
+ * stderr (runtime/cuda/cuda_exec_profile.c, docs/perf.md).
  *
  * Ownership: the executor borrows the graph, the parameter list and the
  * device (all must outlive it); it owns every device buffer it allocates.
@@ -65,7 +66,7 @@
  * step of runtime/cuda/cuda_optim.h, so nothing of the host runs between
  * the backward pass and the update.  `key` tells graphs apart: the same
  * (B, L, backward) with another tail is another graph (0 is no tail).
- * HPC_PROFILE=1 times the tail as one row named `label`, its rate from
+ * HPC_PROFILE times the tail as one row named `label`, its rate from
  * `bytes`. */
 typedef struct {
     HpcStatus (*queue)(void *ctx, CUstream stream, HpcError *err);

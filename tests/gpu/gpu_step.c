@@ -17,7 +17,11 @@
  *     eager step's loss (the control block is read on the device) and every
  *     parameter gradient of the eager step (rel L2 <= 1e-6: only the float
  *     atomics of the embedding backward may differ), so a capture that
- *     orders, skips or repeats work wrongly shows here.
+ *     orders, skips or repeats work wrongly shows here;
+ *   - the profiles (bert_tiny fp16): a call under HPC_PROFILE=1 (eager) and
+ *     one under HPC_PROFILE=graph:2 (runtime/cuda/cuda_exec_profile.c) each
+ *     give the plain graph step's loss and gradients (rel L2 <= 1e-6) and
+ *     print their table (its header and the attention and GEMM rows).
  * Tolerances: fp32 1e-4 (different summation orders only); fp16 1e-2 and
  * bf16 4e-2 (the cpu emulates the same 16-bit roundings, but a 1-ulp
  * difference in a rounded value (fp16 4.9e-4, bf16 3.9e-3) propagates).
@@ -35,6 +39,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "autodiff.h"
 #include "data/batch.h"
@@ -406,6 +411,103 @@ out_cpu:
     model_free(&m);
 }
 
+/* Runs one step under HPC_PROFILE=mode with stderr caught in a file; its
+ * text is returned (malloc'd, NULL on a failure, reported). */
+static char *profiled_run(CudaExec *ex, const Batch *b, const CudaRunOptions *o, const char *mode, const char *tag)
+{
+    char path[] = "/tmp/gpu_step_profile_XXXXXX";
+    int fd = mkstemp(path);
+    if (fd < 0) {
+        result(0, "%s: HPC_PROFILE=%s: no temporary file", tag, mode);
+        return NULL;
+    }
+    fflush(stderr);
+    int kept = dup(2);
+    dup2(fd, 2);
+    setenv("HPC_PROFILE", mode, 1);
+    HpcError err = {0};
+    HpcStatus st = cuda_exec_run(ex, b, o, &err);
+    if (!st) st = cuda_exec_sync(ex, &err);
+    unsetenv("HPC_PROFILE");
+    fflush(stderr);
+    dup2(kept, 2);
+    close(kept);
+    char *text = NULL;
+    if (st) {
+        result(0, "%s: HPC_PROFILE=%s: %s", tag, mode, err.msg);
+    } else {
+        off_t n = lseek(fd, 0, SEEK_END);
+        text = xcalloc((size_t)n + 1, 1);
+        if (n > 0 && pread(fd, text, (size_t)n, 0) != n) text[0] = 0;
+    }
+    close(fd);
+    unlink(path);
+    return text;
+}
+
+/* The profiles time a step without changing it: each profiled call gives
+ * the plain graph step's loss and gradients, and prints its table. */
+static void check_profiles(void)
+{
+    Model m;
+    if (!model_build(&m, true, V_SEQ_CLS, PREC_FP16)) return;
+    StepCase c = {8, 64, 1e-2, 128};
+    const char *tag = "bert_tiny fp16 profiles";
+    Batch *b = random_batch(&m.spec, V_SEQ_CLS, c.B, c.L);
+    CudaExec ex;
+    HpcError err = {0};
+    HpcStatus st = cuda_exec_init(&ex, &g_dev, &m.g, &m.pl, c.B, c.L, &err);
+    if (st) {
+        result(0, "%s: bind: %s", tag, err.msg);
+        goto out_model;
+    }
+    st = cuda_exec_set_params(&ex, m.w, &err);
+    CudaRunOptions o = {.training = true, .backward = true, .seed = 99, .step = 8, .loss_scale = c.loss_scale,
+                        .graph = true};
+    double plain = NAN;
+    for (int i = 0; i < 3 && !st; i++) st = cuda_exec_run(&ex, b, &o, &err);   /* eager, capture, replay */
+    if (!st) st = cuda_exec_loss(&ex, &plain, &err);
+    if (st) {
+        result(0, "%s: plain graph step: %s", tag, err.msg);
+        goto out;
+    }
+    float **plain_grads = read_grads(&m, &ex, tag);
+    static const char *const modes[] = {"1", "graph:2"};
+    static const char *const headers[] = {"eager, one CUDA event per node", "CUDA graph, median of 2 replays"};
+    for (int k = 0; k < 2 && plain_grads; k++) {
+        char *text = profiled_run(&ex, b, &o, modes[k], tag);
+        if (!text) continue;
+        result(strstr(text, headers[k]) && strstr(text, "gemm linear") && strstr(text, "attention") &&
+               strstr(text, "hpc profile by op kind"),
+               "%s: HPC_PROFILE=%s prints its tables (header \"%s\", GEMM and attention rows)", tag, modes[k],
+               headers[k]);
+        free(text);
+        double loss = NAN;
+        if (cuda_exec_loss(&ex, &loss, &err)) {
+            result(0, "%s: HPC_PROFILE=%s: loss: %s", tag, modes[k], err.msg);
+            continue;
+        }
+        result(fabs(loss - plain) <= 1e-6 * fabs(plain), "%s: HPC_PROFILE=%s: loss %.7f, plain graph step %.7f",
+               tag, modes[k], loss, plain);
+        float **grads = read_grads(&m, &ex, tag);
+        double worst = grads ? 0 : INFINITY;
+        for (int q = 0; grads && q < m.pl.n; q++) {
+            if (!plain_grads[q]) continue;
+            double e = gpu_check_rel_l2(grads[q], plain_grads[q], ir_numel(&m.g.nodes[m.g.param_grad[q]], ex.B, ex.L));
+            if (isnan(e) || e > worst) worst = isnan(e) ? INFINITY : e;
+        }
+        result(worst <= 1e-6, "%s: HPC_PROFILE=%s: every gradient as the plain step's, worst rel L2 %.3g", tag,
+               modes[k], worst);
+        free_grads(&m, grads);
+    }
+    free_grads(&m, plain_grads);
+out:
+    cuda_exec_free(&ex);
+out_model:
+    batch_free(b);
+    model_free(&m);
+}
+
 /* ---- timing ----------------------------------------------------------- */
 
 static int cmp_float(const void *a, const void *b)
@@ -513,6 +615,7 @@ int main(int argc, char **argv)
         check_step(true, V_CLM, PREC_BF16, &lmb16);
         check_step(true, V_CCLS, PREC_FP32, &lm32);
         check_step(true, V_CCLS, PREC_FP16, &lm16);
+        check_profiles();
     }
     if (base) {
         check_step(false, V_SEQ_CLS, PREC_FP32, &base32);
