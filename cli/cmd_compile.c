@@ -219,15 +219,18 @@ static void print_summary(const Compiled *c, SpecPrecision policy)
     char ones[64] = "";
     if (c->fuse.ln_db_from_ones)
         snprintf(ones, sizeof ones, " (%d with the bias gradient from a ones column)", c->fuse.ln_db_from_ones);
+    char keep[80] = "";
+    if (c->fuse.attn_keep)
+        snprintf(keep, sizeof keep, ", %d attention backward passes reading the saved keep bits", c->fuse.attn_keep);
     if (c->fused)
         printf("fused      %d softmax+dropout, %d their backward, %d dropout+residual, %d LayerNorm sites "
                "(%d backward, %d casts folded), %d dW+bias gradient, %d activation backward+bias gradient, "
                "%d activations recomputed, %d gradient sums in dX GEMMs, %d dW GEMMs from a saved xhat%s, "
-               "%d embedding layer (HPC_FUSE_EMB=0: none): %d -> %d values\n",
+               "%d embedding layer (HPC_FUSE_EMB=0: none)%s: %d -> %d values\n",
                c->fuse.softmax_dropout, c->fuse.softmax_dropout_bwd, c->fuse.dropout_add, c->fuse.ln_residual,
                c->fuse.ln_residual_bwd, c->fuse.ln_casts_folded, c->fuse.linear_dw_bgrad, c->fuse.act_bwd_bgrad,
                c->fuse.act_recompute, c->fuse.linear_dx_acc, c->fuse.ln_dw_from_xhat, ones, c->fuse.embed_ln,
-               c->fuse.nodes_before, c->fuse.nodes_after);
+               keep, c->fuse.nodes_before, c->fuse.nodes_after);
     printf("stages     check, lower, autodiff, precision, %splan, emit done\n", c->fused ? "fuse, " : "");
 }
 

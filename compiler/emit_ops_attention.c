@@ -110,7 +110,8 @@ static HpcStatus node_cfg(const IrGraph *g, int id, AttnCfg *c, HpcError *err)
             return hpc_fail(err, HPC_ERR_INPUT, "emit_ops: node %d (%s): a packed attention backward has "
                             "output %s, which no kernel writes; rebuild the graph (compiler/ops.c makes "
                             "none)", id, n->name, ir_output_name(n->op, k));
-        if (!packed_bwd && ir_output(g, id, k) < 0)
+        bool optional = n->op == IR_OP_ATTENTION && k == 2;   /* the keep bits (compiler/fuse_attn_keep.c) */
+        if (!packed_bwd && !optional && ir_output(g, id, k) < 0)
             return hpc_fail(err, HPC_ERR_INPUT, "emit_ops: node %d (%s): output %s was removed, but the "
                             "kernel writes it; compile with HPC_ATTENTION=unfused", id, n->name,
                             ir_output_name(n->op, k));
@@ -242,10 +243,10 @@ static HpcStatus gen_attention_varlen(EopGen *gen, const AttnCfg *c, const char 
     strbuf_printf(s, "    if ((i64)blockIdx.x * %d >= nl) return;\n"
                      "    hpc_attn::attn_%s_fwd_run(blockIdx.x, blockIdx.y, 0, %s, %s,\n"
                      "        %s, %s, %s, %lld, (const int *)0,\n"
-                     "        1, (int)nl, p, vseed, ctl->step, salt);\n",
+                     "        1, (int)nl, p, vseed, ctl->step, salt%s);\n",
                   AT_TILE, fam, vl_at(y, sizeof y, "(T *)a.y", H), vl_at(l, sizeof l, "(float *)a.yk[0]", NH),
                   vl_at(q, sizeof q, ap.q, c->ld), vl_at(k, sizeof k, ap.k, c->ld), vl_at(v, sizeof v, ap.v, c->ld),
-                  c->ld);
+                  c->ld, fam[3] ? ", nullptr" : "");
     s = attn_phase(gen, "attn_tail_vl", c, EOP_LT_ELEMS, (StepSize){.c0 = 0, .c1 = H, .pB = 1, .pL = 1, .div = 1}, 256);
     vl_tail_text(s, 3, "(T *)a.y", H, false);
     return HPC_OK;
@@ -281,7 +282,8 @@ static HpcStatus gen_attention_bwd_varlen(EopGen *gen, const AttnCfg *c, const c
     if (one_pass)
         strbuf_printf(s, "    if (nl <= %d) {\n"
                          "        hpc_attn::attn_mma3_bwd_run(blockIdx.x, blockIdx.y, 0, %s, %s, %s, %lld, %s, %s,\n"
-                         "            %s, %s, %s, %lld, %s, (const int *)0, 1, (int)nl, p, vseed, ctl->step, salt);\n"
+                         "            %s, %s, %s, %lld, %s, (const int *)0, 1, (int)nl, p, vseed, ctl->step, salt,\n"
+                         "            nullptr);\n"
                          "        return;\n    }\n",
                       AT_ONE_PASS_MAX_L, dq, dk, dv, ld, g, y, q, k, v, ld, l);
     strbuf_printf(s, "    hpc_attn::attn_head_bwd_dot_run(blockIdx.x, blockIdx.y, 0, %s, %s, %s, 1, (int)nl, 256);\n",
@@ -330,10 +332,12 @@ HpcStatus eopa_gen_attention(EopGen *gen, HpcError *err)
      * issue, not memory (H200, BERT-base 256 x 128: 184 -> 171 us a layer);
      * larger heads keep their registers */
     if (fam[3] && c.head_dim <= 64) gen->ph[gen->n_phases - 1].min_blocks = 4;
+    /* v2: the keep bits (output 2) where the graph saves them, else nullptr */
     strbuf_printf(s, "    hpc_attn::attn_%s_fwd_run(blockIdx.x, blockIdx.y, blockIdx.z, (T *)a.y, (float *)a.yk[0],\n"
                      "        %s, %s, %s, %lld, (const int *)a.x[3],\n"
-                     "        (int)a.B, (int)a.L, p, ctl->seed, ctl->step, salt);\n",
-                  fam, ap.q, ap.k, ap.v, c.ld);
+                     "        (int)a.B, (int)a.L, p, ctl->seed, ctl->step, salt%s);\n",
+                  fam, ap.q, ap.k, ap.v, c.ld,
+                  !fam[3] ? "" : ir_output(gen->g, gen->id, 2) >= 0 ? ", (unsigned char *)a.yk[1]" : ", nullptr");
     return HPC_OK;
 }
 
@@ -374,6 +378,12 @@ HpcStatus eopa_gen_attention_bwd(EopGen *gen, HpcError *err)
         /* one block of 256 per (b, head): the whole backward up to
          * AT_ONE_PASS_MAX_L (delta inside), delta alone above it */
         s = attn_phase(gen, "attn3_bwd", &c, EOP_LT_HEAD_BLOCKS, (StepSize){.c0 = 1}, (int)c.heads);
+        /* the forward's keep bits (input 7) where the graph saves them: never
+         * null then, which lets the compiler drop the Philox draws */
+        bool keep = gen->g->nodes[gen->id].n_in == 8;
+        if (keep)
+            strbuf_add(s, "    const unsigned char *keep = (const unsigned char *)a.x[7];\n"
+                          "    __builtin_assume(keep != nullptr);\n");
         strbuf_printf(s, "    if (a.L > %d) {\n"
                          "        hpc_attn::attn_head_bwd_dot_run(blockIdx.x, blockIdx.y, blockIdx.z, (float *)a.scratch,\n"
                          "            (const T *)a.x[0], (const T *)a.x[5], (int)a.B, (int)a.L, 256);\n"
@@ -381,8 +391,8 @@ HpcStatus eopa_gen_attention_bwd(EopGen *gen, HpcError *err)
                          "    hpc_attn::attn_mma3_bwd_run(blockIdx.x, blockIdx.y, blockIdx.z, %s, %s,\n"
                          "        %s, %lld, (const T *)a.x[0], (const T *)a.x[5], %s,\n"
                          "        %s, %s, %lld, (const float *)a.x[6], (const int *)a.x[4],\n"
-                         "        (int)a.B, (int)a.L, p, ctl->seed, ctl->step, salt);\n",
-                      AT_ONE_PASS_MAX_L, ap.dq, ap.dk, ap.dv, c.ld, ap.q, ap.k, ap.v, c.ld);
+                         "        (int)a.B, (int)a.L, p, ctl->seed, ctl->step, salt, %s);\n",
+                      AT_ONE_PASS_MAX_L, ap.dq, ap.dk, ap.dv, c.ld, ap.q, ap.k, ap.v, c.ld, keep ? "keep" : "nullptr");
         /* v2's dQ and dK/dV phases below return at once where it ran */
         snprintf(skip, sizeof skip, "    if (a.L <= %d) return;\n", AT_ONE_PASS_MAX_L);
     } else {

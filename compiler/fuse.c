@@ -294,6 +294,11 @@ HpcStatus fuse_graph(const IrGraph *in, const PrecisionPlan *pin, IrGraph *out, 
                         "them read it instead of their 16-bit output: the default) or xhat_ones "
                         "(xhat_dw, and a column of ones on xhat gives those GEMMs' bias gradients), "
                         "or leave it unset", save);
+    const char *keep = getenv("HPC_ATTN_KEEP");
+    if (keep && *keep && strcmp(keep, "0") != 0 && strcmp(keep, "1") != 0)
+        return hpc_fail(err, HPC_ERR_INPUT, "fuse_graph: HPC_ATTN_KEEP=%s is not a choice; set it to 1 (the "
+                        "attention forward saves its dropout's keep bits for the backward), 0 or leave it "
+                        "unset (the backward draws them again: the default)", keep);
     FuseOptions o = fuse_defaults();
     return fuse_graph_with(in, pin, out, pout, stats, &o, err);
 }
@@ -305,6 +310,7 @@ FuseOptions fuse_defaults(void)
     const char *ab = getenv("HPC_FUSE_ACT_BGRAD");   /* 0: off; nomerge: no recompute output */
     const char *save = getenv("HPC_LN_SAVE");   /* xhat_dw (default), xhat_ones, xhat or s: what the LayerNorm sites keep */
     const char *emb = getenv("HPC_FUSE_EMB");
+    const char *keep = getenv("HPC_ATTN_KEEP");   /* 1: the attention's keep bits saved (fuse_attn_keep.c) */
     bool act = !ab || strcmp(ab, "0") != 0;
     return (FuseOptions){.recompute_act = true, .layernorm = !ln || strcmp(ln, "0") != 0,
                          .accumulate = !acc || strcmp(acc, "0") != 0,
@@ -313,7 +319,8 @@ FuseOptions fuse_defaults(void)
                          .ln_save_xhat_dw = !save || !*save || strcmp(save, "xhat_dw") == 0 ||
                                             strcmp(save, "xhat_ones") == 0,
                          .ln_xhat_ones = save && strcmp(save, "xhat_ones") == 0,
-                         .embed_ln = !emb || strcmp(emb, "0") != 0};
+                         .embed_ln = !emb || strcmp(emb, "0") != 0,
+                         .attn_keep = keep && strcmp(keep, "1") == 0};
 }
 
 HpcStatus fuse_graph_with(const IrGraph *in, const PrecisionPlan *pin, IrGraph *out, PrecisionPlan *pout,
@@ -353,6 +360,7 @@ HpcStatus fuse_graph_with(const IrGraph *in, const PrecisionPlan *pin, IrGraph *
     if (pout) remap_plan(pin, map, src_of, in, out, pout);
     if (pout) fuse_accum_plan(out, pout);
     if (opts->ln_save_xhat && opts->ln_save_xhat_dw) fuse_ln_dw(out, pout, opts->ln_xhat_ones, stats);
+    if (opts->attn_keep) fuse_attn_keep(out, pout, stats);
     stats->nodes_before = in->n;
     stats->nodes_after = out->n;
     free(map);

@@ -102,6 +102,7 @@ typedef struct {
     int act_bwd_bgrad;        /* ACT_BWD + BIAS_GRAD of its dx fused (fuse_act.c) */
     int act_merged;           /* recomputed ACTs that became an ACT_BWD_BGRAD's output 2 */
     int embed_ln;             /* embedding layers fused, forward and backward (fuse_embed.c) */
+    int attn_keep;            /* attentions whose backward reads the forward's keep bits (HPC_ATTN_KEEP=1) */
     int nodes_before, nodes_after;
 } FuseStats;
 
@@ -134,6 +135,8 @@ typedef struct {
     bool embed_ln;            /* default (HPC_FUSE_EMB=0: off; with ln_save_xhat only, since it saves xhat
                                * too): BERT's embedding layer, lookups + LayerNorm + dropout and its
                                * backward, as EMBED_LN / EMBED_LN_BWD (fuse_embed.c) */
+    bool attn_keep;           /* HPC_ATTN_KEEP=1 (off by default: not yet timed): the attention forward
+                               * saves its dropout's keep bits for the backward (fuse_attn_keep.c) */
 } FuseOptions;
 
 FuseOptions fuse_defaults(void);

@@ -104,6 +104,11 @@ void fuse_match_accum(Matcher *M);
  * GEMMs that make their own bias gradient read [xhat | 1 | 0] instead and
  * an LN_DW_FIX_DB makes dW and db from their raw output. */
 void fuse_ln_dw(IrGraph *g, PrecisionPlan *plan, bool ones, FuseStats *st);
+
+/* HPC_ATTN_KEEP=1, after the rebuild (compiler/fuse_attn_keep.c): gives each
+ * qualifying ATTENTION its keep-bits output 2 and its ATTENTION_BWD that
+ * value as input 7, in g (and plan, when not NULL, node for node). */
+void fuse_attn_keep(IrGraph *g, PrecisionPlan *plan, FuseStats *st);
 void fuse_accum_plan(const IrGraph *out, PrecisionPlan *plan);
 
 #endif

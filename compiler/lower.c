@@ -132,10 +132,16 @@ static int lower_attention_fused(Lower *lw, int x, const char *pre, const char *
     bool varlen = lw->spans >= 0;   /* packed: attend within each span, input 3 the spans */
     IrAttr a = {.attn = {(float)s->attention_dropout, -1, (int32_t)s->heads, s->attention == ATTN_CAUSAL, 0, varlen,
                          lw->first_only}};
-    int outs[2];
     snprintf(vn, sizeof vn, "%s.attn.context", v);
     int keys = varlen ? lw->spans : lw->mask;
-    return ir_add_outputs(lw->g, IR_OP_ATTENTION, (int[]){proj[0], proj[1], proj[2], keys}, 4, &a, vn, outs);
+    int id = ir_add(lw->g, IR_OP_ATTENTION, (int[]){proj[0], proj[1], proj[2], keys}, 4, &a, vn);
+    /* the lse output; the keep bits (output 2) only where the fuse pass
+     * saves them for the backward (compiler/fuse_attn_keep.c) */
+    IrAttr o = {.output = {1}};
+    char lse[IR_NAME_MAX];
+    snprintf(lse, sizeof lse, "%.*s.%s", IR_NAME_MAX - 16, lw->g->nodes[id].name, ir_output_name(IR_OP_ATTENTION, 1));
+    ir_add(lw->g, IR_OP_OUTPUT, &id, 1, &o, lse);
+    return id;
 }
 
 /* The context of the unfused path: each projection's heads split right

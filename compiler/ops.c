@@ -344,7 +344,7 @@ static void ir_shape_attention(const IrGraph *g, IrNode *n)
     else set_shape(n, q->dtype, 3, (int64_t[]){q->dims[0], q->dims[1], H});               /* ctx (B, L, H) */
 }
 
-/* ATTENTION_BWD: (dctx, q, k, v, mask, ctx, lse) -> dq, dk, dv like q. */
+/* ATTENTION_BWD: (dctx, q, k, v, mask, ctx, lse[, keep]) -> dq, dk, dv like q. */
 static void ir_shape_attention_bwd(const IrGraph *g, IrNode *n)
 {
     const IrNode *q = IN(1), *lse = IN(6), *dctx = IN(0);
@@ -359,6 +359,11 @@ static void ir_shape_attention_bwd(const IrGraph *g, IrNode *n)
             n->attr.attn.varlen ? "varlen: spans must be (B, 2) i32" : "mask must be (B, L) i32");
     require(lse->rank == 3 && lse->dtype == DT_F32 && lse->dims[1] == n->attr.attn.heads, n,
             "lse must be (B, heads, L) f32");
+    if (n->n_in == 8) {
+        const IrNode *keep = IN(7);
+        require(keep->op == IR_OP_OUTPUT && keep->attr.output.index == 2 && keep->dtype == DT_I32, n,
+                "keep must be the forward ATTENTION's keep bits (its output 2)");
+    }
     copy_shape(n, q);
     n->dtype = IN(0)->dtype;
 }
@@ -428,6 +433,11 @@ static void ir_shape_output(const IrGraph *g, IrNode *n)
         break;
     }
     case IR_OP_ATTENTION: /* lse: one f32 per (batch row, head, query); first_query: one query */
+        if (k == 2) { /* keep: the dropout's keep bits of keys 0 .. IR_ATTN_KEEP_KEYS - 1 per query */
+            require(!p->attr.attn.first_query && !p->attr.attn.varlen, n, "keep bits: a padded attention of every query");
+            set_shape(n, DT_I32, 4, (int64_t[]){p->dims[0], p->attr.attn.heads, p->dims[1], IR_ATTN_KEEP_KEYS / 32});
+            break;
+        }
         set_shape(n, DT_F32, 3, (int64_t[]){p->dims[0], p->attr.attn.heads, p->attr.attn.first_query ? 1 : p->dims[1]});
         break;
     case IR_OP_ATTENTION_BWD: /* dk, dv: as dq */

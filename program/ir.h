@@ -162,6 +162,13 @@ _Static_assert(DT_I32 < 8, "IrLnFusedAttr.aux holds a DType in 3 bits");
 /* The columns a saved xhat with IrLnFusedAttr.ones has past H: a 1, then
  * zeros, so its rows stay 16-byte aligned in f16. */
 #define IR_XHAT_ONES_PAD 8
+/* ATTENTION's optional output 2 (compiler/fuse_attn_keep.c): the dropout's
+ * keep bits of keys 0 .. IR_ATTN_KEEP_KEYS - 1 of every query, bit k % 32 of
+ * word k / 32 of the query's row, (B, heads, L, IR_ATTN_KEEP_KEYS / 32) i32;
+ * the forward writes them and the backward reads them when L is at most
+ * IR_ATTN_KEEP_KEYS (the one-pass backward's rows), and both draw
+ * otherwise. */
+#define IR_ATTN_KEEP_KEYS 128
 
 /* EMBED_LN and EMBED_LN_BWD (compiler/fuse_embed.c; 16 bytes each).  The
  * dropout after the LayerNorm is p and salt (p = 0: none).  eps stays a

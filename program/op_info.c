@@ -35,7 +35,7 @@ const char *ir_output_name(IrOpKind op, int k)
     }
     if (op == IR_OP_LINEAR_DW_BGRAD || op == IR_OP_LN_DW_FIX_DB) return k == 1 ? "db" : "?";
     if (op == IR_OP_ACT_BWD_BGRAD) return k == 1 ? "db" : k == 2 ? "act" : "?";
-    if (op == IR_OP_ATTENTION) return k == 1 ? "lse" : "?";
+    if (op == IR_OP_ATTENTION) return k == 1 ? "lse" : k == 2 ? "keep" : "?";
     if (op == IR_OP_ATTENTION_BWD) return k == 1 ? "dk" : k == 2 ? "dv" : "?";
     if (op == IR_OP_UNSTACK) return k == 1 ? "second" : k == 2 ? "third" : "?";
     if (op == IR_OP_EMBED_LN) {

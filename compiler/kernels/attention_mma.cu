@@ -164,6 +164,26 @@ __device__ __forceinline__ void am_keep_bits(u32 kb[2][AM_KT / 8], u32 mine[2][2
     }
 }
 
+// The saved keep bits (compiler/fuse_attn_keep.c; program/ir.h's
+// IR_ATTN_KEEP_KEYS): AT_KEEP_BYTES a query row of (b, head) bh, byte j the
+// keys 8 j .. 8 j + 7, for rows of at most AT_KEEP_KEYS keys.
+#define AT_KEEP_KEYS 128
+#define AT_KEEP_BYTES (AT_KEEP_KEYS / 8)
+
+// Stores the lane's draws of am_keep_bits (mine[rr][j]: keys t0 + 8 (t + 4 j)
+// .. + 7 of row rows[rr]) as their bytes of the keep bits, rows below L.
+__device__ __forceinline__ void am_store_keep(unsigned char *keep, const u32 mine[2][2], const int rows[2], i64 bh,
+                                              int t0, int t, int L)
+{
+#pragma unroll
+    for (int rr = 0; rr < 2; rr++) {
+        if (rows[rr] >= L) continue;
+        unsigned char *row = keep + (bh * L + rows[rr]) * AT_KEEP_BYTES + (t0 >> 3);
+#pragma unroll
+        for (int j = 0; j < 2; j++) row[t + 4 * j] = (unsigned char)mine[rr][j];
+    }
+}
+
 // acc += P X for the warp's 16 rows: P the score-shaped accumulators of a
 // key tile (s[nt], 8-key tile nt), X^T the tile staged transposed (D rows
 // of AM_KT keys, row stride AM_VS), so B's pairs are adjacent.

@@ -261,9 +261,13 @@ __device__ __forceinline__ void a2_mma_dkv(float gk[AT_D / 8][4], float gv[AT_D 
     }
 }
 
+// keep (nullptr: none): the dropout's keep bits for the backward, AT_KEEP_BYTES
+// a query row (bit k % 8 of byte k / 8: key k), written where L is at most
+// AT_KEEP_KEYS (compiler/fuse_attn_keep.c); attn_mma3_bwd reads them.
 AT_RUN void attn_mma2_fwd_run(int at_bx, int at_by, int at_bz,
                               st_t *ctx, float *lse, const st_t *q, const st_t *k, const st_t *v, int ld,
-                              const int *mask, int B, int L, float p, u64 seed, u32 step, u32 salt)
+                              const int *mask, int B, int L, float p, u64 seed, u32 step, u32 salt,
+                              unsigned char *keep)
 {
     __shared__ __align__(128) unsigned short ks[A2_NBUF][AM_KT * AM_KS];
     __shared__ __align__(128) unsigned short vs[A2_NBUF][AM_KT * AM_KS];
@@ -351,6 +355,8 @@ AT_RUN void attn_mma2_fwd_run(int at_bx, int at_by, int at_bz,
         if (it > 0) am_rescale(o, corr);   // before the first tile o is still 0
         u32 kbits[2][AM_KT / 8], mine[2][2];
         am_keep_bits(kbits, mine, flat, t0, lane, t, p, seed, step, salt);
+        if (keep != nullptr && p != 0.0f && L <= AT_KEEP_KEYS)
+            am_store_keep(keep, mine, rows, (i64)b * HPC_HEADS + h, t0, t, L);
 #pragma unroll
         for (int nt = 0; nt < AM_KT / 8; nt++)
 #pragma unroll
@@ -381,7 +387,8 @@ extern "C" __global__ void __launch_bounds__(128)
 KN(attn_mma2_fwd)(st_t *ctx, float *lse, const st_t *q, const st_t *k, const st_t *v, int ld,
                   const int *mask, int B, int L, float p, u64 seed, u32 step, u32 salt)
 {
-    attn_mma2_fwd_run(blockIdx.x, blockIdx.y, blockIdx.z, ctx, lse, q, k, v, ld, mask, B, L, p, seed, step, salt);
+    attn_mma2_fwd_run(blockIdx.x, blockIdx.y, blockIdx.z, ctx, lse, q, k, v, ld, mask, B, L, p, seed, step, salt,
+                      nullptr);
 }
 #endif
 

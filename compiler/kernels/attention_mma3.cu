@@ -38,6 +38,7 @@
 #define A3_KEYS (A3_WARPS * AM_QW)              // keys one block owns: the largest L it takes
 #define A3_DQ_UNITS (2 * (AT_D / 16))          // (16 query x 16 column) pieces of a tile's dQ
 #define A3_DSS AM_QTS                          // shared row stride of dS^T
+static_assert(A3_KEYS == AT_KEEP_KEYS, "the saved keep bits cover every key of the one-pass backward");
 
 // delta = rowsum(dO * O), for head h of batch row b, in 16-byte pieces:
 // piece i is elements 8 (i % (AT_D / 8)) .. + 7 of row i / (AT_D / 8), and
@@ -114,7 +115,7 @@ KN(attn_head_bwd_dot)(float *delta, const st_t *dctx, const st_t *ctx, int B, in
 AT_RUN void attn_mma3_bwd_run(int at_bx, int at_by, int at_bz,
                               st_t *dq, st_t *dk, st_t *dv, int ldg, const st_t *dctx, const st_t *ctx, const st_t *q,
                               const st_t *k, const st_t *v, int ld, const float *lse, const int *mask, int B, int L,
-                              float p, u64 seed, u32 step, u32 salt)
+                              float p, u64 seed, u32 step, u32 salt, const unsigned char *keep)
 {
     __shared__ __align__(128) unsigned short ks[A3_KEYS * AM_KS];            // K of every key
     __shared__ __align__(128) unsigned short qs[A2_QBUF][AM_QT * AM_KS];
@@ -188,11 +189,15 @@ AT_RUN void attn_mma3_bwd_run(int at_bx, int at_by, int at_bz,
                 }
                 // Keep bits as attn_mma2_bwd_dkv: lane draws the 8 keys
                 // k0 + 8 (lane & 1) .. + 7 of query nt * 8 + ((lane & 15) >> 1),
-                // nt = 2 hq + (lane >> 4).
+                // nt = 2 hq + (lane >> 4); or reads them, where the forward
+                // saved them (keep: L is at most A3_KEYS = AT_KEEP_KEYS here).
                 u32 mine = 0xFFu;
                 if (p != 0.0f) {
                     int row = c0 + (2 * hq + (lane >> 4)) * 8 + ((lane & 15) >> 1);
-                    mine = am_bits8((bh * L + row) * L + k0 + 8 * (lane & 1), p, seed, step, salt);
+                    if (keep != nullptr)   // rows past L are hidden below: any bits do
+                        mine = row < L ? keep[(bh * L + row) * AT_KEEP_BYTES + (k0 >> 3) + (lane & 1)] : 0u;
+                    else
+                        mine = am_bits8((bh * L + row) * L + k0 + 8 * (lane & 1), p, seed, step, salt);
                 }
 #pragma unroll
                 for (int j = 0; j < 2; j++)
@@ -276,7 +281,7 @@ KN(attn_mma3_bwd)(st_t *dq, st_t *dk, st_t *dv, int ldg, const st_t *dctx, const
                   u64 seed, u32 step, u32 salt)
 {
     attn_mma3_bwd_run(blockIdx.x, blockIdx.y, blockIdx.z, dq, dk, dv, ldg, dctx, ctx, q, k, v, ld, lse, mask, B, L, p,
-                      seed, step, salt);
+                      seed, step, salt, nullptr);
 }
 // The same body held to 128 registers (two blocks an SM): timed beside it by
 // tests/gpu/gpu_attention.c to choose the step's launch bounds.
@@ -286,7 +291,7 @@ KN(attn_mma3_bwd_r128)(st_t *dq, st_t *dk, st_t *dv, int ldg, const st_t *dctx, 
                        u64 seed, u32 step, u32 salt)
 {
     attn_mma3_bwd_run(blockIdx.x, blockIdx.y, blockIdx.z, dq, dk, dv, ldg, dctx, ctx, q, k, v, ld, lse, mask, B, L, p,
-                      seed, step, salt);
+                      seed, step, salt, nullptr);
 }
 #endif
 #endif // AT_D <= 64

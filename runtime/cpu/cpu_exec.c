@@ -11,6 +11,7 @@
 #include "cpu/cpu_threads.h"
 #include "cpu/cpu_kernels.h"
 #include "cpu/half.h"
+#include "cpu/philox.h"
 
 typedef HpcStatus (*CpuOpFn)(CpuExec *ex, int id, HpcError *err);
 

@@ -18,6 +18,10 @@
  *     parameter gradient of the eager step (rel L2 <= 1e-6: only the float
  *     atomics of the embedding backward may differ), so a capture that
  *     orders, skips or repeats work wrongly shows here;
+ *   - HPC_ATTN_KEEP=1 (bert_tiny fp16 at L 64, 61 and 136 (past the 128
+ *     keys the bits cover: both passes draw), bf16 and a causal classifier;
+ *     BERT-base fp16): the same checks with the backward reading the
+ *     forward's saved keep bits, and those bits byte for byte as the cpu's;
  *   - the profiles (bert_tiny fp16): a call under HPC_PROFILE=1 (eager) and
  *     one under HPC_PROFILE=graph:2 (runtime/cuda/cuda_exec_profile.c) each
  *     give the plain graph step's loss and gradients (rel L2 <= 1e-6) and
@@ -355,6 +359,39 @@ static void check_graph_replay(const Model *m, CudaExec *ex, const Batch *b, con
     free_grads(m, replay_grads);
 }
 
+/* HPC_ATTN_KEEP=1 (compiler/fuse_attn_keep.c): each attention's saved keep
+ * bits, as the v2 forward stored them, equal the cpu reference's, byte for
+ * byte over the bytes of the keys below L of every row below L (the kernel
+ * writes whole bytes of keys; it leaves the rest of the 16-byte row), causal:
+ * up to the diagonal (the forward skips the key tiles above it). */
+static void check_keep_bits(const Model *m, CudaExec *ex, const CpuExec *cx, const char *tag)
+{
+    if (ex->L > IR_ATTN_KEEP_KEYS) return;   /* longer rows keep no bits: both sides draw (checked by the gradients) */
+    int sites = 0;
+    for (int id = 0; id < m->g.n; id++) {
+        int ko = m->g.nodes[id].op == IR_OP_ATTENTION ? ir_output(&m->g, id, 2) : -1;
+        if (ko < 0) continue;
+        int64_t words = ir_numel(&m->g.nodes[ko], ex->B, ex->L), rows = words / (IR_ATTN_KEEP_KEYS / 32);
+        uint8_t *got = xmalloc((size_t)words * 4);
+        const uint8_t *want = cpu_exec_value(cx, ko);
+        HpcError err = {0};
+        HpcStatus st = CUDA_CHECK(&err, cuda_driver()->cuMemcpyDtoH(got, cuda_exec_ptr(ex, ko), (size_t)words * 4));
+        int64_t bad = 0, seen = 0, bytes = (ex->L + 7) / 8;
+        bool causal = m->g.nodes[id].attr.attn.causal;
+        for (int64_t r = 0; !st && r < rows; r++)
+            for (int64_t j = 0; j < bytes; j++) {
+                if (causal && 8 * j > r % ex->L) break;   /* key tiles above the diagonal are not visited */
+                bad += got[r * IR_ATTN_KEEP_KEYS / 8 + j] != want[r * IR_ATTN_KEEP_KEYS / 8 + j];
+                seen++;
+            }
+        result(!st && bad == 0 && seen > 0, "%s: %s keep bits as the cpu's: %lld of %lld bytes differ%s%s", tag,
+               m->g.nodes[id].name, (long long)bad, (long long)seen, st ? ": " : "", st ? err.msg : "");
+        free(got);
+        sites++;
+    }
+    result(sites > 0, "%s: %d attentions keep their dropout bits", tag, sites);
+}
+
 static void check_step(bool tiny, Variant v, SpecPrecision prec, const StepCase *c)
 {
     char tag[128];
@@ -362,8 +399,9 @@ static void check_step(bool tiny, Variant v, SpecPrecision prec, const StepCase 
     HpcError err = {0};
     if (!model_build(&m, tiny, v, prec)) return;
     const char *save = getenv("HPC_LN_SAVE");
-    snprintf(tag, sizeof tag, "%s %s B=%lld L=%lld%s%s", m.spec.name, spec_precision_name(prec),
-             (long long)c->B, (long long)c->L, save ? " HPC_LN_SAVE=" : "", save ? save : "");
+    snprintf(tag, sizeof tag, "%s %s B=%lld L=%lld%s%s%s", m.spec.name, spec_precision_name(prec),
+             (long long)c->B, (long long)c->L, save ? " HPC_LN_SAVE=" : "", save ? save : "",
+             getenv("HPC_ATTN_KEEP") ? " HPC_ATTN_KEEP=1" : "");
     Batch *b = random_batch(&m.spec, v, c->B, c->L);
     CpuExec cx;
     cpu_exec_init(&cx, &m.g, CPU_EXEC_F32);
@@ -388,6 +426,7 @@ static void check_step(bool tiny, Variant v, SpecPrecision prec, const StepCase 
     }
     check_loss(tag, "train loss", &ex, cpu_exec_loss(&cx), c->tol);
     check_grads(&m, &ex, &cx, tag, c->tol);
+    if (getenv("HPC_ATTN_KEEP")) check_keep_bits(&m, &ex, &cx, tag);
     double worst = 0;
     int wv = -1;
     compare_value(&ex, &cx, m.g.logits, &worst, &wv);
@@ -632,6 +671,17 @@ int main(int argc, char **argv)
         if (saved) setenv("HPC_LN_SAVE", saved, 1);
         else unsetenv("HPC_LN_SAVE");
         free(saved);
+        /* HPC_ATTN_KEEP=1 (compiler/fuse_attn_keep.c): the backward reads the
+         * forward's keep bits; the bits themselves against the cpu's */
+        setenv("HPC_ATTN_KEEP", "1", 1);
+        StepCase odd16 = {5, 61, 1e-2, 128}, long16 = {2, 136, 1e-2, 128};   /* odd rows; rows past 128 keys */
+        if (tiny) check_step(true, V_SEQ_CLS, PREC_FP16, &tiny16);
+        if (tiny) check_step(true, V_SEQ_CLS, PREC_FP16, &odd16);
+        if (tiny) check_step(true, V_SEQ_CLS, PREC_FP16, &long16);
+        if (tiny) check_step(true, V_SEQ_CLS, PREC_BF16, &tinyb16);
+        if (tiny) check_step(true, V_CCLS, PREC_FP16, &lm16);
+        if (base) check_step(false, V_SEQ_CLS, PREC_FP16, &base16);
+        unsetenv("HPC_ATTN_KEEP");
     }
     if (do_bench) run_bench();
     cuda_device_close(&g_dev);
