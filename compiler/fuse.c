@@ -282,6 +282,19 @@ static void rebuild(const Matcher *M, IrGraph *out, int *map, int *src_of)
     free(wire);
 }
 
+void fuse_replace_graph(IrGraph *g, IrGraph *out, const int *map, PrecisionPlan *plan, PrecNodeInfo *info)
+{
+    ir_copy_roles(out, g, map);
+    if (plan) {
+        free(plan->info);
+        plan->info = info;
+        plan->n = out->n;
+        for (int u = 0; u < plan->n_in; u++) plan->map[u] = plan->map[u] >= 0 ? map[plan->map[u]] : -1;
+    }
+    ir_free(g);
+    *g = *out;
+}
+
 HpcStatus fuse_graph(const IrGraph *in, const PrecisionPlan *pin, IrGraph *out, PrecisionPlan *pout,
                      FuseStats *stats, HpcError *err)
 {

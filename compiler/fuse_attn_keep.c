@@ -115,16 +115,8 @@ void fuse_attn_keep(IrGraph *g, PrecisionPlan *plan, FuseStats *st)
         if (info) info[id] = plan->info[j];
         if (bwd_of[j] >= 0) pending = j;
     }
-    ir_copy_roles(&out, g, map);
-    if (plan) {
-        free(plan->info);
-        plan->info = info;
-        plan->n = out.n;
-        for (int u = 0; u < plan->n_in; u++) plan->map[u] = plan->map[u] >= 0 ? map[plan->map[u]] : -1;
-    }
+    fuse_replace_graph(g, &out, map, plan, info);
     st->attn_keep = n_sites;
-    ir_free(g);
-    *g = out;
     free(map);
     free(keep);
     free(bwd_of);

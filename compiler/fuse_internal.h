@@ -105,6 +105,12 @@ void fuse_match_accum(Matcher *M);
  * an LN_DW_FIX_DB makes dW and db from their raw output. */
 void fuse_ln_dw(IrGraph *g, PrecisionPlan *plan, bool ones, FuseStats *st);
 
+/* The end of a pass after the rebuild that copied g node for node into out
+ * (map: g's ids to out's) with nodes inserted: out takes g's roles and
+ * place, and plan (when not NULL) takes info, out's per-node precision,
+ * with its input map re-indexed.  Frees g's old nodes; out is moved. */
+void fuse_replace_graph(IrGraph *g, IrGraph *out, const int *map, PrecisionPlan *plan, PrecNodeInfo *info);
+
 /* HPC_ATTN_KEEP=1, after the rebuild (compiler/fuse_attn_keep.c): gives each
  * qualifying ATTENTION its keep-bits output 2 and its ATTENTION_BWD that
  * value as input 7, in g (and plan, when not NULL, node for node). */

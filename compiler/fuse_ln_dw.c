@@ -192,17 +192,9 @@ void fuse_ln_dw(IrGraph *g, PrecisionPlan *plan, bool ones, FuseStats *st)
         if (site) pending = next++;
     }
     if (pending >= 0) append_fix(g, &out, &sites[pending], map, info, plan);
-    ir_copy_roles(&out, g, map);
-    if (plan) {
-        free(plan->info);
-        plan->info = info;
-        plan->n = out.n;
-        for (int u = 0; u < plan->n_in; u++) plan->map[u] = plan->map[u] >= 0 ? map[plan->map[u]] : -1;
-    }
+    fuse_replace_graph(g, &out, map, plan, info);
     st->ln_dw_from_xhat = n_sites;
     st->ln_db_from_ones = n_ones;
-    ir_free(g);
-    *g = out;
     free(map);
     free(sites);
 }

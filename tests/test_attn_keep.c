@@ -79,30 +79,30 @@ static int keep_sites(const IrGraph *g)
 
 Test(attn_keep, only_with_the_setting_and_where_the_kernels_take_it)
 {
-    ModelSpec s;
-    tiny_spec(&s, 0.1);
-    Pipeline p;
-    build(&s, PREC_FP16, NULL, &p);
-    cr_expect_eq(keep_sites(&p.g), 0, "unset: the backward draws, as before");
-    cr_expect_eq(ir_count_op(&p.g, IR_OP_ATTENTION, 0), 2);
-    pipeline_free(&p);
-    build(&s, PREC_FP16, "0", &p);
-    cr_expect_eq(keep_sites(&p.g), 0, "HPC_ATTN_KEEP=0");
-    pipeline_free(&p);
-    build(&s, PREC_FP16, "1", &p);
-    /* layer 1 is lowered for token 0 (first_query): layer 0 alone */
-    cr_expect_eq(keep_sites(&p.g), 1, "fp16: the full-length layer");
-    pipeline_free(&p);
-    build(&s, PREC_BF16, "1", &p);
-    cr_expect_eq(keep_sites(&p.g), 1, "bf16");
-    pipeline_free(&p);
-    build(&s, PREC_FP32, "1", &p);
-    cr_expect_eq(keep_sites(&p.g), 0, "fp32: the SIMT kernels draw");
-    pipeline_free(&p);
-    tiny_spec(&s, 0.0);
-    build(&s, PREC_FP16, "1", &p);
-    cr_expect_eq(keep_sites(&p.g), 0, "no attention dropout, no bits");
-    pipeline_free(&p);
+    /* bert_tiny's layer 1 is lowered for token 0 (first_query): layer 0 alone */
+    static const struct {
+        SpecPrecision policy;
+        double dropout;
+        const char *keep;
+        int sites;
+        const char *what;
+    } cases[] = {
+        {PREC_FP16, 0.1, NULL, 0, "unset: the backward draws, as before"},
+        {PREC_FP16, 0.1, "0", 0, "HPC_ATTN_KEEP=0"},
+        {PREC_FP16, 0.1, "1", 1, "fp16: the full-length layer"},
+        {PREC_BF16, 0.1, "1", 1, "bf16"},
+        {PREC_FP32, 0.1, "1", 0, "fp32: the SIMT kernels draw"},
+        {PREC_FP16, 0.0, "1", 0, "no attention dropout, no bits"},
+    };
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        ModelSpec s;
+        tiny_spec(&s, cases[c].dropout);
+        Pipeline p;
+        build(&s, cases[c].policy, cases[c].keep, &p);
+        cr_expect_eq(ir_count_op(&p.g, IR_OP_ATTENTION, 0), 2, "%s: two attentions", cases[c].what);
+        cr_expect_eq(keep_sites(&p.g), cases[c].sites, "%s", cases[c].what);
+        pipeline_free(&p);
+    }
 }
 
 Test(attn_keep, a_bad_value_is_refused)
