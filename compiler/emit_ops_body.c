@@ -1552,14 +1552,15 @@ static HpcStatus cuda_ln_residual(EopGen *gen, HpcError *err)
  *    current one at a pass's end would, with two rows, wait for the loads
  *    just issued and leave one row in flight.
  *  - the column sums ab (dbeta) and ac (dbias) in shared memory, thread i's
- *    8 at acc[.][i] as two float4 (2 x 2 LDS.128 + STS.128 a row): the
+ *    8 at acc[.][i] as two float4 (4 LDS.128 and 4 STS.128 a row): the
  *    second slot of raw rows costs 12-13 registers that the column sums
  *    (24) give back.  ptxas, CUDA 13.0 for sm_90, BERT-base fp16 xhat:
  *    v3 with all three sums in registers wants 90 registers and under
  *    (384, 2)'s 80 spills 24 bytes; with ab and ac in shared memory 80, no
  *    spills (72 where dy is f16); with only ac there it spills 20 bytes.  A
- *    third block of 384 an SM (56 registers) spills 196-312 bytes either
- *    way, so v3 asks for v2's 2 blocks (768 threads, 72 KB in flight).
+ *    third block of 384 an SM (56 registers) spills 144-176 bytes (28 with
+ *    one row ahead), so v3 asks for v2's 2 blocks: 768 threads, 72 KB in
+ *    flight.
  *  - dx and a 16-bit y stored with one st.global.v4 a chunk: in v2's loop
  *    nvcc splits st8_f16's 16-byte store of dx into four 4-byte ones.
  * The default AHEAD is 2 where a row in flight takes at most 13 registers
@@ -1567,8 +1568,8 @@ static HpcStatus cuda_ln_residual(EopGen *gen, HpcError *err)
  * with a 16-bit dy and the mean: two rows of 14 spill 4-24 bytes); a
  * given AHEAD is taken as is.  Where the block's static 48 KB of shared
  * memory cannot hold acc with cs and red (at D = 768: GROUPS above 5) the
- * sums stay in registers.  v3 applies where a thread owns one
- * chunk of a row (D <= 2048); past that the module has v2's kernel.
+ * sums stay in registers.  v3 applies where a thread owns one chunk of a
+ * row (D <= 2048); past that the module has v2's kernel.
  * Static SASS (scripts/sass-stats.sh, BERT-base fp16, the f32-dy kernel):
  * v2 355 instructions a row in its loop, v3 343 (686 for two rows). */
 #define LNB_SUM_WARPS 16
