@@ -34,6 +34,14 @@
  * 768), (3072, 768) and (5, 24), and LN_DW_FIX_DB (xhat_ones) at (2304,
  * 768), (768, 768) and (5, 20), f32 tolerance.
  *
+ * The site cases (plain, xhat, xhat with ones) run once per LN_RESIDUAL_BWD
+ * variant: under HPC_LN_BWD as given (unset: v2, the default kernel), then
+ * under v3 (compiler/emit_ops_body.c, "LN_RESIDUAL_BWD v3": two rows'
+ * loads in flight; its lines say "v3"), set before the cases' modules are
+ * generated and put back after; at R = 4099 v3's row loop runs both of its
+ * slots and stops after either (D = 4096 is v2's kernel under v3 too).  The
+ * forward-only bias form runs in the first pass only.
+ *
  * Exit 0 when every check passes, 1 on a failed check, 4 without a GPU. */
 #include <math.h>
 #include <stdio.h>
@@ -184,6 +192,7 @@ static void both_close(Both *b)
     free(b->w);
 }
 
+static bool g_v3;     /* the cases under HPC_LN_BWD=v3 */
 static bool g_xhat;   /* the cases under HPC_LN_SAVE=xhat */
 static bool g_ones;   /* and with xhat's ones column */
 
@@ -216,8 +225,8 @@ static void widen_xhat(LnSite *f)
 static void site_case(int64_t R, int64_t D, DType low)
 {
     char tag[96];
-    snprintf(tag, sizeof tag, "ln_residual%s R=%lld D=%lld %s", g_ones ? " xhat+ones" : g_xhat ? " xhat" : "",
-             (long long)R, (long long)D, ir_dtype_name(low));
+    snprintf(tag, sizeof tag, "ln_residual%s R=%lld D=%lld %s%s", g_ones ? " xhat+ones" : g_xhat ? " xhat" : "",
+             (long long)R, (long long)D, ir_dtype_name(low), g_v3 ? " v3" : "");
     LnSite u, f;
     ln_site_build(&u, R, D, low, 1e-12, 0.1f);
     HpcError err = {0};
@@ -262,7 +271,7 @@ static void site_case(int64_t R, int64_t D, DType low)
         both_close(&b);
     }
     ln_site_free(&f);
-    if (low == DT_F16 && !g_ones && ln_site_fuse(&u, &f, NULL, &err) == 2) {
+    if (low == DT_F16 && !g_ones && !g_v3 && ln_site_fuse(&u, &f, NULL, &err) == 2) {
         /* the bias form, appended last and run forward: LN_RESIDUAL(x, r, gamma, beta, bias) */
         int64_t bd[2] = {D, 0};
         int pb = params_add(&f.pl, "bias", 1, bd, PARAM_INIT_NORMAL, false, false);
@@ -311,11 +320,10 @@ static void dw_fix_case(int64_t out, int64_t in, bool ones)
     params_free(&pl);
 }
 
-int main(void)
+/* Every site case under the HPC_LN_BWD set: plain, then HPC_LN_SAVE=xhat,
+ * then xhat with its ones column (HPC_LN_SAVE is left at xhat). */
+static void site_cases(void)
 {
-    gpu_check_gap = " ";   /* this program\'s lines always had one space */
-    if (!gpu_check_open_device("gpu_lnfuse", &g_dev)) return 4;
-    printf("gpu_lnfuse on %s (sm_%d)\n", g_dev.name, g_dev.arch);
     static const int64_t Ds[] = {128, 768, 1024, 4096}, Rs[] = {3, 488, 4099};
     static const DType lows[] = {DT_F32, DT_F16, DT_BF16};
     for (int d = 0; d < 4; d++)
@@ -324,8 +332,6 @@ int main(void)
                 if (Rs[r] < 4096 || Ds[d] <= 1024) site_case(Rs[r], Ds[d], lows[l]);
     /* HPC_LN_SAVE=xhat (compiler/fuse_layernorm.c): the 16-bit sites save
      * xhat in f16, the backward reads it (f32 sites are left alone) */
-    const char *was = getenv("HPC_LN_SAVE");
-    char *saved = was ? strdup(was) : NULL;
     setenv("HPC_LN_SAVE", "xhat", 1);
     g_xhat = true;
     for (int d = 0; d < 4; d++)
@@ -337,6 +343,30 @@ int main(void)
         for (int r = 0; r < 3; r++)
             if (Rs[r] < 4096 || Ds[d] <= 1024) site_case(Rs[r], Ds[d], DT_F16);
     g_ones = g_xhat = false;
+}
+
+int main(void)
+{
+    gpu_check_gap = " ";   /* this program\'s lines always had one space */
+    if (!gpu_check_open_device("gpu_lnfuse", &g_dev)) return 4;
+    printf("gpu_lnfuse on %s (sm_%d)\n", g_dev.name, g_dev.arch);
+    const char *was = getenv("HPC_LN_SAVE"), *was_bwd = getenv("HPC_LN_BWD");
+    char *saved = was ? strdup(was) : NULL, *saved_bwd = was_bwd ? strdup(was_bwd) : NULL;
+    for (int variant = 2; variant <= 3; variant++) {
+        /* HPC_LN_BWD is read when a case's module is generated (both_open):
+         * first as given (unset: v2), then v3 */
+        g_v3 = variant == 3;
+        if (g_v3) setenv("HPC_LN_BWD", "v3", 1);
+        else if (saved_bwd) setenv("HPC_LN_BWD", saved_bwd, 1);
+        else unsetenv("HPC_LN_BWD");
+        if (saved) setenv("HPC_LN_SAVE", saved, 1);
+        else unsetenv("HPC_LN_SAVE");
+        site_cases();
+    }
+    if (saved_bwd) setenv("HPC_LN_BWD", saved_bwd, 1);
+    else unsetenv("HPC_LN_BWD");
+    free(saved_bwd);
+    g_v3 = false;
     dw_fix_case(768, 768, false);
     dw_fix_case(3072, 768, false);
     dw_fix_case(5, 24, false);
