@@ -138,6 +138,7 @@ test: all $(TEST_BIN) examples $(LINK_CHECKS)
 	@$(MAKE) -s -C examples valgrind >$(BUILD)/examples-vg.log 2>&1 && echo "PASS  examples/embed_bert_tiny under valgrind" || { cat $(BUILD)/examples-vg.log; exit 1; }
 	@sh tests/check-valgrind.sh
 	@sh tests/reliability/run.sh
+	@sh tests/bench_ab_summary.sh
 
 # GPU checks are plain C programs (no Criterion on the GPU machine).
 $(BUILD)/tests/gpu/%: tests/gpu/%.c $(LIBS)

@@ -18,8 +18,9 @@
 # inside the step's CUDA graph).  Settings (environment): SHAPES (32x128,32x32,
 # 256x128), ROUNDS (2), WARMUP (5), ITERS (20), PROFILE, PSHAPES (256x128),
 # PGREP (attention).  Output: one line per run (variant, round, shape,
-# median ms, device MiB) on stdout; the JSON lines go to $OUT/ab_NAME.jsonl
-# when OUT is set.  A parent commit's bench_hpc comes from building it
+# median ms, device MiB) on stdout, then a summary: per shape and variant
+# the mean over the rounds and its difference from the first variant's;
+# the JSON lines go to $OUT/ab_NAME.jsonl when OUT is set.  A parent commit's bench_hpc comes from building it
 # here first (git stash; make build/bench/bench_hpc; copy it; git stash pop)
 # and carrying it.
 set -u
@@ -37,6 +38,7 @@ done
 # env settings of a variant, space separated for env(1)
 settings() { case $1 in *:*) echo "${1#*:}" | tr ',' ' ' ;; esac; }
 run=0
+lines=$(mktemp)
 while [ $run -lt "$ROUNDS" ]; do
     run=$((run + 1))
     for v in "$@"; do
@@ -44,9 +46,25 @@ while [ $run -lt "$ROUNDS" ]; do
         # shellcheck disable=SC2046
         env $(settings "$rest") "$bin" --shapes "$SHAPES" --policies fp16 --warmup "$WARMUP" --iters "$ITERS" \
             2>/dev/null | tee -a "${OUT:-/tmp}/ab_$name.jsonl" |
-            sed -n "s/.*\"B\": \([0-9]*\), \"L\": \([0-9]*\), \"median_ms\": \([0-9.]*\),.*\"device_mib\": \([0-9.]*\).*/$name round $run \1x\2 \3 ms \4 MiB/p"
+            sed -n "s/.*\"B\": \([0-9]*\), \"L\": \([0-9]*\), \"median_ms\": \([0-9.]*\),.*\"device_mib\": \([0-9.]*\).*/$name round $run \1x\2 \3 ms \4 MiB/p" |
+            tee -a "$lines"
     done
 done
+# The summary: per shape and variant the mean of the rounds (their range),
+# and its difference from the first variant's mean.
+[ -s "$lines" ] && awk -v first="${1%%=*}" '
+    { k = $4 SUBSEP $1; n[k]++; sum[k] += $5; if (!(k in lo) || $5 < lo[k]) lo[k] = $5; if ($5 > hi[k]) hi[k] = $5
+      if (!($4 in seen_shape)) { seen_shape[$4] = 1; shapes[++ns] = $4 }
+      if (!($1 in seen_name)) { seen_name[$1] = 1; names[++nn] = $1 } }
+    END {
+      printf "summary: mean of the rounds (range), against %s\n", first
+      for (i = 1; i <= ns; i++) for (j = 1; j <= nn; j++) {
+        k = shapes[i] SUBSEP names[j]; if (!(k in n)) continue
+        m = sum[k] / n[k]; b = shapes[i] SUBSEP first
+        d = (b in n) && names[j] != first ? sprintf("%+.3f ms (%+.1f %%)", m - sum[b] / n[b], 100 * (m / (sum[b] / n[b]) - 1)) : ""
+        printf "%-8s %-10s %8.3f ms (%.3f-%.3f)  %s\n", shapes[i], names[j], m, lo[k], hi[k], d
+      } }' "$lines"
+rm -f "$lines"
 if [ -n "${PROFILE:-}" ]; then
     popt=--profile
     [ "$PROFILE" = graph ] && popt=--profile-graph

@@ -1,0 +1,46 @@
+#!/bin/sh
+# tests/bench_ab_summary.sh — bench/ab.sh's summary without a GPU: a stand-in
+# for bench_hpc prints the JSON lines bench_hpc prints, with a step time set
+# by the variant's settings, and the summary must give each variant's mean
+# over the rounds and its difference from the first variant's.  (The A/B
+# runs themselves need the GPU machine; this holds the arithmetic every
+# BENCHMARKS.md comparison is read from.)
+set -u
+cd "$(dirname "$0")/.."
+dir=$(mktemp -d)
+trap 'rm -rf "$dir"' EXIT
+# round r of a variant: FAKE_MS + r / 1000, so the two rounds' mean is FAKE_MS + 0.0015
+cat > "$dir/bench" <<'EOF'
+#!/bin/sh
+shapes=32x128
+while [ $# -gt 0 ]; do case $1 in --shapes) shapes=$2; shift ;; esac; shift; done
+r=$(($(cat "$FAKE_DIR/round_$FAKE_NAME" 2>/dev/null || echo 0) + 1))
+echo $r > "$FAKE_DIR/round_$FAKE_NAME"
+for s in $(echo "$shapes" | tr ',' ' '); do
+    ms=$(awk -v b="$FAKE_MS" -v r="$r" -v s="$s" 'BEGIN { printf "%.4f", b + (s == "32x32" ? 0 : 2) + r / 1000 }')
+    echo "{\"impl\": \"hpc-fp16\", \"B\": ${s%x*}, \"L\": ${s#*x}, \"median_ms\": $ms, \"peak_mib\": 1.0, \"device_mib\": 2178.0}"
+done
+EOF
+chmod +x "$dir/bench"
+out=$(OUT="$dir" SHAPES=32x32,32x128 ROUNDS=2 sh bench/ab.sh \
+    base="$dir/bench:FAKE_DIR=$dir,FAKE_NAME=base,FAKE_MS=3.000" \
+    fast="$dir/bench:FAKE_DIR=$dir,FAKE_NAME=fast,FAKE_MS=2.700" \
+    slow="$dir/bench:FAKE_DIR=$dir,FAKE_NAME=slow,FAKE_MS=3.150")
+fail=0
+expect() {
+    if printf '%s\n' "$out" | grep -qE "$1"; then :; else
+        echo "FAIL  tests/bench_ab_summary.sh: no line matching: $1"
+        fail=1
+    fi
+}
+expect '^base round 2 32x128 5\.0020 ms 2178\.0 MiB$'
+expect '^summary: mean of the rounds \(range\), against base$'
+expect '^32x32 +base +3\.002 ms \(3\.001-3\.002\) *$'
+expect '^32x32 +fast +2\.702 ms \(2\.701-2\.702\) +-0\.300 ms \(-10\.0 %\)$'
+expect '^32x128 +slow +5\.152 ms \(5\.151-5\.152\) +\+0\.150 ms \(\+3\.0 %\)$'
+[ "$(printf '%s\n' "$out" | grep -c ' ms (')" = 6 ] || { echo "FAIL  tests/bench_ab_summary.sh: not 6 summary rows"; fail=1; }
+if [ $fail -ne 0 ]; then
+    printf '%s\n' "$out"
+    exit 1
+fi
+echo "PASS  tests/bench_ab_summary.sh (bench/ab.sh's summary)"
