@@ -20,6 +20,9 @@
  *   attn_mma2_fwd, attn_mma2_bwd_dq, attn_mma2_bwd_dkv: the second
  *                      tensor-core family (v2), the grids of attn_mma_*
  *   attn_mma3_bwd, attn_mma3_bwd_r128   grid (1, NH, B) x 256 (L <= 128, D <= 64)
+ *   attn_mma2_fwd_keep, attn_mma3_bwd_keep   as attn_mma2_fwd and attn_mma3_bwd, one
+ *                      argument more: the dropout's keep bits, written by the one and
+ *                      read by the other (HPC_ATTN_KEEP=1 in the step)
  *   attn_head_bwd_dot  grid (1, NH, B) x 256
  *   attn_first_fwd, attn_first_bwd      grid (1, NH, B) x 128 (query 0 alone)
  * At head size 128 attn_simt_bwd_dq and attn_mma_bwd_dq are not in the

@@ -390,6 +390,14 @@ KN(attn_mma2_fwd)(st_t *ctx, float *lse, const st_t *q, const st_t *k, const st_
     attn_mma2_fwd_run(blockIdx.x, blockIdx.y, blockIdx.z, ctx, lse, q, k, v, ld, mask, B, L, p, seed, step, salt,
                       nullptr);
 }
+// The same, saving the dropout's keep bits (B x NH x L rows of
+// AT_KEEP_BYTES) for attn_mma3_bwd_keep: HPC_ATTN_KEEP=1 in the step.
+extern "C" __global__ void __launch_bounds__(128)
+KN(attn_mma2_fwd_keep)(st_t *ctx, float *lse, const st_t *q, const st_t *k, const st_t *v, int ld,
+                       const int *mask, int B, int L, float p, u64 seed, u32 step, u32 salt, unsigned char *keep)
+{
+    attn_mma2_fwd_run(blockIdx.x, blockIdx.y, blockIdx.z, ctx, lse, q, k, v, ld, mask, B, L, p, seed, step, salt, keep);
+}
 #endif
 
 // attn_mma2_bwd_dq: attn_mma_bwd_dq with the staging above; S = Q K^T and

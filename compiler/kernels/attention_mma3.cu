@@ -293,6 +293,17 @@ KN(attn_mma3_bwd_r128)(st_t *dq, st_t *dk, st_t *dv, int ldg, const st_t *dctx, 
     attn_mma3_bwd_run(blockIdx.x, blockIdx.y, blockIdx.z, dq, dk, dv, ldg, dctx, ctx, q, k, v, ld, lse, mask, B, L, p,
                       seed, step, salt, nullptr);
 }
+// The step's phase under HPC_ATTN_KEEP=1: the keep bits attn_mma2_fwd_keep
+// saved instead of the draws (never null, so the Philox code goes).
+extern "C" __global__ void __launch_bounds__(256, 2)
+KN(attn_mma3_bwd_keep)(st_t *dq, st_t *dk, st_t *dv, int ldg, const st_t *dctx, const st_t *ctx, const st_t *q,
+                       const st_t *k, const st_t *v, int ld, const float *lse, const int *mask, int B, int L, float p,
+                       u64 seed, u32 step, u32 salt, const unsigned char *keep)
+{
+    __builtin_assume(keep != nullptr);
+    attn_mma3_bwd_run(blockIdx.x, blockIdx.y, blockIdx.z, dq, dk, dv, ldg, dctx, ctx, q, k, v, ld, lse, mask, B, L, p,
+                      seed, step, salt, keep);
+}
 #endif
 #endif // AT_D <= 64
 

@@ -35,6 +35,9 @@
  * kernel and attn_mma3_bwd_r128), dQ, dK, dV each.  The per-(b, head)
  * delta attn_head_bwd_dot (the step's v3 phase above L 128) is held to
  * 1e-5 of attn_simt_bwd_dot's, and feeds the families' dQ/dK/dV checks.
+ * With dropout and L <= 128, HPC_ATTN_KEEP=1's pair: attn_mma2_fwd_keep
+ * (ctx, and its saved keep bits byte for byte against the cpu's draws) and
+ * attn_mma3_bwd_keep reading them (dQ, dK, dV as above).
  * At head size 128 v1's dQ kernels and attn_mma3_bwd do not exist (48 KiB
  * of shared memory), so there only the SIMT forward and v2 are checked.
  * The first-query kernels attn_first_fwd / attn_first_bwd (the last
@@ -235,7 +238,11 @@ static int32_t *make_mask(int B, int L)
 
 typedef struct {
     CUdeviceptr qkv, dctx, mask, ctx, lse, delta, dqkv;
+    CUdeviceptr keep;   /* the keep bits: B x NH x L rows of KEEP_BYTES */
 } Bufs;
+
+/* compiler/kernels/attention_mma.cu's AT_KEEP_BYTES: keys 0 .. 127 of a query row */
+enum { KEEP_BYTES = 16, KEEP_KEYS = 8 * KEEP_BYTES };
 
 /* The forward kernels: the same arguments, 16 or 64 query rows per block.
  * FWD_MMA and FWD_MMA2 are the two tensor-core families (HPC_ATTN_KERNELS
@@ -321,6 +328,50 @@ static void run_mma3(bool r128, const Mod *m, Bufs *d, int B, int L, float p, ui
     launch(m, r128 ? "attn_mma3_bwd_r128" : "attn_mma3_bwd", 1, (unsigned)m->NH, (unsigned)B, 256, a);
 }
 
+/* attn_mma2_fwd_keep: v2's forward, saving the dropout's keep bits in d->keep. */
+static void run_fwd_keep(const Mod *m, Bufs *d, int B, int L, float p, uint64_t seed, uint32_t step, uint32_t salt)
+{
+    CUdeviceptr q = d->qkv, k = d->qkv + 2 * (size_t)m->H, v = d->qkv + 4 * (size_t)m->H;
+    int ld = 3 * m->H;
+    void *args[] = {&d->ctx, &d->lse, &q, &k, &v, &ld, &d->mask, &B, &L, &p, &seed, &step, &salt, &d->keep};
+    launch(m, "attn_mma2_fwd_keep", (unsigned)(L + 63) / 64, (unsigned)m->NH, (unsigned)B, 128, args);
+}
+
+/* attn_mma3_bwd_keep: the one-pass backward reading d->keep instead of drawing. */
+static void run_mma3_keep(const Mod *m, Bufs *d, int B, int L, float p, uint64_t seed, uint32_t step, uint32_t salt)
+{
+    CUdeviceptr q = d->qkv, k = d->qkv + 2 * (size_t)m->H, v = d->qkv + 4 * (size_t)m->H;
+    CUdeviceptr dq = d->dqkv, dk = d->dqkv + 2 * (size_t)m->H, dv = d->dqkv + 4 * (size_t)m->H;
+    int ld = 3 * m->H;
+    void *a[] = {&dq, &dk, &dv, &ld, &d->dctx, &d->ctx, &q, &k, &v, &ld, &d->lse, &d->mask, &B, &L, &p, &seed,
+                 &step, &salt, &d->keep};
+    launch(m, "attn_mma3_bwd_keep", 1, (unsigned)m->NH, (unsigned)B, 256, a);
+}
+
+/* The saved keep bits against the draws the cpu makes: byte j of query row r
+ * holds the decisions of flat elements r L + 8 j .. + 7 (runtime/cpu/
+ * cpu_exec_attention.inc writes the same), over the bytes of keys below L. */
+static void check_keep_bits(const Mod *m, const Bufs *d, int B, int L, float p, uint64_t seed, uint32_t step,
+                            uint32_t salt)
+{
+    size_t rows = (size_t)B * m->NH * L, bytes = (size_t)(L + 7) / 8, bad = 0;
+    unsigned char *got = malloc(rows * KEEP_BYTES);
+    DRV(cu->cuMemcpyDtoH(got, d->keep, rows * KEEP_BYTES));
+    for (size_t r = 0; r < rows; r++)
+        for (size_t j = 0; j < bytes; j++) {
+            unsigned want = 0;
+            for (unsigned i = 0; i < 8; i++) {
+                uint64_t f = (uint64_t)r * (uint64_t)L + 8 * j + i;
+                want |= (philox_dropout_mask8(seed, f >> 3, step, salt, p) >> (f & 7) & 1u) << i;
+            }
+            bad += got[r * KEEP_BYTES + j] != want;
+        }
+    char what[64];
+    snprintf(what, sizeof what, "L%d p%.1f keep bits (mma2 fwd)", L, p);
+    report(bad == 0, m->label, what, (double)bad, 0, bad ? " BYTES DIFFER" : "");
+    free(got);
+}
+
 /* The tensor-core backward of family fam: delta, then dQ and dK/dV. */
 static void run_mma_bwd(int fam, const Mod *m, Bufs *d, int B, int L, float p, uint64_t seed, uint32_t step,
                         uint32_t salt)
@@ -336,15 +387,15 @@ static Bufs bufs_alloc(const Mod *m, int B, int L)
     Bufs d = {
         .qkv = dalloc(rows * 3 * m->H * 2), .dctx = dalloc(rows * m->H * 2), .mask = dalloc(rows * 4),
         .ctx = dalloc(rows * m->H * 2), .lse = dalloc(rows * m->NH * 4), .delta = dalloc(rows * m->NH * 4),
-        .dqkv = dalloc(rows * 3 * m->H * 2),
+        .dqkv = dalloc(rows * 3 * m->H * 2), .keep = dalloc(rows * m->NH * KEEP_BYTES),
     };
     return d;
 }
 
 static void bufs_free(Bufs *d)
 {
-    CUdeviceptr all[] = {d->qkv, d->dctx, d->mask, d->ctx, d->lse, d->delta, d->dqkv};
-    for (int i = 0; i < 7; i++) DRV(cu->cuMemFree(all[i]));
+    CUdeviceptr all[] = {d->qkv, d->dctx, d->mask, d->ctx, d->lse, d->delta, d->dqkv, d->keep};
+    for (int i = 0; i < 8; i++) DRV(cu->cuMemFree(all[i]));
 }
 
 /* attn_first_fwd / attn_first_bwd (query 0 alone, the step's last layer
@@ -520,6 +571,31 @@ static void test_case(const Mod *m, int L, float p)
         for (int g = 0; g < 3; g++) {
             snprintf(what, sizeof what, "L%d p%.1f %s (mma3%s bwd)", L, p, gname[g], r128 ? " r128" : "");
             check_strided(m, what, dqkv + g * H, rg + g * H, rows, 3 * H, H, 16 * u);
+        }
+    }
+    /* HPC_ATTN_KEEP=1's pair: v2's forward saving the keep bits (the same
+     * ctx, and the bits the cpu draws), then the one-pass backward reading
+     * them (the same gradients) */
+    if (p > 0 && L <= KEEP_KEYS) {
+        DRV(cu->cuMemsetD8Async(d.ctx, 0xFF, nc * 2, dev.stream));
+        DRV(cu->cuMemsetD8Async(d.keep, 0xA5, (size_t)B * m->NH * L * KEEP_BYTES, dev.stream));
+        run_fwd_keep(m, &d, B, L, p, seed, step, salt);
+        DRV(cu->cuStreamSynchronize(dev.stream));
+        free(ctx);
+        ctx = down_st(m, d.ctx, nc);
+        snprintf(what, sizeof what, "L%d p%.1f ctx (mma2 fwd keep)", L, p);
+        check_strided(m, what, ctx, rc, rows, H, H, 4 * u);
+        check_keep_bits(m, &d, B, L, p, seed, step, salt);
+        if (has_mma3(m, L)) {
+            DRV(cu->cuMemsetD8Async(d.dqkv, 0xFF, nq * 2, dev.stream));
+            run_mma3_keep(m, &d, B, L, p, seed, step, salt);
+            DRV(cu->cuStreamSynchronize(dev.stream));
+            free(dqkv);
+            dqkv = down_st(m, d.dqkv, nq);
+            for (int g = 0; g < 3; g++) {
+                snprintf(what, sizeof what, "L%d p%.1f %s (mma3 bwd keep)", L, p, gname[g]);
+                check_strided(m, what, dqkv + g * H, rg + g * H, rows, 3 * H, H, 16 * u);
+            }
         }
     }
     test_first_query(m, &d, qkv, dctx, mask, B, L, p, seed, step, salt);
