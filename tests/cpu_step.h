@@ -14,7 +14,9 @@
  * cpu_step_padded_batch is the padded batch tests/test_attention_step.c and
  * tests/test_first_token.c run; cpu_step_tiny_spec the bert_tiny-shaped
  * model and cpu_step_worst_rel the comparison of two steps that
- * tests/test_first_token.c and tests/test_fuse_embed.c share. */
+ * tests/test_first_token.c and tests/test_fuse_embed.c share;
+ * cpu_step_load_model loads one of models/ for the tests that build a real
+ * model's graph. */
 #ifndef HPC_TESTS_CPU_STEP_H
 #define HPC_TESTS_CPU_STEP_H
 
@@ -30,6 +32,7 @@
 #include "program/ir.h"
 #include "program/params.h"
 #include "program/spec.h"
+#include "compiler/spec_load.h"
 
 typedef struct {
     double loss;
@@ -83,6 +86,16 @@ static inline Batch *cpu_step_padded_batch(int B, int L, int vocab, int classes)
         b->labels[r] = r % classes;
     }
     return b;
+}
+
+/* models/FILE (under $HPC_ROOT, else the current directory) into s; the
+ * test stops if it does not load. */
+static inline void cpu_step_load_model(const char *file, ModelSpec *s)
+{
+    const char *root = getenv("HPC_ROOT");
+    char path[512];
+    snprintf(path, sizeof path, "%s/models/%s", root ? root : ".", file);
+    cr_assert_eq(spec_load(path, s, stderr), 0, "cannot load %s", path);
 }
 
 /* A bert_tiny-shaped classifier: hidden 32, 2 heads, 2 layers, ffn 64,

@@ -361,19 +361,11 @@ Test(attention_step, dropout_bits_match_the_kernels_reference)
     pipeline_free(&fu);
 }
 
-static void load_model(const char *file, ModelSpec *s)
-{
-    const char *root = getenv("HPC_ROOT");
-    char path[512];
-    snprintf(path, sizeof path, "%s/models/%s", root ? root : ".", file);
-    cr_assert_eq(spec_load(path, s, stderr), 0, "cannot load %s", path);
-}
-
 /* No (B, heads, L, L) value, and a smaller arena by at least one of them. */
 Test(attention_step, bert_base_plan_has_no_score_tensor)
 {
     ModelSpec s;
-    load_model("bert_base.model", &s);
+    cpu_step_load_model("bert_base.model", &s);
     Pipeline un, fu;
     build(&s, PREC_FP16, ATTN_FORM_UNFUSED, &un);
     build(&s, PREC_FP16, ATTN_FORM_AUTO, &fu);   /* fp16, head size 64: auto is fused */

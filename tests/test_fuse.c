@@ -483,18 +483,10 @@ Test(fuse_negative, rejects_bad_arguments)
 
 /* ---- launch counts, goldens ------------------------------------------ */
 
-static void load_model(const char *file, ModelSpec *s)
-{
-    const char *root = getenv("HPC_ROOT");
-    char path[512];
-    snprintf(path, sizeof path, "%s/models/%s", root ? root : ".", file);
-    cr_assert_eq(spec_load(path, s, stderr), 0, "cannot load %s", path);
-}
-
 Test(fuse_count, bert_base_launches_drop)
 {
     ModelSpec s;
-    load_model("bert_base.model", &s);
+    cpu_step_load_model("bert_base.model", &s);
     Pipeline plain, fused;
     build(&s, PREC_FP16, false, &plain);
     build(&s, PREC_FP16, true, &fused);
@@ -545,7 +537,7 @@ static char *read_all(const char *path)
 static void expect_golden(bool fuse, const char *golden_rel)
 {
     ModelSpec s;
-    load_model("bert_tiny.model", &s);
+    cpu_step_load_model("bert_tiny.model", &s);
     Pipeline p;
     build(&s, PREC_FP32, fuse, &p);
     char *got = NULL;
@@ -656,7 +648,7 @@ Test(fuse_bgrad, pairs_counted_bf16) { check_bgrad_counts(PREC_BF16); }
 Test(fuse_bgrad, bert_base_bias_grad_nodes_drop)
 {
     ModelSpec s;
-    load_model("bert_base.model", &s);
+    cpu_step_load_model("bert_base.model", &s);
     Pipeline plain, fused;
     build(&s, PREC_FP16, false, &plain);
     build(&s, PREC_FP16, true, &fused);
@@ -952,7 +944,7 @@ Test(fuse_recompute, ffn_act_merged_into_act_bwd) { check_recomputed(true); }
 Test(fuse_recompute, bert_base_arena_shrinks)
 {
     ModelSpec s;
-    load_model("bert_base.model", &s);
+    cpu_step_load_model("bert_base.model", &s);
     Pipeline keep, re;
     PipeOptions o = pipeline_defaults(PREC_FP16);
     HpcError err = {0};
@@ -1115,7 +1107,7 @@ Test(fuse_cuda, act_kernels_every_form, .timeout = 300)
 Test(fuse_cuda, gpt2_causal_sm90, .timeout = 300)
 {
     ModelSpec s;
-    load_model("gpt2_small.model", &s);
+    cpu_step_load_model("gpt2_small.model", &s);
     s.stack.layers = 1;
     expect_compiles(&s, PREC_FP16, 90);
 }
@@ -1125,7 +1117,7 @@ Test(fuse_cuda, gpt2_causal_sm90, .timeout = 300)
 Test(fuse_cuda, gpt2_classifier_keeps_slice_last_sm80, .timeout = 300)
 {
     ModelSpec s;
-    load_model("gpt2_small.model", &s);
+    cpu_step_load_model("gpt2_small.model", &s);
     s.stack.layers = 1;
     s.head.kind = HEAD_SEQ_CLASSIFICATION;
     s.head.pooler = false;

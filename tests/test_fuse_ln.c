@@ -255,14 +255,6 @@ Test(fuse_ln_site, nan_in_x_reaches_y)
 
 /* ---- whole models ------------------------------------------------------ */
 
-static void load_model(const char *file, ModelSpec *s)
-{
-    const char *root = getenv("HPC_ROOT");
-    char path[512];
-    snprintf(path, sizeof path, "%s/models/%s", root ? root : ".", file);
-    cr_assert_eq(spec_load(path, s, stderr), 0, "cannot load %s", path);
-}
-
 static void build(const ModelSpec *s, SpecPrecision policy, bool fuse, bool ln, Pipeline *p)
 {
     PipeOptions o = pipeline_defaults(policy);
@@ -310,7 +302,7 @@ static Batch *tiny_batch(const ModelSpec *s, int64_t B, int64_t L)
 Test(fuse_ln_model, bert_tiny_on_off_and_fp16_against_f32, .timeout = 600)
 {
     ModelSpec s;
-    load_model("bert_tiny.model", &s);
+    cpu_step_load_model("bert_tiny.model", &s);
     Pipeline f32_ref, f32_ln, h_plain, h_ln;
     build(&s, PREC_FP32, false, false, &f32_ref);
     build(&s, PREC_FP32, true, true, &f32_ln);
@@ -370,7 +362,7 @@ Test(fuse_ln_model, bert_tiny_on_off_and_fp16_against_f32, .timeout = 600)
 Test(fuse_ln_model, gpt2_pre_ln_on_off, .timeout = 600)
 {
     ModelSpec s;
-    load_model("gpt2_small.model", &s);
+    cpu_step_load_model("gpt2_small.model", &s);
     s.stack.layers = 2;
     s.stack.hidden = 64;
     s.stack.heads = 2;
@@ -427,7 +419,7 @@ Test(fuse_ln_model, gpt2_pre_ln_on_off, .timeout = 600)
 Test(fuse_ln_model, bert_base_plan_launches_and_arena)
 {
     ModelSpec s;
-    load_model("bert_base.model", &s);
+    cpu_step_load_model("bert_base.model", &s);
     Pipeline on, off;
     build(&s, PREC_FP16, true, true, &on);
     build(&s, PREC_FP16, true, false, &off);

@@ -27,6 +27,7 @@
 #include "module_compiles.h"
 #include "pipeline.h"
 #include "program/spec.h"
+#include "cpu_step.h"
 
 /* The text only v3's row loop has: its second slot (two rows ahead). */
 #define V3_MARK "// v3: the loads of"
@@ -63,20 +64,12 @@ static void env_restore(EnvSaved e)
     restore_env("HPC_LN_SAVE", e.was_save);
 }
 
-static void load_model(const char *file, ModelSpec *s)
-{
-    const char *root = getenv("HPC_ROOT");
-    char path[512];
-    snprintf(path, sizeof path, "%s/models/%s", root ? root : ".", file);
-    cr_assert_eq(spec_load(path, s, stderr), 0, "cannot load %s", path);
-}
-
 /* The model's fused step graph under policy (HPC_LN_SAVE=save when not NULL,
  * read by the fuse pass). */
 static void build(const char *model, SpecPrecision policy, const char *save, Pipeline *p)
 {
     ModelSpec s;
-    load_model(model, &s);
+    cpu_step_load_model(model, &s);
     PipeOptions o = pipeline_defaults(policy);
     EnvSaved e = env_set(NULL, save);
     HpcError err = {0};

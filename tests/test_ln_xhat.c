@@ -250,14 +250,6 @@ Test(ln_xhat_site, bad_value_refused)
 
 /* ---- bert_tiny: a whole step -------------------------------------------- */
 
-static void load_model(const char *file, ModelSpec *s)
-{
-    const char *root = getenv("HPC_ROOT");
-    char path[512];
-    snprintf(path, sizeof path, "%s/models/%s", root ? root : ".", file);
-    cr_assert_eq(spec_load(path, s, stderr), 0, "cannot load %s", path);
-}
-
 static void build(const ModelSpec *s, SpecPrecision policy, const char *save, Pipeline *p)
 {
     PipeOptions o = pipeline_defaults(policy);
@@ -290,7 +282,7 @@ static bool grad_sums(const StepOutF32 *a, const StepOutF32 *b, int p, int64_t n
 static void tiny_step_case(SpecPrecision policy, const char *save)
 {
     ModelSpec s;
-    load_model("bert_tiny.model", &s);
+    cpu_step_load_model("bert_tiny.model", &s);
     Pipeline ref, def, xh;
     build(&s, PREC_FP32, NULL, &ref);
     build(&s, policy, NULL, &def);
@@ -391,7 +383,7 @@ Test(ln_xhat_model, bert_tiny_bf16_gradients_dw, .timeout = 600) { tiny_step_cas
 Test(ln_xhat_model, bert_tiny_dw_fix_exact_in_f64, .timeout = 600)
 {
     ModelSpec s;
-    load_model("bert_tiny.model", &s);
+    cpu_step_load_model("bert_tiny.model", &s);
     Pipeline def, dw;
     build(&s, PREC_FP16, NULL, &def);
     build(&s, PREC_FP16, "xhat_dw", &dw);
@@ -464,7 +456,7 @@ static int64_t live_into_backward(const StepPlan *p)
 static void plan_case(SpecPrecision policy, int64_t B, int64_t L)
 {
     ModelSpec s;
-    load_model("bert_base.model", &s);
+    cpu_step_load_model("bert_base.model", &s);
     Pipeline def, xh;
     build(&s, policy, NULL, &def);
     build(&s, policy, "xhat", &xh);
@@ -526,7 +518,7 @@ static int y16_read_by_dw(const IrGraph *g, int64_t *bytes_each, const StepPlan 
 static void plan_dw_case(int64_t B, int64_t L)
 {
     ModelSpec s;
-    load_model("bert_base.model", &s);
+    cpu_step_load_model("bert_base.model", &s);
     Pipeline xh, dw;
     build(&s, PREC_FP16, "xhat", &xh);
     build(&s, PREC_FP16, "xhat_dw", &dw);
@@ -610,7 +602,7 @@ static void expect_xhat_site_compiles(int64_t D, DType low, int arch)
 Test(ln_xhat_cuda, bert_tiny_xhat_dw_module_compiles, .timeout = 300)
 {
     ModelSpec s;
-    load_model("bert_tiny.model", &s);
+    cpu_step_load_model("bert_tiny.model", &s);
     Pipeline p;
     build(&s, PREC_FP16, "xhat_dw", &p);
     cr_assert_gt(p.fuse.ln_dw_from_xhat, 0);

@@ -56,14 +56,6 @@ static double uniform(void)
     return (double)(g_rng >> 11) / 9007199254740992.0 * 2.0 - 1.0;   /* [-1, 1) */
 }
 
-static void load_model(const char *file, ModelSpec *s)
-{
-    const char *root = getenv("HPC_ROOT");
-    char path[512];
-    snprintf(path, sizeof path, "%s/models/%s", root ? root : ".", file);
-    cr_assert_eq(spec_load(path, s, stderr), 0, "cannot load %s", path);
-}
-
 static void build(const ModelSpec *s, SpecPrecision policy, const char *save, Pipeline *p)
 {
     PipeOptions o = pipeline_defaults(policy);
@@ -117,7 +109,7 @@ static int widened_sites(const IrGraph *g)
 Test(ln_xhat_ones, bert_tiny_graph)
 {
     ModelSpec s;
-    load_model("bert_tiny.model", &s);
+    cpu_step_load_model("bert_tiny.model", &s);
     Pipeline dw, on, bf;
     build(&s, PREC_FP16, "xhat_dw", &dw);
     build(&s, PREC_FP16, "xhat_ones", &on);
@@ -144,7 +136,7 @@ Test(ln_xhat_ones, bert_tiny_graph)
 static void step_against_xhat_dw(CpuExecPrecision prec, bool training, double tol)
 {
     ModelSpec s;
-    load_model("bert_tiny.model", &s);
+    cpu_step_load_model("bert_tiny.model", &s);
     Pipeline dw, on;
     build(&s, PREC_FP16, "xhat_dw", &dw);
     build(&s, PREC_FP16, "xhat_ones", &on);
@@ -196,7 +188,7 @@ static int64_t xhat_bytes(const Pipeline *p, int64_t B, int64_t L)
 Test(ln_xhat_ones, bert_base_xhat_bytes)
 {
     ModelSpec s;
-    load_model("bert_base.model", &s);
+    cpu_step_load_model("bert_base.model", &s);
     Pipeline dw, on;
     build(&s, PREC_FP16, "xhat_dw", &dw);
     build(&s, PREC_FP16, "xhat_ones", &on);
@@ -230,7 +222,7 @@ Test(ln_xhat_ones, bert_base_xhat_bytes)
 Test(ln_xhat_ones, fp16_module_compiles, .timeout = 300)
 {
     ModelSpec s;
-    load_model("bert_tiny.model", &s);
+    cpu_step_load_model("bert_tiny.model", &s);
     Pipeline p;
     build(&s, PREC_FP16, "xhat_ones", &p);
     cr_assert_gt(p.fuse.ln_db_from_ones, 0);
@@ -288,7 +280,7 @@ Test(ln_xhat_ones, ln_dw_fix_db_alone, .timeout = 120)
 Test(ln_xhat_ones, bogus_value_names_the_choice)
 {
     ModelSpec s;
-    load_model("bert_tiny.model", &s);
+    cpu_step_load_model("bert_tiny.model", &s);
     PipeOptions o = pipeline_defaults(PREC_FP16);
     setenv("HPC_LN_SAVE", "ones", 1);
     Pipeline p;

@@ -29,6 +29,7 @@
 #include "program/spec.h"
 #include "compiler/spec_load.h"
 #include "pipeline.h"
+#include "cpu_step.h"
 
 static void bert_tiny(ModelSpec *s)
 {
@@ -54,14 +55,6 @@ static void build(const ModelSpec *s, SpecPrecision prec, IrGraph *g, ParamList 
     cr_assert_eq(precision_plan(&raw, s, prec, g, &pp, &err), HPC_OK, "%s", err.msg);
     precision_plan_free(&pp);
     ir_free(&raw);
-}
-
-static void load_model(const char *file, ModelSpec *s)
-{
-    const char *root = getenv("HPC_ROOT");
-    char path[512];
-    snprintf(path, sizeof path, "%s/models/%s", root ? root : ".", file);
-    cr_assert_eq(spec_load(path, s, stderr), 0, "cannot load %s", path);
 }
 
 static void check_plan(SpecPrecision prec)
@@ -115,7 +108,7 @@ Test(plan, other_models_invariants)
         StepPlan p;
         HpcError err = {0};
         char why[512] = "";
-        load_model(files[f], &s);
+        cpu_step_load_model(files[f], &s);
         build(&s, f == 1 ? PREC_BF16 : PREC_FP16, &g, &pl);
         cr_assert_eq(plan_build(&g, 32, 128, &p, &err), HPC_OK, "%s", err.msg);
         cr_expect(plan_check(&p, &g, why, sizeof why), "%s: %s", files[f], why);
@@ -244,13 +237,13 @@ Test(emit_ops, bert_tiny_bf16_sm80_sm90, .timeout = 300)
 Test(emit_ops, other_heads_compile, .timeout = 300)
 {
     ModelSpec s;
-    load_model("gpt2_small.model", &s);     /* causal, shift_labels, gelu_tanh, tied decoder */
+    cpu_step_load_model("gpt2_small.model", &s);     /* causal, shift_labels, gelu_tanh, tied decoder */
     s.stack.layers = 1;
     expect_compiles(&s, PREC_FP16, 90);
-    load_model("bert_base_mlm.model", &s);  /* masked LM, tied decoder, transform LN */
+    cpu_step_load_model("bert_base_mlm.model", &s);  /* masked LM, tied decoder, transform LN */
     s.stack.layers = 1;
     expect_compiles(&s, PREC_BF16, 80);
-    load_model("gpt2_small.model", &s);     /* causal classifier: slice_last(_bwd) */
+    cpu_step_load_model("gpt2_small.model", &s);     /* causal classifier: slice_last(_bwd) */
     s.stack.layers = 1;
     s.head.kind = HEAD_SEQ_CLASSIFICATION;
     s.head.pooler = false;
