@@ -17,8 +17,9 @@
  * output 2, (B, heads, L, IR_ATTN_KEEP_KEYS / 32) i32, becomes the
  * backward's input 7.  Only the kernels of rows up to IR_ATTN_KEEP_KEYS
  * keys use it (the v2 forward writes it, the one-pass backward reads it);
- * longer rows, the other kernel families and the cpu reference draw as
- * before, so the bits and every result are the same either way.
+ * longer rows and the other kernel families draw as before, and so does
+ * the cpu reference's backward (its forward writes the same bits), so the
+ * bits and every result are the same either way.
  *
  * Runs on the rebuilt graph (after fuse.c's rebuild), as fuse_ln_dw.c: a
  * copy node for node with the keep outputs inserted, the precision plan
