@@ -243,6 +243,7 @@ void cuda_exec_free(CudaExec *ex)
     if (!ex->g) return;
     for (int i = 0; i < ex->n_graphs; i++)
         if (ex->graphs[i].exec && cu) cu->cuGraphExecDestroy(ex->graphs[i].exec);
+    cuda_exec_head_free(ex);
     if (ex->module && cu) cu->cuModuleUnload(ex->module);
     if (ex->gemm_ready) gemm_free(&ex->gemm);
     arena_free(&ex->arena);
@@ -454,54 +455,66 @@ HpcStatus cuda_exec_launch_node(CudaExec *ex, int id, HpcError *err)
     return HPC_OK;
 }
 
-static HpcStatus launch_all(CudaExec *ex, int end, HpcError *err)
+static HpcStatus launch_all(CudaExec *ex, int end, const CudaExecHead *head, HpcError *err)
 {
-    HpcStatus st = HPC_OK;
+    HpcStatus st = head ? cuda_exec_head_fork(ex, head, err) : HPC_OK;
     for (int t = 0; t < end && !st; t++) {
-        st = cuda_exec_launch_node(ex, ex->plan.order[t], err);
+        if (head && t <= ex->plan.n_forward) st = cuda_exec_head_join(ex, head, t, err);
+        if (!st) st = cuda_exec_launch_node(ex, ex->plan.order[t], err);
         if (st) {
             size_t len = strlen(err->msg);
             snprintf(err->msg + len, sizeof err->msg - len, " (node %d, %s)", ex->plan.order[t],
                      NODE(ex->plan.order[t])->name);
         }
     }
+    /* a run that ends inside the forward pass joins the head at its end */
+    if (!st && head && end <= ex->plan.n_forward) st = cuda_exec_head_join(ex, head, ex->plan.n_forward, err);
     return st;
 }
 
-static CudaExecGraph *graph_slot(CudaExec *ex, bool backward, uint64_t tail_key)
+static CudaExecGraph *graph_slot(CudaExec *ex, bool backward, const CudaExecHead *head, const CudaExecTail *tail)
 {
+    uint64_t head_key = head ? head->key : 0, tail_key = tail ? tail->key : 0;
     for (int i = 0; i < ex->n_graphs; i++) {
         CudaExecGraph *s = &ex->graphs[i];
-        if (s->B == ex->B && s->L == ex->L && s->backward == backward && s->tail_key == tail_key) return s;
+        if (s->B == ex->B && s->L == ex->L && s->backward == backward && s->tail_key == tail_key &&
+            s->head_key == head_key)
+            return s;
     }
     if (ex->n_graphs == CUDA_EXEC_MAX_GRAPHS) return NULL;
     CudaExecGraph *s = &ex->graphs[ex->n_graphs++];
-    *s = (CudaExecGraph){.B = ex->B, .L = ex->L, .backward = backward, .tail_key = tail_key};
+    *s = (CudaExecGraph){.B = ex->B, .L = ex->L, .backward = backward, .tail_key = tail_key, .head_key = head_key};
     return s;
 }
 
-/* The step's nodes, then the tail (the optimizer) on the same stream. */
-HpcStatus cuda_exec_launch_step(CudaExec *ex, int end, const CudaExecTail *tail, HpcError *err)
+/* The head beside the forward pass, the step's nodes, then the tail (the
+ * optimizer) on the same stream. */
+HpcStatus cuda_exec_launch_step(CudaExec *ex, int end, const CudaExecHead *head, const CudaExecTail *tail,
+                                HpcError *err)
 {
-    HpcStatus st = launch_all(ex, end, err);
+    HpcStatus st = launch_all(ex, end, head, err);
     return st || !tail ? st : tail->queue(tail->ctx, ex->dev->stream, err);
 }
 
 /* The first run of a shape is eager (cuBLASLt picks its algorithms outside
- * a capture); the second is captured and launched; later ones replay. */
-static HpcStatus run_graph(CudaExec *ex, int end, bool backward, const CudaExecTail *tail, HpcError *err)
+ * a capture); the second is captured and launched; later ones replay.  A
+ * graph with a head keeps each node's priority (its stream's at capture),
+ * so the head's blocks yield to the forward's there too. */
+static HpcStatus run_graph(CudaExec *ex, int end, bool backward, const CudaExecHead *head, const CudaExecTail *tail,
+                           HpcError *err)
 {
     const CudaDriver *cu = cuda_driver();
-    CudaExecGraph *s = graph_slot(ex, backward, tail ? tail->key : 0);
-    if (!s || (!s->exec && s->runs++ == 0)) return cuda_exec_launch_step(ex, end, tail, err);
+    CudaExecGraph *s = graph_slot(ex, backward, head, tail);
+    if (!s || (!s->exec && s->runs++ == 0)) return cuda_exec_launch_step(ex, end, head, tail, err);
     if (!s->exec) {
         CUgraph graph = NULL;
         HpcStatus st = CUDA_CHECK(err, cu->cuStreamBeginCapture(ex->dev->stream, CU_STREAM_CAPTURE_MODE_RELAXED));
         if (st) return st;
-        HpcStatus run = cuda_exec_launch_step(ex, end, tail, err);
+        HpcStatus run = cuda_exec_launch_step(ex, end, head, tail, err);
         st = CUDA_CHECK(err, cu->cuStreamEndCapture(ex->dev->stream, &graph));
         if (run) st = run;
-        if (!st) st = CUDA_CHECK(err, cu->cuGraphInstantiate(&s->exec, graph, 0));
+        unsigned long long flags = head ? CUDA_GRAPH_INSTANTIATE_FLAG_USE_NODE_PRIORITY : 0;
+        if (!st) st = CUDA_CHECK(err, cu->cuGraphInstantiate(&s->exec, graph, flags));
         if (graph) cu->cuGraphDestroy(graph);
         if (st) return st;
     }
@@ -542,15 +555,26 @@ HpcStatus cuda_exec_launch(CudaExec *ex, const CudaRunOptions *opts, HpcError *e
     int replays;
     HpcStatus st = cuda_exec_profile_mode(&mode, &replays, err);
     if (st) return st;
+    /* the profiles time the step alone: the head runs before it, on the stream */
+    if (mode != CUDA_PROFILE_OFF && opts->head && (st = cuda_exec_head_queue_all(ex, opts->head, err))) return st;
     if (mode == CUDA_PROFILE_EAGER) return cuda_exec_profile_eager(ex, end, opts->tail, err);
     if (mode == CUDA_PROFILE_GRAPH) {
         /* as run_graph: a shape's first run is eager, so cuBLASLt chooses
          * its algorithms outside a capture */
-        CudaExecGraph *s = graph_slot(ex, opts->backward, opts->tail ? opts->tail->key : 0);
-        if (!s || (!s->exec && s->runs++ == 0)) return cuda_exec_launch_step(ex, end, opts->tail, err);
+        CudaExecGraph *s = graph_slot(ex, opts->backward, NULL, opts->tail);
+        if (!s || (!s->exec && s->runs++ == 0)) return cuda_exec_launch_step(ex, end, NULL, opts->tail, err);
         return cuda_exec_profile_graph(ex, end, opts->tail, replays, err);
     }
-    return opts->graph ? run_graph(ex, end, opts->backward, opts->tail, err) : cuda_exec_launch_step(ex, end, opts->tail, err);
+    return opts->graph ? run_graph(ex, end, opts->backward, opts->head, opts->tail, err)
+                       : cuda_exec_launch_step(ex, end, opts->head, opts->tail, err);
+}
+
+bool cuda_exec_shape_ran(const CudaExec *ex)
+{
+    for (int i = 0; i < ex->n_graphs; i++)
+        if (ex->graphs[i].B == ex->B && ex->graphs[i].L == ex->L && (ex->graphs[i].runs > 0 || ex->graphs[i].exec))
+            return true;
+    return false;
 }
 
 HpcStatus cuda_exec_run(CudaExec *ex, const Batch *batch, const CudaRunOptions *opts, HpcError *err)

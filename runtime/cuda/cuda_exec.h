@@ -76,6 +76,24 @@ typedef struct {
     double bytes;
 } CudaExecTail;
 
+/* Work queued at the start of a training step on a second stream, beside
+ * the forward pass, and captured into the step's graph with it: the
+ * previous step's deferred optimizer update (HPC_OPT_OVERLAP=1,
+ * program/opt_overlap.h, runtime/cuda/cuda_exec_head.c).  Groups are
+ * queued in order 0 .. n_groups - 1 by queue(ctx, g, stream) on a stream of
+ * the least priority; the node at schedule position wait[g] (a forward
+ * position) and every later one run after group g, and the first backward
+ * node after all of them.  The executor's stream should have a greater
+ * priority (the trainer's has), so the forward's blocks go first wherever
+ * both wait for a free SM.  `key` tells graphs apart as the tail's does. */
+typedef struct {
+    HpcStatus (*queue)(void *ctx, int group, CUstream stream, HpcError *err);
+    void *ctx;
+    int n_groups;
+    const int *wait;           /* (n_groups) schedule positions, ascending or not, each <= n_forward */
+    uint64_t key;
+} CudaExecHead;
+
 typedef struct {
     bool training;             /* dropout on */
     bool backward;             /* run the backward part too */
@@ -86,6 +104,8 @@ typedef struct {
                                   read on the stream (the device loss scaler's) */
     bool graph;                /* capture / replay the step as a CUDA graph */
     const CudaExecTail *tail;  /* queued after the step (in its graph), or NULL */
+    const CudaExecHead *head;  /* queued beside the forward pass (in its graph), or NULL;
+                                  a run with the backward pass only */
 } CudaRunOptions;
 
 #define CUDA_EXEC_MAX_GRAPHS 8
@@ -94,6 +114,7 @@ typedef struct {
     int64_t B, L;
     bool backward;
     uint64_t tail_key;         /* CudaExecTail.key of the graph's tail, 0 for none */
+    uint64_t head_key;         /* CudaExecHead.key of the graph's head, 0 for none */
     int runs;                  /* eager runs of this shape so far */
     CUgraphExec exec;          /* 0 until captured */
 } CudaExecGraph;
@@ -117,6 +138,9 @@ typedef struct {
     CUdeviceptr ctl;           /* EopCtl */
     EopCtl ctl_host;
     CudaExecGraph graphs[CUDA_EXEC_MAX_GRAPHS];
+    CUstream head_stream;      /* the head's stream (least priority), made at its first use */
+    CUevent *head_events;      /* (n_head_events) the fork, then one after each group */
+    int n_head_events;
     int n_graphs;
     int64_t B, L;              /* binding of the last run */
     double compile_seconds;    /* NVRTC (or cache) time of the module */
@@ -165,6 +189,11 @@ HpcStatus cuda_exec_run(CudaExec *ex, const Batch *batch, const CudaRunOptions *
  * the two. */
 HpcStatus cuda_exec_stage(CudaExec *ex, const Batch *batch, const CudaRunOptions *opts, HpcError *err);
 HpcStatus cuda_exec_launch(CudaExec *ex, const CudaRunOptions *opts, HpcError *err);
+
+/* Whether the staged batch's shape (B, L) ran before on this executor, so
+ * its GEMM algorithms are chosen (the trainer keeps concurrent work away
+ * from a shape's first run, which times cuBLASLt's candidates). */
+bool cuda_exec_shape_ran(const CudaExec *ex);
 
 /* Waits for the stream. */
 HpcStatus cuda_exec_sync(CudaExec *ex, HpcError *err);

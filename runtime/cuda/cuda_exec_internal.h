@@ -13,8 +13,21 @@ void cuda_exec_gemm_desc(const CudaExec *ex, int id, GemmDesc *d);
  * views) on the device stream. */
 HpcStatus cuda_exec_launch_node(CudaExec *ex, int id, HpcError *err);
 
-/* Queues nodes [0, end) of the plan's order, then the tail if any. */
-HpcStatus cuda_exec_launch_step(CudaExec *ex, int end, const CudaExecTail *tail, HpcError *err);
+/* Queues nodes [0, end) of the plan's order, with the head (NULL: none)
+ * beside the forward pass, then the tail if any. */
+HpcStatus cuda_exec_launch_step(CudaExec *ex, int end, const CudaExecHead *head, const CudaExecTail *tail,
+                                HpcError *err);
+
+/* The head (cuda_exec_head.c): fork queues every group on the head's
+ * stream after what the executor's stream holds; join makes the executor's
+ * stream wait for the groups due before the node at schedule position pos
+ * (every group from n_forward on); queue_all queues the groups on the
+ * executor's stream itself (the profiles, which time the step alone);
+ * free releases the stream and events. */
+HpcStatus cuda_exec_head_fork(CudaExec *ex, const CudaExecHead *h, HpcError *err);
+HpcStatus cuda_exec_head_join(CudaExec *ex, const CudaExecHead *h, int pos, HpcError *err);
+HpcStatus cuda_exec_head_queue_all(CudaExec *ex, const CudaExecHead *h, HpcError *err);
+void cuda_exec_head_free(CudaExec *ex);
 
 /* HPC_PROFILE (docs/cuda.md): unset, "" or "0" is off; "graph" or
  * "graph:N" times the step inside a CUDA graph, over N replays (default

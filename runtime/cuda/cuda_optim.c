@@ -122,23 +122,60 @@ static HpcStatus launch1(CUfunction f, unsigned grid, unsigned block, CUstream s
     return cuda_launch(f, (unsigned[3]){grid, 1, 1}, (unsigned[3]){block, 1, 1}, 0, s, args, err);
 }
 
-HpcStatus cuda_optim_queue_step(const CudaOptKernels *k, const CudaOptPlan *p, CUstream s, HpcError *err)
+HpcStatus cuda_optim_queue_decide(const CudaOptKernels *k, const CudaOptPlan *p, CUstream s, HpcError *err)
 {
     if (p->n_chunks == 0) return HPC_OK;
     CudaOptPlan v = *p;   /* kernel arguments are read through pointers */
-    CUdeviceptr ratio = p->prm.kind == OPT_LAMB ? p->ratio : 0;
     void *check_args[] = {&v.part_sq, &v.part_inf, &v.tensors, &v.chunks, &v.n_chunks, &v.state, &v.poison};
     void *decide_args[] = {&v.decision, &v.state, &v.part_sq, &v.part_inf, &v.parts, &v.prm, &v.poison};
-    void *update_args[] = {&v.decision, &v.tensors, &v.chunks, &ratio, &v.prm};
     HpcStatus st = launch1(k->check, (unsigned)p->parts, 256, s, check_args, err);
-    if (!st) st = launch1(k->decide, 1, 1024, s, decide_args, err);
+    return st ? st : launch1(k->decide, 1, 1024, s, decide_args, err);
+}
+
+/* A block per chunk (the kernel reads chunks[blockIdx.x]), so a run of the
+ * table is the table's address moved on. */
+HpcStatus cuda_optim_queue_update(const CudaOptKernels *k, const CudaOptPlan *p, int first, int n, CUstream s,
+                                  HpcError *err)
+{
+    HPC_ASSERT(first >= 0 && n >= 0 && first + n <= p->n_chunks);
+    if (n == 0) return HPC_OK;
+    CudaOptPlan v = *p;
+    CUdeviceptr ratio = p->prm.kind == OPT_LAMB ? p->ratio : 0;
+    CUdeviceptr chunks = p->chunks + (CUdeviceptr)first * sizeof(CudaOptChunk);
+    void *update_args[] = {&v.decision, &v.tensors, &chunks, &ratio, &v.prm};
+    return launch1(k->update, (unsigned)n, 256, s, update_args, err);
+}
+
+HpcStatus cuda_optim_queue_step(const CudaOptKernels *k, const CudaOptPlan *p, CUstream s, HpcError *err)
+{
+    if (p->n_chunks == 0) return HPC_OK;
+    CudaOptPlan v = *p;
+    HpcStatus st = cuda_optim_queue_decide(k, p, s, err);
     if (!st && p->prm.kind == OPT_LAMB) {
         void *norm_args[] = {&v.part_pu, &v.decision, &v.tensors, &v.chunks, &v.prm};
         void *ratio_args[] = {&v.ratio, &v.part_pu, &v.chunk_first, &v.decision};
         st = launch1(k->lamb_norms, (unsigned)p->n_chunks, 256, s, norm_args, err);
         if (!st) st = launch1(k->lamb_ratio, (unsigned)p->count, 256, s, ratio_args, err);
     }
-    return st ? st : launch1(k->update, (unsigned)p->n_chunks, 256, s, update_args, err);
+    return st ? st : cuda_optim_queue_update(k, p, 0, p->n_chunks, s, err);
+}
+
+int cuda_optim_groups(const int64_t *numel, const int *wait, int count, int64_t min_elems, int *first,
+                      int *group_wait)
+{
+    int n = 0;
+    int64_t elems = 0;
+    for (int k = 0; k < count; k++) {
+        if (k == 0 || (elems >= min_elems && wait[k] != wait[k - 1])) {   /* a new group */
+            first[n] = k;
+            group_wait[n++] = wait[k];
+            elems = 0;
+        }
+        elems += numel[k];
+        if (wait[k] < group_wait[n - 1]) group_wait[n - 1] = wait[k];
+    }
+    first[n] = count;
+    return n;
 }
 
 HpcStatus cuda_optim_queue_accumulate(const CudaOptKernels *k, const CudaOptPlan *p, float mul, int first,
@@ -237,8 +274,16 @@ static HpcStatus tail_queue(void *ctx, CUstream s, HpcError *err)
     CudaOptim *o = c->o;
     float mul = (float)(1.0 / (double)o->grad_accum);
     HpcStatus st = HPC_OK;
+    if (c->what == 3) return cuda_optim_queue_decide(&o->k, &o->plan, s, err);
     if (o->grad_accum > 1) st = cuda_optim_queue_accumulate(&o->k, &o->plan, mul, c->what == 0, s, err);
     return st || c->what != 2 ? st : cuda_optim_queue_step(&o->k, &o->plan, s, err);
+}
+
+/* The head's group g: its run of the chunk table. */
+static HpcStatus head_queue(void *ctx, int g, CUstream s, HpcError *err)
+{
+    CudaOptim *o = ctx;
+    return cuda_optim_queue_update(&o->k, &o->plan, o->group_chunk[g], o->group_chunks[g], s, err);
 }
 
 /* Tail keys unique over every CudaOptim of the process (graphs of an
@@ -246,15 +291,62 @@ static HpcStatus tail_queue(void *ctx, CUstream s, HpcError *err)
 static void init_tails(CudaOptim *o)
 {
     static uint64_t next_key = 1;
-    uint64_t base = __atomic_fetch_add(&next_key, 1, __ATOMIC_RELAXED) << 2;
+    uint64_t base = __atomic_fetch_add(&next_key, 1, __ATOMIC_RELAXED) << 3;
     double bytes = cuda_optim_step_bytes(o->host_t, o->count, (SpecOptimizer)o->plan.prm.kind);
-    for (int i = 0; i < 3; i++) {
+    double check_bytes = 0;   /* the norm pass reads each f32 gradient once */
+    for (int k = 0; k < o->count; k++) check_bytes += 4.0 * (double)o->host_t[k].n;
+    static const char *const labels[4] = {"gradient accumulation", "gradient accumulation",
+                                          "optimizer + loss scaler (multi-tensor, in the step graph)",
+                                          "optimizer check + loss scaler (the update deferred to the next step)"};
+    for (int i = 0; i < 4; i++) {
         o->tail_ctx[i] = (CudaOptTailCtx){.o = o, .what = i};
         o->tails[i] = (CudaExecTail){.queue = tail_queue, .ctx = &o->tail_ctx[i], .key = base | (uint64_t)(i + 1),
-                                     .label = i == 2 ? "optimizer + loss scaler (multi-tensor, in the step graph)"
-                                                     : "gradient accumulation",
-                                     .bytes = i == 2 ? bytes : 0};
+                                     .label = labels[i], .bytes = i == 2 ? bytes : i == 3 ? check_bytes : 0};
     }
+    o->head = (CudaExecHead){.queue = head_queue, .ctx = o, .key = base | 7};
+}
+
+HpcStatus cuda_optim_defer(CudaOptim *o, const int *wait_of_param, HpcError *err)
+{
+    if (o->plan.prm.kind == OPT_LAMB || o->grad_accum > 1)
+        return hpc_fail(err, HPC_ERR_USAGE, "cuda optimizer: the update cannot be deferred to the next step with "
+                        "%s", o->grad_accum > 1 ? "gradient accumulation (the next step's first micro-batch "
+                        "overwrites the sums it reads)" : "LAMB (its norm pass reads every tensor first)");
+    int c = o->count;
+    int64_t *numel = xcalloc((size_t)c + 1, sizeof *numel);
+    int *wait = xcalloc((size_t)c + 1, sizeof *wait), *first = xcalloc((size_t)c + 2, sizeof *first);
+    int *chunk_first = xcalloc((size_t)c + 1, sizeof *chunk_first);
+    for (int k = 0; k < c; k++) {
+        numel[k] = o->host_t[k].n;
+        wait[k] = wait_of_param[o->param[k]];
+    }
+    cuda_optim_chunks(numel, c, NULL, chunk_first);
+    free(o->group_chunk);
+    free(o->group_chunks);
+    free(o->group_wait);
+    o->group_wait = xcalloc((size_t)c + 1, sizeof *o->group_wait);
+    o->n_groups = cuda_optim_groups(numel, wait, c, CUDA_OPTIM_GROUP_MIN_ELEMS, first, o->group_wait);
+    o->group_chunk = xcalloc((size_t)o->n_groups + 1, sizeof *o->group_chunk);
+    o->group_chunks = xcalloc((size_t)o->n_groups + 1, sizeof *o->group_chunks);
+    for (int g = 0; g < o->n_groups; g++) {
+        o->group_chunk[g] = chunk_first[first[g]];
+        o->group_chunks[g] = chunk_first[first[g + 1]] - chunk_first[first[g]];
+    }
+    o->head.n_groups = o->n_groups;
+    o->head.wait = o->group_wait;
+    free(numel);
+    free(wait);
+    free(first);
+    free(chunk_first);
+    return HPC_OK;
+}
+
+const CudaExecTail *cuda_optim_decide_tail(CudaOptim *o) { return &o->tails[3]; }
+const CudaExecHead *cuda_optim_update_head(CudaOptim *o) { return &o->head; }
+
+HpcStatus cuda_optim_update(CudaOptim *o, HpcError *err)
+{
+    return cuda_optim_queue_update(&o->k, &o->plan, 0, o->plan.n_chunks, o->ex->dev->stream, err);
 }
 
 HpcStatus cuda_optim_init(CudaOptim *o, CudaExec *ex, const ModelSpec *spec, SpecPrecision policy,
@@ -300,6 +392,9 @@ void cuda_optim_free(CudaOptim *o)
     free(o->param);
     free(o->host_t);
     free(o->acc);
+    free(o->group_chunk);
+    free(o->group_chunks);
+    free(o->group_wait);
     memset(o, 0, sizeof *o);
 }
 

@@ -171,6 +171,25 @@ HpcStatus cuda_optim_plan_build(CudaOptPlan *p, const CudaOptTensor *t, const ui
 
 /* Queues one optimizer step of plan p: check, decide, [LAMB,] update. */
 HpcStatus cuda_optim_queue_step(const CudaOptKernels *k, const CudaOptPlan *p, CUstream s, HpcError *err);
+/* Its two halves: check and decide (the norm, found_inf, the scaler, the
+ * decision the update reads); then the update of chunks [first, first + n)
+ * of p's table, which reads only the decision and the tensors. */
+HpcStatus cuda_optim_queue_decide(const CudaOptKernels *k, const CudaOptPlan *p, CUstream s, HpcError *err);
+HpcStatus cuda_optim_queue_update(const CudaOptKernels *k, const CudaOptPlan *p, int first, int n, CUstream s,
+                                  HpcError *err);
+
+/* The deferred update's groups (HPC_OPT_OVERLAP=1, program/opt_overlap.h):
+ * tensors 0..count-1 of the table, tensor k with numel[k] elements whose
+ * forward reader waits at position wait[k], cut into runs of consecutive
+ * tensors.  A run ends where the next tensor's wait differs from its last
+ * tensor's, once it holds at least min_elems elements (smaller runs are
+ * not worth their launch and event); so each group is one launch.  Group
+ * g is tensors first[g] .. first[g + 1] - 1 and waits at group_wait[g],
+ * the least wait of its tensors.  first has room for count + 1 entries,
+ * group_wait for count.  Returns the number of groups (0 for count 0). */
+int cuda_optim_groups(const int64_t *numel, const int *wait, int count, int64_t min_elems, int *first,
+                      int *group_wait);
+#define CUDA_OPTIM_GROUP_MIN_ELEMS (1 << 20)
 
 /* Queues acc = (first ? 0 : acc) + src * mul for every tensor (acc is the
  * tensor's grad, src its src_grads entry). */
@@ -182,7 +201,8 @@ typedef struct CudaOptim CudaOptim;
 /* What a tail needs: the optimizer and which work it queues. */
 typedef struct {
     CudaOptim *o;
-    int what;                     /* 0: accumulate (first), 1: accumulate, 2: [accumulate +] step */
+    int what;                     /* 0: accumulate (first), 1: accumulate, 2: [accumulate +] step,
+                                     3: check and decide (the update deferred) */
 } CudaOptTailCtx;
 
 struct CudaOptim {
@@ -195,8 +215,13 @@ struct CudaOptim {
     CUdeviceptr m_block, v_block, acc_block;   /* one allocation each for every tensor's m, v, acc */
     CudaOptPlan plan;
     int64_t grad_accum;
-    CudaOptTailCtx tail_ctx[3];
-    CudaExecTail tails[3];
+    CudaOptTailCtx tail_ctx[4];
+    CudaExecTail tails[4];
+    /* cuda_optim_defer's: the update as the next step's head, in groups */
+    int n_groups;
+    int *group_chunk, *group_chunks;   /* (n_groups) first chunk, chunks */
+    int *group_wait;                    /* (n_groups) schedule position */
+    CudaExecHead head;
 };
 
 /* Builds the tensor table from the executor's graph (every parameter with
@@ -222,6 +247,23 @@ HpcStatus cuda_optim_step(CudaOptim *o, HpcError *err);
  * last micro-batch its accumulation (A > 1) and then the step. */
 const CudaExecTail *cuda_optim_accumulate_tail(CudaOptim *o, int64_t micro);
 const CudaExecTail *cuda_optim_step_tail(CudaOptim *o);
+
+/* The deferred update (HPC_OPT_OVERLAP=1, program/opt_overlap.h):
+ * cuda_optim_defer cuts the table into groups (cuda_optim_groups) from
+ * each parameter's wait position (wait_of_param, indexed by ParamList
+ * index: opt_overlap_wait_positions).  Then a step ends with the decide
+ * tail (check and decide, no update) and the next step's run takes the
+ * update head, which updates group g on the head's stream before the
+ * forward node at its wait position; cuda_optim_update queues the whole
+ * update on the executor's stream (what a pending update needs before
+ * anything else reads the parameters or the optimizer state).
+ * HPC_ERR_USAGE for LAMB (its norm pass reads every tensor before any
+ * update) and for gradient accumulation (the update then reads the sums,
+ * which the next step's first micro-batch overwrites). */
+HpcStatus cuda_optim_defer(CudaOptim *o, const int *wait_of_param, HpcError *err);
+const CudaExecTail *cuda_optim_decide_tail(CudaOptim *o);
+const CudaExecHead *cuda_optim_update_head(CudaOptim *o);
+HpcStatus cuda_optim_update(CudaOptim *o, HpcError *err);
 
 /* Test hook: the next step's check writes +inf into element 0 of the first
  * tensor's gradient (what that step reads), so the step must be skipped.

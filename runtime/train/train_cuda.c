@@ -27,6 +27,17 @@
  * for clipping is the norm of the same averaged gradient on every rank.
  * The poison hook therefore writes its inf before the reduction.
  *
+ * HPC_OPT_OVERLAP=1 (program/opt_overlap.h): a step ends with the
+ * optimizer's check and decision, and its update runs at the start of the
+ * next step's graph on a second stream beside the forward pass
+ * (cuda_optim_defer).  `pending` says an update waits; every entry point
+ * that reads or replaces the parameters or the optimizer state applies it
+ * first (settle), or drops it where everything it would write is replaced
+ * (set_weights, state_in).  The executor's stream then has the greatest
+ * priority, the head's the least.  Only with CUDA graphs (not on a
+ * caller's stream), one micro-batch a step, no data parallel and no LAMB;
+ * otherwise the switch is refused at open.
+ *
  * For the C API (train_backend_open_with's options): the caller's stream
  * replaces the device's own for every launch and copy (CUDA graphs are then
  * off), and the caller's device allocator serves the executor's arena and
@@ -44,6 +55,7 @@
 #include "data/batch.h"
 #include "dist/collectives.h"
 #include "dist/rendezvous.h"
+#include "program/opt_overlap.h"
 #include "train/lossscale.h"
 #include "train/train_backend.h"
 #include "util/phase_clock.h"
@@ -75,6 +87,9 @@ typedef struct {
     Collectives *coll;         /* data parallel over NCCL (set_dist), else NULL */
     bool graphs;               /* steps captured as CUDA graphs (not on a caller's stream) */
     CUstream own_stream;       /* the device's stream, restored before close */
+    bool defer;                /* HPC_OPT_OVERLAP=1: each update deferred to the next step's start */
+    bool pending;              /* the last step's update has not run yet (defer) */
+    CUstream priority_stream;  /* defer: the executor's stream, of the greatest priority */
     TrainDeviceAllocator user_alloc; /* the caller's allocator (alloc NULL: none) */
     ArenaAllocator arena_alloc;      /* adapts it for runtime/cuda/device_arena.h */
 } CudaTrain;
@@ -99,6 +114,14 @@ static void report_cold_start(CudaTrain *t)
 
 static CudaTrain *impl(TrainBackend *b) { return b->impl; }
 
+/* A deferred update that has not run yet, queued now on the stream. */
+static HpcStatus settle(CudaTrain *t, HpcError *err)
+{
+    if (!t->pending) return HPC_OK;
+    t->pending = false;
+    return cuda_optim_update(&t->opt, err);
+}
+
 static void cuda_close(TrainBackend *b)
 {
     CudaTrain *t = impl(b);
@@ -117,6 +140,7 @@ static void cuda_close(TrainBackend *b)
     if (t->ex_open) cuda_exec_free(&t->ex);
     if (t->dev_open) {
         t->dev.stream = t->own_stream;
+        if (t->priority_stream) cuda_driver()->cuStreamDestroy(t->priority_stream);
         cuda_device_close(&t->dev);
     }
     free(t->logits);
@@ -202,12 +226,18 @@ static HpcStatus cuda_step(TrainBackend *b, bool poison, HpcError *err)
         /* reduced_step ran the micro-batch, the reduction and the optimizer */
     } else if (!st && t->has_staged) {   /* the last micro-batch, then the optimizer, as one graph */
         CudaRunOptions o = t->staged;
-        o.tail = cuda_optim_step_tail(&t->opt);
+        /* deferred: the last step's update beside this forward pass, this one's at the next start;
+         * a shape's first run times cuBLASLt's candidates, so nothing runs beside it */
+        if (t->pending && !cuda_exec_shape_ran(&t->ex)) st = settle(t, err);
+        o.head = t->pending ? cuda_optim_update_head(&t->opt) : NULL;
+        o.tail = t->defer ? cuda_optim_decide_tail(&t->opt) : cuda_optim_step_tail(&t->opt);
         t->has_staged = false;
-        st = cuda_exec_launch(&t->ex, &o, err);
+        if (!st) st = cuda_exec_launch(&t->ex, &o, err);
+        if (!st) t->pending = t->defer;
         if (!st) st = copy_loss(b, t->accum - 1, err);
     } else if (!st) {
-        st = cuda_optim_step(&t->opt, err);
+        st = settle(t, err);
+        if (!st) st = cuda_optim_step(&t->opt, err);
     }
     CUdeviceptr slot = t->state_ring + (CUdeviceptr)((size_t)ring * sizeof(CudaOptState));
     if (!st) st = CUDA_CHECK(err, cu->cuMemcpyDtoDAsync(slot, cuda_optim_state_ptr(&t->opt),
@@ -296,6 +326,9 @@ static HpcStatus cuda_set_dist(TrainBackend *b, Collectives *coll, bool zero1, H
     if (zero1)
         return hpc_fail(err, HPC_ERR_USAGE, "trainer: ZeRO-1 is not built for the cuda backend yet; train "
                         "with the optimizer state replicated");
+    if (impl(b)->defer)
+        return hpc_fail(err, HPC_ERR_USAGE, "trainer: HPC_OPT_OVERLAP=1 defers each update to the next step, "
+                        "which the data-parallel step does not do yet; unset it");
     impl(b)->coll = coll;
     return HPC_OK;
 }
@@ -314,7 +347,8 @@ static HpcStatus cuda_forward(TrainBackend *b, const Batch *batch, double *loss,
         return hpc_fail(err, HPC_ERR_USAGE, "trainer: evaluation between a step's last micro-batch and its "
                         "optimizer step; call step first");
     CudaRunOptions o = {.training = false, .backward = false, .loss_scale = 1.0};
-    HpcStatus st = cuda_exec_run(&t->ex, batch, &o, err);
+    HpcStatus st = settle(t, err);
+    if (!st) st = cuda_exec_run(&t->ex, batch, &o, err);
     if (!st) st = cuda_exec_loss(&t->ex, loss, err);
     if (st || !logits) return st;
     *logits = NULL;
@@ -334,7 +368,8 @@ static HpcStatus cuda_read_param(TrainBackend *b, int p, float *out, HpcError *e
 {
     int q = b->pl.p[p].tied_to >= 0 ? b->pl.p[p].tied_to : p;
     impl(b)->chain_next = false;
-    return cuda_optim_read_master(&impl(b)->opt, q, out, err);
+    HpcStatus st = settle(impl(b), err);
+    return st ? st : cuda_optim_read_master(&impl(b)->opt, q, out, err);
 }
 
 /* The arena's peak plus the cuBLASLt workspace the chosen algorithms hold
@@ -373,7 +408,7 @@ static HpcStatus cuda_state_out(TrainBackend *b, TrainState *ts, HpcError *err)
 {
     CudaTrain *t = impl(b);
     t->chain_next = false;
-    HpcStatus st = HPC_OK;
+    HpcStatus st = settle(t, err);
     for (int p = 0; p < b->pl.n && !st; p++)
         if (b->pl.p[p].tied_to < 0 && ts->w[p]) st = cuda_optim_read_master(&t->opt, p, ts->w[p], err);
     if (!st) st = copy_moments(t, ts, true, err);
@@ -397,6 +432,7 @@ static HpcStatus cuda_state_in(TrainBackend *b, const TrainState *ts, HpcError *
     if (ts->micro_step < 0 || ts->micro_step > (int64_t)UINT32_MAX)
         return hpc_fail(err, HPC_ERR_INPUT, "trainer: checkpoint micro-step %lld out of range",
                         (long long)ts->micro_step);
+    t->pending = false;   /* what the update would write (masters, copies, m, v) is all replaced */
     HpcStatus st = cuda_exec_set_params(&t->ex, ts->w, err);
     if (!st) st = copy_moments(t, ts, false, err);
     CudaOptState s;
@@ -428,6 +464,7 @@ static HpcStatus cuda_set_weights(TrainBackend *b, float *const *w, HpcError *er
     if (t->coll || t->has_staged || t->read != t->steps)
         return hpc_fail(err, HPC_ERR_USAGE, "trainer: new weights in the middle of a step, with records "
                         "uncollected, or under data parallel");
+    t->pending = false;   /* the new masters and zeroed moments replace what it would write */
     HpcStatus st = cuda_exec_set_params(&t->ex, w, err);
     for (int i = 0; i < t->opt.count && !st; i++) {
         const CudaOptTensor *k = &t->opt.host_t[i];
@@ -595,6 +632,28 @@ static HpcStatus warm_up_and_upload(TrainBackend *b, CudaTrain *t, int64_t B, in
     return st;
 }
 
+/* HPC_OPT_OVERLAP=1 (see the top): refused where it cannot apply; else the
+ * executor's stream becomes one of the greatest priority. */
+static HpcStatus defer_setup(TrainBackend *b, CudaTrain *t, HpcError *err)
+{
+    HpcStatus st = opt_overlap_from_env(&t->defer, err);
+    if (st || !t->defer) return st;
+    const char *why = !t->graphs ? "the steps run on the caller's stream, without CUDA graphs"
+                      : t->accum > 1 ? "grad_accum > 1 (the next step's first micro-batch overwrites the sums "
+                                       "the update reads)"
+                      : b->spec->train.optimizer == OPT_LAMB ? "LAMB (its norm pass reads every tensor first)"
+                                                             : NULL;
+    if (why)
+        return hpc_fail(err, HPC_ERR_USAGE, "HPC_OPT_OVERLAP=1: the update cannot be deferred to the next step "
+                        "with %s; unset it", why);
+    const CudaDriver *cu = cuda_driver();
+    int least = 0, greatest = 0;
+    st = CUDA_CHECK(err, cu->cuCtxGetStreamPriorityRange(&least, &greatest));
+    if (!st) st = CUDA_CHECK(err, cu->cuStreamCreateWithPriority(&t->priority_stream, CU_STREAM_NON_BLOCKING, greatest));
+    if (!st) t->dev.stream = t->priority_stream;
+    return st;
+}
+
 HpcStatus train_cuda_open(TrainBackend *b, int64_t total_steps, int64_t max_B, int64_t max_L,
                           const TrainBackendOptions *o, HpcError *err)
 {
@@ -633,13 +692,23 @@ HpcStatus train_cuda_open(TrainBackend *b, int64_t total_steps, int64_t max_B, i
         t->arena_alloc = (ArenaAllocator){.alloc = user_alloc, .free = user_free, .user = t};
         t->dev.allocator = &t->arena_alloc;
     }
-    st = cuda_exec_init_kernels(&t->ex, &t->dev, &b->g, &b->pl, b->kernels, max_B, max_L, err);
+    st = defer_setup(b, t, err);
+    if (st) return st;
+    st = cuda_exec_init_kernels_with(&t->ex, &t->dev, &b->g, &b->pl, b->kernels, max_B, max_L,
+                                     &(PlanOptions){.wrap_grads = t->defer}, err);
     if (st) return st;
     t->ex_open = true;
     phase_mark("kernel lookups");
     st = cuda_optim_init(&t->opt, &t->ex, b->spec, b->policy, total_steps, err);
     if (st) return st;
     t->opt_open = true;
+    if (t->defer) {
+        int *wait = xcalloc((size_t)b->g.n_params + 1, sizeof *wait);
+        opt_overlap_wait_positions(&b->g, wait);
+        st = cuda_optim_defer(&t->opt, wait, err);
+        free(wait);
+        if (st) return st;
+    }
     phase_mark("optimizer: tables uploaded, m and v zeroed");
     NvrtcStats ns;
     nvrtc_compile_stats(&ns);   /* the step's module (the optimizer is part of it) */

@@ -25,7 +25,16 @@
  *      the same weights after the run (1e-4);
  *   3. 300 steps of fp16 and of fp32 on the GPU: both reach dev accuracy
  *      > 0.95 (chance 0.5), no step skipped in fp16, and their dev losses
- *      are within 0.05 of each other (measured distance printed).
+ *      are within 0.05 of each other (measured distance printed);
+ *   4. the deferred update (HPC_OPT_OVERLAP=1, program/opt_overlap.h): 8
+ *      steps of fp16 and of fp32 with an inf injected before step 4, on
+ *      the GPU with and without it, give the same weights bit for bit, the
+ *      same skipped step, loss scale, last loss and dev loss.  The same
+ *      kernel updates the same gradients with the same decision, only at
+ *      the next step's start, beside its forward pass: step 2 runs the head
+ *      eagerly, step 3 captures it, later steps replay it; the skipped step
+ *      4's deferred update must do nothing; the weights are read after the
+ *      last step (whose update is then applied by the read).
  * GPU_TRAIN_SELFTEST=1 runs every comparison with the cpu in place of the
  * GPU (no GPU needed): the checks must pass trivially, which tests this
  * program's plumbing.
@@ -250,6 +259,42 @@ static void check_inject(const Data *d, SpecPrecision policy)
     weights_free(&wg);
 }
 
+/* Check 4: the deferred update against the update at the end of its step. */
+static void check_deferred(const Data *d, SpecPrecision policy)
+{
+    ModelSpec s;
+    bert_tiny(&s, 8);
+    Weights wa, wb;
+    weights_init(&wa, &s);
+    weights_init(&wb, &s);
+    TrainResult ra, rb;
+    const char *pn = spec_precision_name(policy);
+    unsetenv("HPC_OPT_OVERLAP");
+    bool ok = train(&s, d, g_gpu, policy, true, 4, &wa, &ra);
+    setenv("HPC_OPT_OVERLAP", "1", 1);
+    ok = ok && train(&s, d, g_gpu, policy, true, 4, &wb, &rb);
+    unsetenv("HPC_OPT_OVERLAP");
+    if (ok) {
+        int differ = 0;
+        const char *first = "";
+        for (int p = 0; p < wa.pl.n; p++)
+            if (memcmp(wa.w[p], wb.w[p], (size_t)params_numel(&wa.pl.p[p]) * sizeof(float)) != 0 && !differ++)
+                first = wa.pl.p[p].name;
+        result(differ == 0, "deferred update (%s, 8 steps): %d of %d tensors differ from the undeferred run's "
+               "(first: %s; want 0, bit for bit)", pn, differ, wa.pl.n, first);
+        result(ra.skipped == 1 && rb.skipped == 1 && ra.last_skipped_step == 4 && rb.last_skipped_step == 4 &&
+               ra.final_scale == rb.final_scale,
+               "deferred update (%s): skipped %lld (step %lld) against %lld (step %lld), scale %g against %g", pn,
+               (long long)rb.skipped, (long long)rb.last_skipped_step, (long long)ra.skipped,
+               (long long)ra.last_skipped_step, rb.final_scale, ra.final_scale);
+        result(ra.last_loss == rb.last_loss && ra.eval_loss == rb.eval_loss,
+               "deferred update (%s): last loss %.9g against %.9g, dev loss %.9g against %.9g (want equal)", pn,
+               rb.last_loss, ra.last_loss, rb.eval_loss, ra.eval_loss);
+    }
+    weights_free(&wa);
+    weights_free(&wb);
+}
+
 /* Check 3: 300 steps of fp16 and fp32 on the GPU. */
 static void check_300_steps(const Data *d)
 {
@@ -294,6 +339,8 @@ int main(void)
     check_three_steps(&d, true, 3, OPT_LAMB);   /* every accumulation tail: first, middle, last */
     check_inject(&d, PREC_FP16);
     check_inject(&d, PREC_FP32);
+    check_deferred(&d, PREC_FP16);
+    check_deferred(&d, PREC_FP32);
     if (g_gpu == TRAIN_DEVICE_CUDA) check_300_steps(&d);
     dataset_free(&d.train);
     dataset_free(&d.dev);

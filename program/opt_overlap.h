@@ -1,0 +1,46 @@
+/* program/opt_overlap.h — when a step's optimizer update may run beside
+ * the next step's forward pass (HPC_OPT_OVERLAP=1, docs/cuda.md).
+ *
+ * The deferred update: the cuda trainer ends step N with the optimizer's
+ * check and decision only, and queues step N's update at the start of step
+ * N + 1, on a second stream, in groups of parameters, while the forward
+ * pass runs; the forward node that first reads a parameter waits for the
+ * group that updates it, and the backward pass (which writes the gradients
+ * again) waits for all of them.  Any other use of the parameters between
+ * two steps (evaluation, reading them, a checkpoint) applies the pending
+ * update first (runtime/train/train_cuda.c).  The numbers are the same as
+ * with the update at the end of its own step: the same kernel on the same
+ * gradients and decision.
+ *
+ * What that asks of the graph, per parameter q:
+ *   - its wait position: the schedule position (program/plan.h: the node
+ *     order) of the first forward node that reads q, directly or through a
+ *     STACK of parameters (a view: its reader counts, not the view),
+ *     clamped to n_forward; n_forward for a parameter no forward node
+ *     reads;
+ *   - its gradient kept from the step's end into the next step up to that
+ *     position: the plan's wrap (PlanOptions.wrap_grads), so no value the
+ *     next forward pass writes before then shares the gradient's memory.
+ *
+ * Usage:
+ *   bool on;
+ *   if (opt_overlap_from_env(&on, &err)) return err.code;
+ *   int *wait = xcalloc(g->n_params, sizeof *wait);
+ *   opt_overlap_wait_positions(g, wait);
+ */
+#ifndef HPC_PROGRAM_OPT_OVERLAP_H
+#define HPC_PROGRAM_OPT_OVERLAP_H
+
+#include <stdbool.h>
+
+#include "error.h"
+#include "program/ir.h"
+
+/* HPC_OPT_OVERLAP from the environment: unset, "" or "0" off, "1" on;
+ * anything else HPC_ERR_USAGE naming the variable and its forms. */
+HpcStatus opt_overlap_from_env(bool *on, HpcError *err);
+
+/* wait[q] for every parameter q < g->n_params, as above. */
+void opt_overlap_wait_positions(const IrGraph *g, int *wait);
+
+#endif

@@ -1,0 +1,280 @@
+/* tests/test_opt_overlap.c — the deferred optimizer update's planning
+ * (HPC_OPT_OVERLAP=1: program/opt_overlap.h, the plan's wrap in
+ * program/plan.h, the groups of runtime/cuda/cuda_optim.h), on the cpu:
+ *   - wait positions on the fused bert_tiny and BERT-base fp16 graphs:
+ *     each parameter waits at a forward node that reads it (itself or
+ *     through a STACK of parameters), and no earlier forward node reads
+ *     it; the word embeddings wait at the embedding node, the classifier's
+ *     weight at the logits;
+ *   - the wrapped plan: plan_check holds, every gradient's storage wraps
+ *     to its parameter's wait, and (checked again here, apart from
+ *     plan_check) no arena range live anywhere in [-1, wrap] shares a byte
+ *     with that gradient; at BERT-base fp16 32 x 128 the arena grows by at
+ *     most 1 % over the plan without wraps (757.8 -> 758.1 MiB when
+ *     written), and it holds the peak of live bytes, wraps counted;
+ *   - plan_check refuses a wrap cut short and a forward value moved onto a
+ *     wrapped gradient;
+ *   - cuda_optim_groups: where runs end, their waits, the minimum size;
+ *     on BERT-base's table the group waits never go back (each group is
+ *     needed no earlier than the one before: the update runs in the order
+ *     the forward pass wants it);
+ *   - HPC_OPT_OVERLAP's forms. */
+#include <criterion/criterion.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "compiler/pipeline.h"
+#include "compiler/plan_graph.h"
+#include "compiler/spec_load.h"
+#include "cuda/cuda_optim.h"
+#include "program/opt_overlap.h"
+#include "program/plan.h"
+#include "cpu_step.h"
+
+static void fused_graph(const char *model, Pipeline *pp)
+{
+    ModelSpec s;
+    cpu_step_load_model(model, &s);
+    PipeOptions o = pipeline_defaults(PREC_FP16);
+    HpcError err = {0};
+    cr_assert_eq(pipeline_build(&s, &o, pp, &err), HPC_OK, "%s", err.msg);
+}
+
+/* Node i reads parameter q: an input is q's PARAM node or a STACK with
+ * q's PARAM node among its inputs (written apart from opt_overlap.c). */
+static bool reads_param(const IrGraph *g, int i, int q)
+{
+    const IrNode *n = &g->nodes[i];
+    for (int k = 0; k < n->n_in; k++) {
+        const IrNode *x = &g->nodes[n->in[k]];
+        if (x->op == IR_OP_PARAM && x->attr.param.index == q) return true;
+        if (x->op != IR_OP_STACK) continue;
+        for (int j = 0; j < x->n_in; j++) {
+            const IrNode *y = &g->nodes[x->in[j]];
+            if (y->op == IR_OP_PARAM && y->attr.param.index == q) return true;
+        }
+    }
+    return false;
+}
+
+static bool is_reader(const IrGraph *g, int i)
+{
+    return g->nodes[i].op != IR_OP_PARAM && g->nodes[i].op != IR_OP_STACK;
+}
+
+static void check_wait_positions(const char *model)
+{
+    Pipeline pp;
+    fused_graph(model, &pp);
+    const IrGraph *g = &pp.g;
+    int *wait = calloc((size_t)g->n_params + 1, sizeof *wait);
+    opt_overlap_wait_positions(g, wait);
+    int waiting = 0;
+    for (int q = 0; q < g->n_params; q++) {
+        cr_assert(wait[q] >= 0 && wait[q] <= g->n_forward, "%s: parameter %d waits at %d", model, q, wait[q]);
+        int first = g->n_forward;
+        for (int i = 0; i < g->n_forward && first == g->n_forward; i++)
+            if (is_reader(g, i) && reads_param(g, i, q)) first = i;
+        cr_expect_eq(wait[q], first, "%s: %s waits at %d, first read at %d", model, pp.pl.p[q].name, wait[q], first);
+        waiting += wait[q] < g->n_forward;
+    }
+    cr_expect_gt(waiting, g->n_params / 2, "%s: only %d of %d parameters read in the forward pass", model, waiting,
+                 g->n_params);
+    int word = params_find(&pp.pl, "bert.embeddings.word_embeddings.weight");
+    int cls = params_find(&pp.pl, "classifier.weight");
+    cr_assert(word >= 0 && cls >= 0);
+    cr_expect_eq(g->nodes[wait[word]].op, IR_OP_EMBED_LN, "%s: word embeddings wait at %s", model,
+                 g->nodes[wait[word]].name);
+    cr_expect_eq(g->nodes[wait[cls]].op, IR_OP_LINEAR, "%s", g->nodes[wait[cls]].name);
+    cr_expect_eq(wait[cls], g->logits, "%s: the classifier waits at %d, the logits are %d", model, wait[cls],
+                 g->logits);
+    free(wait);
+    pipeline_free(&pp);
+}
+
+Test(opt_overlap, wait_positions_bert_tiny) { check_wait_positions("bert_tiny.model"); }
+Test(opt_overlap, wait_positions_bert_base) { check_wait_positions("bert_base.model"); }
+
+/* The storage root of gradient value v (its view's base, then its chain's first value). */
+static int grad_root(const StepPlan *p, const IrGraph *g, int v)
+{
+    int base;
+    int64_t off;
+    if (plan_view_of(g, v, &base, &off)) v = base;
+    return p->v[v].storage;
+}
+
+/* Apart from plan_check: no arena value or scratch live at a position in
+ * [-1, wrap] of a wrapped gradient shares a byte with it. */
+static void expect_wraps_alone(const StepPlan *p, const IrGraph *g, const int *wait)
+{
+    int checked = 0;
+    for (int q = 0; q < g->n_params; q++) {
+        if (g->param_grad[q] < 0) continue;
+        int r = grad_root(p, g, g->param_grad[q]);
+        cr_assert_eq(p->v[r].kind, PLAN_ARENA);
+        cr_expect_geq(p->v[r].wrap, wait[q], "gradient of %d wraps to %d, waits at %d", q, p->v[r].wrap, wait[q]);
+        int64_t lo = p->v[r].offset, hi = lo + p->v[r].bytes;
+        for (int i = 0; i < p->n; i++) {
+            const PlanValue *v = &p->v[i];
+            if (i != r && v->kind == PLAN_ARENA && v->storage == i && v->def <= p->v[r].wrap) {
+                bool shares = v->offset < hi && lo < v->offset + v->bytes;
+                cr_expect_not(shares, "value %d (%s) live from %d shares bytes with the gradient of %d, wrapped to %d",
+                              i, g->nodes[i].name, v->def, q, p->v[r].wrap);
+                checked++;
+            }
+            if (p->scratch_bytes[i] > 0 && i <= p->v[r].wrap) {
+                int64_t s = p->scratch_off[i];
+                cr_expect_not(s < hi && lo < s + p->scratch_bytes[i], "node %d's scratch on a wrapped gradient", i);
+            }
+        }
+    }
+    cr_expect_gt(checked, 0);
+}
+
+static void check_wrapped_plan(const char *model, int64_t B, int64_t L, bool print)
+{
+    Pipeline pp;
+    fused_graph(model, &pp);
+    const IrGraph *g = &pp.g;
+    HpcError err = {0};
+    StepPlan plain, wrapped;
+    cr_assert_eq(plan_build(g, B, L, &plain, &err), HPC_OK, "%s", err.msg);
+    cr_assert_eq(plan_build_with(g, B, L, &(PlanOptions){.wrap_grads = true}, &wrapped, &err), HPC_OK, "%s",
+                 err.msg);
+    char why[512] = "";
+    cr_expect(plan_check(&wrapped, g, why, sizeof why), "%s: %s", model, why);
+    cr_expect(wrapped.wrap_grads);
+    int *wait = calloc((size_t)g->n_params + 1, sizeof *wait);
+    opt_overlap_wait_positions(g, wait);
+    expect_wraps_alone(&wrapped, g, wait);
+    for (int i = 0; i < plain.n; i++) cr_expect_eq(plain.v[i].wrap, -1, "no wraps without the option");
+    if (print)
+        printf("plan %s fp16 %lldx%lld: arena %.1f MiB, %.1f MiB with the gradients wrapped\n", model, (long long)B,
+               (long long)L, plain.arena_bytes / 1048576.0, wrapped.arena_bytes / 1048576.0);
+    cr_expect_leq(wrapped.arena_bytes, plain.arena_bytes + plain.arena_bytes / 100, "%lld against %lld",
+                  (long long)wrapped.arena_bytes, (long long)plain.arena_bytes);
+    /* the wraps count in the live bytes, and the arena still holds them */
+    int64_t live = plan_peak_live_bytes(&wrapped);
+    cr_expect_geq(live, plan_peak_live_bytes(&plain));
+    cr_expect_geq(wrapped.arena_bytes, live);
+    free(wait);
+    plan_free(&plain);
+    plan_free(&wrapped);
+    pipeline_free(&pp);
+}
+
+Test(opt_overlap, wrapped_plan_bert_tiny) { check_wrapped_plan("bert_tiny.model", 8, 64, false); }
+Test(opt_overlap, wrapped_plan_bert_base) { check_wrapped_plan("bert_base.model", 32, 128, true); }
+
+Test(opt_overlap, plan_check_refuses_broken_wraps)
+{
+    Pipeline pp;
+    fused_graph("bert_tiny.model", &pp);
+    const IrGraph *g = &pp.g;
+    HpcError err = {0};
+    StepPlan p;
+    cr_assert_eq(plan_build_with(g, 4, 32, &(PlanOptions){.wrap_grads = true}, &p, &err), HPC_OK, "%s", err.msg);
+    char why[512] = "";
+    cr_assert(plan_check(&p, g, why, sizeof why), "%s", why);
+    int cls = params_find(&pp.pl, "classifier.weight");
+    int r = grad_root(&p, g, g->param_grad[cls]);
+    int saved = p.v[r].wrap;
+    /* cut short: the next forward pass could overwrite it before the update */
+    p.v[r].wrap = saved - 1;
+    cr_expect_not(plan_check(&p, g, why, sizeof why));
+    cr_expect(strstr(why, "short of its wait position") != NULL, "%s", why);
+    p.v[r].wrap = saved;
+    /* a forward value written before the classifier moved onto its gradient */
+    int x = g->nodes[g->logits].in[0];
+    cr_assert_leq(p.v[x].def, saved);
+    int64_t off = p.v[x].offset;
+    p.v[x].offset = p.v[r].offset;
+    cr_expect_not(plan_check(&p, g, why, sizeof why));
+    cr_expect(strstr(why, "overlap") != NULL, "%s", why);
+    p.v[x].offset = off;
+    cr_expect(plan_check(&p, g, why, sizeof why), "%s", why);
+    plan_free(&p);
+    pipeline_free(&pp);
+}
+
+Test(opt_overlap, groups_cut_where_waits_change)
+{
+    int64_t numel[] = {10, 10, 5, 5, 20, 1, 7};
+    int wait[] = {3, 3, 8, 8, 12, 12, 20};
+    int first[8], gw[7];
+    /* min 1: every change of wait starts a group */
+    int n = cuda_optim_groups(numel, wait, 7, 1, first, gw);
+    cr_assert_eq(n, 4);
+    int want_first[] = {0, 2, 4, 6, 7}, want_wait[] = {3, 8, 12, 20};
+    for (int g = 0; g <= n; g++) cr_expect_eq(first[g], want_first[g], "group %d", g);
+    for (int g = 0; g < n; g++) cr_expect_eq(gw[g], want_wait[g], "group %d", g);
+    /* min 25: a group closes only once it holds 25 elements */
+    n = cuda_optim_groups(numel, wait, 7, 25, first, gw);
+    cr_assert_eq(n, 2);
+    cr_expect_eq(first[1], 4);   /* 10 + 10 + 5 = 25 after tensor 2, but 3 shares its wait: it stays */
+    cr_expect_eq(first[2], 7);
+    cr_expect_eq(gw[0], 3);
+    cr_expect_eq(gw[1], 12);
+    /* the least wait of a group's tensors, when the table is not in forward order */
+    int64_t n2[] = {4, 4};
+    int w2[] = {9, 2};
+    n = cuda_optim_groups(n2, w2, 2, 100, first, gw);
+    cr_assert_eq(n, 1);
+    cr_expect_eq(gw[0], 2);
+    cr_expect_eq(cuda_optim_groups(n2, w2, 0, 1, first, gw), 0);
+    cr_expect_eq(first[0], 0);
+}
+
+/* The optimizer's table order (ParamList order, parameters with a
+ * gradient): BERT-base's groups wait in forward order. */
+Test(opt_overlap, bert_base_groups_in_forward_order)
+{
+    Pipeline pp;
+    fused_graph("bert_base.model", &pp);
+    const IrGraph *g = &pp.g;
+    int *wait_p = calloc((size_t)g->n_params + 1, sizeof *wait_p);
+    opt_overlap_wait_positions(g, wait_p);
+    int64_t *numel = calloc((size_t)g->n_params + 1, sizeof *numel);
+    int *wait = calloc((size_t)g->n_params + 1, sizeof *wait), *first = calloc((size_t)g->n_params + 2, sizeof *first);
+    int *gw = calloc((size_t)g->n_params + 1, sizeof *gw);
+    int c = 0;
+    for (int q = 0; q < pp.pl.n; q++)
+        if (g->param_grad[q] >= 0) {
+            numel[c] = params_numel(&pp.pl.p[q]);
+            wait[c++] = wait_p[q];
+        }
+    int n = cuda_optim_groups(numel, wait, c, CUDA_OPTIM_GROUP_MIN_ELEMS, first, gw);
+    printf("bert_base: %d tensors in %d groups; waits", c, n);
+    for (int k = 0; k < n; k++) printf(" %d", gw[k]);
+    printf(" (forward pass: %d nodes)\n", g->n_forward);
+    cr_expect_geq(n, 24, "at least two groups a layer");
+    for (int k = 1; k < n; k++) cr_expect_geq(gw[k], gw[k - 1], "group %d waits at %d, before group %d's %d", k, gw[k],
+                                              k - 1, gw[k - 1]);
+    free(wait_p);
+    free(numel);
+    free(wait);
+    free(first);
+    free(gw);
+    pipeline_free(&pp);
+}
+
+Test(opt_overlap, env_forms)
+{
+    HpcError err = {0};
+    bool on = true;
+    unsetenv("HPC_OPT_OVERLAP");
+    cr_expect_eq(opt_overlap_from_env(&on, &err), HPC_OK);
+    cr_expect_not(on);
+    setenv("HPC_OPT_OVERLAP", "0", 1);
+    cr_expect_eq(opt_overlap_from_env(&on, &err), HPC_OK);
+    cr_expect_not(on);
+    setenv("HPC_OPT_OVERLAP", "1", 1);
+    cr_expect_eq(opt_overlap_from_env(&on, &err), HPC_OK);
+    cr_expect(on);
+    setenv("HPC_OPT_OVERLAP", "yes", 1);
+    cr_expect_eq(opt_overlap_from_env(&on, &err), HPC_ERR_USAGE);
+    cr_expect(strstr(err.msg, "HPC_OPT_OVERLAP=yes") != NULL, "%s", err.msg);
+    unsetenv("HPC_OPT_OVERLAP");
+}
