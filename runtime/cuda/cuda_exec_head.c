@@ -44,6 +44,7 @@ static HpcStatus head_resources(CudaExec *ex, int n_groups, HpcError *err)
 HpcStatus cuda_exec_head_fork(CudaExec *ex, const CudaExecHead *h, HpcError *err)
 {
     const CudaDriver *cu = cuda_driver();
+    if (h->n_groups == 0) return HPC_OK;   /* no fork: a captured fork must be joined again */
     HpcStatus st = head_resources(ex, h->n_groups, err);
     if (!st) st = CUDA_CHECK(err, cu->cuEventRecord(ex->head_events[0], ex->dev->stream));
     if (!st) st = CUDA_CHECK(err, cu->cuStreamWaitEvent(ex->head_stream, ex->head_events[0], 0));
