@@ -47,3 +47,8 @@ void opt_overlap_wait_positions(const IrGraph *g, int *wait)
         }
     }
 }
+
+void opt_overlap_ready_positions(const IrGraph *g, const StepPlan *p, int *ready)
+{
+    for (int q = 0; q < g->n_params; q++) ready[q] = g->param_grad && g->param_grad[q] >= 0 ? p->v[g->param_grad[q]].def : -1;
+}

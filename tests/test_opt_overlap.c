@@ -18,6 +18,11 @@
  *     on BERT-base's table the group waits never go back (each group is
  *     needed no earlier than the one before: the update runs in the order
  *     the forward pass wants it);
+ *   - ready positions on BERT-base: in the backward pass, and no node
+ *     after a gradient's ready position writes its bytes;
+ *   - cuda_optim_check_runs: a small table by hand; on BERT-base the runs
+ *     cover every check block once, each starts no earlier than every
+ *     gradient it reads is final, in ascending order;
  *   - HPC_OPT_OVERLAP's forms. */
 #include <criterion/criterion.h>
 #include <stdio.h>
@@ -277,4 +282,105 @@ Test(opt_overlap, env_forms)
     cr_expect_eq(opt_overlap_from_env(&on, &err), HPC_ERR_USAGE);
     cr_expect(strstr(err.msg, "HPC_OPT_OVERLAP=yes") != NULL, "%s", err.msg);
     unsetenv("HPC_OPT_OVERLAP");
+}
+
+/* ---- the norm check beside the backward pass ----------------------------- */
+
+Test(opt_overlap, check_runs_by_hand)
+{
+    /* tensors of 10000, 5000, 20000, 3000 elements: chunks 3, 2, 5, 1; check
+     * blocks of 4 chunks: b0 = t0 t0 t0 t1, b1 = t1 t2 t2 t2, b2 = t2 t2 t3 */
+    int64_t numel[] = {10000, 5000, 20000, 3000};
+    CudaOptChunk chunks[16];
+    int n_chunks = cuda_optim_chunks(numel, 4, chunks, NULL);
+    cr_assert_eq(n_chunks, 11);
+    cr_assert_eq(cuda_optim_check_blocks(n_chunks), 3);
+    int ready[] = {50, 40, 30, 20};   /* as a backward pass finishes them: the last first */
+    int b0[4], b1[4], start[4];
+    int n = cuda_optim_check_runs(chunks, n_chunks, ready, 1, b0, b1, start);
+    cr_assert_eq(n, 3);
+    int want_b0[] = {2, 1, 0}, want_start[] = {30, 40, 50};
+    for (int r = 0; r < n; r++) {
+        cr_expect_eq(b0[r], want_b0[r], "run %d", r);
+        cr_expect_eq(b1[r], want_b0[r] + 1, "run %d", r);
+        cr_expect_eq(start[r], want_start[r], "run %d", r);
+    }
+    /* a large minimum: one run of every block, once all are final */
+    n = cuda_optim_check_runs(chunks, n_chunks, ready, 1 << 30, b0, b1, start);
+    cr_assert_eq(n, 1);
+    cr_expect(b0[0] == 0 && b1[0] == 3 && start[0] == 50);
+    /* a table not in backward order: the runs still come by start */
+    int odd[] = {20, 40, 30, 50};
+    n = cuda_optim_check_runs(chunks, n_chunks, odd, 1, b0, b1, start);
+    for (int r = 1; r < n; r++) cr_expect_geq(start[r], start[r - 1]);
+}
+
+/* The storage root of value v, as the planner resolves it after planning. */
+static int root_of(const StepPlan *p, int v)
+{
+    while (p->v[v].storage != v) v = p->v[v].storage;
+    return v;
+}
+
+Test(opt_overlap, bert_base_ready_positions_and_check_runs)
+{
+    Pipeline pp;
+    fused_graph("bert_base.model", &pp);
+    const IrGraph *g = &pp.g;
+    HpcError err = {0};
+    StepPlan p;
+    cr_assert_eq(plan_build_with(g, 32, 128, &(PlanOptions){.wrap_grads = true}, &p, &err), HPC_OK, "%s", err.msg);
+    int *ready_p = calloc((size_t)g->n_params + 1, sizeof *ready_p);
+    opt_overlap_ready_positions(g, &p, ready_p);
+    for (int q = 0; q < g->n_params; q++) {
+        if (g->param_grad[q] < 0) {
+            cr_expect_eq(ready_p[q], -1);
+            continue;
+        }
+        cr_expect(ready_p[q] >= g->n_forward && ready_p[q] < g->n, "%s ready at %d", pp.pl.p[q].name, ready_p[q]);
+        int r = root_of(&p, g->param_grad[q]);
+        for (int j = ready_p[q] + 1; j < g->n; j++)
+            if (p.v[j].kind == PLAN_ARENA && j != r && root_of(&p, j) == r)
+                cr_expect(false, "node %d (%s) writes the gradient of %s after its ready position %d", j,
+                          g->nodes[j].name, pp.pl.p[q].name, ready_p[q]);
+    }
+    /* the optimizer's table: parameters with a gradient, in ParamList order */
+    int c = 0;
+    int64_t *numel = calloc((size_t)g->n_params + 1, sizeof *numel);
+    int *ready = calloc((size_t)g->n_params + 1, sizeof *ready);
+    for (int q = 0; q < pp.pl.n; q++)
+        if (g->param_grad[q] >= 0) {
+            numel[c] = params_numel(&pp.pl.p[q]);
+            ready[c++] = ready_p[q];
+        }
+    int n_chunks = cuda_optim_chunks(numel, c, NULL, NULL);
+    CudaOptChunk *chunks = calloc((size_t)n_chunks + 1, sizeof *chunks);
+    cuda_optim_chunks(numel, c, chunks, NULL);
+    int blocks = cuda_optim_check_blocks(n_chunks);
+    int *b0 = calloc((size_t)blocks + 1, sizeof *b0), *b1 = calloc((size_t)blocks + 1, sizeof *b1);
+    int *start = calloc((size_t)blocks + 1, sizeof *start), *seen = calloc((size_t)blocks + 1, sizeof *seen);
+    int n = cuda_optim_check_runs(chunks, n_chunks, ready, CUDA_OPTIM_GROUP_MIN_ELEMS, b0, b1, start);
+    printf("bert_base: %d check blocks in %d runs beside the backward pass (from position %d to %d of %d)\n", blocks,
+           n, n ? start[0] : -1, n ? start[n - 1] : -1, g->n);
+    cr_expect_gt(n, 12, "at least a run a layer");
+    for (int r = 0; r < n; r++) {
+        if (r > 0) cr_expect_geq(start[r], start[r - 1]);
+        for (int b = b0[r]; b < b1[r]; b++) {
+            seen[b]++;
+            for (int k = b * CUDA_OPTIM_CHECK_CHUNKS; k < (b + 1) * CUDA_OPTIM_CHECK_CHUNKS && k < n_chunks; k++)
+                cr_expect_geq(start[r], ready[chunks[k].tensor], "run %d starts at %d before tensor %u is final at %d",
+                              r, start[r], chunks[k].tensor, ready[chunks[k].tensor]);
+        }
+    }
+    for (int b = 0; b < blocks; b++) cr_expect_eq(seen[b], 1, "check block %d in %d runs", b, seen[b]);
+    free(ready_p);
+    free(numel);
+    free(ready);
+    free(chunks);
+    free(b0);
+    free(b1);
+    free(start);
+    free(seen);
+    plan_free(&p);
+    pipeline_free(&pp);
 }

@@ -76,23 +76,26 @@ typedef struct {
     double bytes;
 } CudaExecTail;
 
-/* Work queued at the start of a training step on a second stream, beside
- * the forward pass, and captured into the step's graph with it: the
- * previous step's deferred optimizer update (HPC_OPT_OVERLAP=1,
- * program/opt_overlap.h, runtime/cuda/cuda_exec_head.c).  Groups are
- * queued in order 0 .. n_groups - 1 by queue(ctx, g, stream) on a stream of
- * the least priority; the node at schedule position wait[g] (a forward
- * position) and every later one run after group g, and the first backward
- * node after all of them.  The executor's stream should have a greater
- * priority (the trainer's has), so the forward's blocks go first wherever
- * both wait for a free SM.  `key` tells graphs apart as the tail's does. */
+/* Work on a second stream beside the step's own launches, captured into
+ * the step's graph with them (runtime/cuda/cuda_exec_side.c): the deferred
+ * optimizer's update beside the forward pass and its norm check beside the
+ * backward (HPC_OPT_OVERLAP=1, program/opt_overlap.h).  Groups are queued
+ * in order 0 .. n_groups - 1 by queue(ctx, g, stream), on a stream of the
+ * least priority: group g once the node at schedule position start[g] is
+ * queued (-1: at the run's start), and the node at position wait[g] runs
+ * after group g (a wait at or past the run's end: before the tail).  The
+ * starts must not decrease and each must come before its group's wait.
+ * The executor's stream should have a greater priority (the trainer's
+ * has), so the step's own blocks go first wherever both wait for a free
+ * SM.  `key` tells graphs apart as the tail's does. */
 typedef struct {
     HpcStatus (*queue)(void *ctx, int group, CUstream stream, HpcError *err);
     void *ctx;
     int n_groups;
-    const int *wait;           /* (n_groups) schedule positions, ascending or not, each <= n_forward */
+    const int *start;          /* (n_groups) */
+    const int *wait;           /* (n_groups) */
     uint64_t key;
-} CudaExecHead;
+} CudaExecSide;
 
 typedef struct {
     bool training;             /* dropout on */
@@ -104,8 +107,7 @@ typedef struct {
                                   read on the stream (the device loss scaler's) */
     bool graph;                /* capture / replay the step as a CUDA graph */
     const CudaExecTail *tail;  /* queued after the step (in its graph), or NULL */
-    const CudaExecHead *head;  /* queued beside the forward pass (in its graph), or NULL;
-                                  a run with the backward pass only */
+    const CudaExecSide *side;  /* queued beside the step (in its graph), or NULL */
 } CudaRunOptions;
 
 #define CUDA_EXEC_MAX_GRAPHS 8
@@ -114,7 +116,7 @@ typedef struct {
     int64_t B, L;
     bool backward;
     uint64_t tail_key;         /* CudaExecTail.key of the graph's tail, 0 for none */
-    uint64_t head_key;         /* CudaExecHead.key of the graph's head, 0 for none */
+    uint64_t side_key;         /* CudaExecSide.key of the graph's side work, 0 for none */
     int runs;                  /* eager runs of this shape so far */
     CUgraphExec exec;          /* 0 until captured */
 } CudaExecGraph;
@@ -138,9 +140,9 @@ typedef struct {
     CUdeviceptr ctl;           /* EopCtl */
     EopCtl ctl_host;
     CudaExecGraph graphs[CUDA_EXEC_MAX_GRAPHS];
-    CUstream head_stream;      /* the head's stream (least priority), made at its first use */
-    CUevent *head_events;      /* (n_head_events) the fork, then one after each group */
-    int n_head_events;
+    CUstream side_stream;      /* the side work's stream (least priority), made at its first use */
+    CUevent *side_events;      /* (n_side_events) the fork, then one after each group */
+    int n_side_events;
     int n_graphs;
     int64_t B, L;              /* binding of the last run */
     double compile_seconds;    /* NVRTC (or cache) time of the module */

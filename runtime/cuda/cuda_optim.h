@@ -155,6 +155,7 @@ typedef struct {
     CUdeviceptr part_sq, part_inf;   /* (parts) f64, i32 */
     CUdeviceptr part_pu, ratio;      /* LAMB: (n_chunks, 2) f64, (count) f32; else 0 */
     CUdeviceptr poison;       /* i32: set = the next check writes +inf into the first gradient */
+    CUdeviceptr no_poison;    /* i32 0: the poison of the check launches that start past block 0 */
     CudaOptParams prm;
 } CudaOptPlan;
 
@@ -171,9 +172,14 @@ HpcStatus cuda_optim_plan_build(CudaOptPlan *p, const CudaOptTensor *t, const ui
 
 /* Queues one optimizer step of plan p: check, decide, [LAMB,] update. */
 HpcStatus cuda_optim_queue_step(const CudaOptKernels *k, const CudaOptPlan *p, CUstream s, HpcError *err);
-/* Its two halves: check and decide (the norm, found_inf, the scaler, the
- * decision the update reads); then the update of chunks [first, first + n)
- * of p's table, which reads only the decision and the tensors. */
+/* Its parts: the norm check of check blocks [b0, b1) (block b reads
+ * chunks [b * CUDA_OPTIM_CHECK_CHUNKS, + CUDA_OPTIM_CHECK_CHUNKS) and
+ * writes partial b, whichever launch it is in, so any split gives the
+ * same partials); the decision (the norm from the partials, found_inf,
+ * the scaler, what the update reads); the update of chunks [first,
+ * first + n), which reads only the decision and the tensors. */
+HpcStatus cuda_optim_queue_check(const CudaOptKernels *k, const CudaOptPlan *p, int b0, int b1, CUstream s,
+                                 HpcError *err);
 HpcStatus cuda_optim_queue_decide(const CudaOptKernels *k, const CudaOptPlan *p, CUstream s, HpcError *err);
 HpcStatus cuda_optim_queue_update(const CudaOptKernels *k, const CudaOptPlan *p, int first, int n, CUstream s,
                                   HpcError *err);
@@ -191,6 +197,19 @@ int cuda_optim_groups(const int64_t *numel, const int *wait, int count, int64_t 
                       int *group_wait);
 #define CUDA_OPTIM_GROUP_MIN_ELEMS (1 << 20)
 
+/* The norm check's runs, for the check beside the backward pass: the check
+ * blocks of a table of n_chunks chunks (tensor k's gradient final once the
+ * node at schedule position ready[k] has run) cut, from the last block
+ * back, into runs of consecutive blocks that end where a block's ready
+ * position (the latest of the tensors it reads) differs from the next
+ * one's, once the run holds at least min_elems elements.  Run r is blocks
+ * [b0[r], b1[r]) and may start after position start[r], the latest ready
+ * position of its blocks; the runs come sorted by start (the order a side
+ * stream must take them in).  Each array has room for the block count
+ * (cuda_optim_check_blocks).  Returns the number of runs. */
+int cuda_optim_check_runs(const CudaOptChunk *chunks, int n_chunks, const int *ready, int64_t min_elems, int *b0,
+                          int *b1, int *start);
+
 /* Queues acc = (first ? 0 : acc) + src * mul for every tensor (acc is the
  * tensor's grad, src its src_grads entry). */
 HpcStatus cuda_optim_queue_accumulate(const CudaOptKernels *k, const CudaOptPlan *p, float mul, int first,
@@ -202,8 +221,15 @@ typedef struct CudaOptim CudaOptim;
 typedef struct {
     CudaOptim *o;
     int what;                     /* 0: accumulate (first), 1: accumulate, 2: [accumulate +] step,
-                                     3: check and decide (the update deferred) */
+                                     3: check and decide (the update deferred), 4: decide (the check
+                                     beside the backward too) */
 } CudaOptTailCtx;
+
+/* What a side's group g is: item g + offset of the optimizer's items. */
+typedef struct {
+    CudaOptim *o;
+    int offset;
+} CudaOptSideCtx;
 
 struct CudaOptim {
     CudaExec *ex;                 /* borrowed */
@@ -215,13 +241,16 @@ struct CudaOptim {
     CUdeviceptr m_block, v_block, acc_block;   /* one allocation each for every tensor's m, v, acc */
     CudaOptPlan plan;
     int64_t grad_accum;
-    CudaOptTailCtx tail_ctx[4];
-    CudaExecTail tails[4];
-    /* cuda_optim_defer's: the update as the next step's head, in groups */
-    int n_groups;
-    int *group_chunk, *group_chunks;   /* (n_groups) first chunk, chunks */
-    int *group_wait;                    /* (n_groups) schedule position */
-    CudaExecHead head;
+    CudaOptTailCtx tail_ctx[5];
+    CudaExecTail tails[5];
+    /* cuda_optim_defer's items: n_groups update groups (chunks [first,
+     * first + count)), then n_runs check runs (blocks [first, first + count)),
+     * with their side start and wait positions */
+    int n_groups, n_runs;
+    int *item_first, *item_count, *item_start, *item_wait;
+    CudaOptSideCtx side_ctx[2];
+    CudaExecSide side_full;       /* the update groups, then the check runs */
+    CudaExecSide side_check;      /* the check runs alone (no update pending) */
 };
 
 /* Builds the tensor table from the executor's graph (every parameter with
@@ -248,21 +277,27 @@ HpcStatus cuda_optim_step(CudaOptim *o, HpcError *err);
 const CudaExecTail *cuda_optim_accumulate_tail(CudaOptim *o, int64_t micro);
 const CudaExecTail *cuda_optim_step_tail(CudaOptim *o);
 
-/* The deferred update (HPC_OPT_OVERLAP=1, program/opt_overlap.h):
- * cuda_optim_defer cuts the table into groups (cuda_optim_groups) from
- * each parameter's wait position (wait_of_param, indexed by ParamList
- * index: opt_overlap_wait_positions).  Then a step ends with the decide
- * tail (check and decide, no update) and the next step's run takes the
- * update head, which updates group g on the head's stream before the
- * forward node at its wait position; cuda_optim_update queues the whole
- * update on the executor's stream (what a pending update needs before
- * anything else reads the parameters or the optimizer state).
- * HPC_ERR_USAGE for LAMB (its norm pass reads every tensor before any
- * update) and for gradient accumulation (the update then reads the sums,
- * which the next step's first micro-batch overwrites). */
-HpcStatus cuda_optim_defer(CudaOptim *o, const int *wait_of_param, HpcError *err);
+/* The deferred update (HPC_OPT_OVERLAP=1, program/opt_overlap.h).
+ * cuda_optim_defer cuts the table into update groups (cuda_optim_groups)
+ * from each parameter's wait position and the norm check into runs
+ * (cuda_optim_check_runs) from each gradient's ready position (both
+ * indexed by ParamList index: opt_overlap_wait_positions,
+ * opt_overlap_ready_positions).  Then a step runs with a side
+ * (cuda_optim_side: the last step's update groups, each before the
+ * forward node at its wait position, when one is pending; the check runs,
+ * each once its gradients are final) and the decision as its tail
+ * (cuda_optim_decide_tail); its update is the next step's.  A step that
+ * runs without a side takes cuda_optim_check_decide_tail, the check and
+ * the decision.  cuda_optim_update queues the whole update on the
+ * executor's stream (what a pending update needs before anything else
+ * reads the parameters or the optimizer state).  HPC_ERR_USAGE for LAMB
+ * (its norm pass reads every tensor before any update) and for gradient
+ * accumulation (the update then reads the sums, which the next step's
+ * first micro-batch overwrites). */
+HpcStatus cuda_optim_defer(CudaOptim *o, const int *wait_of_param, const int *ready_of_param, HpcError *err);
+const CudaExecSide *cuda_optim_side(CudaOptim *o, bool update_pending);
 const CudaExecTail *cuda_optim_decide_tail(CudaOptim *o);
-const CudaExecHead *cuda_optim_update_head(CudaOptim *o);
+const CudaExecTail *cuda_optim_check_decide_tail(CudaOptim *o);
 HpcStatus cuda_optim_update(CudaOptim *o, HpcError *err);
 
 /* Test hook: the next step's check writes +inf into element 0 of the first

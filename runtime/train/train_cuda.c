@@ -27,10 +27,10 @@
  * for clipping is the norm of the same averaged gradient on every rank.
  * The poison hook therefore writes its inf before the reduction.
  *
- * HPC_OPT_OVERLAP=1 (program/opt_overlap.h): a step ends with the
- * optimizer's check and decision, and its update runs at the start of the
- * next step's graph on a second stream beside the forward pass
- * (cuda_optim_defer).  `pending` says an update waits; every entry point
+ * HPC_OPT_OVERLAP=1 (program/opt_overlap.h): the optimizer's norm check
+ * runs beside the backward pass on a second stream, the step ends with its
+ * decision, and its update runs in the next step's graph on that stream
+ * beside the forward pass (cuda_optim_defer).  `pending` says an update waits; every entry point
  * that reads or replaces the parameters or the optimizer state applies it
  * first (settle), or drops it where everything it would write is replaced
  * (set_weights, state_in).  The executor's stream then has the greatest
@@ -226,11 +226,15 @@ static HpcStatus cuda_step(TrainBackend *b, bool poison, HpcError *err)
         /* reduced_step ran the micro-batch, the reduction and the optimizer */
     } else if (!st && t->has_staged) {   /* the last micro-batch, then the optimizer, as one graph */
         CudaRunOptions o = t->staged;
-        /* deferred: the last step's update beside this forward pass, this one's at the next start;
-         * a shape's first run times cuBLASLt's candidates, so nothing runs beside it */
-        if (t->pending && !cuda_exec_shape_ran(&t->ex)) st = settle(t, err);
-        o.head = t->pending ? cuda_optim_update_head(&t->opt) : NULL;
-        o.tail = t->defer ? cuda_optim_decide_tail(&t->opt) : cuda_optim_step_tail(&t->opt);
+        /* deferred: the last step's update beside this forward pass, the norm check beside the
+         * backward, this step's update at the next start; a shape's first run times cuBLASLt's
+         * candidates, so nothing runs beside it */
+        bool beside = t->defer && cuda_exec_shape_ran(&t->ex);
+        if (t->defer && !beside) st = settle(t, err);
+        o.side = beside ? cuda_optim_side(&t->opt, t->pending) : NULL;
+        o.tail = !t->defer ? cuda_optim_step_tail(&t->opt)
+                 : beside  ? cuda_optim_decide_tail(&t->opt)
+                           : cuda_optim_check_decide_tail(&t->opt);
         t->has_staged = false;
         if (!st) st = cuda_exec_launch(&t->ex, &o, err);
         if (!st) t->pending = t->defer;
@@ -704,9 +708,12 @@ HpcStatus train_cuda_open(TrainBackend *b, int64_t total_steps, int64_t max_B, i
     t->opt_open = true;
     if (t->defer) {
         int *wait = xcalloc((size_t)b->g.n_params + 1, sizeof *wait);
+        int *ready = xcalloc((size_t)b->g.n_params + 1, sizeof *ready);
         opt_overlap_wait_positions(&b->g, wait);
-        st = cuda_optim_defer(&t->opt, wait, err);
+        opt_overlap_ready_positions(&b->g, &t->ex.plan, ready);
+        st = cuda_optim_defer(&t->opt, wait, ready, err);
         free(wait);
+        free(ready);
         if (st) return st;
     }
     phase_mark("optimizer: tables uploaded, m and v zeroed");
