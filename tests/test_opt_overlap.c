@@ -173,14 +173,20 @@ static void check_wrapped_plan(const char *model, int64_t B, int64_t L, bool pri
 Test(opt_overlap, wrapped_plan_bert_tiny) { check_wrapped_plan("bert_tiny.model", 8, 64, false); }
 Test(opt_overlap, wrapped_plan_bert_base) { check_wrapped_plan("bert_base.model", 32, 128, true); }
 
+/* The fused fp16 graph of model and its plan at B x L with the gradients wrapped. */
+static void wrapped_plan(const char *model, int64_t B, int64_t L, Pipeline *pp, StepPlan *p)
+{
+    fused_graph(model, pp);
+    HpcError err = {0};
+    cr_assert_eq(plan_build_with(&pp->g, B, L, &(PlanOptions){.wrap_grads = true}, p, &err), HPC_OK, "%s", err.msg);
+}
+
 Test(opt_overlap, plan_check_refuses_broken_wraps)
 {
     Pipeline pp;
-    fused_graph("bert_tiny.model", &pp);
-    const IrGraph *g = &pp.g;
-    HpcError err = {0};
     StepPlan p;
-    cr_assert_eq(plan_build_with(g, 4, 32, &(PlanOptions){.wrap_grads = true}, &p, &err), HPC_OK, "%s", err.msg);
+    wrapped_plan("bert_tiny.model", 4, 32, &pp, &p);
+    const IrGraph *g = &pp.g;
     char why[512] = "";
     cr_assert(plan_check(&p, g, why, sizeof why), "%s", why);
     int cls = params_find(&pp.pl, "classifier.weight");
@@ -325,11 +331,9 @@ static int root_of(const StepPlan *p, int v)
 Test(opt_overlap, bert_base_ready_positions_and_check_runs)
 {
     Pipeline pp;
-    fused_graph("bert_base.model", &pp);
-    const IrGraph *g = &pp.g;
-    HpcError err = {0};
     StepPlan p;
-    cr_assert_eq(plan_build_with(g, 32, 128, &(PlanOptions){.wrap_grads = true}, &p, &err), HPC_OK, "%s", err.msg);
+    wrapped_plan("bert_base.model", 32, 128, &pp, &p);
+    const IrGraph *g = &pp.g;
     int *ready_p = calloc((size_t)g->n_params + 1, sizeof *ready_p);
     opt_overlap_ready_positions(g, &p, ready_p);
     for (int q = 0; q < g->n_params; q++) {
