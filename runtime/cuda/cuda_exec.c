@@ -582,7 +582,7 @@ static HpcStatus profile_with_side(CudaExec *ex, int end, const CudaRunOptions *
     return cuda_exec_profile_graph(ex, end, &t, replays, err);
 }
 
-HpcStatus cuda_exec_launch(CudaExec *ex, const CudaRunOptions *opts, HpcError *err)
+static HpcStatus launch_run(CudaExec *ex, const CudaRunOptions *opts, HpcError *err)
 {
     int end = opts->backward ? ex->plan.n_order : ex->plan.n_forward;
     CudaProfileMode mode;
@@ -604,10 +604,25 @@ HpcStatus cuda_exec_launch(CudaExec *ex, const CudaRunOptions *opts, HpcError *e
 
 bool cuda_exec_shape_ran(const CudaExec *ex)
 {
-    for (int i = 0; i < ex->n_graphs; i++)
-        if (ex->graphs[i].B == ex->B && ex->graphs[i].L == ex->L && (ex->graphs[i].runs > 0 || ex->graphs[i].exec))
-            return true;
+    int n = ex->n_seen < CUDA_EXEC_MAX_SEEN ? ex->n_seen : CUDA_EXEC_MAX_SEEN;
+    for (int i = 0; i < n; i++)
+        if (ex->seen[i][0] == ex->B && ex->seen[i][1] == ex->L) return true;
     return false;
+}
+
+static void remember_shape(CudaExec *ex)
+{
+    if (cuda_exec_shape_ran(ex)) return;
+    int i = ex->n_seen++ % CUDA_EXEC_MAX_SEEN;
+    ex->seen[i][0] = ex->B;
+    ex->seen[i][1] = ex->L;
+}
+
+HpcStatus cuda_exec_launch(CudaExec *ex, const CudaRunOptions *opts, HpcError *err)
+{
+    HpcStatus st = launch_run(ex, opts, err);
+    if (!st && opts->backward) remember_shape(ex);
+    return st;
 }
 
 HpcStatus cuda_exec_run(CudaExec *ex, const Batch *batch, const CudaRunOptions *opts, HpcError *err)

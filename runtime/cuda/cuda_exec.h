@@ -111,6 +111,7 @@ typedef struct {
 } CudaRunOptions;
 
 #define CUDA_EXEC_MAX_GRAPHS 8
+#define CUDA_EXEC_MAX_SEEN 64      /* (B, L) shapes remembered for cuda_exec_shape_ran */
 
 typedef struct {
     int64_t B, L;
@@ -140,6 +141,8 @@ typedef struct {
     CUdeviceptr ctl;           /* EopCtl */
     EopCtl ctl_host;
     CudaExecGraph graphs[CUDA_EXEC_MAX_GRAPHS];
+    int64_t seen[CUDA_EXEC_MAX_SEEN][2];   /* (B, L) of backward runs so far, the oldest overwritten */
+    int n_seen;
     CUstream side_stream;      /* the side work's stream (least priority), made at its first use */
     CUevent *side_events;      /* (n_side_events) the fork, then one after each group */
     int n_side_events;
@@ -192,9 +195,10 @@ HpcStatus cuda_exec_run(CudaExec *ex, const Batch *batch, const CudaRunOptions *
 HpcStatus cuda_exec_stage(CudaExec *ex, const Batch *batch, const CudaRunOptions *opts, HpcError *err);
 HpcStatus cuda_exec_launch(CudaExec *ex, const CudaRunOptions *opts, HpcError *err);
 
-/* Whether the staged batch's shape (B, L) ran before on this executor, so
- * its GEMM algorithms are chosen (the trainer keeps concurrent work away
- * from a shape's first run, which times cuBLASLt's candidates). */
+/* Whether a run with the backward pass at the staged batch's shape (B, L)
+ * was launched before on this executor (of the last CUDA_EXEC_MAX_SEEN
+ * shapes), so its GEMM algorithms are chosen (the trainer keeps concurrent
+ * work away from a shape's first run, which times cuBLASLt's candidates). */
 bool cuda_exec_shape_ran(const CudaExec *ex);
 
 /* Waits for the stream. */

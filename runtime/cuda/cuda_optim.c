@@ -334,11 +334,9 @@ static HpcStatus tail_queue(void *ctx, CUstream s, HpcError *err)
 }
 
 /* A side's group: an update group's chunks or a check run's blocks. */
-static HpcStatus side_queue(void *ctx, int g, CUstream s, HpcError *err)
+static HpcStatus side_queue(void *ctx, int i, CUstream s, HpcError *err)
 {
-    const CudaOptSideCtx *c = ctx;
-    CudaOptim *o = c->o;
-    int i = g + c->offset;
+    CudaOptim *o = ctx;
     if (i < o->n_groups) return cuda_optim_queue_update(&o->k, &o->plan, o->item_first[i], o->item_count[i], s, err);
     return cuda_optim_queue_check(&o->k, &o->plan, o->item_first[i], o->item_first[i] + o->item_count[i], s, err);
 }
@@ -362,9 +360,7 @@ static void init_tails(CudaOptim *o)
         o->tails[i] = (CudaExecTail){.queue = tail_queue, .ctx = &o->tail_ctx[i], .key = base | (uint64_t)(i + 1),
                                      .label = labels[i], .bytes = i == 2 ? bytes : i == 3 ? check_bytes : 0};
     }
-    for (int i = 0; i < 2; i++) o->side_ctx[i] = (CudaOptSideCtx){.o = o};
-    o->side_full = (CudaExecSide){.queue = side_queue, .ctx = &o->side_ctx[0], .key = base | 6};
-    o->side_check = (CudaExecSide){.queue = side_queue, .ctx = &o->side_ctx[1], .key = base | 7};
+    o->side = (CudaExecSide){.queue = side_queue, .ctx = o, .key = base | 6};
 }
 
 static void free_items(CudaOptim *o)
@@ -417,14 +413,9 @@ HpcStatus cuda_optim_defer(CudaOptim *o, const int *wait_of_param, const int *re
         o->item_count[at + r] = b1[r] - o->item_first[at + r];
         o->item_wait[at + r] = INT32_MAX;
     }
-    o->side_ctx[0].offset = 0;
-    o->side_ctx[1].offset = o->n_groups;
-    o->side_full.n_groups = o->n_groups + o->n_runs;
-    o->side_full.start = o->item_start;
-    o->side_full.wait = o->item_wait;
-    o->side_check.n_groups = o->n_runs;
-    o->side_check.start = o->item_start + at;
-    o->side_check.wait = o->item_wait + at;
+    o->side.n_groups = o->n_groups + o->n_runs;
+    o->side.start = o->item_start;
+    o->side.wait = o->item_wait;
     free(numel);
     free(wait);
     free(ready);
@@ -432,20 +423,25 @@ HpcStatus cuda_optim_defer(CudaOptim *o, const int *wait_of_param, const int *re
     free(chunk_first);
     free(chunks);
     free(b1);
-    return HPC_OK;
+    return cuda_optim_spend(o, err);   /* no decision yet: the first side's update does nothing */
 }
 
-const CudaExecSide *cuda_optim_side(CudaOptim *o, bool update_pending)
-{
-    return update_pending ? &o->side_full : &o->side_check;
-}
+const CudaExecSide *cuda_optim_side(CudaOptim *o) { return &o->side; }
 
 const CudaExecTail *cuda_optim_decide_tail(CudaOptim *o) { return &o->tails[4]; }
 const CudaExecTail *cuda_optim_check_decide_tail(CudaOptim *o) { return &o->tails[3]; }
 
 HpcStatus cuda_optim_update(CudaOptim *o, HpcError *err)
 {
-    return cuda_optim_queue_update(&o->k, &o->plan, 0, o->plan.n_chunks, o->ex->dev->stream, err);
+    HpcStatus st = cuda_optim_queue_update(&o->k, &o->plan, 0, o->plan.n_chunks, o->ex->dev->stream, err);
+    return st ? st : cuda_optim_spend(o, err);
+}
+
+/* opt_step's first field, `bad` (compiler/emit_optim.c): set, the update skips. */
+HpcStatus cuda_optim_spend(CudaOptim *o, HpcError *err)
+{
+    if (!o->plan.decision) return HPC_OK;
+    return CUDA_CHECK(err, cuda_driver()->cuMemsetD32Async(o->plan.decision, 1, 1, o->ex->dev->stream));
 }
 
 HpcStatus cuda_optim_init(CudaOptim *o, CudaExec *ex, const ModelSpec *spec, SpecPrecision policy,

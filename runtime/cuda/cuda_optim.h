@@ -225,11 +225,7 @@ typedef struct {
                                      beside the backward too) */
 } CudaOptTailCtx;
 
-/* What a side's group g is: item g + offset of the optimizer's items. */
-typedef struct {
-    CudaOptim *o;
-    int offset;
-} CudaOptSideCtx;
+
 
 struct CudaOptim {
     CudaExec *ex;                 /* borrowed */
@@ -248,9 +244,7 @@ struct CudaOptim {
      * with their side start and wait positions */
     int n_groups, n_runs;
     int *item_first, *item_count, *item_start, *item_wait;
-    CudaOptSideCtx side_ctx[2];
-    CudaExecSide side_full;       /* the update groups, then the check runs */
-    CudaExecSide side_check;      /* the check runs alone (no update pending) */
+    CudaExecSide side;            /* the update groups, then the check runs */
 };
 
 /* Builds the tensor table from the executor's graph (every parameter with
@@ -284,21 +278,27 @@ const CudaExecTail *cuda_optim_step_tail(CudaOptim *o);
  * indexed by ParamList index: opt_overlap_wait_positions,
  * opt_overlap_ready_positions).  Then a step runs with a side
  * (cuda_optim_side: the last step's update groups, each before the
- * forward node at its wait position, when one is pending; the check runs,
- * each once its gradients are final) and the decision as its tail
+ * forward node at its wait position; the check runs, each once its
+ * gradients are final) and the decision as its tail
  * (cuda_optim_decide_tail); its update is the next step's.  A step that
  * runs without a side takes cuda_optim_check_decide_tail, the check and
  * the decision.  cuda_optim_update queues the whole update on the
  * executor's stream (what a pending update needs before anything else
- * reads the parameters or the optimizer state).  HPC_ERR_USAGE for LAMB
+ * reads the parameters or the optimizer state) and then marks the
+ * decision spent, as cuda_optim_spend does alone (for an update that is
+ * dropped): the update kernel then does nothing until the next decision,
+ * so the side stays the same every step, whether an update is pending or
+ * not (one CUDA graph).  cuda_optim_defer marks the decision spent too
+ * (there is none before the first step).  HPC_ERR_USAGE for LAMB
  * (its norm pass reads every tensor before any update) and for gradient
  * accumulation (the update then reads the sums, which the next step's
  * first micro-batch overwrites). */
 HpcStatus cuda_optim_defer(CudaOptim *o, const int *wait_of_param, const int *ready_of_param, HpcError *err);
-const CudaExecSide *cuda_optim_side(CudaOptim *o, bool update_pending);
+const CudaExecSide *cuda_optim_side(CudaOptim *o);
 const CudaExecTail *cuda_optim_decide_tail(CudaOptim *o);
 const CudaExecTail *cuda_optim_check_decide_tail(CudaOptim *o);
 HpcStatus cuda_optim_update(CudaOptim *o, HpcError *err);
+HpcStatus cuda_optim_spend(CudaOptim *o, HpcError *err);
 
 /* Test hook: the next step's check writes +inf into element 0 of the first
  * tensor's gradient (what that step reads), so the step must be skipped.

@@ -114,12 +114,21 @@ static void report_cold_start(CudaTrain *t)
 
 static CudaTrain *impl(TrainBackend *b) { return b->impl; }
 
-/* A deferred update that has not run yet, queued now on the stream. */
+/* A deferred update that has not run yet, queued now on the stream (and
+ * its decision spent, so the next step's side skips it). */
 static HpcStatus settle(CudaTrain *t, HpcError *err)
 {
     if (!t->pending) return HPC_OK;
     t->pending = false;
     return cuda_optim_update(&t->opt, err);
+}
+
+/* A deferred update that will never run: its decision spent. */
+static HpcStatus drop_pending(CudaTrain *t, HpcError *err)
+{
+    if (!t->pending) return HPC_OK;
+    t->pending = false;
+    return cuda_optim_spend(&t->opt, err);
 }
 
 static void cuda_close(TrainBackend *b)
@@ -230,8 +239,11 @@ static HpcStatus cuda_step(TrainBackend *b, bool poison, HpcError *err)
          * backward, this step's update at the next start; a shape's first run times cuBLASLt's
          * candidates, so nothing runs beside it */
         bool beside = t->defer && cuda_exec_shape_ran(&t->ex);
-        if (t->defer && !beside) st = settle(t, err);
-        o.side = beside ? cuda_optim_side(&t->opt, t->pending) : NULL;
+        if (t->defer && !beside) {
+            st = settle(t, err);
+            o.graph = false;   /* once per shape: no graph of its own */
+        }
+        o.side = beside ? cuda_optim_side(&t->opt) : NULL;
         o.tail = !t->defer ? cuda_optim_step_tail(&t->opt)
                  : beside  ? cuda_optim_decide_tail(&t->opt)
                            : cuda_optim_check_decide_tail(&t->opt);
@@ -242,6 +254,7 @@ static HpcStatus cuda_step(TrainBackend *b, bool poison, HpcError *err)
     } else if (!st) {
         st = settle(t, err);
         if (!st) st = cuda_optim_step(&t->opt, err);
+        if (!st && t->defer) st = cuda_optim_spend(&t->opt, err);   /* applied here: no side may apply it again */
     }
     CUdeviceptr slot = t->state_ring + (CUdeviceptr)((size_t)ring * sizeof(CudaOptState));
     if (!st) st = CUDA_CHECK(err, cu->cuMemcpyDtoDAsync(slot, cuda_optim_state_ptr(&t->opt),
@@ -436,8 +449,8 @@ static HpcStatus cuda_state_in(TrainBackend *b, const TrainState *ts, HpcError *
     if (ts->micro_step < 0 || ts->micro_step > (int64_t)UINT32_MAX)
         return hpc_fail(err, HPC_ERR_INPUT, "trainer: checkpoint micro-step %lld out of range",
                         (long long)ts->micro_step);
-    t->pending = false;   /* what the update would write (masters, copies, m, v) is all replaced */
-    HpcStatus st = cuda_exec_set_params(&t->ex, ts->w, err);
+    HpcStatus st = drop_pending(t, err);   /* what it would write (masters, copies, m, v) is all replaced */
+    if (!st) st = cuda_exec_set_params(&t->ex, ts->w, err);
     if (!st) st = copy_moments(t, ts, false, err);
     CudaOptState s;
     if (!st) st = cuda_optim_read_state(&t->opt, &s, err);
@@ -468,8 +481,8 @@ static HpcStatus cuda_set_weights(TrainBackend *b, float *const *w, HpcError *er
     if (t->coll || t->has_staged || t->read != t->steps)
         return hpc_fail(err, HPC_ERR_USAGE, "trainer: new weights in the middle of a step, with records "
                         "uncollected, or under data parallel");
-    t->pending = false;   /* the new masters and zeroed moments replace what it would write */
-    HpcStatus st = cuda_exec_set_params(&t->ex, w, err);
+    HpcStatus st = drop_pending(t, err);   /* the new masters and zeroed moments replace what it would write */
+    if (!st) st = cuda_exec_set_params(&t->ex, w, err);
     for (int i = 0; i < t->opt.count && !st; i++) {
         const CudaOptTensor *k = &t->opt.host_t[i];
         if (k->m) st = CUDA_CHECK(err, cu->cuMemsetD32Async(k->m, 0, (size_t)k->n, t->dev.stream));
