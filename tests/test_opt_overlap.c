@@ -23,6 +23,13 @@
  *   - cuda_optim_check_runs: a small table by hand; on BERT-base the runs
  *     cover every check block once, each starts no earlier than every
  *     gradient it reads is final, in ascending order;
+ *   - the side work's schedule on BERT-base (cuda_optim_side_items and
+ *     the executor's fork and join rules, walked here without a GPU):
+ *     every group is forked once, right after its start position; each
+ *     update group is joined before the forward node that first reads its
+ *     parameters and before the backward pass; each check run after every
+ *     gradient it reads is final and before the tail; the update groups
+ *     cover every chunk once and the runs every check block once;
  *   - HPC_OPT_OVERLAP's forms. */
 #include <criterion/criterion.h>
 #include <stdio.h>
@@ -32,6 +39,7 @@
 #include "compiler/pipeline.h"
 #include "compiler/plan_graph.h"
 #include "compiler/spec_load.h"
+#include "cuda/cuda_exec.h"
 #include "cuda/cuda_optim.h"
 #include "program/opt_overlap.h"
 #include "program/plan.h"
@@ -385,6 +393,104 @@ Test(opt_overlap, bert_base_ready_positions_and_check_runs)
     free(b1);
     free(start);
     free(seen);
+    plan_free(&p);
+    pipeline_free(&pp);
+}
+
+/* ---- the side work's schedule, walked without a GPU ----------------------- */
+
+Test(opt_overlap, bert_base_side_schedule)
+{
+    Pipeline pp;
+    StepPlan p;
+    wrapped_plan("bert_base.model", 32, 128, &pp, &p);
+    const IrGraph *g = &pp.g;
+    int *wait_p = calloc((size_t)g->n_params + 1, sizeof *wait_p), *ready_p = calloc((size_t)g->n_params + 1, sizeof *ready_p);
+    opt_overlap_wait_positions(g, wait_p);
+    opt_overlap_ready_positions(g, &p, ready_p);
+    int c = 0, *param = calloc((size_t)g->n_params + 1, sizeof *param);
+    int64_t *numel = calloc((size_t)g->n_params + 1, sizeof *numel);
+    int *wait = calloc((size_t)g->n_params + 1, sizeof *wait), *ready = calloc((size_t)g->n_params + 1, sizeof *ready);
+    for (int q = 0; q < pp.pl.n; q++)
+        if (g->param_grad[q] >= 0) {
+            param[c] = q;
+            numel[c] = params_numel(&pp.pl.p[q]);
+            wait[c] = wait_p[q];
+            ready[c++] = ready_p[q];
+        }
+    CudaOptSideItems it;
+    cuda_optim_side_items(numel, wait, ready, c, &it);
+    int n = it.n_groups + it.n_runs, end = p.n_order, bad = -1;
+    CudaExecSide side = {.n_groups = n, .start = it.start, .wait = it.wait};
+    cr_assert(cuda_exec_side_valid(&side, &bad), "group %d", bad);
+
+    /* walk the executor's rules: forks after a node (or at -1), joins before one (or at the end) */
+    int *forked_at = calloc((size_t)n + 1, sizeof *forked_at), *joined_at = calloc((size_t)n + 1, sizeof *joined_at);
+    for (int k = 0; k < n; k++) forked_at[k] = joined_at[k] = INT32_MIN;
+    int forked = cuda_exec_side_forks(&side, -1, 0);
+    for (int k = 0; k < forked; k++) forked_at[k] = -1;
+    for (int t = 0; t < end; t++) {
+        for (int k = 0; k < forked; k++)
+            if (cuda_exec_side_joins(&side, k, t, false) && joined_at[k] == INT32_MIN) joined_at[k] = t;
+        int until = cuda_exec_side_forks(&side, t, forked);
+        for (int k = forked; k < until; k++) forked_at[k] = t;
+        forked = until;
+    }
+    for (int k = 0; k < forked; k++)
+        if (cuda_exec_side_joins(&side, k, end, true) && joined_at[k] == INT32_MIN) joined_at[k] = end;
+    cr_expect_eq(forked, n, "%d of %d groups forked", forked, n);
+    for (int k = 0; k < n; k++) {
+        cr_expect_eq(forked_at[k], it.start[k], "group %d forked after %d, starts at %d", k, forked_at[k], it.start[k]);
+        cr_expect(joined_at[k] > forked_at[k], "group %d joined at %d, forked after %d", k, joined_at[k], forked_at[k]);
+    }
+    /* the update groups: their chunks, joined before their parameters' first forward reader */
+    int n_chunks = cuda_optim_chunks(numel, c, NULL, NULL);
+    int *chunk_first = calloc((size_t)c + 1, sizeof *chunk_first), *seen = calloc((size_t)n_chunks + 1, sizeof *seen);
+    cuda_optim_chunks(numel, c, NULL, chunk_first);
+    for (int k = 0; k < it.n_groups; k++) {
+        cr_expect_leq(joined_at[k], g->n_forward, "update group %d joined at %d, after the forward pass", k, joined_at[k]);
+        for (int ch = it.first[k]; ch < it.first[k] + it.count[k]; ch++) seen[ch]++;
+        for (int tk = 0; tk < c; tk++)
+            if (chunk_first[tk] >= it.first[k] && chunk_first[tk] < it.first[k] + it.count[k])
+                cr_expect_leq(joined_at[k], wait[tk], "%s: its group %d joined at %d, read at %d",
+                              pp.pl.p[param[tk]].name, k, joined_at[k], wait[tk]);
+    }
+    for (int ch = 0; ch < n_chunks; ch++) cr_expect_eq(seen[ch], 1, "chunk %d in %d update groups", ch, seen[ch]);
+    /* the check runs: after their gradients are final, joined at the end (before the tail) */
+    int blocks = cuda_optim_check_blocks(n_chunks);
+    int *bseen = calloc((size_t)blocks + 1, sizeof *bseen);
+    CudaOptChunk *chunks = calloc((size_t)n_chunks + 1, sizeof *chunks);
+    cuda_optim_chunks(numel, c, chunks, NULL);
+    for (int k = it.n_groups; k < n; k++) {
+        cr_expect_eq(joined_at[k], end, "check run %d joined at %d", k, joined_at[k]);
+        for (int b = it.first[k]; b < it.first[k] + it.count[k]; b++) {
+            bseen[b]++;
+            for (int ch = b * CUDA_OPTIM_CHECK_CHUNKS; ch < (b + 1) * CUDA_OPTIM_CHECK_CHUNKS && ch < n_chunks; ch++)
+                cr_expect_geq(forked_at[k], ready[chunks[ch].tensor], "check run %d forked after %d, a gradient is final at %d",
+                              k, forked_at[k], ready[chunks[ch].tensor]);
+        }
+    }
+    for (int b = 0; b < blocks; b++) cr_expect_eq(bseen[b], 1, "check block %d in %d runs", b, bseen[b]);
+    printf("bert_base side: %d update groups, %d check runs; the last forked after node %d of %d\n", it.n_groups,
+           it.n_runs, forked_at[n - 1], end);
+    /* a side the executor must refuse: a start after its wait */
+    int bad_start[] = {-1, 5}, bad_wait[] = {3, 4};
+    CudaExecSide broken = {.n_groups = 2, .start = bad_start, .wait = bad_wait};
+    cr_expect_not(cuda_exec_side_valid(&broken, &bad));
+    cr_expect_eq(bad, 1);
+    cuda_optim_side_items_free(&it);
+    free(wait_p);
+    free(ready_p);
+    free(param);
+    free(numel);
+    free(wait);
+    free(ready);
+    free(forked_at);
+    free(joined_at);
+    free(chunk_first);
+    free(seen);
+    free(bseen);
+    free(chunks);
     plan_free(&p);
     pipeline_free(&pp);
 }

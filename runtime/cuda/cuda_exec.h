@@ -195,6 +195,18 @@ HpcStatus cuda_exec_run(CudaExec *ex, const Batch *batch, const CudaRunOptions *
 HpcStatus cuda_exec_stage(CudaExec *ex, const Batch *batch, const CudaRunOptions *opts, HpcError *err);
 HpcStatus cuda_exec_launch(CudaExec *ex, const CudaRunOptions *opts, HpcError *err);
 
+/* The side work's schedule (runtime/cuda/cuda_exec_side.c; no driver, so
+ * tests can walk it): valid says whether the starts are -1 or a position,
+ * do not decrease and each comes before its group's wait (else *bad is the
+ * first group that breaks it); forks gives the end of the run of groups
+ * from `next` on that start right after the node at pos (pos -1: the
+ * run's start), which the executor forks then; joins says whether the
+ * executor's stream waits for forked group g before the node at pos (rest:
+ * at the run's end, pos = its node count, every group still waited for). */
+bool cuda_exec_side_valid(const CudaExecSide *s, int *bad);
+int cuda_exec_side_forks(const CudaExecSide *s, int pos, int next);
+bool cuda_exec_side_joins(const CudaExecSide *s, int g, int pos, bool rest);
+
 /* Whether a run with the backward pass at the staged batch's shape (B, L)
  * was launched before on this executor (of the last CUDA_EXEC_MAX_SEEN
  * shapes), so its GEMM algorithms are chosen (the trainer keeps concurrent

@@ -42,23 +42,49 @@ static HpcStatus side_resources(CudaExec *ex, int n_groups, HpcError *err)
     return st;
 }
 
-HpcStatus cuda_exec_side_begin(CudaExec *ex, const CudaExecSide *s, HpcError *err)
+/* ---- the schedule (no driver) -------------------------------------------- */
+
+bool cuda_exec_side_valid(const CudaExecSide *s, int *bad)
 {
     for (int g = 0; g < s->n_groups; g++)
-        if (s->start[g] >= s->wait[g] || (g > 0 && s->start[g] < s->start[g - 1]))
-            return hpc_fail(err, HPC_ERR_INTERNAL, "cuda_exec: side group %d starts after node %d and is waited "
-                            "for at %d (the starts must not decrease, each before its wait)", g, s->start[g],
-                            s->wait[g]);
+        if (s->start[g] < -1 || s->start[g] >= s->wait[g] || (g > 0 && s->start[g] < s->start[g - 1])) {
+            *bad = g;
+            return false;
+        }
+    return true;
+}
+
+int cuda_exec_side_forks(const CudaExecSide *s, int pos, int next)
+{
+    while (next < s->n_groups && s->start[next] == pos) next++;
+    return next;
+}
+
+bool cuda_exec_side_joins(const CudaExecSide *s, int g, int pos, bool rest)
+{
+    return rest ? s->wait[g] >= pos : s->wait[g] == pos;
+}
+
+/* ---- the launches ---------------------------------------------------------- */
+
+HpcStatus cuda_exec_side_begin(CudaExec *ex, const CudaExecSide *s, HpcError *err)
+{
+    int g = 0;
+    if (!cuda_exec_side_valid(s, &g))
+        return hpc_fail(err, HPC_ERR_INTERNAL, "cuda_exec: side group %d starts after node %d and is waited "
+                        "for at %d (the starts must not decrease, each before its wait)", g, s->start[g],
+                        s->wait[g]);
     return s->n_groups ? side_resources(ex, s->n_groups, err) : HPC_OK;
 }
 
 HpcStatus cuda_exec_side_fork(CudaExec *ex, const CudaExecSide *s, int pos, int *next, HpcError *err)
 {
     const CudaDriver *cu = cuda_driver();
-    if (*next >= s->n_groups || s->start[*next] != pos) return HPC_OK;
+    int until = cuda_exec_side_forks(s, pos, *next);
+    if (until == *next) return HPC_OK;
     HpcStatus st = CUDA_CHECK(err, cu->cuEventRecord(ex->side_events[0], ex->dev->stream));
     if (!st) st = CUDA_CHECK(err, cu->cuStreamWaitEvent(ex->side_stream, ex->side_events[0], 0));
-    for (; !st && *next < s->n_groups && s->start[*next] == pos; (*next)++) {
+    for (; !st && *next < until; (*next)++) {
         st = s->queue(s->ctx, *next, ex->side_stream, err);
         if (!st) st = CUDA_CHECK(err, cu->cuEventRecord(ex->side_events[*next + 1], ex->side_stream));
     }
@@ -70,7 +96,7 @@ HpcStatus cuda_exec_side_join(CudaExec *ex, const CudaExecSide *s, int pos, int 
     const CudaDriver *cu = cuda_driver();
     HpcStatus st = HPC_OK;
     for (int g = 0; g < forked && !st; g++)
-        if (rest ? s->wait[g] >= pos : s->wait[g] == pos)
+        if (cuda_exec_side_joins(s, g, pos, rest))
             st = CUDA_CHECK(err, cu->cuStreamWaitEvent(ex->dev->stream, ex->side_events[g + 1], 0));
     return st;
 }

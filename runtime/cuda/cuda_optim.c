@@ -337,8 +337,9 @@ static HpcStatus tail_queue(void *ctx, CUstream s, HpcError *err)
 static HpcStatus side_queue(void *ctx, int i, CUstream s, HpcError *err)
 {
     CudaOptim *o = ctx;
-    if (i < o->n_groups) return cuda_optim_queue_update(&o->k, &o->plan, o->item_first[i], o->item_count[i], s, err);
-    return cuda_optim_queue_check(&o->k, &o->plan, o->item_first[i], o->item_first[i] + o->item_count[i], s, err);
+    const CudaOptSideItems *it = &o->items;
+    if (i < it->n_groups) return cuda_optim_queue_update(&o->k, &o->plan, it->first[i], it->count[i], s, err);
+    return cuda_optim_queue_check(&o->k, &o->plan, it->first[i], it->first[i] + it->count[i], s, err);
 }
 
 /* Tail keys unique over every CudaOptim of the process (graphs of an
@@ -363,13 +364,47 @@ static void init_tails(CudaOptim *o)
     o->side = (CudaExecSide){.queue = side_queue, .ctx = o, .key = base | 6};
 }
 
-static void free_items(CudaOptim *o)
+void cuda_optim_side_items(const int64_t *numel, const int *wait, const int *ready, int count, CudaOptSideItems *it)
 {
-    free(o->item_first);
-    free(o->item_count);
-    free(o->item_start);
-    free(o->item_wait);
-    o->item_first = o->item_count = o->item_start = o->item_wait = NULL;
+    int *first = xcalloc((size_t)count + 2, sizeof *first), *chunk_first = xcalloc((size_t)count + 1, sizeof *chunk_first);
+    int n_chunks = cuda_optim_chunks(numel, count, NULL, chunk_first);
+    CudaOptChunk *chunks = xcalloc((size_t)n_chunks + 1, sizeof *chunks);
+    cuda_optim_chunks(numel, count, chunks, NULL);
+    int blocks = cuda_optim_check_blocks(n_chunks);
+    size_t cap = (size_t)count + (size_t)blocks + 1;
+    it->first = xcalloc(cap, sizeof *it->first);
+    it->count = xcalloc(cap, sizeof *it->count);
+    it->start = xcalloc(cap, sizeof *it->start);
+    it->wait = xcalloc(cap, sizeof *it->wait);
+    /* the update groups: from the run's start, each before its forward reader */
+    it->n_groups = cuda_optim_groups(numel, wait, count, CUDA_OPTIM_GROUP_MIN_ELEMS, first, it->wait);
+    for (int g = 0; g < it->n_groups; g++) {
+        it->first[g] = chunk_first[first[g]];
+        it->count[g] = chunk_first[first[g + 1]] - chunk_first[first[g]];
+        it->start[g] = -1;
+    }
+    /* the check runs: each once its gradients are final, all before the tail */
+    int *b1 = xcalloc((size_t)blocks + 1, sizeof *b1);
+    int at = it->n_groups;
+    it->n_runs = cuda_optim_check_runs(chunks, n_chunks, ready, CUDA_OPTIM_GROUP_MIN_ELEMS, it->first + at, b1,
+                                       it->start + at);
+    for (int r = 0; r < it->n_runs; r++) {
+        it->count[at + r] = b1[r] - it->first[at + r];
+        it->wait[at + r] = INT32_MAX;
+    }
+    free(first);
+    free(chunk_first);
+    free(chunks);
+    free(b1);
+}
+
+void cuda_optim_side_items_free(CudaOptSideItems *it)
+{
+    free(it->first);
+    free(it->count);
+    free(it->start);
+    free(it->wait);
+    memset(it, 0, sizeof *it);
 }
 
 HpcStatus cuda_optim_defer(CudaOptim *o, const int *wait_of_param, const int *ready_of_param, HpcError *err)
@@ -381,48 +416,19 @@ HpcStatus cuda_optim_defer(CudaOptim *o, const int *wait_of_param, const int *re
     int c = o->count;
     int64_t *numel = xcalloc((size_t)c + 1, sizeof *numel);
     int *wait = xcalloc((size_t)c + 1, sizeof *wait), *ready = xcalloc((size_t)c + 1, sizeof *ready);
-    int *first = xcalloc((size_t)c + 2, sizeof *first), *chunk_first = xcalloc((size_t)c + 1, sizeof *chunk_first);
     for (int k = 0; k < c; k++) {
         numel[k] = o->host_t[k].n;
         wait[k] = wait_of_param[o->param[k]];
         ready[k] = ready_of_param[o->param[k]];
     }
-    int n_chunks = cuda_optim_chunks(numel, c, NULL, chunk_first);
-    CudaOptChunk *chunks = xcalloc((size_t)n_chunks + 1, sizeof *chunks);
-    cuda_optim_chunks(numel, c, chunks, NULL);
-    int blocks = cuda_optim_check_blocks(n_chunks);
-    size_t cap = (size_t)c + (size_t)blocks + 1;
-    free_items(o);
-    o->item_first = xcalloc(cap, sizeof *o->item_first);
-    o->item_count = xcalloc(cap, sizeof *o->item_count);
-    o->item_start = xcalloc(cap, sizeof *o->item_start);
-    o->item_wait = xcalloc(cap, sizeof *o->item_wait);
-    /* the update groups: from the run's start, each before its forward reader */
-    o->n_groups = cuda_optim_groups(numel, wait, c, CUDA_OPTIM_GROUP_MIN_ELEMS, first, o->item_wait);
-    for (int g = 0; g < o->n_groups; g++) {
-        o->item_first[g] = chunk_first[first[g]];
-        o->item_count[g] = chunk_first[first[g + 1]] - chunk_first[first[g]];
-        o->item_start[g] = -1;
-    }
-    /* the check runs: each once its gradients are final, all before the tail */
-    int *b1 = xcalloc((size_t)blocks + 1, sizeof *b1);
-    int at = o->n_groups;
-    o->n_runs = cuda_optim_check_runs(chunks, n_chunks, ready, CUDA_OPTIM_GROUP_MIN_ELEMS, o->item_first + at, b1,
-                                      o->item_start + at);
-    for (int r = 0; r < o->n_runs; r++) {
-        o->item_count[at + r] = b1[r] - o->item_first[at + r];
-        o->item_wait[at + r] = INT32_MAX;
-    }
-    o->side.n_groups = o->n_groups + o->n_runs;
-    o->side.start = o->item_start;
-    o->side.wait = o->item_wait;
+    cuda_optim_side_items_free(&o->items);
+    cuda_optim_side_items(numel, wait, ready, c, &o->items);
+    o->side.n_groups = o->items.n_groups + o->items.n_runs;
+    o->side.start = o->items.start;
+    o->side.wait = o->items.wait;
     free(numel);
     free(wait);
     free(ready);
-    free(first);
-    free(chunk_first);
-    free(chunks);
-    free(b1);
     return cuda_optim_spend(o, err);   /* no decision yet: the first side's update does nothing */
 }
 
@@ -487,7 +493,7 @@ void cuda_optim_free(CudaOptim *o)
     free(o->param);
     free(o->host_t);
     free(o->acc);
-    free_items(o);
+    cuda_optim_side_items_free(&o->items);
     memset(o, 0, sizeof *o);
 }
 

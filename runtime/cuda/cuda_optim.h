@@ -210,6 +210,22 @@ int cuda_optim_groups(const int64_t *numel, const int *wait, int count, int64_t 
 int cuda_optim_check_runs(const CudaOptChunk *chunks, int n_chunks, const int *ready, int64_t min_elems, int *b0,
                           int *b1, int *start);
 
+/* The side work of the optimizer beside the step, as items for a
+ * CudaExecSide (cuda_exec.h): tensors 0..count-1 of the table (numel,
+ * forward wait and backward ready positions per tensor) give n_groups
+ * update groups (chunks [first, first + count), start -1, wait: the
+ * group's, cuda_optim_groups) and then n_runs check runs (check blocks
+ * [first, first + count), start: the run's ready position, wait INT32_MAX,
+ * that is before the tail; cuda_optim_check_runs), each with at least
+ * CUDA_OPTIM_GROUP_MIN_ELEMS elements where the positions allow.
+ * cuda_optim_side_items allocates the arrays, _free releases them. */
+typedef struct {
+    int n_groups, n_runs;
+    int *first, *count, *start, *wait;   /* (n_groups + n_runs) */
+} CudaOptSideItems;
+void cuda_optim_side_items(const int64_t *numel, const int *wait, const int *ready, int count, CudaOptSideItems *it);
+void cuda_optim_side_items_free(CudaOptSideItems *it);
+
 /* Queues acc = (first ? 0 : acc) + src * mul for every tensor (acc is the
  * tensor's grad, src its src_grads entry). */
 HpcStatus cuda_optim_queue_accumulate(const CudaOptKernels *k, const CudaOptPlan *p, float mul, int first,
@@ -239,12 +255,8 @@ struct CudaOptim {
     int64_t grad_accum;
     CudaOptTailCtx tail_ctx[5];
     CudaExecTail tails[5];
-    /* cuda_optim_defer's items: n_groups update groups (chunks [first,
-     * first + count)), then n_runs check runs (blocks [first, first + count)),
-     * with their side start and wait positions */
-    int n_groups, n_runs;
-    int *item_first, *item_count, *item_start, *item_wait;
-    CudaExecSide side;            /* the update groups, then the check runs */
+    CudaOptSideItems items;       /* cuda_optim_defer's: the update groups, then the check runs */
+    CudaExecSide side;            /* over items */
 };
 
 /* Builds the tensor table from the executor's graph (every parameter with
