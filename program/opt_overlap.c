@@ -1,5 +1,5 @@
-/* program/opt_overlap.c — the deferred update's wait positions; see
- * opt_overlap.h. */
+/* program/opt_overlap.c — the switch, and the wait and ready positions of
+ * the optimizer beside the step; see opt_overlap.h. */
 #include "program/opt_overlap.h"
 
 #include <stdlib.h>
@@ -12,8 +12,9 @@ HpcStatus opt_overlap_from_env(bool *on, HpcError *err)
     const char *v = getenv("HPC_OPT_OVERLAP");
     *on = v && strcmp(v, "1") == 0;
     if (!v || !*v || strcmp(v, "0") == 0 || *on) return HPC_OK;
-    return hpc_fail(err, HPC_ERR_USAGE, "HPC_OPT_OVERLAP=%s: expected 0 (the optimizer update at the end of "
-                    "its step) or 1 (deferred beside the next forward pass)", v);
+    return hpc_fail(err, HPC_ERR_USAGE, "HPC_OPT_OVERLAP=%s: expected 0 (the optimizer at the end of its step) "
+                    "or 1 (beside the step: the check beside the backward pass, the update beside the next "
+                    "forward pass)", v);
 }
 
 /* Parameter indices x stands for: a PARAM node's, or the three of a STACK
@@ -50,5 +51,6 @@ void opt_overlap_wait_positions(const IrGraph *g, int *wait)
 
 void opt_overlap_ready_positions(const IrGraph *g, const StepPlan *p, int *ready)
 {
-    for (int q = 0; q < g->n_params; q++) ready[q] = g->param_grad && g->param_grad[q] >= 0 ? p->v[g->param_grad[q]].def : -1;
+    for (int q = 0; q < g->n_params; q++)
+        ready[q] = g->param_grad && g->param_grad[q] >= 0 ? p->v[g->param_grad[q]].def : -1;
 }

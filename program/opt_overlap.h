@@ -1,8 +1,8 @@
-/* program/opt_overlap.h — when a step's optimizer update may run beside
- * the next step's forward pass (HPC_OPT_OVERLAP=1, docs/cuda.md).
+/* program/opt_overlap.h — when the optimizer's work may run beside the
+ * step's (HPC_OPT_OVERLAP=1, docs/cuda.md, docs/cuda_exec.md).
  *
  * The deferred update: the cuda trainer ends step N with the optimizer's
- * check and decision only, and queues step N's update at the start of step
+ * decision only, and queues step N's update at the start of step
  * N + 1, on a second stream, in groups of parameters, while the forward
  * pass runs; the forward node that first reads a parameter waits for the
  * group that updates it, and the backward pass (which writes the gradients
@@ -32,9 +32,9 @@
  * Usage:
  *   bool on;
  *   if (opt_overlap_from_env(&on, &err)) return err.code;
- *   int *wait = xcalloc(g->n_params, sizeof *wait);
+ *   int *wait = xcalloc(g->n_params, sizeof *wait), *ready = xcalloc(g->n_params, sizeof *ready);
  *   opt_overlap_wait_positions(g, wait);
- *   opt_overlap_ready_positions(g, &plan, ready);
+ *   opt_overlap_ready_positions(g, &plan, ready);   // plan: the step's (program/plan.h)
  */
 #ifndef HPC_PROGRAM_OPT_OVERLAP_H
 #define HPC_PROGRAM_OPT_OVERLAP_H

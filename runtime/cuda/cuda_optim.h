@@ -241,8 +241,6 @@ typedef struct {
                                      beside the backward too) */
 } CudaOptTailCtx;
 
-
-
 struct CudaOptim {
     CudaExec *ex;                 /* borrowed */
     CudaOptKernels k;

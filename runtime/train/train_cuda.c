@@ -30,13 +30,15 @@
  * HPC_OPT_OVERLAP=1 (program/opt_overlap.h): the optimizer's norm check
  * runs beside the backward pass on a second stream, the step ends with its
  * decision, and its update runs in the next step's graph on that stream
- * beside the forward pass (cuda_optim_defer).  `pending` says an update waits; every entry point
- * that reads or replaces the parameters or the optimizer state applies it
- * first (settle), or drops it where everything it would write is replaced
- * (set_weights, state_in).  The executor's stream then has the greatest
- * priority, the head's the least.  Only with CUDA graphs (not on a
- * caller's stream), one micro-batch a step, no data parallel and no LAMB;
- * otherwise the switch is refused at open.
+ * beside the forward pass (cuda_optim_defer).  `pending` says an update
+ * waits; every entry point that reads or replaces the parameters or the
+ * optimizer state applies it first (settle), or drops it where everything
+ * it would write is replaced (set_weights, state_in).  A shape's first
+ * step runs eagerly with the whole optimizer but the update in its tail.
+ * The executor's stream then has the greatest priority, the side stream
+ * the least.  Only with CUDA graphs (not on a caller's stream), one
+ * micro-batch a step, no data parallel and no LAMB; otherwise the switch
+ * is refused at open.
  *
  * For the C API (train_backend_open_with's options): the caller's stream
  * replaces the device's own for every launch and copy (CUDA graphs are then
