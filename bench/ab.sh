@@ -18,7 +18,9 @@
 # inside the step's CUDA graph).  Settings (environment): SHAPES (32x128,32x32,
 # 256x128), ROUNDS (2), WARMUP (5), ITERS (20), PROFILE, PSHAPES (256x128),
 # PGREP (attention).  Output: one line per run (variant, round, shape,
-# median ms, device MiB) on stdout, then a summary: per shape and variant
+# median ms, device MiB) on stdout, with what a run wrote to stderr (an
+# error, say a setting the build refuses) as `NAME round R stderr: ...`
+# lines beside it, then a summary: per shape and variant
 # the mean over the rounds and its difference from the first variant's;
 # the JSON lines go to $OUT/ab_NAME.jsonl when OUT is set.  A parent commit's bench_hpc comes from building it
 # here first (git stash; make build/bench/bench_hpc; copy it; git stash pop)
@@ -39,17 +41,20 @@ done
 settings() { case $1 in *:*) echo "${1#*:}" | tr ',' ' ' ;; esac; }
 run=0
 lines=$(mktemp)
+errs=$(mktemp)
 while [ $run -lt "$ROUNDS" ]; do
     run=$((run + 1))
     for v in "$@"; do
         name=${v%%=*}; rest=${v#*=}; bin=${rest%%:*}
         # shellcheck disable=SC2046
         env $(settings "$rest") "$bin" --shapes "$SHAPES" --policies fp16 --warmup "$WARMUP" --iters "$ITERS" \
-            2>/dev/null | tee -a "${OUT:-/tmp}/ab_$name.jsonl" |
+            2>"$errs" | tee -a "${OUT:-/tmp}/ab_$name.jsonl" |
             sed -n "s/.*\"B\": \([0-9]*\), \"L\": \([0-9]*\), \"median_ms\": \([0-9.]*\),.*\"device_mib\": \([0-9.]*\).*/$name round $run \1x\2 \3 ms \4 MiB/p" |
             tee -a "$lines"
+        head -n 5 "$errs" | sed "s/^/$name round $run stderr: /"
     done
 done
+rm -f "$errs"
 # The summary: per shape and variant the mean of the rounds (their range),
 # and its difference from the first variant's mean.
 [ -s "$lines" ] && awk -v first="${1%%=*}" '

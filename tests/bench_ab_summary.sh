@@ -2,7 +2,9 @@
 # tests/bench_ab_summary.sh — bench/ab.sh's summary without a GPU: a stand-in
 # for bench_hpc prints the JSON lines bench_hpc prints, with a step time set
 # by the variant's settings, and the summary must give each variant's mean
-# over the rounds and its difference from the first variant's.  (The A/B
+# over the rounds and its difference from the first variant's; a variant
+# whose run fails (FAKE_FAIL set: a message on stderr, exit 1) shows its
+# message on a `NAME round R stderr:` line and no rows.  (The A/B
 # runs themselves need the GPU machine; this holds the arithmetic every
 # BENCHMARKS.md comparison is read from.)
 set -u
@@ -12,6 +14,7 @@ trap 'rm -rf "$dir"' EXIT
 # round r of a variant: FAKE_MS + r / 1000, so the two rounds' mean is FAKE_MS + 0.0015
 cat > "$dir/bench" <<'EOF'
 #!/bin/sh
+[ -n "${FAKE_FAIL:-}" ] && { echo "bench_hpc: $FAKE_FAIL" >&2; exit 1; }
 shapes=32x128
 while [ $# -gt 0 ]; do case $1 in --shapes) shapes=$2; shift ;; esac; shift; done
 r=$(($(cat "$FAKE_DIR/round_$FAKE_NAME" 2>/dev/null || echo 0) + 1))
@@ -25,7 +28,8 @@ chmod +x "$dir/bench"
 out=$(OUT="$dir" SHAPES=32x32,32x128 ROUNDS=2 sh bench/ab.sh \
     base="$dir/bench:FAKE_DIR=$dir,FAKE_NAME=base,FAKE_MS=3.000" \
     fast="$dir/bench:FAKE_DIR=$dir,FAKE_NAME=fast,FAKE_MS=2.700" \
-    slow="$dir/bench:FAKE_DIR=$dir,FAKE_NAME=slow,FAKE_MS=3.150")
+    slow="$dir/bench:FAKE_DIR=$dir,FAKE_NAME=slow,FAKE_MS=3.150" \
+    broken="$dir/bench:FAKE_DIR=$dir,FAKE_NAME=broken,FAKE_FAIL=refused")
 fail=0
 expect() {
     if printf '%s\n' "$out" | grep -qE "$1"; then :; else
@@ -38,6 +42,8 @@ expect '^summary: mean of the rounds \(range\), against base$'
 expect '^32x32 +base +3\.002 ms \(3\.001-3\.002\) *$'
 expect '^32x32 +fast +2\.702 ms \(2\.701-2\.702\) +-0\.300 ms \(-10\.0 %\)$'
 expect '^32x128 +slow +5\.152 ms \(5\.151-5\.152\) +\+0\.150 ms \(\+3\.0 %\)$'
+expect '^broken round 2 stderr: bench_hpc: refused$'
+[ "$(printf '%s\n' "$out" | grep -c '^base round 1 stderr')" = 0 ] || { echo "FAIL  tests/bench_ab_summary.sh: a stderr line for a clean run"; fail=1; }
 [ "$(printf '%s\n' "$out" | grep -c ' ms (')" = 6 ] || { echo "FAIL  tests/bench_ab_summary.sh: not 6 summary rows"; fail=1; }
 if [ $fail -ne 0 ]; then
     printf '%s\n' "$out"
