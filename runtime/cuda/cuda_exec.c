@@ -577,7 +577,8 @@ static HpcStatus profile_with_side(CudaExec *ex, int end, const CudaRunOptions *
     HpcStatus st = cuda_exec_side_serial(ex, opts->side, false, err);
     if (st) return st;
     if (mode == CUDA_PROFILE_EAGER) return cuda_exec_profile_eager(ex, end, &t, err);
-    CudaExecGraph *s = graph_slot(ex, opts->backward, NULL, opts->tail);
+    /* the step's own graph slot tells whether the shape ran (its GEMMs chosen) */
+    CudaExecGraph *s = graph_slot(ex, opts->backward, opts->side, opts->tail);
     if (!s || (!s->exec && s->runs++ == 0)) return cuda_exec_launch_step(ex, end, NULL, &t, err);
     return cuda_exec_profile_graph(ex, end, &t, replays, err);
 }

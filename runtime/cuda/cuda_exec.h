@@ -143,7 +143,9 @@ typedef struct {
     CudaExecGraph graphs[CUDA_EXEC_MAX_GRAPHS];
     int64_t seen[CUDA_EXEC_MAX_SEEN][2];   /* (B, L) of backward runs so far, the oldest overwritten */
     int n_seen;
-    CUstream side_stream;      /* the side work's stream (least priority), made at its first use */
+    CUstream side_stream;      /* the side work's stream, made at its first use: of the least priority
+                                  the context offers, or the greatest with side_high */
+    bool side_high;            /* set before the first side run (HPC_OPT_SIDE_PRIORITY=high) */
     CUevent *side_events;      /* (n_side_events) the fork, then one after each group */
     int n_side_events;
     int n_graphs;

@@ -27,7 +27,8 @@ static HpcStatus side_resources(CudaExec *ex, int n_groups, HpcError *err)
     if (!ex->side_stream) {
         int least = 0, greatest = 0;
         st = CUDA_CHECK(err, cu->cuCtxGetStreamPriorityRange(&least, &greatest));
-        if (!st) st = CUDA_CHECK(err, cu->cuStreamCreateWithPriority(&ex->side_stream, CU_STREAM_NON_BLOCKING, least));
+        int prio = ex->side_high ? greatest : least;
+        if (!st) st = CUDA_CHECK(err, cu->cuStreamCreateWithPriority(&ex->side_stream, CU_STREAM_NON_BLOCKING, prio));
         if (st) return st;
     }
     if (ex->n_side_events >= n_groups + 1) return HPC_OK;

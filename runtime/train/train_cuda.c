@@ -92,6 +92,7 @@ typedef struct {
     bool defer;                /* HPC_OPT_OVERLAP=1: each update deferred to the next step's start */
     bool pending;              /* the last step's update has not run yet (defer) */
     CUstream priority_stream;  /* defer: the executor's stream, of the greatest priority */
+    bool side_high;            /* defer: HPC_OPT_SIDE_PRIORITY=high */
     TrainDeviceAllocator user_alloc; /* the caller's allocator (alloc NULL: none) */
     ArenaAllocator arena_alloc;      /* adapts it for runtime/cuda/device_arena.h */
 } CudaTrain;
@@ -665,6 +666,15 @@ static HpcStatus defer_setup(TrainBackend *b, CudaTrain *t, HpcError *err)
     if (why)
         return hpc_fail(err, HPC_ERR_USAGE, "HPC_OPT_OVERLAP=1: the update cannot be deferred to the next step "
                         "with %s; unset it", why);
+    /* HPC_OPT_SIDE_PRIORITY (an experiment's knob): low (the default) the
+     * step's stream above the side's; same: both the device stream's
+     * (least); high: the side's above the step's */
+    const char *pv = getenv("HPC_OPT_SIDE_PRIORITY");
+    int mode = !pv || !*pv || strcmp(pv, "low") == 0 ? 0 : strcmp(pv, "same") == 0 ? 1 : strcmp(pv, "high") == 0 ? 2 : -1;
+    if (mode < 0)
+        return hpc_fail(err, HPC_ERR_USAGE, "HPC_OPT_SIDE_PRIORITY=%s: expected low, same or high", pv);
+    t->side_high = mode == 2;
+    if (mode != 0) return HPC_OK;
     const CudaDriver *cu = cuda_driver();
     int least = 0, greatest = 0;
     st = CUDA_CHECK(err, cu->cuCtxGetStreamPriorityRange(&least, &greatest));
@@ -717,6 +727,7 @@ HpcStatus train_cuda_open(TrainBackend *b, int64_t total_steps, int64_t max_B, i
                                      &(PlanOptions){.wrap_grads = t->defer}, err);
     if (st) return st;
     t->ex_open = true;
+    t->ex.side_high = t->side_high;
     phase_mark("kernel lookups");
     st = cuda_optim_init(&t->opt, &t->ex, b->spec, b->policy, total_steps, err);
     if (st) return st;
