@@ -289,20 +289,24 @@ typedef struct {
     size_t bytes;
 } StagedInputs;
 
+/* Bytes of value i when it is a staged input (EOP_UPLOAD), else 0. */
+static size_t staged_bytes(const CudaExec *ex, int i)
+{
+    if (ex->code[i].kind != EOP_UPLOAD) return 0;
+    return (size_t)ir_numel(NODE(i), ex->B, ex->L) * plan_dtype_size(NODE(i)->dtype);
+}
+
 static HpcStatus inputs_save(CudaExec *ex, StagedInputs *in, HpcError *err)
 {
     const CudaDriver *cu = cuda_driver();
     in->saved = 0;
     in->bytes = 0;
-    for (int i = 0; i < ex->g->n; i++)
-        if (ex->code[i].kind == EOP_UPLOAD)
-            in->bytes += (size_t)ir_numel(NODE(i), ex->B, ex->L) * plan_dtype_size(NODE(i)->dtype);
+    for (int i = 0; i < ex->g->n; i++) in->bytes += staged_bytes(ex, i);
     if (in->bytes == 0) return HPC_OK;
     HpcStatus st = CUDA_CHECK(err, cu->cuMemAlloc(&in->saved, in->bytes));
     size_t at = 0;
     for (int i = 0; i < ex->g->n && !st; i++) {
-        if (ex->code[i].kind != EOP_UPLOAD) continue;
-        size_t b = (size_t)ir_numel(NODE(i), ex->B, ex->L) * plan_dtype_size(NODE(i)->dtype);
+        size_t b = staged_bytes(ex, i);
         if (b) st = CUDA_CHECK(err, cu->cuMemcpyDtoDAsync(in->saved + at, cuda_exec_ptr(ex, i), b, ex->dev->stream));
         at += b;
     }
@@ -315,8 +319,7 @@ static HpcStatus inputs_restore(CudaExec *ex, const StagedInputs *in, HpcError *
     size_t at = 0;
     HpcStatus st = HPC_OK;
     for (int i = 0; i < ex->g->n && !st && in->saved; i++) {
-        if (ex->code[i].kind != EOP_UPLOAD) continue;
-        size_t b = (size_t)ir_numel(NODE(i), ex->B, ex->L) * plan_dtype_size(NODE(i)->dtype);
+        size_t b = staged_bytes(ex, i);
         if (b) st = CUDA_CHECK(err, cu->cuMemcpyDtoDAsync(cuda_exec_ptr(ex, i), in->saved + at, b, ex->dev->stream));
         at += b;
     }
