@@ -567,22 +567,39 @@ size_t gemm_workspace_needed(const GemmContext *g)
     return need;
 }
 
-/* A workspace of at least `need` bytes (in steps of 64 KiB).  The buffer it
- * replaces is kept (see GemmContext.retired). */
+/* A workspace of at least `need` bytes (in steps of 64 KiB), for a call
+ * about to be queued on g's stream.  The buffer it replaces is freed when
+ * no captured CUDA graph can hold it (no call used it during a capture),
+ * after the stream's queued calls are done with it; otherwise it is kept
+ * until gemm_free (see GemmContext.retired).  Until 2026-12-05 every
+ * replaced buffer was kept, though the workspace grows while the first,
+ * eager step makes its plans, before any capture. */
 HpcStatus gemm_workspace_reserve(GemmContext *g, size_t need, HpcError *err)
 {
-    if (need <= g->workspace_held) return HPC_OK;
-    size_t step = (size_t)64 << 10, bytes = (need + step - 1) / step * step;
-    CUdeviceptr w;
-    HpcStatus st = CUDA_CHECK(err, cuda_driver()->cuMemAlloc(&w, bytes));
-    if (st) return st;
-    if (g->workspace) {
-        g->retired = xrealloc(g->retired, (size_t)(g->n_retired + 1) * sizeof *g->retired);
-        g->retired[g->n_retired++] = g->workspace;
-        g->retired_bytes += g->workspace_held;
+    bool capturing = stream_capturing(g->stream);
+    if (need > g->workspace_held) {
+        size_t step = (size_t)64 << 10, bytes = (need + step - 1) / step * step;
+        CUdeviceptr w;
+        const CudaDriver *cu = cuda_driver();
+        HpcStatus st = CUDA_CHECK(err, cu->cuMemAlloc(&w, bytes));
+        if (st) return st;
+        if (g->workspace && !g->workspace_captured && !capturing) {
+            st = CUDA_CHECK(err, cu->cuStreamSynchronize(g->stream));
+            if (!st) st = CUDA_CHECK(err, cu->cuMemFree(g->workspace));
+            if (st) {
+                cu->cuMemFree(w);
+                return st;
+            }
+        } else if (g->workspace) {
+            g->retired = xrealloc(g->retired, (size_t)(g->n_retired + 1) * sizeof *g->retired);
+            g->retired[g->n_retired++] = g->workspace;
+            g->retired_bytes += g->workspace_held;
+        }
+        g->workspace = w;
+        g->workspace_held = bytes;
+        g->workspace_captured = false;
     }
-    g->workspace = w;
-    g->workspace_held = bytes;
+    if (capturing) g->workspace_captured = true;
     return HPC_OK;
 }
 

@@ -124,8 +124,9 @@ typedef struct {
     CUdeviceptr workspace;      /* what the chosen algorithms need, grown as plans are made (0 while none
                                    needs any) */
     size_t workspace_held;      /* its bytes */
-    CUdeviceptr *retired;       /* smaller workspaces it replaced: a captured CUDA graph may still use
-                                   them, so they live until gemm_free */
+    bool workspace_captured;    /* a call made during a stream capture used the workspace */
+    CUdeviceptr *retired;       /* smaller workspaces it replaced that a captured CUDA graph may still
+                                   use, so they live until gemm_free */
     size_t retired_bytes;
     int n_retired;
     bool allow_tf32;            /* f32 GEMMs may use TF32 (off by default) */

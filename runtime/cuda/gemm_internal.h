@@ -53,7 +53,7 @@ bool gemm_plan_algo_cached(GemmPlan *p, const GemmContext *g);
 HpcStatus gemm_plan_complete(GemmContext *g, GemmPlan *p, HpcError *err);
 
 /* Grows g's workspace to hold at least `need` bytes (p->ws_need of a plan
- * about to run on g). */
+ * about to run on g), and notes whether that call is being captured. */
 HpcStatus gemm_workspace_reserve(GemmContext *g, size_t need, HpcError *err);
 
 /* One cublasLtMatmul of d with p and algo, on g's handle, workspace and stream. */
