@@ -318,13 +318,14 @@ Test(plan, keep_all_shares_nothing)
     params_free(&pl);
 }
 
-/* The arena's placement (program/plan.c: first fit largest first or in the
- * breadth order, whichever is smaller) comes within 2 % of the bytes live at
- * the peak on BERT-base fp16 at 32 x 128 with the last layer for token 0,
- * and within 0.1 % with every token (the breadth order reaches the peak
- * there; largest first alone left 3 MiB, 0.4 %).  The placement before
- * both (best fit in definition order) gave 958.9 MiB for 887.5 live with
- * the first-token layer (+8 %). */
+/* The arena's placement (program/plan.c: first fit in several orders, the
+ * smallest kept) comes within 1 % of the bytes live at the peak on
+ * BERT-base fp16 at 32 x 128 with the last layer for token 0 (largest
+ * first alone: 757.8 MiB for 748.8 live, 1.2 %), and within 0.1 % with
+ * every token (the breadth order reaches the peak there; largest first
+ * alone left 3 MiB, 0.4 %).  The placement before both (best fit in
+ * definition order) gave 958.9 MiB for 887.5 live with the first-token
+ * layer (+8 %). */
 static void arena_near_peak(bool first_token)
 {
     ModelSpec s;
@@ -345,7 +346,7 @@ static void arena_near_peak(bool first_token)
     printf("plan bert_base fp16 32x128%s: arena %.1f MiB, %.1f MiB live at the peak\n",
            first_token ? " (last layer for token 0)" : "", p.arena_bytes / 1048576.0, live / 1048576.0);
     cr_expect_geq(p.arena_bytes, live);
-    int64_t slack = first_token ? live / 50 : live / 1000;
+    int64_t slack = first_token ? live / 100 : live / 1000;
     cr_expect_leq(p.arena_bytes, live + slack, "arena %lld for %lld live", (long long)p.arena_bytes,
                   (long long)live);
     plan_free(&p);
