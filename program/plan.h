@@ -17,9 +17,11 @@
  *   - an offset in one device block (the arena) for every value the step
  *     computes, and for the scratch memory of each node (emit_ops.h says
  *     how much a kernel needs): knowing every lifetime, the ranges are
- *     placed largest first, each at the lowest offset free of the ranges
+ *     placed one by one, each at the lowest offset free of the ranges
  *     already placed that live at the same time, so values whose lifetimes
- *     do not overlap share memory.  Parameters (f32
+ *     do not overlap share memory; of several orders (largest first, the
+ *     fullest positions' ranges first, largest first with perturbed sizes)
+ *     the one with the smallest arena is kept.  Parameters (f32
  *     masters and their fp16/bf16 copies) live outside the arena.
  *   - in-place writes: a node whose op writes over one of its inputs
  *     (plan_inplace_input: LINEAR_DX_ACC's acc, the GEMM's C = D; the
