@@ -304,14 +304,14 @@ HpcStatus fuse_graph(const IrGraph *in, const PrecisionPlan *pin, IrGraph *out, 
         return hpc_fail(err, HPC_ERR_INPUT, "fuse_graph: HPC_LN_SAVE=%s is not a choice; set it to s (the "
                         "LayerNorm sites save their f32 input), xhat (they save the normalised "
                         "input in f16), xhat_dw (xhat, and the weight gradients of the GEMMs after "
-                        "them read it instead of their 16-bit output: the default) or xhat_ones "
-                        "(xhat_dw, and a column of ones on xhat gives those GEMMs' bias gradients), "
+                        "them read it instead of their 16-bit output) or xhat_ones (xhat_dw, and a "
+                        "column of ones on xhat gives those GEMMs' bias gradients: the default), "
                         "or leave it unset", save);
     const char *keep = getenv("HPC_ATTN_KEEP");
     if (keep && *keep && strcmp(keep, "0") != 0 && strcmp(keep, "1") != 0)
-        return hpc_fail(err, HPC_ERR_INPUT, "fuse_graph: HPC_ATTN_KEEP=%s is not a choice; set it to 1 (the "
-                        "attention forward saves its dropout's keep bits for the backward), 0 or leave it "
-                        "unset (the backward draws them again: the default)", keep);
+        return hpc_fail(err, HPC_ERR_INPUT, "fuse_graph: HPC_ATTN_KEEP=%s is not a choice; set it to 1 or "
+                        "leave it unset (the attention forward saves its dropout's keep bits for the "
+                        "backward: the default) or 0 (the backward draws them again)", keep);
     FuseOptions o = fuse_defaults();
     return fuse_graph_with(in, pin, out, pout, stats, &o, err);
 }
@@ -321,9 +321,9 @@ FuseOptions fuse_defaults(void)
     const char *ln = getenv("HPC_FUSE_LN");   /* a hook for comparisons, as HPC_KEEP_F32 */
     const char *acc = getenv("HPC_FUSE_ACCUM");
     const char *ab = getenv("HPC_FUSE_ACT_BGRAD");   /* 0: off; nomerge: no recompute output */
-    const char *save = getenv("HPC_LN_SAVE");   /* xhat_dw (default), xhat_ones, xhat or s: what the LayerNorm sites keep */
+    const char *save = getenv("HPC_LN_SAVE");   /* xhat_ones (default), xhat_dw, xhat or s: what the LayerNorm sites keep */
     const char *emb = getenv("HPC_FUSE_EMB");
-    const char *keep = getenv("HPC_ATTN_KEEP");   /* 1: the attention's keep bits saved (fuse_attn_keep.c) */
+    const char *keep = getenv("HPC_ATTN_KEEP");   /* 1 or unset: the attention's keep bits saved (fuse_attn_keep.c) */
     bool act = !ab || strcmp(ab, "0") != 0;
     return (FuseOptions){.recompute_act = true, .layernorm = !ln || strcmp(ln, "0") != 0,
                          .accumulate = !acc || strcmp(acc, "0") != 0,
@@ -331,9 +331,9 @@ FuseOptions fuse_defaults(void)
                          .ln_save_xhat = !(save && strcmp(save, "s") == 0),
                          .ln_save_xhat_dw = !save || !*save || strcmp(save, "xhat_dw") == 0 ||
                                             strcmp(save, "xhat_ones") == 0,
-                         .ln_xhat_ones = save && strcmp(save, "xhat_ones") == 0,
+                         .ln_xhat_ones = !save || !*save || strcmp(save, "xhat_ones") == 0,
                          .embed_ln = !emb || strcmp(emb, "0") != 0,
-                         .attn_keep = keep && strcmp(keep, "1") == 0};
+                         .attn_keep = !keep || !*keep || strcmp(keep, "1") == 0};
 }
 
 HpcStatus fuse_graph_with(const IrGraph *in, const PrecisionPlan *pin, IrGraph *out, PrecisionPlan *pout,

@@ -115,8 +115,11 @@ HpcStatus fuse_graph(const IrGraph *in, const PrecisionPlan *pin, IrGraph *out, 
  * act_merge only; ln_save_xhat is on unless HPC_LN_SAVE=s (the H200 suite
  * passed with it, 2026-12-01), ln_save_xhat_dw on unless HPC_LN_SAVE=xhat or
  * s (since 2026-12-02: BERT-base at 32 x 128 fits 2200 MiB with it, for
- * 0.1 ms a step; xhat is the faster choice), and fuse_graph refuses any
- * other HPC_LN_SAVE). */
+ * 0.1 ms a step; xhat is the faster choice), ln_xhat_ones with it unless
+ * HPC_LN_SAVE=xhat_dw, and attn_keep unless HPC_ATTN_KEEP=0 (both since
+ * 2026-12-05: -0.33 ms at BERT-base 256 x 128, the CoLA fine-tune's dev MCC
+ * unchanged, 2198 MiB at 32 x 128); fuse_graph refuses any other
+ * HPC_LN_SAVE or HPC_ATTN_KEEP). */
 typedef struct {
     bool recompute_act;       /* recompute an ACT before its dW GEMMs instead of keeping it */
     bool layernorm;           /* the LayerNorm site rules (fuse_layernorm.c) */
@@ -128,15 +131,15 @@ typedef struct {
                                * xhat in f16 and rstd, not s and mean (fuse_layernorm.c) */
     bool ln_save_xhat_dw;     /* default (HPC_LN_SAVE=xhat or s: off; with ln_save_xhat): the dW GEMMs
                                * reading such a site's 16-bit y read xhat instead (fuse_ln_dw.c) */
-    bool ln_xhat_ones;        /* HPC_LN_SAVE=xhat_ones (off by default; with ln_save_xhat_dw): where such
+    bool ln_xhat_ones;        /* default (HPC_LN_SAVE=xhat_dw: off; with ln_save_xhat_dw): where such
                                * a GEMM also makes its bias gradient (LINEAR_DW_BGRAD, the Q/K/V's), the
                                * site's xhat gets a column of ones and the plain GEMM's raw output holds
                                * the bias gradient (fuse_ln_dw.c) */
     bool embed_ln;            /* default (HPC_FUSE_EMB=0: off; with ln_save_xhat only, since it saves xhat
                                * too): BERT's embedding layer, lookups + LayerNorm + dropout and its
                                * backward, as EMBED_LN / EMBED_LN_BWD (fuse_embed.c) */
-    bool attn_keep;           /* HPC_ATTN_KEEP=1 (off by default: not yet timed): the attention forward
-                               * saves its dropout's keep bits for the backward (fuse_attn_keep.c) */
+    bool attn_keep;           /* default (HPC_ATTN_KEEP=0: off): the attention forward saves its
+                               * dropout's keep bits for the backward (fuse_attn_keep.c) */
 } FuseOptions;
 
 FuseOptions fuse_defaults(void);

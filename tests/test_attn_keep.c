@@ -87,7 +87,7 @@ Test(attn_keep, only_with_the_setting_and_where_the_kernels_take_it)
         int sites;
         const char *what;
     } cases[] = {
-        {PREC_FP16, 0.1, NULL, 0, "unset: the backward draws, as before"},
+        {PREC_FP16, 0.1, NULL, 1, "unset: the bits saved (the default since 2026-12-05)"},
         {PREC_FP16, 0.1, "0", 0, "HPC_ATTN_KEEP=0"},
         {PREC_FP16, 0.1, "1", 1, "fp16: the full-length layer"},
         {PREC_BF16, 0.1, "1", 1, "bf16"},

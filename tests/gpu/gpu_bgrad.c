@@ -240,10 +240,17 @@ static void node_case(SpecPrecision prec, bool force_fallback, double tol)
      * (LN_RESIDUAL_BWD takes their bias gradient: compiler/fuse_dw.c) and
      * FFN1 (ACT_BWD_BGRAD takes it: compiler/fuse_act.c), the pooler
      * (likewise an activation's unless HPC_FUSE_ACT_BGRAD=0), and under fp32
-     * the classifier (its dW and bias gradient then read one dlogits) */
+     * the classifier (its dW and bias gradient then read one dlogits); and
+     * in 16 bits under HPC_LN_SAVE=xhat_ones (the default) less the Q, K and
+     * V of every layer after the first, which read the xhat of an encoder
+     * LayerNorm site with its ones column and make their bias gradients in
+     * a plain LINEAR_DW (compiler/fuse_ln_dw.c; the first layer's follow
+     * the embedding's LayerNorm, which saves no ones column) */
     FuseOptions fo = fuse_defaults();
     int per_layer = (fo.layernorm ? 6 - 2 : 6) - fo.act_bgrad;
-    int want = per_layer * (int)s.stack.layers + !fo.act_bgrad + (prec == PREC_FP32);
+    bool ones = prec != PREC_FP32 && fo.layernorm && fo.ln_save_xhat_dw && fo.ln_xhat_ones;
+    int ones_qkv = ones ? 3 * ((int)s.stack.layers - 1) : 0;
+    int want = per_layer * (int)s.stack.layers + !fo.act_bgrad + (prec == PREC_FP32) - ones_qkv;
     result(nv == 2 * want, "%s: %d linear_dw_bgrad nodes (%d expected)", tag, nv / 2, want);
     float **w = gpu_check_random_params(&P.pl, prec, uniform);
     Batch *b = gpu_check_random_batch(&s, B, L, true, rnd);
