@@ -355,9 +355,10 @@ enum { PLAN_PACK_TRIES = 16 };
  * the peak first; perturbing the sizes by up to 5-100 % tries the close
  * sizes in other orders.  Measured by `hpc compile --plan` (2026-12-05),
  * fp16 at the models' batch and length, arena before -> after: BERT-base
- * 757.8 -> 752.1 MiB (749 live at the peak; 772.7 -> 766.7 with
- * HPC_LN_SAVE=xhat_ones HPC_ATTN_KEEP=1), with every token in the last
- * layer 785.0 -> 782.0 (the live peak, from the breadth order), BERT-large
+ * 772.7 -> 766.7 MiB (758 live at the peak; 757.8 -> 752.1 with
+ * HPC_LN_SAVE=xhat_dw HPC_ATTN_KEEP=0, the defaults before that day), with
+ * every token in the last layer 785.0 -> 782.0 (the live peak, from the
+ * breadth order; under the old defaults), BERT-large
  * 1297.1 -> 1292.5, DistilBERT 396.5 -> 390.5; 64 tries found at most
  * 0.3 MiB more for these, 3.6 for RoBERTa-base, at 4 times the cost.  The
  * 16 first fits of BERT-base's ~500 ranges take about 33 ms.  Placing by definition order with a free list
