@@ -639,6 +639,8 @@ HpcStatus cuda_exec_sync(CudaExec *ex, HpcError *err)
 
 HpcStatus cuda_exec_read(CudaExec *ex, int v, float *out, HpcError *err)
 {
+    if (v < 0 || v >= ex->g->n)
+        return hpc_fail(err, HPC_ERR_USAGE, "cuda_exec_read: no value %d (the graph has %d)", v, ex->g->n);
     const IrNode *n = NODE(v);
     if (!ir_dtype_is_float(n->dtype))
         return hpc_fail(err, HPC_ERR_USAGE, "cuda_exec_read: value %d (%s) is an integer value", v, n->name);
