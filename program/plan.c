@@ -361,9 +361,10 @@ enum { PLAN_PACK_TRIES = 16 };
  * breadth order; under the old defaults), BERT-large
  * 1297.1 -> 1292.5, DistilBERT 396.5 -> 390.5; 64 tries found at most
  * 0.3 MiB more for these, 3.6 for RoBERTa-base, at 4 times the cost.  The
- * 16 first fits of BERT-base's ~500 ranges take about 33 ms.  Placing by definition order with a free list
- * (what this did until 2026-12-02) cannot see that a small value born
- * early will block a hole that a large one needs later. */
+ * 16 first fits of BERT-base's ~500 ranges take about 33 ms.  Placing by
+ * definition order with a free list (what this did until 2026-12-02)
+ * cannot see that a small value born early will block a hole that a large
+ * one needs later. */
 static void plan_offsets(StepPlan *p)
 {
     Range *by_size = xmalloc((size_t)(2 * p->n + 1) * sizeof *by_size);

@@ -323,11 +323,10 @@ Test(plan, keep_all_shares_nothing)
  * BERT-base fp16 at 32 x 128 with the last layer for token 0 (766.7 MiB
  * for 757.7 live, 1.2 %; largest first alone: 772.7, 2.0 %; before
  * xhat_ones and the keep bits were the default, 752.1 for 748.8 against
- * 757.8), and within 0.1 % with
- * every token (the breadth order reaches the peak there; largest first
- * alone left 3 MiB, 0.4 %).  The placement before both (best fit in
- * definition order) gave 958.9 MiB for 887.5 live with the first-token
- * layer (+8 %). */
+ * 757.8), and within 0.1 % with every token (the breadth order reaches
+ * the peak there; largest first alone left 3 MiB, 0.4 %).  The placement
+ * before both (best fit in definition order) gave 958.9 MiB for 887.5
+ * live with the first-token layer (+8 %). */
 static void arena_near_peak(bool first_token)
 {
     ModelSpec s;
