@@ -233,8 +233,35 @@ static void vl_tail_text(StrBuf *s, int spans_input, const char *out, long long 
 
 static StepSize vl_tiles(void) { return (StepSize){.c0 = AT_TILE - 1, .c1 = 1, .pB = 1, .pL = 1, .div = AT_TILE}; }
 
+/* Query start_b alone (first_query): attn_first_fwd_run at B = 1, L = len_b,
+ * one block a (sequence, head), ctx and lse rows b of the (B, H) and
+ * (B, heads, 1) outputs; an empty span writes zeros and +inf there. */
+static HpcStatus gen_attention_first_varlen(EopGen *gen, const AttnCfg *c)
+{
+    AttnPtrs ap = attn_ptrs(c, 0);
+    char q[96], k[96], v[96];
+    long long H = (long long)c->hidden, NH = (long long)c->heads, D = (long long)c->head_dim;
+    StrBuf *s = attn_phase(gen, "attn_first_fwd_vl", c, EOP_LT_HEAD_TILES, (StepSize){.c0 = 1}, (int)c->heads);
+    strbuf_printf(s, "    T *y = (T *)a.y + (i64)blockIdx.z * %lldLL;\n"
+                     "    float *lse = (float *)a.yk[0] + (i64)blockIdx.z * %lldLL;\n"
+                     "    if (((const int *)a.x[3])[2 * blockIdx.z + 1] < 1) {   // an empty span\n"
+                     "        for (int d = threadIdx.x; d < %lld; d += blockDim.x)\n"
+                     "            y[blockIdx.y * %lldLL + d] = hpc_attn::st_from(0.0f);\n"
+                     "        if (threadIdx.x == 0) lse[blockIdx.y] = __int_as_float(0x7f800000);\n"
+                     "        return;\n    }\n",
+                  H, NH, D, D);
+    vl_span_text(s, 3);
+    strbuf_printf(s, "    hpc_attn::attn_first_fwd_run(0, blockIdx.y, 0, y, lse,\n"
+                     "        %s, %s, %s, %lld, (const int *)0,\n"
+                     "        1, (int)nl, p, vseed, ctl->step, salt);\n",
+                  vl_at(q, sizeof q, ap.q, c->ld), vl_at(k, sizeof k, ap.k, c->ld), vl_at(v, sizeof v, ap.v, c->ld),
+                  c->ld);
+    return HPC_OK;
+}
+
 static HpcStatus gen_attention_varlen(EopGen *gen, const AttnCfg *c, const char *fam)
 {
+    if (c->first_query) return gen_attention_first_varlen(gen, c);
     AttnPtrs ap = attn_ptrs(c, 0);
     char q[96], k[96], v[96], y[64], l[64];
     long long H = (long long)c->hidden, NH = (long long)c->heads;
@@ -252,32 +279,73 @@ static HpcStatus gen_attention_varlen(EopGen *gen, const AttnCfg *c, const char 
     return HPC_OK;
 }
 
+/* The backward's q, k, v, dq, dk, dv arguments at sequence blockIdx.z's
+ * base (vl_at of attn_ptrs). */
+typedef struct { char q[96], k[96], v[96], dq[80], dk[80], dv[80]; } VlBwdPtrs;
+
+static VlBwdPtrs vl_bwd_ptrs(const AttnCfg *c)
+{
+    AttnPtrs ap = attn_ptrs(c, 1);
+    VlBwdPtrs o;
+    vl_at(o.q, sizeof o.q, ap.q, c->ld);
+    vl_at(o.k, sizeof o.k, ap.k, c->ld);
+    vl_at(o.v, sizeof o.v, ap.v, c->ld);
+    vl_at(o.dq, sizeof o.dq, ap.dq, c->ld);
+    vl_at(o.dk, sizeof o.dk, ap.dk, c->ld);
+    vl_at(o.dv, sizeof o.dv, ap.dv, c->ld);
+    return o;
+}
+
+/* Block (0, 0, 0) zeroes the tail rows of dq, dk, dv (packed: of the one
+ * (B, L, 3H) gradient): no span writes them. */
+static void vl_bwd_tails(StrBuf *s, const AttnCfg *c)
+{
+    long long H = (long long)c->hidden;
+    vl_tail_text(s, 4, "(T *)a.y", c->packed ? 3 * H : H, true);
+    if (!c->packed) {
+        vl_tail_text(s, 4, "(T *)a.yk[0]", H, true);
+        vl_tail_text(s, 4, "(T *)a.yk[1]", H, true);
+    }
+}
+
+/* The backward of gen_attention_first_varlen: attn_first_bwd_run at B = 1,
+ * L = len_b (dK, dV of the span's keys, dQ at its first slot and zeros in
+ * its others), dctx, ctx and lse rows b; block (0, 0, 0) first zeroes the
+ * tails (rows no span writes). */
+static HpcStatus gen_attention_bwd_first_varlen(EopGen *gen, const AttnCfg *c)
+{
+    long long H = (long long)c->hidden, NH = (long long)c->heads;
+    VlBwdPtrs vp = vl_bwd_ptrs(c);
+    StrBuf *s = attn_phase(gen, "attn_first_bwd_vl", c, EOP_LT_HEAD_TILES, (StepSize){.c0 = 1}, (int)c->heads);
+    vl_bwd_tails(s, c);
+    vl_span_text(s, 4);
+    strbuf_printf(s, "    hpc_attn::attn_first_bwd_run(0, blockIdx.y, 0, %s, %s, %s, %lld,\n"
+                     "        (const T *)a.x[0] + (i64)blockIdx.z * %lldLL, (const T *)a.x[5] + (i64)blockIdx.z * %lldLL,\n"
+                     "        %s, %s, %s, %lld,\n"
+                     "        (const float *)a.x[6] + (i64)blockIdx.z * %lldLL, (const int *)0,\n"
+                     "        1, (int)nl, p, vseed, ctl->step, salt);\n",
+                  vp.dq, vp.dk, vp.dv, c->ld, H, H, vp.q, vp.k, vp.v, c->ld, NH);
+    return HPC_OK;
+}
+
 /* The backward (EOP_MAX_PHASES = 3): one block a (sequence, head) makes
  * delta (or, one-pass and len_b <= AT_ONE_PASS_MAX_L, the whole backward),
  * and block (0, 0, 0) first zeroes the tails (rows no span writes); then
  * the dQ and dK/dV tiles of the longer sequences. */
 static HpcStatus gen_attention_bwd_varlen(EopGen *gen, const AttnCfg *c, const char *fam, bool one_pass)
 {
-    AttnPtrs ap = attn_ptrs(c, 1);
+    if (c->first_query) return gen_attention_bwd_first_varlen(gen, c);
     long long H = (long long)c->hidden, NH = (long long)c->heads, ld = c->ld;
-    char q[96], k[96], v[96], dq[80], dk[80], dv[80], g[64], y[64], l[80], dl[80];
-    vl_at(q, sizeof q, ap.q, ld);
-    vl_at(k, sizeof k, ap.k, ld);
-    vl_at(v, sizeof v, ap.v, ld);
-    vl_at(dq, sizeof dq, ap.dq, ld);
-    vl_at(dk, sizeof dk, ap.dk, ld);
-    vl_at(dv, sizeof dv, ap.dv, ld);
+    VlBwdPtrs vp = vl_bwd_ptrs(c);
+    const char *q = vp.q, *k = vp.k, *v = vp.v, *dq = vp.dq, *dk = vp.dk, *dv = vp.dv;
+    char g[64], y[64], l[80], dl[80];
     vl_at(g, sizeof g, "(const T *)a.x[0]", H);
     vl_at(y, sizeof y, "(const T *)a.x[5]", H);
     vl_at(l, sizeof l, "(const float *)a.x[6]", NH);
     vl_at(dl, sizeof dl, "(float *)a.scratch", NH);
     StrBuf *s = attn_phase(gen, one_pass ? "attn3_bwd_vl" : "attn_bwd_dot_vl", c, EOP_LT_HEAD_BLOCKS,
                            (StepSize){.c0 = 1}, (int)c->heads);
-    vl_tail_text(s, 4, "(T *)a.y", c->packed ? 3 * H : H, true);
-    if (!c->packed) {
-        vl_tail_text(s, 4, "(T *)a.yk[0]", H, true);
-        vl_tail_text(s, 4, "(T *)a.yk[1]", H, true);
-    }
+    vl_bwd_tails(s, c);
     vl_span_text(s, 4);
     if (one_pass)
         strbuf_printf(s, "    if (nl <= %d) {\n"

@@ -224,9 +224,10 @@ static int lower_layer(Lower *lw, int x, int64_t i)
     int a = post ? lower_attention(lw, x, pre, v)
                  : lower_attention(lw, lw_layernorm(lw, x, n, vn), pre, v);
     char rn[IR_NAME_MAX];
-    if (lw->first_only) {   /* the residual of token 0 only, as the attention's context */
+    if (lw->first_only) {   /* the residual of token 0 only (packed: each span's first slot), as the context */
         snprintf(rn, sizeof rn, "%s.first_token", v);
-        x = ir_add(lw->g, IR_OP_SLICE_FIRST, &x, 1, NULL, rn);
+        x = lw->spans >= 0 ? ir_add(lw->g, IR_OP_SPAN_TOKEN, (int[]){x, lw->spans}, 2, &(IrAttr){.span = {false}}, rn)
+                           : ir_add(lw->g, IR_OP_SLICE_FIRST, &x, 1, NULL, rn);
     }
     snprintf(rn, sizeof rn, "%s.attn.residual", v);
     x = lw_add(lw, a, x, rn);
@@ -332,7 +333,7 @@ bool last_layer_first_requested(void)
 bool last_layer_first_only(const ModelSpec *spec, bool fused_attention)
 {
     const SpecStack *s = &spec->stack;
-    return fused_attention && !spec->train.pack && spec->head.kind == HEAD_SEQ_CLASSIFICATION &&
+    return fused_attention && spec->head.kind == HEAD_SEQ_CLASSIFICATION &&
            s->attention != ATTN_CAUSAL && s->norm == NORM_POST && s->kind != STACK_DECODER && s->layers >= 1;
 }
 

@@ -50,7 +50,9 @@ HpcStatus lower_model_attention(const ModelSpec *spec, bool fused_attention, boo
  * LayerNorms and FFN one row per batch row instead of L.  The loss and
  * every gradient are those of the full layer; only the dropout draws of
  * that layer's hidden dropouts differ (other shapes, so other indices;
- * equally exact).  Fused attention, padded batches only.  What it costs:
+ * equally exact).  Fused attention only; in a packed graph (docs/packing.md)
+ * the token is each span's first slot (SPAN_TOKEN, varlen first_query).
+ * What it costs:
  * the layer's other tokens have no hidden state (the C API's
  * hpc_model_hidden needs them, so its programs ask for every token). */
 bool last_layer_first_only(const ModelSpec *spec, bool fused_attention);

@@ -336,8 +336,8 @@ static void ir_shape_attention(const IrGraph *g, IrNode *n)
             n->attr.attn.varlen ? "varlen: spans must be (B, 2) i32" : "mask must be (B, L) i32");
     require(n->attr.attn.p >= 0 && n->attr.attn.p < 1, n, "dropout p must be in [0, 1)");
     if (n->attr.attn.salt < 0) n->attr.attn.salt = (int32_t)(n - g->nodes);
-    require(!n->attr.attn.first_query || (!n->attr.attn.varlen && !n->attr.attn.causal), n,
-            "first_query: a padded, bidirectional attention only");
+    require(!n->attr.attn.first_query || !n->attr.attn.causal, n,
+            "first_query: a bidirectional attention only (query 0, or each span's first slot, sees every key)");
     int64_t H = q->dims[2] / (packed ? 3 : 1);
     require(H % heads == 0, n, "H must be a multiple of heads");
     if (n->attr.attn.first_query) set_shape(n, q->dtype, 2, (int64_t[]){q->dims[0], H});   /* ctx (B, H) */

@@ -118,7 +118,10 @@ typedef struct { int index; } IrOutputAttr;                /* which output (>= 1
 /* first_query (compiler/lower.c, the last layer under a first-token head):
  * only query 0 of each row attends, over all L keys: ctx (B, H), lse
  * (B, heads, 1), and the backward's dq is zero past row 0.  Its dropout
- * bits are those of query 0 in the full attention. */
+ * bits are those of query 0 in the full attention.  With varlen, the query
+ * is each span's first slot start_b, over the span's keys (dq zero in the
+ * span's other slots and in the tail); an empty span gives a zero context
+ * and lse +inf. */
 typedef struct { float p; int32_t salt; int32_t heads; uint8_t causal, packed, varlen, first_query; } IrAttnAttr;
 
 /* SOFTMAX_DROPOUT, SOFTMAX_DROPOUT_BWD and DROPOUT_ADD (made by the fuse

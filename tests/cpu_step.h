@@ -12,7 +12,7 @@
  * tests whose weights are floats already (tests/test_fuse_ln.c,
  * tests/test_ln_xhat.c): the f32 executor, gradients as floats.
  * cpu_step_padded_batch is the padded batch tests/test_attention_step.c and
- * tests/test_first_token.c run; cpu_step_tiny_spec the bert_tiny-shaped
+ * tests/test_first_token.c run, cpu_step_packed_batch its rows packed; cpu_step_tiny_spec the bert_tiny-shaped
  * model and cpu_step_worst_rel the comparison of two steps that
  * tests/test_first_token.c and tests/test_fuse_embed.c share;
  * cpu_step_load_model loads one of models/ for the tests that build a real
@@ -85,6 +85,31 @@ static inline Batch *cpu_step_padded_batch(int B, int L, int vocab, int classes)
         }
         b->labels[r] = r % classes;
     }
+    return b;
+}
+
+/* cpu_step_padded_batch(B, L, ...)'s rows packed back to back
+ * (docs/packing.md): the same real tokens, types and labels, sequence r at
+ * flat slot start_r, L' = ceil(tokens / B) slots a row, the tail padding. */
+static inline Batch *cpu_step_packed_batch(int B, int L, int vocab, int classes)
+{
+    Batch *pad = cpu_step_padded_batch(B, L, vocab, classes);
+    int64_t tokens = 0;
+    for (int r = 0; r < B; r++)
+        for (int t = 0; t < L; t++) tokens += pad->attention_mask[r * L + t] != 0;
+    Batch *b = batch_new_packed(B, (tokens + B - 1) / B, 1);
+    int64_t at = 0;
+    for (int r = 0; r < B; r++) {
+        b->seq_spans[2 * r] = (int32_t)at;
+        for (int t = 0; t < L && pad->attention_mask[r * L + t]; t++, at++) {
+            b->input_ids[at] = pad->input_ids[r * L + t];
+            b->token_type_ids[at] = pad->token_type_ids[r * L + t];
+            b->attention_mask[at] = 1;
+        }
+        b->seq_spans[2 * r + 1] = (int32_t)(at - b->seq_spans[2 * r]);
+        b->labels[r] = pad->labels[r];
+    }
+    batch_free(pad);
     return b;
 }
 

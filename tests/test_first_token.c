@@ -9,9 +9,13 @@
  *   - the graph: the last layer's ATTENTION (forward and backward) is
  *     first_query with a (B, H) context, the earlier layers' are not, the
  *     layer's FFN values are (B, ...) and the head slices nothing;
- *   - when it applies: fused attention, padded batches, a post-LN
- *     bidirectional encoder under a sequence-classification head; on by
+ *   - when it applies: fused attention, a post-LN bidirectional encoder
+ *     under a sequence-classification head, padded or packed; on by
  *     default in the pipeline, off with HPC_LAST_LAYER=all;
+ *   - packed (docs/packing.md): the last layer's ATTENTION is varlen
+ *     first_query, its residual each span's first slot (SPAN_TOKEN), and
+ *     on the padded test batch's rows packed back to back the same function
+ *     holds at the same tolerances;
  *   - the same function: with dropout off, a random bert_tiny-shaped model
  *     gives the full layer's loss and every parameter gradient (f64
  *     executor 1e-12; fp32 policy on the f32 executor 1e-5; fp16 policy
@@ -69,21 +73,29 @@ static const IrNode *named(const IrGraph *g, const char *name)
     return NULL;
 }
 
+/* The two-layer model's ATTENTION nodes: layer 1's (the last) first_query
+ * with a (B, H) context, layer 0's of every query; varlen where packed. */
+static void expect_first_query_last(const IrGraph *g, bool varlen)
+{
+    cr_expect_eq(count_first_query(g, IR_OP_ATTENTION), 1);
+    cr_expect_eq(count_first_query(g, IR_OP_ATTENTION_BWD), 1);
+    for (int i = 0; i < g->n; i++) {
+        const IrNode *n = &g->nodes[i];
+        if (n->op != IR_OP_ATTENTION) continue;
+        bool last = strncmp(n->name, "layer.1.", 8) == 0;
+        cr_expect_eq(n->attr.attn.varlen, varlen, "%s: varlen", n->name);
+        cr_expect_eq(n->attr.attn.first_query, last, "%s", n->name);
+        cr_expect_eq(n->rank, last ? 2 : 3, "%s: ctx rank %d", n->name, n->rank);
+    }
+}
+
 Test(first_token, graph_of_the_last_layer)
 {
     ModelSpec s;
     tiny_spec(&s);
     Pipeline p;
     build(&s, PREC_FP16, "first", &p);
-    cr_expect_eq(count_first_query(&p.g, IR_OP_ATTENTION), 1);
-    cr_expect_eq(count_first_query(&p.g, IR_OP_ATTENTION_BWD), 1);
-    for (int i = 0; i < p.g.n; i++) {
-        const IrNode *n = &p.g.nodes[i];
-        if (n->op != IR_OP_ATTENTION) continue;
-        bool last = strncmp(n->name, "layer.1.", 8) == 0;
-        cr_expect_eq(n->attr.attn.first_query, last, "%s", n->name);
-        cr_expect_eq(n->rank, last ? 2 : 3, "%s: ctx rank %d", n->name, n->rank);
-    }
+    expect_first_query_last(&p.g, false);
     const IrNode *ffn0 = named(&p.g, "layer.0.ffn.in"), *ffn1 = named(&p.g, "layer.1.ffn.in");
     cr_assert(ffn0 && ffn1);
     cr_expect(ffn0->rank == 3 && ffn1->rank == 2 && ffn1->dims[0] == IR_DIM_B && ffn1->dims[1] == s.stack.ffn,
@@ -107,7 +119,7 @@ Test(first_token, where_it_applies)
     cr_expect_not(last_layer_first_only(&s, false), "the unfused chain has no query-0 form");
     ModelSpec t = s;
     t.train.pack = true;
-    cr_expect_not(last_layer_first_only(&t, true), "packed: the head reads each span's first slot");
+    cr_expect(last_layer_first_only(&t, true), "packed: each span's first slot");
     t = s;
     t.stack.attention = ATTN_CAUSAL;
     cr_expect_not(last_layer_first_only(&t, true), "causal: the head reads the last token");
@@ -128,16 +140,38 @@ Test(first_token, where_it_applies)
     cr_expect(pipeline_defaults(PREC_FP16).first_token_last_layer);
 }
 
-static void same_function(SpecPrecision policy, CpuExecPrecision prec, double tol, const char *tag)
+/* A packed program (docs/packing.md): the last layer's ATTENTION is
+ * varlen first_query with a (B, H) context, its residual each span's first
+ * slot (SPAN_TOKEN), and the head takes no token of its own. */
+Test(first_token, graph_of_the_last_layer_packed)
 {
     ModelSpec s;
     tiny_spec(&s);
+    s.train.pack = true;
+    Pipeline p;
+    build(&s, PREC_FP16, "first", &p);
+    expect_first_query_last(&p.g, true);
+    const IrNode *tok = named(&p.g, "layer.1.first_token"), *ffn1 = named(&p.g, "layer.1.ffn.in");
+    cr_assert(tok && ffn1);
+    cr_expect_eq(tok->op, IR_OP_SPAN_TOKEN, "the residual of each span's first slot");
+    cr_expect(ffn1->rank == 2 && ffn1->dims[0] == IR_DIM_B, "the last FFN runs one row a sequence");
+    cr_expect(named(&p.g, "head.first_token") == NULL, "the head slices nothing");
+    pipeline_free(&p);
+}
+
+static void same_function_batch(SpecPrecision policy, CpuExecPrecision prec, double tol, const char *tag, bool pack)
+{
+    ModelSpec s;
+    tiny_spec(&s);
+    s.train.pack = pack;
     Pipeline first, all;
     build(&s, policy, "first", &first);
     build(&s, policy, "all", &all);
     cr_assert_eq(first.pl.n, all.pl.n);
+    cr_assert_eq(count_first_query(&first.g, IR_OP_ATTENTION), 1, "%s: the last layer for token 0", tag);
     double **w = cpu_step_random_weights(&first.pl, 11, 0.5);
-    Batch *b = make_batch(3, 13);
+    /* packed: the padded rows back to back (13, 10, 7 tokens in 10 x 3 slots) */
+    Batch *b = pack ? cpu_step_packed_batch(3, 13, TV, TC) : make_batch(3, 13);
     StepOut a = cpu_step_run_dropout(&all.g, &all.pl, w, prec, CPU_EXEC_REFERENCE, 1.0, b, false);
     StepOut f = cpu_step_run_dropout(&first.g, &first.pl, w, prec, CPU_EXEC_REFERENCE, 1.0, b, false);
     const char *which;
@@ -157,9 +191,17 @@ static void same_function(SpecPrecision policy, CpuExecPrecision prec, double to
     pipeline_free(&all);
 }
 
+static void same_function(SpecPrecision policy, CpuExecPrecision prec, double tol, const char *tag)
+{
+    same_function_batch(policy, prec, tol, tag, false);
+}
+
 Test(first_token, same_function_f64) { same_function(PREC_FP32, CPU_EXEC_F64, 1e-12, "fp32/f64"); }
 Test(first_token, same_function_f32) { same_function(PREC_FP32, CPU_EXEC_F32, 1e-5, "fp32/f32"); }
 Test(first_token, same_function_fp16) { same_function(PREC_FP16, CPU_EXEC_F32, 2e-3, "fp16/f32"); }
+Test(first_token, same_function_packed_f64) { same_function_batch(PREC_FP32, CPU_EXEC_F64, 1e-12, "packed fp32/f64", true); }
+Test(first_token, same_function_packed_f32) { same_function_batch(PREC_FP32, CPU_EXEC_F32, 1e-5, "packed fp32/f32", true); }
+Test(first_token, same_function_packed_fp16) { same_function_batch(PREC_FP16, CPU_EXEC_F32, 2e-3, "packed fp16/f32", true); }
 
 Test(first_token, residual_gradient_stays_f32)
 {

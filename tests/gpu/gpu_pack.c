@@ -13,7 +13,11 @@
  *   - the loss; every parameter gradient (relative L2, floor 1e-3 of the
  *     largest gradient norm, as tests/gpu/gpu_attention_step.c);
  *   - per forward attention node: ctx (relative L2), its tail rows exactly 0,
- *     lse over the spans' blocks (the tail's entries are not written);
+ *     lse over the spans' blocks (the tail's entries are not written); the
+ *     last layer of the sequence heads attends from each span's first slot
+ *     alone (first_query: ctx (B, H) and lse (B, heads, 1) compared whole),
+ *     so the tiny fp16 and the BERT-base-shaped cases run again with
+ *     HPC_LAST_LAYER=all for that layer's full varlen attention;
  *   - span_positions exactly equal.
  * The packed batch has rows of lengths 1, 200 (above the one-pass
  * backward's 128: the dQ and dK/dV tiles run), a full batch's worth of
@@ -106,11 +110,16 @@ static float *read_gpu(CudaExec *ex, int v, int64_t n)
     return x;
 }
 
-static void check_case(Case c, SpecPrecision prec, double tol)
+/* every_token: HPC_LAST_LAYER=all, the last layer's full varlen attention
+ * (by default a sequence head's last layer computes each span's first slot
+ * alone: varlen first_query, attn_first_*_vl). */
+static void check_case(Case c, SpecPrecision prec, double tol, bool every_token)
 {
     ModelSpec s;
     make_spec(&s, c);
+    if (every_token) setenv("HPC_LAST_LAYER", "all", 1);
     PipeOptions o = pipeline_defaults(prec);
+    unsetenv("HPC_LAST_LAYER");
     Pipeline p;
     HpcError err = {0};
     if (pipeline_build(&s, &o, &p, &err)) {
@@ -119,7 +128,7 @@ static void check_case(Case c, SpecPrecision prec, double tol)
         return;
     }
     char tag[128];
-    snprintf(tag, sizeof tag, "%s %s", s.name, spec_precision_name(prec));
+    snprintf(tag, sizeof tag, "%s %s%s", s.name, spec_precision_name(prec), every_token ? " every token" : "");
     result(ir_graph_packed(&p.g), "%s: the graph is packed", tag);
     g_rng = 0x9e3779b97f4a7c15ull;
     float **w = gpu_check_random_params(&p.pl, prec, uniform);
@@ -166,6 +175,19 @@ static void check_case(Case c, SpecPrecision prec, double tol)
                 free(gp);
             }
             if (n->op != IR_OP_ATTENTION) continue;
+            if (n->attr.attn.first_query) {   /* ctx (B, H), lse (B, heads, 1): every row a sequence's */
+                int64_t cnt = cpu_exec_numel(&cx, id), nl = b->B * n->attr.attn.heads;
+                float *g = read_gpu(&ex, id, cnt);
+                double e = gpu_check_rel_l2(g, cpu_exec_value(&cx, id), cnt);
+                result(e <= tol, "%s: %s (each span's first slot) rel %.3g <= %.0e", tag, n->name, e, tol);
+                free(g);
+                int lo = ir_output(&p.g, id, 1);
+                g = read_gpu(&ex, lo, nl);
+                e = gpu_check_rel_l2(g, cpu_exec_value(&cx, lo), nl);
+                result(e <= 1e-3, "%s: %s lse rel %.3g <= 1e-3", tag, n->name, e);
+                free(g);
+                continue;
+            }
             int64_t H = n->dims[2], NH = n->attr.attn.heads, cnt = cpu_exec_numel(&cx, id);
             float *g = read_gpu(&ex, id, cnt);
             const float *cc = cpu_exec_value(&cx, id);
@@ -210,10 +232,12 @@ int main(void)
 {
     if (!gpu_check_open_device("gpu_pack", &g_dev)) return 4;
     printf("gpu_pack on %s (sm_%d)\n", g_dev.name, g_dev.arch);
-    check_case(C_TINY, PREC_FP16, 1e-2);
-    check_case(C_TINY, PREC_BF16, 4e-2);
-    check_case(C_CAUSAL, PREC_FP16, 1e-2);
-    check_case(C_BASE_1L, PREC_FP16, 1e-2);
+    check_case(C_TINY, PREC_FP16, 1e-2, false);
+    check_case(C_TINY, PREC_BF16, 4e-2, false);
+    check_case(C_CAUSAL, PREC_FP16, 1e-2, false);
+    check_case(C_BASE_1L, PREC_FP16, 1e-2, false);
+    check_case(C_TINY, PREC_FP16, 1e-2, true);
+    check_case(C_BASE_1L, PREC_FP16, 1e-2, true);
     cuda_device_close(&g_dev);
     return gpu_check_summary();
 }
