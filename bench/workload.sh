@@ -10,12 +10,14 @@
 #
 # Needs a GPU, python3 with torch and transformers, and bin/hpc built on the
 # build machine.  Settings (environment): SHAPE ("12 768 12 3072": layers,
-# hidden, heads, FFN), TORCH (1: also run PyTorch), OUT (optional: where the
-# JSON lines and the table are copied).  Time on one H200: about a minute.
+# hidden, heads, FFN), TORCH (1: also run PyTorch), HPC_ARGS (more `hpc run`
+# options, e.g. --pack), OUT (optional: where the JSON lines and the table
+# are copied).  Time on one H200: about a minute.
 set -u
 cd "$(dirname "$0")/.."
 SHAPE=${SHAPE:-12 768 12 3072}
 TORCH=${TORCH:-1}
+HPC_ARGS=${HPC_ARGS:-}
 PYTHON=${PYTHON:-python3}
 COPY_TO=${OUT:-}
 WORK=build/workload
@@ -32,15 +34,17 @@ bin/hpc import "$WORK/init" -o "$WORK/model.model" >&2 || exit 1
 
 echo "workload: hpc fp16" >&2
 rm -f "$WORK/hpc.jsonl"
+# shellcheck disable=SC2086  # HPC_ARGS is options, split on purpose
 bin/hpc run "$WORK/model.model" --task cola --device cuda --lr 5e-5 --epochs 3 --batch 32 --fp16 \
-    --init "$WORK/init" --seed 0 --log "$WORK/hpc.jsonl" > "$WORK/hpc.out" 2>&1 ||
+    --init "$WORK/init" --seed 0 --log "$WORK/hpc.jsonl" $HPC_ARGS > "$WORK/hpc.out" 2>&1 ||
     { echo "workload: hpc run failed:" >&2; tail -5 "$WORK/hpc.out" >&2; exit 1; }
-"$PYTHON" - "$WORK/hpc.jsonl" "$SHAPE" >> "$RAW" <<'EOF' || exit 1
+"$PYTHON" - "$WORK/hpc.jsonl" "$SHAPE" "$HPC_ARGS" >> "$RAW" <<'EOF' || exit 1
 import json, sys
 ev = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
 s = [e for e in ev if e.get("event") == "summary"][-1]
 evals = [e for e in ev if e.get("event") == "eval"]
-print(json.dumps({"kind": "workload", "impl": "hpc-fp16", "shape": sys.argv[2], "train_s": s["train_s"],
+print(json.dumps({"kind": "workload", "impl": "hpc-fp16" + ("-pack" if "--pack" in sys.argv[3] else ""),
+                  "shape": sys.argv[2], "train_s": s["train_s"],
                   "tokens": s["tokens"], "steps": s["steps"], "skipped": s["skipped_total"],
                   "peak_mib": s["peak_mem_bytes"] / 2**20, "mcc": evals[-1]["value"] if evals else None}))
 EOF
