@@ -213,6 +213,7 @@ HpcStatus eop_node_record(const IrGraph *g, int id, StepNodeCode *rec, HpcError 
         ph->lt = gen.ph[p].lt;
         ph->count = gen.ph[p].count;
         ph->threads = gen.ph[p].threads;
+        ph->above_l = gen.ph[p].above_l;
     }
     eopb_free(&gen);
     return HPC_OK;

@@ -469,7 +469,11 @@ HpcStatus eopa_gen_attention_bwd(EopGen *gen, HpcError *err)
         strbuf_add(s, "    hpc_attn::attn_simt_bwd_dot_run(blockIdx.x, 0, 0, (float *)a.scratch, (const T *)a.x[0],\n"
                       "        (const T *)a.x[5], (int)a.B, (int)a.L);\n");
     }
+    /* one-pass: dQ and dK/dV only for rows longer than it takes; the
+     * executor launches them only there (above_l), and they check too */
+    int64_t above_l = one_pass ? AT_ONE_PASS_MAX_L : 0;
     s = attn_phase(gen, v2 ? "attn2_bwd_dq" : "attn_bwd_dq", &c, EOP_LT_HEAD_TILES, tiles_of_l(), (int)c.heads);
+    gen->ph[gen->n_phases - 1].above_l = above_l;
     strbuf_add(s, skip);
     strbuf_printf(s, "    hpc_attn::attn_%s_bwd_dq_run(blockIdx.x, blockIdx.y, blockIdx.z, %s, %lld,\n"
                      "        (const T *)a.x[0], %s, %s, %s, %lld,\n"
@@ -477,6 +481,7 @@ HpcStatus eopa_gen_attention_bwd(EopGen *gen, HpcError *err)
                      "        (int)a.B, (int)a.L, p, ctl->seed, ctl->step, salt);\n", fam, ap.dq, c.ld, ap.q, ap.k,
                   ap.v, c.ld);
     s = attn_phase(gen, v2 ? "attn2_bwd_dkv" : "attn_bwd_dkv", &c, EOP_LT_HEAD_TILES, tiles_of_l(), (int)c.heads);
+    gen->ph[gen->n_phases - 1].above_l = above_l;
     strbuf_add(s, skip);
     strbuf_printf(s, "    hpc_attn::attn_%s_bwd_dkv_run(blockIdx.x, blockIdx.y, blockIdx.z, %s, %s,\n"
                      "        %lld, (const T *)a.x[0], %s, %s, %s, %lld,\n"

@@ -20,6 +20,7 @@ typedef struct {
     StepSize count;            /* of B, L */
     int threads;
     int min_blocks;            /* __launch_bounds__'s blocks per SM; 0: none */
+    int64_t above_l;           /* StepPhase.above_l: launched only for rows longer than this; 0: always */
 } EopGenPhase;
 
 typedef struct {

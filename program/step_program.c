@@ -11,7 +11,7 @@
  *   node OP DTYPE RANK D0..D3 N_IN I0..I2 REQUIRES_GRAD BACKWARD ATTRHEX NAME
  *   grad P VALUE                        param_grad[P], for each P
  *   code KIND N_PHASES BIAS_EPILOGUE SCRATCH   one per node, in order
- *   phase LT THREADS COUNT NAME         N_PHASES after each code line
+ *   phase LT THREADS ABOVE_L COUNT NAME N_PHASES after each code line
  *   cuda BYTES                          then exactly BYTES of source and "\n"
  *   cubin ARCH BYTES HEX                the module compiled for sm_ARCH (optional)
  *   end
@@ -91,6 +91,7 @@ void step_node_launch(const StepNodeCode *c, int64_t B, int64_t L, EopNodeCode *
     out->bias_epilogue = c->bias_epilogue;
     for (int p = 0; p < c->n_phases; p++) {
         snprintf(out->phase[p].name, sizeof out->phase[p].name, "%s", c->phase[p].name);
+        if (c->phase[p].above_l > 0 && L <= c->phase[p].above_l) continue;   /* not launched: grid 0 */
         launch_shape(&c->phase[p], B, L, &out->phase[p]);
     }
 }
@@ -337,7 +338,7 @@ static void write_code(const StepNodeCode *c, FILE *out)
     write_size(&c->scratch, out);
     fputc('\n', out);
     for (int p = 0; p < c->n_phases; p++) {
-        fprintf(out, "phase %d %d ", (int)c->phase[p].lt, c->phase[p].threads);
+        fprintf(out, "phase %d %d %" PRId64 " ", (int)c->phase[p].lt, c->phase[p].threads, c->phase[p].above_l);
         write_size(&c->phase[p].count, out);
         fprintf(out, " %s\n", c->phase[p].name);
     }
@@ -602,10 +603,11 @@ static HpcStatus read_code(Reader *r, StepKernels *k, int n_nodes)
         StepPhase *s = &c->phase[ph];
         int lt = 0;
         used = 0;
-        if (sscanf(r->buf, "phase %d %d %n", &lt, &s->threads, &used) < 2 || used == 0)
+        if (sscanf(r->buf, "phase %d %d %" SCNd64 " %n", &lt, &s->threads, &s->above_l, &used) < 3 || used == 0)
             return bad(r, "expected a phase line%s", "");
         p = r->buf + used;
-        if (lt < 0 || lt >= EOP_LT_COUNT || s->threads < 1 || s->threads > 1024 || !read_size(&p, &s->count) ||
+        if (lt < 0 || lt >= EOP_LT_COUNT || s->threads < 1 || s->threads > 1024 || s->above_l < 0 ||
+            !read_size(&p, &s->count) ||
             *p != ' ' || !copy_name(s->name, sizeof s->name, p + 1) || !s->name[0])
             return bad(r, "a phase line out of range%s", "");
         s->lt = (EopLaunchType)lt;

@@ -70,8 +70,10 @@
  * 5: ATTENTION's first_query flag (IrAttnAttr): a version-4 reader would
  *    take a last layer lowered for the first token as a full one;
  * 6: the fused embedding layer (EMBED_LN, EMBED_LN_BWD), op kinds that a
- *    version-5 reader does not know. */
-#define STEP_PROGRAM_VERSION 6
+ *    version-5 reader does not know;
+ * 7: a phase's ABOVE_L (StepPhase.above_l): a phase launched only for
+ *    longer rows, which a version-6 reader would launch at every length. */
+#define STEP_PROGRAM_VERSION 7
 /* A node line lists n_in inputs padded with -1 to at least this many. */
 #define STEP_NODE_MIN_INPUTS 3
 /* Inputs a CUDA kernel takes (EopArgs.x); the emitter refuses a node with more. */
@@ -123,6 +125,8 @@ typedef struct {
     EopLaunchType lt;
     StepSize count;
     int threads;                 /* EOP_LT_ROWS: block size */
+    int64_t above_l;             /* > 0: launched only where the run's L is above it (a phase whose
+                                    blocks would all return at once below; its kernel checks too) */
 } StepPhase;
 
 /* The launch record of one node. */
@@ -135,7 +139,8 @@ typedef struct {
     StepSize scratch;            /* bytes of scratch its kernels need */
 } StepNodeCode;
 
-/* A phase's launch shape for one (B, L). */
+/* A phase's launch shape for one (B, L); grid all 0: not launched at this
+ * shape (StepPhase.above_l). */
 typedef struct {
     char name[EOP_NAME_MAX];
     unsigned grid[3], block[3];

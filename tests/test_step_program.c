@@ -178,6 +178,18 @@ Test(step_program, text_round_trip_runs_the_same_step)
     cr_expect_eq(len, len2);
     cr_expect_eq(memcmp(t, t2, len), 0, "write(read(write(p))) differs from write(p)");
     cr_expect_eq(q.policy, PREC_FP16);
+    /* the one-pass attention backward's dQ and dK/dV phases run only above
+     * 128 keys (StepPhase.above_l): the field survives the text */
+    int above = 0, full_bwd = 0;
+    for (int i = 0; i < p.kernels.n && i < q.kernels.n; i++) {
+        full_bwd += p.g.nodes[i].op == IR_OP_ATTENTION_BWD && !p.g.nodes[i].attr.attn.first_query;
+        for (int k = 0; k < p.kernels.node[i].n_phases; k++) {
+            cr_expect_eq(q.kernels.node[i].phase[k].above_l, p.kernels.node[i].phase[k].above_l, "node %d", i);
+            above += p.kernels.node[i].phase[k].above_l == 128;
+        }
+    }
+    cr_expect(full_bwd > 0 && above == 2 * full_bwd, "%d phases above 128 keys for %d full attention backward nodes",
+              above, full_bwd);
     cr_expect_eq(q.g.n, p.g.n);
     cr_expect_eq(q.pl.n, p.pl.n);
     cr_expect_str_eq(q.pl.p[0].name, p.pl.p[0].name);
@@ -230,8 +242,8 @@ Test(step_program, bad_programs_are_refused_with_the_reason)
     char *t = program_text(&p, &len);
     expect_refused(t, len, NULL, NULL, len / 2, "truncated");
     expect_refused(t, len, NULL, NULL, len - 4, "truncated: no 'end' line");
-    expect_refused(t, len, "step_program 6\n", "step_program 7\n", 0, "format version 7, this hpc reads version 6");
-    expect_refused(t, len, "step_program 6\n", "step_program 3\n", 0, "format version 3, this hpc reads version 6");
+    expect_refused(t, len, "step_program 7\n", "step_program 8\n", 0, "format version 8, this hpc reads version 7");
+    expect_refused(t, len, "step_program 7\n", "step_program 6\n", 0, "format version 6, this hpc reads version 7");
     expect_refused(t, len, "policy fp32\n", "policy fp12\n", 0, "unknown policy 'fp12'");
     expect_refused(t, len, "fused 1\n", "fused 1\nwidgets 3\n", 0, "unknown field 'widgets'");
     expect_refused(t, len, "spec stack.hidden ", "spec stack.width ", 0, "unknown spec field 'stack.width'");

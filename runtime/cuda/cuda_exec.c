@@ -429,8 +429,9 @@ static HpcStatus launch_phases(CudaExec *ex, int id, HpcError *err)
     void *args[] = {&a};
     HpcStatus st = HPC_OK;
     for (int k = 0; k < ex->code[id].n_phases && !st; k++)
-        st = cuda_launch(ex->fn[id][k], ex->code[id].phase[k].grid, ex->code[id].phase[k].block, 0,
-                         ex->dev->stream, args, err);
+        if (ex->code[id].phase[k].grid[0] > 0)   /* 0: not at this shape (StepPhase.above_l) */
+            st = cuda_launch(ex->fn[id][k], ex->code[id].phase[k].grid, ex->code[id].phase[k].block, 0,
+                             ex->dev->stream, args, err);
     return st;
 }
 
