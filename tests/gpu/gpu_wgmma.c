@@ -1,0 +1,153 @@
+/* tests/gpu/gpu_wgmma.c — our reading of Hopper's warpgroup MMA layouts,
+ * checked on the GPU (tests/gpu/wgmma_probe_src.h has the kernels and the
+ * layouts they assume).  Nothing in the step uses wgmma yet: this is the
+ * check to pass before anything does (NOTES.md, "What the goals need").
+ *
+ * The probe source compiles with NVRTC for sm_90a (the architecture-specific
+ * target wgmma needs; a later --gpu-architecture option overrides the one
+ * nvrtc_compile puts first).  A and B hold multiples of 1/8 in [-2, 2], so
+ * every product and every sum over K = 64 is exact in f32 and the check is
+ * equality with a host GEMM in double.  Checks:
+ *   - K-major A and B (imm-trans-b 0) with LBO 128 and SBO 1024 bytes (the
+ *     next core matrix along K, and along M or N): D equal, which also
+ *     checks the accumulator layout the probe writes D through;
+ *   - N-major B (imm-trans-b 1), the form P V of attention needs (V's rows
+ *     are keys): D equal for the (LBO, SBO) pair that the PTX text's
+ *     "offset from the first 8 columns to the next 8 columns" means; both
+ *     readings are tried and the line says which one held (exactly one
+ *     must).
+ * Exit 0 when every check passes, 1 on a failure, 4 without an sm_90 GPU. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cpu/half.h"
+#include "cuda/cuda_driver.h"
+#include "cuda/nvrtc_compile.h"
+#include "gpu_check.h"
+#include "wgmma_probe_src.h"
+
+enum { N64 = 64 };
+
+static CudaDevice g_dev;
+static CUmodule g_mod;
+
+static void die(const char *what, const HpcError *err)
+{
+    printf("FAIL  %s: %s\n", what, err->msg);
+    exit(1);
+}
+
+#define DRV(call)                                                                                            \
+    do {                                                                                                     \
+        if ((call) != CUDA_SUCCESS) {                                                                        \
+            printf("FAIL  %s\n", #call);                                                                     \
+            exit(1);                                                                                         \
+        }                                                                                                    \
+    } while (0)
+
+/* Runs kernel `name` on a and b (64 x 64 f16 each) with the descriptors'
+ * byte offsets; d: 64 x 64 f32. */
+static void run_probe(const char *name, const uint16_t *a, const uint16_t *b, unsigned lbo_a, unsigned sbo_a,
+                      unsigned lbo_b, unsigned sbo_b, float *d)
+{
+    const CudaDriver *cu = cuda_driver();
+    CUfunction f;
+    DRV(cu->cuModuleGetFunction(&f, g_mod, name));
+    CUdeviceptr da, db, dd;
+    DRV(cu->cuMemAlloc(&da, N64 * N64 * 2));
+    DRV(cu->cuMemAlloc(&db, N64 * N64 * 2));
+    DRV(cu->cuMemAlloc(&dd, N64 * N64 * 4));
+    DRV(cu->cuMemcpyHtoD(da, a, N64 * N64 * 2));
+    DRV(cu->cuMemcpyHtoD(db, b, N64 * N64 * 2));
+    DRV(cu->cuMemsetD32Async(dd, 0x7fc00000u, N64 * N64, g_dev.stream));   /* NaN: a place never written fails */
+    void *args[] = {&dd, &da, &db, &lbo_a, &sbo_a, &lbo_b, &sbo_b};
+    HpcError err = {0};
+    if (cuda_launch(f, (unsigned[3]){1, 1, 1}, (unsigned[3]){128, 1, 1}, 0, g_dev.stream, args, &err))
+        die(name, &err);
+    DRV(cu->cuStreamSynchronize(g_dev.stream));
+    DRV(cu->cuMemcpyDtoH(d, dd, N64 * N64 * 4));
+    cu->cuMemFree(da);
+    cu->cuMemFree(db);
+    cu->cuMemFree(dd);
+}
+
+/* Elements of got that differ from ref (NaN counts). */
+static int mismatches(const float *got, const double *ref)
+{
+    int bad = 0;
+    for (int i = 0; i < N64 * N64; i++) bad += !((double)got[i] == ref[i]);
+    return bad;
+}
+
+int main(void)
+{
+    if (!gpu_check_open_device("gpu_wgmma", &g_dev)) return 4;
+    if (g_dev.arch != 90) {
+        printf("gpu_wgmma: wgmma needs an sm_90 GPU; this is sm_%d\n", g_dev.arch);
+        return 4;
+    }
+    printf("gpu_wgmma on %s (sm_%d)\n", g_dev.name, g_dev.arch);
+    const char *opts[] = {"--gpu-architecture=sm_90a"};
+    void *cubin;
+    size_t size;
+    char *log = NULL;
+    HpcError err = {0};
+    if (nvrtc_compile(WGMMA_PROBE_SRC, "wgmma_probe", 90, opts, 1, &cubin, &size, &log, &err)) {
+        printf("%s\n", log ? log : "");
+        die("nvrtc_compile", &err);
+    }
+    free(log);
+    DRV(cuda_driver()->cuModuleLoadData(&g_mod, cubin));
+    free(cubin);
+
+    /* a: A row-major (row m, k contiguous); b: B row-major (row k, n
+     * contiguous); bt: B transposed (row n, k contiguous) */
+    uint16_t *a = malloc(N64 * N64 * 2), *b = malloc(N64 * N64 * 2), *bt = malloc(N64 * N64 * 2);
+    float *fa = malloc(N64 * N64 * 4), *fb = malloc(N64 * N64 * 4), *d = malloc(N64 * N64 * 4);
+    double *ref = malloc(N64 * N64 * sizeof *ref);
+    uint64_t rng = 0x3243f6a8885a308dull;
+    for (int i = 0; i < N64 * N64; i++) {
+        fa[i] = (float)((int)(gpu_check_xorshift(&rng) % 33) - 16) / 8.0f;
+        fb[i] = (float)((int)(gpu_check_xorshift(&rng) % 33) - 16) / 8.0f;
+        a[i] = half_from_f32(fa[i]);
+        b[i] = half_from_f32(fb[i]);
+    }
+    for (int k = 0; k < N64; k++)
+        for (int n = 0; n < N64; n++) bt[n * N64 + k] = b[k * N64 + n];
+    for (int m = 0; m < N64; m++)
+        for (int n = 0; n < N64; n++) {
+            double s = 0;
+            for (int k = 0; k < N64; k++) s += (double)fa[m * N64 + k] * fb[k * N64 + n];
+            ref[m * N64 + n] = s;
+        }
+
+    run_probe("wg_probe_kmajor", a, bt, 128, 1024, 128, 1024, d);
+    int bad = mismatches(d, ref);
+    result(bad == 0, "K-major A and B, LBO 128 (next core along K), SBO 1024: %d of %d elements of D differ", bad,
+           N64 * N64);
+    if (bad) {   /* what the other reading gives, to say which part of ours is wrong */
+        run_probe("wg_probe_kmajor", a, bt, 1024, 128, 1024, 128, d);
+        printf("      with LBO and SBO swapped: %d of %d differ\n", mismatches(d, ref), N64 * N64);
+    }
+
+    run_probe("wg_probe_nmajor", a, b, 128, 1024, 128, 1024, d);
+    int bad_n_lbo128 = mismatches(d, ref);
+    run_probe("wg_probe_nmajor", a, b, 128, 1024, 1024, 128, d);
+    int bad_n_lbo1024 = mismatches(d, ref);
+    result((bad_n_lbo128 == 0) != (bad_n_lbo1024 == 0),
+           "N-major B (trans-b 1): LBO 128 / SBO 1024 (the next core along N, then along K) %d differ; "
+           "LBO 1024 / SBO 128 %d differ; exactly one reading must hold", bad_n_lbo128, bad_n_lbo1024);
+
+    free(a);
+    free(b);
+    free(bt);
+    free(fa);
+    free(fb);
+    free(d);
+    free(ref);
+    cuda_driver()->cuModuleUnload(g_mod);
+    cuda_device_close(&g_dev);
+    return gpu_check_summary();
+}

@@ -1,0 +1,36 @@
+/* tests/test_wgmma_probe.c — the wgmma layout probe (tests/gpu/wgmma_probe_src.h,
+ * run on a GPU by tests/gpu/gpu_wgmma.c) compiles with NVRTC without a
+ * GPU: for sm_90a, where ptxas takes its wgmma.mma_async, fence and
+ * commit/wait instructions (their syntax and operand counts are checked
+ * here), and for plain sm_90, where the probe's guard leaves them out
+ * (a smaller cubin; the kernels still exist). */
+#include <criterion/criterion.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cuda/nvrtc_compile.h"
+#include "gpu/wgmma_probe_src.h"
+
+static void compile_probe(const char *extra, void **cubin, size_t *size)
+{
+    const char *opts[1] = {extra};
+    char *log = NULL;
+    HpcError err = {0};
+    HpcStatus st = nvrtc_compile(WGMMA_PROBE_SRC, "wgmma_probe", 90, opts, extra ? 1 : 0, cubin, size, &log, &err);
+    cr_assert_eq(st, HPC_OK, "%s\n%s", err.msg, log ? log : "");
+    free(log);
+    cr_assert_gt(*size, 0);
+    cr_expect(memmem(*cubin, *size, "wg_probe_kmajor", strlen("wg_probe_kmajor")) != NULL);
+    cr_expect(memmem(*cubin, *size, "wg_probe_nmajor", strlen("wg_probe_nmajor")) != NULL);
+}
+
+Test(wgmma_probe, compiles_for_sm90a_and_guards_sm90, .timeout = 120)
+{
+    void *a = NULL, *plain = NULL;
+    size_t na = 0, np = 0;
+    compile_probe("--gpu-architecture=sm_90a", &a, &na);
+    compile_probe(NULL, &plain, &np);
+    cr_expect_gt(na, np, "the sm_90a cubin (%zu bytes) carries the MMA code the sm_90 one (%zu) leaves out", na, np);
+    free(a);
+    free(plain);
+}
