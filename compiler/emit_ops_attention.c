@@ -20,6 +20,7 @@ typedef struct {
     long long ld;         /* their row stride: hidden, or 3 hidden when packed */
     bool varlen;          /* a packed batch's spans instead of the mask (docs/packing.md) */
     bool first_query;     /* query 0 alone: ctx, dctx (B, H) (program/ir.h) */
+    int64_t span_max;     /* varlen: the longest span a batch may hold (IrInputAttr), 0: no bound */
 } AttnCfg;
 
 /* The kernel arguments of q, k, v (input `first` onwards) and of the
@@ -91,6 +92,8 @@ static HpcStatus node_cfg(const IrGraph *g, int id, AttnCfg *c, HpcError *err)
     c->causal = n->attr.attn.causal;
     c->varlen = n->attr.attn.varlen;
     c->first_query = n->attr.attn.first_query;
+    const IrNode *keys = &g->nodes[n->in[n->op == IR_OP_ATTENTION ? 3 : 4]];
+    c->span_max = c->varlen && keys->op == IR_OP_INPUT ? keys->attr.input.span_max : 0;
     int n_float = n->op == IR_OP_ATTENTION ? 3 : 6;   /* ATTENTION_BWD: all but mask and lse */
     bool same = n->dtype == c->dtype;
     for (int k = 0; k < n->n_in && k < n_float + 1; k++) {
@@ -197,9 +200,9 @@ static StepSize tiles_of_l(void) { return (StepSize){.c0 = AT_TILE - 1, .c1 = 1,
  * phase's block z is the sequence, its span read from the spans input;
  * tiles at or past len_b return; lse and delta hold the sequence's
  * (heads, len_b) block at start_b x heads; the dropout key is
- * seed ^ span_seed(start_b).  The grid has tiles for B x L rows, which bound
- * every span.  A last phase writes zeros to the tail rows (the slots after
- * the last span) of the outputs: they feed the next GEMMs. */
+ * seed ^ span_seed(start_b).  The grid has tiles for the longest span a
+ * batch can hold (vl_tiles).  A last phase writes zeros to the tail rows (the
+ * slots after the last span) of the outputs: they feed the next GEMMs. */
 
 /* Declares st, nl (sequence blockIdx.z's span) and vseed; returns for an empty span. */
 static void vl_span_text(StrBuf *s, int spans_input)
@@ -231,7 +234,16 @@ static void vl_tail_text(StrBuf *s, int spans_input, const char *out, long long 
                   one_block ? "blockDim.x" : "(i64)gridDim.x * blockDim.x");
 }
 
-static StepSize vl_tiles(void) { return (StepSize){.c0 = AT_TILE - 1, .c1 = 1, .pB = 1, .pL = 1, .div = AT_TILE}; }
+/* Tiles of AT_TILE rows for the longest sequence a batch can hold: B L
+ * rows bound every span, and the program's span_max (checked by the
+ * executors, runtime/data/batch.h) does better where it is smaller: CoLA's
+ * batch of 32 packed in 384 slots launched 6 tiles a (sequence, head) where
+ * its max_seq_len of 128 needs 2, and most spans 1. */
+static StepSize vl_tiles(const AttnCfg *c)
+{
+    return (StepSize){.c0 = AT_TILE - 1, .c1 = 1, .pB = 1, .pL = 1, .div = AT_TILE,
+                      .cap = c->span_max > 0 ? (c->span_max + AT_TILE - 1) / AT_TILE : 0};
+}
 
 /* Query start_b alone (first_query): attn_first_fwd_run at B = 1, L = len_b,
  * one block a (sequence, head), ctx and lse rows b of the (B, H) and
@@ -265,7 +277,7 @@ static HpcStatus gen_attention_varlen(EopGen *gen, const AttnCfg *c, const char 
     AttnPtrs ap = attn_ptrs(c, 0);
     char q[96], k[96], v[96], y[64], l[64];
     long long H = (long long)c->hidden, NH = (long long)c->heads;
-    StrBuf *s = attn_phase(gen, fam[3] ? "attn2_fwd_vl" : "attn_fwd_vl", c, EOP_LT_HEAD_TILES, vl_tiles(), (int)c->heads);
+    StrBuf *s = attn_phase(gen, fam[3] ? "attn2_fwd_vl" : "attn_fwd_vl", c, EOP_LT_HEAD_TILES, vl_tiles(c), (int)c->heads);
     vl_span_text(s, 3);
     strbuf_printf(s, "    if ((i64)blockIdx.x * %d >= nl) return;\n"
                      "    hpc_attn::attn_%s_fwd_run(blockIdx.x, blockIdx.y, 0, %s, %s,\n"
@@ -331,7 +343,8 @@ static HpcStatus gen_attention_bwd_first_varlen(EopGen *gen, const AttnCfg *c)
 /* The backward (EOP_MAX_PHASES = 3): one block a (sequence, head) makes
  * delta (or, one-pass and len_b <= AT_ONE_PASS_MAX_L, the whole backward),
  * and block (0, 0, 0) first zeroes the tails (rows no span writes); then
- * the dQ and dK/dV tiles of the longer sequences. */
+ * the dQ and dK/dV tiles of the longer sequences, phases a program whose
+ * span_max is at most AT_ONE_PASS_MAX_L does not have. */
 static HpcStatus gen_attention_bwd_varlen(EopGen *gen, const AttnCfg *c, const char *fam, bool one_pass)
 {
     if (c->first_query) return gen_attention_bwd_first_varlen(gen, c);
@@ -347,6 +360,11 @@ static HpcStatus gen_attention_bwd_varlen(EopGen *gen, const AttnCfg *c, const c
                            (StepSize){.c0 = 1}, (int)c->heads);
     vl_bwd_tails(s, c);
     vl_span_text(s, 4);
+    /* one-pass and no span can pass AT_ONE_PASS_MAX_L (the program's bound):
+     * this phase is the whole backward, with no delta, dQ or dK/dV phases
+     * after it (they would launch only to return); a longer span here means
+     * the executor's check was bypassed: trap rather than leave stale rows */
+    bool short_only = one_pass && c->span_max > 0 && c->span_max <= AT_ONE_PASS_MAX_L;
     if (one_pass)
         strbuf_printf(s, "    if (nl <= %d) {\n"
                          "        hpc_attn::attn_mma3_bwd_run(blockIdx.x, blockIdx.y, 0, %s, %s, %s, %lld, %s, %s,\n"
@@ -354,18 +372,22 @@ static HpcStatus gen_attention_bwd_varlen(EopGen *gen, const AttnCfg *c, const c
                          "            nullptr);\n"
                          "        return;\n    }\n",
                       AT_ONE_PASS_MAX_L, dq, dk, dv, ld, g, y, q, k, v, ld, l);
+    if (short_only) {
+        strbuf_add(s, "    __trap();   // a span above the program's span_max\n");
+        return HPC_OK;
+    }
     strbuf_printf(s, "    hpc_attn::attn_head_bwd_dot_run(blockIdx.x, blockIdx.y, 0, %s, %s, %s, 1, (int)nl, 256);\n",
                   dl, g, y);
     char skip[80] = "";
     if (one_pass) snprintf(skip, sizeof skip, "    if (nl <= %d) return;\n", AT_ONE_PASS_MAX_L);
     bool v2 = fam[3] != 0;
-    s = attn_phase(gen, v2 ? "attn2_bwd_dq_vl" : "attn_bwd_dq_vl", c, EOP_LT_HEAD_TILES, vl_tiles(), (int)c->heads);
+    s = attn_phase(gen, v2 ? "attn2_bwd_dq_vl" : "attn_bwd_dq_vl", c, EOP_LT_HEAD_TILES, vl_tiles(c), (int)c->heads);
     vl_span_text(s, 4);
     strbuf_printf(s, "%s    if ((i64)blockIdx.x * %d >= nl) return;\n"
                      "    hpc_attn::attn_%s_bwd_dq_run(blockIdx.x, blockIdx.y, 0, %s, %lld, %s, %s, %s, %s, %lld,\n"
                      "        %s, %s, (const int *)0, 1, (int)nl, p, vseed, ctl->step, salt);\n",
                   skip, AT_TILE, fam, dq, ld, g, q, k, v, ld, l, dl);
-    s = attn_phase(gen, v2 ? "attn2_bwd_dkv_vl" : "attn_bwd_dkv_vl", c, EOP_LT_HEAD_TILES, vl_tiles(), (int)c->heads);
+    s = attn_phase(gen, v2 ? "attn2_bwd_dkv_vl" : "attn_bwd_dkv_vl", c, EOP_LT_HEAD_TILES, vl_tiles(c), (int)c->heads);
     vl_span_text(s, 4);
     strbuf_printf(s, "%s    if ((i64)blockIdx.x * %d >= nl) return;\n"
                      "    hpc_attn::attn_%s_bwd_dkv_run(blockIdx.x, blockIdx.y, 0, %s, %s, %lld, %s, %s, %s, %s, %lld,\n"

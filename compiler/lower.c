@@ -363,7 +363,10 @@ HpcStatus lower_model_attention(const ModelSpec *spec, bool fused_attention, boo
     lw.prefix = s->kind == STACK_DECODER ? "transformer" : "bert";
     g->region = IR_REGION_EMBEDDINGS;
     lw.ids = ir_input(g, IR_IN_INPUT_IDS);
-    if (pack) lw.spans = ir_input(g, IR_IN_SEQ_SPANS);
+    if (pack) {   /* no batch holds a sequence longer than the max_seq_len lowered for */
+        lw.spans = ir_input(g, IR_IN_SEQ_SPANS);
+        g->nodes[lw.spans].attr.input.span_max = (int32_t)(spec->train.max_seq_len > 0 ? spec->train.max_seq_len : 0);
+    }
     else lw.mask = ir_input(g, IR_IN_ATTN_MASK);
     int word_table;
     int x = lower_embeddings(&lw, &word_table);

@@ -90,6 +90,14 @@ bool ir_graph_packed(const IrGraph *g)
     return false;
 }
 
+int64_t ir_span_max(const IrGraph *g)
+{
+    for (int i = 0; i < g->n; i++)
+        if (g->nodes[i].op == IR_OP_INPUT && g->nodes[i].attr.input.kind == IR_IN_SEQ_SPANS)
+            return g->nodes[i].attr.input.span_max;
+    return 0;
+}
+
 bool ir_same_shape(const IrNode *a, const IrNode *b)
 {
     if (a->rank != b->rank) return false;

@@ -92,7 +92,11 @@ typedef enum {
  * forward value it is the gradient of, a cast that of the value cast. */
 typedef enum { IR_REGION_EMBEDDINGS, IR_REGION_STACK, IR_REGION_HEAD, IR_REGION_COUNT } IrRegion;
 
-typedef struct { IrInputKind kind; } IrInputAttr;
+/* span_max (IR_IN_SEQ_SPANS only): the longest sequence a batch of the
+ * program may hold, the max_seq_len it was lowered for (compiler/lower.c);
+ * the executors refuse a longer span and the CUDA emitter sizes the varlen
+ * attention's launches by it; 0: no bound. */
+typedef struct { IrInputKind kind; int32_t span_max; } IrInputAttr;
 typedef struct { int index; } IrParamAttr;                 /* index into the ParamList */
 typedef struct { int64_t offset; } IrPosAttr;              /* first position id */
 typedef struct { bool trans_a, trans_b; double alpha; } IrMatmulAttr; /* C = alpha * op(A) op(B) */
@@ -315,6 +319,9 @@ int ir_count_op(const IrGraph *g, IrOpKind op, int from);
 
 /* The graph reads a packed batch (an IR_IN_SEQ_SPANS input; docs/packing.md). */
 bool ir_graph_packed(const IrGraph *g);
+/* That input's span_max (IrInputAttr): the longest span a batch may hold, 0
+ * for no bound or no packed input. */
+int64_t ir_span_max(const IrGraph *g);
 
 /* Writes "(B, L, 768)" into buf. */
 void ir_shape_str(const IrNode *v, char *buf, size_t size);

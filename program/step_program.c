@@ -281,7 +281,7 @@ static void attr_canonical(const IrNode *n, IrAttr *c)
     const IrAttr *a = &n->attr;
     memset(c, 0, sizeof *c);
     switch (n->op) {
-    case IR_OP_INPUT: c->input.kind = a->input.kind; break;
+    case IR_OP_INPUT: c->input = (IrInputAttr){a->input.kind, a->input.span_max}; break;
     case IR_OP_PARAM: c->param.index = a->param.index; break;
     case IR_OP_POSITIONS: c->pos.offset = a->pos.offset; break;
     case IR_OP_MATMUL:

@@ -642,6 +642,48 @@ Test(pack_errors, padded_batch_or_bad_spans_refused)
     pipeline_free(&p);
 }
 
+/* A span longer than the program's bound (its max_seq_len) is refused
+ * by the cpu executor, and a run that keeps longer sequences than a
+ * compiled packed program was lowered for is refused before it starts. */
+Test(pack_errors, spans_past_the_program_bound_refused)
+{
+    ModelSpec s;
+    spec_for(&s, H_SEQ, true);
+    s.train.max_seq_len = 8;   /* the batch's rows run to 16 tokens */
+    Pipeline p;
+    build(&s, PREC_FP32, ATTN_FORM_AUTO, &p);
+    cr_expect_eq(ir_span_max(&p.g), 8);
+    Dataset d;
+    make_rows(&d);
+    Batch *packed = first_batch(&d, true);
+    CpuExec ex;
+    cpu_exec_init(&ex, &p.g, CPU_EXEC_F64);
+    double **w = cpu_step_random_weights(&p.pl, 5, 0.5);
+    for (int i = 0; i < p.pl.n; i++)
+        if (p.pl.p[i].tied_to < 0) cpu_exec_bind_param(&ex, i, w[i]);
+    CpuRunOptions o = {.training = false, .backward = false, .loss_scale = 1.0};
+    HpcError err = {0};
+    cr_expect_eq(cpu_exec_run(&ex, packed, &o, &err), HPC_ERR_INPUT);
+    cr_expect(strstr(err.msg, "seq_spans row 0 holds 16 tokens") && strstr(err.msg, "at most 8"), "message: %s",
+              err.msg);
+    cpu_exec_free(&ex);
+    cpu_step_free_weights(&p.pl, w);
+    batch_free(packed);
+    pipeline_free(&p);
+
+    StepProgram prog;
+    spec_for(&s, H_SEQ, true);   /* compiled for 16 */
+    cr_assert_eq(step_program_compile(&s, PREC_FP32, true, &prog, &err), HPC_OK, "%s", err.msg);
+    s.train.max_seq_len = 32;    /* the run keeps up to 32 */
+    TrainOptions to = {.program = &prog, .no_memory_check = true};
+    TrainResult r;
+    err = (HpcError){0};
+    cr_expect_eq(trainer_run(&s, &d, NULL, &to, &r, &err), HPC_ERR_USAGE);
+    cr_expect(strstr(err.msg, "at most 16") && strstr(err.msg, "--seq-len 32"), "message: %s", err.msg);
+    step_program_free(&prog);
+    dataset_free(&d);
+}
+
 /* A packed program carries CUDA kernels under fp16 and bf16; under fp32,
  * whose attention has no varlen kernel, it compiles with none (it runs on
  * the cpu backend, and the cuda backend refuses it). */
@@ -759,6 +801,55 @@ Test(pack_cuda, packed_step_modules_compile_with_nvrtc, .timeout = 900)
     s.stack.hidden = 256;   /* 4 heads of 64, BERT-base's head size */
     s.stack.heads = 4;
     s.stack.ffn = 512;
-    s.stack.layers = 1;
     compile_packed_module(&s, PREC_FP16, "head 64 fp16");
+    s.stack.max_positions = 512;   /* spans up to 256: the dQ and dK/dV phases for rows past 128 */
+    s.train.max_seq_len = 256;
+    compile_packed_module(&s, PREC_FP16, "head 64 fp16, spans to 256");
+}
+
+/* The packed attention's launches follow the program's span bound
+ * (IrInputAttr.span_max, the max_seq_len lowered for): its forward tiles
+ * stop at the bound's, and the one-pass backward alone runs where no span
+ * can pass 128 keys (no delta, dQ or dK/dV phases); a bound above 128 keeps
+ * them, their tiles capped too. */
+static void expect_varlen_phases(int64_t max_seq_len, int bwd_phases, int64_t B, int64_t L, unsigned fwd_tiles)
+{
+    ModelSpec s;
+    spec_for(&s, H_SEQ, true);
+    s.stack.hidden = 128;   /* 2 heads of 64: the one-pass backward's head size */
+    s.stack.ffn = 256;
+    s.stack.max_positions = 512;
+    s.train.max_seq_len = max_seq_len;
+    PipeOptions o = pipeline_defaults(PREC_FP16);
+    Pipeline p;
+    HpcError err = {0};
+    cr_assert_eq(pipeline_build(&s, &o, &p, &err), HPC_OK, "%s", err.msg);
+    cr_expect_eq(ir_span_max(&p.g), max_seq_len, "the spans input carries the bound");
+    int checked = 0;
+    for (int id = 0; id < p.g.n; id++) {
+        const IrNode *n = &p.g.nodes[id];
+        if ((n->op != IR_OP_ATTENTION && n->op != IR_OP_ATTENTION_BWD) || n->attr.attn.first_query) continue;
+        EopNodeCode c;
+        cr_assert_eq(eop_node_code(&p.g, id, B, L, &c, &err), HPC_OK, "%s", err.msg);
+        if (n->op == IR_OP_ATTENTION) {
+            cr_expect_eq(c.phase[0].grid[0], fwd_tiles, "span bound %lld, %lld x %lld slots: %s has %u tiles",
+                         (long long)max_seq_len, (long long)B, (long long)L, c.phase[0].name, c.phase[0].grid[0]);
+        } else {
+            cr_expect_eq(c.n_phases, bwd_phases, "span bound %lld: %d backward phases", (long long)max_seq_len,
+                         c.n_phases);
+            for (int k = 1; k < c.n_phases; k++)
+                cr_expect_eq(c.phase[k].grid[0], fwd_tiles, "%s: %u tiles", c.phase[k].name, c.phase[k].grid[0]);
+        }
+        checked++;
+    }
+    cr_expect_eq(checked, 2, "layer 0's forward and backward (layer 1 is the first-slot one)");
+    pipeline_free(&p);
+}
+
+Test(pack_cuda, varlen_launches_follow_the_span_bound)
+{
+    expect_varlen_phases(16, 1, 6, 100, 1);    /* 600 slots: 10 tiles by the slots, 1 by the bound */
+    expect_varlen_phases(128, 1, 6, 100, 2);
+    expect_varlen_phases(256, 3, 6, 100, 4);
+    expect_varlen_phases(256, 3, 6, 20, 2);    /* 120 slots bound every span to 2 tiles */
 }

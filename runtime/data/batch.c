@@ -36,6 +36,30 @@ Batch *batch_new_packed(int64_t B, int64_t L, int with_targets)
     return b;
 }
 
+HpcStatus batch_spans_check(const int32_t *spans, int64_t B, int64_t L, int64_t span_max, const char *who,
+                            HpcError *err)
+{
+    int64_t BL = B * L, end = 0;
+    for (int64_t b = 0; b < B; b++) {
+        int64_t s = spans[2 * b], n = spans[2 * b + 1];
+        if (s != end || n < 0 || s + n > BL)
+            return hpc_fail(err, HPC_ERR_INPUT,
+                            "%s: seq_spans row %lld is [%lld, %lld): it must lie inside the batch's %lld x "
+                            "%lld = %lld token slots, starting where the previous span ends (%lld); a packed "
+                            "batch from runtime/data/loader.h keeps its spans so",
+                            who, (long long)b, (long long)s, (long long)(s + n), (long long)B, (long long)L,
+                            (long long)BL, (long long)end);
+        if (span_max > 0 && n > span_max)
+            return hpc_fail(err, HPC_ERR_INPUT,
+                            "%s: seq_spans row %lld holds %lld tokens, but this packed program was compiled for "
+                            "sequences of at most %lld (its max_seq_len); compile it again with --seq-len %lld "
+                            "or more, or truncate the sequences",
+                            who, (long long)b, (long long)n, (long long)span_max, (long long)n);
+        end = s + n;
+    }
+    return HPC_OK;
+}
+
 void batch_free(Batch *b)
 {
     if (!b) return;

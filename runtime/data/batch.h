@@ -18,6 +18,8 @@
 
 #include <stdint.h>
 
+#include "error.h"
+
 typedef struct {
     int64_t B, L;             /* rows, padded length */
     int32_t *input_ids;       /* (B, L) token ids, pad id where masked out */
@@ -38,5 +40,13 @@ Batch *batch_new(int64_t B, int64_t L, int with_targets);
 /* batch_new plus seq_spans (zero-filled): a packed batch. */
 Batch *batch_new_packed(int64_t B, int64_t L, int with_targets);
 void batch_free(Batch *batch);
+
+/* A packed batch's spans (B rows, L slots a row; its seq_spans) as the
+ * executors need them: back to back from slot 0 (start_0 = 0, start_b =
+ * start_{b-1} + len_{b-1}), each len_b >= 0, the last ending by B L, and,
+ * where span_max > 0 (the program's bound: program/ir.h IrInputAttr), no
+ * len_b above span_max.  `who` names the caller in the message. */
+HpcStatus batch_spans_check(const int32_t *spans, int64_t B, int64_t L, int64_t span_max, const char *who,
+                            HpcError *err);
 
 #endif
