@@ -15,7 +15,9 @@
  *     are keys): D equal for the (LBO, SBO) pair that the PTX text's
  *     "offset from the first 8 columns to the next 8 columns" means; both
  *     readings are tried and the line says which one held (exactly one
- *     must).
+ *     must);
+ *   - A from registers (P V with P in registers), in the fragment layout
+ *     of mma.sync's m16n8k16 A per warp, and K-major B: D equal.
  * Exit 0 when every check passes, 1 on a failure, 4 without an sm_90 GPU. */
 #include <math.h>
 #include <stdio.h>
@@ -139,6 +141,11 @@ int main(void)
     result((bad_n_lbo128 == 0) != (bad_n_lbo1024 == 0),
            "N-major B (trans-b 1): LBO 128 / SBO 1024 (the next core along N, then along K) %d differ; "
            "LBO 1024 / SBO 128 %d differ; exactly one reading must hold", bad_n_lbo128, bad_n_lbo1024);
+
+    run_probe("wg_probe_areg", a, bt, 0, 0, 128, 1024, d);
+    bad = mismatches(d, ref);
+    result(bad == 0, "A from registers in mma.sync's m16n8k16 A layout, K-major B: %d of %d elements of D differ",
+           bad, N64 * N64);
 
     free(a);
     free(b);

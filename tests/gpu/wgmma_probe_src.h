@@ -23,6 +23,9 @@
  * readings of the PTX text for each major-ness: 128 (the next core along
  * the operand's second index) and 1024 (the next along its first).  Step s
  * starts at core column 2s (K-major) or core row 2s (N-major B).
+ * wg_probe_areg: A from registers instead (the form attention's P V would
+ * use, P in registers), in the fragment layout of mma.sync's m16n8k16 A
+ * for each warp's 16 rows; B K-major from shared memory.
  * D is written row-major through the accumulator layout we expect: warp w
  * holds rows 16w .. 16w + 15, and for n8 chunk j its registers 4j .. 4j+3
  * are (16w + lane/4, 8j + 2 (lane % 4) + {0, 1}) and the same 8 rows on. */
@@ -108,6 +111,54 @@ static const char WGMMA_PROBE_SRC[] =
     "#endif\n"
     "\n"
     "WG_PROBE(wg_probe_kmajor, 0)\n"
-    "WG_PROBE(wg_probe_nmajor, 1)\n";
+    "WG_PROBE(wg_probe_nmajor, 1)\n"
+    "\n"
+    "// A from registers (as attention's P V would take P): per warp the 16 rows\n"
+    "// 16w.., per k16 step four f16x2 registers, as mma.sync's m16n8k16 A:\n"
+    "// (r, c), (r + 8, c), (r, c + 8), (r + 8, c + 8), r = 16w + lane/4, c = 2 (lane % 4)\n"
+    "extern \"C\" __global__ void __launch_bounds__(128)\n"
+    "wg_probe_areg(float *out, const u16 *a, const u16 *b, u32 lbo_a, u32 sbo_a, u32 lbo_b, u32 sbo_b)\n"
+    "{\n"
+    "    __shared__ __align__(128) u16 bs[64 * 64];\n"
+    "    for (int i = threadIdx.x; i < 64 * 64; i += 128) bs[wg_core_at(i / 64, i % 64)] = b[i];\n"
+    "    __syncthreads();\n"
+    "    (void)lbo_a; (void)sbo_a;\n"
+    "    int w = threadIdx.x / 32, l = threadIdx.x % 32, r = 16 * w + l / 4, c = 2 * (l % 4);\n"
+    "    u32 ar[4][4];\n"
+    "    for (int s = 0; s < 4; s++)\n"
+    "        for (int q = 0; q < 4; q++) {\n"
+    "            int row = r + 8 * (q & 1), col = 16 * s + c + 8 * (q >> 1);\n"
+    "            ar[s][q] = (u32)a[row * 64 + col] | (u32)a[row * 64 + col + 1] << 16;\n"
+    "        }\n"
+    "    float d[32];\n"
+    "    for (int i = 0; i < 32; i++) d[i] = 0.0f;\n"
+    "    WG_FENCES_BEFORE();\n"
+    "    for (int s = 0; s < 4; s++) {\n"
+    "        u64 db = wg_desc(bs + 128 * s, lbo_b, sbo_b);\n"
+    "#if defined(__CUDA_ARCH_FEAT_SM90_ALL)\n"
+    "        asm volatile(\"{\\n.reg .pred p;\\nsetp.ne.b32 p, %37, 0;\\n\"\n"
+    "                     \"wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 \"\n"
+    "                     \"{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, \"\n"
+    "                     \"%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, \"\n"
+    "                     \"{%32, %33, %34, %35}, %36, p, 1, 1, 0;\\n}\\n\"\n"
+    "                     : \"+f\"(d[0]), \"+f\"(d[1]), \"+f\"(d[2]), \"+f\"(d[3]), \"+f\"(d[4]), \"+f\"(d[5]),\n"
+    "                       \"+f\"(d[6]), \"+f\"(d[7]), \"+f\"(d[8]), \"+f\"(d[9]), \"+f\"(d[10]), \"+f\"(d[11]),\n"
+    "                       \"+f\"(d[12]), \"+f\"(d[13]), \"+f\"(d[14]), \"+f\"(d[15]), \"+f\"(d[16]), \"+f\"(d[17]),\n"
+    "                       \"+f\"(d[18]), \"+f\"(d[19]), \"+f\"(d[20]), \"+f\"(d[21]), \"+f\"(d[22]), \"+f\"(d[23]),\n"
+    "                       \"+f\"(d[24]), \"+f\"(d[25]), \"+f\"(d[26]), \"+f\"(d[27]), \"+f\"(d[28]), \"+f\"(d[29]),\n"
+    "                       \"+f\"(d[30]), \"+f\"(d[31])\n"
+    "                     : \"r\"(ar[s][0]), \"r\"(ar[s][1]), \"r\"(ar[s][2]), \"r\"(ar[s][3]), \"l\"(db), \"r\"(s > 0 ? 1 : 0));\n"
+    "#else\n"
+    "        (void)db; (void)ar;\n"
+    "#endif\n"
+    "    }\n"
+    "    WG_FENCES_AFTER();\n"
+    "    for (int j = 0; j < 8; j++)\n"
+    "        for (int h = 0; h < 2; h++) {\n"
+    "            int row = 16 * w + l / 4 + 8 * h, col = 8 * j + 2 * (l % 4);\n"
+    "            out[row * 64 + col] = d[4 * j + 2 * h];\n"
+    "            out[row * 64 + col + 1] = d[4 * j + 2 * h + 1];\n"
+    "        }\n"
+    "}\n";
 
 #endif
