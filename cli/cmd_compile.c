@@ -89,8 +89,8 @@ static const CliOpt compile_opts[] = {
      .help = "skip the fuse pass (the unfused graph, as before fusion)"},
     {.name = "pack", .kind = CLI_FLAG, .off = A(pack),
      .help = "a packed program (the model's `pack = true`): batches hold every sequence's tokens back to "
-             "back with no padding rows, so a step costs the real tokens (docs/packing.md); on the GPU with "
-             "--fp16 or --bf16"},
+             "back with no padding rows, so a step costs the real tokens (docs/packing.md); sequences up to the "
+             "model's seq_len; on the GPU with --fp16 or --bf16"},
     {.name = "dump-lower", .kind = CLI_FLAG, .off = A(dump[PIPE_LOWER]), .help = "print the graph after lowering"},
     {.name = "dump-autodiff", .kind = CLI_FLAG, .off = A(dump[PIPE_AUTODIFF]),
      .help = "print the graph after autodiff (forward and backward)"},

@@ -679,7 +679,8 @@ Test(pack_errors, spans_past_the_program_bound_refused)
     TrainResult r;
     err = (HpcError){0};
     cr_expect_eq(trainer_run(&s, &d, NULL, &to, &r, &err), HPC_ERR_USAGE);
-    cr_expect(strstr(err.msg, "at most 16") && strstr(err.msg, "--seq-len 32"), "message: %s", err.msg);
+    cr_expect(strstr(err.msg, "at most 16") && strstr(err.msg, "seq_len = 32") && strstr(err.msg, "--seq-len 16"),
+              "message: %s", err.msg);
     step_program_free(&prog);
     dataset_free(&d);
 }

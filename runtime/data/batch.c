@@ -52,9 +52,10 @@ HpcStatus batch_spans_check(const int32_t *spans, int64_t B, int64_t L, int64_t 
         if (span_max > 0 && n > span_max)
             return hpc_fail(err, HPC_ERR_INPUT,
                             "%s: seq_spans row %lld holds %lld tokens, but this packed program was compiled for "
-                            "sequences of at most %lld (its max_seq_len); compile it again with --seq-len %lld "
-                            "or more, or truncate the sequences",
-                            who, (long long)b, (long long)n, (long long)span_max, (long long)n);
+                            "sequences of at most %lld (the model's seq_len); compile it again from a model with "
+                            "seq_len = %lld or more (hpc run MODEL.model --seq-len %lld does), or truncate the "
+                            "sequences",
+                            who, (long long)b, (long long)n, (long long)span_max, (long long)n, (long long)n);
         end = s + n;
     }
     return HPC_OK;

@@ -552,8 +552,8 @@ HpcStatus trainer_run(const ModelSpec *spec, const Dataset *train, const Dataset
     int64_t span_max = opts->program ? ir_span_max(&opts->program->g) : 0;
     if (!st && span_max > 0 && spec->train.max_seq_len > span_max)
         st = hpc_fail(err, HPC_ERR_USAGE, "trainer: this packed program was compiled for sequences of at most %lld "
-                      "tokens (its max_seq_len), and this run keeps up to %lld; compile it again with --seq-len "
-                      "%lld, or run it with --seq-len %lld or less", (long long)span_max,
+                      "tokens (the model's seq_len), and this run keeps up to %lld; compile it again from a model "
+                      "with seq_len = %lld, or run it with --seq-len %lld or less", (long long)span_max,
                       (long long)spec->train.max_seq_len, (long long)spec->train.max_seq_len, (long long)span_max);
     if (!st && !opts->no_memory_check)
         st = memcheck_run(spec, opts->program, opts->policy, !opts->no_fuse, opts->device, spec->train.batch_size, L, ckpt_copy, err);
