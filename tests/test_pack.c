@@ -642,6 +642,29 @@ Test(pack_errors, padded_batch_or_bad_spans_refused)
     pipeline_free(&p);
 }
 
+/* batch_spans_check, which both executors run on a packed batch: spans
+ * back to back from slot 0, inside the slots, none longer than the bound;
+ * the message names the caller and the row. */
+Test(pack_errors, spans_check_rules)
+{
+    HpcError err = {0};
+    const int32_t good[6] = {0, 5, 5, 0, 5, 7};   /* an empty span in the middle, 12 of 3 x 4 slots */
+    cr_expect_eq(batch_spans_check(good, 3, 4, 0, "t", &err), HPC_OK, "%s", err.msg);
+    cr_expect_eq(batch_spans_check(good, 3, 4, 7, "t", &err), HPC_OK, "%s", err.msg);
+    const struct { int32_t spans[6]; int64_t bound; const char *want; } bad[] = {
+        {{1, 5, 6, 0, 6, 6}, 0, "t: seq_spans row 0 is [1, 6)"},    /* not from slot 0 */
+        {{0, 5, 6, 0, 6, 6}, 0, "t: seq_spans row 1 is [6, 6)"},    /* a gap after row 0 */
+        {{0, 5, 5, -1, 4, 8}, 0, "t: seq_spans row 1 is [5, 4)"},   /* a negative length */
+        {{0, 5, 5, 2, 7, 6}, 0, "t: seq_spans row 2 is [7, 13)"},   /* past the 12 slots */
+        {{0, 5, 5, 0, 5, 7}, 6, "t: seq_spans row 2 holds 7 tokens"}, /* past the bound */
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        err = (HpcError){0};
+        cr_expect_eq(batch_spans_check(bad[i].spans, 3, 4, bad[i].bound, "t", &err), HPC_ERR_INPUT, "case %zu", i);
+        cr_expect(strstr(err.msg, bad[i].want) != NULL, "case %zu: wanted '%s' in: %s", i, bad[i].want, err.msg);
+    }
+}
+
 /* A span longer than the program's bound (its max_seq_len) is refused
  * by the cpu executor, and a run that keeps longer sequences than a
  * compiled packed program was lowered for is refused before it starts. */
