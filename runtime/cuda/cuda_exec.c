@@ -313,12 +313,8 @@ static HpcStatus check_batch(const CudaExec *ex, const Batch *b, HpcError *err)
     HpcStatus st = HPC_OK;
     /* packed: the kernels address each span's rows from its start and size
      * their launches by the program's bound (runtime/data/batch.h) */
-    if (ir_graph_packed(ex->g)) {
-        if (!b->seq_spans)
-            return hpc_fail(err, HPC_ERR_INPUT, "cuda_exec: the program is packed (docs/packing.md) but the "
-                            "batch has no seq_spans; make its batches with a packing loader (loader_set_pack)");
+    if (ir_graph_packed(ex->g))
         st = batch_spans_check(b->seq_spans, b->B, b->L, ir_span_max(ex->g), "cuda_exec", err);
-    }
     for (int i = 0; i < ex->g->n && !st; i++) {
         const IrNode *n = NODE(i);
         if (n->op == IR_OP_EMBEDDING) {

@@ -39,6 +39,9 @@ Batch *batch_new_packed(int64_t B, int64_t L, int with_targets)
 HpcStatus batch_spans_check(const int32_t *spans, int64_t B, int64_t L, int64_t span_max, const char *who,
                             HpcError *err)
 {
+    if (!spans)
+        return hpc_fail(err, HPC_ERR_INPUT, "%s: the program is packed (docs/packing.md) but the batch has no "
+                        "seq_spans; make its batches with a packing loader (loader_set_pack)", who);
     int64_t BL = B * L, end = 0;
     for (int64_t b = 0; b < B; b++) {
         int64_t s = spans[2 * b], n = spans[2 * b + 1];

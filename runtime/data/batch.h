@@ -42,7 +42,7 @@ Batch *batch_new_packed(int64_t B, int64_t L, int with_targets);
 void batch_free(Batch *batch);
 
 /* A packed batch's spans (B rows, L slots a row; its seq_spans) as the
- * executors need them: back to back from slot 0 (start_0 = 0, start_b =
+ * executors need them: present (a padded batch has none), back to back from slot 0 (start_0 = 0, start_b =
  * start_{b-1} + len_{b-1}), each len_b >= 0, the last ending by B L, and,
  * where span_max > 0 (the program's bound: program/ir.h IrInputAttr), no
  * len_b above span_max.  `who` names the caller in the message. */
