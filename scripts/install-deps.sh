@@ -2,7 +2,7 @@
 # Installs the Debian packages the build needs, when any is missing.
 # Called by `make`; safe to run by hand. Needs root or sudo for apt-get.
 set -e
-PACKAGES="flex bison libcriterion-dev libutf8proc-dev libjansson-dev pkg-config"
+PACKAGES="flex bison libcriterion-dev libutf8proc-dev libjansson-dev pkg-config g++"
 missing=""
 for p in $PACKAGES; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing="$missing $p"

@@ -11,6 +11,7 @@
 #include "cuda/cuda_driver.h"
 
 #define NVRTC_MAX_OPTIONS 64
+#define EMU_MODULE_TAG "//HPC-EMU-MODULE"   /* tools/cuemu/emu_module.c reads it */
 
 /* The full option list of one compile: arch, toolkit headers, the caller's. */
 typedef struct {
@@ -73,9 +74,9 @@ static HpcStatus options_build(OptionList *o, int arch, const char *const *extra
     if (arch < CUDA_MIN_ARCH)
         return hpc_fail(err, HPC_ERR_USAGE, "cannot compile for sm_%d: hpc generates code for "
                         "sm_%d and newer", arch, CUDA_MIN_ARCH);
-    if (n_extra < 0 || n_extra > NVRTC_MAX_OPTIONS - 3)
+    if (n_extra < 0 || n_extra > NVRTC_MAX_OPTIONS - 4)
         return hpc_fail(err, HPC_ERR_USAGE, "nvrtc_compile: %d options, at most %d", n_extra,
-                        NVRTC_MAX_OPTIONS - 3);
+                        NVRTC_MAX_OPTIONS - 4);
     o->n = 0;
     snprintf(o->arch_opt, sizeof o->arch_opt, "--gpu-architecture=sm_%d", arch);
     o->v[o->n++] = o->arch_opt;
@@ -104,13 +105,40 @@ static HpcStatus options_build(OptionList *o, int arch, const char *const *extra
         strcpy(o->env_opts, more);
         char *save = NULL;
         for (char *tok = strtok_r(o->env_opts, " ", &save); tok; tok = strtok_r(NULL, " ", &save)) {
-            if (o->n + n_extra >= NVRTC_MAX_OPTIONS)
+            if (o->n + n_extra + 1 >= NVRTC_MAX_OPTIONS)
                 return hpc_fail(err, HPC_ERR_USAGE, "HPC_NVRTC_OPTIONS: too many options (at most %d in all)",
                                 NVRTC_MAX_OPTIONS);
             o->v[o->n++] = tok;
         }
     }
     for (int i = 0; i < n_extra; i++) o->v[o->n++] = extra[i];
+    /* under the CPU emulator the option keeps its images apart in the cache */
+    if (nvrtc_emu_requested()) o->v[o->n++] = "-DHPC_EMU";
+    return HPC_OK;
+}
+
+/* ---- the CPU emulator (tools/cuemu) -------------------------------------- */
+
+int nvrtc_emu_requested(void)
+{
+    const char *v = getenv("HPC_CUDA_EMU");
+    return v && strcmp(v, "1") == 0;
+}
+
+/* The image tools/cuemu's cuModuleLoadData builds with g++: a tag line
+ * with the options, then the source, NUL-terminated. */
+static HpcStatus emu_image(const char *source, const OptionList *o, void **image, size_t *size,
+                           HpcError *err)
+{
+    size_t n = strlen(EMU_MODULE_TAG) + strlen(source) + 2;
+    for (int i = 0; i < o->n; i++) n += strlen(o->v[i]) + 1;
+    char *buf = malloc(n + 1);
+    if (!buf) return hpc_fail(err, HPC_ERR_OOM, "out of host memory for an emulator image");
+    size_t used = (size_t)sprintf(buf, "%s", EMU_MODULE_TAG);
+    for (int i = 0; i < o->n; i++) used += (size_t)sprintf(buf + used, " %s", o->v[i]);
+    used += (size_t)sprintf(buf + used, "\n%s", source);
+    *image = buf;
+    *size = used + 1;
     return HPC_OK;
 }
 
@@ -282,6 +310,7 @@ HpcStatus nvrtc_compile(const char *source, const char *name, int arch,
     if (log) *log = NULL;
     HpcStatus st = options_build(&o, arch, options, num_options, err);
     if (st) return st;
+    if (nvrtc_emu_requested()) return emu_image(source, &o, cubin, size, err);
     if (!arch_supported(arch)) {
         char list[256];
         nvrtc_supported_archs(list, sizeof list);

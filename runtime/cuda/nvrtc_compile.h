@@ -42,6 +42,12 @@
 #include "util/error.h"
 #include "cuda/kernel_cache.h"
 
+/* Whether HPC_CUDA_EMU=1: the CUDA emulator (tools/cuemu, docs/cuemu.md)
+ * stands in for the driver, so nvrtc_compile returns the source, tagged,
+ * for it to build on the CPU, in place of a cubin (and adds -DHPC_EMU to
+ * the options, so the kernel cache keeps such images apart). */
+int nvrtc_emu_requested(void);
+
 /* NVRTC's version as major*1000 + minor*10 (13.0 -> 13000). */
 int nvrtc_version_number(void);
 

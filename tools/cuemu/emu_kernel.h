@@ -1,0 +1,707 @@
+/* tools/cuemu/emu_kernel.h — the prelude that turns hpc's CUDA C++ into host
+ * C++ (tools/cuemu/cuemu.h says what the emulator is for).
+ *
+ * emu_module.c compiles every module as
+ *     #include "emu_kernel.h"
+ *     #include "<the module's source>"
+ *     EMU_KERNEL(name) ...            one line per __global__ function
+ * with g++ -DHPC_EMU into a shared object, and launches a kernel through
+ * its emu_entry_NAME.
+ *
+ * What it promises:
+ *   - Each CUDA thread runs as a fiber on the calling OS thread, the blocks
+ *     of a grid one after another (so `__shared__` can be a static), the
+ *     threads of a block round-robin, switching only at __syncthreads and
+ *     the warp collectives.
+ *   - __syncthreads waits for every thread of the block that has not
+ *     exited; a warp collective for the lanes of its mask that have not
+ *     exited.  A barrier nobody can pass is reported as a deadlock with the
+ *     kernel, the block and where the threads wait, not a hang.
+ *   - mma.sync m16n8k16 (f16 and bf16, f32 accumulate), ldmatrix x4 (and
+ *     .trans) and cp.async are computed from the fragment layouts of the PTX
+ *     ISA manual; cp.async copies at once, so its waits are no-ops.
+ *   - __trap() and a stack that overflows end the process with the kernel's
+ *     name, block and thread.
+ * It leaves __CUDA_ARCH__ undefined, so code written for a newer
+ * architecture takes its portable branch (red8_f32's atomicAdd loop).
+ */
+#ifndef HPC_TOOLS_CUEMU_EMU_KERNEL_H
+#define HPC_TOOLS_CUEMU_EMU_KERNEL_H
+
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+
+#include <cmath>
+#include <tuple>
+#include <type_traits>
+#include <utility>
+
+/* ---- the language ------------------------------------------------------- */
+
+#ifndef HPC_EMU_SCAN   /* emu_module.c's scan for kernel names keeps these two */
+#define __global__
+#define __launch_bounds__(...)
+#endif
+#define __device__
+#define __host__
+#define __forceinline__ inline
+#define __noinline__ __attribute__((noinline))
+#define __shared__ static
+#define __align__(n) __attribute__((aligned(n)))
+#define __restrict__ __restrict
+#define __builtin_assume(x) ((void)0)
+
+struct uint3 { unsigned x, y, z; };
+typedef uint3 dim3_value;
+
+struct __attribute__((aligned(16))) float4 { float x, y, z, w; };
+struct __attribute__((aligned(8))) float2 { float x, y; };
+struct __attribute__((aligned(16))) uint4 { unsigned x, y, z, w; };
+struct __attribute__((aligned(8))) uint2 { unsigned x, y; };
+struct __attribute__((aligned(16))) int4 { int x, y, z, w; };
+struct __attribute__((aligned(8))) int2 { int x, y; };
+static inline float4 make_float4(float x, float y, float z, float w) { return float4{x, y, z, w}; }
+static inline float2 make_float2(float x, float y) { return float2{x, y}; }
+static inline uint4 make_uint4(unsigned x, unsigned y, unsigned z, unsigned w) { return uint4{x, y, z, w}; }
+static inline uint2 make_uint2(unsigned x, unsigned y) { return uint2{x, y}; }
+static inline int4 make_int4(int x, int y, int z, int w) { return int4{x, y, z, w}; }
+
+/* CUDA's min/max are overloaded for every arithmetic type. */
+template <typename A, typename B>
+static inline typename std::common_type<A, B>::type min(A a, B b)
+{
+    typedef typename std::common_type<A, B>::type T;
+    return (T)a < (T)b ? (T)a : (T)b;
+}
+template <typename A, typename B>
+static inline typename std::common_type<A, B>::type max(A a, B b)
+{
+    typedef typename std::common_type<A, B>::type T;
+    return (T)a > (T)b ? (T)a : (T)b;
+}
+
+static inline float rsqrtf(float x) { return 1.0f / sqrtf(x); }
+#define __expf(x) expf(x)   /* glibc declares its own __expf and __logf */
+#define __logf(x) logf(x)
+static inline float __fdividef(float a, float b) { return a / b; }
+static inline float __frcp_rn(float x) { return 1.0f / x; }
+static inline float __saturatef(float x) { return x < 0.0f ? 0.0f : x > 1.0f ? 1.0f : x; }
+static inline unsigned __float_as_uint(float f) { unsigned u; memcpy(&u, &f, 4); return u; }
+static inline float __uint_as_float(unsigned u) { float f; memcpy(&f, &u, 4); return f; }
+static inline int __float_as_int(float f) { int u; memcpy(&u, &f, 4); return u; }
+static inline float __int_as_float(int u) { float f; memcpy(&f, &u, 4); return f; }
+static inline unsigned __umulhi(unsigned a, unsigned b) { return (unsigned)(((unsigned long long)a * b) >> 32); }
+static inline int __popc(unsigned x) { return __builtin_popcount(x); }
+static inline int __clz(unsigned x) { return x ? __builtin_clz(x) : 32; }
+static inline int __ffs(unsigned x) { return __builtin_ffs((int)x); }
+template <typename T> static inline T __ldg(const T *p) { return *p; }
+static inline void __threadfence(void) {}
+static inline void __threadfence_block(void) {}
+
+/* One OS thread runs every fiber, so an atomic is a read-modify-write. */
+template <typename T> static inline T atomicAdd(T *p, T v) { T old = *p; *p = old + v; return old; }
+template <typename T> static inline T atomicMax(T *p, T v) { T old = *p; if (v > old) *p = v; return old; }
+template <typename T> static inline T atomicMin(T *p, T v) { T old = *p; if (v < old) *p = v; return old; }
+template <typename T> static inline T atomicExch(T *p, T v) { T old = *p; *p = v; return old; }
+template <typename T> static inline T atomicOr(T *p, T v) { T old = *p; *p = old | v; return old; }
+template <typename T> static inline T atomicAnd(T *p, T v) { T old = *p; *p = old & v; return old; }
+template <typename T> static inline T atomicCAS(T *p, T cmp, T v) { T old = *p; if (old == cmp) *p = v; return old; }
+static inline unsigned atomicInc(unsigned *p, unsigned lim) { unsigned old = *p; *p = old >= lim ? 0 : old + 1; return old; }
+
+/* ---- fibers ------------------------------------------------------------- */
+
+namespace emu {
+
+enum { RUNNABLE, AT_BARRIER, AT_WARP, DONE };
+enum { STACK_BYTES = 256 * 1024, MAX_THREADS = 1024, SLOT_BYTES = 64 };
+
+struct Thread {
+    void *sp;              /* saved stack pointer while switched out */
+    uint3 tid;
+    unsigned linear, lane, warp;
+    int state;
+    unsigned warp_gen;     /* the warp barrier generation it waits for */
+    unsigned warp_mask;    /* the lanes that barrier waits for */
+};
+
+struct Warp {
+    unsigned live;                 /* lanes that have not exited */
+    unsigned arrived;              /* lanes waiting at a warp barrier */
+    unsigned gen;
+    unsigned char slot[32][SLOT_BYTES];
+};
+
+struct Block {
+    const char *kernel;
+    uint3 bid, gdim, bdim;
+    Thread th[MAX_THREADS];
+    Warp warps[MAX_THREADS / 32];
+    int n, live, at_barrier;
+    int bar_and, bar_or, bar_count;        /* this barrier's reductions */
+    int res_and, res_or, res_count;        /* the last released one's */
+    void *sched_sp;
+    unsigned char *stacks;
+};
+
+static thread_local Block *g_block;
+static thread_local Thread *g_cur;
+static thread_local void (*g_body)(void *);
+static thread_local void *g_body_arg;
+
+[[noreturn]] static void die(const char *what)
+{
+    Block *b = g_block;
+    if (b && g_cur)
+        fprintf(stderr, "cuemu: kernel %s, block (%u,%u,%u), thread (%u,%u,%u): %s\n", b->kernel,
+                b->bid.x, b->bid.y, b->bid.z, g_cur->tid.x, g_cur->tid.y, g_cur->tid.z, what);
+    else
+        fprintf(stderr, "cuemu: %s\n", what);
+    abort();
+}
+
+/* Context switch: callee-saved registers and the FP control words on the
+ * old stack, then the new stack's. */
+extern "C" void emu_ctx_switch(void **save_sp, void *new_sp);
+#if defined(__x86_64__)
+asm(".text\n"
+    ".p2align 4\n"
+    ".hidden emu_ctx_switch\n"
+    ".type emu_ctx_switch,@function\n"
+    "emu_ctx_switch:\n"
+    "  pushq %rbp\n  pushq %rbx\n  pushq %r12\n  pushq %r13\n  pushq %r14\n  pushq %r15\n"
+    "  subq $8, %rsp\n  stmxcsr (%rsp)\n  fnstcw 4(%rsp)\n"
+    "  movq %rsp, (%rdi)\n"
+    "  movq %rsi, %rsp\n"
+    "  ldmxcsr (%rsp)\n  fldcw 4(%rsp)\n  addq $8, %rsp\n"
+    "  popq %r15\n  popq %r14\n  popq %r13\n  popq %r12\n  popq %rbx\n  popq %rbp\n"
+    "  ret\n"
+    ".size emu_ctx_switch, .-emu_ctx_switch\n");
+#else
+#error "cuemu: fibers are written for x86-64 only"
+#endif
+
+static inline void yield(void) { emu_ctx_switch(&g_cur->sp, g_block->sched_sp); }
+
+static void thread_exit(void);
+
+/* Where a fresh fiber starts: the kernel body, then it never runs again. */
+static void fiber_start(void)
+{
+    g_body(g_body_arg);
+    thread_exit();
+    die("an exited thread was resumed");
+}
+
+static void *fresh_stack(unsigned char *base)
+{
+    uintptr_t top = ((uintptr_t)(base + STACK_BYTES)) & ~(uintptr_t)15;
+    uint64_t *sp = (uint64_t *)top;
+    *--sp = 0;                                  /* keeps the entry's alignment */
+    *--sp = (uint64_t)(uintptr_t)fiber_start;   /* ret lands here, rsp = 16k + 8 */
+    for (int r = 0; r < 6; r++) *--sp = 0;      /* rbp rbx r12 r13 r14 r15 */
+    *--sp = 0x1F80ull | (0x037Full << 32);      /* mxcsr, x87 control word */
+    return sp;
+}
+
+static unsigned char *stack_pool(int n)
+{
+    static thread_local unsigned char *pool;
+    static thread_local int have;
+    if (n <= have) return pool;
+    if (pool) munmap(pool, (size_t)have * (STACK_BYTES + 4096));
+    size_t bytes = (size_t)n * (STACK_BYTES + 4096);
+    pool = (unsigned char *)mmap(NULL, bytes, PROT_READ | PROT_WRITE,
+                                 MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (pool == MAP_FAILED) die("no memory for the fibers' stacks");
+    for (int i = 0; i < n; i++)   /* a guard page below each stack */
+        mprotect(pool + (size_t)i * (STACK_BYTES + 4096), 4096, PROT_NONE);
+    have = n;
+    return pool;
+}
+
+/* ---- barriers ----------------------------------------------------------- */
+
+static void release_block_barrier(Block *b)
+{
+    b->res_and = b->bar_and;
+    b->res_or = b->bar_or;
+    b->res_count = b->bar_count;
+    b->at_barrier = 0;
+    b->bar_and = 1;
+    b->bar_or = 0;
+    b->bar_count = 0;
+    for (int i = 0; i < b->n; i++)
+        if (b->th[i].state == AT_BARRIER) b->th[i].state = RUNNABLE;
+}
+
+static void block_barrier(int pred)
+{
+    Block *b = g_block;
+    b->bar_and &= pred != 0;
+    b->bar_or |= pred != 0;
+    b->bar_count += pred != 0;
+    g_cur->state = AT_BARRIER;
+    if (++b->at_barrier == b->live) release_block_barrier(b);
+    yield();
+}
+
+/* Releases the lanes whose barrier has everyone it waits for. */
+static void warp_try_release(Warp *w, Thread *lanes)
+{
+    for (;;) {
+        int released = 0;
+        for (int l = 0; l < 32; l++) {
+            Thread *t = &lanes[l];
+            if (!(w->arrived >> l & 1u) || t->state != AT_WARP) continue;
+            unsigned need = t->warp_mask & w->live;
+            if ((w->arrived & need) != need) continue;
+            for (int k = 0; k < 32; k++)
+                if (need >> k & 1u) lanes[k].state = RUNNABLE;
+            w->arrived &= ~need;
+            w->gen++;
+            released = 1;
+            break;
+        }
+        if (!released) return;
+    }
+}
+
+static Thread *warp_lanes(Block *b, unsigned warp) { return &b->th[warp * 32]; }
+
+static void warp_barrier(unsigned mask)
+{
+    Block *b = g_block;
+    Thread *t = g_cur;
+    Warp *w = &b->warps[t->warp];
+    if (!(mask >> t->lane & 1u)) die("a warp collective's mask leaves out the calling lane");
+    t->state = AT_WARP;
+    t->warp_mask = mask;
+    w->arrived |= 1u << t->lane;
+    warp_try_release(w, warp_lanes(b, t->warp));
+    yield();
+}
+
+static void thread_exit(void)
+{
+    Block *b = g_block;
+    Thread *t = g_cur;
+    Warp *w = &b->warps[t->warp];
+    t->state = DONE;
+    b->live--;
+    w->live &= ~(1u << t->lane);
+    if (b->at_barrier && b->at_barrier == b->live) release_block_barrier(b);
+    warp_try_release(w, warp_lanes(b, t->warp));
+    yield();
+}
+
+/* Each lane puts `bytes` in its slot; after the first barrier every lane
+ * reads what it needs; the second keeps the slots until all have read. */
+static inline void *warp_deposit(const void *v, size_t bytes)
+{
+    Warp *w = &g_block->warps[g_cur->warp];
+    memcpy(w->slot[g_cur->lane], v, bytes);
+    return w->slot;
+}
+static inline const unsigned char *lane_slot(int lane) { return g_block->warps[g_cur->warp].slot[lane]; }
+
+/* ---- the grid ----------------------------------------------------------- */
+
+struct Dims {
+    unsigned grid[3], block[3];
+};
+
+static void describe_deadlock(Block *b)
+{
+    fprintf(stderr, "cuemu: kernel %s, block (%u,%u,%u): deadlock; %d threads live, %d at "
+            "__syncthreads\n", b->kernel, b->bid.x, b->bid.y, b->bid.z, b->live, b->at_barrier);
+    for (int i = 0; i < b->n; i++) {
+        Thread *t = &b->th[i];
+        if (t->state == AT_WARP)
+            fprintf(stderr, "  thread %u waits at a warp collective (mask %08x, warp live %08x)\n",
+                    t->linear, t->warp_mask, b->warps[t->warp].live);
+    }
+    abort();
+}
+
+static void run_block(Block *b)
+{
+    unsigned char *pool = stack_pool(b->n);
+    b->live = b->n;
+    b->at_barrier = 0;
+    b->bar_and = 1, b->bar_or = 0, b->bar_count = 0;
+    for (int w = 0; w < (b->n + 31) / 32; w++) {
+        int lanes = b->n - w * 32 < 32 ? b->n - w * 32 : 32;
+        b->warps[w].live = lanes == 32 ? 0xffffffffu : (1u << lanes) - 1;
+        b->warps[w].arrived = 0;
+        b->warps[w].gen = 0;
+    }
+    for (int i = 0; i < b->n; i++) {
+        Thread *t = &b->th[i];
+        t->linear = (unsigned)i;
+        t->tid.x = (unsigned)i % b->bdim.x;
+        t->tid.y = (unsigned)i / b->bdim.x % b->bdim.y;
+        t->tid.z = (unsigned)i / (b->bdim.x * b->bdim.y);
+        t->lane = (unsigned)i % 32;
+        t->warp = (unsigned)i / 32;
+        t->state = RUNNABLE;
+        t->sp = fresh_stack(pool + (size_t)i * (STACK_BYTES + 4096) + 4096);
+    }
+    while (b->live > 0) {
+        int ran = 0;
+        for (int i = 0; i < b->n; i++) {
+            if (b->th[i].state != RUNNABLE) continue;
+            g_cur = &b->th[i];
+            emu_ctx_switch(&b->sched_sp, g_cur->sp);
+            ran = 1;
+        }
+        if (!ran) describe_deadlock(b);
+    }
+    g_cur = NULL;
+}
+
+static void run_grid(const char *name, const Dims *d, void (*body)(void *), void *arg)
+{
+    unsigned n = d->block[0] * d->block[1] * d->block[2];
+    if (n == 0 || n > MAX_THREADS) {
+        fprintf(stderr, "cuemu: kernel %s launched with %u threads a block\n", name, n);
+        abort();
+    }
+    static thread_local Block *block;
+    if (!block) block = (Block *)calloc(1, sizeof(Block));
+    Block *saved = g_block;
+    g_block = block;
+    g_body = body;
+    g_body_arg = arg;
+    block->kernel = name;
+    block->n = (int)n;
+    block->gdim = uint3{d->grid[0], d->grid[1], d->grid[2]};
+    block->bdim = uint3{d->block[0], d->block[1], d->block[2]};
+    for (unsigned z = 0; z < d->grid[2]; z++)
+        for (unsigned y = 0; y < d->grid[1]; y++)
+            for (unsigned x = 0; x < d->grid[0]; x++) {
+                block->bid = uint3{x, y, z};
+                run_block(block);
+            }
+    g_block = saved;
+}
+
+/* ---- a kernel's entry: its parameters packed, then every block run ----- */
+
+template <typename T> static inline size_t align_up(size_t off) { return (off + alignof(T) - 1) / alignof(T) * alignof(T); }
+
+template <typename... A, size_t... I>
+static size_t pack_params(void **params, unsigned char *blob, std::index_sequence<I...>)
+{
+    size_t off = 0;
+    size_t offs[sizeof...(A) + 1] = {0};
+    size_t sizes[] = {sizeof(A)..., 0};
+    size_t aligns[] = {alignof(A)..., 1};
+    for (size_t i = 0; i < sizeof...(A); i++) {
+        off = (off + aligns[i] - 1) / aligns[i] * aligns[i];
+        offs[i] = off;
+        if (blob) memcpy(blob + off, params[i], sizes[i]);
+        off += sizes[i];
+    }
+    (void)offs;
+    return off;
+}
+
+template <typename... A> struct Call {
+    void (*fn)(A...);
+    const unsigned char *blob;
+};
+
+template <typename... A, size_t... I>
+static void call_unpacked(const Call<A...> *c, std::index_sequence<I...>)
+{
+    size_t offs[sizeof...(A) + 1] = {0};
+    size_t sizes[] = {sizeof(A)..., 0};
+    size_t aligns[] = {alignof(A)..., 1};
+    size_t off = 0;
+    for (size_t i = 0; i < sizeof...(A); i++) {
+        off = (off + aligns[i] - 1) / aligns[i] * aligns[i];
+        offs[i] = off;
+        off += sizes[i];
+    }
+    c->fn(*(const typename std::remove_reference<A>::type *)(c->blob + offs[I])...);
+}
+
+template <typename... A> static void fiber_body(void *arg)
+{
+    call_unpacked((const Call<A...> *)arg, std::index_sequence_for<A...>{});
+}
+
+/* op 0: the packed size of the parameters into *size (and the bytes into
+ * blob when it is not NULL); op 1: run the grid from a packed blob. */
+template <typename... A>
+static void entry(void (*fn)(A...), const char *name, int op, void **params, void *blob,
+                  size_t *size, const Dims *d)
+{
+    if (op == 0) {
+        *size = pack_params<A...>(params, (unsigned char *)blob, std::index_sequence_for<A...>{});
+        return;
+    }
+    Call<A...> c = {fn, (const unsigned char *)blob};
+    run_grid(name, d, fiber_body<A...>, &c);
+}
+
+/* ---- half precision ----------------------------------------------------- */
+
+static inline float half_to_float(unsigned short h)
+{
+    unsigned sign = (unsigned)(h >> 15) << 31, exp = (h >> 10) & 31u, man = h & 1023u, bits;
+    if (exp == 31) bits = sign | 0x7f800000u | (man << 13);
+    else if (exp) bits = sign | ((exp + 112) << 23) | (man << 13);
+    else if (!man) bits = sign;
+    else {
+        int e = -1;
+        do { man <<= 1; e++; } while (!(man & 1024u));
+        bits = sign | ((unsigned)(112 - e) << 23) | ((man & 1023u) << 13);
+    }
+    return __uint_as_float(bits);
+}
+static inline float bf16_to_float(unsigned short h) { return __uint_as_float((unsigned)h << 16); }
+
+/* ---- warp collectives ----------------------------------------------------- */
+
+template <typename T> static inline T shfl_from(T v, unsigned mask, int (*src_of)(int lane, int arg, int width), int arg, int width)
+{
+    static_assert(sizeof(T) <= SLOT_BYTES, "shuffled value too large");
+    warp_deposit(&v, sizeof v);
+    warp_barrier(mask);
+    int src = src_of((int)g_cur->lane, arg, width);
+    T out;
+    memcpy(&out, lane_slot(src), sizeof out);
+    warp_barrier(mask);
+    return out;
+}
+
+static inline int lane_idx(int lane, int src, int width) { return (lane & ~(width - 1)) + (src & (width - 1)); }
+static inline int lane_xor(int lane, int m, int width) { int s = lane ^ m; return s >= ((lane & ~(width - 1)) + width) ? lane : s; }
+static inline int lane_up(int lane, int d, int width) { return (lane & (width - 1)) >= d ? lane - d : lane; }
+static inline int lane_down(int lane, int d, int width) { return (lane & (width - 1)) + d < width ? lane + d : lane; }
+
+static inline unsigned vote(unsigned mask, int pred, int how)
+{
+    int p = pred != 0;
+    warp_deposit(&p, sizeof p);
+    warp_barrier(mask);
+    unsigned bits = 0;
+    for (int l = 0; l < 32; l++) {
+        int q;
+        if (!(mask >> l & 1u) || !(g_block->warps[g_cur->warp].live >> l & 1u)) continue;
+        memcpy(&q, lane_slot(l), sizeof q);
+        if (q) bits |= 1u << l;
+    }
+    warp_barrier(mask);
+    if (how == 0) return bits;
+    unsigned live = mask & g_block->warps[g_cur->warp].live;
+    return how == 1 ? bits != 0 : (bits & live) == live;
+}
+
+/* mma.sync.m16n8k16.row.col, f32 accumulate (PTX ISA, "Matrix Fragments
+ * for mma.m16n8k16"): lane = 4 group + t; A's registers hold rows group
+ * and group + 8, columns 2t, 2t + 1 (+ 8 in registers 2 and 3); B's hold
+ * k = 2t, 2t + 1 (+ 8 in register 1) of column group; C/D rows group and
+ * group + 8, columns 2t, 2t + 1. */
+struct MmaIn { unsigned a[4], b[2]; };
+
+static inline float frag_elem(unsigned reg, int high, int bf16)
+{
+    unsigned short h = (unsigned short)(high ? reg >> 16 : reg & 0xffffu);
+    return bf16 ? bf16_to_float(h) : half_to_float(h);
+}
+
+static inline void mma_16816(float c[4], const unsigned a[4], unsigned b0, unsigned b1, int bf16)
+{
+    MmaIn in = {{a[0], a[1], a[2], a[3]}, {b0, b1}};
+    warp_deposit(&in, sizeof in);
+    warp_barrier(0xffffffffu);
+    int g = (int)g_cur->lane / 4, t = (int)g_cur->lane % 4;
+    for (int r = 0; r < 4; r++) {
+        int row = g + (r >= 2 ? 8 : 0), col = 2 * t + (r & 1);
+        float acc = c[r];
+        for (int k = 0; k < 16; k++) {
+            MmaIn fa, fb;
+            memcpy(&fa, lane_slot(row % 8 * 4 + k % 8 / 2), sizeof fa);
+            memcpy(&fb, lane_slot(col * 4 + k % 8 / 2), sizeof fb);
+            int areg = (row >= 8 ? 1 : 0) + (k >= 8 ? 2 : 0);
+            acc += frag_elem(fa.a[areg], k & 1, bf16) * frag_elem(fb.b[k >= 8], k & 1, bf16);
+        }
+        c[r] = acc;
+    }
+    warp_barrier(0xffffffffu);
+}
+
+/* ldmatrix.m8n8.x4.b16: lanes 8i .. 8i + 7 give the rows of matrix i;
+ * register i of a lane holds row lane/4, columns 2 (lane % 4) and +1 of
+ * matrix i, or with .trans the same of its transpose. */
+static inline void ldmatrix_x4(unsigned r[4], const unsigned short *p, int trans)
+{
+    warp_deposit(&p, sizeof p);
+    warp_barrier(0xffffffffu);
+    int lane = (int)g_cur->lane;
+    for (int i = 0; i < 4; i++) {
+        const unsigned short *row0, *row1;
+        unsigned short lo, hi;
+        if (!trans) {
+            memcpy(&row0, lane_slot(8 * i + lane / 4), sizeof row0);
+            lo = row0[2 * (lane % 4)];
+            hi = row0[2 * (lane % 4) + 1];
+        } else {
+            memcpy(&row0, lane_slot(8 * i + 2 * (lane % 4)), sizeof row0);
+            memcpy(&row1, lane_slot(8 * i + 2 * (lane % 4) + 1), sizeof row1);
+            lo = row0[lane / 4];
+            hi = row1[lane / 4];
+        }
+        r[i] = (unsigned)lo | (unsigned)hi << 16;
+    }
+    warp_barrier(0xffffffffu);
+}
+
+}   /* namespace emu */
+
+/* ---- what the kernels call -------------------------------------------- */
+
+#define threadIdx (emu::g_cur->tid)
+#define blockIdx (emu::g_block->bid)
+#define blockDim (emu::g_block->bdim)
+#define gridDim (emu::g_block->gdim)
+#define warpSize 32
+
+static inline void __syncthreads(void) { emu::block_barrier(1); }
+static inline int __syncthreads_and(int p) { emu::block_barrier(p); return emu::g_block->res_and; }
+static inline int __syncthreads_or(int p) { emu::block_barrier(p); return emu::g_block->res_or; }
+static inline int __syncthreads_count(int p) { emu::block_barrier(p); return emu::g_block->res_count; }
+static inline void __syncwarp(unsigned mask = 0xffffffffu) { emu::warp_barrier(mask); }
+static inline unsigned __activemask(void) { return emu::g_block->warps[emu::g_cur->warp].live; }
+static inline unsigned __ballot_sync(unsigned mask, int p) { return emu::vote(mask, p, 0); }
+static inline int __any_sync(unsigned mask, int p) { return (int)emu::vote(mask, p, 1); }
+static inline int __all_sync(unsigned mask, int p) { return (int)emu::vote(mask, p, 2); }
+template <typename T> static inline T __shfl_sync(unsigned m, T v, int src, int w = 32) { return emu::shfl_from(v, m, emu::lane_idx, src, w); }
+template <typename T> static inline T __shfl_xor_sync(unsigned m, T v, int x, int w = 32) { return emu::shfl_from(v, m, emu::lane_xor, x, w); }
+template <typename T> static inline T __shfl_up_sync(unsigned m, T v, unsigned d, int w = 32) { return emu::shfl_from(v, m, emu::lane_up, (int)d, w); }
+template <typename T> static inline T __shfl_down_sync(unsigned m, T v, unsigned d, int w = 32) { return emu::shfl_from(v, m, emu::lane_down, (int)d, w); }
+[[noreturn]] static inline void __trap(void) { emu::die("__trap()"); }
+
+/* ---- inline PTX (emu_asm.c rewrites each statement into one of these) -- */
+
+namespace emu {
+
+/* __cvta_generic_to_shared gives 32 bits; shared memory here is the
+ * module's statics, which share their upper 32 address bits. */
+static thread_local uintptr_t g_shared_hi;
+static inline unsigned to_shared(const void *p)
+{
+    uintptr_t a = (uintptr_t)p, hi = a >> 32 << 32;
+    if (g_shared_hi && g_shared_hi != hi) die("shared memory spans a 4 GiB boundary of the address space");
+    g_shared_hi = hi;
+    return (unsigned)a;
+}
+static inline void *from_shared(unsigned a) { return (void *)(g_shared_hi | a); }
+
+static inline float ftz(float x) { return fabsf(x) < 1.17549435e-38f ? copysignf(0.0f, x) : x; }
+
+static inline unsigned short float_to_half_rn(float f)
+{
+    unsigned u = __float_as_uint(f), sign = (u >> 16) & 0x8000u, exp = (u >> 23) & 0xffu, man = u & 0x7fffffu;
+    if (exp == 0xff) return (unsigned short)(sign | 0x7c00u | (man ? 0x200u | (man >> 13) : 0));
+    int e = (int)exp - 127 + 15;
+    if (e >= 31) return (unsigned short)(sign | 0x7c00u);
+    unsigned full = man | 0x800000u;   /* 24 significant bits */
+    int shift = e >= 1 ? 13 : 14 - e;  /* subnormal halves lose more */
+    if (shift > 24) return (unsigned short)sign;
+    unsigned kept = full >> shift, rest = full & ((1u << shift) - 1), half = 1u << (shift - 1);
+    if (rest > half || (rest == half && (kept & 1u))) kept++;
+    unsigned bits = e >= 1 ? ((unsigned)e << 10) + (kept - 0x400u) : kept;
+    return (unsigned short)(sign | bits);   /* a carry rounds into the exponent, or to inf */
+}
+
+static inline unsigned short float_to_bf16_rn(float f)
+{
+    unsigned u = __float_as_uint(f);
+    if ((u & 0x7fffffffu) > 0x7f800000u) return (unsigned short)((u >> 16) | 0x40u);
+    u += 0x7fffu + ((u >> 16) & 1u);
+    return (unsigned short)(u >> 16);
+}
+
+}   /* namespace emu */
+
+static inline unsigned __cvta_generic_to_shared(const void *p) { return emu::to_shared(p); }
+
+static inline void emu_asm_cvt_f32_f16(float &f, unsigned short h) { f = emu::half_to_float(h); }
+static inline void emu_asm_cvt_rn_f16_f32(unsigned short &h, float f) { h = emu::float_to_half_rn(f); }
+static inline void emu_asm_cvt_rn_bf16_f32(unsigned short &h, float f) { h = emu::float_to_bf16_rn(f); }
+static inline void emu_asm_cvt_rn_f16x2_f32(unsigned &r, float hi, float lo)
+{
+    r = (unsigned)emu::float_to_half_rn(lo) | (unsigned)emu::float_to_half_rn(hi) << 16;
+}
+static inline void emu_asm_cvt_rn_bf16x2_f32(unsigned &r, float hi, float lo)
+{
+    r = (unsigned)emu::float_to_bf16_rn(lo) | (unsigned)emu::float_to_bf16_rn(hi) << 16;
+}
+static inline void emu_asm_ex2_approx_ftz_f32(float &y, float x) { y = emu::ftz(exp2f(emu::ftz(x))); }
+static inline void emu_asm_rcp_approx_ftz_f32(float &y, float x) { y = emu::ftz(1.0f / emu::ftz(x)); }
+static inline void emu_asm_mma_16816_f16(float &c0, float &c1, float &c2, float &c3, unsigned a0, unsigned a1,
+                                         unsigned a2, unsigned a3, unsigned b0, unsigned b1)
+{
+    float c[4] = {c0, c1, c2, c3};
+    unsigned a[4] = {a0, a1, a2, a3};
+    emu::mma_16816(c, a, b0, b1, 0);
+    c0 = c[0], c1 = c[1], c2 = c[2], c3 = c[3];
+}
+static inline void emu_asm_mma_16816_bf16(float &c0, float &c1, float &c2, float &c3, unsigned a0, unsigned a1,
+                                          unsigned a2, unsigned a3, unsigned b0, unsigned b1)
+{
+    float c[4] = {c0, c1, c2, c3};
+    unsigned a[4] = {a0, a1, a2, a3};
+    emu::mma_16816(c, a, b0, b1, 1);
+    c0 = c[0], c1 = c[1], c2 = c[2], c3 = c[3];
+}
+static inline void emu_asm_ldmatrix_x4(unsigned &r0, unsigned &r1, unsigned &r2, unsigned &r3, unsigned addr)
+{
+    unsigned r[4];
+    emu::ldmatrix_x4(r, (const unsigned short *)emu::from_shared(addr), 0);
+    r0 = r[0], r1 = r[1], r2 = r[2], r3 = r[3];
+}
+static inline void emu_asm_ldmatrix_x4_trans(unsigned &r0, unsigned &r1, unsigned &r2, unsigned &r3, unsigned addr)
+{
+    unsigned r[4];
+    emu::ldmatrix_x4(r, (const unsigned short *)emu::from_shared(addr), 1);
+    r0 = r[0], r1 = r[1], r2 = r[2], r3 = r[3];
+}
+/* cp.async with a source size: the bytes past it are zeros. */
+static inline void emu_cp_async(unsigned dst, const void *src, int bytes, int src_bytes)
+{
+    unsigned char *d = (unsigned char *)emu::from_shared(dst);
+    if (src_bytes < 0 || src_bytes > bytes) emu::die("cp.async: source size past the copy");
+    memcpy(d, src, (size_t)src_bytes);
+    memset(d + src_bytes, 0, (size_t)(bytes - src_bytes));
+}
+static inline void emu_asm_cp_async16(unsigned dst, const void *src, int n) { emu_cp_async(dst, src, 16, n); }
+static inline void emu_asm_cp_async4(unsigned dst, const void *src, int n) { emu_cp_async(dst, src, 4, n); }
+static inline void emu_asm_nothing(void) {}
+static inline void emu_asm_st_global_v4_b32(void *p, unsigned x, unsigned y, unsigned z, unsigned w)
+{
+    unsigned v[4] = {x, y, z, w};
+    memcpy(p, v, 16);
+}
+[[noreturn]] static inline void emu_asm_unknown(const char *ptx)
+{
+    char what[400];
+    snprintf(what, sizeof what, "inline PTX the emulator does not implement: \"%s\"", ptx);
+    emu::die(what);
+}
+
+#define EMU_KERNEL(name)                                                                       \
+    extern "C" __attribute__((visibility("default"))) void emu_entry_##name(                   \
+        int op, void **params, void *blob, size_t *size, const emu::Dims *d)                   \
+    {                                                                                          \
+        emu::entry(&name, #name, op, params, blob, size, d);                                   \
+    }
+
+#endif
