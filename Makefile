@@ -134,13 +134,13 @@ check-includes:
 # for libcuda and libcublasLt, so the GPU checks run on a CPU.  `make
 # test-emu` runs the ones in EMU_TESTS that way (slowly: seconds to minutes
 # each); EMU_TESTS="gpu_x gpu_y" picks others.
-CUEMU_SRC := $(wildcard tools/cuemu/*.c) runtime/cpu/half.c
+CUEMU_SRC := $(wildcard tools/cuemu/*.c) runtime/cpu/half.c util/error.c   # hpc's own f16/bf16 rounding
 CUEMU_LIB := $(BUILD)/cuemu/libcuemu.so
 $(CUEMU_LIB): $(CUEMU_SRC) $(wildcard tools/cuemu/*.h)
 	@mkdir -p $(@D)
 	$(CC) -std=gnu11 $(OPT) -Wall -Wextra -Werror -fPIC -shared -fvisibility=hidden \
-	    -isystem $(CUDA_HOME)/include -Itools/cuemu -I. -Iruntime \
-	    -DCUEMU_PRELUDE='"$(CURDIR)/tools/cuemu/emu_kernel.h"' -o $@.tmp $(CUEMU_SRC) -ldl -lpthread -lm
+	    -isystem $(CUDA_HOME)/include -Itools/cuemu -I. -Iruntime -Iutil \
+	    -DCUEMU_PRELUDE='"$(CURDIR)/tools/cuemu/emu_kernel.h"' -Wl,-z,defs -o $@.tmp $(CUEMU_SRC) -ldl -lpthread -lm
 	@mv $@.tmp $@   # a running check keeps the old file
 # `make test` runs EMU_CI_TESTS (about a minute and a half here).
 EMU_CI_TESTS := gpu_pack gpu_attention_step

@@ -10,7 +10,10 @@
  * inputs pass by value.  A template the table does not know becomes
  * emu_asm_unknown("template"), which ends the run if it is ever reached,
  * so a statement in a branch the emulator never takes (red8_f32's sm_90
- * one: __CUDA_ARCH__ is undefined there) costs nothing. */
+ * one: __CUDA_ARCH__ is undefined there) costs nothing.
+ *
+ * It also turns `extern __shared__ T name[];` (by then `extern static T
+ * name[];`) into a pointer to the launch's dynamic shared memory. */
 #include "emu_asm.h"
 
 #include <ctype.h>
@@ -185,7 +188,54 @@ static const char *rewrite_one(const char *p, Buf *out)
     return q + 1;
 }
 
-char *emu_rewrite_asm(const char *src)
+/* `extern static T name[];` (what `extern __shared__ T name[];` is once
+ * __shared__ means static) into a pointer to the launch's dynamic shared
+ * memory; returns the position after the ';', or NULL. */
+static const char *rewrite_dynamic_shared(const char *p, Buf *out)
+{
+    const char *end = strchr(p, ';');
+    if (!end) return NULL;
+    const char *close = end;
+    while (close > p && isspace((unsigned char)close[-1])) close--;
+    if (close - p < 2 || close[-1] != ']' || close[-2] != '[') return NULL;
+    const char *name_end = close - 2;
+    while (name_end > p && isspace((unsigned char)name_end[-1])) name_end--;
+    const char *name = name_end;
+    while (name > p && (isalnum((unsigned char)name[-1]) || name[-1] == '_')) name--;
+    const char *type = p + strlen("extern static");
+    if (name == name_end || name <= type) return NULL;
+    puts_(out, "");
+    put(out, type, (size_t)(name - type));
+    puts_(out, "*const ");
+    put(out, name, (size_t)(name_end - name));
+    puts_(out, " = (");
+    put(out, type, (size_t)(name - type));
+    puts_(out, "*)emu_dynamic_shared();");
+    return end + 1;
+}
+
+/* Pass 1: the dynamic shared-memory declarations. */
+static char *rewrite_shared(const char *src)
+{
+    Buf out = {0};
+    puts_(&out, "");
+    const char *copied = src;
+    for (const char *d = strstr(src, "extern static"); d; d = strstr(d + 1, "extern static")) {
+        Buf decl = {0};
+        const char *end = d >= copied ? rewrite_dynamic_shared(d, &decl) : NULL;
+        if (end) {
+            put(&out, copied, (size_t)(d - copied));
+            puts_(&out, decl.s);
+            copied = end;
+        }
+        free(decl.s);
+    }
+    puts_(&out, copied);
+    return out.s;
+}
+
+/* Pass 2: the asm statements. */
+static char *rewrite_asm(const char *src)
 {
     Buf out = {0};
     puts_(&out, "");
@@ -207,4 +257,12 @@ char *emu_rewrite_asm(const char *src)
     }
     puts_(&out, copied);
     return out.s;
+}
+
+char *emu_rewrite_asm(const char *src)
+{
+    char *shared = rewrite_shared(src);
+    char *done = rewrite_asm(shared);
+    free(shared);
+    return done;
 }

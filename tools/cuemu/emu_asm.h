@@ -3,7 +3,8 @@
 #ifndef HPC_TOOLS_CUEMU_EMU_ASM_H
 #define HPC_TOOLS_CUEMU_EMU_ASM_H
 
-/* The source with every asm statement replaced (malloc'd; never NULL). */
+/* The preprocessed source with every asm statement replaced, and every
+ * dynamic shared-memory declaration (malloc'd; never NULL). */
 char *emu_rewrite_asm(const char *src);
 
 #endif

@@ -1,12 +1,10 @@
 /* tools/cuemu/emu_kernel.h — the prelude that turns hpc's CUDA C++ into host
  * C++ (tools/cuemu/cuemu.h says what the emulator is for).
  *
- * emu_module.c compiles every module as
- *     #include "emu_kernel.h"
- *     #include "<the module's source>"
- *     EMU_KERNEL(name) ...            one line per __global__ function
- * with g++ -DHPC_EMU into a shared object, and launches a kernel through
- * its emu_entry_NAME.
+ * emu_module.c preprocesses every module behind this header (g++
+ * -DHPC_EMU), rewrites its inline PTX into the emu_asm_* calls below,
+ * adds an entry emu_entry_NAME (emu::entry) for each __global__ function
+ * and compiles it into a shared object.
  *
  * What it promises:
  *   - Each CUDA thread runs as a fiber on the calling OS thread, the blocks
@@ -42,10 +40,8 @@
 
 /* ---- the language ------------------------------------------------------- */
 
-#ifndef HPC_EMU_SCAN   /* emu_module.c's scan for kernel names keeps these two */
-#define __global__
+#define __global__ __attribute__((used))   /* emu_module.c finds the kernels by it */
 #define __launch_bounds__(...)
-#endif
 #define __device__
 #define __host__
 #define __forceinline__ inline
@@ -144,7 +140,8 @@ struct Block {
     int bar_and, bar_or, bar_count;        /* this barrier's reductions */
     int res_and, res_or, res_count;        /* the last released one's */
     void *sched_sp;
-    unsigned char *stacks;
+    unsigned char *dynamic_smem;   /* `extern __shared__`: the launch's bytes, 0xA5 at each block's start */
+    unsigned dynamic_bytes;
 };
 
 static thread_local Block *g_block;
@@ -311,7 +308,7 @@ static inline const unsigned char *lane_slot(int lane) { return g_block->warps[g
 /* ---- the grid ----------------------------------------------------------- */
 
 struct Dims {
-    unsigned grid[3], block[3];
+    unsigned grid[3], block[3], dynamic_smem;   /* as emu_module.c's */
 };
 
 static void describe_deadlock(Block *b)
@@ -380,12 +377,18 @@ static void run_grid(const char *name, const Dims *d, void (*body)(void *), void
     block->n = (int)n;
     block->gdim = uint3{d->grid[0], d->grid[1], d->grid[2]};
     block->bdim = uint3{d->block[0], d->block[1], d->block[2]};
+    block->dynamic_bytes = d->dynamic_smem;
+    block->dynamic_smem = (unsigned char *)aligned_alloc(128, (d->dynamic_smem + 127) / 128 * 128 + 128);
+    if (!block->dynamic_smem) die("no memory for dynamic shared memory");
     for (unsigned z = 0; z < d->grid[2]; z++)
         for (unsigned y = 0; y < d->grid[1]; y++)
             for (unsigned x = 0; x < d->grid[0]; x++) {
                 block->bid = uint3{x, y, z};
+                memset(block->dynamic_smem, 0xA5, d->dynamic_smem);
                 run_block(block);
             }
+    free(block->dynamic_smem);
+    block->dynamic_smem = NULL;
     g_block = saved;
 }
 
@@ -632,6 +635,8 @@ static inline unsigned short float_to_bf16_rn(float f)
 }   /* namespace emu */
 
 static inline unsigned __cvta_generic_to_shared(const void *p) { return emu::to_shared(p); }
+/* `extern __shared__ T name[];` becomes a pointer to this (emu_asm.c) */
+static inline void *emu_dynamic_shared(void) { return emu::g_block->dynamic_smem; }
 
 static inline void emu_asm_cvt_f32_f16(float &f, unsigned short h) { f = emu::half_to_float(h); }
 static inline void emu_asm_cvt_rn_f16_f32(unsigned short &h, float f) { h = emu::float_to_half_rn(f); }
@@ -696,12 +701,5 @@ static inline void emu_asm_st_global_v4_b32(void *p, unsigned x, unsigned y, uns
     snprintf(what, sizeof what, "inline PTX the emulator does not implement: \"%s\"", ptx);
     emu::die(what);
 }
-
-#define EMU_KERNEL(name)                                                                       \
-    extern "C" __attribute__((visibility("default"))) void emu_entry_##name(                   \
-        int op, void **params, void *blob, size_t *size, const emu::Dims *d)                   \
-    {                                                                                          \
-        emu::entry(&name, #name, op, params, blob, size, d);                                   \
-    }
 
 #endif

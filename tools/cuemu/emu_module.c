@@ -6,8 +6,10 @@
  * cuModuleLoadData builds it with g++ into a shared object, once per
  * source: the object is kept in HPC_EMU_CACHE (default
  * ~/.cache/hpc-emu) under a hash of the source and the prelude.  The
- * build preprocesses the source once to find its __global__ functions
- * and adds an entry for each (EMU_KERNEL in emu_kernel.h).
+ * build preprocesses the source behind the prelude, rewrites its inline
+ * PTX (emu_asm.c: after preprocessing, so templates built by macros are
+ * whole), adds an entry emu_entry_NAME for each __global__ function and
+ * compiles the result.
  *
  * cuLaunchKernel checks the launch as the driver would (a grid or block
  * of zero, more than 1024 threads, more dynamic shared memory than the
@@ -35,7 +37,7 @@
 #error "build with -DCUEMU_PRELUDE=\"/path/to/emu_kernel.h\""
 #endif
 
-typedef struct { unsigned grid[3], block[3]; } Dims;   /* emu::Dims */
+typedef struct { unsigned grid[3], block[3], dynamic_smem; } Dims;   /* emu::Dims */
 typedef void (*EntryFn)(int op, void **params, void *blob, size_t *size, const Dims *d);
 
 struct CUmod_st {
@@ -89,6 +91,16 @@ static const char *prelude_path(void)
     return p && *p ? p : CUEMU_PRELUDE;
 }
 
+/* tools/cuemu/include, beside the prelude. */
+static const char *include_dir(void)
+{
+    static char dir[4096];
+    snprintf(dir, sizeof dir, "%s", prelude_path());
+    char *slash = strrchr(dir, '/');
+    snprintf(slash ? slash + 1 : dir, sizeof dir - (size_t)(slash ? slash + 1 - dir : 0), "include");
+    return dir;
+}
+
 static void cache_dir(char *buf, size_t size)
 {
     const char *v = getenv("HPC_EMU_CACHE");
@@ -117,41 +129,51 @@ static void macro_options(const char *line, char *out, size_t size)
         size_t n = strcspn(line, " \n");
         if (n > 2 && line[0] == '-' && (line[1] == 'D' || line[1] == 'U' || line[1] == 'I'))
             used += (size_t)snprintf(out + used, used < size ? size - used : 0, " '%.*s'", (int)n, line);
+        /* NVRTC defines it for the architecture-specific target (wgmma) */
+        if (n == strlen("--gpu-architecture=sm_90a") && !strncmp(line, "--gpu-architecture=sm_90a", n))
+            used += (size_t)snprintf(out + used, used < size ? size - used : 0, " -D__CUDA_ARCH_FEAT_SM90_ALL");
         line += n;
     }
 }
 
-/* The names after `__global__ void [__launch_bounds__(...)]` in the
- * preprocessed source, one a line. */
-static char *kernel_names(const char *pre)
+/* The prelude defines __global__ as this attribute, so the names of the
+ * kernels can be read from the preprocessed source. */
+#define KERNEL_MARK "__attribute__((used))"
+#define SOURCE_MARK "struct emu_module_source_begins;"
+
+/* Appends to *out the entry of every kernel after `KERNEL_MARK void` in
+ * text (each name once). */
+static void kernel_entries(const char *text, char **out, size_t *used, size_t *cap)
 {
-    size_t cap = 4096, used = 0;
-    char *names = malloc(cap);
-    names[0] = '\0';
-    for (const char *p = strstr(pre, "__global__"); p; p = strstr(p + 1, "__global__")) {
-        const char *q = p + strlen("__global__");
+    const size_t mark = strlen(KERNEL_MARK);
+    for (const char *p = strstr(text, KERNEL_MARK); p; p = strstr(p + 1, KERNEL_MARK)) {
+        const char *q = p + mark;
         while (isspace((unsigned char)*q)) q++;
-        if (strncmp(q, "void", 4) != 0) continue;
+        if (strncmp(q, "void", 4) != 0 || !isspace((unsigned char)q[4])) continue;
         q += 4;
         while (isspace((unsigned char)*q)) q++;
-        if (strncmp(q, "__launch_bounds__", 17) == 0) {
-            q = strchr(q, ')');
-            if (!q) continue;
-            q++;
-            while (isspace((unsigned char)*q)) q++;
-        }
         size_t n = 0;
         while (isalnum((unsigned char)q[n]) || q[n] == '_') n++;
         const char *r = q + n;
         while (isspace((unsigned char)*r)) r++;
-        if (!n || *r != '(') continue;
-        if (used + n + 2 > cap) names = realloc(names, cap = 2 * cap + n);
-        memcpy(names + used, q, n);
-        used += n;
-        names[used++] = '\n';
-        names[used] = '\0';
+        if (!n || *r != '(' || n > 200) continue;
+        char name[256], line[1024];
+        snprintf(name, sizeof name, "%.*s", (int)n, q);
+        snprintf(line, sizeof line, "void emu_entry_%s(", name);
+        if (*out && strstr(*out, line)) continue;   /* declared before it was defined */
+        int len = snprintf(line, sizeof line,
+                           "extern \"C\" __attribute__((visibility(\"default\"))) void emu_entry_%s(int op, "
+                           "void **params, void *blob, size_t *size, const emu::Dims *d) "
+                           "{ emu::entry(&%s, \"%s\", op, params, blob, size, d); }\n",
+                           name, name, name);
+        if (*used + (size_t)len + 1 > *cap) {
+            *cap = 2 * (*cap + (size_t)len + 1);
+            *out = realloc(*out, *cap);
+            if (!*out) emu_die("out of host memory");
+        }
+        memcpy(*out + *used, line, (size_t)len + 1);
+        *used += (size_t)len;
     }
-    return names;
 }
 
 static int run(const char *cmd)
@@ -160,53 +182,61 @@ static int run(const char *cmd)
     return rc == 0;
 }
 
-/* Builds DIR/HASH.so from the image; 1 on success. */
+/* Builds DIR/HASH.so: the source after the prelude, preprocessed; its
+ * inline PTX rewritten (emu_asm.c) and an entry added for each kernel;
+ * then compiled.  1 on success. */
 static int build(const char *dir, const char *hash, const char *image, const char *source)
 {
-    char cu[4200], pre[4200], cc[4200], so[4200], tmp[4300], log[4200], macros[2048];
+    char cu[4200], wrap[4200], pre[4200], so[4200], tmp[4300], log[4200], macros[2048];
     char cmd[16384];
     snprintf(cu, sizeof cu, "%s/%s.cu", dir, hash);
-    snprintf(pre, sizeof pre, "%s/%s.i", dir, hash);
-    snprintf(cc, sizeof cc, "%s/%s.emu.cc", dir, hash);
+    snprintf(wrap, sizeof wrap, "%s/%s.wrap.cc", dir, hash);
+    snprintf(pre, sizeof pre, "%s/%s.ii", dir, hash);
     snprintf(so, sizeof so, "%s/%s.so", dir, hash);
     snprintf(tmp, sizeof tmp, "%s.%d.tmp", so, (int)getpid());
     snprintf(log, sizeof log, "%s/%s.log", dir, hash);
     macro_options(image + strlen(MODULE_TAG), macros, sizeof macros);
-    char *rewritten = emu_rewrite_asm(source);
-    int written = write_file(cu, rewritten);
-    free(rewritten);
-    if (!written) {
+    char head[8400];
+    snprintf(head, sizeof head, "#include \"%s\"\n" SOURCE_MARK "\n#include \"%s\"\n", prelude_path(), cu);
+    if (!write_file(cu, source) || !write_file(wrap, head)) {
         fprintf(stderr, "cuemu: cannot write %s\n", cu);
         return 0;
     }
-    snprintf(cmd, sizeof cmd, "g++ -E -P -x c++ -std=c++17 -DHPC_EMU -DHPC_EMU_SCAN%s -include '%s' '%s' -o '%s' 2>'%s'",
-             macros, prelude_path(), cu, pre, log);
+    /* include/ first: its cuda_fp16.h and cuda_bf16.h, not the toolkit's */
+    snprintf(cmd, sizeof cmd, "g++ -E -x c++ -std=c++17 -DHPC_EMU -I'%s'%s '%s' -o '%s' 2>'%s'", include_dir(), macros,
+             wrap, pre, log);
     if (!run(cmd)) {
         fprintf(stderr, "cuemu: preprocessing %s failed; see %s\n", cu, log);
         return 0;
     }
     char *text = read_file(pre, NULL);
-    if (!text) return 0;
-    char *names = kernel_names(text);
-    free(text);
-    unlink(pre);
-    size_t need = strlen(names) * 2 + 8192;
-    char *wrap = malloc(need);
-    size_t used = (size_t)snprintf(wrap, need, "#include \"%s\"\n#include \"%s\"\n", prelude_path(), cu);
-    for (char *line = names; *line;) {
-        size_t n = strcspn(line, "\n");
-        used += (size_t)snprintf(wrap + used, need - used, "EMU_KERNEL(%.*s)\n", (int)n, line);
-        line += n + (line[n] == '\n');
+    char *body = text ? strstr(text, SOURCE_MARK) : NULL;
+    if (!body) {
+        fprintf(stderr, "cuemu: %s lacks the mark after the prelude\n", pre);
+        free(text);
+        return 0;
     }
-    free(names);
-    int ok = write_file(cc, wrap);
-    free(wrap);
-    if (!ok) return 0;
+    body += strlen(SOURCE_MARK);
+    char *rewritten = emu_rewrite_asm(body);
+    size_t cap = 4096, used = 0;
+    char *entries = calloc(1, cap);
+    kernel_entries(rewritten, &entries, &used, &cap);
+    *body = '\0';
+    FILE *f = fopen(pre, "wb");
+    int ok = f && fputs(text, f) >= 0 && fputs(rewritten, f) >= 0 && fputs(entries, f) >= 0;
+    if (f) ok &= fclose(f) == 0;
+    free(text);
+    free(rewritten);
+    free(entries);
+    if (!ok) {
+        fprintf(stderr, "cuemu: cannot write %s\n", pre);
+        return 0;
+    }
     const char *opt = getenv("HPC_EMU_CXXFLAGS");
-    snprintf(cmd, sizeof cmd, "g++ -std=c++17 -O1 -g0 -fPIC -shared -w -DHPC_EMU%s %s '%s' -o '%s' 2>'%s'", macros,
-             opt ? opt : "", cc, tmp, log);
+    snprintf(cmd, sizeof cmd, "g++ -std=c++17 -O1 -g0 -fPIC -shared -w %s '%s' -o '%s' 2>'%s'", opt ? opt : "", pre,
+             tmp, log);
     if (!run(cmd)) {
-        fprintf(stderr, "cuemu: g++ could not build %s; see %s\n", cc, log);
+        fprintf(stderr, "cuemu: g++ could not build %s; see %s\n", pre, log);
         unlink(tmp);
         return 0;
     }
@@ -215,6 +245,7 @@ static int build(const char *dir, const char *hash, const char *image, const cha
         return 0;
     }
     unlink(log);
+    unlink(wrap);
     return 1;
 }
 
@@ -238,6 +269,14 @@ EMU_API CUresult cuModuleLoadData(CUmodule *module, const void *image)
     uint64_t h = fnv1a(0xcbf29ce484222325ull, text, strlen(text));
     h = fnv1a(h, prelude, plen);
     free(prelude);
+    static const char *const shims[] = {"cuda_fp16.h", "cuda_bf16.h"};   /* include/ */
+    for (int i = 0; i < 2; i++) {
+        char path[4200];
+        snprintf(path, sizeof path, "%s/%s", include_dir(), shims[i]);
+        char *shim = read_file(path, &plen);
+        if (shim) h = fnv1a(h, shim, plen);
+        free(shim);
+    }
     char dir[4096], hash[17], so[4200];
     cache_dir(dir, sizeof dir);
     snprintf(hash, sizeof hash, "%016llx", (unsigned long long)h);
@@ -327,7 +366,7 @@ EMU_API CUresult cuLaunchKernel(CUfunction f, unsigned gx, unsigned gy, unsigned
     Launch *l = malloc(sizeof *l + bytes);
     if (!l) return CUDA_ERROR_OUT_OF_MEMORY;
     l->entry = f->entry;
-    l->d = (Dims){{gx, gy, gz}, {bx, by, bz}};
+    l->d = (Dims){{gx, gy, gz}, {bx, by, bz}, smem};
     l->bytes = bytes;
     f->entry(0, params, l->blob, &bytes, NULL);
     CUresult r = emu_stream_enqueue(s, run_launch, l, sizeof *l + bytes);
