@@ -12,11 +12,13 @@
  * so a statement in a branch the emulator never takes (red8_f32's sm_90
  * one: __CUDA_ARCH__ is undefined there) costs nothing.
  *
- * It also turns `extern __shared__ T name[];` (by then `extern static T
- * name[];`) into a pointer to the launch's dynamic shared memory. */
+ * It also turns every __shared__ declaration (by then `__emu_shared__`)
+ * into references to the block's shared-memory window (emu_kernel.h), and
+ * `extern __shared__ T name[];` into a pointer to its dynamic part. */
 #include "emu_asm.h"
 
 #include <ctype.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -111,9 +113,18 @@ static void normalise(char *s)
     *w = '\0';
 }
 
+enum { MAX_OPERANDS = 192 };
+
+/* The operands' expressions, %0 first. */
+typedef struct {
+    char *v[MAX_OPERANDS];
+    int n;
+} Operands;
+
 /* Operands `"c"(expr), ...` up to a ':' or ')' at depth 0; appends each
- * expr to args (comma separated).  Returns the position of the stop. */
-static const char *read_operands(const char *p, Buf *args, int *count)
+ * expr to args (comma separated) and to ops.  Returns the position of the
+ * stop. */
+static const char *read_operands(const char *p, Buf *args, int *count, Operands *ops)
 {
     for (;;) {
         p = skip_space(p);
@@ -132,9 +143,144 @@ static const char *read_operands(const char *p, Buf *args, int *count)
         if (!*p) return NULL;
         if ((*count)++) puts_(args, ", ");
         put(args, start, (size_t)(p - start + 1));
+        if (ops->n == MAX_OPERANDS) return NULL;
+        ops->v[ops->n++] = strndup(start, (size_t)(p - start + 1));
         p = skip_space(p + 1);
         if (*p == ',') p++;
     }
+}
+
+/* ---- warpgroup MMA ------------------------------------------------------ */
+
+/* Whether every instruction of the template only orders memory or waits
+ * for wgmma groups, which the emulator's synchronous wgmma makes moot. */
+static int only_fences(const char *tpl)
+{
+    static const char *const noop[] = {"fence.proxy.async", "wgmma.fence", "wgmma.commit_group", "wgmma.wait_group"};
+    int any = 0;
+    for (const char *p = tpl; *p;) {
+        while (*p == ' ' || *p == '{' || *p == '}' || *p == ';') p++;
+        if (!*p) break;
+        size_t n = strcspn(p, ";");
+        int known = 0;
+        for (size_t i = 0; i < sizeof noop / sizeof noop[0]; i++)
+            if (!strncmp(p, noop[i], strlen(noop[i]))) known = 1;
+        if (!known) return 0;
+        any = 1;
+        p += n;
+    }
+    return any;
+}
+
+/* "%12" -> 12, advancing *p; -1 if *p is not an operand. */
+static int operand_at(const char **p)
+{
+    while (**p == ' ' || **p == ',') (*p)++;
+    if (**p != '%') return -1;
+    char *end;
+    long v = strtol(*p + 1, &end, 10);
+    *p = end;
+    return (int)v;
+}
+
+/* An immediate (0, 1, -1) or an operand at *p, as C++ text into out. */
+static int value_at(const char **p, const Operands *ops, Buf *out)
+{
+    while (**p == ' ' || **p == ',') (*p)++;
+    if (**p == '%') {
+        int i = operand_at(p);
+        if (i < 0 || i >= ops->n) return 0;
+        puts_(out, ops->v[i]);
+        return 1;
+    }
+    char *end;
+    long v = strtol(*p, &end, 10);
+    if (end == *p) return 0;
+    *p = end;
+    char num[32];
+    snprintf(num, sizeof num, "%ld", v);
+    puts_(out, num);
+    return 1;
+}
+
+/* A template `[{ .reg .pred p; setp.ne.b32 p, %Z, 0;] wgmma.mma_async.sync
+ * .aligned.m64nNk16.f32.T.T {d...}, a, b, scale-d, imm-scale-a,
+ * imm-scale-b[, imm-trans-a], imm-trans-b; [}]` into one emu_wgmma call;
+ * a is a descriptor or {four registers}.  0 when tpl is not one. */
+static int rewrite_wgmma(const char *tpl, const Operands *ops, Buf *out)
+{
+    const char *w = strstr(tpl, "wgmma.mma_async.sync.aligned.m64n");
+    if (!w) return 0;
+    const char *p = w + strlen("wgmma.mma_async.sync.aligned.m64n");
+    char *end;
+    long n = strtol(p, &end, 10);
+    p = end;
+    int bf16;
+    if (!strncmp(p, "k16.f32.f16.f16 ", 16)) bf16 = 0, p += 16;
+    else if (!strncmp(p, "k16.f32.bf16.bf16 ", 18)) bf16 = 1, p += 18;
+    else return 0;
+    if (n < 8 || n > 256 || n % 8) return 0;
+    if (*p++ != '{') return 0;
+    Buf call = {0};
+    puts_(&call, "{ float *const emu_d_[] = {");
+    for (long i = 0; i < n / 2; i++) {
+        int k = operand_at(&p);
+        if (k < 0 || k >= ops->n) goto bad;
+        puts_(&call, i ? ", &" : "&");
+        puts_(&call, ops->v[k]);
+    }
+    while (*p == ' ') p++;
+    if (*p++ != '}') goto bad;
+    while (*p == ' ' || *p == ',') p++;
+    int a_regs = *p == '{';
+    puts_(&call, "}; const unsigned emu_a_[4] = {");
+    if (a_regs) {
+        p++;
+        for (int i = 0; i < 4; i++) {
+            int k = operand_at(&p);
+            if (k < 0 || k >= ops->n) goto bad;
+            puts_(&call, i ? ", (unsigned)" : "(unsigned)");
+            puts_(&call, ops->v[k]);
+        }
+        while (*p == ' ') p++;
+        if (*p++ != '}') goto bad;
+        puts_(&call, "}; emu_wgmma(emu_d_, ");
+    } else {
+        puts_(&call, "0, 0, 0, 0}; emu_wgmma(emu_d_, ");
+    }
+    char head[64];
+    snprintf(head, sizeof head, "%ld, %d, %d, ", n, bf16, a_regs);
+    puts_(&call, head);
+    if (a_regs) puts_(&call, "0ull");
+    else if (!value_at(&p, ops, &call)) goto bad;
+    puts_(&call, ", emu_a_, ");
+    if (!value_at(&p, ops, &call)) goto bad;   /* descriptor of B */
+    puts_(&call, ", ");
+    while (*p == ' ' || *p == ',') p++;
+    if (*p == 'p') {   /* scale-d from the predicate the template set */
+        const char *set = strstr(tpl, "setp.ne.b32 p, ");
+        if (!set) goto bad;
+        set += strlen("setp.ne.b32 p, ");
+        puts_(&call, "(");
+        if (!value_at(&set, ops, &call)) goto bad;
+        puts_(&call, ") != 0");
+        p++;
+    } else if (!value_at(&p, ops, &call)) {
+        goto bad;
+    }
+    int imms = a_regs ? 3 : 4;   /* scale-a, scale-b, [trans-a,] trans-b */
+    for (int i = 0; i < imms; i++) {
+        puts_(&call, ", ");
+        if (a_regs && i == 2) puts_(&call, "0, ");
+        if (!value_at(&p, ops, &call)) goto bad;
+    }
+    puts_(&call, "); }");
+    puts_(out, call.s);
+    free(call.s);
+    return 1;
+bad:
+    free(call.s);
+    return 0;
 }
 
 /* One statement from `asm` at p: its replacement into out; returns the
@@ -142,6 +288,7 @@ static const char *read_operands(const char *p, Buf *args, int *count)
 static const char *rewrite_one(const char *p, Buf *out)
 {
     Buf tpl = {0}, args = {0};
+    Operands ops = {{0}, 0};
     int count = 0;
     const char *q = skip_space(p + 3);
     if (!strncmp(q, "volatile", 8)) q = skip_space(q + 8);
@@ -161,15 +308,23 @@ static const char *rewrite_one(const char *p, Buf *out)
             }
             break;
         }
-        q = read_operands(q, &args, &count);
+        q = read_operands(q, &args, &count, &ops);
     }
     if (q) q = skip_space(q);
     if (!q || *q != ')' || !tpl.s) {
         free(tpl.s);
         free(args.s);
+        for (int i = 0; i < ops.n; i++) free(ops.v[i]);
         return NULL;
     }
     normalise(tpl.s);
+    int special = only_fences(tpl.s) ? (puts_(out, "emu_asm_nothing()"), 1) : rewrite_wgmma(tpl.s, &ops, out);
+    for (int i = 0; i < ops.n; i++) free(ops.v[i]);
+    if (special) {
+        free(tpl.s);
+        free(args.s);
+        return q + 1;
+    }
     const char *call = NULL;
     for (size_t i = 0; i < sizeof g_known / sizeof g_known[0]; i++)
         if (!strcmp(g_known[i].ptx, tpl.s)) call = g_known[i].call;
@@ -188,47 +343,140 @@ static const char *rewrite_one(const char *p, Buf *out)
     return q + 1;
 }
 
-/* `extern static T name[];` (what `extern __shared__ T name[];` is once
- * __shared__ means static) into a pointer to the launch's dynamic shared
- * memory; returns the position after the ';', or NULL. */
-static const char *rewrite_dynamic_shared(const char *p, Buf *out)
+#define SHARED_MARK "__emu_shared__"   /* what emu_kernel.h makes of __shared__ */
+
+static int is_ident(char c) { return isalnum((unsigned char)c) || c == '_'; }
+
+/* `extern __shared__ T name[];` into a pointer to the launch's dynamic
+ * shared memory.  decl: the text between the mark and the ';'. */
+static int rewrite_dynamic(const char *decl, size_t n, Buf *out)
 {
-    const char *end = strchr(p, ';');
-    if (!end) return NULL;
-    const char *close = end;
-    while (close > p && isspace((unsigned char)close[-1])) close--;
-    if (close - p < 2 || close[-1] != ']' || close[-2] != '[') return NULL;
+    const char *close = decl + n;
+    while (close > decl && isspace((unsigned char)close[-1])) close--;
+    if (close - decl < 2 || close[-1] != ']' || close[-2] != '[') return 0;
     const char *name_end = close - 2;
-    while (name_end > p && isspace((unsigned char)name_end[-1])) name_end--;
+    while (name_end > decl && isspace((unsigned char)name_end[-1])) name_end--;
     const char *name = name_end;
-    while (name > p && (isalnum((unsigned char)name[-1]) || name[-1] == '_')) name--;
-    const char *type = p + strlen("extern static");
-    if (name == name_end || name <= type) return NULL;
-    puts_(out, "");
-    put(out, type, (size_t)(name - type));
+    while (name > decl && is_ident(name[-1])) name--;
+    if (name == name_end) return 0;
+    Buf type = {0};
+    put(&type, decl, (size_t)(name - decl));
+    puts_(out, type.s);
     puts_(out, "*const ");
     put(out, name, (size_t)(name_end - name));
     puts_(out, " = (");
-    put(out, type, (size_t)(name - type));
+    puts_(out, type.s);
     puts_(out, "*)emu_dynamic_shared();");
-    return end + 1;
+    free(type.s);
+    return 1;
 }
 
-/* Pass 1: the dynamic shared-memory declarations. */
+/* `__shared__ [attributes] T a[..][..], b[..];` into references to the
+ * block's window: T (&a)[..][..] = *reinterpret_cast<T (*)[..][..]>(
+ * emu_shared_var(SITE, sizeof(T[..][..]), ALIGN)); one site number per
+ * declarator of the module. */
+static int rewrite_window(const char *decl, size_t n, Buf *out, int *site)
+{
+    Buf text = {0};
+    put(&text, decl, n);
+    unsigned align = 16;
+    char *attr;
+    while ((attr = strstr(text.s, "__attribute__"))) {   /* aligned(N) kept as the alignment */
+        char *open = strchr(attr, '(');
+        int depth = 0;
+        char *q = open;
+        for (; q && *q; q++) {
+            if (*q == '(') depth++;
+            else if (*q == ')' && --depth == 0) break;
+        }
+        if (!q || !*q) break;
+        char *al = strstr(attr, "aligned(");
+        if (al && al < q) {
+            unsigned a = (unsigned)strtoul(al + 8, NULL, 10);
+            if (a > align) align = a;
+        }
+        memset(attr, ' ', (size_t)(q - attr + 1));
+    }
+    /* the declarators, split at the commas outside brackets */
+    char *parts[32];
+    int np = 0, depth = 0;
+    parts[np++] = text.s;
+    for (char *q = text.s; *q; q++) {
+        if (*q == '[' || *q == '(') depth++;
+        else if (*q == ']' || *q == ')') depth--;
+        else if (*q == ',' && depth == 0 && np < 32) {
+            *q = '\0';
+            parts[np++] = q + 1;
+        }
+    }
+    /* the first declarator's name ends the type */
+    char *first = parts[0], *bracket = strchr(first, '[');
+    char *name_end = bracket ? bracket : first + strlen(first);
+    while (name_end > first && isspace((unsigned char)name_end[-1])) name_end--;
+    char *name = name_end;
+    while (name > first && is_ident(name[-1])) name--;
+    if (name == name_end || name == first) {
+        free(text.s);
+        return 0;
+    }
+    Buf type = {0};
+    put(&type, first, (size_t)(name - first));
+    parts[0] = name;
+    for (int i = 0; i < np; i++) {
+        char *d = parts[i];
+        while (isspace((unsigned char)*d)) d++;
+        char *dims = d;
+        while (is_ident(*dims)) dims++;
+        char nm[256], buf[1024];
+        snprintf(nm, sizeof nm, "%.*s", (int)(dims - d), d);
+        char *tail = dims + strlen(dims);
+        while (tail > dims && isspace((unsigned char)tail[-1])) tail--;
+        *tail = '\0';
+        if (!*nm) {
+            free(text.s);
+            free(type.s);
+            return 0;
+        }
+        snprintf(buf, sizeof buf,
+                 "%s(&%s)%s = *reinterpret_cast<%s(*)%s>(emu_shared_var(%d, sizeof(%s%s), "
+                 "alignof(%s%s) > %u ? alignof(%s%s) : %u));",
+                 type.s, nm, dims, type.s, dims, (*site)++, type.s, dims, type.s, dims, align, type.s, dims,
+                 align);
+        puts_(out, buf);
+    }
+    free(text.s);
+    free(type.s);
+    return 1;
+}
+
+/* Pass 1: the __shared__ declarations. */
 static char *rewrite_shared(const char *src)
 {
     Buf out = {0};
     puts_(&out, "");
+    int site = 0;
     const char *copied = src;
-    for (const char *d = strstr(src, "extern static"); d; d = strstr(d + 1, "extern static")) {
-        Buf decl = {0};
-        const char *end = d >= copied ? rewrite_dynamic_shared(d, &decl) : NULL;
-        if (end) {
-            put(&out, copied, (size_t)(d - copied));
-            puts_(&out, decl.s);
-            copied = end;
+    for (const char *m = strstr(src, SHARED_MARK); m; m = strstr(m + 1, SHARED_MARK)) {
+        if (m < copied) continue;
+        const char *decl = m + strlen(SHARED_MARK), *semi = strchr(decl, ';');
+        if (!semi) break;
+        const char *start = m;
+        int dynamic = 0;
+        const char *before = m;   /* `extern` just before the mark */
+        while (before > copied && isspace((unsigned char)before[-1])) before--;
+        if (before - copied >= 6 && !strncmp(before - 6, "extern", 6) && (before - 6 == src || !is_ident(before[-7]))) {
+            dynamic = 1;
+            start = before - 6;
         }
-        free(decl.s);
+        Buf repl = {0};
+        int ok = dynamic ? rewrite_dynamic(decl, (size_t)(semi - decl), &repl)
+                         : rewrite_window(decl, (size_t)(semi - decl), &repl, &site);
+        if (ok) {
+            put(&out, copied, (size_t)(start - copied));
+            puts_(&out, repl.s);
+            copied = semi + 1;
+        }
+        free(repl.s);
     }
     puts_(&out, copied);
     return out.s;

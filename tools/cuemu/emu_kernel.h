@@ -8,9 +8,12 @@
  *
  * What it promises:
  *   - Each CUDA thread runs as a fiber on the calling OS thread, the blocks
- *     of a grid one after another (so `__shared__` can be a static), the
- *     threads of a block round-robin, switching only at __syncthreads and
- *     the warp collectives.
+ *     of a grid one after another, the threads of a block round-robin,
+ *     switching only at __syncthreads and the warp collectives.
+ *   - Shared memory is a window of 227 KiB per block: dynamic bytes first,
+ *     then each __shared__ variable (emu_asm.c rewrites its declaration)
+ *     where its declaration first runs in the block; shared addresses
+ *     (__cvta_generic_to_shared, wgmma descriptors) are window offsets.
  *   - __syncthreads waits for every thread of the block that has not
  *     exited; a warp collective for the lanes of its mask that have not
  *     exited.  A barrier nobody can pass is reported as a deadlock with the
@@ -46,7 +49,7 @@
 #define __host__
 #define __forceinline__ inline
 #define __noinline__ __attribute__((noinline))
-#define __shared__ static
+#define __shared__ __emu_shared__   /* emu_asm.c places each such variable in the block's window */
 #define __align__(n) __attribute__((aligned(n)))
 #define __restrict__ __restrict
 #define __builtin_assume(x) ((void)0)
@@ -112,7 +115,7 @@ static inline unsigned atomicInc(unsigned *p, unsigned lim) { unsigned old = *p;
 
 namespace emu {
 
-enum { RUNNABLE, AT_BARRIER, AT_WARP, DONE };
+enum { RUNNABLE, AT_BARRIER, AT_WARP, AT_GROUP, DONE };
 enum { STACK_BYTES = 256 * 1024, MAX_THREADS = 1024, SLOT_BYTES = 64 };
 
 struct Thread {
@@ -122,6 +125,7 @@ struct Thread {
     int state;
     unsigned warp_gen;     /* the warp barrier generation it waits for */
     unsigned warp_mask;    /* the lanes that barrier waits for */
+    unsigned char group_slot[32];   /* what it gives a warpgroup collective (wgmma) */
 };
 
 struct Warp {
@@ -137,12 +141,20 @@ struct Block {
     Thread th[MAX_THREADS];
     Warp warps[MAX_THREADS / 32];
     int n, live, at_barrier;
+    int group_live[MAX_THREADS / 128], group_arrived[MAX_THREADS / 128];   /* warpgroups: 128 threads */
     int bar_and, bar_or, bar_count;        /* this barrier's reductions */
     int res_and, res_or, res_count;        /* the last released one's */
     void *sched_sp;
-    unsigned char *dynamic_smem;   /* `extern __shared__`: the launch's bytes, 0xA5 at each block's start */
-    unsigned dynamic_bytes;
+    /* Shared memory: one window of SHARED_BYTES; the launch's dynamic bytes
+     * first, then each __shared__ variable where its declaration first ran
+     * in this block (0xA5 bytes until written). */
+    unsigned dynamic_bytes, shared_top;
+    int n_sites;
+    struct { int site; unsigned offset; } sites[256];
 };
+
+enum { SHARED_BYTES = 232448 };   /* sm_90's most a block may have */
+static thread_local unsigned char *g_window;   /* 1024-aligned, as swizzled layouts want */
 
 static thread_local Block *g_block;
 static thread_local Thread *g_cur;
@@ -282,6 +294,24 @@ static void warp_barrier(unsigned mask)
     yield();
 }
 
+/* Warpgroup barrier (wgmma's collective): every thread of the 128 that
+ * has not exited. */
+static void release_group(Block *b, int g)
+{
+    b->group_arrived[g] = 0;
+    for (int i = g * 128; i < b->n && i < (g + 1) * 128; i++)
+        if (b->th[i].state == AT_GROUP) b->th[i].state = RUNNABLE;
+}
+
+static void group_barrier(void)
+{
+    Block *b = g_block;
+    int g = (int)g_cur->linear / 128;
+    g_cur->state = AT_GROUP;
+    if (++b->group_arrived[g] == b->group_live[g]) release_group(b, g);
+    yield();
+}
+
 static void thread_exit(void)
 {
     Block *b = g_block;
@@ -290,6 +320,9 @@ static void thread_exit(void)
     t->state = DONE;
     b->live--;
     w->live &= ~(1u << t->lane);
+    int g = (int)t->linear / 128;
+    b->group_live[g]--;
+    if (b->group_arrived[g] && b->group_arrived[g] == b->group_live[g]) release_group(b, g);
     if (b->at_barrier && b->at_barrier == b->live) release_block_barrier(b);
     warp_try_release(w, warp_lanes(b, t->warp));
     yield();
@@ -320,6 +353,8 @@ static void describe_deadlock(Block *b)
         if (t->state == AT_WARP)
             fprintf(stderr, "  thread %u waits at a warp collective (mask %08x, warp live %08x)\n",
                     t->linear, t->warp_mask, b->warps[t->warp].live);
+        else if (t->state == AT_GROUP)
+            fprintf(stderr, "  thread %u waits at a warpgroup collective (wgmma)\n", t->linear);
     }
     abort();
 }
@@ -335,6 +370,10 @@ static void run_block(Block *b)
         b->warps[w].live = lanes == 32 ? 0xffffffffu : (1u << lanes) - 1;
         b->warps[w].arrived = 0;
         b->warps[w].gen = 0;
+    }
+    for (int g = 0; g * 128 < b->n; g++) {
+        b->group_live[g] = b->n - g * 128 < 128 ? b->n - g * 128 : 128;
+        b->group_arrived[g] = 0;
     }
     for (int i = 0; i < b->n; i++) {
         Thread *t = &b->th[i];
@@ -377,18 +416,19 @@ static void run_grid(const char *name, const Dims *d, void (*body)(void *), void
     block->n = (int)n;
     block->gdim = uint3{d->grid[0], d->grid[1], d->grid[2]};
     block->bdim = uint3{d->block[0], d->block[1], d->block[2]};
+    if (!g_window && !(g_window = (unsigned char *)aligned_alloc(1024, SHARED_BYTES)))
+        die("no memory for the shared-memory window");
     block->dynamic_bytes = d->dynamic_smem;
-    block->dynamic_smem = (unsigned char *)aligned_alloc(128, (d->dynamic_smem + 127) / 128 * 128 + 128);
-    if (!block->dynamic_smem) die("no memory for dynamic shared memory");
+    if (d->dynamic_smem > SHARED_BYTES) die("more dynamic shared memory than a block may have");
     for (unsigned z = 0; z < d->grid[2]; z++)
         for (unsigned y = 0; y < d->grid[1]; y++)
             for (unsigned x = 0; x < d->grid[0]; x++) {
                 block->bid = uint3{x, y, z};
-                memset(block->dynamic_smem, 0xA5, d->dynamic_smem);
+                memset(g_window, 0xA5, d->dynamic_smem);
+                block->shared_top = (d->dynamic_smem + 127) / 128 * 128;
+                block->n_sites = 0;
                 run_block(block);
             }
-    free(block->dynamic_smem);
-    block->dynamic_smem = NULL;
     g_block = saved;
 }
 
@@ -595,17 +635,36 @@ template <typename T> static inline T __shfl_down_sync(unsigned m, T v, unsigned
 
 namespace emu {
 
-/* __cvta_generic_to_shared gives 32 bits; shared memory here is the
- * module's statics, which share their upper 32 address bits. */
-static thread_local uintptr_t g_shared_hi;
+/* Shared addresses are offsets in the block's window. */
 static inline unsigned to_shared(const void *p)
 {
-    uintptr_t a = (uintptr_t)p, hi = a >> 32 << 32;
-    if (g_shared_hi && g_shared_hi != hi) die("shared memory spans a 4 GiB boundary of the address space");
-    g_shared_hi = hi;
-    return (unsigned)a;
+    uintptr_t a = (uintptr_t)p, base = (uintptr_t)g_window;
+    if (a < base || a >= base + SHARED_BYTES) die("__cvta_generic_to_shared of a pointer outside shared memory");
+    return (unsigned)(a - base);
 }
-static inline void *from_shared(unsigned a) { return (void *)(g_shared_hi | a); }
+static inline void *from_shared(unsigned a)
+{
+    if (a >= SHARED_BYTES) die("a shared address past the block's shared memory");
+    return g_window + a;
+}
+
+/* The address of __shared__ variable `site` in this block: placed where
+ * its declaration first runs, so every thread sees the same bytes. */
+static inline void *shared_var(int site, size_t bytes, size_t align)
+{
+    Block *b = g_block;
+    for (int i = 0; i < b->n_sites; i++)
+        if (b->sites[i].site == site) return g_window + b->sites[i].offset;
+    if (align < 16) align = 16;
+    size_t at = (b->shared_top + align - 1) / align * align;
+    if (at + bytes > SHARED_BYTES) die("the block's __shared__ variables pass 227 KiB");
+    if (b->n_sites == 256) die("more than 256 __shared__ variables in one kernel");
+    b->sites[b->n_sites].site = site;
+    b->sites[b->n_sites++].offset = (unsigned)at;
+    b->shared_top = (unsigned)(at + bytes);
+    memset(g_window + at, 0xA5, bytes);
+    return g_window + at;
+}
 
 static inline float ftz(float x) { return fabsf(x) < 1.17549435e-38f ? copysignf(0.0f, x) : x; }
 
@@ -632,11 +691,91 @@ static inline unsigned short float_to_bf16_rn(float f)
     return (unsigned short)(u >> 16);
 }
 
+/* ---- wgmma.mma_async (PTX ISA, "Asynchronous Warpgroup Level Matrix
+ * Multiply-Accumulate"), run synchronously ---------------------------- */
+
+/* The shared-memory element (mn, k) of an operand through its matrix
+ * descriptor: start address, leading byte offset (LBO: between core
+ * matrices adjacent along K), stride byte offset (SBO: along M or N), each
+ * >> 4, and the swizzle mode in bits 62-63.  Without swizzle a core matrix
+ * is 8 rows of 16 bytes: K-major rows are mn (8 k each), MN-major rows are
+ * k (8 mn each).  The swizzled modes (K-major only here) have rows of
+ * 128, 64 or 32 bytes along K, 8 of them an atom (SBO apart), and XOR the
+ * 16-byte chunk index with the row (address bits 7 and up).  On the GPU,
+ * tests/gpu/gpu_wgmma.c checks the unswizzled reading; it runs here too. */
+static inline const unsigned short *wgmma_elem(unsigned long long desc, int mn, int k, int mn_major)
+{
+    unsigned start = (unsigned)(desc & 0x3FFFu) << 4, lbo = (unsigned)((desc >> 16) & 0x3FFFu) << 4,
+             sbo = (unsigned)((desc >> 32) & 0x3FFFu) << 4, mode = (unsigned)(desc >> 62),
+             base = (unsigned)((desc >> 49) & 7u);
+    if (base) die("wgmma: a descriptor's base offset is not emulated");
+    unsigned off;
+    if (mode == 0) {
+        if (mn_major)
+            off = (unsigned)(k / 8) * lbo + (unsigned)(mn / 8) * sbo + (unsigned)(k % 8) * 16 + (unsigned)(mn % 8) * 2;
+        else
+            off = (unsigned)(mn / 8) * sbo + (unsigned)(k / 8) * lbo + (unsigned)(mn % 8) * 16 + (unsigned)(k % 8) * 2;
+        return (const unsigned short *)from_shared(start + off);
+    }
+    if (mn_major) die("wgmma: swizzled MN-major operands are not emulated");
+    unsigned width = mode == 1 ? 128 : mode == 2 ? 64 : 32, mask = width / 16 - 1;
+    off = (unsigned)(mn / 8) * sbo + (unsigned)(mn % 8) * width + (unsigned)(k * 2) % width +
+          (unsigned)(k * 2) / width * lbo;
+    unsigned addr = start + off;
+    addr ^= ((addr >> 7) & mask) << 4;
+    return (const unsigned short *)from_shared(addr);
+}
+
+struct WgmmaIn { unsigned a[4]; };
+
+/* D (64 x n, f32; this thread's n/2 values through d) = scale_d D +
+ * A (64 x 16) B (16 x n).  Accumulator layout: warp w of the group holds
+ * rows 16w + lane/4 (and + 8), columns 8j + 2 (lane % 4) (and + 1) in
+ * d[4j .. 4j + 3].  A from registers: each warp's 16 rows in mma.sync's
+ * m16n8k16 A layout. */
+static inline void wgmma_run(float *const *d, int n, int bf16, int a_regs, unsigned long long desc_a,
+                             const unsigned a[4], unsigned long long desc_b, int scale_d, int scale_a,
+                             int scale_b, int trans_a, int trans_b)
+{
+    WgmmaIn in = {{a[0], a[1], a[2], a[3]}};
+    memcpy(g_cur->group_slot, &in, sizeof in);
+    group_barrier();
+    Block *b = g_block;
+    int first = (int)g_cur->linear / 128 * 128, w = ((int)g_cur->linear - first) / 32, lane = (int)g_cur->lane;
+    for (int j = 0; j < n / 8; j++)
+        for (int h = 0; h < 2; h++)
+            for (int e = 0; e < 2; e++) {
+                int row = 16 * w + lane / 4 + 8 * h, col = 8 * j + 2 * (lane % 4) + e;
+                float acc = 0.0f;
+                for (int k = 0; k < 16; k++) {
+                    unsigned short ah;
+                    if (a_regs) {
+                        const Thread *t = &b->th[first + row / 16 * 32 + row % 8 * 4 + k % 8 / 2];
+                        WgmmaIn o;
+                        memcpy(&o, t->group_slot, sizeof o);
+                        unsigned reg = o.a[(row % 16 >= 8 ? 1 : 0) + (k >= 8 ? 2 : 0)];
+                        ah = (unsigned short)(k & 1 ? reg >> 16 : reg & 0xffffu);
+                    } else {
+                        ah = *wgmma_elem(desc_a, row, k, trans_a);
+                    }
+                    unsigned short bh = *wgmma_elem(desc_b, col, k, trans_b);
+                    float av = bf16 ? bf16_to_float(ah) : half_to_float(ah);
+                    float bv = bf16 ? bf16_to_float(bh) : half_to_float(bh);
+                    acc += ((float)scale_a * av) * ((float)scale_b * bv);
+                }
+                float *out = d[4 * j + 2 * h + e];
+                *out = (scale_d ? *out : 0.0f) + acc;
+            }
+    group_barrier();
+}
+
 }   /* namespace emu */
 
 static inline unsigned __cvta_generic_to_shared(const void *p) { return emu::to_shared(p); }
 /* `extern __shared__ T name[];` becomes a pointer to this (emu_asm.c) */
-static inline void *emu_dynamic_shared(void) { return emu::g_block->dynamic_smem; }
+static inline void *emu_dynamic_shared(void) { return emu::g_window; }
+/* `__shared__ T name...;` becomes a reference to this (emu_asm.c) */
+static inline void *emu_shared_var(int site, size_t bytes, size_t align) { return emu::shared_var(site, bytes, align); }
 
 static inline void emu_asm_cvt_f32_f16(float &f, unsigned short h) { f = emu::half_to_float(h); }
 static inline void emu_asm_cvt_rn_f16_f32(unsigned short &h, float f) { h = emu::float_to_half_rn(f); }
@@ -690,6 +829,11 @@ static inline void emu_cp_async(unsigned dst, const void *src, int bytes, int sr
 static inline void emu_asm_cp_async16(unsigned dst, const void *src, int n) { emu_cp_async(dst, src, 16, n); }
 static inline void emu_asm_cp_async4(unsigned dst, const void *src, int n) { emu_cp_async(dst, src, 4, n); }
 static inline void emu_asm_nothing(void) {}
+static inline void emu_wgmma(float *const *d, int n, int bf16, int a_regs, unsigned long long desc_a, const unsigned a[4],
+                             unsigned long long desc_b, int scale_d, int scale_a, int scale_b, int trans_a, int trans_b)
+{
+    emu::wgmma_run(d, n, bf16, a_regs, desc_a, a, desc_b, scale_d, scale_a, scale_b, trans_a, trans_b);
+}
 static inline void emu_asm_st_global_v4_b32(void *p, unsigned x, unsigned y, unsigned z, unsigned w)
 {
     unsigned v[4] = {x, y, z, w};
