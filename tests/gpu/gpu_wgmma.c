@@ -17,7 +17,11 @@
  *     readings are tried and the line says which one held (exactly one
  *     must);
  *   - A from registers (P V with P in registers), in the fragment layout
- *     of mma.sync's m16n8k16 A per warp, and K-major B: D equal.
+ *     of mma.sync's m16n8k16 A per warp, and K-major B: D equal;
+ *   - K-major A and B in the 128-byte swizzle (a GEMM tile's layout): D
+ *     equal.
+ * Under the CPU emulator (tools/cuemu) the same checks test the
+ * emulator's reading of wgmma; on the GPU, the hardware's.
  * Exit 0 when every check passes, 1 on a failure, 4 without an sm_90 GPU. */
 #include <math.h>
 #include <stdio.h>
@@ -146,6 +150,11 @@ int main(void)
     bad = mismatches(d, ref);
     result(bad == 0, "A from registers in mma.sync's m16n8k16 A layout, K-major B: %d of %d elements of D differ",
            bad, N64 * N64);
+
+    run_probe("wg_probe_sw128", a, bt, 0, 0, 0, 0, d);
+    bad = mismatches(d, ref);
+    result(bad == 0, "K-major A and B in the 128-byte swizzle (SBO 1024, 32 bytes a k16 step): %d of %d elements "
+           "of D differ", bad, N64 * N64);
 
     free(a);
     free(b);

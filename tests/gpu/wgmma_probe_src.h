@@ -26,6 +26,12 @@
  * wg_probe_areg: A from registers instead (the form attention's P V would
  * use, P in registers), in the fragment layout of mma.sync's m16n8k16 A
  * for each warp's 16 rows; B K-major from shared memory.
+ * wg_probe_sw128: both operands K-major in the 128-byte swizzle, the
+ * layout a GEMM's tiles want (no bank conflicts): row r of an operand
+ * (64 k, 128 bytes) at r * 128 in 1024-byte atoms of 8 rows (SBO 1024),
+ * its 16-byte chunk c (k 8c .. 8c + 7) at chunk c ^ (r % 8); step s's
+ * descriptor starts 32 s bytes on, and the hardware applies the XOR to
+ * the address it forms (so the arrays sit at 1024-byte boundaries).
  * D is written row-major through the accumulator layout we expect: warp w
  * holds rows 16w .. 16w + 15, and for n8 chunk j its registers 4j .. 4j+3
  * are (16w + lane/4, 8j + 2 (lane % 4) + {0, 1}) and the same 8 rows on. */
@@ -48,6 +54,20 @@ static const char WGMMA_PROBE_SRC[] =
     "__device__ __forceinline__ int wg_core_at(int row, int col)\n"
     "{\n"
     "    return ((row >> 3) * 8 + (col >> 3)) * 64 + (row & 7) * 8 + (col & 7);\n"
+    "}\n"
+    "\n"
+    "// the same for the 128-byte swizzle (mode 1 in bits 62-63); LBO unused\n"
+    "__device__ __forceinline__ u64 wg_desc_sw128(const void *smem, u32 sbo)\n"
+    "{\n"
+    "    u32 addr = (u32)__cvta_generic_to_shared(smem);\n"
+    "    return (u64)((addr >> 4) & 0x3FFFu) | ((u64)1 << 16) | ((u64)((sbo >> 4) & 0x3FFFu) << 32) |\n"
+    "           ((u64)1 << 62);\n"
+    "}\n"
+    "\n"
+    "// element (row, k) of a 64 x 64 K-major operand in the 128-byte swizzle\n"
+    "__device__ __forceinline__ int wg_sw128_at(int row, int k)\n"
+    "{\n"
+    "    return row * 64 + (((k >> 3) ^ (row & 7)) << 3) + (k & 7);\n"
     "}\n"
     "\n"
     "#if defined(__CUDA_ARCH_FEAT_SM90_ALL)\n"
@@ -112,6 +132,35 @@ static const char WGMMA_PROBE_SRC[] =
     "\n"
     "WG_PROBE(wg_probe_kmajor, 0)\n"
     "WG_PROBE(wg_probe_nmajor, 1)\n"
+    "\n"
+    "// K-major A and B (bt) in the 128-byte swizzle; lbo_a etc. unused\n"
+    "extern \"C\" __global__ void __launch_bounds__(128)\n"
+    "wg_probe_sw128(float *out, const u16 *a, const u16 *b, u32 lbo_a, u32 sbo_a, u32 lbo_b, u32 sbo_b)\n"
+    "{\n"
+    "    __shared__ __align__(1024) u16 as[64 * 64];\n"
+    "    __shared__ __align__(1024) u16 bs[64 * 64];\n"
+    "    for (int i = threadIdx.x; i < 64 * 64; i += 128) {\n"
+    "        as[wg_sw128_at(i / 64, i % 64)] = a[i];\n"
+    "        bs[wg_sw128_at(i / 64, i % 64)] = b[i];\n"
+    "    }\n"
+    "    __syncthreads();\n"
+    "    (void)lbo_a; (void)sbo_a; (void)lbo_b; (void)sbo_b;\n"
+    "    float d[32];\n"
+    "    for (int i = 0; i < 32; i++) d[i] = 0.0f;\n"
+    "    WG_FENCES_BEFORE();\n"
+    "    for (int s = 0; s < 4; s++) {\n"
+    "        u64 da = wg_desc_sw128(as + 16 * s, 1024), db = wg_desc_sw128(bs + 16 * s, 1024);\n"
+    "        WG_MMA(0);\n"
+    "    }\n"
+    "    WG_FENCES_AFTER();\n"
+    "    int w = threadIdx.x / 32, l = threadIdx.x % 32;\n"
+    "    for (int j = 0; j < 8; j++)\n"
+    "        for (int h = 0; h < 2; h++) {\n"
+    "            int row = 16 * w + l / 4 + 8 * h, col = 8 * j + 2 * (l % 4);\n"
+    "            out[row * 64 + col] = d[4 * j + 2 * h];\n"
+    "            out[row * 64 + col + 1] = d[4 * j + 2 * h + 1];\n"
+    "        }\n"
+    "}\n"
     "\n"
     "// A from registers (as attention's P V would take P): per warp the 16 rows\n"
     "// 16w.., per k16 step four f16x2 registers, as mma.sync's m16n8k16 A:\n"
