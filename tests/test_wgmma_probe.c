@@ -3,13 +3,15 @@
  * GPU: for sm_90a, where ptxas takes its wgmma.mma_async, fence and
  * commit/wait instructions (their syntax and operand counts are checked
  * here), and for plain sm_90, where the probe's guard leaves them out
- * (a smaller cubin; the kernels still exist). */
+ * (a smaller cubin; the kernels still exist); and hpc's own GEMM,
+ * compiler/kernels/gemm_wgmma.cu, for sm_90a. */
 #include <criterion/criterion.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "cuda/nvrtc_compile.h"
 #include "gpu/wgmma_probe_src.h"
+#include "kernel_sources.h"
 
 static void compile_probe(const char *extra, void **cubin, size_t *size)
 {
@@ -35,4 +37,23 @@ Test(wgmma_probe, compiles_for_sm90a_and_guards_sm90, .timeout = 120)
     cr_expect_gt(na, np, "the sm_90a cubin (%zu bytes) carries the MMA code the sm_90 one (%zu) leaves out", na, np);
     free(a);
     free(plain);
+}
+
+/* hpc's own GEMM (compiler/kernels/gemm_wgmma.cu, run on a GPU by
+ * tests/gpu/gpu_gemm.c): ptxas takes its m64n128k16 wgmma (64 accumulator
+ * operands) and its cp.async ring for sm_90a. */
+Test(wgmma_probe, own_gemm_compiles_for_sm90a, .timeout = 120)
+{
+    const char *src = kernel_source_find("gemm_wgmma.cu");
+    cr_assert_not_null(src, "gemm_wgmma.cu is embedded");
+    const char *opts[1] = {"--gpu-architecture=sm_90a"};
+    void *cubin = NULL;
+    size_t size = 0;
+    char *log = NULL;
+    HpcError err = {0};
+    HpcStatus st = nvrtc_compile(src, "gemm_wgmma", 90, opts, 1, &cubin, &size, &log, &err);
+    cr_assert_eq(st, HPC_OK, "%s\n%s", err.msg, log ? log : "");
+    cr_expect(memmem(cubin, size, "gemm_wgmma_bias_f16", strlen("gemm_wgmma_bias_f16")) != NULL);
+    free(log);
+    free(cubin);
 }

@@ -153,10 +153,12 @@ static const char *read_operands(const char *p, Buf *args, int *count, Operands 
 /* ---- warpgroup MMA ------------------------------------------------------ */
 
 /* Whether every instruction of the template only orders memory or waits
- * for wgmma groups, which the emulator's synchronous wgmma makes moot. */
+ * for wgmma or cp.async groups, which the emulator's synchronous wgmma and
+ * copies make moot. */
 static int only_fences(const char *tpl)
 {
-    static const char *const noop[] = {"fence.proxy.async", "wgmma.fence", "wgmma.commit_group", "wgmma.wait_group"};
+    static const char *const noop[] = {"fence.proxy.async", "wgmma.fence", "wgmma.commit_group", "wgmma.wait_group",
+                                       "cp.async.commit_group", "cp.async.wait_group"};   /* cp.async copies at once */
     int any = 0;
     for (const char *p = tpl; *p;) {
         while (*p == ' ' || *p == '{' || *p == '}' || *p == ';') p++;
