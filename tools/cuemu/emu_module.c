@@ -23,6 +23,7 @@
 #include <ctype.h>
 #include <dlfcn.h>
 #include <errno.h>
+#include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -187,14 +188,18 @@ static int run(const char *cmd)
  * then compiled.  1 on success. */
 static int build(const char *dir, const char *hash, const char *image, const char *source)
 {
-    char cu[4200], wrap[4200], pre[4200], so[4200], tmp[4300], log[4200], macros[2048];
+    char cu[4300], wrap[4300], pre[4300], so[4200], tmp[4300], log[4300], macros[2048];
     char cmd[16384];
-    snprintf(cu, sizeof cu, "%s/%s.cu", dir, hash);
-    snprintf(wrap, sizeof wrap, "%s/%s.wrap.cc", dir, hash);
-    snprintf(pre, sizeof pre, "%s/%s.ii", dir, hash);
+    /* files of this build alone: processes (and threads) may build the same module at once */
+    static long builds;
+    char stem[4200];
+    snprintf(stem, sizeof stem, "%s/%s.%d.%ld", dir, hash, (int)getpid(), __atomic_add_fetch(&builds, 1, __ATOMIC_RELAXED));
+    snprintf(cu, sizeof cu, "%s.cu", stem);
+    snprintf(wrap, sizeof wrap, "%s.wrap.cc", stem);
+    snprintf(pre, sizeof pre, "%s.ii", stem);
     snprintf(so, sizeof so, "%s/%s.so", dir, hash);
-    snprintf(tmp, sizeof tmp, "%s.%d.tmp", so, (int)getpid());
-    snprintf(log, sizeof log, "%s/%s.log", dir, hash);
+    snprintf(tmp, sizeof tmp, "%s.so.tmp", stem);
+    snprintf(log, sizeof log, "%s.log", stem);
     macro_options(image + strlen(MODULE_TAG), macros, sizeof macros);
     char head[8400];
     snprintf(head, sizeof head, "#include \"%s\"\n" SOURCE_MARK "\n#include \"%s\"\n", prelude_path(), cu);
@@ -246,6 +251,8 @@ static int build(const char *dir, const char *hash, const char *image, const cha
     }
     unlink(log);
     unlink(wrap);
+    unlink(cu);
+    unlink(pre);
     return 1;
 }
 
@@ -281,7 +288,11 @@ EMU_API CUresult cuModuleLoadData(CUmodule *module, const void *image)
     cache_dir(dir, sizeof dir);
     snprintf(hash, sizeof hash, "%016llx", (unsigned long long)h);
     snprintf(so, sizeof so, "%s/%s.so", dir, hash);
-    if (access(so, R_OK) != 0 && !build(dir, hash, text, source)) return CUDA_ERROR_INVALID_IMAGE;
+    static pthread_mutex_t building = PTHREAD_MUTEX_INITIALIZER;   /* one g++ at a time here */
+    pthread_mutex_lock(&building);
+    int ok = access(so, R_OK) == 0 || build(dir, hash, text, source);
+    pthread_mutex_unlock(&building);
+    if (!ok) return CUDA_ERROR_INVALID_IMAGE;
     void *lib = dlopen(so, RTLD_NOW | RTLD_LOCAL);
     if (!lib) {
         fprintf(stderr, "cuemu: dlopen %s: %s\n", so, dlerror());
