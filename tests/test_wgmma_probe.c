@@ -12,6 +12,7 @@
 #include "cuda/nvrtc_compile.h"
 #include "gpu/wgmma_probe_src.h"
 #include "kernel_sources.h"
+#include "program/activations.h"
 
 static void compile_probe(const char *extra, void **cubin, size_t *size)
 {
@@ -44,8 +45,11 @@ Test(wgmma_probe, compiles_for_sm90a_and_guards_sm90, .timeout = 120)
  * operands) and its cp.async ring for sm_90a. */
 Test(wgmma_probe, own_gemm_compiles_for_sm90a, .timeout = 120)
 {
-    const char *src = kernel_source_find("gemm_wgmma.cu");
-    cr_assert_not_null(src, "gemm_wgmma.cu is embedded");
+    const char *kernel = kernel_source_find("gemm_wgmma.cu");
+    cr_assert_not_null(kernel, "gemm_wgmma.cu is embedded");
+    char *src = malloc(strlen(HPC_ACTIVATIONS_CUDA) + strlen(kernel) + 1);   /* act_gelu first */
+    strcpy(src, HPC_ACTIVATIONS_CUDA);
+    strcat(src, kernel);
     const char *opts[1] = {"--gpu-architecture=sm_90a"};
     void *cubin = NULL;
     size_t size = 0;
@@ -54,6 +58,8 @@ Test(wgmma_probe, own_gemm_compiles_for_sm90a, .timeout = 120)
     HpcStatus st = nvrtc_compile(src, "gemm_wgmma", 90, opts, 1, &cubin, &size, &log, &err);
     cr_assert_eq(st, HPC_OK, "%s\n%s", err.msg, log ? log : "");
     cr_expect(memmem(cubin, size, "gemm_wgmma_bias_f16", strlen("gemm_wgmma_bias_f16")) != NULL);
+    cr_expect(memmem(cubin, size, "gemm_wgmma_bias_gelu_f16", strlen("gemm_wgmma_bias_gelu_f16")) != NULL);
     free(log);
     free(cubin);
+    free(src);
 }

@@ -8,6 +8,9 @@
 // A: M x K, W: N x K (both row-major, K contiguous: a linear layer's input
 // and weight), bias: N, C: M x N, all f16 (bias f32); f32 accumulation.
 // M and N multiples of 128, K of 64 (the caller checks).
+// gemm_wgmma_bias_gelu_f16 also writes G = gelu(C) (the FFN's first GEMM
+// and its activation in one pass: act_gelu of program/activations.h, which
+// the caller puts before this text, as the step's GELU kernel computes it).
 //
 // A block of 256 threads (two warpgroups) computes a 128 x 128 tile of C,
 // warpgroup g its rows 64g .. 64g + 63 with wgmma m64n128k16.  K goes in
@@ -18,7 +21,9 @@
 // (16-byte chunk c of row r at chunk c ^ (r % 8); 1024-byte atoms of 8
 // rows), the layout wgmma reads without bank conflicts; a k16 step moves
 // the descriptors' start 32 bytes on (tests/gpu/gpu_wgmma.c checks that
-// reading on the GPU).
+// reading on the GPU).  One k tile's MMAs stay in flight while the next
+// are issued (wgmma.wait_group 1), so a stage is refilled two tiles after
+// its MMAs were issued: GW_STAGES - 2 tiles are loaded ahead.
 //
 // Launch: grid (N / 128, M / 128), 256 threads, GW_SMEM_BYTES of dynamic
 // shared memory (over 48 KiB: cuFuncSetAttribute first).
@@ -40,7 +45,8 @@ __device__ __forceinline__ void gw_cp16(void *dst, const void *src)
                  : "memory");
 }
 __device__ __forceinline__ void gw_commit(void) { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
-__device__ __forceinline__ void gw_wait_stages(void) { asm volatile("cp.async.wait_group 2;\n" ::: "memory"); }
+// all but the newest GW_STAGES - 3 groups of copies have landed
+__device__ __forceinline__ void gw_wait_stages(void) { asm volatile("cp.async.wait_group 1;\n" ::: "memory"); }
 
 // The descriptor of a K-major operand in the 128-byte swizzle (mode 1):
 // start >> 4, LBO unused (1), SBO 1024 (the next 8 rows).
@@ -77,35 +83,37 @@ __device__ __forceinline__ void gw_load(unsigned char *stage, const unsigned sho
                  : GW_D8(0), GW_D8(8), GW_D8(16), GW_D8(24), GW_D8(32), GW_D8(40), GW_D8(48), GW_D8(56)     \
                  : "l"(da), "l"(db))
 #define GW_FENCE() asm volatile("fence.proxy.async.shared::cta;\nwgmma.fence.sync.aligned;\n" ::: "memory")
-#define GW_WAIT_MMA() asm volatile("wgmma.commit_group.sync.aligned;\nwgmma.wait_group.sync.aligned 0;\n" ::: "memory")
+// the tile's MMAs committed as a group; all but that newest group done
+#define GW_COMMIT_WAIT1() asm volatile("wgmma.commit_group.sync.aligned;\nwgmma.wait_group.sync.aligned 1;\n" ::: "memory")
+#define GW_WAIT_ALL() asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory")
 #else
 #define GW_MMA(da, db) (void)(da), (void)(db)
 #define GW_FENCE() (void)0
-#define GW_WAIT_MMA() (void)0
+#define GW_COMMIT_WAIT1() (void)0
+#define GW_WAIT_ALL() (void)0
 #endif
 
-extern "C" __global__ void __launch_bounds__(GW_THREADS)
-gemm_wgmma_bias_f16(unsigned short *c, const unsigned short *a, const unsigned short *w, const float *bias, int m,
-                    int n, int k)
+template <bool GELU>
+__device__ __forceinline__ void gw_gemm(unsigned short *c, unsigned short *g, const unsigned short *a,
+                                        const unsigned short *w, const float *bias, int n, int k)
 {
     extern __shared__ unsigned char gw_raw[];
     // the swizzle works on shared addresses: stages at 1024-byte boundaries
     unsigned char *smem = gw_raw + ((1024 - (gw_shared(gw_raw) & 1023)) & 1023);
     const int m0 = blockIdx.y * GW_BM, n0 = blockIdx.x * GW_BN, kts = k / GW_BK;
     const int wg = threadIdx.x >> 7, warp = (threadIdx.x >> 5) & 3, lane = threadIdx.x & 31;
-    (void)m;
     float d[64];
 #pragma unroll
     for (int i = 0; i < 64; i++) d[i] = 0.0f;
 
-    for (int s = 0; s < GW_STAGES - 1; s++) {   // the first tiles in flight
+    for (int s = 0; s < GW_STAGES - 2; s++) {   // the first tiles in flight
         if (s < kts) gw_load(smem + s * GW_STAGE_BYTES, a, w, m0, n0, k, s);
         gw_commit();
     }
     for (int kt = 0; kt < kts; kt++) {
-        gw_wait_stages();   // tile kt has landed (at most STAGES - 2 groups still out)
-        __syncthreads();    // ... for every thread, and the stage refilled below is free
-        int next = kt + GW_STAGES - 1;
+        gw_wait_stages();   // tile kt has landed
+        __syncthreads();    // ... for every thread; and every thread's MMAs of tile kt - 2 are done
+        int next = kt + GW_STAGES - 2;
         if (next < kts) gw_load(smem + (next % GW_STAGES) * GW_STAGE_BYTES, a, w, m0, n0, k, next);
         gw_commit();
         const unsigned char *stage = smem + (kt % GW_STAGES) * GW_STAGE_BYTES;
@@ -117,8 +125,9 @@ gemm_wgmma_bias_f16(unsigned short *c, const unsigned short *a, const unsigned s
             unsigned long long da = gw_desc(as + 16 * s), db = gw_desc(ws + 16 * s);
             GW_MMA(da, db);
         }
-        GW_WAIT_MMA();
+        GW_COMMIT_WAIT1();
     }
+    GW_WAIT_ALL();
 
     // d[4j + 2h + e] is C's (64 wg + 16 warp + lane / 4 + 8 h, 8 j + 2 (lane % 4) + e)
 #pragma unroll
@@ -130,5 +139,29 @@ gemm_wgmma_bias_f16(unsigned short *c, const unsigned short *a, const unsigned s
             unsigned pk;
             asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(pk) : "f"(hi), "f"(lo));
             *(unsigned *)(c + (long long)row * n + col) = pk;
+            if (GELU) {
+                // the activation of the stored (rounded) values, as a separate kernel reading C would
+                float rlo, rhi;
+                asm("cvt.f32.f16 %0, %1;" : "=f"(rlo) : "h"((unsigned short)(pk & 0xffffu)));
+                asm("cvt.f32.f16 %0, %1;" : "=f"(rhi) : "h"((unsigned short)(pk >> 16)));
+                asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(pk) : "f"(act_gelu(rhi)), "f"(act_gelu(rlo)));
+                *(unsigned *)(g + (long long)row * n + col) = pk;
+            }
         }
+}
+
+extern "C" __global__ void __launch_bounds__(GW_THREADS)
+gemm_wgmma_bias_f16(unsigned short *c, const unsigned short *a, const unsigned short *w, const float *bias, int m,
+                    int n, int k)
+{
+    (void)m;
+    gw_gemm<false>(c, 0, a, w, bias, n, k);
+}
+
+extern "C" __global__ void __launch_bounds__(GW_THREADS)
+gemm_wgmma_bias_gelu_f16(unsigned short *c, unsigned short *g, const unsigned short *a, const unsigned short *w,
+                         const float *bias, int m, int n, int k)
+{
+    (void)m;
+    gw_gemm<true>(c, g, a, w, bias, n, k);
 }

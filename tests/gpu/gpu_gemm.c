@@ -5,16 +5,21 @@
  *
  * Checks: C = A W^T + bias (f16 out, f32 accumulate) for shapes from one
  * 128 x 128 tile with one k tile to several tiles each way and more k
- * tiles than the ring has stages; A, W, bias random in [-1, 1] rounded to
- * f16 (bias f32), C poisoned with NaN first.  Error = ||got - ref||_2 /
- * ||ref||_2 against a double reference of the rounded inputs; limit 2e-3
- * (f16 output rounding is 2^-11 relative; f32 sums over K <= 1024 add far
- * less); a NaN fails.
+ * tiles than the ring has stages, by gemm_wgmma_bias_f16 and by
+ * gemm_wgmma_bias_gelu_f16, which also writes G = gelu(C) (exact-erf GELU,
+ * act_ref_gelu of program/activations.h in the reference); A, W, bias
+ * random in [-1, 1] rounded to f16 (bias f32), C and G poisoned with NaN
+ * first.  Error = ||got - ref||_2 / ||ref||_2 against a double reference
+ * of the rounded inputs; limit 2e-3 (f16 output rounding is 2^-11
+ * relative; f32 sums over K <= 1024 add far less); a NaN fails.
  *
  * Timing (on a GPU; HPC_GPU_TEST_NO_TIMING=1 skips it, as tools/cuemu/run.sh
  * does): median of 20 of each kernel alone, CUDA events, at M = 4096 and
  * 32768 tokens: TFLOP/s of ours and of cuBLASLt's (its choice, bias
- * epilogue).  Printed, not checked: the numbers decide what comes next.
+ * epilogue); for the FFN's first GEMM also ours with GELU against
+ * cuBLASLt's followed by a GELU pass (16-byte loads and stores, the bytes
+ * of the step's gelu_fwd).  Printed, not checked: the numbers decide what
+ * comes next.
  *
  * Exit 0 when every check passes, 1 on a failure, 4 without an sm_90 GPU. */
 #include <math.h>
@@ -28,11 +33,29 @@
 #include "cuda/nvrtc_compile.h"
 #include "gpu_check.h"
 #include "kernel_sources.h"
+#include "program/activations.h"
 
 enum { TILE = 128, KTILE = 64, THREADS = 256 };
 
 static CudaDevice g_dev;
-static CUfunction g_fn;
+static CUfunction g_fn, g_fn_gelu, g_fn_act;
+
+/* The GELU pass cuBLASLt's GEMM needs after it (timing only). */
+static const char gelu_pass_src[] =
+    "extern \"C\" __global__ void gelu_pass_f16(unsigned short *g, const unsigned short *c, long long n8)\n"
+    "{\n"
+    "    for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n8; i += (long long)gridDim.x * blockDim.x) {\n"
+    "        uint4 v = ((const uint4 *)c)[i];\n"
+    "        unsigned *w = (unsigned *)&v;\n"
+    "        for (int q = 0; q < 4; q++) {\n"
+    "            float lo, hi;\n"
+    "            asm(\"cvt.f32.f16 %0, %1;\" : \"=f\"(lo) : \"h\"((unsigned short)(w[q] & 0xffffu)));\n"
+    "            asm(\"cvt.f32.f16 %0, %1;\" : \"=f\"(hi) : \"h\"((unsigned short)(w[q] >> 16)));\n"
+    "            asm(\"cvt.rn.f16x2.f32 %0, %1, %2;\" : \"=r\"(w[q]) : \"f\"(act_gelu(hi)), \"f\"(act_gelu(lo)));\n"
+    "        }\n"
+    "        ((uint4 *)g)[i] = v;\n"
+    "    }\n"
+    "}\n";
 static int g_smem_bytes;
 
 #define DRV(call)                                                                                            \
@@ -59,12 +82,18 @@ static void load_kernel(void)
         printf("FAIL  gemm_wgmma.cu is not among the embedded kernel sources\n");
         exit(1);
     }
+    /* the activations first: the GELU epilogue calls act_gelu */
+    size_t len = strlen(HPC_ACTIVATIONS_CUDA) + strlen(src) + strlen(gelu_pass_src) + 1;
+    char *full = malloc(len);
+    snprintf(full, len, "%s%s%s", HPC_ACTIVATIONS_CUDA, src, gelu_pass_src);
     const char *opts[] = {"--gpu-architecture=sm_90a"};
     void *cubin;
     size_t size;
     char *log = NULL;
     HpcError err = {0};
-    if (nvrtc_compile(src, "gemm_wgmma", 90, opts, 1, &cubin, &size, &log, &err)) {
+    int failed = nvrtc_compile(full, "gemm_wgmma", 90, opts, 1, &cubin, &size, &log, &err) != HPC_OK;
+    free(full);
+    if (failed) {
         printf("FAIL  nvrtc_compile gemm_wgmma: %s\n%s\n", err.msg, log ? log : "");
         exit(1);
     }
@@ -73,16 +102,20 @@ static void load_kernel(void)
     DRV(cuda_driver()->cuModuleLoadData(&mod, cubin));
     free(cubin);
     DRV(cuda_driver()->cuModuleGetFunction(&g_fn, mod, "gemm_wgmma_bias_f16"));
+    DRV(cuda_driver()->cuModuleGetFunction(&g_fn_gelu, mod, "gemm_wgmma_bias_gelu_f16"));
+    DRV(cuda_driver()->cuModuleGetFunction(&g_fn_act, mod, "gelu_pass_f16"));
     g_smem_bytes = smem_bytes_of(src);
     DRV(cuda_driver()->cuFuncSetAttribute(g_fn, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, g_smem_bytes));
+    DRV(cuda_driver()->cuFuncSetAttribute(g_fn_gelu, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, g_smem_bytes));
 }
 
-static void launch(CUdeviceptr c, CUdeviceptr a, CUdeviceptr w, CUdeviceptr bias, int m, int n, int k)
+/* g: 0 for gemm_wgmma_bias_f16, else gemm_wgmma_bias_gelu_f16's G. */
+static void launch(CUdeviceptr c, CUdeviceptr g, CUdeviceptr a, CUdeviceptr w, CUdeviceptr bias, int m, int n, int k)
 {
-    void *args[] = {&c, &a, &w, &bias, &m, &n, &k};
+    void *plain[] = {&c, &a, &w, &bias, &m, &n, &k}, *gelu[] = {&c, &g, &a, &w, &bias, &m, &n, &k};
     HpcError err = {0};
-    if (cuda_launch(g_fn, (unsigned[3]){(unsigned)(n / TILE), (unsigned)(m / TILE), 1}, (unsigned[3]){THREADS, 1, 1},
-                    (unsigned)g_smem_bytes, g_dev.stream, args, &err)) {
+    if (cuda_launch(g ? g_fn_gelu : g_fn, (unsigned[3]){(unsigned)(n / TILE), (unsigned)(m / TILE), 1},
+                    (unsigned[3]){THREADS, 1, 1}, (unsigned)g_smem_bytes, g_dev.stream, g ? gelu : plain, &err)) {
         printf("FAIL  launch gemm_wgmma_bias_f16 %d x %d x %d: %s\n", m, n, k, err.msg);
         exit(1);
     }
@@ -90,10 +123,25 @@ static void launch(CUdeviceptr c, CUdeviceptr a, CUdeviceptr w, CUdeviceptr bias
 
 static float uniform(uint64_t *rng) { return gpu_check_uniform24((uint32_t)(gpu_check_xorshift(rng) >> 40)); }
 
-static void check_shape(int m, int n, int k, uint64_t seed)
+/* ||got - ref|| / ||ref|| over n f16 values, NaNs counted into *nan. */
+static double rel_err(const uint16_t *got, const double *ref, size_t n, int *nan)
+{
+    double num = 0, den = 0;
+    for (size_t i = 0; i < n; i++) {
+        double v = half_to_f32(got[i]);
+        if (v != v) (*nan)++;
+        num += (v - ref[i]) * (v - ref[i]);
+        den += ref[i] * ref[i];
+    }
+    return sqrt(num / den);
+}
+
+static void check_shape(int m, int n, int k, int gelu, uint64_t seed)
 {
     const CudaDriver *cu = cuda_driver();
     uint16_t *a = malloc((size_t)m * k * 2), *w = malloc((size_t)n * k * 2), *c = malloc((size_t)m * n * 2);
+    uint16_t *g = malloc((size_t)m * n * 2);
+    double *gref = malloc((size_t)m * n * sizeof *gref);
     float *bias = malloc((size_t)n * 4);
     double *ref = malloc((size_t)m * n * sizeof *ref);
     uint64_t rng = seed;
@@ -105,37 +153,43 @@ static void check_shape(int m, int n, int k, uint64_t seed)
             double s = bias[j];
             for (int q = 0; q < k; q++) s += (double)half_to_f32(a[(size_t)i * k + q]) * half_to_f32(w[(size_t)j * k + q]);
             ref[(size_t)i * n + j] = s;
+            gref[(size_t)i * n + j] = act_ref_gelu(s);
         }
-    CUdeviceptr da, dw, db, dc;
+    CUdeviceptr da, dw, db, dc, dg;
     DRV(cu->cuMemAlloc(&da, (size_t)m * k * 2));
     DRV(cu->cuMemAlloc(&dw, (size_t)n * k * 2));
     DRV(cu->cuMemAlloc(&db, (size_t)n * 4));
     DRV(cu->cuMemAlloc(&dc, (size_t)m * n * 2));
+    DRV(cu->cuMemAlloc(&dg, (size_t)m * n * 2));
     DRV(cu->cuMemcpyHtoD(da, a, (size_t)m * k * 2));
     DRV(cu->cuMemcpyHtoD(dw, w, (size_t)n * k * 2));
     DRV(cu->cuMemcpyHtoD(db, bias, (size_t)n * 4));
     DRV(cu->cuMemsetD8(dc, 0xFF, (size_t)m * n * 2));   /* NaN in f16 */
-    launch(dc, da, dw, db, m, n, k);
+    DRV(cu->cuMemsetD8(dg, 0xFF, (size_t)m * n * 2));
+    launch(dc, gelu ? dg : 0, da, dw, db, m, n, k);
     DRV(cu->cuStreamSynchronize(g_dev.stream));
     DRV(cu->cuMemcpyDtoH(c, dc, (size_t)m * n * 2));
-    double num = 0, den = 0;
+    DRV(cu->cuMemcpyDtoH(g, dg, (size_t)m * n * 2));
     int nan = 0;
-    for (size_t i = 0; i < (size_t)m * n; i++) {
-        double got = half_to_f32(c[i]);
-        if (got != got) nan++;
-        num += (got - ref[i]) * (got - ref[i]);
-        den += ref[i] * ref[i];
+    double rel = rel_err(c, ref, (size_t)m * n, &nan);
+    const char *name = gelu ? "gemm_wgmma_bias_gelu_f16" : "gemm_wgmma_bias_f16";
+    result(nan == 0 && rel <= 2e-3, "%s M=%d N=%d K=%d: C rel L2 %.2e <= 2e-3, %d NaN", name, m, n, k, rel, nan);
+    if (gelu) {
+        nan = 0;
+        rel = rel_err(g, gref, (size_t)m * n, &nan);
+        result(nan == 0 && rel <= 2e-3, "%s M=%d N=%d K=%d: G = gelu(C) rel L2 %.2e <= 2e-3, %d NaN", name, m, n, k,
+               rel, nan);
     }
-    double rel = sqrt(num / den);
-    result(nan == 0 && rel <= 2e-3, "gemm_wgmma_bias_f16 M=%d N=%d K=%d: rel L2 %.2e <= 2e-3, %d NaN", m, n, k,
-           rel, nan);
     cu->cuMemFree(da);
     cu->cuMemFree(dw);
     cu->cuMemFree(db);
     cu->cuMemFree(dc);
+    cu->cuMemFree(dg);
     free(a);
     free(w);
     free(c);
+    free(g);
+    free(gref);
     free(bias);
     free(ref);
 }
@@ -148,9 +202,11 @@ static int cmp_float(const void *x, const void *y)
     return (a > b) - (a < b);
 }
 
-/* Median ms of 20 runs of ours (cublas 0) or cuBLASLt's (1). */
-static float time_one(GemmContext *g, int cublas, int m, int n, int k, CUdeviceptr a, CUdeviceptr w,
-                      CUdeviceptr b32, CUdeviceptr b16, CUdeviceptr c)
+enum { OURS, OURS_GELU, CUBLAS, CUBLAS_GELU };
+
+/* Median ms of 20 runs of one way of computing C (and G). */
+static float time_one(GemmContext *g, int way, int m, int n, int k, CUdeviceptr a, CUdeviceptr w,
+                      CUdeviceptr b32, CUdeviceptr b16, CUdeviceptr c, CUdeviceptr gout)
 {
     const CudaDriver *cu = cuda_driver();
     GemmDesc desc;
@@ -162,13 +218,22 @@ static float time_one(GemmContext *g, int cublas, int m, int n, int k, CUdevicep
     for (int r = -3; r < 20; r++) {
         HpcError err = {0};
         DRV(cu->cuEventRecord(e0, g_dev.stream));
-        if (cublas) {
+        if (way == CUBLAS || way == CUBLAS_GELU) {
             if (gemm_run(g, &desc, &err)) {
                 printf("FAIL  cuBLASLt %d x %d x %d: %s\n", m, n, k, err.msg);
                 return -1;
             }
         } else {
-            launch(c, a, w, b32, m, n, k);
+            launch(c, way == OURS_GELU ? gout : 0, a, w, b32, m, n, k);
+        }
+        if (way == CUBLAS_GELU) {
+            long long n8 = (long long)m * n / 8;
+            void *args[] = {&gout, &c, &n8};
+            if (cuda_launch(g_fn_act, (unsigned[3]){(unsigned)(g_dev.sm_count * 8), 1, 1}, (unsigned[3]){256, 1, 1}, 0,
+                            g_dev.stream, args, &err)) {
+                printf("FAIL  gelu pass: %s\n", err.msg);
+                return -1;
+            }
         }
         DRV(cu->cuEventRecord(e1, g_dev.stream));
         DRV(cu->cuEventSynchronize(e1));
@@ -193,12 +258,13 @@ static void run_timing(void)
         printf("FAIL  gemm_init: %s\n", err.msg);
         return;
     }
-    CUdeviceptr a, w, b32, b16, c;
+    CUdeviceptr a, w, b32, b16, c, gout;
     DRV(cu->cuMemAlloc(&a, (size_t)32768 * 3072 * 2));
     DRV(cu->cuMemAlloc(&w, (size_t)3072 * 3072 * 2));
     DRV(cu->cuMemAlloc(&b32, 3072 * 4));
     DRV(cu->cuMemAlloc(&b16, 3072 * 2));
     DRV(cu->cuMemAlloc(&c, (size_t)32768 * 3072 * 2));
+    DRV(cu->cuMemAlloc(&gout, (size_t)32768 * 3072 * 2));
     DRV(cu->cuMemsetD8(a, 0x3c, (size_t)32768 * 3072 * 2));   /* small finite values */
     DRV(cu->cuMemsetD8(w, 0x1c, (size_t)3072 * 3072 * 2));
     DRV(cu->cuMemsetD8(b32, 0, 3072 * 4));
@@ -206,17 +272,24 @@ static void run_timing(void)
     printf("      timing (median of 20, each kernel alone): M x N x K: ours ms (TFLOP/s) | cuBLASLt bias ms (TFLOP/s)\n");
     for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) {
         int m = shapes[i][0], n = shapes[i][1], k = shapes[i][2];
-        float ours = time_one(&g, 0, m, n, k, a, w, b32, b16, c);
-        float lt = time_one(&g, 1, m, n, k, a, w, b32, b16, c);
+        float ours = time_one(&g, OURS, m, n, k, a, w, b32, b16, c, gout);
+        float lt = time_one(&g, CUBLAS, m, n, k, a, w, b32, b16, c, gout);
         double flop = 2.0 * m * n * k;
         printf("      %5d x %4d x %4d: %7.3f ms (%5.0f) | %7.3f ms (%5.0f)\n", m, n, k, ours,
                flop / (ours * 1e-3) / 1e12, lt, flop / (lt * 1e-3) / 1e12);
+        if (n == 3072 && k == 768) {   /* the FFN's first GEMM and its GELU */
+            float og = time_one(&g, OURS_GELU, m, n, k, a, w, b32, b16, c, gout);
+            float lg = time_one(&g, CUBLAS_GELU, m, n, k, a, w, b32, b16, c, gout);
+            printf("      %5d x %4d x %4d + GELU: ours fused %7.3f ms | cuBLASLt + GELU pass %7.3f ms\n", m, n, k,
+                   og, lg);
+        }
     }
     cu->cuMemFree(a);
     cu->cuMemFree(w);
     cu->cuMemFree(b32);
     cu->cuMemFree(b16);
     cu->cuMemFree(c);
+    cu->cuMemFree(gout);
     gemm_free(&g);
 }
 
@@ -229,10 +302,12 @@ int main(void)
     }
     printf("gpu_gemm on %s (sm_%d)\n", g_dev.name, g_dev.arch);
     load_kernel();
-    check_shape(128, 128, 64, 1);      /* one tile, one k tile */
-    check_shape(128, 128, 320, 2);     /* more k tiles than stages */
-    check_shape(256, 384, 192, 3);     /* tiles each way */
-    check_shape(384, 768, 768, 4);     /* BERT-base's width */
+    check_shape(128, 128, 64, 0, 1);      /* one tile, one k tile */
+    check_shape(128, 128, 320, 0, 2);     /* more k tiles than stages */
+    check_shape(256, 384, 192, 0, 3);     /* tiles each way */
+    check_shape(384, 768, 768, 0, 4);     /* BERT-base's width */
+    check_shape(128, 256, 128, 1, 5);     /* with GELU */
+    check_shape(256, 384, 768, 1, 6);
     if (!getenv("HPC_GPU_TEST_NO_TIMING")) run_timing();
     cuda_device_close(&g_dev);
     return gpu_check_summary();
