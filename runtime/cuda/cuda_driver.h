@@ -69,7 +69,8 @@
     X(cuEventCreate) X(cuEventDestroy) X(cuEventRecord) X(cuEventRecordWithFlags) \
     X(cuEventSynchronize) X(cuEventElapsedTime) X(cuEventQuery)               \
     X(cuStreamBeginCapture) X(cuStreamEndCapture) X(cuGraphInstantiate)       \
-    X(cuGraphLaunch) X(cuGraphExecDestroy) X(cuGraphDestroy)
+    X(cuGraphLaunch) X(cuGraphExecDestroy) X(cuGraphDestroy)                  \
+    X(cuTensorMapEncodeTiled)
 
 /* The function table.  __typeof__ takes each prototype from <cuda.h> without
  * referencing the symbol, so nothing here needs libcuda at link time. */

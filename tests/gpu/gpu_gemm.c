@@ -1,7 +1,8 @@
-/* tests/gpu/gpu_gemm.c — hpc's own GEMM (compiler/kernels/gemm_wgmma.cu,
- * wgmma on sm_90a) against a host reference, then timed beside cuBLASLt
- * (the GEMM the step runs today, with its bias epilogue) at BERT-base's
- * linear-layer shapes.
+/* tests/gpu/gpu_gemm.c — hpc's own GEMMs (compiler/kernels/gemm_wgmma.cu:
+ * cp.async and 128 x 128 tiles; gemm_wgmma_tma.cu: TMA, a loading
+ * warpgroup, 128 x 256 tiles; both wgmma on sm_90a) against a host
+ * reference, then timed beside cuBLASLt (the GEMM the step runs today,
+ * with its bias epilogue) at BERT-base's linear-layer shapes.
  *
  * Checks: C = A W^T + bias (f16 out, f32 accumulate) for shapes from one
  * 128 x 128 tile with one k tile to several tiles each way and more k
@@ -35,10 +36,11 @@
 #include "kernel_sources.h"
 #include "program/activations.h"
 
-enum { TILE = 128, KTILE = 64, THREADS = 256 };
+enum { TILE = 128, KTILE = 64, THREADS = 256, TMA_STAGES = 4, TMA_THREADS = 384 };
 
 static CudaDevice g_dev;
-static CUfunction g_fn, g_fn_gelu, g_fn_act;
+static CUfunction g_fn, g_fn_gelu, g_fn_act, g_fn_tma, g_fn_tma_gelu;
+static int g_smem_tma;
 
 /* The GELU pass cuBLASLt's GEMM needs after it (timing only). */
 static const char gelu_pass_src[] =
@@ -83,9 +85,14 @@ static void load_kernel(void)
         exit(1);
     }
     /* the activations first: the GELU epilogue calls act_gelu */
-    size_t len = strlen(HPC_ACTIVATIONS_CUDA) + strlen(src) + strlen(gelu_pass_src) + 1;
+    const char *tma = kernel_source_find("gemm_wgmma_tma.cu");
+    if (!tma) {
+        printf("FAIL  gemm_wgmma_tma.cu is not among the embedded kernel sources\n");
+        exit(1);
+    }
+    size_t len = strlen(HPC_ACTIVATIONS_CUDA) + strlen(src) + strlen(tma) + strlen(gelu_pass_src) + 1;
     char *full = malloc(len);
-    snprintf(full, len, "%s%s%s", HPC_ACTIVATIONS_CUDA, src, gelu_pass_src);
+    snprintf(full, len, "%s%s%s%s", HPC_ACTIVATIONS_CUDA, src, tma, gelu_pass_src);
     const char *opts[] = {"--gpu-architecture=sm_90a"};
     void *cubin;
     size_t size;
@@ -107,6 +114,11 @@ static void load_kernel(void)
     g_smem_bytes = smem_bytes_of(src);
     DRV(cuda_driver()->cuFuncSetAttribute(g_fn, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, g_smem_bytes));
     DRV(cuda_driver()->cuFuncSetAttribute(g_fn_gelu, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, g_smem_bytes));
+    DRV(cuda_driver()->cuModuleGetFunction(&g_fn_tma, mod, "gemm_tma_bias_f16"));
+    DRV(cuda_driver()->cuModuleGetFunction(&g_fn_tma_gelu, mod, "gemm_tma_bias_gelu_f16"));
+    g_smem_tma = TMA_STAGES * (TILE + 2 * TILE) * KTILE * 2 + 1024 + 2 * TMA_STAGES * 8;
+    DRV(cuda_driver()->cuFuncSetAttribute(g_fn_tma, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, g_smem_tma));
+    DRV(cuda_driver()->cuFuncSetAttribute(g_fn_tma_gelu, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, g_smem_tma));
 }
 
 /* g: 0 for gemm_wgmma_bias_f16, else gemm_wgmma_bias_gelu_f16's G. */
@@ -117,6 +129,33 @@ static void launch(CUdeviceptr c, CUdeviceptr g, CUdeviceptr a, CUdeviceptr w, C
     if (cuda_launch(g ? g_fn_gelu : g_fn, (unsigned[3]){(unsigned)(n / TILE), (unsigned)(m / TILE), 1},
                     (unsigned[3]){THREADS, 1, 1}, (unsigned)g_smem_bytes, g_dev.stream, g ? gelu : plain, &err)) {
         printf("FAIL  launch gemm_wgmma_bias_f16 %d x %d x %d: %s\n", m, n, k, err.msg);
+        exit(1);
+    }
+}
+
+/* The tensor map of a (rows, k) row-major f16 operand, boxes of 64 k by
+ * box_rows rows in the 128-byte swizzle (gemm_wgmma_tma.cu's). */
+static void make_tmap(CUtensorMap *map, CUdeviceptr p, int rows, int k, int box_rows)
+{
+    cuuint64_t dim[2] = {(cuuint64_t)k, (cuuint64_t)rows}, stride[1] = {(cuuint64_t)k * 2};
+    cuuint32_t box[2] = {KTILE, (cuuint32_t)box_rows}, estride[2] = {1, 1};
+    DRV(cuda_driver()->cuTensorMapEncodeTiled(map, CU_TENSOR_MAP_DATA_TYPE_FLOAT16, 2, (void *)(uintptr_t)p, dim, stride,
+                                              box, estride, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+                                              CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE));
+}
+
+/* gemm_tma_bias_f16, or with g gemm_tma_bias_gelu_f16. */
+static void launch_tma(CUdeviceptr c, CUdeviceptr g, CUdeviceptr a, CUdeviceptr w, CUdeviceptr bias, int m, int n,
+                       int k)
+{
+    CUtensorMap ta, tw;
+    make_tmap(&ta, a, m, k, TILE);
+    make_tmap(&tw, w, n, k, 2 * TILE);
+    void *plain[] = {&ta, &tw, &c, &bias, &m, &n, &k}, *gelu[] = {&ta, &tw, &c, &g, &bias, &m, &n, &k};
+    HpcError err = {0};
+    if (cuda_launch(g ? g_fn_tma_gelu : g_fn_tma, (unsigned[3]){(unsigned)(n / (2 * TILE)), (unsigned)(m / TILE), 1},
+                    (unsigned[3]){TMA_THREADS, 1, 1}, (unsigned)g_smem_tma, g_dev.stream, g ? gelu : plain, &err)) {
+        printf("FAIL  launch gemm_tma %d x %d x %d: %s\n", m, n, k, err.msg);
         exit(1);
     }
 }
@@ -136,7 +175,7 @@ static double rel_err(const uint16_t *got, const double *ref, size_t n, int *nan
     return sqrt(num / den);
 }
 
-static void check_shape(int m, int n, int k, int gelu, uint64_t seed)
+static void check_shape(int m, int n, int k, int tma, int gelu, uint64_t seed)
 {
     const CudaDriver *cu = cuda_driver();
     uint16_t *a = malloc((size_t)m * k * 2), *w = malloc((size_t)n * k * 2), *c = malloc((size_t)m * n * 2);
@@ -166,13 +205,17 @@ static void check_shape(int m, int n, int k, int gelu, uint64_t seed)
     DRV(cu->cuMemcpyHtoD(db, bias, (size_t)n * 4));
     DRV(cu->cuMemsetD8(dc, 0xFF, (size_t)m * n * 2));   /* NaN in f16 */
     DRV(cu->cuMemsetD8(dg, 0xFF, (size_t)m * n * 2));
-    launch(dc, gelu ? dg : 0, da, dw, db, m, n, k);
+    if (tma)
+        launch_tma(dc, gelu ? dg : 0, da, dw, db, m, n, k);
+    else
+        launch(dc, gelu ? dg : 0, da, dw, db, m, n, k);
     DRV(cu->cuStreamSynchronize(g_dev.stream));
     DRV(cu->cuMemcpyDtoH(c, dc, (size_t)m * n * 2));
     DRV(cu->cuMemcpyDtoH(g, dg, (size_t)m * n * 2));
     int nan = 0;
     double rel = rel_err(c, ref, (size_t)m * n, &nan);
-    const char *name = gelu ? "gemm_wgmma_bias_gelu_f16" : "gemm_wgmma_bias_f16";
+    const char *name = tma ? (gelu ? "gemm_tma_bias_gelu_f16" : "gemm_tma_bias_f16")
+                           : (gelu ? "gemm_wgmma_bias_gelu_f16" : "gemm_wgmma_bias_f16");
     result(nan == 0 && rel <= 2e-3, "%s M=%d N=%d K=%d: C rel L2 %.2e <= 2e-3, %d NaN", name, m, n, k, rel, nan);
     if (gelu) {
         nan = 0;
@@ -202,7 +245,7 @@ static int cmp_float(const void *x, const void *y)
     return (a > b) - (a < b);
 }
 
-enum { OURS, OURS_GELU, CUBLAS, CUBLAS_GELU };
+enum { OURS, OURS_GELU, CUBLAS, CUBLAS_GELU, TMA, TMA_GELU };
 
 /* Median ms of 20 runs of one way of computing C (and G). */
 static float time_one(GemmContext *g, int way, int m, int n, int k, CUdeviceptr a, CUdeviceptr w,
@@ -223,6 +266,8 @@ static float time_one(GemmContext *g, int way, int m, int n, int k, CUdeviceptr 
                 printf("FAIL  cuBLASLt %d x %d x %d: %s\n", m, n, k, err.msg);
                 return -1;
             }
+        } else if (way == TMA || way == TMA_GELU) {
+            launch_tma(c, way == TMA_GELU ? gout : 0, a, w, b32, m, n, k);
         } else {
             launch(c, way == OURS_GELU ? gout : 0, a, w, b32, m, n, k);
         }
@@ -269,19 +314,22 @@ static void run_timing(void)
     DRV(cu->cuMemsetD8(w, 0x1c, (size_t)3072 * 3072 * 2));
     DRV(cu->cuMemsetD8(b32, 0, 3072 * 4));
     DRV(cu->cuMemsetD8(b16, 0, 3072 * 2));
-    printf("      timing (median of 20, each kernel alone): M x N x K: ours ms (TFLOP/s) | cuBLASLt bias ms (TFLOP/s)\n");
+    printf("      timing (median of 20, each kernel alone): M x N x K: cp.async ms (TFLOP/s) | TMA ms (TFLOP/s) | "
+           "cuBLASLt bias ms (TFLOP/s)\n");
     for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) {
         int m = shapes[i][0], n = shapes[i][1], k = shapes[i][2];
         float ours = time_one(&g, OURS, m, n, k, a, w, b32, b16, c, gout);
+        float tma = time_one(&g, TMA, m, n, k, a, w, b32, b16, c, gout);
         float lt = time_one(&g, CUBLAS, m, n, k, a, w, b32, b16, c, gout);
         double flop = 2.0 * m * n * k;
-        printf("      %5d x %4d x %4d: %7.3f ms (%5.0f) | %7.3f ms (%5.0f)\n", m, n, k, ours,
-               flop / (ours * 1e-3) / 1e12, lt, flop / (lt * 1e-3) / 1e12);
+        printf("      %5d x %4d x %4d: %7.3f ms (%5.0f) | %7.3f ms (%5.0f) | %7.3f ms (%5.0f)\n", m, n, k, ours,
+               flop / (ours * 1e-3) / 1e12, tma, flop / (tma * 1e-3) / 1e12, lt, flop / (lt * 1e-3) / 1e12);
         if (n == 3072 && k == 768) {   /* the FFN's first GEMM and its GELU */
             float og = time_one(&g, OURS_GELU, m, n, k, a, w, b32, b16, c, gout);
+            float tg = time_one(&g, TMA_GELU, m, n, k, a, w, b32, b16, c, gout);
             float lg = time_one(&g, CUBLAS_GELU, m, n, k, a, w, b32, b16, c, gout);
-            printf("      %5d x %4d x %4d + GELU: ours fused %7.3f ms | cuBLASLt + GELU pass %7.3f ms\n", m, n, k,
-                   og, lg);
+            printf("      %5d x %4d x %4d + GELU: cp.async fused %7.3f ms | TMA fused %7.3f ms | cuBLASLt + GELU "
+                   "pass %7.3f ms\n", m, n, k, og, tg, lg);
         }
     }
     cu->cuMemFree(a);
@@ -302,12 +350,16 @@ int main(void)
     }
     printf("gpu_gemm on %s (sm_%d)\n", g_dev.name, g_dev.arch);
     load_kernel();
-    check_shape(128, 128, 64, 0, 1);      /* one tile, one k tile */
-    check_shape(128, 128, 320, 0, 2);     /* more k tiles than stages */
-    check_shape(256, 384, 192, 0, 3);     /* tiles each way */
-    check_shape(384, 768, 768, 0, 4);     /* BERT-base's width */
-    check_shape(128, 256, 128, 1, 5);     /* with GELU */
-    check_shape(256, 384, 768, 1, 6);
+    check_shape(128, 128, 64, 0, 0, 1);      /* one tile, one k tile */
+    check_shape(128, 128, 320, 0, 0, 2);     /* more k tiles than stages */
+    check_shape(256, 384, 192, 0, 0, 3);     /* tiles each way */
+    check_shape(384, 768, 768, 0, 0, 4);     /* BERT-base's width */
+    check_shape(128, 256, 128, 0, 1, 5);     /* with GELU */
+    check_shape(256, 384, 768, 0, 1, 6);
+    check_shape(128, 256, 64, 1, 0, 7);      /* TMA: one tile, one k tile */
+    check_shape(128, 256, 576, 1, 0, 8);     /* stages reused twice */
+    check_shape(384, 768, 768, 1, 0, 9);
+    check_shape(256, 512, 192, 1, 1, 10);    /* TMA with GELU */
     if (!getenv("HPC_GPU_TEST_NO_TIMING")) run_timing();
     cuda_device_close(&g_dev);
     return gpu_check_summary();

@@ -47,6 +47,13 @@ static const Known g_known[] = {
     {"cp.async.wait_group 0", "emu_asm_nothing"},
     {"cp.async.wait_group 1", "emu_asm_nothing"},
     {"st.global.v4.b32 [%0], {%1, %2, %3, %4}", "emu_asm_st_global_v4_b32"},
+    {"mbarrier.init.shared::cta.b64 [%0], %1", "emu_asm_mbar_init"},
+    {"mbarrier.arrive.shared::cta.b64 _, [%0]", "emu_asm_mbar_arrive"},
+    {"mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1", "emu_asm_mbar_arrive_expect_tx"},
+    {"{ .reg .pred p; mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2; selp.u32 %0, 1, 0, p; }",
+     "emu_asm_mbar_try_wait"},
+    {"cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4]",
+     "emu_asm_tma_load_2d"},
 };
 
 typedef struct {
@@ -158,7 +165,8 @@ static const char *read_operands(const char *p, Buf *args, int *count, Operands 
 static int only_fences(const char *tpl)
 {
     static const char *const noop[] = {"fence.proxy.async", "wgmma.fence", "wgmma.commit_group", "wgmma.wait_group",
-                                       "cp.async.commit_group", "cp.async.wait_group"};   /* cp.async copies at once */
+                                       "cp.async.commit_group", "cp.async.wait_group",   /* cp.async copies at once */
+                                       "fence.mbarrier_init", "setmaxnreg"};             /* no caches, no registers */
     int any = 0;
     for (const char *p = tpl; *p;) {
         while (*p == ' ' || *p == '{' || *p == '}' || *p == ';') p++;

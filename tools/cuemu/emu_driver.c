@@ -9,6 +9,7 @@
  * reports (default 16). */
 #define _GNU_SOURCE
 #include "cuemu.h"
+#include "emu_tmap.h"
 
 #include <pthread.h>
 #include <stdarg.h>
@@ -253,5 +254,35 @@ EMU_API CUresult cuMemAllocHost(void **p, size_t bytes)
 EMU_API CUresult cuMemFreeHost(void *p)
 {
     free(p);
+    return CUDA_SUCCESS;
+}
+
+/* ---- tensor maps (TMA) ------------------------------------------------------ */
+
+/* The 2-D tiled maps hpc's kernels use: no interleave, element strides 1,
+ * no swizzle or the 128-byte one (whose box rows must be 128 bytes). */
+EMU_API CUresult cuTensorMapEncodeTiled(CUtensorMap *map, CUtensorMapDataType type, cuuint32_t rank, void *address,
+                                        const cuuint64_t *dim, const cuuint64_t *strides, const cuuint32_t *box,
+                                        const cuuint32_t *element_strides, CUtensorMapInterleave interleave,
+                                        CUtensorMapSwizzle swizzle, CUtensorMapL2promotion l2,
+                                        CUtensorMapFloatOOBfill oob)
+{
+    (void)l2;
+    _Static_assert(sizeof(EmuTensorMap) <= sizeof(CUtensorMap), "the emulator's map fits a CUtensorMap");
+    uint32_t esize = type == CU_TENSOR_MAP_DATA_TYPE_FLOAT16 || type == CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 ? 2
+                     : type == CU_TENSOR_MAP_DATA_TYPE_FLOAT32                                            ? 4
+                                                                                                          : 0;
+    if (!map || !address || rank != 2 || !esize || interleave != CU_TENSOR_MAP_INTERLEAVE_NONE ||
+        element_strides[0] != 1 || element_strides[1] != 1 || oob != CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE ||
+        (swizzle != CU_TENSOR_MAP_SWIZZLE_NONE && swizzle != CU_TENSOR_MAP_SWIZZLE_128B))
+        emu_die("cuTensorMapEncodeTiled: only 2-D f16/bf16/f32 maps without interleave, element strides or "
+                "OOB NaN fill, unswizzled or in the 128-byte swizzle, are emulated");
+    if ((uintptr_t)address % 16 || strides[0] % 16 || box[0] == 0 || box[1] == 0 || box[0] > 256 || box[1] > 256 ||
+        (box[0] * esize) % 16 || (swizzle == CU_TENSOR_MAP_SWIZZLE_128B && box[0] * esize > 128))
+        return CUDA_ERROR_INVALID_VALUE;   /* as the driver documents */
+    EmuTensorMap m = {EMU_TMAP_MAGIC, esize, swizzle == CU_TENSOR_MAP_SWIZZLE_128B ? 128u : 0u, {box[0], box[1]},
+                      (uint64_t)(uintptr_t)address, {dim[0], dim[1]}, strides[0]};
+    memset(map, 0, sizeof *map);
+    memcpy(map, &m, sizeof m);
     return CUDA_SUCCESS;
 }

@@ -20,7 +20,9 @@
  *     kernel, the block and where the threads wait, not a hang.
  *   - mma.sync m16n8k16 (f16 and bf16, f32 accumulate), ldmatrix x4 (and
  *     .trans) and cp.async are computed from the fragment layouts of the PTX
- *     ISA manual; cp.async copies at once, so its waits are no-ops.
+ *     ISA manual; cp.async copies at once, so its waits are no-ops; so do
+ *     the TMA's 2-D tensor loads, which complete their bytes on an
+ *     mbarrier at once; a failed mbarrier wait lets the other threads run.
  *   - __trap() and a stack that overflows end the process with the kernel's
  *     name, block and thread.
  * It leaves __CUDA_ARCH__ undefined, so code written for a newer
@@ -41,6 +43,8 @@
 #include <type_traits>
 #include <utility>
 
+#include "emu_tmap.h"
+
 /* ---- the language ------------------------------------------------------- */
 
 #define __global__ __attribute__((used))   /* emu_module.c finds the kernels by it */
@@ -53,6 +57,7 @@
 #define __align__(n) __attribute__((aligned(n)))
 #define __restrict__ __restrict
 #define __builtin_assume(x) ((void)0)
+#define __grid_constant__
 
 struct uint3 { unsigned x, y, z; };
 typedef uint3 dim3_value;
@@ -151,6 +156,9 @@ struct Block {
     unsigned dynamic_bytes, shared_top;
     int n_sites;
     struct { int site; unsigned offset; } sites[256];
+    struct Mbar { unsigned addr; int count, pending; long long tx; unsigned phases; } mbars[64];
+    int n_mbars;
+    long long spins;   /* failed mbarrier waits since a phase last completed */
 };
 
 enum { SHARED_BYTES = 232448 };   /* sm_90's most a block may have */
@@ -427,6 +435,8 @@ static void run_grid(const char *name, const Dims *d, void (*body)(void *), void
                 memset(g_window, 0xA5, d->dynamic_smem);
                 block->shared_top = (d->dynamic_smem + 127) / 128 * 128;
                 block->n_sites = 0;
+                block->n_mbars = 0;
+                block->spins = 0;
                 run_block(block);
             }
     g_block = saved;
@@ -769,6 +779,90 @@ static inline void wgmma_run(float *const *d, int n, int bf16, int a_regs, unsig
     group_barrier();
 }
 
+/* ---- mbarrier and TMA (PTX ISA, "Parallel Synchronization and
+ * Communication Instructions: mbarrier", "cp.async.bulk.tensor") ------- */
+
+/* A barrier object's state, by its shared address: the arrivals a phase
+ * needs, those still missing, the transaction bytes still expected, and
+ * the phases completed so far. */
+static inline Block::Mbar *mbar_at(unsigned addr, int create)
+{
+    Block *b = g_block;
+    for (int i = 0; i < b->n_mbars; i++)
+        if (b->mbars[i].addr == addr) return &b->mbars[i];
+    if (!create) die("an mbarrier used before mbarrier.init");
+    if (b->n_mbars == 64) die("more than 64 mbarriers in one block");
+    Block::Mbar *m = &b->mbars[b->n_mbars++];
+    m->addr = addr;
+    return m;
+}
+
+static inline void mbar_check(Block::Mbar *m)
+{
+    if (m->pending == 0 && m->tx == 0) {   /* the phase completes */
+        m->phases++;
+        m->pending = m->count;
+        g_block->spins = 0;
+    }
+    if (m->pending < 0) die("an mbarrier got more arrivals than its count");
+}
+
+static inline void mbar_init(unsigned addr, int count)
+{
+    Block::Mbar *m = mbar_at(addr, 1);
+    m->count = m->pending = count;
+    m->tx = 0;
+    m->phases = 0;
+}
+
+static inline void mbar_arrive(unsigned addr, long long tx)
+{
+    Block::Mbar *m = mbar_at(addr, 0);
+    m->tx += tx;
+    m->pending--;
+    mbar_check(m);
+}
+
+/* Whether the phase of parity `parity` has completed (the current phase's
+ * parity differs); if not, the thread lets the others run first. */
+static inline unsigned mbar_try_wait(unsigned addr, unsigned parity)
+{
+    Block::Mbar *m = mbar_at(addr, 0);
+    if ((m->phases & 1u) != (parity & 1u)) return 1;
+    if (++g_block->spins > 100000000LL) die("mbarrier waits that never complete (a deadlock)");
+    yield();
+    return 0;
+}
+
+/* A box of the 2-D tensor map at (c0 inner, c1 outer) into shared memory,
+ * rows of box[0] elements one after another, in the map's swizzle (the
+ * 16-byte chunk index XORed with shared-address bits 7..9); elements past
+ * the tensor read as zeros; then the bytes complete on the mbarrier. */
+static inline void tma_load_2d(unsigned dst, const void *map, int c0, int c1, unsigned mbar)
+{
+    EmuTensorMap t;
+    memcpy(&t, map, sizeof t);
+    if (t.magic != EMU_TMAP_MAGIC) die("cp.async.bulk.tensor with a tensor map cuTensorMapEncodeTiled did not make");
+    unsigned row_bytes = t.box[0] * t.element_bytes;
+    for (unsigned r = 0; r < t.box[1]; r++) {
+        for (unsigned byte = 0; byte < row_bytes; byte += t.element_bytes) {
+            unsigned addr = dst + r * row_bytes + byte;
+            if (t.swizzle_bytes) addr ^= ((addr >> 7) & 7u) << 4;
+            long long x = (long long)c0 + byte / t.element_bytes, y = (long long)c1 + r;
+            unsigned char *out = (unsigned char *)from_shared(addr);
+            if (x < 0 || y < 0 || (unsigned long long)x >= t.dim[0] || (unsigned long long)y >= t.dim[1])
+                memset(out, 0, t.element_bytes);
+            else
+                memcpy(out, (const unsigned char *)(uintptr_t)t.address + (unsigned long long)y * t.outer_stride +
+                                (unsigned long long)x * t.element_bytes,
+                       t.element_bytes);
+        }
+    }
+    Block::Mbar *m = mbar_at(mbar, 0);
+    m->tx -= (long long)row_bytes * t.box[1];
+    mbar_check(m);
+}
+
 }   /* namespace emu */
 
 static inline unsigned __cvta_generic_to_shared(const void *p) { return emu::to_shared(p); }
@@ -829,6 +923,14 @@ static inline void emu_cp_async(unsigned dst, const void *src, int bytes, int sr
 static inline void emu_asm_cp_async16(unsigned dst, const void *src, int n) { emu_cp_async(dst, src, 16, n); }
 static inline void emu_asm_cp_async4(unsigned dst, const void *src, int n) { emu_cp_async(dst, src, 4, n); }
 static inline void emu_asm_nothing(void) {}
+static inline void emu_asm_mbar_init(unsigned addr, int count) { emu::mbar_init(addr, count); }
+static inline void emu_asm_mbar_arrive(unsigned addr) { emu::mbar_arrive(addr, 0); }
+static inline void emu_asm_mbar_arrive_expect_tx(unsigned addr, unsigned bytes) { emu::mbar_arrive(addr, bytes); }
+static inline void emu_asm_mbar_try_wait(unsigned &ok, unsigned addr, unsigned parity) { ok = emu::mbar_try_wait(addr, parity); }
+static inline void emu_asm_tma_load_2d(unsigned dst, unsigned long long map, int c0, int c1, unsigned mbar)
+{
+    emu::tma_load_2d(dst, (const void *)(uintptr_t)map, c0, c1, mbar);
+}
 static inline void emu_wgmma(float *const *d, int n, int bf16, int a_regs, unsigned long long desc_a, const unsigned a[4],
                              unsigned long long desc_b, int scale_d, int scale_a, int scale_b, int trans_a, int trans_b)
 {

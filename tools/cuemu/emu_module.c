@@ -353,7 +353,7 @@ typedef struct {
     EntryFn entry;
     Dims d;
     size_t bytes;
-    unsigned char blob[];
+    unsigned char blob[] __attribute__((aligned(128)));   /* a tensor map parameter wants 64 */
 } Launch;
 
 static void run_launch(void *arg)
@@ -374,7 +374,7 @@ EMU_API CUresult cuLaunchKernel(CUfunction f, unsigned gx, unsigned gy, unsigned
     if ((int)smem > f->max_dynamic_smem) return CUDA_ERROR_INVALID_VALUE;
     size_t bytes = 0;
     f->entry(0, params, NULL, &bytes, NULL);
-    Launch *l = malloc(sizeof *l + bytes);
+    Launch *l = aligned_alloc(128, (sizeof *l + bytes + 127) / 128 * 128);
     if (!l) return CUDA_ERROR_OUT_OF_MEMORY;
     l->entry = f->entry;
     l->d = (Dims){{gx, gy, gz}, {bx, by, bz}, smem};

@@ -73,7 +73,7 @@ CUresult emu_stream_enqueue(CUstream stream, void (*fn)(void *arg), const void *
             g->nodes = realloc(g->nodes, g->cap * sizeof *g->nodes);
             if (!g->nodes) emu_die("out of host memory for a captured graph");
         }
-        void *copy = malloc(size ? size : 1);
+        void *copy = aligned_alloc(128, (size + 127) / 128 * 128 + 128);   /* as the caller's (a launch's blob) */
         if (!copy) emu_die("out of host memory for a captured graph");
         memcpy(copy, arg, size);
         g->nodes[g->n++] = (Node){fn, copy};

@@ -1,0 +1,199 @@
+// compiler/kernels/gemm_wgmma_tma.cu — C = A W^T + bias (and G = gelu(C)),
+// as gemm_wgmma.cu computes it, in the form Hopper GEMMs reach their speed
+// with: tiles loaded by the Tensor Memory Accelerator, a loading warpgroup
+// beside the multiplying ones, 128 x 256 tiles.  Not used by the step yet:
+// tests/gpu/gpu_gemm.c checks it and times it beside gemm_wgmma.cu and
+// cuBLASLt.
+//
+// Operands, types and the GELU variant as gemm_wgmma.cu (act_gelu must come
+// before this text).  M a multiple of 128, N of 256, K of 64.  A and W come
+// as 2-D tensor maps (cuTensorMapEncodeTiled: f16, dims {K, rows}, boxes
+// {64, 128} for A and {64, 256} for W, the 128-byte swizzle), passed by
+// value (__grid_constant__).
+//
+// A block of 384 threads: warpgroup 0 loads (one thread issues the TMA
+// copies; the group gives registers up with setmaxnreg), warpgroups 1 and
+// 2 multiply rows 0..63 and 64..127 of the tile with wgmma m64n256k16
+// (128 accumulators a thread).  GT_STAGES stages in shared memory, each
+// with two mbarriers: `full` (the loader's arrival plus the TMA's bytes)
+// and `empty` (the 256 multiplying threads, once their MMAs on it are
+// done).  One k tile's MMAs stay in flight while the next are issued; a
+// stage is released when the MMAs after it have been waited for.
+//
+// Launch: grid (N / 256, M / 128), 384 threads, GT_SMEM_BYTES of dynamic
+// shared memory (cuFuncSetAttribute first).
+
+#define GT_BM 128
+#define GT_BN 256
+#define GT_BK 64
+#define GT_STAGES 4
+#define GT_THREADS 384
+#define GT_A_BYTES (GT_BM * GT_BK * 2)
+#define GT_W_BYTES (GT_BN * GT_BK * 2)
+#define GT_STAGE_BYTES (GT_A_BYTES + GT_W_BYTES)
+#define GT_SMEM_BYTES (GT_STAGES * GT_STAGE_BYTES + 1024 + 2 * GT_STAGES * 8)
+
+struct alignas(64) gt_tmap { unsigned long long v[16]; };   // a CUtensorMap's 128 bytes
+
+__device__ __forceinline__ unsigned gt_shared(const void *p) { return (unsigned)__cvta_generic_to_shared(p); }
+
+__device__ __forceinline__ void gt_mbar_init(unsigned bar, unsigned count)
+{
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count) : "memory");
+}
+__device__ __forceinline__ void gt_arrive(unsigned bar)
+{
+    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
+}
+// an arrival that also announces the bytes the TMA will complete
+__device__ __forceinline__ void gt_arrive_tx(unsigned bar, unsigned bytes)
+{
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes) : "memory");
+}
+// until the barrier's phase of this parity has completed
+__device__ __forceinline__ void gt_wait(unsigned bar, unsigned parity)
+{
+    unsigned done;
+    do {
+        asm volatile("{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\nselp.u32 %0, 1, 0, p;\n}\n"
+                     : "=r"(done)
+                     : "r"(bar), "r"(parity)
+                     : "memory");
+    } while (!done);
+}
+// the box at (inner x, outer y) of a tensor map into shared memory
+__device__ __forceinline__ void gt_tma(unsigned dst, const gt_tmap *map, int x, int y, unsigned bar)
+{
+    asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];\n"
+                 ::"r"(dst), "l"((unsigned long long)map), "r"(x), "r"(y), "r"(bar)
+                 : "memory");
+}
+
+// A K-major operand in the 128-byte swizzle: start >> 4, LBO unused, SBO 1024.
+__device__ __forceinline__ unsigned long long gt_desc(const void *smem)
+{
+    return (unsigned long long)((gt_shared(smem) >> 4) & 0x3FFFu) | (1ull << 16) | ((1024ull >> 4) << 32) |
+           (1ull << 62);
+}
+
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+#define GT_D8(i) "+f"(d[i]), "+f"(d[i + 1]), "+f"(d[i + 2]), "+f"(d[i + 3]), "+f"(d[i + 4]), "+f"(d[i + 5]), \
+                 "+f"(d[i + 6]), "+f"(d[i + 7])
+// d (128 f32 a thread) += A (64 x 16, descriptor da) B (16 x 256, descriptor db)
+#define GT_MMA(da, db)                                                                                        \
+    asm volatile("wgmma.mma_async.sync.aligned.m64n256k16.f32.f16.f16 "                                        \
+                 "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "                    \
+                 "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "           \
+                 "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "           \
+                 "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, "           \
+                 "%64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, "           \
+                 "%80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95, "           \
+                 "%96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111, " \
+                 "%112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127}, " \
+                 "%128, %129, 1, 1, 1, 0, 0;\n"                                                                \
+                 : GT_D8(0), GT_D8(8), GT_D8(16), GT_D8(24), GT_D8(32), GT_D8(40), GT_D8(48), GT_D8(56),       \
+                   GT_D8(64), GT_D8(72), GT_D8(80), GT_D8(88), GT_D8(96), GT_D8(104), GT_D8(112), GT_D8(120)   \
+                 : "l"(da), "l"(db))
+#define GT_FENCE() asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory")
+#define GT_COMMIT_WAIT1() asm volatile("wgmma.commit_group.sync.aligned;\nwgmma.wait_group.sync.aligned 1;\n" ::: "memory")
+#define GT_WAIT_ALL() asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory")
+#define GT_REGS_LOADER() asm volatile("setmaxnreg.dec.sync.aligned.u32 40;\n")
+#define GT_REGS_MMA() asm volatile("setmaxnreg.inc.sync.aligned.u32 232;\n")
+#else
+#define GT_MMA(da, db) (void)(da), (void)(db)
+#define GT_FENCE() (void)0
+#define GT_COMMIT_WAIT1() (void)0
+#define GT_WAIT_ALL() (void)0
+#define GT_REGS_LOADER() (void)0
+#define GT_REGS_MMA() (void)0
+#endif
+
+template <bool GELU>
+__device__ __forceinline__ void gt_gemm(const gt_tmap *ta, const gt_tmap *tw, unsigned short *c, unsigned short *g,
+                                        const float *bias, int n, int k)
+{
+    extern __shared__ unsigned char gt_raw[];
+    // the swizzle works on shared addresses: stages at 1024-byte boundaries
+    unsigned char *smem = gt_raw + ((1024 - (gt_shared(gt_raw) & 1023)) & 1023);
+    unsigned long long *full = (unsigned long long *)(smem + GT_STAGES * GT_STAGE_BYTES), *empty = full + GT_STAGES;
+    const int wg = threadIdx.x >> 7, kts = k / GT_BK, m0 = blockIdx.y * GT_BM, n0 = blockIdx.x * GT_BN;
+    if (threadIdx.x == 0) {
+        for (int s = 0; s < GT_STAGES; s++) {
+            gt_mbar_init(gt_shared(&full[s]), 1);
+            gt_mbar_init(gt_shared(&empty[s]), 256);
+        }
+        asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+    }
+    __syncthreads();
+
+    if (wg == 0) {   // the loader
+        GT_REGS_LOADER();
+        if (threadIdx.x == 0)
+            for (int kt = 0; kt < kts; kt++) {
+                int s = kt % GT_STAGES;
+                gt_wait(gt_shared(&empty[s]), ((kt / GT_STAGES) + 1) & 1);   // a fresh barrier passes parity 1
+                gt_arrive_tx(gt_shared(&full[s]), GT_STAGE_BYTES);
+                unsigned char *stage = smem + s * GT_STAGE_BYTES;
+                gt_tma(gt_shared(stage), ta, kt * GT_BK, m0, gt_shared(&full[s]));
+                gt_tma(gt_shared(stage + GT_A_BYTES), tw, kt * GT_BK, n0, gt_shared(&full[s]));
+            }
+        return;
+    }
+
+    GT_REGS_MMA();
+    const int cw = wg - 1, warp = (threadIdx.x >> 5) & 3, lane = threadIdx.x & 31;
+    float d[128];
+#pragma unroll
+    for (int i = 0; i < 128; i++) d[i] = 0.0f;
+    for (int kt = 0; kt < kts; kt++) {
+        int s = kt % GT_STAGES;
+        gt_wait(gt_shared(&full[s]), (kt / GT_STAGES) & 1);
+        const unsigned char *stage = smem + s * GT_STAGE_BYTES;
+        const unsigned short *as = (const unsigned short *)stage + cw * 64 * GT_BK;
+        const unsigned short *ws = (const unsigned short *)(stage + GT_A_BYTES);
+        GT_FENCE();
+#pragma unroll
+        for (int q = 0; q < GT_BK / 16; q++) {
+            unsigned long long da = gt_desc(as + 16 * q), db = gt_desc(ws + 16 * q);
+            GT_MMA(da, db);
+        }
+        GT_COMMIT_WAIT1();   // tile kt - 1's MMAs are done: its stage goes back to the loader
+        if (kt > 0) gt_arrive(gt_shared(&empty[(kt - 1) % GT_STAGES]));
+    }
+    GT_WAIT_ALL();
+
+    // d[4j + 2h + e] is C's (64 cw + 16 warp + lane / 4 + 8 h, 8 j + 2 (lane % 4) + e)
+#pragma unroll
+    for (int j = 0; j < GT_BN / 8; j++)
+#pragma unroll
+        for (int h = 0; h < 2; h++) {
+            int row = blockIdx.y * GT_BM + 64 * cw + 16 * warp + lane / 4 + 8 * h, col = n0 + 8 * j + 2 * (lane & 3);
+            float lo = d[4 * j + 2 * h] + bias[col], hi = d[4 * j + 2 * h + 1] + bias[col + 1];
+            unsigned pk;
+            asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(pk) : "f"(hi), "f"(lo));
+            *(unsigned *)(c + (long long)row * n + col) = pk;
+            if (GELU) {   // of the stored (rounded) values, as gemm_wgmma.cu
+                float rlo, rhi;
+                asm("cvt.f32.f16 %0, %1;" : "=f"(rlo) : "h"((unsigned short)(pk & 0xffffu)));
+                asm("cvt.f32.f16 %0, %1;" : "=f"(rhi) : "h"((unsigned short)(pk >> 16)));
+                asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(pk) : "f"(act_gelu(rhi)), "f"(act_gelu(rlo)));
+                *(unsigned *)(g + (long long)row * n + col) = pk;
+            }
+        }
+}
+
+extern "C" __global__ void __launch_bounds__(GT_THREADS)
+gemm_tma_bias_f16(const __grid_constant__ gt_tmap ta, const __grid_constant__ gt_tmap tw, unsigned short *c,
+                  const float *bias, int m, int n, int k)
+{
+    (void)m;
+    gt_gemm<false>(&ta, &tw, c, 0, bias, n, k);
+}
+
+extern "C" __global__ void __launch_bounds__(GT_THREADS)
+gemm_tma_bias_gelu_f16(const __grid_constant__ gt_tmap ta, const __grid_constant__ gt_tmap tw, unsigned short *c,
+                       unsigned short *g, const float *bias, int m, int n, int k)
+{
+    (void)m;
+    gt_gemm<true>(&ta, &tw, c, g, bias, n, k);
+}
