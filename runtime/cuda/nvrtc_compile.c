@@ -310,7 +310,10 @@ HpcStatus nvrtc_compile(const char *source, const char *name, int arch,
     if (log) *log = NULL;
     HpcStatus st = options_build(&o, arch, options, num_options, err);
     if (st) return st;
-    if (nvrtc_emu_requested()) return emu_image(source, &o, cubin, size, err);
+    if (nvrtc_emu_requested()) {   /* counted as a compile, as the module is one to its users */
+        __atomic_add_fetch(&stat_compiles, 1, __ATOMIC_RELAXED);
+        return emu_image(source, &o, cubin, size, err);
+    }
     if (!arch_supported(arch)) {
         char list[256];
         nvrtc_supported_archs(list, sizeof list);
