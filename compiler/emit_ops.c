@@ -162,6 +162,24 @@ static HpcStatus module_build(const IrGraph *g, StrBuf *src, NameSet *names, Hpc
     return HPC_OK;
 }
 
+/* HPC_GEMM_OWN=1: hpc's own GEMM (compiler/kernels/gemm_wgmma_tma.cu) after
+ * the rest, for the executor to run the f16 linear forwards on in place of
+ * cuBLASLt (runtime/cuda/gemm_own.h, which reads the mark line). */
+static HpcStatus own_gemm_part(StrBuf *src, HpcError *err)
+{
+    const char *v = getenv("HPC_GEMM_OWN");
+    if (!v || !*v || !strcmp(v, "0")) return HPC_OK;
+    if (strcmp(v, "1") != 0)
+        return hpc_fail(err, HPC_ERR_USAGE, "HPC_GEMM_OWN=%s: expected 0 (cuBLASLt for every GEMM) or 1 (hpc's own "
+                        "GEMM for the f16 linear forwards on sm_90)", v);
+    const char *kernel = kernel_source_find("gemm_wgmma_tma.cu");
+    if (!kernel)
+        return hpc_fail(err, HPC_ERR_INTERNAL, "emit_ops: compiler/kernels/gemm_wgmma_tma.cu is not in the build");
+    strbuf_add(src, "// ---- hpc's own GEMM (HPC_GEMM_OWN=1) ----\n" STEP_SOURCE_GEMM_OWN_MARK);
+    strbuf_add(src, kernel);
+    return HPC_OK;
+}
+
 HpcStatus eop_module_source(const IrGraph *g, char **source, HpcError *err)
 {
     *source = NULL;
@@ -179,6 +197,7 @@ HpcStatus eop_module_source(const IrGraph *g, char **source, HpcError *err)
     free(names.name);
     /* A training graph's module ends with its optimizer (compiler/emit_optim.h). */
     if (!st) st = eopt_render(g, &src, err);
+    if (!st) st = own_gemm_part(&src, err);
     if (st) {
         strbuf_free(&src);
         return st;

@@ -183,6 +183,12 @@ typedef struct {
     size_t size;
 } StepCubin;
 
+/* A line of cuda_source saying the module ends with hpc's own GEMM
+ * (compiler/kernels/gemm_wgmma_tma.cu, HPC_GEMM_OWN=1): the executor then
+ * compiles it for sm_90a and runs the f16 linear forwards on it
+ * (runtime/cuda/gemm_own.h). */
+#define STEP_SOURCE_GEMM_OWN_MARK "#define HPC_MODULE_GEMM_OWN 1\n"
+
 /* The records of a graph's nodes and the module they name. */
 typedef struct {
     StepNodeCode *node;          /* (n) one per graph node */

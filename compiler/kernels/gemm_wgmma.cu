@@ -6,7 +6,7 @@
 // and times it beside cuBLASLt.
 //
 // A: M x K, W: N x K (both row-major, K contiguous: a linear layer's input
-// and weight), bias: N, C: M x N, all f16 (bias f32); f32 accumulation.
+// and weight), bias: N, C: M x N, all f16; f32 accumulation.
 // M and N multiples of 128, K of 64 (the caller checks).
 // gemm_wgmma_bias_gelu_f16 also writes G = gelu(C) (the FFN's first GEMM
 // and its activation in one pass: act_gelu of program/activations.h, which
@@ -37,6 +37,13 @@
 #define GW_SMEM_BYTES (GW_STAGES * GW_STAGE_BYTES + 1024)   // + room to align to 1024
 
 __device__ __forceinline__ unsigned gw_shared(const void *p) { return (unsigned)__cvta_generic_to_shared(p); }
+
+__device__ __forceinline__ float gw_h2f(unsigned short h)
+{
+    float f;
+    asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(h));
+    return f;
+}
 
 // 16 bytes global -> shared without waiting (cp.async, L2 only)
 __device__ __forceinline__ void gw_cp16(void *dst, const void *src)
@@ -95,7 +102,7 @@ __device__ __forceinline__ void gw_load(unsigned char *stage, const unsigned sho
 
 template <bool GELU>
 __device__ __forceinline__ void gw_gemm(unsigned short *c, unsigned short *g, const unsigned short *a,
-                                        const unsigned short *w, const float *bias, int n, int k)
+                                        const unsigned short *w, const unsigned short *bias, int n, int k)
 {
     extern __shared__ unsigned char gw_raw[];
     // the swizzle works on shared addresses: stages at 1024-byte boundaries
@@ -135,7 +142,7 @@ __device__ __forceinline__ void gw_gemm(unsigned short *c, unsigned short *g, co
 #pragma unroll
         for (int h = 0; h < 2; h++) {
             int row = m0 + 64 * wg + 16 * warp + lane / 4 + 8 * h, col = n0 + 8 * j + 2 * (lane & 3);
-            float lo = d[4 * j + 2 * h] + bias[col], hi = d[4 * j + 2 * h + 1] + bias[col + 1];
+            float lo = d[4 * j + 2 * h] + gw_h2f(bias[col]), hi = d[4 * j + 2 * h + 1] + gw_h2f(bias[col + 1]);
             unsigned pk;
             asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(pk) : "f"(hi), "f"(lo));
             *(unsigned *)(c + (long long)row * n + col) = pk;
@@ -151,7 +158,7 @@ __device__ __forceinline__ void gw_gemm(unsigned short *c, unsigned short *g, co
 }
 
 extern "C" __global__ void __launch_bounds__(GW_THREADS)
-gemm_wgmma_bias_f16(unsigned short *c, const unsigned short *a, const unsigned short *w, const float *bias, int m,
+gemm_wgmma_bias_f16(unsigned short *c, const unsigned short *a, const unsigned short *w, const unsigned short *bias, int m,
                     int n, int k)
 {
     (void)m;
@@ -160,7 +167,7 @@ gemm_wgmma_bias_f16(unsigned short *c, const unsigned short *a, const unsigned s
 
 extern "C" __global__ void __launch_bounds__(GW_THREADS)
 gemm_wgmma_bias_gelu_f16(unsigned short *c, unsigned short *g, const unsigned short *a, const unsigned short *w,
-                         const float *bias, int m, int n, int k)
+                         const unsigned short *bias, int m, int n, int k)
 {
     (void)m;
     gw_gemm<true>(c, g, a, w, bias, n, k);

@@ -6,7 +6,8 @@
 // cuBLASLt.
 //
 // Operands, types and the GELU variant as gemm_wgmma.cu (act_gelu must come
-// before this text).  M a multiple of 128, N of 256, K of 64.  A and W come
+// before this text).  N a multiple of 256, K of 64, M any (the last row
+// tile reads zeros past M and stores nothing there).  A and W come
 // as 2-D tensor maps (cuTensorMapEncodeTiled: f16, dims {K, rows}, boxes
 // {64, 128} for A and {64, 256} for W, the 128-byte swizzle), passed by
 // value (__grid_constant__).
@@ -20,7 +21,7 @@
 // done).  One k tile's MMAs stay in flight while the next are issued; a
 // stage is released when the MMAs after it have been waited for.
 //
-// Launch: grid (N / 256, M / 128), 384 threads, GT_SMEM_BYTES of dynamic
+// Launch: grid (N / 256, ceil(M / 128)), 384 threads, GT_SMEM_BYTES of dynamic
 // shared memory (cuFuncSetAttribute first).
 
 #define GT_BM 128
@@ -36,6 +37,13 @@
 struct alignas(64) gt_tmap { unsigned long long v[16]; };   // a CUtensorMap's 128 bytes
 
 __device__ __forceinline__ unsigned gt_shared(const void *p) { return (unsigned)__cvta_generic_to_shared(p); }
+
+__device__ __forceinline__ float gt_h2f(unsigned short h)
+{
+    float f;
+    asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(h));
+    return f;
+}
 
 __device__ __forceinline__ void gt_mbar_init(unsigned bar, unsigned count)
 {
@@ -110,7 +118,7 @@ __device__ __forceinline__ unsigned long long gt_desc(const void *smem)
 
 template <bool GELU>
 __device__ __forceinline__ void gt_gemm(const gt_tmap *ta, const gt_tmap *tw, unsigned short *c, unsigned short *g,
-                                        const float *bias, int n, int k)
+                                        const unsigned short *bias, int m, int n, int k)
 {
     extern __shared__ unsigned char gt_raw[];
     // the swizzle works on shared addresses: stages at 1024-byte boundaries
@@ -168,7 +176,8 @@ __device__ __forceinline__ void gt_gemm(const gt_tmap *ta, const gt_tmap *tw, un
 #pragma unroll
         for (int h = 0; h < 2; h++) {
             int row = blockIdx.y * GT_BM + 64 * cw + 16 * warp + lane / 4 + 8 * h, col = n0 + 8 * j + 2 * (lane & 3);
-            float lo = d[4 * j + 2 * h] + bias[col], hi = d[4 * j + 2 * h + 1] + bias[col + 1];
+            if (row >= m) continue;   // the last row tile may pass M (the TMA read zeros there)
+            float lo = d[4 * j + 2 * h] + gt_h2f(bias[col]), hi = d[4 * j + 2 * h + 1] + gt_h2f(bias[col + 1]);
             unsigned pk;
             asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(pk) : "f"(hi), "f"(lo));
             *(unsigned *)(c + (long long)row * n + col) = pk;
@@ -184,16 +193,14 @@ __device__ __forceinline__ void gt_gemm(const gt_tmap *ta, const gt_tmap *tw, un
 
 extern "C" __global__ void __launch_bounds__(GT_THREADS)
 gemm_tma_bias_f16(const __grid_constant__ gt_tmap ta, const __grid_constant__ gt_tmap tw, unsigned short *c,
-                  const float *bias, int m, int n, int k)
+                  const unsigned short *bias, int m, int n, int k)
 {
-    (void)m;
-    gt_gemm<false>(&ta, &tw, c, 0, bias, n, k);
+    gt_gemm<false>(&ta, &tw, c, 0, bias, m, n, k);
 }
 
 extern "C" __global__ void __launch_bounds__(GT_THREADS)
 gemm_tma_bias_gelu_f16(const __grid_constant__ gt_tmap ta, const __grid_constant__ gt_tmap tw, unsigned short *c,
-                       unsigned short *g, const float *bias, int m, int n, int k)
+                       unsigned short *g, const unsigned short *bias, int m, int n, int k)
 {
-    (void)m;
-    gt_gemm<true>(&ta, &tw, c, g, bias, n, k);
+    gt_gemm<true>(&ta, &tw, c, g, bias, m, n, k);
 }

@@ -12,6 +12,7 @@
 #include "cpu/half.h"
 #include "cuda/host_stage.h"
 #include "cuda/nvrtc_compile.h"
+#include "cuda/gemm_own.h"
 #include "program/param_pack.h"
 #include "util/phase_clock.h"
 
@@ -149,7 +150,12 @@ static HpcStatus compile_module(CudaExec *ex, HpcError *err)
     size_t size = 0;
     NvrtcCacheInfo info;
     double t0 = now_seconds();
-    HpcStatus st = nvrtc_compile_cached(src, "hpc_ops", ex->dev->arch, NULL, 0, &cubin, &size, &info, err);
+    /* hpc's own GEMM needs the architecture-specific target (wgmma); elsewhere
+     * it compiles to nothing, so it is not looked up (gemm_own.h) */
+    bool own = gemm_own_in_source(src) && ex->dev->arch == 90;
+    const char *sm90a[] = {"--gpu-architecture=sm_90a"};
+    HpcStatus st = nvrtc_compile_cached(src, "hpc_ops", ex->dev->arch, own ? sm90a : NULL, own ? 1 : 0, &cubin, &size,
+                                        &info, err);
     if (st) return st;
     ex->compile_seconds = now_seconds() - t0;
     ex->cache_hit = info.result == KCACHE_HIT;
@@ -158,6 +164,10 @@ static HpcStatus compile_module(CudaExec *ex, HpcError *err)
                 ex->cache_hit ? "kernel cache hit" : "NVRTC compile", ex->compile_seconds);
     st = CUDA_CHECK(err, cuda_driver()->cuModuleLoadData(&ex->module, cubin));
     free(cubin);
+    if (!st && own) st = CUDA_CHECK(err, cuda_driver()->cuModuleGetFunction(&ex->gemm_own, ex->module, GEMM_OWN_KERNEL));
+    if (!st && own)
+        st = CUDA_CHECK(err, cuda_driver()->cuFuncSetAttribute(ex->gemm_own, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                                                               GEMM_OWN_SMEM_BYTES));
     return st;
 }
 
@@ -453,7 +463,10 @@ HpcStatus cuda_exec_launch_node(CudaExec *ex, int id, HpcError *err)
             st = gemm_run_optional(&ex->gemm, &d, &done, err);
             return st || done ? st : launch_phases(ex, id, err);
         }
-        st = gemm_run(&ex->gemm, &d, err);
+        if (ex->gemm_own && NODE(id)->op == IR_OP_LINEAR && gemm_own_fits(&d))
+            st = gemm_own_run(ex->gemm_own, &d, ex->dev->stream, err);
+        else
+            st = gemm_run(&ex->gemm, &d, err);
         return st ? st : launch_phases(ex, id, err);
     case EOP_KERNELS: return launch_phases(ex, id, err);
     }

@@ -131,6 +131,7 @@ typedef struct {
     GemmContext gemm;
     bool gemm_ready;
     CUmodule module;
+    CUfunction gemm_own;       /* hpc's own GEMM for the f16 linear forwards (HPC_GEMM_OWN=1), or NULL */
     const StepKernels *kernels;/* launch records and source (borrowed, or owned_kernels) */
     StepKernels *owned_kernels;/* cuda_exec_init's own, else NULL */
     CUfunction (*fn)[EOP_MAX_PHASES];   /* (g->n) kernels of each node */

@@ -23,8 +23,9 @@
  *     ISA manual; cp.async copies at once, so its waits are no-ops; so do
  *     the TMA's 2-D tensor loads, which complete their bytes on an
  *     mbarrier at once; a failed mbarrier wait lets the other threads run.
- *   - __trap() and a stack that overflows end the process with the kernel's
- *     name, block and thread.
+ *   - __trap() ends the process with the kernel's name, block and thread;
+ *     a thread's stack found overflowed when its block ends, with the
+ *     kernel, block and thread too.
  * It leaves __CUDA_ARCH__ undefined, so code written for a newer
  * architecture takes its portable branch (red8_f32's atomicAdd loop).
  */
@@ -224,20 +225,43 @@ static void *fresh_stack(unsigned char *base)
     return sp;
 }
 
+/* One mapping for all the stacks (every module has its own pool, and a
+ * guard page per stack made thousands of mappings a module: the kernel's
+ * limit on them ended long runs).  Below each stack the first 4096 bytes
+ * hold a pattern that stack_check finds intact, or the fiber overflowed. */
+enum { STACK_FENCE = 4096 };
+static const unsigned long long STACK_PATTERN = 0x5a17c0de5a17c0deull;
+
 static unsigned char *stack_pool(int n)
 {
     static thread_local unsigned char *pool;
     static thread_local int have;
     if (n <= have) return pool;
-    if (pool) munmap(pool, (size_t)have * (STACK_BYTES + 4096));
-    size_t bytes = (size_t)n * (STACK_BYTES + 4096);
+    if (pool) munmap(pool, (size_t)have * (STACK_BYTES + STACK_FENCE));
+    size_t bytes = (size_t)n * (STACK_BYTES + STACK_FENCE);
     pool = (unsigned char *)mmap(NULL, bytes, PROT_READ | PROT_WRITE,
                                  MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
     if (pool == MAP_FAILED) die("no memory for the fibers' stacks");
-    for (int i = 0; i < n; i++)   /* a guard page below each stack */
-        mprotect(pool + (size_t)i * (STACK_BYTES + 4096), 4096, PROT_NONE);
+    for (int i = 0; i < n; i++)
+        for (int w = 0; w < STACK_FENCE / 8; w++)
+            ((unsigned long long *)(pool + (size_t)i * (STACK_BYTES + STACK_FENCE)))[w] = STACK_PATTERN;
     have = n;
     return pool;
+}
+
+/* After a block: the top of each fence (where an overflow writes first). */
+static void stack_check(const unsigned char *pool, int n)
+{
+    for (int i = 0; i < n; i++) {
+        const unsigned long long *f =
+            (const unsigned long long *)(pool + (size_t)i * (STACK_BYTES + STACK_FENCE) + STACK_FENCE) - 8;
+        for (int w = 0; w < 8; w++)
+            if (f[w] != STACK_PATTERN) {
+                fprintf(stderr, "cuemu: kernel %s, block (%u,%u,%u): thread %d overflowed its 256 KiB emulator stack\n",
+                        g_block->kernel, g_block->bid.x, g_block->bid.y, g_block->bid.z, i);
+                abort();
+            }
+    }
 }
 
 /* ---- barriers ----------------------------------------------------------- */
@@ -392,7 +416,7 @@ static void run_block(Block *b)
         t->lane = (unsigned)i % 32;
         t->warp = (unsigned)i / 32;
         t->state = RUNNABLE;
-        t->sp = fresh_stack(pool + (size_t)i * (STACK_BYTES + 4096) + 4096);
+        t->sp = fresh_stack(pool + (size_t)i * (STACK_BYTES + STACK_FENCE) + STACK_FENCE);
     }
     while (b->live > 0) {
         int ran = 0;
@@ -405,6 +429,7 @@ static void run_block(Block *b)
         if (!ran) describe_deadlock(b);
     }
     g_cur = NULL;
+    stack_check(pool, b->n);
 }
 
 static void run_grid(const char *name, const Dims *d, void (*body)(void *), void *arg)

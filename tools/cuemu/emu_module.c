@@ -15,7 +15,7 @@
  * of zero, more than 1024 threads, more dynamic shared memory than the
  * function allows) and enqueues the grid's run with a copy of the
  * parameters, so a captured launch replays with the values of its
- * capture. */
+ * capture.  HPC_EMU_TRACE=1 prints every launch. */
 #define _GNU_SOURCE
 #include "cuemu.h"
 #include "emu_asm.h"
@@ -372,6 +372,11 @@ EMU_API CUresult cuLaunchKernel(CUfunction f, unsigned gx, unsigned gy, unsigned
     if ((unsigned long long)bx * by * bz > 1024 || bz > 64 || gy > 65535 || gz > 65535)
         return CUDA_ERROR_INVALID_VALUE;
     if ((int)smem > f->max_dynamic_smem) return CUDA_ERROR_INVALID_VALUE;
+    static int trace = -1;   /* HPC_EMU_TRACE=1: every launch on stderr */
+    if (trace < 0) trace = getenv("HPC_EMU_TRACE") && !strcmp(getenv("HPC_EMU_TRACE"), "1");
+    if (trace)
+        fprintf(stderr, "cuemu: launch %s grid (%u,%u,%u) block (%u,%u,%u) dynamic shared %u\n", f->name, gx, gy, gz,
+                bx, by, bz, smem);
     size_t bytes = 0;
     f->entry(0, params, NULL, &bytes, NULL);
     Launch *l = aligned_alloc(128, (sizeof *l + bytes + 127) / 128 * 128);

@@ -1,0 +1,42 @@
+/* runtime/cuda/gemm_own.c — see gemm_own.h. */
+#include "cuda/gemm_own.h"
+
+#include <string.h>
+
+#include "cuda/cuda_driver.h"
+#include "program/step_program.h"
+
+bool gemm_own_in_source(const char *source) { return source && strstr(source, STEP_SOURCE_GEMM_OWN_MARK) != NULL; }
+
+bool gemm_own_fits(const GemmDesc *d)
+{
+    return d->ab_type == GEMM_F16 && d->c_type == GEMM_F16 && d->epilogue == GEMM_EPI_BIAS && d->batch == 1 &&
+           !d->trans_a && d->trans_b && d->alpha == 1.0f && d->beta == 0.0f && !d->D && d->N % 256 == 0 &&
+           d->K % 64 == 0 && d->M > 0 && d->lda == d->K && d->ldb == d->K && d->ldc == d->N;
+}
+
+/* rows x k row-major f16 in boxes of 64 k by box_rows rows, 128-byte swizzle;
+ * rows past the matrix read as zeros. */
+static HpcStatus tensor_map(CUtensorMap *map, CUdeviceptr p, int64_t rows, int64_t k, unsigned box_rows,
+                            HpcError *err)
+{
+    cuuint64_t dim[2] = {(cuuint64_t)k, (cuuint64_t)rows}, stride[1] = {(cuuint64_t)k * 2};
+    cuuint32_t box[2] = {64, box_rows}, estride[2] = {1, 1};
+    return CUDA_CHECK(err, cuda_driver()->cuTensorMapEncodeTiled(
+                               map, CU_TENSOR_MAP_DATA_TYPE_FLOAT16, 2, (void *)(uintptr_t)p, dim, stride, box,
+                               estride, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+                               CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE));
+}
+
+HpcStatus gemm_own_run(CUfunction f, const GemmDesc *d, CUstream stream, HpcError *err)
+{
+    CUtensorMap ta, tw;
+    HpcStatus st = tensor_map(&ta, d->A, d->M, d->K, 128, err);
+    if (!st) st = tensor_map(&tw, d->B, d->N, d->K, 256, err);
+    if (st) return st;
+    CUdeviceptr c = d->C, bias = d->bias;
+    int m = (int)d->M, n = (int)d->N, k = (int)d->K;
+    void *args[] = {&ta, &tw, &c, &bias, &m, &n, &k};
+    return cuda_launch(f, (unsigned[3]){(unsigned)(n / 256), (unsigned)((m + 127) / 128), 1}, (unsigned[3]){384, 1, 1},
+                       GEMM_OWN_SMEM_BYTES, stream, args, err);
+}

@@ -1,0 +1,96 @@
+/* tests/test_gemm_own.c — HPC_GEMM_OWN's wiring, without a GPU: the
+ * emitter appends hpc's own GEMM (compiler/kernels/gemm_wgmma_tma.cu) to
+ * the step module with its mark line only when asked, refuses other
+ * values, and the module then compiles for sm_90a with the kernel in the
+ * cubin; gemm_own_fits takes exactly the linear forwards the kernel
+ * computes.  (The kernel's numbers: tests/gpu/gpu_gemm.c and gpu_step with
+ * HPC_GEMM_OWN=1, on a GPU or through tools/cuemu.) */
+#include <criterion/criterion.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cuda/gemm_own.h"
+#include "cuda/nvrtc_compile.h"
+#include "emit_ops.h"
+#include "pipeline.h"
+#include "compiler/spec_load.h"
+
+/* bert_tiny fp16, one layer: the step module's source under HPC_GEMM_OWN=value. */
+static HpcStatus module_with(const char *value, char **src, HpcError *err)
+{
+    const char *root = getenv("HPC_ROOT");
+    char path[512];
+    snprintf(path, sizeof path, "%s/models/bert_tiny.model", root ? root : ".");
+    ModelSpec spec;
+    cr_assert_eq(spec_load(path, &spec, stderr), 0, "cannot load %s", path);
+    spec.stack.layers = 1;
+    PipeOptions o = pipeline_defaults(PREC_FP16);
+    Pipeline p;
+    cr_assert_eq(pipeline_build(&spec, &o, &p, err), HPC_OK, "%s", err->msg);
+    if (value) setenv("HPC_GEMM_OWN", value, 1);
+    else unsetenv("HPC_GEMM_OWN");
+    HpcStatus st = eop_module_source(&p.g, src, err);
+    unsetenv("HPC_GEMM_OWN");
+    pipeline_free(&p);
+    return st;
+}
+
+Test(gemm_own, appended_only_when_asked, .timeout = 120)
+{
+    HpcError err = {0};
+    char *plain = NULL, *off = NULL, *own = NULL;
+    cr_assert_eq(module_with(NULL, &plain, &err), HPC_OK, "%s", err.msg);
+    cr_assert_eq(module_with("0", &off, &err), HPC_OK, "%s", err.msg);
+    cr_assert_eq(module_with("1", &own, &err), HPC_OK, "%s", err.msg);
+    cr_expect(!gemm_own_in_source(plain) && !gemm_own_in_source(off));
+    cr_expect_str_eq(plain, off, "HPC_GEMM_OWN=0 is the default module, byte for byte");
+    cr_expect(gemm_own_in_source(own));
+    cr_expect(strstr(own, GEMM_OWN_KERNEL) != NULL);
+    cr_expect(strncmp(own, plain, strlen(plain)) == 0, "the default module comes first, unchanged");
+    free(plain);
+    free(off);
+    free(own);
+    char *bad = NULL;
+    cr_expect_eq(module_with("yes", &bad, &err), HPC_ERR_USAGE);
+    cr_expect(strstr(err.msg, "HPC_GEMM_OWN=yes") != NULL, "%s", err.msg);
+    free(bad);
+}
+
+Test(gemm_own, module_compiles_for_sm90a, .timeout = 300)
+{
+    HpcError err = {0};
+    char *own = NULL;
+    cr_assert_eq(module_with("1", &own, &err), HPC_OK, "%s", err.msg);
+    const char *opts[] = {"--gpu-architecture=sm_90a"};
+    void *cubin = NULL;
+    size_t size = 0;
+    char *log = NULL;
+    HpcStatus st = nvrtc_compile(own, "hpc_step_own", 90, opts, 1, &cubin, &size, &log, &err);
+    cr_assert_eq(st, HPC_OK, "%s\n%s", err.msg, log ? log : "");
+    cr_expect(memmem(cubin, size, GEMM_OWN_KERNEL, strlen(GEMM_OWN_KERNEL)) != NULL);
+    free(cubin);
+    free(log);
+    free(own);
+}
+
+Test(gemm_own, fits_the_linear_forwards_it_computes)
+{
+    GemmDesc d;
+    CUdeviceptr x = 0x1000, w = 0x2000, b = 0x3000, y = 0x4000;
+    gemm_desc_linear(&d, GEMM_F16, GEMM_F16, 4096, 3072, 768, x, w, b, y);
+    cr_expect(gemm_own_fits(&d), "BERT-base's FFN-up");
+    gemm_desc_linear(&d, GEMM_F16, GEMM_F16, 1000, 2304, 768, x, w, b, y);
+    cr_expect(gemm_own_fits(&d), "any number of rows");
+    gemm_desc_linear(&d, GEMM_F16, GEMM_F16, 32, 2, 768, x, w, b, y);
+    cr_expect(!gemm_own_fits(&d), "a classifier's 2 outputs: not a multiple of 256");
+    gemm_desc_linear(&d, GEMM_F16, GEMM_F16, 4096, 768, 100, x, w, b, y);
+    cr_expect(!gemm_own_fits(&d), "K not a multiple of 64");
+    gemm_desc_linear(&d, GEMM_F16, GEMM_F16, 4096, 768, 768, x, w, 0, y);
+    cr_expect(!gemm_own_fits(&d), "no bias: the kernel always adds one");
+    gemm_desc_linear(&d, GEMM_F32, GEMM_F32, 4096, 768, 768, x, w, b, y);
+    cr_expect(!gemm_own_fits(&d), "f32");
+    gemm_desc_linear(&d, GEMM_BF16, GEMM_BF16, 4096, 768, 768, x, w, b, y);
+    cr_expect(!gemm_own_fits(&d), "bf16 (the kernel is f16)");
+    gemm_desc_rm(&d, GEMM_F16, GEMM_F16, 4096, 768, 3072, x, w, y);
+    cr_expect(!gemm_own_fits(&d), "a dX GEMM (W not transposed)");
+}
