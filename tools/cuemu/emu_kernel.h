@@ -227,8 +227,10 @@ static void *fresh_stack(unsigned char *base)
 
 /* One mapping for all the stacks (every module has its own pool, and a
  * guard page per stack made thousands of mappings a module: the kernel's
- * limit on them ended long runs).  Below each stack the first 4096 bytes
- * hold a pattern that stack_check finds intact, or the fiber overflowed. */
+ * limit on them ended long runs); its pages go back after each grid
+ * (stack_release), or every module's touched stacks stay resident.  Just
+ * below each stack lies a pattern (stack_fence) that stack_check finds
+ * intact, or the fiber overflowed. */
 enum { STACK_FENCE = 4096 };
 static const unsigned long long STACK_PATTERN = 0x5a17c0de5a17c0deull;
 
@@ -242,19 +244,25 @@ static unsigned char *stack_pool(int n)
     pool = (unsigned char *)mmap(NULL, bytes, PROT_READ | PROT_WRITE,
                                  MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
     if (pool == MAP_FAILED) die("no memory for the fibers' stacks");
-    for (int i = 0; i < n; i++)
-        for (int w = 0; w < STACK_FENCE / 8; w++)
-            ((unsigned long long *)(pool + (size_t)i * (STACK_BYTES + STACK_FENCE)))[w] = STACK_PATTERN;
     have = n;
     return pool;
+}
+
+static inline unsigned long long *stack_fence(unsigned char *pool, int i)
+{
+    return (unsigned long long *)(pool + (size_t)i * (STACK_BYTES + STACK_FENCE) + STACK_FENCE) - 8;
+}
+
+static void stack_release(unsigned char *pool, int n)
+{
+    madvise(pool, (size_t)n * (STACK_BYTES + STACK_FENCE), MADV_DONTNEED);
 }
 
 /* After a block: the top of each fence (where an overflow writes first). */
 static void stack_check(const unsigned char *pool, int n)
 {
     for (int i = 0; i < n; i++) {
-        const unsigned long long *f =
-            (const unsigned long long *)(pool + (size_t)i * (STACK_BYTES + STACK_FENCE) + STACK_FENCE) - 8;
+        const unsigned long long *f = stack_fence((unsigned char *)pool, i);
         for (int w = 0; w < 8; w++)
             if (f[w] != STACK_PATTERN) {
                 fprintf(stderr, "cuemu: kernel %s, block (%u,%u,%u): thread %d overflowed its 256 KiB emulator stack\n",
@@ -417,6 +425,7 @@ static void run_block(Block *b)
         t->warp = (unsigned)i / 32;
         t->state = RUNNABLE;
         t->sp = fresh_stack(pool + (size_t)i * (STACK_BYTES + STACK_FENCE) + STACK_FENCE);
+        for (int w = 0; w < 8; w++) stack_fence(pool, i)[w] = STACK_PATTERN;
     }
     while (b->live > 0) {
         int ran = 0;
@@ -464,6 +473,7 @@ static void run_grid(const char *name, const Dims *d, void (*body)(void *), void
                 block->spins = 0;
                 run_block(block);
             }
+    stack_release(stack_pool((int)n), (int)n);
     g_block = saved;
 }
 
