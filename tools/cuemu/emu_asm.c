@@ -1,11 +1,15 @@
 /* tools/cuemu/emu_asm.c — inline PTX to calls the host can run (cuemu.h).
  *
  * hpc's kernels hold a few inline PTX statements (conversions, mma.sync,
- * ldmatrix, cp.async, wide stores).  Before g++ sees a module,
+ * ldmatrix, cp.async, wide stores; wgmma, mbarrier and TMA loads in the
+ * GEMMs of its own).  Before g++ sees a (preprocessed) module,
  * emu_rewrite_asm replaces each statement
  *     asm [volatile] ("template" : outputs : inputs [: clobbers]);
  * by a call emu_asm_NAME(outputs..., inputs...) of emu_kernel.h, NAME found
- * from the template (whitespace, "\n" and the final ';' ignored).  An
+ * from the template (whitespace, "\n" and the final ';' ignored) in
+ * g_known; a wgmma.mma_async of any n by rewrite_wgmma; a template of
+ * fences and waits alone (wgmma's, cp.async's, mbarrier init's,
+ * setmaxnreg) by emu_asm_nothing.  An
  * operand's expression is copied as written: outputs bind to references,
  * inputs pass by value.  A template the table does not know becomes
  * emu_asm_unknown("template"), which ends the run if it is ever reached,
@@ -43,9 +47,6 @@ static const Known g_known[] = {
     {"ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4]", "emu_asm_ldmatrix_x4_trans"},
     {"cp.async.cg.shared.global [%0], [%1], 16, %2", "emu_asm_cp_async16"},
     {"cp.async.ca.shared.global [%0], [%1], 4, %2", "emu_asm_cp_async4"},
-    {"cp.async.commit_group", "emu_asm_nothing"},
-    {"cp.async.wait_group 0", "emu_asm_nothing"},
-    {"cp.async.wait_group 1", "emu_asm_nothing"},
     {"st.global.v4.b32 [%0], {%1, %2, %3, %4}", "emu_asm_st_global_v4_b32"},
     {"mbarrier.init.shared::cta.b64 [%0], %1", "emu_asm_mbar_init"},
     {"mbarrier.arrive.shared::cta.b64 _, [%0]", "emu_asm_mbar_arrive"},

@@ -5,7 +5,8 @@
  * "//HPC-EMU-MODULE <nvrtc options>" (runtime/cuda/nvrtc_compile.c).
  * cuModuleLoadData builds it with g++ into a shared object, once per
  * source: the object is kept in HPC_EMU_CACHE (default
- * ~/.cache/hpc-emu) under a hash of the source and the prelude.  The
+ * ~/.cache/hpc-emu) under a hash of the source, the prelude and this
+ * library's file.  The
  * build preprocesses the source behind the prelude, rewrites its inline
  * PTX (emu_asm.c: after preprocessing, so templates built by macros are
  * whole), adds an entry emu_entry_NAME for each __global__ function and
@@ -90,6 +91,25 @@ static const char *prelude_path(void)
 {
     const char *p = getenv("HPC_EMU_PRELUDE");
     return p && *p ? p : CUEMU_PRELUDE;
+}
+
+/* A hash of this library's own file (its rewriter shapes every module). */
+static uint64_t g_library_hash;
+
+static void hash_library(void)
+{
+    Dl_info info;
+    size_t len = 0;
+    char *bytes = dladdr((void *)hash_library, &info) && info.dli_fname ? read_file(info.dli_fname, &len) : NULL;
+    g_library_hash = bytes ? fnv1a(0xcbf29ce484222325ull, bytes, len) : 0;
+    free(bytes);
+}
+
+static uint64_t library_hash(void)
+{
+    static pthread_once_t once = PTHREAD_ONCE_INIT;
+    pthread_once(&once, hash_library);
+    return g_library_hash;
 }
 
 /* tools/cuemu/include, beside the prelude. */
@@ -275,6 +295,7 @@ EMU_API CUresult cuModuleLoadData(CUmodule *module, const void *image)
     }
     uint64_t h = fnv1a(0xcbf29ce484222325ull, text, strlen(text));
     h = fnv1a(h, prelude, plen);
+    h ^= library_hash();   /* a rebuilt rewriter (emu_asm.c) builds the modules again */
     free(prelude);
     static const char *const shims[] = {"cuda_fp16.h", "cuda_bf16.h"};   /* include/ */
     for (int i = 0; i < 2; i++) {
