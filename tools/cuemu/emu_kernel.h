@@ -61,7 +61,6 @@
 #define __grid_constant__
 
 struct uint3 { unsigned x, y, z; };
-typedef uint3 dim3_value;
 
 struct __attribute__((aligned(16))) float4 { float x, y, z, w; };
 struct __attribute__((aligned(8))) float2 { float x, y; };
@@ -479,23 +478,29 @@ static void run_grid(const char *name, const Dims *d, void (*body)(void *), void
 
 /* ---- a kernel's entry: its parameters packed, then every block run ----- */
 
-template <typename T> static inline size_t align_up(size_t off) { return (off + alignof(T) - 1) / alignof(T) * alignof(T); }
-
-template <typename... A, size_t... I>
-static size_t pack_params(void **params, unsigned char *blob, std::index_sequence<I...>)
+/* Where each parameter sits in the packed blob (each at its alignment, in
+ * order); returns the blob's size. */
+template <typename... A> static size_t param_offsets(size_t *offs)
 {
+    const size_t sizes[] = {sizeof(A)..., 0}, aligns[] = {alignof(A)..., 1};
     size_t off = 0;
-    size_t offs[sizeof...(A) + 1] = {0};
-    size_t sizes[] = {sizeof(A)..., 0};
-    size_t aligns[] = {alignof(A)..., 1};
     for (size_t i = 0; i < sizeof...(A); i++) {
         off = (off + aligns[i] - 1) / aligns[i] * aligns[i];
         offs[i] = off;
-        if (blob) memcpy(blob + off, params[i], sizes[i]);
         off += sizes[i];
     }
-    (void)offs;
     return off;
+}
+
+/* cuLaunchKernel's parameters (an array of pointers to each value) into blob. */
+template <typename... A> static size_t pack_params(void **params, unsigned char *blob)
+{
+    size_t offs[sizeof...(A) + 1];
+    const size_t sizes[] = {sizeof(A)..., 0};
+    size_t total = param_offsets<A...>(offs);
+    if (blob)
+        for (size_t i = 0; i < sizeof...(A); i++) memcpy(blob + offs[i], params[i], sizes[i]);
+    return total;
 }
 
 template <typename... A> struct Call {
@@ -506,15 +511,8 @@ template <typename... A> struct Call {
 template <typename... A, size_t... I>
 static void call_unpacked(const Call<A...> *c, std::index_sequence<I...>)
 {
-    size_t offs[sizeof...(A) + 1] = {0};
-    size_t sizes[] = {sizeof(A)..., 0};
-    size_t aligns[] = {alignof(A)..., 1};
-    size_t off = 0;
-    for (size_t i = 0; i < sizeof...(A); i++) {
-        off = (off + aligns[i] - 1) / aligns[i] * aligns[i];
-        offs[i] = off;
-        off += sizes[i];
-    }
+    size_t offs[sizeof...(A) + 1];
+    param_offsets<A...>(offs);
     c->fn(*(const typename std::remove_reference<A>::type *)(c->blob + offs[I])...);
 }
 
@@ -530,7 +528,7 @@ static void entry(void (*fn)(A...), const char *name, int op, void **params, voi
                   size_t *size, const Dims *d)
 {
     if (op == 0) {
-        *size = pack_params<A...>(params, (unsigned char *)blob, std::index_sequence_for<A...>{});
+        *size = pack_params<A...>(params, (unsigned char *)blob);
         return;
     }
     Call<A...> c = {fn, (const unsigned char *)blob};
