@@ -15,10 +15,8 @@ bool gemm_own_fits(const GemmDesc *d)
            d->K % 64 == 0 && d->M > 0 && d->lda == d->K && d->ldb == d->K && d->ldc == d->N;
 }
 
-/* rows x k row-major f16 in boxes of 64 k by box_rows rows, 128-byte swizzle;
- * rows past the matrix read as zeros. */
-static HpcStatus tensor_map(CUtensorMap *map, CUdeviceptr p, int64_t rows, int64_t k, unsigned box_rows,
-                            HpcError *err)
+HpcStatus gemm_own_tensor_map(CUtensorMap *map, CUdeviceptr p, int64_t rows, int64_t k, unsigned box_rows,
+                              HpcError *err)
 {
     cuuint64_t dim[2] = {(cuuint64_t)k, (cuuint64_t)rows}, stride[1] = {(cuuint64_t)k * 2};
     cuuint32_t box[2] = {64, box_rows}, estride[2] = {1, 1};
@@ -31,8 +29,8 @@ static HpcStatus tensor_map(CUtensorMap *map, CUdeviceptr p, int64_t rows, int64
 HpcStatus gemm_own_run(CUfunction f, const GemmDesc *d, CUstream stream, HpcError *err)
 {
     CUtensorMap ta, tw;
-    HpcStatus st = tensor_map(&ta, d->A, d->M, d->K, 128, err);
-    if (!st) st = tensor_map(&tw, d->B, d->N, d->K, 256, err);
+    HpcStatus st = gemm_own_tensor_map(&ta, d->A, d->M, d->K, 128, err);
+    if (!st) st = gemm_own_tensor_map(&tw, d->B, d->N, d->K, 256, err);
     if (st) return st;
     CUdeviceptr c = d->C, bias = d->bias;
     int m = (int)d->M, n = (int)d->N, k = (int)d->K;

@@ -31,6 +31,12 @@ bool gemm_own_in_source(const char *source);
  * out, packed, one matrix, N a multiple of 256 and K of 64 (M any). */
 bool gemm_own_fits(const GemmDesc *d);
 
+/* The TMA map of a (rows, k) row-major f16 operand as the kernel reads it:
+ * boxes of 64 k by box_rows rows (128 for x, 256 for W) in the 128-byte
+ * swizzle; rows past the matrix read as zeros. */
+HpcStatus gemm_own_tensor_map(CUtensorMap *map, CUdeviceptr p, int64_t rows, int64_t k, unsigned box_rows,
+                              HpcError *err);
+
 /* Queues it on stream: the tensor maps of x and W, then the launch. */
 HpcStatus gemm_own_run(CUfunction f, const GemmDesc *d, CUstream stream, HpcError *err);
 

@@ -31,12 +31,13 @@
 #include "cpu/half.h"
 #include "cuda/cuda_driver.h"
 #include "cuda/gemm_cublas.h"
+#include "cuda/gemm_own.h"
 #include "cuda/nvrtc_compile.h"
 #include "gpu_check.h"
 #include "kernel_sources.h"
 #include "program/activations.h"
 
-enum { TILE = 128, KTILE = 64, THREADS = 256, TMA_STAGES = 4, TMA_THREADS = 384 };
+enum { TILE = 128, KTILE = 64, THREADS = 256, TMA_THREADS = 384 };
 
 static CudaDevice g_dev;
 static CUfunction g_fn, g_fn_gelu, g_fn_act, g_fn_tma, g_fn_tma_gelu;
@@ -116,7 +117,7 @@ static void load_kernel(void)
     DRV(cuda_driver()->cuFuncSetAttribute(g_fn_gelu, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, g_smem_bytes));
     DRV(cuda_driver()->cuModuleGetFunction(&g_fn_tma, mod, "gemm_tma_bias_f16"));
     DRV(cuda_driver()->cuModuleGetFunction(&g_fn_tma_gelu, mod, "gemm_tma_bias_gelu_f16"));
-    g_smem_tma = TMA_STAGES * (TILE + 2 * TILE) * KTILE * 2 + 1024 + 2 * TMA_STAGES * 8;
+    g_smem_tma = GEMM_OWN_SMEM_BYTES;
     DRV(cuda_driver()->cuFuncSetAttribute(g_fn_tma, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, g_smem_tma));
     DRV(cuda_driver()->cuFuncSetAttribute(g_fn_tma_gelu, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, g_smem_tma));
 }
@@ -133,26 +134,18 @@ static void launch(CUdeviceptr c, CUdeviceptr g, CUdeviceptr a, CUdeviceptr w, C
     }
 }
 
-/* The tensor map of a (rows, k) row-major f16 operand, boxes of 64 k by
- * box_rows rows in the 128-byte swizzle (gemm_wgmma_tma.cu's). */
-static void make_tmap(CUtensorMap *map, CUdeviceptr p, int rows, int k, int box_rows)
-{
-    cuuint64_t dim[2] = {(cuuint64_t)k, (cuuint64_t)rows}, stride[1] = {(cuuint64_t)k * 2};
-    cuuint32_t box[2] = {KTILE, (cuuint32_t)box_rows}, estride[2] = {1, 1};
-    DRV(cuda_driver()->cuTensorMapEncodeTiled(map, CU_TENSOR_MAP_DATA_TYPE_FLOAT16, 2, (void *)(uintptr_t)p, dim, stride,
-                                              box, estride, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
-                                              CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE));
-}
-
-/* gemm_tma_bias_f16, or with g gemm_tma_bias_gelu_f16. */
+/* gemm_tma_bias_f16, or with g gemm_tma_bias_gelu_f16, with the tensor
+ * maps the step's launches use (runtime/cuda/gemm_own.h). */
 static void launch_tma(CUdeviceptr c, CUdeviceptr g, CUdeviceptr a, CUdeviceptr w, CUdeviceptr bias, int m, int n,
                        int k)
 {
     CUtensorMap ta, tw;
-    make_tmap(&ta, a, m, k, TILE);
-    make_tmap(&tw, w, n, k, 2 * TILE);
-    void *plain[] = {&ta, &tw, &c, &bias, &m, &n, &k}, *gelu[] = {&ta, &tw, &c, &g, &bias, &m, &n, &k};
     HpcError err = {0};
+    if (gemm_own_tensor_map(&ta, a, m, k, TILE, &err) || gemm_own_tensor_map(&tw, w, n, k, 2 * TILE, &err)) {
+        printf("FAIL  tensor maps for %d x %d x %d: %s\n", m, n, k, err.msg);
+        exit(1);
+    }
+    void *plain[] = {&ta, &tw, &c, &bias, &m, &n, &k}, *gelu[] = {&ta, &tw, &c, &g, &bias, &m, &n, &k};
     if (cuda_launch(g ? g_fn_tma_gelu : g_fn_tma, (unsigned[3]){(unsigned)(n / (2 * TILE)), (unsigned)((m + TILE - 1) / TILE), 1},
                     (unsigned[3]){TMA_THREADS, 1, 1}, (unsigned)g_smem_tma, g_dev.stream, g ? gelu : plain, &err)) {
         printf("FAIL  launch gemm_tma %d x %d x %d: %s\n", m, n, k, err.msg);
