@@ -121,7 +121,7 @@ static bool is_batch_input(const IrNode *n)
     return n->op == IR_OP_INPUT && n->attr.input.kind != IR_IN_LOSS_SCALE;
 }
 
-static void plan_lifetimes(StepPlan *p, const IrGraph *g, bool keep_all)
+static void plan_lifetimes(StepPlan *p, const IrGraph *g, bool keep_all, const bool *write_early)
 {
     for (int i = 0; i < g->n; i++) {
         const IrNode *n = &g->nodes[i];
@@ -131,6 +131,7 @@ static void plan_lifetimes(StepPlan *p, const IrGraph *g, bool keep_all)
         v->wrap = -1;
         /* A projection is written when its multi-output op runs. */
         v->def = is_batch_input(n) ? -1 : n->op == IR_OP_OUTPUT ? p->v[n->in[0]].def : i;
+        if (write_early && write_early[i] && v->def > 0) v->def--;   /* PlanOptions.write_early */
         v->last = v->def < 0 ? 0 : v->def;
         int64_t bytes = ir_numel(n, p->B, p->L) * (int64_t)plan_dtype_size(n->dtype);
         v->bytes = align_up(bytes > 0 ? bytes : 1);
@@ -451,7 +452,7 @@ HpcStatus plan_build_scratch_with(const IrGraph *g, int64_t B, int64_t L, const 
         p->scratch_bytes[i] = s > 0 ? align_up(s) : 0;
         p->scratch_off[i] = -1;
     }
-    plan_lifetimes(p, g, opt && opt->keep_all);
+    plan_lifetimes(p, g, opt && opt->keep_all, opt ? opt->write_early : NULL);
     plan_views(p, g);
     plan_inplace(p, g);
     p->wrap_grads = opt && opt->wrap_grads;

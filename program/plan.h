@@ -136,6 +136,9 @@ typedef struct {
                       * to its parameter's wait position (program/opt_overlap.h), so the
                       * next step's forward pass leaves it alone until the deferred update
                       * has read it (HPC_OPT_OVERLAP=1) */
+    const bool *write_early; /* (g->n) or NULL: value i is also written by the node just before
+                              * it (hpc's own GEMM writes gelu(y) with y: runtime/cuda/gemm_own.h),
+                              * so its bytes are its own from that node on */
 } PlanOptions;
 
 /* plan_build_scratch with options (opt may be NULL). */

@@ -166,9 +166,76 @@ static HpcStatus compile_module(CudaExec *ex, HpcError *err)
     free(cubin);
     if (!st && own) st = CUDA_CHECK(err, cuda_driver()->cuModuleGetFunction(&ex->gemm_own, ex->module, GEMM_OWN_KERNEL));
     if (!st && own)
+        st = CUDA_CHECK(err, cuda_driver()->cuModuleGetFunction(&ex->gemm_own_gelu, ex->module, GEMM_OWN_GELU_KERNEL));
+    if (!st && own)
         st = CUDA_CHECK(err, cuda_driver()->cuFuncSetAttribute(ex->gemm_own, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
                                                                GEMM_OWN_SMEM_BYTES));
+    if (!st && own)
+        st = CUDA_CHECK(err, cuda_driver()->cuFuncSetAttribute(ex->gemm_own_gelu,
+                                                               CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                                                               GEMM_OWN_SMEM_BYTES));
     return st;
+}
+
+/* Whether the arena bytes of values a and b overlap. */
+static bool values_overlap(const CudaExec *ex, int a, int b)
+{
+    CUdeviceptr pa = cuda_exec_ptr(ex, a), pb = cuda_exec_ptr(ex, b);
+    return pa < pb + (CUdeviceptr)ex->plan.v[b].bytes && pb < pa + (CUdeviceptr)ex->plan.v[a].bytes;
+}
+
+/* With hpc's own GEMM: each f16 LINEAR whose output feeds a GELU node run
+ * right after it computes that GELU too (gemm_tma_bias_gelu_f16: the
+ * same act_gelu of the same rounded values as the GELU kernel), and the
+ * GELU node's launch is skipped.  Only where writing the GELU's output at
+ * the LINEAR cannot touch anything still live: the plan gives that output
+ * bytes from the GELU's position on, which at the LINEAR's can only be
+ * the LINEAR's input's: gelu_outputs_written_early has the plan start
+ * that output at the LINEAR, and the overlap is checked again here. */
+static void pair_gelu(CudaExec *ex)
+{
+    const IrGraph *g = ex->g;
+    ex->gelu_of = xcalloc((size_t)g->n, sizeof *ex->gelu_of);
+    ex->computed_by_gemm = xcalloc((size_t)g->n, sizeof *ex->computed_by_gemm);
+    for (int i = 0; i < g->n; i++) ex->gelu_of[i] = -1;
+    for (int t = 0; t + 1 < ex->plan.n_order; t++) {
+        int lin = ex->plan.order[t], act = ex->plan.order[t + 1];
+        const IrNode *l = NODE(lin), *a = NODE(act);
+        if (l->op != IR_OP_LINEAR || a->op != IR_OP_ACT || a->attr.act.kind != IR_ACT_GELU || a->in[0] != lin ||
+            l->dtype != DT_F16 || a->dtype != DT_F16 || ex->code[lin].kind != EOP_GEMM ||
+            ex->plan.v[act].kind != PLAN_ARENA || values_overlap(ex, act, l->in[0]))
+            continue;
+        GemmDesc d;   /* the shape but M is every run's (no run is bound yet: M may be 0 here) */
+        cuda_exec_gemm_desc(ex, lin, &d);
+        d.M = 1;
+        if (!gemm_own_fits(&d)) continue;
+        ex->gelu_of[lin] = act;
+        ex->computed_by_gemm[act] = true;
+    }
+}
+
+/* Before the plan: the GELU nodes pair_gelu will take, when the module
+ * carries hpc's own GEMM and the device can run it, so that the plan
+ * gives their outputs bytes of their own from the LINEAR on
+ * (PlanOptions.write_early).  NULL when there are none. */
+static bool *gelu_outputs_written_early(const CudaExec *ex)
+{
+    const IrGraph *g = ex->g;
+    if (!gemm_own_in_source(ex->kernels->cuda_source) || ex->dev->arch != 90) return NULL;
+    bool *early = xcalloc((size_t)g->n, sizeof *early), any = false;
+    for (int lin = 0; lin + 1 < g->n; lin++) {
+        const IrNode *l = NODE(lin), *a = NODE(lin + 1);
+        if (l->op != IR_OP_LINEAR || a->op != IR_OP_ACT || a->attr.act.kind != IR_ACT_GELU || a->in[0] != lin ||
+            l->dtype != DT_F16 || a->dtype != DT_F16 || ex->kernels->node[lin].kind != EOP_GEMM ||
+            !ex->kernels->node[lin].bias_epilogue || NODE(l->in[1])->dims[0] % 256 || NODE(l->in[1])->dims[1] % 64)
+            continue;
+        early[lin + 1] = any = true;
+    }
+    if (!any) {
+        free(early);
+        return NULL;
+    }
+    return early;
 }
 
 /* Launch shapes for B, L from the records (recomputed when a run's
@@ -227,7 +294,11 @@ HpcStatus cuda_exec_init_kernels_with(CudaExec *ex, CudaDevice *dev, const IrGra
     ex->pl = pl;
     ex->dev = dev;
     ex->kernels = kernels;
-    HpcStatus st = plan_step(ex, max_B, max_L, plan, err);
+    PlanOptions po = plan ? *plan : (PlanOptions){0};
+    bool *early = gelu_outputs_written_early(ex);
+    po.write_early = early;
+    HpcStatus st = plan_step(ex, max_B, max_L, &po, err);
+    free(early);
     phase_mark("step plan for the run's bounds (arena offsets)");
     if (!st) st = arena_init_with(&ex->arena, dev->allocator, "activations and gradients",
                                   (size_t)ex->plan.arena_bytes, err);
@@ -243,6 +314,7 @@ HpcStatus cuda_exec_init_kernels_with(CudaExec *ex, CudaDevice *dev, const IrGra
                          ex->cubin_from_program ? "the program's cubin" : ex->cache_hit ? "kernel cache hit" : "NVRTC",
                          ex->compile_seconds);
     if (!st) st = lookup_kernels(ex, err);
+    if (!st && ex->gemm_own) pair_gelu(ex);
     if (st) cuda_exec_free(ex);
     return st;
 }
@@ -260,6 +332,8 @@ void cuda_exec_free(CudaExec *ex)
     plan_free(&ex->plan);
     free(ex->fn);
     free(ex->code);
+    free(ex->gelu_of);
+    free(ex->computed_by_gemm);
     free(ex->param_dev);
     free(ex->master);
     if (ex->owned_kernels) {
@@ -463,12 +537,17 @@ HpcStatus cuda_exec_launch_node(CudaExec *ex, int id, HpcError *err)
             st = gemm_run_optional(&ex->gemm, &d, &done, err);
             return st || done ? st : launch_phases(ex, id, err);
         }
-        if (ex->gemm_own && NODE(id)->op == IR_OP_LINEAR && gemm_own_fits(&d))
-            st = gemm_own_run(ex->gemm_own, &d, ex->dev->stream, err);
-        else
+        if (ex->gemm_own && NODE(id)->op == IR_OP_LINEAR && gemm_own_fits(&d)) {
+            int act = ex->gelu_of[id];
+            st = act >= 0 ? gemm_own_run(ex->gemm_own_gelu, &d, cuda_exec_ptr(ex, act), ex->dev->stream, err)
+                          : gemm_own_run(ex->gemm_own, &d, 0, ex->dev->stream, err);
+        } else {
             st = gemm_run(&ex->gemm, &d, err);
+        }
         return st ? st : launch_phases(ex, id, err);
-    case EOP_KERNELS: return launch_phases(ex, id, err);
+    case EOP_KERNELS:
+        if (ex->computed_by_gemm && ex->computed_by_gemm[id]) return HPC_OK;   /* pair_gelu */
+        return launch_phases(ex, id, err);
     }
     return HPC_OK;
 }

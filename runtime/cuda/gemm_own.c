@@ -26,7 +26,7 @@ HpcStatus gemm_own_tensor_map(CUtensorMap *map, CUdeviceptr p, int64_t rows, int
                                CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE));
 }
 
-HpcStatus gemm_own_run(CUfunction f, const GemmDesc *d, CUstream stream, HpcError *err)
+HpcStatus gemm_own_run(CUfunction f, const GemmDesc *d, CUdeviceptr gelu, CUstream stream, HpcError *err)
 {
     CUtensorMap ta, tw;
     HpcStatus st = gemm_own_tensor_map(&ta, d->A, d->M, d->K, 128, err);
@@ -34,7 +34,7 @@ HpcStatus gemm_own_run(CUfunction f, const GemmDesc *d, CUstream stream, HpcErro
     if (st) return st;
     CUdeviceptr c = d->C, bias = d->bias;
     int m = (int)d->M, n = (int)d->N, k = (int)d->K;
-    void *args[] = {&ta, &tw, &c, &bias, &m, &n, &k};
+    void *plain[] = {&ta, &tw, &c, &bias, &m, &n, &k}, *with_gelu[] = {&ta, &tw, &c, &gelu, &bias, &m, &n, &k};
     return cuda_launch(f, (unsigned[3]){(unsigned)(n / 256), (unsigned)((m + 127) / 128), 1}, (unsigned[3]){384, 1, 1},
-                       GEMM_OWN_SMEM_BYTES, stream, args, err);
+                       GEMM_OWN_SMEM_BYTES, stream, gelu ? with_gelu : plain, err);
 }

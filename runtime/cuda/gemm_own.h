@@ -9,6 +9,12 @@
  * compiles the module for sm_90a (wgmma needs the architecture-specific
  * target) on an sm_90 device, and looks the kernel up.  Anywhere else
  * (another GPU, a program's own cubin) the GEMMs stay cuBLASLt's.
+ * A LINEAR whose GELU node runs right after it computes that GELU too
+ * (GEMM_OWN_GELU_KERNEL) and the GELU node's launch is skipped: the
+ * executor asks the plan to give the GELU output its bytes from the
+ * LINEAR on (PlanOptions.write_early), so `hpc compile --plan` and the
+ * memory check, which plan without it, can differ from such a run by
+ * those few ranges.
  *
  *   if (gemm_own_fits(&desc)) st = gemm_own_run(fn, &desc, stream, &err);
  *   else st = gemm_run(&gemm, &desc, &err);
@@ -22,6 +28,7 @@
 #include "util/error.h"
 
 #define GEMM_OWN_KERNEL "gemm_tma_bias_f16"
+#define GEMM_OWN_GELU_KERNEL "gemm_tma_bias_gelu_f16"   /* also writes gelu(y) */
 #define GEMM_OWN_SMEM_BYTES (4 * (128 + 256) * 64 * 2 + 1024 + 2 * 4 * 8)   /* GT_SMEM_BYTES */
 
 /* Whether the module source carries the kernel (the compiler's mark). */
@@ -37,7 +44,9 @@ bool gemm_own_fits(const GemmDesc *d);
 HpcStatus gemm_own_tensor_map(CUtensorMap *map, CUdeviceptr p, int64_t rows, int64_t k, unsigned box_rows,
                               HpcError *err);
 
-/* Queues it on stream: the tensor maps of x and W, then the launch. */
-HpcStatus gemm_own_run(CUfunction f, const GemmDesc *d, CUstream stream, HpcError *err);
+/* Queues it on stream: the tensor maps of x and W, then the launch; f is
+ * GEMM_OWN_KERNEL's function, or with gelu (gelu(y), y's layout) not 0
+ * GEMM_OWN_GELU_KERNEL's. */
+HpcStatus gemm_own_run(CUfunction f, const GemmDesc *d, CUdeviceptr gelu, CUstream stream, HpcError *err);
 
 #endif
