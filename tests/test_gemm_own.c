@@ -3,7 +3,8 @@
  * the step module with its mark line only when asked, refuses other
  * values, and the module then compiles for sm_90a with the kernel in the
  * cubin; gemm_own_fits takes exactly the linear forwards the kernel
- * computes.  (The kernel's numbers: tests/gpu/gpu_gemm.c and gpu_step with
+ * computes; PlanOptions.write_early keeps a paired GELU output off its
+ * LINEAR's input.  (The kernel's numbers: tests/gpu/gpu_gemm.c and gpu_step with
  * HPC_GEMM_OWN=1, on a GPU or through tools/cuemu.) */
 #include <criterion/criterion.h>
 #include <stdlib.h>
@@ -11,6 +12,7 @@
 
 #include "cuda/gemm_own.h"
 #include "cuda/nvrtc_compile.h"
+#include "program/plan.h"
 #include "emit_ops.h"
 #include "pipeline.h"
 #include "compiler/spec_load.h"
@@ -93,4 +95,53 @@ Test(gemm_own, fits_the_linear_forwards_it_computes)
     cr_expect(!gemm_own_fits(&d), "bf16 (the kernel is f16)");
     gemm_desc_rm(&d, GEMM_F16, GEMM_F16, 4096, 768, 3072, x, w, y);
     cr_expect(!gemm_own_fits(&d), "a dX GEMM (W not transposed)");
+}
+
+/* PlanOptions.write_early (what the executor asks for each LINEAR + GELU
+ * pair it launches as one): the GELU output's range starts at the LINEAR,
+ * so it never shares bytes with the LINEAR's input, which dies there. */
+Test(gemm_own, plan_starts_paired_gelu_outputs_at_the_linear, .timeout = 120)
+{
+    const char *root = getenv("HPC_ROOT");
+    char path[512];
+    snprintf(path, sizeof path, "%s/models/bert_tiny.model", root ? root : ".");
+    ModelSpec spec;
+    cr_assert_eq(spec_load(path, &spec, stderr), 0, "cannot load %s", path);
+    PipeOptions o = pipeline_defaults(PREC_FP16);
+    Pipeline p;
+    HpcError err = {0};
+    cr_assert_eq(pipeline_build(&spec, &o, &p, &err), HPC_OK, "%s", err.msg);
+    const IrGraph *g = &p.g;
+    bool *early = calloc((size_t)g->n, sizeof *early);
+    int pairs = 0;
+    for (int i = 0; i + 1 < g->n; i++)
+        if (g->nodes[i].op == IR_OP_LINEAR && g->nodes[i + 1].op == IR_OP_ACT && g->nodes[i + 1].in[0] == i) {
+            early[i + 1] = true;
+            pairs++;
+        }
+    cr_assert_gt(pairs, 0, "bert_tiny's FFNs: a LINEAR and its GELU");
+    StepPlan plain, with;
+    PlanOptions po = {.write_early = early};
+    cr_assert_eq(plan_build_scratch_with(g, 8, 64, NULL, NULL, &plain, &err), HPC_OK, "%s", err.msg);
+    cr_assert_eq(plan_build_scratch_with(g, 8, 64, NULL, &po, &with, &err), HPC_OK, "%s", err.msg);
+    int shared_before = 0;
+    for (int a = 0; a < g->n; a++) {
+        if (!early[a]) continue;
+        int x = g->nodes[a - 1].in[0];
+        cr_expect_eq(with.v[a].def, a - 1, "%s starts at the LINEAR", g->nodes[a].name);
+        cr_expect_eq(plain.v[a].def, a);
+        const PlanValue *va = &with.v[a], *vx = &with.v[x];
+        if (vx->kind == PLAN_ARENA)
+            cr_expect(va->offset + va->bytes <= vx->offset || vx->offset + vx->bytes <= va->offset,
+                      "%s shares bytes with the LINEAR's input %s", g->nodes[a].name, g->nodes[x].name);
+        const PlanValue *pa = &plain.v[a], *px = &plain.v[x];
+        shared_before += px->kind == PLAN_ARENA &&
+                         !(pa->offset + pa->bytes <= px->offset || px->offset + px->bytes <= pa->offset);
+    }
+    cr_expect_gt(shared_before, 0, "without the option the plan does put a GELU output on its LINEAR's input "
+                                   "(why the option exists)");
+    plan_free(&plain);
+    plan_free(&with);
+    free(early);
+    pipeline_free(&p);
 }
