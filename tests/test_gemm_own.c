@@ -17,18 +17,25 @@
 #include "pipeline.h"
 #include "compiler/spec_load.h"
 
-/* bert_tiny fp16, one layer: the step module's source under HPC_GEMM_OWN=value. */
-static HpcStatus module_with(const char *value, char **src, HpcError *err)
+/* bert_tiny's fp16 graph with `layers` layers (0: the model's). */
+static void tiny_fp16(Pipeline *p, int layers)
 {
     const char *root = getenv("HPC_ROOT");
     char path[512];
     snprintf(path, sizeof path, "%s/models/bert_tiny.model", root ? root : ".");
     ModelSpec spec;
     cr_assert_eq(spec_load(path, &spec, stderr), 0, "cannot load %s", path);
-    spec.stack.layers = 1;
+    if (layers) spec.stack.layers = layers;
     PipeOptions o = pipeline_defaults(PREC_FP16);
+    HpcError err = {0};
+    cr_assert_eq(pipeline_build(&spec, &o, p, &err), HPC_OK, "%s", err.msg);
+}
+
+/* bert_tiny fp16, one layer: the step module's source under HPC_GEMM_OWN=value. */
+static HpcStatus module_with(const char *value, char **src, HpcError *err)
+{
     Pipeline p;
-    cr_assert_eq(pipeline_build(&spec, &o, &p, err), HPC_OK, "%s", err->msg);
+    tiny_fp16(&p, 1);
     if (value) setenv("HPC_GEMM_OWN", value, 1);
     else unsetenv("HPC_GEMM_OWN");
     HpcStatus st = eop_module_source(&p.g, src, err);
@@ -102,15 +109,9 @@ Test(gemm_own, fits_the_linear_forwards_it_computes)
  * so it never shares bytes with the LINEAR's input, which dies there. */
 Test(gemm_own, plan_starts_paired_gelu_outputs_at_the_linear, .timeout = 120)
 {
-    const char *root = getenv("HPC_ROOT");
-    char path[512];
-    snprintf(path, sizeof path, "%s/models/bert_tiny.model", root ? root : ".");
-    ModelSpec spec;
-    cr_assert_eq(spec_load(path, &spec, stderr), 0, "cannot load %s", path);
-    PipeOptions o = pipeline_defaults(PREC_FP16);
     Pipeline p;
     HpcError err = {0};
-    cr_assert_eq(pipeline_build(&spec, &o, &p, &err), HPC_OK, "%s", err.msg);
+    tiny_fp16(&p, 0);
     const IrGraph *g = &p.g;
     bool *early = calloc((size_t)g->n, sizeof *early);
     int pairs = 0;

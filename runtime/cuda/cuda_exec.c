@@ -192,18 +192,30 @@ static bool values_overlap(const CudaExec *ex, int a, int b)
  * bytes from the GELU's position on, which at the LINEAR's can only be
  * the LINEAR's input's: gelu_outputs_written_early has the plan start
  * that output at the LINEAR, and the overlap is checked again here. */
+/* Whether node lin is an f16 LINEAR on cuBLASLt with a bias whose output
+ * feeds the GELU node right after it (the graph's order is the plan's),
+ * and whose weight's shape the own GEMM takes: the same answer before the
+ * plan (gelu_outputs_written_early) and after it (pair_gelu). */
+static bool gelu_pair_candidate(const CudaExec *ex, int lin)
+{
+    if (lin + 1 >= ex->g->n) return false;
+    const IrNode *l = NODE(lin), *a = NODE(lin + 1);
+    return l->op == IR_OP_LINEAR && a->op == IR_OP_ACT && a->attr.act.kind == IR_ACT_GELU && a->in[0] == lin &&
+           l->dtype == DT_F16 && a->dtype == DT_F16 && ex->kernels->node[lin].kind == EOP_GEMM &&
+           ex->kernels->node[lin].bias_epilogue && NODE(l->in[1])->dims[0] % 256 == 0 &&
+           NODE(l->in[1])->dims[1] % 64 == 0;
+}
+
 static void pair_gelu(CudaExec *ex)
 {
     const IrGraph *g = ex->g;
     ex->gelu_of = xcalloc((size_t)g->n, sizeof *ex->gelu_of);
     ex->computed_by_gemm = xcalloc((size_t)g->n, sizeof *ex->computed_by_gemm);
     for (int i = 0; i < g->n; i++) ex->gelu_of[i] = -1;
-    for (int t = 0; t + 1 < ex->plan.n_order; t++) {
-        int lin = ex->plan.order[t], act = ex->plan.order[t + 1];
-        const IrNode *l = NODE(lin), *a = NODE(act);
-        if (l->op != IR_OP_LINEAR || a->op != IR_OP_ACT || a->attr.act.kind != IR_ACT_GELU || a->in[0] != lin ||
-            l->dtype != DT_F16 || a->dtype != DT_F16 || ex->code[lin].kind != EOP_GEMM ||
-            ex->plan.v[act].kind != PLAN_ARENA || values_overlap(ex, act, l->in[0]))
+    for (int lin = 0; lin < g->n; lin++) {
+        int act = lin + 1;
+        if (!gelu_pair_candidate(ex, lin) || ex->plan.v[act].kind != PLAN_ARENA ||
+            values_overlap(ex, act, NODE(lin)->in[0]))
             continue;
         GemmDesc d;   /* the shape but M is every run's (no run is bound yet: M may be 0 here) */
         cuda_exec_gemm_desc(ex, lin, &d);
@@ -223,14 +235,8 @@ static bool *gelu_outputs_written_early(const CudaExec *ex)
     const IrGraph *g = ex->g;
     if (!gemm_own_in_source(ex->kernels->cuda_source) || ex->dev->arch != 90) return NULL;
     bool *early = xcalloc((size_t)g->n, sizeof *early), any = false;
-    for (int lin = 0; lin + 1 < g->n; lin++) {
-        const IrNode *l = NODE(lin), *a = NODE(lin + 1);
-        if (l->op != IR_OP_LINEAR || a->op != IR_OP_ACT || a->attr.act.kind != IR_ACT_GELU || a->in[0] != lin ||
-            l->dtype != DT_F16 || a->dtype != DT_F16 || ex->kernels->node[lin].kind != EOP_GEMM ||
-            !ex->kernels->node[lin].bias_epilogue || NODE(l->in[1])->dims[0] % 256 || NODE(l->in[1])->dims[1] % 64)
-            continue;
-        early[lin + 1] = any = true;
-    }
+    for (int lin = 0; lin < g->n; lin++)
+        if (gelu_pair_candidate(ex, lin)) early[lin + 1] = any = true;
     if (!any) {
         free(early);
         return NULL;
