@@ -1,9 +1,9 @@
 // compiler/kernels/gemm_wgmma_tma.cu — C = A W^T + bias (and G = gelu(C)),
 // as gemm_wgmma.cu computes it, in the form Hopper GEMMs reach their speed
 // with: tiles loaded by the Tensor Memory Accelerator, a loading warpgroup
-// beside the multiplying ones, 128 x 256 tiles.  Not used by the step yet:
-// tests/gpu/gpu_gemm.c checks it and times it beside gemm_wgmma.cu and
-// cuBLASLt.
+// beside the multiplying ones, 128 x 256 tiles, a persistent grid.  Used by
+// the step under HPC_GEMM_OWN=1 (runtime/cuda/gemm_own.h); tests/gpu/gpu_gemm.c
+// checks it and times it beside gemm_wgmma.cu and cuBLASLt.
 //
 // Operands, types and the GELU variant as gemm_wgmma.cu (act_gelu must come
 // before this text).  N a multiple of 256, K of 64, M any (the last row
@@ -21,7 +21,16 @@
 // done).  One k tile's MMAs stay in flight while the next are issued; a
 // stage is released when the MMAs after it have been waited for.
 //
-// Launch: grid (N / 256, ceil(M / 128)), 384 threads, GT_SMEM_BYTES of dynamic
+// Persistent: block b takes tiles b, b + gridDim.x, ... (row-major over the
+// (M / 128, N / 256) tiles, so the blocks at work share A's rows and all of
+// W in L2).  The ring's stage and parity count on across tiles, so the
+// loader fills the next tile's stages while the multiplying warpgroups
+// store the last one: only the first tile waits for its loads.  The store:
+// the four lanes of a quad swap their accumulators (a 4 x 4 transpose of
+// f16 pairs, two shuffle rounds) so that each writes 16 contiguous bytes,
+// and a warp's store fills whole 32-byte sectors.
+//
+// Launch: grid (min(tiles, SMs)), 384 threads, GT_SMEM_BYTES of dynamic
 // shared memory (cuFuncSetAttribute first).
 
 #define GT_BM 128
@@ -116,6 +125,69 @@ __device__ __forceinline__ unsigned long long gt_desc(const void *smem)
 #define GT_REGS_MMA() (void)0
 #endif
 
+__device__ __forceinline__ unsigned gt_pack(float lo, float hi)
+{
+    unsigned pk;
+    asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(pk) : "f"(hi), "f"(lo));
+    return pk;
+}
+
+// p[jj] of lane q of a quad is the f16 pair of its row at column pair q of
+// 8-column group jj; afterwards p[w] is the pair w of group q (a 4 x 4
+// transpose across the quad: first the 2 x 2 blocks, then within them)
+__device__ __forceinline__ void gt_quad_transpose(unsigned p[4], int q)
+{
+    const bool hi2 = q & 2, hi1 = q & 1;
+    unsigned s0 = hi2 ? p[0] : p[2], s1 = hi2 ? p[1] : p[3];
+    unsigned r0 = __shfl_xor_sync(0xffffffffu, s0, 2), r1 = __shfl_xor_sync(0xffffffffu, s1, 2);
+    if (hi2) { p[0] = r0; p[1] = r1; } else { p[2] = r0; p[3] = r1; }
+    s0 = hi1 ? p[0] : p[1];
+    s1 = hi1 ? p[2] : p[3];
+    r0 = __shfl_xor_sync(0xffffffffu, s0, 1);
+    r1 = __shfl_xor_sync(0xffffffffu, s1, 1);
+    if (hi1) { p[0] = r0; p[2] = r1; } else { p[1] = r0; p[3] = r1; }
+}
+
+// d (the accumulators of rows 64 cw.. of the tile at (m0, n0)) + bias, to
+// C (and gelu of the stored values to G) in 16-byte stores
+template <bool GELU>
+__device__ __forceinline__ void gt_store(const float *d, unsigned short *c, unsigned short *g,
+                                         const unsigned short *bias, int m, int n, int m0, int n0, int cw)
+{
+    const int warp = (threadIdx.x >> 5) & 3, lane = threadIdx.x & 31, q = lane & 3;
+    const int row0 = m0 + 64 * cw + 16 * warp + lane / 4;
+    // d[4j + 2h + e] is C's (row0 + 8 h, n0 + 8 j + 2 q + e)
+#pragma unroll
+    for (int jg = 0; jg < GT_BN / 32; jg++) {
+        float b[4][2];
+#pragma unroll
+        for (int jj = 0; jj < 4; jj++) {
+            unsigned bb = *(const unsigned *)(bias + n0 + 8 * (4 * jg + jj) + 2 * q);
+            b[jj][0] = gt_h2f((unsigned short)(bb & 0xffffu));
+            b[jj][1] = gt_h2f((unsigned short)(bb >> 16));
+        }
+#pragma unroll
+        for (int h = 0; h < 2; h++) {
+            unsigned p[4], pg[4];
+#pragma unroll
+            for (int jj = 0; jj < 4; jj++) {
+                const int j = 4 * jg + jj;
+                p[jj] = gt_pack(d[4 * j + 2 * h] + b[jj][0], d[4 * j + 2 * h + 1] + b[jj][1]);
+                if (GELU)   // of the stored (rounded) values, as gemm_wgmma.cu
+                    pg[jj] = gt_pack(act_gelu(gt_h2f((unsigned short)(p[jj] & 0xffffu))),
+                                     act_gelu(gt_h2f((unsigned short)(p[jj] >> 16))));
+            }
+            gt_quad_transpose(p, q);
+            if (GELU) gt_quad_transpose(pg, q);
+            const int row = row0 + 8 * h;
+            if (row >= m) continue;   // the last row tile may pass M (the TMA read zeros there)
+            const long long at = (long long)row * n + n0 + 8 * (4 * jg + q);
+            *(uint4 *)(c + at) = make_uint4(p[0], p[1], p[2], p[3]);
+            if (GELU) *(uint4 *)(g + at) = make_uint4(pg[0], pg[1], pg[2], pg[3]);
+        }
+    }
+}
+
 template <bool GELU>
 __device__ __forceinline__ void gt_gemm(const gt_tmap *ta, const gt_tmap *tw, unsigned short *c, unsigned short *g,
                                         const unsigned short *bias, int m, int n, int k)
@@ -124,7 +196,8 @@ __device__ __forceinline__ void gt_gemm(const gt_tmap *ta, const gt_tmap *tw, un
     // the swizzle works on shared addresses: stages at 1024-byte boundaries
     unsigned char *smem = gt_raw + ((1024 - (gt_shared(gt_raw) & 1023)) & 1023);
     unsigned long long *full = (unsigned long long *)(smem + GT_STAGES * GT_STAGE_BYTES), *empty = full + GT_STAGES;
-    const int wg = threadIdx.x >> 7, kts = k / GT_BK, m0 = blockIdx.y * GT_BM, n0 = blockIdx.x * GT_BN;
+    const int wg = threadIdx.x >> 7, kts = k / GT_BK, tiles_n = n / GT_BN;
+    const int tiles = tiles_n * ((m + GT_BM - 1) / GT_BM);
     if (threadIdx.x == 0) {
         for (int s = 0; s < GT_STAGES; s++) {
             gt_mbar_init(gt_shared(&full[s]), 1);
@@ -136,59 +209,49 @@ __device__ __forceinline__ void gt_gemm(const gt_tmap *ta, const gt_tmap *tw, un
 
     if (wg == 0) {   // the loader
         GT_REGS_LOADER();
-        if (threadIdx.x == 0)
-            for (int kt = 0; kt < kts; kt++) {
-                int s = kt % GT_STAGES;
-                gt_wait(gt_shared(&empty[s]), ((kt / GT_STAGES) + 1) & 1);   // a fresh barrier passes parity 1
-                gt_arrive_tx(gt_shared(&full[s]), GT_STAGE_BYTES);
-                unsigned char *stage = smem + s * GT_STAGE_BYTES;
-                gt_tma(gt_shared(stage), ta, kt * GT_BK, m0, gt_shared(&full[s]));
-                gt_tma(gt_shared(stage + GT_A_BYTES), tw, kt * GT_BK, n0, gt_shared(&full[s]));
+        if (threadIdx.x == 0) {
+            unsigned it = 0;   // k tiles loaded so far, over all of this block's tiles
+            for (int t = blockIdx.x; t < tiles; t += gridDim.x) {
+                const int m0 = (t / tiles_n) * GT_BM, n0 = (t % tiles_n) * GT_BN;
+                for (int kt = 0; kt < kts; kt++, it++) {
+                    const unsigned s = it % GT_STAGES;
+                    gt_wait(gt_shared(&empty[s]), ((it / GT_STAGES) + 1) & 1);   // a fresh barrier passes parity 1
+                    gt_arrive_tx(gt_shared(&full[s]), GT_STAGE_BYTES);
+                    unsigned char *stage = smem + s * GT_STAGE_BYTES;
+                    gt_tma(gt_shared(stage), ta, kt * GT_BK, m0, gt_shared(&full[s]));
+                    gt_tma(gt_shared(stage + GT_A_BYTES), tw, kt * GT_BK, n0, gt_shared(&full[s]));
+                }
             }
+        }
         return;
     }
 
     GT_REGS_MMA();
-    const int cw = wg - 1, warp = (threadIdx.x >> 5) & 3, lane = threadIdx.x & 31;
+    const int cw = wg - 1;
+    unsigned it = 0;   // k tiles multiplied so far, counted as the loader counts
     float d[128];
+    for (int t = blockIdx.x; t < tiles; t += gridDim.x) {
 #pragma unroll
-    for (int i = 0; i < 128; i++) d[i] = 0.0f;
-    for (int kt = 0; kt < kts; kt++) {
-        int s = kt % GT_STAGES;
-        gt_wait(gt_shared(&full[s]), (kt / GT_STAGES) & 1);
-        const unsigned char *stage = smem + s * GT_STAGE_BYTES;
-        const unsigned short *as = (const unsigned short *)stage + cw * 64 * GT_BK;
-        const unsigned short *ws = (const unsigned short *)(stage + GT_A_BYTES);
-        GT_FENCE();
+        for (int i = 0; i < 128; i++) d[i] = 0.0f;
+        for (int kt = 0; kt < kts; kt++, it++) {
+            const unsigned s = it % GT_STAGES;
+            gt_wait(gt_shared(&full[s]), (it / GT_STAGES) & 1);
+            const unsigned char *stage = smem + s * GT_STAGE_BYTES;
+            const unsigned short *as = (const unsigned short *)stage + cw * 64 * GT_BK;
+            const unsigned short *ws = (const unsigned short *)(stage + GT_A_BYTES);
+            GT_FENCE();
 #pragma unroll
-        for (int q = 0; q < GT_BK / 16; q++) {
-            unsigned long long da = gt_desc(as + 16 * q), db = gt_desc(ws + 16 * q);
-            GT_MMA(da, db);
-        }
-        GT_COMMIT_WAIT1();   // tile kt - 1's MMAs are done: its stage goes back to the loader
-        if (kt > 0) gt_arrive(gt_shared(&empty[(kt - 1) % GT_STAGES]));
-    }
-    GT_WAIT_ALL();
-
-    // d[4j + 2h + e] is C's (64 cw + 16 warp + lane / 4 + 8 h, 8 j + 2 (lane % 4) + e)
-#pragma unroll
-    for (int j = 0; j < GT_BN / 8; j++)
-#pragma unroll
-        for (int h = 0; h < 2; h++) {
-            int row = blockIdx.y * GT_BM + 64 * cw + 16 * warp + lane / 4 + 8 * h, col = n0 + 8 * j + 2 * (lane & 3);
-            if (row >= m) continue;   // the last row tile may pass M (the TMA read zeros there)
-            float lo = d[4 * j + 2 * h] + gt_h2f(bias[col]), hi = d[4 * j + 2 * h + 1] + gt_h2f(bias[col + 1]);
-            unsigned pk;
-            asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(pk) : "f"(hi), "f"(lo));
-            *(unsigned *)(c + (long long)row * n + col) = pk;
-            if (GELU) {   // of the stored (rounded) values, as gemm_wgmma.cu
-                float rlo, rhi;
-                asm("cvt.f32.f16 %0, %1;" : "=f"(rlo) : "h"((unsigned short)(pk & 0xffffu)));
-                asm("cvt.f32.f16 %0, %1;" : "=f"(rhi) : "h"((unsigned short)(pk >> 16)));
-                asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(pk) : "f"(act_gelu(rhi)), "f"(act_gelu(rlo)));
-                *(unsigned *)(g + (long long)row * n + col) = pk;
+            for (int q = 0; q < GT_BK / 16; q++) {
+                unsigned long long da = gt_desc(as + 16 * q), db = gt_desc(ws + 16 * q);
+                GT_MMA(da, db);
             }
+            GT_COMMIT_WAIT1();   // k tile kt - 1's MMAs are done: its stage goes back to the loader
+            if (kt > 0) gt_arrive(gt_shared(&empty[(it - 1) % GT_STAGES]));
         }
+        GT_WAIT_ALL();
+        gt_arrive(gt_shared(&empty[(it - 1) % GT_STAGES]));   // the tile's last stage
+        gt_store<GELU>(d, c, g, bias, m, n, (t / tiles_n) * GT_BM, (t % tiles_n) * GT_BN, cw);
+    }
 }
 
 extern "C" __global__ void __launch_bounds__(GT_THREADS)

@@ -545,8 +545,9 @@ HpcStatus cuda_exec_launch_node(CudaExec *ex, int id, HpcError *err)
         }
         if (ex->gemm_own && NODE(id)->op == IR_OP_LINEAR && gemm_own_fits(&d)) {
             int act = ex->gelu_of[id];
-            st = act >= 0 ? gemm_own_run(ex->gemm_own_gelu, &d, cuda_exec_ptr(ex, act), ex->dev->stream, err)
-                          : gemm_own_run(ex->gemm_own, &d, 0, ex->dev->stream, err);
+            CUdeviceptr gelu = act >= 0 ? cuda_exec_ptr(ex, act) : 0;
+            st = gemm_own_run(gelu ? ex->gemm_own_gelu : ex->gemm_own, &d, gelu, ex->dev->sm_count, ex->dev->stream,
+                              err);
         } else {
             st = gemm_run(&ex->gemm, &d, err);
         }

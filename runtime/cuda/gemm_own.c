@@ -12,7 +12,7 @@ bool gemm_own_fits(const GemmDesc *d)
 {
     return d->ab_type == GEMM_F16 && d->c_type == GEMM_F16 && d->epilogue == GEMM_EPI_BIAS && d->batch == 1 &&
            !d->trans_a && d->trans_b && d->alpha == 1.0f && d->beta == 0.0f && !d->D && d->N % 256 == 0 &&
-           d->K % 64 == 0 && d->M > 0 && d->lda == d->K && d->ldb == d->K && d->ldc == d->N;
+           d->K % 64 == 0 && d->K > 0 && d->M > 0 && d->lda == d->K && d->ldb == d->K && d->ldc == d->N;
 }
 
 HpcStatus gemm_own_tensor_map(CUtensorMap *map, CUdeviceptr p, int64_t rows, int64_t k, unsigned box_rows,
@@ -26,7 +26,8 @@ HpcStatus gemm_own_tensor_map(CUtensorMap *map, CUdeviceptr p, int64_t rows, int
                                CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE));
 }
 
-HpcStatus gemm_own_run(CUfunction f, const GemmDesc *d, CUdeviceptr gelu, CUstream stream, HpcError *err)
+HpcStatus gemm_own_run(CUfunction f, const GemmDesc *d, CUdeviceptr gelu, int blocks, CUstream stream,
+                       HpcError *err)
 {
     CUtensorMap ta, tw;
     HpcStatus st = gemm_own_tensor_map(&ta, d->A, d->M, d->K, 128, err);
@@ -34,7 +35,9 @@ HpcStatus gemm_own_run(CUfunction f, const GemmDesc *d, CUdeviceptr gelu, CUstre
     if (st) return st;
     CUdeviceptr c = d->C, bias = d->bias;
     int m = (int)d->M, n = (int)d->N, k = (int)d->K;
+    int64_t tiles = (d->N / 256) * ((d->M + 127) / 128);
+    unsigned grid = (unsigned)(tiles < blocks ? tiles : blocks);
     void *plain[] = {&ta, &tw, &c, &bias, &m, &n, &k}, *with_gelu[] = {&ta, &tw, &c, &gelu, &bias, &m, &n, &k};
-    return cuda_launch(f, (unsigned[3]){(unsigned)(n / 256), (unsigned)((m + 127) / 128), 1}, (unsigned[3]){384, 1, 1},
-                       GEMM_OWN_SMEM_BYTES, stream, gelu ? with_gelu : plain, err);
+    return cuda_launch(f, (unsigned[3]){grid, 1, 1}, (unsigned[3]){384, 1, 1}, GEMM_OWN_SMEM_BYTES, stream,
+                       gelu ? with_gelu : plain, err);
 }

@@ -1,5 +1,5 @@
 /* runtime/cuda/gemm_own.h — hpc's own GEMM (compiler/kernels/gemm_wgmma_tma.cu:
- * TMA, wgmma, 128 x 256 tiles) in place of cuBLASLt for the step's f16
+ * TMA, wgmma, 128 x 256 tiles, a persistent grid) in place of cuBLASLt for the step's f16
  * linear forwards, under HPC_GEMM_OWN=1.  An experiment until its A/B on a
  * GPU says otherwise: off by default.
  *
@@ -16,7 +16,7 @@
  * memory check, which plan without it, can differ from such a run by
  * those few ranges.
  *
- *   if (gemm_own_fits(&desc)) st = gemm_own_run(fn, &desc, stream, &err);
+ *   if (gemm_own_fits(&desc)) st = gemm_own_run(fn, &desc, 0, dev->sm_count, stream, &err);
  *   else st = gemm_run(&gemm, &desc, &err);
  */
 #ifndef HPC_RUNTIME_CUDA_GEMM_OWN_H
@@ -44,9 +44,11 @@ bool gemm_own_fits(const GemmDesc *d);
 HpcStatus gemm_own_tensor_map(CUtensorMap *map, CUdeviceptr p, int64_t rows, int64_t k, unsigned box_rows,
                               HpcError *err);
 
-/* Queues it on stream: the tensor maps of x and W, then the launch; f is
- * GEMM_OWN_KERNEL's function, or with gelu (gelu(y), y's layout) not 0
- * GEMM_OWN_GELU_KERNEL's. */
-HpcStatus gemm_own_run(CUfunction f, const GemmDesc *d, CUdeviceptr gelu, CUstream stream, HpcError *err);
+/* Queues it on stream: the tensor maps of x and W, then the launch of at
+ * most `blocks` blocks (the device's SM count: the grid is persistent,
+ * one block an SM); f is GEMM_OWN_KERNEL's function, or with gelu
+ * (gelu(y), y's layout) not 0 GEMM_OWN_GELU_KERNEL's. */
+HpcStatus gemm_own_run(CUfunction f, const GemmDesc *d, CUdeviceptr gelu, int blocks, CUstream stream,
+                       HpcError *err);
 
 #endif

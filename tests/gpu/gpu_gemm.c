@@ -10,7 +10,9 @@
  * gemm_wgmma_bias_gelu_f16, which also writes G = gelu(C) (exact-erf GELU,
  * act_ref_gelu of program/activations.h in the reference); A, W, bias
  * random in [-1, 1] rounded to f16, C and G poisoned with NaN
- * first.  Error = ||got - ref||_2 / ||ref||_2 against a double reference
+ * first.  The TMA kernel's persistent grid also runs on 2 and 3 blocks for
+ * more tiles, so that one block's ring goes on from tile to tile.
+ * Error = ||got - ref||_2 / ||ref||_2 against a double reference
  * of the rounded inputs; limit 2e-3 (f16 output rounding is 2^-11
  * relative; f32 sums over K <= 1024 add far less); a NaN fails.
  *
@@ -134,21 +136,20 @@ static void launch(CUdeviceptr c, CUdeviceptr g, CUdeviceptr a, CUdeviceptr w, C
     }
 }
 
-/* gemm_tma_bias_f16, or with g gemm_tma_bias_gelu_f16, with the tensor
- * maps the step's launches use (runtime/cuda/gemm_own.h). */
+/* gemm_tma_bias_f16, or with g gemm_tma_bias_gelu_f16, launched as the
+ * step launches it (runtime/cuda/gemm_own.h) on at most `blocks` blocks. */
 static void launch_tma(CUdeviceptr c, CUdeviceptr g, CUdeviceptr a, CUdeviceptr w, CUdeviceptr bias, int m, int n,
-                       int k)
+                       int k, int blocks)
 {
-    CUtensorMap ta, tw;
+    GemmDesc d;
+    gemm_desc_linear(&d, GEMM_F16, GEMM_F16, m, n, k, a, w, bias, c);
     HpcError err = {0};
-    if (gemm_own_tensor_map(&ta, a, m, k, TILE, &err) || gemm_own_tensor_map(&tw, w, n, k, 2 * TILE, &err)) {
-        printf("FAIL  tensor maps for %d x %d x %d: %s\n", m, n, k, err.msg);
+    if (!gemm_own_fits(&d)) {
+        printf("FAIL  gemm_own_fits refuses %d x %d x %d\n", m, n, k);
         exit(1);
     }
-    void *plain[] = {&ta, &tw, &c, &bias, &m, &n, &k}, *gelu[] = {&ta, &tw, &c, &g, &bias, &m, &n, &k};
-    if (cuda_launch(g ? g_fn_tma_gelu : g_fn_tma, (unsigned[3]){(unsigned)(n / (2 * TILE)), (unsigned)((m + TILE - 1) / TILE), 1},
-                    (unsigned[3]){TMA_THREADS, 1, 1}, (unsigned)g_smem_tma, g_dev.stream, g ? gelu : plain, &err)) {
-        printf("FAIL  launch gemm_tma %d x %d x %d: %s\n", m, n, k, err.msg);
+    if (gemm_own_run(g ? g_fn_tma_gelu : g_fn_tma, &d, g, blocks, g_dev.stream, &err)) {
+        printf("FAIL  gemm_own_run %d x %d x %d: %s\n", m, n, k, err.msg);
         exit(1);
     }
 }
@@ -168,6 +169,9 @@ static double rel_err(const uint16_t *got, const double *ref, size_t n, int *nan
     return sqrt(num / den);
 }
 
+/* tma: 0 for gemm_wgmma.cu's kernel, else gemm_wgmma_tma.cu's on at most
+ * tma blocks (fewer than tiles: each block takes several, its ring going on
+ * from one tile to the next). */
 static void check_shape(int m, int n, int k, int tma, int gelu, uint64_t seed)
 {
     const CudaDriver *cu = cuda_driver();
@@ -199,7 +203,7 @@ static void check_shape(int m, int n, int k, int tma, int gelu, uint64_t seed)
     DRV(cu->cuMemsetD8(dc, 0xFF, (size_t)m * n * 2));   /* NaN in f16 */
     DRV(cu->cuMemsetD8(dg, 0xFF, (size_t)m * n * 2));
     if (tma)
-        launch_tma(dc, gelu ? dg : 0, da, dw, db, m, n, k);
+        launch_tma(dc, gelu ? dg : 0, da, dw, db, m, n, k, tma);
     else
         launch(dc, gelu ? dg : 0, da, dw, db, m, n, k);
     DRV(cu->cuStreamSynchronize(g_dev.stream));
@@ -209,12 +213,18 @@ static void check_shape(int m, int n, int k, int tma, int gelu, uint64_t seed)
     double rel = rel_err(c, ref, (size_t)m * n, &nan);
     const char *name = tma ? (gelu ? "gemm_tma_bias_gelu_f16" : "gemm_tma_bias_f16")
                            : (gelu ? "gemm_wgmma_bias_gelu_f16" : "gemm_wgmma_bias_f16");
-    result(nan == 0 && rel <= 2e-3, "%s M=%d N=%d K=%d: C rel L2 %.2e <= 2e-3, %d NaN", name, m, n, k, rel, nan);
+    char blocks[32] = "";
+    if (tma) {   /* the grid gemm_own_run launches */
+        int tiles = n / 256 * ((m + 127) / 128), most = tma < g_dev.sm_count ? tma : g_dev.sm_count;
+        snprintf(blocks, sizeof blocks, " (%d tiles, %d blocks)", tiles, tiles < most ? tiles : most);
+    }
+    result(nan == 0 && rel <= 2e-3, "%s M=%d N=%d K=%d%s: C rel L2 %.2e <= 2e-3, %d NaN", name, m, n, k, blocks, rel,
+           nan);
     if (gelu) {
         nan = 0;
         rel = rel_err(g, gref, (size_t)m * n, &nan);
-        result(nan == 0 && rel <= 2e-3, "%s M=%d N=%d K=%d: G = gelu(C) rel L2 %.2e <= 2e-3, %d NaN", name, m, n, k,
-               rel, nan);
+        result(nan == 0 && rel <= 2e-3, "%s M=%d N=%d K=%d%s: G = gelu(C) rel L2 %.2e <= 2e-3, %d NaN", name, m, n,
+               k, blocks, rel, nan);
     }
     cu->cuMemFree(da);
     cu->cuMemFree(dw);
@@ -260,7 +270,7 @@ static float time_one(GemmContext *g, int way, int m, int n, int k, CUdeviceptr 
                 return -1;
             }
         } else if (way == TMA || way == TMA_GELU) {
-            launch_tma(c, way == TMA_GELU ? gout : 0, a, w, b16, m, n, k);
+            launch_tma(c, way == TMA_GELU ? gout : 0, a, w, b16, m, n, k, g_dev.sm_count);
         } else {
             launch(c, way == OURS_GELU ? gout : 0, a, w, b16, m, n, k);
         }
@@ -346,11 +356,14 @@ int main(void)
     check_shape(384, 768, 768, 0, 0, 4);     /* BERT-base's width */
     check_shape(128, 256, 128, 0, 1, 5);     /* with GELU */
     check_shape(256, 384, 768, 0, 1, 6);
-    check_shape(128, 256, 64, 1, 0, 7);      /* TMA: one tile, one k tile */
-    check_shape(128, 256, 576, 1, 0, 8);     /* stages reused twice */
-    check_shape(384, 768, 768, 1, 0, 9);
-    check_shape(256, 512, 192, 1, 1, 10);    /* TMA with GELU */
-    check_shape(200, 256, 128, 1, 0, 11);    /* TMA: M not a multiple of 128 */
+    const int all = 1 << 20;   /* blocks: one an SM, as the step launches it */
+    check_shape(128, 256, 64, all, 0, 7);      /* TMA: one tile, one k tile */
+    check_shape(128, 256, 576, all, 0, 8);     /* stages reused twice */
+    check_shape(384, 768, 768, all, 0, 9);
+    check_shape(256, 512, 192, all, 1, 10);    /* TMA with GELU */
+    check_shape(200, 256, 128, all, 0, 11);    /* TMA: M not a multiple of 128 */
+    check_shape(384, 768, 576, 2, 0, 12);      /* 9 tiles on 2 blocks, 9 k tiles each: the ring across tiles */
+    check_shape(328, 512, 320, 3, 1, 13);      /* 6 tiles on 3 blocks, GELU, a part row tile */
     if (!getenv("HPC_GPU_TEST_NO_TIMING")) run_timing();
     cuda_device_close(&g_dev);
     return gpu_check_summary();

@@ -72,7 +72,10 @@ static void run_probe(const char *name, const uint16_t *a, const uint16_t *b, un
     HpcError err = {0};
     if (cuda_launch(f, (unsigned[3]){1, 1, 1}, (unsigned[3]){128, 1, 1}, 0, g_dev.stream, args, &err))
         die(name, &err);
-    DRV(cu->cuStreamSynchronize(g_dev.stream));
+    if (cu->cuStreamSynchronize(g_dev.stream) != CUDA_SUCCESS) {   /* a fault ends the context: say where */
+        printf("FAIL  %s (lbo/sbo A %u/%u, B %u/%u) faulted\n", name, lbo_a, sbo_a, lbo_b, sbo_b);
+        exit(1);
+    }
     DRV(cu->cuMemcpyDtoH(d, dd, N64 * N64 * 4));
     cu->cuMemFree(da);
     cu->cuMemFree(db);
