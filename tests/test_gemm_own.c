@@ -3,7 +3,8 @@
  * the step module with its mark line only when asked, refuses other
  * values, and the module then compiles for sm_90a with the kernel in the
  * cubin; gemm_own_fits takes exactly the linear forwards the kernel
- * computes; PlanOptions.write_early keeps a paired GELU output off its
+ * computes and gemm_own_fills the shapes big enough for it;
+ * PlanOptions.write_early keeps a paired GELU output off its
  * LINEAR's input.  (The kernel's numbers: tests/gpu/gpu_gemm.c and gpu_step with
  * HPC_GEMM_OWN=1, on a GPU or through tools/cuemu.) */
 #include <criterion/criterion.h>
@@ -102,6 +103,21 @@ Test(gemm_own, fits_the_linear_forwards_it_computes)
     cr_expect(!gemm_own_fits(&d), "bf16 (the kernel is f16)");
     gemm_desc_rm(&d, GEMM_F16, GEMM_F16, 4096, 768, 3072, x, w, y);
     cr_expect(!gemm_own_fits(&d), "a dX GEMM (W not transposed)");
+}
+
+/* The step takes the kernel only where its tiles fill the GPU once. */
+Test(gemm_own, fills_only_with_a_tile_for_every_sm)
+{
+    GemmDesc d;
+    CUdeviceptr x = 0x1000, w = 0x2000, b = 0x3000, y = 0x4000;
+    gemm_desc_linear(&d, GEMM_F16, GEMM_F16, 4096, 3072, 768, x, w, b, y);   /* 32 x 12 tiles */
+    cr_expect(gemm_own_fills(&d, 132), "384 tiles on 132 SMs");
+    gemm_desc_linear(&d, GEMM_F16, GEMM_F16, 4096, 768, 768, x, w, b, y);    /* 32 x 3 */
+    cr_expect(!gemm_own_fills(&d, 132), "96 tiles on 132 SMs");
+    cr_expect(gemm_own_fills(&d, 96), "96 tiles on 96 SMs");
+    gemm_desc_linear(&d, GEMM_F16, GEMM_F16, 1025, 3072, 768, x, w, b, y);   /* a part row tile counts */
+    cr_expect(gemm_own_fills(&d, 108), "9 x 12 tiles on 108 SMs");
+    cr_expect(!gemm_own_fills(&d, 109), "9 x 12 tiles on 109 SMs");
 }
 
 /* PlanOptions.write_early (what the executor asks for each LINEAR + GELU

@@ -1,7 +1,8 @@
 // compiler/kernels/gemm_wgmma_tma.cu — C = A W^T + bias (and G = gelu(C)),
 // as gemm_wgmma.cu computes it, in the form Hopper GEMMs reach their speed
 // with: tiles loaded by the Tensor Memory Accelerator, a loading warpgroup
-// beside the multiplying ones, 128 x 256 tiles, a persistent grid.  Used by
+// beside the multiplying ones, 128 x 256 tiles, clusters of two sharing W
+// by multicast, a persistent grid.  Used by
 // the step under HPC_GEMM_OWN=1 (runtime/cuda/gemm_own.h); tests/gpu/gpu_gemm.c
 // checks it and times it beside gemm_wgmma.cu and cuBLASLt.
 //
@@ -9,35 +10,52 @@
 // before this text).  N a multiple of 256, K of 64, M any (the last row
 // tile reads zeros past M and stores nothing there).  A and W come
 // as 2-D tensor maps (cuTensorMapEncodeTiled: f16, dims {K, rows}, boxes
-// {64, 128} for A and {64, 256} for W, the 128-byte swizzle), passed by
-// value (__grid_constant__).
+// of {64, 128}, the 128-byte swizzle), passed by value (__grid_constant__).
 //
-// A block of 384 threads: warpgroup 0 loads (one thread issues the TMA
-// copies; the group gives registers up with setmaxnreg), warpgroups 1 and
-// 2 multiply rows 0..63 and 64..127 of the tile with wgmma m64n256k16
-// (128 accumulators a thread).  GT_STAGES stages in shared memory, each
-// with two mbarriers: `full` (the loader's arrival plus the TMA's bytes)
-// and `empty` (the 256 multiplying threads, once their MMAs on it are
-// done).  One k tile's MMAs stay in flight while the next are issued; a
-// stage is released when the MMAs after it have been waited for.
+// A cluster of two blocks of 384 threads each.  In a block, warpgroup 0
+// loads (one thread issues the TMA copies; the group gives registers up
+// with setmaxnreg), warpgroups 1 and 2 multiply rows 0..63 and 64..127 of
+// the block's tile with wgmma m64n256k16 (128 accumulators a thread).  The
+// two blocks of a cluster take the two row tiles of a pair (rows m0 and
+// m0 + 128, the same 256 columns), so they need the same W tile: each
+// loads its own A and half of W, that half multicast into both blocks'
+// shared memory.  That halves W's reads from L2, which at 128 x 256 tiles
+// would otherwise bound the kernel (48 KiB a k tile for 4.2 MFLOP: about
+// 9 TB/s at 800 TFLOP/s, more than the L2 gives; gpu_gemm's first H100
+// run, 2026-12-05, found both kernels at 6-7 TB/s of L2 reads).
 //
-// Persistent: block b takes tiles b, b + gridDim.x, ... (row-major over the
-// (M / 128, N / 256) tiles, so the blocks at work share A's rows and all of
-// W in L2).  The ring's stage and parity count on across tiles, so the
-// loader fills the next tile's stages while the multiplying warpgroups
-// store the last one: only the first tile waits for its loads.  The store:
-// the four lanes of a quad swap their accumulators (a 4 x 4 transpose of
-// f16 pairs, two shuffle rounds) so that each writes 16 contiguous bytes,
-// and a warp's store fills whole 32-byte sectors.
+// GT_STAGES stages in shared memory, each with two mbarriers: `full` (the
+// loader's arrival plus the bytes of all three copies, one of them the
+// other block's) and `empty` (one arrival from each multiplying warp of
+// BOTH blocks, once its MMAs on the stage are done: a block's W half goes
+// into the other block's stage too, so it may only be refilled when both
+// have finished with it).  One k tile's MMAs stay in flight while the next
+// are issued; a stage is released when the MMAs after it have been waited
+// for.  A cluster barrier after the mbarriers' set-up (the other block's
+// copies and arrivals may come at once) and one at the end (none may come
+// to a block that has exited).
 //
-// Launch: grid (min(tiles, SMs)), 384 threads, GT_SMEM_BYTES of dynamic
-// shared memory (cuFuncSetAttribute first).
+// Persistent: cluster c takes tile pairs c, c + clusters, ... (row-major
+// over the (M / 256, N / 256) pairs, so the clusters at work share A's rows
+// and all of W in L2).  The ring's stage and parity count on across tiles,
+// so the loader fills the next tile's stages while the multiplying
+// warpgroups store the last one: only the first tile waits for its loads.
+// The store: the four lanes of a quad swap their accumulators (a 4 x 4
+// transpose of f16 pairs, two shuffle rounds) so that each writes 16
+// contiguous bytes, and a warp's store fills whole 32-byte sectors.  A
+// row tile past M (the second of an odd last pair) reads zeros and stores
+// nothing.
+//
+// Launch: grid (2 * min(pairs, SMs / 2)) (a multiple of the cluster's 2),
+// 384 threads, GT_SMEM_BYTES of dynamic shared memory (cuFuncSetAttribute
+// first); the cluster shape is the kernels' __cluster_dims__.
 
 #define GT_BM 128
 #define GT_BN 256
 #define GT_BK 64
 #define GT_STAGES 4
 #define GT_THREADS 384
+#define GT_HALF_W_BYTES (GT_BN / 2 * GT_BK * 2)   // the part of W a block loads
 #define GT_A_BYTES (GT_BM * GT_BK * 2)
 #define GT_W_BYTES (GT_BN * GT_BK * 2)
 #define GT_STAGE_BYTES (GT_A_BYTES + GT_W_BYTES)
@@ -84,6 +102,36 @@ __device__ __forceinline__ void gt_tma(unsigned dst, const gt_tmap *map, int x, 
     asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];\n"
                  ::"r"(dst), "l"((unsigned long long)map), "r"(x), "r"(y), "r"(bar)
                  : "memory");
+}
+
+// the same into the same offset of every block of the cluster in mask, its
+// bytes completing on the mbarrier at bar's offset in each
+__device__ __forceinline__ void gt_tma_multicast(unsigned dst, const gt_tmap *map, int x, int y, unsigned bar,
+                                                 unsigned short mask)
+{
+    asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes.multicast::cluster"
+                 " [%0], [%1, {%2, %3}], [%4], %5;\n"
+                 ::"r"(dst), "l"((unsigned long long)map), "r"(x), "r"(y), "r"(bar), "h"(mask)
+                 : "memory");
+}
+__device__ __forceinline__ unsigned gt_cluster_rank(void)
+{
+    unsigned r;
+    asm volatile("mov.u32 %0, %%cluster_ctarank;\n" : "=r"(r));
+    return r;
+}
+// an arrival on the mbarrier at bar's offset in the cluster's block of that rank
+__device__ __forceinline__ void gt_arrive_in(unsigned bar, unsigned rank)
+{
+    unsigned remote;
+    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;\n" : "=r"(remote) : "r"(bar), "r"(rank));
+    asm volatile("mbarrier.arrive.release.cluster.shared::cluster.b64 _, [%0];\n" ::"r"(remote) : "memory");
+}
+// every thread of both blocks; orders the mbarriers' set-up before the
+// other block's use of them, and keeps a block alive until the other is done
+__device__ __forceinline__ void gt_cluster_sync(void)
+{
+    asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;\n" ::: "memory");
 }
 
 // A K-major operand in the 128-byte swizzle: start >> 4, LBO unused, SBO 1024.
@@ -197,71 +245,82 @@ __device__ __forceinline__ void gt_gemm(const gt_tmap *ta, const gt_tmap *tw, un
     unsigned char *smem = gt_raw + ((1024 - (gt_shared(gt_raw) & 1023)) & 1023);
     unsigned long long *full = (unsigned long long *)(smem + GT_STAGES * GT_STAGE_BYTES), *empty = full + GT_STAGES;
     const int wg = threadIdx.x >> 7, kts = k / GT_BK, tiles_n = n / GT_BN;
-    const int tiles = tiles_n * ((m + GT_BM - 1) / GT_BM);
+    const int pairs = tiles_n * ((m + 2 * GT_BM - 1) / (2 * GT_BM)), clusters = gridDim.x / 2, cluster = blockIdx.x / 2;
+    const unsigned rank = gt_cluster_rank(), other = rank ^ 1u;
     if (threadIdx.x == 0) {
         for (int s = 0; s < GT_STAGES; s++) {
             gt_mbar_init(gt_shared(&full[s]), 1);
-            gt_mbar_init(gt_shared(&empty[s]), 256);
+            gt_mbar_init(gt_shared(&empty[s]), 2 * 8);   // each multiplying warp of both blocks
         }
         asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
     }
-    __syncthreads();
+    gt_cluster_sync();
 
     if (wg == 0) {   // the loader
         GT_REGS_LOADER();
         if (threadIdx.x == 0) {
             unsigned it = 0;   // k tiles loaded so far, over all of this block's tiles
-            for (int t = blockIdx.x; t < tiles; t += gridDim.x) {
-                const int m0 = (t / tiles_n) * GT_BM, n0 = (t % tiles_n) * GT_BN;
+            for (int p = cluster; p < pairs; p += clusters) {
+                const int m0 = (2 * (p / tiles_n) + (int)rank) * GT_BM, n0 = (p % tiles_n) * GT_BN;
                 for (int kt = 0; kt < kts; kt++, it++) {
                     const unsigned s = it % GT_STAGES;
                     gt_wait(gt_shared(&empty[s]), ((it / GT_STAGES) + 1) & 1);   // a fresh barrier passes parity 1
                     gt_arrive_tx(gt_shared(&full[s]), GT_STAGE_BYTES);
                     unsigned char *stage = smem + s * GT_STAGE_BYTES;
                     gt_tma(gt_shared(stage), ta, kt * GT_BK, m0, gt_shared(&full[s]));
-                    gt_tma(gt_shared(stage + GT_A_BYTES), tw, kt * GT_BK, n0, gt_shared(&full[s]));
+                    gt_tma_multicast(gt_shared(stage + GT_A_BYTES + rank * GT_HALF_W_BYTES), tw, kt * GT_BK,
+                                     n0 + (int)rank * (GT_BN / 2), gt_shared(&full[s]), 3);
                 }
             }
         }
-        return;
-    }
-
-    GT_REGS_MMA();
-    const int cw = wg - 1;
-    unsigned it = 0;   // k tiles multiplied so far, counted as the loader counts
-    float d[128];
-    for (int t = blockIdx.x; t < tiles; t += gridDim.x) {
+    } else {
+        GT_REGS_MMA();
+        const int cw = wg - 1, lane = threadIdx.x & 31;
+        unsigned it = 0;   // k tiles multiplied so far, counted as the loader counts
+        float d[128];
+        for (int p = cluster; p < pairs; p += clusters) {
+            const int m0 = (2 * (p / tiles_n) + (int)rank) * GT_BM, n0 = (p % tiles_n) * GT_BN;
 #pragma unroll
-        for (int i = 0; i < 128; i++) d[i] = 0.0f;
-        for (int kt = 0; kt < kts; kt++, it++) {
-            const unsigned s = it % GT_STAGES;
-            gt_wait(gt_shared(&full[s]), (it / GT_STAGES) & 1);
-            const unsigned char *stage = smem + s * GT_STAGE_BYTES;
-            const unsigned short *as = (const unsigned short *)stage + cw * 64 * GT_BK;
-            const unsigned short *ws = (const unsigned short *)(stage + GT_A_BYTES);
-            GT_FENCE();
+            for (int i = 0; i < 128; i++) d[i] = 0.0f;
+            for (int kt = 0; kt < kts; kt++, it++) {
+                const unsigned s = it % GT_STAGES;
+                gt_wait(gt_shared(&full[s]), (it / GT_STAGES) & 1);
+                const unsigned char *stage = smem + s * GT_STAGE_BYTES;
+                const unsigned short *as = (const unsigned short *)stage + cw * 64 * GT_BK;
+                const unsigned short *ws = (const unsigned short *)(stage + GT_A_BYTES);
+                GT_FENCE();
 #pragma unroll
-            for (int q = 0; q < GT_BK / 16; q++) {
-                unsigned long long da = gt_desc(as + 16 * q), db = gt_desc(ws + 16 * q);
-                GT_MMA(da, db);
+                for (int q = 0; q < GT_BK / 16; q++) {
+                    unsigned long long da = gt_desc(as + 16 * q), db = gt_desc(ws + 16 * q);
+                    GT_MMA(da, db);
+                }
+                GT_COMMIT_WAIT1();   // k tile kt - 1's MMAs are done: its stage goes back to both loaders
+                if (kt > 0 && lane == 0) {
+                    const unsigned done = gt_shared(&empty[(it - 1) % GT_STAGES]);
+                    gt_arrive(done);
+                    gt_arrive_in(done, other);
+                }
             }
-            GT_COMMIT_WAIT1();   // k tile kt - 1's MMAs are done: its stage goes back to the loader
-            if (kt > 0) gt_arrive(gt_shared(&empty[(it - 1) % GT_STAGES]));
+            GT_WAIT_ALL();
+            if (lane == 0) {   // the tile's last stage
+                const unsigned done = gt_shared(&empty[(it - 1) % GT_STAGES]);
+                gt_arrive(done);
+                gt_arrive_in(done, other);
+            }
+            gt_store<GELU>(d, c, g, bias, m, n, m0, n0, cw);
         }
-        GT_WAIT_ALL();
-        gt_arrive(gt_shared(&empty[(it - 1) % GT_STAGES]));   // the tile's last stage
-        gt_store<GELU>(d, c, g, bias, m, n, (t / tiles_n) * GT_BM, (t % tiles_n) * GT_BN, cw);
     }
+    gt_cluster_sync();   // no copy or arrival may reach a block that has exited
 }
 
-extern "C" __global__ void __launch_bounds__(GT_THREADS)
+extern "C" __global__ void __cluster_dims__(2, 1, 1) __launch_bounds__(GT_THREADS)
 gemm_tma_bias_f16(const __grid_constant__ gt_tmap ta, const __grid_constant__ gt_tmap tw, unsigned short *c,
                   const unsigned short *bias, int m, int n, int k)
 {
     gt_gemm<false>(&ta, &tw, c, 0, bias, m, n, k);
 }
 
-extern "C" __global__ void __launch_bounds__(GT_THREADS)
+extern "C" __global__ void __cluster_dims__(2, 1, 1) __launch_bounds__(GT_THREADS)
 gemm_tma_bias_gelu_f16(const __grid_constant__ gt_tmap ta, const __grid_constant__ gt_tmap tw, unsigned short *c,
                        unsigned short *g, const unsigned short *bias, int m, int n, int k)
 {

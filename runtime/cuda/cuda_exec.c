@@ -221,8 +221,7 @@ static void pair_gelu(CudaExec *ex)
         cuda_exec_gemm_desc(ex, lin, &d);
         d.M = 1;
         if (!gemm_own_fits(&d)) continue;
-        ex->gelu_of[lin] = act;
-        ex->computed_by_gemm[act] = true;
+        ex->gelu_of[lin] = act;   /* computed_by_gemm[act] is set per launch: small M stays cuBLASLt's */
     }
 }
 
@@ -543,13 +542,17 @@ HpcStatus cuda_exec_launch_node(CudaExec *ex, int id, HpcError *err)
             st = gemm_run_optional(&ex->gemm, &d, &done, err);
             return st || done ? st : launch_phases(ex, id, err);
         }
-        if (ex->gemm_own && NODE(id)->op == IR_OP_LINEAR && gemm_own_fits(&d)) {
+        if (ex->gemm_own && NODE(id)->op == IR_OP_LINEAR && gemm_own_fits(&d) &&
+            gemm_own_fills(&d, ex->dev->sm_count)) {
             int act = ex->gelu_of[id];
             CUdeviceptr gelu = act >= 0 ? cuda_exec_ptr(ex, act) : 0;
             st = gemm_own_run(gelu ? ex->gemm_own_gelu : ex->gemm_own, &d, gelu, ex->dev->sm_count, ex->dev->stream,
                               err);
+            if (act >= 0) ex->computed_by_gemm[act] = true;
         } else {
             st = gemm_run(&ex->gemm, &d, err);
+            /* at this M cuBLASLt's GEMM: the paired GELU runs its own launch */
+            if (ex->gelu_of && ex->gelu_of[id] >= 0) ex->computed_by_gemm[ex->gelu_of[id]] = false;
         }
         return st ? st : launch_phases(ex, id, err);
     case EOP_KERNELS:

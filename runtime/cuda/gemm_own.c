@@ -15,29 +15,34 @@ bool gemm_own_fits(const GemmDesc *d)
            d->K % 64 == 0 && d->K > 0 && d->M > 0 && d->lda == d->K && d->ldb == d->K && d->ldc == d->N;
 }
 
-HpcStatus gemm_own_tensor_map(CUtensorMap *map, CUdeviceptr p, int64_t rows, int64_t k, unsigned box_rows,
-                              HpcError *err)
+bool gemm_own_fills(const GemmDesc *d, int sm_count) { return (d->N / 256) * ((d->M + 127) / 128) >= sm_count; }
+
+HpcStatus gemm_own_tensor_map(CUtensorMap *map, CUdeviceptr p, int64_t rows, int64_t k, HpcError *err)
 {
     cuuint64_t dim[2] = {(cuuint64_t)k, (cuuint64_t)rows}, stride[1] = {(cuuint64_t)k * 2};
-    cuuint32_t box[2] = {64, box_rows}, estride[2] = {1, 1};
+    cuuint32_t box[2] = {64, 128}, estride[2] = {1, 1};
     return CUDA_CHECK(err, cuda_driver()->cuTensorMapEncodeTiled(
                                map, CU_TENSOR_MAP_DATA_TYPE_FLOAT16, 2, (void *)(uintptr_t)p, dim, stride, box,
                                estride, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
                                CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE));
 }
 
+int gemm_own_grid(const GemmDesc *d, int blocks)
+{
+    int64_t pairs = (d->N / 256) * ((d->M + 255) / 256), clusters = blocks / 2 > 0 ? blocks / 2 : 1;
+    return 2 * (int)(pairs < clusters ? pairs : clusters);
+}
+
 HpcStatus gemm_own_run(CUfunction f, const GemmDesc *d, CUdeviceptr gelu, int blocks, CUstream stream,
                        HpcError *err)
 {
     CUtensorMap ta, tw;
-    HpcStatus st = gemm_own_tensor_map(&ta, d->A, d->M, d->K, 128, err);
-    if (!st) st = gemm_own_tensor_map(&tw, d->B, d->N, d->K, 256, err);
+    HpcStatus st = gemm_own_tensor_map(&ta, d->A, d->M, d->K, err);
+    if (!st) st = gemm_own_tensor_map(&tw, d->B, d->N, d->K, err);
     if (st) return st;
     CUdeviceptr c = d->C, bias = d->bias;
     int m = (int)d->M, n = (int)d->N, k = (int)d->K;
-    int64_t tiles = (d->N / 256) * ((d->M + 127) / 128);
-    unsigned grid = (unsigned)(tiles < blocks ? tiles : blocks);
     void *plain[] = {&ta, &tw, &c, &bias, &m, &n, &k}, *with_gelu[] = {&ta, &tw, &c, &gelu, &bias, &m, &n, &k};
-    return cuda_launch(f, (unsigned[3]){grid, 1, 1}, (unsigned[3]){384, 1, 1}, GEMM_OWN_SMEM_BYTES, stream,
-                       gelu ? with_gelu : plain, err);
+    return cuda_launch(f, (unsigned[3]){(unsigned)gemm_own_grid(d, blocks), 1, 1}, (unsigned[3]){384, 1, 1},
+                       GEMM_OWN_SMEM_BYTES, stream, gelu ? with_gelu : plain, err);
 }

@@ -1,5 +1,6 @@
 /* runtime/cuda/gemm_own.h — hpc's own GEMM (compiler/kernels/gemm_wgmma_tma.cu:
- * TMA, wgmma, 128 x 256 tiles, a persistent grid) in place of cuBLASLt for the step's f16
+ * TMA, wgmma, 128 x 256 tiles, clusters of two sharing W, a persistent
+ * grid) in place of cuBLASLt for the step's f16
  * linear forwards, under HPC_GEMM_OWN=1.  An experiment until its A/B on a
  * GPU says otherwise: off by default.
  *
@@ -16,7 +17,8 @@
  * memory check, which plan without it, can differ from such a run by
  * those few ranges.
  *
- *   if (gemm_own_fits(&desc)) st = gemm_own_run(fn, &desc, 0, dev->sm_count, stream, &err);
+ *   if (gemm_own_fits(&desc) && gemm_own_fills(&desc, dev->sm_count))
+ *       st = gemm_own_run(fn, &desc, 0, dev->sm_count, stream, &err);
  *   else st = gemm_run(&gemm, &desc, &err);
  */
 #ifndef HPC_RUNTIME_CUDA_GEMM_OWN_H
@@ -38,16 +40,26 @@ bool gemm_own_in_source(const char *source);
  * out, packed, one matrix, N a multiple of 256 and K of 64 (M any). */
 bool gemm_own_fits(const GemmDesc *d);
 
-/* The TMA map of a (rows, k) row-major f16 operand as the kernel reads it:
- * boxes of 64 k by box_rows rows (128 for x, 256 for W) in the 128-byte
- * swizzle; rows past the matrix read as zeros. */
-HpcStatus gemm_own_tensor_map(CUtensorMap *map, CUdeviceptr p, int64_t rows, int64_t k, unsigned box_rows,
-                              HpcError *err);
+/* Whether d has a 128 x 256 tile for every SM at least: below that the
+ * step keeps cuBLASLt's GEMM, which splits small products finer (the
+ * 2026-12-05 H200 A/B: own GEMMs on 24-96 tiles made the 32 x 32 step
+ * 14 % slower). */
+bool gemm_own_fills(const GemmDesc *d, int sm_count);
 
-/* Queues it on stream: the tensor maps of x and W, then the launch of at
- * most `blocks` blocks (the device's SM count: the grid is persistent,
- * one block an SM); f is GEMM_OWN_KERNEL's function, or with gelu
- * (gelu(y), y's layout) not 0 GEMM_OWN_GELU_KERNEL's. */
+/* The TMA map of a (rows, k) row-major f16 operand as the kernel reads it
+ * (x and W alike): boxes of 64 k by 128 rows in the 128-byte swizzle; rows
+ * past the matrix read as zeros. */
+HpcStatus gemm_own_tensor_map(CUtensorMap *map, CUdeviceptr p, int64_t rows, int64_t k, HpcError *err);
+
+/* The blocks gemm_own_run launches for d given at most `blocks` (the
+ * device's SM count): two a cluster, one cluster a pair of row tiles at
+ * most, at least one cluster. */
+int gemm_own_grid(const GemmDesc *d, int blocks);
+
+/* Queues it on stream: the tensor maps of x and W, then the launch of
+ * gemm_own_grid(d, blocks) blocks (the grid is persistent: one block an
+ * SM); f is GEMM_OWN_KERNEL's function, or with gelu (gelu(y), y's
+ * layout) not 0 GEMM_OWN_GELU_KERNEL's. */
 HpcStatus gemm_own_run(CUfunction f, const GemmDesc *d, CUdeviceptr gelu, int blocks, CUstream stream,
                        HpcError *err);
 

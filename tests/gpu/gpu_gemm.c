@@ -10,8 +10,9 @@
  * gemm_wgmma_bias_gelu_f16, which also writes G = gelu(C) (exact-erf GELU,
  * act_ref_gelu of program/activations.h in the reference); A, W, bias
  * random in [-1, 1] rounded to f16, C and G poisoned with NaN
- * first.  The TMA kernel's persistent grid also runs on 2 and 3 blocks for
- * more tiles, so that one block's ring goes on from tile to tile.
+ * first.  The TMA kernel's persistent grid also runs on one cluster (2
+ * blocks) for more tiles, so that a block's ring goes on from tile to
+ * tile, and with an odd number of row tiles (a pair's second past M).
  * Error = ||got - ref||_2 / ||ref||_2 against a double reference
  * of the rounded inputs; limit 2e-3 (f16 output rounding is 2^-11
  * relative; f32 sums over K <= 1024 add far less); a NaN fails.
@@ -215,8 +216,10 @@ static void check_shape(int m, int n, int k, int tma, int gelu, uint64_t seed)
                            : (gelu ? "gemm_wgmma_bias_gelu_f16" : "gemm_wgmma_bias_f16");
     char blocks[32] = "";
     if (tma) {   /* the grid gemm_own_run launches */
-        int tiles = n / 256 * ((m + 127) / 128), most = tma < g_dev.sm_count ? tma : g_dev.sm_count;
-        snprintf(blocks, sizeof blocks, " (%d tiles, %d blocks)", tiles, tiles < most ? tiles : most);
+        GemmDesc d;
+        gemm_desc_linear(&d, GEMM_F16, GEMM_F16, m, n, k, da, dw, db, dc);
+        snprintf(blocks, sizeof blocks, " (%d tiles, %d blocks)", n / 256 * ((m + 127) / 128),
+                 gemm_own_grid(&d, tma < g_dev.sm_count ? tma : g_dev.sm_count));
     }
     result(nan == 0 && rel <= 2e-3, "%s M=%d N=%d K=%d%s: C rel L2 %.2e <= 2e-3, %d NaN", name, m, n, k, blocks, rel,
            nan);
@@ -362,8 +365,8 @@ int main(void)
     check_shape(384, 768, 768, all, 0, 9);
     check_shape(256, 512, 192, all, 1, 10);    /* TMA with GELU */
     check_shape(200, 256, 128, all, 0, 11);    /* TMA: M not a multiple of 128 */
-    check_shape(384, 768, 576, 2, 0, 12);      /* 9 tiles on 2 blocks, 9 k tiles each: the ring across tiles */
-    check_shape(328, 512, 320, 3, 1, 13);      /* 6 tiles on 3 blocks, GELU, a part row tile */
+    check_shape(384, 768, 576, 2, 0, 12);      /* 6 pairs on one cluster, 9 k tiles each: the ring across tiles */
+    check_shape(328, 512, 320, 3, 1, 13);      /* 4 pairs on one cluster, GELU, a part row tile */
     if (!getenv("HPC_GPU_TEST_NO_TIMING")) run_timing();
     cuda_device_close(&g_dev);
     return gpu_check_summary();

@@ -2,7 +2,8 @@
  *
  * hpc's kernels hold a few inline PTX statements (conversions, mma.sync,
  * ldmatrix, cp.async, wide stores; wgmma, mbarrier and TMA loads in the
- * GEMMs of its own).  Before g++ sees a (preprocessed) module,
+ * GEMMs of its own, and thread block clusters: %cluster_ctarank, mapa,
+ * remote mbarrier arrivals, multicast TMA loads, barrier.cluster).  Before g++ sees a (preprocessed) module,
  * emu_rewrite_asm replaces each statement
  *     asm [volatile] ("template" : outputs : inputs [: clobbers]);
  * by a call emu_asm_NAME(outputs..., inputs...) of emu_kernel.h, NAME found
@@ -55,6 +56,29 @@ static const Known g_known[] = {
      "emu_asm_mbar_try_wait"},
     {"cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4]",
      "emu_asm_tma_load_2d"},
+    /* thread block clusters: a literal % is %% in a template with operands */
+    {"mov.u32 %0, %%cluster_ctarank", "emu_asm_cluster_ctarank"},
+    {"mov.u32 %0, %cluster_ctarank", "emu_asm_cluster_ctarank"},
+    {"mov.u32 %0, %%cluster_nctarank", "emu_asm_cluster_nctarank"},
+    {"mov.u32 %0, %cluster_nctarank", "emu_asm_cluster_nctarank"},
+    {"{ .reg .pred p; mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 p, [%1], %2; selp.u32 %0, 1, 0, p; }",
+     "emu_asm_mbar_try_wait"},
+    {"mapa.shared::cluster.u32 %0, %1, %2", "emu_asm_mapa"},
+    {"mbarrier.arrive.release.cluster.shared::cluster.b64 _, [%0]", "emu_asm_mbar_arrive_cluster"},
+    {"mbarrier.arrive.shared::cluster.b64 _, [%0]", "emu_asm_mbar_arrive_cluster"},
+    {"cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes.multicast::cluster [%0], [%1, {%2, "
+     "%3}], [%4], %5",
+     "emu_asm_tma_load_2d_multicast"},
+    {"barrier.cluster.arrive.release.aligned; barrier.cluster.wait.acquire.aligned", "emu_asm_cluster_sync"},
+    {"barrier.cluster.arrive.aligned; barrier.cluster.wait.aligned", "emu_asm_cluster_sync"},
+    {"barrier.cluster.arrive; barrier.cluster.wait", "emu_asm_cluster_sync"},
+    {"barrier.cluster.arrive.release.aligned", "emu_asm_cluster_arrive"},
+    {"barrier.cluster.arrive.relaxed.aligned", "emu_asm_cluster_arrive"},
+    {"barrier.cluster.arrive.aligned", "emu_asm_cluster_arrive"},
+    {"barrier.cluster.arrive", "emu_asm_cluster_arrive"},
+    {"barrier.cluster.wait.acquire.aligned", "emu_asm_cluster_wait"},
+    {"barrier.cluster.wait.aligned", "emu_asm_cluster_wait"},
+    {"barrier.cluster.wait", "emu_asm_cluster_wait"},
 };
 
 typedef struct {

@@ -116,13 +116,25 @@ EMU_API CUresult cuDeviceTotalMem(size_t *bytes, CUdevice d)
     return CUDA_SUCCESS;
 }
 
+/* An H100 SXM's 132, or HPC_EMU_SM_COUNT: a smaller GPU makes the step
+ * take paths it keeps for shapes that fill the GPU (gemm_own_fills) at
+ * the small shapes an emulated run can afford. */
+static int sm_count(void)
+{
+    const char *v = getenv("HPC_EMU_SM_COUNT");
+    char *end;
+    long n = v && *v ? strtol(v, &end, 10) : 132;
+    if (v && *v && (*end || n < 1 || n > 1024)) emu_die("HPC_EMU_SM_COUNT=%s: want a number of SMs from 1 to 1024", v);
+    return (int)n;
+}
+
 EMU_API CUresult cuDeviceGetAttribute(int *v, CUdevice_attribute a, CUdevice d)
 {
     if (d != 0) return CUDA_ERROR_INVALID_DEVICE;
     switch (a) {
     case CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR: *v = 9; break;
     case CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR: *v = 0; break;
-    case CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT: *v = 132; break;
+    case CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT: *v = sm_count(); break;
     case CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_MULTIPROCESSOR: *v = 2048; break;
     case CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_BLOCK: *v = 1024; break;
     case CU_DEVICE_ATTRIBUTE_WARP_SIZE: *v = 32; break;

@@ -9,11 +9,15 @@
  * What it promises:
  *   - Each CUDA thread runs as a fiber on the calling OS thread, the blocks
  *     of a grid one after another, the threads of a block round-robin,
- *     switching only at __syncthreads and the warp collectives.
+ *     switching only at __syncthreads and the warp collectives.  A kernel
+ *     with __cluster_dims__ runs a cluster's blocks together instead, their
+ *     threads round-robin across the blocks, so that one block may wait on
+ *     another's arrivals, multicast TMA loads and barrier.cluster.
  *   - Shared memory is a window of 227 KiB per block: dynamic bytes first,
  *     then each __shared__ variable (emu_asm.c rewrites its declaration)
  *     where its declaration first runs in the block; shared addresses
- *     (__cvta_generic_to_shared, wgmma descriptors) are window offsets.
+ *     (__cvta_generic_to_shared, wgmma descriptors) are window offsets;
+ *     shared::cluster ones (mapa) the offset with rank + 1 in bits 24 up.
  *   - __syncthreads waits for every thread of the block that has not
  *     exited; a warp collective for the lanes of its mask that have not
  *     exited.  A barrier nobody can pass is reported as a deadlock with the
@@ -50,6 +54,8 @@
 
 #define __global__ __attribute__((used))   /* emu_module.c finds the kernels by it */
 #define __launch_bounds__(...)
+/* emu_module.c reads a kernel's cluster shape from this mark, then blanks it */
+#define __cluster_dims__(...) __emu_cluster_dims__(__VA_ARGS__)
 #define __device__
 #define __host__
 #define __forceinline__ inline
@@ -120,8 +126,8 @@ static inline unsigned atomicInc(unsigned *p, unsigned lim) { unsigned old = *p;
 
 namespace emu {
 
-enum { RUNNABLE, AT_BARRIER, AT_WARP, AT_GROUP, DONE };
-enum { STACK_BYTES = 256 * 1024, MAX_THREADS = 1024, SLOT_BYTES = 64 };
+enum { RUNNABLE, AT_BARRIER, AT_WARP, AT_GROUP, AT_CLUSTER, DONE };
+enum { STACK_BYTES = 256 * 1024, MAX_THREADS = 1024, SLOT_BYTES = 64, MAX_CLUSTER = 8 };
 
 struct Thread {
     void *sp;              /* saved stack pointer while switched out */
@@ -131,6 +137,8 @@ struct Thread {
     unsigned warp_gen;     /* the warp barrier generation it waits for */
     unsigned warp_mask;    /* the lanes that barrier waits for */
     unsigned char group_slot[32];   /* what it gives a warpgroup collective (wgmma) */
+    unsigned cluster_arrival;       /* 1 + the cluster barrier generation it arrived in
+                                       until its wait, else 0 (one word: Thread stays 80 bytes) */
 };
 
 struct Warp {
@@ -139,6 +147,8 @@ struct Warp {
     unsigned gen;
     unsigned char slot[32][SLOT_BYTES];
 };
+
+struct Cluster;
 
 struct Block {
     const char *kernel;
@@ -158,11 +168,25 @@ struct Block {
     struct { int site; unsigned offset; } sites[256];
     struct Mbar { unsigned addr; int count, pending; long long tx; unsigned phases; } mbars[64];
     int n_mbars;
-    long long spins;   /* failed mbarrier waits since a phase last completed */
+    unsigned rank;          /* in its cluster (%cluster_ctarank) */
+    Cluster *cluster;
+    unsigned char *window;  /* its shared memory, 1024-aligned as swizzled layouts want */
+};
+
+/* The blocks that run together (__cluster_dims__; one block without it):
+ * their fibers interleave, so one can wait for another's arrivals. */
+struct Cluster {
+    Block *blocks[MAX_CLUSTER];   /* by rank */
+    int n;
+    int live;                     /* threads of all its blocks that have not exited */
+    int arrived;                  /* at the cluster barrier's current generation */
+    unsigned gen;
+    long long spins;              /* failed mbarrier waits since a phase last completed */
 };
 
 enum { SHARED_BYTES = 232448 };   /* sm_90's most a block may have */
-static thread_local unsigned char *g_window;   /* 1024-aligned, as swizzled layouts want */
+/* The running fiber's block's window (its Block::window), switched with g_block. */
+static thread_local unsigned char *g_window;
 
 static thread_local Block *g_block;
 static thread_local Thread *g_cur;
@@ -172,7 +196,10 @@ static thread_local void *g_body_arg;
 [[noreturn]] static void die(const char *what)
 {
     Block *b = g_block;
-    if (b && g_cur)
+    if (b && g_cur && b->cluster && b->cluster->n > 1)
+        fprintf(stderr, "cuemu: kernel %s, block (%u,%u,%u) (cluster rank %u), thread (%u,%u,%u): %s\n", b->kernel,
+                b->bid.x, b->bid.y, b->bid.z, b->rank, g_cur->tid.x, g_cur->tid.y, g_cur->tid.z, what);
+    else if (b && g_cur)
         fprintf(stderr, "cuemu: kernel %s, block (%u,%u,%u), thread (%u,%u,%u): %s\n", b->kernel,
                 b->bid.x, b->bid.y, b->bid.z, g_cur->tid.x, g_cur->tid.y, g_cur->tid.z, what);
     else
@@ -257,15 +284,16 @@ static void stack_release(unsigned char *pool, int n)
     madvise(pool, (size_t)n * (STACK_BYTES + STACK_FENCE), MADV_DONTNEED);
 }
 
-/* After a block: the top of each fence (where an overflow writes first). */
-static void stack_check(const unsigned char *pool, int n)
+/* After a block: the top of each fence (where an overflow writes first);
+ * its threads' stacks are first .. first + b->n - 1 of the pool. */
+static void stack_check(const Block *b, unsigned char *pool, int first)
 {
-    for (int i = 0; i < n; i++) {
-        const unsigned long long *f = stack_fence((unsigned char *)pool, i);
+    for (int i = 0; i < b->n; i++) {
+        const unsigned long long *f = stack_fence(pool, first + i);
         for (int w = 0; w < 8; w++)
             if (f[w] != STACK_PATTERN) {
                 fprintf(stderr, "cuemu: kernel %s, block (%u,%u,%u): thread %d overflowed its 256 KiB emulator stack\n",
-                        g_block->kernel, g_block->bid.x, g_block->bid.y, g_block->bid.z, i);
+                        b->kernel, b->bid.x, b->bid.y, b->bid.z, i);
                 abort();
             }
     }
@@ -351,13 +379,50 @@ static void group_barrier(void)
     yield();
 }
 
+/* barrier.cluster (PTX ISA, "barrier.cluster"): every thread of the
+ * cluster that has not exited arrives, then waits for the generation it
+ * arrived in to end; exited threads count as arrived, as __syncthreads
+ * counts them. */
+static void release_cluster_barrier(Cluster *c)
+{
+    c->arrived = 0;
+    c->gen++;
+    for (int r = 0; r < c->n; r++) {
+        Block *b = c->blocks[r];
+        for (int i = 0; i < b->n; i++)
+            if (b->th[i].state == AT_CLUSTER) b->th[i].state = RUNNABLE;
+    }
+}
+
+static void cluster_arrive(void)
+{
+    Cluster *c = g_block->cluster;
+    if (g_cur->cluster_arrival) die("barrier.cluster.arrive twice without barrier.cluster.wait between");
+    g_cur->cluster_arrival = c->gen + 1;
+    if (++c->arrived == c->live) release_cluster_barrier(c);
+}
+
+static void cluster_wait(void)
+{
+    unsigned arrived_in = g_cur->cluster_arrival - 1;
+    if (!g_cur->cluster_arrival) die("barrier.cluster.wait without barrier.cluster.arrive before it");
+    g_cur->cluster_arrival = 0;
+    if (arrived_in != g_block->cluster->gen) return;   /* released already */
+    g_cur->state = AT_CLUSTER;
+    yield();
+}
+
 static void thread_exit(void)
 {
     Block *b = g_block;
     Thread *t = g_cur;
     Warp *w = &b->warps[t->warp];
+    Cluster *c = b->cluster;
     t->state = DONE;
     b->live--;
+    c->live--;
+    if (t->cluster_arrival == c->gen + 1) c->arrived--;   /* an arrival without its wait no longer counts */
+    if (c->arrived && c->arrived == c->live) release_cluster_barrier(c);
     w->live &= ~(1u << t->lane);
     int g = (int)t->linear / 128;
     b->group_live[g]--;
@@ -383,24 +448,35 @@ struct Dims {
     unsigned grid[3], block[3], dynamic_smem;   /* as emu_module.c's */
 };
 
-static void describe_deadlock(Block *b)
+static void describe_deadlock(const Cluster *c)
 {
-    fprintf(stderr, "cuemu: kernel %s, block (%u,%u,%u): deadlock; %d threads live, %d at "
-            "__syncthreads\n", b->kernel, b->bid.x, b->bid.y, b->bid.z, b->live, b->at_barrier);
-    for (int i = 0; i < b->n; i++) {
-        Thread *t = &b->th[i];
-        if (t->state == AT_WARP)
-            fprintf(stderr, "  thread %u waits at a warp collective (mask %08x, warp live %08x)\n",
-                    t->linear, t->warp_mask, b->warps[t->warp].live);
-        else if (t->state == AT_GROUP)
-            fprintf(stderr, "  thread %u waits at a warpgroup collective (wgmma)\n", t->linear);
+    for (int r = 0; r < c->n; r++) {
+        const Block *b = c->blocks[r];
+        if (!b->live) continue;
+        fprintf(stderr, "cuemu: kernel %s, block (%u,%u,%u): deadlock; %d threads live, %d at "
+                "__syncthreads\n", b->kernel, b->bid.x, b->bid.y, b->bid.z, b->live, b->at_barrier);
+        if (c->n > 1) {
+            int waiting = 0;
+            for (int i = 0; i < b->n; i++) waiting += b->th[i].state == AT_CLUSTER;
+            fprintf(stderr, "  rank %u of a cluster of %d: %d threads wait at barrier.cluster (the cluster's %d "
+                    "live threads: %d arrived)\n", b->rank, c->n, waiting, c->live, c->arrived);
+        }
+        for (int i = 0; i < b->n; i++) {
+            const Thread *t = &b->th[i];
+            if (t->state == AT_WARP)
+                fprintf(stderr, "  thread %u waits at a warp collective (mask %08x, warp live %08x)\n",
+                        t->linear, t->warp_mask, b->warps[t->warp].live);
+            else if (t->state == AT_GROUP)
+                fprintf(stderr, "  thread %u waits at a warpgroup collective (wgmma)\n", t->linear);
+        }
     }
     abort();
 }
 
-static void run_block(Block *b)
+/* A block's threads ready to start, their stacks first .. first + b->n - 1
+ * of the pool. */
+static void start_block(Block *b, unsigned char *pool, int first)
 {
-    unsigned char *pool = stack_pool(b->n);
     b->live = b->n;
     b->at_barrier = 0;
     b->bar_and = 1, b->bar_or = 0, b->bar_count = 0;
@@ -423,57 +499,104 @@ static void run_block(Block *b)
         t->lane = (unsigned)i % 32;
         t->warp = (unsigned)i / 32;
         t->state = RUNNABLE;
-        t->sp = fresh_stack(pool + (size_t)i * (STACK_BYTES + STACK_FENCE) + STACK_FENCE);
-        for (int w = 0; w < 8; w++) stack_fence(pool, i)[w] = STACK_PATTERN;
+        t->cluster_arrival = 0;
+        t->sp = fresh_stack(pool + (size_t)(first + i) * (STACK_BYTES + STACK_FENCE) + STACK_FENCE);
+        for (int w = 0; w < 8; w++) stack_fence(pool, first + i)[w] = STACK_PATTERN;
     }
-    while (b->live > 0) {
-        int ran = 0;
-        for (int i = 0; i < b->n; i++) {
-            if (b->th[i].state != RUNNABLE) continue;
-            g_cur = &b->th[i];
-            emu_ctx_switch(&b->sched_sp, g_cur->sp);
-            ran = 1;
-        }
-        if (!ran) describe_deadlock(b);
-    }
-    g_cur = NULL;
-    stack_check(pool, b->n);
 }
 
-static void run_grid(const char *name, const Dims *d, void (*body)(void *), void *arg)
+/* Runs the cluster's blocks to their end: each round, every runnable
+ * thread of rank 0, then of rank 1, ...; g_block and g_window are the
+ * running thread's block's, so shared addresses and __shared__ variables
+ * are its own.  (A cluster of one is the block alone, as before clusters.) */
+static void run_cluster(Cluster *c)
 {
-    unsigned n = d->block[0] * d->block[1] * d->block[2];
+    unsigned char *pool = stack_pool(c->n * c->blocks[0]->n);
+    c->live = 0;
+    c->arrived = 0;
+    c->gen = 0;
+    c->spins = 0;
+    for (int r = 0; r < c->n; r++) {
+        start_block(c->blocks[r], pool, r * c->blocks[r]->n);
+        c->live += c->blocks[r]->n;
+    }
+    while (c->live > 0) {
+        int ran = 0;
+        for (int r = 0; r < c->n; r++) {
+            Block *b = c->blocks[r];
+            g_block = b;
+            g_window = b->window;
+            for (int i = 0; i < b->n; i++) {
+                if (b->th[i].state != RUNNABLE) continue;
+                g_cur = &b->th[i];
+                emu_ctx_switch(&b->sched_sp, g_cur->sp);
+                ran = 1;
+            }
+        }
+        if (!ran) describe_deadlock(c);
+    }
+    g_cur = NULL;
+    for (int r = 0; r < c->n; r++) stack_check(c->blocks[r], pool, r * c->blocks[r]->n);
+}
+
+/* Every block of the grid, cluster by cluster (cdim: the kernel's
+ * __cluster_dims__; emu_module.c checked that they divide the grid).  The
+ * cluster holding block (x, y, z) is the blocks with the same x / cx,
+ * y / cy, z / cz; a block's rank is x % cx + (y % cy) cx + (z % cz) cx cy. */
+static void run_grid(const char *name, const Dims *d, const unsigned cdim[3], void (*body)(void *), void *arg)
+{
+    unsigned n = d->block[0] * d->block[1] * d->block[2], csize = cdim[0] * cdim[1] * cdim[2];
     if (n == 0 || n > MAX_THREADS) {
         fprintf(stderr, "cuemu: kernel %s launched with %u threads a block\n", name, n);
         abort();
     }
-    static thread_local Block *block;
-    if (!block) block = (Block *)calloc(1, sizeof(Block));
+    if (csize == 0 || csize > MAX_CLUSTER || d->grid[0] % cdim[0] || d->grid[1] % cdim[1] || d->grid[2] % cdim[2]) {
+        fprintf(stderr, "cuemu: kernel %s: clusters of (%u,%u,%u) blocks do not tile its grid (%u,%u,%u)\n", name,
+                cdim[0], cdim[1], cdim[2], d->grid[0], d->grid[1], d->grid[2]);
+        abort();
+    }
+    if (d->dynamic_smem > SHARED_BYTES) {
+        fprintf(stderr, "cuemu: kernel %s: more dynamic shared memory than a block may have\n", name);
+        abort();
+    }
+    static thread_local Block *blocks[MAX_CLUSTER];
+    static thread_local Cluster cluster;
     Block *saved = g_block;
-    g_block = block;
+    unsigned char *saved_window = g_window;
     g_body = body;
     g_body_arg = arg;
-    block->kernel = name;
-    block->n = (int)n;
-    block->gdim = uint3{d->grid[0], d->grid[1], d->grid[2]};
-    block->bdim = uint3{d->block[0], d->block[1], d->block[2]};
-    if (!g_window && !(g_window = (unsigned char *)aligned_alloc(1024, SHARED_BYTES)))
-        die("no memory for the shared-memory window");
-    block->dynamic_bytes = d->dynamic_smem;
-    if (d->dynamic_smem > SHARED_BYTES) die("more dynamic shared memory than a block may have");
-    for (unsigned z = 0; z < d->grid[2]; z++)
-        for (unsigned y = 0; y < d->grid[1]; y++)
-            for (unsigned x = 0; x < d->grid[0]; x++) {
-                block->bid = uint3{x, y, z};
-                memset(g_window, 0xA5, d->dynamic_smem);
-                block->shared_top = (d->dynamic_smem + 127) / 128 * 128;
-                block->n_sites = 0;
-                block->n_mbars = 0;
-                block->spins = 0;
-                run_block(block);
+    cluster.n = (int)csize;
+    for (unsigned r = 0; r < csize; r++) {
+        if (!blocks[r]) {
+            blocks[r] = (Block *)calloc(1, sizeof(Block));
+            if (blocks[r]) blocks[r]->window = (unsigned char *)aligned_alloc(1024, SHARED_BYTES);
+            if (!blocks[r] || !blocks[r]->window) die("no memory for a block and its shared-memory window");
+        }
+        Block *b = cluster.blocks[r] = blocks[r];
+        b->kernel = name;
+        b->n = (int)n;
+        b->gdim = uint3{d->grid[0], d->grid[1], d->grid[2]};
+        b->bdim = uint3{d->block[0], d->block[1], d->block[2]};
+        b->dynamic_bytes = d->dynamic_smem;
+        b->rank = r;
+        b->cluster = &cluster;
+    }
+    for (unsigned cz = 0; cz < d->grid[2]; cz += cdim[2])
+        for (unsigned cy = 0; cy < d->grid[1]; cy += cdim[1])
+            for (unsigned cx = 0; cx < d->grid[0]; cx += cdim[0]) {
+                for (unsigned r = 0; r < csize; r++) {
+                    Block *b = blocks[r];
+                    b->bid = uint3{cx + r % cdim[0], cy + r / cdim[0] % cdim[1], cz + r / (cdim[0] * cdim[1])};
+                    memset(b->window, 0xA5, d->dynamic_smem);
+                    b->shared_top = (d->dynamic_smem + 127) / 128 * 128;
+                    b->n_sites = 0;
+                    b->n_mbars = 0;
+                }
+                run_cluster(&cluster);
             }
-    stack_release(stack_pool((int)n), (int)n);
+    stack_release(stack_pool((int)(n * csize)), (int)(n * csize));
     g_block = saved;
+    g_window = saved_window;
 }
 
 /* ---- a kernel's entry: its parameters packed, then every block run ----- */
@@ -522,17 +645,23 @@ template <typename... A> static void fiber_body(void *arg)
 }
 
 /* op 0: the packed size of the parameters into *size (and the bytes into
- * blob when it is not NULL); op 1: run the grid from a packed blob. */
+ * blob when it is not NULL); op 1: run the grid from a packed blob; op 2:
+ * the kernel's cluster dims (unsigned[3]) into blob. */
 template <typename... A>
 static void entry(void (*fn)(A...), const char *name, int op, void **params, void *blob,
-                  size_t *size, const Dims *d)
+                  size_t *size, const Dims *d, unsigned cx, unsigned cy, unsigned cz)
 {
+    const unsigned cdim[3] = {cx, cy, cz};   /* __cluster_dims__, or 1, 1, 1 */
     if (op == 0) {
         *size = pack_params<A...>(params, (unsigned char *)blob);
         return;
     }
+    if (op == 2) {
+        memcpy(blob, cdim, sizeof cdim);
+        return;
+    }
     Call<A...> c = {fn, (const unsigned char *)blob};
-    run_grid(name, d, fiber_body<A...>, &c);
+    run_grid(name, d, cdim, fiber_body<A...>, &c);
 }
 
 /* ---- half precision ----------------------------------------------------- */
@@ -815,74 +944,127 @@ static inline void wgmma_run(float *const *d, int n, int bf16, int a_regs, unsig
 /* ---- mbarrier and TMA (PTX ISA, "Parallel Synchronization and
  * Communication Instructions: mbarrier", "cp.async.bulk.tensor") ------- */
 
-/* A barrier object's state, by its shared address: the arrivals a phase
- * needs, those still missing, the transaction bytes still expected, and
- * the phases completed so far. */
-static inline Block::Mbar *mbar_at(unsigned addr, int create)
+/* shared::cluster addresses (mapa's): the offset in the window of the
+ * block of rank r, with r + 1 in bits 24 and up (the window's offsets need
+ * 18 bits); a shared::cta address (no rank bits) is the own block's, as
+ * the PTX ISA has it. */
+enum { CLUSTER_RANK_SHIFT = 24 };
+
+static inline unsigned mapa(unsigned addr, unsigned rank)
 {
-    Block *b = g_block;
+    unsigned offset = addr & ((1u << CLUSTER_RANK_SHIFT) - 1);
+    if (offset >= SHARED_BYTES) die("mapa of an address past the block's shared memory");
+    if (rank >= (unsigned)g_block->cluster->n) die("mapa to a rank outside the cluster");
+    return offset | (rank + 1) << CLUSTER_RANK_SHIFT;
+}
+
+/* The block a shared::cluster address points into, and the offset there. */
+static inline Block *cluster_block(unsigned addr, unsigned *offset)
+{
+    unsigned tag = addr >> CLUSTER_RANK_SHIFT;
+    *offset = addr & ((1u << CLUSTER_RANK_SHIFT) - 1);
+    if (!tag) return g_block;
+    if (tag > (unsigned)g_block->cluster->n) die("a shared::cluster address of a rank outside the cluster");
+    return g_block->cluster->blocks[tag - 1];
+}
+
+/* Before another block's shared memory is touched: on the GPU a block that
+ * has exited has given its shared memory back (undefined behaviour). */
+static inline void require_running(const Block *b, const char *what)
+{
+    if (b->live) return;
+    char msg[200];
+    snprintf(msg, sizeof msg, "%s into block (%u,%u,%u) (cluster rank %u), whose threads have all exited", what,
+             b->bid.x, b->bid.y, b->bid.z, b->rank);
+    die(msg);
+}
+
+/* A barrier object's state, by its shared address in block b: the
+ * arrivals a phase needs, those still missing, the transaction bytes still
+ * expected (below zero while bytes came before the expect_tx of their
+ * phase, as a peer's multicast may), and the phases completed so far. */
+static inline Block::Mbar *mbar_at(Block *b, unsigned addr, int create)
+{
     for (int i = 0; i < b->n_mbars; i++)
         if (b->mbars[i].addr == addr) return &b->mbars[i];
-    if (!create) die("an mbarrier used before mbarrier.init");
+    if (addr >= SHARED_BYTES)
+        die("an mbarrier address past the window (a shared::cluster address where a shared::cta one belongs?)");
+    if (!create) {
+        char msg[160];
+        snprintf(msg, sizeof msg, "an mbarrier (at %u of cluster rank %u's shared memory) used before mbarrier.init",
+                 addr, b->rank);
+        die(msg);
+    }
     if (b->n_mbars == 64) die("more than 64 mbarriers in one block");
     Block::Mbar *m = &b->mbars[b->n_mbars++];
     m->addr = addr;
     return m;
 }
 
+/* The phase completes when no arrival is missing and no byte expected. */
 static inline void mbar_check(Block::Mbar *m)
 {
-    if (m->pending == 0 && m->tx == 0) {   /* the phase completes */
+    if (m->pending == 0 && m->tx == 0) {
         m->phases++;
         m->pending = m->count;
-        g_block->spins = 0;
+        g_block->cluster->spins = 0;
     }
     if (m->pending < 0) die("an mbarrier got more arrivals than its count");
 }
 
 static inline void mbar_init(unsigned addr, int count)
 {
-    Block::Mbar *m = mbar_at(addr, 1);
+    Block::Mbar *m = mbar_at(g_block, addr, 1);
     m->count = m->pending = count;
     m->tx = 0;
     m->phases = 0;
 }
 
-static inline void mbar_arrive(unsigned addr, long long tx)
+static inline void mbar_arrive(Block *b, unsigned addr, long long tx)
 {
-    Block::Mbar *m = mbar_at(addr, 0);
+    Block::Mbar *m = mbar_at(b, addr, 0);
     m->tx += tx;
     m->pending--;
     mbar_check(m);
 }
 
+/* mbarrier.arrive.release.cluster.shared::cluster: one arrival on the
+ * barrier of whichever block of the cluster addr points into. */
+static inline void mbar_arrive_cluster(unsigned addr)
+{
+    unsigned offset;
+    Block *b = cluster_block(addr, &offset);
+    require_running(b, "mbarrier.arrive");
+    mbar_arrive(b, offset, 0);
+}
+
 /* Whether the phase of parity `parity` has completed (the current phase's
- * parity differs); if not, the thread lets the others run first. */
+ * parity differs); if not, the thread lets the others (the cluster's
+ * included) run first. */
 static inline unsigned mbar_try_wait(unsigned addr, unsigned parity)
 {
-    Block::Mbar *m = mbar_at(addr, 0);
+    Block::Mbar *m = mbar_at(g_block, addr, 0);
     if ((m->phases & 1u) != (parity & 1u)) return 1;
-    if (++g_block->spins > 100000000LL) die("mbarrier waits that never complete (a deadlock)");
+    if (++g_block->cluster->spins > 100000000LL) die("mbarrier waits that never complete (a deadlock)");
     yield();
     return 0;
 }
 
-/* A box of the 2-D tensor map at (c0 inner, c1 outer) into shared memory,
- * rows of box[0] elements one after another, in the map's swizzle (the
- * 16-byte chunk index XORed with shared-address bits 7..9); elements past
- * the tensor read as zeros; then the bytes complete on the mbarrier. */
-static inline void tma_load_2d(unsigned dst, const void *map, int c0, int c1, unsigned mbar)
+/* A box of the 2-D tensor map at (c0 inner, c1 outer) into block b's
+ * shared memory at dst, rows of box[0] elements one after another, in the
+ * map's swizzle (the 16-byte chunk index XORed with shared-address bits
+ * 7..9); elements past the tensor read as zeros; then the bytes complete
+ * on b's mbarrier at mbar. */
+static inline void tma_box_2d(Block *b, unsigned dst, const EmuTensorMap &t, int c0, int c1, unsigned mbar)
 {
-    EmuTensorMap t;
-    memcpy(&t, map, sizeof t);
-    if (t.magic != EMU_TMAP_MAGIC) die("cp.async.bulk.tensor with a tensor map cuTensorMapEncodeTiled did not make");
     unsigned row_bytes = t.box[0] * t.element_bytes;
     for (unsigned r = 0; r < t.box[1]; r++) {
         for (unsigned byte = 0; byte < row_bytes; byte += t.element_bytes) {
             unsigned addr = dst + r * row_bytes + byte;
             if (t.swizzle_bytes) addr ^= ((addr >> 7) & 7u) << 4;
             long long x = (long long)c0 + byte / t.element_bytes, y = (long long)c1 + r;
-            unsigned char *out = (unsigned char *)from_shared(addr);
+            if (addr >= SHARED_BYTES) die("a TMA box past the block's shared memory");
+            unsigned char *out = b->window + addr;
             if (x < 0 || y < 0 || (unsigned long long)x >= t.dim[0] || (unsigned long long)y >= t.dim[1])
                 memset(out, 0, t.element_bytes);
             else
@@ -891,9 +1073,47 @@ static inline void tma_load_2d(unsigned dst, const void *map, int c0, int c1, un
                        t.element_bytes);
         }
     }
-    Block::Mbar *m = mbar_at(mbar, 0);
+    Block::Mbar *m = mbar_at(b, mbar, 0);
     m->tx -= (long long)row_bytes * t.box[1];
     mbar_check(m);
+}
+
+static inline EmuTensorMap tensor_map(const void *map)
+{
+    EmuTensorMap t;
+    memcpy(&t, map, sizeof t);
+    if (t.magic != EMU_TMAP_MAGIC) die("cp.async.bulk.tensor with a tensor map cuTensorMapEncodeTiled did not make");
+    return t;
+}
+
+/* dst and mbar are shared::cluster addresses, in one block (a shared::cta
+ * address: this one). */
+static inline void tma_load_2d(unsigned dst, const void *map, int c0, int c1, unsigned mbar)
+{
+    unsigned dst_offset, mbar_offset;
+    Block *b = cluster_block(dst, &dst_offset);
+    if (cluster_block(mbar, &mbar_offset) != b)
+        die("cp.async.bulk.tensor: the mbarrier is not in the destination's block");
+    if (b != g_block) require_running(b, "cp.async.bulk.tensor");
+    tma_box_2d(b, dst_offset, tensor_map(map), c0, c1, mbar_offset);
+}
+
+/* .multicast::cluster: the same box at offset dst of every block whose
+ * rank's bit is set in mask, its bytes completing on the mbarrier at
+ * offset mbar of each. */
+static inline void tma_load_2d_multicast(unsigned dst, const void *map, int c0, int c1, unsigned mbar, unsigned mask)
+{
+    const EmuTensorMap t = tensor_map(map);
+    Cluster *c = g_block->cluster;
+    unsigned dst_offset, mbar_offset;
+    cluster_block(dst, &dst_offset);   /* the offsets apply in every block */
+    cluster_block(mbar, &mbar_offset);
+    if (mask & 0xffffu & ~((1u << c->n) - 1)) die("cp.async.bulk.tensor multicast to a rank outside the cluster");
+    for (int r = 0; r < c->n; r++) {
+        if (!(mask >> r & 1u)) continue;
+        require_running(c->blocks[r], "cp.async.bulk.tensor multicast");
+        tma_box_2d(c->blocks[r], dst_offset, t, c0, c1, mbar_offset);
+    }
 }
 
 }   /* namespace emu */
@@ -957,12 +1177,32 @@ static inline void emu_asm_cp_async16(unsigned dst, const void *src, int n) { em
 static inline void emu_asm_cp_async4(unsigned dst, const void *src, int n) { emu_cp_async(dst, src, 4, n); }
 static inline void emu_asm_nothing(void) {}
 static inline void emu_asm_mbar_init(unsigned addr, int count) { emu::mbar_init(addr, count); }
-static inline void emu_asm_mbar_arrive(unsigned addr) { emu::mbar_arrive(addr, 0); }
-static inline void emu_asm_mbar_arrive_expect_tx(unsigned addr, unsigned bytes) { emu::mbar_arrive(addr, bytes); }
+static inline void emu_asm_mbar_arrive(unsigned addr) { emu::mbar_arrive(emu::g_block, addr, 0); }
+static inline void emu_asm_mbar_arrive_expect_tx(unsigned addr, unsigned bytes)
+{
+    emu::mbar_arrive(emu::g_block, addr, bytes);
+}
 static inline void emu_asm_mbar_try_wait(unsigned &ok, unsigned addr, unsigned parity) { ok = emu::mbar_try_wait(addr, parity); }
 static inline void emu_asm_tma_load_2d(unsigned dst, unsigned long long map, int c0, int c1, unsigned mbar)
 {
     emu::tma_load_2d(dst, (const void *)(uintptr_t)map, c0, c1, mbar);
+}
+/* ---- clusters (__cluster_dims__) ---- */
+static inline void emu_asm_cluster_ctarank(unsigned &rank) { rank = emu::g_block->rank; }
+static inline void emu_asm_cluster_nctarank(unsigned &n) { n = (unsigned)emu::g_block->cluster->n; }
+static inline void emu_asm_mapa(unsigned &remote, unsigned addr, unsigned rank) { remote = emu::mapa(addr, rank); }
+static inline void emu_asm_mbar_arrive_cluster(unsigned addr) { emu::mbar_arrive_cluster(addr); }
+static inline void emu_asm_tma_load_2d_multicast(unsigned dst, unsigned long long map, int c0, int c1, unsigned mbar,
+                                                 unsigned short mask)
+{
+    emu::tma_load_2d_multicast(dst, (const void *)(uintptr_t)map, c0, c1, mbar, mask);
+}
+static inline void emu_asm_cluster_arrive(void) { emu::cluster_arrive(); }
+static inline void emu_asm_cluster_wait(void) { emu::cluster_wait(); }
+static inline void emu_asm_cluster_sync(void)
+{
+    emu::cluster_arrive();
+    emu::cluster_wait();
 }
 static inline void emu_wgmma(float *const *d, int n, int bf16, int a_regs, unsigned long long desc_a, const unsigned a[4],
                              unsigned long long desc_b, int scale_d, int scale_a, int scale_b, int trans_a, int trans_b)

@@ -14,9 +14,11 @@
  *
  * cuLaunchKernel checks the launch as the driver would (a grid or block
  * of zero, more than 1024 threads, more dynamic shared memory than the
- * function allows) and enqueues the grid's run with a copy of the
- * parameters, so a captured launch replays with the values of its
- * capture.  HPC_EMU_TRACE=1 prints every launch. */
+ * function allows; a grid that is no multiple of the kernel's
+ * __cluster_dims__, or a cluster of more than 8 blocks, ends the run) and
+ * enqueues the grid's run with a copy of the parameters, so a captured
+ * launch replays with the values of its capture.  HPC_EMU_TRACE=1 prints
+ * every launch. */
 #define _GNU_SOURCE
 #include "cuemu.h"
 #include "emu_asm.h"
@@ -50,6 +52,7 @@ struct CUfunc_st {
     EntryFn entry;
     char name[128];
     int max_dynamic_smem;
+    unsigned cluster[3];   /* __cluster_dims__, else 1, 1, 1 */
 };
 
 static uint64_t fnv1a(uint64_t h, const char *s, size_t n)
@@ -158,35 +161,99 @@ static void macro_options(const char *line, char *out, size_t size)
 }
 
 /* The prelude defines __global__ as this attribute, so the names of the
- * kernels can be read from the preprocessed source. */
+ * kernels can be read from the preprocessed source; __cluster_dims__(...)
+ * as CLUSTER_MARK(...), read here and then blanked. */
 #define KERNEL_MARK "__attribute__((used))"
+#define CLUSTER_MARK "__emu_cluster_dims__"
 #define SOURCE_MARK "struct emu_module_source_begins;"
 
-/* Appends to *out the entry of every kernel after `KERNEL_MARK void` in
- * text (each name once). */
+/* At p, after spaces: CLUSTER_MARK(x[, y[, z]]) with literal integers
+ * into dims (missing ones 1); returns the position after it, or p. */
+static const char *cluster_mark(const char *p, unsigned dims[3], int *seen)
+{
+    const char *q = p;
+    while (isspace((unsigned char)*q)) q++;
+    if (strncmp(q, CLUSTER_MARK, strlen(CLUSTER_MARK)) != 0) return p;
+    q += strlen(CLUSTER_MARK);
+    while (isspace((unsigned char)*q)) q++;
+    if (*q++ != '(') emu_die("__cluster_dims__ without its (x, y, z)");
+    dims[0] = dims[1] = dims[2] = 1;
+    for (int i = 0;; i++) {
+        char *end;
+        unsigned long v = strtoul(q, &end, 10);
+        while (isspace((unsigned char)*end)) end++;
+        if (i == 3 || end == q || v == 0 || v > 8 || (*end != ',' && *end != ')'))
+            emu_die("__cluster_dims__(%.40s: the emulator takes one to three literal integers from 1 to 8", q);
+        dims[i] = (unsigned)v;
+        q = end + 1;
+        if (*end == ')') break;
+    }
+    *seen = 1;
+    return q;
+}
+
+/* Blanks every CLUSTER_MARK(...) (kernel_entries has read them). */
+static void blank_cluster_marks(char *text)
+{
+    for (char *p = strstr(text, CLUSTER_MARK); p; p = strstr(p, CLUSTER_MARK)) {
+        char *close = strchr(p, ')');
+        if (!close) emu_die("__cluster_dims__ without its closing ')'");
+        memset(p, ' ', (size_t)(close - p + 1));
+    }
+}
+
+typedef struct {
+    char name[256];
+    unsigned cluster[3];
+    int has_cluster;
+} Kernel;
+
+/* Appends to *out the entry of every kernel after `KERNEL_MARK [cluster]
+ * void [cluster]` in text (each name once; its cluster dims from whichever
+ * of its declarations has them). */
 static void kernel_entries(const char *text, char **out, size_t *used, size_t *cap)
 {
     const size_t mark = strlen(KERNEL_MARK);
+    Kernel *ks = NULL;
+    int nk = 0;
     for (const char *p = strstr(text, KERNEL_MARK); p; p = strstr(p + 1, KERNEL_MARK)) {
-        const char *q = p + mark;
+        unsigned dims[3] = {1, 1, 1};
+        int seen = 0;
+        const char *q = cluster_mark(p + mark, dims, &seen);
         while (isspace((unsigned char)*q)) q++;
         if (strncmp(q, "void", 4) != 0 || !isspace((unsigned char)q[4])) continue;
-        q += 4;
+        q = cluster_mark(q + 4, dims, &seen);
         while (isspace((unsigned char)*q)) q++;
         size_t n = 0;
         while (isalnum((unsigned char)q[n]) || q[n] == '_') n++;
         const char *r = q + n;
         while (isspace((unsigned char)*r)) r++;
         if (!n || *r != '(' || n > 200) continue;
-        char name[256], line[1024];
-        snprintf(name, sizeof name, "%.*s", (int)n, q);
-        snprintf(line, sizeof line, "void emu_entry_%s(", name);
-        if (*out && strstr(*out, line)) continue;   /* declared before it was defined */
+        int k = 0;
+        while (k < nk && (strlen(ks[k].name) != n || strncmp(ks[k].name, q, n) != 0)) k++;
+        if (k == nk) {   /* the first declaration of this kernel */
+            ks = realloc(ks, (size_t)(nk + 1) * sizeof *ks);
+            if (!ks) emu_die("out of host memory");
+            memset(&ks[nk], 0, sizeof ks[nk]);
+            snprintf(ks[nk].name, sizeof ks[nk].name, "%.*s", (int)n, q);
+            nk++;
+        }
+        if (seen && ks[k].has_cluster && memcmp(ks[k].cluster, dims, sizeof dims) != 0)
+            emu_die("kernel %s: two declarations with different __cluster_dims__", ks[k].name);
+        if (seen) {
+            memcpy(ks[k].cluster, dims, sizeof dims);
+            ks[k].has_cluster = 1;
+        }
+    }
+    for (int k = 0; k < nk; k++) {
+        const char *name = ks[k].name;
+        const unsigned *c = ks[k].has_cluster ? ks[k].cluster : (const unsigned[3]){1, 1, 1};
+        char line[1200];
         int len = snprintf(line, sizeof line,
                            "extern \"C\" __attribute__((visibility(\"default\"))) void emu_entry_%s(int op, "
                            "void **params, void *blob, size_t *size, const emu::Dims *d) "
-                           "{ emu::entry(&%s, \"%s\", op, params, blob, size, d); }\n",
-                           name, name, name);
+                           "{ emu::entry(&%s, \"%s\", op, params, blob, size, d, %uu, %uu, %uu); }\n",
+                           name, name, name, c[0], c[1], c[2]);
         if (*used + (size_t)len + 1 > *cap) {
             *cap = 2 * (*cap + (size_t)len + 1);
             *out = realloc(*out, *cap);
@@ -195,6 +262,7 @@ static void kernel_entries(const char *text, char **out, size_t *used, size_t *c
         memcpy(*out + *used, line, (size_t)len + 1);
         *used += (size_t)len;
     }
+    free(ks);
 }
 
 static int run(const char *cmd)
@@ -246,6 +314,7 @@ static int build(const char *dir, const char *hash, const char *image, const cha
     size_t cap = 4096, used = 0;
     char *entries = calloc(1, cap);
     kernel_entries(rewritten, &entries, &used, &cap);
+    blank_cluster_marks(rewritten);
     *body = '\0';
     FILE *f = fopen(pre, "wb");
     int ok = f && fputs(text, f) >= 0 && fputs(rewritten, f) >= 0 && fputs(entries, f) >= 0;
@@ -343,6 +412,7 @@ EMU_API CUresult cuModuleGetFunction(CUfunction *f, CUmodule m, const char *name
     *f = calloc(1, sizeof **f);
     if (!*f) return CUDA_ERROR_OUT_OF_MEMORY;
     (*f)->entry = e;
+    e(2, NULL, (*f)->cluster, NULL, NULL);
     snprintf((*f)->name, sizeof (*f)->name, "%s", name);
     (*f)->max_dynamic_smem = 48 * 1024;
     return CUDA_SUCCESS;
@@ -393,9 +463,18 @@ EMU_API CUresult cuLaunchKernel(CUfunction f, unsigned gx, unsigned gy, unsigned
     if ((unsigned long long)bx * by * bz > 1024 || bz > 64 || gy > 65535 || gz > 65535)
         return CUDA_ERROR_INVALID_VALUE;
     if ((int)smem > f->max_dynamic_smem) return CUDA_ERROR_INVALID_VALUE;
+    if (f->cluster[0] * f->cluster[1] * f->cluster[2] > 8)   /* the portable most; 16 needs an opt-in */
+        emu_die("cuLaunchKernel: kernel %s has clusters of (%u,%u,%u) blocks, more than the 8 the emulator runs",
+                f->name, f->cluster[0], f->cluster[1], f->cluster[2]);
+    if (gx % f->cluster[0] || gy % f->cluster[1] || gz % f->cluster[2])
+        emu_die("cuLaunchKernel: kernel %s has clusters of (%u,%u,%u) blocks; its grid (%u,%u,%u) is not a multiple",
+                f->name, f->cluster[0], f->cluster[1], f->cluster[2], gx, gy, gz);
     static int trace = -1;   /* HPC_EMU_TRACE=1: every launch on stderr */
     if (trace < 0) trace = getenv("HPC_EMU_TRACE") && !strcmp(getenv("HPC_EMU_TRACE"), "1");
-    if (trace)
+    if (trace && f->cluster[0] * f->cluster[1] * f->cluster[2] > 1)
+        fprintf(stderr, "cuemu: launch %s grid (%u,%u,%u) block (%u,%u,%u) cluster (%u,%u,%u) dynamic shared %u\n",
+                f->name, gx, gy, gz, bx, by, bz, f->cluster[0], f->cluster[1], f->cluster[2], smem);
+    else if (trace)
         fprintf(stderr, "cuemu: launch %s grid (%u,%u,%u) block (%u,%u,%u) dynamic shared %u\n", f->name, gx, gy, gz,
                 bx, by, bz, smem);
     size_t bytes = 0;
