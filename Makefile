@@ -143,7 +143,7 @@ $(CUEMU_LIB): $(CUEMU_SRC) $(wildcard tools/cuemu/*.h)
 	    -DCUEMU_PRELUDE='"$(CURDIR)/tools/cuemu/emu_kernel.h"' -Wl,-z,defs -o $@.tmp $(CUEMU_SRC) -ldl -lpthread -lm
 	@mv $@.tmp $@   # a running check keeps the old file
 # `make test` runs EMU_CI_TESTS (about a minute and a half here).
-EMU_CI_TESTS := gpu_pack gpu_attention_step gpu_wgmma gpu_gemm
+EMU_CI_TESTS := gpu_pack gpu_attention_step gpu_wgmma gpu_cluster gpu_gemm
 EMU_TESTS    ?= $(EMU_CI_TESTS)
 .PHONY: test-emu
 test-emu: all $(CUEMU_LIB) $(patsubst %,$(BUILD)/tests/gpu/%,$(EMU_TESTS))

@@ -3,8 +3,9 @@
  * hpc's kernels hold a few inline PTX statements (conversions, mma.sync,
  * ldmatrix, cp.async, wide stores; wgmma, mbarrier and TMA loads in the
  * GEMMs of its own, and thread block clusters: %cluster_ctarank, mapa,
- * remote mbarrier arrivals, multicast TMA loads, barrier.cluster).  Before g++ sees a (preprocessed) module,
- * emu_rewrite_asm replaces each statement
+ * remote mbarrier arrivals, multicast TMA loads, barrier.cluster).
+ * Before g++ sees a (preprocessed) module, emu_rewrite_asm replaces each
+ * statement
  *     asm [volatile] ("template" : outputs : inputs [: clobbers]);
  * by a call emu_asm_NAME(outputs..., inputs...) of emu_kernel.h, NAME found
  * from the template (whitespace, "\n" and the final ';' ignored) in
