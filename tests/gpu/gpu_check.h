@@ -11,7 +11,9 @@
  *     returns the exit status, 1 on any failure, else 0;
  *   - gpu_check_open_device(prog, dev) opens device 0; without a usable GPU
  *     it prints "PROG: no usable GPU: why" and returns 0 (the caller exits 4,
- *     the no-GPU status of these programs);
+ *     the no-GPU status of these programs); gpu_check_open_sm90(prog, what,
+ *     dev) the same for checks of sm_90a code (wgmma, TMA, clusters): 0 also
+ *     on another architecture, and on success the "PROG on NAME" line;
  *   - gpu_check_rel_l2 / gpu_check_rel_l2_floor: ||got - ref||_2 / ||ref||_2
  *     in f64, the first falling back to ||got - ref|| when ref is all zero,
  *     the second dividing by max(||ref||, floor_norm); a NaN anywhere gives
@@ -62,6 +64,18 @@ static inline int gpu_check_open_device(const char *prog, CudaDevice *dev)
         printf("%s: no usable GPU: %s\n", prog, err.msg);
         return 0;
     }
+    return 1;
+}
+
+/* The same for a check of `what` (wgmma, clusters), which needs sm_90. */
+static inline int gpu_check_open_sm90(const char *prog, const char *what, CudaDevice *dev)
+{
+    if (!gpu_check_open_device(prog, dev)) return 0;
+    if (dev->arch != 90) {
+        printf("%s: %s needs an sm_90 GPU; this is sm_%d\n", prog, what, dev->arch);
+        return 0;
+    }
+    printf("%s on %s (sm_%d)\n", prog, dev->name, dev->arch);
     return 1;
 }
 

@@ -275,12 +275,7 @@ static void check_barrier(void)
 
 int main(void)
 {
-    if (!gpu_check_open_device("gpu_cluster", &g_dev)) return 4;
-    if (g_dev.arch != 90) {
-        printf("gpu_cluster: thread block clusters need an sm_90 GPU; this is sm_%d\n", g_dev.arch);
-        return 4;
-    }
-    printf("gpu_cluster on %s (sm_%d)\n", g_dev.name, g_dev.arch);
+    if (!gpu_check_open_sm90("gpu_cluster", "thread block clusters", &g_dev)) return 4;
     const char *opts[] = {"--gpu-architecture=sm_90a"};
     void *cubin;
     size_t size;

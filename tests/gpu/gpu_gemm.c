@@ -346,12 +346,7 @@ static void run_timing(void)
 
 int main(void)
 {
-    if (!gpu_check_open_device("gpu_gemm", &g_dev)) return 4;
-    if (g_dev.arch != 90) {
-        printf("gpu_gemm: wgmma needs an sm_90 GPU; this is sm_%d\n", g_dev.arch);
-        return 4;
-    }
-    printf("gpu_gemm on %s (sm_%d)\n", g_dev.name, g_dev.arch);
+    if (!gpu_check_open_sm90("gpu_gemm", "wgmma", &g_dev)) return 4;
     load_kernel();
     check_shape(128, 128, 64, 0, 0, 1);      /* one tile, one k tile */
     check_shape(128, 128, 320, 0, 0, 2);     /* more k tiles than stages */

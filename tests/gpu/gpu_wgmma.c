@@ -92,12 +92,7 @@ static int mismatches(const float *got, const double *ref)
 
 int main(void)
 {
-    if (!gpu_check_open_device("gpu_wgmma", &g_dev)) return 4;
-    if (g_dev.arch != 90) {
-        printf("gpu_wgmma: wgmma needs an sm_90 GPU; this is sm_%d\n", g_dev.arch);
-        return 4;
-    }
-    printf("gpu_wgmma on %s (sm_%d)\n", g_dev.name, g_dev.arch);
+    if (!gpu_check_open_sm90("gpu_wgmma", "wgmma", &g_dev)) return 4;
     const char *opts[] = {"--gpu-architecture=sm_90a"};
     void *cubin;
     size_t size;
