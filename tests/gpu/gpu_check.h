@@ -18,6 +18,10 @@
  *     in f64, the first falling back to ||got - ref|| when ref is all zero,
  *     the second dividing by max(||ref||, floor_norm); a NaN anywhere gives
  *     NaN, which fails every `err <= tol` check;
+ *   - DRV(call): a driver call that must succeed; otherwise a FAIL line with
+ *     the call and the driver's message, and exit 1 (the checks after it
+ *     would only repeat the failure); gpu_check_die(what, err) the same for
+ *     a failed hpc call;
  *   - gpu_check_xorshift(&state): one xorshift64 step (the fixed-seed data
  *     generators of the step tests; each keeps its own seed and bits) and
  *     gpu_check_uniform24(bits) maps 24 random bits onto [-1, 1).
@@ -29,6 +33,7 @@
 #include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 
 #include "cuda/cuda_driver.h"
 
@@ -55,6 +60,18 @@ static inline int gpu_check_summary(void)
     printf("%d checks, %d failed\n", g_checks, g_failures);
     return g_failures ? 1 : 0;
 }
+
+static inline void gpu_check_die(const char *what, const HpcError *err)
+{
+    printf("FAIL  %s: %s\n", what, err->msg);
+    exit(1);
+}
+
+#define DRV(call)                                                                                            \
+    do {                                                                                                     \
+        HpcError e_ = {0};                                                                                   \
+        if (CUDA_CHECK(&e_, call)) gpu_check_die(#call, &e_);                                                \
+    } while (0)
 
 /* 1 when device 0 is open in *dev; 0 (and the reason printed) without one. */
 static inline int gpu_check_open_device(const char *prog, CudaDevice *dev)

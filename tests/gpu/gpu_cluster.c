@@ -144,19 +144,7 @@ static const char CLUSTER_SRC[] =
 static CudaDevice g_dev;
 static CUmodule g_mod;
 
-static void die(const char *what, const HpcError *err)
-{
-    printf("FAIL  %s: %s\n", what, err->msg);
-    exit(1);
-}
 
-#define DRV(call)                                                                                            \
-    do {                                                                                                     \
-        if ((call) != CUDA_SUCCESS) {                                                                        \
-            printf("FAIL  %s\n", #call);                                                                     \
-            exit(1);                                                                                         \
-        }                                                                                                    \
-    } while (0)
 
 static CUfunction function(const char *name)
 {
@@ -169,7 +157,7 @@ static void launch(const char *name, CUfunction f, unsigned gx, unsigned gy, uns
 {
     HpcError err = {0};
     if (cuda_launch(f, (unsigned[3]){gx, gy, 1}, (unsigned[3]){THREADS, 1, 1}, smem, g_dev.stream, args, &err))
-        die(name, &err);
+        gpu_check_die(name, &err);
     if (cuda_driver()->cuStreamSynchronize(g_dev.stream) != CUDA_SUCCESS) {   /* a fault ends the context */
         printf("FAIL  %s faulted\n", name);
         exit(1);
@@ -283,7 +271,7 @@ int main(void)
     HpcError err = {0};
     if (nvrtc_compile(CLUSTER_SRC, "gpu_cluster", 90, opts, 1, &cubin, &size, &log, &err)) {
         printf("%s\n", log ? log : "");
-        die("nvrtc_compile", &err);
+        gpu_check_die("nvrtc_compile", &err);
     }
     free(log);
     DRV(cuda_driver()->cuModuleLoadData(&g_mod, cubin));

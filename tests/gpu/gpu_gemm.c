@@ -64,14 +64,6 @@ static const char gelu_pass_src[] =
     "}\n";
 static int g_smem_bytes;
 
-#define DRV(call)                                                                                            \
-    do {                                                                                                     \
-        HpcError e_ = {0};                                                                                   \
-        if (CUDA_CHECK(&e_, call)) {                                                                         \
-            printf("FAIL  %s: %s\n", #call, e_.msg);                                                         \
-            exit(1);                                                                                         \
-        }                                                                                                    \
-    } while (0)
 
 /* GW_SMEM_BYTES of the kernel source: stages x (128 + 128) x 64 x 2 + 1024. */
 static int smem_bytes_of(const char *src)

@@ -39,19 +39,7 @@ enum { N64 = 64 };
 static CudaDevice g_dev;
 static CUmodule g_mod;
 
-static void die(const char *what, const HpcError *err)
-{
-    printf("FAIL  %s: %s\n", what, err->msg);
-    exit(1);
-}
 
-#define DRV(call)                                                                                            \
-    do {                                                                                                     \
-        if ((call) != CUDA_SUCCESS) {                                                                        \
-            printf("FAIL  %s\n", #call);                                                                     \
-            exit(1);                                                                                         \
-        }                                                                                                    \
-    } while (0)
 
 /* Runs kernel `name` on a and b (64 x 64 f16 each) with the descriptors'
  * byte offsets; d: 64 x 64 f32. */
@@ -71,7 +59,7 @@ static void run_probe(const char *name, const uint16_t *a, const uint16_t *b, un
     void *args[] = {&dd, &da, &db, &lbo_a, &sbo_a, &lbo_b, &sbo_b};
     HpcError err = {0};
     if (cuda_launch(f, (unsigned[3]){1, 1, 1}, (unsigned[3]){128, 1, 1}, 0, g_dev.stream, args, &err))
-        die(name, &err);
+        gpu_check_die(name, &err);
     if (cu->cuStreamSynchronize(g_dev.stream) != CUDA_SUCCESS) {   /* a fault ends the context: say where */
         printf("FAIL  %s (lbo/sbo A %u/%u, B %u/%u) faulted\n", name, lbo_a, sbo_a, lbo_b, sbo_b);
         exit(1);
@@ -100,7 +88,7 @@ int main(void)
     HpcError err = {0};
     if (nvrtc_compile(WGMMA_PROBE_SRC, "wgmma_probe", 90, opts, 1, &cubin, &size, &log, &err)) {
         printf("%s\n", log ? log : "");
-        die("nvrtc_compile", &err);
+        gpu_check_die("nvrtc_compile", &err);
     }
     free(log);
     DRV(cuda_driver()->cuModuleLoadData(&g_mod, cubin));
