@@ -2,9 +2,9 @@
 // as gemm_wgmma.cu computes it, in the form Hopper GEMMs reach their speed
 // with: tiles loaded by the Tensor Memory Accelerator, a loading warpgroup
 // beside the multiplying ones, 128 x 256 tiles, clusters of two sharing W
-// by multicast, a persistent grid.  Used by
-// the step under HPC_GEMM_OWN=1 (runtime/cuda/gemm_own.h); tests/gpu/gpu_gemm.c
-// checks it and times it beside gemm_wgmma.cu and cuBLASLt.
+// by multicast, a persistent grid.  Used by the step under HPC_GEMM_OWN=1
+// (runtime/cuda/gemm_own.h); tests/gpu/gpu_gemm.c checks it and times it
+// beside gemm_wgmma.cu and cuBLASLt.
 //
 // Operands, types and the GELU variant as gemm_wgmma.cu (act_gelu must come
 // before this text).  N a multiple of 256, K of 64, M any (the last row

@@ -40,11 +40,10 @@
 #include "kernel_sources.h"
 #include "program/activations.h"
 
-enum { TILE = 128, KTILE = 64, THREADS = 256, TMA_THREADS = 384 };
+enum { TILE = 128, KTILE = 64, THREADS = 256 };
 
 static CudaDevice g_dev;
 static CUfunction g_fn, g_fn_gelu, g_fn_act, g_fn_tma, g_fn_tma_gelu;
-static int g_smem_tma;
 
 /* The GELU pass cuBLASLt's GEMM needs after it (timing only). */
 static const char gelu_pass_src[] =
@@ -63,7 +62,6 @@ static const char gelu_pass_src[] =
     "    }\n"
     "}\n";
 static int g_smem_bytes;
-
 
 /* GW_SMEM_BYTES of the kernel source: stages x (128 + 128) x 64 x 2 + 1024. */
 static int smem_bytes_of(const char *src)
@@ -112,9 +110,10 @@ static void load_kernel(void)
     DRV(cuda_driver()->cuFuncSetAttribute(g_fn_gelu, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, g_smem_bytes));
     DRV(cuda_driver()->cuModuleGetFunction(&g_fn_tma, mod, "gemm_tma_bias_f16"));
     DRV(cuda_driver()->cuModuleGetFunction(&g_fn_tma_gelu, mod, "gemm_tma_bias_gelu_f16"));
-    g_smem_tma = GEMM_OWN_SMEM_BYTES;
-    DRV(cuda_driver()->cuFuncSetAttribute(g_fn_tma, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, g_smem_tma));
-    DRV(cuda_driver()->cuFuncSetAttribute(g_fn_tma_gelu, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, g_smem_tma));
+    DRV(cuda_driver()->cuFuncSetAttribute(g_fn_tma, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                                          GEMM_OWN_SMEM_BYTES));
+    DRV(cuda_driver()->cuFuncSetAttribute(g_fn_tma_gelu, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                                          GEMM_OWN_SMEM_BYTES));
 }
 
 /* g: 0 for gemm_wgmma_bias_f16, else gemm_wgmma_bias_gelu_f16's G. */
