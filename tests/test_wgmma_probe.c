@@ -27,6 +27,7 @@ static void compile_probe(const char *extra, void **cubin, size_t *size)
     cr_expect(memmem(*cubin, *size, "wg_probe_nmajor", strlen("wg_probe_nmajor")) != NULL);
     cr_expect(memmem(*cubin, *size, "wg_probe_areg", strlen("wg_probe_areg")) != NULL);
     cr_expect(memmem(*cubin, *size, "wg_probe_sw128", strlen("wg_probe_sw128")) != NULL);
+    cr_expect(memmem(*cubin, *size, "wg_probe_sw128_nmajor", strlen("wg_probe_sw128_nmajor")) != NULL);
 }
 
 Test(wgmma_probe, compiles_for_sm90a_and_guards_sm90, .timeout = 120)

@@ -1,7 +1,7 @@
 /* tests/gpu/gpu_wgmma.c — our reading of Hopper's warpgroup MMA layouts,
  * checked on the GPU (tests/gpu/wgmma_probe_src.h has the kernels and the
- * layouts they assume).  Nothing in the step uses wgmma yet: this is the
- * check to pass before anything does (NOTES.md, "What the goals need").
+ * layouts they assume), before any kernel relies on one (hpc's own GEMMs,
+ * compiler/kernels/gemm_wgmma*.cu, take the K-major swizzled form).
  *
  * The probe source compiles with NVRTC for sm_90a (the architecture-specific
  * target wgmma needs; a later --gpu-architecture option overrides the one
@@ -19,7 +19,11 @@
  *   - A from registers (P V with P in registers), in the fragment layout
  *     of mma.sync's m16n8k16 A per warp, and K-major B: D equal;
  *   - K-major A and B in the 128-byte swizzle (a GEMM tile's layout): D
- *     equal.
+ *     equal;
+ *   - N-major B in the 128-byte swizzle (W as stored, the operand of a dX
+ *     GEMM), m64n128k16 so that B spans two atoms along N: D equal with
+ *     LBO the step between atoms along N and SBO the one along K (the
+ *     reading tools/cuemu takes), and not with the two swapped.
  * Under the CPU emulator (tools/cuemu) the same checks test the
  * emulator's reading of wgmma; on the GPU, the hardware's.
  * Exit 0 when every check passes, 1 on a failure, 4 without an sm_90 GPU. */
@@ -65,6 +69,35 @@ static void run_probe(const char *name, const uint16_t *a, const uint16_t *b, un
         exit(1);
     }
     DRV(cu->cuMemcpyDtoH(d, dd, N64 * N64 * 4));
+    cu->cuMemFree(da);
+    cu->cuMemFree(db);
+    cu->cuMemFree(dd);
+}
+
+/* wg_probe_sw128_nmajor on a (64 x 64) and b (64 k x 128 n, row-major)
+ * with B's descriptor offsets; d: 64 x 128 f32. */
+static void run_probe_n128(const uint16_t *a, const uint16_t *b, unsigned lbo_b, unsigned sbo_b, float *d)
+{
+    const CudaDriver *cu = cuda_driver();
+    CUfunction f;
+    DRV(cu->cuModuleGetFunction(&f, g_mod, "wg_probe_sw128_nmajor"));
+    CUdeviceptr da, db, dd;
+    DRV(cu->cuMemAlloc(&da, N64 * N64 * 2));
+    DRV(cu->cuMemAlloc(&db, N64 * 128 * 2));
+    DRV(cu->cuMemAlloc(&dd, N64 * 128 * 4));
+    DRV(cu->cuMemcpyHtoD(da, a, N64 * N64 * 2));
+    DRV(cu->cuMemcpyHtoD(db, b, N64 * 128 * 2));
+    DRV(cu->cuMemsetD32Async(dd, 0x7fc00000u, N64 * 128, g_dev.stream));
+    unsigned unused = 0;
+    void *args[] = {&dd, &da, &db, &unused, &unused, &lbo_b, &sbo_b};
+    HpcError err = {0};
+    if (cuda_launch(f, (unsigned[3]){1, 1, 1}, (unsigned[3]){128, 1, 1}, 0, g_dev.stream, args, &err))
+        gpu_check_die("wg_probe_sw128_nmajor", &err);
+    if (cu->cuStreamSynchronize(g_dev.stream) != CUDA_SUCCESS) {
+        printf("FAIL  wg_probe_sw128_nmajor (lbo/sbo B %u/%u) faulted\n", lbo_b, sbo_b);
+        exit(1);
+    }
+    DRV(cu->cuMemcpyDtoH(d, dd, N64 * 128 * 4));
     cu->cuMemFree(da);
     cu->cuMemFree(db);
     cu->cuMemFree(dd);
@@ -141,6 +174,32 @@ int main(void)
     bad = mismatches(d, ref);
     result(bad == 0, "K-major A and B in the 128-byte swizzle (SBO 1024, 32 bytes a k16 step): %d of %d elements "
            "of D differ", bad, N64 * N64);
+
+    /* B 64 k x 128 n: b's columns, then the same again negated (another half, other values) */
+    uint16_t *b128 = malloc(N64 * 128 * 2);
+    float *d128 = malloc(N64 * 128 * 4);
+    double *ref128 = malloc(N64 * 128 * sizeof *ref128);
+    for (int k = 0; k < N64; k++)
+        for (int n = 0; n < 128; n++)
+            b128[k * 128 + n] = half_from_f32(n < N64 ? fb[k * N64 + n] : -fb[k * N64 + n - N64] / 2);
+    for (int m = 0; m < N64; m++)
+        for (int n = 0; n < 128; n++) {
+            double s = 0;
+            for (int k = 0; k < N64; k++) s += (double)fa[m * N64 + k] * half_to_f32(b128[k * 128 + n]);
+            ref128[m * 128 + n] = s;
+        }
+    int bad_lbo_n = 0, bad_lbo_k = 0;
+    run_probe_n128(a, b128, 8192, 1024, d128);
+    for (int i = 0; i < N64 * 128; i++) bad_lbo_n += !((double)d128[i] == ref128[i]);
+    run_probe_n128(a, b128, 1024, 8192, d128);
+    for (int i = 0; i < N64 * 128; i++) bad_lbo_k += !((double)d128[i] == ref128[i]);
+    result(bad_lbo_n == 0 && bad_lbo_k != 0,
+           "N-major B in the 128-byte swizzle (m64n128k16, trans-b 1): LBO 8192 / SBO 1024 (the next atom along N, "
+           "then along K) %d of %d differ, the reading the emulator takes; LBO 1024 / SBO 8192 %d differ",
+           bad_lbo_n, N64 * 128, bad_lbo_k);
+    free(b128);
+    free(d128);
+    free(ref128);
 
     free(a);
     free(b);

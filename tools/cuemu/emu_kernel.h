@@ -889,10 +889,14 @@ static inline const unsigned short *wgmma_elem(unsigned long long desc, int mn, 
             off = (unsigned)(mn / 8) * sbo + (unsigned)(k / 8) * lbo + (unsigned)(mn % 8) * 16 + (unsigned)(k % 8) * 2;
         return (const unsigned short *)from_shared(start + off);
     }
-    if (mn_major) die("wgmma: swizzled MN-major operands are not emulated");
     unsigned width = mode == 1 ? 128 : mode == 2 ? 64 : 32, mask = width / 16 - 1;
-    off = (unsigned)(mn / 8) * sbo + (unsigned)(mn % 8) * width + (unsigned)(k * 2) % width +
-          (unsigned)(k * 2) / width * lbo;
+    if (mn_major)   /* rows of `width` bytes along MN, 8 k rows an atom; LBO: the next atom along MN, SBO: along K
+                       (CUTLASS's canonical MN-major layouts; not yet confirmed by the hardware: gpu_wgmma) */
+        off = (unsigned)(mn * 2) / width * lbo + (unsigned)(k / 8) * sbo + (unsigned)(k % 8) * width +
+              (unsigned)(mn * 2) % width;
+    else
+        off = (unsigned)(mn / 8) * sbo + (unsigned)(mn % 8) * width + (unsigned)(k * 2) % width +
+              (unsigned)(k * 2) / width * lbo;
     unsigned addr = start + off;
     addr ^= ((addr >> 7) & mask) << 4;
     return (const unsigned short *)from_shared(addr);
