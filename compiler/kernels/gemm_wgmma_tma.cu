@@ -6,8 +6,11 @@
 // (runtime/cuda/gemm_own.h); tests/gpu/gpu_gemm.c checks it and times it
 // beside gemm_wgmma.cu and cuBLASLt.
 //
-// Operands, types and the GELU variant as gemm_wgmma.cu (act_gelu must come
-// before this text).  N a multiple of 256, K of 64, M any (the last row
+// Operands, types and the GELU variant as gemm_wgmma.cu (act_gelu and
+// actg_gelu must come before this text); gemm_tma_dx_dgelu_f16 computes a
+// GELU backward's dU = (dY W) * gelu'(u) with W N-major (as a linear's
+// weight is stored), its tiles as TMA boxes of 64 n by 64 k rows.  Not
+// used by the step yet.  N a multiple of 256, K of 64, M any (the last row
 // tile reads zeros past M and stores nothing there).  A and W come
 // as 2-D tensor maps (cuTensorMapEncodeTiled: f16, dims {K, rows}, boxes
 // of {64, 128}, the 128-byte swizzle), passed by value (__grid_constant__).
@@ -141,11 +144,21 @@ __device__ __forceinline__ unsigned long long gt_desc(const void *smem)
            (1ull << 62);
 }
 
+// An N-major operand in the 128-byte swizzle (W as stored, for dX = dY W):
+// atoms of 8 k rows of 64 n (1024 bytes), the next atom along N 8192 bytes
+// on (LBO: the TMA box of 64 n by 64 k rows) and along K 1024 (SBO).
+__device__ __forceinline__ unsigned long long gt_desc_nmajor(const void *smem)
+{
+    return (unsigned long long)((gt_shared(smem) >> 4) & 0x3FFFu) | ((8192ull >> 4) << 16) | ((1024ull >> 4) << 32) |
+           (1ull << 62);
+}
+
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
 #define GT_D8(i) "+f"(d[i]), "+f"(d[i + 1]), "+f"(d[i + 2]), "+f"(d[i + 3]), "+f"(d[i + 4]), "+f"(d[i + 5]), \
                  "+f"(d[i + 6]), "+f"(d[i + 7])
-// d (128 f32 a thread) += A (64 x 16, descriptor da) B (16 x 256, descriptor db)
-#define GT_MMA(da, db)                                                                                        \
+// d (128 f32 a thread) += A (64 x 16, descriptor da) B (16 x 256, descriptor db; TRANS_B 0: K-major,
+// 1: N-major)
+#define GT_MMA(da, db, TRANS_B)                                                                               \
     asm volatile("wgmma.mma_async.sync.aligned.m64n256k16.f32.f16.f16 "                                        \
                  "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "                    \
                  "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "           \
@@ -155,7 +168,7 @@ __device__ __forceinline__ unsigned long long gt_desc(const void *smem)
                  "%80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95, "           \
                  "%96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111, " \
                  "%112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127}, " \
-                 "%128, %129, 1, 1, 1, 0, 0;\n"                                                                \
+                 "%128, %129, 1, 1, 1, 0, " #TRANS_B ";\n"                                                     \
                  : GT_D8(0), GT_D8(8), GT_D8(16), GT_D8(24), GT_D8(32), GT_D8(40), GT_D8(48), GT_D8(56),       \
                    GT_D8(64), GT_D8(72), GT_D8(80), GT_D8(88), GT_D8(96), GT_D8(104), GT_D8(112), GT_D8(120)   \
                  : "l"(da), "l"(db))
@@ -165,7 +178,7 @@ __device__ __forceinline__ unsigned long long gt_desc(const void *smem)
 #define GT_REGS_LOADER() asm volatile("setmaxnreg.dec.sync.aligned.u32 40;\n")
 #define GT_REGS_MMA() asm volatile("setmaxnreg.inc.sync.aligned.u32 232;\n")
 #else
-#define GT_MMA(da, db) (void)(da), (void)(db)
+#define GT_MMA(da, db, TRANS_B) (void)(da), (void)(db)
 #define GT_FENCE() (void)0
 #define GT_COMMIT_WAIT1() (void)0
 #define GT_WAIT_ALL() (void)0
@@ -196,12 +209,20 @@ __device__ __forceinline__ void gt_quad_transpose(unsigned p[4], int q)
     if (hi1) { p[0] = r0; p[2] = r1; } else { p[1] = r0; p[3] = r1; }
 }
 
-// d (the accumulators of rows 64 cw.. of the tile at (m0, n0)) + bias, to
-// C (and gelu of the stored values to G) in 16-byte stores
-template <bool GELU>
+// What a kernel computes: C = A W^T + bias; that and G = gelu(C); or
+// C = (A W, W N-major) * gelu'(G), the GELU backward's dU from dY and the
+// GELU's input u = G (the FFN's second linear's dX with the GELU behind it)
+enum { GT_BIAS, GT_BIAS_GELU, GT_DX_DGELU };
+
+// d (the accumulators of rows 64 cw.. of the tile at (m0, n0)) to C in
+// 16-byte stores: + bias (and gelu of the stored values to G), or times
+// gelu'(G) (of C rounded to f16 first, as the separate GEMM and GELU
+// backward would round it)
+template <int KIND>
 __device__ __forceinline__ void gt_store(const float *d, unsigned short *c, unsigned short *g,
                                          const unsigned short *bias, int m, int n, int m0, int n0, int cw)
 {
+    const bool GELU = KIND == GT_BIAS_GELU;
     const int warp = (threadIdx.x >> 5) & 3, lane = threadIdx.x & 31, q = lane & 3;
     const int row0 = m0 + 64 * cw + 16 * warp + lane / 4;
     // d[4j + 2h + e] is C's (row0 + 8 h, n0 + 8 j + 2 q + e)
@@ -210,7 +231,7 @@ __device__ __forceinline__ void gt_store(const float *d, unsigned short *c, unsi
         float b[4][2];
 #pragma unroll
         for (int jj = 0; jj < 4; jj++) {
-            unsigned bb = *(const unsigned *)(bias + n0 + 8 * (4 * jg + jj) + 2 * q);
+            unsigned bb = KIND == GT_DX_DGELU ? 0u : *(const unsigned *)(bias + n0 + 8 * (4 * jg + jj) + 2 * q);
             b[jj][0] = gt_h2f((unsigned short)(bb & 0xffffu));
             b[jj][1] = gt_h2f((unsigned short)(bb >> 16));
         }
@@ -230,13 +251,23 @@ __device__ __forceinline__ void gt_store(const float *d, unsigned short *c, unsi
             const int row = row0 + 8 * h;
             if (row >= m) continue;   // the last row tile may pass M (the TMA read zeros there)
             const long long at = (long long)row * n + n0 + 8 * (4 * jg + q);
+            if (KIND == GT_DX_DGELU) {   // p: dG rounded; G: u, 8 values on from at as p
+                const uint4 u4 = *(const uint4 *)(g + at);
+                const unsigned u[4] = {u4.x, u4.y, u4.z, u4.w};
+#pragma unroll
+                for (int w = 0; w < 4; w++) {
+                    const float lo = gt_h2f((unsigned short)(p[w] & 0xffffu)), hi = gt_h2f((unsigned short)(p[w] >> 16));
+                    p[w] = gt_pack(lo * actg_gelu(gt_h2f((unsigned short)(u[w] & 0xffffu))),
+                                   hi * actg_gelu(gt_h2f((unsigned short)(u[w] >> 16))));
+                }
+            }
             *(uint4 *)(c + at) = make_uint4(p[0], p[1], p[2], p[3]);
             if (GELU) *(uint4 *)(g + at) = make_uint4(pg[0], pg[1], pg[2], pg[3]);
         }
     }
 }
 
-template <bool GELU>
+template <int KIND>
 __device__ __forceinline__ void gt_gemm(const gt_tmap *ta, const gt_tmap *tw, unsigned short *c, unsigned short *g,
                                         const unsigned short *bias, int m, int n, int k)
 {
@@ -268,8 +299,15 @@ __device__ __forceinline__ void gt_gemm(const gt_tmap *ta, const gt_tmap *tw, un
                     gt_arrive_tx(gt_shared(&full[s]), GT_STAGE_BYTES);
                     unsigned char *stage = smem + s * GT_STAGE_BYTES;
                     gt_tma(gt_shared(stage), ta, kt * GT_BK, m0, gt_shared(&full[s]));
-                    gt_tma_multicast(gt_shared(stage + GT_A_BYTES + rank * GT_HALF_W_BYTES), tw, kt * GT_BK,
-                                     n0 + (int)rank * (GT_BN / 2), gt_shared(&full[s]), 3);
+                    unsigned char *half_w = stage + GT_A_BYTES + rank * GT_HALF_W_BYTES;
+                    if (KIND == GT_DX_DGELU) {   // W N-major: two boxes of 64 n by 64 k rows
+                        for (int j = 0; j < 2; j++)
+                            gt_tma_multicast(gt_shared(half_w + j * 8192), tw, n0 + (int)rank * (GT_BN / 2) + 64 * j,
+                                             kt * GT_BK, gt_shared(&full[s]), 3);
+                    } else {                     // W K-major: one box of 128 n rows by 64 k
+                        gt_tma_multicast(gt_shared(half_w), tw, kt * GT_BK, n0 + (int)rank * (GT_BN / 2),
+                                         gt_shared(&full[s]), 3);
+                    }
                 }
             }
         }
@@ -291,8 +329,12 @@ __device__ __forceinline__ void gt_gemm(const gt_tmap *ta, const gt_tmap *tw, un
                 GT_FENCE();
 #pragma unroll
                 for (int q = 0; q < GT_BK / 16; q++) {
-                    unsigned long long da = gt_desc(as + 16 * q), db = gt_desc(ws + 16 * q);
-                    GT_MMA(da, db);
+                    const unsigned long long da = gt_desc(as + 16 * q);
+                    if (KIND == GT_DX_DGELU) {   // k16 step q: 16 k rows of 128 bytes on
+                        GT_MMA(da, gt_desc_nmajor(ws + 1024 * q), 1);
+                    } else {
+                        GT_MMA(da, gt_desc(ws + 16 * q), 0);
+                    }
                 }
                 GT_COMMIT_WAIT1();   // k tile kt - 1's MMAs are done: its stage goes back to both loaders
                 if (kt > 0 && lane == 0) {
@@ -307,7 +349,7 @@ __device__ __forceinline__ void gt_gemm(const gt_tmap *ta, const gt_tmap *tw, un
                 gt_arrive(done);
                 gt_arrive_in(done, other);
             }
-            gt_store<GELU>(d, c, g, bias, m, n, m0, n0, cw);
+            gt_store<KIND>(d, c, g, bias, m, n, m0, n0, cw);
         }
     }
     gt_cluster_sync();   // no copy or arrival may reach a block that has exited
@@ -317,12 +359,21 @@ extern "C" __global__ void __cluster_dims__(2, 1, 1) __launch_bounds__(GT_THREAD
 gemm_tma_bias_f16(const __grid_constant__ gt_tmap ta, const __grid_constant__ gt_tmap tw, unsigned short *c,
                   const unsigned short *bias, int m, int n, int k)
 {
-    gt_gemm<false>(&ta, &tw, c, 0, bias, m, n, k);
+    gt_gemm<GT_BIAS>(&ta, &tw, c, 0, bias, m, n, k);
 }
 
 extern "C" __global__ void __cluster_dims__(2, 1, 1) __launch_bounds__(GT_THREADS)
 gemm_tma_bias_gelu_f16(const __grid_constant__ gt_tmap ta, const __grid_constant__ gt_tmap tw, unsigned short *c,
                        unsigned short *g, const unsigned short *bias, int m, int n, int k)
 {
-    gt_gemm<true>(&ta, &tw, c, g, bias, m, n, k);
+    gt_gemm<GT_BIAS_GELU>(&ta, &tw, c, g, bias, m, n, k);
+}
+
+// dU = (dY W) * gelu'(u): dY (M x K) as A, W (K x N, N contiguous: a
+// linear's weight (K = its outputs) read as stored), u and dU (M x N)
+extern "C" __global__ void __cluster_dims__(2, 1, 1) __launch_bounds__(GT_THREADS)
+gemm_tma_dx_dgelu_f16(const __grid_constant__ gt_tmap tdy, const __grid_constant__ gt_tmap tw, unsigned short *du,
+                      const unsigned short *u, int m, int n, int k)
+{
+    gt_gemm<GT_DX_DGELU>(&tdy, &tw, du, (unsigned short *)u, 0, m, n, k);
 }

@@ -17,10 +17,11 @@ bool gemm_own_fits(const GemmDesc *d)
 
 bool gemm_own_fills(const GemmDesc *d, int sm_count) { return (d->N / 256) * ((d->M + 127) / 128) >= sm_count; }
 
-HpcStatus gemm_own_tensor_map(CUtensorMap *map, CUdeviceptr p, int64_t rows, int64_t k, HpcError *err)
+HpcStatus gemm_own_tensor_map(CUtensorMap *map, CUdeviceptr p, int64_t rows, int64_t cols, unsigned box_rows,
+                              HpcError *err)
 {
-    cuuint64_t dim[2] = {(cuuint64_t)k, (cuuint64_t)rows}, stride[1] = {(cuuint64_t)k * 2};
-    cuuint32_t box[2] = {64, 128}, estride[2] = {1, 1};
+    cuuint64_t dim[2] = {(cuuint64_t)cols, (cuuint64_t)rows}, stride[1] = {(cuuint64_t)cols * 2};
+    cuuint32_t box[2] = {64, box_rows}, estride[2] = {1, 1};
     return CUDA_CHECK(err, cuda_driver()->cuTensorMapEncodeTiled(
                                map, CU_TENSOR_MAP_DATA_TYPE_FLOAT16, 2, (void *)(uintptr_t)p, dim, stride, box,
                                estride, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
@@ -37,12 +38,26 @@ HpcStatus gemm_own_run(CUfunction f, const GemmDesc *d, CUdeviceptr gelu, int bl
                        HpcError *err)
 {
     CUtensorMap ta, tw;
-    HpcStatus st = gemm_own_tensor_map(&ta, d->A, d->M, d->K, err);
-    if (!st) st = gemm_own_tensor_map(&tw, d->B, d->N, d->K, err);
+    HpcStatus st = gemm_own_tensor_map(&ta, d->A, d->M, d->K, 128, err);
+    if (!st) st = gemm_own_tensor_map(&tw, d->B, d->N, d->K, 128, err);
     if (st) return st;
     CUdeviceptr c = d->C, bias = d->bias;
     int m = (int)d->M, n = (int)d->N, k = (int)d->K;
     void *plain[] = {&ta, &tw, &c, &bias, &m, &n, &k}, *with_gelu[] = {&ta, &tw, &c, &gelu, &bias, &m, &n, &k};
     return cuda_launch(f, (unsigned[3]){(unsigned)gemm_own_grid(d, blocks), 1, 1}, (unsigned[3]){384, 1, 1},
                        GEMM_OWN_SMEM_BYTES, stream, gelu ? with_gelu : plain, err);
+}
+
+HpcStatus gemm_own_dx_dgelu_run(CUfunction f, const GemmOwnDxDgelu *g, int blocks, CUstream stream, HpcError *err)
+{
+    CUtensorMap tdy, tw;
+    HpcStatus st = gemm_own_tensor_map(&tdy, g->dy, g->M, g->K, 128, err);
+    if (!st) st = gemm_own_tensor_map(&tw, g->w, g->K, g->N, 64, err);
+    if (st) return st;
+    GemmDesc shape = {.M = g->M, .N = g->N, .K = g->K};
+    CUdeviceptr du = g->du, u = g->u;
+    int m = (int)g->M, n = (int)g->N, k = (int)g->K;
+    void *args[] = {&tdy, &tw, &du, &u, &m, &n, &k};
+    return cuda_launch(f, (unsigned[3]){(unsigned)gemm_own_grid(&shape, blocks), 1, 1}, (unsigned[3]){384, 1, 1},
+                       GEMM_OWN_SMEM_BYTES, stream, args, err);
 }

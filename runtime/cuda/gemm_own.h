@@ -46,10 +46,12 @@ bool gemm_own_fits(const GemmDesc *d);
  * 14 % slower). */
 bool gemm_own_fills(const GemmDesc *d, int sm_count);
 
-/* The TMA map of a (rows, k) row-major f16 operand as the kernel reads it
- * (x and W alike): boxes of 64 k by 128 rows in the 128-byte swizzle; rows
- * past the matrix read as zeros. */
-HpcStatus gemm_own_tensor_map(CUtensorMap *map, CUdeviceptr p, int64_t rows, int64_t k, HpcError *err);
+/* The TMA map of a (rows, cols) row-major f16 operand as the kernels read
+ * it: boxes of 64 columns by box_rows rows in the 128-byte swizzle (128
+ * rows of x and W by 64 k for the forward; 64 k rows of W by 64 n for
+ * the dX kernel); rows past the matrix read as zeros. */
+HpcStatus gemm_own_tensor_map(CUtensorMap *map, CUdeviceptr p, int64_t rows, int64_t cols, unsigned box_rows,
+                              HpcError *err);
 
 /* The blocks gemm_own_run launches for d given at most `blocks` (the
  * device's SM count): two a cluster, one cluster a pair of row tiles at
@@ -62,5 +64,18 @@ int gemm_own_grid(const GemmDesc *d, int blocks);
  * layout) not 0 GEMM_OWN_GELU_KERNEL's. */
 HpcStatus gemm_own_run(CUfunction f, const GemmDesc *d, CUdeviceptr gelu, int blocks, CUstream stream,
                        HpcError *err);
+
+/* dU = (dY W) * gelu'(u), all f16: the FFN's second linear's dX with the
+ * GELU backward in its epilogue (GEMM_OWN_DX_DGELU_KERNEL), not yet used
+ * by the step.  dy (M, K), w (K, N) as a linear with K outputs stores its
+ * weight, u the GELU's input and du (M, N); N a multiple of 256, K of 64. */
+#define GEMM_OWN_DX_DGELU_KERNEL "gemm_tma_dx_dgelu_f16"
+typedef struct {
+    CUdeviceptr dy, w, u, du;
+    int64_t M, N, K;
+} GemmOwnDxDgelu;
+
+/* Queues it on stream, as gemm_own_run does (f: the kernel's function). */
+HpcStatus gemm_own_dx_dgelu_run(CUfunction f, const GemmOwnDxDgelu *g, int blocks, CUstream stream, HpcError *err);
 
 #endif

@@ -9,12 +9,13 @@
  * tiles than the ring has stages, by gemm_wgmma_bias_f16 and by
  * gemm_wgmma_bias_gelu_f16, which also writes G = gelu(C) (exact-erf GELU,
  * act_ref_gelu of program/activations.h in the reference); A, W, bias
- * random in [-1, 1] rounded to f16, C and G poisoned with NaN
- * first.  The TMA kernel's persistent grid also runs on one cluster (2
- * blocks) for more tiles, so that a block's ring goes on from tile to
- * tile, and with an odd number of row tiles (a pair's second past M).
- * Error = ||got - ref||_2 / ||ref||_2 against a double reference
- * of the rounded inputs; limit 2e-3 (f16 output rounding is 2^-11
+ * random in [-1, 1] rounded to f16, C and G poisoned with NaN first;
+ * likewise gemm_tma_dx_dgelu_f16 (dU = round(dY W) * gelu'(u), W
+ * N-major) on two shapes.  The TMA kernels' persistent grid also runs on
+ * one cluster (2 blocks) for more tiles, so that a block's ring goes on
+ * from tile to tile, and with an odd number of row tiles (a pair's second
+ * past M).  Error = ||got - ref||_2 / ||ref||_2 against a double
+ * reference of the rounded inputs; limit 2e-3 (f16 output rounding is 2^-11
  * relative; f32 sums over K <= 1024 add far less); a NaN fails.
  *
  * Timing (on a GPU; HPC_GPU_TEST_NO_TIMING=1 skips it, as tools/cuemu/run.sh
@@ -22,8 +23,9 @@
  * 32768 tokens: TFLOP/s of ours and of cuBLASLt's (its choice, bias
  * epilogue); for the FFN's first GEMM also ours with GELU against
  * cuBLASLt's followed by a GELU pass (16-byte loads and stores, the bytes
- * of the step's gelu_fwd).  Printed, not checked: the numbers decide what
- * comes next.
+ * of the step's gelu_fwd), and the dX GEMM with the GELU backward
+ * (gemm_tma_dx_dgelu_f16) against cuBLASLt's dX GEMM and a dGELU pass.
+ * Printed, not checked: the numbers decide what comes next.
  *
  * Exit 0 when every check passes, 1 on a failure, 4 without an sm_90 GPU. */
 #include <math.h>
@@ -43,9 +45,10 @@
 enum { TILE = 128, KTILE = 64, THREADS = 256 };
 
 static CudaDevice g_dev;
-static CUfunction g_fn, g_fn_gelu, g_fn_act, g_fn_tma, g_fn_tma_gelu;
+static CUfunction g_fn, g_fn_gelu, g_fn_act, g_fn_dact, g_fn_tma, g_fn_tma_gelu, g_fn_dx_dgelu;
 
-/* The GELU pass cuBLASLt's GEMM needs after it (timing only). */
+/* The GELU pass cuBLASLt's GEMM needs after it, and the GELU backward's
+ * after the dX GEMM (timing only). */
 static const char gelu_pass_src[] =
     "extern \"C\" __global__ void gelu_pass_f16(unsigned short *g, const unsigned short *c, long long n8)\n"
     "{\n"
@@ -59,6 +62,24 @@ static const char gelu_pass_src[] =
     "            asm(\"cvt.rn.f16x2.f32 %0, %1, %2;\" : \"=r\"(w[q]) : \"f\"(act_gelu(hi)), \"f\"(act_gelu(lo)));\n"
     "        }\n"
     "        ((uint4 *)g)[i] = v;\n"
+    "    }\n"
+    "}\n"
+    "/* and the GELU backward's after a dX GEMM: du = dg * gelu'(u) */\n"
+    "extern \"C\" __global__ void dgelu_pass_f16(unsigned short *du, const unsigned short *dg, const unsigned short *u,\n"
+    "                                           long long n8)\n"
+    "{\n"
+    "    for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n8; i += (long long)gridDim.x * blockDim.x) {\n"
+    "        uint4 v = ((const uint4 *)dg)[i], x = ((const uint4 *)u)[i];\n"
+    "        unsigned *w = (unsigned *)&v, *xs = (unsigned *)&x;\n"
+    "        for (int q = 0; q < 4; q++) {\n"
+    "            float lo, hi, ulo, uhi;\n"
+    "            asm(\"cvt.f32.f16 %0, %1;\" : \"=f\"(lo) : \"h\"((unsigned short)(w[q] & 0xffffu)));\n"
+    "            asm(\"cvt.f32.f16 %0, %1;\" : \"=f\"(hi) : \"h\"((unsigned short)(w[q] >> 16)));\n"
+    "            asm(\"cvt.f32.f16 %0, %1;\" : \"=f\"(ulo) : \"h\"((unsigned short)(xs[q] & 0xffffu)));\n"
+    "            asm(\"cvt.f32.f16 %0, %1;\" : \"=f\"(uhi) : \"h\"((unsigned short)(xs[q] >> 16)));\n"
+    "            asm(\"cvt.rn.f16x2.f32 %0, %1, %2;\" : \"=r\"(w[q]) : \"f\"(hi * actg_gelu(uhi)), \"f\"(lo * actg_gelu(ulo)));\n"
+    "        }\n"
+    "        ((uint4 *)du)[i] = v;\n"
     "    }\n"
     "}\n";
 static int g_smem_bytes;
@@ -105,6 +126,7 @@ static void load_kernel(void)
     DRV(cuda_driver()->cuModuleGetFunction(&g_fn, mod, "gemm_wgmma_bias_f16"));
     DRV(cuda_driver()->cuModuleGetFunction(&g_fn_gelu, mod, "gemm_wgmma_bias_gelu_f16"));
     DRV(cuda_driver()->cuModuleGetFunction(&g_fn_act, mod, "gelu_pass_f16"));
+    DRV(cuda_driver()->cuModuleGetFunction(&g_fn_dact, mod, "dgelu_pass_f16"));
     g_smem_bytes = smem_bytes_of(src);
     DRV(cuda_driver()->cuFuncSetAttribute(g_fn, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, g_smem_bytes));
     DRV(cuda_driver()->cuFuncSetAttribute(g_fn_gelu, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, g_smem_bytes));
@@ -113,6 +135,9 @@ static void load_kernel(void)
     DRV(cuda_driver()->cuFuncSetAttribute(g_fn_tma, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
                                           GEMM_OWN_SMEM_BYTES));
     DRV(cuda_driver()->cuFuncSetAttribute(g_fn_tma_gelu, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                                          GEMM_OWN_SMEM_BYTES));
+    DRV(cuda_driver()->cuModuleGetFunction(&g_fn_dx_dgelu, mod, GEMM_OWN_DX_DGELU_KERNEL));
+    DRV(cuda_driver()->cuFuncSetAttribute(g_fn_dx_dgelu, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
                                           GEMM_OWN_SMEM_BYTES));
 }
 
@@ -234,6 +259,60 @@ static void check_shape(int m, int n, int k, int tma, int gelu, uint64_t seed)
     free(ref);
 }
 
+/* gemm_tma_dx_dgelu_f16 on at most `blocks` blocks: dU = round(dY W) *
+ * gelu'(u) against a double reference of the same (the GEMM's result
+ * rounded to f16 first, as the step's separate GEMM and GELU backward
+ * round it); dY, W random in [-1, 1], u in [-3, 3], dU poisoned first. */
+static void check_dx_dgelu(int m, int n, int k, int blocks, uint64_t seed)
+{
+    const CudaDriver *cu = cuda_driver();
+    uint16_t *dy = malloc((size_t)m * k * 2), *w = malloc((size_t)k * n * 2), *u = malloc((size_t)m * n * 2);
+    uint16_t *du = malloc((size_t)m * n * 2);
+    double *ref = malloc((size_t)m * n * sizeof *ref);
+    uint64_t rng = seed;
+    for (size_t i = 0; i < (size_t)m * k; i++) dy[i] = half_from_f32(uniform(&rng));
+    for (size_t i = 0; i < (size_t)k * n; i++) w[i] = half_from_f32(uniform(&rng));
+    for (size_t i = 0; i < (size_t)m * n; i++) u[i] = half_from_f32(3.0f * uniform(&rng));
+    for (int i = 0; i < m; i++)
+        for (int j = 0; j < n; j++) {
+            double g = 0;
+            for (int q = 0; q < k; q++)
+                g += (double)half_to_f32(dy[(size_t)i * k + q]) * half_to_f32(w[(size_t)q * n + j]);
+            double g16 = half_to_f32(half_from_f32((float)g));   /* dG as the separate GEMM stores it */
+            ref[(size_t)i * n + j] = g16 * act_grad_ref_gelu(half_to_f32(u[(size_t)i * n + j]));
+        }
+    CUdeviceptr ddy, dw, dup, ddu;
+    DRV(cu->cuMemAlloc(&ddy, (size_t)m * k * 2));
+    DRV(cu->cuMemAlloc(&dw, (size_t)k * n * 2));
+    DRV(cu->cuMemAlloc(&dup, (size_t)m * n * 2));
+    DRV(cu->cuMemAlloc(&ddu, (size_t)m * n * 2));
+    DRV(cu->cuMemcpyHtoD(ddy, dy, (size_t)m * k * 2));
+    DRV(cu->cuMemcpyHtoD(dw, w, (size_t)k * n * 2));
+    DRV(cu->cuMemcpyHtoD(dup, u, (size_t)m * n * 2));
+    DRV(cu->cuMemsetD8(ddu, 0xFF, (size_t)m * n * 2));   /* NaN in f16 */
+    GemmOwnDxDgelu g = {.dy = ddy, .w = dw, .u = dup, .du = ddu, .M = m, .N = n, .K = k};
+    HpcError err = {0};
+    if (gemm_own_dx_dgelu_run(g_fn_dx_dgelu, &g, blocks < g_dev.sm_count ? blocks : g_dev.sm_count, g_dev.stream,
+                              &err))
+        gpu_check_die("gemm_own_dx_dgelu_run", &err);
+    DRV(cu->cuStreamSynchronize(g_dev.stream));
+    DRV(cu->cuMemcpyDtoH(du, ddu, (size_t)m * n * 2));
+    int nan = 0;
+    double rel = rel_err(du, ref, (size_t)m * n, &nan);
+    GemmDesc shape = {.M = m, .N = n, .K = k};
+    result(nan == 0 && rel <= 2e-3, "gemm_tma_dx_dgelu_f16 M=%d N=%d K=%d (%d blocks): dU rel L2 %.2e <= 2e-3, %d NaN",
+           m, n, k, gemm_own_grid(&shape, blocks < g_dev.sm_count ? blocks : g_dev.sm_count), rel, nan);
+    cu->cuMemFree(ddy);
+    cu->cuMemFree(dw);
+    cu->cuMemFree(dup);
+    cu->cuMemFree(ddu);
+    free(dy);
+    free(w);
+    free(u);
+    free(du);
+    free(ref);
+}
+
 /* ---- timing ----------------------------------------------------------------- */
 
 static int cmp_float(const void *x, const void *y)
@@ -242,15 +321,20 @@ static int cmp_float(const void *x, const void *y)
     return (a > b) - (a < b);
 }
 
-enum { OURS, OURS_GELU, CUBLAS, CUBLAS_GELU, TMA, TMA_GELU };
+enum { OURS, OURS_GELU, CUBLAS, CUBLAS_GELU, TMA, TMA_GELU, TMA_DX_DGELU, CUBLAS_DX_DGELU };
 
-/* Median ms of 20 runs of one way of computing C (and G). */
+/* Median ms of 20 runs of one way of computing C (and G); the DX ways
+ * take a as dY and as u, w as W (k x n), c as dG and gout as dU. */
 static float time_one(GemmContext *g, int way, int m, int n, int k, CUdeviceptr a, CUdeviceptr w,
                       CUdeviceptr b16, CUdeviceptr c, CUdeviceptr gout)
 {
     const CudaDriver *cu = cuda_driver();
     GemmDesc desc;
-    gemm_desc_linear(&desc, GEMM_F16, GEMM_F16, m, n, k, a, w, b16, c);
+    if (way == CUBLAS_DX_DGELU)
+        gemm_desc_rm(&desc, GEMM_F16, GEMM_F16, m, n, k, a, w, c);
+    else
+        gemm_desc_linear(&desc, GEMM_F16, GEMM_F16, m, n, k, a, w, b16, c);
+    GemmOwnDxDgelu dx = {.dy = a, .w = w, .u = a, .du = gout, .M = m, .N = n, .K = k};
     CUevent e0, e1;
     DRV(cu->cuEventCreate(&e0, CU_EVENT_DEFAULT));
     DRV(cu->cuEventCreate(&e1, CU_EVENT_DEFAULT));
@@ -258,7 +342,12 @@ static float time_one(GemmContext *g, int way, int m, int n, int k, CUdeviceptr 
     for (int r = -3; r < 20; r++) {
         HpcError err = {0};
         DRV(cu->cuEventRecord(e0, g_dev.stream));
-        if (way == CUBLAS || way == CUBLAS_GELU) {
+        if (way == TMA_DX_DGELU) {
+            if (gemm_own_dx_dgelu_run(g_fn_dx_dgelu, &dx, g_dev.sm_count, g_dev.stream, &err)) {
+                printf("FAIL  gemm_own_dx_dgelu_run %d x %d x %d: %s\n", m, n, k, err.msg);
+                return -1;
+            }
+        } else if (way == CUBLAS || way == CUBLAS_GELU || way == CUBLAS_DX_DGELU) {
             if (gemm_run(g, &desc, &err)) {
                 printf("FAIL  cuBLASLt %d x %d x %d: %s\n", m, n, k, err.msg);
                 return -1;
@@ -274,6 +363,15 @@ static float time_one(GemmContext *g, int way, int m, int n, int k, CUdeviceptr 
             if (cuda_launch(g_fn_act, (unsigned[3]){(unsigned)(g_dev.sm_count * 8), 1, 1}, (unsigned[3]){256, 1, 1}, 0,
                             g_dev.stream, args, &err)) {
                 printf("FAIL  gelu pass: %s\n", err.msg);
+                return -1;
+            }
+        }
+        if (way == CUBLAS_DX_DGELU) {
+            long long n8 = (long long)m * n / 8;
+            void *args[] = {&gout, &c, &a, &n8};
+            if (cuda_launch(g_fn_dact, (unsigned[3]){(unsigned)(g_dev.sm_count * 8), 1, 1}, (unsigned[3]){256, 1, 1},
+                            0, g_dev.stream, args, &err)) {
+                printf("FAIL  dgelu pass: %s\n", err.msg);
                 return -1;
             }
         }
@@ -325,6 +423,11 @@ static void run_timing(void)
             float lg = time_one(&g, CUBLAS_GELU, m, n, k, a, w, b16, c, gout);
             printf("      %5d x %4d x %4d + GELU: cp.async fused %7.3f ms | TMA fused %7.3f ms | cuBLASLt + GELU "
                    "pass %7.3f ms\n", m, n, k, og, tg, lg);
+            /* the FFN's second GEMM's dX (K = 768 outputs, N = 3072) and the GELU backward */
+            float td = time_one(&g, TMA_DX_DGELU, m, n, k, a, w, b16, c, gout);
+            float ld = time_one(&g, CUBLAS_DX_DGELU, m, n, k, a, w, b16, c, gout);
+            printf("      %5d x %4d x %4d dX + GELU backward: TMA fused %7.3f ms | cuBLASLt + dGELU pass %7.3f ms\n",
+                   m, n, k, td, ld);
         }
     }
     cu->cuMemFree(a);
@@ -353,6 +456,8 @@ int main(void)
     check_shape(200, 256, 128, all, 0, 11);    /* TMA: M not a multiple of 128 */
     check_shape(384, 768, 576, 2, 0, 12);      /* 6 pairs on one cluster, 9 k tiles each: the ring across tiles */
     check_shape(328, 512, 320, 3, 1, 13);      /* 4 pairs on one cluster, GELU, a part row tile */
+    check_dx_dgelu(256, 512, 192, all, 14);    /* the dX GEMM with the GELU backward: W N-major */
+    check_dx_dgelu(328, 768, 320, 2, 15);      /* 6 pairs on one cluster, a part row tile */
     if (!getenv("HPC_GPU_TEST_NO_TIMING")) run_timing();
     cuda_device_close(&g_dev);
     return gpu_check_summary();
