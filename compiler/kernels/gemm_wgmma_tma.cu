@@ -217,17 +217,23 @@ enum { GT_BIAS, GT_BIAS_GELU, GT_DX_DGELU };
 // d (the accumulators of rows 64 cw.. of the tile at (m0, n0)) to C in
 // 16-byte stores: + bias (and gelu of the stored values to G), or times
 // gelu'(G) (of C rounded to f16 first, as the separate GEMM and GELU
-// backward would round it)
+// backward would round it), then with y gelu(G) to y, and with part the
+// column sums of the stored dU over each warp's 16 rows (f32; row group
+// r = row / 16 at part[r * n + column], for r < ceil(m / 16))
 template <int KIND>
 __device__ __forceinline__ void gt_store(const float *d, unsigned short *c, unsigned short *g,
-                                         const unsigned short *bias, int m, int n, int m0, int n0, int cw)
+                                         const unsigned short *bias, unsigned short *y, float *part, int m, int n,
+                                         int m0, int n0, int cw)
 {
     const bool GELU = KIND == GT_BIAS_GELU;
     const int warp = (threadIdx.x >> 5) & 3, lane = threadIdx.x & 31, q = lane & 3;
-    const int row0 = m0 + 64 * cw + 16 * warp + lane / 4;
+    const int row0 = m0 + 64 * cw + 16 * warp + lane / 4, group = (m0 + 64 * cw + 16 * warp) / 16;
     // d[4j + 2h + e] is C's (row0 + 8 h, n0 + 8 j + 2 q + e)
 #pragma unroll
     for (int jg = 0; jg < GT_BN / 32; jg++) {
+        float cs[8];   // with part: this lane's 8 columns (after the transpose) summed over its rows
+#pragma unroll
+        for (int i = 0; i < 8; i++) cs[i] = 0.0f;
         float b[4][2];
 #pragma unroll
         for (int jj = 0; jj < 4; jj++) {
@@ -257,19 +263,37 @@ __device__ __forceinline__ void gt_store(const float *d, unsigned short *c, unsi
 #pragma unroll
                 for (int w = 0; w < 4; w++) {
                     const float lo = gt_h2f((unsigned short)(p[w] & 0xffffu)), hi = gt_h2f((unsigned short)(p[w] >> 16));
-                    p[w] = gt_pack(lo * actg_gelu(gt_h2f((unsigned short)(u[w] & 0xffffu))),
-                                   hi * actg_gelu(gt_h2f((unsigned short)(u[w] >> 16))));
+                    const float ulo = gt_h2f((unsigned short)(u[w] & 0xffffu)), uhi = gt_h2f((unsigned short)(u[w] >> 16));
+                    p[w] = gt_pack(lo * actg_gelu(ulo), hi * actg_gelu(uhi));
+                    pg[w] = gt_pack(act_gelu(ulo), act_gelu(uhi));
+                    cs[2 * w] += gt_h2f((unsigned short)(p[w] & 0xffffu));   // the stored dU, as BIAS_GRAD reads it
+                    cs[2 * w + 1] += gt_h2f((unsigned short)(p[w] >> 16));
                 }
+                if (y) *(uint4 *)(y + at) = make_uint4(pg[0], pg[1], pg[2], pg[3]);
             }
             *(uint4 *)(c + at) = make_uint4(p[0], p[1], p[2], p[3]);
             if (GELU) *(uint4 *)(g + at) = make_uint4(pg[0], pg[1], pg[2], pg[3]);
+        }
+        if (KIND == GT_DX_DGELU && part) {   // the 8 lanes of a column hold the warp's 16 rows
+#pragma unroll
+            for (int i = 0; i < 8; i++) {
+                cs[i] += __shfl_xor_sync(0xffffffffu, cs[i], 4);
+                cs[i] += __shfl_xor_sync(0xffffffffu, cs[i], 8);
+                cs[i] += __shfl_xor_sync(0xffffffffu, cs[i], 16);
+            }
+            if (lane < 4 && group < (m + 15) / 16) {
+                float4 *at = (float4 *)(part + (long long)group * n + n0 + 8 * (4 * jg + q));
+                at[0] = make_float4(cs[0], cs[1], cs[2], cs[3]);
+                at[1] = make_float4(cs[4], cs[5], cs[6], cs[7]);
+            }
         }
     }
 }
 
 template <int KIND>
 __device__ __forceinline__ void gt_gemm(const gt_tmap *ta, const gt_tmap *tw, unsigned short *c, unsigned short *g,
-                                        const unsigned short *bias, int m, int n, int k)
+                                        const unsigned short *bias, unsigned short *y, float *part, int m, int n,
+                                        int k)
 {
     extern __shared__ unsigned char gt_raw[];
     // the swizzle works on shared addresses: stages at 1024-byte boundaries
@@ -349,7 +373,7 @@ __device__ __forceinline__ void gt_gemm(const gt_tmap *ta, const gt_tmap *tw, un
                 gt_arrive(done);
                 gt_arrive_in(done, other);
             }
-            gt_store<KIND>(d, c, g, bias, m, n, m0, n0, cw);
+            gt_store<KIND>(d, c, g, bias, y, part, m, n, m0, n0, cw);
         }
     }
     gt_cluster_sync();   // no copy or arrival may reach a block that has exited
@@ -359,21 +383,24 @@ extern "C" __global__ void __cluster_dims__(2, 1, 1) __launch_bounds__(GT_THREAD
 gemm_tma_bias_f16(const __grid_constant__ gt_tmap ta, const __grid_constant__ gt_tmap tw, unsigned short *c,
                   const unsigned short *bias, int m, int n, int k)
 {
-    gt_gemm<GT_BIAS>(&ta, &tw, c, 0, bias, m, n, k);
+    gt_gemm<GT_BIAS>(&ta, &tw, c, 0, bias, 0, 0, m, n, k);
 }
 
 extern "C" __global__ void __cluster_dims__(2, 1, 1) __launch_bounds__(GT_THREADS)
 gemm_tma_bias_gelu_f16(const __grid_constant__ gt_tmap ta, const __grid_constant__ gt_tmap tw, unsigned short *c,
                        unsigned short *g, const unsigned short *bias, int m, int n, int k)
 {
-    gt_gemm<GT_BIAS_GELU>(&ta, &tw, c, g, bias, m, n, k);
+    gt_gemm<GT_BIAS_GELU>(&ta, &tw, c, g, bias, 0, 0, m, n, k);
 }
 
 // dU = (dY W) * gelu'(u): dY (M x K) as A, W (K x N, N contiguous: a
-// linear's weight (K = its outputs) read as stored), u and dU (M x N)
+// linear's weight (K = its outputs) read as stored), u and dU (M x N); y
+// (may be 0) gets gelu(u), and part (may be 0) the column sums of the
+// stored dU per 16 rows, ceil(M / 16) rows of N f32: what the step's
+// ACT_BWD_BGRAD's first phase writes besides dU (compiler/emit_ops_body.c)
 extern "C" __global__ void __cluster_dims__(2, 1, 1) __launch_bounds__(GT_THREADS)
 gemm_tma_dx_dgelu_f16(const __grid_constant__ gt_tmap tdy, const __grid_constant__ gt_tmap tw, unsigned short *du,
-                      const unsigned short *u, int m, int n, int k)
+                      const unsigned short *u, unsigned short *y, float *part, int m, int n, int k)
 {
-    gt_gemm<GT_DX_DGELU>(&tdy, &tw, du, (unsigned short *)u, 0, m, n, k);
+    gt_gemm<GT_DX_DGELU>(&tdy, &tw, du, (unsigned short *)u, 0, y, part, m, n, k);
 }

@@ -55,9 +55,9 @@ HpcStatus gemm_own_dx_dgelu_run(CUfunction f, const GemmOwnDxDgelu *g, int block
     if (!st) st = gemm_own_tensor_map(&tw, g->w, g->K, g->N, 64, err);
     if (st) return st;
     GemmDesc shape = {.M = g->M, .N = g->N, .K = g->K};
-    CUdeviceptr du = g->du, u = g->u;
+    CUdeviceptr du = g->du, u = g->u, y = g->y, part = g->part;
     int m = (int)g->M, n = (int)g->N, k = (int)g->K;
-    void *args[] = {&tdy, &tw, &du, &u, &m, &n, &k};
+    void *args[] = {&tdy, &tw, &du, &u, &y, &part, &m, &n, &k};
     return cuda_launch(f, (unsigned[3]){(unsigned)gemm_own_grid(&shape, blocks), 1, 1}, (unsigned[3]){384, 1, 1},
                        GEMM_OWN_SMEM_BYTES, stream, args, err);
 }

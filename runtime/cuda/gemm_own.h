@@ -68,10 +68,13 @@ HpcStatus gemm_own_run(CUfunction f, const GemmDesc *d, CUdeviceptr gelu, int bl
 /* dU = (dY W) * gelu'(u), all f16: the FFN's second linear's dX with the
  * GELU backward in its epilogue (GEMM_OWN_DX_DGELU_KERNEL), not yet used
  * by the step.  dy (M, K), w (K, N) as a linear with K outputs stores its
- * weight, u the GELU's input and du (M, N); N a multiple of 256, K of 64. */
+ * weight, u the GELU's input and du (M, N); N a multiple of 256, K of 64.
+ * Optional (0: not written): y (M, N) f16 gets gelu(u), and part
+ * (ceil(M / 16), N) f32 the column sums of the stored dU over each 16
+ * rows, as the step's ACT_BWD_BGRAD writes them for its bias gradient. */
 #define GEMM_OWN_DX_DGELU_KERNEL "gemm_tma_dx_dgelu_f16"
 typedef struct {
-    CUdeviceptr dy, w, u, du;
+    CUdeviceptr dy, w, u, du, y, part;
     int64_t M, N, K;
 } GemmOwnDxDgelu;
 

@@ -11,7 +11,8 @@
  * act_ref_gelu of program/activations.h in the reference); A, W, bias
  * random in [-1, 1] rounded to f16, C and G poisoned with NaN first;
  * likewise gemm_tma_dx_dgelu_f16 (dU = round(dY W) * gelu'(u), W
- * N-major) on two shapes.  The TMA kernels' persistent grid also runs on
+ * N-major, with gelu(u) and the 16-row column sums of dU beside it) on
+ * two shapes.  The TMA kernels' persistent grid also runs on
  * one cluster (2 blocks) for more tiles, so that a block's ring goes on
  * from tile to tile, and with an odd number of row tiles (a pair's second
  * past M).  Error = ||got - ref||_2 / ||ref||_2 against a double
@@ -290,7 +291,13 @@ static void check_dx_dgelu(int m, int n, int k, int blocks, uint64_t seed)
     DRV(cu->cuMemcpyHtoD(dw, w, (size_t)k * n * 2));
     DRV(cu->cuMemcpyHtoD(dup, u, (size_t)m * n * 2));
     DRV(cu->cuMemsetD8(ddu, 0xFF, (size_t)m * n * 2));   /* NaN in f16 */
-    GemmOwnDxDgelu g = {.dy = ddy, .w = dw, .u = dup, .du = ddu, .M = m, .N = n, .K = k};
+    const int groups = (m + 15) / 16;
+    CUdeviceptr dy2, dpart;
+    DRV(cu->cuMemAlloc(&dy2, (size_t)m * n * 2));
+    DRV(cu->cuMemAlloc(&dpart, (size_t)groups * n * 4));
+    DRV(cu->cuMemsetD8(dy2, 0xFF, (size_t)m * n * 2));
+    DRV(cu->cuMemsetD32Async(dpart, 0x7fc00000u, (size_t)groups * n, g_dev.stream));   /* NaN in f32 */
+    GemmOwnDxDgelu g = {.dy = ddy, .w = dw, .u = dup, .du = ddu, .y = dy2, .part = dpart, .M = m, .N = n, .K = k};
     HpcError err = {0};
     if (gemm_own_dx_dgelu_run(g_fn_dx_dgelu, &g, blocks < g_dev.sm_count ? blocks : g_dev.sm_count, g_dev.stream,
                               &err))
@@ -302,6 +309,34 @@ static void check_dx_dgelu(int m, int n, int k, int blocks, uint64_t seed)
     GemmDesc shape = {.M = m, .N = n, .K = k};
     result(nan == 0 && rel <= 2e-3, "gemm_tma_dx_dgelu_f16 M=%d N=%d K=%d (%d blocks): dU rel L2 %.2e <= 2e-3, %d NaN",
            m, n, k, gemm_own_grid(&shape, blocks < g_dev.sm_count ? blocks : g_dev.sm_count), rel, nan);
+    /* y = gelu(u); part: the stored dU's column sums over each 16 rows, against
+     * the same sums of the dU it wrote, in double */
+    uint16_t *y2 = malloc((size_t)m * n * 2);
+    float *part = malloc((size_t)groups * n * 4);
+    double *yref = malloc((size_t)m * n * sizeof *yref), num = 0, den = 0;
+    DRV(cu->cuMemcpyDtoH(y2, dy2, (size_t)m * n * 2));
+    DRV(cu->cuMemcpyDtoH(part, dpart, (size_t)groups * n * 4));
+    for (size_t i = 0; i < (size_t)m * n; i++) yref[i] = act_ref_gelu(half_to_f32(u[i]));
+    int nan_y = 0, nan_p = 0;
+    double rel_y = rel_err(y2, yref, (size_t)m * n, &nan_y);
+    for (int r = 0; r < groups; r++)
+        for (int j = 0; j < n; j++) {
+            double s = 0;
+            for (int i = 16 * r; i < 16 * r + 16 && i < m; i++) s += half_to_f32(du[(size_t)i * n + j]);
+            double got = part[(size_t)r * n + j];
+            nan_p += got != got;
+            num += (got - s) * (got - s);
+            den += s * s;
+        }
+    double rel_p = sqrt(num / den);
+    result(nan_y == 0 && rel_y <= 2e-3 && nan_p == 0 && rel_p <= 1e-5,
+           "gemm_tma_dx_dgelu_f16 M=%d N=%d K=%d: y = gelu(u) rel L2 %.2e <= 2e-3; %d partial column sums of dU rel "
+           "L2 %.2e <= 1e-5; %d NaN", m, n, k, rel_y, groups, rel_p, nan_y + nan_p);
+    free(y2);
+    free(part);
+    free(yref);
+    cu->cuMemFree(dy2);
+    cu->cuMemFree(dpart);
     cu->cuMemFree(ddy);
     cu->cuMemFree(dw);
     cu->cuMemFree(dup);
