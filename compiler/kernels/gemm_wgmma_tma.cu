@@ -24,8 +24,8 @@
 // loads its own A and half of W, that half multicast into both blocks'
 // shared memory.  That halves W's reads from L2, which at 128 x 256 tiles
 // would otherwise bound the kernel (48 KiB a k tile for 4.2 MFLOP: about
-// 9 TB/s at 800 TFLOP/s, more than the L2 gives; gpu_gemm's first H100
-// run, 2026-12-05, found both kernels at 6-7 TB/s of L2 reads).
+// 9 TB/s at 800 TFLOP/s, more than the L2 gives; in gpu_gemm's first H100
+// run, 2026-12-05, both kernels' FLOP rates came to 6-7 TB/s of L2 reads).
 //
 // GT_STAGES stages in shared memory, each with two mbarriers: `full` (the
 // loader's arrival plus the bytes of all three copies, one of them the
