@@ -142,8 +142,11 @@ $(CUEMU_LIB): $(CUEMU_SRC) $(wildcard tools/cuemu/*.h)
 	    -isystem $(CUDA_HOME)/include -Itools/cuemu -I. -Iruntime -Iutil \
 	    -DCUEMU_PRELUDE='"$(CURDIR)/tools/cuemu/emu_kernel.h"' -Wl,-z,defs -o $@.tmp $(CUEMU_SRC) -ldl -lpthread -lm
 	@mv $@.tmp $@   # a running check keeps the old file
-# `make test` runs EMU_CI_TESTS (about a minute and a half here).
+# `make test` runs EMU_CI_TESTS (about a minute and a half here), and
+# EMU_ORDER_TESTS again with the threads taking turns in the other two
+# orders (HPC_EMU_ORDER, docs/cuemu.md): the cluster protocol's checks.
 EMU_CI_TESTS := gpu_pack gpu_attention_step gpu_wgmma gpu_cluster gpu_gemm
+EMU_ORDER_TESTS := gpu_cluster gpu_gemm
 EMU_TESTS    ?= $(EMU_CI_TESTS)
 .PHONY: test-emu
 test-emu: all $(CUEMU_LIB) $(patsubst %,$(BUILD)/tests/gpu/%,$(EMU_TESTS))
@@ -154,6 +157,12 @@ test: all $(TEST_BIN) examples $(LINK_CHECKS) $(CUEMU_LIB) $(patsubst %,$(BUILD)
 	@HPC_ROOT=$(CURDIR) sh tests/run-all.sh $(TEST_BIN)
 	@HPC_ROOT=$(CURDIR) sh tools/cuemu/run.sh $(patsubst %,$(BUILD)/tests/gpu/%,$(EMU_CI_TESTS)) >$(BUILD)/emu-run.log 2>&1 \
 	    && grep '(emulated)' $(BUILD)/emu-run.log | sed 's/^/PASS  /' || { cat $(BUILD)/emu-run.log; exit 1; }
+	@for order in reverse ahead; do \
+	    HPC_EMU_ORDER=$$order HPC_ROOT=$(CURDIR) sh tools/cuemu/run.sh $(patsubst %,$(BUILD)/tests/gpu/%,$(EMU_ORDER_TESTS)) \
+	        >$(BUILD)/emu-run-$$order.log 2>&1 \
+	        && grep '(emulated)' $(BUILD)/emu-run-$$order.log | sed "s/^/PASS  HPC_EMU_ORDER=$$order /" \
+	        || { cat $(BUILD)/emu-run-$$order.log; exit 1; }; \
+	done
 	@sh tests/link/check-no-frontend.sh bin/hpc $(LINK_CHECKS)
 	@$(MAKE) -s -C examples run >$(BUILD)/examples-run.log 2>&1 && echo "PASS  examples/embed_bert_tiny" || { cat $(BUILD)/examples-run.log; exit 1; }
 	@$(MAKE) -s -C examples valgrind >$(BUILD)/examples-vg.log 2>&1 && echo "PASS  examples/embed_bert_tiny under valgrind" || { cat $(BUILD)/examples-vg.log; exit 1; }

@@ -505,12 +505,39 @@ static void start_block(Block *b, unsigned char *pool, int first)
     }
 }
 
-/* Runs the cluster's blocks to their end: each round, every runnable
- * thread of rank 0, then of rank 1, ...; g_block and g_window are the
- * running thread's block's, so shared addresses and __shared__ variables
- * are its own.  (A cluster of one is the block alone, as before clusters.) */
+/* HPC_EMU_ORDER: the order the threads of a cluster take turns in.  A
+ * kernel whose result depends on it is wrong on a GPU, so a check run
+ * several ways sees more.  `forward` (unset): each round every runnable
+ * thread of rank 0, then of rank 1, ..., each block's from its first;
+ * `reverse`: the ranks and the threads from the last; `ahead`: forward,
+ * but each block runs up to AHEAD_TURNS turns of its threads before the
+ * next block's (a block far ahead of the others, as one scheduled earlier
+ * on a GPU is: copies or arrivals that reach a block before it has set up
+ * its barriers show). */
+enum { ORDER_FORWARD, ORDER_REVERSE, ORDER_AHEAD, AHEAD_TURNS = 1024 };
+
+static int thread_order(void)
+{
+    static int order = -1;
+    if (order < 0) {
+        const char *v = getenv("HPC_EMU_ORDER");
+        if (!v || !*v || strcmp(v, "forward") == 0) order = ORDER_FORWARD;
+        else if (strcmp(v, "reverse") == 0) order = ORDER_REVERSE;
+        else if (strcmp(v, "ahead") == 0) order = ORDER_AHEAD;
+        else die("HPC_EMU_ORDER: want forward, reverse or ahead");
+    }
+    return order;
+}
+
+/* Runs the cluster's blocks to their end in thread_order's turns; g_block
+ * and g_window are the running thread's block's, so shared addresses and
+ * __shared__ variables are its own.  (A cluster of one is the block alone,
+ * as before clusters.) */
 static void run_cluster(Cluster *c)
 {
+    const int order = thread_order();
+    const bool reverse = order == ORDER_REVERSE;
+    const int turns = order == ORDER_AHEAD ? AHEAD_TURNS : 1;
     unsigned char *pool = stack_pool(c->n * c->blocks[0]->n);
     c->live = 0;
     c->arrived = 0;
@@ -522,16 +549,18 @@ static void run_cluster(Cluster *c)
     }
     while (c->live > 0) {
         int ran = 0;
-        for (int r = 0; r < c->n; r++) {
-            Block *b = c->blocks[r];
+        for (int rr = 0; rr < c->n; rr++) {
+            Block *b = c->blocks[reverse ? c->n - 1 - rr : rr];
             g_block = b;
             g_window = b->window;
-            for (int i = 0; i < b->n; i++) {
-                if (b->th[i].state != RUNNABLE) continue;
-                g_cur = &b->th[i];
-                emu_ctx_switch(&b->sched_sp, g_cur->sp);
-                ran = 1;
-            }
+            for (int turn = 0; turn < turns; turn++)
+                for (int ii = 0; ii < b->n; ii++) {
+                    const int i = reverse ? b->n - 1 - ii : ii;
+                    if (b->th[i].state != RUNNABLE) continue;
+                    g_cur = &b->th[i];
+                    emu_ctx_switch(&b->sched_sp, g_cur->sp);
+                    ran = 1;
+                }
         }
         if (!ran) describe_deadlock(c);
     }
