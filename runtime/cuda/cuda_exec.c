@@ -133,6 +133,16 @@ static HpcStatus cuda_exec_check_views(const CudaExec *ex, HpcError *err)
 
 /* The program's one module: compiled once per (program, arch) for every
  * (B, L), through the disk cache. */
+/* One of hpc's own GEMM kernels from the module, allowed its shared memory. */
+static HpcStatus own_gemm_function(CudaExec *ex, const char *name, CUfunction *fn, HpcError *err)
+{
+    HpcStatus st = CUDA_CHECK(err, cuda_driver()->cuModuleGetFunction(fn, ex->module, name));
+    if (!st)
+        st = CUDA_CHECK(err, cuda_driver()->cuFuncSetAttribute(*fn, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                                                               GEMM_OWN_SMEM_BYTES));
+    return st;
+}
+
 static HpcStatus compile_module(CudaExec *ex, HpcError *err)
 {
     const StepCubin *ahead = step_kernels_cubin(ex->kernels, ex->dev->arch);
@@ -164,16 +174,8 @@ static HpcStatus compile_module(CudaExec *ex, HpcError *err)
                 ex->cache_hit ? "kernel cache hit" : "NVRTC compile", ex->compile_seconds);
     st = CUDA_CHECK(err, cuda_driver()->cuModuleLoadData(&ex->module, cubin));
     free(cubin);
-    if (!st && own) st = CUDA_CHECK(err, cuda_driver()->cuModuleGetFunction(&ex->gemm_own, ex->module, GEMM_OWN_KERNEL));
-    if (!st && own)
-        st = CUDA_CHECK(err, cuda_driver()->cuModuleGetFunction(&ex->gemm_own_gelu, ex->module, GEMM_OWN_GELU_KERNEL));
-    if (!st && own)
-        st = CUDA_CHECK(err, cuda_driver()->cuFuncSetAttribute(ex->gemm_own, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
-                                                               GEMM_OWN_SMEM_BYTES));
-    if (!st && own)
-        st = CUDA_CHECK(err, cuda_driver()->cuFuncSetAttribute(ex->gemm_own_gelu,
-                                                               CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
-                                                               GEMM_OWN_SMEM_BYTES));
+    if (!st && own) st = own_gemm_function(ex, GEMM_OWN_KERNEL, &ex->gemm_own, err);
+    if (!st && own) st = own_gemm_function(ex, GEMM_OWN_GELU_KERNEL, &ex->gemm_own_gelu, err);
     return st;
 }
 
@@ -184,14 +186,6 @@ static bool values_overlap(const CudaExec *ex, int a, int b)
     return pa < pb + (CUdeviceptr)ex->plan.v[b].bytes && pb < pa + (CUdeviceptr)ex->plan.v[a].bytes;
 }
 
-/* With hpc's own GEMM: each f16 LINEAR whose output feeds a GELU node run
- * right after it computes that GELU too (gemm_tma_bias_gelu_f16: the
- * same act_gelu of the same rounded values as the GELU kernel), and the
- * GELU node's launch is skipped.  Only where writing the GELU's output at
- * the LINEAR cannot touch anything still live: the plan gives that output
- * bytes from the GELU's position on, which at the LINEAR's can only be
- * the LINEAR's input's: gelu_outputs_written_early has the plan start
- * that output at the LINEAR, and the overlap is checked again here. */
 /* Whether node lin is an f16 LINEAR on cuBLASLt with a bias whose output
  * feeds the GELU node right after it (the graph's order is the plan's),
  * and whose weight's shape the own GEMM takes: the same answer before the
@@ -206,6 +200,16 @@ static bool gelu_pair_candidate(const CudaExec *ex, int lin)
            NODE(l->in[1])->dims[1] % 64 == 0;
 }
 
+/* With hpc's own GEMM: each f16 LINEAR whose output feeds a GELU node run
+ * right after it computes that GELU too (gemm_tma_bias_gelu_f16: the
+ * same act_gelu of the same rounded values as the GELU kernel), and the
+ * GELU node's launch is skipped (not in runs whose M leaves the LINEAR
+ * on cuBLASLt: gemm_own_fills, cuda_exec_launch_node).  Only where
+ * writing the GELU's output at the LINEAR cannot touch anything still
+ * live: the plan gives that output bytes from the GELU's position on,
+ * which at the LINEAR's can only be the LINEAR's input's:
+ * gelu_outputs_written_early has the plan start that output at the
+ * LINEAR, and the overlap is checked again here. */
 static void pair_gelu(CudaExec *ex)
 {
     const IrGraph *g = ex->g;

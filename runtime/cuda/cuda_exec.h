@@ -134,7 +134,8 @@ typedef struct {
     CUfunction gemm_own;       /* hpc's own GEMM for the f16 linear forwards (HPC_GEMM_OWN=1), or NULL */
     CUfunction gemm_own_gelu;  /* its variant that also writes gelu(y) */
     int *gelu_of;              /* (g->n) with gemm_own: the GELU node a LINEAR's launch computes too, or -1 */
-    bool *computed_by_gemm;    /* (g->n) with gemm_own: that GELU node, whose own launch is skipped */
+    bool *computed_by_gemm;    /* (g->n) with gemm_own: whether that GELU node's LINEAR, at its last
+                                * launch, computed it too (then its own launch is skipped) */
     const StepKernels *kernels;/* launch records and source (borrowed, or owned_kernels) */
     StepKernels *owned_kernels;/* cuda_exec_init's own, else NULL */
     CUfunction (*fn)[EOP_MAX_PHASES];   /* (g->n) kernels of each node */

@@ -14,6 +14,8 @@
  *     the no-GPU status of these programs); gpu_check_open_sm90(prog, what,
  *     dev) the same for checks of sm_90a code (wgmma, TMA, clusters): 0 also
  *     on another architecture, and on success the "PROG on NAME" line;
+ *     gpu_check_load_sm90a(src, name) compiles a probe's source for sm_90a
+ *     and loads it (NVRTC's log and exit 1 on a failure);
  *   - gpu_check_rel_l2 / gpu_check_rel_l2_floor: ||got - ref||_2 / ||ref||_2
  *     in f64, the first falling back to ||got - ref|| when ref is all zero,
  *     the second dividing by max(||ref||, floor_norm); a NaN anywhere gives
@@ -36,6 +38,7 @@
 #include <stdlib.h>
 
 #include "cuda/cuda_driver.h"
+#include "cuda/nvrtc_compile.h"
 
 static int g_failures, g_checks;
 static const char *gpu_check_gap = "  ";
@@ -82,6 +85,26 @@ static inline int gpu_check_open_device(const char *prog, CudaDevice *dev)
         return 0;
     }
     return 1;
+}
+
+/* src compiled by NVRTC for sm_90a (the architecture-specific target
+ * wgmma and clusters need) and loaded as a module. */
+static inline CUmodule gpu_check_load_sm90a(const char *src, const char *name)
+{
+    const char *opts[] = {"--gpu-architecture=sm_90a"};
+    void *cubin;
+    size_t size;
+    char *log = NULL;
+    HpcError err = {0};
+    if (nvrtc_compile(src, name, 90, opts, 1, &cubin, &size, &log, &err)) {
+        printf("%s\n", log ? log : "");
+        gpu_check_die("nvrtc_compile", &err);
+    }
+    free(log);
+    CUmodule mod;
+    DRV(cuda_driver()->cuModuleLoadData(&mod, cubin));
+    free(cubin);
+    return mod;
 }
 
 /* The same for a check of `what` (wgmma, clusters), which needs sm_90. */

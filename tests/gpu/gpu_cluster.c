@@ -264,18 +264,7 @@ static void check_barrier(void)
 int main(void)
 {
     if (!gpu_check_open_sm90("gpu_cluster", "thread block clusters", &g_dev)) return 4;
-    const char *opts[] = {"--gpu-architecture=sm_90a"};
-    void *cubin;
-    size_t size;
-    char *log = NULL;
-    HpcError err = {0};
-    if (nvrtc_compile(CLUSTER_SRC, "gpu_cluster", 90, opts, 1, &cubin, &size, &log, &err)) {
-        printf("%s\n", log ? log : "");
-        gpu_check_die("nvrtc_compile", &err);
-    }
-    free(log);
-    DRV(cuda_driver()->cuModuleLoadData(&g_mod, cubin));
-    free(cubin);
+    g_mod = gpu_check_load_sm90a(CLUSTER_SRC, "gpu_cluster");
 
     check_arrive();
     check_multicast();

@@ -114,18 +114,7 @@ static int mismatches(const float *got, const double *ref)
 int main(void)
 {
     if (!gpu_check_open_sm90("gpu_wgmma", "wgmma", &g_dev)) return 4;
-    const char *opts[] = {"--gpu-architecture=sm_90a"};
-    void *cubin;
-    size_t size;
-    char *log = NULL;
-    HpcError err = {0};
-    if (nvrtc_compile(WGMMA_PROBE_SRC, "wgmma_probe", 90, opts, 1, &cubin, &size, &log, &err)) {
-        printf("%s\n", log ? log : "");
-        gpu_check_die("nvrtc_compile", &err);
-    }
-    free(log);
-    DRV(cuda_driver()->cuModuleLoadData(&g_mod, cubin));
-    free(cubin);
+    g_mod = gpu_check_load_sm90a(WGMMA_PROBE_SRC, "wgmma_probe");
 
     /* a: A row-major (row m, k contiguous); b: B row-major (row k, n
      * contiguous); bt: B transposed (row n, k contiguous) */
