@@ -1,68 +1,68 @@
 // compiler/kernels/gemm_wgmma_tma.cu — C = A W^T + bias (and G = gelu(C)),
 // as gemm_wgmma.cu computes it, in the form Hopper GEMMs reach their speed
 // with: tiles loaded by the Tensor Memory Accelerator, a loading warpgroup
-// beside the multiplying ones, 128 x 256 tiles, clusters of two sharing W
-// by multicast, a persistent grid.  Used by the step under HPC_GEMM_OWN=1
-// (runtime/cuda/gemm_own.h); tests/gpu/gpu_gemm.c checks it and times it
-// beside gemm_wgmma.cu and cuBLASLt.
+// beside the multiplying ones, 128 x 256 tiles, a persistent grid.  Used by
+// the step under HPC_GEMM_OWN=1 (runtime/cuda/gemm_own.h); tests/gpu/gpu_gemm.c
+// checks it and times it beside gemm_wgmma.cu and cuBLASLt.
 //
 // Operands, types and the GELU variant as gemm_wgmma.cu (act_gelu and
 // actg_gelu must come before this text); gemm_tma_dx_dgelu_f16 computes a
 // GELU backward's dU = (dY W) * gelu'(u) with W N-major (as a linear's
-// weight is stored), its tiles as TMA boxes of 64 n by 64 k rows.  Not
+// weight is stored), its tiles as four TMA boxes of 64 n by 64 k rows.  Not
 // used by the step yet.  N a multiple of 256, K of 64, M any (the last row
-// tile reads zeros past M and stores nothing there).  A and W come
-// as 2-D tensor maps (cuTensorMapEncodeTiled: f16, dims {K, rows}, boxes
-// of {64, 128}, the 128-byte swizzle), passed by value (__grid_constant__).
+// tile reads zeros past M and stores nothing there).  A and W come as 2-D
+// tensor maps (cuTensorMapEncodeTiled: f16, dims {K, rows}, boxes {64, 128}
+// for A and {64, 256} for W, the 128-byte swizzle), passed by value
+// (__grid_constant__).
 //
-// A cluster of two blocks of 384 threads each.  In a block, warpgroup 0
-// loads (one thread issues the TMA copies; the group gives registers up
-// with setmaxnreg), warpgroups 1 and 2 multiply rows 0..63 and 64..127 of
-// the block's tile with wgmma m64n256k16 (128 accumulators a thread).  The
-// two blocks of a cluster take the two row tiles of a pair (rows m0 and
-// m0 + 128, the same 256 columns), so they need the same W tile: each
-// loads its own A and half of W, that half multicast into both blocks'
-// shared memory.  That halves W's reads from L2, which at 128 x 256 tiles
-// would otherwise bound the kernel (48 KiB a k tile for 4.2 MFLOP: about
-// 9 TB/s at 800 TFLOP/s, more than the L2 gives; in gpu_gemm's first H100
-// run, 2026-12-05, both kernels' FLOP rates came to 6-7 TB/s of L2 reads).
+// A block of 384 threads: warpgroup 0 loads (one thread issues the TMA
+// copies; the group gives registers up with setmaxnreg), warpgroups 1 and
+// 2 multiply rows 0..63 and 64..127 of the tile with wgmma m64n256k16
+// (128 accumulators a thread).  S stages in shared memory, each with two
+// mbarriers: `full` (the loader's arrival plus the TMA's bytes) and
+// `empty` (the 256 multiplying threads, once their MMAs on it are done).
+// One k tile's MMAs stay in flight while the next are issued; a stage is
+// released when the MMAs after it have been waited for.
 //
-// GT_STAGES stages in shared memory, each with two mbarriers: `full` (the
-// loader's arrival plus the bytes of all three copies, one of them the
-// other block's) and `empty` (one arrival from each multiplying warp of
-// BOTH blocks, once its MMAs on the stage are done: a block's W half goes
-// into the other block's stage too, so it may only be refilled when both
-// have finished with it).  One k tile's MMAs stay in flight while the next
-// are issued; a stage is released when the MMAs after it have been waited
-// for.  A cluster barrier after the mbarriers' set-up (the other block's
-// copies and arrivals may come at once) and one at the end (none may come
-// to a block that has exited).
+// Persistent: block b takes tiles b, b + gridDim.x, ... (row-major over the
+// (M / 128, N / 256) tiles, so the blocks at work share A's rows and all of
+// W in L2).  The ring's stage and parity count on across tiles, so the
+// loader fills the next tile's stages while the multiplying warpgroups
+// store the last one: only the first tile waits for its loads.
 //
-// Persistent: cluster c takes tile pairs c, c + clusters, ... (row-major
-// over the (M / 256, N / 256) pairs, so the clusters at work share A's rows
-// and all of W in L2).  The ring's stage and parity count on across tiles,
-// so the loader fills the next tile's stages while the multiplying
-// warpgroups store the last one: only the first tile waits for its loads.
-// The store: the four lanes of a quad swap their accumulators (a 4 x 4
-// transpose of f16 pairs, two shuffle rounds) so that each writes 16
-// contiguous bytes, and a warp's store fills whole 32-byte sectors.  A
-// row tile past M (the second of an odd last pair) reads zeros and stores
-// nothing.
+// Two ways to store a tile:
+//  - direct (gemm_tma_bias_f16, _gelu_f16, the dX kernel; 4 stages): the
+//    four lanes of a quad swap their accumulators (a 4 x 4 transpose of f16
+//    pairs, two shuffle rounds) so that each writes 16 contiguous bytes to
+//    global memory.  The warps wait on those stores before their next
+//    tile's MMAs can start.
+//  - through shared memory and a TMA store (the _ts kernels; 3 stages, and
+//    64 KiB to stage the tile in): each multiplying warpgroup writes its
+//    64 rows into its 32 KiB (four 64-column boxes in the 128-byte
+//    swizzle, conflict-free 4-byte stores), and one of its threads hands
+//    them to the TMA (cp.async.bulk.tensor ... bulk_group), which writes
+//    them out while the warpgroup goes on with the next tile's MMAs.  The
+//    TMA clips rows past M.  Two mbarriers a warpgroup order it: `written`
+//    (its 128 threads, after a proxy fence) before the store is issued,
+//    `freed` (the issuing thread, once the TMA has read the staging) before
+//    it is written again.  C comes as a third tensor map (dims {N, M},
+//    boxes {64, 64}, the 128-byte swizzle), and G as a fourth.
 //
-// Launch: grid (2 * min(pairs, SMs / 2)) (a multiple of the cluster's 2),
-// 384 threads, GT_SMEM_BYTES of dynamic shared memory (cuFuncSetAttribute
-// first); the cluster shape is the kernels' __cluster_dims__.
+// Launch: grid (min(tiles, SMs)), 384 threads, GT_SMEM_BYTES or
+// GT_TS_SMEM_BYTES of dynamic shared memory (cuFuncSetAttribute first).
 
 #define GT_BM 128
 #define GT_BN 256
 #define GT_BK 64
-#define GT_STAGES 4
+#define GT_STAGES 4      // the direct-store kernels'
+#define GT_TS_STAGES 3   // the TMA-store kernels' (their staging takes the fourth's room)
 #define GT_THREADS 384
-#define GT_HALF_W_BYTES (GT_BN / 2 * GT_BK * 2)   // the part of W a block loads
 #define GT_A_BYTES (GT_BM * GT_BK * 2)
 #define GT_W_BYTES (GT_BN * GT_BK * 2)
 #define GT_STAGE_BYTES (GT_A_BYTES + GT_W_BYTES)
+#define GT_OUT_BYTES (GT_BM * GT_BN * 2)   // a tile of C staged for the TMA store
 #define GT_SMEM_BYTES (GT_STAGES * GT_STAGE_BYTES + 1024 + 2 * GT_STAGES * 8)
+#define GT_TS_SMEM_BYTES (GT_TS_STAGES * GT_STAGE_BYTES + GT_OUT_BYTES + 1024 + (2 * GT_TS_STAGES + 4) * 8)
 
 struct alignas(64) gt_tmap { unsigned long long v[16]; };   // a CUtensorMap's 128 bytes
 
@@ -107,34 +107,26 @@ __device__ __forceinline__ void gt_tma(unsigned dst, const gt_tmap *map, int x, 
                  : "memory");
 }
 
-// the same into the same offset of every block of the cluster in mask, its
-// bytes completing on the mbarrier at bar's offset in each
-__device__ __forceinline__ void gt_tma_multicast(unsigned dst, const gt_tmap *map, int x, int y, unsigned bar,
-                                                 unsigned short mask)
+// the box at (inner x, outer y) of a tensor map from shared memory, as a
+// bulk async-group of this thread (committed by gt_bulk_commit)
+__device__ __forceinline__ void gt_tma_store(const gt_tmap *map, int x, int y, unsigned src)
 {
-    asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes.multicast::cluster"
-                 " [%0], [%1, {%2, %3}], [%4], %5;\n"
-                 ::"r"(dst), "l"((unsigned long long)map), "r"(x), "r"(y), "r"(bar), "h"(mask)
+    asm volatile("cp.async.bulk.tensor.2d.global.shared::cta.bulk_group [%0, {%1, %2}], [%3];\n"
+                 ::"l"((unsigned long long)map), "r"(x), "r"(y), "r"(src)
                  : "memory");
 }
-__device__ __forceinline__ unsigned gt_cluster_rank(void)
+__device__ __forceinline__ void gt_bulk_commit(void) { asm volatile("cp.async.bulk.commit_group;\n" ::: "memory"); }
+// until this thread's bulk stores have read their shared memory (.read) or
+// are done
+__device__ __forceinline__ void gt_bulk_wait_read(void)
 {
-    unsigned r;
-    asm volatile("mov.u32 %0, %%cluster_ctarank;\n" : "=r"(r));
-    return r;
+    asm volatile("cp.async.bulk.wait_group.read 0;\n" ::: "memory");
 }
-// an arrival on the mbarrier at bar's offset in the cluster's block of that rank
-__device__ __forceinline__ void gt_arrive_in(unsigned bar, unsigned rank)
+__device__ __forceinline__ void gt_bulk_wait(void) { asm volatile("cp.async.bulk.wait_group 0;\n" ::: "memory"); }
+// this thread's shared-memory writes made visible to the TMA (the async proxy)
+__device__ __forceinline__ void gt_fence_async_shared(void)
 {
-    unsigned remote;
-    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;\n" : "=r"(remote) : "r"(bar), "r"(rank));
-    asm volatile("mbarrier.arrive.release.cluster.shared::cluster.b64 _, [%0];\n" ::"r"(remote) : "memory");
-}
-// every thread of both blocks; orders the mbarriers' set-up before the
-// other block's use of them, and keeps a block alive until the other is done
-__device__ __forceinline__ void gt_cluster_sync(void)
-{
-    asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;\n" ::: "memory");
+    asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
 }
 
 // A K-major operand in the 128-byte swizzle: start >> 4, LBO unused, SBO 1024.
@@ -290,107 +282,180 @@ __device__ __forceinline__ void gt_store(const float *d, unsigned short *c, unsi
     }
 }
 
-template <int KIND>
-__device__ __forceinline__ void gt_gemm(const gt_tmap *ta, const gt_tmap *tw, unsigned short *c, unsigned short *g,
-                                        const unsigned short *bias, unsigned short *y, float *part, int m, int n,
-                                        int k)
+// The TMA-store epilogue of warpgroup cw (0 or 1): d + bias (and, with
+// GELU, gelu of the rounded values, in a second round) into the group's
+// staging `out` (64 rows of 256 columns as four 64-column boxes of 8 KiB
+// in the 128-byte swizzle: row r's 16-byte chunk c at r * 128 + ((c ^ (r &
+// 7)) << 4)), then stored by the TMA at (n0, m0 + 64 cw).  `uses` counts
+// the staging's rounds so far (the same in every thread of the group): the
+// phase of `written` and `freed` each round takes.
+template <bool GELU>
+__device__ __forceinline__ void gt_store_staged(const float *d, const unsigned short *bias, unsigned char *out,
+                                                const gt_tmap *tc, const gt_tmap *tg, unsigned long long *written,
+                                                unsigned long long *freed, unsigned &uses, int m0, int n0, int cw)
+{
+    const int t = threadIdx.x & 127, q = t & 3;
+    const int r0 = 16 * (t >> 5) + ((t & 31) >> 2);   // the thread's first row in the group's 64
+    const bool issuer = t == 0;
+#pragma unroll 1
+    for (int round = 0; round < (GELU ? 2 : 1); round++, uses++) {
+        if (uses > 0) {   // the last round's store must have read the staging
+            if (issuer) {
+                gt_bulk_wait_read();
+                gt_arrive(gt_shared(freed));
+            }
+            gt_wait(gt_shared(freed), (uses - 1) & 1);
+        }
+        // d[4j + 2h + e] is C's (r0 + 8 h, n0 + 8 j + 2 q + e): 4 bytes at
+        // chunk j % 8 of box j / 8; r0 & 7 = lane / 4 spreads a warp's 32
+        // stores over all 32 banks
+#pragma unroll
+        for (int j = 0; j < GT_BN / 8; j++) {
+            const unsigned bb = *(const unsigned *)(bias + n0 + 8 * j + 2 * q);
+            const float b0 = gt_h2f((unsigned short)(bb & 0xffffu)), b1 = gt_h2f((unsigned short)(bb >> 16));
+#pragma unroll
+            for (int h = 0; h < 2; h++) {
+                const int r = r0 + 8 * h;
+                unsigned v = gt_pack(d[4 * j + 2 * h] + b0, d[4 * j + 2 * h + 1] + b1);
+                if (round == 1)   // of the stored (rounded) values, as gemm_wgmma.cu
+                    v = gt_pack(act_gelu(gt_h2f((unsigned short)(v & 0xffffu))), act_gelu(gt_h2f((unsigned short)(v >> 16))));
+                const unsigned at = (unsigned)((j >> 3) * 8192 + r * 128 + ((((j & 7) ^ (r & 7))) << 4) + 4 * q);
+                *(unsigned *)(out + at) = v;
+            }
+        }
+        gt_fence_async_shared();
+        gt_arrive(gt_shared(written));
+        if (issuer) {
+            gt_wait(gt_shared(written), uses & 1);
+#pragma unroll
+            for (int box = 0; box < GT_BN / 64; box++)
+                gt_tma_store(round ? tg : tc, n0 + 64 * box, m0 + 64 * cw, gt_shared(out + box * 8192));
+            gt_bulk_commit();
+        }
+    }
+}
+
+// The kernels' body.  S stages; TS: store through the staging and the TMA
+// (tc, tg: C's and G's tensor maps) instead of directly (c, g).
+template <int KIND, int S, bool TS>
+__device__ __forceinline__ void gt_gemm(const gt_tmap *ta, const gt_tmap *tw, const gt_tmap *tc, const gt_tmap *tg,
+                                        unsigned short *c, unsigned short *g, const unsigned short *bias,
+                                        unsigned short *y, float *part, int m, int n, int k)
 {
     extern __shared__ unsigned char gt_raw[];
-    // the swizzle works on shared addresses: stages at 1024-byte boundaries
+    // the swizzle works on shared addresses: stages (and the staging) at 1024-byte boundaries
     unsigned char *smem = gt_raw + ((1024 - (gt_shared(gt_raw) & 1023)) & 1023);
-    unsigned long long *full = (unsigned long long *)(smem + GT_STAGES * GT_STAGE_BYTES), *empty = full + GT_STAGES;
+    unsigned char *staging = smem + S * GT_STAGE_BYTES;   // TS only: 32 KiB per multiplying warpgroup
+    unsigned long long *full = (unsigned long long *)(staging + (TS ? GT_OUT_BYTES : 0)), *empty = full + S;
+    unsigned long long *written = empty + S, *freed = written + 2;   // TS only, one of each a warpgroup
     const int wg = threadIdx.x >> 7, kts = k / GT_BK, tiles_n = n / GT_BN;
-    const int pairs = tiles_n * ((m + 2 * GT_BM - 1) / (2 * GT_BM)), clusters = gridDim.x / 2, cluster = blockIdx.x / 2;
-    const unsigned rank = gt_cluster_rank(), other = rank ^ 1u;
+    const int tiles = tiles_n * ((m + GT_BM - 1) / GT_BM);
     if (threadIdx.x == 0) {
-        for (int s = 0; s < GT_STAGES; s++) {
+        for (int s = 0; s < S; s++) {
             gt_mbar_init(gt_shared(&full[s]), 1);
-            gt_mbar_init(gt_shared(&empty[s]), 2 * 8);   // each multiplying warp of both blocks
+            gt_mbar_init(gt_shared(&empty[s]), 256);
         }
+        if (TS)
+            for (int w = 0; w < 2; w++) {
+                gt_mbar_init(gt_shared(&written[w]), 128);
+                gt_mbar_init(gt_shared(&freed[w]), 1);
+            }
         asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
     }
-    gt_cluster_sync();
+    __syncthreads();
 
     if (wg == 0) {   // the loader
         GT_REGS_LOADER();
         if (threadIdx.x == 0) {
             unsigned it = 0;   // k tiles loaded so far, over all of this block's tiles
-            for (int p = cluster; p < pairs; p += clusters) {
-                const int m0 = (2 * (p / tiles_n) + (int)rank) * GT_BM, n0 = (p % tiles_n) * GT_BN;
+            for (int t = blockIdx.x; t < tiles; t += gridDim.x) {
+                const int m0 = (t / tiles_n) * GT_BM, n0 = (t % tiles_n) * GT_BN;
                 for (int kt = 0; kt < kts; kt++, it++) {
-                    const unsigned s = it % GT_STAGES;
-                    gt_wait(gt_shared(&empty[s]), ((it / GT_STAGES) + 1) & 1);   // a fresh barrier passes parity 1
+                    const unsigned s = it % S;
+                    gt_wait(gt_shared(&empty[s]), ((it / S) + 1) & 1);   // a fresh barrier passes parity 1
                     gt_arrive_tx(gt_shared(&full[s]), GT_STAGE_BYTES);
                     unsigned char *stage = smem + s * GT_STAGE_BYTES;
                     gt_tma(gt_shared(stage), ta, kt * GT_BK, m0, gt_shared(&full[s]));
-                    unsigned char *half_w = stage + GT_A_BYTES + rank * GT_HALF_W_BYTES;
-                    if (KIND == GT_DX_DGELU) {   // W N-major: two boxes of 64 n by 64 k rows
-                        for (int j = 0; j < 2; j++)
-                            gt_tma_multicast(gt_shared(half_w + j * 8192), tw, n0 + (int)rank * (GT_BN / 2) + 64 * j,
-                                             kt * GT_BK, gt_shared(&full[s]), 3);
-                    } else {                     // W K-major: one box of 128 n rows by 64 k
-                        gt_tma_multicast(gt_shared(half_w), tw, kt * GT_BK, n0 + (int)rank * (GT_BN / 2),
-                                         gt_shared(&full[s]), 3);
+                    if (KIND == GT_DX_DGELU) {   // W N-major: four boxes of 64 n by 64 k rows
+                        for (int j = 0; j < GT_BN / 64; j++)
+                            gt_tma(gt_shared(stage + GT_A_BYTES + j * 8192), tw, n0 + 64 * j, kt * GT_BK,
+                                   gt_shared(&full[s]));
+                    } else {                     // W K-major: one box of 256 n rows by 64 k
+                        gt_tma(gt_shared(stage + GT_A_BYTES), tw, kt * GT_BK, n0, gt_shared(&full[s]));
                     }
                 }
             }
         }
-    } else {
-        GT_REGS_MMA();
-        const int cw = wg - 1, lane = threadIdx.x & 31;
-        unsigned it = 0;   // k tiles multiplied so far, counted as the loader counts
-        float d[128];
-        for (int p = cluster; p < pairs; p += clusters) {
-            const int m0 = (2 * (p / tiles_n) + (int)rank) * GT_BM, n0 = (p % tiles_n) * GT_BN;
-#pragma unroll
-            for (int i = 0; i < 128; i++) d[i] = 0.0f;
-            for (int kt = 0; kt < kts; kt++, it++) {
-                const unsigned s = it % GT_STAGES;
-                gt_wait(gt_shared(&full[s]), (it / GT_STAGES) & 1);
-                const unsigned char *stage = smem + s * GT_STAGE_BYTES;
-                const unsigned short *as = (const unsigned short *)stage + cw * 64 * GT_BK;
-                const unsigned short *ws = (const unsigned short *)(stage + GT_A_BYTES);
-                GT_FENCE();
-#pragma unroll
-                for (int q = 0; q < GT_BK / 16; q++) {
-                    const unsigned long long da = gt_desc(as + 16 * q);
-                    if (KIND == GT_DX_DGELU) {   // k16 step q: 16 k rows of 128 bytes on
-                        GT_MMA(da, gt_desc_nmajor(ws + 1024 * q), 1);
-                    } else {
-                        GT_MMA(da, gt_desc(ws + 16 * q), 0);
-                    }
-                }
-                GT_COMMIT_WAIT1();   // k tile kt - 1's MMAs are done: its stage goes back to both loaders
-                if (kt > 0 && lane == 0) {
-                    const unsigned done = gt_shared(&empty[(it - 1) % GT_STAGES]);
-                    gt_arrive(done);
-                    gt_arrive_in(done, other);
-                }
-            }
-            GT_WAIT_ALL();
-            if (lane == 0) {   // the tile's last stage
-                const unsigned done = gt_shared(&empty[(it - 1) % GT_STAGES]);
-                gt_arrive(done);
-                gt_arrive_in(done, other);
-            }
-            gt_store<KIND>(d, c, g, bias, y, part, m, n, m0, n0, cw);
-        }
+        return;
     }
-    gt_cluster_sync();   // no copy or arrival may reach a block that has exited
+
+    GT_REGS_MMA();
+    const int cw = wg - 1;
+    unsigned it = 0;     // k tiles multiplied so far, counted as the loader counts
+    unsigned uses = 0;   // TS: rounds of this warpgroup's staging so far
+    float d[128];
+    for (int t = blockIdx.x; t < tiles; t += gridDim.x) {
+        const int m0 = (t / tiles_n) * GT_BM, n0 = (t % tiles_n) * GT_BN;
+#pragma unroll
+        for (int i = 0; i < 128; i++) d[i] = 0.0f;
+        for (int kt = 0; kt < kts; kt++, it++) {
+            const unsigned s = it % S;
+            gt_wait(gt_shared(&full[s]), (it / S) & 1);
+            const unsigned char *stage = smem + s * GT_STAGE_BYTES;
+            const unsigned short *as = (const unsigned short *)stage + cw * 64 * GT_BK;
+            const unsigned short *ws = (const unsigned short *)(stage + GT_A_BYTES);
+            GT_FENCE();
+#pragma unroll
+            for (int q = 0; q < GT_BK / 16; q++) {
+                const unsigned long long da = gt_desc(as + 16 * q);
+                if (KIND == GT_DX_DGELU) {   // k16 step q: 16 k rows of 128 bytes on
+                    GT_MMA(da, gt_desc_nmajor(ws + 1024 * q), 1);
+                } else {
+                    GT_MMA(da, gt_desc(ws + 16 * q), 0);
+                }
+            }
+            GT_COMMIT_WAIT1();   // k tile kt - 1's MMAs are done: its stage goes back to the loader
+            if (kt > 0) gt_arrive(gt_shared(&empty[(it - 1) % S]));
+        }
+        GT_WAIT_ALL();
+        gt_arrive(gt_shared(&empty[(it - 1) % S]));   // the tile's last stage
+        if (TS)
+            gt_store_staged<KIND == GT_BIAS_GELU>(d, bias, staging + cw * (GT_OUT_BYTES / 2), tc, tg, &written[cw],
+                                                  &freed[cw], uses, m0, n0, cw);
+        else
+            gt_store<KIND>(d, c, g, bias, y, part, m, n, m0, n0, cw);
+    }
+    if (TS && (threadIdx.x & 127) == 0) gt_bulk_wait();   // the staging lives until the TMA is done with it
 }
 
-extern "C" __global__ void __cluster_dims__(2, 1, 1) __launch_bounds__(GT_THREADS)
+extern "C" __global__ void __launch_bounds__(GT_THREADS)
 gemm_tma_bias_f16(const __grid_constant__ gt_tmap ta, const __grid_constant__ gt_tmap tw, unsigned short *c,
                   const unsigned short *bias, int m, int n, int k)
 {
-    gt_gemm<GT_BIAS>(&ta, &tw, c, 0, bias, 0, 0, m, n, k);
+    gt_gemm<GT_BIAS, GT_STAGES, false>(&ta, &tw, 0, 0, c, 0, bias, 0, 0, m, n, k);
 }
 
-extern "C" __global__ void __cluster_dims__(2, 1, 1) __launch_bounds__(GT_THREADS)
+extern "C" __global__ void __launch_bounds__(GT_THREADS)
 gemm_tma_bias_gelu_f16(const __grid_constant__ gt_tmap ta, const __grid_constant__ gt_tmap tw, unsigned short *c,
                        unsigned short *g, const unsigned short *bias, int m, int n, int k)
 {
-    gt_gemm<GT_BIAS_GELU>(&ta, &tw, c, g, bias, 0, 0, m, n, k);
+    gt_gemm<GT_BIAS_GELU, GT_STAGES, false>(&ta, &tw, 0, 0, c, g, bias, 0, 0, m, n, k);
+}
+
+// The same with the TMA-store epilogue: C (and G) as tensor maps tc (tg)
+extern "C" __global__ void __launch_bounds__(GT_THREADS)
+gemm_tma_bias_f16_ts(const __grid_constant__ gt_tmap ta, const __grid_constant__ gt_tmap tw,
+                     const __grid_constant__ gt_tmap tc, const unsigned short *bias, int m, int n, int k)
+{
+    gt_gemm<GT_BIAS, GT_TS_STAGES, true>(&ta, &tw, &tc, 0, 0, 0, bias, 0, 0, m, n, k);
+}
+
+extern "C" __global__ void __launch_bounds__(GT_THREADS)
+gemm_tma_bias_gelu_f16_ts(const __grid_constant__ gt_tmap ta, const __grid_constant__ gt_tmap tw,
+                          const __grid_constant__ gt_tmap tc, const __grid_constant__ gt_tmap tg,
+                          const unsigned short *bias, int m, int n, int k)
+{
+    gt_gemm<GT_BIAS_GELU, GT_TS_STAGES, true>(&ta, &tw, &tc, &tg, 0, 0, bias, 0, 0, m, n, k);
 }
 
 // dU = (dY W) * gelu'(u): dY (M x K) as A, W (K x N, N contiguous: a
@@ -398,9 +463,9 @@ gemm_tma_bias_gelu_f16(const __grid_constant__ gt_tmap ta, const __grid_constant
 // (may be 0) gets gelu(u), and part (may be 0) the column sums of the
 // stored dU per 16 rows, ceil(M / 16) rows of N f32: what the step's
 // ACT_BWD_BGRAD's first phase writes besides dU (compiler/emit_ops_body.c)
-extern "C" __global__ void __cluster_dims__(2, 1, 1) __launch_bounds__(GT_THREADS)
+extern "C" __global__ void __launch_bounds__(GT_THREADS)
 gemm_tma_dx_dgelu_f16(const __grid_constant__ gt_tmap tdy, const __grid_constant__ gt_tmap tw, unsigned short *du,
                       const unsigned short *u, unsigned short *y, float *part, int m, int n, int k)
 {
-    gt_gemm<GT_DX_DGELU>(&tdy, &tw, du, (unsigned short *)u, 0, y, part, m, n, k);
+    gt_gemm<GT_DX_DGELU, GT_STAGES, false>(&tdy, &tw, 0, 0, du, (unsigned short *)u, 0, y, part, m, n, k);
 }
