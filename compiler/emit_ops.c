@@ -164,18 +164,22 @@ static HpcStatus module_build(const IrGraph *g, StrBuf *src, NameSet *names, Hpc
 
 /* HPC_GEMM_OWN=1: hpc's own GEMM (compiler/kernels/gemm_wgmma_tma.cu) after
  * the rest, for the executor to run the f16 linear forwards on in place of
- * cuBLASLt (runtime/cuda/gemm_own.h, which reads the mark line). */
+ * cuBLASLt (runtime/cuda/gemm_own.h, which reads the mark lines); =gelu:
+ * only those followed by a GELU it computes too. */
 static HpcStatus own_gemm_part(StrBuf *src, HpcError *err)
 {
     const char *v = getenv("HPC_GEMM_OWN");
     if (!v || !*v || !strcmp(v, "0")) return HPC_OK;
-    if (strcmp(v, "1") != 0)
-        return hpc_fail(err, HPC_ERR_USAGE, "HPC_GEMM_OWN=%s: expected 0 (cuBLASLt for every GEMM) or 1 (hpc's own "
-                        "GEMM for the f16 linear forwards on sm_90)", v);
+    bool gelu_only = !strcmp(v, "gelu");
+    if (strcmp(v, "1") != 0 && !gelu_only)
+        return hpc_fail(err, HPC_ERR_USAGE, "HPC_GEMM_OWN=%s: expected 0 (cuBLASLt for every GEMM), 1 (hpc's own "
+                        "GEMM for the f16 linear forwards on sm_90) or gelu (the own GEMM only for the linears "
+                        "followed by a GELU, which it computes too)", v);
     const char *kernel = kernel_source_find("gemm_wgmma_tma.cu");
     if (!kernel)
         return hpc_fail(err, HPC_ERR_INTERNAL, "emit_ops: compiler/kernels/gemm_wgmma_tma.cu is not in the build");
-    strbuf_add(src, "// ---- hpc's own GEMM (HPC_GEMM_OWN=1) ----\n" STEP_SOURCE_GEMM_OWN_MARK);
+    strbuf_add(src, "// ---- hpc's own GEMM (HPC_GEMM_OWN) ----\n" STEP_SOURCE_GEMM_OWN_MARK);
+    if (gelu_only) strbuf_add(src, STEP_SOURCE_GEMM_OWN_GELU_ONLY_MARK);
     strbuf_add(src, kernel);
     return HPC_OK;
 }

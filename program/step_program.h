@@ -188,6 +188,9 @@ typedef struct {
  * compiles it for sm_90a and runs the f16 linear forwards on it
  * (runtime/cuda/gemm_own.h). */
 #define STEP_SOURCE_GEMM_OWN_MARK "#define HPC_MODULE_GEMM_OWN 1\n"
+/* Beside it under HPC_GEMM_OWN=gelu: only the linears whose GELU the own
+ * GEMM computes too run on it; the others stay cuBLASLt's. */
+#define STEP_SOURCE_GEMM_OWN_GELU_ONLY_MARK "#define HPC_MODULE_GEMM_OWN_GELU_ONLY 1\n"
 
 /* The records of a graph's nodes and the module they name. */
 typedef struct {

@@ -1,7 +1,7 @@
 /* tests/test_gemm_own.c — HPC_GEMM_OWN's wiring, without a GPU: the
  * emitter appends hpc's own GEMM (compiler/kernels/gemm_wgmma_tma.cu) to
- * the step module with its mark line only when asked, refuses other
- * values, and the module then compiles for sm_90a with the kernel in the
+ * the step module with its mark line only when asked (and under
+ * HPC_GEMM_OWN=gelu the second mark), refuses other values, and the module then compiles for sm_90a with the kernel in the
  * cubin; gemm_own_fits takes exactly the linear forwards the kernel
  * computes and gemm_own_fills the shapes big enough for it;
  * PlanOptions.write_early keeps a paired GELU output off its
@@ -57,6 +57,12 @@ Test(gemm_own, appended_only_when_asked, .timeout = 120)
     cr_expect(gemm_own_in_source(own));
     cr_expect(strstr(own, GEMM_OWN_KERNEL) != NULL);
     cr_expect(strncmp(own, plain, strlen(plain)) == 0, "the default module comes first, unchanged");
+    cr_expect(!gemm_own_gelu_only(own), "HPC_GEMM_OWN=1: every linear forward the kernel fits");
+    char *gelu = NULL;
+    cr_assert_eq(module_with("gelu", &gelu, &err), HPC_OK, "%s", err.msg);
+    cr_expect(gemm_own_in_source(gelu) && gemm_own_gelu_only(gelu), "HPC_GEMM_OWN=gelu: the kernel, marked");
+    cr_expect(strstr(gelu, GEMM_OWN_GELU_KERNEL) != NULL);
+    free(gelu);
     free(plain);
     free(off);
     free(own);
