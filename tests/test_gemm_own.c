@@ -1,7 +1,8 @@
 /* tests/test_gemm_own.c — HPC_GEMM_OWN's wiring, without a GPU: the
  * emitter appends hpc's own GEMM (compiler/kernels/gemm_wgmma_tma.cu) to
  * the step module with its mark line only when asked (and under
- * HPC_GEMM_OWN=gelu the second mark), refuses other values, and the module then compiles for sm_90a with the kernel in the
+ * HPC_GEMM_OWN=gelu the second mark), refuses other values (of
+ * HPC_GEMM_OWN_STORE too), and the module then compiles for sm_90a with the kernel in the
  * cubin; gemm_own_fits takes exactly the linear forwards the kernel
  * computes and gemm_own_fills the shapes big enough for it;
  * PlanOptions.write_early keeps a paired GELU output off its
@@ -84,9 +85,30 @@ Test(gemm_own, module_compiles_for_sm90a, .timeout = 300)
     HpcStatus st = nvrtc_compile(own, "hpc_step_own", 90, opts, 1, &cubin, &size, &log, &err);
     cr_assert_eq(st, HPC_OK, "%s\n%s", err.msg, log ? log : "");
     cr_expect(memmem(cubin, size, GEMM_OWN_KERNEL, strlen(GEMM_OWN_KERNEL)) != NULL);
+    cr_expect(memmem(cubin, size, GEMM_OWN_TS_GELU_KERNEL, strlen(GEMM_OWN_TS_GELU_KERNEL)) != NULL);
     free(cubin);
     free(log);
     free(own);
+}
+
+/* HPC_GEMM_OWN_STORE: the TMA store unless `direct`; anything else refused. */
+Test(gemm_own, store_setting)
+{
+    HpcError err = {0};
+    bool ts = false;
+    unsetenv("HPC_GEMM_OWN_STORE");
+    cr_expect_eq(gemm_own_store(&ts, &err), HPC_OK);
+    cr_expect(ts, "unset: the TMA store");
+    setenv("HPC_GEMM_OWN_STORE", "direct", 1);
+    cr_expect_eq(gemm_own_store(&ts, &err), HPC_OK);
+    cr_expect(!ts);
+    setenv("HPC_GEMM_OWN_STORE", "tma", 1);
+    cr_expect_eq(gemm_own_store(&ts, &err), HPC_OK);
+    cr_expect(ts);
+    setenv("HPC_GEMM_OWN_STORE", "fast", 1);
+    cr_expect_eq(gemm_own_store(&ts, &err), HPC_ERR_USAGE);
+    cr_expect(strstr(err.msg, "HPC_GEMM_OWN_STORE=fast") != NULL, "%s", err.msg);
+    unsetenv("HPC_GEMM_OWN_STORE");
 }
 
 Test(gemm_own, fits_the_linear_forwards_it_computes)

@@ -18,7 +18,7 @@
 // A block of 384 threads: warpgroup 0 loads (one thread issues the TMA
 // copies; the group gives registers up with setmaxnreg), warpgroups 1 and
 // 2 multiply rows 0..63 and 64..127 of the tile with wgmma m64n256k16
-// (128 accumulators a thread).  GT_STAGES stages in shared memory, each with two
+// (128 accumulators a thread).  S stages in shared memory, each with two
 // mbarriers: `full` (the loader's arrival plus the TMA's bytes) and
 // `empty` (the 256 multiplying threads, once their MMAs on it are done).
 // One k tile's MMAs stay in flight while the next are issued; a stage is
@@ -30,17 +30,29 @@
 // loader fills the next tile's stages while the multiplying warpgroups
 // store the last one: only the first tile waits for its loads.
 //
-// The store: the four lanes of a quad swap their accumulators (a 4 x 4
-// transpose of f16 pairs, two shuffle rounds) so that each writes 16
-// contiguous bytes, and a warp's store fills whole 32-byte sectors.
-// (Tried and dropped, 2026-12-05 on an H100: staging each tile in shared
-// memory for a TMA store, three stages instead of four to make room;
-// 3-4 % faster at K = 768, 18 % slower at K = 3072 and 29 % with GELU, the
-// step 3-3.6 % slower.  Clusters of two sharing W by multicast, the H200:
-// 25-42 % slower, each stage waiting for the slower block of a pair.)
+// Two ways to store a tile (four stages either way):
+//  - direct (gemm_tma_bias_f16, _gelu_f16, the dX kernel): the four lanes
+//    of a quad swap their accumulators (a 4 x 4 transpose of f16 pairs, two
+//    shuffle rounds) so that each writes 16 contiguous bytes to global
+//    memory, every store of the tile issued before the next tile's MMAs.
+//  - through shared memory and a TMA store (the _ts kernels): each
+//    multiplying warpgroup writes its 64 rows, half of the columns at a
+//    time, into its 16 KiB of staging (two 64-column boxes in the 128-byte
+//    swizzle, conflict-free 4-byte stores), and one of its threads hands
+//    them to the TMA (cp.async.bulk.tensor ... bulk_group), which writes
+//    them out while the warpgroup goes on (the second half, then the next
+//    tile's MMAs).  The TMA clips rows past M.  Two mbarriers a warpgroup
+//    order it: `written` (its 128 threads, after a proxy fence) before the
+//    store is issued, `freed` (the issuing thread, once the TMA has read
+//    the staging) before it is written again.  C comes as a third tensor
+//    map (dims {N, M}, boxes {64, 64}, the 128-byte swizzle), and G as a
+//    fourth.  Half a tile at a time leaves room for the fourth stage: a
+//    whole tile's 64 KiB with three stages was 18 % slower at K = 3072.
+//    On an H100 (2026-12-05): 4-9 % faster than the direct store at 32768
+//    rows, about the same at 4096.
 //
-// Launch: grid (min(tiles, SMs)), 384 threads, GT_SMEM_BYTES of dynamic
-// shared memory (cuFuncSetAttribute first).
+// Launch: grid (min(tiles, SMs)), 384 threads, GT_SMEM_BYTES or
+// GT_TS_SMEM_BYTES of dynamic shared memory (cuFuncSetAttribute first).
 
 #define GT_BM 128
 #define GT_BN 256
@@ -50,7 +62,9 @@
 #define GT_A_BYTES (GT_BM * GT_BK * 2)
 #define GT_W_BYTES (GT_BN * GT_BK * 2)
 #define GT_STAGE_BYTES (GT_A_BYTES + GT_W_BYTES)
+#define GT_OUT_BYTES (GT_BM * GT_BN / 2 * 2)   // half a tile's columns staged for the TMA store
 #define GT_SMEM_BYTES (GT_STAGES * GT_STAGE_BYTES + 1024 + 2 * GT_STAGES * 8)
+#define GT_TS_SMEM_BYTES (GT_STAGES * GT_STAGE_BYTES + GT_OUT_BYTES + 1024 + (2 * GT_STAGES + 4) * 8)
 
 struct alignas(64) gt_tmap { unsigned long long v[16]; };   // a CUtensorMap's 128 bytes
 
@@ -93,6 +107,28 @@ __device__ __forceinline__ void gt_tma(unsigned dst, const gt_tmap *map, int x, 
     asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];\n"
                  ::"r"(dst), "l"((unsigned long long)map), "r"(x), "r"(y), "r"(bar)
                  : "memory");
+}
+
+// the box at (inner x, outer y) of a tensor map from shared memory, as a
+// bulk async-group of this thread (committed by gt_bulk_commit)
+__device__ __forceinline__ void gt_tma_store(const gt_tmap *map, int x, int y, unsigned src)
+{
+    asm volatile("cp.async.bulk.tensor.2d.global.shared::cta.bulk_group [%0, {%1, %2}], [%3];\n"
+                 ::"l"((unsigned long long)map), "r"(x), "r"(y), "r"(src)
+                 : "memory");
+}
+__device__ __forceinline__ void gt_bulk_commit(void) { asm volatile("cp.async.bulk.commit_group;\n" ::: "memory"); }
+// until this thread's bulk stores have read their shared memory (.read) or
+// are done
+__device__ __forceinline__ void gt_bulk_wait_read(void)
+{
+    asm volatile("cp.async.bulk.wait_group.read 0;\n" ::: "memory");
+}
+__device__ __forceinline__ void gt_bulk_wait(void) { asm volatile("cp.async.bulk.wait_group 0;\n" ::: "memory"); }
+// this thread's shared-memory writes made visible to the TMA (the async proxy)
+__device__ __forceinline__ void gt_fence_async_shared(void)
+{
+    asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
 }
 
 // A K-major operand in the 128-byte swizzle: start >> 4, LBO unused, SBO 1024.
@@ -248,16 +284,75 @@ __device__ __forceinline__ void gt_store(const float *d, unsigned short *c, unsi
     }
 }
 
-template <int KIND>
-__device__ __forceinline__ void gt_gemm(const gt_tmap *ta, const gt_tmap *tw, unsigned short *c, unsigned short *g,
-                                        const unsigned short *bias, unsigned short *y, float *part, int m, int n,
-                                        int k)
+// The TMA-store epilogue of warpgroup cw (0 or 1): d + bias (and, with
+// GELU, gelu of the rounded values) in rounds of half its columns: each
+// round writes 64 rows by 128 columns into the group's 16 KiB staging
+// `out` (two 64-column boxes of 8 KiB in the 128-byte swizzle: row r's
+// 16-byte chunk c at r * 128 + ((c ^ (r & 7)) << 4)), then the TMA stores
+// them at (n0 + 128 h, m0 + 64 cw).  `uses` counts the staging's rounds
+// so far (the same in every thread of the group): the phase of `written`
+// and `freed` each round takes.
+template <bool GELU>
+__device__ __forceinline__ void gt_store_staged(const float *d, const unsigned short *bias, unsigned char *out,
+                                                const gt_tmap *tc, const gt_tmap *tg, unsigned long long *written,
+                                                unsigned long long *freed, unsigned &uses, int m0, int n0, int cw)
 {
-    constexpr int S = GT_STAGES;
+    const int t = threadIdx.x & 127, q = t & 3;
+    const int r0 = 16 * (t >> 5) + ((t & 31) >> 2);   // the thread's first row in the group's 64
+    const bool issuer = t == 0;
+#pragma unroll   // half must be known at compile time: d stays in registers
+    for (int round = 0; round < (GELU ? 4 : 2); round++, uses++) {
+        const int half = round & 1;   // columns 128 half ..; rounds 2 and 3: G
+        if (uses > 0) {   // the last round's store must have read the staging
+            if (issuer) {
+                gt_bulk_wait_read();
+                gt_arrive(gt_shared(freed));
+            }
+            gt_wait(gt_shared(freed), (uses - 1) & 1);
+        }
+        // d[4j + 2h + e] is C's (r0 + 8 h, n0 + 8 j + 2 q + e): 4 bytes at
+        // chunk j % 8 of box j / 8 - 2 half; r0 & 7 = lane / 4 spreads a
+        // warp's 32 stores over all 32 banks
+#pragma unroll
+        for (int jj = 0; jj < GT_BN / 16; jj++) {
+            const int j = GT_BN / 16 * half + jj;
+            const unsigned bb = *(const unsigned *)(bias + n0 + 8 * j + 2 * q);
+            const float b0 = gt_h2f((unsigned short)(bb & 0xffffu)), b1 = gt_h2f((unsigned short)(bb >> 16));
+#pragma unroll
+            for (int h = 0; h < 2; h++) {
+                const int r = r0 + 8 * h;
+                unsigned v = gt_pack(d[4 * j + 2 * h] + b0, d[4 * j + 2 * h + 1] + b1);
+                if (round >= 2)   // of the stored (rounded) values, as gemm_wgmma.cu
+                    v = gt_pack(act_gelu(gt_h2f((unsigned short)(v & 0xffffu))), act_gelu(gt_h2f((unsigned short)(v >> 16))));
+                const unsigned at = (unsigned)((jj >> 3) * 8192 + r * 128 + ((((jj & 7) ^ (r & 7))) << 4) + 4 * q);
+                *(unsigned *)(out + at) = v;
+            }
+        }
+        gt_fence_async_shared();
+        gt_arrive(gt_shared(written));
+        if (issuer) {
+            gt_wait(gt_shared(written), uses & 1);
+#pragma unroll
+            for (int box = 0; box < 2; box++)
+                gt_tma_store(round >= 2 ? tg : tc, n0 + 128 * half + 64 * box, m0 + 64 * cw, gt_shared(out + box * 8192));
+            gt_bulk_commit();
+        }
+    }
+}
+
+// The kernels' body.  S stages; TS: store through the staging and the TMA
+// (tc, tg: C's and G's tensor maps) instead of directly (c, g).
+template <int KIND, int S, bool TS>
+__device__ __forceinline__ void gt_gemm(const gt_tmap *ta, const gt_tmap *tw, const gt_tmap *tc, const gt_tmap *tg,
+                                        unsigned short *c, unsigned short *g, const unsigned short *bias,
+                                        unsigned short *y, float *part, int m, int n, int k)
+{
     extern __shared__ unsigned char gt_raw[];
-    // the swizzle works on shared addresses: stages at 1024-byte boundaries
+    // the swizzle works on shared addresses: stages (and the staging) at 1024-byte boundaries
     unsigned char *smem = gt_raw + ((1024 - (gt_shared(gt_raw) & 1023)) & 1023);
-    unsigned long long *full = (unsigned long long *)(smem + S * GT_STAGE_BYTES), *empty = full + S;
+    unsigned char *staging = smem + S * GT_STAGE_BYTES;   // TS only: 16 KiB per multiplying warpgroup
+    unsigned long long *full = (unsigned long long *)(staging + (TS ? GT_OUT_BYTES : 0)), *empty = full + S;
+    unsigned long long *written = empty + S, *freed = written + 2;   // TS only, one of each a warpgroup
     const int wg = threadIdx.x >> 7, kts = k / GT_BK, tiles_n = n / GT_BN;
     const int tiles = tiles_n * ((m + GT_BM - 1) / GT_BM);
     if (threadIdx.x == 0) {
@@ -265,6 +360,11 @@ __device__ __forceinline__ void gt_gemm(const gt_tmap *ta, const gt_tmap *tw, un
             gt_mbar_init(gt_shared(&full[s]), 1);
             gt_mbar_init(gt_shared(&empty[s]), 256);
         }
+        if (TS)
+            for (int w = 0; w < 2; w++) {
+                gt_mbar_init(gt_shared(&written[w]), 128);
+                gt_mbar_init(gt_shared(&freed[w]), 1);
+            }
         asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
     }
     __syncthreads();
@@ -296,7 +396,8 @@ __device__ __forceinline__ void gt_gemm(const gt_tmap *ta, const gt_tmap *tw, un
 
     GT_REGS_MMA();
     const int cw = wg - 1;
-    unsigned it = 0;   // k tiles multiplied so far, counted as the loader counts
+    unsigned it = 0;     // k tiles multiplied so far, counted as the loader counts
+    unsigned uses = 0;   // TS: rounds of this warpgroup's staging so far
     float d[128];
     for (int t = blockIdx.x; t < tiles; t += gridDim.x) {
         const int m0 = (t / tiles_n) * GT_BM, n0 = (t % tiles_n) * GT_BN;
@@ -323,22 +424,43 @@ __device__ __forceinline__ void gt_gemm(const gt_tmap *ta, const gt_tmap *tw, un
         }
         GT_WAIT_ALL();
         gt_arrive(gt_shared(&empty[(it - 1) % S]));   // the tile's last stage
-        gt_store<KIND>(d, c, g, bias, y, part, m, n, m0, n0, cw);
+        if (TS)
+            gt_store_staged<KIND == GT_BIAS_GELU>(d, bias, staging + cw * (GT_OUT_BYTES / 2), tc, tg, &written[cw],
+                                                  &freed[cw], uses, m0, n0, cw);
+        else
+            gt_store<KIND>(d, c, g, bias, y, part, m, n, m0, n0, cw);
     }
+    if (TS && (threadIdx.x & 127) == 0) gt_bulk_wait();   // the staging lives until the TMA is done with it
 }
 
 extern "C" __global__ void __launch_bounds__(GT_THREADS)
 gemm_tma_bias_f16(const __grid_constant__ gt_tmap ta, const __grid_constant__ gt_tmap tw, unsigned short *c,
                   const unsigned short *bias, int m, int n, int k)
 {
-    gt_gemm<GT_BIAS>(&ta, &tw, c, 0, bias, 0, 0, m, n, k);
+    gt_gemm<GT_BIAS, GT_STAGES, false>(&ta, &tw, 0, 0, c, 0, bias, 0, 0, m, n, k);
 }
 
 extern "C" __global__ void __launch_bounds__(GT_THREADS)
 gemm_tma_bias_gelu_f16(const __grid_constant__ gt_tmap ta, const __grid_constant__ gt_tmap tw, unsigned short *c,
                        unsigned short *g, const unsigned short *bias, int m, int n, int k)
 {
-    gt_gemm<GT_BIAS_GELU>(&ta, &tw, c, g, bias, 0, 0, m, n, k);
+    gt_gemm<GT_BIAS_GELU, GT_STAGES, false>(&ta, &tw, 0, 0, c, g, bias, 0, 0, m, n, k);
+}
+
+// The same with the TMA-store epilogue: C (and G) as tensor maps tc (tg)
+extern "C" __global__ void __launch_bounds__(GT_THREADS)
+gemm_tma_bias_f16_ts(const __grid_constant__ gt_tmap ta, const __grid_constant__ gt_tmap tw,
+                     const __grid_constant__ gt_tmap tc, const unsigned short *bias, int m, int n, int k)
+{
+    gt_gemm<GT_BIAS, GT_STAGES, true>(&ta, &tw, &tc, 0, 0, 0, bias, 0, 0, m, n, k);
+}
+
+extern "C" __global__ void __launch_bounds__(GT_THREADS)
+gemm_tma_bias_gelu_f16_ts(const __grid_constant__ gt_tmap ta, const __grid_constant__ gt_tmap tw,
+                          const __grid_constant__ gt_tmap tc, const __grid_constant__ gt_tmap tg,
+                          const unsigned short *bias, int m, int n, int k)
+{
+    gt_gemm<GT_BIAS_GELU, GT_STAGES, true>(&ta, &tw, &tc, &tg, 0, 0, bias, 0, 0, m, n, k);
 }
 
 // dU = (dY W) * gelu'(u): dY (M x K) as A, W (K x N, N contiguous: a
@@ -350,5 +472,5 @@ extern "C" __global__ void __launch_bounds__(GT_THREADS)
 gemm_tma_dx_dgelu_f16(const __grid_constant__ gt_tmap tdy, const __grid_constant__ gt_tmap tw, unsigned short *du,
                       const unsigned short *u, unsigned short *y, float *part, int m, int n, int k)
 {
-    gt_gemm<GT_DX_DGELU>(&tdy, &tw, du, (unsigned short *)u, 0, y, part, m, n, k);
+    gt_gemm<GT_DX_DGELU, GT_STAGES, false>(&tdy, &tw, 0, 0, du, (unsigned short *)u, 0, y, part, m, n, k);
 }

@@ -134,12 +134,14 @@ static HpcStatus cuda_exec_check_views(const CudaExec *ex, HpcError *err)
 /* The program's one module: compiled once per (program, arch) for every
  * (B, L), through the disk cache. */
 /* One of hpc's own GEMM kernels from the module, allowed its shared memory. */
-static HpcStatus own_gemm_function(CudaExec *ex, const char *name, CUfunction *fn, HpcError *err)
+static HpcStatus own_gemm_function(CudaExec *ex, const char *name, bool tma_store, GemmOwnKernel *k, HpcError *err)
 {
-    HpcStatus st = CUDA_CHECK(err, cuda_driver()->cuModuleGetFunction(fn, ex->module, name));
+    k->tma_store = tma_store;
+    HpcStatus st = CUDA_CHECK(err, cuda_driver()->cuModuleGetFunction(&k->fn, ex->module, name));
     if (!st)
-        st = CUDA_CHECK(err, cuda_driver()->cuFuncSetAttribute(*fn, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
-                                                               GEMM_OWN_SMEM_BYTES));
+        st = CUDA_CHECK(err, cuda_driver()->cuFuncSetAttribute(k->fn, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                                                               tma_store ? GEMM_OWN_TS_SMEM_BYTES
+                                                                         : GEMM_OWN_SMEM_BYTES));
     return st;
 }
 
@@ -174,8 +176,11 @@ static HpcStatus compile_module(CudaExec *ex, HpcError *err)
                 ex->cache_hit ? "kernel cache hit" : "NVRTC compile", ex->compile_seconds);
     st = CUDA_CHECK(err, cuda_driver()->cuModuleLoadData(&ex->module, cubin));
     free(cubin);
-    if (!st && own) st = own_gemm_function(ex, GEMM_OWN_KERNEL, &ex->gemm_own, err);
-    if (!st && own) st = own_gemm_function(ex, GEMM_OWN_GELU_KERNEL, &ex->gemm_own_gelu, err);
+    bool ts = false;
+    if (!st && own) st = gemm_own_store(&ts, err);
+    if (!st && own) st = own_gemm_function(ex, ts ? GEMM_OWN_TS_KERNEL : GEMM_OWN_KERNEL, ts, &ex->gemm_own, err);
+    if (!st && own)
+        st = own_gemm_function(ex, ts ? GEMM_OWN_TS_GELU_KERNEL : GEMM_OWN_GELU_KERNEL, ts, &ex->gemm_own_gelu, err);
     ex->gemm_own_gelu_only = own && gemm_own_gelu_only(src);
     return st;
 }
@@ -324,7 +329,7 @@ HpcStatus cuda_exec_init_kernels_with(CudaExec *ex, CudaDevice *dev, const IrGra
                          ex->cubin_from_program ? "the program's cubin" : ex->cache_hit ? "kernel cache hit" : "NVRTC",
                          ex->compile_seconds);
     if (!st) st = lookup_kernels(ex, err);
-    if (!st && ex->gemm_own) pair_gelu(ex);
+    if (!st && ex->gemm_own.fn) pair_gelu(ex);
     if (st) cuda_exec_free(ex);
     return st;
 }
@@ -547,11 +552,11 @@ HpcStatus cuda_exec_launch_node(CudaExec *ex, int id, HpcError *err)
             st = gemm_run_optional(&ex->gemm, &d, &done, err);
             return st || done ? st : launch_phases(ex, id, err);
         }
-        if (ex->gemm_own && NODE(id)->op == IR_OP_LINEAR && gemm_own_fits(&d) &&
+        if (ex->gemm_own.fn && NODE(id)->op == IR_OP_LINEAR && gemm_own_fits(&d) &&
             gemm_own_fills(&d, ex->dev->sm_count) && (!ex->gemm_own_gelu_only || ex->gelu_of[id] >= 0)) {
             int act = ex->gelu_of[id];
             CUdeviceptr gelu = act >= 0 ? cuda_exec_ptr(ex, act) : 0;
-            st = gemm_own_run(gelu ? ex->gemm_own_gelu : ex->gemm_own, &d, gelu, ex->dev->sm_count, ex->dev->stream,
+            st = gemm_own_run(gelu ? &ex->gemm_own_gelu : &ex->gemm_own, &d, gelu, ex->dev->sm_count, ex->dev->stream,
                               err);
             if (act >= 0) ex->computed_by_gemm[act] = true;
         } else {

@@ -57,6 +57,7 @@
 #include "program/step_program.h"
 #include "util/error.h"
 #include "cuda/gemm_cublas.h"
+#include "cuda/gemm_own.h"
 #include "program/ir.h"
 #include "program/params.h"
 #include "program/plan.h"
@@ -131,9 +132,9 @@ typedef struct {
     GemmContext gemm;
     bool gemm_ready;
     CUmodule module;
-    CUfunction gemm_own;       /* hpc's own GEMM for the f16 linear forwards (HPC_GEMM_OWN=1), or NULL */
-    CUfunction gemm_own_gelu;  /* its variant that also writes gelu(y) */
-    bool gemm_own_gelu_only;   /* HPC_GEMM_OWN=gelu: only the linears that compute their GELU run on it */
+    GemmOwnKernel gemm_own;       /* hpc's own GEMM for the f16 linear forwards (HPC_GEMM_OWN=1); fn NULL if none */
+    GemmOwnKernel gemm_own_gelu;  /* its variant that also writes gelu(y) */
+    bool gemm_own_gelu_only;      /* HPC_GEMM_OWN=gelu: only the linears that compute their GELU run on it */
     int *gelu_of;              /* (g->n) with gemm_own: the GELU node a LINEAR's launch computes too, or -1 */
     bool *computed_by_gemm;    /* (g->n) with gemm_own: whether that GELU node's LINEAR, at its last
                                 * launch, computed it too (then its own launch is skipped) */

@@ -1,6 +1,7 @@
 /* runtime/cuda/gemm_own.c — see gemm_own.h. */
 #include "cuda/gemm_own.h"
 
+#include <stdlib.h>
 #include <string.h>
 
 #include "cuda/cuda_driver.h"
@@ -33,6 +34,15 @@ HpcStatus gemm_own_tensor_map(CUtensorMap *map, CUdeviceptr p, int64_t rows, int
                                CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE));
 }
 
+HpcStatus gemm_own_store(bool *tma_store, HpcError *err)
+{
+    const char *v = getenv("HPC_GEMM_OWN_STORE");
+    *tma_store = !v || !*v || !strcmp(v, "tma");
+    if (*tma_store || !strcmp(v, "direct")) return HPC_OK;
+    return hpc_fail(err, HPC_ERR_USAGE, "HPC_GEMM_OWN_STORE=%s: expected tma (each tile staged in shared memory "
+                    "and stored by the TMA) or direct (stored from registers)", v);
+}
+
 int gemm_own_grid(const GemmDesc *d, int blocks)
 {
     int64_t tiles = (d->N / 256) * ((d->M + 127) / 128);
@@ -40,18 +50,22 @@ int gemm_own_grid(const GemmDesc *d, int blocks)
     return (int)(tiles < blocks ? tiles : blocks);
 }
 
-HpcStatus gemm_own_run(CUfunction f, const GemmDesc *d, CUdeviceptr gelu, int blocks, CUstream stream,
+HpcStatus gemm_own_run(const GemmOwnKernel *kern, const GemmDesc *d, CUdeviceptr gelu, int blocks, CUstream stream,
                        HpcError *err)
 {
-    CUtensorMap ta, tw;
+    CUtensorMap ta, tw, tc, tg;
     HpcStatus st = gemm_own_tensor_map(&ta, d->A, d->M, d->K, 128, err);
     if (!st) st = gemm_own_tensor_map(&tw, d->B, d->N, d->K, 256, err);
+    if (!st && kern->tma_store) st = gemm_own_tensor_map(&tc, d->C, d->M, d->N, 64, err);
+    if (!st && kern->tma_store && gelu) st = gemm_own_tensor_map(&tg, gelu, d->M, d->N, 64, err);
     if (st) return st;
     CUdeviceptr c = d->C, bias = d->bias;
     int m = (int)d->M, n = (int)d->N, k = (int)d->K;
     void *plain[] = {&ta, &tw, &c, &bias, &m, &n, &k}, *with_gelu[] = {&ta, &tw, &c, &gelu, &bias, &m, &n, &k};
-    return cuda_launch(f, (unsigned[3]){(unsigned)gemm_own_grid(d, blocks), 1, 1}, (unsigned[3]){384, 1, 1},
-                       GEMM_OWN_SMEM_BYTES, stream, gelu ? with_gelu : plain, err);
+    void *ts[] = {&ta, &tw, &tc, &bias, &m, &n, &k}, *ts_gelu[] = {&ta, &tw, &tc, &tg, &bias, &m, &n, &k};
+    void **args = kern->tma_store ? (gelu ? ts_gelu : ts) : (gelu ? with_gelu : plain);
+    return cuda_launch(kern->fn, (unsigned[3]){(unsigned)gemm_own_grid(d, blocks), 1, 1}, (unsigned[3]){384, 1, 1},
+                       kern->tma_store ? GEMM_OWN_TS_SMEM_BYTES : GEMM_OWN_SMEM_BYTES, stream, args, err);
 }
 
 HpcStatus gemm_own_dx_dgelu_run(CUfunction f, const GemmOwnDxDgelu *g, int blocks, CUstream stream, HpcError *err)

@@ -1,7 +1,9 @@
 /* runtime/cuda/gemm_own.h — hpc's own GEMM (compiler/kernels/gemm_wgmma_tma.cu:
- * TMA, wgmma, 128 x 256 tiles, a persistent grid) in place of cuBLASLt for the step's f16
- * linear forwards, under HPC_GEMM_OWN=1.  An experiment until its A/B on a
- * GPU says otherwise: off by default.
+ * TMA, wgmma, 128 x 256 tiles, a persistent grid, each tile stored
+ * through shared memory by the TMA or directly) in place of cuBLASLt for
+ * the step's f16 linear forwards, under HPC_GEMM_OWN=1 (=gelu: only those
+ * followed by a GELU).  An experiment until its A/B on a GPU says
+ * otherwise: off by default.
  *
  * The compiler appends the kernel to the step module when HPC_GEMM_OWN=1
  * (compiler/emit_ops.c), with the line STEP_SOURCE_GEMM_OWN_MARK
@@ -16,8 +18,9 @@
  * memory check, which plan without it, can differ from such a run by
  * those few ranges.
  *
+ *   GemmOwnKernel k = {fn, true};   // fn: GEMM_OWN_TS_KERNEL's function
  *   if (gemm_own_fits(&desc) && gemm_own_fills(&desc, dev->sm_count))
- *       st = gemm_own_run(fn, &desc, 0, dev->sm_count, stream, &err);
+ *       st = gemm_own_run(&k, &desc, 0, dev->sm_count, stream, &err);
  *   else st = gemm_run(&gemm, &desc, &err);
  */
 #ifndef HPC_RUNTIME_CUDA_GEMM_OWN_H
@@ -28,9 +31,25 @@
 #include "cuda/gemm_cublas.h"
 #include "util/error.h"
 
+/* The kernels that store each tile directly from registers, and those
+ * that stage it in shared memory for TMA stores (_ts: the stores overlap
+ * the warps' next work; HPC_GEMM_OWN_STORE picks, gemm_own_store). */
 #define GEMM_OWN_KERNEL "gemm_tma_bias_f16"
 #define GEMM_OWN_GELU_KERNEL "gemm_tma_bias_gelu_f16"   /* also writes gelu(y) */
+#define GEMM_OWN_TS_KERNEL "gemm_tma_bias_f16_ts"
+#define GEMM_OWN_TS_GELU_KERNEL "gemm_tma_bias_gelu_f16_ts"
 #define GEMM_OWN_SMEM_BYTES (4 * (128 + 256) * 64 * 2 + 1024 + 2 * 4 * 8)   /* GT_SMEM_BYTES */
+#define GEMM_OWN_TS_SMEM_BYTES (4 * (128 + 256) * 64 * 2 + 128 * 128 * 2 + 1024 + (2 * 4 + 4) * 8)   /* GT_TS_SMEM_BYTES */
+
+/* One of the kernels as looked up in a module. */
+typedef struct {
+    CUfunction fn;
+    bool tma_store;   /* a _ts kernel: C (and G) passed as tensor maps, GEMM_OWN_TS_SMEM_BYTES of shared memory */
+} GemmOwnKernel;
+
+/* HPC_GEMM_OWN_STORE: "tma" (the default) or "direct"; whether the step
+ * takes the _ts kernels.  Fails on any other value. */
+HpcStatus gemm_own_store(bool *tma_store, HpcError *err);
 
 /* Whether the module source carries the kernel (the compiler's mark), and
  * whether it asks for it only where the linear's GELU comes with it
@@ -48,22 +67,24 @@ bool gemm_own_fits(const GemmDesc *d);
  * 14 % slower). */
 bool gemm_own_fills(const GemmDesc *d, int sm_count);
 
-/* The TMA map of a (rows, cols) row-major f16 operand as the kernels read
- * it: boxes of 64 columns by box_rows rows in the 128-byte swizzle (128
- * rows of x and 256 of W by 64 k for the forward; 64 k rows of W by 64 n
- * for the dX kernel); rows past the matrix read as zeros. */
+/* The TMA map of a (rows, cols) row-major f16 matrix as the kernels read
+ * or write it: boxes of 64 columns by box_rows rows in the 128-byte
+ * swizzle (128 rows of x and 256 of W by 64 k for the forward; 64 k rows
+ * of W by 64 n for the dX kernel; 64 rows of y by 64 n for the TMA
+ * store); rows past the matrix read as zeros and are not written. */
 HpcStatus gemm_own_tensor_map(CUtensorMap *map, CUdeviceptr p, int64_t rows, int64_t cols, unsigned box_rows,
                               HpcError *err);
 
 /* The blocks gemm_own_run launches for d given at most `blocks` (the
- * device's SM count): one a 128 x 256 tile at most, at least one. */
+ * device's SM count): one a 128 x 256 tile at most. */
 int gemm_own_grid(const GemmDesc *d, int blocks);
 
-/* Queues it on stream: the tensor maps of x and W, then the launch of
- * gemm_own_grid(d, blocks) blocks (the grid is persistent: one block an
- * SM); f is GEMM_OWN_KERNEL's function, or with gelu (gelu(y), y's
- * layout) not 0 GEMM_OWN_GELU_KERNEL's. */
-HpcStatus gemm_own_run(CUfunction f, const GemmDesc *d, CUdeviceptr gelu, int blocks, CUstream stream,
+/* Queues it on stream: the tensor maps of x and W (and with a _ts kernel
+ * of y and gelu), then the launch of gemm_own_grid(d, blocks) blocks (the
+ * grid is persistent: one block an SM); k is GEMM_OWN_KERNEL's (or
+ * _TS_KERNEL's), or with gelu (gelu(y), y's layout) not 0
+ * GEMM_OWN_GELU_KERNEL's (_TS_GELU_KERNEL's). */
+HpcStatus gemm_own_run(const GemmOwnKernel *k, const GemmDesc *d, CUdeviceptr gelu, int blocks, CUstream stream,
                        HpcError *err);
 
 /* dU = (dY W) * gelu'(u), all f16: the FFN's second linear's dX with the

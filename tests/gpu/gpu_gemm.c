@@ -12,16 +12,19 @@
  * random in [-1, 1] rounded to f16, C and G poisoned with NaN first;
  * likewise gemm_tma_dx_dgelu_f16 (dU = round(dY W) * gelu'(u), W
  * N-major, with gelu(u) and the 16-row column sums of dU beside it) on
- * two shapes.  The TMA kernels' persistent grid also runs on one to three
- * blocks for more tiles, so that a block's ring goes on from tile to
- * tile, and with M past the last full row tile.  Error = ||got - ref||_2 / ||ref||_2 against a double
+ * two shapes.  The TMA kernels run with each way of storing a tile
+ * (directly, and staged for a TMA store: the _ts kernels), their
+ * persistent grid also on one to three blocks for more tiles, so that a
+ * block's ring and its staging go on from tile to tile, and with M past
+ * the last full tile (rows the TMA store must clip).  Error = ||got - ref||_2 / ||ref||_2 against a double
  * reference of the rounded inputs; limit 2e-3 (f16 output rounding is 2^-11
  * relative; f32 sums over K <= 1024 add far less); a NaN fails.
  *
  * Timing (on a GPU; HPC_GPU_TEST_NO_TIMING=1 skips it, as tools/cuemu/run.sh
  * does): median of 20 of each kernel alone, CUDA events, at M = 4096 and
- * 32768 tokens: TFLOP/s of ours and of cuBLASLt's (its choice, bias
- * epilogue); for the FFN's first GEMM also ours with GELU against
+ * 32768 tokens: TFLOP/s of ours (cp.async; TMA storing directly; TMA
+ * with the TMA store) and of cuBLASLt's (its choice, bias epilogue); for
+ * the FFN's first GEMM also ours with GELU against
  * cuBLASLt's followed by a GELU pass (16-byte loads and stores, the bytes
  * of the step's gelu_fwd), and the dX GEMM with the GELU backward
  * (gemm_tma_dx_dgelu_f16) against cuBLASLt's dX GEMM and a dGELU pass.
@@ -45,7 +48,9 @@
 enum { TILE = 128, KTILE = 64, THREADS = 256 };
 
 static CudaDevice g_dev;
-static CUfunction g_fn, g_fn_gelu, g_fn_act, g_fn_dact, g_fn_tma, g_fn_tma_gelu, g_fn_dx_dgelu;
+static CUfunction g_fn, g_fn_gelu, g_fn_act, g_fn_dact, g_fn_dx_dgelu;
+/* gemm_wgmma_tma.cu's kernels: [0] storing directly, [1] by the TMA (_ts) */
+static GemmOwnKernel g_tma[2], g_tma_gelu[2];
 
 /* The GELU pass cuBLASLt's GEMM needs after it, and the GELU backward's
  * after the dX GEMM (timing only). */
@@ -130,12 +135,17 @@ static void load_kernel(void)
     g_smem_bytes = smem_bytes_of(src);
     DRV(cuda_driver()->cuFuncSetAttribute(g_fn, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, g_smem_bytes));
     DRV(cuda_driver()->cuFuncSetAttribute(g_fn_gelu, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, g_smem_bytes));
-    DRV(cuda_driver()->cuModuleGetFunction(&g_fn_tma, mod, "gemm_tma_bias_f16"));
-    DRV(cuda_driver()->cuModuleGetFunction(&g_fn_tma_gelu, mod, "gemm_tma_bias_gelu_f16"));
-    DRV(cuda_driver()->cuFuncSetAttribute(g_fn_tma, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
-                                          GEMM_OWN_SMEM_BYTES));
-    DRV(cuda_driver()->cuFuncSetAttribute(g_fn_tma_gelu, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
-                                          GEMM_OWN_SMEM_BYTES));
+    static const char *const names[2][2] = {{GEMM_OWN_KERNEL, GEMM_OWN_GELU_KERNEL},
+                                            {GEMM_OWN_TS_KERNEL, GEMM_OWN_TS_GELU_KERNEL}};
+    for (int ts = 0; ts < 2; ts++) {
+        GemmOwnKernel *k[2] = {&g_tma[ts], &g_tma_gelu[ts]};
+        for (int j = 0; j < 2; j++) {
+            k[j]->tma_store = ts;
+            DRV(cuda_driver()->cuModuleGetFunction(&k[j]->fn, mod, names[ts][j]));
+            DRV(cuda_driver()->cuFuncSetAttribute(k[j]->fn, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                                                  ts ? GEMM_OWN_TS_SMEM_BYTES : GEMM_OWN_SMEM_BYTES));
+        }
+    }
     DRV(cuda_driver()->cuModuleGetFunction(&g_fn_dx_dgelu, mod, GEMM_OWN_DX_DGELU_KERNEL));
     DRV(cuda_driver()->cuFuncSetAttribute(g_fn_dx_dgelu, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
                                           GEMM_OWN_SMEM_BYTES));
@@ -153,10 +163,11 @@ static void launch(CUdeviceptr c, CUdeviceptr g, CUdeviceptr a, CUdeviceptr w, C
     }
 }
 
-/* gemm_tma_bias_f16, or with g gemm_tma_bias_gelu_f16, launched as the
- * step launches it (runtime/cuda/gemm_own.h) on at most `blocks` blocks. */
-static void launch_tma(CUdeviceptr c, CUdeviceptr g, CUdeviceptr a, CUdeviceptr w, CUdeviceptr bias, int m, int n,
-                       int k, int blocks)
+/* gemm_tma_bias_f16, or with g gemm_tma_bias_gelu_f16 (ts: their _ts
+ * forms), launched as the step launches it (runtime/cuda/gemm_own.h) on
+ * at most `blocks` blocks. */
+static void launch_tma(int ts, CUdeviceptr c, CUdeviceptr g, CUdeviceptr a, CUdeviceptr w, CUdeviceptr bias, int m,
+                       int n, int k, int blocks)
 {
     GemmDesc d;
     gemm_desc_linear(&d, GEMM_F16, GEMM_F16, m, n, k, a, w, bias, c);
@@ -165,7 +176,7 @@ static void launch_tma(CUdeviceptr c, CUdeviceptr g, CUdeviceptr a, CUdeviceptr 
         printf("FAIL  gemm_own_fits refuses %d x %d x %d\n", m, n, k);
         exit(1);
     }
-    if (gemm_own_run(g ? g_fn_tma_gelu : g_fn_tma, &d, g, blocks, g_dev.stream, &err)) {
+    if (gemm_own_run(g ? &g_tma_gelu[ts] : &g_tma[ts], &d, g, blocks, g_dev.stream, &err)) {
         printf("FAIL  gemm_own_run %d x %d x %d: %s\n", m, n, k, err.msg);
         exit(1);
     }
@@ -186,10 +197,14 @@ static double rel_err(const uint16_t *got, const double *ref, size_t n, int *nan
     return sqrt(num / den);
 }
 
-/* tma: 0 for gemm_wgmma.cu's kernel, else gemm_wgmma_tma.cu's on at most
- * tma blocks (fewer than tiles: each block takes several, its ring going on
- * from one tile to the next). */
-static void check_shape(int m, int n, int k, int tma, int gelu, uint64_t seed)
+/* The ways of computing C (and G) checked and timed: gemm_wgmma.cu's
+ * kernel, gemm_wgmma_tma.cu's storing directly or by the TMA. */
+enum { CPASYNC, TMA_DIRECT, TMA_STORE };
+
+/* tma: 0 for gemm_wgmma.cu's kernel, else gemm_wgmma_tma.cu's (ts: its
+ * _ts form) on at most tma blocks (fewer than tiles: each block takes
+ * several, its ring going on from one tile to the next). */
+static void check_shape_way(int m, int n, int k, int tma, int ts, int gelu, uint64_t seed)
 {
     const CudaDriver *cu = cuda_driver();
     uint16_t *a = malloc((size_t)m * k * 2), *w = malloc((size_t)n * k * 2), *c = malloc((size_t)m * n * 2);
@@ -220,7 +235,7 @@ static void check_shape(int m, int n, int k, int tma, int gelu, uint64_t seed)
     DRV(cu->cuMemsetD8(dc, 0xFF, (size_t)m * n * 2));   /* NaN in f16 */
     DRV(cu->cuMemsetD8(dg, 0xFF, (size_t)m * n * 2));
     if (tma)
-        launch_tma(dc, gelu ? dg : 0, da, dw, db, m, n, k, tma);
+        launch_tma(ts, dc, gelu ? dg : 0, da, dw, db, m, n, k, tma);
     else
         launch(dc, gelu ? dg : 0, da, dw, db, m, n, k);
     DRV(cu->cuStreamSynchronize(g_dev.stream));
@@ -228,8 +243,9 @@ static void check_shape(int m, int n, int k, int tma, int gelu, uint64_t seed)
     DRV(cu->cuMemcpyDtoH(g, dg, (size_t)m * n * 2));
     int nan = 0;
     double rel = rel_err(c, ref, (size_t)m * n, &nan);
-    const char *name = tma ? (gelu ? "gemm_tma_bias_gelu_f16" : "gemm_tma_bias_f16")
-                           : (gelu ? "gemm_wgmma_bias_gelu_f16" : "gemm_wgmma_bias_f16");
+    const char *name = !tma ? (gelu ? "gemm_wgmma_bias_gelu_f16" : "gemm_wgmma_bias_f16")
+                       : ts ? (gelu ? GEMM_OWN_TS_GELU_KERNEL : GEMM_OWN_TS_KERNEL)
+                            : (gelu ? GEMM_OWN_GELU_KERNEL : GEMM_OWN_KERNEL);
     char blocks[32] = "";
     if (tma) {   /* the grid gemm_own_run launches */
         GemmDesc d;
@@ -257,6 +273,17 @@ static void check_shape(int m, int n, int k, int tma, int gelu, uint64_t seed)
     free(gref);
     free(bias);
     free(ref);
+}
+
+/* gemm_wgmma.cu's kernel (tma 0), or gemm_wgmma_tma.cu's both ways. */
+static void check_shape(int m, int n, int k, int tma, int gelu, uint64_t seed)
+{
+    if (!tma) {
+        check_shape_way(m, n, k, 0, 0, gelu, seed);
+        return;
+    }
+    check_shape_way(m, n, k, tma, 0, gelu, seed);
+    check_shape_way(m, n, k, tma, 1, gelu, seed);
 }
 
 /* gemm_tma_dx_dgelu_f16 on at most `blocks` blocks: dU = round(dY W) *
@@ -355,7 +382,7 @@ static int cmp_float(const void *x, const void *y)
     return (a > b) - (a < b);
 }
 
-enum { OURS, OURS_GELU, CUBLAS, CUBLAS_GELU, TMA, TMA_GELU, TMA_DX_DGELU, CUBLAS_DX_DGELU };
+enum { OURS, OURS_GELU, CUBLAS, CUBLAS_GELU, TMA, TMA_GELU, TS, TS_GELU, TMA_DX_DGELU, CUBLAS_DX_DGELU };
 
 /* Median ms of 20 runs of one way of computing C (and G); the DX ways
  * take a as dY and as u, w as W (k x n), c as dG and gout as dU. */
@@ -386,8 +413,9 @@ static float time_one(GemmContext *g, int way, int m, int n, int k, CUdeviceptr 
                 printf("FAIL  cuBLASLt %d x %d x %d: %s\n", m, n, k, err.msg);
                 return -1;
             }
-        } else if (way == TMA || way == TMA_GELU) {
-            launch_tma(c, way == TMA_GELU ? gout : 0, a, w, b16, m, n, k, g_dev.sm_count);
+        } else if (way == TMA || way == TMA_GELU || way == TS || way == TS_GELU) {
+            launch_tma(way == TS || way == TS_GELU, c, way == TMA_GELU || way == TS_GELU ? gout : 0, a, w, b16, m, n,
+                       k, g_dev.sm_count);
         } else {
             launch(c, way == OURS_GELU ? gout : 0, a, w, b16, m, n, k);
         }
@@ -442,21 +470,24 @@ static void run_timing(void)
     DRV(cu->cuMemsetD8(w, 0x1c, (size_t)3072 * 3072 * 2));
     DRV(cu->cuMemsetD8(b16, 0, 3072 * 2));
     printf("      timing (median of 20, each kernel alone): M x N x K: cp.async ms (TFLOP/s) | TMA ms (TFLOP/s) | "
-           "cuBLASLt bias ms (TFLOP/s)\n");
+           "TMA + TMA store ms (TFLOP/s) | cuBLASLt bias ms (TFLOP/s)\n");
     for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) {
         int m = shapes[i][0], n = shapes[i][1], k = shapes[i][2];
         float ours = time_one(&g, OURS, m, n, k, a, w, b16, c, gout);
         float tma = time_one(&g, TMA, m, n, k, a, w, b16, c, gout);
+        float ts = time_one(&g, TS, m, n, k, a, w, b16, c, gout);
         float lt = time_one(&g, CUBLAS, m, n, k, a, w, b16, c, gout);
         double flop = 2.0 * m * n * k;
-        printf("      %5d x %4d x %4d: %7.3f ms (%5.0f) | %7.3f ms (%5.0f) | %7.3f ms (%5.0f)\n", m, n, k, ours,
-               flop / (ours * 1e-3) / 1e12, tma, flop / (tma * 1e-3) / 1e12, lt, flop / (lt * 1e-3) / 1e12);
+        printf("      %5d x %4d x %4d: %7.3f ms (%5.0f) | %7.3f ms (%5.0f) | %7.3f ms (%5.0f) | %7.3f ms (%5.0f)\n", m,
+               n, k, ours, flop / (ours * 1e-3) / 1e12, tma, flop / (tma * 1e-3) / 1e12, ts,
+               flop / (ts * 1e-3) / 1e12, lt, flop / (lt * 1e-3) / 1e12);
         if (n == 3072 && k == 768) {   /* the FFN's first GEMM and its GELU */
             float og = time_one(&g, OURS_GELU, m, n, k, a, w, b16, c, gout);
             float tg = time_one(&g, TMA_GELU, m, n, k, a, w, b16, c, gout);
+            float sg = time_one(&g, TS_GELU, m, n, k, a, w, b16, c, gout);
             float lg = time_one(&g, CUBLAS_GELU, m, n, k, a, w, b16, c, gout);
-            printf("      %5d x %4d x %4d + GELU: cp.async fused %7.3f ms | TMA fused %7.3f ms | cuBLASLt + GELU "
-                   "pass %7.3f ms\n", m, n, k, og, tg, lg);
+            printf("      %5d x %4d x %4d + GELU: cp.async fused %7.3f ms | TMA fused %7.3f ms | TMA + TMA store fused "
+                   "%7.3f ms | cuBLASLt + GELU pass %7.3f ms\n", m, n, k, og, tg, sg, lg);
             /* the FFN's second GEMM's dX (K = 768 outputs, N = 3072) and the GELU backward */
             float td = time_one(&g, TMA_DX_DGELU, m, n, k, a, w, b16, c, gout);
             float ld = time_one(&g, CUBLAS_DX_DGELU, m, n, k, a, w, b16, c, gout);
@@ -490,7 +521,7 @@ int main(void)
     check_shape(200, 256, 128, all, 0, 11);    /* TMA: M not a multiple of 128 */
     check_shape(384, 768, 576, 2, 0, 12);      /* 9 tiles on 2 blocks, 9 k tiles each: the ring across tiles */
     check_shape(328, 512, 320, 3, 1, 13);      /* 6 tiles on 3 blocks, GELU, a part row tile */
-    check_shape(456, 512, 128, 1, 1, 16);      /* 8 tiles on 1 block, GELU */
+    check_shape(456, 512, 128, 1, 1, 16);      /* 8 tiles on 1 block, GELU: 16 rounds of each staging */
     check_dx_dgelu(256, 512, 192, all, 14);    /* the dX GEMM with the GELU backward: W N-major */
     check_dx_dgelu(328, 768, 320, 2, 15);      /* 9 tiles on 2 blocks, a part row tile */
     if (!getenv("HPC_GPU_TEST_NO_TIMING")) run_timing();

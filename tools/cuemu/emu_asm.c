@@ -1,8 +1,8 @@
 /* tools/cuemu/emu_asm.c — inline PTX to calls the host can run (cuemu.h).
  *
  * hpc's kernels hold a few inline PTX statements (conversions, mma.sync,
- * ldmatrix, cp.async, wide stores; wgmma, mbarrier and TMA loads in the
- * GEMMs of its own, and thread block clusters: %cluster_ctarank, mapa,
+ * ldmatrix, cp.async, wide stores; wgmma, mbarrier, TMA loads and stores
+ * in the GEMMs of its own, and thread block clusters: %cluster_ctarank, mapa,
  * remote mbarrier arrivals, multicast TMA loads, barrier.cluster).
  * Before g++ sees a (preprocessed) module, emu_rewrite_asm replaces each
  * statement
@@ -10,8 +10,8 @@
  * by a call emu_asm_NAME(outputs..., inputs...) of emu_kernel.h, NAME found
  * from the template (whitespace, "\n" and the final ';' ignored) in
  * g_known; a wgmma.mma_async of any n by rewrite_wgmma; a template of
- * fences and waits alone (wgmma's, cp.async's, mbarrier init's,
- * setmaxnreg) by emu_asm_nothing.  An
+ * fences and waits alone (wgmma's, cp.async's, the TMA stores' commits,
+ * mbarrier init's, setmaxnreg) by emu_asm_nothing.  An
  * operand's expression is copied as written: outputs bind to references,
  * inputs pass by value.  A template the table does not know becomes
  * emu_asm_unknown("template"), which ends the run if it is ever reached,
@@ -57,6 +57,9 @@ static const Known g_known[] = {
      "emu_asm_mbar_try_wait"},
     {"cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4]",
      "emu_asm_tma_load_2d"},
+    {"cp.async.bulk.tensor.2d.global.shared::cta.bulk_group [%0, {%1, %2}], [%3]", "emu_asm_tma_store_2d"},
+    {"cp.async.bulk.wait_group.read 0", "emu_asm_bulk_wait"},
+    {"cp.async.bulk.wait_group 0", "emu_asm_bulk_wait"},
     /* thread block clusters: a literal % is %% in a template with operands */
     {"mov.u32 %0, %%cluster_ctarank", "emu_asm_cluster_ctarank"},
     {"mov.u32 %0, %cluster_ctarank", "emu_asm_cluster_ctarank"},
@@ -192,6 +195,7 @@ static int only_fences(const char *tpl)
 {
     static const char *const noop[] = {"fence.proxy.async", "wgmma.fence", "wgmma.commit_group", "wgmma.wait_group",
                                        "cp.async.commit_group", "cp.async.wait_group",   /* cp.async copies at once */
+                                       "cp.async.bulk.commit_group",   /* the TMA stores' groups (bulk_wait) */
                                        "fence.mbarrier_init", "setmaxnreg"};             /* no caches, no registers */
     int any = 0;
     for (const char *p = tpl; *p;) {

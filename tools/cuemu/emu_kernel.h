@@ -27,6 +27,9 @@
  *     ISA manual; cp.async copies at once, so its waits are no-ops; so do
  *     the TMA's 2-D tensor loads, which complete their bytes on an
  *     mbarrier at once; a failed mbarrier wait lets the other threads run.
+ *     A TMA store (shared to global) happens at the issuing thread's next
+ *     cp.async.bulk.wait_group, reading the shared bytes then; one still
+ *     queued when its block ends is an error.
  *   - __trap() ends the process with the kernel's name, block and thread;
  *     a thread's stack found overflowed when its block ends, with the
  *     kernel, block and thread too.
@@ -171,6 +174,11 @@ struct Block {
     unsigned rank;          /* in its cluster (%cluster_ctarank) */
     Cluster *cluster;
     unsigned char *window;  /* its shared memory, 1024-aligned as swizzled layouts want */
+    /* TMA stores issued and not yet waited for (cp.async.bulk.wait_group by
+     * the issuing thread performs them: the latest moment the hardware may
+     * read the shared bytes, so a staging rewritten before the wait shows) */
+    struct PendingStore { unsigned thread; EmuTensorMap t; int c0, c1; unsigned src; } stores[32];
+    int n_stores;
 };
 
 /* The blocks that run together (__cluster_dims__; one block without it):
@@ -480,6 +488,7 @@ static void start_block(Block *b, unsigned char *pool, int first)
     b->live = b->n;
     b->at_barrier = 0;
     b->bar_and = 1, b->bar_or = 0, b->bar_count = 0;
+    b->n_stores = 0;
     for (int w = 0; w < (b->n + 31) / 32; w++) {
         int lanes = b->n - w * 32 < 32 ? b->n - w * 32 : 32;
         b->warps[w].live = lanes == 32 ? 0xffffffffu : (1u << lanes) - 1;
@@ -565,7 +574,13 @@ static void run_cluster(Cluster *c)
         if (!ran) describe_deadlock(c);
     }
     g_cur = NULL;
-    for (int r = 0; r < c->n; r++) stack_check(c->blocks[r], pool, r * c->blocks[r]->n);
+    for (int r = 0; r < c->n; r++) {
+        g_block = c->blocks[r];
+        if (g_block->n_stores)
+            die("a TMA store (cp.async.bulk.tensor to global) not waited for (cp.async.bulk.wait_group) before its "
+                "block ended");
+        stack_check(c->blocks[r], pool, r * c->blocks[r]->n);
+    }
 }
 
 /* Every block of the grid, cluster by cluster (cdim: the kernel's
@@ -1149,6 +1164,52 @@ static inline void tma_load_2d_multicast(unsigned dst, const void *map, int c0, 
     }
 }
 
+/* cp.async.bulk.tensor.2d.global.shared::cta: the box at (c0, c1) of the
+ * tensor from this block's shared memory at src (the inverse of
+ * tma_box_2d's reading, swizzle included); elements past the tensor are
+ * not written.  Queued until the issuing thread's next
+ * cp.async.bulk.wait_group (bulk_wait), as Block::stores says. */
+static inline void tma_store_2d(const void *map, int c0, int c1, unsigned src)
+{
+    Block *b = g_block;
+    unsigned src_offset;
+    if (cluster_block(src, &src_offset) != b) die("cp.async.bulk.tensor store from another block's shared memory");
+    if (b->n_stores == (int)(sizeof b->stores / sizeof b->stores[0]))
+        die("more than 32 TMA stores of a block waiting for cp.async.bulk.wait_group");
+    b->stores[b->n_stores++] = Block::PendingStore{g_cur->linear, tensor_map(map), c0, c1, src_offset};
+}
+
+static inline void tma_store_now(const Block *b, const Block::PendingStore &s)
+{
+    const EmuTensorMap &t = s.t;
+    unsigned row_bytes = t.box[0] * t.element_bytes;
+    for (unsigned r = 0; r < t.box[1]; r++) {
+        for (unsigned byte = 0; byte < row_bytes; byte += t.element_bytes) {
+            unsigned addr = s.src + r * row_bytes + byte;
+            if (t.swizzle_bytes) addr ^= ((addr >> 7) & 7u) << 4;
+            long long x = (long long)s.c0 + byte / t.element_bytes, y = (long long)s.c1 + r;
+            if (addr >= SHARED_BYTES) die("a TMA store's box past the block's shared memory");
+            if (x < 0 || y < 0 || (unsigned long long)x >= t.dim[0] || (unsigned long long)y >= t.dim[1]) continue;
+            memcpy((unsigned char *)(uintptr_t)t.address + (unsigned long long)y * t.outer_stride +
+                       (unsigned long long)x * t.element_bytes,
+                   b->window + addr, t.element_bytes);
+        }
+    }
+}
+
+/* cp.async.bulk.wait_group[.read] N (any N: as 0): this thread's queued
+ * TMA stores, in the order issued. */
+static inline void bulk_wait(void)
+{
+    Block *b = g_block;
+    int kept = 0;
+    for (int i = 0; i < b->n_stores; i++) {
+        if (b->stores[i].thread == g_cur->linear) tma_store_now(b, b->stores[i]);
+        else b->stores[kept++] = b->stores[i];
+    }
+    b->n_stores = kept;
+}
+
 }   /* namespace emu */
 
 static inline unsigned __cvta_generic_to_shared(const void *p) { return emu::to_shared(p); }
@@ -1220,6 +1281,11 @@ static inline void emu_asm_tma_load_2d(unsigned dst, unsigned long long map, int
 {
     emu::tma_load_2d(dst, (const void *)(uintptr_t)map, c0, c1, mbar);
 }
+static inline void emu_asm_tma_store_2d(unsigned long long map, int c0, int c1, unsigned src)
+{
+    emu::tma_store_2d((const void *)(uintptr_t)map, c0, c1, src);
+}
+static inline void emu_asm_bulk_wait(void) { emu::bulk_wait(); }
 /* ---- clusters (__cluster_dims__) ---- */
 static inline void emu_asm_cluster_ctarank(unsigned &rank) { rank = emu::g_block->rank; }
 static inline void emu_asm_cluster_nctarank(unsigned &n) { n = (unsigned)emu::g_block->cluster->n; }
