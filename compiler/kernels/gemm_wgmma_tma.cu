@@ -18,7 +18,7 @@
 // A block of 384 threads: warpgroup 0 loads (one thread issues the TMA
 // copies; the group gives registers up with setmaxnreg), warpgroups 1 and
 // 2 multiply rows 0..63 and 64..127 of the tile with wgmma m64n256k16
-// (128 accumulators a thread).  S stages in shared memory, each with two
+// (128 accumulators a thread).  GT_STAGES stages in shared memory, each with two
 // mbarriers: `full` (the loader's arrival plus the TMA's bytes) and
 // `empty` (the 256 multiplying threads, once their MMAs on it are done).
 // One k tile's MMAs stay in flight while the next are issued; a stage is
@@ -340,13 +340,14 @@ __device__ __forceinline__ void gt_store_staged(const float *d, const unsigned s
     }
 }
 
-// The kernels' body.  S stages; TS: store through the staging and the TMA
-// (tc, tg: C's and G's tensor maps) instead of directly (c, g).
-template <int KIND, int S, bool TS>
+// The kernels' body.  TS: store through the staging and the TMA (tc, tg:
+// C's and G's tensor maps) instead of directly (c, g).
+template <int KIND, bool TS>
 __device__ __forceinline__ void gt_gemm(const gt_tmap *ta, const gt_tmap *tw, const gt_tmap *tc, const gt_tmap *tg,
                                         unsigned short *c, unsigned short *g, const unsigned short *bias,
                                         unsigned short *y, float *part, int m, int n, int k)
 {
+    constexpr int S = GT_STAGES;
     extern __shared__ unsigned char gt_raw[];
     // the swizzle works on shared addresses: stages (and the staging) at 1024-byte boundaries
     unsigned char *smem = gt_raw + ((1024 - (gt_shared(gt_raw) & 1023)) & 1023);
@@ -437,14 +438,14 @@ extern "C" __global__ void __launch_bounds__(GT_THREADS)
 gemm_tma_bias_f16(const __grid_constant__ gt_tmap ta, const __grid_constant__ gt_tmap tw, unsigned short *c,
                   const unsigned short *bias, int m, int n, int k)
 {
-    gt_gemm<GT_BIAS, GT_STAGES, false>(&ta, &tw, 0, 0, c, 0, bias, 0, 0, m, n, k);
+    gt_gemm<GT_BIAS, false>(&ta, &tw, 0, 0, c, 0, bias, 0, 0, m, n, k);
 }
 
 extern "C" __global__ void __launch_bounds__(GT_THREADS)
 gemm_tma_bias_gelu_f16(const __grid_constant__ gt_tmap ta, const __grid_constant__ gt_tmap tw, unsigned short *c,
                        unsigned short *g, const unsigned short *bias, int m, int n, int k)
 {
-    gt_gemm<GT_BIAS_GELU, GT_STAGES, false>(&ta, &tw, 0, 0, c, g, bias, 0, 0, m, n, k);
+    gt_gemm<GT_BIAS_GELU, false>(&ta, &tw, 0, 0, c, g, bias, 0, 0, m, n, k);
 }
 
 // The same with the TMA-store epilogue: C (and G) as tensor maps tc (tg)
@@ -452,7 +453,7 @@ extern "C" __global__ void __launch_bounds__(GT_THREADS)
 gemm_tma_bias_f16_ts(const __grid_constant__ gt_tmap ta, const __grid_constant__ gt_tmap tw,
                      const __grid_constant__ gt_tmap tc, const unsigned short *bias, int m, int n, int k)
 {
-    gt_gemm<GT_BIAS, GT_STAGES, true>(&ta, &tw, &tc, 0, 0, 0, bias, 0, 0, m, n, k);
+    gt_gemm<GT_BIAS, true>(&ta, &tw, &tc, 0, 0, 0, bias, 0, 0, m, n, k);
 }
 
 extern "C" __global__ void __launch_bounds__(GT_THREADS)
@@ -460,7 +461,7 @@ gemm_tma_bias_gelu_f16_ts(const __grid_constant__ gt_tmap ta, const __grid_const
                           const __grid_constant__ gt_tmap tc, const __grid_constant__ gt_tmap tg,
                           const unsigned short *bias, int m, int n, int k)
 {
-    gt_gemm<GT_BIAS_GELU, GT_STAGES, true>(&ta, &tw, &tc, &tg, 0, 0, bias, 0, 0, m, n, k);
+    gt_gemm<GT_BIAS_GELU, true>(&ta, &tw, &tc, &tg, 0, 0, bias, 0, 0, m, n, k);
 }
 
 // dU = (dY W) * gelu'(u): dY (M x K) as A, W (K x N, N contiguous: a
@@ -472,5 +473,5 @@ extern "C" __global__ void __launch_bounds__(GT_THREADS)
 gemm_tma_dx_dgelu_f16(const __grid_constant__ gt_tmap tdy, const __grid_constant__ gt_tmap tw, unsigned short *du,
                       const unsigned short *u, unsigned short *y, float *part, int m, int n, int k)
 {
-    gt_gemm<GT_DX_DGELU, GT_STAGES, false>(&tdy, &tw, 0, 0, du, (unsigned short *)u, 0, y, part, m, n, k);
+    gt_gemm<GT_DX_DGELU, false>(&tdy, &tw, 0, 0, du, (unsigned short *)u, 0, y, part, m, n, k);
 }
