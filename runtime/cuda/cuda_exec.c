@@ -133,18 +133,6 @@ static HpcStatus cuda_exec_check_views(const CudaExec *ex, HpcError *err)
 
 /* The program's one module: compiled once per (program, arch) for every
  * (B, L), through the disk cache. */
-/* One of hpc's own GEMM kernels from the module, allowed its shared memory. */
-static HpcStatus own_gemm_function(CudaExec *ex, const char *name, bool tma_store, GemmOwnKernel *k, HpcError *err)
-{
-    k->tma_store = tma_store;
-    HpcStatus st = CUDA_CHECK(err, cuda_driver()->cuModuleGetFunction(&k->fn, ex->module, name));
-    if (!st)
-        st = CUDA_CHECK(err, cuda_driver()->cuFuncSetAttribute(k->fn, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
-                                                               tma_store ? GEMM_OWN_TS_SMEM_BYTES
-                                                                         : GEMM_OWN_SMEM_BYTES));
-    return st;
-}
-
 static HpcStatus compile_module(CudaExec *ex, HpcError *err)
 {
     const StepCubin *ahead = step_kernels_cubin(ex->kernels, ex->dev->arch);
@@ -178,9 +166,10 @@ static HpcStatus compile_module(CudaExec *ex, HpcError *err)
     free(cubin);
     bool ts = false;
     if (!st && own) st = gemm_own_store(&ts, err);
-    if (!st && own) st = own_gemm_function(ex, ts ? GEMM_OWN_TS_KERNEL : GEMM_OWN_KERNEL, ts, &ex->gemm_own, err);
+    if (!st && own) st = gemm_own_kernel(ex->module, ts ? GEMM_OWN_TS_KERNEL : GEMM_OWN_KERNEL, ts, &ex->gemm_own, err);
     if (!st && own)
-        st = own_gemm_function(ex, ts ? GEMM_OWN_TS_GELU_KERNEL : GEMM_OWN_GELU_KERNEL, ts, &ex->gemm_own_gelu, err);
+        st = gemm_own_kernel(ex->module, ts ? GEMM_OWN_TS_GELU_KERNEL : GEMM_OWN_GELU_KERNEL, ts, &ex->gemm_own_gelu,
+                             err);
     ex->gemm_own_gelu_only = own && gemm_own_gelu_only(src);
     return st;
 }

@@ -34,6 +34,17 @@ HpcStatus gemm_own_tensor_map(CUtensorMap *map, CUdeviceptr p, int64_t rows, int
                                CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE));
 }
 
+HpcStatus gemm_own_kernel(CUmodule mod, const char *name, bool tma_store, GemmOwnKernel *k, HpcError *err)
+{
+    k->tma_store = tma_store;
+    HpcStatus st = CUDA_CHECK(err, cuda_driver()->cuModuleGetFunction(&k->fn, mod, name));
+    if (!st)
+        st = CUDA_CHECK(err, cuda_driver()->cuFuncSetAttribute(k->fn, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                                                               tma_store ? GEMM_OWN_TS_SMEM_BYTES
+                                                                         : GEMM_OWN_SMEM_BYTES));
+    return st;
+}
+
 HpcStatus gemm_own_store(bool *tma_store, HpcError *err)
 {
     const char *v = getenv("HPC_GEMM_OWN_STORE");

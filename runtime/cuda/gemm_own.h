@@ -47,6 +47,10 @@ typedef struct {
     bool tma_store;   /* a _ts kernel: C (and G) passed as tensor maps, GEMM_OWN_TS_SMEM_BYTES of shared memory */
 } GemmOwnKernel;
 
+/* Kernel `name` of module mod into *k, allowed the shared memory its
+ * store takes (tma_store: a _ts kernel; the dX kernel stores directly). */
+HpcStatus gemm_own_kernel(CUmodule mod, const char *name, bool tma_store, GemmOwnKernel *k, HpcError *err);
+
 /* HPC_GEMM_OWN_STORE: "tma" (the default) or "direct"; whether the step
  * takes the _ts kernels.  Fails on any other value. */
 HpcStatus gemm_own_store(bool *tma_store, HpcError *err);

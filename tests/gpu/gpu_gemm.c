@@ -43,7 +43,6 @@
 #include "cuda/cuda_driver.h"
 #include "cuda/gemm_cublas.h"
 #include "cuda/gemm_own.h"
-#include "cuda/nvrtc_compile.h"
 #include "gpu_check.h"
 #include "kernel_sources.h"
 #include "program/activations.h"
@@ -116,21 +115,8 @@ static void load_kernel(void)
     size_t len = strlen(HPC_ACTIVATIONS_CUDA) + strlen(src) + strlen(tma) + strlen(gelu_pass_src) + 1;
     char *full = malloc(len);
     snprintf(full, len, "%s%s%s%s", HPC_ACTIVATIONS_CUDA, src, tma, gelu_pass_src);
-    const char *opts[] = {"--gpu-architecture=sm_90a"};
-    void *cubin;
-    size_t size;
-    char *log = NULL;
-    HpcError err = {0};
-    int failed = nvrtc_compile(full, "gemm_wgmma", 90, opts, 1, &cubin, &size, &log, &err) != HPC_OK;
+    CUmodule mod = gpu_check_load_sm90a(full, "gemm_wgmma");
     free(full);
-    if (failed) {
-        printf("FAIL  nvrtc_compile gemm_wgmma: %s\n%s\n", err.msg, log ? log : "");
-        exit(1);
-    }
-    free(log);
-    CUmodule mod;
-    DRV(cuda_driver()->cuModuleLoadData(&mod, cubin));
-    free(cubin);
     DRV(cuda_driver()->cuModuleGetFunction(&g_fn, mod, "gemm_wgmma_bias_f16"));
     DRV(cuda_driver()->cuModuleGetFunction(&g_fn_gelu, mod, "gemm_wgmma_bias_gelu_f16"));
     DRV(cuda_driver()->cuModuleGetFunction(&g_fn_act, mod, "gelu_pass_f16"));
@@ -140,18 +126,14 @@ static void load_kernel(void)
     DRV(cuda_driver()->cuFuncSetAttribute(g_fn_gelu, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, g_smem_bytes));
     static const char *const names[2][2] = {{GEMM_OWN_KERNEL, GEMM_OWN_GELU_KERNEL},
                                             {GEMM_OWN_TS_KERNEL, GEMM_OWN_TS_GELU_KERNEL}};
-    for (int ts = 0; ts < 2; ts++) {
-        GemmOwnKernel *k[2] = {&g_tma[ts], &g_tma_gelu[ts]};
-        for (int j = 0; j < 2; j++) {
-            k[j]->tma_store = ts;
-            DRV(cuda_driver()->cuModuleGetFunction(&k[j]->fn, mod, names[ts][j]));
-            DRV(cuda_driver()->cuFuncSetAttribute(k[j]->fn, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
-                                                  ts ? GEMM_OWN_TS_SMEM_BYTES : GEMM_OWN_SMEM_BYTES));
-        }
-    }
-    DRV(cuda_driver()->cuModuleGetFunction(&g_fn_dx_dgelu, mod, GEMM_OWN_DX_DGELU_KERNEL));
-    DRV(cuda_driver()->cuFuncSetAttribute(g_fn_dx_dgelu, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
-                                          GEMM_OWN_SMEM_BYTES));
+    HpcError err = {0};
+    for (int ts = 0; ts < 2; ts++)
+        if (gemm_own_kernel(mod, names[ts][0], ts, &g_tma[ts], &err) ||
+            gemm_own_kernel(mod, names[ts][1], ts, &g_tma_gelu[ts], &err))
+            gpu_check_die("gemm_own_kernel", &err);
+    GemmOwnKernel dx;
+    if (gemm_own_kernel(mod, GEMM_OWN_DX_DGELU_KERNEL, false, &dx, &err)) gpu_check_die("gemm_own_kernel", &err);
+    g_fn_dx_dgelu = dx.fn;
 }
 
 /* g: 0 for gemm_wgmma_bias_f16, else gemm_wgmma_bias_gelu_f16's G. */
