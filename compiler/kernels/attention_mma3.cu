@@ -28,7 +28,9 @@
 //    B = K from the staged K rows by ldmatrix.trans (a2_kn), summing over
 //    every key, and writes its piece of dQ directly: no atomics, no
 //    workspace.  At D = 32 warps 4..7 have no dQ piece.
-//  - K of all keys is staged once, with the first query tile.
+//  - K of all keys is staged once, with the first query tile; the saved
+//    keep bits of a query tile ride in its Q rows' padding (a3_stage_keep).
+//  - dK and dV leave through shared memory in 16-byte pieces (a3_put_rows).
 // Two barriers a tile: after the tile lands (which also orders the last
 // tile's dQ reads of dss before this tile's stores), and after dss is full
 // (which also orders this tile's reads of buffer buf before the next
@@ -43,19 +45,19 @@ static_assert(A3_KEYS == AT_KEEP_KEYS, "the saved keep bits cover every key of t
 // delta = rowsum(dO * O), for head h of batch row b, in 16-byte pieces:
 // piece i is elements 8 (i % (AT_D / 8)) .. + 7 of row i / (AT_D / 8), and
 // AT_D / 8 adjacent lanes hold a row.  a3_load_piece loads piece i of dO
-// and O (zeros past L); a3_piece_row_sum multiplies a lane's piece and sums
-// over the row's lanes, returning the row's sum in every one of them.
-// Whole warps only.
+// and O; a3_piece_row_sum multiplies a lane's piece and sums over the row's
+// lanes, returning the row's sum in every one of them.  Whole warps only.
+// A piece past L loads row 0's bytes (the caller zeroes or drops its sum),
+// so the loads carry no condition (guarded, NVRTC issued a3_delta_rows's in
+// four rounds, one DRAM latency each: 13 % of the one-pass backward's stall
+// samples, ncu, H100; unguarded, three).
 __device__ __forceinline__ void a3_load_piece(uint4 &gw, uint4 &yw, const st_t *dctx, const st_t *ctx, int b, int h,
                                               int i, int L)
 {
     int row = i / (AT_D / 8), c8 = (i % (AT_D / 8)) * 8;
-    gw = yw = make_uint4(0u, 0u, 0u, 0u);
-    if (row < L) {
-        i64 at = ((i64)b * L + row) * HPC_HIDDEN + h * AT_D + c8;
-        gw = *reinterpret_cast<const uint4 *>(dctx + at);
-        yw = *reinterpret_cast<const uint4 *>(ctx + at);
-    }
+    i64 at = ((i64)b * L + (row < L ? row : 0)) * HPC_HIDDEN + h * AT_D + c8;
+    gw = *reinterpret_cast<const uint4 *>(dctx + at);
+    yw = *reinterpret_cast<const uint4 *>(ctx + at);
 }
 
 __device__ __forceinline__ float a3_piece_row_sum(uint4 gw, uint4 yw)
@@ -82,7 +84,31 @@ __device__ __forceinline__ void a3_delta_rows(float *dl, const st_t *dctx, const
     for (int k = 0; k < PER; k++) {
         float s = a3_piece_row_sum(gw[k], yw[k]);
         int i = k * 32 * A3_WARPS + threadIdx.x;
-        if (i % (AT_D / 8) == 0) dl[i / (AT_D / 8)] = s;
+        if (i % (AT_D / 8) == 0) dl[i / (AT_D / 8)] = i / (AT_D / 8) < L ? s : 0.0f;
+    }
+}
+
+// The rows whose loads the one-pass backward's prologue waits for (dO and
+// O for delta, V for its fragments) asked into L2 first thing, so that
+// those loads, which NVRTC still issues in rounds (three at BERT-base's
+// head size), wait for L2 instead of DRAM each round.  One line a thread
+// and row (a row of one head is AT_D * 2 <= 128 bytes).
+__device__ __forceinline__ void a3_prefetch_l2(const void *p)
+{
+    asm volatile("prefetch.global.L2 [%0];" ::"l"(p));
+}
+static_assert(32 * A3_WARPS == 2 * A3_KEYS, "two threads a row: one for dO and V, one for O");
+__device__ __forceinline__ void a3_prefetch_rows(const st_t *dctx, const st_t *ctx, const st_t *v, int ld, int b,
+                                                 int h, int L)
+{
+    int r = (int)threadIdx.x % A3_KEYS;
+    if (r >= L) return;
+    i64 row = (i64)b * L + r;
+    if ((int)threadIdx.x < A3_KEYS) {
+        a3_prefetch_l2(dctx + row * HPC_HIDDEN + h * AT_D);
+        a3_prefetch_l2(v + row * ld + h * AT_D);
+    } else {
+        a3_prefetch_l2(ctx + row * HPC_HIDDEN + h * AT_D);
     }
 }
 
@@ -112,6 +138,55 @@ KN(attn_head_bwd_dot)(float *delta, const st_t *dctx, const st_t *ctx, int B, in
 #endif
 
 #if AT_D <= 64
+// The saved keep bits of query tile c0 (keep != nullptr) ride with its Q
+// rows: row c0 + r's AT_KEEP_BYTES land by cp.async in the 16 bytes of
+// padding that end Q row r in qb (qb + r * AM_KS + AT_D), which no
+// ldmatrix reads, by the block's second warp; zeros past L.  Read from
+// global memory inside the tile's work instead, their latency was 10 % of
+// the kernel's stall samples (ncu, H100, BERT-base 256 x 128).
+static_assert((AM_KS - AT_D) * 2 == AT_KEEP_BYTES, "a Q row's padding holds the row's keep bits");
+__device__ __forceinline__ void a3_stage_keep(unsigned short *qb, const unsigned char *keep, i64 bh, int c0, int L)
+{
+    int r = (int)threadIdx.x - 32;
+    if (r < 0 || r >= AM_QT) return;
+    bool in = c0 + r < L;
+    a2_cp16(qb + r * AM_KS + AT_D, keep + (bh * L + (in ? c0 + r : 0)) * AT_KEEP_BYTES, in);
+}
+
+// The keep byte of keys k0 + 8 j .. + 7 of tile row r, staged by a3_stage_keep.
+__device__ __forceinline__ u32 a3_keep_byte(const unsigned short *qb, int r, int k0, int j)
+{
+    return reinterpret_cast<const unsigned char *>(qb + r * AM_KS + AT_D)[(k0 >> 3) + j];
+}
+
+// The warp's 16 rows of dK (acc times scale) or dV (scale 1) out through
+// shared memory: the lane's pairs into the warp's own rows of `stage` (the
+// staged K rows k0 .., no longer read), then whole 16-byte pieces of each
+// row to global memory, keys below L.  The lane's 4-byte pairs stored
+// directly cost about 9 % of the kernel's stall samples (store throttle
+// and the drain at exit; ncu, H100).
+__device__ __forceinline__ void a3_put_rows(unsigned short *stage, st_t *dst, int ldg, int b, int h, int k0, int L,
+                                            const float acc[AT_D / 8][4], float scale, int lane)
+{
+    int g = lane >> 2, t = lane & 3;
+#pragma unroll
+    for (int half = 0; half < 2; half++)
+#pragma unroll
+        for (int nd = 0; nd < AT_D / 8; nd++)
+            *reinterpret_cast<u32 *>(stage + (g + 8 * half) * AM_KS + nd * 8 + 2 * t) =
+                am_pack(acc[nd][2 * half] * scale, acc[nd][2 * half + 1] * scale);
+    __syncwarp();
+    constexpr int PIECES = AT_D / 8;   // 16-byte pieces a row
+#pragma unroll
+    for (int i = lane; i < AM_QW * PIECES; i += 32) {
+        int r = i / PIECES, c8 = (i % PIECES) * 8;
+        if (k0 + r < L)
+            *reinterpret_cast<uint4 *>(dst + ((i64)b * L + k0 + r) * ldg + h * AT_D + c8) =
+                *reinterpret_cast<const uint4 *>(stage + r * AM_KS + c8);
+    }
+    __syncwarp();   // the rows are read before the next call overwrites them
+}
+
 AT_RUN void attn_mma3_bwd_run(int at_bx, int at_by, int at_bz,
                               st_t *dq, st_t *dk, st_t *dv, int ldg, const st_t *dctx, const st_t *ctx, const st_t *q,
                               const st_t *k, const st_t *v, int ld, const float *lse, const int *mask, int B, int L,
@@ -131,9 +206,11 @@ AT_RUN void attn_mma3_bwd_run(int at_bx, int at_by, int at_bz,
     int nkc = (L + 15) / 16; // 16-key chunks of dQ's sum
     float scale = at_scale(), scale2 = scale * A2_LOG2E, dscale = dropout_scale(p);
     i64 bh = (i64)b * HPC_HEADS + h;
+    a3_prefetch_rows(dctx, ctx, v, ld, b, h, L);
     a2_stage(ks, k, ld, b, h, 0, A3_KEYS, L, 32 * A3_WARPS);
     // no delta tile: a3_delta_rows computes every row's below
     a2_stage_q(qs[0], gs[0], tl[0], nullptr, q, dctx, lse, nullptr, ld, b, h, bh, 0, L, false, 32 * A3_WARPS);
+    if (keep != nullptr) a3_stage_keep(qs[0], keep, bh, 0, L);
     a2_commit();
 
     // V of the warp's keys as A fragments (K's come from ks, by ldmatrix).
@@ -153,9 +230,11 @@ AT_RUN void attn_mma3_bwd_run(int at_bx, int at_by, int at_bz,
 
     for (int c0 = 0, it = 0; c0 < L; c0 += AM_QT, it++) {
         int buf = it & 1;
-        if (c0 + AM_QT < L)
+        if (c0 + AM_QT < L) {
             a2_stage_q(qs[buf ^ 1], gs[buf ^ 1], tl[buf ^ 1], nullptr, q, dctx, lse, nullptr, ld, b, h, bh,
                        c0 + AM_QT, L, false, 32 * A3_WARPS);
+            if (keep != nullptr) a3_stage_keep(qs[buf ^ 1], keep, bh, c0 + AM_QT, L);
+        }
         a2_commit();
         a2_wait1();
         __syncthreads();
@@ -189,15 +268,16 @@ AT_RUN void attn_mma3_bwd_run(int at_bx, int at_by, int at_bz,
                 }
                 // Keep bits as attn_mma2_bwd_dkv: lane draws the 8 keys
                 // k0 + 8 (lane & 1) .. + 7 of query nt * 8 + ((lane & 15) >> 1),
-                // nt = 2 hq + (lane >> 4); or reads them, where the forward
-                // saved them (keep: L is at most A3_KEYS = AT_KEEP_KEYS here).
+                // nt = 2 hq + (lane >> 4); or reads them from the tile, where
+                // the forward saved them (keep: L is at most A3_KEYS =
+                // AT_KEEP_KEYS here; rows past L read zeros, hidden below).
                 u32 mine = 0xFFu;
                 if (p != 0.0f) {
-                    int row = c0 + (2 * hq + (lane >> 4)) * 8 + ((lane & 15) >> 1);
-                    if (keep != nullptr)   // rows past L are hidden below: any bits do
-                        mine = row < L ? keep[(bh * L + row) * AT_KEEP_BYTES + (k0 >> 3) + (lane & 1)] : 0u;
+                    int r = (2 * hq + (lane >> 4)) * 8 + ((lane & 15) >> 1);
+                    if (keep != nullptr)
+                        mine = a3_keep_byte(qb, r, k0, lane & 1);
                     else
-                        mine = am_bits8((bh * L + row) * L + k0 + 8 * (lane & 1), p, seed, step, salt);
+                        mine = am_bits8((bh * L + c0 + r) * L + k0 + 8 * (lane & 1), p, seed, step, salt);
                 }
 #pragma unroll
                 for (int j = 0; j < 2; j++)
@@ -271,8 +351,10 @@ AT_RUN void attn_mma3_bwd_run(int at_bx, int at_by, int at_bz,
         }
     }
     a2_wait0();
+    __syncthreads();   // the last tile's dQ reads of ks are done: its rows stage dK and dV
     if (!owns) return;
-    am_put_dkv(dk, dv, ldg, b, h, keys, L, t, gk, gv, scale);
+    a3_put_rows(ks + k0 * AM_KS, dk, ldg, b, h, k0, L, gk, scale, lane);
+    a3_put_rows(ks + k0 * AM_KS, dv, ldg, b, h, k0, L, gv, 1.0f, lane);
 }
 #ifndef HPC_ATTN_NO_KERNELS
 extern "C" __global__ void __launch_bounds__(256)

@@ -751,6 +751,25 @@ static void timing(const Mod *m, int B, int L)
         printf("timing  %-9s B%d L%d NH%d p0.1: mma3%s bwd %.3f ms (%.1f TFLOP/s counted as above, %.1f executed)\n",
                m->label, B, L, m->NH, r128 ? " r128" : "", ms, 2 * f / ms * 1e-9, 2.5 * f / ms * 1e-9);
     }
+    /* The step's own pair (HPC_ATTN_KEEP, the default): the one-pass
+     * backward reading the keep bits the forward saved. */
+    if (has_mma3(m, L) && L <= KEEP_KEYS) {
+        float ms = 0;
+        run_fwd_keep(m, &d, B, L, p, seed, step, salt);
+        for (int i = 0; i < 3; i++) run_mma3_keep(m, &d, B, L, p, seed, step, salt);
+        for (int i = 0; i < iters; i++) {
+            float a;
+            DRV(cu->cuEventRecord(e0, dev.stream));
+            run_mma3_keep(m, &d, B, L, p, seed, step, salt);
+            DRV(cu->cuEventRecord(e1, dev.stream));
+            DRV(cu->cuEventSynchronize(e1));
+            DRV(cu->cuEventElapsedTime(&a, e0, e1));
+            ms += a;
+        }
+        ms /= iters;
+        printf("timing  %-9s B%d L%d NH%d p0.1: mma3 keep bwd %.3f ms (%.1f TFLOP/s counted as above)\n", m->label,
+               B, L, m->NH, ms, 2 * f / ms * 1e-9);
+    }
     DRV(cu->cuEventDestroy(e0));
     DRV(cu->cuEventDestroy(e1));
     DRV(cu->cuEventDestroy(e2));

@@ -196,7 +196,8 @@ static int only_fences(const char *tpl)
     static const char *const noop[] = {"fence.proxy.async", "wgmma.fence", "wgmma.commit_group", "wgmma.wait_group",
                                        "cp.async.commit_group", "cp.async.wait_group",   /* cp.async copies at once */
                                        "cp.async.bulk.commit_group",   /* the TMA stores' groups (bulk_wait) */
-                                       "fence.mbarrier_init", "setmaxnreg"};             /* no caches, no registers */
+                                       "fence.mbarrier_init", "setmaxnreg",             /* no caches, no registers */
+                                       "prefetch.global.L2"};
     int any = 0;
     for (const char *p = tpl; *p;) {
         while (*p == ' ' || *p == '{' || *p == '}' || *p == ';') p++;
