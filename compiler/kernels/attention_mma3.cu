@@ -153,10 +153,11 @@ __device__ __forceinline__ void a3_stage_keep(unsigned short *qb, const unsigned
     a2_cp16(qb + r * AM_KS + AT_D, keep + (bh * L + (in ? c0 + r : 0)) * AT_KEEP_BYTES, in);
 }
 
-// The keep byte of keys k0 + 8 j .. + 7 of tile row r, staged by a3_stage_keep.
-__device__ __forceinline__ u32 a3_keep_byte(const unsigned short *qb, int r, int k0, int j)
+// The keep bits of keys k0 .. k0 + 15 (k0 a multiple of 16) of tile row r,
+// staged by a3_stage_keep: bit k - k0 is key k's.
+__device__ __forceinline__ u32 a3_keep_bits16(const unsigned short *qb, int r, int k0)
 {
-    return reinterpret_cast<const unsigned char *>(qb + r * AM_KS + AT_D)[(k0 >> 3) + j];
+    return qb[r * AM_KS + AT_D + (k0 >> 4)];
 }
 
 // The warp's 16 rows of dK (acc times scale) or dV (scale 1) out through
@@ -266,26 +267,32 @@ AT_RUN void attn_mma3_bwd_run(int at_bx, int at_by, int at_bz,
                     am_mma(dpt[0], va[kk], e[0], e[1]);
                     am_mma(dpt[1], va[kk], e[2], e[3]);
                 }
-                // Keep bits as attn_mma2_bwd_dkv: lane draws the 8 keys
-                // k0 + 8 (lane & 1) .. + 7 of query nt * 8 + ((lane & 15) >> 1),
-                // nt = 2 hq + (lane >> 4); or reads them from the tile, where
-                // the forward saved them (keep: L is at most A3_KEYS =
-                // AT_KEEP_KEYS here; rows past L read zeros, hidden below).
-                u32 mine = 0xFFu;
-                if (p != 0.0f) {
+                // Keep bits.  Saved by the forward (keep: L is at most
+                // A3_KEYS = AT_KEEP_KEYS here): the lane reads the 16 bits of
+                // the warp's keys for each of its four query rows from the
+                // tile (rows past L read zeros, hidden below).  Drawn, as
+                // attn_mma2_bwd_dkv: lane draws the 8 keys k0 + 8 (lane & 1)
+                // .. + 7 of query nt * 8 + ((lane & 15) >> 1), nt = 2 hq +
+                // (lane >> 4), and the lanes exchange them by shuffles.
+                u32 mine = 0xFFu, kw[2];   // kw[j]: rows nt * 8 + 2 t (low half) and + 1 (high half)
+                if (p != 0.0f && keep != nullptr) {
+#pragma unroll
+                    for (int j = 0; j < 2; j++) {
+                        int r = (2 * hq + j) * 8 + 2 * t;
+                        kw[j] = a3_keep_bits16(qb, r, k0) | a3_keep_bits16(qb, r + 1, k0) << 16;
+                    }
+                } else if (p != 0.0f) {
                     int r = (2 * hq + (lane >> 4)) * 8 + ((lane & 15) >> 1);
-                    if (keep != nullptr)
-                        mine = a3_keep_byte(qb, r, k0, lane & 1);
-                    else
-                        mine = am_bits8((bh * L + c0 + r) * L + k0 + 8 * (lane & 1), p, seed, step, salt);
+                    mine = am_bits8((bh * L + c0 + r) * L + k0 + 8 * (lane & 1), p, seed, step, salt);
                 }
 #pragma unroll
                 for (int j = 0; j < 2; j++)
 #pragma unroll
                     for (int c = 0; c < 4; c++) {
                         int nt = 2 * hq + j, qi = 2 * t + (c & 1), half = c >> 1, row = c0 + nt * 8 + qi;
-                        u32 w = 0xFFu;
-                        if (p != 0.0f) w = __shfl_sync(0xffffffffu, mine, (j << 4) | (qi << 1) | half);
+                        u32 w = 0xFFu;   // bit g: the element's keep bit
+                        if (p != 0.0f && keep != nullptr) w = kw[j] >> (16 * (c & 1) + 8 * half);
+                        else if (p != 0.0f) w = __shfl_sync(0xffffffffu, mine, (j << 4) | (qi << 1) | half);
                         // Branch-free: the exponential of a hidden element
                         // is computed and then replaced by 0 (a select, so
                         // a NaN there cannot leak).  Rows past L read the
