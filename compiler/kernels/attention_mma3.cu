@@ -223,6 +223,12 @@ AT_RUN void attn_mma3_bwd_run(int at_bx, int at_by, int at_bz,
     am_load_a(va, v, ld, b, h, keys, t, L);
     // delta = rowsum(dO * O) of every row (attn_simt_bwd_dot's job, folded in).
     a3_delta_rows(dl, dctx, ctx, b, h, L);
+    // dS^T rows of keys past L are zeros: an owning warp writes zeros there
+    // each tile (hidden scores), a warp past L here, once; so dQ's chunk
+    // pairs may run one chunk past nkc (the K rows there are staged zeros).
+    if (!owns)
+        for (int i = lane; i < AM_QW * A3_DSS / 2; i += 32)
+            reinterpret_cast<u32 *>(dss + k0 * A3_DSS)[i] = 0u;
     float gk[AT_D / 8][4], gv[AT_D / 8][4];
 #pragma unroll
     for (int nd = 0; nd < AT_D / 8; nd++)
@@ -329,17 +335,19 @@ AT_RUN void attn_mma3_bwd_run(int at_bx, int at_by, int at_bz,
                 for (int c = 0; c < 4; c++) acc[j][c] = acc2[j][c] = 0.0f;
 #pragma unroll
             for (int kc = 0; kc < A3_KEYS / 16; kc += 2) {
+                // Chunk pairs: both chunks' fragments are loaded before
+                // their products (one exposed ldmatrix latency a pair, not
+                // two); the odd chunk past nkc adds dS rows of zeros.
                 if (kc >= nkc) break;
-                u32 a[4], f[4];
+                u32 a[4], f[4], a1[4], f1[4];
                 a2_ldm4t(a, a2_nk(dss, 16 * kc, mq, lane, A3_DSS));
                 a2_ldm4t(f, a2_kn(ks, 16 * kc, nc, lane));
+                a2_ldm4t(a1, a2_nk(dss, 16 * (kc + 1), mq, lane, A3_DSS));
+                a2_ldm4t(f1, a2_kn(ks, 16 * (kc + 1), nc, lane));
                 am_mma(acc[0], a, f[0], f[1]);
                 am_mma(acc[1], a, f[2], f[3]);
-                if (kc + 1 >= nkc) break;
-                a2_ldm4t(a, a2_nk(dss, 16 * (kc + 1), mq, lane, A3_DSS));
-                a2_ldm4t(f, a2_kn(ks, 16 * (kc + 1), nc, lane));
-                am_mma(acc2[0], a, f[0], f[1]);
-                am_mma(acc2[1], a, f[2], f[3]);
+                am_mma(acc2[0], a1, f1[0], f1[1]);
+                am_mma(acc2[1], a1, f1[2], f1[3]);
             }
 #pragma unroll
             for (int j = 0; j < 2; j++)
