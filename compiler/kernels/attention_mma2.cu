@@ -261,65 +261,6 @@ __device__ __forceinline__ void a2_mma_dkv(float gk[AT_D / 8][4], float gv[AT_D 
     }
 }
 
-// The forward's outputs leave through shared memory in whole 16-byte pieces,
-// as the one-pass backward's dK and dV do (a3_put_rows): the lane's 4-byte
-// ctx pairs and single keep bytes, stored directly, write partial sectors
-// from many instructions.
-//  - keep bits: a key tile's bytes go into the 16 bytes of padding that end
-//    the block's query row's K row in ks[0] (ks[0] + row * AM_KS + AT_D, never
-//    written by cp.async nor read by ldmatrix), and each row's AT_KEEP_BYTES
-//    leave in one store at the end (a2_put_keep);
-//  - ctx: the rows go into ks[0]'s first AM_QB rows (free after the last
-//    tile's barrier), then out in 16-byte pieces (a2_put_ctx).
-static_assert((AM_KS - AT_D) * 2 == AT_KEEP_BYTES, "a K row's padding holds a query row's keep bits");
-static_assert(AM_QB <= AM_KT, "ks[0] has a row for each of the block's query rows");
-
-// The lane's keep bytes (mine[rr][j]: keys t0 + 8 (t + 4 j) .. + 7 of its row
-// rr, local row lr[rr] of the block) into their rows' padding of stage.
-__device__ __forceinline__ void a2_stage_keep(unsigned short *stage, const u32 mine[2][2], const int lr[2], int t0,
-                                              int t)
-{
-#pragma unroll
-    for (int rr = 0; rr < 2; rr++)
-#pragma unroll
-        for (int j = 0; j < 2; j++)
-            reinterpret_cast<unsigned char *>(stage + lr[rr] * AM_KS + AT_D)[(t0 >> 3) + t + 4 * j] =
-                (unsigned char)mine[rr][j];
-}
-
-// The warp's 16 query rows r0 .. of keep bits out of the padding of stage
-// (lanes 0..15, a row each), rows below L.
-__device__ __forceinline__ void a2_put_keep(unsigned char *keep, const unsigned short *stage, i64 bh, int r0, int wr0,
-                                            int L, int lane)
-{
-    if (lane < AM_QW && r0 + lane < L)
-        *reinterpret_cast<uint4 *>(keep + (bh * L + r0 + lane) * AT_KEEP_BYTES) =
-            *reinterpret_cast<const uint4 *>(stage + (wr0 + lane) * AM_KS + AT_D);
-}
-
-// The warp's 16 rows of ctx (o times inv[rr] for the lane's rows rr) into
-// rows wr0 .. wr0 + 15 of stage, then out in 16-byte pieces, rows below L.
-__device__ __forceinline__ void a2_put_ctx(st_t *ctx, unsigned short *stage, const float o[AT_D / 8][4],
-                                           const float inv[2], int b, int h, int r0, int wr0, int L, int lane)
-{
-    int g = lane >> 2, t = lane & 3;
-#pragma unroll
-    for (int rr = 0; rr < 2; rr++)
-#pragma unroll
-        for (int nd = 0; nd < AT_D / 8; nd++)
-            *reinterpret_cast<u32 *>(stage + (wr0 + g + 8 * rr) * AM_KS + nd * 8 + 2 * t) =
-                am_pack(o[nd][2 * rr] * inv[rr], o[nd][2 * rr + 1] * inv[rr]);
-    __syncwarp();
-    constexpr int PIECES = AT_D / 8;   // 16-byte pieces a row
-#pragma unroll
-    for (int i = lane; i < AM_QW * PIECES; i += 32) {
-        int r = i / PIECES, c8 = (i % PIECES) * 8;
-        if (r0 + r < L)
-            *reinterpret_cast<uint4 *>(ctx + ((i64)b * L + r0 + r) * HPC_HIDDEN + h * AT_D + c8) =
-                *reinterpret_cast<const uint4 *>(stage + (wr0 + r) * AM_KS + c8);
-    }
-}
-
 // keep (nullptr: none): the dropout's keep bits for the backward, AT_KEEP_BYTES
 // a query row (bit k % 8 of byte k / 8: key k), written where L is at most
 // AT_KEEP_KEYS (compiler/fuse_attn_keep.c); attn_mma3_bwd reads them.
@@ -414,10 +355,8 @@ AT_RUN void attn_mma2_fwd_run(int at_bx, int at_by, int at_bz,
         if (it > 0) am_rescale(o, corr);   // before the first tile o is still 0
         u32 kbits[2][AM_KT / 8], mine[2][2];
         am_keep_bits(kbits, mine, flat, t0, lane, t, p, seed, step, salt);
-        if (keep != nullptr && p != 0.0f && L <= AT_KEEP_KEYS) {
-            int lr[2] = {warp * AM_QW + g, warp * AM_QW + g + 8};
-            a2_stage_keep(ks[0], mine, lr, t0, t);
-        }
+        if (keep != nullptr && p != 0.0f && L <= AT_KEEP_KEYS)
+            am_store_keep(keep, mine, rows, (i64)b * HPC_HEADS + h, t0, t, L);
 #pragma unroll
         for (int nt = 0; nt < AM_KT / 8; nt++)
 #pragma unroll
@@ -430,23 +369,18 @@ AT_RUN void attn_mma2_fwd_run(int at_bx, int at_by, int at_bz,
         a2_mma_pv(o, s, vb, lane);
         __syncthreads();   // buffer buf is refilled by the next iteration's prefetch
     }
-    // After the last tile's barrier ks[0] is free but for the keep bytes
-    // in its padding, which the warp's own lanes wrote.
-    float inv[2];
 #pragma unroll
     for (int rr = 0; rr < 2; rr++) {
         l[rr] += __shfl_xor_sync(0xffffffffu, l[rr], 1);
         l[rr] += __shfl_xor_sync(0xffffffffu, l[rr], 2);
-        inv[rr] = l[rr] == 0.0f ? 0.0f : dscale / l[rr];
         int row = rows[rr];
-        if (t == 0 && row < L)
+        if (row >= L) continue;
+        float inv = l[rr] == 0.0f ? 0.0f : dscale / l[rr];
+        am_put_row(ctx, HPC_HIDDEN, b, h, row, L, o, rr, inv, t);
+        if (t == 0)
             lse[((i64)b * HPC_HEADS + h) * L + row] =
                 l[rr] == 0.0f ? HPC_INF : (m[rr] * scale2 + log2f(l[rr])) * A2_LN2;
     }
-    int wr0 = warp * AM_QW;   // the warp's first row of ks[0]
-    a2_put_ctx(ctx, ks[0], o, inv, b, h, r0, wr0, L, lane);
-    if (keep != nullptr && p != 0.0f && L <= AT_KEEP_KEYS)
-        a2_put_keep(keep, ks[0], (i64)b * HPC_HEADS + h, r0, wr0, L, lane);
 }
 #ifndef HPC_ATTN_NO_KERNELS
 extern "C" __global__ void __launch_bounds__(128)
