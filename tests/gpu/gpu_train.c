@@ -30,8 +30,8 @@
  *      program/opt_overlap.h): 8 steps of fp16 and of fp32 with an inf
  *      injected before step 4, twice without it and once with it, on the
  *      GPU: the same skipped step and loss scale, and weights and losses
- *      as close to the first plain run as the second plain run is, or
- *      within 1e-5 (relative).  The same kernels run on the same
+ *      within twice the second plain run's distance from the first plain
+ *      run, or within 1e-5 (relative).  The same kernels run on the same
  *      gradients with the same decision, the check beside the backward
  *      pass and the update at the next step's start, beside its forward
  *      pass; were they equal run to run, the weights would be the same
@@ -288,7 +288,12 @@ static void check_deferred(const Data *d, SpecPrecision policy)
         const char *worst_noise, *worst;
         compare(&wa2, &wa, &wa, &noise, &noise_u, &worst_noise);
         compare(&wb, &wa, &wa, &diff, &diff_u, &worst);
-        double bound = fmax(1e-5, noise);
+        /* Twice the plain runs' distance: the run beside is one more draw of
+         * the same run-to-run noise, so it lands farther from the first plain
+         * run than the second plain run does about half the time (H200,
+         * six fp16 runs: 0.85-1.27x, five of them past 1x); a lost update
+         * is hundreds of times farther. */
+        double bound = fmax(1e-5, 2.0 * noise);
         /* a lost or doubled step moves weights of std 0.02 by lr = 1e-3 each: about 5e-2 relative */
         result(noise <= 1e-3, "two plain runs (%s) differ by %.2e (%s): too much to tell a lost update (want <= "
                "1e-3)", pn, noise, worst_noise);
@@ -301,7 +306,7 @@ static void check_deferred(const Data *d, SpecPrecision policy)
                "against %g", pn, (long long)rb.skipped, (long long)rb.last_skipped_step, (long long)ra.skipped,
                (long long)ra.last_skipped_step, rb.final_scale, ra.final_scale);
         double loss_noise = fabs(ra2.eval_loss - ra.eval_loss), loss_diff = fabs(rb.eval_loss - ra.eval_loss);
-        result(loss_diff <= fmax(1e-5 * fabs(ra.eval_loss), loss_noise),
+        result(loss_diff <= fmax(1e-5 * fabs(ra.eval_loss), 2.0 * loss_noise),
                "optimizer beside the step (%s): dev loss %.9g against %.9g (two plain runs: %.9g), last train "
                "loss %.9g against %.9g", pn, rb.eval_loss, ra.eval_loss, ra2.eval_loss, rb.last_loss, ra.last_loss);
     }
