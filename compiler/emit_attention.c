@@ -13,7 +13,8 @@
 #include "strbuf.h"
 
 const char *const kemit_attn_parts[KEMIT_ATTN_PARTS] = {
-    "attention.cu", "attention_mma.cu", "attention_mma2.cu", "attention_mma3.cu", "attention_first.cu",
+    "attention.cu", "attention_mma.cu", "attention_mma2.cu", "attention_mma3.cu", "attention_mma4.cu",
+    "attention_first.cu",
 };
 
 /* The templates, in dependency order: the helpers, then the parts. */
@@ -59,6 +60,7 @@ HpcStatus kemit_attention_source(const KernelConfig *cfg, char **source, char su
     StrBuf body = {0};
     strbuf_addn(&body, consts, (size_t)(end - consts));
     free(full);
+    strbuf_printf(&body, "#define HPC_ATTN4_SMEM_BYTES %d\n", kemit_attn4_smem_bytes(cfg->head_dim));
     for (size_t i = 0; i < ATTN_TEMPLATES; i++) {
         const char *text = kernel_source_find(attn_template(i));
         if (!text) {

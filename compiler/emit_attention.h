@@ -36,12 +36,25 @@
 #define KEMIT_ATTN_MAX_HEAD_DIM 128
 
 /* The attention templates in compiler/kernels/, in the order each builds on
- * the ones before: the contract, its helpers and the SIMT family; the three
- * tensor-core families; query 0 alone.  A translation unit takes them after
- * common.cu (and philox.cu) and the constants HPC_DTYPE, HPC_HIDDEN,
- * HPC_HEADS, HPC_HEAD_DIM, HPC_CAUSAL. */
-#define KEMIT_ATTN_PARTS 5
+ * the ones before: the contract, its helpers and the SIMT family; the
+ * tensor-core families (v1, v2, the one-pass backward, the one-pass
+ * backward with dS of every query); query 0 alone.  A translation unit
+ * takes them after common.cu (and philox.cu) and the constants HPC_DTYPE,
+ * HPC_HIDDEN, HPC_HEADS, HPC_HEAD_DIM, HPC_CAUSAL and
+ * HPC_ATTN4_SMEM_BYTES. */
+#define KEMIT_ATTN_PARTS 6
 extern const char *const kemit_attn_parts[KEMIT_ATTN_PARTS];
+
+/* Dynamic shared memory a block of the whole-dS one-pass backward
+ * (attn_mma4_bwd, compiler/kernels/attention_mma4.cu) asks for at head size
+ * head_dim: K, Q and dO of 128 rows (head_dim + 8 elements a row), dS^T of
+ * 128 keys x 136, lse and delta of 128 queries (f32).  Both module
+ * preambles define it as HPC_ATTN4_SMEM_BYTES, and the kernel asserts that
+ * its layout is that size. */
+static inline int kemit_attn4_smem_bytes(long long head_dim)
+{
+    return (int)((3 * 128 * (head_dim + 8) + 128 * 136) * 2 + 2 * 128 * 4);
+}
 
 /* *source (malloc'd) and suffix for config cfg; HPC_ERR_INPUT when cfg is
  * refused by kemit_source or its head size is above the maximum. */

@@ -64,15 +64,24 @@ static HpcStatus kernel_family(const char **fam, bool *one_pass, HpcError *err)
 {
     const char *e = getenv("HPC_ATTN_KERNELS");
     *one_pass = false;
-    if (!e || !*e || strcmp(e, "v3") == 0) {
+    if (!e || !*e || strcmp(e, "v3") == 0 || strcmp(e, "v4") == 0) {
         *fam = "mma2";
         *one_pass = true;
     } else if (strcmp(e, "v2") == 0) *fam = "mma2";
     else if (strcmp(e, "v1") == 0) *fam = "mma";
     else
         return hpc_fail(err, HPC_ERR_INPUT, "emit_ops: HPC_ATTN_KERNELS=%s is not a kernel variant; set it to "
-                        "v1, v2 or v3 (or leave it unset for v3)", e);
+                        "v1, v2, v3 or v4 (or leave it unset for v3)", e);
     return HPC_OK;
+}
+
+/* v4: v3 with the padded rows' one-pass backward holding dS of every query
+ * in dynamic shared memory (attn_mma4_bwd, compiler/kernels/
+ * attention_mma4.cu); packed (varlen) rows keep v3's. */
+static bool whole_ds(void)
+{
+    const char *e = getenv("HPC_ATTN_KERNELS");
+    return e && strcmp(e, "v4") == 0;
 }
 
 static bool is_attention(IrOpKind op) { return op == IR_OP_ATTENTION || op == IR_OP_ATTENTION_BWD; }
@@ -153,9 +162,9 @@ HpcStatus eopa_module_part(const IrGraph *g, StrBuf *src, HpcError *err)
                   ir_dtype_name(c.dtype), (long long)c.hidden, (long long)c.heads, (long long)c.head_dim,
                   c.causal ? ", causal" : "");
     strbuf_printf(src, "#define HPC_DTYPE %d\n#define HPC_HIDDEN %lld\n#define HPC_HEADS %lld\n"
-                  "#define HPC_HEAD_DIM %lld\n#define HPC_CAUSAL %d\n",
+                  "#define HPC_HEAD_DIM %lld\n#define HPC_CAUSAL %d\n#define HPC_ATTN4_SMEM_BYTES %d\n",
                   c.dtype == DT_F16 ? 1 : 2, (long long)c.hidden, (long long)c.heads, (long long)c.head_dim,
-                  c.causal ? 1 : 0);
+                  c.causal ? 1 : 0, kemit_attn4_smem_bytes(c.head_dim));
     /* common.cu's row-layout helpers want these; no attention kernel uses them */
     strbuf_add(src, "#define HPC_ROW_VEC 8\n#define HPC_ROW_THREADS 128\n#define HPC_ROW_NPT 1\n"
                     "#define HPC_ROW_RPB 1\n#define HPC_ATTN_NO_KERNELS 1\n"
@@ -467,7 +476,10 @@ HpcStatus eopa_gen_attention_bwd(EopGen *gen, HpcError *err)
     if (one_pass) {
         /* one block of 256 per (b, head): the whole backward up to
          * AT_ONE_PASS_MAX_L (delta inside), delta alone above it */
-        s = attn_phase(gen, "attn3_bwd", &c, EOP_LT_HEAD_BLOCKS, (StepSize){.c0 = 1}, (int)c.heads);
+        bool v4 = whole_ds() && c.head_dim <= 64;
+        s = attn_phase(gen, v4 ? "attn4_bwd" : "attn3_bwd", &c, EOP_LT_HEAD_BLOCKS, (StepSize){.c0 = 1},
+                       (int)c.heads);
+        if (v4) gen->ph[gen->n_phases - 1].shared_bytes = kemit_attn4_smem_bytes(c.head_dim);
         /* the forward's keep bits (input 7) where the graph saves them: never
          * null then, which lets the compiler drop the Philox draws */
         bool keep = gen->g->nodes[gen->id].n_in == 8;
@@ -478,11 +490,12 @@ HpcStatus eopa_gen_attention_bwd(EopGen *gen, HpcError *err)
                          "        hpc_attn::attn_head_bwd_dot_run(blockIdx.x, blockIdx.y, blockIdx.z, (float *)a.scratch,\n"
                          "            (const T *)a.x[0], (const T *)a.x[5], (int)a.B, (int)a.L, 256);\n"
                          "        return;\n    }\n"
-                         "    hpc_attn::attn_mma3_bwd_run(blockIdx.x, blockIdx.y, blockIdx.z, %s, %s,\n"
+                         "    hpc_attn::attn_mma%d_bwd_run(blockIdx.x, blockIdx.y, blockIdx.z, %s, %s,\n"
                          "        %s, %lld, (const T *)a.x[0], (const T *)a.x[5], %s,\n"
                          "        %s, %s, %lld, (const float *)a.x[6], (const int *)a.x[4],\n"
                          "        (int)a.B, (int)a.L, p, ctl->seed, ctl->step, salt, %s);\n",
-                      AT_ONE_PASS_MAX_L, ap.dq, ap.dk, ap.dv, c.ld, ap.q, ap.k, ap.v, c.ld, keep ? "keep" : "nullptr");
+                      AT_ONE_PASS_MAX_L, v4 ? 4 : 3, ap.dq, ap.dk, ap.dv, c.ld, ap.q, ap.k, ap.v, c.ld,
+                      keep ? "keep" : "nullptr");
         /* v2's dQ and dK/dV phases below return at once where it ran */
         snprintf(skip, sizeof skip, "    if (a.L <= %d) return;\n", AT_ONE_PASS_MAX_L);
     } else {

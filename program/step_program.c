@@ -91,6 +91,7 @@ void step_node_launch(const StepNodeCode *c, int64_t B, int64_t L, EopNodeCode *
     out->bias_epilogue = c->bias_epilogue;
     for (int p = 0; p < c->n_phases; p++) {
         snprintf(out->phase[p].name, sizeof out->phase[p].name, "%s", c->phase[p].name);
+        out->phase[p].shared_bytes = (unsigned)c->phase[p].shared_bytes;
         if (c->phase[p].above_l > 0 && L <= c->phase[p].above_l) continue;   /* not launched: grid 0 */
         launch_shape(&c->phase[p], B, L, &out->phase[p]);
     }
@@ -338,7 +339,8 @@ static void write_code(const StepNodeCode *c, FILE *out)
     write_size(&c->scratch, out);
     fputc('\n', out);
     for (int p = 0; p < c->n_phases; p++) {
-        fprintf(out, "phase %d %d %" PRId64 " ", (int)c->phase[p].lt, c->phase[p].threads, c->phase[p].above_l);
+        fprintf(out, "phase %d %d %" PRId64 " %d ", (int)c->phase[p].lt, c->phase[p].threads, c->phase[p].above_l,
+                (int)c->phase[p].shared_bytes);
         write_size(&c->phase[p].count, out);
         fprintf(out, " %s\n", c->phase[p].name);
     }
@@ -601,12 +603,15 @@ static HpcStatus read_code(Reader *r, StepKernels *k, int n_nodes)
     for (int ph = 0; ph < c->n_phases; ph++) {
         if (!next_line(r)) return bad(r, "truncated: a code record ends early%s", "");
         StepPhase *s = &c->phase[ph];
-        int lt = 0;
+        int lt = 0, shared = 0;
         used = 0;
-        if (sscanf(r->buf, "phase %d %d %" SCNd64 " %n", &lt, &s->threads, &s->above_l, &used) < 3 || used == 0)
+        if (sscanf(r->buf, "phase %d %d %" SCNd64 " %d %n", &lt, &s->threads, &s->above_l, &shared, &used) < 4 ||
+            used == 0)
             return bad(r, "expected a phase line%s", "");
         p = r->buf + used;
+        s->shared_bytes = shared;
         if (lt < 0 || lt >= EOP_LT_COUNT || s->threads < 1 || s->threads > 1024 || s->above_l < 0 ||
+            shared < 0 || shared > STEP_PHASE_MAX_SHARED ||
             !read_size(&p, &s->count) ||
             *p != ' ' || !copy_name(s->name, sizeof s->name, p + 1) || !s->name[0])
             return bad(r, "a phase line out of range%s", "");

@@ -72,8 +72,10 @@
  * 6: the fused embedding layer (EMBED_LN, EMBED_LN_BWD), op kinds that a
  *    version-5 reader does not know;
  * 7: a phase's ABOVE_L (StepPhase.above_l): a phase launched only for
- *    longer rows, which a version-6 reader would launch at every length. */
-#define STEP_PROGRAM_VERSION 7
+ *    longer rows, which a version-6 reader would launch at every length;
+ * 8: a phase's SHARED (StepPhase.shared_bytes): dynamic shared memory a
+ *    block, which a version-7 reader would launch without. */
+#define STEP_PROGRAM_VERSION 8
 /* A node line lists n_in inputs padded with -1 to at least this many. */
 #define STEP_NODE_MIN_INPUTS 3
 /* Inputs a CUDA kernel takes (EopArgs.x); the emitter refuses a node with more. */
@@ -127,7 +129,14 @@ typedef struct {
     int threads;                 /* EOP_LT_ROWS: block size */
     int64_t above_l;             /* > 0: launched only where the run's L is above it (a phase whose
                                     blocks would all return at once below; its kernel checks too) */
+    int32_t shared_bytes;        /* dynamic shared memory a block (bytes, up to STEP_PHASE_MAX_SHARED);
+                                    0: the kernel's static arrays only */
 } StepPhase;
+
+/* The most dynamic shared memory a phase may ask for: an sm_90 block's
+ * 227 KiB (sm_80's is 163 KiB: a phase asking for more than the device
+ * has fails at its launch). */
+#define STEP_PHASE_MAX_SHARED (227 * 1024)
 
 /* The launch record of one node. */
 typedef struct {
@@ -144,6 +153,7 @@ typedef struct {
 typedef struct {
     char name[EOP_NAME_MAX];
     unsigned grid[3], block[3];
+    unsigned shared_bytes;       /* dynamic shared memory a block (StepPhase.shared_bytes) */
 } EopPhase;
 
 typedef struct {

@@ -42,6 +42,7 @@
 #include "cpu_step.h"
 #include "cuda/nvrtc_compile.h"
 #include "data/batch.h"
+#include "emit_attention.h"
 #include "emit_ops.h"
 #include "program/ir.h"
 #include "program/params.h"
@@ -427,13 +428,15 @@ Test(attention_step, auto_form_follows_policy_and_head_size)
 
 /* ---- CUDA: the step module with the fused node compiles --------------- */
 
-/* variant: HPC_ATTN_KERNELS for the emitter ("v1", "v2" or "v3"; v3 is
- * v2 with the one-pass backward phase, which computes delta alone for long
- * rows, in place of v2's dot phase). */
+/* variant: HPC_ATTN_KERNELS for the emitter ("v1", "v2", "v3" or "v4"; v3
+ * is v2 with the one-pass backward phase, which computes delta alone for
+ * long rows, in place of v2's dot phase; v4 is v3 with that phase's
+ * whole-dS kernel, which asks for dynamic shared memory). */
 static void expect_module_compiles_as(const ModelSpec *s, SpecPrecision policy, int arch, const char *variant)
 {
     setenv("HPC_ATTN_KERNELS", variant, 1);
-    bool v3 = strcmp(variant, "v3") == 0, v2 = v3 || strcmp(variant, "v2") == 0;
+    bool v4 = strcmp(variant, "v4") == 0, v3 = v4 || strcmp(variant, "v3") == 0, v2 = v3 || strcmp(variant, "v2") == 0;
+    unsigned shared = v4 ? (unsigned)kemit_attn4_smem_bytes(s->stack.hidden / s->stack.heads) : 0u;
     Pipeline p;
     build(s, policy, ATTN_FORM_FUSED, &p);
     HpcError err = {0};
@@ -447,8 +450,10 @@ static void expect_module_compiles_as(const ModelSpec *s, SpecPrecision policy, 
         cr_expect(strstr(src, calls[v2][k]) != NULL, "%s: no call %s", variant, calls[v2][k]);
         cr_expect(strstr(src, calls[!v2][k]) == NULL, "%s: calls %s", variant, calls[!v2][k]);
     }
-    cr_expect((strstr(src, "hpc_attn::attn_mma3_bwd_run(") != NULL) == v3, "%s: one-pass backward %s", variant,
-              v3 ? "missing" : "called");
+    cr_expect((strstr(src, "hpc_attn::attn_mma3_bwd_run(") != NULL) == (v3 && !v4), "%s: one-pass backward %s",
+              variant, v3 && !v4 ? "missing" : "called");
+    cr_expect((strstr(src, "hpc_attn::attn_mma4_bwd_run(") != NULL) == v4, "%s: whole-dS backward %s", variant,
+              v4 ? "missing" : "called");
     void *cubin;
     size_t size;
     char *log = NULL;
@@ -481,15 +486,19 @@ static void expect_module_compiles_as(const ModelSpec *s, SpecPrecision policy, 
                 cr_expect_eq(c.phase[k].grid[0], 105u);
                 continue;
             }
-            if (strstr(name, "attn3_bwd")) {   /* one block of 256 per (b, head) */
+            if (strstr(name, "attn3_bwd") || strstr(name, "attn4_bwd")) {   /* one block of 256 per (b, head) */
                 cr_expect(c.phase[k].grid[0] == 1 && c.phase[k].grid[1] == 2 && c.phase[k].grid[2] == 3 &&
                           c.phase[k].block[0] == 256, "%s grid (%u, %u, %u) x %u", name, c.phase[k].grid[0],
                           c.phase[k].grid[1], c.phase[k].grid[2], c.phase[k].block[0]);
+                cr_expect_eq(c.phase[k].shared_bytes, shared, "%s: %u bytes of dynamic shared memory", name,
+                             c.phase[k].shared_bytes);
                 continue;
             }
+            cr_expect_eq(c.phase[k].shared_bytes, 0u, "%s", name);
             /* ceil(L / 64) tiles, 2 heads, 3 rows; after the one-pass
              * phase only where L > 128 (not launched at 70: grid 0) */
-            bool one_pass = strstr(c.phase[0].name, "attn3_bwd") != NULL;
+            bool one_pass = strstr(c.phase[0].name, "attn3_bwd") != NULL ||
+                            strstr(c.phase[0].name, "attn4_bwd") != NULL;
             EopNodeCode longer;
             cr_assert_eq(eop_node_code(&p.g, id, 3, 200, &longer, &err), HPC_OK, "%s", err.msg);
             unsigned want = one_pass ? 0 : 2, g0 = c.phase[k].grid[0];
@@ -575,6 +584,21 @@ Test(attention_step_cuda, v3_tiny_bf16_causal_sm80, .timeout = 300)
     expect_module_compiles_as(&s, PREC_BF16, 80, "v3");
 }
 
+/* v4: the whole-dS one-pass backward, with its dynamic shared memory. */
+Test(attention_step_cuda, v4_tiny_fp16_sm90, .timeout = 300)
+{
+    ModelSpec s;
+    tiny_spec(&s, false);
+    expect_module_compiles_as(&s, PREC_FP16, 90, "v4");
+}
+
+Test(attention_step_cuda, v4_tiny_bf16_causal_sm80, .timeout = 300)
+{
+    ModelSpec s;
+    tiny_spec(&s, true);
+    expect_module_compiles_as(&s, PREC_BF16, 80, "v4");
+}
+
 Test(attention_step_cuda, unknown_kernel_variant_is_refused)
 {
     ModelSpec s;
@@ -585,7 +609,8 @@ Test(attention_step_cuda, unknown_kernel_variant_is_refused)
     HpcError err = {0};
     char *src = NULL;
     cr_expect_eq(eop_module_source(&p.g, &src, &err), HPC_ERR_INPUT);
-    cr_expect(strstr(err.msg, "HPC_ATTN_KERNELS=v9") != NULL && strstr(err.msg, "v1, v2 or v3") != NULL, "%s", err.msg);
+    cr_expect(strstr(err.msg, "HPC_ATTN_KERNELS=v9") != NULL && strstr(err.msg, "v1, v2, v3 or v4") != NULL, "%s",
+              err.msg);
     unsetenv("HPC_ATTN_KERNELS");
     free(src);
     pipeline_free(&p);

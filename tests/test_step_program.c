@@ -234,6 +234,41 @@ static void expect_refused(const char *text, size_t len, const char *from, const
     free(bad);
 }
 
+/* A phase's dynamic shared memory (StepPhase.shared_bytes: the whole-dS
+ * attention backward of HPC_ATTN_KERNELS=v4) survives the text, and a
+ * phase line asking for more than a block can have is refused. */
+Test(step_program, a_phase_keeps_its_dynamic_shared_memory)
+{
+    StepProgram p, q;
+    setenv("HPC_ATTN_KERNELS", "v4", 1);
+    compile_tiny(&p, 4, 16, PREC_FP16);
+    unsetenv("HPC_ATTN_KERNELS");
+    size_t len = 0;
+    char *t = program_text(&p, &len);
+    HpcError err = {0};
+    cr_assert_eq(step_program_read("mem", t, len, &q, &err), HPC_OK, "%s", err.msg);
+    int asking = 0;
+    for (int i = 0; i < p.kernels.n && i < q.kernels.n; i++)
+        for (int k = 0; k < p.kernels.node[i].n_phases; k++) {
+            cr_expect_eq(q.kernels.node[i].phase[k].shared_bytes, p.kernels.node[i].phase[k].shared_bytes);
+            asking += p.kernels.node[i].phase[k].shared_bytes > 48 * 1024;
+        }
+    cr_expect_gt(asking, 0, "no phase asks for dynamic shared memory under HPC_ATTN_KERNELS=v4");
+    /* the first phase line that asks for it, asking for 1 byte past the limit */
+    int lt = 0, threads = 0, shared = 0;
+    long long above = 0;
+    for (const char *line = strstr(t, "\nphase "); line; line = strstr(line + 1, "\nphase "))
+        if (sscanf(line + 1, "phase %d %d %lld %d", &lt, &threads, &above, &shared) == 4 && shared > 0) break;
+    cr_assert_gt(shared, 0);
+    char old[96], bad[96];
+    snprintf(old, sizeof old, "phase %d %d %lld %d ", lt, threads, above, shared);
+    snprintf(bad, sizeof bad, "phase %d %d %lld %d ", lt, threads, above, STEP_PHASE_MAX_SHARED + 1);
+    expect_refused(t, len, old, bad, 0, "a phase line out of range");
+    free(t);
+    step_program_free(&p);
+    step_program_free(&q);
+}
+
 Test(step_program, bad_programs_are_refused_with_the_reason)
 {
     StepProgram p;
@@ -242,8 +277,8 @@ Test(step_program, bad_programs_are_refused_with_the_reason)
     char *t = program_text(&p, &len);
     expect_refused(t, len, NULL, NULL, len / 2, "truncated");
     expect_refused(t, len, NULL, NULL, len - 4, "truncated: no 'end' line");
-    expect_refused(t, len, "step_program 7\n", "step_program 8\n", 0, "format version 8, this hpc reads version 7");
-    expect_refused(t, len, "step_program 7\n", "step_program 6\n", 0, "format version 6, this hpc reads version 7");
+    expect_refused(t, len, "step_program 8\n", "step_program 9\n", 0, "format version 9, this hpc reads version 8");
+    expect_refused(t, len, "step_program 8\n", "step_program 7\n", 0, "format version 7, this hpc reads version 8");
     expect_refused(t, len, "policy fp32\n", "policy fp12\n", 0, "unknown policy 'fp12'");
     expect_refused(t, len, "fused 1\n", "fused 1\nwidgets 3\n", 0, "unknown field 'widgets'");
     expect_refused(t, len, "spec stack.hidden ", "spec stack.width ", 0, "unknown spec field 'stack.width'");

@@ -188,6 +188,120 @@ __device__ __forceinline__ void a3_put_rows(unsigned short *stage, st_t *dst, in
     __syncwarp();   // the rows are read before the next call overwrites them
 }
 
+// The warp's part of the one-pass backward's start, once the first tiles
+// are requested: its keys' visibility (kvis) and V rows as A fragments (va;
+// K's come from the staged rows, by ldmatrix), delta = rowsum(dO * O) of
+// every row into dl (attn_simt_bwd_dot's job, folded in), its dK and dV
+// accumulators cleared, and, if it has no key below L, zeros in its rows
+// of dS^T (row stride dss_ld): an owning warp writes zeros for its hidden
+// keys each tile, so every dS^T row past L is zero and dQ's chunk pairs may
+// run one chunk past the last (the K rows there are staged zeros).
+__device__ __forceinline__ void a3_warp_start(bool kvis[2], u32 va[AT_D / 16][4], float gk[AT_D / 8][4],
+                                              float gv[AT_D / 8][4], float *dl, unsigned short *dss, int dss_ld,
+                                              const st_t *v, const st_t *dctx, const st_t *ctx, const int *mask,
+                                              int ld, int b, int h, const int keys[2], int k0, int L, int t,
+                                              int lane)
+{
+#pragma unroll
+    for (int half = 0; half < 2; half++)
+        kvis[half] = keys[half] < L && (!mask || mask[(i64)b * L + keys[half]] != 0);
+    am_load_a(va, v, ld, b, h, keys, t, L);
+    a3_delta_rows(dl, dctx, ctx, b, h, L);
+    if (k0 >= L)
+        for (int i = lane; i < AM_QW * dss_ld / 2; i += 32) reinterpret_cast<u32 *>(dss + k0 * dss_ld)[i] = 0u;
+#pragma unroll
+    for (int nd = 0; nd < AT_D / 8; nd++)
+#pragma unroll
+        for (int c = 0; c < 4; c++) gk[nd][c] = gv[nd][c] = 0.0f;
+}
+
+// One query tile's key work for the warp's 16 keys k0 .. (keys[]: the
+// lane's two, k0 + g and + 8; the tile at
+// query c0: Q rows qb, dO rows gb, lse tlb, delta tdb, AM_QT of each):
+// S^T = K Q^T and dP^T = V dO^T, P, Z and dS, then dV += Z^T dO and dK +=
+// dS^T Q, in two halves of 16 queries (hq), so only 16 x 16 of S^T and
+// dP^T are live at a time; dS^T (rounded to the storage dtype, as the
+// products use it) is stored at its keys' rows of dss (row stride dss_ld,
+// the tile's first query at column 0 of dss) for dQ.  attn_mma3_bwd and
+// attn_mma4_bwd share it, so their gradients are the same bits.
+__device__ __forceinline__ void a3_tile_keys(float gk[AT_D / 8][4], float gv[AT_D / 8][4], const unsigned short *ks,
+                                             const unsigned short *qb, const unsigned short *gb, const float *tlb,
+                                             const float *tdb, unsigned short *dss, int dss_ld,
+                                             const u32 va[AT_D / 16][4], const bool kvis[2], const int keys[2],
+                                             int c0, int k0, int L, float p, float scale2, float dscale, u64 seed,
+                                             u32 step, u32 salt, i64 bh, const unsigned char *keep, int lane, int g,
+                                             int t)
+{
+#pragma unroll
+    for (int hq = 0; hq < AM_QT / 16; hq++) {
+        float st[2][4], dpt[2][4];
+#pragma unroll
+        for (int j = 0; j < 2; j++)
+#pragma unroll
+            for (int c = 0; c < 4; c++) st[j][c] = dpt[j][c] = 0.0f;
+#pragma unroll
+        for (int kk = 0; kk < AT_D / 16; kk++) {
+            // A fragment of the warp's K rows (16 x 16 at column 16 kk):
+            // a2_kn's matrices (rows + 8 (i & 1), columns + 8 (i >> 1))
+            // without .trans are a0..a3.
+            u32 ka[4], f[4], e[4];
+            a2_ldm4(ka, a2_kn(ks, k0, 16 * kk, lane));
+            a2_ldm4(f, a2_nk(qb, 16 * hq, 16 * kk, lane));
+            a2_ldm4(e, a2_nk(gb, 16 * hq, 16 * kk, lane));
+            am_mma(st[0], ka, f[0], f[1]);
+            am_mma(st[1], ka, f[2], f[3]);
+            am_mma(dpt[0], va[kk], e[0], e[1]);
+            am_mma(dpt[1], va[kk], e[2], e[3]);
+        }
+        // Keep bits.  Saved by the forward (keep: L is at most A3_KEYS =
+        // AT_KEEP_KEYS here): the lane reads the 16 bits of the warp's
+        // keys for each of its four query rows from the tile (rows past L
+        // read zeros, hidden below).  Drawn, as attn_mma2_bwd_dkv: lane
+        // draws the 8 keys k0 + 8 (lane & 1) .. + 7 of query nt * 8 +
+        // ((lane & 15) >> 1), nt = 2 hq + (lane >> 4), and the lanes
+        // exchange them by shuffles.
+        u32 mine = 0xFFu, kw[2];   // kw[j]: rows nt * 8 + 2 t (low half) and + 1 (high half)
+        if (p != 0.0f && keep != nullptr) {
+#pragma unroll
+            for (int j = 0; j < 2; j++) {
+                int r = (2 * hq + j) * 8 + 2 * t;
+                kw[j] = a3_keep_bits16(qb, r, k0) | a3_keep_bits16(qb, r + 1, k0) << 16;
+            }
+        } else if (p != 0.0f) {
+            int r = (2 * hq + (lane >> 4)) * 8 + ((lane & 15) >> 1);
+            mine = am_bits8((bh * L + c0 + r) * L + k0 + 8 * (lane & 1), p, seed, step, salt);
+        }
+#pragma unroll
+        for (int j = 0; j < 2; j++)
+#pragma unroll
+            for (int c = 0; c < 4; c++) {
+                int nt = 2 * hq + j, qi = 2 * t + (c & 1), half = c >> 1, row = c0 + nt * 8 + qi;
+                u32 w = 0xFFu;   // bit g: the element's keep bit
+                if (p != 0.0f && keep != nullptr) w = kw[j] >> (16 * (c & 1) + 8 * half);
+                else if (p != 0.0f) w = __shfl_sync(0xffffffffu, mine, (j << 4) | (qi << 1) | half);
+                // Branch-free: the exponential of a hidden element is
+                // computed and then replaced by 0 (a select, so a NaN there
+                // cannot leak).  Rows past L read the staged zeros and row
+                // 0's lse.
+                int r = nt * 8 + qi;
+                bool on = row < L && kvis[half] && !(HPC_CAUSAL && keys[half] > row);
+                float pe = a2_exp2(st[j][c] * scale2 - tlb[r] * A2_LOG2E);
+                pe = on ? pe : 0.0f;
+                float kf = (w >> g) & 1u ? dscale : 0.0f;
+                st[j][c] = pe * kf;
+                dpt[j][c] = pe * (dpt[j][c] * kf - tdb[r]);
+            }
+        u32 za[4], sa[4];
+        am_frag_a(za, st);
+        am_frag_a(sa, dpt);
+        // dS^T for dQ: sa[i] is keys k0 + g (+ 8 for i odd), queries 16 hq + 2t (+ 8 for i >= 2).
+#pragma unroll
+        for (int i = 0; i < 4; i++)
+            *reinterpret_cast<u32 *>(dss + (k0 + g + 8 * (i & 1)) * dss_ld + 16 * hq + 8 * (i >> 1) + 2 * t) = sa[i];
+        a2_mma_dkv(gk, gv, za, sa, qb, gb, 16 * hq, lane);
+    }
+}
+
 AT_RUN void attn_mma3_bwd_run(int at_bx, int at_by, int at_bz,
                               st_t *dq, st_t *dk, st_t *dv, int ldg, const st_t *dctx, const st_t *ctx, const st_t *q,
                               const st_t *k, const st_t *v, int ld, const float *lse, const int *mask, int B, int L,
@@ -214,26 +328,10 @@ AT_RUN void attn_mma3_bwd_run(int at_bx, int at_by, int at_bz,
     if (keep != nullptr) a3_stage_keep(qs[0], keep, bh, 0, L);
     a2_commit();
 
-    // V of the warp's keys as A fragments (K's come from ks, by ldmatrix).
     bool kvis[2];
     u32 va[AT_D / 16][4];
-#pragma unroll
-    for (int half = 0; half < 2; half++)
-        kvis[half] = keys[half] < L && (!mask || mask[(i64)b * L + keys[half]] != 0);
-    am_load_a(va, v, ld, b, h, keys, t, L);
-    // delta = rowsum(dO * O) of every row (attn_simt_bwd_dot's job, folded in).
-    a3_delta_rows(dl, dctx, ctx, b, h, L);
-    // dS^T rows of keys past L are zeros: an owning warp writes zeros there
-    // each tile (hidden scores), a warp past L here, once; so dQ's chunk
-    // pairs may run one chunk past nkc (the K rows there are staged zeros).
-    if (!owns)
-        for (int i = lane; i < AM_QW * A3_DSS / 2; i += 32)
-            reinterpret_cast<u32 *>(dss + k0 * A3_DSS)[i] = 0u;
     float gk[AT_D / 8][4], gv[AT_D / 8][4];
-#pragma unroll
-    for (int nd = 0; nd < AT_D / 8; nd++)
-#pragma unroll
-        for (int c = 0; c < 4; c++) gk[nd][c] = gv[nd][c] = 0.0f;
+    a3_warp_start(kvis, va, gk, gv, dl, dss, A3_DSS, v, dctx, ctx, mask, ld, b, h, keys, k0, L, t, lane);
 
     for (int c0 = 0, it = 0; c0 < L; c0 += AM_QT, it++) {
         int buf = it & 1;
@@ -248,80 +346,9 @@ AT_RUN void attn_mma3_bwd_run(int at_bx, int at_by, int at_bz,
         const unsigned short *qb = qs[buf], *gb = gs[buf];
         const float *tlb = tl[buf], *tdb = dl + c0;
 
-        if (owns) {
-            // Two halves of 16 queries (hq), so only 16 x 16 of S^T and dP^T
-            // are live at a time: S^T = K Q^T and dP^T = V dO^T for the
-            // half, P, Z and dS, then dV += Z^T dO and dK += dS^T Q over it.
-#pragma unroll
-            for (int hq = 0; hq < AM_QT / 16; hq++) {
-                float st[2][4], dpt[2][4];
-#pragma unroll
-                for (int j = 0; j < 2; j++)
-#pragma unroll
-                    for (int c = 0; c < 4; c++) st[j][c] = dpt[j][c] = 0.0f;
-#pragma unroll
-                for (int kk = 0; kk < AT_D / 16; kk++) {
-                    // A fragment of the warp's K rows (16 x 16 at column 16 kk):
-                    // a2_kn's matrices (rows + 8 (i & 1), columns + 8 (i >> 1))
-                    // without .trans are a0..a3.
-                    u32 ka[4], f[4], e[4];
-                    a2_ldm4(ka, a2_kn(ks, k0, 16 * kk, lane));
-                    a2_ldm4(f, a2_nk(qb, 16 * hq, 16 * kk, lane));
-                    a2_ldm4(e, a2_nk(gb, 16 * hq, 16 * kk, lane));
-                    am_mma(st[0], ka, f[0], f[1]);
-                    am_mma(st[1], ka, f[2], f[3]);
-                    am_mma(dpt[0], va[kk], e[0], e[1]);
-                    am_mma(dpt[1], va[kk], e[2], e[3]);
-                }
-                // Keep bits.  Saved by the forward (keep: L is at most
-                // A3_KEYS = AT_KEEP_KEYS here): the lane reads the 16 bits of
-                // the warp's keys for each of its four query rows from the
-                // tile (rows past L read zeros, hidden below).  Drawn, as
-                // attn_mma2_bwd_dkv: lane draws the 8 keys k0 + 8 (lane & 1)
-                // .. + 7 of query nt * 8 + ((lane & 15) >> 1), nt = 2 hq +
-                // (lane >> 4), and the lanes exchange them by shuffles.
-                u32 mine = 0xFFu, kw[2];   // kw[j]: rows nt * 8 + 2 t (low half) and + 1 (high half)
-                if (p != 0.0f && keep != nullptr) {
-#pragma unroll
-                    for (int j = 0; j < 2; j++) {
-                        int r = (2 * hq + j) * 8 + 2 * t;
-                        kw[j] = a3_keep_bits16(qb, r, k0) | a3_keep_bits16(qb, r + 1, k0) << 16;
-                    }
-                } else if (p != 0.0f) {
-                    int r = (2 * hq + (lane >> 4)) * 8 + ((lane & 15) >> 1);
-                    mine = am_bits8((bh * L + c0 + r) * L + k0 + 8 * (lane & 1), p, seed, step, salt);
-                }
-#pragma unroll
-                for (int j = 0; j < 2; j++)
-#pragma unroll
-                    for (int c = 0; c < 4; c++) {
-                        int nt = 2 * hq + j, qi = 2 * t + (c & 1), half = c >> 1, row = c0 + nt * 8 + qi;
-                        u32 w = 0xFFu;   // bit g: the element's keep bit
-                        if (p != 0.0f && keep != nullptr) w = kw[j] >> (16 * (c & 1) + 8 * half);
-                        else if (p != 0.0f) w = __shfl_sync(0xffffffffu, mine, (j << 4) | (qi << 1) | half);
-                        // Branch-free: the exponential of a hidden element
-                        // is computed and then replaced by 0 (a select, so
-                        // a NaN there cannot leak).  Rows past L read the
-                        // staged zeros and row 0's lse.
-                        int r = nt * 8 + qi;
-                        bool on = row < L && kvis[half] && !(HPC_CAUSAL && keys[half] > row);
-                        float pe = a2_exp2(st[j][c] * scale2 - tlb[r] * A2_LOG2E);
-                        pe = on ? pe : 0.0f;
-                        float kf = (w >> g) & 1u ? dscale : 0.0f;
-                        st[j][c] = pe * kf;
-                        dpt[j][c] = pe * (dpt[j][c] * kf - tdb[r]);
-                    }
-                u32 za[4], sa[4];
-                am_frag_a(za, st);
-                am_frag_a(sa, dpt);
-                // dS^T for dQ: sa[i] is keys k0 + g (+ 8 for i odd), queries 16 hq + 2t (+ 8 for i >= 2).
-#pragma unroll
-                for (int i = 0; i < 4; i++)
-                    *reinterpret_cast<u32 *>(dss + (k0 + g + 8 * (i & 1)) * A3_DSS + 16 * hq + 8 * (i >> 1) + 2 * t) =
-                        sa[i];
-                a2_mma_dkv(gk, gv, za, sa, qb, gb, 16 * hq, lane);
-            }
-        }
+        if (owns)
+            a3_tile_keys(gk, gv, ks, qb, gb, tlb, tdb, dss, A3_DSS, va, kvis, keys, c0, k0, L, p, scale2, dscale,
+                         seed, step, salt, bh, keep, lane, g, t);
         __syncthreads();   // dss is full; every read of buffer buf is done
 
         if (warp < A3_DQ_UNITS) {

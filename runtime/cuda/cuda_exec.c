@@ -522,8 +522,8 @@ static HpcStatus launch_phases(CudaExec *ex, int id, HpcError *err)
     HpcStatus st = HPC_OK;
     for (int k = 0; k < ex->code[id].n_phases && !st; k++)
         if (ex->code[id].phase[k].grid[0] > 0)   /* 0: not at this shape (StepPhase.above_l) */
-            st = cuda_launch(ex->fn[id][k], ex->code[id].phase[k].grid, ex->code[id].phase[k].block, 0,
-                             ex->dev->stream, args, err);
+            st = cuda_launch(ex->fn[id][k], ex->code[id].phase[k].grid, ex->code[id].phase[k].block,
+                             ex->code[id].phase[k].shared_bytes, ex->dev->stream, args, err);
     return st;
 }
 

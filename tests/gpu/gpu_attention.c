@@ -35,24 +35,26 @@
  * kernel and attn_mma3_bwd_r128), dQ, dK, dV each.  The per-(b, head)
  * delta attn_head_bwd_dot (the step's v3 phase above L 128) is held to
  * 1e-5 of attn_simt_bwd_dot's, and feeds the families' dQ/dK/dV checks.
+ * attn_mma4_bwd (HPC_ATTN_KERNELS=v4: dS of every query in dynamic shared
+ * memory) the same way where the one-pass backward runs.
  * With dropout and L <= 128, HPC_ATTN_KEEP=1's pair: attn_mma2_fwd_keep
  * (ctx, and its saved keep bits byte for byte against the cpu's draws) and
- * attn_mma3_bwd_keep reading them (dQ, dK, dV as above).
+ * attn_mma3_bwd_keep and attn_mma4_bwd_keep reading them (dQ, dK, dV as
+ * above).
  * At head size 128 v1's dQ kernels and attn_mma3_bwd do not exist (48 KiB
  * of shared memory), so there only the SIMT forward and v2 are checked.
  * The first-query kernels attn_first_fwd / attn_first_bwd (the last
  * layer under a first-token head) are checked in every case: ctx, lse, the
  * fully masked row, dQ, dK and dV against the reference's query 0.
- * Check counts: at D 32 and 64, 19 per case (6 SIMT, 1 delta, 6 per
- * family) plus 6 one-pass where L <= 128; 10 at D 128; plus 6 first-query
- * checks in all 120 cases; 4 modules x 2 p x (9 x 25 + 19) + 2 x 2 x 10 x
- * 10 + 720 + dropout bits (3 kinds x 3 lengths x 2 modules) = 1952 + 400 +
- * 720 + 18 = 3090 checks.
+ * Check counts: 3306 before the v4 kernel (H200, 2026-12-05), which adds
+ * 3 a case where the one-pass backward runs (4 modules x 9 lengths x 2 p)
+ * and 3 more for its keep pair (p 0.1): 3306 + 216 + 108 = 3630.
  *
  * Output: one "ok"/"FAIL" line per check, timing lines per shape (simt,
- * mma, mma2, and mma3 at both register budgets), then "N checks, M
- * failed"; exit 1 on any failure, 77 without a GPU.
- * HPC_TEST_SEED=N repeats a seed; HPC_GPU_TEST_NO_TIMING=1 skips timings. */
+ * mma, mma2, mma3 at both register budgets, the keep pairs of mma3 and
+ * mma4), then "N checks, M failed"; exit 1 on any failure, 77 without a GPU.
+ * HPC_TEST_SEED=N repeats a seed; HPC_GPU_TEST_NO_TIMING=1 skips timings;
+ * HPC_GPU_TEST_MAX_L=N skips the cases longer than N (for tools/cuemu). */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -125,7 +127,9 @@ static Mod mod_build(KemitDtype dt, int heads, int head_dim)
     return m;
 }
 
-static void launch(const Mod *m, const char *base, unsigned gx, unsigned gy, unsigned gz, unsigned bx, void **args)
+/* A launch with `shared` bytes of dynamic shared memory a block. */
+static void launch_shared(const Mod *m, const char *base, unsigned gx, unsigned gy, unsigned gz, unsigned bx,
+                          unsigned shared, void **args)
 {
     char name[128];
     kemit_name(m->suffix, base, name, sizeof name);
@@ -133,7 +137,12 @@ static void launch(const Mod *m, const char *base, unsigned gx, unsigned gy, uns
     DRV(cu->cuModuleGetFunction(&f, m->mod, name));
     unsigned grid[3] = {gx, gy, gz}, block[3] = {bx, 1, 1};
     HpcError err;
-    if (cuda_launch(f, grid, block, 0, dev.stream, args, &err)) die(base, &err);
+    if (cuda_launch(f, grid, block, shared, dev.stream, args, &err)) die(base, &err);
+}
+
+static void launch(const Mod *m, const char *base, unsigned gx, unsigned gy, unsigned gz, unsigned bx, void **args)
+{
+    launch_shared(m, base, gx, gy, gz, bx, 0, args);
 }
 
 static CUdeviceptr dalloc(size_t bytes)
@@ -328,6 +337,22 @@ static void run_mma3(bool r128, const Mod *m, Bufs *d, int B, int L, float p, ui
     launch(m, r128 ? "attn_mma3_bwd_r128" : "attn_mma3_bwd", 1, (unsigned)m->NH, (unsigned)B, 256, a);
 }
 
+/* attn_mma4_bwd (HPC_ATTN_KERNELS=v4): the one-pass backward with dS of
+ * every query in dynamic shared memory; keep: reading d->keep
+ * (attn_mma4_bwd_keep) instead of drawing.  Same grid and arguments as
+ * run_mma3 / run_mma3_keep. */
+static void run_mma4(bool keep, const Mod *m, Bufs *d, int B, int L, float p, uint64_t seed, uint32_t step,
+                     uint32_t salt)
+{
+    CUdeviceptr q = d->qkv, k = d->qkv + 2 * (size_t)m->H, v = d->qkv + 4 * (size_t)m->H;
+    CUdeviceptr dq = d->dqkv, dk = d->dqkv + 2 * (size_t)m->H, dv = d->dqkv + 4 * (size_t)m->H;
+    int ld = 3 * m->H;
+    void *a[] = {&dq, &dk, &dv, &ld, &d->dctx, &d->ctx, &q, &k, &v, &ld, &d->lse, &d->mask, &B, &L, &p, &seed,
+                 &step, &salt, &d->keep};
+    launch_shared(m, keep ? "attn_mma4_bwd_keep" : "attn_mma4_bwd", 1, (unsigned)m->NH, (unsigned)B, 256,
+                  (unsigned)kemit_attn4_smem_bytes(m->D), a);
+}
+
 /* attn_mma2_fwd_keep: v2's forward, saving the dropout's keep bits in d->keep. */
 static void run_fwd_keep(const Mod *m, Bufs *d, int B, int L, float p, uint64_t seed, uint32_t step, uint32_t salt)
 {
@@ -346,6 +371,19 @@ static void run_mma3_keep(const Mod *m, Bufs *d, int B, int L, float p, uint64_t
     void *a[] = {&dq, &dk, &dv, &ld, &d->dctx, &d->ctx, &q, &k, &v, &ld, &d->lse, &d->mask, &B, &L, &p, &seed,
                  &step, &salt, &d->keep};
     launch(m, "attn_mma3_bwd_keep", 1, (unsigned)m->NH, (unsigned)B, 256, a);
+}
+
+/* The one-pass backwards gpu_attention times. */
+typedef enum { ONE_PASS_MMA3, ONE_PASS_MMA3_R128, ONE_PASS_MMA3_KEEP, ONE_PASS_MMA4_KEEP } OnePassKind;
+static void run_one_pass(OnePassKind kind, const Mod *m, Bufs *d, int B, int L, float p, uint64_t seed,
+                         uint32_t step, uint32_t salt)
+{
+    switch (kind) {
+    case ONE_PASS_MMA3: run_mma3(false, m, d, B, L, p, seed, step, salt); break;
+    case ONE_PASS_MMA3_R128: run_mma3(true, m, d, B, L, p, seed, step, salt); break;
+    case ONE_PASS_MMA3_KEEP: run_mma3_keep(m, d, B, L, p, seed, step, salt); break;
+    case ONE_PASS_MMA4_KEEP: run_mma4(true, m, d, B, L, p, seed, step, salt); break;
+    }
 }
 
 /* The saved keep bits against the draws the cpu makes: byte j of query row r
@@ -573,6 +611,18 @@ static void test_case(const Mod *m, int L, float p)
             check_strided(m, what, dqkv + g * H, rg + g * H, rows, 3 * H, H, 16 * u);
         }
     }
+    /* The same with dS of every query in shared memory (v4). */
+    if (has_mma3(m, L)) {
+        DRV(cu->cuMemsetD8Async(d.dqkv, 0xFF, nq * 2, dev.stream));
+        run_mma4(false, m, &d, B, L, p, seed, step, salt);
+        DRV(cu->cuStreamSynchronize(dev.stream));
+        free(dqkv);
+        dqkv = down_st(m, d.dqkv, nq);
+        for (int g = 0; g < 3; g++) {
+            snprintf(what, sizeof what, "L%d p%.1f %s (mma4 bwd)", L, p, gname[g]);
+            check_strided(m, what, dqkv + g * H, rg + g * H, rows, 3 * H, H, 16 * u);
+        }
+    }
     /* HPC_ATTN_KEEP=1's pair: v2's forward saving the keep bits (the same
      * ctx, and the bits the cpu draws), then the one-pass backward reading
      * them (the same gradients) */
@@ -594,6 +644,15 @@ static void test_case(const Mod *m, int L, float p)
             dqkv = down_st(m, d.dqkv, nq);
             for (int g = 0; g < 3; g++) {
                 snprintf(what, sizeof what, "L%d p%.1f %s (mma3 bwd keep)", L, p, gname[g]);
+                check_strided(m, what, dqkv + g * H, rg + g * H, rows, 3 * H, H, 16 * u);
+            }
+            DRV(cu->cuMemsetD8Async(d.dqkv, 0xFF, nq * 2, dev.stream));
+            run_mma4(true, m, &d, B, L, p, seed, step, salt);
+            DRV(cu->cuStreamSynchronize(dev.stream));
+            free(dqkv);
+            dqkv = down_st(m, d.dqkv, nq);
+            for (int g = 0; g < 3; g++) {
+                snprintf(what, sizeof what, "L%d p%.1f %s (mma4 bwd keep)", L, p, gname[g]);
                 check_strided(m, what, dqkv + g * H, rg + g * H, rows, 3 * H, H, 16 * u);
             }
         }
@@ -732,43 +791,31 @@ static void timing(const Mod *m, int B, int L)
                "fwd+bwd %.3f ms\n", m->label, B, L, m->NH, fam_tag[fam], mma_ms, f / mma_ms * 1e-9, fam_tag[fam],
                mbwd_ms, 2 * f / mbwd_ms * 1e-9, mma_ms + mbwd_ms);
     }
-    /* The step's default backward (v3): the one-pass kernel, delta inside.
+    /* The step's default backward (v3): the one-pass kernel, delta inside,
+     * at both register budgets; then the step's own pairs (HPC_ATTN_KEEP,
+     * the default) reading the keep bits the forward saved: v3's and v4's.
      * TFLOP/s as above (4 products counted); "executed" counts the 5 it
      * computes (S, dP, dV, dK, dQ; v2 computes 7). */
-    for (int r128 = 0; r128 < 2 && has_mma3(m, L); r128++) {
-        float ms = 0;
-        for (int i = 0; i < 3; i++) run_mma3(r128, m, &d, B, L, p, seed, step, salt);
-        for (int i = 0; i < iters; i++) {
-            float a;
-            DRV(cu->cuEventRecord(e0, dev.stream));
-            run_mma3(r128, m, &d, B, L, p, seed, step, salt);
-            DRV(cu->cuEventRecord(e1, dev.stream));
-            DRV(cu->cuEventSynchronize(e1));
-            DRV(cu->cuEventElapsedTime(&a, e0, e1));
-            ms += a;
-        }
-        ms /= iters;
-        printf("timing  %-9s B%d L%d NH%d p0.1: mma3%s bwd %.3f ms (%.1f TFLOP/s counted as above, %.1f executed)\n",
-               m->label, B, L, m->NH, r128 ? " r128" : "", ms, 2 * f / ms * 1e-9, 2.5 * f / ms * 1e-9);
-    }
-    /* The step's own pair (HPC_ATTN_KEEP, the default): the one-pass
-     * backward reading the keep bits the forward saved. */
-    if (has_mma3(m, L) && L <= KEEP_KEYS) {
-        float ms = 0;
+    if (has_mma3(m, L)) {
+        static const char *const label[] = {"mma3", "mma3 r128", "mma3 keep", "mma4 keep"};
         run_fwd_keep(m, &d, B, L, p, seed, step, salt);
-        for (int i = 0; i < 3; i++) run_mma3_keep(m, &d, B, L, p, seed, step, salt);
-        for (int i = 0; i < iters; i++) {
-            float a;
-            DRV(cu->cuEventRecord(e0, dev.stream));
-            run_mma3_keep(m, &d, B, L, p, seed, step, salt);
-            DRV(cu->cuEventRecord(e1, dev.stream));
-            DRV(cu->cuEventSynchronize(e1));
-            DRV(cu->cuEventElapsedTime(&a, e0, e1));
-            ms += a;
+        for (int kind = ONE_PASS_MMA3; kind <= ONE_PASS_MMA4_KEEP; kind++) {
+            if (kind >= ONE_PASS_MMA3_KEEP && L > KEEP_KEYS) break;
+            float ms = 0;
+            for (int i = 0; i < 3; i++) run_one_pass((OnePassKind)kind, m, &d, B, L, p, seed, step, salt);
+            for (int i = 0; i < iters; i++) {
+                float a;
+                DRV(cu->cuEventRecord(e0, dev.stream));
+                run_one_pass((OnePassKind)kind, m, &d, B, L, p, seed, step, salt);
+                DRV(cu->cuEventRecord(e1, dev.stream));
+                DRV(cu->cuEventSynchronize(e1));
+                DRV(cu->cuEventElapsedTime(&a, e0, e1));
+                ms += a;
+            }
+            ms /= iters;
+            printf("timing  %-9s B%d L%d NH%d p0.1: %s bwd %.3f ms (%.1f TFLOP/s counted as above, %.1f executed)\n",
+                   m->label, B, L, m->NH, label[kind], ms, 2 * f / ms * 1e-9, 2.5 * f / ms * 1e-9);
         }
-        ms /= iters;
-        printf("timing  %-9s B%d L%d NH%d p0.1: mma3 keep bwd %.3f ms (%.1f TFLOP/s counted as above)\n", m->label,
-               B, L, m->NH, ms, 2 * f / ms * 1e-9);
     }
     DRV(cu->cuEventDestroy(e0));
     DRV(cu->cuEventDestroy(e1));
@@ -795,17 +842,21 @@ int main(void)
         mod_build(KEMIT_F16, 12, 64), mod_build(KEMIT_BF16, 12, 64), mod_build(KEMIT_F16, 12, 32),
         mod_build(KEMIT_BF16, 12, 32), mod_build(KEMIT_F16, 6, 128), mod_build(KEMIT_BF16, 6, 128),
     };
+    /* HPC_GPU_TEST_MAX_L=N leaves out the cases longer than N (the CUDA
+     * emulator, tools/cuemu, would take hours over L 512); all by default */
+    const char *max_env = getenv("HPC_GPU_TEST_MAX_L");
+    int max_l = max_env ? atoi(max_env) : 1 << 30;
     for (int i = 0; i < NMODS; i++)
         for (size_t l = 0; l < sizeof lengths / sizeof lengths[0]; l++) {
+            if (lengths[l] > max_l) continue;
             test_case(&mods[i], lengths[l], 0.0f);
             test_case(&mods[i], lengths[l], 0.1f);
         }
+    static const int bits_lengths[] = {7, 100, 512};
     for (int i = 0; i < 4; i += 3)
-        for (int kind = FWD_SIMT; kind <= FWD_MMA2; kind++) {
-            test_dropout_bits((FwdKind)kind, &mods[i], 7, 0.1f);
-            test_dropout_bits((FwdKind)kind, &mods[i], 100, 0.1f);
-            test_dropout_bits((FwdKind)kind, &mods[i], 512, 0.1f);
-        }
+        for (int kind = FWD_SIMT; kind <= FWD_MMA2; kind++)
+            for (int l = 0; l < 3; l++)
+                if (bits_lengths[l] <= max_l) test_dropout_bits((FwdKind)kind, &mods[i], bits_lengths[l], 0.1f);
     if (!getenv("HPC_GPU_TEST_NO_TIMING")) {
         timing(&mods[0], 32, 128);
         timing(&mods[0], 256, 128);
