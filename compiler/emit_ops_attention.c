@@ -75,9 +75,9 @@ static HpcStatus kernel_family(const char **fam, bool *one_pass, HpcError *err)
     return HPC_OK;
 }
 
-/* v4: v3 with the padded rows' one-pass backward holding dS of every query
- * in dynamic shared memory (attn_mma4_bwd, compiler/kernels/
- * attention_mma4.cu); packed (varlen) rows keep v3's. */
+/* v4: v3 with the one-pass backward (padded and packed rows) holding dS of
+ * every query in dynamic shared memory (attn_mma4_bwd, compiler/kernels/
+ * attention_mma4.cu). */
 static bool whole_ds(void)
 {
     const char *e = getenv("HPC_ATTN_KERNELS");
@@ -365,8 +365,10 @@ static HpcStatus gen_attention_bwd_varlen(EopGen *gen, const AttnCfg *c, const c
     vl_at(y, sizeof y, "(const T *)a.x[5]", H);
     vl_at(l, sizeof l, "(const float *)a.x[6]", NH);
     vl_at(dl, sizeof dl, "(float *)a.scratch", NH);
-    StrBuf *s = attn_phase(gen, one_pass ? "attn3_bwd_vl" : "attn_bwd_dot_vl", c, EOP_LT_HEAD_BLOCKS,
-                           (StepSize){.c0 = 1}, (int)c->heads);
+    bool v4 = one_pass && whole_ds() && c->head_dim <= 64;
+    StrBuf *s = attn_phase(gen, v4 ? "attn4_bwd_vl" : one_pass ? "attn3_bwd_vl" : "attn_bwd_dot_vl", c,
+                           EOP_LT_HEAD_BLOCKS, (StepSize){.c0 = 1}, (int)c->heads);
+    if (v4) gen->ph[gen->n_phases - 1].shared_bytes = kemit_attn4_smem_bytes(c->head_dim);
     vl_bwd_tails(s, c);
     vl_span_text(s, 4);
     /* one-pass and no span can pass AT_ONE_PASS_MAX_L (the program's bound):
@@ -376,11 +378,11 @@ static HpcStatus gen_attention_bwd_varlen(EopGen *gen, const AttnCfg *c, const c
     bool short_only = one_pass && c->span_max > 0 && c->span_max <= AT_ONE_PASS_MAX_L;
     if (one_pass)
         strbuf_printf(s, "    if (nl <= %d) {\n"
-                         "        hpc_attn::attn_mma3_bwd_run(blockIdx.x, blockIdx.y, 0, %s, %s, %s, %lld, %s, %s,\n"
+                         "        hpc_attn::attn_mma%d_bwd_run(blockIdx.x, blockIdx.y, 0, %s, %s, %s, %lld, %s, %s,\n"
                          "            %s, %s, %s, %lld, %s, (const int *)0, 1, (int)nl, p, vseed, ctl->step, salt,\n"
                          "            nullptr);\n"
                          "        return;\n    }\n",
-                      AT_ONE_PASS_MAX_L, dq, dk, dv, ld, g, y, q, k, v, ld, l);
+                      AT_ONE_PASS_MAX_L, v4 ? 4 : 3, dq, dk, dv, ld, g, y, q, k, v, ld, l);
     if (short_only) {
         strbuf_add(s, "    __trap();   // a span above the program's span_max\n");
         return HPC_OK;
