@@ -373,16 +373,40 @@ static void run_mma3_keep(const Mod *m, Bufs *d, int B, int L, float p, uint64_t
     launch(m, "attn_mma3_bwd_keep", 1, (unsigned)m->NH, (unsigned)B, 256, a);
 }
 
-/* The one-pass backwards gpu_attention times. */
-typedef enum { ONE_PASS_MMA3, ONE_PASS_MMA3_R128, ONE_PASS_MMA3_KEEP, ONE_PASS_MMA4_KEEP } OnePassKind;
+/* The one-pass backwards (L <= 128, D <= 64): v3's kernel at both register
+ * budgets, v4's, and both reading the saved keep bits. */
+typedef enum {
+    ONE_PASS_MMA3, ONE_PASS_MMA3_R128, ONE_PASS_MMA4, ONE_PASS_MMA3_KEEP, ONE_PASS_MMA4_KEEP
+} OnePassKind;
+static const char *const one_pass_tag[] = {"mma3", "mma3 r128", "mma4", "mma3 keep", "mma4 keep"};
 static void run_one_pass(OnePassKind kind, const Mod *m, Bufs *d, int B, int L, float p, uint64_t seed,
                          uint32_t step, uint32_t salt)
 {
     switch (kind) {
     case ONE_PASS_MMA3: run_mma3(false, m, d, B, L, p, seed, step, salt); break;
     case ONE_PASS_MMA3_R128: run_mma3(true, m, d, B, L, p, seed, step, salt); break;
+    case ONE_PASS_MMA4: run_mma4(false, m, d, B, L, p, seed, step, salt); break;
     case ONE_PASS_MMA3_KEEP: run_mma3_keep(m, d, B, L, p, seed, step, salt); break;
     case ONE_PASS_MMA4_KEEP: run_mma4(true, m, d, B, L, p, seed, step, salt); break;
+    }
+}
+
+/* One-pass backward `kind` from d's inputs, its dQ, dK, dV (*dqkv, the
+ * host copy, replaced) against the reference rg (B L x 3H, tolerance tol). */
+static void check_one_pass(OnePassKind kind, const Mod *m, Bufs *d, int B, int L, float p, uint64_t seed,
+                           uint32_t step, uint32_t salt, float **dqkv, const double *rg, double tol)
+{
+    static const char *const gname[3] = {"dQ", "dK", "dV"};
+    size_t rows = (size_t)B * L, H = (size_t)m->H, nq = rows * 3 * H;
+    DRV(cu->cuMemsetD8Async(d->dqkv, 0xFF, nq * 2, dev.stream));
+    run_one_pass(kind, m, d, B, L, p, seed, step, salt);
+    DRV(cu->cuStreamSynchronize(dev.stream));
+    free(*dqkv);
+    *dqkv = down_st(m, d->dqkv, nq);
+    for (int g = 0; g < 3; g++) {
+        char what[96];
+        snprintf(what, sizeof what, "L%d p%.1f %s (%s bwd)", L, p, gname[g], one_pass_tag[kind]);
+        check_strided(m, what, *dqkv + g * H, rg + g * H, rows, 3 * H, H, tol);
     }
 }
 
@@ -598,31 +622,10 @@ static void test_case(const Mod *m, int L, float p)
             check_strided(m, what, dqkv + g * H, rg + g * H, rows, 3 * H, H, 16 * u);
         }
     }
-    /* The one-pass backward, both register budgets, from v2's lse (left in
-     * d.lse by the last family above) and the same delta. */
-    for (int r128 = 0; r128 < 2 && has_mma3(m, L); r128++) {
-        DRV(cu->cuMemsetD8Async(d.dqkv, 0xFF, nq * 2, dev.stream));
-        run_mma3(r128, m, &d, B, L, p, seed, step, salt);
-        DRV(cu->cuStreamSynchronize(dev.stream));
-        free(dqkv);
-        dqkv = down_st(m, d.dqkv, nq);
-        for (int g = 0; g < 3; g++) {
-            snprintf(what, sizeof what, "L%d p%.1f %s (mma3%s bwd)", L, p, gname[g], r128 ? " r128" : "");
-            check_strided(m, what, dqkv + g * H, rg + g * H, rows, 3 * H, H, 16 * u);
-        }
-    }
-    /* The same with dS of every query in shared memory (v4). */
-    if (has_mma3(m, L)) {
-        DRV(cu->cuMemsetD8Async(d.dqkv, 0xFF, nq * 2, dev.stream));
-        run_mma4(false, m, &d, B, L, p, seed, step, salt);
-        DRV(cu->cuStreamSynchronize(dev.stream));
-        free(dqkv);
-        dqkv = down_st(m, d.dqkv, nq);
-        for (int g = 0; g < 3; g++) {
-            snprintf(what, sizeof what, "L%d p%.1f %s (mma4 bwd)", L, p, gname[g]);
-            check_strided(m, what, dqkv + g * H, rg + g * H, rows, 3 * H, H, 16 * u);
-        }
-    }
+    /* The one-pass backwards (v3's at both register budgets, v4's), from
+     * v2's lse (left in d.lse by the last family above) and the same delta. */
+    for (int kind = ONE_PASS_MMA3; kind <= ONE_PASS_MMA4 && has_mma3(m, L); kind++)
+        check_one_pass((OnePassKind)kind, m, &d, B, L, p, seed, step, salt, &dqkv, rg, 16 * u);
     /* HPC_ATTN_KEEP=1's pair: v2's forward saving the keep bits (the same
      * ctx, and the bits the cpu draws), then the one-pass backward reading
      * them (the same gradients) */
@@ -636,26 +639,8 @@ static void test_case(const Mod *m, int L, float p)
         snprintf(what, sizeof what, "L%d p%.1f ctx (mma2 fwd keep)", L, p);
         check_strided(m, what, ctx, rc, rows, H, H, 4 * u);
         check_keep_bits(m, &d, B, L, p, seed, step, salt);
-        if (has_mma3(m, L)) {
-            DRV(cu->cuMemsetD8Async(d.dqkv, 0xFF, nq * 2, dev.stream));
-            run_mma3_keep(m, &d, B, L, p, seed, step, salt);
-            DRV(cu->cuStreamSynchronize(dev.stream));
-            free(dqkv);
-            dqkv = down_st(m, d.dqkv, nq);
-            for (int g = 0; g < 3; g++) {
-                snprintf(what, sizeof what, "L%d p%.1f %s (mma3 bwd keep)", L, p, gname[g]);
-                check_strided(m, what, dqkv + g * H, rg + g * H, rows, 3 * H, H, 16 * u);
-            }
-            DRV(cu->cuMemsetD8Async(d.dqkv, 0xFF, nq * 2, dev.stream));
-            run_mma4(true, m, &d, B, L, p, seed, step, salt);
-            DRV(cu->cuStreamSynchronize(dev.stream));
-            free(dqkv);
-            dqkv = down_st(m, d.dqkv, nq);
-            for (int g = 0; g < 3; g++) {
-                snprintf(what, sizeof what, "L%d p%.1f %s (mma4 bwd keep)", L, p, gname[g]);
-                check_strided(m, what, dqkv + g * H, rg + g * H, rows, 3 * H, H, 16 * u);
-            }
-        }
+        for (int kind = ONE_PASS_MMA3_KEEP; kind <= ONE_PASS_MMA4_KEEP && has_mma3(m, L); kind++)
+            check_one_pass((OnePassKind)kind, m, &d, B, L, p, seed, step, salt, &dqkv, rg, 16 * u);
     }
     test_first_query(m, &d, qkv, dctx, mask, B, L, p, seed, step, salt);
     bufs_free(&d);
@@ -792,12 +777,12 @@ static void timing(const Mod *m, int B, int L)
                mbwd_ms, 2 * f / mbwd_ms * 1e-9, mma_ms + mbwd_ms);
     }
     /* The step's default backward (v3): the one-pass kernel, delta inside,
-     * at both register budgets; then the step's own pairs (HPC_ATTN_KEEP,
-     * the default) reading the keep bits the forward saved: v3's and v4's.
+     * at both register budgets, and v4's; then the step's own pairs
+     * (HPC_ATTN_KEEP, the default) reading the keep bits the forward saved:
+     * v3's and v4's.
      * TFLOP/s as above (4 products counted); "executed" counts the 5 it
      * computes (S, dP, dV, dK, dQ; v2 computes 7). */
     if (has_mma3(m, L)) {
-        static const char *const label[] = {"mma3", "mma3 r128", "mma3 keep", "mma4 keep"};
         run_fwd_keep(m, &d, B, L, p, seed, step, salt);
         for (int kind = ONE_PASS_MMA3; kind <= ONE_PASS_MMA4_KEEP; kind++) {
             if (kind >= ONE_PASS_MMA3_KEEP && L > KEEP_KEYS) break;
@@ -814,7 +799,7 @@ static void timing(const Mod *m, int B, int L)
             }
             ms /= iters;
             printf("timing  %-9s B%d L%d NH%d p0.1: %s bwd %.3f ms (%.1f TFLOP/s counted as above, %.1f executed)\n",
-                   m->label, B, L, m->NH, label[kind], ms, 2 * f / ms * 1e-9, 2.5 * f / ms * 1e-9);
+                   m->label, B, L, m->NH, one_pass_tag[kind], ms, 2 * f / ms * 1e-9, 2.5 * f / ms * 1e-9);
         }
     }
     DRV(cu->cuEventDestroy(e0));
