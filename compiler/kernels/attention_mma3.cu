@@ -216,14 +216,14 @@ __device__ __forceinline__ void a3_warp_start(bool kvis[2], u32 va[AT_D / 16][4]
 }
 
 // One query tile's key work for the warp's 16 keys k0 .. (keys[]: the
-// lane's two, k0 + g and + 8; the tile at
-// query c0: Q rows qb, dO rows gb, lse tlb, delta tdb, AM_QT of each):
-// S^T = K Q^T and dP^T = V dO^T, P, Z and dS, then dV += Z^T dO and dK +=
-// dS^T Q, in two halves of 16 queries (hq), so only 16 x 16 of S^T and
-// dP^T are live at a time; dS^T (rounded to the storage dtype, as the
-// products use it) is stored at its keys' rows of dss (row stride dss_ld,
-// the tile's first query at column 0 of dss) for dQ.  attn_mma3_bwd and
-// attn_mma4_bwd share it, so their gradients are the same bits.
+// lane's two, k0 + g and + 8) and the tile at query c0 (Q rows qb, dO rows
+// gb, lse tlb, delta tdb, AM_QT of each): S^T = K Q^T and dP^T = V dO^T, P,
+// Z and dS, then dV += Z^T dO and dK += dS^T Q, in two halves of 16
+// queries (hq), so only 16 x 16 of S^T and dP^T are live at a time; dS^T
+// (rounded to the storage dtype, as the products use it) is stored at its
+// keys' rows of dss (row stride dss_ld, the tile's first query at column 0
+// of dss) for dQ.  attn_mma3_bwd and attn_mma4_bwd share it, so their dK
+// and dV are the same bits.
 __device__ __forceinline__ void a3_tile_keys(float gk[AT_D / 8][4], float gv[AT_D / 8][4], const unsigned short *ks,
                                              const unsigned short *qb, const unsigned short *gb, const float *tlb,
                                              const float *tdb, unsigned short *dss, int dss_ld,
