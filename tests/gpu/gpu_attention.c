@@ -259,6 +259,7 @@ enum { KEEP_BYTES = 16, KEEP_KEYS = 8 * KEEP_BYTES };
 typedef enum { FWD_SIMT, FWD_MMA, FWD_MMA2 } FwdKind;
 static const char *const fwd_names[3] = {"attn_simt_fwd", "attn_mma_fwd", "attn_mma2_fwd"};
 static const char *const fam_tag[2] = {"mma", "mma2"};
+static const char *const gname[3] = {"dQ", "dK", "dV"};   /* the gradients, in dqkv's column order */
 
 /* v1's dQ kernels (SIMT and tensor-core) exist for head sizes up to 64. */
 static bool has_v1_dq(const Mod *m) { return m->D <= 64; }
@@ -396,7 +397,6 @@ static void run_one_pass(OnePassKind kind, const Mod *m, Bufs *d, int B, int L, 
 static void check_one_pass(OnePassKind kind, const Mod *m, Bufs *d, int B, int L, float p, uint64_t seed,
                            uint32_t step, uint32_t salt, float **dqkv, const double *rg, double tol)
 {
-    static const char *const gname[3] = {"dQ", "dK", "dV"};
     size_t rows = (size_t)B * L, H = (size_t)m->H, nq = rows * 3 * H;
     DRV(cu->cuMemsetD8Async(d->dqkv, 0xFF, nq * 2, dev.stream));
     run_one_pass(kind, m, d, B, L, p, seed, step, salt);
@@ -507,7 +507,6 @@ static void test_first_query(const Mod *m, Bufs *d, const float *qkv, const floa
     for (size_t i = 2 * H; i < 3 * H; i++) nonzero += ctx[i] != 0.0f;
     snprintf(what, sizeof what, "L%d p%.1f fully masked row is 0 (first query)", L, p);
     report(nonzero == 0, m->label, what, (double)nonzero, 0, nonzero ? " NONZERO CONTEXT" : "");
-    static const char *const gname[3] = {"dQ", "dK", "dV"};
     for (int j = 0; j < 3; j++) {
         snprintf(what, sizeof what, "L%d p%.1f %s (first query)", L, p, gname[j]);
         check_strided(m, what, dqkv + j * H, rg + j * H, (size_t)B * L, 3 * H, H, 16 * u);
@@ -579,7 +578,6 @@ static void test_case(const Mod *m, int L, float p)
     check_strided(m, what, ctx, rc, rows, H, H, 4 * u);
     snprintf(what, sizeof what, "L%d p%.1f lse", L, p);
     check_lse(m, what, lse, rl, nl);
-    static const char *const gname[3] = {"dQ", "dK", "dV"};
     for (int g = 0; g < 3 && has_v1_dq(m); g++) {
         snprintf(what, sizeof what, "L%d p%.1f %s", L, p, gname[g]);
         check_strided(m, what, dqkv + g * H, rg + g * H, rows, 3 * H, H, 16 * u);
