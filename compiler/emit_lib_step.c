@@ -83,6 +83,8 @@ static void print_intro(FILE *f, const StepProgram *p)
             if (c->phase[k].lt == EOP_LT_HEAD_TILES || c->phase[k].lt == EOP_LT_HEAD_BLOCKS) fprintf(f, " (HEADS %d)", c->phase[k].threads);
             if (c->phase[k].above_l > 0)   /* its blocks return at once at L <= above_l */
                 fprintf(f, "; only where L > %lld", (long long)c->phase[k].above_l);
+            if (c->phase[k].at_most_l > 0)
+                fprintf(f, "; only where L <= %lld", (long long)c->phase[k].at_most_l);
             fputc('\n', f);
         }
         if (c->n_phases && (c->scratch.c0 || c->scratch.c1)) {

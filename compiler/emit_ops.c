@@ -237,6 +237,7 @@ HpcStatus eop_node_record(const IrGraph *g, int id, StepNodeCode *rec, HpcError 
         ph->count = gen.ph[p].count;
         ph->threads = gen.ph[p].threads;
         ph->above_l = gen.ph[p].above_l;
+        ph->at_most_l = gen.ph[p].at_most_l;
         ph->shared_bytes = gen.ph[p].shared_bytes;
     }
     eopb_free(&gen);

@@ -53,10 +53,12 @@ static AttnPtrs attn_ptrs(const AttnCfg *c, int first)
 
 /* HPC_ATTN_KERNELS: which tensor-core family the step calls (compiler/
  * kernels/attention_mma*.cu): "v1" (attn_mma_*), "v2" (attn_mma2_*: ldmatrix,
- * cp.async double buffering) or "v3", the default: v2's forward, and the
- * one-pass backward attn_mma3_bwd for rows up to AT_ONE_PASS_MAX_L (v2's
- * dQ and dK/dV kernels for longer rows; v2's backward only above head size
- * AT_ONE_PASS_MAX_D).  *fam is the forward's family; *one_pass says whether
+ * cp.async double buffering), "v3": v2's forward, and the one-pass
+ * backward attn_mma3_bwd for rows up to AT_ONE_PASS_MAX_L (v2's dQ and dK/dV
+ * kernels for longer rows; v2's backward only above head size
+ * AT_ONE_PASS_MAX_D), or "v4", the default: v3 with attn_mma4_bwd as the
+ * one-pass backward up to head size 64 (whole_ds).  *fam is the forward's
+ * family; *one_pass says whether
  * the backward has the one-pass phase.  Read when the step module is
  * generated, so the choice is part of the module's source and of its cache
  * key. */
@@ -71,17 +73,20 @@ static HpcStatus kernel_family(const char **fam, bool *one_pass, HpcError *err)
     else if (strcmp(e, "v1") == 0) *fam = "mma";
     else
         return hpc_fail(err, HPC_ERR_INPUT, "emit_ops: HPC_ATTN_KERNELS=%s is not a kernel variant; set it to "
-                        "v1, v2, v3 or v4 (or leave it unset for v3)", e);
+                        "v1, v2, v3 or v4 (or leave it unset for v4)", e);
     return HPC_OK;
 }
 
-/* v4: v3 with the one-pass backward (padded and packed rows) holding dS of
- * every query in dynamic shared memory (attn_mma4_bwd, compiler/kernels/
- * attention_mma4.cu). */
+/* v4, the default: v3 with the one-pass backward (padded and packed rows)
+ * holding dS of every query in dynamic shared memory (attn_mma4_bwd,
+ * compiler/kernels/attention_mma4.cu; H200, BERT-base 256 x 128: 256 -> 235
+ * us a layer, bench/results/2026-12-05-session24.txt).  Its phase runs
+ * only up to AT_ONE_PASS_MAX_L; delta for longer rows has a phase of its
+ * own, which asks for no shared memory. */
 static bool whole_ds(void)
 {
     const char *e = getenv("HPC_ATTN_KERNELS");
-    return e && strcmp(e, "v4") == 0;
+    return !e || !*e || strcmp(e, "v4") == 0;
 }
 
 static bool is_attention(IrOpKind op) { return op == IR_OP_ATTENTION || op == IR_OP_ATTENTION_BWD; }
@@ -349,11 +354,12 @@ static HpcStatus gen_attention_bwd_first_varlen(EopGen *gen, const AttnCfg *c)
     return HPC_OK;
 }
 
-/* The backward (EOP_MAX_PHASES = 3): one block a (sequence, head) makes
- * delta (or, one-pass and len_b <= AT_ONE_PASS_MAX_L, the whole backward),
- * and block (0, 0, 0) first zeroes the tails (rows no span writes); then
- * the dQ and dK/dV tiles of the longer sequences, phases a program whose
- * span_max is at most AT_ONE_PASS_MAX_L does not have. */
+/* The backward: one block a (sequence, head) makes delta (or, one-pass and
+ * len_b <= AT_ONE_PASS_MAX_L, the whole backward), and block (0, 0, 0)
+ * first zeroes the tails (rows no span writes); with v4, delta of the longer
+ * spans is a phase of its own (attn_bwd_delta_vl: no dynamic shared memory);
+ * then the dQ and dK/dV tiles of the longer sequences.  A program whose
+ * span_max is at most AT_ONE_PASS_MAX_L has only the first phase. */
 static HpcStatus gen_attention_bwd_varlen(EopGen *gen, const AttnCfg *c, const char *fam, bool one_pass)
 {
     if (c->first_query) return gen_attention_bwd_first_varlen(gen, c);
@@ -386,6 +392,12 @@ static HpcStatus gen_attention_bwd_varlen(EopGen *gen, const AttnCfg *c, const c
     if (short_only) {
         strbuf_add(s, "    __trap();   // a span above the program's span_max\n");
         return HPC_OK;
+    }
+    if (v4) {   /* longer spans' delta in a phase without v4's shared memory */
+        strbuf_add(s, "    return;\n");
+        s = attn_phase(gen, "attn_bwd_delta_vl", c, EOP_LT_HEAD_BLOCKS, (StepSize){.c0 = 1}, (int)c->heads);
+        vl_span_text(s, 4);
+        strbuf_printf(s, "    if (nl <= %d) return;\n", AT_ONE_PASS_MAX_L);
     }
     strbuf_printf(s, "    hpc_attn::attn_head_bwd_dot_run(blockIdx.x, blockIdx.y, 0, %s, %s, %s, 1, (int)nl, 256);\n",
                   dl, g, y);
@@ -444,9 +456,10 @@ HpcStatus eopa_gen_attention(EopGen *gen, HpcError *err)
 
 /* (dctx, q, k, v, mask, ctx, lse) = a.x[0..6]; delta (B, heads, L) f32 in scratch.
  * With the one-pass kernel: phases attn3_bwd (rows up to AT_ONE_PASS_MAX_L:
- * the whole backward; longer rows: delta only), then v2's dq and dkv, which
- * return at once where attn3_bwd did the work (L is the run's, known on the
- * device only); otherwise dot, dq, dkv. */
+ * the whole backward; longer rows: delta only) or, v4, attn4_bwd (launched
+ * only up to that length) and attn_bwd_delta (only above it); then v2's dq
+ * and dkv, launched only above it (L is the run's); otherwise dot, dq,
+ * dkv. */
 HpcStatus eopa_gen_attention_bwd(EopGen *gen, HpcError *err)
 {
     AttnCfg c;
@@ -481,23 +494,35 @@ HpcStatus eopa_gen_attention_bwd(EopGen *gen, HpcError *err)
         bool v4 = whole_ds() && c.head_dim <= 64;
         s = attn_phase(gen, v4 ? "attn4_bwd" : "attn3_bwd", &c, EOP_LT_HEAD_BLOCKS, (StepSize){.c0 = 1},
                        (int)c.heads);
-        if (v4) gen->ph[gen->n_phases - 1].shared_bytes = kemit_attn4_smem_bytes(c.head_dim);
+        if (v4) {   /* only up to AT_ONE_PASS_MAX_L: delta above it is the next phase */
+            gen->ph[gen->n_phases - 1].shared_bytes = kemit_attn4_smem_bytes(c.head_dim);
+            gen->ph[gen->n_phases - 1].at_most_l = AT_ONE_PASS_MAX_L;
+        }
         /* the forward's keep bits (input 7) where the graph saves them: never
          * null then, which lets the compiler drop the Philox draws */
         bool keep = gen->g->nodes[gen->id].n_in == 8;
         if (keep)
             strbuf_add(s, "    const unsigned char *keep = (const unsigned char *)a.x[7];\n"
                           "    __builtin_assume(keep != nullptr);\n");
-        strbuf_printf(s, "    if (a.L > %d) {\n"
-                         "        hpc_attn::attn_head_bwd_dot_run(blockIdx.x, blockIdx.y, blockIdx.z, (float *)a.scratch,\n"
-                         "            (const T *)a.x[0], (const T *)a.x[5], (int)a.B, (int)a.L, 256);\n"
-                         "        return;\n    }\n"
-                         "    hpc_attn::attn_mma%d_bwd_run(blockIdx.x, blockIdx.y, blockIdx.z, %s, %s,\n"
+        strbuf_printf(s, "    if (a.L > %d) {\n", AT_ONE_PASS_MAX_L);
+        if (v4) strbuf_add(s, "        return;   // launched only up to that length (at_most_l)\n    }\n");
+        else
+            strbuf_add(s, "        hpc_attn::attn_head_bwd_dot_run(blockIdx.x, blockIdx.y, blockIdx.z, (float *)a.scratch,\n"
+                          "            (const T *)a.x[0], (const T *)a.x[5], (int)a.B, (int)a.L, 256);\n"
+                          "        return;\n    }\n");
+        strbuf_printf(s, "    hpc_attn::attn_mma%d_bwd_run(blockIdx.x, blockIdx.y, blockIdx.z, %s, %s,\n"
                          "        %s, %lld, (const T *)a.x[0], (const T *)a.x[5], %s,\n"
                          "        %s, %s, %lld, (const float *)a.x[6], (const int *)a.x[4],\n"
                          "        (int)a.B, (int)a.L, p, ctl->seed, ctl->step, salt, %s);\n",
-                      AT_ONE_PASS_MAX_L, v4 ? 4 : 3, ap.dq, ap.dk, ap.dv, c.ld, ap.q, ap.k, ap.v, c.ld,
-                      keep ? "keep" : "nullptr");
+                      v4 ? 4 : 3, ap.dq, ap.dk, ap.dv, c.ld, ap.q, ap.k, ap.v, c.ld, keep ? "keep" : "nullptr");
+        if (v4) {   /* delta of longer rows, launched only there */
+            s = attn_phase(gen, "attn_bwd_delta", &c, EOP_LT_HEAD_BLOCKS, (StepSize){.c0 = 1}, (int)c.heads);
+            gen->ph[gen->n_phases - 1].above_l = AT_ONE_PASS_MAX_L;
+            strbuf_printf(s, "    if (a.L <= %d) return;\n"
+                             "    hpc_attn::attn_head_bwd_dot_run(blockIdx.x, blockIdx.y, blockIdx.z, (float *)a.scratch,\n"
+                             "        (const T *)a.x[0], (const T *)a.x[5], (int)a.B, (int)a.L, 256);\n",
+                          AT_ONE_PASS_MAX_L);
+        }
         /* v2's dQ and dK/dV phases below return at once where it ran */
         snprintf(skip, sizeof skip, "    if (a.L <= %d) return;\n", AT_ONE_PASS_MAX_L);
     } else {

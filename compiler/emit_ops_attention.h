@@ -13,12 +13,19 @@
  *                  attn_mma_bwd_dq         HEAD_TILES (a.y dq)
  *                  attn_mma_bwd_dkv        HEAD_TILES (a.yk[0] dk, a.yk[1] dv)
  * HPC_ATTN_KERNELS (read when the module is generated) picks the family:
- *   v3 (the default)  attn_mma2_fwd (phase attn2_fwd); ATTENTION_BWD:
- *                  attn3_bwd: attn_mma3_bwd, the one-pass backward (delta
- *                     inside), HEAD_BLOCKS 1 x heads x B (256 threads), for
- *                     L <= 128; above it attn_head_bwd_dot (delta -> scratch)
- *                  attn2_bwd_dq, attn2_bwd_dkv: v2's, for L > 128 only (they
- *                     return at once otherwise)
+ *   v4 (the default)  attn_mma2_fwd (phase attn2_fwd); ATTENTION_BWD up to
+ *                  head size 64:
+ *                  attn4_bwd: attn_mma4_bwd, the one-pass backward (delta
+ *                     inside, dS of every query in dynamic shared memory),
+ *                     HEAD_BLOCKS 1 x heads x B (256 threads), launched only
+ *                     for L <= 128 (StepPhase.at_most_l)
+ *                  attn_bwd_delta: attn_head_bwd_dot (delta -> scratch),
+ *                     attn2_bwd_dq, attn2_bwd_dkv: v2's, launched only for
+ *                     L > 128 (StepPhase.above_l; each checks L too)
+ *                  above head size 64 v3's backward;
+ *   v3             as v4 with attn3_bwd: attn_mma3_bwd (48 KiB of static
+ *                  shared memory, one dS tile at a time), which computes
+ *                  delta alone above L 128 (no attn_bwd_delta phase);
  *                  above head size 64 the backward is v2's;
  *   v2             attn_mma2_* (phases attn2_fwd, attn2_bwd_dq, attn2_bwd_dkv)
  *                  with the dot phase above: the path before v3;

@@ -93,6 +93,7 @@ void step_node_launch(const StepNodeCode *c, int64_t B, int64_t L, EopNodeCode *
         snprintf(out->phase[p].name, sizeof out->phase[p].name, "%s", c->phase[p].name);
         out->phase[p].shared_bytes = (unsigned)c->phase[p].shared_bytes;
         if (c->phase[p].above_l > 0 && L <= c->phase[p].above_l) continue;   /* not launched: grid 0 */
+        if (c->phase[p].at_most_l > 0 && L > c->phase[p].at_most_l) continue;
         launch_shape(&c->phase[p], B, L, &out->phase[p]);
     }
 }
@@ -339,8 +340,8 @@ static void write_code(const StepNodeCode *c, FILE *out)
     write_size(&c->scratch, out);
     fputc('\n', out);
     for (int p = 0; p < c->n_phases; p++) {
-        fprintf(out, "phase %d %d %" PRId64 " %d ", (int)c->phase[p].lt, c->phase[p].threads, c->phase[p].above_l,
-                (int)c->phase[p].shared_bytes);
+        fprintf(out, "phase %d %d %" PRId64 " %" PRId64 " %d ", (int)c->phase[p].lt, c->phase[p].threads,
+                c->phase[p].above_l, c->phase[p].at_most_l, (int)c->phase[p].shared_bytes);
         write_size(&c->phase[p].count, out);
         fprintf(out, " %s\n", c->phase[p].name);
     }
@@ -605,13 +606,14 @@ static HpcStatus read_code(Reader *r, StepKernels *k, int n_nodes)
         StepPhase *s = &c->phase[ph];
         int lt = 0, shared = 0;
         used = 0;
-        if (sscanf(r->buf, "phase %d %d %" SCNd64 " %d %n", &lt, &s->threads, &s->above_l, &shared, &used) < 4 ||
+        if (sscanf(r->buf, "phase %d %d %" SCNd64 " %" SCNd64 " %d %n", &lt, &s->threads, &s->above_l,
+                   &s->at_most_l, &shared, &used) < 5 ||
             used == 0)
             return bad(r, "expected a phase line%s", "");
         p = r->buf + used;
         s->shared_bytes = shared;
         if (lt < 0 || lt >= EOP_LT_COUNT || s->threads < 1 || s->threads > 1024 || s->above_l < 0 ||
-            shared < 0 || shared > STEP_PHASE_MAX_SHARED ||
+            s->at_most_l < 0 || shared < 0 || shared > STEP_PHASE_MAX_SHARED ||
             !read_size(&p, &s->count) ||
             *p != ' ' || !copy_name(s->name, sizeof s->name, p + 1) || !s->name[0])
             return bad(r, "a phase line out of range%s", "");

@@ -53,7 +53,7 @@
 #include "program/params.h"
 #include "program/spec.h"
 
-#define EOP_MAX_PHASES 3
+#define EOP_MAX_PHASES 4   /* the v4 attention backward above L 128: one-pass, delta, dQ, dK/dV */
 #define EOP_NAME_MAX 96
 /* Row blocks of the column-sum reductions (bias and gamma gradients):
  * enough blocks to fill an H100/H200 at C = 768 (docs/perf.md). */
@@ -74,8 +74,11 @@
  * 7: a phase's ABOVE_L (StepPhase.above_l): a phase launched only for
  *    longer rows, which a version-6 reader would launch at every length;
  * 8: a phase's SHARED (StepPhase.shared_bytes): dynamic shared memory a
- *    block, which a version-7 reader would launch without. */
-#define STEP_PROGRAM_VERSION 8
+ *    block, which a version-7 reader would launch without;
+ * 9: a phase's AT_MOST_L (StepPhase.at_most_l): a phase launched only for
+ *    rows up to a length, which a version-8 reader would launch at every
+ *    length. */
+#define STEP_PROGRAM_VERSION 9
 /* A node line lists n_in inputs padded with -1 to at least this many. */
 #define STEP_NODE_MIN_INPUTS 3
 /* Inputs a CUDA kernel takes (EopArgs.x); the emitter refuses a node with more. */
@@ -129,6 +132,8 @@ typedef struct {
     int threads;                 /* EOP_LT_ROWS: block size */
     int64_t above_l;             /* > 0: launched only where the run's L is above it (a phase whose
                                     blocks would all return at once below; its kernel checks too) */
+    int64_t at_most_l;           /* > 0: launched only where the run's L is at most it (the same
+                                    from the other side) */
     int32_t shared_bytes;        /* dynamic shared memory a block (bytes, up to STEP_PHASE_MAX_SHARED);
                                     0: the kernel's static arrays only */
 } StepPhase;
@@ -149,7 +154,7 @@ typedef struct {
 } StepNodeCode;
 
 /* A phase's launch shape for one (B, L); grid all 0: not launched at this
- * shape (StepPhase.above_l). */
+ * shape (StepPhase.above_l, StepPhase.at_most_l). */
 typedef struct {
     char name[EOP_NAME_MAX];
     unsigned grid[3], block[3];

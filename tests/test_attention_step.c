@@ -428,13 +428,17 @@ Test(attention_step, auto_form_follows_policy_and_head_size)
 
 /* ---- CUDA: the step module with the fused node compiles --------------- */
 
-/* variant: HPC_ATTN_KERNELS for the emitter ("v1", "v2", "v3" or "v4"; v3
+/* variant: HPC_ATTN_KERNELS for the emitter ("v1", "v2", "v3", "v4" or
+ * NULL, unset: v4; v3
  * is v2 with the one-pass backward phase, which computes delta alone for
- * long rows, in place of v2's dot phase; v4 is v3 with that phase's
- * whole-dS kernel, which asks for dynamic shared memory). */
+ * long rows, in place of v2's dot phase; v4, the default, is v3 with that
+ * phase's whole-dS kernel, which asks for dynamic shared memory and runs
+ * only up to L 128, and a delta phase of its own above). */
 static void expect_module_compiles_as(const ModelSpec *s, SpecPrecision policy, int arch, const char *variant)
 {
-    setenv("HPC_ATTN_KERNELS", variant, 1);
+    if (variant) setenv("HPC_ATTN_KERNELS", variant, 1);
+    else unsetenv("HPC_ATTN_KERNELS");
+    if (!variant) variant = "v4";
     bool v4 = strcmp(variant, "v4") == 0, v3 = v4 || strcmp(variant, "v3") == 0, v2 = v3 || strcmp(variant, "v2") == 0;
     unsigned shared = v4 ? (unsigned)kemit_attn4_smem_bytes(s->stack.hidden / s->stack.heads) : 0u;
     Pipeline p;
@@ -478,7 +482,9 @@ static void expect_module_compiles_as(const ModelSpec *s, SpecPrecision policy, 
             cr_expect_eq(eop_scratch_bytes(&p.g, id, 3, 70), 0);
             continue;
         }
-        cr_expect_eq(c.n_phases, op == IR_OP_ATTENTION ? 1 : 3);
+        cr_expect_eq(c.n_phases, op == IR_OP_ATTENTION ? 1 : v4 ? 4 : 3);
+        EopNodeCode longer;
+        cr_assert_eq(eop_node_code(&p.g, id, 3, 200, &longer, &err), HPC_OK, "%s", err.msg);
         for (int k = 0; k < c.n_phases; k++) {
             const char *name = c.phase[k].name;
             cr_expect(memmem(cubin, size, name, strlen(name)) != NULL, "%s not in the cubin", name);
@@ -486,12 +492,16 @@ static void expect_module_compiles_as(const ModelSpec *s, SpecPrecision policy, 
                 cr_expect_eq(c.phase[k].grid[0], 105u);
                 continue;
             }
-            if (strstr(name, "attn3_bwd") || strstr(name, "attn4_bwd")) {   /* one block of 256 per (b, head) */
-                cr_expect(c.phase[k].grid[0] == 1 && c.phase[k].grid[1] == 2 && c.phase[k].grid[2] == 3 &&
-                          c.phase[k].block[0] == 256, "%s grid (%u, %u, %u) x %u", name, c.phase[k].grid[0],
-                          c.phase[k].grid[1], c.phase[k].grid[2], c.phase[k].block[0]);
-                cr_expect_eq(c.phase[k].shared_bytes, shared, "%s: %u bytes of dynamic shared memory", name,
-                             c.phase[k].shared_bytes);
+            bool whole = strstr(name, "attn4_bwd") != NULL, delta = strstr(name, "attn_bwd_delta") != NULL;
+            if (strstr(name, "attn3_bwd") || whole || delta) {   /* one block of 256 per (b, head) */
+                /* v4's phases split by L: the one-pass up to 128, delta above */
+                const EopNodeCode *at = delta ? &longer : &c, *not_at = whole ? &longer : delta ? &c : NULL;
+                cr_expect(at->phase[k].grid[0] == 1 && at->phase[k].grid[1] == 2 && at->phase[k].grid[2] == 3 &&
+                          at->phase[k].block[0] == 256, "%s grid (%u, %u, %u) x %u", name, at->phase[k].grid[0],
+                          at->phase[k].grid[1], at->phase[k].grid[2], at->phase[k].block[0]);
+                if (not_at) cr_expect_eq(not_at->phase[k].grid[0], 0u, "%s launched at L %d", name, whole ? 200 : 70);
+                cr_expect_eq(c.phase[k].shared_bytes, delta ? 0u : shared, "%s: %u bytes of dynamic shared memory",
+                             name, c.phase[k].shared_bytes);
                 continue;
             }
             cr_expect_eq(c.phase[k].shared_bytes, 0u, "%s", name);
@@ -499,8 +509,6 @@ static void expect_module_compiles_as(const ModelSpec *s, SpecPrecision policy, 
              * phase only where L > 128 (not launched at 70: grid 0) */
             bool one_pass = strstr(c.phase[0].name, "attn3_bwd") != NULL ||
                             strstr(c.phase[0].name, "attn4_bwd") != NULL;
-            EopNodeCode longer;
-            cr_assert_eq(eop_node_code(&p.g, id, 3, 200, &longer, &err), HPC_OK, "%s", err.msg);
             unsigned want = one_pass ? 0 : 2, g0 = c.phase[k].grid[0];
             cr_expect(g0 == want && (!want || (c.phase[k].grid[1] == 2 && c.phase[k].grid[2] == 3 &&
                                                c.phase[k].block[0] == 128)),
@@ -569,7 +577,7 @@ Test(attention_step_cuda, v2_tiny_bf16_causal_sm80, .timeout = 300)
     expect_module_compiles_as(&s, PREC_BF16, 80, "v2");
 }
 
-/* v3 (the default): the one-pass backward in the step module. */
+/* v3: the one-pass backward in the step module. */
 Test(attention_step_cuda, v3_tiny_fp16_sm90, .timeout = 300)
 {
     ModelSpec s;
@@ -584,12 +592,13 @@ Test(attention_step_cuda, v3_tiny_bf16_causal_sm80, .timeout = 300)
     expect_module_compiles_as(&s, PREC_BF16, 80, "v3");
 }
 
-/* v4: the whole-dS one-pass backward, with its dynamic shared memory. */
-Test(attention_step_cuda, v4_tiny_fp16_sm90, .timeout = 300)
+/* v4, the default (HPC_ATTN_KERNELS unset): the whole-dS one-pass
+ * backward, with its dynamic shared memory. */
+Test(attention_step_cuda, v4_default_tiny_fp16_sm90, .timeout = 300)
 {
     ModelSpec s;
     tiny_spec(&s, false);
-    expect_module_compiles_as(&s, PREC_FP16, 90, "v4");
+    expect_module_compiles_as(&s, PREC_FP16, 90, NULL);
 }
 
 Test(attention_step_cuda, v4_tiny_bf16_causal_sm80, .timeout = 300)

@@ -28,7 +28,7 @@
  * CUDA kernels under fp16/bf16 and none under fp32 (no varlen attention
  * kernel there: the cuda backend refuses it).  CUDA (no GPU needed): the span_positions / span_token /
  * span_token_bwd kernels (f32, f16) and whole packed step modules (fp16,
- * bf16; the default one-pass backward and HPC_ATTN_KERNELS=v2 / v1; Q, K
+ * bf16; the default one-pass backward (v4) and HPC_ATTN_KERNELS=v3 / v2 / v1; Q, K
  * and V unstacked and as one QKV GEMM; head sizes 16 and 64, causal too)
  * compile with NVRTC for sm_80 and sm_90. */
 #include <criterion/criterion.h>
@@ -809,11 +809,13 @@ Test(pack_cuda, packed_step_modules_compile_with_nvrtc, .timeout = 900)
 {
     ModelSpec s;
     spec_for(&s, H_SEQ, true);   /* hidden 32, 2 heads of 16 */
-    compile_packed_module(&s, PREC_FP16, "tiny fp16 (v3)");
-    compile_packed_module(&s, PREC_BF16, "tiny bf16 (v3)");
+    compile_packed_module(&s, PREC_FP16, "tiny fp16 (v4)");
+    compile_packed_module(&s, PREC_BF16, "tiny bf16 (v4)");
     setenv("HPC_FUSE_QKV", "1", 1);
     compile_packed_module(&s, PREC_FP16, "tiny fp16 QKV");
     unsetenv("HPC_FUSE_QKV");
+    setenv("HPC_ATTN_KERNELS", "v3", 1);
+    compile_packed_module(&s, PREC_FP16, "tiny fp16 v3");
     setenv("HPC_ATTN_KERNELS", "v2", 1);
     compile_packed_module(&s, PREC_FP16, "tiny fp16 v2");
     setenv("HPC_ATTN_KERNELS", "v1", 1);
@@ -835,7 +837,8 @@ Test(pack_cuda, packed_step_modules_compile_with_nvrtc, .timeout = 900)
  * (IrInputAttr.span_max, the max_seq_len lowered for): its forward tiles
  * stop at the bound's, and the one-pass backward alone runs where no span
  * can pass 128 keys (no delta, dQ or dK/dV phases); a bound above 128 keeps
- * them, their tiles capped too. */
+ * them (v4, the default: delta a phase of its own, one block a (span,
+ * head)), the dQ and dK/dV tiles capped too. */
 static void expect_varlen_phases(int64_t max_seq_len, int bwd_phases, int64_t B, int64_t L, unsigned fwd_tiles)
 {
     ModelSpec s;
@@ -861,8 +864,12 @@ static void expect_varlen_phases(int64_t max_seq_len, int bwd_phases, int64_t B,
         } else {
             cr_expect_eq(c.n_phases, bwd_phases, "span bound %lld: %d backward phases", (long long)max_seq_len,
                          c.n_phases);
-            for (int k = 1; k < c.n_phases; k++)
-                cr_expect_eq(c.phase[k].grid[0], fwd_tiles, "%s: %u tiles", c.phase[k].name, c.phase[k].grid[0]);
+            for (int k = 1; k < c.n_phases; k++) {
+                bool delta = strstr(c.phase[k].name, "attn_bwd_delta_vl") != NULL;
+                cr_expect_eq(delta, k == 1 && c.n_phases == 4, "%s: phase %d of %d", c.phase[k].name, k, c.n_phases);
+                cr_expect_eq(c.phase[k].grid[0], delta ? 1u : fwd_tiles, "%s: %u tiles", c.phase[k].name,
+                             c.phase[k].grid[0]);
+            }
         }
         checked++;
     }
@@ -874,6 +881,6 @@ Test(pack_cuda, varlen_launches_follow_the_span_bound)
 {
     expect_varlen_phases(16, 1, 6, 100, 1);    /* 600 slots: 10 tiles by the slots, 1 by the bound */
     expect_varlen_phases(128, 1, 6, 100, 2);
-    expect_varlen_phases(256, 3, 6, 100, 4);
-    expect_varlen_phases(256, 3, 6, 20, 2);    /* 120 slots bound every span to 2 tiles */
+    expect_varlen_phases(256, 4, 6, 100, 4);
+    expect_varlen_phases(256, 4, 6, 20, 2);    /* 120 slots bound every span to 2 tiles */
 }

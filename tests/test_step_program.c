@@ -178,18 +178,22 @@ Test(step_program, text_round_trip_runs_the_same_step)
     cr_expect_eq(len, len2);
     cr_expect_eq(memcmp(t, t2, len), 0, "write(read(write(p))) differs from write(p)");
     cr_expect_eq(q.policy, PREC_FP16);
-    /* the one-pass attention backward's dQ and dK/dV phases run only above
-     * 128 keys (StepPhase.above_l): the field survives the text */
-    int above = 0, full_bwd = 0;
+    /* the one-pass attention backward (v4, the default) runs only up to 128
+     * keys (StepPhase.at_most_l), its delta, dQ and dK/dV phases only above
+     * (StepPhase.above_l): the fields survive the text */
+    int above = 0, at_most = 0, full_bwd = 0;
     for (int i = 0; i < p.kernels.n && i < q.kernels.n; i++) {
         full_bwd += p.g.nodes[i].op == IR_OP_ATTENTION_BWD && !p.g.nodes[i].attr.attn.first_query;
         for (int k = 0; k < p.kernels.node[i].n_phases; k++) {
-            cr_expect_eq(q.kernels.node[i].phase[k].above_l, p.kernels.node[i].phase[k].above_l, "node %d", i);
-            above += p.kernels.node[i].phase[k].above_l == 128;
+            const StepPhase *a = &p.kernels.node[i].phase[k], *b = &q.kernels.node[i].phase[k];
+            cr_expect(b->above_l == a->above_l && b->at_most_l == a->at_most_l, "node %d phase %d", i, k);
+            above += a->above_l == 128;
+            at_most += a->at_most_l == 128;
         }
     }
-    cr_expect(full_bwd > 0 && above == 2 * full_bwd, "%d phases above 128 keys for %d full attention backward nodes",
-              above, full_bwd);
+    cr_expect(full_bwd > 0 && above == 3 * full_bwd && at_most == full_bwd,
+              "%d phases above 128 keys and %d up to it for %d full attention backward nodes", above, at_most,
+              full_bwd);
     cr_expect_eq(q.g.n, p.g.n);
     cr_expect_eq(q.pl.n, p.pl.n);
     cr_expect_str_eq(q.pl.p[0].name, p.pl.p[0].name);
@@ -235,8 +239,9 @@ static void expect_refused(const char *text, size_t len, const char *from, const
 }
 
 /* A phase's dynamic shared memory (StepPhase.shared_bytes: the whole-dS
- * attention backward of HPC_ATTN_KERNELS=v4) survives the text, and a
- * phase line asking for more than a block can have is refused. */
+ * attention backward of HPC_ATTN_KERNELS=v4, the default) survives the
+ * text, and a phase line asking for more than a block can have is
+ * refused. */
 Test(step_program, a_phase_keeps_its_dynamic_shared_memory)
 {
     StepProgram p, q;
@@ -256,13 +261,15 @@ Test(step_program, a_phase_keeps_its_dynamic_shared_memory)
     cr_expect_gt(asking, 0, "no phase asks for dynamic shared memory under HPC_ATTN_KERNELS=v4");
     /* the first phase line that asks for it, asking for 1 byte past the limit */
     int lt = 0, threads = 0, shared = 0;
-    long long above = 0;
+    long long above = 0, at_most = 0;
     for (const char *line = strstr(t, "\nphase "); line; line = strstr(line + 1, "\nphase "))
-        if (sscanf(line + 1, "phase %d %d %lld %d", &lt, &threads, &above, &shared) == 4 && shared > 0) break;
+        if (sscanf(line + 1, "phase %d %d %lld %lld %d", &lt, &threads, &above, &at_most, &shared) == 5 &&
+            shared > 0)
+            break;
     cr_assert_gt(shared, 0);
     char old[96], bad[96];
-    snprintf(old, sizeof old, "phase %d %d %lld %d ", lt, threads, above, shared);
-    snprintf(bad, sizeof bad, "phase %d %d %lld %d ", lt, threads, above, STEP_PHASE_MAX_SHARED + 1);
+    snprintf(old, sizeof old, "phase %d %d %lld %lld %d ", lt, threads, above, at_most, shared);
+    snprintf(bad, sizeof bad, "phase %d %d %lld %lld %d ", lt, threads, above, at_most, STEP_PHASE_MAX_SHARED + 1);
     expect_refused(t, len, old, bad, 0, "a phase line out of range");
     free(t);
     step_program_free(&p);
@@ -277,8 +284,8 @@ Test(step_program, bad_programs_are_refused_with_the_reason)
     char *t = program_text(&p, &len);
     expect_refused(t, len, NULL, NULL, len / 2, "truncated");
     expect_refused(t, len, NULL, NULL, len - 4, "truncated: no 'end' line");
-    expect_refused(t, len, "step_program 8\n", "step_program 9\n", 0, "format version 9, this hpc reads version 8");
-    expect_refused(t, len, "step_program 8\n", "step_program 7\n", 0, "format version 7, this hpc reads version 8");
+    expect_refused(t, len, "step_program 9\n", "step_program 10\n", 0, "format version 10, this hpc reads version 9");
+    expect_refused(t, len, "step_program 9\n", "step_program 8\n", 0, "format version 8, this hpc reads version 9");
     expect_refused(t, len, "policy fp32\n", "policy fp12\n", 0, "unknown policy 'fp12'");
     expect_refused(t, len, "fused 1\n", "fused 1\nwidgets 3\n", 0, "unknown field 'widgets'");
     expect_refused(t, len, "spec stack.hidden ", "spec stack.width ", 0, "unknown spec field 'stack.width'");

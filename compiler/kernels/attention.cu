@@ -9,8 +9,9 @@
 // attn_mma3_bwd (L <= 128, D <= 64: dQ, dK and dV in ONE pass over S, P and
 // dP, delta computed inside; see attention_mma3.cu), with attn_head_bwd_dot
 // (delta per (b, head) block).  The step calls one tensor-core family
-// (HPC_ATTN_KERNELS, compiler/emit_ops_attention.c): by default (v3) v2's
-// forward and attn_mma3_bwd, v2's dQ and dK/dV kernels for longer rows.
+// (HPC_ATTN_KERNELS, compiler/emit_ops_attention.c): by default (v4) v2's
+// forward and attn_mma4_bwd (attention_mma4.cu), v2's dQ and dK/dV kernels
+// for longer rows.
 // Files, each building on the ones before (compiler/emit_attention.h's
 // kemit_attn_parts): this one (the contract, the at_* helpers, the SIMT
 // family), attention_mma.cu (v1, am_*), attention_mma2.cu (v2, a2_*),
