@@ -181,6 +181,7 @@ Test(attn_keep, bits_are_the_dropouts_decisions)
     pipeline_free(&p);
 }
 
+/* The default one-pass backward (v4, attn4_bwd) reads the bits. */
 Test(attn_keep, the_module_with_the_bits_compiles, .timeout = 300)
 {
     ModelSpec s;
@@ -188,7 +189,7 @@ Test(attn_keep, the_module_with_the_bits_compiles, .timeout = 300)
     for (int pol = 0; pol < 2; pol++) {
         Pipeline p;
         build(&s, pol ? PREC_BF16 : PREC_FP16, "1", &p);
-        expect_module_compiles(&p.g, pol ? "tiny bf16 keep" : "tiny fp16 keep", "attn3_bwd");
+        expect_module_compiles(&p.g, pol ? "tiny bf16 keep" : "tiny fp16 keep", "attn4_bwd");
         pipeline_free(&p);
     }
 }
