@@ -288,3 +288,51 @@ Test(gemm_tune, key_names_epilogue_and_bias_type)
     gemm_tune_key(&s, b, sizeof b);
     cr_expect_str_eq(a, b, "the key is a function of the shape");
 }
+
+/* Buckets: ceil(2^(j / 4)), powers of two their own; every size at most
+ * its bucket and within 19 % (plus the rounding) below it. */
+Test(gemm_tune, buckets_are_quarter_octaves)
+{
+    cr_expect_eq(gemm_tune_bucket(1), 1);
+    cr_expect_eq(gemm_tune_bucket(1024), 1024);
+    cr_expect_eq(gemm_tune_bucket(4096), 4096);
+    cr_expect_eq(gemm_tune_bucket(3), 3);         /* 2^1.5 = 2.83, rounded up */
+    cr_expect_eq(gemm_tune_bucket(1025), 1218);   /* 2^10.25 = 1217.75 */
+    cr_expect_eq(gemm_tune_bucket(1218), 1218);
+    cr_expect_eq(gemm_tune_bucket(1219), 1449);   /* 2^10.5 = 1448.15 */
+    int64_t prev = 0;
+    for (int64_t x = 2; x <= 40000; x++) {
+        int64_t b = gemm_tune_bucket(x);
+        cr_assert(b >= x && (double)b < 1.19 * (double)x + 1.0, "bucket(%lld) = %lld", (long long)x, (long long)b);
+        cr_assert(b >= prev, "buckets grow: bucket(%lld) = %lld after %lld", (long long)x, (long long)b,
+                  (long long)prev);
+        prev = b;
+    }
+}
+
+/* A class key differs from every shape key, and shapes share it exactly
+ * when their sizes share buckets and everything else is equal. */
+Test(gemm_tune, class_keys_group_sizes_and_nothing_else)
+{
+    char a[GEMM_TUNE_KEY_MAX], b[GEMM_TUNE_KEY_MAX], k[GEMM_TUNE_KEY_MAX];
+    GemmTuneShape s = dw_shape();   /* K = 4096 tokens */
+    gemm_tune_class_key(&s, a, sizeof a);
+    gemm_tune_key(&s, k, sizeof k);
+    cr_expect(strncmp(a, "class|", 6) == 0 && strstr(a, "M=862 N=3445 K=4096 "), "%s against %s", a, k);
+    s.K = 3500;   /* 4096's bucket: 2^11.75 = 3444 < 3500 */
+    gemm_tune_class_key(&s, b, sizeof b);
+    cr_expect_str_eq(a, b, "K 3500 and 4096 share a class");
+    gemm_tune_key(&s, b, sizeof b);
+    cr_expect_str_neq(k, b, "but not a shape key");
+    s.K = 3400;
+    gemm_tune_class_key(&s, b, sizeof b);
+    cr_expect_str_neq(a, b, "K 3400 is the class below");
+    s = dw_shape();
+    s.epilogue = "none";
+    gemm_tune_class_key(&s, b, sizeof b);
+    cr_expect_str_neq(a, b, "another epilogue, another class");
+    s = dw_shape();
+    s.align_a = 16;
+    gemm_tune_class_key(&s, b, sizeof b);
+    cr_expect_str_neq(a, b, "another alignment, another class");
+}

@@ -729,6 +729,7 @@ HpcStatus cuda_exec_launch(CudaExec *ex, const CudaRunOptions *opts, HpcError *e
 {
     HpcStatus st = launch_run(ex, opts, err);
     if (!st && opts->backward) remember_shape(ex);
+    gemm_tune_flush(&ex->gemm);   /* this run's new GEMM choices, one file write */
     return st;
 }
 

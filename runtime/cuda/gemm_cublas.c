@@ -234,8 +234,8 @@ static HpcStatus pref_set(cublasLtMatmulPreference_t pref, cublasLtMatmulPrefere
 }
 
 /* The tuning key of a plan (gemm_tune.h): its shape and the epilogue it
- * really runs. */
-static void tune_key(const GemmContext *g, const GemmPlan *p, char *buf, size_t size)
+ * really runs; and, where class is not NULL, its class's key. */
+static void tune_keys(const GemmContext *g, const GemmPlan *p, char *buf, char *class, size_t size)
 {
     const PlanKey *k = &p->key;
     bool bias = uses_bias(p->epilogue);
@@ -252,6 +252,7 @@ static void tune_key(const GemmContext *g, const GemmPlan *p, char *buf, size_t 
         .align_c = align_c, .align_bias = bias ? k->align_bias : 0,
         .align_aux = uses_aux(p->epilogue) ? k->align_aux : 0, .workspace = g->workspace_bytes};
     gemm_tune_key(&s, buf, size);
+    if (class) gemm_tune_class_key(&s, class, size);
 }
 
 typedef struct {
@@ -326,20 +327,36 @@ static bool stream_capturing(CUstream s)
     return cuda_driver()->cuStreamIsCapturing(s, &cs) != CUDA_SUCCESS || cs != CU_STREAM_CAPTURE_STATUS_NONE;
 }
 
+/* The index of algo among the found candidates, or -1. */
+static int found_index(const cublasLtMatmulHeuristicResult_t *res, int found, const uint8_t *algo)
+{
+    for (int i = 0; i < found; i++)
+        if (memcmp(algo, &res[i].algo, GEMM_TUNE_ALGO_BYTES) == 0) return i;
+    return -1;
+}
+
 /* Which of the found candidates to use: the cached choice if the heuristic
- * still proposes it, else a timed one (then cached), else the first. */
+ * still proposes it, else its class's choice if the heuristic proposes that
+ * (untimed; gemm_tune.h, "Shape classes"), else a timed one (then cached
+ * under both keys, saved by gemm_tune_flush), else the first. */
 static int choose_algo(GemmContext *g, const GemmPlan *p, const GemmDesc *d,
                        const cublasLtMatmulHeuristicResult_t *res, int found)
 {
     if (!g->autotune || found < 1 || stream_capturing(g->stream)) return 0;
-    char key[GEMM_TUNE_KEY_MAX];
-    tune_key(g, p, key, sizeof key);
+    char key[GEMM_TUNE_KEY_MAX], class[GEMM_TUNE_KEY_MAX];
+    tune_keys(g, p, key, class, sizeof key);
     const GemmTuneEntry *e = gemm_tune_find(&g->tune, key);
-    for (int i = 0; e && i < found; i++)
-        if (memcmp(e->algo, &res[i].algo, GEMM_TUNE_ALGO_BYTES) == 0) {
-            g->tune_hits++;
-            return i;
-        }
+    int i = e ? found_index(res, found, e->algo) : -1;
+    if (i >= 0) {
+        g->tune_hits++;
+        return i;
+    }
+    e = gemm_tune_find(&g->tune, class);
+    i = e ? found_index(res, found, e->algo) : -1;
+    if (i >= 0) {   /* kept in memory only: the next run finds the class again */
+        g->tune_class_hits++;
+        return i;
+    }
     /* the candidates may use the whole limit: a buffer of that size for them alone */
     double us = 0;
     int pick = 0;
@@ -351,9 +368,19 @@ static int choose_algo(GemmContext *g, const GemmPlan *p, const GemmDesc *d,
     }
     g->tuned++;
     HpcError err;
-    if (us > 0 && !gemm_tune_put(&g->tune, key, &res[pick].algo, us, &err) && gemm_tune_save(&g->tune, &err))
-        fprintf(stderr, "hpc: warning: %s (GEMM choices are kept for this run only)\n", err.msg);
+    if (us > 0 && !gemm_tune_put(&g->tune, key, &res[pick].algo, us, &err) &&
+        !gemm_tune_put(&g->tune, class, &res[pick].algo, us, &err))
+        g->tune_unsaved = true;
     return pick;
+}
+
+void gemm_tune_flush(GemmContext *g)
+{
+    if (!g->tune_unsaved) return;
+    g->tune_unsaved = false;
+    HpcError err;
+    if (gemm_tune_save(&g->tune, &err))
+        fprintf(stderr, "hpc: warning: %s (GEMM choices are kept for this run only)\n", err.msg);
 }
 
 /* A cache hit without the heuristic query: the cached algorithm, if
@@ -368,7 +395,7 @@ bool gemm_plan_algo_cached(GemmPlan *p, const GemmContext *g)
 {
     if (!g->autotune || stream_capturing(g->stream)) return false;
     char key[GEMM_TUNE_KEY_MAX];
-    tune_key(g, p, key, sizeof key);
+    tune_keys(g, p, key, NULL, sizeof key);
     const GemmTuneEntry *e = gemm_tune_find(&g->tune, key);
     if (!e) return false;
     cublasLtMatmulAlgo_t algo;
@@ -501,7 +528,7 @@ static bool plan_defer(const GemmContext *g, GemmPlan *p, const GemmDesc *d, boo
     p->epilogue = may_drop && g->bgrad_off ? GEMM_EPI_NONE : d->epilogue;
     if (!g->autotune || stream_capturing(g->stream)) return false;
     char key[GEMM_TUNE_KEY_MAX];
-    tune_key(g, p, key, sizeof key);
+    tune_keys(g, p, key, NULL, sizeof key);
     if (!gemm_tune_find(&g->tune, key)) return false;
     p->deferred = true;
     return true;
@@ -606,6 +633,7 @@ HpcStatus gemm_workspace_reserve(GemmContext *g, size_t need, HpcError *err)
 void gemm_free(GemmContext *g)
 {
     gemm_library_warm_join();   /* a set-up thread still running uses the context */
+    gemm_tune_flush(g);
     if (getenv("HPC_GEMM_REPORT") && g->lt)
         fprintf(stderr, "hpc: cuBLASLt: %d plans; their algorithms need %zu bytes of workspace (limit %zu); "
                         "%zu bytes held\n", g->num_plans, gemm_workspace_needed(g), g->workspace_bytes,

@@ -61,7 +61,12 @@
  * DIR/gemm_algos.txt beside the kernel cache (kernel_cache.h's DIR), keyed
  * by GPU name, cuBLASLt version, shape, dtypes, layout, alignments,
  * epilogue and workspace size, so later runs time nothing; a cached choice
- * is used only while the heuristic still proposes it.  HPC_GEMM_AUTOTUNE=0
+ * is used only while the heuristic still proposes it.  A shape never timed
+ * takes its class's choice (gemm_tune.h, "Shape classes": sizes less than
+ * 19 % apart) untimed where the heuristic proposes it, so a packed batch's
+ * new token count is not timed again.  New choices reach the file at
+ * gemm_tune_flush (the executor calls it after each step; gemm_free too),
+ * not one write and two fsyncs per shape.  HPC_GEMM_AUTOTUNE=0
  * takes the heuristic's first algorithm, as before; so does a first use
  * during stream capture (nothing can be timed there).
  *
@@ -134,8 +139,10 @@ typedef struct {
     int num_plans, cap_plans;
     bool autotune;              /* time the heuristic's candidates (HPC_GEMM_AUTOTUNE != 0) */
     char gpu[128];              /* device name, part of the tuning key */
-    GemmTuneCache tune;         /* chosen algorithms, loaded at init, saved on each new choice */
+    GemmTuneCache tune;         /* chosen algorithms, loaded at init, saved by gemm_tune_flush */
+    bool tune_unsaved;          /* choices timed since the last save */
     int tuned, tune_hits;       /* shapes timed / found in the cache (for tests and logs) */
+    int tune_class_hits;        /* shapes given their class's choice untimed (gemm_tune.h) */
     bool bgrad_off;             /* HPC_GEMM_BGRAD=0: gemm_run_optional never uses the epilogue */
     int bgrad_dropped;          /* optional epilogues cuBLASLt had no algorithm for (plans made) */
     bool record_only;           /* gemm_run records calls and queues nothing (gemm_prime) */
@@ -151,8 +158,11 @@ typedef struct {
  * a new plan needs more; candidates are timed in a full-size buffer that
  * lives only while they run. */
 HpcStatus gemm_init(GemmContext *g, CUstream stream, size_t workspace_bytes, HpcError *err);
-/* HPC_GEMM_REPORT set: says on stderr how many plans there were and how
- * much workspace they hold. */
+/* Saves the choices timed since the last save (gemm_algos.txt); a failure
+ * is a warning on stderr (they are kept for this run only). */
+void gemm_tune_flush(GemmContext *g);
+/* Flushes, then frees.  HPC_GEMM_REPORT set: says on stderr how many plans
+ * there were and how much workspace they hold. */
 void gemm_free(GemmContext *g);
 
 /* Device bytes of workspace the context holds (the current buffer and the

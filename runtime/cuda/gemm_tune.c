@@ -36,15 +36,39 @@ int gemm_tune_pick(int n, int rounds, GemmTuneTimer timer, void *ctx, double *be
 
 /* ---- keys ------------------------------------------------------------------- */
 
-void gemm_tune_key(const GemmTuneShape *s, char *buf, size_t size)
+/* The key text with the sizes given (s's own, or their buckets) after prefix. */
+static void key_text(const GemmTuneShape *s, const char *prefix, int64_t M, int64_t N, int64_t K, char *buf,
+                     size_t size)
 {
-    snprintf(buf, size, "%s|lt=%zu|M=%lld N=%lld K=%lld b=%lld lda=%lld ldb=%lld ldc=%lld sa=%lld sb=%lld "
+    snprintf(buf, size, "%s%s|lt=%zu|M=%lld N=%lld K=%lld b=%lld lda=%lld ldb=%lld ldc=%lld sa=%lld sb=%lld "
              "sc=%lld aux=%lld tA=%d tB=%d %s->%s epi=%s bias=%s tf32=%d al=%d/%d/%d/%d/%d ws=%zu",
-             s->gpu, s->lt_version, (long long)s->M, (long long)s->N, (long long)s->K, (long long)s->batch,
+             prefix, s->gpu, s->lt_version, (long long)M, (long long)N, (long long)K, (long long)s->batch,
              (long long)s->lda, (long long)s->ldb, (long long)s->ldc, (long long)s->stride_a,
              (long long)s->stride_b, (long long)s->stride_c, (long long)s->ld_aux, s->trans_a, s->trans_b,
              s->ab_type, s->c_type, s->epilogue, s->bias_type, s->tf32, s->align_a, s->align_b, s->align_c,
              s->align_bias, s->align_aux, s->workspace);
+}
+
+void gemm_tune_key(const GemmTuneShape *s, char *buf, size_t size)
+{
+    key_text(s, "", s->M, s->N, s->K, buf, size);
+}
+
+/* ceil(2^(j / GEMM_TUNE_CLASS_STEPS)) */
+static int64_t bucket_size(int j) { return (int64_t)ceil(exp2((double)j / GEMM_TUNE_CLASS_STEPS) - 1e-9); }
+
+int64_t gemm_tune_bucket(int64_t x)
+{
+    if (x <= 1) return x;
+    /* the smallest bucket_size(j) at or above x; log2 gives j to within one */
+    int j = (int)floor(GEMM_TUNE_CLASS_STEPS * log2((double)x)) - 1;
+    while (bucket_size(j) < x) j++;
+    return bucket_size(j);
+}
+
+void gemm_tune_class_key(const GemmTuneShape *s, char *buf, size_t size)
+{
+    key_text(s, "class|", gemm_tune_bucket(s->M), gemm_tune_bucket(s->N), gemm_tune_bucket(s->K), buf, size);
 }
 
 /* ---- the cache ------------------------------------------------------------ */

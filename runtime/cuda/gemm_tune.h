@@ -25,6 +25,8 @@
  * and the fault, and the cache starts empty (the next save rebuilds it).
  * gemm_tune_save writes the whole file atomically (runtime/formats/atomic_file.h).
  *
+ * Shape classes (gemm_tune_class_key, below) are entries like any other.
+ *
  * Ownership: a GemmTuneCache owns its entries; gemm_tune_free releases them.
  *
  *   GemmTuneCache c;
@@ -78,6 +80,19 @@ typedef struct {
 
 /* The key of s, printable ASCII without tabs (truncated to size). */
 void gemm_tune_key(const GemmTuneShape *s, char *buf, size_t size);
+
+/* Shape classes.  A packed batch's token count, and so the M (or K) of its
+ * GEMMs, changes from step to step (docs/packing.md): timing the candidates
+ * for every count costs more than a choice for that count can win back
+ * (each count recurs in only some of the steps).  So a timed choice is also kept under its class key:
+ * s's key with M, N and K each rounded up to its bucket, the next of
+ * GEMM_TUNE_CLASS_STEPS sizes a doubling, ceil(2^(j / 4)) (a size is at
+ * most 19 % below its bucket, plus the rounding), behind "class|" so that it never equals a shape's key;
+ * another shape of the class takes that choice where cuBLASLt's
+ * heuristic proposes it for that shape too (gemm_cublas.c), untimed. */
+#define GEMM_TUNE_CLASS_STEPS 4
+int64_t gemm_tune_bucket(int64_t x);
+void gemm_tune_class_key(const GemmTuneShape *s, char *buf, size_t size);
 
 /* Seconds (or any unit) one run of candidate i takes; < 0 if it failed. */
 typedef double (*GemmTuneTimer)(void *ctx, int candidate);

@@ -109,10 +109,10 @@ static void report_cold_start(CudaTrain *t)
     nvrtc_compile_stats(&s);
     fprintf(stderr, "hpc profile: cold start %.2f s from process start to the end of step 1; "
             "NVRTC %ld compile(s) in %.2f s, %ld kernel cache hit(s); step module %s in %.3f s; "
-            "GEMM autotune %d shape(s) timed, %d from the cache\n",
+            "GEMM autotune %d shape(s) timed, %d from the cache, %d from their class\n",
             phase_clock_process_age(), s.compiles, s.compile_seconds, s.cache_hits,
             t->ex.cubin_from_program ? "the program's cubin" : t->ex.cache_hit ? "from the cache" : "compiled",
-            t->ex.compile_seconds, t->ex.gemm.tuned, t->ex.gemm.tune_hits);
+            t->ex.compile_seconds, t->ex.gemm.tuned, t->ex.gemm.tune_hits, t->ex.gemm.tune_class_hits);
 }
 
 static CudaTrain *impl(TrainBackend *b) { return b->impl; }
@@ -274,8 +274,9 @@ static HpcStatus cuda_step(TrainBackend *b, bool poison, HpcError *err)
         long calls;
         double secs;
         cuda_launch_stats(&calls, &secs);
-        phase_markf("step 1 queued by the host (eager; GEMM autotune %d timed / %d cached; all our launches so far: "
-                    "%ld in %.3f s)", t->ex.gemm.tuned, t->ex.gemm.tune_hits, calls, secs);
+        phase_markf("step 1 queued by the host (eager; GEMM autotune %d timed / %d cached / %d by class; all our "
+                    "launches so far: %ld in %.3f s)", t->ex.gemm.tuned, t->ex.gemm.tune_hits,
+                    t->ex.gemm.tune_class_hits, calls, secs);
     }
     if (!st) {
         t->steps++;
@@ -597,9 +598,9 @@ static HpcStatus warm_up(TrainBackend *b, CudaTrain *t, int64_t B, int64_t L, Hp
     long calls;
     double secs;
     cuda_launch_stats(&calls, &secs);
-    phase_markf("warm-up pass (%lld x %lld: GEMM autotune %d timed / %d cached; %ld of our launches in %.3f s, "
-                "the rest cuBLASLt)", (long long)B, (long long)L, t->ex.gemm.tuned, t->ex.gemm.tune_hits,
-                calls - calls0, secs - secs0);
+    phase_markf("warm-up pass (%lld x %lld: GEMM autotune %d timed / %d cached / %d by class; %ld of our launches "
+                "in %.3f s, the rest cuBLASLt)", (long long)B, (long long)L, t->ex.gemm.tuned, t->ex.gemm.tune_hits,
+                t->ex.gemm.tune_class_hits, calls - calls0, secs - secs0);
     return st;
 }
 

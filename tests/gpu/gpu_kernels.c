@@ -1069,9 +1069,12 @@ static void tune_result(bool ok, const char *fmt, const char *a, double x, doubl
 
 /* The timed choice gives the heuristic's result (within fp32-accumulation
  * reordering), a GEMM that reads C is timed without changing it, the
- * choices reach the cache file and a second context reuses them without
- * timing, and HPC_GEMM_AUTOTUNE=0 times nothing.  Then each case's time,
- * heuristic first against the timed choice. */
+ * choices reach the cache file (under their shape's key and their class's:
+ * gemm_tune.h) at gemm_tune_flush and a second context reuses them without
+ * timing, a new shape of a timed class is either given the class's choice
+ * or timed, once, with the heuristic's result, and HPC_GEMM_AUTOTUNE=0
+ * times nothing.  Then each case's time, heuristic first against the timed
+ * choice. */
 static void test_gemm_autotune(const Mod *m16, bool timing)
 {
     char dir[64] = "/tmp/hpc-gemm-tune-gpu-XXXXXX";
@@ -1110,9 +1113,39 @@ static void test_gemm_autotune(const Mod *m16, bool timing)
     GemmTuneCache file;
     char path[160];
     snprintf(path, sizeof path, "%s/%s", dir, GEMM_TUNE_FILE);
+    gemm_tune_flush(&tuned);
     gemm_tune_load(&file, path, stdout);
-    tune_result(file.n == tuned.tuned, "%s %.0f entries for %.0f timed shapes", path, file.n, tuned.tuned);
+    int classes = 0;
+    for (int i = 0; i < file.n; i++) classes += strncmp(file.e[i].key, "class|", 6) == 0;
+    tune_result(file.n - classes == tuned.tuned && classes >= 1 && classes <= tuned.tuned,
+                "%s %.0f shape entries for %.0f timed shapes", path, file.n - classes, tuned.tuned);
     gemm_tune_free(&file);
+    int cases_timed = tuned.tuned;
+    {   /* FFN up at 4000 tokens: 4096's class (gemm_tune_bucket), a shape not yet seen */
+        TuneCase near = tune_cases[0];
+        near.what = "linear FFN up, 4000 tokens";
+        near.M = 4000;
+        TuneBufs nb = tune_bufs(m16, &near);
+        int timed0 = tuned.tuned, class0 = tuned.tune_class_hits, hits0 = tuned.tune_hits;
+        float *ref = tune_run(&plain, &nb, &near), *got = tune_run(&tuned, &nb, &near);
+        size_t n = (size_t)(near.M * near.N);
+        double num = 0, den = 0;
+        int bad = 0;
+        for (size_t k = 0; k < n; k++) {
+            bad += !isfinite(got[k]);
+            num += ((double)got[k] - ref[k]) * ((double)got[k] - ref[k]);
+            den += (double)ref[k] * ref[k];
+        }
+        double rel = sqrt(num / (den > 0 ? den : 1));
+        tune_result(bad == 0 && rel < 2e-3, "%-38s class or timed vs heuristic rel %.2e (limit %.0e)", near.what,
+                    rel, 2e-3);
+        int timed = tuned.tuned - timed0, by_class = tuned.tune_class_hits - class0;
+        tune_result(timed + by_class == 1 && tuned.tune_hits == hits0, "%s %.0f timed, %.0f by its class",
+                    "a new shape of a timed class:", timed, by_class);
+        free(ref);
+        free(got);
+        tune_bufs_free(&nb);
+    }
     if (gemm_init(&again, dev.stream, 0, &err)) die("gemm_init", &err);
     /* A cache hit skips the heuristic (cublasLtMatmulAlgoCheck of the cached
      * algorithm): the same algorithm as the timed choice, so the same bits. */
@@ -1127,7 +1160,7 @@ static void test_gemm_autotune(const Mod *m16, bool timing)
         free(hit);
         free(first);
     }
-    tune_result(again.tuned == 0 && again.tune_hits == tuned.tuned, "%s tuned %.0f shapes, %.0f cache hits",
+    tune_result(again.tuned == 0 && again.tune_hits == cases_timed, "%s tuned %.0f shapes, %.0f cache hits",
                 "second context, same cache:", again.tuned, again.tune_hits);
     if (timing)
         for (int i = 0; i < N_TUNE_CASES; i++) {
