@@ -11,8 +11,9 @@ instruction: a loop's barriers mark its phases) with its two largest
 reasons, and the TOP (default 25) instructions with the most samples, each
 with its address, its two largest reasons and its text.  The column names
 differ between Nsight Compute versions: the script takes the stall columns
-as those whose header starts with "stall_" (or contains "Stall" and
-"Samples"), and says which it found when it finds none.
+as those whose header starts with "stall_" (each reason's all-samples
+column; the "(Not Issued)" ones are left out), or else those that contain
+"Stall" and "Samples", and prints the header when it finds none.
 """
 import csv
 import sys

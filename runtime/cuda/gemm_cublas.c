@@ -234,8 +234,8 @@ static HpcStatus pref_set(cublasLtMatmulPreference_t pref, cublasLtMatmulPrefere
 }
 
 /* The tuning key of a plan (gemm_tune.h): its shape and the epilogue it
- * really runs; and, where class is not NULL, its class's key. */
-static void tune_keys(const GemmContext *g, const GemmPlan *p, char *buf, char *class, size_t size)
+ * really runs; and, where class_key is not NULL, its class's key. */
+static void tune_keys(const GemmContext *g, const GemmPlan *p, char *buf, char *class_key, size_t size)
 {
     const PlanKey *k = &p->key;
     bool bias = uses_bias(p->epilogue);
@@ -252,7 +252,7 @@ static void tune_keys(const GemmContext *g, const GemmPlan *p, char *buf, char *
         .align_c = align_c, .align_bias = bias ? k->align_bias : 0,
         .align_aux = uses_aux(p->epilogue) ? k->align_aux : 0, .workspace = g->workspace_bytes};
     gemm_tune_key(&s, buf, size);
-    if (class) gemm_tune_class_key(&s, class, size);
+    if (class_key) gemm_tune_class_key(&s, class_key, size);
 }
 
 typedef struct {
@@ -343,15 +343,15 @@ static int choose_algo(GemmContext *g, const GemmPlan *p, const GemmDesc *d,
                        const cublasLtMatmulHeuristicResult_t *res, int found)
 {
     if (!g->autotune || found < 1 || stream_capturing(g->stream)) return 0;
-    char key[GEMM_TUNE_KEY_MAX], class[GEMM_TUNE_KEY_MAX];
-    tune_keys(g, p, key, class, sizeof key);
+    char key[GEMM_TUNE_KEY_MAX], class_key[GEMM_TUNE_KEY_MAX];
+    tune_keys(g, p, key, class_key, sizeof key);
     const GemmTuneEntry *e = gemm_tune_find(&g->tune, key);
     int i = e ? found_index(res, found, e->algo) : -1;
     if (i >= 0) {
         g->tune_hits++;
         return i;
     }
-    e = gemm_tune_find(&g->tune, class);
+    e = gemm_tune_find(&g->tune, class_key);
     i = e ? found_index(res, found, e->algo) : -1;
     if (i >= 0) {   /* kept in memory only: the next run finds the class again */
         g->tune_class_hits++;
@@ -369,7 +369,7 @@ static int choose_algo(GemmContext *g, const GemmPlan *p, const GemmDesc *d,
     g->tuned++;
     HpcError err;
     if (us > 0 && !gemm_tune_put(&g->tune, key, &res[pick].algo, us, &err) &&
-        !gemm_tune_put(&g->tune, class, &res[pick].algo, us, &err))
+        !gemm_tune_put(&g->tune, class_key, &res[pick].algo, us, &err))
         g->tune_unsaved = true;
     return pick;
 }

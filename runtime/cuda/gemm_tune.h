@@ -82,14 +82,15 @@ typedef struct {
 void gemm_tune_key(const GemmTuneShape *s, char *buf, size_t size);
 
 /* Shape classes.  A packed batch's token count, and so the M (or K) of its
- * GEMMs, changes from step to step (docs/packing.md): timing the candidates
- * for every count costs more than a choice for that count can win back
- * (each count recurs in only some of the steps).  So a timed choice is also kept under its class key:
- * s's key with M, N and K each rounded up to its bucket, the next of
- * GEMM_TUNE_CLASS_STEPS sizes a doubling, ceil(2^(j / 4)) (a size is at
- * most 19 % below its bucket, plus the rounding), behind "class|" so that it never equals a shape's key;
- * another shape of the class takes that choice where cuBLASLt's
- * heuristic proposes it for that shape too (gemm_cublas.c), untimed. */
+ * GEMMs, changes from step to step (docs/packing.md): timing the
+ * candidates for every count costs more than a choice for that count can
+ * win back (each count recurs in only some of the steps).  So a timed
+ * choice is also kept under its class key: s's key with M, N and K each
+ * rounded up to its bucket, the next of GEMM_TUNE_CLASS_STEPS sizes a
+ * doubling, ceil(2^(j / 4)) (a size is at most 19 % below its bucket, plus
+ * the rounding), behind "class|" so that it never equals a shape's key.
+ * Another shape of the class takes that choice, untimed, where cuBLASLt's
+ * heuristic proposes it for that shape too (gemm_cublas.c). */
 #define GEMM_TUNE_CLASS_STEPS 4
 int64_t gemm_tune_bucket(int64_t x);
 void gemm_tune_class_key(const GemmTuneShape *s, char *buf, size_t size);
