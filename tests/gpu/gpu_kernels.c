@@ -1067,6 +1067,26 @@ static void tune_result(bool ok, const char *fmt, const char *a, double x, doubl
     printf("\n");
 }
 
+/* Checks got (a tuned context's result of t) against ref (the heuristic's
+ * first algorithm): finite, relative L2 error under 2e-3; frees both. */
+static void tune_check(const TuneCase *t, float *got, float *ref, const char *what)
+{
+    size_t n = (size_t)(t->M * t->N * t->batch);
+    double num = 0, den = 0;
+    int bad = 0;
+    for (size_t k = 0; k < n; k++) {
+        bad += !isfinite(got[k]);
+        num += ((double)got[k] - ref[k]) * ((double)got[k] - ref[k]);
+        den += (double)ref[k] * ref[k];
+    }
+    double rel = sqrt(num / (den > 0 ? den : 1));
+    char label[96];
+    snprintf(label, sizeof label, "%s %s", t->what, what);
+    tune_result(bad == 0 && rel < 2e-3, "%-52s vs heuristic rel %.2e (limit %.0e)", label, rel, 2e-3);
+    free(ref);
+    free(got);
+}
+
 /* The timed choice gives the heuristic's result (within fp32-accumulation
  * reordering), a GEMM that reads C is timed without changing it, the
  * choices reach the cache file (under their shape's key and their class's:
@@ -1093,18 +1113,7 @@ static void test_gemm_autotune(const Mod *m16, bool timing)
         const TuneCase *t = &tune_cases[i];
         bufs[i] = tune_bufs(m16, t);
         float *ref = tune_run(&plain, &bufs[i], t), *got = tune_run(&tuned, &bufs[i], t);
-        size_t n = (size_t)(t->M * t->N * t->batch);
-        double num = 0, den = 0;
-        int bad = 0;
-        for (size_t k = 0; k < n; k++) {
-            bad += !isfinite(got[k]);
-            num += ((double)got[k] - ref[k]) * ((double)got[k] - ref[k]);
-            den += (double)ref[k] * ref[k];
-        }
-        double rel = sqrt(num / (den > 0 ? den : 1));
-        tune_result(bad == 0 && rel < 2e-3, "%-38s tuned vs heuristic rel %.2e (limit %.0e)", t->what, rel, 2e-3);
-        free(ref);
-        free(got);
+        tune_check(t, got, ref, "tuned");
     }
     tune_result(plain.tuned == 0 && plain.tune_hits == 0, "%s tuned %.0f shapes, %.0f cache hits",
                 "HPC_GEMM_AUTOTUNE=0:", plain.tuned, plain.tune_hits);
@@ -1128,22 +1137,10 @@ static void test_gemm_autotune(const Mod *m16, bool timing)
         TuneBufs nb = tune_bufs(m16, &near);
         int timed0 = tuned.tuned, class0 = tuned.tune_class_hits, hits0 = tuned.tune_hits;
         float *ref = tune_run(&plain, &nb, &near), *got = tune_run(&tuned, &nb, &near);
-        size_t n = (size_t)(near.M * near.N);
-        double num = 0, den = 0;
-        int bad = 0;
-        for (size_t k = 0; k < n; k++) {
-            bad += !isfinite(got[k]);
-            num += ((double)got[k] - ref[k]) * ((double)got[k] - ref[k]);
-            den += (double)ref[k] * ref[k];
-        }
-        double rel = sqrt(num / (den > 0 ? den : 1));
-        tune_result(bad == 0 && rel < 2e-3, "%-38s class or timed vs heuristic rel %.2e (limit %.0e)", near.what,
-                    rel, 2e-3);
+        tune_check(&near, got, ref, "class or timed");
         int timed = tuned.tuned - timed0, by_class = tuned.tune_class_hits - class0;
         tune_result(timed + by_class == 1 && tuned.tune_hits == hits0, "%s %.0f timed, %.0f by its class",
                     "a new shape of a timed class:", timed, by_class);
-        free(ref);
-        free(got);
         tune_bufs_free(&nb);
     }
     if (gemm_init(&again, dev.stream, 0, &err)) die("gemm_init", &err);
