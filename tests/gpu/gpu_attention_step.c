@@ -26,8 +26,9 @@
  * Timing (printed, not checked): BERT-base fp16 B=32 L=128 step, fused vs
  * unfused, CUDA graph replay, median of 20.
  *
- * HPC_ATTN_KERNELS=v1|v2|v3 picks the tensor-core family the step module calls
- * (compiler/emit_ops_attention.c; v3, the default, has the one-pass backward);
+ * HPC_ATTN_KERNELS=v1|v2|v3|v4 picks the tensor-core family the step module
+ * calls (compiler/emit_ops_attention.c; v4, the default, and v3 have the
+ * one-pass backward);
  * the checks are the same for all.
  * Usage: gpu_attention_step [check] [bench]   (default both).
  * Exit 0 when every check passes, 1 on a failure, 4 without a GPU. */
@@ -483,11 +484,11 @@ int main(int argc, char **argv)
     if (!gpu_check_open_device("gpu_attention_step", &g_dev)) return 4;
     const char *variant = getenv("HPC_ATTN_KERNELS");
     printf("gpu_attention_step on %s (sm_%d), attention kernels %s (HPC_ATTN_KERNELS)\n", g_dev.name, g_dev.arch,
-           variant && *variant ? variant : "v3 (default)");
+           variant && *variant ? variant : "v4 (default)");
     if (check) {
         check_vs_cpu(M_TINY, PREC_FP16, 3, 77, 2, 1e-2);
         check_vs_cpu(M_TINY, PREC_BF16, 4, 128, -1, 4e-2);
-        check_vs_cpu(M_TINY, PREC_FP16, 2, 200, -1, 1e-2);   /* past attn3_bwd's 128 rows: the v2 kernels */
+        check_vs_cpu(M_TINY, PREC_FP16, 2, 200, -1, 1e-2);   /* past the one-pass backward's 128 rows: the v2 kernels */
         check_vs_cpu(M_GPT2_TINY, PREC_FP16, 2, 50, -1, 1e-2);
         check_vs_cpu(M_BASE_1L, PREC_FP16, 2, 128, -1, 1e-2);
         check_fused_vs_unfused();

@@ -6,7 +6,7 @@
  *
  * With HPC_FUSE_QKV=1
  * the attention nodes are packed QKV (the check is the same: loss, ctx,
- * gradients).  HPC_ATTN_KERNELS=v1|v2|v3 picks the kernel family.
+ * gradients).  HPC_ATTN_KERNELS=v1|v2|v3|v4 picks the kernel family (v4 the default).
  *
  * Checks, per case (tiny BERT fp16 and bf16, a tiny causal stack fp16 with a
  * sequence head (last token), a one-layer BERT-base-shaped fp16 stack):
