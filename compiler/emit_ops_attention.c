@@ -89,6 +89,23 @@ static bool whole_ds(void)
     return !e || !*e || strcmp(e, "v4") == 0;
 }
 
+/* HPC_ATTN_FWD=wide: v2's forward with 128 query rows a block of 8 warps
+ * (attn_mma2_fwd_wide, compiler/kernels/attention_mma2.cu) instead of 64
+ * rows a block of 4, for padded rows up to head size 64: K and V staged
+ * once for twice the queries, and one prologue a (b, head) up to L 128,
+ * where Nsight Compute put a quarter of the forward's stall samples
+ * (bench/results/2026-12-05-session24.txt, call 9).  Not yet timed on a
+ * GPU, hence a switch.  Unset or "narrow": the blocks of 4 warps. */
+static HpcStatus wide_forward(bool *wide, HpcError *err)
+{
+    const char *e = getenv("HPC_ATTN_FWD");
+    *wide = e && strcmp(e, "wide") == 0;
+    if (e && *e && !*wide && strcmp(e, "narrow") != 0)
+        return hpc_fail(err, HPC_ERR_INPUT, "emit_ops: HPC_ATTN_FWD=%s is not a forward variant; set it to wide or "
+                        "narrow (or leave it unset for narrow)", e);
+    return HPC_OK;
+}
+
 static bool is_attention(IrOpKind op) { return op == IR_OP_ATTENTION || op == IR_OP_ATTENTION_BWD; }
 
 /* The configuration of attention node id, checked against what the kernels
@@ -439,17 +456,26 @@ HpcStatus eopa_gen_attention(EopGen *gen, HpcError *err)
                       ap.q, ap.k, ap.v, c.ld);
         return HPC_OK;
     }
-    s = attn_phase(gen, fam[3] ? "attn2_fwd" : "attn_fwd", &c, EOP_LT_HEAD_TILES, tiles_of_l(), (int)c.heads);
-    /* v2 up to head size 64: four blocks an SM (128 registers) instead of
-     * the three that its 138 registers allow, since the forward is bound by
-     * issue, not memory (H200, BERT-base 256 x 128: 184 -> 171 us a layer);
-     * larger heads keep their registers */
-    if (fam[3] && c.head_dim <= 64) gen->ph[gen->n_phases - 1].min_blocks = 4;
+    bool wide;
+    if ((st = wide_forward(&wide, err))) return st;
+    wide = wide && fam[3] && c.head_dim <= 64;
+    if (wide) {   /* ceil(L / 128) blocks of 8 warps, two an SM (128 registers) */
+        s = attn_phase(gen, "attn2_fwd_wide", &c, EOP_LT_HEAD_BLOCKS,
+                       (StepSize){.c0 = 2 * AT_TILE - 1, .c1 = 1, .pB = 0, .pL = 1, .div = 2 * AT_TILE}, (int)c.heads);
+        gen->ph[gen->n_phases - 1].min_blocks = 2;
+    } else {
+        s = attn_phase(gen, fam[3] ? "attn2_fwd" : "attn_fwd", &c, EOP_LT_HEAD_TILES, tiles_of_l(), (int)c.heads);
+        /* v2 up to head size 64: four blocks an SM (128 registers) instead
+         * of the three that its 138 registers allow, since the forward is
+         * bound by issue, not memory (H200, BERT-base 256 x 128: 184 -> 171
+         * us a layer); larger heads keep their registers */
+        if (fam[3] && c.head_dim <= 64) gen->ph[gen->n_phases - 1].min_blocks = 4;
+    }
     /* v2: the keep bits (output 2) where the graph saves them, else nullptr */
-    strbuf_printf(s, "    hpc_attn::attn_%s_fwd_run(blockIdx.x, blockIdx.y, blockIdx.z, (T *)a.y, (float *)a.yk[0],\n"
+    strbuf_printf(s, "    hpc_attn::attn_%s_fwd%s_run(blockIdx.x, blockIdx.y, blockIdx.z, (T *)a.y, (float *)a.yk[0],\n"
                      "        %s, %s, %s, %lld, (const int *)a.x[3],\n"
                      "        (int)a.B, (int)a.L, p, ctl->seed, ctl->step, salt%s);\n",
-                  fam, ap.q, ap.k, ap.v, c.ld,
+                  fam, wide ? "_wide" : "", ap.q, ap.k, ap.v, c.ld,
                   !fam[3] ? "" : ir_output(gen->g, gen->id, 2) >= 0 ? ", (unsigned char *)a.yk[1]" : ", nullptr");
     return HPC_OK;
 }

@@ -608,21 +608,89 @@ Test(attention_step_cuda, v4_tiny_bf16_causal_sm80, .timeout = 300)
     expect_module_compiles_as(&s, PREC_BF16, 80, "v4");
 }
 
-Test(attention_step_cuda, unknown_kernel_variant_is_refused)
+/* HPC_ATTN_FWD=wide: the forward's phase is v2's with 128 query rows a
+ * block of 256 threads, ceil(L / 128) blocks a (b, head); the module
+ * compiles (causal too); another value is refused. */
+static void expect_wide_forward(bool causal, SpecPrecision policy, int arch)
+{
+    ModelSpec s;
+    tiny_spec(&s, causal);
+    setenv("HPC_ATTN_FWD", "wide", 1);
+    Pipeline p;
+    build(&s, policy, ATTN_FORM_FUSED, &p);
+    HpcError err = {0};
+    char *src;
+    cr_assert_eq(eop_module_source(&p.g, &src, &err), HPC_OK, "%s", err.msg);
+    cr_expect(strstr(src, "hpc_attn::attn_mma2_fwd_wide_run(") != NULL, "no call of the wide forward");
+    cr_expect(strstr(src, "hpc_attn::attn_mma2_fwd_run(") == NULL, "the narrow forward is still called");
+    void *cubin;
+    size_t size;
+    char *log = NULL;
+    cr_assert_eq(nvrtc_compile(src, "hpc_attention_wide_test", arch, NULL, 0, &cubin, &size, &log, &err), HPC_OK,
+                 "sm_%d: %s\n%s", arch, err.msg, log ? log : "");
+    int nodes = 0;
+    for (int id = 0; id < p.g.n; id++) {
+        if (p.g.nodes[id].op != IR_OP_ATTENTION || p.g.nodes[id].attr.attn.first_query) continue;
+        EopNodeCode at70, at200;
+        cr_assert_eq(eop_node_code(&p.g, id, 3, 70, &at70, &err), HPC_OK, "%s", err.msg);
+        cr_assert_eq(eop_node_code(&p.g, id, 3, 200, &at200, &err), HPC_OK, "%s", err.msg);
+        const char *name = at70.phase[0].name;
+        cr_expect(at70.n_phases == 1 && strstr(name, "attn2_fwd_wide") != NULL, "%s", name);
+        cr_expect(memmem(cubin, size, name, strlen(name)) != NULL, "%s not in the cubin", name);
+        cr_expect(at70.phase[0].grid[0] == 1 && at70.phase[0].grid[1] == 2 && at70.phase[0].grid[2] == 3 &&
+                      at70.phase[0].block[0] == 256,
+                  "%s at L 70: grid (%u, %u, %u) x %u", name, at70.phase[0].grid[0], at70.phase[0].grid[1],
+                  at70.phase[0].grid[2], at70.phase[0].block[0]);
+        cr_expect_eq(at200.phase[0].grid[0], 2u, "%s at L 200: %u blocks along L", name, at200.phase[0].grid[0]);
+        nodes++;
+    }
+    /* bidirectional: layer 1 is the first-query one (a sequence head) */
+    cr_expect_eq(nodes, causal ? 2 : 1, "%d full forward nodes", nodes);
+    free(cubin);
+    free(log);
+    free(src);
+    pipeline_free(&p);
+    unsetenv("HPC_ATTN_FWD");
+}
+
+Test(attention_step_cuda, wide_forward_fp16_sm90, .timeout = 300)
+{
+    expect_wide_forward(false, PREC_FP16, 90);
+}
+
+Test(attention_step_cuda, wide_forward_bf16_causal_sm80, .timeout = 300)
+{
+    expect_wide_forward(true, PREC_BF16, 80);
+}
+
+/* env=value is refused by the emitter, naming the setting and the values
+ * it takes (choices). */
+static void expect_variant_refused(const char *env, const char *value, const char *choices)
 {
     ModelSpec s;
     tiny_spec(&s, false);
     Pipeline p;
     build(&s, PREC_FP16, ATTN_FORM_FUSED, &p);
-    setenv("HPC_ATTN_KERNELS", "v9", 1);
+    setenv(env, value, 1);
     HpcError err = {0};
     char *src = NULL;
     cr_expect_eq(eop_module_source(&p.g, &src, &err), HPC_ERR_INPUT);
-    cr_expect(strstr(err.msg, "HPC_ATTN_KERNELS=v9") != NULL && strstr(err.msg, "v1, v2, v3 or v4") != NULL, "%s",
-              err.msg);
-    unsetenv("HPC_ATTN_KERNELS");
+    char named[64];
+    snprintf(named, sizeof named, "%s=%s", env, value);
+    cr_expect(strstr(err.msg, named) != NULL && strstr(err.msg, choices) != NULL, "%s", err.msg);
+    unsetenv(env);
     free(src);
     pipeline_free(&p);
+}
+
+Test(attention_step_cuda, unknown_forward_variant_is_refused)
+{
+    expect_variant_refused("HPC_ATTN_FWD", "broad", "wide or narrow");
+}
+
+Test(attention_step_cuda, unknown_kernel_variant_is_refused)
+{
+    expect_variant_refused("HPC_ATTN_KERNELS", "v9", "v1, v2, v3 or v4");
 }
 
 /* The fp32 step keeps the unfused chain; forcing the node there is refused

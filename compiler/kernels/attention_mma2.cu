@@ -140,22 +140,24 @@ __device__ __forceinline__ const unsigned short *a2_kn(const unsigned short *bas
     return base + (r0 + 8 * (i & 1) + (lane & 7)) * AM_KS + c0 + 8 * (i >> 1);
 }
 
-// Key tiles a block of query rows q0 .. q0 + AM_QB - 1 can see.
-__device__ __forceinline__ int a2_key_tiles(int q0, int L)
+// Key tiles a block of query rows q0 .. q0 + qb - 1 can see.
+__device__ __forceinline__ int a2_key_tiles(int q0, int L, int qb = AM_QB)
 {
     int n = (L + AM_KT - 1) / AM_KT;
 #if HPC_CAUSAL
-    n = min(n, (q0 + AM_QB - 1) / AM_KT + 1);
+    n = min(n, (q0 + qb - 1) / AM_KT + 1);
 #endif
     return n;
 }
 
-// K, V and the mask of the key tile at t0 into one buffer (not committed).
+// K, V and the mask of the key tile at t0 into one buffer (not committed),
+// by the block's first nthr threads.
 __device__ __forceinline__ void a2_stage_kv(unsigned short *kb, unsigned short *vb, int *visb, const st_t *k,
-                                            const st_t *v, const int *mask, int ld, int b, int h, int t0, int L)
+                                            const st_t *v, const int *mask, int ld, int b, int h, int t0, int L,
+                                            int nthr = 128)
 {
-    a2_stage(kb, k, ld, b, h, t0, AM_KT, L);
-    a2_stage(vb, v, ld, b, h, t0, AM_KT, L);
+    a2_stage(kb, k, ld, b, h, t0, AM_KT, L, nthr);
+    a2_stage(vb, v, ld, b, h, t0, AM_KT, L, nthr);
     a2_stage_mask(visb, mask, b, t0, L);
 }
 
@@ -165,15 +167,16 @@ __device__ __forceinline__ void a2_stage_kv(unsigned short *kb, unsigned short *
 // the other; with one, it is fetched and waited for.
 __device__ __forceinline__ void a2_fetch_kv(unsigned short (*ks)[AM_KT * AM_KS], unsigned short (*vs)[AM_KT * AM_KS],
                                             int (*vis)[AM_KT], const st_t *k, const st_t *v, const int *mask, int ld,
-                                            int b, int h, int t0, int buf, int it, int ntiles, int L)
+                                            int b, int h, int t0, int buf, int it, int ntiles, int L,
+                                            int nthr = 128)
 {
     if (A2_NBUF == 2) {
         if (it + 1 < ntiles)
-            a2_stage_kv(ks[buf ^ 1], vs[buf ^ 1], vis[buf ^ 1], k, v, mask, ld, b, h, t0 + AM_KT, L);
+            a2_stage_kv(ks[buf ^ 1], vs[buf ^ 1], vis[buf ^ 1], k, v, mask, ld, b, h, t0 + AM_KT, L, nthr);
         a2_commit();
         a2_wait1();
     } else {
-        a2_stage_kv(ks[0], vs[0], vis[0], k, v, mask, ld, b, h, t0, L);
+        a2_stage_kv(ks[0], vs[0], vis[0], k, v, mask, ld, b, h, t0, L, nthr);
         a2_commit();
         a2_wait0();
     }
@@ -264,24 +267,28 @@ __device__ __forceinline__ void a2_mma_dkv(float gk[AT_D / 8][4], float gv[AT_D 
 // keep (nullptr: none): the dropout's keep bits for the backward, AT_KEEP_BYTES
 // a query row (bit k % 8 of byte k / 8: key k), written where L is at most
 // AT_KEEP_KEYS (compiler/fuse_attn_keep.c); attn_mma3_bwd reads them.
-AT_RUN void attn_mma2_fwd_run(int at_bx, int at_by, int at_bz,
-                              st_t *ctx, float *lse, const st_t *q, const st_t *k, const st_t *v, int ld,
-                              const int *mask, int B, int L, float p, u64 seed, u32 step, u32 salt,
-                              unsigned char *keep)
+// QB query rows a block, QB / AM_QW warps: AM_QB (4 warps), or A2_WIDE_QB
+// (8 warps: attn_mma2_fwd_wide_run below).
+template <int QB>
+AT_RUN void attn_mma2_fwd_rows(int at_bx, int at_by, int at_bz,
+                               st_t *ctx, float *lse, const st_t *q, const st_t *k, const st_t *v, int ld,
+                               const int *mask, int B, int L, float p, u64 seed, u32 step, u32 salt,
+                               unsigned char *keep)
 {
+    constexpr int NTHR = QB / AM_QW * 32;
     __shared__ __align__(128) unsigned short ks[A2_NBUF][AM_KT * AM_KS];
     __shared__ __align__(128) unsigned short vs[A2_NBUF][AM_KT * AM_KS];
     __shared__ int vis[A2_NBUF][AM_KT];
     int b = at_bz, h = at_by;
     int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
-    int r0 = at_bx * AM_QB + warp * AM_QW;
+    int r0 = at_bx * QB + warp * AM_QW;
     int rows[2] = {r0 + g, r0 + g + 8};
     float scale2 = at_scale() * A2_LOG2E, dscale = dropout_scale(p);
     i64 flat[2];
     for (int rr = 0; rr < 2; rr++) flat[rr] = (((i64)b * HPC_HEADS + h) * L + rows[rr]) * L;
-    int ntiles = a2_key_tiles(at_bx * AM_QB, L);
+    int ntiles = a2_key_tiles(at_bx * QB, L, QB);
     if (A2_NBUF == 2) {
-        a2_stage_kv(ks[0], vs[0], vis[0], k, v, mask, ld, b, h, 0, L);
+        a2_stage_kv(ks[0], vs[0], vis[0], k, v, mask, ld, b, h, 0, L, NTHR);
         a2_commit();
     }
 
@@ -294,14 +301,14 @@ AT_RUN void attn_mma2_fwd_run(int at_bx, int at_by, int at_bz,
 
     for (int it = 0; it < ntiles; it++) {
         int t0 = it * AM_KT, buf = A2_NBUF == 2 ? (it & 1) : 0;
-        a2_fetch_kv(ks, vs, vis, k, v, mask, ld, b, h, t0, buf, it, ntiles, L);
+        a2_fetch_kv(ks, vs, vis, k, v, mask, ld, b, h, t0, buf, it, ntiles, L, NTHR);
         // Thread j staged vis[buf][j] itself, so it may read it before the
         // barrier; the barrier's AND says whether every key of the tile is
         // visible to every row of the block (the common case: then the
         // scores need no per-element masking).
         bool see_mine = threadIdx.x >= AM_KT || vis[buf][threadIdx.x] != 0;
 #if HPC_CAUSAL
-        see_mine = see_mine && t0 + AM_KT - 1 <= at_bx * AM_QB;
+        see_mine = see_mine && t0 + AM_KT - 1 <= at_bx * QB;
 #endif
         bool all_see = __syncthreads_and(see_mine) != 0;
         const unsigned short *kb = ks[buf], *vb = vs[buf];
@@ -382,7 +389,45 @@ AT_RUN void attn_mma2_fwd_run(int at_bx, int at_by, int at_bz,
                 l[rr] == 0.0f ? HPC_INF : (m[rr] * scale2 + log2f(l[rr])) * A2_LN2;
     }
 }
+
+AT_RUN void attn_mma2_fwd_run(int at_bx, int at_by, int at_bz,
+                              st_t *ctx, float *lse, const st_t *q, const st_t *k, const st_t *v, int ld,
+                              const int *mask, int B, int L, float p, u64 seed, u32 step, u32 salt,
+                              unsigned char *keep)
+{
+    attn_mma2_fwd_rows<AM_QB>(at_bx, at_by, at_bz, ctx, lse, q, k, v, ld, mask, B, L, p, seed, step, salt, keep);
+}
+
+// The same with A2_WIDE_QB query rows a block of 8 warps (grid ceil(L /
+// A2_WIDE_QB) x heads x B, 256 threads): each key tile's K and V are
+// staged once for twice the queries, and at L <= 128 a (b, head) has one
+// block, one prologue (HPC_ATTN_FWD=wide in the step).  The same bits as
+// attn_mma2_fwd: a row's work does not depend on its block.
+#define A2_WIDE_QB (2 * AM_QB)
+AT_RUN void attn_mma2_fwd_wide_run(int at_bx, int at_by, int at_bz,
+                                   st_t *ctx, float *lse, const st_t *q, const st_t *k, const st_t *v, int ld,
+                                   const int *mask, int B, int L, float p, u64 seed, u32 step, u32 salt,
+                                   unsigned char *keep)
+{
+    attn_mma2_fwd_rows<A2_WIDE_QB>(at_bx, at_by, at_bz, ctx, lse, q, k, v, ld, mask, B, L, p, seed, step, salt,
+                                   keep);
+}
 #ifndef HPC_ATTN_NO_KERNELS
+extern "C" __global__ void __launch_bounds__(256, 2)
+KN(attn_mma2_fwd_wide)(st_t *ctx, float *lse, const st_t *q, const st_t *k, const st_t *v, int ld,
+                       const int *mask, int B, int L, float p, u64 seed, u32 step, u32 salt)
+{
+    attn_mma2_fwd_wide_run(blockIdx.x, blockIdx.y, blockIdx.z, ctx, lse, q, k, v, ld, mask, B, L, p, seed, step,
+                           salt, nullptr);
+}
+extern "C" __global__ void __launch_bounds__(256, 2)
+KN(attn_mma2_fwd_wide_keep)(st_t *ctx, float *lse, const st_t *q, const st_t *k, const st_t *v, int ld,
+                            const int *mask, int B, int L, float p, u64 seed, u32 step, u32 salt,
+                            unsigned char *keep)
+{
+    attn_mma2_fwd_wide_run(blockIdx.x, blockIdx.y, blockIdx.z, ctx, lse, q, k, v, ld, mask, B, L, p, seed, step,
+                           salt, keep);
+}
 extern "C" __global__ void __launch_bounds__(128)
 KN(attn_mma2_fwd)(st_t *ctx, float *lse, const st_t *q, const st_t *k, const st_t *v, int ld,
                   const int *mask, int B, int L, float p, u64 seed, u32 step, u32 salt)
