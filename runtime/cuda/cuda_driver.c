@@ -273,8 +273,7 @@ HpcStatus cuda_mem_info(size_t *free_bytes, size_t *total_bytes, HpcError *err)
     return CUDA_CHECK(err, g_driver.cuMemGetInfo(free_bytes, total_bytes));
 }
 
-/* Kernels default to 48 KiB of dynamic shared memory; more must be opted into. */
-static HpcStatus allow_shared(CUfunction f, unsigned shmem, HpcError *err)
+HpcStatus cuda_func_allow_shared(CUfunction f, unsigned shmem, HpcError *err)
 {
     if (shmem <= 48u * 1024) return HPC_OK;
     return CUDA_CHECK(err, g_driver.cuFuncSetAttribute(
@@ -295,9 +294,8 @@ HpcStatus cuda_launch(CUfunction f, const unsigned grid[3], const unsigned block
                       unsigned shmem, CUstream stream, void **args, HpcError *err)
 {
     long long t0 = phase_clock_on() ? mono_ns() : -1;
-    HpcStatus st = allow_shared(f, shmem, err);
-    if (!st) st = CUDA_CHECK(err, g_driver.cuLaunchKernel(f, grid[0], grid[1], grid[2], block[0],
-                                                          block[1], block[2], shmem, stream, args, NULL));
+    HpcStatus st = CUDA_CHECK(err, g_driver.cuLaunchKernel(f, grid[0], grid[1], grid[2], block[0], block[1],
+                                                           block[2], shmem, stream, args, NULL));
     if (t0 >= 0) {
         launch_calls++;
         launch_ns += mono_ns() - t0;

@@ -156,9 +156,15 @@ HpcStatus cuda_device_query(CudaDevice *d, int ordinal, HpcError *err);
 /* Free and total device memory of the current context, bytes. */
 HpcStatus cuda_mem_info(size_t *free_bytes, size_t *total_bytes, HpcError *err);
 
+/* Kernels get 48 KiB of dynamic shared memory a block unless raised: this
+ * raises f's limit to shmem bytes (nothing to do up to 48 KiB).  Call it
+ * once per function, where it is looked up, not before every launch: it is
+ * a driver call, and an eager step would pay it at every node. */
+HpcStatus cuda_func_allow_shared(CUfunction f, unsigned shmem, HpcError *err);
+
 /* Launches f on `stream` with the given grid/block (x, y, z) and dynamic
- * shared memory; args as for cuLaunchKernel.  Raises the function's dynamic
- * shared memory limit first when shmem exceeds the 48 KiB default. */
+ * shared memory; args as for cuLaunchKernel.  Over 48 KiB of shmem needs
+ * cuda_func_allow_shared(f) first (the driver refuses the launch otherwise). */
 HpcStatus cuda_launch(CUfunction f, const unsigned grid[3], const unsigned block[3],
                       unsigned shmem, CUstream stream, void **args, HpcError *err);
 

@@ -260,8 +260,10 @@ static HpcStatus lookup_kernels(CudaExec *ex, HpcError *err)
     ex->code = xcalloc((size_t)ex->g->n, sizeof *ex->code);
     HpcStatus st = refresh_code(ex, ex->plan.B, ex->plan.L, err);
     for (int i = 0; i < ex->g->n && !st; i++)
-        for (int k = 0; k < ex->code[i].n_phases && !st; k++)
+        for (int k = 0; k < ex->code[i].n_phases && !st; k++) {
             st = CUDA_CHECK(err, cu->cuModuleGetFunction(&ex->fn[i][k], ex->module, ex->code[i].phase[k].name));
+            if (!st) st = cuda_func_allow_shared(ex->fn[i][k], ex->code[i].phase[k].shared_bytes, err);
+        }
     return st;
 }
 

@@ -39,9 +39,7 @@ HpcStatus gemm_own_kernel(CUmodule mod, const char *name, bool tma_store, GemmOw
     k->tma_store = tma_store;
     HpcStatus st = CUDA_CHECK(err, cuda_driver()->cuModuleGetFunction(&k->fn, mod, name));
     if (!st)
-        st = CUDA_CHECK(err, cuda_driver()->cuFuncSetAttribute(k->fn, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
-                                                               tma_store ? GEMM_OWN_TS_SMEM_BYTES
-                                                                         : GEMM_OWN_SMEM_BYTES));
+        st = cuda_func_allow_shared(k->fn, tma_store ? GEMM_OWN_TS_SMEM_BYTES : GEMM_OWN_SMEM_BYTES, err);
     return st;
 }
 

@@ -141,7 +141,8 @@ static void launch_shared(const Mod *m, const char *base, unsigned gx, unsigned 
     DRV(cu->cuModuleGetFunction(&f, m->mod, name));
     unsigned grid[3] = {gx, gy, gz}, block[3] = {bx, 1, 1};
     HpcError err;
-    if (cuda_launch(f, grid, block, shared, dev.stream, args, &err)) die(base, &err);
+    if (cuda_func_allow_shared(f, shared, &err) || cuda_launch(f, grid, block, shared, dev.stream, args, &err))
+        die(base, &err);
 }
 
 static void launch(const Mod *m, const char *base, unsigned gx, unsigned gy, unsigned gz, unsigned bx, void **args)

@@ -199,7 +199,13 @@ static void test_kernel(void)
         return;
     int n = N;
     void *args[] = {&dout, &dsum, &dx, &dy, &a, &n};
+    /* over 48 KiB of dynamic shared memory is refused until the function's
+     * limit is raised (once, cuda_func_allow_shared), then launches */
     HpcStatus st = cuda_launch(k.fn, grid, block, 64 * 1024, g_dev.stream, args, &err);
+    result(st == HPC_ERR_CUDA, "64 KiB of dynamic shared memory refused before cuda_func_allow_shared: %s",
+           st ? err.msg : "(accepted!)");
+    st = cuda_func_allow_shared(k.fn, 64 * 1024, &err);
+    if (!st) st = cuda_launch(k.fn, grid, block, 64 * 1024, g_dev.stream, args, &err);
     if (!ok_status(st, &err, "cuda_launch (64 KiB dynamic shared)")) return;
     float *out = xmalloc(N * 4), *sums = xmalloc(grid[0] * 4);
     if (!ok_status(download(out, dout, N * 4, &err), &err, "download out") ||
