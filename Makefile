@@ -146,7 +146,7 @@ $(CUEMU_LIB): $(CUEMU_SRC) $(wildcard tools/cuemu/*.h)
 # EMU_ORDER_TESTS again with the threads taking turns in the other two
 # orders (HPC_EMU_ORDER, docs/cuemu.md): the checks of the cluster and
 # mbarrier protocols (the own GEMM's ring and its TMA-store staging).
-EMU_CI_TESTS := gpu_pack gpu_attention_step gpu_wgmma gpu_cluster gpu_gemm
+EMU_CI_TESTS := gpu_pack gpu_attention_step gpu_wgmma gpu_cluster gpu_gemm gpu_runtime
 EMU_ORDER_TESTS := gpu_cluster gpu_gemm
 EMU_TESTS    ?= $(EMU_CI_TESTS)
 .PHONY: test-emu

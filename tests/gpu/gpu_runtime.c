@@ -640,6 +640,12 @@ static void test_prime(void)
         return;
     }
     setenv("HPC_CACHE_DIR", fresh, 1);
+    /* the check is of the tuning cache, so tuning is on whatever the caller
+     * set (tools/cuemu/run.sh turns it off) */
+    const char *tune = getenv("HPC_GEMM_AUTOTUNE");
+    char saved_tune[16];
+    snprintf(saved_tune, sizeof saved_tune, "%s", tune ? tune : "");
+    setenv("HPC_GEMM_AUTOTUNE", "1", 1);
     for (int round = 0; round < 3; round++) {
         GemmContext ctx;
         HpcError err;
@@ -679,6 +685,8 @@ static void test_prime(void)
     }
     if (saved[0]) setenv("HPC_CACHE_DIR", saved, 1);
     else unsetenv("HPC_CACHE_DIR");
+    if (saved_tune[0]) setenv("HPC_GEMM_AUTOTUNE", saved_tune, 1);
+    else unsetenv("HPC_GEMM_AUTOTUNE");
 }
 
 /* ---- memory ------------------------------------------------------------------- */
