@@ -89,20 +89,32 @@ static bool whole_ds(void)
     return !e || !*e || strcmp(e, "v4") == 0;
 }
 
-/* HPC_ATTN_FWD=wide: v2's forward with 128 query rows a block of 8 warps
- * (attn_mma2_fwd_wide, compiler/kernels/attention_mma2.cu) instead of 64
- * rows a block of 4, for padded rows up to head size 64: K and V staged
- * once for twice the queries, and one prologue a (b, head) up to L 128,
- * where Nsight Compute put a quarter of the forward's stall samples
- * (bench/results/2026-12-05-session24.txt, call 9).  Not yet timed on a
- * GPU, hence a switch.  Unset or "narrow": the blocks of 4 warps. */
-static HpcStatus wide_forward(bool *wide, HpcError *err)
+/* Which shape v2's forward takes for padded rows up to head size 64
+ * (HPC_ATTN_FWD).  Neither alternative has been timed on a GPU yet, hence
+ * a switch:
+ * - narrow (unset): 64 query rows a block of 4 warps, four blocks an SM
+ *   (128 registers);
+ * - narrow5: the same kernel held to 96 registers, five blocks an SM.  Its
+ *   forerunner's step from three blocks to four was the forward's largest
+ *   gain (H200, 256 x 128: 184 -> 171 us a layer); this one costs spills
+ *   (nvcc 13.0 here: about 200 bytes, 48 loads inside the key loop);
+ * - wide: 128 query rows a block of 8 warps (attn_mma2_fwd_wide,
+ *   compiler/kernels/attention_mma2.cu): K and V staged once for twice the
+ *   queries, and one prologue a (b, head) up to L 128, where Nsight
+ *   Compute put a quarter of the forward's stall samples
+ *   (bench/results/2026-12-05-session24.txt, call 9). */
+typedef enum { FWD_NARROW, FWD_NARROW5, FWD_WIDE } FwdShape;
+
+static HpcStatus forward_shape(FwdShape *shape, HpcError *err)
 {
     const char *e = getenv("HPC_ATTN_FWD");
-    *wide = e && strcmp(e, "wide") == 0;
-    if (e && *e && !*wide && strcmp(e, "narrow") != 0)
-        return hpc_fail(err, HPC_ERR_INPUT, "emit_ops: HPC_ATTN_FWD=%s is not a forward variant; set it to wide or "
-                        "narrow (or leave it unset for narrow)", e);
+    *shape = FWD_NARROW;
+    if (!e || !*e || strcmp(e, "narrow") == 0) return HPC_OK;
+    if (strcmp(e, "narrow5") == 0) *shape = FWD_NARROW5;
+    else if (strcmp(e, "wide") == 0) *shape = FWD_WIDE;
+    else
+        return hpc_fail(err, HPC_ERR_INPUT, "emit_ops: HPC_ATTN_FWD=%s is not a forward variant; set it to wide, "
+                        "narrow5 or narrow (or leave it unset for narrow)", e);
     return HPC_OK;
 }
 
@@ -456,9 +468,9 @@ HpcStatus eopa_gen_attention(EopGen *gen, HpcError *err)
                       ap.q, ap.k, ap.v, c.ld);
         return HPC_OK;
     }
-    bool wide;
-    if ((st = wide_forward(&wide, err))) return st;
-    wide = wide && fam[3] && c.head_dim <= 64;
+    FwdShape shape;
+    if ((st = forward_shape(&shape, err))) return st;
+    bool small_head = fam[3] && c.head_dim <= 64, wide = small_head && shape == FWD_WIDE;
     if (wide) {   /* ceil(L / 128) blocks of 8 warps, two an SM (128 registers) */
         s = attn_phase(gen, "attn2_fwd_wide", &c, EOP_LT_HEAD_BLOCKS,
                        (StepSize){.c0 = 2 * AT_TILE - 1, .c1 = 1, .pB = 0, .pL = 1, .div = 2 * AT_TILE}, (int)c.heads);
@@ -469,7 +481,7 @@ HpcStatus eopa_gen_attention(EopGen *gen, HpcError *err)
          * of the three that its 138 registers allow, since the forward is
          * bound by issue, not memory (H200, BERT-base 256 x 128: 184 -> 171
          * us a layer); larger heads keep their registers */
-        if (fam[3] && c.head_dim <= 64) gen->ph[gen->n_phases - 1].min_blocks = 4;
+        if (small_head) gen->ph[gen->n_phases - 1].min_blocks = shape == FWD_NARROW5 ? 5 : 4;
     }
     /* v2: the keep bits (output 2) where the graph saves them, else nullptr */
     strbuf_printf(s, "    hpc_attn::attn_%s_fwd%s_run(blockIdx.x, blockIdx.y, blockIdx.z, (T *)a.y, (float *)a.yk[0],\n"

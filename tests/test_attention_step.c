@@ -663,6 +663,45 @@ Test(attention_step_cuda, wide_forward_bf16_causal_sm80, .timeout = 300)
     expect_wide_forward(true, PREC_BF16, 80);
 }
 
+/* HPC_ATTN_FWD=narrow5: the narrow forward's kernel asks for five blocks
+ * an SM (launch bounds 128, 5) and the module compiles; unset it asks for
+ * four. */
+static void expect_forward_blocks(const char *value, const char *bounds)
+{
+    ModelSpec s;
+    tiny_spec(&s, false);
+    if (value) setenv("HPC_ATTN_FWD", value, 1);
+    Pipeline p;
+    build(&s, PREC_FP16, ATTN_FORM_FUSED, &p);
+    HpcError err = {0};
+    char *src;
+    cr_assert_eq(eop_module_source(&p.g, &src, &err), HPC_OK, "%s", err.msg);
+    char want[96];
+    snprintf(want, sizeof want, "__launch_bounds__(%s) attn2_fwd_", bounds);
+    cr_expect(strstr(src, want) != NULL, "HPC_ATTN_FWD=%s: no \"%s\" in the module", value ? value : "",
+              want);
+    void *cubin;
+    size_t size;
+    char *log = NULL;
+    cr_assert_eq(nvrtc_compile(src, "hpc_attention_blocks_test", 90, NULL, 0, &cubin, &size, &log, &err), HPC_OK,
+                 "%s\n%s", err.msg, log ? log : "");
+    free(cubin);
+    free(log);
+    free(src);
+    pipeline_free(&p);
+    unsetenv("HPC_ATTN_FWD");
+}
+
+Test(attention_step_cuda, narrow_forward_four_blocks_an_sm, .timeout = 300)
+{
+    expect_forward_blocks(NULL, "128, 4");
+}
+
+Test(attention_step_cuda, narrow5_forward_five_blocks_an_sm, .timeout = 300)
+{
+    expect_forward_blocks("narrow5", "128, 5");
+}
+
 /* env=value is refused by the emitter, naming the setting and the values
  * it takes (choices). */
 static void expect_variant_refused(const char *env, const char *value, const char *choices)
@@ -685,7 +724,7 @@ static void expect_variant_refused(const char *env, const char *value, const cha
 
 Test(attention_step_cuda, unknown_forward_variant_is_refused)
 {
-    expect_variant_refused("HPC_ATTN_FWD", "broad", "wide or narrow");
+    expect_variant_refused("HPC_ATTN_FWD", "broad", "wide, narrow5 or narrow");
 }
 
 Test(attention_step_cuda, unknown_kernel_variant_is_refused)
