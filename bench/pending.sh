@@ -5,13 +5,14 @@
 # them without a typo costing a machine start.  PART 1 fits one 600-second
 # call on an H100 or H200, PART 2 another.
 #
-#   part 1: the attention forward's two untimed shapes (HPC_ATTN_FWD=wide,
-#           checked on the emulator only, and narrow5): gpu_attention (its
-#           kernels against the cpu, and the "mma2 wide fwd" timing beside
-#           "mma2 fwd"), gpu_attention_step with each, then bench/ab.sh
-#           base / wide / narrow5 at three shapes, two rounds;
+#   part 1: the attention forward's three untimed shapes (HPC_ATTN_FWD=wide
+#           and persist, checked on the emulator only, and narrow5):
+#           gpu_attention (their kernels against the cpu, and the "mma2
+#           wide fwd" and "mma2 persist fwd" timings beside "mma2 fwd"),
+#           gpu_attention_step with each, then bench/ab.sh base / wide /
+#           narrow5 / persist at three shapes, two rounds;
 #   part 2: the graph profile of the attention rows, base / wide /
-#           narrow5, at 256 x 128; HPC_GEMM_OWN=gelu's graph profile (owed
+#           narrow5 / persist, at 256 x 128; HPC_GEMM_OWN=gelu's graph profile (owed
 #           since the twenty-second session); gpu_kernels and gpu_runtime
 #           (the GEMM shape classes and the launch change, checked on an
 #           H100 and the emulator only).
@@ -46,19 +47,22 @@ bench=build/bench/bench_hpc
 case $part in
 1)
     step gpu_attention 200 build/tests/gpu/gpu_attention
-    since gpu_attention '^FAIL|checks, [0-9]+ failed|^timing .*(mma2 fwd|mma2 wide fwd)'
+    since gpu_attention '^FAIL|checks, [0-9]+ failed|^timing .*(mma2 fwd|mma2 wide fwd|mma2 persist fwd)'
     step wide_step 150 env HPC_ATTN_FWD=wide build/tests/gpu/gpu_attention_step
     since wide_step '^FAIL|checks, [0-9]+ failed'
-    step narrow5_step 150 env HPC_ATTN_FWD=narrow5 build/tests/gpu/gpu_attention_step
-    since narrow5_step '^FAIL|checks, [0-9]+ failed'
-    step ab 330 env SHAPES=256x128,32x128,32x32 ROUNDS=2 sh bench/ab.sh base=$bench wide=$bench:HPC_ATTN_FWD=wide \
-        narrow5=$bench:HPC_ATTN_FWD=narrow5
+    for f in narrow5 persist; do
+        step ${f}_step 100 env HPC_ATTN_FWD=$f build/tests/gpu/gpu_attention_step
+        since ${f}_step '^FAIL|checks, [0-9]+ failed'
+    done
+    step ab 300 env SHAPES=256x128,32x128,32x32 ROUNDS=2 sh bench/ab.sh base=$bench wide=$bench:HPC_ATTN_FWD=wide \
+        narrow5=$bench:HPC_ATTN_FWD=narrow5 persist=$bench:HPC_ATTN_FWD=persist
     since ab '^summary|ms \(|stderr'
     ;;
 2)
     step profile_wide 150 env PROFILE=graph PSHAPES=256x128 PGREP='attention |hpc profile' SHAPES=256x128 ROUNDS=1 \
-        sh bench/ab.sh base=$bench wide=$bench:HPC_ATTN_FWD=wide narrow5=$bench:HPC_ATTN_FWD=narrow5
-    since profile_wide '^(base|wide|narrow5) |^summary|ms \('
+        sh bench/ab.sh base=$bench wide=$bench:HPC_ATTN_FWD=wide narrow5=$bench:HPC_ATTN_FWD=narrow5 \
+        persist=$bench:HPC_ATTN_FWD=persist
+    since profile_wide '^(base|wide|narrow5|persist) |^summary|ms \('
     step profile_gelu 120 env PROFILE=graph PSHAPES=256x128 PGREP='linear|gelu|act|hpc profile' SHAPES=256x128 ROUNDS=1 \
         sh bench/ab.sh base=$bench gelu=$bench:HPC_GEMM_OWN=gelu
     since profile_gelu '^(base|gelu) |^summary|ms \('

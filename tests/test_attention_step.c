@@ -663,6 +663,62 @@ Test(attention_step_cuda, wide_forward_bf16_causal_sm80, .timeout = 300)
     expect_wide_forward(true, PREC_BF16, 80);
 }
 
+/* HPC_ATTN_FWD=persist: the forward's phase is one row of at most 528
+ * blocks of 128 threads (about one item of 64 query rows a block), with
+ * the kernel's dynamic shared memory; the module compiles (causal too). */
+static void expect_persist_forward(bool causal, SpecPrecision policy, int arch)
+{
+    ModelSpec s;
+    tiny_spec(&s, causal);
+    setenv("HPC_ATTN_FWD", "persist", 1);
+    Pipeline p;
+    build(&s, policy, ATTN_FORM_FUSED, &p);
+    HpcError err = {0};
+    char *src;
+    cr_assert_eq(eop_module_source(&p.g, &src, &err), HPC_OK, "%s", err.msg);
+    cr_expect(strstr(src, "hpc_attn::attn_mma2_fwd_persist_run(") != NULL, "no call of the persistent forward");
+    cr_expect(strstr(src, "hpc_attn::attn_mma2_fwd_run(") == NULL, "the narrow forward is still called");
+    void *cubin;
+    size_t size;
+    char *log = NULL;
+    cr_assert_eq(nvrtc_compile(src, "hpc_attention_persist_test", arch, NULL, 0, &cubin, &size, &log, &err), HPC_OK,
+                 "sm_%d: %s\n%s", arch, err.msg, log ? log : "");
+    int nodes = 0;
+    for (int id = 0; id < p.g.n; id++) {
+        if (p.g.nodes[id].op != IR_OP_ATTENTION || p.g.nodes[id].attr.attn.first_query) continue;
+        EopNodeCode small, big;
+        cr_assert_eq(eop_node_code(&p.g, id, 3, 70, &small, &err), HPC_OK, "%s", err.msg);
+        cr_assert_eq(eop_node_code(&p.g, id, 300, 128, &big, &err), HPC_OK, "%s", err.msg);
+        const EopPhase *ph = &small.phase[0];
+        cr_expect(small.n_phases == 1 && strstr(ph->name, "attn2_fwd_persist") != NULL, "%s", ph->name);
+        cr_expect(memmem(cubin, size, ph->name, strlen(ph->name)) != NULL, "%s not in the cubin", ph->name);
+        /* 3 x 70 rows x 2 heads / 64: 6 blocks for 12 items; 300 x 128 x 2 / 64 capped at 528 */
+        cr_expect(ph->grid[0] == 6 && ph->grid[1] == 1 && ph->grid[2] == 1 && ph->block[0] == 128,
+                  "%s at 3 x 70: grid (%u, %u, %u) x %u", ph->name, ph->grid[0], ph->grid[1], ph->grid[2],
+                  ph->block[0]);
+        cr_expect_eq(big.phase[0].grid[0], 528u, "%s at 300 x 128: %u blocks", ph->name, big.phase[0].grid[0]);
+        cr_expect_eq(ph->shared_bytes, (unsigned)kemit_attn2p_smem_bytes(16), "%s: %u bytes of shared memory",
+                     ph->name, ph->shared_bytes);
+        nodes++;
+    }
+    cr_expect_eq(nodes, causal ? 2 : 1, "%d full forward nodes", nodes);
+    free(cubin);
+    free(log);
+    free(src);
+    pipeline_free(&p);
+    unsetenv("HPC_ATTN_FWD");
+}
+
+Test(attention_step_cuda, persist_forward_fp16_sm90, .timeout = 300)
+{
+    expect_persist_forward(false, PREC_FP16, 90);
+}
+
+Test(attention_step_cuda, persist_forward_bf16_causal_sm80, .timeout = 300)
+{
+    expect_persist_forward(true, PREC_BF16, 80);
+}
+
 /* HPC_ATTN_FWD=narrow5: the narrow forward's kernel asks for five blocks
  * an SM (launch bounds 128, 5) and the module compiles; unset it asks for
  * four. */
@@ -724,7 +780,7 @@ static void expect_variant_refused(const char *env, const char *value, const cha
 
 Test(attention_step_cuda, unknown_forward_variant_is_refused)
 {
-    expect_variant_refused("HPC_ATTN_FWD", "broad", "wide, narrow5 or narrow");
+    expect_variant_refused("HPC_ATTN_FWD", "broad", "wide, persist, narrow5 or narrow");
 }
 
 Test(attention_step_cuda, unknown_kernel_variant_is_refused)

@@ -264,6 +264,98 @@ __device__ __forceinline__ void a2_mma_dkv(float gk[AT_D / 8][4], float gv[AT_D 
     }
 }
 
+// One key tile of the forward for the warp's 16 query rows (rows[2], flat
+// their dropout draws' base): S = Q K^T from the staged tile kb, the
+// online softmax's maxima m and sums l, P with the dropout applied, and
+// o += P V from vb.  all_see: every key of the tile is visible to every row
+// of the block (no masking); it: the tile's index (o is still 0 at 0).
+// keep: as attn_mma2_fwd_rows says.
+__device__ __forceinline__ void a2_fwd_tile(float o[AT_D / 8][4], float m[2], float l[2], const u32 qa[AT_D / 16][4],
+                                            const unsigned short *kb, const unsigned short *vb, const int *vb_vis,
+                                            bool all_see, int it, int t0, const int rows[2], const i64 flat[2],
+                                            int lane, int t, float scale2, float p, u64 seed, u32 step, u32 salt,
+                                            unsigned char *keep, i64 bh, int L)
+{
+    float s[AM_KT / 8][4];
+#pragma unroll
+    for (int nt = 0; nt < AM_KT / 8; nt++) s[nt][0] = s[nt][1] = s[nt][2] = s[nt][3] = 0.0f;
+#pragma unroll
+    for (int kk = 0; kk < AT_D / 16; kk++)
+#pragma unroll
+        for (int np = 0; np < AM_KT / 16; np++) {
+            u32 f[4];
+            a2_ldm4(f, a2_nk(kb, 16 * np, 16 * kk, lane));
+            am_mma(s[2 * np], qa[kk], f[0], f[1]);
+            am_mma(s[2 * np + 1], qa[kk], f[2], f[3]);
+        }
+    // The row maxima in raw score units (scale2 > 0 keeps the order), so
+    // each exponent is one FFMA: 2^(s scale2 - m scale2).
+    float mx[2] = {HPC_NEG_INF, HPC_NEG_INF};
+    if (all_see) {
+#pragma unroll
+        for (int nt = 0; nt < AM_KT / 8; nt++)
+#pragma unroll
+            for (int c = 0; c < 4; c++) mx[c >> 1] = fmaxf(mx[c >> 1], s[nt][c]);
+    } else {
+#pragma unroll
+        for (int nt = 0; nt < AM_KT / 8; nt++)
+#pragma unroll
+            for (int c = 0; c < 4; c++) {
+                int rr = c >> 1, j = nt * 8 + 2 * t + (c & 1);
+                bool see = vb_vis[j] != 0 && !(HPC_CAUSAL && t0 + j > rows[rr]);
+                float x = see ? s[nt][c] : HPC_NEG_INF;
+                s[nt][c] = x;
+                mx[rr] = fmaxf(mx[rr], x);
+            }
+    }
+    float corr[2], mref[2];
+#pragma unroll
+    for (int rr = 0; rr < 2; rr++) {
+        mx[rr] = fmaxf(mx[rr], __shfl_xor_sync(0xffffffffu, mx[rr], 1));
+        mx[rr] = fmaxf(mx[rr], __shfl_xor_sync(0xffffffffu, mx[rr], 2));
+        float mn = fmaxf(m[rr], mx[rr]);
+        corr[rr] = m[rr] == HPC_NEG_INF ? 0.0f : a2_exp2((m[rr] - mn) * scale2);
+        m[rr] = mn;
+        // The exponent's reference (log2 units): 0 while every key so far
+        // is masked, so a masked score (-inf) gives exactly 0 without a test.
+        mref[rr] = mn == HPC_NEG_INF ? 0.0f : mn * scale2;
+        l[rr] *= corr[rr];
+    }
+    if (it > 0) am_rescale(o, corr);   // before the first tile o is still 0
+    u32 kbits[2][AM_KT / 8], mine[2][2];
+    am_keep_bits(kbits, mine, flat, t0, lane, t, p, seed, step, salt);
+    if (keep != nullptr && p != 0.0f && L <= AT_KEEP_KEYS) am_store_keep(keep, mine, rows, bh, t0, t, L);
+#pragma unroll
+    for (int nt = 0; nt < AM_KT / 8; nt++)
+#pragma unroll
+        for (int c = 0; c < 4; c++) {
+            int rr = c >> 1;
+            float pe = a2_exp2(fmaf(s[nt][c], scale2, -mref[rr]));
+            l[rr] += pe;
+            s[nt][c] = (kbits[rr][nt] >> (c & 1)) & 1u ? pe : 0.0f;   // 1/(1-p) with 1/l at the end
+        }
+    a2_mma_pv(o, s, vb, lane);
+}
+
+// The forward's end for the warp's rows: ctx = o / l (with the dropout's
+// 1/(1-p)), and lse (+inf for a row that sees no key).
+__device__ __forceinline__ void a2_fwd_finish(st_t *ctx, float *lse, float o[AT_D / 8][4], float m[2], float l[2],
+                                              const int rows[2], int b, int h, int t, int L, float scale2, float dscale)
+{
+#pragma unroll
+    for (int rr = 0; rr < 2; rr++) {
+        l[rr] += __shfl_xor_sync(0xffffffffu, l[rr], 1);
+        l[rr] += __shfl_xor_sync(0xffffffffu, l[rr], 2);
+        int row = rows[rr];
+        if (row >= L) continue;
+        float inv = l[rr] == 0.0f ? 0.0f : dscale / l[rr];
+        am_put_row(ctx, HPC_HIDDEN, b, h, row, L, o, rr, inv, t);
+        if (t == 0)
+            lse[((i64)b * HPC_HEADS + h) * L + row] =
+                l[rr] == 0.0f ? HPC_INF : (m[rr] * scale2 + log2f(l[rr])) * A2_LN2;
+    }
+}
+
 // keep (nullptr: none): the dropout's keep bits for the backward, AT_KEEP_BYTES
 // a query row (bit k % 8 of byte k / 8: key k), written where L is at most
 // AT_KEEP_KEYS (compiler/fuse_attn_keep.c); attn_mma3_bwd reads them.
@@ -311,83 +403,11 @@ AT_RUN void attn_mma2_fwd_rows(int at_bx, int at_by, int at_bz,
         see_mine = see_mine && t0 + AM_KT - 1 <= at_bx * QB;
 #endif
         bool all_see = __syncthreads_and(see_mine) != 0;
-        const unsigned short *kb = ks[buf], *vb = vs[buf];
-        const int *vb_vis = vis[buf];
-
-        float s[AM_KT / 8][4];
-#pragma unroll
-        for (int nt = 0; nt < AM_KT / 8; nt++) s[nt][0] = s[nt][1] = s[nt][2] = s[nt][3] = 0.0f;
-#pragma unroll
-        for (int kk = 0; kk < AT_D / 16; kk++)
-#pragma unroll
-            for (int np = 0; np < AM_KT / 16; np++) {
-                u32 f[4];
-                a2_ldm4(f, a2_nk(kb, 16 * np, 16 * kk, lane));
-                am_mma(s[2 * np], qa[kk], f[0], f[1]);
-                am_mma(s[2 * np + 1], qa[kk], f[2], f[3]);
-            }
-        // The row maxima in raw score units (scale2 > 0 keeps the order), so
-        // each exponent is one FFMA: 2^(s scale2 - m scale2).
-        float mx[2] = {HPC_NEG_INF, HPC_NEG_INF};
-        if (all_see) {
-#pragma unroll
-            for (int nt = 0; nt < AM_KT / 8; nt++)
-#pragma unroll
-                for (int c = 0; c < 4; c++) mx[c >> 1] = fmaxf(mx[c >> 1], s[nt][c]);
-        } else {
-#pragma unroll
-            for (int nt = 0; nt < AM_KT / 8; nt++)
-#pragma unroll
-                for (int c = 0; c < 4; c++) {
-                    int rr = c >> 1, j = nt * 8 + 2 * t + (c & 1);
-                    bool see = vb_vis[j] != 0 && !(HPC_CAUSAL && t0 + j > rows[rr]);
-                    float x = see ? s[nt][c] : HPC_NEG_INF;
-                    s[nt][c] = x;
-                    mx[rr] = fmaxf(mx[rr], x);
-                }
-        }
-        float corr[2], mref[2];
-#pragma unroll
-        for (int rr = 0; rr < 2; rr++) {
-            mx[rr] = fmaxf(mx[rr], __shfl_xor_sync(0xffffffffu, mx[rr], 1));
-            mx[rr] = fmaxf(mx[rr], __shfl_xor_sync(0xffffffffu, mx[rr], 2));
-            float mn = fmaxf(m[rr], mx[rr]);
-            corr[rr] = m[rr] == HPC_NEG_INF ? 0.0f : a2_exp2((m[rr] - mn) * scale2);
-            m[rr] = mn;
-            // The exponent's reference (log2 units): 0 while every key so far
-            // is masked, so a masked score (-inf) gives exactly 0 without a test.
-            mref[rr] = mn == HPC_NEG_INF ? 0.0f : mn * scale2;
-            l[rr] *= corr[rr];
-        }
-        if (it > 0) am_rescale(o, corr);   // before the first tile o is still 0
-        u32 kbits[2][AM_KT / 8], mine[2][2];
-        am_keep_bits(kbits, mine, flat, t0, lane, t, p, seed, step, salt);
-        if (keep != nullptr && p != 0.0f && L <= AT_KEEP_KEYS)
-            am_store_keep(keep, mine, rows, (i64)b * HPC_HEADS + h, t0, t, L);
-#pragma unroll
-        for (int nt = 0; nt < AM_KT / 8; nt++)
-#pragma unroll
-            for (int c = 0; c < 4; c++) {
-                int rr = c >> 1;
-                float pe = a2_exp2(fmaf(s[nt][c], scale2, -mref[rr]));
-                l[rr] += pe;
-                s[nt][c] = (kbits[rr][nt] >> (c & 1)) & 1u ? pe : 0.0f;   // 1/(1-p) with 1/l at the end
-            }
-        a2_mma_pv(o, s, vb, lane);
+        a2_fwd_tile(o, m, l, qa, ks[buf], vs[buf], vis[buf], all_see, it, t0, rows, flat, lane, t, scale2, p, seed,
+                    step, salt, keep, (i64)b * HPC_HEADS + h, L);
         __syncthreads();   // buffer buf is refilled by the next iteration's prefetch
     }
-#pragma unroll
-    for (int rr = 0; rr < 2; rr++) {
-        l[rr] += __shfl_xor_sync(0xffffffffu, l[rr], 1);
-        l[rr] += __shfl_xor_sync(0xffffffffu, l[rr], 2);
-        int row = rows[rr];
-        if (row >= L) continue;
-        float inv = l[rr] == 0.0f ? 0.0f : dscale / l[rr];
-        am_put_row(ctx, HPC_HIDDEN, b, h, row, L, o, rr, inv, t);
-        if (t == 0)
-            lse[((i64)b * HPC_HEADS + h) * L + row] =
-                l[rr] == 0.0f ? HPC_INF : (m[rr] * scale2 + log2f(l[rr])) * A2_LN2;
-    }
+    a2_fwd_finish(ctx, lse, o, m, l, rows, b, h, t, L, scale2, dscale);
 }
 
 AT_RUN void attn_mma2_fwd_run(int at_bx, int at_by, int at_bz,
@@ -412,6 +432,103 @@ AT_RUN void attn_mma2_fwd_wide_run(int at_bx, int at_by, int at_bz,
     attn_mma2_fwd_rows<A2_WIDE_QB>(at_bx, at_by, at_bz, ctx, lse, q, k, v, ld, mask, B, L, p, seed, step, salt,
                                    keep);
 }
+// == Persistent forward (HPC_ATTN_FWD=persist) ==
+//
+// attn_mma2_fwd_rows<AM_QB>'s work in items of AM_QB query rows of one
+// (b, head), item ((b HEADS) + h) ceil(L / AM_QB) + query tile: a grid of
+// at most A2P_BLOCKS (compiler/emit_ops_attention.c) blocks of 4 warps,
+// block x taking items x, x + grid, ...  The first key tile and the Q tile of a block's next item are
+// fetched while its current item's last tile is computed, so the loads at
+// an item's start (a quarter of the forward's stall samples at 256 x 128,
+// bench/results/2026-12-05-session24.txt, call 9) overlap work, and the
+// block's set-up is paid once.  Q goes through shared memory (two tiles,
+// ldmatrix into the A fragments) instead of straight into registers.  A
+// row's work is attn_mma2_fwd's: the same bits.  Head size up to 64 (two
+// K/V buffers); the shared memory is dynamic: A2P_SMEM_BYTES, which
+// kemit_attn2p_smem_bytes (compiler/emit_attention.h) gives the launch.
+#if AT_D <= 64
+#define A2P_TILE (AM_KT * AM_KS)                                  // elements of one staged K, V or Q tile
+#define A2P_SMEM_BYTES (6 * A2P_TILE * 2 + 2 * AM_KT * 4)         // K, V and Q twice, the masks twice
+static_assert(AM_QB == AM_KT, "a Q tile has a key tile's shape");
+#ifdef HPC_ATTN2P_SMEM_BYTES
+static_assert(A2P_SMEM_BYTES == HPC_ATTN2P_SMEM_BYTES, "the launch's dynamic shared memory is the kernel's layout "
+                                                      "(kemit_attn2p_smem_bytes, compiler/emit_attention.h)");
+#endif
+
+// (b, head, query tile) of item it, nq query tiles a (b, head).
+__device__ __forceinline__ void a2p_item(i64 it, int nq, int *b, int *h, int *qt)
+{
+    i64 bh = it / nq;
+    *qt = (int)(it - bh * nq);
+    *b = (int)(bh / HPC_HEADS);
+    *h = (int)(bh - (i64)*b * HPC_HEADS);
+}
+
+AT_RUN void attn_mma2_fwd_persist_run(int at_bx, int at_nb, st_t *ctx, float *lse, const st_t *q, const st_t *k,
+                                      const st_t *v, int ld, const int *mask, int B, int L, float p, u64 seed,
+                                      u32 step, u32 salt, unsigned char *keep)
+{
+    extern __shared__ __align__(128) unsigned char a2p_smem[];
+    typedef unsigned short Tile[A2P_TILE];
+    Tile *ks = reinterpret_cast<Tile *>(a2p_smem), *vs = ks + 2, *qs = ks + 4;
+    int (*vis)[AM_KT] = reinterpret_cast<int (*)[AM_KT]>(ks + 6);
+    const int nq = (L + AM_QB - 1) / AM_QB;
+    const i64 items = (i64)B * HPC_HEADS * nq;
+    i64 item = at_bx;
+    if (item >= items) return;
+    int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+    float scale2 = at_scale() * A2_LOG2E, dscale = dropout_scale(p);
+    int b, h, qt;
+    a2p_item(item, nq, &b, &h, &qt);
+    a2_stage(qs[0], q, ld, b, h, qt * AM_QB, AM_QB, L);
+    a2_stage_kv(ks[0], vs[0], vis[0], k, v, mask, ld, b, h, 0, L);
+    a2_commit();
+    int buf = 0, qbuf = 0;   // the key tile's buffer (alternating tile by tile), the item's Q buffer
+    for (; item < items; item += at_nb, qbuf ^= 1) {
+        a2p_item(item, nq, &b, &h, &qt);
+        int r0 = qt * AM_QB + warp * AM_QW;
+        int rows[2] = {r0 + g, r0 + g + 8};
+        i64 bh = (i64)b * HPC_HEADS + h, flat[2];
+        for (int rr = 0; rr < 2; rr++) flat[rr] = (bh * L + rows[rr]) * L;
+        int ntiles = a2_key_tiles(qt * AM_QB, L);
+        i64 next = item + at_nb;
+        u32 qa[AT_D / 16][4];
+        float o[AT_D / 8][4];
+#pragma unroll
+        for (int nd = 0; nd < AT_D / 8; nd++) o[nd][0] = o[nd][1] = o[nd][2] = o[nd][3] = 0.0f;
+        float m[2] = {HPC_NEG_INF, HPC_NEG_INF}, l[2] = {0.0f, 0.0f};
+        for (int it = 0; it < ntiles; it++, buf ^= 1) {
+            int t0 = it * AM_KT;
+            // the next tile of this block's sequence: this item's, or the
+            // next item's first with its Q (both buffers were last read
+            // before the previous tile's closing barrier)
+            if (it + 1 < ntiles) {
+                a2_stage_kv(ks[buf ^ 1], vs[buf ^ 1], vis[buf ^ 1], k, v, mask, ld, b, h, t0 + AM_KT, L);
+            } else if (next < items) {
+                int nb, nh, nqt;
+                a2p_item(next, nq, &nb, &nh, &nqt);
+                a2_stage(qs[qbuf ^ 1], q, ld, nb, nh, nqt * AM_QB, AM_QB, L);
+                a2_stage_kv(ks[buf ^ 1], vs[buf ^ 1], vis[buf ^ 1], k, v, mask, ld, nb, nh, 0, L);
+            }
+            a2_commit();
+            a2_wait1();
+            bool see_mine = threadIdx.x >= AM_KT || vis[buf][threadIdx.x] != 0;
+#if HPC_CAUSAL
+            see_mine = see_mine && t0 + AM_KT - 1 <= qt * AM_QB;
+#endif
+            bool all_see = __syncthreads_and(see_mine) != 0;
+            if (it == 0)   // the A fragments of the warp's 16 rows, as am_load_a reads them
+#pragma unroll
+                for (int kk = 0; kk < AT_D / 16; kk++) a2_ldm4(qa[kk], a2_kn(qs[qbuf], warp * AM_QW, 16 * kk, lane));
+            a2_fwd_tile(o, m, l, qa, ks[buf], vs[buf], vis[buf], all_see, it, t0, rows, flat, lane, t, scale2, p,
+                        seed, step, salt, keep, bh, L);
+            __syncthreads();   // buffer buf is refilled by the next tile's prefetch
+        }
+        a2_fwd_finish(ctx, lse, o, m, l, rows, b, h, t, L, scale2, dscale);
+    }
+}
+#endif
+
 #ifndef HPC_ATTN_NO_KERNELS
 extern "C" __global__ void __launch_bounds__(256, 2)
 KN(attn_mma2_fwd_wide)(st_t *ctx, float *lse, const st_t *q, const st_t *k, const st_t *v, int ld,
@@ -428,6 +545,22 @@ KN(attn_mma2_fwd_wide_keep)(st_t *ctx, float *lse, const st_t *q, const st_t *k,
     attn_mma2_fwd_wide_run(blockIdx.x, blockIdx.y, blockIdx.z, ctx, lse, q, k, v, ld, mask, B, L, p, seed, step,
                            salt, keep);
 }
+#if AT_D <= 64
+extern "C" __global__ void __launch_bounds__(128, 4)
+KN(attn_mma2_fwd_persist)(st_t *ctx, float *lse, const st_t *q, const st_t *k, const st_t *v, int ld,
+                          const int *mask, int B, int L, float p, u64 seed, u32 step, u32 salt)
+{
+    attn_mma2_fwd_persist_run(blockIdx.x, gridDim.x, ctx, lse, q, k, v, ld, mask, B, L, p, seed, step, salt,
+                              nullptr);
+}
+extern "C" __global__ void __launch_bounds__(128, 4)
+KN(attn_mma2_fwd_persist_keep)(st_t *ctx, float *lse, const st_t *q, const st_t *k, const st_t *v, int ld,
+                               const int *mask, int B, int L, float p, u64 seed, u32 step, u32 salt,
+                               unsigned char *keep)
+{
+    attn_mma2_fwd_persist_run(blockIdx.x, gridDim.x, ctx, lse, q, k, v, ld, mask, B, L, p, seed, step, salt, keep);
+}
+#endif
 extern "C" __global__ void __launch_bounds__(128)
 KN(attn_mma2_fwd)(st_t *ctx, float *lse, const st_t *q, const st_t *k, const st_t *v, int ld,
                   const int *mask, int B, int L, float p, u64 seed, u32 step, u32 salt)

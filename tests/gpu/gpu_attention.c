@@ -25,10 +25,13 @@
  * Z = keep * P / (1 - p) key by key; every (head, query, key) of L = 7, 100
  * and 512 must be kept exactly when philox_dropout_keep says so.
  *
- * The forward is checked four times: attn_simt_fwd (whose ctx feeds the
+ * The forward is checked five times: attn_simt_fwd (whose ctx feeds the
  * backward's delta), both tensor-core families, attn_mma_fwd (v1) and
- * attn_mma2_fwd (v2, the step's), and attn_mma2_fwd_wide (v2's with 128
- * query rows a block, HPC_ATTN_FWD=wide), against the same reference; the gradients three times: attn_simt_bwd_dq/dkv,
+ * attn_mma2_fwd (v2, the step's), attn_mma2_fwd_wide (v2's with 128 query
+ * rows a block, HPC_ATTN_FWD=wide) and attn_mma2_fwd_persist (v2's as a
+ * loop over items of 64 rows on a grid of 5 blocks, HPC_ATTN_FWD=persist,
+ * head size up to 64), against the same reference; the gradients three
+ * times: attn_simt_bwd_dq/dkv,
  * attn_mma_bwd_dq/dkv and attn_mma2_bwd_dq/dkv; and the one-pass backward
  * attn_mma3_bwd (the step's default, L <= 128 and D <= 64; its delta from
  * the v2 forward's ctx, as in the step) at both register budgets (the
@@ -55,7 +58,7 @@
  * GPU; 3796 on the emulator with HPC_GPU_TEST_MAX_L=128).
  *
  * Output: one "ok"/"FAIL" line per check, timing lines per shape (simt,
- * mma, mma2, mma2 wide fwd, mma3 at both register budgets, the keep pairs
+ * mma, mma2, mma2 wide and mma2 persist fwd, mma3 at both register budgets, the keep pairs
  * of mma3 and mma4), then "N checks, M failed"; exit 1 on any failure, 77 without a GPU.
  * HPC_TEST_SEED=N repeats a seed; HPC_GPU_TEST_NO_TIMING=1 skips timings;
  * HPC_GPU_TEST_MAX_L=N skips the cases longer than N (for tools/cuemu). */
@@ -261,11 +264,19 @@ enum { KEEP_BYTES = 16, KEEP_KEYS = 8 * KEEP_BYTES };
 /* The forward kernels: the same arguments, 16, 64 or 128 query rows per
  * block.  FWD_MMA and FWD_MMA2 are the two tensor-core families
  * (HPC_ATTN_KERNELS v1 and v2 in the step), FWD_MMA2_WIDE v2's with 128
- * rows a block of 256 threads (HPC_ATTN_FWD=wide); fam below is 0 for
- * attn_mma_*, 1 for attn_mma2_*. */
-typedef enum { FWD_SIMT, FWD_MMA, FWD_MMA2, FWD_MMA2_WIDE } FwdKind;
-static const char *const fwd_names[4] = {"attn_simt_fwd", "attn_mma_fwd", "attn_mma2_fwd", "attn_mma2_fwd_wide"};
-static const char *const fwd_tag[4] = {"simt", "mma", "mma2", "mma2 wide"};
+ * rows a block of 256 threads (HPC_ATTN_FWD=wide), FWD_MMA2_PERSIST v2's
+ * as a loop over items of 64 rows (HPC_ATTN_FWD=persist, head size up to
+ * 64); fam below is 0 for attn_mma_*, 1 for attn_mma2_*. */
+typedef enum { FWD_SIMT, FWD_MMA, FWD_MMA2, FWD_MMA2_WIDE, FWD_MMA2_PERSIST } FwdKind;
+static const char *const fwd_names[5] = {"attn_simt_fwd", "attn_mma_fwd", "attn_mma2_fwd", "attn_mma2_fwd_wide",
+                                         "attn_mma2_fwd_persist"};
+static const char *const fwd_tag[5] = {"simt", "mma", "mma2", "mma2 wide", "mma2 persist"};
+
+/* The persistent forward's grid: 5 blocks in the checks, so that each
+ * block takes several items across (b, head) boundaries, and the step's
+ * (4 blocks on each of 132 SMs at most, A2P_BLOCKS) in the timings. */
+static unsigned persist_blocks = 5;
+static bool has_persist(const Mod *m) { return m->D <= 64; }
 static const char *const fam_tag[2] = {"mma", "mma2"};
 static const char *const gname[3] = {"dQ", "dK", "dV"};   /* the gradients, in dqkv's column order */
 
@@ -279,6 +290,10 @@ static void run_fwd_kind(FwdKind kind, const Mod *m, Bufs *d, int B, int L, floa
     int ld = 3 * m->H;
     unsigned rows = kind == FWD_SIMT ? 16 : kind == FWD_MMA2_WIDE ? 128 : 64;
     void *args[] = {&d->ctx, &d->lse, &q, &k, &v, &ld, &d->mask, &B, &L, &p, &seed, &step, &salt};
+    if (kind == FWD_MMA2_PERSIST) {
+        launch_shared(m, fwd_names[kind], persist_blocks, 1, 1, 128, (unsigned)kemit_attn2p_smem_bytes(m->D), args);
+        return;
+    }
     launch(m, fwd_names[kind], (unsigned)(L + rows - 1) / rows, (unsigned)m->NH, (unsigned)B,
            kind == FWD_MMA2_WIDE ? 256 : 128, args);
 }
@@ -364,13 +379,20 @@ static void run_mma4(bool keep, const Mod *m, Bufs *d, int B, int L, float p, ui
 }
 
 /* attn_mma2_fwd_keep: v2's forward, saving the dropout's keep bits in
- * d->keep; wide: attn_mma2_fwd_wide_keep, 128 rows a block of 256. */
+ * d->keep; kind FWD_MMA2_WIDE: attn_mma2_fwd_wide_keep, 128 rows a block
+ * of 256; FWD_MMA2_PERSIST: attn_mma2_fwd_persist_keep. */
 static void run_fwd_keep(const Mod *m, Bufs *d, int B, int L, float p, uint64_t seed, uint32_t step, uint32_t salt,
-                         bool wide)
+                         FwdKind kind)
 {
     CUdeviceptr q = d->qkv, k = d->qkv + 2 * (size_t)m->H, v = d->qkv + 4 * (size_t)m->H;
     int ld = 3 * m->H;
     void *args[] = {&d->ctx, &d->lse, &q, &k, &v, &ld, &d->mask, &B, &L, &p, &seed, &step, &salt, &d->keep};
+    if (kind == FWD_MMA2_PERSIST) {
+        launch_shared(m, "attn_mma2_fwd_persist_keep", persist_blocks, 1, 1, 128,
+                      (unsigned)kemit_attn2p_smem_bytes(m->D), args);
+        return;
+    }
+    bool wide = kind == FWD_MMA2_WIDE;
     unsigned rows = wide ? 128 : 64;
     launch(m, wide ? "attn_mma2_fwd_wide_keep" : "attn_mma2_fwd_keep", (unsigned)(L + rows - 1) / rows,
            (unsigned)m->NH, (unsigned)B, wide ? 256 : 128, args);
@@ -633,43 +655,52 @@ static void test_case(const Mod *m, int L, float p)
             check_strided(m, what, dqkv + g * H, rg + g * H, rows, 3 * H, H, 16 * u);
         }
     }
-    /* v2's forward with 128 rows a block (HPC_ATTN_FWD=wide): the same ctx,
-     * lse and fully masked rows */
-    DRV(cu->cuMemsetD8Async(d.ctx, 0xFF, nc * 2, dev.stream));
-    DRV(cu->cuMemsetD8Async(d.lse, 0xFF, nl * 4, dev.stream));
-    run_fwd_kind(FWD_MMA2_WIDE, m, &d, B, L, p, seed, step, salt);
-    DRV(cu->cuStreamSynchronize(dev.stream));
-    free(ctx);
-    ctx = down_st(m, d.ctx, nc);
-    DRV(cu->cuMemcpyDtoH(lse, d.lse, nl * 4));
-    snprintf(what, sizeof what, "L%d p%.1f ctx (mma2 wide fwd)", L, p);
-    check_strided(m, what, ctx, rc, rows, H, H, 4 * u);
-    snprintf(what, sizeof what, "L%d p%.1f lse (mma2 wide fwd)", L, p);
-    check_lse(m, what, lse, rl, nl);
-    nonzero = 0;
-    for (size_t i = 2 * (size_t)L * H; i < nc; i++) nonzero += ctx[i] != 0.0f;
-    snprintf(what, sizeof what, "L%d p%.1f fully masked row is 0 (mma2 wide fwd)", L, p);
-    report(nonzero == 0, m->label, what, (double)nonzero, 0, nonzero ? " NONZERO CONTEXT" : "");
+    /* v2's forward with 128 rows a block (HPC_ATTN_FWD=wide) and as a loop
+     * over items (HPC_ATTN_FWD=persist): the same ctx, lse and fully masked
+     * rows */
+    for (int kind = FWD_MMA2_WIDE; kind <= FWD_MMA2_PERSIST; kind++) {
+        if (kind == FWD_MMA2_PERSIST && !has_persist(m)) break;
+        DRV(cu->cuMemsetD8Async(d.ctx, 0xFF, nc * 2, dev.stream));
+        DRV(cu->cuMemsetD8Async(d.lse, 0xFF, nl * 4, dev.stream));
+        run_fwd_kind((FwdKind)kind, m, &d, B, L, p, seed, step, salt);
+        DRV(cu->cuStreamSynchronize(dev.stream));
+        free(ctx);
+        ctx = down_st(m, d.ctx, nc);
+        DRV(cu->cuMemcpyDtoH(lse, d.lse, nl * 4));
+        snprintf(what, sizeof what, "L%d p%.1f ctx (%s fwd)", L, p, fwd_tag[kind]);
+        check_strided(m, what, ctx, rc, rows, H, H, 4 * u);
+        snprintf(what, sizeof what, "L%d p%.1f lse (%s fwd)", L, p, fwd_tag[kind]);
+        check_lse(m, what, lse, rl, nl);
+        nonzero = 0;
+        for (size_t i = 2 * (size_t)L * H; i < nc; i++) nonzero += ctx[i] != 0.0f;
+        snprintf(what, sizeof what, "L%d p%.1f fully masked row is 0 (%s fwd)", L, p, fwd_tag[kind]);
+        report(nonzero == 0, m->label, what, (double)nonzero, 0, nonzero ? " NONZERO CONTEXT" : "");
+    }
     /* The one-pass backwards (v3's at both register budgets, v4's), from
      * v2's lse (left in d.lse by the forwards above) and the same delta. */
     for (int kind = ONE_PASS_MMA3; kind <= ONE_PASS_MMA4 && has_mma3(m, L); kind++)
         check_one_pass((OnePassKind)kind, m, &d, B, L, p, seed, step, salt, &dqkv, rg, 16 * u);
     /* HPC_ATTN_KEEP=1's pair: v2's forward saving the keep bits (the same
      * ctx, and the bits the cpu draws), then the one-pass backward reading
-     * them (the same gradients); and the wide forward's bits
-     * (HPC_ATTN_FWD=wide) */
-    for (int wide = 0; wide < 2 && p > 0 && L <= KEEP_KEYS; wide++) {
-        const char *fwd = wide ? "mma2 wide fwd" : "mma2 fwd";
+     * them (the same gradients); and the wide and persistent forwards' bits
+     * (HPC_ATTN_FWD=wide, persist) */
+    static const FwdKind keep_kinds[3] = {FWD_MMA2, FWD_MMA2_WIDE, FWD_MMA2_PERSIST};
+    for (int kk = 0; kk < 3 && p > 0 && L <= KEEP_KEYS; kk++) {
+        FwdKind fk = keep_kinds[kk];
+        bool step_default = fk == FWD_MMA2;   /* the others: no backward after them */
+        if (fk == FWD_MMA2_PERSIST && !has_persist(m)) break;
+        char fwd[32];
+        snprintf(fwd, sizeof fwd, "%s fwd", fwd_tag[fk]);
         DRV(cu->cuMemsetD8Async(d.ctx, 0xFF, nc * 2, dev.stream));
         DRV(cu->cuMemsetD8Async(d.keep, 0xA5, (size_t)B * m->NH * L * KEEP_BYTES, dev.stream));
-        run_fwd_keep(m, &d, B, L, p, seed, step, salt, wide);
+        run_fwd_keep(m, &d, B, L, p, seed, step, salt, fk);
         DRV(cu->cuStreamSynchronize(dev.stream));
         free(ctx);
         ctx = down_st(m, d.ctx, nc);
         snprintf(what, sizeof what, "L%d p%.1f ctx (%s keep)", L, p, fwd);
         check_strided(m, what, ctx, rc, rows, H, H, 4 * u);
         check_keep_bits(m, &d, B, L, p, seed, step, salt, fwd);
-        for (int kind = ONE_PASS_MMA3_KEEP; kind <= ONE_PASS_MMA4_KEEP && has_mma3(m, L) && !wide; kind++)
+        for (int kind = ONE_PASS_MMA3_KEEP; kind <= ONE_PASS_MMA4_KEEP && has_mma3(m, L) && step_default; kind++)
             check_one_pass((OnePassKind)kind, m, &d, B, L, p, seed, step, salt, &dqkv, rg, 16 * u);
     }
     test_first_query(m, &d, qkv, dctx, mask, B, L, p, seed, step, salt);
@@ -805,23 +836,28 @@ static void timing(const Mod *m, int B, int L)
                "fwd+bwd %.3f ms\n", m->label, B, L, m->NH, fam_tag[fam], mma_ms, f / mma_ms * 1e-9, fam_tag[fam],
                mbwd_ms, 2 * f / mbwd_ms * 1e-9, mma_ms + mbwd_ms);
     }
-    /* v2's forward with 128 rows a block (HPC_ATTN_FWD=wide) */
-    {
+    /* v2's forward with 128 rows a block (HPC_ATTN_FWD=wide) and as a loop
+     * over items on the step's grid (HPC_ATTN_FWD=persist) */
+    long long items = (long long)B * m->NH * ((L + 63) / 64);
+    persist_blocks = (unsigned)(items < 528 ? items : 528);
+    for (int kind = FWD_MMA2_WIDE; kind <= FWD_MMA2_PERSIST; kind++) {
+        if (kind == FWD_MMA2_PERSIST && !has_persist(m)) break;
         float ms = 0;
-        for (int i = 0; i < 3; i++) run_fwd_kind(FWD_MMA2_WIDE, m, &d, B, L, p, seed, step, salt);
+        for (int i = 0; i < 3; i++) run_fwd_kind((FwdKind)kind, m, &d, B, L, p, seed, step, salt);
         for (int i = 0; i < iters; i++) {
             float a;
             DRV(cu->cuEventRecord(e0, dev.stream));
-            run_fwd_kind(FWD_MMA2_WIDE, m, &d, B, L, p, seed, step, salt);
+            run_fwd_kind((FwdKind)kind, m, &d, B, L, p, seed, step, salt);
             DRV(cu->cuEventRecord(e1, dev.stream));
             DRV(cu->cuEventSynchronize(e1));
             DRV(cu->cuEventElapsedTime(&a, e0, e1));
             ms += a;
         }
         ms /= iters;
-        printf("timing  %-9s B%d L%d NH%d p0.1: mma2 wide fwd %.3f ms (%.1f TFLOP/s)\n", m->label, B, L, m->NH, ms,
-               f / ms * 1e-9);
+        printf("timing  %-9s B%d L%d NH%d p0.1: %s fwd %.3f ms (%.1f TFLOP/s)\n", m->label, B, L, m->NH,
+               fwd_tag[kind], ms, f / ms * 1e-9);
     }
+    persist_blocks = 5;
     /* The step's backwards: v3's one-pass kernel, delta inside, at both
      * register budgets, and v4's (the default); then the step's own pairs
      * (HPC_ATTN_KEEP, the default) reading the keep bits the forward saved:
@@ -829,7 +865,7 @@ static void timing(const Mod *m, int B, int L)
      * TFLOP/s as above (4 products counted); "executed" counts the 5 it
      * computes (S, dP, dV, dK, dQ; v2 computes 7). */
     if (has_mma3(m, L)) {
-        run_fwd_keep(m, &d, B, L, p, seed, step, salt, false);
+        run_fwd_keep(m, &d, B, L, p, seed, step, salt, FWD_MMA2);
         for (int kind = ONE_PASS_MMA3; kind <= ONE_PASS_MMA4_KEEP; kind++) {
             if (kind >= ONE_PASS_MMA3_KEEP && L > KEEP_KEYS) break;
             float ms = 0;
@@ -885,7 +921,7 @@ int main(void)
         }
     static const int bits_lengths[] = {7, 100, 512};
     for (int i = 0; i < 4; i += 3)
-        for (int kind = FWD_SIMT; kind <= FWD_MMA2_WIDE; kind++)
+        for (int kind = FWD_SIMT; kind <= FWD_MMA2_PERSIST; kind++)
             for (int l = 0; l < 3; l++)
                 if (bits_lengths[l] <= max_l) test_dropout_bits((FwdKind)kind, &mods[i], bits_lengths[l], 0.1f);
     if (!getenv("HPC_GPU_TEST_NO_TIMING")) {
