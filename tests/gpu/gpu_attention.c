@@ -55,11 +55,15 @@
  * forward 3 in every case (6 modules x 10 lengths x 2 p), 2 in each case
  * of the keep pair (6 modules x 9 lengths) and its dropout bits at 3
  * lengths for 2 modules: 3630 + 360 + 108 + 6 = 4104 (not yet run on a
- * GPU; 3796 on the emulator with HPC_GPU_TEST_MAX_L=128).
+ * GPU; 3796 on the emulator with HPC_GPU_TEST_MAX_L=128); the persistent
+ * forward the same for the 4 modules of head size up to 64: 4104 + 240 +
+ * 72 + 6 = 4422 (not yet run on a GPU; on the emulator with
+ * HPC_GPU_TEST_MAX_L=32, 1818 against 1688 before it).
  *
  * Output: one "ok"/"FAIL" line per check, timing lines per shape (simt,
- * mma, mma2, mma2 wide and mma2 persist fwd, mma3 at both register budgets, the keep pairs
- * of mma3 and mma4), then "N checks, M failed"; exit 1 on any failure, 77 without a GPU.
+ * mma, mma2, mma2 wide and mma2 persist fwd, mma3 at both register
+ * budgets, the keep pairs of mma3 and mma4), then "N checks, M failed";
+ * exit 1 on any failure, 77 without a GPU.
  * HPC_TEST_SEED=N repeats a seed; HPC_GPU_TEST_NO_TIMING=1 skips timings;
  * HPC_GPU_TEST_MAX_L=N skips the cases longer than N (for tools/cuemu). */
 #include <math.h>
