@@ -56,6 +56,14 @@ static inline int kemit_attn4_smem_bytes(long long head_dim)
     return (int)((3 * 128 * (head_dim + 8) + 128 * 136) * 2 + 2 * 128 * 4);
 }
 
+/* The same for its persistent form (attn_mma4_bwd_persist,
+ * HPC_ATTN_KERNELS=v4p): a second K buffer, for the next (b, head) pair's.
+ * HPC_ATTN4P_SMEM_BYTES in both preambles. */
+static inline int kemit_attn4p_smem_bytes(long long head_dim)
+{
+    return kemit_attn4_smem_bytes(head_dim) + (int)(128 * (head_dim + 8) * 2);
+}
+
 /* Dynamic shared memory of a block of the persistent attention forward
  * (attn_mma2_fwd_persist, compiler/kernels/attention_mma2.cu), head size
  * up to 64: K, V and Q tiles of 64 rows x (head_dim + 8), two of each, and

@@ -51,28 +51,14 @@ __device__ __forceinline__ void a4_wait_tile(int it)
     }
 }
 
-AT_RUN void attn_mma4_bwd_run(int at_bx, int at_by, int at_bz,
-                              st_t *dq, st_t *dk, st_t *dv, int ldg, const st_t *dctx, const st_t *ctx, const st_t *q,
-                              const st_t *k, const st_t *v, int ld, const float *lse, const int *mask, int B, int L,
-                              float p, u64 seed, u32 step, u32 salt, const unsigned char *keep)
+// K (into ks) and the four query tiles (Q, dO, lse and the keep bits into
+// qs, gs, tl) of (b, head): one cp.async group a tile, K with the first,
+// empty groups past L.
+__device__ __forceinline__ void a4_stage_head(unsigned short *ks, unsigned short *qs, unsigned short *gs, float *tl,
+                                              const st_t *q, const st_t *k, const st_t *dctx, const float *lse,
+                                              const unsigned char *keep, int ld, int b, int h, int L)
 {
-    extern __shared__ __align__(128) unsigned char a4_smem[];
-    unsigned short *ks = reinterpret_cast<unsigned short *>(a4_smem);   // K of every key
-    unsigned short *qs = ks + A3_KEYS * AM_KS;                            // Q of every query (keep bits in the padding)
-    unsigned short *gs = qs + A3_KEYS * AM_KS;                            // dO of every query
-    unsigned short *dss = gs + A3_KEYS * AM_KS;                           // dS^T, keys x queries
-    float *tl = reinterpret_cast<float *>(dss + A3_KEYS * A4_DSS);       // lse of every query
-    float *dl = tl + A3_KEYS;                                             // delta of every query
-    (void)at_bx;
-    int b = at_bz, h = at_by;
-    int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
-    int k0 = warp * AM_QW;   // the warp's first key, and its first query for dQ
-    int keys[2] = {k0 + g, k0 + g + 8};
-    bool owns = k0 < L;      // warp-uniform: the warp has keys below L
-    int nkc = (L + 15) / 16; // 16-key chunks of dQ's sum
-    float scale = at_scale(), scale2 = scale * A2_LOG2E, dscale = dropout_scale(p);
     i64 bh = (i64)b * HPC_HEADS + h;
-    a3_prefetch_rows(dctx, ctx, v, ld, b, h, L);
     a2_stage(ks, k, ld, b, h, 0, A3_KEYS, L, 32 * A3_WARPS);
     for (int it = 0; it < A4_QTILES; it++) {   // one group a tile, empty past L
         int c0 = it * AM_QT;
@@ -83,10 +69,26 @@ AT_RUN void attn_mma4_bwd_run(int at_bx, int at_by, int at_bz,
         }
         a2_commit();
     }
+}
 
+// The key work of (b, head) once a4_stage_head's groups are in flight:
+// the warp's start (delta into dl, its V fragments), then the query tiles
+// as they land (dS^T into dss, dK and dV into gk and gv).  Ends after a
+// barrier that follows the last read of qs, gs, tl and dl; dss is full.
+__device__ __forceinline__ void a4_head_keys(float gk[AT_D / 8][4], float gv[AT_D / 8][4], const unsigned short *ks,
+                                             const unsigned short *qs, const unsigned short *gs, unsigned short *dss,
+                                             const float *tl, float *dl, const st_t *dctx, const st_t *ctx,
+                                             const st_t *v, int ld, const int *mask, int b, int h, int L, float p,
+                                             float scale2, float dscale, u64 seed, u32 step, u32 salt,
+                                             const unsigned char *keep)
+{
+    int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+    int k0 = warp * AM_QW;   // the warp's first key, and its first query for dQ
+    int keys[2] = {k0 + g, k0 + g + 8};
+    bool owns = k0 < L;      // warp-uniform: the warp has keys below L
+    i64 bh = (i64)b * HPC_HEADS + h;
     bool kvis[2];
     u32 va[AT_D / 16][4];
-    float gk[AT_D / 8][4], gv[AT_D / 8][4];
     a3_warp_start(kvis, va, gk, gv, dl, dss, A4_DSS, v, dctx, ctx, mask, ld, b, h, keys, k0, L, t, lane);
 
     for (int c0 = 0, it = 0; c0 < L; c0 += AM_QT, it++) {
@@ -100,15 +102,24 @@ AT_RUN void attn_mma4_bwd_run(int at_bx, int at_by, int at_bz,
     }
     a2_wait0();        // the empty groups past L
     __syncthreads();   // dss is full; Q and dO are no longer read
-    if (owns) {
-        a3_put_rows(qs + k0 * AM_KS, dk, ldg, b, h, k0, L, gk, scale, lane);
-        a3_put_rows(gs + k0 * AM_KS, dv, ldg, b, h, k0, L, gv, 1.0f, lane);
-    }
-    if (k0 >= L) return;   // no query rows of this warp below L
+}
 
-    // dQ = dS K for queries k0 .. k0 + 15, every column: key chunks in
-    // pairs, both loaded before their products.
-    float acc[AT_D / 8][4];
+// dK (gk times scale) and dV (gv) of the warp's keys k0 .. out through its
+// rows of qs and gs, once a4_head_keys has returned.
+__device__ __forceinline__ void a4_put_dkv(unsigned short *qs, unsigned short *gs, st_t *dk, st_t *dv, int ldg,
+                                           const float gk[AT_D / 8][4], const float gv[AT_D / 8][4], int b, int h,
+                                           int k0, int L, float scale, int lane)
+{
+    a3_put_rows(qs + k0 * AM_KS, dk, ldg, b, h, k0, L, gk, scale, lane);
+    a3_put_rows(gs + k0 * AM_KS, dv, ldg, b, h, k0, L, gv, 1.0f, lane);
+}
+
+// dQ = dS K for the warp's queries k0 .. k0 + 15, every column, from the
+// full dss and ks: key chunks in pairs, both loaded before their products.
+__device__ __forceinline__ void a4_dq(float acc[AT_D / 8][4], const unsigned short *dss, const unsigned short *ks,
+                                      int k0, int L, int lane)
+{
+    int nkc = (L + 15) / 16;   // 16-key chunks of dQ's sum
 #pragma unroll
     for (int nd = 0; nd < AT_D / 8; nd++)
 #pragma unroll
@@ -131,8 +142,101 @@ AT_RUN void attn_mma4_bwd_run(int at_bx, int at_by, int at_bz,
                 am_mma(acc[2 * np + 1], a[i], f[i][np][2], f[i][np][3]);
             }
     }
+}
+
+AT_RUN void attn_mma4_bwd_run(int at_bx, int at_by, int at_bz,
+                              st_t *dq, st_t *dk, st_t *dv, int ldg, const st_t *dctx, const st_t *ctx, const st_t *q,
+                              const st_t *k, const st_t *v, int ld, const float *lse, const int *mask, int B, int L,
+                              float p, u64 seed, u32 step, u32 salt, const unsigned char *keep)
+{
+    extern __shared__ __align__(128) unsigned char a4_smem[];
+    unsigned short *ks = reinterpret_cast<unsigned short *>(a4_smem);   // K of every key
+    unsigned short *qs = ks + A3_KEYS * AM_KS;                            // Q of every query (keep bits in the padding)
+    unsigned short *gs = qs + A3_KEYS * AM_KS;                            // dO of every query
+    unsigned short *dss = gs + A3_KEYS * AM_KS;                           // dS^T, keys x queries
+    float *tl = reinterpret_cast<float *>(dss + A3_KEYS * A4_DSS);       // lse of every query
+    float *dl = tl + A3_KEYS;                                             // delta of every query
+    (void)at_bx;
+    int b = at_bz, h = at_by;
+    int lane = threadIdx.x & 31, k0 = (threadIdx.x >> 5) * AM_QW;
+    float scale = at_scale(), scale2 = scale * A2_LOG2E, dscale = dropout_scale(p);
+    a3_prefetch_rows(dctx, ctx, v, ld, b, h, L);
+    a4_stage_head(ks, qs, gs, tl, q, k, dctx, lse, keep, ld, b, h, L);
+    float gk[AT_D / 8][4], gv[AT_D / 8][4];
+    a4_head_keys(gk, gv, ks, qs, gs, dss, tl, dl, dctx, ctx, v, ld, mask, b, h, L, p, scale2, dscale, seed, step,
+                 salt, keep);
+    if (k0 < L) a4_put_dkv(qs, gs, dk, dv, ldg, gk, gv, b, h, k0, L, scale, lane);
+    if (k0 >= L) return;   // no query rows of this warp below L
+    float acc[AT_D / 8][4];
+    a4_dq(acc, dss, ks, k0, L, lane);
     a3_put_rows(qs + k0 * AM_KS, dq, ldg, b, h, k0, L, acc, scale, lane);
 }
+
+// == Persistent form (HPC_ATTN_KERNELS=v4p) ==
+//
+// attn_mma4_bwd's work for the (b, head) pairs blockIdx.x, + gridDim.x,
+// ... of B x HEADS (a grid of at most A4P_BLOCKS, compiler/
+// emit_ops_attention.c): the next pair's K and query tiles are fetched
+// while the current pair's dQ is computed, into a second K buffer and the
+// Q and dO rows dK and dV have just left through, so a pair's loads (the
+// kernel's first phase, every block waiting at once in attn_mma4_bwd)
+// overlap another pair's work.  dQ is stored straight from the registers
+// (the Q and dO rows it left through hold the next pair's by then; staged
+// through K instead, behind one more barrier, its accumulators spilled).
+// Two blocks an SM still fit: A4P_SMEM_BYTES, kemit_attn4p_smem_bytes.
+// The same bits as attn_mma4_bwd.
+#define A4P_SMEM_BYTES (A4_SMEM_BYTES + A4_ROWS_BYTES)
+#ifdef HPC_ATTN4P_SMEM_BYTES
+static_assert(A4P_SMEM_BYTES == HPC_ATTN4P_SMEM_BYTES, "the launch's dynamic shared memory is the kernel's layout "
+                                                      "(kemit_attn4p_smem_bytes, compiler/emit_attention.h)");
+#endif
+AT_RUN void attn_mma4_bwd_persist_run(int at_bx, int at_nb, st_t *dq, st_t *dk, st_t *dv, int ldg, const st_t *dctx,
+                                      const st_t *ctx, const st_t *q, const st_t *k, const st_t *v, int ld,
+                                      const float *lse, const int *mask, int B, int L, float p, u64 seed, u32 step,
+                                      u32 salt, const unsigned char *keep)
+{
+    extern __shared__ __align__(128) unsigned char a4_smem[];
+    unsigned short *ks0 = reinterpret_cast<unsigned short *>(a4_smem);   // K of every key, two pairs' buffers
+    unsigned short *qs = ks0 + 2 * A3_KEYS * AM_KS;                       // Q of every query (keep bits in the padding)
+    unsigned short *gs = qs + A3_KEYS * AM_KS;                            // dO of every query
+    unsigned short *dss = gs + A3_KEYS * AM_KS;                           // dS^T, keys x queries
+    float *tl = reinterpret_cast<float *>(dss + A3_KEYS * A4_DSS);       // lse of every query
+    float *dl = tl + A3_KEYS;                                             // delta of every query
+    const i64 items = (i64)B * HPC_HEADS;
+    i64 item = at_bx;
+    if (item >= items) return;
+    int lane = threadIdx.x & 31, k0 = (threadIdx.x >> 5) * AM_QW;
+    float scale = at_scale(), scale2 = scale * A2_LOG2E, dscale = dropout_scale(p);
+    int b = (int)(item / HPC_HEADS), h = (int)(item % HPC_HEADS);
+    a3_prefetch_rows(dctx, ctx, v, ld, b, h, L);
+    a4_stage_head(ks0, qs, gs, tl, q, k, dctx, lse, keep, ld, b, h, L);
+    for (int kb = 0; item < items; item += at_nb, kb ^= 1) {
+        b = (int)(item / HPC_HEADS);
+        h = (int)(item % HPC_HEADS);
+        unsigned short *ks = ks0 + kb * A3_KEYS * AM_KS;
+        float gk[AT_D / 8][4], gv[AT_D / 8][4];
+        a4_head_keys(gk, gv, ks, qs, gs, dss, tl, dl, dctx, ctx, v, ld, mask, b, h, L, p, scale2, dscale, seed, step,
+                     salt, keep);
+        if (k0 < L) a4_put_dkv(qs, gs, dk, dv, ldg, gk, gv, b, h, k0, L, scale, lane);
+        __syncthreads();   // every warp's dK and dV rows have left qs and gs
+        i64 next = item + at_nb;
+        if (next < items) {   // the other K buffer was last read before this pair began
+            int nb = (int)(next / HPC_HEADS), nh = (int)(next % HPC_HEADS);
+            a3_prefetch_rows(dctx, ctx, v, ld, nb, nh, L);
+            a4_stage_head(ks0 + (kb ^ 1) * A3_KEYS * AM_KS, qs, gs, tl, q, k, dctx, lse, keep, ld, nb, nh, L);
+        }
+        if (k0 < L) {   // dQ straight from the registers: Q and dO rows hold the next pair's now
+            float acc[AT_D / 8][4];
+            a4_dq(acc, dss, ks, k0, L, lane);
+            int g = lane >> 2, t = lane & 3;
+#pragma unroll
+            for (int rr = 0; rr < 2; rr++)
+                if (k0 + g + 8 * rr < L) am_put_row(dq, ldg, b, h, k0 + g + 8 * rr, L, acc, rr, scale, t);
+        }
+        __syncthreads();   // K and dss are no longer read
+    }
+}
+
 #ifndef HPC_ATTN_NO_KERNELS
 extern "C" __global__ void __launch_bounds__(256, 2)
 KN(attn_mma4_bwd_keep)(st_t *dq, st_t *dk, st_t *dv, int ldg, const st_t *dctx, const st_t *ctx, const st_t *q,
@@ -150,6 +254,23 @@ KN(attn_mma4_bwd)(st_t *dq, st_t *dk, st_t *dv, int ldg, const st_t *dctx, const
 {
     attn_mma4_bwd_run(blockIdx.x, blockIdx.y, blockIdx.z, dq, dk, dv, ldg, dctx, ctx, q, k, v, ld, lse, mask, B, L, p,
                       seed, step, salt, nullptr);
+}
+extern "C" __global__ void __launch_bounds__(256, 2)
+KN(attn_mma4_bwd_persist_keep)(st_t *dq, st_t *dk, st_t *dv, int ldg, const st_t *dctx, const st_t *ctx,
+                               const st_t *q, const st_t *k, const st_t *v, int ld, const float *lse, const int *mask,
+                               int B, int L, float p, u64 seed, u32 step, u32 salt, const unsigned char *keep)
+{
+    __builtin_assume(keep != nullptr);
+    attn_mma4_bwd_persist_run(blockIdx.x, gridDim.x, dq, dk, dv, ldg, dctx, ctx, q, k, v, ld, lse, mask, B, L, p,
+                              seed, step, salt, keep);
+}
+extern "C" __global__ void __launch_bounds__(256, 2)
+KN(attn_mma4_bwd_persist)(st_t *dq, st_t *dk, st_t *dv, int ldg, const st_t *dctx, const st_t *ctx, const st_t *q,
+                          const st_t *k, const st_t *v, int ld, const float *lse, const int *mask, int B, int L,
+                          float p, u64 seed, u32 step, u32 salt)
+{
+    attn_mma4_bwd_persist_run(blockIdx.x, gridDim.x, dq, dk, dv, ldg, dctx, ctx, q, k, v, ld, lse, mask, B, L, p,
+                              seed, step, salt, nullptr);
 }
 #endif
 

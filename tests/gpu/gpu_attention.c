@@ -39,7 +39,8 @@
  * delta attn_head_bwd_dot (the step's v3 phase above L 128) is held to
  * 1e-5 of attn_simt_bwd_dot's, and feeds the families' dQ/dK/dV checks.
  * attn_mma4_bwd (HPC_ATTN_KERNELS=v4: dS of every query in dynamic shared
- * memory) the same way where the one-pass backward runs.
+ * memory) and its persistent form attn_mma4_bwd_persist (v4p) the same way
+ * where the one-pass backward runs.
  * With dropout and L <= 128, HPC_ATTN_KEEP=1's pair: attn_mma2_fwd_keep
  * (ctx, and its saved keep bits byte for byte against the cpu's draws) and
  * attn_mma3_bwd_keep and attn_mma4_bwd_keep reading them (dQ, dK, dV as
@@ -58,7 +59,10 @@
  * GPU; 3796 on the emulator with HPC_GPU_TEST_MAX_L=128); the persistent
  * forward the same for the 4 modules of head size up to 64: 4104 + 240 +
  * 72 + 6 = 4422 (not yet run on a GPU; on the emulator with
- * HPC_GPU_TEST_MAX_L=32, 1818 against 1688 before it).
+ * HPC_GPU_TEST_MAX_L=32, 1818 against 1688 before it); the persistent
+ * one-pass backward (attn_mma4_bwd_persist, HPC_ATTN_KERNELS=v4p, on a grid
+ * of 3 blocks) and its keep pair as v4's: 4422 + 216 + 108 = 4746 (1962
+ * on the emulator at HPC_GPU_TEST_MAX_L=32).
  *
  * Output: one "ok"/"FAIL" line per check, timing lines per shape (simt,
  * mma, mma2, mma2 wide and mma2 persist fwd, mma3 at both register
@@ -369,15 +373,23 @@ static void run_mma3(bool r128, const Mod *m, Bufs *d, int B, int L, float p, ui
 /* attn_mma4_bwd (HPC_ATTN_KERNELS=v4): the one-pass backward with dS of
  * every query in dynamic shared memory; keep: reading d->keep
  * (attn_mma4_bwd_keep) instead of drawing.  Same grid and arguments as
- * run_mma3 / run_mma3_keep. */
-static void run_mma4(bool keep, const Mod *m, Bufs *d, int B, int L, float p, uint64_t seed, uint32_t step,
-                     uint32_t salt)
+ * run_mma3 / run_mma3_keep.  persist: its persistent form
+ * (attn_mma4_bwd_persist, HPC_ATTN_KERNELS=v4p) on a grid of
+ * persist_bwd_blocks. */
+static unsigned persist_bwd_blocks = 3;   /* checks: each block takes several (b, head) pairs; timings: the step's */
+static void run_mma4(bool keep, bool persist, const Mod *m, Bufs *d, int B, int L, float p, uint64_t seed,
+                     uint32_t step, uint32_t salt)
 {
     CUdeviceptr q = d->qkv, k = d->qkv + 2 * (size_t)m->H, v = d->qkv + 4 * (size_t)m->H;
     CUdeviceptr dq = d->dqkv, dk = d->dqkv + 2 * (size_t)m->H, dv = d->dqkv + 4 * (size_t)m->H;
     int ld = 3 * m->H;
     void *a[] = {&dq, &dk, &dv, &ld, &d->dctx, &d->ctx, &q, &k, &v, &ld, &d->lse, &d->mask, &B, &L, &p, &seed,
                  &step, &salt, &d->keep};
+    if (persist) {
+        launch_shared(m, keep ? "attn_mma4_bwd_persist_keep" : "attn_mma4_bwd_persist", persist_bwd_blocks, 1, 1,
+                      256, (unsigned)kemit_attn4p_smem_bytes(m->D), a);
+        return;
+    }
     launch_shared(m, keep ? "attn_mma4_bwd_keep" : "attn_mma4_bwd", 1, (unsigned)m->NH, (unsigned)B, 256,
                   (unsigned)kemit_attn4_smem_bytes(m->D), a);
 }
@@ -414,20 +426,25 @@ static void run_mma3_keep(const Mod *m, Bufs *d, int B, int L, float p, uint64_t
 }
 
 /* The one-pass backwards (L <= 128, D <= 64): v3's kernel at both register
- * budgets, v4's, and both reading the saved keep bits. */
+ * budgets, v4's and its persistent form's, and those reading the saved
+ * keep bits. */
 typedef enum {
-    ONE_PASS_MMA3, ONE_PASS_MMA3_R128, ONE_PASS_MMA4, ONE_PASS_MMA3_KEEP, ONE_PASS_MMA4_KEEP
+    ONE_PASS_MMA3, ONE_PASS_MMA3_R128, ONE_PASS_MMA4, ONE_PASS_MMA4P,
+    ONE_PASS_MMA3_KEEP, ONE_PASS_MMA4_KEEP, ONE_PASS_MMA4P_KEEP
 } OnePassKind;
-static const char *const one_pass_tag[] = {"mma3", "mma3 r128", "mma4", "mma3 keep", "mma4 keep"};
+static const char *const one_pass_tag[] = {"mma3",      "mma3 r128", "mma4",      "mma4 persist",
+                                           "mma3 keep", "mma4 keep", "mma4 persist keep"};
 static void run_one_pass(OnePassKind kind, const Mod *m, Bufs *d, int B, int L, float p, uint64_t seed,
                          uint32_t step, uint32_t salt)
 {
     switch (kind) {
     case ONE_PASS_MMA3: run_mma3(false, m, d, B, L, p, seed, step, salt); break;
     case ONE_PASS_MMA3_R128: run_mma3(true, m, d, B, L, p, seed, step, salt); break;
-    case ONE_PASS_MMA4: run_mma4(false, m, d, B, L, p, seed, step, salt); break;
+    case ONE_PASS_MMA4: run_mma4(false, false, m, d, B, L, p, seed, step, salt); break;
+    case ONE_PASS_MMA4P: run_mma4(false, true, m, d, B, L, p, seed, step, salt); break;
     case ONE_PASS_MMA3_KEEP: run_mma3_keep(m, d, B, L, p, seed, step, salt); break;
-    case ONE_PASS_MMA4_KEEP: run_mma4(true, m, d, B, L, p, seed, step, salt); break;
+    case ONE_PASS_MMA4_KEEP: run_mma4(true, false, m, d, B, L, p, seed, step, salt); break;
+    case ONE_PASS_MMA4P_KEEP: run_mma4(true, true, m, d, B, L, p, seed, step, salt); break;
     }
 }
 
@@ -682,7 +699,7 @@ static void test_case(const Mod *m, int L, float p)
     }
     /* The one-pass backwards (v3's at both register budgets, v4's), from
      * v2's lse (left in d.lse by the forwards above) and the same delta. */
-    for (int kind = ONE_PASS_MMA3; kind <= ONE_PASS_MMA4 && has_mma3(m, L); kind++)
+    for (int kind = ONE_PASS_MMA3; kind <= ONE_PASS_MMA4P && has_mma3(m, L); kind++)
         check_one_pass((OnePassKind)kind, m, &d, B, L, p, seed, step, salt, &dqkv, rg, 16 * u);
     /* HPC_ATTN_KEEP=1's pair: v2's forward saving the keep bits (the same
      * ctx, and the bits the cpu draws), then the one-pass backward reading
@@ -704,7 +721,7 @@ static void test_case(const Mod *m, int L, float p)
         snprintf(what, sizeof what, "L%d p%.1f ctx (%s keep)", L, p, fwd);
         check_strided(m, what, ctx, rc, rows, H, H, 4 * u);
         check_keep_bits(m, &d, B, L, p, seed, step, salt, fwd);
-        for (int kind = ONE_PASS_MMA3_KEEP; kind <= ONE_PASS_MMA4_KEEP && has_mma3(m, L) && step_default; kind++)
+        for (int kind = ONE_PASS_MMA3_KEEP; kind <= ONE_PASS_MMA4P_KEEP && has_mma3(m, L) && step_default; kind++)
             check_one_pass((OnePassKind)kind, m, &d, B, L, p, seed, step, salt, &dqkv, rg, 16 * u);
     }
     test_first_query(m, &d, qkv, dctx, mask, B, L, p, seed, step, salt);
@@ -870,7 +887,9 @@ static void timing(const Mod *m, int B, int L)
      * computes (S, dP, dV, dK, dQ; v2 computes 7). */
     if (has_mma3(m, L)) {
         run_fwd_keep(m, &d, B, L, p, seed, step, salt, FWD_MMA2);
-        for (int kind = ONE_PASS_MMA3; kind <= ONE_PASS_MMA4_KEEP; kind++) {
+        long long pairs = (long long)B * m->NH;
+        persist_bwd_blocks = (unsigned)(pairs < 264 ? pairs : 264);   /* the step's A4P_BLOCKS */
+        for (int kind = ONE_PASS_MMA3; kind <= ONE_PASS_MMA4P_KEEP; kind++) {
             if (kind >= ONE_PASS_MMA3_KEEP && L > KEEP_KEYS) break;
             float ms = 0;
             for (int i = 0; i < 3; i++) run_one_pass((OnePassKind)kind, m, &d, B, L, p, seed, step, salt);
@@ -887,6 +906,7 @@ static void timing(const Mod *m, int B, int L)
             printf("timing  %-9s B%d L%d NH%d p0.1: %s bwd %.3f ms (%.1f TFLOP/s counted as above, %.1f executed)\n",
                    m->label, B, L, m->NH, one_pass_tag[kind], ms, 2 * f / ms * 1e-9, 2.5 * f / ms * 1e-9);
         }
+        persist_bwd_blocks = 3;
     }
     DRV(cu->cuEventDestroy(e0));
     DRV(cu->cuEventDestroy(e1));
