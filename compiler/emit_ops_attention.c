@@ -104,8 +104,8 @@ static bool persist_bwd(void)
 }
 
 /* Which shape v2's forward takes for padded rows up to head size 64
- * (HPC_ATTN_FWD).  Neither alternative has been timed on a GPU yet, hence
- * a switch:
+ * (HPC_ATTN_FWD).  None of the alternatives to narrow has been timed on a
+ * GPU yet, hence a switch:
  * - narrow (unset): 64 query rows a block of 4 warps, four blocks an SM
  *   (128 registers);
  * - narrow5: the same kernel held to 96 registers, five blocks an SM.  Its

@@ -1,8 +1,9 @@
 // compiler/kernels/attention_mma2.cu — fused attention, second tensor-core
-// family (v2: attn_mma2_fwd, the step's forward, and attn_mma2_bwd_dq /
-// attn_mma2_bwd_dkv, its backward above L 128 or head size 64) and the
-// cp.async / ldmatrix helpers (a2_*) the one-pass backward shares; builds
-// on attention.cu and attention_mma.cu.
+// family (v2: attn_mma2_fwd, the step's forward, with its wide and
+// persistent forms, HPC_ATTN_FWD; attn_mma2_bwd_dq / attn_mma2_bwd_dkv, its
+// backward above L 128 or head size 64) and the cp.async / ldmatrix
+// helpers (a2_*) the one-pass backward shares; builds on attention.cu and
+// attention_mma.cu.
 
 #if HPC_HEAD_DIM <= 128 && HPC_DTYPE != 0 && HPC_HEAD_DIM % 16 == 0
 
@@ -432,13 +433,15 @@ AT_RUN void attn_mma2_fwd_wide_run(int at_bx, int at_by, int at_bz,
     attn_mma2_fwd_rows<A2_WIDE_QB>(at_bx, at_by, at_bz, ctx, lse, q, k, v, ld, mask, B, L, p, seed, step, salt,
                                    keep);
 }
+
 // == Persistent forward (HPC_ATTN_FWD=persist) ==
 //
 // attn_mma2_fwd_rows<AM_QB>'s work in items of AM_QB query rows of one
 // (b, head), item ((b HEADS) + h) ceil(L / AM_QB) + query tile: a grid of
 // at most A2P_BLOCKS (compiler/emit_ops_attention.c) blocks of 4 warps,
-// block x taking items x, x + grid, ...  The first key tile and the Q tile of a block's next item are
-// fetched while its current item's last tile is computed, so the loads at
+// block x taking items x, x + grid, ...  The first key tile and the Q tile
+// of a block's next item are fetched while its current item's last tile
+// is computed, so the loads at
 // an item's start (a quarter of the forward's stall samples at 256 x 128,
 // bench/results/2026-12-05-session24.txt, call 9) overlap work, and the
 // block's set-up is paid once.  Q goes through shared memory (two tiles,

@@ -1,7 +1,8 @@
 // compiler/kernels/attention_mma4.cu — the one-pass tensor-core backward
 // with dS of every query in dynamic shared memory (attn_mma4_bwd, the step's
-// backward by default, HPC_ATTN_KERNELS=v4, up to L 128 and head size 64);
-// builds on attention_mma3.cu.
+// backward by default, HPC_ATTN_KERNELS=v4, up to L 128 and head size 64),
+// and its persistent form (attn_mma4_bwd_persist, v4p); builds on
+// attention_mma3.cu.
 
 #if HPC_HEAD_DIM <= 64 && HPC_DTYPE != 0 && HPC_HEAD_DIM % 16 == 0
 
