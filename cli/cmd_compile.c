@@ -26,7 +26,6 @@
 #include "cuda/nvrtc_compile.h"
 #include "program/params.h"
 #include "pipeline.h"
-#include "program/opt_overlap.h"
 #include "program/plan.h"
 #include "compiler/plan_graph.h"
 #include "precision.h"
@@ -193,10 +192,7 @@ static HpcStatus compile_stages(Compiled *c, const PipeOptions *opts, SpecPrecis
 {
     HpcStatus st = compile_pipeline(c, *opts, policy, err);
     if (!st && c->stopped) return HPC_OK;   /* --stop-after: no plan */
-    /* the plan `hpc run` makes: with HPC_OPT_OVERLAP=1 the gradients outlive the step */
-    PlanOptions po = {0};
-    if (!st) st = opt_overlap_from_env(&po.wrap_grads, err);
-    if (!st) st = plan_build_with(&c->g, c->spec.train.batch_size, c->spec.train.max_seq_len, &po, &c->plan, err);
+    if (!st) st = plan_build(&c->g, c->spec.train.batch_size, c->spec.train.max_seq_len, &c->plan, err);
     if (!st) c->have_plan = true;
     return st;
 }

@@ -5,7 +5,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "program/opt_overlap.h"
 
 
 static int64_t align_up(int64_t n) { return (n + PLAN_ALIGN - 1) / PLAN_ALIGN * PLAN_ALIGN; }
@@ -128,7 +127,6 @@ static void plan_lifetimes(StepPlan *p, const IrGraph *g, bool keep_all, const b
         PlanValue *v = &p->v[i];
         v->kind = n->op == IR_OP_PARAM ? PLAN_PARAM : PLAN_ARENA;
         v->offset = -1;
-        v->wrap = -1;
         /* A projection is written when its multi-output op runs. */
         v->def = is_batch_input(n) ? -1 : n->op == IR_OP_OUTPUT ? p->v[n->in[0]].def : i;
         if (write_early && write_early[i] && v->def > 0) v->def--;   /* PlanOptions.write_early */
@@ -176,35 +174,9 @@ static void plan_inplace(StepPlan *p, const IrGraph *g)
     }
 }
 
-/* The storage root of value v's bytes: its view's base, then the first
- * value of its in-place chain (after plan_inplace). */
-static int storage_root(const StepPlan *p, const IrGraph *g, int v)
-{
-    int base;
-    int64_t off;
-    if (plan_view_of(g, v, &base, &off)) v = base;
-    return p->v[v].storage;
-}
-
-/* PlanOptions.wrap_grads: each gradient's storage also lives from the
- * step's start to its parameter's wait position (program/opt_overlap.h). */
-static void plan_wraps(StepPlan *p, const IrGraph *g)
-{
-    if (!g->param_grad || g->n_params == 0) return;
-    int *wait = xmalloc((size_t)g->n_params * sizeof *wait);
-    opt_overlap_wait_positions(g, wait);
-    for (int q = 0; q < g->n_params; q++) {
-        if (g->param_grad[q] < 0) continue;
-        PlanValue *root = &p->v[storage_root(p, g, g->param_grad[q])];
-        if (root->kind == PLAN_ARENA && root->wrap < wait[q]) root->wrap = wait[q];
-    }
-    free(wait);
-}
-
-/* One arena range: a value (id >= 0) or node -id-1's scratch; wrap as
- * PlanValue's (-1: none). */
+/* One arena range: a value (id >= 0) or node -id-1's scratch. */
 typedef struct {
-    int id, def, last, wrap;
+    int id, def, last;
     int64_t bytes;
     double key;   /* a perturbed size (perturbed_order) */
 } Range;
@@ -221,8 +193,8 @@ static int collect_ranges(const StepPlan *p, Range *r)
     int n = 0;
     for (int i = 0; i < p->n; i++) {
         if (p->v[i].kind == PLAN_ARENA && p->v[i].storage == i)
-            r[n++] = (Range){i, p->v[i].def, p->v[i].last, p->v[i].wrap, p->v[i].bytes, 0};
-        if (p->scratch_bytes[i] > 0) r[n++] = (Range){-i - 1, i, i, -1, p->scratch_bytes[i], 0};
+            r[n++] = (Range){i, p->v[i].def, p->v[i].last, p->v[i].bytes, 0};
+        if (p->scratch_bytes[i] > 0) r[n++] = (Range){-i - 1, i, i, p->scratch_bytes[i], 0};
     }
     return n;
 }
@@ -242,20 +214,11 @@ static int range_by_size(const void *a, const void *b)
     return range_by_def(a, b);
 }
 
-/* Live at one position: the main intervals meet, or one's wrap [-1, wrap]
- * meets the other's main interval (which ends at -1 or later) or wrap. */
-static bool ranges_overlap(const Range *a, const Range *b)
-{
-    if (!(a->last < b->def || b->last < a->def)) return true;
-    if (a->wrap >= 0 && (b->def <= a->wrap || b->wrap >= 0)) return true;
-    return b->wrap >= 0 && a->def <= b->wrap;
-}
+/* Live at one position together. */
+static bool ranges_overlap(const Range *a, const Range *b) { return !(a->last < b->def || b->last < a->def); }
 
-/* Is r live at schedule position pos (its main interval, or its wrap)? */
-static bool range_live_at(const Range *r, int pos)
-{
-    return (r->def <= pos && pos <= r->last) || (r->wrap >= 0 && pos <= r->wrap);
-}
+/* Is r live at schedule position pos? */
+static bool range_live_at(const Range *r, int pos) { return r->def <= pos && pos <= r->last; }
 
 /* First fit in the given order: each range at the lowest offset where it
  * overlaps no range placed before it whose lifetime meets its own.  Fills
@@ -412,8 +375,7 @@ int64_t plan_peak_live_bytes(const StepPlan *p)
     for (int pos = -1; pos < p->n_order; pos++) {
         int64_t live = pos >= 0 ? p->scratch_bytes[p->order[pos]] : 0;
         for (int i = 0; i < p->n; i++)
-            if (p->v[i].kind == PLAN_ARENA && p->v[i].storage == i &&
-                ((p->v[i].def <= pos && pos <= p->v[i].last) || (p->v[i].wrap >= 0 && pos <= p->v[i].wrap)))
+            if (p->v[i].kind == PLAN_ARENA && p->v[i].storage == i && p->v[i].def <= pos && pos <= p->v[i].last)
                 live += p->v[i].bytes;
         if (live > peak) peak = live;
     }
@@ -455,8 +417,6 @@ HpcStatus plan_build_scratch_with(const IrGraph *g, int64_t B, int64_t L, const 
     plan_lifetimes(p, g, opt && opt->keep_all, opt ? opt->write_early : NULL);
     plan_views(p, g);
     plan_inplace(p, g);
-    p->wrap_grads = opt && opt->wrap_grads;
-    if (p->wrap_grads) plan_wraps(p, g);
     plan_offsets(p);
     plan_view_offsets(p, g);
     return HPC_OK;
@@ -585,25 +545,6 @@ static bool check_view(const StepPlan *p, const IrGraph *g, int i, char *why, si
     return true;
 }
 
-/* wrap_grads: every gradient's storage root wraps at least to its
- * parameter's wait position. */
-static bool check_wraps(const StepPlan *p, const IrGraph *g, char *why, size_t why_size)
-{
-    if (!g->param_grad || g->n_params == 0) return true;
-    int *wait = xmalloc((size_t)g->n_params * sizeof *wait);
-    opt_overlap_wait_positions(g, wait);
-    bool ok = true;
-    for (int q = 0; q < g->n_params && ok; q++) {
-        if (g->param_grad[q] < 0) continue;
-        int root = storage_root(p, g, g->param_grad[q]);
-        if (p->v[root].kind == PLAN_ARENA && p->v[root].wrap < wait[q])
-            ok = check_fail(why, why_size, "the gradient of parameter %d (value %d, stored in %d) wraps to %d, "
-                            "short of its wait position %d", q, g->param_grad[q], root, p->v[root].wrap, wait[q]);
-    }
-    free(wait);
-    return ok;
-}
-
 bool plan_check(const StepPlan *p, const IrGraph *g, char *why, size_t why_size)
 {
     for (int i = 0; i < g->n; i++) {
@@ -644,15 +585,15 @@ bool plan_check(const StepPlan *p, const IrGraph *g, char *why, size_t why_size)
             int64_t ob = range_offset(p, &r[b]);
             bool mem = oa < ob + r[b].bytes && ob < oa + r[a].bytes;
             if (live && mem)
-                ok = check_fail(why, why_size, "ranges %d [%d, %d] wrap %d and %d [%d, %d] wrap %d are live "
-                                "together and overlap in memory ([%lld, +%lld) and [%lld, +%lld))",
-                                r[a].id, r[a].def, r[a].last, r[a].wrap, r[b].id, r[b].def, r[b].last, r[b].wrap,
+                ok = check_fail(why, why_size, "ranges %d [%d, %d] and %d [%d, %d] are live together "
+                                "and overlap in memory ([%lld, +%lld) and [%lld, +%lld))",
+                                r[a].id, r[a].def, r[a].last, r[b].id, r[b].def, r[b].last,
                                 (long long)oa, (long long)r[a].bytes, (long long)ob,
                                 (long long)r[b].bytes);
         }
     }
     free(r);
-    return ok && (!p->wrap_grads || check_wraps(p, g, why, why_size));
+    return ok;
 }
 
 /* ---- printing --------------------------------------------------------- */
@@ -690,7 +631,6 @@ void plan_print(const StepPlan *p, const IrGraph *g, const ParamList *pl,
                     (long long)p->scratch_off[i]);
         if (v->kind == PLAN_VIEW) fprintf(out, "  view of %d + %lld", v->storage, (long long)v->view_off);
         else if (v->storage != i) fprintf(out, "  in place of %d", v->storage);
-        if (v->wrap >= 0) fprintf(out, "  and [-1, %d] of the next step", v->wrap);
         fputc('\n', out);
     }
 }

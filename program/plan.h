@@ -36,11 +36,7 @@
  *   - views (plan_view_of): a stack of adjacent parameters, the parts of
  *     an unstacked gradient, stored inside another value (PLAN_VIEW);
  *   - the memory figure of a training step: arena, parameters, gradients,
- *     optimizer state (plan_print prints it; `hpc compile --plan`);
- *   - with PlanOptions.wrap_grads, a second interval for each gradient's
- *     range: [-1, wait] of the next step (`wrap`), where the deferred
- *     optimizer update reads it (program/opt_overlap.h).  Two ranges share
- *     memory only if neither interval of one meets an interval of the other.
+ *     optimizer state (plan_print prints it; `hpc compile --plan`).
  *
  * Sizes in the plan are for the bounds B, L; a run with a smaller batch or a
  * shorter padded length uses the same offsets (every value shrinks).  All
@@ -90,9 +86,6 @@ typedef struct {
                         * in-place write (plan_inplace_input) the first value of its chain;
                         * PLAN_VIEW: the value it is a view of */
     int64_t view_off;  /* PLAN_VIEW: byte offset inside `storage`; else 0 */
-    int wrap;          /* >= 0: the range also lives over [-1, wrap] of the next step (a
-                        * gradient the deferred update reads then: PlanOptions.wrap_grads,
-                        * program/opt_overlap.h); -1: no wrap.  Set on storage roots only */
 } PlanValue;
 
 /* The memory a training step needs, bytes. */
@@ -116,7 +109,6 @@ typedef struct {
     int64_t *scratch_bytes; /* (n) bytes of node i's scratch (0 if none) */
     int n;
     int64_t arena_bytes;    /* size of the planned block */
-    bool wrap_grads;        /* planned with PlanOptions.wrap_grads */
 } StepPlan;
 
 /* Builds the plan of g for bounds B, L with node i's scratch bytes at B, L
@@ -132,10 +124,6 @@ HpcStatus plan_build_scratch(const IrGraph *g, int64_t B, int64_t L, const int64
 typedef struct {
     bool keep_all;   /* every value lives to the end of the step, nothing shares memory:
                       * a test reads any value after a step (the arena grows to the sum) */
-    bool wrap_grads; /* every parameter gradient's storage also lives from the step's start
-                      * to its parameter's wait position (program/opt_overlap.h), so the
-                      * next step's forward pass leaves it alone until the deferred update
-                      * has read it (HPC_OPT_OVERLAP=1) */
     const bool *write_early; /* (g->n) or NULL: value i is also written by the node just before
                               * it (hpc's own GEMM writes gelu(y) with y: runtime/cuda/gemm_own.h),
                               * so its bytes are its own from that node on */
@@ -182,9 +170,8 @@ int64_t plan_peak_live_bytes(const StepPlan *p);
 /* Checks the plan's invariants: every arena range inside the arena and
  * aligned, def <= last, each value live at its readers' positions, and no
  * two arena ranges (values or scratch) overlap in memory while both are
- * live (wraps included), every value stored in another's range (storage)
- * is an in-place write the rules above allow, and with wrap_grads every
- * gradient's storage wraps to its parameter's wait position.  Returns true if they hold; otherwise false
+ * live, and every value stored in another's range (storage) is an in-place
+ * write the rules above allow.  Returns true if they hold; otherwise false
  * with a sentence in why. */
 bool plan_check(const StepPlan *p, const IrGraph *g, char *why, size_t why_size);
 

@@ -331,7 +331,6 @@ void cuda_exec_free(CudaExec *ex)
     if (!ex->g) return;
     for (int i = 0; i < ex->n_graphs; i++)
         if (ex->graphs[i].exec && cu) cu->cuGraphExecDestroy(ex->graphs[i].exec);
-    cuda_exec_side_free(ex);
     if (ex->module && cu) cu->cuModuleUnload(ex->module);
     if (ex->gemm_ready) gemm_free(&ex->gemm);
     arena_free(&ex->arena);
@@ -563,69 +562,54 @@ HpcStatus cuda_exec_launch_node(CudaExec *ex, int id, HpcError *err)
     return HPC_OK;
 }
 
-static HpcStatus launch_all(CudaExec *ex, int end, const CudaExecSide *side, HpcError *err)
+static HpcStatus launch_all(CudaExec *ex, int end, HpcError *err)
 {
-    int forked = 0;   /* side groups queued so far */
-    HpcStatus st = side ? cuda_exec_side_begin(ex, side, err) : HPC_OK;
-    if (!st && side) st = cuda_exec_side_fork(ex, side, -1, &forked, err);
+    HpcStatus st = HPC_OK;
     for (int t = 0; t < end && !st; t++) {
-        if (side) st = cuda_exec_side_join(ex, side, t, forked, false, err);
-        if (!st) st = cuda_exec_launch_node(ex, ex->plan.order[t], err);
-        if (!st && side) st = cuda_exec_side_fork(ex, side, t, &forked, err);
+        st = cuda_exec_launch_node(ex, ex->plan.order[t], err);
         if (st) {
             size_t len = strlen(err->msg);
             snprintf(err->msg + len, sizeof err->msg - len, " (node %d, %s)", ex->plan.order[t],
                      NODE(ex->plan.order[t])->name);
         }
     }
-    /* every forked group not joined yet, before the tail */
-    if (!st && side) st = cuda_exec_side_join(ex, side, end, forked, true, err);
     return st;
 }
 
-static CudaExecGraph *graph_slot(CudaExec *ex, bool backward, const CudaExecSide *side, const CudaExecTail *tail)
+static CudaExecGraph *graph_slot(CudaExec *ex, bool backward, uint64_t tail_key)
 {
-    uint64_t side_key = side ? side->key : 0, tail_key = tail ? tail->key : 0;
     for (int i = 0; i < ex->n_graphs; i++) {
         CudaExecGraph *s = &ex->graphs[i];
-        if (s->B == ex->B && s->L == ex->L && s->backward == backward && s->tail_key == tail_key &&
-            s->side_key == side_key)
-            return s;
+        if (s->B == ex->B && s->L == ex->L && s->backward == backward && s->tail_key == tail_key) return s;
     }
     if (ex->n_graphs == CUDA_EXEC_MAX_GRAPHS) return NULL;
     CudaExecGraph *s = &ex->graphs[ex->n_graphs++];
-    *s = (CudaExecGraph){.B = ex->B, .L = ex->L, .backward = backward, .tail_key = tail_key, .side_key = side_key};
+    *s = (CudaExecGraph){.B = ex->B, .L = ex->L, .backward = backward, .tail_key = tail_key};
     return s;
 }
 
-/* The step's nodes with the side work beside them, then the tail (the
- * optimizer) on the same stream. */
-HpcStatus cuda_exec_launch_step(CudaExec *ex, int end, const CudaExecSide *side, const CudaExecTail *tail,
-                                HpcError *err)
+/* The step's nodes, then the tail (the optimizer) on the same stream. */
+HpcStatus cuda_exec_launch_step(CudaExec *ex, int end, const CudaExecTail *tail, HpcError *err)
 {
-    HpcStatus st = launch_all(ex, end, side, err);
+    HpcStatus st = launch_all(ex, end, err);
     return st || !tail ? st : tail->queue(tail->ctx, ex->dev->stream, err);
 }
 
 /* The first run of a shape is eager (cuBLASLt picks its algorithms outside
- * a capture); the second is captured and launched; later ones replay.  A
- * graph with side work keeps each node's priority (its stream's at
- * capture), so the side's blocks yield to the step's there too. */
-static HpcStatus run_graph(CudaExec *ex, int end, bool backward, const CudaExecSide *side, const CudaExecTail *tail,
-                           HpcError *err)
+ * a capture); the second is captured and launched; later ones replay. */
+static HpcStatus run_graph(CudaExec *ex, int end, bool backward, const CudaExecTail *tail, HpcError *err)
 {
     const CudaDriver *cu = cuda_driver();
-    CudaExecGraph *s = graph_slot(ex, backward, side, tail);
-    if (!s || (!s->exec && s->runs++ == 0)) return cuda_exec_launch_step(ex, end, side, tail, err);
+    CudaExecGraph *s = graph_slot(ex, backward, tail ? tail->key : 0);
+    if (!s || (!s->exec && s->runs++ == 0)) return cuda_exec_launch_step(ex, end, tail, err);
     if (!s->exec) {
         CUgraph graph = NULL;
         HpcStatus st = CUDA_CHECK(err, cu->cuStreamBeginCapture(ex->dev->stream, CU_STREAM_CAPTURE_MODE_RELAXED));
         if (st) return st;
-        HpcStatus run = cuda_exec_launch_step(ex, end, side, tail, err);
+        HpcStatus run = cuda_exec_launch_step(ex, end, tail, err);
         st = CUDA_CHECK(err, cu->cuStreamEndCapture(ex->dev->stream, &graph));
         if (run) st = run;
-        unsigned long long flags = side ? CUDA_GRAPH_INSTANTIATE_FLAG_USE_NODE_PRIORITY : 0;
-        if (!st) st = CUDA_CHECK(err, cu->cuGraphInstantiate(&s->exec, graph, flags));
+        if (!st) st = CUDA_CHECK(err, cu->cuGraphInstantiate(&s->exec, graph, 0));
         if (graph) cu->cuGraphDestroy(graph);
         if (st) return st;
     }
@@ -659,38 +643,6 @@ HpcStatus cuda_exec_stage(CudaExec *ex, const Batch *batch, const CudaRunOptions
     return st;
 }
 
-/* The profiles time the step's own nodes, so its side work runs on the
- * executor's stream: the groups that start with the run before it, the
- * others (which read what the step writes) after its nodes, before the
- * tail, as one tail (its label and bytes the tail's). */
-typedef struct {
-    CudaExec *ex;
-    const CudaExecSide *side;
-    const CudaExecTail *tail;
-} SideThenTail;
-
-static HpcStatus side_then_tail(void *ctx, CUstream stream, HpcError *err)
-{
-    const SideThenTail *c = ctx;
-    HpcStatus st = cuda_exec_side_serial(c->ex, c->side, true, err);
-    return st || !c->tail ? st : c->tail->queue(c->tail->ctx, stream, err);
-}
-
-static HpcStatus profile_with_side(CudaExec *ex, int end, const CudaRunOptions *opts, CudaProfileMode mode,
-                                   int replays, HpcError *err)
-{
-    SideThenTail c = {ex, opts->side, opts->tail};
-    CudaExecTail t = {.queue = side_then_tail, .ctx = &c, .key = opts->tail ? opts->tail->key : 0,
-                      .label = opts->tail ? opts->tail->label : "side work", .bytes = opts->tail ? opts->tail->bytes : 0};
-    HpcStatus st = cuda_exec_side_serial(ex, opts->side, false, err);
-    if (st) return st;
-    if (mode == CUDA_PROFILE_EAGER) return cuda_exec_profile_eager(ex, end, &t, err);
-    /* the step's own graph slot tells whether the shape ran (its GEMMs chosen) */
-    CudaExecGraph *s = graph_slot(ex, opts->backward, opts->side, opts->tail);
-    if (!s || (!s->exec && s->runs++ == 0)) return cuda_exec_launch_step(ex, end, NULL, &t, err);
-    return cuda_exec_profile_graph(ex, end, &t, replays, err);
-}
-
 static HpcStatus launch_run(CudaExec *ex, const CudaRunOptions *opts, HpcError *err)
 {
     int end = opts->backward ? ex->plan.n_order : ex->plan.n_forward;
@@ -698,39 +650,21 @@ static HpcStatus launch_run(CudaExec *ex, const CudaRunOptions *opts, HpcError *
     int replays;
     HpcStatus st = cuda_exec_profile_mode(&mode, &replays, err);
     if (st) return st;
-    if (mode != CUDA_PROFILE_OFF && opts->side) return profile_with_side(ex, end, opts, mode, replays, err);
     if (mode == CUDA_PROFILE_EAGER) return cuda_exec_profile_eager(ex, end, opts->tail, err);
     if (mode == CUDA_PROFILE_GRAPH) {
         /* as run_graph: a shape's first run is eager, so cuBLASLt chooses
          * its algorithms outside a capture */
-        CudaExecGraph *s = graph_slot(ex, opts->backward, NULL, opts->tail);
-        if (!s || (!s->exec && s->runs++ == 0)) return cuda_exec_launch_step(ex, end, NULL, opts->tail, err);
+        CudaExecGraph *s = graph_slot(ex, opts->backward, opts->tail ? opts->tail->key : 0);
+        if (!s || (!s->exec && s->runs++ == 0)) return cuda_exec_launch_step(ex, end, opts->tail, err);
         return cuda_exec_profile_graph(ex, end, opts->tail, replays, err);
     }
-    return opts->graph ? run_graph(ex, end, opts->backward, opts->side, opts->tail, err)
-                       : cuda_exec_launch_step(ex, end, opts->side, opts->tail, err);
-}
-
-bool cuda_exec_shape_ran(const CudaExec *ex)
-{
-    int n = ex->n_seen < CUDA_EXEC_MAX_SEEN ? ex->n_seen : CUDA_EXEC_MAX_SEEN;
-    for (int i = 0; i < n; i++)
-        if (ex->seen[i][0] == ex->B && ex->seen[i][1] == ex->L) return true;
-    return false;
-}
-
-static void remember_shape(CudaExec *ex)
-{
-    if (cuda_exec_shape_ran(ex)) return;
-    int i = ex->n_seen++ % CUDA_EXEC_MAX_SEEN;
-    ex->seen[i][0] = ex->B;
-    ex->seen[i][1] = ex->L;
+    return opts->graph ? run_graph(ex, end, opts->backward, opts->tail, err)
+                       : cuda_exec_launch_step(ex, end, opts->tail, err);
 }
 
 HpcStatus cuda_exec_launch(CudaExec *ex, const CudaRunOptions *opts, HpcError *err)
 {
     HpcStatus st = launch_run(ex, opts, err);
-    if (!st && opts->backward) remember_shape(ex);
     gemm_tune_flush(&ex->gemm);   /* this run's new GEMM choices, one file write */
     return st;
 }

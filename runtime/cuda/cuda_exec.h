@@ -77,27 +77,6 @@ typedef struct {
     double bytes;
 } CudaExecTail;
 
-/* Work on a second stream beside the step's own launches, captured into
- * the step's graph with them (runtime/cuda/cuda_exec_side.c): the deferred
- * optimizer's update beside the forward pass and its norm check beside the
- * backward (HPC_OPT_OVERLAP=1, program/opt_overlap.h).  Groups are queued
- * in order 0 .. n_groups - 1 by queue(ctx, g, stream), on a stream of the
- * least priority: group g once the node at schedule position start[g] is
- * queued (-1: at the run's start), and the node at position wait[g] runs
- * after group g (a wait at or past the run's end: before the tail).  The
- * starts must not decrease and each must come before its group's wait.
- * The executor's stream should have a greater priority (the trainer's
- * has), so the step's own blocks go first wherever both wait for a free
- * SM.  `key` tells graphs apart as the tail's does. */
-typedef struct {
-    HpcStatus (*queue)(void *ctx, int group, CUstream stream, HpcError *err);
-    void *ctx;
-    int n_groups;
-    const int *start;          /* (n_groups) */
-    const int *wait;           /* (n_groups) */
-    uint64_t key;
-} CudaExecSide;
-
 typedef struct {
     bool training;             /* dropout on */
     bool backward;             /* run the backward part too */
@@ -108,17 +87,14 @@ typedef struct {
                                   read on the stream (the device loss scaler's) */
     bool graph;                /* capture / replay the step as a CUDA graph */
     const CudaExecTail *tail;  /* queued after the step (in its graph), or NULL */
-    const CudaExecSide *side;  /* queued beside the step (in its graph), or NULL */
 } CudaRunOptions;
 
 #define CUDA_EXEC_MAX_GRAPHS 8
-#define CUDA_EXEC_MAX_SEEN 64      /* (B, L) shapes remembered for cuda_exec_shape_ran */
 
 typedef struct {
     int64_t B, L;
     bool backward;
     uint64_t tail_key;         /* CudaExecTail.key of the graph's tail, 0 for none */
-    uint64_t side_key;         /* CudaExecSide.key of the graph's side work, 0 for none */
     int runs;                  /* eager runs of this shape so far */
     CUgraphExec exec;          /* 0 until captured */
 } CudaExecGraph;
@@ -148,13 +124,6 @@ typedef struct {
     CUdeviceptr ctl;           /* EopCtl */
     EopCtl ctl_host;
     CudaExecGraph graphs[CUDA_EXEC_MAX_GRAPHS];
-    int64_t seen[CUDA_EXEC_MAX_SEEN][2];   /* (B, L) of backward runs so far, the oldest overwritten */
-    int n_seen;
-    CUstream side_stream;      /* the side work's stream, made at its first use: of the least priority
-                                  the context offers, or the greatest with side_high */
-    bool side_high;            /* set before the first side run (HPC_OPT_SIDE_PRIORITY=high) */
-    CUevent *side_events;      /* (n_side_events) the fork, then one after each group */
-    int n_side_events;
     int n_graphs;
     int64_t B, L;              /* binding of the last run */
     double compile_seconds;    /* NVRTC (or cache) time of the module */
@@ -203,24 +172,6 @@ HpcStatus cuda_exec_run(CudaExec *ex, const Batch *batch, const CudaRunOptions *
  * the two. */
 HpcStatus cuda_exec_stage(CudaExec *ex, const Batch *batch, const CudaRunOptions *opts, HpcError *err);
 HpcStatus cuda_exec_launch(CudaExec *ex, const CudaRunOptions *opts, HpcError *err);
-
-/* The side work's schedule (runtime/cuda/cuda_exec_side.c; no driver, so
- * tests can walk it): valid says whether the starts are -1 or a position,
- * do not decrease and each comes before its group's wait (else *bad is the
- * first group that breaks it); forks gives the end of the run of groups
- * from `next` on that start right after the node at pos (pos -1: the
- * run's start), which the executor forks then; joins says whether the
- * executor's stream waits for forked group g before the node at pos (rest:
- * at the run's end, pos = its node count, every group still waited for). */
-bool cuda_exec_side_valid(const CudaExecSide *s, int *bad);
-int cuda_exec_side_forks(const CudaExecSide *s, int pos, int next);
-bool cuda_exec_side_joins(const CudaExecSide *s, int g, int pos, bool rest);
-
-/* Whether a run with the backward pass at the staged batch's shape (B, L)
- * was launched before on this executor (of the last CUDA_EXEC_MAX_SEEN
- * shapes), so its GEMM algorithms are chosen (the trainer keeps concurrent
- * work away from a shape's first run, which times cuBLASLt's candidates). */
-bool cuda_exec_shape_ran(const CudaExec *ex);
 
 /* Waits for the stream. */
 HpcStatus cuda_exec_sync(CudaExec *ex, HpcError *err);

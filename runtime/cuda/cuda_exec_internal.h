@@ -13,24 +13,8 @@ void cuda_exec_gemm_desc(const CudaExec *ex, int id, GemmDesc *d);
  * views) on the device stream. */
 HpcStatus cuda_exec_launch_node(CudaExec *ex, int id, HpcError *err);
 
-/* Queues nodes [0, end) of the plan's order, with the side work (NULL:
- * none) beside them, then the tail if any. */
-HpcStatus cuda_exec_launch_step(CudaExec *ex, int end, const CudaExecSide *side, const CudaExecTail *tail,
-                                HpcError *err);
-
-/* The side work (cuda_exec_side.c).  begin checks the groups' order and
- * makes the stream and events; fork queues the groups that start at
- * position pos (-1: the run's start) from *next on, advancing *next; join
- * makes the executor's stream wait for the first `forked` groups whose
- * wait is pos (rest: at pos or later, after the run's last node); serial
- * queues on the executor's stream itself the groups that start at the
- * run's start (started false) or later (true), for the profiles, which
- * time the step's own nodes; free releases the stream and events. */
-HpcStatus cuda_exec_side_begin(CudaExec *ex, const CudaExecSide *s, HpcError *err);
-HpcStatus cuda_exec_side_fork(CudaExec *ex, const CudaExecSide *s, int pos, int *next, HpcError *err);
-HpcStatus cuda_exec_side_join(CudaExec *ex, const CudaExecSide *s, int pos, int forked, bool rest, HpcError *err);
-HpcStatus cuda_exec_side_serial(CudaExec *ex, const CudaExecSide *s, bool started, HpcError *err);
-void cuda_exec_side_free(CudaExec *ex);
+/* Queues nodes [0, end) of the plan's order, then the tail if any. */
+HpcStatus cuda_exec_launch_step(CudaExec *ex, int end, const CudaExecTail *tail, HpcError *err);
 
 /* HPC_PROFILE (docs/cuda.md): unset, "" or "0" is off; "graph" or
  * "graph:N" times the step inside a CUDA graph, over N replays (default

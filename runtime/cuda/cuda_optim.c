@@ -98,7 +98,6 @@ HpcStatus cuda_optim_plan_build(CudaOptPlan *p, const CudaOptTensor *t, const ui
     if (!st) st = alloc(ctx, &p->part_sq, np * 8, "optimizer partials", err);
     if (!st) st = alloc(ctx, &p->part_inf, np * 4, "optimizer flags", err);
     if (!st) st = alloc(ctx, &p->poison, 4, "optimizer poison flag", err);
-    if (!st) st = alloc(ctx, &p->no_poison, 4, "optimizer poison flag (off)", err);
     if (!st && prm->kind == OPT_LAMB) {
         st = alloc(ctx, &p->part_pu, nc * 16, "LAMB partials", err);
         if (!st) st = alloc(ctx, &p->ratio, nt * 4, "LAMB ratios", err);
@@ -111,7 +110,6 @@ HpcStatus cuda_optim_plan_build(CudaOptPlan *p, const CudaOptTensor *t, const ui
     if (!st) st = CUDA_CHECK(err, cu->cuMemcpyHtoDAsync(p->chunk_first, first, ((size_t)count + 1) * 4, s));
     if (!st) st = CUDA_CHECK(err, cu->cuMemcpyHtoDAsync(p->state, init, sizeof *init, s));
     if (!st) st = CUDA_CHECK(err, cu->cuMemsetD32Async(p->poison, 0, 1, s));
-    if (!st) st = CUDA_CHECK(err, cu->cuMemsetD32Async(p->no_poison, 0, 1, s));
     if (!st) st = CUDA_CHECK(err, cu->cuStreamSynchronize(s));   /* the host tables are freed next */
     free(numel);
     free(chunks);
@@ -124,111 +122,23 @@ static HpcStatus launch1(CUfunction f, unsigned grid, unsigned block, CUstream s
     return cuda_launch(f, (unsigned[3]){grid, 1, 1}, (unsigned[3]){block, 1, 1}, 0, s, args, err);
 }
 
-/* Block b of the kernel reads chunks[b * CHECK_CHUNKS ...] of the table it
- * is given and writes part_*[b]: a launch over blocks [b0, b1) is the
- * table, the chunk count and the partials moved on by b0 blocks.  Only the
- * launch with block 0 sees the poison flag (the kernel's block 0 acts on
- * it). */
-HpcStatus cuda_optim_queue_check(const CudaOptKernels *k, const CudaOptPlan *p, int b0, int b1, CUstream s,
-                                 HpcError *err)
-{
-    HPC_ASSERT(b0 >= 0 && b0 <= b1 && b1 <= p->parts);
-    if (b0 == b1) return HPC_OK;
-    int c0 = b0 * CUDA_OPTIM_CHECK_CHUNKS, c1 = b1 * CUDA_OPTIM_CHECK_CHUNKS;
-    int n = (c1 < p->n_chunks ? c1 : p->n_chunks) - c0;
-    CUdeviceptr part_sq = p->part_sq + (CUdeviceptr)b0 * 8, part_inf = p->part_inf + (CUdeviceptr)b0 * 4;
-    CUdeviceptr chunks = p->chunks + (CUdeviceptr)c0 * sizeof(CudaOptChunk);
-    CUdeviceptr state = p->state, poison = b0 == 0 ? p->poison : p->no_poison, tensors = p->tensors;
-    void *args[] = {&part_sq, &part_inf, &tensors, &chunks, &n, &state, &poison};
-    return launch1(k->check, (unsigned)(b1 - b0), 256, s, args, err);
-}
-
-HpcStatus cuda_optim_queue_decide(const CudaOptKernels *k, const CudaOptPlan *p, CUstream s, HpcError *err)
-{
-    if (p->n_chunks == 0) return HPC_OK;
-    CudaOptPlan v = *p;   /* kernel arguments are read through pointers */
-    void *decide_args[] = {&v.decision, &v.state, &v.part_sq, &v.part_inf, &v.parts, &v.prm, &v.poison};
-    return launch1(k->decide, 1, 1024, s, decide_args, err);
-}
-
-/* A block per chunk (the kernel reads chunks[blockIdx.x]), so a run of the
- * table is the table's address moved on. */
-HpcStatus cuda_optim_queue_update(const CudaOptKernels *k, const CudaOptPlan *p, int first, int n, CUstream s,
-                                  HpcError *err)
-{
-    HPC_ASSERT(first >= 0 && n >= 0 && first + n <= p->n_chunks);
-    if (n == 0) return HPC_OK;
-    CudaOptPlan v = *p;
-    CUdeviceptr ratio = p->prm.kind == OPT_LAMB ? p->ratio : 0;
-    CUdeviceptr chunks = p->chunks + (CUdeviceptr)first * sizeof(CudaOptChunk);
-    void *update_args[] = {&v.decision, &v.tensors, &chunks, &ratio, &v.prm};
-    return launch1(k->update, (unsigned)n, 256, s, update_args, err);
-}
-
 HpcStatus cuda_optim_queue_step(const CudaOptKernels *k, const CudaOptPlan *p, CUstream s, HpcError *err)
 {
     if (p->n_chunks == 0) return HPC_OK;
-    CudaOptPlan v = *p;
-    HpcStatus st = cuda_optim_queue_check(k, p, 0, p->parts, s, err);
-    if (!st) st = cuda_optim_queue_decide(k, p, s, err);
+    CudaOptPlan v = *p;   /* kernel arguments are read through pointers */
+    CUdeviceptr ratio = p->prm.kind == OPT_LAMB ? p->ratio : 0;
+    void *check_args[] = {&v.part_sq, &v.part_inf, &v.tensors, &v.chunks, &v.n_chunks, &v.state, &v.poison};
+    void *decide_args[] = {&v.decision, &v.state, &v.part_sq, &v.part_inf, &v.parts, &v.prm, &v.poison};
+    void *update_args[] = {&v.decision, &v.tensors, &v.chunks, &ratio, &v.prm};
+    HpcStatus st = launch1(k->check, (unsigned)p->parts, 256, s, check_args, err);
+    if (!st) st = launch1(k->decide, 1, 1024, s, decide_args, err);
     if (!st && p->prm.kind == OPT_LAMB) {
         void *norm_args[] = {&v.part_pu, &v.decision, &v.tensors, &v.chunks, &v.prm};
         void *ratio_args[] = {&v.ratio, &v.part_pu, &v.chunk_first, &v.decision};
         st = launch1(k->lamb_norms, (unsigned)p->n_chunks, 256, s, norm_args, err);
         if (!st) st = launch1(k->lamb_ratio, (unsigned)p->count, 256, s, ratio_args, err);
     }
-    return st ? st : cuda_optim_queue_update(k, p, 0, p->n_chunks, s, err);
-}
-
-int cuda_optim_groups(const int64_t *numel, const int *wait, int count, int64_t min_elems, int *first,
-                      int *group_wait)
-{
-    int n = 0;
-    int64_t elems = 0;
-    for (int k = 0; k < count; k++) {
-        if (k == 0 || (elems >= min_elems && wait[k] != wait[k - 1])) {   /* a new group */
-            first[n] = k;
-            group_wait[n++] = wait[k];
-            elems = 0;
-        }
-        elems += numel[k];
-        if (wait[k] < group_wait[n - 1]) group_wait[n - 1] = wait[k];
-    }
-    first[n] = count;
-    return n;
-}
-
-int cuda_optim_check_runs(const CudaOptChunk *chunks, int n_chunks, const int *ready, int64_t min_elems, int *b0,
-                          int *b1, int *start)
-{
-    int blocks = cuda_optim_check_blocks(n_chunks), n = 0;
-    int64_t elems = 0;
-    int prev_ready = 0;
-    for (int b = blocks - 1; b >= 0; b--) {
-        int c1 = (b + 1) * CUDA_OPTIM_CHECK_CHUNKS < n_chunks ? (b + 1) * CUDA_OPTIM_CHECK_CHUNKS : n_chunks;
-        int r = -1;
-        int64_t e = 0;
-        for (int c = b * CUDA_OPTIM_CHECK_CHUNKS; c < c1; c++) {
-            if (ready[chunks[c].tensor] > r) r = ready[chunks[c].tensor];
-            e += chunks[c].len;
-        }
-        if (b == blocks - 1 || (elems >= min_elems && r != prev_ready)) {   /* a new run, ending at b */
-            b1[n] = b + 1;
-            start[n++] = r;
-            elems = 0;
-        }
-        b0[n - 1] = b;
-        elems += e;
-        if (r > start[n - 1]) start[n - 1] = r;
-        prev_ready = r;
-    }
-    for (int i = 1; i < n; i++)   /* by start, stable: insertion */
-        for (int j = i; j > 0 && start[j] < start[j - 1]; j--) {
-            int t0 = b0[j], t1 = b1[j], ts = start[j];
-            b0[j] = b0[j - 1], b1[j] = b1[j - 1], start[j] = start[j - 1];
-            b0[j - 1] = t0, b1[j - 1] = t1, start[j - 1] = ts;
-        }
-    return n;
+    return st ? st : launch1(k->update, (unsigned)p->n_chunks, 256, s, update_args, err);
 }
 
 HpcStatus cuda_optim_queue_accumulate(const CudaOptKernels *k, const CudaOptPlan *p, float mul, int first,
@@ -327,19 +237,8 @@ static HpcStatus tail_queue(void *ctx, CUstream s, HpcError *err)
     CudaOptim *o = c->o;
     float mul = (float)(1.0 / (double)o->grad_accum);
     HpcStatus st = HPC_OK;
-    if (c->what == 3) st = cuda_optim_queue_check(&o->k, &o->plan, 0, o->plan.parts, s, err);
-    if (c->what >= 3) return st ? st : cuda_optim_queue_decide(&o->k, &o->plan, s, err);
     if (o->grad_accum > 1) st = cuda_optim_queue_accumulate(&o->k, &o->plan, mul, c->what == 0, s, err);
     return st || c->what != 2 ? st : cuda_optim_queue_step(&o->k, &o->plan, s, err);
-}
-
-/* A side's group: an update group's chunks or a check run's blocks. */
-static HpcStatus side_queue(void *ctx, int i, CUstream s, HpcError *err)
-{
-    CudaOptim *o = ctx;
-    const CudaOptSideItems *it = &o->items;
-    if (i < it->n_groups) return cuda_optim_queue_update(&o->k, &o->plan, it->first[i], it->count[i], s, err);
-    return cuda_optim_queue_check(&o->k, &o->plan, it->first[i], it->first[i] + it->count[i], s, err);
 }
 
 /* Tail keys unique over every CudaOptim of the process (graphs of an
@@ -347,107 +246,15 @@ static HpcStatus side_queue(void *ctx, int i, CUstream s, HpcError *err)
 static void init_tails(CudaOptim *o)
 {
     static uint64_t next_key = 1;
-    uint64_t base = __atomic_fetch_add(&next_key, 1, __ATOMIC_RELAXED) << 3;
+    uint64_t base = __atomic_fetch_add(&next_key, 1, __ATOMIC_RELAXED) << 2;
     double bytes = cuda_optim_step_bytes(o->host_t, o->count, (SpecOptimizer)o->plan.prm.kind);
-    double check_bytes = 0;   /* the norm pass reads each f32 gradient once */
-    for (int k = 0; k < o->count; k++) check_bytes += 4.0 * (double)o->host_t[k].n;
-    static const char *const labels[5] = {"gradient accumulation", "gradient accumulation",
-                                          "optimizer + loss scaler (multi-tensor, in the step graph)",
-                                          "optimizer check + loss scaler (the update deferred to the next step)",
-                                          "optimizer decision + loss scaler (check beside the backward, update "
-                                          "deferred)"};
-    for (int i = 0; i < 5; i++) {
+    for (int i = 0; i < 3; i++) {
         o->tail_ctx[i] = (CudaOptTailCtx){.o = o, .what = i};
         o->tails[i] = (CudaExecTail){.queue = tail_queue, .ctx = &o->tail_ctx[i], .key = base | (uint64_t)(i + 1),
-                                     .label = labels[i], .bytes = i == 2 ? bytes : i == 3 ? check_bytes : 0};
+                                     .label = i == 2 ? "optimizer + loss scaler (multi-tensor, in the step graph)"
+                                                     : "gradient accumulation",
+                                     .bytes = i == 2 ? bytes : 0};
     }
-    o->side = (CudaExecSide){.queue = side_queue, .ctx = o, .key = base | 6};
-}
-
-void cuda_optim_side_items(const int64_t *numel, const int *wait, const int *ready, int count, CudaOptSideItems *it)
-{
-    int *first = xcalloc((size_t)count + 2, sizeof *first), *chunk_first = xcalloc((size_t)count + 1, sizeof *chunk_first);
-    int n_chunks = cuda_optim_chunks(numel, count, NULL, chunk_first);
-    CudaOptChunk *chunks = xcalloc((size_t)n_chunks + 1, sizeof *chunks);
-    cuda_optim_chunks(numel, count, chunks, NULL);
-    int blocks = cuda_optim_check_blocks(n_chunks);
-    size_t cap = (size_t)count + (size_t)blocks + 1;
-    it->first = xcalloc(cap, sizeof *it->first);
-    it->count = xcalloc(cap, sizeof *it->count);
-    it->start = xcalloc(cap, sizeof *it->start);
-    it->wait = xcalloc(cap, sizeof *it->wait);
-    /* the update groups: from the run's start, each before its forward reader */
-    it->n_groups = cuda_optim_groups(numel, wait, count, CUDA_OPTIM_GROUP_MIN_ELEMS, first, it->wait);
-    for (int g = 0; g < it->n_groups; g++) {
-        it->first[g] = chunk_first[first[g]];
-        it->count[g] = chunk_first[first[g + 1]] - chunk_first[first[g]];
-        it->start[g] = -1;
-    }
-    /* the check runs: each once its gradients are final, all before the tail */
-    int *b1 = xcalloc((size_t)blocks + 1, sizeof *b1);
-    int at = it->n_groups;
-    it->n_runs = cuda_optim_check_runs(chunks, n_chunks, ready, CUDA_OPTIM_GROUP_MIN_ELEMS, it->first + at, b1,
-                                       it->start + at);
-    for (int r = 0; r < it->n_runs; r++) {
-        it->count[at + r] = b1[r] - it->first[at + r];
-        it->wait[at + r] = INT32_MAX;
-    }
-    free(first);
-    free(chunk_first);
-    free(chunks);
-    free(b1);
-}
-
-void cuda_optim_side_items_free(CudaOptSideItems *it)
-{
-    free(it->first);
-    free(it->count);
-    free(it->start);
-    free(it->wait);
-    memset(it, 0, sizeof *it);
-}
-
-HpcStatus cuda_optim_defer(CudaOptim *o, const int *wait_of_param, const int *ready_of_param, HpcError *err)
-{
-    if (o->plan.prm.kind == OPT_LAMB || o->grad_accum > 1)
-        return hpc_fail(err, HPC_ERR_USAGE, "cuda optimizer: the update cannot be deferred to the next step with "
-                        "%s", o->grad_accum > 1 ? "gradient accumulation (the next step's first micro-batch "
-                        "overwrites the sums it reads)" : "LAMB (its norm pass reads every tensor first)");
-    int c = o->count;
-    int64_t *numel = xcalloc((size_t)c + 1, sizeof *numel);
-    int *wait = xcalloc((size_t)c + 1, sizeof *wait), *ready = xcalloc((size_t)c + 1, sizeof *ready);
-    for (int k = 0; k < c; k++) {
-        numel[k] = o->host_t[k].n;
-        wait[k] = wait_of_param[o->param[k]];
-        ready[k] = ready_of_param[o->param[k]];
-    }
-    cuda_optim_side_items_free(&o->items);
-    cuda_optim_side_items(numel, wait, ready, c, &o->items);
-    o->side.n_groups = o->items.n_groups + o->items.n_runs;
-    o->side.start = o->items.start;
-    o->side.wait = o->items.wait;
-    free(numel);
-    free(wait);
-    free(ready);
-    return cuda_optim_spend(o, err);   /* no decision yet: the first side's update does nothing */
-}
-
-const CudaExecSide *cuda_optim_side(CudaOptim *o) { return &o->side; }
-
-const CudaExecTail *cuda_optim_decide_tail(CudaOptim *o) { return &o->tails[4]; }
-const CudaExecTail *cuda_optim_check_decide_tail(CudaOptim *o) { return &o->tails[3]; }
-
-HpcStatus cuda_optim_update(CudaOptim *o, HpcError *err)
-{
-    HpcStatus st = cuda_optim_queue_update(&o->k, &o->plan, 0, o->plan.n_chunks, o->ex->dev->stream, err);
-    return st ? st : cuda_optim_spend(o, err);
-}
-
-/* opt_step's first field, `bad` (compiler/emit_optim.c): set, the update skips. */
-HpcStatus cuda_optim_spend(CudaOptim *o, HpcError *err)
-{
-    if (!o->plan.decision) return HPC_OK;
-    return CUDA_CHECK(err, cuda_driver()->cuMemsetD32Async(o->plan.decision, 1, 1, o->ex->dev->stream));
 }
 
 HpcStatus cuda_optim_init(CudaOptim *o, CudaExec *ex, const ModelSpec *spec, SpecPrecision policy,
@@ -487,13 +294,12 @@ void cuda_optim_free(CudaOptim *o)
     if (o->acc_block) arena_release(a, o->acc_block);
     const CudaOptPlan *p = &o->plan;
     CUdeviceptr bufs[] = {p->tensors, p->src_grads, p->chunks, p->chunk_first, p->state, p->decision,
-                          p->part_sq, p->part_inf, p->part_pu, p->ratio, p->poison, p->no_poison};
+                          p->part_sq, p->part_inf, p->part_pu, p->ratio, p->poison};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
         if (bufs[i]) arena_release(a, bufs[i]);
     free(o->param);
     free(o->host_t);
     free(o->acc);
-    cuda_optim_side_items_free(&o->items);
     memset(o, 0, sizeof *o);
 }
 

@@ -155,7 +155,6 @@ typedef struct {
     CUdeviceptr part_sq, part_inf;   /* (parts) f64, i32 */
     CUdeviceptr part_pu, ratio;      /* LAMB: (n_chunks, 2) f64, (count) f32; else 0 */
     CUdeviceptr poison;       /* i32: set = the next check writes +inf into the first gradient */
-    CUdeviceptr no_poison;    /* i32 0: the poison of the check launches that start past block 0 */
     CudaOptParams prm;
 } CudaOptPlan;
 
@@ -172,59 +171,6 @@ HpcStatus cuda_optim_plan_build(CudaOptPlan *p, const CudaOptTensor *t, const ui
 
 /* Queues one optimizer step of plan p: check, decide, [LAMB,] update. */
 HpcStatus cuda_optim_queue_step(const CudaOptKernels *k, const CudaOptPlan *p, CUstream s, HpcError *err);
-/* Its parts: the norm check of check blocks [b0, b1) (block b reads
- * chunks [b * CUDA_OPTIM_CHECK_CHUNKS, + CUDA_OPTIM_CHECK_CHUNKS) and
- * writes partial b, whichever launch it is in, so any split gives the
- * same partials); the decision (the norm from the partials, found_inf,
- * the scaler, what the update reads); the update of chunks [first,
- * first + n), which reads only the decision and the tensors. */
-HpcStatus cuda_optim_queue_check(const CudaOptKernels *k, const CudaOptPlan *p, int b0, int b1, CUstream s,
-                                 HpcError *err);
-HpcStatus cuda_optim_queue_decide(const CudaOptKernels *k, const CudaOptPlan *p, CUstream s, HpcError *err);
-HpcStatus cuda_optim_queue_update(const CudaOptKernels *k, const CudaOptPlan *p, int first, int n, CUstream s,
-                                  HpcError *err);
-
-/* The deferred update's groups (HPC_OPT_OVERLAP=1, program/opt_overlap.h):
- * tensors 0..count-1 of the table, tensor k with numel[k] elements whose
- * forward reader waits at position wait[k], cut into runs of consecutive
- * tensors.  A run ends where the next tensor's wait differs from its last
- * tensor's, once it holds at least min_elems elements (smaller runs are
- * not worth their launch and event); so each group is one launch.  Group
- * g is tensors first[g] .. first[g + 1] - 1 and waits at group_wait[g],
- * the least wait of its tensors.  first has room for count + 1 entries,
- * group_wait for count.  Returns the number of groups (0 for count 0). */
-int cuda_optim_groups(const int64_t *numel, const int *wait, int count, int64_t min_elems, int *first,
-                      int *group_wait);
-#define CUDA_OPTIM_GROUP_MIN_ELEMS (1 << 20)
-
-/* The norm check's runs, for the check beside the backward pass: the check
- * blocks of a table of n_chunks chunks (tensor k's gradient final once the
- * node at schedule position ready[k] has run) cut, from the last block
- * back, into runs of consecutive blocks that end where a block's ready
- * position (the latest of the tensors it reads) differs from the next
- * one's, once the run holds at least min_elems elements.  Run r is blocks
- * [b0[r], b1[r]) and may start after position start[r], the latest ready
- * position of its blocks; the runs come sorted by start (the order a side
- * stream must take them in).  Each array has room for the block count
- * (cuda_optim_check_blocks).  Returns the number of runs. */
-int cuda_optim_check_runs(const CudaOptChunk *chunks, int n_chunks, const int *ready, int64_t min_elems, int *b0,
-                          int *b1, int *start);
-
-/* The side work of the optimizer beside the step, as items for a
- * CudaExecSide (cuda_exec.h): tensors 0..count-1 of the table (numel,
- * forward wait and backward ready positions per tensor) give n_groups
- * update groups (chunks [first, first + count), start -1, wait: the
- * group's, cuda_optim_groups) and then n_runs check runs (check blocks
- * [first, first + count), start: the run's ready position, wait INT32_MAX,
- * that is before the tail; cuda_optim_check_runs), each with at least
- * CUDA_OPTIM_GROUP_MIN_ELEMS elements where the positions allow.
- * cuda_optim_side_items allocates the arrays, _free releases them. */
-typedef struct {
-    int n_groups, n_runs;
-    int *first, *count, *start, *wait;   /* (n_groups + n_runs) */
-} CudaOptSideItems;
-void cuda_optim_side_items(const int64_t *numel, const int *wait, const int *ready, int count, CudaOptSideItems *it);
-void cuda_optim_side_items_free(CudaOptSideItems *it);
 
 /* Queues acc = (first ? 0 : acc) + src * mul for every tensor (acc is the
  * tensor's grad, src its src_grads entry). */
@@ -236,9 +182,7 @@ typedef struct CudaOptim CudaOptim;
 /* What a tail needs: the optimizer and which work it queues. */
 typedef struct {
     CudaOptim *o;
-    int what;                     /* 0: accumulate (first), 1: accumulate, 2: [accumulate +] step,
-                                     3: check and decide (the update deferred), 4: decide (the check
-                                     beside the backward too) */
+    int what;                     /* 0: accumulate (first), 1: accumulate, 2: [accumulate +] step */
 } CudaOptTailCtx;
 
 struct CudaOptim {
@@ -251,10 +195,8 @@ struct CudaOptim {
     CUdeviceptr m_block, v_block, acc_block;   /* one allocation each for every tensor's m, v, acc */
     CudaOptPlan plan;
     int64_t grad_accum;
-    CudaOptTailCtx tail_ctx[5];
-    CudaExecTail tails[5];
-    CudaOptSideItems items;       /* cuda_optim_defer's: the update groups, then the check runs */
-    CudaExecSide side;            /* over items */
+    CudaOptTailCtx tail_ctx[3];
+    CudaExecTail tails[3];
 };
 
 /* Builds the tensor table from the executor's graph (every parameter with
@@ -280,35 +222,6 @@ HpcStatus cuda_optim_step(CudaOptim *o, HpcError *err);
  * last micro-batch its accumulation (A > 1) and then the step. */
 const CudaExecTail *cuda_optim_accumulate_tail(CudaOptim *o, int64_t micro);
 const CudaExecTail *cuda_optim_step_tail(CudaOptim *o);
-
-/* The deferred update (HPC_OPT_OVERLAP=1, program/opt_overlap.h).
- * cuda_optim_defer cuts the table into update groups (cuda_optim_groups)
- * from each parameter's wait position and the norm check into runs
- * (cuda_optim_check_runs) from each gradient's ready position (both
- * indexed by ParamList index: opt_overlap_wait_positions,
- * opt_overlap_ready_positions).  Then a step runs with a side
- * (cuda_optim_side: the last step's update groups, each before the
- * forward node at its wait position; the check runs, each once its
- * gradients are final) and the decision as its tail
- * (cuda_optim_decide_tail); its update is the next step's.  A step that
- * runs without a side takes cuda_optim_check_decide_tail, the check and
- * the decision.  cuda_optim_update queues the whole update on the
- * executor's stream (what a pending update needs before anything else
- * reads the parameters or the optimizer state) and then marks the
- * decision spent, as cuda_optim_spend does alone (for an update that is
- * dropped): the update kernel then does nothing until the next decision,
- * so the side stays the same every step, whether an update is pending or
- * not (one CUDA graph).  cuda_optim_defer marks the decision spent too
- * (there is none before the first step).  HPC_ERR_USAGE for LAMB
- * (its norm pass reads every tensor before any update) and for gradient
- * accumulation (the update then reads the sums, which the next step's
- * first micro-batch overwrites). */
-HpcStatus cuda_optim_defer(CudaOptim *o, const int *wait_of_param, const int *ready_of_param, HpcError *err);
-const CudaExecSide *cuda_optim_side(CudaOptim *o);
-const CudaExecTail *cuda_optim_decide_tail(CudaOptim *o);
-const CudaExecTail *cuda_optim_check_decide_tail(CudaOptim *o);
-HpcStatus cuda_optim_update(CudaOptim *o, HpcError *err);
-HpcStatus cuda_optim_spend(CudaOptim *o, HpcError *err);
 
 /* Test hook: the next step's check writes +inf into element 0 of the first
  * tensor's gradient (what that step reads), so the step must be skipped.

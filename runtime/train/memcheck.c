@@ -8,7 +8,6 @@
 #include <sys/resource.h>
 #include <unistd.h>
 
-#include "program/opt_overlap.h"
 #include "program/plan.h"
 #include "cuda/cuda_driver.h"
 #include "cuda/gemm_cublas.h"
@@ -128,9 +127,7 @@ static HpcStatus check_cuda(const StepProgram *prog, const ModelSpec *spec, int6
     int64_t *scratch = xcalloc((size_t)(g->n > 0 ? g->n : 1), sizeof *scratch);
     step_kernels_scratch(&prog->kernels, B, L, scratch);
     StepPlan plan;
-    PlanOptions po = {0};   /* as train_cuda.c plans: HPC_OPT_OVERLAP=1 keeps the gradients longer */
-    HpcStatus st = opt_overlap_from_env(&po.wrap_grads, err);
-    if (!st) st = plan_build_scratch_with(g, B, L, scratch, &po, &plan, err);
+    HpcStatus st = plan_build_scratch(g, B, L, scratch, &plan, err);
     free(scratch);
     if (st) return st;
     PlanMemory m;

@@ -27,19 +27,6 @@
  * for clipping is the norm of the same averaged gradient on every rank.
  * The poison hook therefore writes its inf before the reduction.
  *
- * HPC_OPT_OVERLAP=1 (program/opt_overlap.h): the optimizer's norm check
- * runs beside the backward pass on a second stream, the step ends with its
- * decision, and its update runs in the next step's graph on that stream
- * beside the forward pass (cuda_optim_defer).  `pending` says an update
- * waits; every entry point that reads or replaces the parameters or the
- * optimizer state applies it first (settle), or drops it where everything
- * it would write is replaced (set_weights, state_in).  A shape's first
- * step runs eagerly with the whole optimizer but the update in its tail.
- * The executor's stream then has the greatest priority, the side stream
- * the least.  Only with CUDA graphs (not on a caller's stream), one
- * micro-batch a step, no data parallel and no LAMB; otherwise the switch
- * is refused at open.
- *
  * For the C API (train_backend_open_with's options): the caller's stream
  * replaces the device's own for every launch and copy (CUDA graphs are then
  * off), and the caller's device allocator serves the executor's arena and
@@ -57,7 +44,6 @@
 #include "data/batch.h"
 #include "dist/collectives.h"
 #include "dist/rendezvous.h"
-#include "program/opt_overlap.h"
 #include "train/lossscale.h"
 #include "train/train_backend.h"
 #include "util/phase_clock.h"
@@ -89,10 +75,6 @@ typedef struct {
     Collectives *coll;         /* data parallel over NCCL (set_dist), else NULL */
     bool graphs;               /* steps captured as CUDA graphs (not on a caller's stream) */
     CUstream own_stream;       /* the device's stream, restored before close */
-    bool defer;                /* HPC_OPT_OVERLAP=1: each update deferred to the next step's start */
-    bool pending;              /* the last step's update has not run yet (defer) */
-    CUstream priority_stream;  /* defer: the executor's stream, of the greatest priority */
-    bool side_high;            /* defer: HPC_OPT_SIDE_PRIORITY=high */
     TrainDeviceAllocator user_alloc; /* the caller's allocator (alloc NULL: none) */
     ArenaAllocator arena_alloc;      /* adapts it for runtime/cuda/device_arena.h */
 } CudaTrain;
@@ -117,23 +99,6 @@ static void report_cold_start(CudaTrain *t)
 
 static CudaTrain *impl(TrainBackend *b) { return b->impl; }
 
-/* A deferred update that has not run yet, queued now on the stream (and
- * its decision spent, so the next step's side skips it). */
-static HpcStatus settle(CudaTrain *t, HpcError *err)
-{
-    if (!t->pending) return HPC_OK;
-    t->pending = false;
-    return cuda_optim_update(&t->opt, err);
-}
-
-/* A deferred update that will never run: its decision spent. */
-static HpcStatus drop_pending(CudaTrain *t, HpcError *err)
-{
-    if (!t->pending) return HPC_OK;
-    t->pending = false;
-    return cuda_optim_spend(&t->opt, err);
-}
-
 static void cuda_close(TrainBackend *b)
 {
     CudaTrain *t = impl(b);
@@ -152,7 +117,6 @@ static void cuda_close(TrainBackend *b)
     if (t->ex_open) cuda_exec_free(&t->ex);
     if (t->dev_open) {
         t->dev.stream = t->own_stream;
-        if (t->priority_stream) cuda_driver()->cuStreamDestroy(t->priority_stream);
         cuda_device_close(&t->dev);
     }
     free(t->logits);
@@ -238,26 +202,12 @@ static HpcStatus cuda_step(TrainBackend *b, bool poison, HpcError *err)
         /* reduced_step ran the micro-batch, the reduction and the optimizer */
     } else if (!st && t->has_staged) {   /* the last micro-batch, then the optimizer, as one graph */
         CudaRunOptions o = t->staged;
-        /* deferred: the last step's update beside this forward pass, the norm check beside the
-         * backward, this step's update at the next start; a shape's first run times cuBLASLt's
-         * candidates, so nothing runs beside it */
-        bool beside = t->defer && cuda_exec_shape_ran(&t->ex);
-        if (t->defer && !beside) {
-            st = settle(t, err);
-            o.graph = false;   /* once per shape: no graph of its own */
-        }
-        o.side = beside ? cuda_optim_side(&t->opt) : NULL;
-        o.tail = !t->defer ? cuda_optim_step_tail(&t->opt)
-                 : beside  ? cuda_optim_decide_tail(&t->opt)
-                           : cuda_optim_check_decide_tail(&t->opt);
+        o.tail = cuda_optim_step_tail(&t->opt);
         t->has_staged = false;
-        if (!st) st = cuda_exec_launch(&t->ex, &o, err);
-        if (!st) t->pending = t->defer;
+        st = cuda_exec_launch(&t->ex, &o, err);
         if (!st) st = copy_loss(b, t->accum - 1, err);
     } else if (!st) {
-        st = settle(t, err);
-        if (!st) st = cuda_optim_step(&t->opt, err);
-        if (!st && t->defer) st = cuda_optim_spend(&t->opt, err);   /* applied here: no side may apply it again */
+        st = cuda_optim_step(&t->opt, err);
     }
     CUdeviceptr slot = t->state_ring + (CUdeviceptr)((size_t)ring * sizeof(CudaOptState));
     if (!st) st = CUDA_CHECK(err, cu->cuMemcpyDtoDAsync(slot, cuda_optim_state_ptr(&t->opt),
@@ -347,9 +297,6 @@ static HpcStatus cuda_set_dist(TrainBackend *b, Collectives *coll, bool zero1, H
     if (zero1)
         return hpc_fail(err, HPC_ERR_USAGE, "trainer: ZeRO-1 is not built for the cuda backend yet; train "
                         "with the optimizer state replicated");
-    if (impl(b)->defer)
-        return hpc_fail(err, HPC_ERR_USAGE, "trainer: HPC_OPT_OVERLAP=1 defers each update to the next step, "
-                        "which the data-parallel step does not do yet; unset it");
     impl(b)->coll = coll;
     return HPC_OK;
 }
@@ -368,8 +315,7 @@ static HpcStatus cuda_forward(TrainBackend *b, const Batch *batch, double *loss,
         return hpc_fail(err, HPC_ERR_USAGE, "trainer: evaluation between a step's last micro-batch and its "
                         "optimizer step; call step first");
     CudaRunOptions o = {.training = false, .backward = false, .loss_scale = 1.0};
-    HpcStatus st = settle(t, err);
-    if (!st) st = cuda_exec_run(&t->ex, batch, &o, err);
+    HpcStatus st = cuda_exec_run(&t->ex, batch, &o, err);
     if (!st) st = cuda_exec_loss(&t->ex, loss, err);
     if (st || !logits) return st;
     *logits = NULL;
@@ -389,8 +335,7 @@ static HpcStatus cuda_read_param(TrainBackend *b, int p, float *out, HpcError *e
 {
     int q = b->pl.p[p].tied_to >= 0 ? b->pl.p[p].tied_to : p;
     impl(b)->chain_next = false;
-    HpcStatus st = settle(impl(b), err);
-    return st ? st : cuda_optim_read_master(&impl(b)->opt, q, out, err);
+    return cuda_optim_read_master(&impl(b)->opt, q, out, err);
 }
 
 /* The arena's peak plus the cuBLASLt workspace the chosen algorithms hold
@@ -429,7 +374,7 @@ static HpcStatus cuda_state_out(TrainBackend *b, TrainState *ts, HpcError *err)
 {
     CudaTrain *t = impl(b);
     t->chain_next = false;
-    HpcStatus st = settle(t, err);
+    HpcStatus st = HPC_OK;
     for (int p = 0; p < b->pl.n && !st; p++)
         if (b->pl.p[p].tied_to < 0 && ts->w[p]) st = cuda_optim_read_master(&t->opt, p, ts->w[p], err);
     if (!st) st = copy_moments(t, ts, true, err);
@@ -453,8 +398,7 @@ static HpcStatus cuda_state_in(TrainBackend *b, const TrainState *ts, HpcError *
     if (ts->micro_step < 0 || ts->micro_step > (int64_t)UINT32_MAX)
         return hpc_fail(err, HPC_ERR_INPUT, "trainer: checkpoint micro-step %lld out of range",
                         (long long)ts->micro_step);
-    HpcStatus st = drop_pending(t, err);   /* what it would write (masters, copies, m, v) is all replaced */
-    if (!st) st = cuda_exec_set_params(&t->ex, ts->w, err);
+    HpcStatus st = cuda_exec_set_params(&t->ex, ts->w, err);
     if (!st) st = copy_moments(t, ts, false, err);
     CudaOptState s;
     if (!st) st = cuda_optim_read_state(&t->opt, &s, err);
@@ -485,8 +429,7 @@ static HpcStatus cuda_set_weights(TrainBackend *b, float *const *w, HpcError *er
     if (t->coll || t->has_staged || t->read != t->steps)
         return hpc_fail(err, HPC_ERR_USAGE, "trainer: new weights in the middle of a step, with records "
                         "uncollected, or under data parallel");
-    HpcStatus st = drop_pending(t, err);   /* the new masters and zeroed moments replace what it would write */
-    if (!st) st = cuda_exec_set_params(&t->ex, w, err);
+    HpcStatus st = cuda_exec_set_params(&t->ex, w, err);
     for (int i = 0; i < t->opt.count && !st; i++) {
         const CudaOptTensor *k = &t->opt.host_t[i];
         if (k->m) st = CUDA_CHECK(err, cu->cuMemsetD32Async(k->m, 0, (size_t)k->n, t->dev.stream));
@@ -653,37 +596,6 @@ static HpcStatus warm_up_and_upload(TrainBackend *b, CudaTrain *t, int64_t B, in
     return st;
 }
 
-/* HPC_OPT_OVERLAP=1 (see the top): refused where it cannot apply; else the
- * executor's stream becomes one of the greatest priority. */
-static HpcStatus defer_setup(TrainBackend *b, CudaTrain *t, HpcError *err)
-{
-    HpcStatus st = opt_overlap_from_env(&t->defer, err);
-    if (st || !t->defer) return st;
-    const char *why = !t->graphs ? "the steps run on the caller's stream, without CUDA graphs"
-                      : t->accum > 1 ? "grad_accum > 1 (the next step's first micro-batch overwrites the sums "
-                                       "the update reads)"
-                      : b->spec->train.optimizer == OPT_LAMB ? "LAMB (its norm pass reads every tensor first)"
-                                                             : NULL;
-    if (why)
-        return hpc_fail(err, HPC_ERR_USAGE, "HPC_OPT_OVERLAP=1: the update cannot be deferred to the next step "
-                        "with %s; unset it", why);
-    /* HPC_OPT_SIDE_PRIORITY (an experiment's knob): low (the default) the
-     * step's stream above the side's; same: both the device stream's
-     * (least); high: the side's above the step's */
-    const char *pv = getenv("HPC_OPT_SIDE_PRIORITY");
-    int mode = !pv || !*pv || strcmp(pv, "low") == 0 ? 0 : strcmp(pv, "same") == 0 ? 1 : strcmp(pv, "high") == 0 ? 2 : -1;
-    if (mode < 0)
-        return hpc_fail(err, HPC_ERR_USAGE, "HPC_OPT_SIDE_PRIORITY=%s: expected low, same or high", pv);
-    t->side_high = mode == 2;
-    if (mode != 0) return HPC_OK;
-    const CudaDriver *cu = cuda_driver();
-    int least = 0, greatest = 0;
-    st = CUDA_CHECK(err, cu->cuCtxGetStreamPriorityRange(&least, &greatest));
-    if (!st) st = CUDA_CHECK(err, cu->cuStreamCreateWithPriority(&t->priority_stream, CU_STREAM_NON_BLOCKING, greatest));
-    if (!st) t->dev.stream = t->priority_stream;
-    return st;
-}
-
 HpcStatus train_cuda_open(TrainBackend *b, int64_t total_steps, int64_t max_B, int64_t max_L,
                           const TrainBackendOptions *o, HpcError *err)
 {
@@ -722,27 +634,13 @@ HpcStatus train_cuda_open(TrainBackend *b, int64_t total_steps, int64_t max_B, i
         t->arena_alloc = (ArenaAllocator){.alloc = user_alloc, .free = user_free, .user = t};
         t->dev.allocator = &t->arena_alloc;
     }
-    st = defer_setup(b, t, err);
-    if (st) return st;
-    st = cuda_exec_init_kernels_with(&t->ex, &t->dev, &b->g, &b->pl, b->kernels, max_B, max_L,
-                                     &(PlanOptions){.wrap_grads = t->defer}, err);
+    st = cuda_exec_init_kernels(&t->ex, &t->dev, &b->g, &b->pl, b->kernels, max_B, max_L, err);
     if (st) return st;
     t->ex_open = true;
-    t->ex.side_high = t->side_high;
     phase_mark("kernel lookups");
     st = cuda_optim_init(&t->opt, &t->ex, b->spec, b->policy, total_steps, err);
     if (st) return st;
     t->opt_open = true;
-    if (t->defer) {
-        int *wait = xcalloc((size_t)b->g.n_params + 1, sizeof *wait);
-        int *ready = xcalloc((size_t)b->g.n_params + 1, sizeof *ready);
-        opt_overlap_wait_positions(&b->g, wait);
-        opt_overlap_ready_positions(&b->g, &t->ex.plan, ready);
-        st = cuda_optim_defer(&t->opt, wait, ready, err);
-        free(wait);
-        free(ready);
-        if (st) return st;
-    }
     phase_mark("optimizer: tables uploaded, m and v zeroed");
     NvrtcStats ns;
     nvrtc_compile_stats(&ns);   /* the step's module (the optimizer is part of it) */

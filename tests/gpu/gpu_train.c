@@ -25,24 +25,7 @@
  *      the same weights after the run (1e-4);
  *   3. 300 steps of fp16 and of fp32 on the GPU: both reach dev accuracy
  *      > 0.95 (chance 0.5), no step skipped in fp16, and their dev losses
- *      are within 0.05 of each other (measured distance printed);
- *   4. the optimizer beside the step (HPC_OPT_OVERLAP=1,
- *      program/opt_overlap.h): 8 steps of fp16 and of fp32 with an inf
- *      injected before step 4, twice without it and once with it, on the
- *      GPU: the same skipped step and loss scale, and weights and losses
- *      within twice the second plain run's distance from the first plain
- *      run, or within 1e-5 (relative).  The same kernels run on the same
- *      gradients with the same decision, the check beside the backward
- *      pass and the update at the next step's start, beside its forward
- *      pass; were they equal run to run, the weights would be the same
- *      bits, but the embedding backward's float atomics make two plain
- *      runs differ already.  Step 1 (a shape's first run) checks in its
- *      tail; step 2 runs the side work eagerly, step 3 captures it, later
- *      steps replay it; the skipped step 4's deferred update must do
- *      nothing; the weights are read after the last step (the read applies
- *      its update).  A lost or doubled update moves the weights (std 0.02)
- *      by lr = 1e-3 an element: about 5e-2 relative, so the two plain runs
- *      must also differ by at most 1e-3.
+ *      are within 0.05 of each other (measured distance printed).
  * GPU_TRAIN_SELFTEST=1 runs every comparison with the cpu in place of the
  * GPU (no GPU needed): the checks must pass trivially, which tests this
  * program's plumbing.
@@ -267,54 +250,6 @@ static void check_inject(const Data *d, SpecPrecision policy)
     weights_free(&wg);
 }
 
-/* Check 4: the optimizer beside the step against the update at the end of its step. */
-static void check_deferred(const Data *d, SpecPrecision policy)
-{
-    ModelSpec s;
-    bert_tiny(&s, 8);
-    Weights wa, wa2, wb;
-    weights_init(&wa, &s);
-    weights_init(&wa2, &s);
-    weights_init(&wb, &s);
-    TrainResult ra, ra2, rb;
-    const char *pn = spec_precision_name(policy);
-    unsetenv("HPC_OPT_OVERLAP");
-    bool ok = train(&s, d, g_gpu, policy, true, 4, &wa, &ra) && train(&s, d, g_gpu, policy, true, 4, &wa2, &ra2);
-    setenv("HPC_OPT_OVERLAP", "1", 1);
-    ok = ok && train(&s, d, g_gpu, policy, true, 4, &wb, &rb);
-    unsetenv("HPC_OPT_OVERLAP");
-    if (ok) {
-        double noise, noise_u, diff, diff_u;
-        const char *worst_noise, *worst;
-        compare(&wa2, &wa, &wa, &noise, &noise_u, &worst_noise);
-        compare(&wb, &wa, &wa, &diff, &diff_u, &worst);
-        /* Twice the plain runs' distance: the run beside is one more draw of
-         * the same run-to-run noise, so it lands farther from the first plain
-         * run than the second plain run does about half the time (H200,
-         * six fp16 runs: 0.85-1.27x, five of them past 1x); a lost update
-         * is hundreds of times farther. */
-        double bound = fmax(1e-5, 2.0 * noise);
-        /* a lost or doubled step moves weights of std 0.02 by lr = 1e-3 each: about 5e-2 relative */
-        result(noise <= 1e-3, "two plain runs (%s) differ by %.2e (%s): too much to tell a lost update (want <= "
-               "1e-3)", pn, noise, worst_noise);
-        result(diff <= bound, "optimizer beside the step (%s, 8 steps): weights rel err %.2e (max, %s) against the "
-               "plain run; two plain runs differ by %.2e (%s); want <= %.2e", pn, diff, worst, noise, worst_noise,
-               bound);
-        result(ra.skipped == 1 && rb.skipped == 1 && ra.last_skipped_step == 4 && rb.last_skipped_step == 4 &&
-               ra.final_scale == rb.final_scale,
-               "optimizer beside the step (%s): skipped %lld (step %lld) against %lld (step %lld), scale %g "
-               "against %g", pn, (long long)rb.skipped, (long long)rb.last_skipped_step, (long long)ra.skipped,
-               (long long)ra.last_skipped_step, rb.final_scale, ra.final_scale);
-        double loss_noise = fabs(ra2.eval_loss - ra.eval_loss), loss_diff = fabs(rb.eval_loss - ra.eval_loss);
-        result(loss_diff <= fmax(1e-5 * fabs(ra.eval_loss), 2.0 * loss_noise),
-               "optimizer beside the step (%s): dev loss %.9g against %.9g (two plain runs: %.9g), last train "
-               "loss %.9g against %.9g", pn, rb.eval_loss, ra.eval_loss, ra2.eval_loss, rb.last_loss, ra.last_loss);
-    }
-    weights_free(&wa);
-    weights_free(&wa2);
-    weights_free(&wb);
-}
-
 /* Check 3: 300 steps of fp16 and fp32 on the GPU. */
 static void check_300_steps(const Data *d)
 {
@@ -359,8 +294,6 @@ int main(void)
     check_three_steps(&d, true, 3, OPT_LAMB);   /* every accumulation tail: first, middle, last */
     check_inject(&d, PREC_FP16);
     check_inject(&d, PREC_FP32);
-    check_deferred(&d, PREC_FP16);
-    check_deferred(&d, PREC_FP32);
     if (g_gpu == TRAIN_DEVICE_CUDA) check_300_steps(&d);
     dataset_free(&d.train);
     dataset_free(&d.dev);
