@@ -633,49 +633,85 @@ Test(attention_step_cuda, v4p_tiny_bf16_causal_sm80, .timeout = 300)
     expect_module_compiles_as(&s, PREC_BF16, 80, "v4p");
 }
 
+/* The tiny model's module with HPC_ATTN_FWD=value (NULL: unset), compiled
+ * for arch: its source calls the forward body `call` and not the narrow
+ * one (unless that is `call`).  forward_module_free unsets the variable. */
+typedef struct {
+    Pipeline p;
+    char *src;
+    void *cubin;
+    size_t size;
+} FwdModule;
+
+static void forward_module(FwdModule *m, bool causal, SpecPrecision policy, int arch, const char *value,
+                           const char *call)
+{
+    ModelSpec s;
+    tiny_spec(&s, causal);
+    if (value) setenv("HPC_ATTN_FWD", value, 1);
+    else unsetenv("HPC_ATTN_FWD");
+    build(&s, policy, ATTN_FORM_FUSED, &m->p);
+    HpcError err = {0};
+    cr_assert_eq(eop_module_source(&m->p.g, &m->src, &err), HPC_OK, "%s", err.msg);
+    static const char narrow[] = "hpc_attn::attn_mma2_fwd_run(";
+    cr_expect(strstr(m->src, call) != NULL, "HPC_ATTN_FWD=%s: no call %s", value ? value : "", call);
+    cr_expect(strcmp(call, narrow) == 0 || strstr(m->src, narrow) == NULL, "HPC_ATTN_FWD=%s: %s still called",
+              value ? value : "", narrow);
+    char *log = NULL;
+    cr_assert_eq(nvrtc_compile(m->src, "hpc_attention_fwd_test", arch, NULL, 0, &m->cubin, &m->size, &log, &err),
+                 HPC_OK, "sm_%d: %s\n%s", arch, err.msg, log ? log : "");
+    free(log);
+}
+
+static void forward_module_free(FwdModule *m)
+{
+    free(m->cubin);
+    free(m->src);
+    pipeline_free(&m->p);
+    unsetenv("HPC_ATTN_FWD");
+}
+
+/* The forward phase of each full (not first-query) forward node at B 3, L
+ * 70 and at (B2, L2): its name contains `base` and is in the cubin;
+ * returns the number of such nodes. */
+static int forward_phases(const FwdModule *m, const char *base, int64_t B2, int64_t L2, EopPhase at70[4],
+                          EopPhase at2[4])
+{
+    HpcError err = {0};
+    int nodes = 0;
+    for (int id = 0; id < m->p.g.n && nodes < 4; id++) {
+        if (m->p.g.nodes[id].op != IR_OP_ATTENTION || m->p.g.nodes[id].attr.attn.first_query) continue;
+        EopNodeCode c, c2;
+        cr_assert_eq(eop_node_code(&m->p.g, id, 3, 70, &c, &err), HPC_OK, "%s", err.msg);
+        cr_assert_eq(eop_node_code(&m->p.g, id, B2, L2, &c2, &err), HPC_OK, "%s", err.msg);
+        const char *name = c.phase[0].name;
+        cr_expect(c.n_phases == 1 && strstr(name, base) != NULL, "%s", name);
+        cr_expect(memmem(m->cubin, m->size, name, strlen(name)) != NULL, "%s not in the cubin", name);
+        at70[nodes] = c.phase[0];
+        at2[nodes] = c2.phase[0];
+        nodes++;
+    }
+    return nodes;
+}
+
 /* HPC_ATTN_FWD=wide: the forward's phase is v2's with 128 query rows a
  * block of 256 threads, ceil(L / 128) blocks a (b, head); the module
  * compiles (causal too); another value is refused. */
 static void expect_wide_forward(bool causal, SpecPrecision policy, int arch)
 {
-    ModelSpec s;
-    tiny_spec(&s, causal);
-    setenv("HPC_ATTN_FWD", "wide", 1);
-    Pipeline p;
-    build(&s, policy, ATTN_FORM_FUSED, &p);
-    HpcError err = {0};
-    char *src;
-    cr_assert_eq(eop_module_source(&p.g, &src, &err), HPC_OK, "%s", err.msg);
-    cr_expect(strstr(src, "hpc_attn::attn_mma2_fwd_wide_run(") != NULL, "no call of the wide forward");
-    cr_expect(strstr(src, "hpc_attn::attn_mma2_fwd_run(") == NULL, "the narrow forward is still called");
-    void *cubin;
-    size_t size;
-    char *log = NULL;
-    cr_assert_eq(nvrtc_compile(src, "hpc_attention_wide_test", arch, NULL, 0, &cubin, &size, &log, &err), HPC_OK,
-                 "sm_%d: %s\n%s", arch, err.msg, log ? log : "");
-    int nodes = 0;
-    for (int id = 0; id < p.g.n; id++) {
-        if (p.g.nodes[id].op != IR_OP_ATTENTION || p.g.nodes[id].attr.attn.first_query) continue;
-        EopNodeCode at70, at200;
-        cr_assert_eq(eop_node_code(&p.g, id, 3, 70, &at70, &err), HPC_OK, "%s", err.msg);
-        cr_assert_eq(eop_node_code(&p.g, id, 3, 200, &at200, &err), HPC_OK, "%s", err.msg);
-        const char *name = at70.phase[0].name;
-        cr_expect(at70.n_phases == 1 && strstr(name, "attn2_fwd_wide") != NULL, "%s", name);
-        cr_expect(memmem(cubin, size, name, strlen(name)) != NULL, "%s not in the cubin", name);
-        cr_expect(at70.phase[0].grid[0] == 1 && at70.phase[0].grid[1] == 2 && at70.phase[0].grid[2] == 3 &&
-                      at70.phase[0].block[0] == 256,
-                  "%s at L 70: grid (%u, %u, %u) x %u", name, at70.phase[0].grid[0], at70.phase[0].grid[1],
-                  at70.phase[0].grid[2], at70.phase[0].block[0]);
-        cr_expect_eq(at200.phase[0].grid[0], 2u, "%s at L 200: %u blocks along L", name, at200.phase[0].grid[0]);
-        nodes++;
+    FwdModule m;
+    forward_module(&m, causal, policy, arch, "wide", "hpc_attn::attn_mma2_fwd_wide_run(");
+    EopPhase at70[4], at200[4];
+    int nodes = forward_phases(&m, "attn2_fwd_wide", 3, 200, at70, at200);
+    for (int i = 0; i < nodes; i++) {
+        cr_expect(at70[i].grid[0] == 1 && at70[i].grid[1] == 2 && at70[i].grid[2] == 3 && at70[i].block[0] == 256,
+                  "%s at L 70: grid (%u, %u, %u) x %u", at70[i].name, at70[i].grid[0], at70[i].grid[1],
+                  at70[i].grid[2], at70[i].block[0]);
+        cr_expect_eq(at200[i].grid[0], 2u, "%s at L 200: %u blocks along L", at200[i].name, at200[i].grid[0]);
     }
     /* bidirectional: layer 1 is the first-query one (a sequence head) */
     cr_expect_eq(nodes, causal ? 2 : 1, "%d full forward nodes", nodes);
-    free(cubin);
-    free(log);
-    free(src);
-    pipeline_free(&p);
-    unsetenv("HPC_ATTN_FWD");
+    forward_module_free(&m);
 }
 
 Test(attention_step_cuda, wide_forward_fp16_sm90, .timeout = 300)
@@ -693,45 +729,22 @@ Test(attention_step_cuda, wide_forward_bf16_causal_sm80, .timeout = 300)
  * the kernel's dynamic shared memory; the module compiles (causal too). */
 static void expect_persist_forward(bool causal, SpecPrecision policy, int arch)
 {
-    ModelSpec s;
-    tiny_spec(&s, causal);
-    setenv("HPC_ATTN_FWD", "persist", 1);
-    Pipeline p;
-    build(&s, policy, ATTN_FORM_FUSED, &p);
-    HpcError err = {0};
-    char *src;
-    cr_assert_eq(eop_module_source(&p.g, &src, &err), HPC_OK, "%s", err.msg);
-    cr_expect(strstr(src, "hpc_attn::attn_mma2_fwd_persist_run(") != NULL, "no call of the persistent forward");
-    cr_expect(strstr(src, "hpc_attn::attn_mma2_fwd_run(") == NULL, "the narrow forward is still called");
-    void *cubin;
-    size_t size;
-    char *log = NULL;
-    cr_assert_eq(nvrtc_compile(src, "hpc_attention_persist_test", arch, NULL, 0, &cubin, &size, &log, &err), HPC_OK,
-                 "sm_%d: %s\n%s", arch, err.msg, log ? log : "");
-    int nodes = 0;
-    for (int id = 0; id < p.g.n; id++) {
-        if (p.g.nodes[id].op != IR_OP_ATTENTION || p.g.nodes[id].attr.attn.first_query) continue;
-        EopNodeCode small, big;
-        cr_assert_eq(eop_node_code(&p.g, id, 3, 70, &small, &err), HPC_OK, "%s", err.msg);
-        cr_assert_eq(eop_node_code(&p.g, id, 300, 128, &big, &err), HPC_OK, "%s", err.msg);
-        const EopPhase *ph = &small.phase[0];
-        cr_expect(small.n_phases == 1 && strstr(ph->name, "attn2_fwd_persist") != NULL, "%s", ph->name);
-        cr_expect(memmem(cubin, size, ph->name, strlen(ph->name)) != NULL, "%s not in the cubin", ph->name);
+    FwdModule m;
+    forward_module(&m, causal, policy, arch, "persist", "hpc_attn::attn_mma2_fwd_persist_run(");
+    EopPhase small[4], big[4];
+    int nodes = forward_phases(&m, "attn2_fwd_persist", 300, 128, small, big);
+    for (int i = 0; i < nodes; i++) {
+        const EopPhase *ph = &small[i];
         /* 3 x 70 rows x 2 heads / 64: 6 blocks for 12 items; 300 x 128 x 2 / 64 capped at 528 */
         cr_expect(ph->grid[0] == 6 && ph->grid[1] == 1 && ph->grid[2] == 1 && ph->block[0] == 128,
                   "%s at 3 x 70: grid (%u, %u, %u) x %u", ph->name, ph->grid[0], ph->grid[1], ph->grid[2],
                   ph->block[0]);
-        cr_expect_eq(big.phase[0].grid[0], 528u, "%s at 300 x 128: %u blocks", ph->name, big.phase[0].grid[0]);
+        cr_expect_eq(big[i].grid[0], 528u, "%s at 300 x 128: %u blocks", ph->name, big[i].grid[0]);
         cr_expect_eq(ph->shared_bytes, (unsigned)kemit_attn2p_smem_bytes(16), "%s: %u bytes of shared memory",
                      ph->name, ph->shared_bytes);
-        nodes++;
     }
     cr_expect_eq(nodes, causal ? 2 : 1, "%d full forward nodes", nodes);
-    free(cubin);
-    free(log);
-    free(src);
-    pipeline_free(&p);
-    unsetenv("HPC_ATTN_FWD");
+    forward_module_free(&m);
 }
 
 Test(attention_step_cuda, persist_forward_fp16_sm90, .timeout = 300)
@@ -749,28 +762,12 @@ Test(attention_step_cuda, persist_forward_bf16_causal_sm80, .timeout = 300)
  * four. */
 static void expect_forward_blocks(const char *value, const char *bounds)
 {
-    ModelSpec s;
-    tiny_spec(&s, false);
-    if (value) setenv("HPC_ATTN_FWD", value, 1);
-    Pipeline p;
-    build(&s, PREC_FP16, ATTN_FORM_FUSED, &p);
-    HpcError err = {0};
-    char *src;
-    cr_assert_eq(eop_module_source(&p.g, &src, &err), HPC_OK, "%s", err.msg);
+    FwdModule m;
+    forward_module(&m, false, PREC_FP16, 90, value, "hpc_attn::attn_mma2_fwd_run(");
     char want[96];
     snprintf(want, sizeof want, "__launch_bounds__(%s) attn2_fwd_", bounds);
-    cr_expect(strstr(src, want) != NULL, "HPC_ATTN_FWD=%s: no \"%s\" in the module", value ? value : "",
-              want);
-    void *cubin;
-    size_t size;
-    char *log = NULL;
-    cr_assert_eq(nvrtc_compile(src, "hpc_attention_blocks_test", 90, NULL, 0, &cubin, &size, &log, &err), HPC_OK,
-                 "%s\n%s", err.msg, log ? log : "");
-    free(cubin);
-    free(log);
-    free(src);
-    pipeline_free(&p);
-    unsetenv("HPC_ATTN_FWD");
+    cr_expect(strstr(m.src, want) != NULL, "HPC_ATTN_FWD=%s: no \"%s\" in the module", value ? value : "", want);
+    forward_module_free(&m);
 }
 
 Test(attention_step_cuda, narrow_forward_four_blocks_an_sm, .timeout = 300)

@@ -579,6 +579,32 @@ static void test_first_query(const Mod *m, Bufs *d, const float *qkv, const floa
     free(lse);
 }
 
+/* Forward `kind` on d's inputs (B x L, mask: rows past 2 L of batch row 2
+ * fully masked) against the reference ctx rc and lse rl: ctx, lse and the
+ * fully masked rows' zeros; *ctx (the host copy) is replaced. */
+static void check_forward(FwdKind kind, const Mod *m, Bufs *d, int B, int L, float p, uint64_t seed, uint32_t step,
+                          uint32_t salt, float **ctx, float *lse, const double *rc, const double *rl)
+{
+    size_t rows = (size_t)B * L, H = (size_t)m->H, nc = rows * H, nl = rows * m->NH;
+    double u = unit(m);
+    char what[96];
+    DRV(cu->cuMemsetD8Async(d->ctx, 0xFF, nc * 2, dev.stream));
+    DRV(cu->cuMemsetD8Async(d->lse, 0xFF, nl * 4, dev.stream));
+    run_fwd_kind(kind, m, d, B, L, p, seed, step, salt);
+    DRV(cu->cuStreamSynchronize(dev.stream));
+    free(*ctx);
+    *ctx = down_st(m, d->ctx, nc);
+    DRV(cu->cuMemcpyDtoH(lse, d->lse, nl * 4));
+    snprintf(what, sizeof what, "L%d p%.1f ctx (%s fwd)", L, p, fwd_tag[kind]);
+    check_strided(m, what, *ctx, rc, rows, H, H, 4 * u);
+    snprintf(what, sizeof what, "L%d p%.1f lse (%s fwd)", L, p, fwd_tag[kind]);
+    check_lse(m, what, lse, rl, nl);
+    size_t nonzero = 0;
+    for (size_t i = 2 * (size_t)L * H; i < nc; i++) nonzero += (*ctx)[i] != 0.0f;
+    snprintf(what, sizeof what, "L%d p%.1f fully masked row is 0 (%s fwd)", L, p, fwd_tag[kind]);
+    report(nonzero == 0, m->label, what, (double)nonzero, 0, nonzero ? " NONZERO CONTEXT" : "");
+}
+
 static void test_case(const Mod *m, int L, float p)
 {
     const int B = 3;
@@ -647,21 +673,7 @@ static void test_case(const Mod *m, int L, float p)
      * before P V: still within 4 u, the rounding is u / 2 per term); v1
      * only where its dQ kernel exists. */
     for (int fam = has_v1_dq(m) ? 0 : 1; fam < 2; fam++) {
-        DRV(cu->cuMemsetD8Async(d.ctx, 0xFF, nc * 2, dev.stream));
-        DRV(cu->cuMemsetD8Async(d.lse, 0xFF, nl * 4, dev.stream));
-        run_fwd_kind(fam ? FWD_MMA2 : FWD_MMA, m, &d, B, L, p, seed, step, salt);
-        DRV(cu->cuStreamSynchronize(dev.stream));
-        free(ctx);
-        ctx = down_st(m, d.ctx, nc);
-        DRV(cu->cuMemcpyDtoH(lse, d.lse, nl * 4));
-        snprintf(what, sizeof what, "L%d p%.1f ctx (%s fwd)", L, p, fam_tag[fam]);
-        check_strided(m, what, ctx, rc, rows, H, H, 4 * u);
-        snprintf(what, sizeof what, "L%d p%.1f lse (%s fwd)", L, p, fam_tag[fam]);
-        check_lse(m, what, lse, rl, nl);
-        nonzero = 0;
-        for (size_t i = 2 * (size_t)L * H; i < nc; i++) nonzero += ctx[i] != 0.0f;
-        snprintf(what, sizeof what, "L%d p%.1f fully masked row is 0 (%s fwd)", L, p, fam_tag[fam]);
-        report(nonzero == 0, m->label, what, (double)nonzero, 0, nonzero ? " NONZERO CONTEXT" : "");
+        check_forward(fam ? FWD_MMA2 : FWD_MMA, m, &d, B, L, p, seed, step, salt, &ctx, lse, rc, rl);
 
         /* The family's dQ, dK, dV from its own forward's lse and the delta
          * of the SIMT forward's ctx (computed above). */
@@ -681,21 +693,7 @@ static void test_case(const Mod *m, int L, float p)
      * rows */
     for (int kind = FWD_MMA2_WIDE; kind <= FWD_MMA2_PERSIST; kind++) {
         if (kind == FWD_MMA2_PERSIST && !has_persist(m)) break;
-        DRV(cu->cuMemsetD8Async(d.ctx, 0xFF, nc * 2, dev.stream));
-        DRV(cu->cuMemsetD8Async(d.lse, 0xFF, nl * 4, dev.stream));
-        run_fwd_kind((FwdKind)kind, m, &d, B, L, p, seed, step, salt);
-        DRV(cu->cuStreamSynchronize(dev.stream));
-        free(ctx);
-        ctx = down_st(m, d.ctx, nc);
-        DRV(cu->cuMemcpyDtoH(lse, d.lse, nl * 4));
-        snprintf(what, sizeof what, "L%d p%.1f ctx (%s fwd)", L, p, fwd_tag[kind]);
-        check_strided(m, what, ctx, rc, rows, H, H, 4 * u);
-        snprintf(what, sizeof what, "L%d p%.1f lse (%s fwd)", L, p, fwd_tag[kind]);
-        check_lse(m, what, lse, rl, nl);
-        nonzero = 0;
-        for (size_t i = 2 * (size_t)L * H; i < nc; i++) nonzero += ctx[i] != 0.0f;
-        snprintf(what, sizeof what, "L%d p%.1f fully masked row is 0 (%s fwd)", L, p, fwd_tag[kind]);
-        report(nonzero == 0, m->label, what, (double)nonzero, 0, nonzero ? " NONZERO CONTEXT" : "");
+        check_forward((FwdKind)kind, m, &d, B, L, p, seed, step, salt, &ctx, lse, rc, rl);
     }
     /* The one-pass backwards (v3's at both register budgets, v4's), from
      * v2's lse (left in d.lse by the forwards above) and the same delta. */
