@@ -61,8 +61,8 @@
  * 72 + 6 = 4422 (not yet run on a GPU; on the emulator with
  * HPC_GPU_TEST_MAX_L=32, 1818 against 1688 before it); the persistent
  * one-pass backward (attn_mma4_bwd_persist, HPC_ATTN_KERNELS=v4p, on a grid
- * of 3 blocks) and its keep pair as v4's: 4422 + 216 + 108 = 4746 (1962
- * on the emulator at HPC_GPU_TEST_MAX_L=32).
+ * of 3 blocks) and its keep pair as v4's: 4422 + 216 + 108 = 4746 (on the
+ * emulator: 1962 at HPC_GPU_TEST_MAX_L=32, 4412 at 128).
  *
  * Output: one "ok"/"FAIL" line per check, timing lines per shape (simt,
  * mma, mma2, mma2 wide and mma2 persist fwd, mma3 at both register
