@@ -782,6 +782,27 @@ static void test_dropout_bits(FwdKind kind, const Mod *m, int L, float p)
     free(mask);
 }
 
+/* Milliseconds one launch of forward kind (one_pass false) or one-pass
+ * backward kind (true) takes on dev.stream: after 3 launches to warm up,
+ * the mean of iters launches, each timed alone between events e0 and e1. */
+static float mean_launch_ms(bool one_pass, int kind, const Mod *m, Bufs *d, int B, int L, float p, uint64_t seed,
+                            uint32_t step, uint32_t salt, CUevent e0, CUevent e1, int iters)
+{
+    float ms = 0;
+    for (int i = -3; i < iters; i++) {
+        if (i >= 0) DRV(cu->cuEventRecord(e0, dev.stream));
+        if (one_pass) run_one_pass((OnePassKind)kind, m, d, B, L, p, seed, step, salt);
+        else run_fwd_kind((FwdKind)kind, m, d, B, L, p, seed, step, salt);
+        if (i < 0) continue;
+        float a;
+        DRV(cu->cuEventRecord(e1, dev.stream));
+        DRV(cu->cuEventSynchronize(e1));
+        DRV(cu->cuEventElapsedTime(&a, e0, e1));
+        ms += a;
+    }
+    return ms / iters;
+}
+
 static void timing(const Mod *m, int B, int L)
 {
     float p = 0.1f;
@@ -861,18 +882,7 @@ static void timing(const Mod *m, int B, int L)
     persist_blocks = (unsigned)(items < 528 ? items : 528);
     for (int kind = FWD_MMA2_WIDE; kind <= FWD_MMA2_PERSIST; kind++) {
         if (kind == FWD_MMA2_PERSIST && !has_persist(m)) break;
-        float ms = 0;
-        for (int i = 0; i < 3; i++) run_fwd_kind((FwdKind)kind, m, &d, B, L, p, seed, step, salt);
-        for (int i = 0; i < iters; i++) {
-            float a;
-            DRV(cu->cuEventRecord(e0, dev.stream));
-            run_fwd_kind((FwdKind)kind, m, &d, B, L, p, seed, step, salt);
-            DRV(cu->cuEventRecord(e1, dev.stream));
-            DRV(cu->cuEventSynchronize(e1));
-            DRV(cu->cuEventElapsedTime(&a, e0, e1));
-            ms += a;
-        }
-        ms /= iters;
+        float ms = mean_launch_ms(false, kind, m, &d, B, L, p, seed, step, salt, e0, e1, iters);
         printf("timing  %-9s B%d L%d NH%d p0.1: %s fwd %.3f ms (%.1f TFLOP/s)\n", m->label, B, L, m->NH,
                fwd_tag[kind], ms, f / ms * 1e-9);
     }
@@ -889,18 +899,7 @@ static void timing(const Mod *m, int B, int L)
         persist_bwd_blocks = (unsigned)(pairs < 264 ? pairs : 264);   /* the step's A4P_BLOCKS */
         for (int kind = ONE_PASS_MMA3; kind <= ONE_PASS_MMA4P_KEEP; kind++) {
             if (kind >= ONE_PASS_MMA3_KEEP && L > KEEP_KEYS) break;
-            float ms = 0;
-            for (int i = 0; i < 3; i++) run_one_pass((OnePassKind)kind, m, &d, B, L, p, seed, step, salt);
-            for (int i = 0; i < iters; i++) {
-                float a;
-                DRV(cu->cuEventRecord(e0, dev.stream));
-                run_one_pass((OnePassKind)kind, m, &d, B, L, p, seed, step, salt);
-                DRV(cu->cuEventRecord(e1, dev.stream));
-                DRV(cu->cuEventSynchronize(e1));
-                DRV(cu->cuEventElapsedTime(&a, e0, e1));
-                ms += a;
-            }
-            ms /= iters;
+            float ms = mean_launch_ms(true, kind, m, &d, B, L, p, seed, step, salt, e0, e1, iters);
             printf("timing  %-9s B%d L%d NH%d p0.1: %s bwd %.3f ms (%.1f TFLOP/s counted as above, %.1f executed)\n",
                    m->label, B, L, m->NH, one_pass_tag[kind], ms, 2 * f / ms * 1e-9, 2.5 * f / ms * 1e-9);
         }
