@@ -80,7 +80,7 @@ static inline double act_grad_ref_silu(double x)
 
 /* gelu_cdf(x, &pdf) returns Phi(x), the standard normal's distribution
  * function, and sets pdf = phi(x), its density; act_gelu and actg_gelu and
- * the fused GELU backward (compiler/emit_ops_body.c) build on it.  Why not
+ * the fused GELU backward (compiler/emit_ops_act.c) build on it.  Why not
  * erff: CUDA's erff costs about 25 instructions (two polynomials and a
  * select), which made the GELU kernels issue-bound rather than bound by
  * their bytes.  Here, with z = |x| / sqrt 2 and t = 1 / (1 + p z),

@@ -1,6 +1,6 @@
 /* tests/test_ln_bwd_v3.c — HPC_LN_BWD=v3, the LayerNorm-site backward that
  * keeps two rows' loads in flight as raw 16-byte vectors
- * (compiler/emit_ops_body.c, "LN_RESIDUAL_BWD v3"), on the cpu: what can
+ * (compiler/emit_ops_ln_site.c, "LN_RESIDUAL_BWD v3"), on the cpu: what can
  * be checked without a GPU (tests/gpu/gpu_lnfuse.c runs its cases under v3
  * on one).
  *

@@ -1,6 +1,6 @@
 /* tests/gpu/gpu_act.c — the step module's activation kernels (ACT forward,
  * the recomputed ACT, ACT_BWD_BGRAD: dx and the bias gradient;
- * compiler/emit_ops_body.c) against the C reference of
+ * compiler/emit_ops_act.c) against the C reference of
  * program/activations.h (the cpu backend's functions), on the kernels'
  * own inputs.
  *

@@ -1,5 +1,5 @@
 /* tests/gpu/gpu_lnfuse.c — the fused LayerNorm site kernels (LN_RESIDUAL,
- * LN_RESIDUAL_BWD: compiler/emit_ops_body.c, "fused LayerNorm sites")
+ * LN_RESIDUAL_BWD: compiler/emit_ops_ln_site.c, "fused LayerNorm sites")
  * against the cpu reference on random data.
  *
  * One site (tests/ln_site_graph.h) fused by the pass, every input a
@@ -36,7 +36,7 @@
  *
  * The site cases (plain, xhat, xhat with ones) run once per LN_RESIDUAL_BWD
  * variant: under HPC_LN_BWD as given (unset: v2, the default kernel), then
- * under v3 (compiler/emit_ops_body.c, "LN_RESIDUAL_BWD v3": two rows'
+ * under v3 (compiler/emit_ops_ln_site.c, "LN_RESIDUAL_BWD v3": two rows'
  * loads in flight; its lines say "v3"), set before the cases' modules are
  * generated and put back after; at R = 4099 v3's row loop runs both of its
  * slots and stops after either (D = 4096 is v2's kernel under v3 too).  The
