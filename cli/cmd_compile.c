@@ -301,6 +301,22 @@ static int write_emits(const Compiled *c, const CompileArgs *a)
     return st ? cli_report(&err) : HPC_OK;
 }
 
+/* A packed program under fp32 has no CUDA kernels (compiler/
+ * step_program_build.c: its varlen attention exists in 16 bits only, so it
+ * runs on the cpu backend): an option that needs them is refused before
+ * anything is written. */
+static int check_cuda_wanted(const Compiled *c, const CompileArgs *a)
+{
+    const char *opt = a->arch.n ? "--arch" : a->emit_cuda ? "--emit-cuda" : a->emit_lib ? "--emit-lib" : NULL;
+    SpecPrecision policy = a->policy == PREC_DEFAULT ? PREC_FP32 : a->policy;
+    if (!opt || !ir_graph_packed(&c->g) || policy != PREC_FP32) return HPC_OK;
+    fprintf(stderr, "hpc compile: %s: %s is packed (--pack or the model's `pack = true`, docs/packing.md) and "
+            "compiled for fp32, and such a program has no CUDA kernels: packed batches need the fused "
+            "attention, which runs in 16 bits only (fp32 packed programs run on the cpu backend); add --fp16 "
+            "or --bf16, or leave out --pack\n", opt, a->model);
+    return HPC_ERR_USAGE;
+}
+
 static void compiled_free(Compiled *c)
 {
     if (c->have_prec) precision_plan_free(&c->prec);
@@ -336,6 +352,7 @@ int cmd_compile(int argc, char **argv)
         bool quiet = a.ir || a.report || a.plan || a.pipe.dump || c.stopped;
         if (a.report && !c.have_prec) fprintf(stderr, "hpc compile: --precision-report needs the precision stage\n");
         if (!quiet && !rc) print_summary(&c, a.policy);
+        if (!rc && c.have_plan && !c.stopped) rc = check_cuda_wanted(&c, &a);
         if (!rc && c.have_plan && !c.stopped && !a.no_artifact) rc = write_artifact(&c, &a);
         if (!rc && c.have_plan && !c.stopped) rc = write_emits(&c, &a);
         if (c.stopped && !a.ir && !a.pipe.dump)

@@ -226,7 +226,8 @@ HpcStatus emitlib_write_cuh(const ModelSpec *spec, SpecPrecision policy, const c
 
 HpcStatus emitlib_cuda(const ModelSpec *spec, SpecPrecision policy, const char *dir, HpcError *err)
 {
-    HpcStatus st = emitlib_write_cuh(spec, policy, dir, NULL, NULL, err);
+    HpcStatus st = emitlib_check_cuda(spec, policy, err);
+    if (!st) st = emitlib_write_cuh(spec, policy, dir, NULL, NULL, err);
     return st ? st : emitlib_step(spec, policy, dir, err);
 }
 

@@ -68,14 +68,21 @@ typedef struct {
     const char *hpc_root;          /* default HPC_ROOT of the Makefile, or NULL */
 } EmitLibOptions;
 
-/* Writes DIR/NAME_kernels.cuh (DIR is created if missing).  HPC_ERR_IO
- * naming the path; HPC_ERR_INPUT if the kernels do not support the model. */
+/* HPC_ERR_USAGE when the model under policy has no CUDA step to emit: a
+ * packed model (train.pack) under fp32 runs on the cpu backend only.
+ * emitlib_step, emitlib_cuda and emitlib_package check it before writing
+ * anything. */
+HpcStatus emitlib_check_cuda(const ModelSpec *spec, SpecPrecision policy, HpcError *err);
+
 /* DIR/NAME_step.cuh: the training step's own kernels (the step program's
  * module, the ones hpc runs and tests), with the ABI and a launch table in
  * its opening comment (compiler/emit_lib_step.c).  emitlib_cuda and
  * emitlib_package write it beside NAME_kernels.cuh. */
 HpcStatus emitlib_step(const ModelSpec *spec, SpecPrecision policy, const char *dir, HpcError *err);
 
+/* Writes DIR/NAME_kernels.cuh and DIR/NAME_step.cuh (DIR is created if
+ * missing).  HPC_ERR_IO naming the path; HPC_ERR_INPUT if the kernels do not
+ * support the model. */
 HpcStatus emitlib_cuda(const ModelSpec *spec, SpecPrecision policy, const char *dir, HpcError *err);
 
 /* Writes the package described above into DIR. */

@@ -256,7 +256,8 @@ HpcStatus emitlib_package(const ModelSpec *spec, const EmitLibOptions *o, const 
     char *src = NULL, *text = artifact_model_text(spec), root[4096];
     const char *hpc_root = o->hpc_root ? o->hpc_root : "/path/to/hpc";
     snprintf(root, sizeof root, "%s", hpc_root);
-    HpcStatus st = emitlib_write_cuh(spec, o->policy, dir, &src, NULL, err);
+    HpcStatus st = emitlib_check_cuda(spec, o->policy, err);
+    if (!st) st = emitlib_write_cuh(spec, o->policy, dir, &src, NULL, err);
     if (!st) st = emitlib_step(spec, o->policy, dir, err);
     char demo[160];
     snprintf(demo, sizeof demo, "%s_demo", spec->name);

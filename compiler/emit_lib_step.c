@@ -95,10 +95,22 @@ static void print_intro(FILE *f, const StepProgram *p)
     }
 }
 
+HpcStatus emitlib_check_cuda(const ModelSpec *spec, SpecPrecision policy, HpcError *err)
+{
+    /* compiler/step_program_build.c: a packed program's varlen attention
+     * exists in 16 bits only, so under fp32 it gets no CUDA kernels */
+    if (!spec->train.pack || (policy != PREC_FP32 && policy != PREC_DEFAULT)) return HPC_OK;
+    return hpc_fail(err, HPC_ERR_USAGE, "emit: %s is packed (pack = true, docs/packing.md) and compiled for fp32, "
+                    "which gives it no CUDA kernels (the packed attention runs in 16 bits only); emit it under "
+                    "fp16 or bf16", spec->name);
+}
+
 HpcStatus emitlib_step(const ModelSpec *spec, SpecPrecision policy, const char *dir, HpcError *err)
 {
+    HpcStatus st = emitlib_check_cuda(spec, policy, err);
+    if (st) return st;
     StepProgram p;
-    HpcStatus st = step_program_compile(spec, policy, true, &p, err);
+    st = step_program_compile(spec, policy, true, &p, err);
     if (st) return st;
     char path[4096], name[128];
     snprintf(name, sizeof name, "%s_step", spec->name);

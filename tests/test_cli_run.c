@@ -1,5 +1,6 @@
 /* tests/test_cli_run.c — `hpc run` command-line settings over the model's
- * train block (cli/run_overrides.c), through the real binary. */
+ * train block (cli/run_overrides.c), and `hpc compile` options refused by
+ * what the model compiles to, through the real binary. */
 #include <criterion/criterion.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -124,4 +125,39 @@ Test(cli_run, cola_on_cpu_loss_falls_and_log_plots, .timeout = 300)
     cr_expect(fread(head, 1, sizeof head - 1, f) > 0);
     fclose(f);
     cr_expect(strstr(head, "<svg"), "%s", head);
+}
+
+/* A packed fp32 program has no CUDA kernels: --emit-cuda, --emit-lib and
+ * --arch are refused by name, before the artifact or a directory is written
+ * (they once crashed, or failed inside NVRTC). */
+Test(cli_compile, packed_fp32_refuses_what_needs_cuda, .timeout = 120)
+{
+    char out[65536], dir[] = "/tmp/hpc_cli_packXXXXXX", args[512];
+    cr_assert(mkdtemp(dir));
+    const char *opts[3][2] = {{"--emit-cuda", "--emit-cuda %s/cuda"}, {"--emit-lib", "--emit-lib %s/lib"},
+                              {"--arch", "--arch 90"}};
+    for (int k = 0; k < 3; k++) {
+        char opt[128];
+        snprintf(opt, sizeof opt, opts[k][1], dir);
+        snprintf(args, sizeof args, "compile models/bert_tiny.model --pack -o %s/m.hpc %s", dir, opt);
+        int rc = hpc(args, out, sizeof out);
+        cr_expect_eq(rc, 2, "%s: exit %d: %s", opts[k][0], rc, out);
+        char want[160];
+        snprintf(want, sizeof want, "hpc compile: %s: models/bert_tiny.model is packed", opts[k][0]);
+        cr_expect(strstr(out, want) && strstr(out, "add --fp16 or --bf16"), "%s: %s", opts[k][0], out);
+    }
+    char path[256];
+    const char *made[3] = {"m.hpc", "cuda", "lib"};
+    for (int k = 0; k < 3; k++) {
+        snprintf(path, sizeof path, "%s/%s", dir, made[k]);
+        cr_expect_neq(access(path, F_OK), 0, "%s was written", path);
+    }
+    /* under fp16 the same package is written */
+    snprintf(args, sizeof args, "compile models/bert_tiny.model --pack --fp16 --no-artifact --emit-cuda %s/cuda", dir);
+    int rc = hpc(args, out, sizeof out);
+    cr_expect_eq(rc, 0, "fp16: exit %d: %s", rc, out);
+    snprintf(path, sizeof path, "%s/cuda/bert_tiny_step.cuh", dir);
+    cr_expect_eq(access(path, R_OK), 0, "fp16 wrote no %s", path);
+    snprintf(args, sizeof args, "rm -rf %s", dir);
+    cr_expect_eq(system(args), 0);
 }

@@ -39,6 +39,7 @@
 #include <unistd.h>
 
 #include "compiler/attention_form.h"
+#include "compiler/emit_lib.h"
 #include "compiler/emit_ops.h"
 #include "compiler/ir_build.h"
 #include "cuda/nvrtc_compile.h"
@@ -710,7 +711,8 @@ Test(pack_errors, spans_past_the_program_bound_refused)
 
 /* A packed program carries CUDA kernels under fp16 and bf16; under fp32,
  * whose attention has no varlen kernel, it compiles with none (it runs on
- * the cpu backend, and the cuda backend refuses it). */
+ * the cpu backend, the cuda backend refuses it, and so does emitting its
+ * CUDA). */
 Test(pack_errors, cuda_kernels_in_16_bits_only)
 {
     ModelSpec s;
@@ -732,6 +734,16 @@ Test(pack_errors, cuda_kernels_in_16_bits_only)
     cr_expect(ir_graph_packed(&prog.g));
     cr_expect_eq(prog.kernels.n, 0, "a packed fp32 program carries no kernels (%d)", prog.kernels.n);
     step_program_free(&prog);
+    /* so emitting its CUDA is refused before anything is written */
+    char dir[] = "/tmp/hpc_pack_emitXXXXXX";
+    cr_assert(mkdtemp(dir));
+    char sub[sizeof dir + 8];
+    snprintf(sub, sizeof sub, "%s/out", dir);
+    err = (HpcError){0};
+    cr_expect_eq(emitlib_cuda(&s, PREC_FP32, sub, &err), HPC_ERR_USAGE);
+    cr_expect(strstr(err.msg, "packed") && strstr(err.msg, "fp16 or bf16"), "message: %s", err.msg);
+    cr_expect_neq(access(sub, F_OK), 0, "%s was created", sub);
+    rmdir(dir);
     /* the padded program still has its kernels */
     s.train.pack = false;
     err = (HpcError){0};
