@@ -201,6 +201,12 @@ Test(hf_config, command_line_overrides)
     HfImportOptions bad = {.head = "qa"};
     cr_expect_eq(parse("{\"model_type\": \"bert\"}", &bad, &s, &info, &err), HPC_ERR_USAGE);
     cr_expect(strstr(err.msg, "--head qa"), "%s", err.msg);
+    /* an encoder has no causal attention: refused by name (it once failed as "a bug in hpc import", exit 70) */
+    HfImportOptions causal = {.head = "causal_lm"};
+    cr_expect_eq(parse("{\"model_type\": \"roberta\"}", &causal, &s, &info, &err), HPC_ERR_USAGE);
+    cr_expect(strstr(err.msg, "--head causal_lm: cfg.json is a roberta encoder") && !strstr(err.msg, "bug"), "%s",
+              err.msg);
+    cr_expect_eq(parse("{\"model_type\": \"gpt2\"}", &causal, &s, &info, &err), HPC_OK, "%s", err.msg);
 }
 
 Test(hf_config, approximations_become_notes)

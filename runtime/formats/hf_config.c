@@ -344,6 +344,10 @@ static HpcStatus pick_head(Cfg *c, Family fam, const HfImportOptions *opt, SpecH
         if (!parse_head_name(opt->head, kind))
             return hpc_fail(c->err, HPC_ERR_USAGE, "--head %s: unknown head (use classifier, token_classifier, "
                             "masked_lm or causal_lm)", opt->head);
+        if (*kind == HEAD_CAUSAL_LM && fam != FAM_GPT2)   /* the spec check: causal attention only */
+            return hpc_fail(c->err, HPC_ERR_USAGE, "--head causal_lm: %s is a %s encoder, whose attention is "
+                            "bidirectional; a causal LM head needs a causal decoder (gpt2); use classifier, "
+                            "token_classifier or masked_lm", c->file, families[fam].model_type);
         return HPC_OK;
     }
     const char *arch = c->info->architecture;
