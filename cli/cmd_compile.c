@@ -188,9 +188,10 @@ static HpcStatus compile_pipeline(Compiled *c, PipeOptions opts, SpecPrecision p
     return st;
 }
 
-static HpcStatus compile_stages(Compiled *c, const PipeOptions *opts, SpecPrecision policy, HpcError *err)
+static HpcStatus compile_stages(Compiled *c, const CompileArgs *a, HpcError *err)
 {
-    HpcStatus st = compile_pipeline(c, *opts, policy, err);
+    HpcStatus st = compile_pipeline(c, a->pipe, a->policy, err);
+    c->stopped |= a->stop_after != NULL;    /* --stop-after fuse too: the last stage, but no plan nor artifact */
     if (!st && c->stopped) return HPC_OK;   /* --stop-after: no plan */
     if (!st) st = plan_build(&c->g, c->spec.train.batch_size, c->spec.train.max_seq_len, &c->plan, err);
     if (!st) c->have_plan = true;
@@ -301,6 +302,23 @@ static int write_emits(const Compiled *c, const CompileArgs *a)
     return st ? cli_report(&err) : HPC_OK;
 }
 
+/* --stop-after STAGE refuses what needs a later stage (they printed
+ * nothing and exited 0): --plan, --precision-report before precision,
+ * --dump-STAGE of a stage after STAGE. */
+static int check_stop_after(const CompileArgs *a)
+{
+    char dump[64] = "";
+    if (!a->stop_after) return HPC_OK;
+    for (int s = a->pipe.stop_after + 1; s < PIPE_STAGE_COUNT && !*dump; s++)
+        if (a->dump[s]) snprintf(dump, sizeof dump, "--dump-%s", pipeline_stage_name((PipeStage)s));
+    const char *opt = a->plan ? "--plan" : a->report && a->pipe.stop_after < PIPE_PRECISION ? "--precision-report"
+                      : *dump ? dump : NULL;
+    if (!opt) return HPC_OK;
+    fprintf(stderr, "hpc: compile: --stop-after %s and %s contradict each other (%s needs a stage after %s); "
+            "give one of them\n", a->stop_after, opt, opt, a->stop_after);
+    return HPC_ERR_USAGE;
+}
+
 /* A packed program under fp32 has no CUDA kernels (compiler/
  * step_program_build.c: its varlen attention exists in 16 bits only, so it
  * runs on the cpu backend): an option that needs them is refused before
@@ -334,6 +352,7 @@ int cmd_compile(int argc, char **argv)
     if (rc) return rc == CLI_HELP_SHOWN ? HPC_OK : cli_report(&perr);
     a.model = p.args[0];
     compile_pipe_options(&a);
+    if ((rc = check_stop_after(&a))) return rc;
     Compiled c;
     memset(&c, 0, sizeof c);
     int nerr = spec_load(a.model, &c.spec, stderr);
@@ -342,7 +361,7 @@ int cmd_compile(int argc, char **argv)
     ir_init(&c.g);
     params_init(&c.pl);
     HpcError err = {0};
-    if (compile_stages(&c, &a.pipe, a.policy, &err)) {
+    if (compile_stages(&c, &a, &err)) {
         rc = cli_report(&err);
     } else {
         if (a.ir) ir_print(&c.g, stdout);
@@ -350,7 +369,6 @@ int cmd_compile(int argc, char **argv)
         if (a.plan && c.have_plan) plan_print(&c.plan, &c.g, &c.pl, &c.spec.train, stdout);
         if (a.dot) rc = write_dot(&c.g, a.dot, a.model);
         bool quiet = a.ir || a.report || a.plan || a.pipe.dump || c.stopped;
-        if (a.report && !c.have_prec) fprintf(stderr, "hpc compile: --precision-report needs the precision stage\n");
         if (!quiet && !rc) print_summary(&c, a.policy);
         if (!rc && c.have_plan && !c.stopped) rc = check_cuda_wanted(&c, &a);
         if (!rc && c.have_plan && !c.stopped && !a.no_artifact) rc = write_artifact(&c, &a);

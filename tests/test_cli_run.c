@@ -2,25 +2,37 @@
  * train block (cli/run_overrides.c), and `hpc compile` options refused by
  * what the model compiles to, through the real binary. */
 #include <criterion/criterion.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
-/* Runs `bin/hpc ARGS` from the repository root; output (stdout + stderr)
- * into out; returns the exit code. */
-static int hpc(const char *args, char *out, size_t cap)
+/* The repository root, absolute. */
+static void repo_root(char *root)
 {
-    const char *root = getenv("HPC_ROOT") ? getenv("HPC_ROOT") : ".";
-    char cmd[2048];
-    snprintf(cmd, sizeof cmd, "cd %s && bin/hpc %s 2>&1", root, args);
+    cr_assert(realpath(getenv("HPC_ROOT") ? getenv("HPC_ROOT") : ".", root), "realpath");
+}
+
+/* Runs `bin/hpc ARGS` in dir (NULL: the repository root); output (stdout +
+ * stderr) into out; returns the exit code. */
+static int hpc_in(const char *dir, const char *args, char *out, size_t cap)
+{
+    char root[PATH_MAX], cmd[2 * PATH_MAX + 4096];
+    repo_root(root);
+    snprintf(cmd, sizeof cmd, "cd %s && %s/bin/hpc %s 2>&1", dir ? dir : root, root, args);
     FILE *p = popen(cmd, "r");
     cr_assert(p, "popen");
     size_t n = fread(out, 1, cap - 1, p);
     out[n] = 0;
     int status = pclose(p);
     return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+static int hpc(const char *args, char *out, size_t cap)
+{
+    return hpc_in(NULL, args, out, cap);
 }
 
 Test(cli_run, bad_backoff_is_a_usage_error)
@@ -158,6 +170,37 @@ Test(cli_compile, packed_fp32_refuses_what_needs_cuda, .timeout = 120)
     cr_expect_eq(rc, 0, "fp16: exit %d: %s", rc, out);
     snprintf(path, sizeof path, "%s/cuda/bert_tiny_step.cuh", dir);
     cr_expect_eq(access(path, R_OK), 0, "fp16 wrote no %s", path);
+    snprintf(args, sizeof args, "rm -rf %s", dir);
+    cr_expect_eq(system(args), 0);
+}
+
+/* --stop-after STAGE ends before the plan: even after the last stage, fuse,
+ * no artifact is written (one was, in the current directory), and what
+ * needs a later stage is refused (they printed nothing and exited 0). */
+Test(cli_compile, stop_after_writes_nothing_and_refuses_later_stages, .timeout = 120)
+{
+    char out[65536], dir[] = "/tmp/hpc_cli_stopXXXXXX", root[PATH_MAX], args[PATH_MAX + 128], path[256];
+    cr_assert(mkdtemp(dir));
+    repo_root(root);
+    snprintf(args, sizeof args, "compile %s/models/bert_tiny.model --stop-after fuse", root);
+    int rc = hpc_in(dir, args, out, sizeof out);
+    cr_expect_eq(rc, 0, "exit %d: %s", rc, out);
+    cr_expect(strstr(out, "stopped after fuse"), "%s", out);
+    snprintf(path, sizeof path, "%s/bert_tiny.hpc", dir);
+    cr_expect_neq(access(path, F_OK), 0, "--stop-after fuse wrote %s", path);
+    const char *refused[][2] = {{"--stop-after fuse --plan", "--stop-after fuse and --plan contradict"},
+                                {"--stop-after autodiff --precision-report",
+                                 "--stop-after autodiff and --precision-report contradict"},
+                                {"--stop-after lower --dump-fuse", "--stop-after lower and --dump-fuse contradict"}};
+    for (int k = 0; k < 3; k++) {
+        snprintf(args, sizeof args, "compile models/bert_tiny.model %s", refused[k][0]);
+        rc = hpc(args, out, sizeof out);
+        cr_expect_eq(rc, 2, "%s: exit %d: %s", refused[k][0], rc, out);
+        cr_expect(strstr(out, refused[k][1]), "%s: %s", refused[k][0], out);
+    }
+    rc = hpc("compile models/bert_tiny.model --stop-after precision --precision-report", out, sizeof out);
+    cr_expect_eq(rc, 0, "exit %d: %s", rc, out);
+    cr_expect(strstr(out, "precision plan: policy fp32"), "%s", out);
     snprintf(args, sizeof args, "rm -rf %s", dir);
     cr_expect_eq(system(args), 0);
 }
