@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "program/artifact.h"
@@ -335,6 +336,26 @@ static int check_cuda_wanted(const Compiled *c, const CompileArgs *a)
     return HPC_ERR_USAGE;
 }
 
+/* --emit-cuda DIR and --emit-lib DIR checked before the artifact is written
+ * (it was left behind when DIR could not be made): DIR must be a folder that
+ * takes new files (NAME_kernels.cuh), or a new name in such a folder. */
+static int check_emit_dir(const char *opt, const char *dir, const char *name)
+{
+    HpcError err = {0};
+    struct stat st;
+    char path[4200];
+    int n = (int)strlen(dir);
+    while (n > 1 && dir[n - 1] == '/') n--;
+    bool exists = stat(dir, &st) == 0;
+    if (exists && !S_ISDIR(st.st_mode)) {
+        fprintf(stderr, "hpc: %s %s: exists and is not a folder; pick another DIR\n", opt, dir);
+        return HPC_ERR_IO;
+    }
+    if (exists) snprintf(path, sizeof path, "%.*s/%s_kernels.cuh", n, dir, name);   /* a file it will hold */
+    else snprintf(path, sizeof path, "%.*s", n, dir);                               /* a new name in its folder */
+    return output_check_writable(opt, path, &err) ? cli_report(&err) : HPC_OK;
+}
+
 static void compiled_free(Compiled *c)
 {
     if (c->have_prec) precision_plan_free(&c->prec);
@@ -371,6 +392,8 @@ int cmd_compile(int argc, char **argv)
         bool quiet = a.ir || a.report || a.plan || a.pipe.dump || c.stopped;
         if (!quiet && !rc) print_summary(&c, a.policy);
         if (!rc && c.have_plan && !c.stopped) rc = check_cuda_wanted(&c, &a);
+        if (!rc && a.emit_cuda) rc = check_emit_dir("--emit-cuda", a.emit_cuda, c.spec.name);
+        if (!rc && a.emit_lib) rc = check_emit_dir("--emit-lib", a.emit_lib, c.spec.name);
         if (!rc && c.have_plan && !c.stopped && !a.no_artifact) rc = write_artifact(&c, &a);
         if (!rc && c.have_plan && !c.stopped) rc = write_emits(&c, &a);
         if (c.stopped && !a.ir && !a.pipe.dump)

@@ -204,3 +204,31 @@ Test(cli_compile, stop_after_writes_nothing_and_refuses_later_stages, .timeout =
     snprintf(args, sizeof args, "rm -rf %s", dir);
     cr_expect_eq(system(args), 0);
 }
+
+/* An --emit-cuda or --emit-lib DIR that cannot be made is refused by option
+ * before the artifact is written (the artifact was left behind, exit 3). */
+Test(cli_compile, unwritable_emit_dir_writes_no_artifact, .timeout = 120)
+{
+    char out[65536], dir[] = "/tmp/hpc_cli_emitXXXXXX", args[512], path[256];
+    cr_assert(mkdtemp(dir));
+    snprintf(path, sizeof path, "%s/file", dir);
+    FILE *f = fopen(path, "w");
+    cr_assert(f);
+    fclose(f);
+    const char *bad[][2] = {{"--emit-cuda /proc/x", "hpc: --emit-cuda /proc/x: cannot create files in /proc"},
+                            {"--emit-lib %s/no/lib", "the folder %s/no does not exist"},
+                            {"--emit-lib %s/file", "hpc: --emit-lib %s/file: exists and is not a folder"}};
+    for (int k = 0; k < 3; k++) {
+        char opt[128], want[160];
+        snprintf(opt, sizeof opt, bad[k][0], dir);
+        snprintf(want, sizeof want, bad[k][1], dir);
+        snprintf(args, sizeof args, "compile models/bert_tiny.model -o %s/m.hpc %s", dir, opt);
+        int rc = hpc(args, out, sizeof out);
+        cr_expect_eq(rc, 3, "%s: exit %d: %s", opt, rc, out);
+        cr_expect(strstr(out, want), "%s: %s", opt, out);
+        snprintf(path, sizeof path, "%s/m.hpc", dir);
+        cr_expect_neq(access(path, F_OK), 0, "%s: %s was written", opt, path);
+    }
+    snprintf(args, sizeof args, "rm -rf %s", dir);
+    cr_expect_eq(system(args), 0);
+}
