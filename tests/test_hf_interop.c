@@ -203,6 +203,12 @@ Test(hf_export, tiny_round_trip, .init = setup, .fini = teardown)
     cr_expect(strstr(err.msg, "that is the checkpoint folder"), "%s", err.msg);
     cr_expect_eq(hf_export_checkpoint(ckpt, "t5", out, "--hf", &er, &err), HPC_ERR_USAGE);
     cr_expect(strstr(err.msg, "--model-type t5"), "%s", err.msg);
+    /* A family that cannot hold the model is named before OUT_DIR is made (it was left behind, empty). */
+    snprintf(path, sizeof path, "%s/as_gpt2", work);
+    cr_expect_eq(hf_export_checkpoint(ckpt, "gpt2", path, "--hf", &er, &err), HPC_ERR_USAGE);
+    cr_expect(strstr(err.msg, "export: --model-type gpt2: model tiny cannot be written as a gpt2 config"), "%s",
+              err.msg);
+    cr_expect_neq(access(path, F_OK), 0, "%s was made", path);
     init_store_free(&ps);
     params_free(&pl);
     ir_free(&g);

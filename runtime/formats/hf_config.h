@@ -78,11 +78,14 @@ void hf_model_write(const ModelSpec *spec, const HfConfigInfo *info, FILE *out);
  * chosen from the stack (decoder: gpt2; position offset: roberta; no token
  * types: distilbert; else bert); NULL when none does, with the reason in
  * why (cap bytes; why may be NULL).
+ * hf_config_fits: whether model_type's classes hold spec (why: the reason
+ * when not).
  * hf_config_write: writes path (atomically) as the config.json of
  * model_type's class for spec's head (BertForSequenceClassification, ...,
  * GPT2LMHeadModel) with every field hf_config_parse reads, labels named
  * LABEL_i; HPC_ERR_USAGE when model_type cannot hold spec. */
 const char *hf_config_family(const ModelSpec *spec, char *why, size_t cap);
+bool hf_config_fits(const ModelSpec *spec, const char *model_type, char *why, size_t cap);
 HpcStatus hf_config_write(const ModelSpec *spec, const char *model_type, const char *path, HpcError *err);
 
 /* Turns any text into a model name the language accepts: [A-Za-z_][A-Za-z0-9_]*,

@@ -31,7 +31,7 @@ static bool gpt2_stack(const SpecStack *s)
 }
 
 /* Can family `type` hold spec's stack and head?  why says what breaks. */
-static bool family_fits(const ModelSpec *spec, const char *type, char *why, size_t cap)
+bool hf_config_fits(const ModelSpec *spec, const char *type, char *why, size_t cap)
 {
     const SpecStack *s = &spec->stack;
     const SpecHead *h = &spec->head;
@@ -66,7 +66,7 @@ const char *hf_config_family(const ModelSpec *spec, char *why, size_t cap)
                       : spec->stack.position_offset > 0 ? "roberta"
                       : spec->stack.type_vocab_size == 0 ? "distilbert" : "bert";
     for (int i = 0; i < 4; i++)
-        if (strcmp(types[i], guess) == 0 && family_fits(spec, guess, why, cap)) return types[i];
+        if (strcmp(types[i], guess) == 0 && hf_config_fits(spec, guess, why, cap)) return types[i];
     return NULL;
 }
 
@@ -181,7 +181,7 @@ static void put_labels(json_t *o, const SpecHead *h)
 HpcStatus hf_config_write(const ModelSpec *spec, const char *model_type, const char *path, HpcError *err)
 {
     char why[160], arch[64];
-    if (!family_fits(spec, model_type, why, sizeof why))
+    if (!hf_config_fits(spec, model_type, why, sizeof why))
         return hpc_fail(err, HPC_ERR_USAGE, "hf_config_write: model %s cannot be written as a %s config: %s",
                         spec->name, model_type, why);
     json_t *o = json_object();

@@ -34,6 +34,9 @@ static HpcStatus pick_type(const ModelSpec *spec, const char *asked, const char 
         return hpc_fail(err, HPC_ERR_USAGE, "export: model %s has no transformers counterpart: %s", spec->name, why);
     if (!hf_names_known(*type))
         return hpc_fail(err, HPC_ERR_USAGE, "export: --model-type %s: use bert, roberta, distilbert or gpt2", *type);
+    if (asked && !hf_config_fits(spec, asked, why, sizeof why))   /* before OUT_DIR is made */
+        return hpc_fail(err, HPC_ERR_USAGE, "export: --model-type %s: model %s cannot be written as a %s config: %s",
+                        asked, spec->name, asked, why);
     return HPC_OK;
 }
 
