@@ -11,11 +11,13 @@
  * each of which finds its rank in the environment (RANK, WORLD_SIZE, as an
  * external launcher sets them too) and trains data parallel over NCCL
  * (docs/distributed.md). */
+#include <errno.h>
 #include <glob.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "program/artifact.h"
@@ -197,6 +199,19 @@ static HpcStatus run_check_task_options(const RunArgs *a, HpcError *err)
     return HPC_OK;
 }
 
+/* --resume DIR and --init DIR are folders, checked before anything starts
+ * (the trainer found a missing one after the run's summary, without the
+ * option's name, and called a file "no such directory"). */
+static HpcStatus check_start_dir(const char *opt, const char *dir, const char *want, HpcError *err)
+{
+    struct stat st;
+    if (!dir) return HPC_OK;
+    bool exists = stat(dir, &st) == 0;
+    if (exists && S_ISDIR(st.st_mode)) return HPC_OK;
+    return hpc_fail(err, HPC_ERR_INPUT, "run: %s %s: %s; give %s", opt, dir, exists ? "not a folder" : strerror(errno),
+                    want);
+}
+
 /* The command line into *a; 0, CLI_HELP_SHOWN or an exit code (reported). */
 static int run_parse(int argc, char **argv, RunArgs *a)
 {
@@ -214,6 +229,10 @@ static int run_parse(int argc, char **argv, RunArgs *a)
     a->train_seen = train_seen;
     a->rows_given = cli_seen(c, &a->parsed, "train-rows");
     if (run_check_task_options(a, &err)) return cli_report(&err);
+    if (check_start_dir("--resume", a->resume, "a --checkpoint-dir of an earlier run or one of its step-N folders",
+                        &err) ||
+        check_start_dir("--init", a->init, "a Hugging Face folder (model.safetensors) or an hpc checkpoint", &err))
+        return cli_report(&err);
     if (a->parsed.n_args) a->model = a->parsed.args[0];
     return a->model || a->resume ? 0 : find_artifact(a);
 }

@@ -232,3 +232,22 @@ Test(cli_compile, unwritable_emit_dir_writes_no_artifact, .timeout = 120)
     snprintf(args, sizeof args, "rm -rf %s", dir);
     cr_expect_eq(system(args), 0);
 }
+
+/* --resume and --init that are not folders are named by option before the
+ * run starts (they were reported by the trainer after the run's summary, as
+ * "checkpoint: DIR: no such directory", a file too). */
+Test(cli_run, start_dirs_that_are_not_folders_are_named)
+{
+    char out[65536];
+    int rc = hpc("run models/bert_tiny.model --device cpu --steps 1 --init /nonexistent/x", out, sizeof out);
+    cr_expect_eq(rc, 1, "exit %d: %s", rc, out);
+    cr_expect_str_eq(out, "hpc: run: --init /nonexistent/x: No such file or directory; give a Hugging Face folder "
+                     "(model.safetensors) or an hpc checkpoint\n");
+    rc = hpc("run models/bert_tiny.model --device cpu --steps 1 --resume models/bert_tiny.model", out, sizeof out);
+    cr_expect_eq(rc, 1, "exit %d: %s", rc, out);
+    cr_expect_str_eq(out, "hpc: run: --resume models/bert_tiny.model: not a folder; give a --checkpoint-dir of an "
+                     "earlier run or one of its step-N folders\n");
+    rc = hpc("run --device cpu --steps 1 --resume /nonexistent/x", out, sizeof out);
+    cr_expect_eq(rc, 1, "exit %d: %s", rc, out);
+    cr_expect(strstr(out, "hpc: run: --resume /nonexistent/x: No such file or directory"), "%s", out);
+}
