@@ -150,6 +150,7 @@ static int write_dot(const IrGraph *g, const char *path, const char *model)
     ir_dot(g, mem);
     fclose(mem);
     HpcStatus st = output_check_not_input("--dot", path, &(OutputInput){"the model file", model}, 1, &err);
+    if (!st) st = output_check_writable("--dot", path, &err);
     if (!st) st = atomic_write_file(path, text, len, &err);
     free(text);
     if (st) return cli_report(&err);

@@ -251,3 +251,22 @@ Test(cli_run, start_dirs_that_are_not_folders_are_named)
     cr_expect_eq(rc, 1, "exit %d: %s", rc, out);
     cr_expect(strstr(out, "hpc: run: --resume /nonexistent/x: No such file or directory"), "%s", out);
 }
+
+/* Unwritable outputs of --dot, `hpc plot -o` and `hpc import -o` are named by
+ * option, checked before the work (they were "write PATH: cannot create a
+ * temporary file beside it"). */
+Test(cli_outputs, unwritable_outputs_are_named_by_option, .timeout = 120)
+{
+    char out[65536];
+    const char *cases[][2] = {
+        {"compile models/bert_tiny.model --no-artifact --dot /proc/x",
+         "hpc: --dot /proc/x: cannot create files in /proc"},
+        {"plot tests/fuzz/seeds/runlog/run.jsonl -o /proc/x", "hpc: -o /proc/x: cannot create files in /proc"},
+        {"import tests/data/hf/bert-base-uncased -o /proc/x", "hpc: -o /proc/x: cannot create files in /proc"},
+    };
+    for (int k = 0; k < 3; k++) {
+        int rc = hpc(cases[k][0], out, sizeof out);
+        cr_expect_eq(rc, 3, "%s: exit %d: %s", cases[k][0], rc, out);
+        cr_expect(strstr(out, cases[k][1]), "%s: %s", cases[k][0], out);
+    }
+}

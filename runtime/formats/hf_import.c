@@ -160,6 +160,7 @@ HpcStatus hf_import_save(const HfImport *imp, const char *what, const char *path
                             {"the weights being imported", st_path},
                             {"the weight index being imported", index_path}};
     HpcStatus s = output_check_not_input(what, path, inputs, 3, err);
+    if (!s) s = output_check_writable(what, path, err);
     return s ? s : atomic_write_file(path, imp->text, imp->text_len, err);
 }
 
