@@ -270,3 +270,28 @@ Test(cli_outputs, unwritable_outputs_are_named_by_option, .timeout = 120)
         cr_expect(strstr(out, cases[k][1]), "%s: %s", cases[k][0], out);
     }
 }
+
+/* A folder given where a file is read says so (it was "reading DIR failed",
+ * or, for the run log, "no step events (0 lines)"). */
+Test(cli_inputs, a_folder_for_a_file_is_named, .timeout = 120)
+{
+    char out[65536], dir[] = "/tmp/hpc_cli_dirXXXXXX", args[512];
+    cr_assert(mkdtemp(dir));
+    int rc = hpc("tokenize --vocab models hello", out, sizeof out);
+    cr_expect_eq(rc, 3, "exit %d: %s", rc, out);
+    cr_expect(strstr(out, "hpc: cannot read vocabulary models: Is a directory"), "%s", out);
+    snprintf(args, sizeof args, "plot models -o %s/p.svg", dir);
+    rc = hpc(args, out, sizeof out);
+    cr_expect_eq(rc, 3, "exit %d: %s", rc, out);
+    cr_expect(strstr(out, "hpc: cannot read models: Is a directory"), "%s", out);
+    snprintf(args, sizeof args, "mkdir %s/train.tsv && cp data/cola/dev.tsv %s/", dir, dir);
+    cr_assert_eq(system(args), 0);
+    snprintf(args, sizeof args, "run models/bert_tiny.model --device cpu --steps 1 --task cola --data %s", dir);
+    rc = hpc(args, out, sizeof out);
+    cr_expect_eq(rc, 3, "exit %d: %s", rc, out);
+    char want[160];
+    snprintf(want, sizeof want, "cannot read %s/train.tsv: Is a directory", dir);
+    cr_expect(strstr(out, want), "%s", out);
+    snprintf(args, sizeof args, "rm -rf %s", dir);
+    cr_expect_eq(system(args), 0);
+}

@@ -86,12 +86,12 @@ static HpcStatus glue_slurp(const char *path, char **data, size_t *len, HpcError
             buf = b;
         }
     }
-    bool bad = ferror(f);
+    int bad = ferror(f), why = errno;
     fclose(f);
     if (!buf) return hpc_fail(err, HPC_ERR_OOM, "reading %s: out of host memory", path);
     if (bad) {
         free(buf);
-        return hpc_fail(err, HPC_ERR_IO, "reading %s failed", path);
+        return hpc_fail(err, HPC_ERR_IO, "cannot read %s: %s", path, strerror(why));
     }
     *data = buf;
     *len = n;

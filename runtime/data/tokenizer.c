@@ -143,11 +143,12 @@ static HpcStatus read_file(const char *path, char **data, size_t *len, HpcError 
         got = fread(b.v + b.n, 1, 65536, f);
         b.n += (int64_t)got;
     } while (got > 0);
-    bool bad = ferror(f);
+    int bad = ferror(f), why = errno;
     fclose(f);
     if (bad) {
         free(b.v);
-        return hpc_fail(err, HPC_ERR_IO, "reading %s failed", path);
+        return hpc_fail(err, HPC_ERR_IO, "cannot read vocabulary %s: %s; pass --vocab with a BERT vocab.txt", path,
+                        strerror(why));
     }
     if (!bytes_reserve(&b, 1)) {
         free(b.v);

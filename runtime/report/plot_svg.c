@@ -327,8 +327,10 @@ static HpcStatus plot_read_log(const char *path, PlotPanel *p, HpcError *err)
             st = hpc_fail(err, HPC_ERR_OOM, "reading %s: out of host memory", path);
         json_decref(o);
     }
+    int bad = ferror(f), why = errno;   /* a folder reads as an error (EISDIR), not as 0 lines */
     free(line);
     fclose(f);
+    if (!st && bad) st = hpc_fail(err, HPC_ERR_IO, "cannot read %s: %s", path, strerror(why));
     if (!st && steps == 0)
         st = hpc_fail(err, HPC_ERR_INPUT, "%s: no \"step\" events to plot (%lld lines)", path, (long long)lineno);
     return st;
