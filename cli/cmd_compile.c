@@ -305,7 +305,7 @@ static int write_emits(const Compiled *c, const CompileArgs *a)
 }
 
 /* --stop-after STAGE refuses what needs a later stage (they printed
- * nothing and exited 0): --plan, --precision-report before precision,
+ * nothing and exited 0): --plan, --arch, --precision-report before precision,
  * --dump-STAGE of a stage after STAGE. */
 static int check_stop_after(const CompileArgs *a)
 {
@@ -313,11 +313,22 @@ static int check_stop_after(const CompileArgs *a)
     if (!a->stop_after) return HPC_OK;
     for (int s = a->pipe.stop_after + 1; s < PIPE_STAGE_COUNT && !*dump; s++)
         if (a->dump[s]) snprintf(dump, sizeof dump, "--dump-%s", pipeline_stage_name((PipeStage)s));
-    const char *opt = a->plan ? "--plan" : a->report && a->pipe.stop_after < PIPE_PRECISION ? "--precision-report"
+    bool early_report = a->report && a->pipe.stop_after < PIPE_PRECISION;
+    const char *opt = a->plan ? "--plan" : a->arch.n ? "--arch" : early_report ? "--precision-report"
                       : *dump ? dump : NULL;
     if (!opt) return HPC_OK;
     fprintf(stderr, "hpc: compile: --stop-after %s and %s contradict each other (%s needs a stage after %s); "
             "give one of them\n", a->stop_after, opt, opt, a->stop_after);
+    return HPC_ERR_USAGE;
+}
+
+/* --arch compiles the step into NAME.hpc or the --emit-lib package; with
+ * --no-artifact and no --emit-lib it was dropped without a word. */
+static int check_arch_target(const CompileArgs *a)
+{
+    if (!a->arch.n || !a->no_artifact || a->emit_lib) return HPC_OK;
+    fprintf(stderr, "hpc: compile: --arch and --no-artifact contradict each other (--arch compiles the step into "
+            "the artifact or the --emit-lib package); give one of them, or add --emit-lib\n");
     return HPC_ERR_USAGE;
 }
 
@@ -374,7 +385,7 @@ int cmd_compile(int argc, char **argv)
     if (rc) return rc == CLI_HELP_SHOWN ? HPC_OK : cli_report(&perr);
     a.model = p.args[0];
     compile_pipe_options(&a);
-    if ((rc = check_stop_after(&a))) return rc;
+    if ((rc = check_stop_after(&a)) || (rc = check_arch_target(&a))) return rc;
     Compiled c;
     memset(&c, 0, sizeof c);
     int nerr = spec_load(a.model, &c.spec, stderr);

@@ -295,3 +295,16 @@ Test(cli_inputs, a_folder_for_a_file_is_named, .timeout = 120)
     snprintf(args, sizeof args, "rm -rf %s", dir);
     cr_expect_eq(system(args), 0);
 }
+
+/* --arch with nowhere to put the step's cubins (--no-artifact without
+ * --emit-lib, or --stop-after) is refused; it was dropped without a word. */
+Test(cli_compile, arch_without_a_target_is_refused)
+{
+    char out[65536];
+    int rc = hpc("compile models/bert_tiny.model --fp16 --arch 90 --no-artifact", out, sizeof out);
+    cr_expect_eq(rc, 2, "exit %d: %s", rc, out);
+    cr_expect(strstr(out, "hpc: compile: --arch and --no-artifact contradict each other"), "%s", out);
+    rc = hpc("compile models/bert_tiny.model --fp16 --arch 90 --stop-after fuse", out, sizeof out);
+    cr_expect_eq(rc, 2, "exit %d: %s", rc, out);
+    cr_expect(strstr(out, "hpc: compile: --stop-after fuse and --arch contradict each other"), "%s", out);
+}
