@@ -308,3 +308,16 @@ Test(cli_compile, arch_without_a_target_is_refused)
     cr_expect_eq(rc, 2, "exit %d: %s", rc, out);
     cr_expect(strstr(out, "hpc: compile: --stop-after fuse and --arch contradict each other"), "%s", out);
 }
+
+/* A --seq-len too short for the task is named by option (it was "synthetic
+ * contains: needs vocab >= 8 and max_len >= 6 (got 30522, 2)"). */
+Test(cli_run, short_seq_len_is_named)
+{
+    char out[65536];
+    int rc = hpc("run models/bert_tiny.model --device cpu --steps 1 --seq-len 2", out, sizeof out);
+    cr_expect_eq(rc, 2, "exit %d: %s", rc, out);
+    cr_expect_str_eq(out, "hpc: run: --seq-len 2: task synthetic-contains needs rows of at least 6 tokens\n");
+    rc = hpc("run models/bert_tiny.model --device cpu --steps 1 --task cola --seq-len 2", out, sizeof out);
+    cr_expect_eq(rc, 2, "exit %d: %s", rc, out);
+    cr_expect_str_eq(out, "hpc: run: --seq-len 2: task cola needs rows of at least 3 tokens\n");
+}
