@@ -156,8 +156,8 @@ const CliCommand cli_run_command = {
     .about = "Trains MODEL (a .model file or a NAME.hpc artifact from `hpc compile`) and\n"
              "evaluates it on a held-out split.  Without MODEL, runs the one *.hpc file in\n"
              "the current directory.\n",
-    .footer = "The model needs a sequence classification head (or a causal LM head,\n"
-              "which trains on the same rows as language modelling).\n"
+    .footer = "The model needs a sequence classification head (or, with a synthetic task,\n"
+              "a causal LM head, which trains on the same rows as language modelling).\n"
               "Test hook: HPC_INJECT_INF_STEP=K writes +inf into one gradient before step K,\n"
               "which must then be skipped (the log names it).\n",
     .sections = {{"options", run_opts, 0},

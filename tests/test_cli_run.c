@@ -64,6 +64,11 @@ Test(cli_run, numbers_out_of_range_are_usage_errors)
     rc = hpc("run --help", out, sizeof out);
     cr_expect_eq(rc, 0);
     cr_expect(strstr(out, "  --lr X                peak learning rate (0, 10]\n"), "%s", out);
+    /* a GLUE task needs a classifier head: the causal LM head is for synthetic tasks only */
+    cr_expect(strstr(out, "(or, with a synthetic task,\na causal LM head,"), "%s", out);
+    rc = hpc("run models/gpt2_small.model --device cpu --steps 1 --task cola", out, sizeof out);
+    cr_expect_eq(rc, 1);
+    cr_expect(strstr(out, "task cola has 2 labels but model gpt2_small has a causal_lm head"), "%s", out);
 }
 
 Test(cli_run, bad_loss_scale_names_the_choices)
