@@ -35,6 +35,14 @@ static int hpc(const char *args, char *out, size_t cap)
     return hpc_in(NULL, args, out, cap);
 }
 
+/* rm -rf dir, a test's mkdtemp folder. */
+static void remove_dir(const char *dir)
+{
+    char cmd[PATH_MAX + 16];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    cr_expect_eq(system(cmd), 0);
+}
+
 Test(cli_run, bad_backoff_is_a_usage_error)
 {
     char out[65536];
@@ -175,8 +183,7 @@ Test(cli_compile, packed_fp32_refuses_what_needs_cuda, .timeout = 120)
     cr_expect_eq(rc, 0, "fp16: exit %d: %s", rc, out);
     snprintf(path, sizeof path, "%s/cuda/bert_tiny_step.cuh", dir);
     cr_expect_eq(access(path, R_OK), 0, "fp16 wrote no %s", path);
-    snprintf(args, sizeof args, "rm -rf %s", dir);
-    cr_expect_eq(system(args), 0);
+    remove_dir(dir);
 }
 
 /* --stop-after STAGE ends before the plan: even after the last stage, fuse,
@@ -206,8 +213,7 @@ Test(cli_compile, stop_after_writes_nothing_and_refuses_later_stages, .timeout =
     rc = hpc("compile models/bert_tiny.model --stop-after precision --precision-report", out, sizeof out);
     cr_expect_eq(rc, 0, "exit %d: %s", rc, out);
     cr_expect(strstr(out, "precision plan: policy fp32"), "%s", out);
-    snprintf(args, sizeof args, "rm -rf %s", dir);
-    cr_expect_eq(system(args), 0);
+    remove_dir(dir);
 }
 
 /* An --emit-cuda or --emit-lib DIR that cannot be made is refused by option
@@ -234,8 +240,7 @@ Test(cli_compile, unwritable_emit_dir_writes_no_artifact, .timeout = 120)
         snprintf(path, sizeof path, "%s/m.hpc", dir);
         cr_expect_neq(access(path, F_OK), 0, "%s: %s was written", opt, path);
     }
-    snprintf(args, sizeof args, "rm -rf %s", dir);
-    cr_expect_eq(system(args), 0);
+    remove_dir(dir);
 }
 
 /* --resume and --init that are not folders are named by option before the
@@ -297,8 +302,7 @@ Test(cli_inputs, a_folder_for_a_file_is_named, .timeout = 120)
     char want[160];
     snprintf(want, sizeof want, "cannot read %s/train.tsv: Is a directory", dir);
     cr_expect(strstr(out, want), "%s", out);
-    snprintf(args, sizeof args, "rm -rf %s", dir);
-    cr_expect_eq(system(args), 0);
+    remove_dir(dir);
 }
 
 /* --arch with nowhere to put the step's cubins (--no-artifact without
