@@ -143,11 +143,15 @@ $(CUEMU_LIB): $(CUEMU_SRC) $(wildcard tools/cuemu/*.h)
 	    -DCUEMU_PRELUDE='"$(CURDIR)/tools/cuemu/emu_kernel.h"' -Wl,-z,defs -o $@.tmp $(CUEMU_SRC) -ldl -lpthread -lm
 	@mv $@.tmp $@   # a running check keeps the old file
 # `make test` runs EMU_CI_TESTS (about a minute and a half here), and
-# EMU_ORDER_TESTS again with the threads taking turns in the other two
+# EMU_ORDER_TESTS again with the threads taking turns in three other
 # orders (HPC_EMU_ORDER, docs/cuemu.md): the checks of the cluster and
-# mbarrier protocols (the own GEMM's ring and its TMA-store staging).
+# mbarrier protocols (the own GEMM's ring and its TMA-store staging); under
+# `warps` (one warp far ahead of the others) EMU_WARPS_TESTS too, the
+# attention kernels' barriers between their shared-memory reads and the
+# next tile's prefetch.
 EMU_CI_TESTS := gpu_pack gpu_attention_step gpu_wgmma gpu_cluster gpu_gemm gpu_runtime
 EMU_ORDER_TESTS := gpu_cluster gpu_gemm
+EMU_WARPS_TESTS := gpu_attention_step
 EMU_TESTS    ?= $(EMU_CI_TESTS)
 .PHONY: test-emu
 test-emu: all $(CUEMU_LIB) $(patsubst %,$(BUILD)/tests/gpu/%,$(EMU_TESTS))
@@ -158,8 +162,10 @@ test: all $(TEST_BIN) examples $(LINK_CHECKS) $(CUEMU_LIB) $(patsubst %,$(BUILD)
 	@HPC_ROOT=$(CURDIR) sh tests/run-all.sh $(TEST_BIN)
 	@HPC_ROOT=$(CURDIR) sh tools/cuemu/run.sh $(patsubst %,$(BUILD)/tests/gpu/%,$(EMU_CI_TESTS)) >$(BUILD)/emu-run.log 2>&1 \
 	    && grep '(emulated)' $(BUILD)/emu-run.log | sed 's/^/PASS  /' || { cat $(BUILD)/emu-run.log; exit 1; }
-	@for order in reverse ahead; do \
-	    HPC_EMU_ORDER=$$order HPC_ROOT=$(CURDIR) sh tools/cuemu/run.sh $(patsubst %,$(BUILD)/tests/gpu/%,$(EMU_ORDER_TESTS)) \
+	@for order in reverse ahead warps; do \
+	    tests="$(patsubst %,$(BUILD)/tests/gpu/%,$(EMU_ORDER_TESTS))"; \
+	    [ $$order = warps ] && tests="$$tests $(patsubst %,$(BUILD)/tests/gpu/%,$(EMU_WARPS_TESTS))"; \
+	    HPC_EMU_ORDER=$$order HPC_ROOT=$(CURDIR) sh tools/cuemu/run.sh $$tests \
 	        >$(BUILD)/emu-run-$$order.log 2>&1 \
 	        && grep '(emulated)' $(BUILD)/emu-run-$$order.log | sed "s/^/PASS  HPC_EMU_ORDER=$$order /" \
 	        || { cat $(BUILD)/emu-run-$$order.log; exit 1; }; \

@@ -522,8 +522,15 @@ static void start_block(Block *b, unsigned char *pool, int first)
  * but each block runs up to AHEAD_TURNS turns of its threads before the
  * next block's (a block far ahead of the others, as one scheduled earlier
  * on a GPU is: copies or arrivals that reach a block before it has set up
- * its barriers show). */
-enum { ORDER_FORWARD, ORDER_REVERSE, ORDER_AHEAD, AHEAD_TURNS = 1024 };
+ * its barriers show); `warps`: each block's warps one after the other, from
+ * the first, each running until none of its threads can (at most
+ * AHEAD_TURNS turns), and `warps_reverse` from the last.  The forward
+ * orders keep a block's warps in step (each thread runs to its next
+ * collective in turn), which hides a missing __syncthreads between one
+ * warp's reads of shared memory and another's writes to it (a prefetch
+ * into a buffer still being read); with one warp far ahead, the writes
+ * land first and the check fails. */
+enum { ORDER_FORWARD, ORDER_REVERSE, ORDER_AHEAD, ORDER_WARPS, ORDER_WARPS_REVERSE, AHEAD_TURNS = 1024 };
 
 static int thread_order(void)
 {
@@ -533,9 +540,45 @@ static int thread_order(void)
         if (!v || !*v || strcmp(v, "forward") == 0) order = ORDER_FORWARD;
         else if (strcmp(v, "reverse") == 0) order = ORDER_REVERSE;
         else if (strcmp(v, "ahead") == 0) order = ORDER_AHEAD;
-        else die("HPC_EMU_ORDER: want forward, reverse or ahead");
+        else if (strcmp(v, "warps") == 0) order = ORDER_WARPS;
+        else if (strcmp(v, "warps_reverse") == 0) order = ORDER_WARPS_REVERSE;
+        else die("HPC_EMU_ORDER: want forward, reverse, ahead, warps or warps_reverse");
     }
     return order;
+}
+
+/* One round of block b's turns in thread_order's `order`: each runnable
+ * thread once (`turns` times over), or under the warps orders each warp in
+ * turn until none of its threads can run.  Returns whether any thread ran. */
+static int block_round(Block *b, int order, int turns)
+{
+    int ran = 0;
+    if (order == ORDER_WARPS || order == ORDER_WARPS_REVERSE) {
+        const int warps = (b->n + 31) / 32;
+        for (int ww = 0; ww < warps; ww++) {
+            const int w = order == ORDER_WARPS_REVERSE ? warps - 1 - ww : ww;
+            for (int turn = 0, any = 1; any && turn < AHEAD_TURNS; turn++) {
+                any = 0;
+                for (int i = w * 32; i < w * 32 + 32 && i < b->n; i++) {
+                    if (b->th[i].state != RUNNABLE) continue;
+                    g_cur = &b->th[i];
+                    emu_ctx_switch(&b->sched_sp, g_cur->sp);
+                    any = ran = 1;
+                }
+            }
+        }
+        return ran;
+    }
+    const bool reverse = order == ORDER_REVERSE;
+    for (int turn = 0; turn < turns; turn++)
+        for (int ii = 0; ii < b->n; ii++) {
+            const int i = reverse ? b->n - 1 - ii : ii;
+            if (b->th[i].state != RUNNABLE) continue;
+            g_cur = &b->th[i];
+            emu_ctx_switch(&b->sched_sp, g_cur->sp);
+            ran = 1;
+        }
+    return ran;
 }
 
 /* Runs the cluster's blocks to their end in thread_order's turns; g_block
@@ -545,7 +588,7 @@ static int thread_order(void)
 static void run_cluster(Cluster *c)
 {
     const int order = thread_order();
-    const bool reverse = order == ORDER_REVERSE;
+    const bool reverse = order == ORDER_REVERSE || order == ORDER_WARPS_REVERSE;
     const int turns = order == ORDER_AHEAD ? AHEAD_TURNS : 1;
     unsigned char *pool = stack_pool(c->n * c->blocks[0]->n);
     c->live = 0;
@@ -562,14 +605,7 @@ static void run_cluster(Cluster *c)
             Block *b = c->blocks[reverse ? c->n - 1 - rr : rr];
             g_block = b;
             g_window = b->window;
-            for (int turn = 0; turn < turns; turn++)
-                for (int ii = 0; ii < b->n; ii++) {
-                    const int i = reverse ? b->n - 1 - ii : ii;
-                    if (b->th[i].state != RUNNABLE) continue;
-                    g_cur = &b->th[i];
-                    emu_ctx_switch(&b->sched_sp, g_cur->sp);
-                    ran = 1;
-                }
+            ran |= block_round(b, order, turns);
         }
         if (!ran) describe_deadlock(c);
     }
