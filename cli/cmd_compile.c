@@ -276,13 +276,25 @@ static HpcStatus emit_nvrtc(const char *src, const char *name, int arch, void **
     return nvrtc_compile(src, name, arch, NULL, 0, cubin, n, NULL, err);
 }
 
+/* The length of folder name dir without its trailing slashes ("/" stays). */
+static int dir_len(const char *dir)
+{
+    int n = (int)strlen(dir);
+    while (n > 1 && dir[n - 1] == '/') n--;
+    return n;
+}
+
 /* --emit-cuda and --emit-lib (compiler/emit_lib.h). */
 static int write_emits(const Compiled *c, const CompileArgs *a)
 {
     HpcError err = {0};
     HpcStatus st = HPC_OK;
     if (a->emit_cuda) st = emitlib_cuda(&c->spec, a->policy, a->emit_cuda, &err);
-    if (!st && a->emit_cuda) fprintf(stderr, "hpc: wrote %s/%s_kernels.cuh\n", a->emit_cuda, c->spec.name);
+    if (!st && a->emit_cuda) {
+        int n = dir_len(a->emit_cuda);
+        fprintf(stderr, "hpc: wrote %.*s/%s_kernels.cuh and %.*s/%s_step.cuh\n", n, a->emit_cuda, c->spec.name, n,
+                a->emit_cuda, c->spec.name);
+    }
     if (st || !a->emit_lib) return st ? cli_report(&err) : HPC_OK;
     EmitLibOptions o = {.policy = a->policy, .n_archs = a->arch.n, .compile = emit_nvrtc};
     memcpy(o.archs, a->arch.v, sizeof o.archs);
@@ -356,8 +368,7 @@ static int check_emit_dir(const char *opt, const char *dir, const char *name)
     HpcError err = {0};
     struct stat st;
     char path[4200];
-    int n = (int)strlen(dir);
-    while (n > 1 && dir[n - 1] == '/') n--;
+    int n = dir_len(dir);
     bool exists = stat(dir, &st) == 0;
     if (exists && !S_ISDIR(st.st_mode)) {
         fprintf(stderr, "hpc: %s %s: exists and is not a folder; pick another DIR\n", opt, dir);

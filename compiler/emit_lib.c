@@ -238,8 +238,11 @@ bool emitlib_parse_archs(const char *s, int *archs, int *n)
         if (strncmp(s, "sm_", 3) == 0) s += 3;
         char *end;
         long a = strtol(s, &end, 10);
-        if (end == s || a < 50 || a > 200 || *n == EMITLIB_MAX_ARCHS) return false;
-        archs[(*n)++] = (int)a;
+        if (end == s || a < 50 || a > 200) return false;
+        bool seen = false;   /* "80,80" is 80: one cubin, compiled once */
+        for (int i = 0; i < *n; i++) seen |= archs[i] == a;
+        if (!seen && *n == EMITLIB_MAX_ARCHS) return false;
+        if (!seen) archs[(*n)++] = (int)a;
         s = end;
         if (*s == ',') s++;
         else if (*s) return false;

@@ -88,8 +88,8 @@ HpcStatus emitlib_cuda(const ModelSpec *spec, SpecPrecision policy, const char *
 /* Writes the package described above into DIR. */
 HpcStatus emitlib_package(const ModelSpec *spec, const EmitLibOptions *opts, const char *dir, HpcError *err);
 
-/* Parses "80,90" or "sm_80,sm_90" into archs (each 50..200); false on junk
- * or more than EMITLIB_MAX_ARCHS. */
+/* Parses "80,90" or "sm_80,sm_90" into archs (each 50..200; one given
+ * twice counts once); false on junk or more than EMITLIB_MAX_ARCHS. */
 bool emitlib_parse_archs(const char *s, int *archs, int *n);
 
 #endif

@@ -606,6 +606,8 @@ Test(emit_lib, cuda_header)
     rmdir(dir);
     int archs[8], n;
     cr_assert(emitlib_parse_archs("80,sm_90", archs, &n) && n == 2 && archs[0] == 80 && archs[1] == 90);
+    cr_assert(emitlib_parse_archs("80,90,sm_80,80", archs, &n) && n == 2 && archs[0] == 80 && archs[1] == 90,
+              "an arch given twice counts once (n %d)", n);
     cr_assert(!emitlib_parse_archs("80,", archs, &n) || n == 1);
     cr_assert(!emitlib_parse_archs("sm_x", archs, &n));
     cr_assert(!emitlib_parse_archs("", archs, &n));

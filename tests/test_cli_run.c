@@ -177,10 +177,16 @@ Test(cli_compile, packed_fp32_refuses_what_needs_cuda, .timeout = 120)
         snprintf(path, sizeof path, "%s/%s", dir, made[k]);
         cr_expect_neq(access(path, F_OK), 0, "%s was written", path);
     }
-    /* under fp16 the same package is written */
-    snprintf(args, sizeof args, "compile models/bert_tiny.model --pack --fp16 --no-artifact --emit-cuda %s/cuda", dir);
+    /* under fp16 the same files are written, and both are named (a
+     * trailing slash not doubled) */
+    snprintf(args, sizeof args, "compile models/bert_tiny.model --pack --fp16 --no-artifact --emit-cuda %s/cuda/",
+             dir);
     int rc = hpc(args, out, sizeof out);
     cr_expect_eq(rc, 0, "fp16: exit %d: %s", rc, out);
+    char wrote[256];
+    snprintf(wrote, sizeof wrote, "hpc: wrote %s/cuda/bert_tiny_kernels.cuh and %s/cuda/bert_tiny_step.cuh\n", dir,
+             dir);
+    cr_expect(strstr(out, wrote), "want '%s' in: %s", wrote, out);
     snprintf(path, sizeof path, "%s/cuda/bert_tiny_step.cuh", dir);
     cr_expect_eq(access(path, R_OK), 0, "fp16 wrote no %s", path);
     remove_dir(dir);
