@@ -85,13 +85,7 @@ static void act_vec_phase(EopGen *gen, const char *base, const char *expr)
     act_store8(s, n->dtype, "r", "y + (v + u * T) * 8", NULL, "            ");
     strbuf_add(s, "        }\n    }\n");
     /* the last n % 8 values */
-    strbuf_add(s, "    for (i64 i = nv * 8 + (i64)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += T) {\n"
-                "        const int j = 0;\n");
-    for (int k = 0; k < n->n_in; k++)
-        strbuf_printf(s, "        float v%d[1];\n        v%d[0] = %s(x%d[i]);\n", k, k, ldf(INN(k)->dtype), k);
-    strbuf_printf(s, "        y[i] = %s(", stf(n->dtype));
-    strbuf_add(s, expr);
-    strbuf_add(s, ");\n    }\n");
+    eopb_vec_tail(gen, s, "T", expr);
 }
 
 void eopb_act(EopGen *gen)

@@ -59,13 +59,7 @@ static void vec_elems(EopGen *gen, const char *base, const char *pre, const char
                 "            const i64 i = i0 + j;\n            (void)i;\n            r[j] = ");
     strbuf_add(s, expr);
     strbuf_printf(s, ";\n        }\n        st8_%s(y + i0, r);\n    }\n", ir_dtype_name(n->dtype));
-    strbuf_add(s, "    for (i64 i = nv * 8 + (i64)blockIdx.x * blockDim.x + threadIdx.x; i < n; "
-                "i += (i64)gridDim.x * blockDim.x) {\n        const int j = 0;\n");
-    for (int k = 0; k < n->n_in; k++)
-        strbuf_printf(s, "        float v%d[1];\n        v%d[0] = %s(x%d[i]);\n", k, k, ldf(INN(k)->dtype), k);
-    strbuf_printf(s, "        y[i] = %s(", stf(n->dtype));
-    strbuf_add(s, expr);
-    strbuf_add(s, ");\n    }\n");
+    eopb_vec_tail(gen, s, "(i64)gridDim.x * blockDim.x", expr);
 }
 
 /* ---- forward ops ------------------------------------------------------ */

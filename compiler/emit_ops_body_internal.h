@@ -72,6 +72,9 @@ static inline bool float_dtype(DType d) { return d == DT_F32 || d == DT_F16 || d
 /* Whether every input has the output's shape and all are float, so the op
  * may run 8 elements a thread. */
 bool eopb_vec_ok(const EopGen *gen);
+/* The scalar tail of an 8-wide elementwise phase: elements nv * 8 .. n - 1,
+ * one a thread, `stride` apart; `expr` is as for the vector loop, with j 0. */
+void eopb_vec_tail(EopGen *gen, StrBuf *s, const char *stride, const char *expr);
 
 /* Column sums over rows of TERM(r, col) (a double expression) into y, which
  * holds value n: partial and sum phases (BIAS_GRAD, LAYERNORM_DGAMMA). */

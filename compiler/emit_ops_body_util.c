@@ -205,3 +205,15 @@ void eopb_dropout_consts(EopGen *gen, StrBuf *s, IrFusedAttr fa)
                 (double)fa.p);
 }
 
+
+void eopb_vec_tail(EopGen *gen, StrBuf *s, const char *stride, const char *expr)
+{
+    const IrNode *n = OUTN;
+    strbuf_printf(s, "    for (i64 i = nv * 8 + (i64)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += %s) {\n"
+                     "        const int j = 0;\n", stride);
+    for (int k = 0; k < n->n_in; k++)
+        strbuf_printf(s, "        float v%d[1];\n        v%d[0] = %s(x%d[i]);\n", k, k, ldf(INN(k)->dtype), k);
+    strbuf_printf(s, "        y[i] = %s(", stf(n->dtype));
+    strbuf_add(s, expr);
+    strbuf_add(s, ");\n    }\n");
+}
