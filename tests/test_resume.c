@@ -235,10 +235,18 @@ Test(resume, changed_settings_and_a_locked_directory, .timeout = 120)
     HpcError err = {0};
     s.spec.train.lr = 2e-3;
     s.spec.train.batch_size = 8;
-    TrainOptions c = {.resume_dir = dir, .policy = PREC_FP16};
+    char *console = NULL;
+    size_t console_len = 0;
+    FILE *out = open_memstream(&console, &console_len);
+    TrainOptions c = {.resume_dir = dir, .policy = PREC_FP16, .out = out};
     cr_expect_eq(trainer_run(&s.spec, &s.train, &s.dev, &c, &r, &err), HPC_ERR_INPUT);
     cr_expect(strstr(err.msg, "lr 0.001 -> 0.002") && strstr(err.msg, "batch 16 -> 8") &&
               strstr(err.msg, "--allow-changed-settings"), "%s", err.msg);
+    fclose(out);
+    /* the refusal comes after the log is open: no "done: 0 steps" before it */
+    cr_expect_null(strstr(console, "done:"), "%s", console);
+    free(console);
+    c.out = NULL;
     c.allow_changed_settings = true;
     c.jsonl = log;
     cr_expect_eq(trainer_run(&s.spec, &s.train, &s.dev, &c, &r, &err), HPC_OK, "%s", err.msg);

@@ -397,3 +397,64 @@ Test(plot, output_onto_its_input_is_refused_and_a_failed_write_keeps_the_old_pic
     unlink(log);
     unlink(svg);
 }
+
+/* A run that fails: no "done:" before the error, whether it trained or
+ * not, and its JSONL summary says failed.  Returns the console text; *failed
+ * is the summary's "failed" field. */
+static char *failed_run(int64_t steps, bool *failed)
+{
+    char path[] = "/tmp/hpc_runlog_failed_XXXXXX";
+    int fd = mkstemp(path);
+    cr_assert_geq(fd, 0);
+    close(fd);
+    char *text = NULL;
+    size_t len = 0;
+    FILE *out = open_memstream(&text, &len);
+    HpcError err;
+    RunLog *log = runlog_open(path, out, false, &err);
+    cr_assert_not_null(log, "%s", err.msg);
+    for (int64_t s = 1; s <= steps; s++)
+        runlog_step(log, &(RunLogStep){.step = s, .total_steps = 10, .loss = 0.5, .tokens = 7, .seconds = 0.25});
+    runlog_set_failed(log);
+    cr_assert_eq(runlog_close(log, 0, &err), HPC_OK, "%s", err.msg);
+    fclose(out);
+    int n;
+    json_t *all = read_jsonl(path, &n);
+    json_t *summary = json_array_get(all, (size_t)n - 1);
+    cr_assert_str_eq(ev(summary), "summary");
+    *failed = json_is_true(json_object_get(summary, "failed"));
+    json_decref(all);
+    unlink(path);
+    return text;
+}
+
+Test(runlog, failed_run_says_stopped_not_done)
+{
+    bool failed = false;
+    char *text = failed_run(0, &failed);
+    cr_expect_null(strstr(text, "done:"), "%s", text);
+    cr_expect_null(strstr(text, "stopped after"), "%s", text);
+    cr_expect(failed);
+    free(text);
+    failed = false;
+    text = failed_run(3, &failed);
+    cr_expect_null(strstr(text, "done:"), "%s", text);
+    cr_expect(strstr(text, "stopped after 3 steps (0 skipped) in 0.8s of training") != NULL, "%s", text);
+    cr_expect(failed);
+    free(text);
+}
+
+Test(runlog, finished_run_has_no_failed_field)
+{
+    char path[] = "/tmp/hpc_runlog_ok_XXXXXX";
+    int fd = mkstemp(path);
+    cr_assert_geq(fd, 0);
+    close(fd);
+    char *text = fake_run(path, false, 5);
+    int n;
+    json_t *all = read_jsonl(path, &n);
+    cr_expect_null(json_object_get(json_array_get(all, (size_t)n - 1), "failed"));
+    json_decref(all);
+    unlink(path);
+    free(text);
+}

@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "train/predict.h"
@@ -369,6 +370,27 @@ Test(tasks, tsv_directory)
     spit(dir, "train.tsv", "words\tlabel\nOne.\t0\n");
     cr_expect_eq(task_load(task, NULL, path_of(VOCAB), false, 32, false, &t, &err), HPC_ERR_INPUT);
     cr_expect(strstr(err.msg, "train.tsv:1: a tsv:DIR task needs a header with a text column"), "%s", err.msg);
+    cr_expect(strstr(err.msg, "found other names"), "%s", err.msg);
+    spit(dir, "train.tsv", "");
+    cr_expect_eq(task_load(task, NULL, path_of(VOCAB), false, 32, false, &t, &err), HPC_ERR_INPUT);
+    cr_expect(strstr(err.msg, "found no header"), "%s", err.msg);
+    /* a folder where a split's file belongs is named as one, not read as an
+     * empty file ("found no header") */
+    char path[600];
+    snprintf(path, sizeof path, "%s/train.tsv", dir);
+    cr_assert_eq(unlink(path), 0);
+    cr_assert_eq(mkdir(path, 0700), 0);
+    cr_expect_eq(task_load(task, NULL, path_of(VOCAB), false, 32, false, &t, &err), HPC_ERR_IO);
+    char want[700];
+    snprintf(want, sizeof want, "task tsv: %s is a folder, not a file; a tsv:DIR task needs", path);
+    cr_expect(strstr(err.msg, want), "%s", err.msg);
+    cr_assert_eq(rmdir(path), 0);
+    spit(dir, "train.tsv", "sentence\tlabel\nOne.\t0\n");
+    snprintf(path, sizeof path, "%s/test.tsv", dir);   /* the optional split too */
+    cr_assert_eq(unlink(path), 0);
+    cr_assert_eq(mkdir(path, 0700), 0);
+    cr_expect_eq(task_load(task, NULL, path_of(VOCAB), false, 32, false, &t, &err), HPC_ERR_IO);
+    cr_expect(strstr(err.msg, "test.tsv is a folder, not a file"), "%s", err.msg);
     drop_tmp();
 }
 

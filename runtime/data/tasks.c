@@ -114,21 +114,31 @@ static HpcStatus task_check_file(const TaskInfo *ti, const char *dir, const char
     struct stat st;
     *present = stat(path, &st) == 0;
     int e = errno;
-    if (*present || optional) return HPC_OK;
     char remedy[512];
+    if (*present && S_ISDIR(st.st_mode)) {   /* found, but not something to read lines from */
+        task_remedy(ti, dir, remedy, sizeof remedy);
+        return hpc_fail(err, HPC_ERR_IO, "task %s: %s is a folder, not a file; %s", ti->name, path, remedy);
+    }
+    if (*present || optional) return HPC_OK;
     task_remedy(ti, dir, remedy, sizeof remedy);
     return hpc_fail(err, HPC_ERR_IO, "task %s: cannot open %s: %s; %s", ti->name, path, strerror(e), remedy);
 }
 
 /* ---- tsv:DIR columns ---- */
 
-/* The header names of path (first line; a BOM and CR are dropped). */
+/* The header names of path (first line; a BOM and CR are dropped); -1 with
+ * errno set when the file cannot be read, 0 when it is empty. */
 static int tsv_header(const char *path, char line[4096], char *names[64])
 {
     FILE *f = fopen(path, "rb");
-    if (!f) return 0;
+    if (!f) return -1;
     bool ok = fgets(line, 4096, f) != NULL;
+    int e = ferror(f) ? errno : 0;
     fclose(f);
+    if (e) {
+        errno = e;
+        return -1;
+    }
     if (!ok) return 0;
     line[strcspn(line, "\r\n")] = '\0';
     char *p = line + (strncmp(line, "\xEF\xBB\xBF", 3) ? 0 : 3);
@@ -152,6 +162,7 @@ static HpcStatus tsv_columns(const char *path, GlueOptions *o, HpcError *err)
     static const char *const singles[] = {"sentence", "text", "text_a", "sentence1"};
     char line[4096], *names[64];
     int n = tsv_header(path, line, names);
+    if (n < 0) return hpc_fail(err, HPC_ERR_IO, "%s: cannot read the header line: %s", path, strerror(errno));
     for (size_t i = 0; i < sizeof pairs / sizeof pairs[0] && !o->text_a; i++)
         if (tsv_has(names, n, pairs[i][0]) && tsv_has(names, n, pairs[i][1]))
             o->text_a = pairs[i][0], o->text_b = pairs[i][1];

@@ -39,6 +39,7 @@ struct RunLog {
     double best_value;
     int64_t best_step;
     char best_metric[32];
+    bool failed;          /* runlog_set_failed: the run ends in an error */
 };
 
 double runlog_clock(void)
@@ -357,6 +358,11 @@ void runlog_message(RunLog *log, const char *fmt, ...)
 /* x / seconds, 0 when no time was measured. */
 static double per_second(double x, double seconds) { return seconds > 0 ? x / seconds : 0.0; }
 
+void runlog_set_failed(RunLog *log)
+{
+    if (log) log->failed = true;
+}
+
 static void runlog_print_summary(RunLog *log, double wall, double peak)
 {
     char train[32], whole[32], mem[32] = "unknown (cpu)";
@@ -364,8 +370,15 @@ static void runlog_print_summary(RunLog *log, double wall, double peak)
     fmt_duration(whole, sizeof whole, wall);
     if (peak > 0) fmt_bytes(mem, sizeof mem, peak);
     bar_clear(log);
-    fprintf(log->out, "done: %lld steps (%lld skipped) in %s of training, %.2f steps/s, %.0f tokens/s "
-            "(whole run %s)\n", (long long)log->steps, (long long)log->last.skipped_total, train,
+    /* a failed run's error follows: no summary before its first step, and
+     * "stopped after", never "done", once it had trained */
+    if (log->failed && log->steps == 0) {
+        fflush(log->out);
+        return;
+    }
+    fprintf(log->out, "%s %lld steps (%lld skipped) in %s of training, %.2f steps/s, %.0f tokens/s "
+            "(whole run %s)\n", log->failed ? "stopped after" : "done:", (long long)log->steps,
+            (long long)log->last.skipped_total, train,
             per_second((double)log->steps, log->train_s), per_second((double)log->tokens, log->train_s), whole);
     fprintf(log->out, "peak device memory %s\n", mem);
     if (log->have_best)
@@ -386,6 +399,7 @@ HpcStatus runlog_close(RunLog *log, double peak_mem_bytes, HpcError *err)
                             "tokens", (json_int_t)log->tokens,
                             "tokens_per_s", json_num(per_second((double)log->tokens, log->train_s)),
                             "peak_mem_bytes", json_num(peak), "skipped_total", (json_int_t)log->last.skipped_total);
+    if (sum && log->failed) json_object_set_new(sum, "failed", json_true());
     if (sum && log->have_best) {
         json_object_set_new(sum, "best_metric", json_string(log->best_metric));
         json_object_set_new(sum, "best_value", json_num(log->best_value));

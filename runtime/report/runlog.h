@@ -21,7 +21,10 @@
  *     peak device memory 3.1 GiB
  *     best dev mcc 0.5523 at step 536
  * (training time = the sum of the step times; the whole run adds start-up,
- * evaluation and checkpoints).
+ * evaluation and checkpoints).  After runlog_set_failed (the run ends in an
+ * error its caller prints next) the first line says "stopped after N steps"
+ * instead, the block is left out when no step was done, and the JSONL
+ * summary gets "failed": true.
  *
  * Ownership: runlog_open returns a RunLog the caller closes with runlog_close
  * (which also frees it and closes the JSONL file); `out` is borrowed and may
@@ -92,6 +95,8 @@ void runlog_step(RunLog *log, const RunLogStep *s);
 void runlog_skip(RunLog *log, int64_t step, double new_scale);      /* named in the log, always */
 void runlog_eval(RunLog *log, int64_t step, int epoch, const char *metric, double value, double loss);
 void runlog_message(RunLog *log, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* The run ends in an error: runlog_close's summary says so (above). */
+void runlog_set_failed(RunLog *log);
 /* Prints the summary, writes it to the JSONL file, closes and frees; the
  * JSONL file's status (runlog_status, or a failed fsync/close). */
 HpcStatus runlog_close(RunLog *log, double peak_mem_bytes, HpcError *err);

@@ -479,6 +479,11 @@ static HpcStatus check_outputs(Trainer *t, HpcError *err)
         if (!st) st = output_check_writable("--predict", o->predict, err);
     }
     free(names);
+    /* checkpoints stay out of the task's data folder, which later runs read
+     * as it stands (--output refuses any folder that is not a model's) */
+    if (!st && o->task && o->checkpoint_dir && output_same_file(o->checkpoint_dir, o->task->data_dir))
+        st = hpc_fail(err, HPC_ERR_USAGE, "--checkpoint-dir %s: that is the task's data folder; give the "
+                      "checkpoints a folder of their own", o->checkpoint_dir);
     if (!st && o->checkpoint_dir && t->lead) st = checkpoint_lock(o->checkpoint_dir, &t->lock, err);
     return st;
 }
@@ -598,6 +603,7 @@ HpcStatus trainer_run(const ModelSpec *spec, const Dataset *train, const Dataset
     if (t->ck.w) trainer_ckpt_free(&t->ck);
     if (t->best.w) best_model_free(&t->best);
     HpcError log_err = {0};
+    if (st) runlog_set_failed(t->log);
     if (t->log && runlog_close(t->log, res->peak_device_bytes, &log_err) && !st) {
         *err = log_err;   /* the run worked but its log is incomplete: not a success */
         st = log_err.code;

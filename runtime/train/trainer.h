@@ -50,7 +50,8 @@
  * Before any work (setup checks): outputs that are inputs are refused
  * (runtime/formats/output_check.h: --predict and --log against the model
  * file, the task's files, the vocabulary and each other), the folders of
- * --predict must take files, the checkpoint directory is created, probed and
+ * --predict must take files, --checkpoint-dir may not be the task's data
+ * folder, the checkpoint directory is created, probed and
  * locked (checkpoint_lock; HPC_ERR_USAGE when another run holds it), and
  * the memory the run needs is compared with what is available
  * (runtime/train/memcheck.h; HPC_ERR_OOM, unless no_memory_check).  The

@@ -51,15 +51,23 @@ snapshot cola/train.tsv cola/test.tsv
 expect "--predict onto the training file is refused" 2 "--predict cola/train.tsv: that is a data file of the task" $glue --predict cola/train.tsv
 expect "--predict onto the test file is refused" 2 "that is a data file of the task" $glue --predict cola/test.tsv
 expect "--predict onto the --log file is refused" 2 "that is the --log file" $glue --predict p.jsonl --log p.jsonl
+expect "--checkpoint-dir into the task's data folder is refused" 2 "--checkpoint-dir cola/: that is the task's data folder" \
+    $glue --checkpoint-dir cola/
+if [ -e cola/latest ] || [ -e cola/.lock ]; then
+    notok "nothing written into the data folder" "$(ls -A cola)"
+else
+    ok "nothing written into the data folder"
+fi
 unchanged "the task's files are intact"
 
-# places that cannot be written, found before training ("done:" only prints after training)
+# places that cannot be written, found before training (a run that trained
+# and then failed prints "stopped after N steps")
 echo x > afile
 expect "compile -o onto a folder says so" 3 "-o $WORK: that is a folder; give a file name" compile t.model -o "$WORK"
 expect "--predict under a file is refused before training" 3 "afile is a file, not a folder" $glue --predict afile/p.tsv
 expect "--predict into a missing folder is refused before training" 3 "the folder nowhere does not exist" $glue --predict nowhere/p.tsv
 expect "--log under a file is refused" 3 "--log afile/run.jsonl: cannot open the run log" $run --log afile/run.jsonl
-if grep -q "^done:" "$WORK/.err"; then notok "refused before training" "it trained first"; else ok "refused before training"; fi
+if grep -q "^done:\|^stopped after" "$WORK/.err"; then notok "refused before training" "it trained first"; else ok "refused before training"; fi
 
 # the run log on a resume: appended, never truncated
 "$HPC" $run --steps 12 --checkpoint-dir ck2 --log resumed.jsonl --checkpoint-every 4 >/dev/null 2>&1
