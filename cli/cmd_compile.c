@@ -139,8 +139,19 @@ static void compile_pipe_options(CompileArgs *a)
     if (a->stop_after) a->pipe.stop_after = pipeline_stage_parse(a->stop_after);
 }
 
-/* The graph in Graphviz form, replaced atomically (runtime/formats/atomic_file.h). */
-static int write_dot(const IrGraph *g, const char *path, const char *model)
+/* An output file (-o, --dot) that is not the model and can be written;
+ * checked before anything is written, so a bad one leaves nothing behind. */
+static int check_out_path(const char *opt, const char *path, const char *model)
+{
+    HpcError err = {0};
+    HpcStatus st = output_check_not_input(opt, path, &(OutputInput){"the model file", model}, 1, &err);
+    if (!st) st = output_check_writable(opt, path, &err);
+    return st ? cli_report(&err) : HPC_OK;
+}
+
+/* The graph in Graphviz form, replaced atomically (runtime/formats/atomic_file.h);
+ * its path passed check_out_path. */
+static int write_dot(const IrGraph *g, const char *path)
 {
     HpcError err = {0};
     char *text = NULL;
@@ -149,9 +160,7 @@ static int write_dot(const IrGraph *g, const char *path, const char *model)
     if (!mem) return cli_report(&(HpcError){HPC_ERR_OOM, "out of host memory for the graph"});
     ir_dot(g, mem);
     fclose(mem);
-    HpcStatus st = output_check_not_input("--dot", path, &(OutputInput){"the model file", model}, 1, &err);
-    if (!st) st = output_check_writable("--dot", path, &err);
-    if (!st) st = atomic_write_file(path, text, len, &err);
+    HpcStatus st = atomic_write_file(path, text, len, &err);
     free(text);
     if (st) return cli_report(&err);
     fprintf(stderr, "hpc: wrote the graph to %s (render: dot -Tsvg %s -o graph.svg)\n", path, path);
@@ -239,6 +248,14 @@ static void print_summary(const Compiled *c, SpecPrecision policy)
 
 /* NAME.hpc (program/artifact.h): the step program (what `hpc run`
  * executes), the resolved model, the plan summary and the CUDA source. */
+/* Where the artifact goes: -o, else NAME.hpc. */
+static void artifact_out_path(const Compiled *c, const CompileArgs *a, char *path, size_t cap)
+{
+    if (a->out) snprintf(path, cap, "%s", a->out);
+    else artifact_path_for(c->spec.name, path, cap);
+}
+
+/* The artifact, at a path that passed check_out_path. */
 static int write_artifact(const Compiled *c, const CompileArgs *a)
 {
     HpcError err = {0};
@@ -249,10 +266,8 @@ static int write_artifact(const Compiled *c, const CompileArgs *a)
         plan_print(&c->plan, &c->g, &c->pl, &c->spec.train, mem);
         fclose(mem);
     }
-    if (a->out) snprintf(path, sizeof path, "%s", a->out);
-    else artifact_path_for(c->spec.name, path, sizeof path);
-    HpcStatus st = output_check_not_input("-o", path, &(OutputInput){"the model file", a->model}, 1, &err);
-    if (!st) st = output_check_writable("-o", path, &err);
+    artifact_out_path(c, a, path, sizeof path);
+    HpcStatus st = HPC_OK;
     StepProgram prog;
     bool have_prog = false;
     if (!st) st = step_program_from_graph(&c->spec, a->policy, c->fused, &c->g, &c->pl, &prog, &err);
@@ -411,13 +426,19 @@ int cmd_compile(int argc, char **argv)
         if (a.ir) ir_print(&c.g, stdout);
         if (a.report && c.have_prec) precision_report(&c.g, &c.prec, stdout);
         if (a.plan && c.have_plan) plan_print(&c.plan, &c.g, &c.pl, &c.spec.train, stdout);
-        if (a.dot) rc = write_dot(&c.g, a.dot, a.model);
-        bool quiet = a.ir || a.report || a.plan || a.pipe.dump || c.stopped;
-        if (!quiet && !rc) print_summary(&c, a.policy);
+        bool artifact = c.have_plan && !c.stopped && !a.no_artifact;
+        char artifact_path[4096];
+        artifact_out_path(&c, &a, artifact_path, sizeof artifact_path);
+        /* every output checked before the first is written */
+        if (a.dot) rc = check_out_path("--dot", a.dot, a.model);
+        if (!rc && artifact) rc = check_out_path("-o", artifact_path, a.model);
         if (!rc && c.have_plan && !c.stopped) rc = check_cuda_wanted(&c, &a);
         if (!rc && a.emit_cuda) rc = check_emit_dir("--emit-cuda", a.emit_cuda, c.spec.name);
         if (!rc && a.emit_lib) rc = check_emit_dir("--emit-lib", a.emit_lib, c.spec.name);
-        if (!rc && c.have_plan && !c.stopped && !a.no_artifact) rc = write_artifact(&c, &a);
+        bool quiet = a.ir || a.report || a.plan || a.pipe.dump || c.stopped;
+        if (!quiet && !rc) print_summary(&c, a.policy);
+        if (!rc && a.dot) rc = write_dot(&c.g, a.dot);
+        if (!rc && artifact) rc = write_artifact(&c, &a);
         if (!rc && c.have_plan && !c.stopped) rc = write_emits(&c, &a);
         if (c.stopped && !a.ir && !a.pipe.dump)
             printf("stopped after %s: %d values (--ir or --dump-STAGE prints the graph)\n",

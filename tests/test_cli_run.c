@@ -287,6 +287,33 @@ Test(cli_outputs, unwritable_outputs_are_named_by_option, .timeout = 120)
     }
 }
 
+/* Every output of `hpc compile` is checked before the first is written: a
+ * bad -o left the --dot file behind, a bad --dot no artifact. */
+Test(cli_outputs, a_bad_output_leaves_no_other_behind, .timeout = 120)
+{
+    char out[65536], dir[] = "/tmp/hpc_cli_outsXXXXXX", args[1024], path[600];
+    cr_assert(mkdtemp(dir));
+    snprintf(args, sizeof args, "compile models/bert_tiny.model --dot %s/g.dot -o /proc/x", dir);
+    int rc = hpc(args, out, sizeof out);
+    cr_expect_eq(rc, 3, "exit %d: %s", rc, out);
+    cr_expect(strstr(out, "hpc: -o /proc/x: cannot create files in /proc"), "%s", out);
+    snprintf(path, sizeof path, "%s/g.dot", dir);
+    cr_expect_neq(access(path, F_OK), 0, "%s was written", path);
+    snprintf(args, sizeof args, "compile models/bert_tiny.model --dot /proc/x -o %s/m.hpc", dir);
+    rc = hpc(args, out, sizeof out);
+    cr_expect_eq(rc, 3, "exit %d: %s", rc, out);
+    cr_expect(strstr(out, "hpc: --dot /proc/x: cannot create files in /proc"), "%s", out);
+    snprintf(path, sizeof path, "%s/m.hpc", dir);
+    cr_expect_neq(access(path, F_OK), 0, "%s was written", path);
+    snprintf(args, sizeof args, "compile models/bert_tiny.model --dot %s/g.dot -o %s/m.hpc", dir, dir);
+    rc = hpc(args, out, sizeof out);
+    cr_expect_eq(rc, 0, "exit %d: %s", rc, out);
+    cr_expect_eq(access(path, F_OK), 0, "%s", out);
+    snprintf(path, sizeof path, "%s/g.dot", dir);
+    cr_expect_eq(access(path, F_OK), 0, "%s", out);
+    remove_dir(dir);
+}
+
 /* A folder given where a file is read says so (it was "reading DIR failed",
  * or, for the run log, "no step events (0 lines)"). */
 Test(cli_inputs, a_folder_for_a_file_is_named, .timeout = 120)
