@@ -325,7 +325,8 @@ static int write_emits(const Compiled *c, const CompileArgs *a)
     st = eop_module_source(&c->g, &cuda, &err);
     o.cuda_source = cuda;
     if (!st) st = emitlib_package(&c->spec, &o, a->emit_lib, &err);
-    if (!st) fprintf(stderr, "hpc: wrote the package %s/ (build it: make -C %s run)\n", a->emit_lib, a->emit_lib);
+    if (!st) fprintf(stderr, "hpc: wrote the package %.*s/ (build it: make -C %s run)\n", dir_len(a->emit_lib),
+                     a->emit_lib, a->emit_lib);
     free(plan);
     free(cuda);
     return st ? cli_report(&err) : HPC_OK;

@@ -189,6 +189,11 @@ Test(cli_compile, packed_fp32_refuses_what_needs_cuda, .timeout = 120)
     cr_expect(strstr(out, wrote), "want '%s' in: %s", wrote, out);
     snprintf(path, sizeof path, "%s/cuda/bert_tiny_step.cuh", dir);
     cr_expect_eq(access(path, R_OK), 0, "fp16 wrote no %s", path);
+    snprintf(args, sizeof args, "compile models/bert_tiny.model --pack --fp16 --no-artifact --emit-lib %s/lib/", dir);
+    rc = hpc(args, out, sizeof out);
+    cr_expect_eq(rc, 0, "fp16 --emit-lib: exit %d: %s", rc, out);
+    snprintf(wrote, sizeof wrote, "hpc: wrote the package %s/lib/ (build it: make -C %s/lib/ run)\n", dir, dir);
+    cr_expect(strstr(out, wrote), "want '%s' in: %s", wrote, out);
     remove_dir(dir);
 }
 
