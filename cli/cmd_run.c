@@ -208,8 +208,10 @@ static HpcStatus check_start_dir(const char *opt, const char *dir, const char *w
     if (!dir) return HPC_OK;
     bool exists = stat(dir, &st) == 0;
     if (exists && S_ISDIR(st.st_mode)) return HPC_OK;
-    return hpc_fail(err, HPC_ERR_INPUT, "run: %s %s: %s; give %s", opt, dir, exists ? "not a folder" : strerror(errno),
-                    want);
+    /* a path that cannot be looked at is a file-system error (exit 3, as for
+     * a missing model file); one that is there but no folder, a bad input */
+    return hpc_fail(err, exists ? HPC_ERR_INPUT : HPC_ERR_IO, "run: %s %s: %s; give %s", opt, dir,
+                    exists ? "not a folder" : strerror(errno), want);
 }
 
 /* The command line into *a; 0, CLI_HELP_SHOWN or an exit code (reported). */

@@ -261,7 +261,7 @@ Test(cli_run, start_dirs_that_are_not_folders_are_named)
 {
     char out[65536];
     int rc = hpc("run models/bert_tiny.model --device cpu --steps 1 --init /nonexistent/x", out, sizeof out);
-    cr_expect_eq(rc, 1, "exit %d: %s", rc, out);
+    cr_expect_eq(rc, 3, "exit %d: %s", rc, out);   /* as for a missing model file */
     cr_expect_str_eq(out, "hpc: run: --init /nonexistent/x: No such file or directory; give a Hugging Face folder "
                      "(model.safetensors) or an hpc checkpoint\n");
     rc = hpc("run models/bert_tiny.model --device cpu --steps 1 --resume models/bert_tiny.model", out, sizeof out);
@@ -269,8 +269,10 @@ Test(cli_run, start_dirs_that_are_not_folders_are_named)
     cr_expect_str_eq(out, "hpc: run: --resume models/bert_tiny.model: not a folder; give a --checkpoint-dir of an "
                      "earlier run or one of its step-N folders\n");
     rc = hpc("run --device cpu --steps 1 --resume /nonexistent/x", out, sizeof out);
-    cr_expect_eq(rc, 1, "exit %d: %s", rc, out);
+    cr_expect_eq(rc, 3, "exit %d: %s", rc, out);
     cr_expect(strstr(out, "hpc: run: --resume /nonexistent/x: No such file or directory"), "%s", out);
+    rc = hpc("run /nonexistent/x.model --device cpu --steps 1", out, sizeof out);
+    cr_expect_eq(rc, 3, "a missing model: exit %d: %s", rc, out);
 }
 
 /* Unwritable outputs of --dot, `hpc plot -o` and `hpc import -o` are named by
@@ -338,7 +340,7 @@ Test(cli_inputs, a_folder_for_a_file_is_named, .timeout = 120)
     rc = hpc(args, out, sizeof out);
     cr_expect_eq(rc, 3, "exit %d: %s", rc, out);
     char want[160];
-    snprintf(want, sizeof want, "cannot read %s/train.tsv: Is a directory", dir);
+    snprintf(want, sizeof want, "task cola: %s/train.tsv is a folder, not a file", dir);
     cr_expect(strstr(out, want), "%s", out);
     remove_dir(dir);
 }
