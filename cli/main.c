@@ -1,8 +1,10 @@
 /* cli/main.c — `hpc`: dispatch to a subcommand. */
+#include <stdbool.h>
 #include <stdio.h>
 #include <string.h>
 
 #include "cli.h"
+#include "hpc.h"
 
 typedef struct {
     const char *name;
@@ -27,7 +29,8 @@ static void print_help(FILE *out)
     for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
         fprintf(out, "  %-10s %s\n", commands[i].name, commands[i].summary);
     fputs("\n"
-          "`hpc COMMAND --help` describes a command's options.\n"
+          "`hpc COMMAND --help` (or `hpc help COMMAND`) describes a command's options;\n"
+          "`hpc --version` prints the version.\n"
           "\n"
           "exit codes:\n"
           "  0  success\n"
@@ -48,12 +51,22 @@ int main(int argc, char **argv)
         print_help(stderr);
         return HPC_ERR_USAGE;
     }
-    if (cli_is_help(argv[1]) || strcmp(argv[1], "help") == 0) {
+    if (strcmp(argv[1], "--version") == 0) {
+        printf("hpc, C API %d.%d (include/hpc.h)\n", HPC_API_VERSION_MAJOR, HPC_API_VERSION_MINOR);
+        return HPC_OK;
+    }
+    /* `hpc help COMMAND` is `hpc COMMAND --help` */
+    bool help = strcmp(argv[1], "help") == 0;
+    if (cli_is_help(argv[1]) || (help && argc == 2)) {
         print_help(stdout);
         return HPC_OK;
     }
-    for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
-        if (strcmp(argv[1], commands[i].name) == 0) return commands[i].run(argc - 1, argv + 1);
-    fprintf(stderr, "hpc: unknown command '%s' (see `hpc --help`)\n", argv[1]);
+    const char *name = argv[help ? 2 : 1];
+    for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++) {
+        if (strcmp(name, commands[i].name) != 0) continue;
+        if (help) return commands[i].run(2, (char *[]){argv[2], "--help", NULL});
+        return commands[i].run(argc - 1, argv + 1);
+    }
+    fprintf(stderr, "hpc: unknown command '%s' (see `hpc --help`)\n", name);
     return HPC_ERR_USAGE;
 }

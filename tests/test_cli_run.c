@@ -9,6 +9,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "hpc.h"
+
 /* The repository root, absolute. */
 static void repo_root(char *root)
 {
@@ -252,6 +254,26 @@ Test(cli_compile, unwritable_emit_dir_writes_no_artifact, .timeout = 120)
         cr_expect_neq(access(path, F_OK), 0, "%s: %s was written", opt, path);
     }
     remove_dir(dir);
+}
+
+/* `hpc help COMMAND` prints what `hpc COMMAND --help` does; `hpc --version`
+ * (it was "unknown command") prints the C API's version. */
+Test(cli_top, help_command_and_version)
+{
+    static char out[65536], want[65536];
+    int rc = hpc("help run", out, sizeof out);
+    cr_expect_eq(rc, 0, "exit %d: %s", rc, out);
+    cr_expect_eq(hpc("run --help", want, sizeof want), 0);
+    cr_expect_str_eq(out, want);
+    cr_expect(strstr(out, "usage: hpc run [OPTIONS] [MODEL]") == out, "%s", out);
+    rc = hpc("help nope", out, sizeof out);
+    cr_expect_eq(rc, 2, "exit %d: %s", rc, out);
+    cr_expect_str_eq(out, "hpc: unknown command 'nope' (see `hpc --help`)\n");
+    rc = hpc("--version", out, sizeof out);
+    cr_expect_eq(rc, 0, "exit %d: %s", rc, out);
+    char version[64];
+    snprintf(version, sizeof version, "hpc, C API %d.%d", HPC_API_VERSION_MAJOR, HPC_API_VERSION_MINOR);
+    cr_expect(strstr(out, version) == out, "%s", out);
 }
 
 /* --resume and --init that are not folders are named by option before the
