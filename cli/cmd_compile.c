@@ -246,8 +246,6 @@ static void print_summary(const Compiled *c, SpecPrecision policy)
     printf("stages     check, lower, autodiff, precision, %splan, emit done\n", c->fused ? "fuse, " : "");
 }
 
-/* NAME.hpc (program/artifact.h): the step program (what `hpc run`
- * executes), the resolved model, the plan summary and the CUDA source. */
 /* Where the artifact goes: -o, else NAME.hpc. */
 static void artifact_out_path(const Compiled *c, const CompileArgs *a, char *path, size_t cap)
 {
@@ -255,7 +253,9 @@ static void artifact_out_path(const Compiled *c, const CompileArgs *a, char *pat
     else artifact_path_for(c->spec.name, path, cap);
 }
 
-/* The artifact, at a path that passed check_out_path. */
+/* NAME.hpc (program/artifact.h): the step program (what `hpc run`
+ * executes), the resolved model, the plan summary and the CUDA source, at
+ * a path that passed check_out_path. */
 static int write_artifact(const Compiled *c, const CompileArgs *a)
 {
     HpcError err = {0};
@@ -267,11 +267,9 @@ static int write_artifact(const Compiled *c, const CompileArgs *a)
         fclose(mem);
     }
     artifact_out_path(c, a, path, sizeof path);
-    HpcStatus st = HPC_OK;
     StepProgram prog;
-    bool have_prog = false;
-    if (!st) st = step_program_from_graph(&c->spec, a->policy, c->fused, &c->g, &c->pl, &prog, &err);
-    have_prog = !st;
+    HpcStatus st = step_program_from_graph(&c->spec, a->policy, c->fused, &c->g, &c->pl, &prog, &err);
+    bool have_prog = !st;
     for (int i = 0; i < a->arch.n && !st; i++) {   /* --arch: the module compiled ahead */
         void *cubin = NULL;
         size_t n = 0;
