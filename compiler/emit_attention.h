@@ -64,16 +64,6 @@ static inline int kemit_attn4p_smem_bytes(long long head_dim)
     return kemit_attn4_smem_bytes(head_dim) + (int)(128 * (head_dim + 8) * 2);
 }
 
-/* Dynamic shared memory of a block of the persistent attention forward
- * (attn_mma2_fwd_persist, compiler/kernels/attention_mma2.cu), head size
- * up to 64: K, V and Q tiles of 64 rows x (head_dim + 8), two of each, and
- * two key tiles' visibility (int).  Both module preambles define it as
- * HPC_ATTN2P_SMEM_BYTES, and the kernel asserts its layout is that size. */
-static inline int kemit_attn2p_smem_bytes(long long head_dim)
-{
-    return (int)(6 * 64 * (head_dim + 8) * 2 + 2 * 64 * 4);
-}
-
 /* *source (malloc'd) and suffix for config cfg; HPC_ERR_INPUT when cfg is
  * refused by kemit_source or its head size is above the maximum. */
 HpcStatus kemit_attention_source(const KernelConfig *cfg, char **source, char suffix[KEMIT_SUFFIX_MAX],

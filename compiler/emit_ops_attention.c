@@ -11,9 +11,8 @@
 #define AT_TILE 64   /* query (fwd, dq) or key (dkv) rows per block of the mma kernels */
 #define AT_ONE_PASS_MAX_L 128   /* attn_mma3_bwd: one block per (b, head) owns every key */
 #define AT_ONE_PASS_MAX_D 64    /* ... and its tiles fit 48 KiB of shared memory */
-#define A2P_BLOCKS 528          /* the persistent forward's grid at most: 4 blocks on each of an
-                                   H100's or H200's 132 SMs (elsewhere the last round is less even) */
-#define A4P_BLOCKS 264          /* the persistent one-pass backward's: 2 blocks on each */
+#define A4P_BLOCKS 264          /* the persistent one-pass backward's grid at most: 2 blocks on each
+                                   of an H100's or H200's 132 SMs */
 
 typedef struct {
     DType dtype;
@@ -103,40 +102,6 @@ static bool persist_bwd(void)
     return e && strcmp(e, "v4p") == 0;
 }
 
-/* Which shape v2's forward takes for padded rows up to head size 64
- * (HPC_ATTN_FWD).  None of the alternatives to narrow has been timed on a
- * GPU yet, hence a switch:
- * - narrow (unset): 64 query rows a block of 4 warps, four blocks an SM
- *   (128 registers);
- * - narrow5: the same kernel held to 96 registers, five blocks an SM.  Its
- *   forerunner's step from three blocks to four was the forward's largest
- *   gain (H200, 256 x 128: 184 -> 171 us a layer); this one costs spills
- *   (nvcc 13.0 here: about 200 bytes, 48 loads inside the key loop);
- * - wide: 128 query rows a block of 8 warps (attn_mma2_fwd_wide,
- *   compiler/kernels/attention_mma2.cu): K and V staged once for twice the
- *   queries, and one prologue a (b, head) up to L 128, where Nsight
- *   Compute put a quarter of the forward's stall samples
- *   (bench/results/2026-12-05-session24.txt, call 9);
- * - persist: narrow's blocks, at most A2P_BLOCKS of them, each looping over
- *   items of 64 query rows with the next item's first K/V tile and Q
- *   fetched during the current item's last tile (attn_mma2_fwd_persist):
- *   the same stalls, hidden behind work instead of paid per block. */
-typedef enum { FWD_NARROW, FWD_NARROW5, FWD_WIDE, FWD_PERSIST } FwdShape;
-
-static HpcStatus forward_shape(FwdShape *shape, HpcError *err)
-{
-    const char *e = getenv("HPC_ATTN_FWD");
-    *shape = FWD_NARROW;
-    if (!e || !*e || strcmp(e, "narrow") == 0) return HPC_OK;
-    if (strcmp(e, "narrow5") == 0) *shape = FWD_NARROW5;
-    else if (strcmp(e, "wide") == 0) *shape = FWD_WIDE;
-    else if (strcmp(e, "persist") == 0) *shape = FWD_PERSIST;
-    else
-        return hpc_fail(err, HPC_ERR_INPUT, "emit_ops: HPC_ATTN_FWD=%s is not a forward variant; set it to wide, "
-                        "persist, narrow5 or narrow (or leave it unset for narrow)", e);
-    return HPC_OK;
-}
-
 static bool is_attention(IrOpKind op) { return op == IR_OP_ATTENTION || op == IR_OP_ATTENTION_BWD; }
 
 /* The configuration of attention node id, checked against what the kernels
@@ -216,10 +181,9 @@ HpcStatus eopa_module_part(const IrGraph *g, StrBuf *src, HpcError *err)
                   c.causal ? ", causal" : "");
     strbuf_printf(src, "#define HPC_DTYPE %d\n#define HPC_HIDDEN %lld\n#define HPC_HEADS %lld\n"
                   "#define HPC_HEAD_DIM %lld\n#define HPC_CAUSAL %d\n#define HPC_ATTN4_SMEM_BYTES %d\n"
-                  "#define HPC_ATTN4P_SMEM_BYTES %d\n#define HPC_ATTN2P_SMEM_BYTES %d\n",
+                  "#define HPC_ATTN4P_SMEM_BYTES %d\n",
                   c.dtype == DT_F16 ? 1 : 2, (long long)c.hidden, (long long)c.heads, (long long)c.head_dim,
-                  c.causal ? 1 : 0, kemit_attn4_smem_bytes(c.head_dim), kemit_attn4p_smem_bytes(c.head_dim),
-                  kemit_attn2p_smem_bytes(c.head_dim));
+                  c.causal ? 1 : 0, kemit_attn4_smem_bytes(c.head_dim), kemit_attn4p_smem_bytes(c.head_dim));
     /* common.cu's row-layout helpers want these; no attention kernel uses them */
     strbuf_add(src, "#define HPC_ROW_VEC 8\n#define HPC_ROW_THREADS 128\n#define HPC_ROW_NPT 1\n"
                     "#define HPC_ROW_RPB 1\n#define HPC_ATTN_NO_KERNELS 1\n"
@@ -489,41 +453,17 @@ HpcStatus eopa_gen_attention(EopGen *gen, HpcError *err)
                       ap.q, ap.k, ap.v, c.ld);
         return HPC_OK;
     }
-    FwdShape shape;
-    if ((st = forward_shape(&shape, err))) return st;
-    bool small_head = fam[3] && c.head_dim <= 64, wide = small_head && shape == FWD_WIDE;
-    bool persist = small_head && shape == FWD_PERSIST;
-    if (persist) {
-        /* about one item a block, at most A2P_BLOCKS blocks (the kernel
-         * takes every item whatever the grid) */
-        s = attn_phase(gen, "attn2_fwd_persist", &c, EOP_LT_ROWS,
-                       (StepSize){.c0 = 0, .c1 = c.heads, .pB = 1, .pL = 1, .div = AT_TILE, .cap = A2P_BLOCKS}, 128);
-        gen->ph[gen->n_phases - 1].min_blocks = 4;
-        gen->ph[gen->n_phases - 1].shared_bytes = kemit_attn2p_smem_bytes(c.head_dim);
-        strbuf_printf(s, "    hpc_attn::attn_mma2_fwd_persist_run(blockIdx.x, gridDim.x, (T *)a.y, (float *)a.yk[0],\n"
-                         "        %s, %s, %s, %lld, (const int *)a.x[3],\n"
-                         "        (int)a.B, (int)a.L, p, ctl->seed, ctl->step, salt%s);\n",
-                      ap.q, ap.k, ap.v, c.ld,
-                      ir_output(gen->g, gen->id, 2) >= 0 ? ", (unsigned char *)a.yk[1]" : ", nullptr");
-        return HPC_OK;
-    }
-    if (wide) {   /* ceil(L / 128) blocks of 8 warps, two an SM (128 registers) */
-        s = attn_phase(gen, "attn2_fwd_wide", &c, EOP_LT_HEAD_BLOCKS,
-                       (StepSize){.c0 = 2 * AT_TILE - 1, .c1 = 1, .pB = 0, .pL = 1, .div = 2 * AT_TILE}, (int)c.heads);
-        gen->ph[gen->n_phases - 1].min_blocks = 2;
-    } else {
-        s = attn_phase(gen, fam[3] ? "attn2_fwd" : "attn_fwd", &c, EOP_LT_HEAD_TILES, tiles_of_l(), (int)c.heads);
-        /* v2 up to head size 64: four blocks an SM (128 registers) instead
-         * of the three that its 138 registers allow, since the forward is
-         * bound by issue, not memory (H200, BERT-base 256 x 128: 184 -> 171
-         * us a layer); larger heads keep their registers */
-        if (small_head) gen->ph[gen->n_phases - 1].min_blocks = shape == FWD_NARROW5 ? 5 : 4;
-    }
+    s = attn_phase(gen, fam[3] ? "attn2_fwd" : "attn_fwd", &c, EOP_LT_HEAD_TILES, tiles_of_l(), (int)c.heads);
+    /* v2 up to head size 64: four blocks an SM (128 registers) instead of
+     * the three that its 138 registers allow, since the forward is bound by
+     * issue, not memory (H200, BERT-base 256 x 128: 184 -> 171 us a layer);
+     * larger heads keep their registers */
+    if (fam[3] && c.head_dim <= 64) gen->ph[gen->n_phases - 1].min_blocks = 4;
     /* v2: the keep bits (output 2) where the graph saves them, else nullptr */
-    strbuf_printf(s, "    hpc_attn::attn_%s_fwd%s_run(blockIdx.x, blockIdx.y, blockIdx.z, (T *)a.y, (float *)a.yk[0],\n"
+    strbuf_printf(s, "    hpc_attn::attn_%s_fwd_run(blockIdx.x, blockIdx.y, blockIdx.z, (T *)a.y, (float *)a.yk[0],\n"
                      "        %s, %s, %s, %lld, (const int *)a.x[3],\n"
                      "        (int)a.B, (int)a.L, p, ctl->seed, ctl->step, salt%s);\n",
-                  fam, wide ? "_wide" : "", ap.q, ap.k, ap.v, c.ld,
+                  fam, ap.q, ap.k, ap.v, c.ld,
                   !fam[3] ? "" : ir_output(gen->g, gen->id, 2) >= 0 ? ", (unsigned char *)a.yk[1]" : ", nullptr");
     return HPC_OK;
 }

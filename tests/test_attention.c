@@ -170,8 +170,7 @@ static void compile_attention(int hidden, int heads, KemitDtype dt, int arch)
                                         "attn_mma_fwd", "attn_mma_bwd_dq", "attn_mma_bwd_dkv",
                                         "attn_mma2_fwd", "attn_mma2_bwd_dq", "attn_mma2_bwd_dkv",
                                         "attn_head_bwd_dot", "attn_mma3_bwd", "attn_mma3_bwd_r128",
-                                        "attn_mma2_fwd_keep", "attn_mma3_bwd_keep", "attn_mma2_fwd_wide",
-                                        "attn_mma2_fwd_wide_keep"};
+                                        "attn_mma2_fwd_keep", "attn_mma3_bwd_keep"};
     for (int i = 0; i < (int)(sizeof bases / sizeof bases[0]); i++) {
         char name[128];
         kemit_name(suffix, bases[i], name, sizeof name);

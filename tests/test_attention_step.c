@@ -434,7 +434,8 @@ Test(attention_step, auto_form_follows_policy_and_head_size)
  * long rows, in place of v2's dot phase; v4, the default, is v3 with that
  * phase's whole-dS kernel, which asks for dynamic shared memory and runs
  * only up to L 128, and a delta phase of its own above; v4p is v4 with
- * that kernel's persistent form: one row of min(B heads, 264) blocks). */
+ * that kernel's persistent form: one row of min(B heads, 264) blocks).
+ * v2's forward asks for four blocks an SM (head size 16 here). */
 static void expect_module_compiles_as(const ModelSpec *s, SpecPrecision policy, int arch, const char *variant)
 {
     if (variant) setenv("HPC_ATTN_KERNELS", variant, 1);
@@ -464,6 +465,8 @@ static void expect_module_compiles_as(const ModelSpec *s, SpecPrecision policy, 
               variant, v4 && !v4p ? "missing" : "called");
     cr_expect((strstr(src, "hpc_attn::attn_mma4_bwd_persist_run(") != NULL) == v4p,
               "%s: persistent whole-dS backward %s", variant, v4p ? "missing" : "called");
+    cr_expect(!v2 || strstr(src, "__launch_bounds__(128, 4) attn2_fwd_") != NULL,
+              "%s: the forward's launch bounds are not (128, 4)", variant);
     void *cubin;
     size_t size;
     char *log = NULL;
@@ -633,153 +636,6 @@ Test(attention_step_cuda, v4p_tiny_bf16_causal_sm80, .timeout = 300)
     expect_module_compiles_as(&s, PREC_BF16, 80, "v4p");
 }
 
-/* The tiny model's module with HPC_ATTN_FWD=value (NULL: unset), compiled
- * for arch: its source calls the forward body `call` and not the narrow
- * one (unless that is `call`).  forward_module_free unsets the variable. */
-typedef struct {
-    Pipeline p;
-    char *src;
-    void *cubin;
-    size_t size;
-} FwdModule;
-
-static void forward_module(FwdModule *m, bool causal, SpecPrecision policy, int arch, const char *value,
-                           const char *call)
-{
-    ModelSpec s;
-    tiny_spec(&s, causal);
-    if (value) setenv("HPC_ATTN_FWD", value, 1);
-    else unsetenv("HPC_ATTN_FWD");
-    build(&s, policy, ATTN_FORM_FUSED, &m->p);
-    HpcError err = {0};
-    cr_assert_eq(eop_module_source(&m->p.g, &m->src, &err), HPC_OK, "%s", err.msg);
-    static const char narrow[] = "hpc_attn::attn_mma2_fwd_run(";
-    cr_expect(strstr(m->src, call) != NULL, "HPC_ATTN_FWD=%s: no call %s", value ? value : "", call);
-    cr_expect(strcmp(call, narrow) == 0 || strstr(m->src, narrow) == NULL, "HPC_ATTN_FWD=%s: %s still called",
-              value ? value : "", narrow);
-    char *log = NULL;
-    cr_assert_eq(nvrtc_compile(m->src, "hpc_attention_fwd_test", arch, NULL, 0, &m->cubin, &m->size, &log, &err),
-                 HPC_OK, "sm_%d: %s\n%s", arch, err.msg, log ? log : "");
-    free(log);
-}
-
-static void forward_module_free(FwdModule *m)
-{
-    free(m->cubin);
-    free(m->src);
-    pipeline_free(&m->p);
-    unsetenv("HPC_ATTN_FWD");
-}
-
-/* The forward phase of each full (not first-query) forward node at B 3, L
- * 70 and at (B2, L2): its name contains `base` and is in the cubin;
- * returns the number of such nodes. */
-static int forward_phases(const FwdModule *m, const char *base, int64_t B2, int64_t L2, EopPhase at70[4],
-                          EopPhase at2[4])
-{
-    HpcError err = {0};
-    int nodes = 0;
-    for (int id = 0; id < m->p.g.n && nodes < 4; id++) {
-        if (m->p.g.nodes[id].op != IR_OP_ATTENTION || m->p.g.nodes[id].attr.attn.first_query) continue;
-        EopNodeCode c, c2;
-        cr_assert_eq(eop_node_code(&m->p.g, id, 3, 70, &c, &err), HPC_OK, "%s", err.msg);
-        cr_assert_eq(eop_node_code(&m->p.g, id, B2, L2, &c2, &err), HPC_OK, "%s", err.msg);
-        const char *name = c.phase[0].name;
-        cr_expect(c.n_phases == 1 && strstr(name, base) != NULL, "%s", name);
-        cr_expect(memmem(m->cubin, m->size, name, strlen(name)) != NULL, "%s not in the cubin", name);
-        at70[nodes] = c.phase[0];
-        at2[nodes] = c2.phase[0];
-        nodes++;
-    }
-    return nodes;
-}
-
-/* HPC_ATTN_FWD=wide: the forward's phase is v2's with 128 query rows a
- * block of 256 threads, ceil(L / 128) blocks a (b, head); the module
- * compiles (causal too); another value is refused. */
-static void expect_wide_forward(bool causal, SpecPrecision policy, int arch)
-{
-    FwdModule m;
-    forward_module(&m, causal, policy, arch, "wide", "hpc_attn::attn_mma2_fwd_wide_run(");
-    EopPhase at70[4], at200[4];
-    int nodes = forward_phases(&m, "attn2_fwd_wide", 3, 200, at70, at200);
-    for (int i = 0; i < nodes; i++) {
-        cr_expect(at70[i].grid[0] == 1 && at70[i].grid[1] == 2 && at70[i].grid[2] == 3 && at70[i].block[0] == 256,
-                  "%s at L 70: grid (%u, %u, %u) x %u", at70[i].name, at70[i].grid[0], at70[i].grid[1],
-                  at70[i].grid[2], at70[i].block[0]);
-        cr_expect_eq(at200[i].grid[0], 2u, "%s at L 200: %u blocks along L", at200[i].name, at200[i].grid[0]);
-    }
-    /* bidirectional: layer 1 is the first-query one (a sequence head) */
-    cr_expect_eq(nodes, causal ? 2 : 1, "%d full forward nodes", nodes);
-    forward_module_free(&m);
-}
-
-Test(attention_step_cuda, wide_forward_fp16_sm90, .timeout = 300)
-{
-    expect_wide_forward(false, PREC_FP16, 90);
-}
-
-Test(attention_step_cuda, wide_forward_bf16_causal_sm80, .timeout = 300)
-{
-    expect_wide_forward(true, PREC_BF16, 80);
-}
-
-/* HPC_ATTN_FWD=persist: the forward's phase is one row of at most 528
- * blocks of 128 threads (about one item of 64 query rows a block), with
- * the kernel's dynamic shared memory; the module compiles (causal too). */
-static void expect_persist_forward(bool causal, SpecPrecision policy, int arch)
-{
-    FwdModule m;
-    forward_module(&m, causal, policy, arch, "persist", "hpc_attn::attn_mma2_fwd_persist_run(");
-    EopPhase small[4], big[4];
-    int nodes = forward_phases(&m, "attn2_fwd_persist", 300, 128, small, big);
-    for (int i = 0; i < nodes; i++) {
-        const EopPhase *ph = &small[i];
-        /* 3 x 70 rows x 2 heads / 64: 6 blocks for 12 items; 300 x 128 x 2 / 64 capped at 528 */
-        cr_expect(ph->grid[0] == 6 && ph->grid[1] == 1 && ph->grid[2] == 1 && ph->block[0] == 128,
-                  "%s at 3 x 70: grid (%u, %u, %u) x %u", ph->name, ph->grid[0], ph->grid[1], ph->grid[2],
-                  ph->block[0]);
-        cr_expect_eq(big[i].grid[0], 528u, "%s at 300 x 128: %u blocks", ph->name, big[i].grid[0]);
-        cr_expect_eq(ph->shared_bytes, (unsigned)kemit_attn2p_smem_bytes(16), "%s: %u bytes of shared memory",
-                     ph->name, ph->shared_bytes);
-    }
-    cr_expect_eq(nodes, causal ? 2 : 1, "%d full forward nodes", nodes);
-    forward_module_free(&m);
-}
-
-Test(attention_step_cuda, persist_forward_fp16_sm90, .timeout = 300)
-{
-    expect_persist_forward(false, PREC_FP16, 90);
-}
-
-Test(attention_step_cuda, persist_forward_bf16_causal_sm80, .timeout = 300)
-{
-    expect_persist_forward(true, PREC_BF16, 80);
-}
-
-/* HPC_ATTN_FWD=narrow5: the narrow forward's kernel asks for five blocks
- * an SM (launch bounds 128, 5) and the module compiles; unset it asks for
- * four. */
-static void expect_forward_blocks(const char *value, const char *bounds)
-{
-    FwdModule m;
-    forward_module(&m, false, PREC_FP16, 90, value, "hpc_attn::attn_mma2_fwd_run(");
-    char want[96];
-    snprintf(want, sizeof want, "__launch_bounds__(%s) attn2_fwd_", bounds);
-    cr_expect(strstr(m.src, want) != NULL, "HPC_ATTN_FWD=%s: no \"%s\" in the module", value ? value : "", want);
-    forward_module_free(&m);
-}
-
-Test(attention_step_cuda, narrow_forward_four_blocks_an_sm, .timeout = 300)
-{
-    expect_forward_blocks(NULL, "128, 4");
-}
-
-Test(attention_step_cuda, narrow5_forward_five_blocks_an_sm, .timeout = 300)
-{
-    expect_forward_blocks("narrow5", "128, 5");
-}
-
 /* env=value is refused by the emitter, naming the setting and the values
  * it takes (choices). */
 static void expect_variant_refused(const char *env, const char *value, const char *choices)
@@ -798,11 +654,6 @@ static void expect_variant_refused(const char *env, const char *value, const cha
     unsetenv(env);
     free(src);
     pipeline_free(&p);
-}
-
-Test(attention_step_cuda, unknown_forward_variant_is_refused)
-{
-    expect_variant_refused("HPC_ATTN_FWD", "broad", "wide, persist, narrow5 or narrow");
 }
 
 Test(attention_step_cuda, unknown_kernel_variant_is_refused)

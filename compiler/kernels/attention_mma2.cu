@@ -1,9 +1,8 @@
 // compiler/kernels/attention_mma2.cu — fused attention, second tensor-core
-// family (v2: attn_mma2_fwd, the step's forward, with its wide and
-// persistent forms, HPC_ATTN_FWD; attn_mma2_bwd_dq / attn_mma2_bwd_dkv, its
-// backward above L 128 or head size 64) and the cp.async / ldmatrix
-// helpers (a2_*) the one-pass backward shares; builds on attention.cu and
-// attention_mma.cu.
+// family (v2: attn_mma2_fwd, the step's forward, and attn_mma2_bwd_dq /
+// attn_mma2_bwd_dkv, its backward above L 128 or head size 64) and the
+// cp.async / ldmatrix helpers (a2_*) the one-pass backward shares; builds
+// on attention.cu and attention_mma.cu.
 
 #if HPC_HEAD_DIM <= 128 && HPC_DTYPE != 0 && HPC_HEAD_DIM % 16 == 0
 
@@ -141,24 +140,22 @@ __device__ __forceinline__ const unsigned short *a2_kn(const unsigned short *bas
     return base + (r0 + 8 * (i & 1) + (lane & 7)) * AM_KS + c0 + 8 * (i >> 1);
 }
 
-// Key tiles a block of query rows q0 .. q0 + qb - 1 can see.
-__device__ __forceinline__ int a2_key_tiles(int q0, int L, int qb = AM_QB)
+// Key tiles a block of query rows q0 .. q0 + AM_QB - 1 can see.
+__device__ __forceinline__ int a2_key_tiles(int q0, int L)
 {
     int n = (L + AM_KT - 1) / AM_KT;
 #if HPC_CAUSAL
-    n = min(n, (q0 + qb - 1) / AM_KT + 1);
+    n = min(n, (q0 + AM_QB - 1) / AM_KT + 1);
 #endif
     return n;
 }
 
-// K, V and the mask of the key tile at t0 into one buffer (not committed),
-// by the block's first nthr threads.
+// K, V and the mask of the key tile at t0 into one buffer (not committed).
 __device__ __forceinline__ void a2_stage_kv(unsigned short *kb, unsigned short *vb, int *visb, const st_t *k,
-                                            const st_t *v, const int *mask, int ld, int b, int h, int t0, int L,
-                                            int nthr = 128)
+                                            const st_t *v, const int *mask, int ld, int b, int h, int t0, int L)
 {
-    a2_stage(kb, k, ld, b, h, t0, AM_KT, L, nthr);
-    a2_stage(vb, v, ld, b, h, t0, AM_KT, L, nthr);
+    a2_stage(kb, k, ld, b, h, t0, AM_KT, L);
+    a2_stage(vb, v, ld, b, h, t0, AM_KT, L);
     a2_stage_mask(visb, mask, b, t0, L);
 }
 
@@ -168,16 +165,15 @@ __device__ __forceinline__ void a2_stage_kv(unsigned short *kb, unsigned short *
 // the other; with one, it is fetched and waited for.
 __device__ __forceinline__ void a2_fetch_kv(unsigned short (*ks)[AM_KT * AM_KS], unsigned short (*vs)[AM_KT * AM_KS],
                                             int (*vis)[AM_KT], const st_t *k, const st_t *v, const int *mask, int ld,
-                                            int b, int h, int t0, int buf, int it, int ntiles, int L,
-                                            int nthr = 128)
+                                            int b, int h, int t0, int buf, int it, int ntiles, int L)
 {
     if (A2_NBUF == 2) {
         if (it + 1 < ntiles)
-            a2_stage_kv(ks[buf ^ 1], vs[buf ^ 1], vis[buf ^ 1], k, v, mask, ld, b, h, t0 + AM_KT, L, nthr);
+            a2_stage_kv(ks[buf ^ 1], vs[buf ^ 1], vis[buf ^ 1], k, v, mask, ld, b, h, t0 + AM_KT, L);
         a2_commit();
         a2_wait1();
     } else {
-        a2_stage_kv(ks[0], vs[0], vis[0], k, v, mask, ld, b, h, t0, L, nthr);
+        a2_stage_kv(ks[0], vs[0], vis[0], k, v, mask, ld, b, h, t0, L);
         a2_commit();
         a2_wait0();
     }
@@ -270,7 +266,7 @@ __device__ __forceinline__ void a2_mma_dkv(float gk[AT_D / 8][4], float gv[AT_D 
 // online softmax's maxima m and sums l, P with the dropout applied, and
 // o += P V from vb.  all_see: every key of the tile is visible to every row
 // of the block (no masking); it: the tile's index (o is still 0 at 0).
-// keep: as attn_mma2_fwd_rows says.
+// keep: as attn_mma2_fwd_run says.
 __device__ __forceinline__ void a2_fwd_tile(float o[AT_D / 8][4], float m[2], float l[2], const u32 qa[AT_D / 16][4],
                                             const unsigned short *kb, const unsigned short *vb, const int *vb_vis,
                                             bool all_see, int it, int t0, const int rows[2], const i64 flat[2],
@@ -360,28 +356,24 @@ __device__ __forceinline__ void a2_fwd_finish(st_t *ctx, float *lse, float o[AT_
 // keep (nullptr: none): the dropout's keep bits for the backward, AT_KEEP_BYTES
 // a query row (bit k % 8 of byte k / 8: key k), written where L is at most
 // AT_KEEP_KEYS (compiler/fuse_attn_keep.c); attn_mma3_bwd reads them.
-// QB query rows a block, QB / AM_QW warps: AM_QB (4 warps), or A2_WIDE_QB
-// (8 warps: attn_mma2_fwd_wide_run below).
-template <int QB>
-AT_RUN void attn_mma2_fwd_rows(int at_bx, int at_by, int at_bz,
-                               st_t *ctx, float *lse, const st_t *q, const st_t *k, const st_t *v, int ld,
-                               const int *mask, int B, int L, float p, u64 seed, u32 step, u32 salt,
-                               unsigned char *keep)
+AT_RUN void attn_mma2_fwd_run(int at_bx, int at_by, int at_bz,
+                              st_t *ctx, float *lse, const st_t *q, const st_t *k, const st_t *v, int ld,
+                              const int *mask, int B, int L, float p, u64 seed, u32 step, u32 salt,
+                              unsigned char *keep)
 {
-    constexpr int NTHR = QB / AM_QW * 32;
     __shared__ __align__(128) unsigned short ks[A2_NBUF][AM_KT * AM_KS];
     __shared__ __align__(128) unsigned short vs[A2_NBUF][AM_KT * AM_KS];
     __shared__ int vis[A2_NBUF][AM_KT];
     int b = at_bz, h = at_by;
     int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
-    int r0 = at_bx * QB + warp * AM_QW;
+    int r0 = at_bx * AM_QB + warp * AM_QW;
     int rows[2] = {r0 + g, r0 + g + 8};
     float scale2 = at_scale() * A2_LOG2E, dscale = dropout_scale(p);
     i64 flat[2];
     for (int rr = 0; rr < 2; rr++) flat[rr] = (((i64)b * HPC_HEADS + h) * L + rows[rr]) * L;
-    int ntiles = a2_key_tiles(at_bx * QB, L, QB);
+    int ntiles = a2_key_tiles(at_bx * AM_QB, L);
     if (A2_NBUF == 2) {
-        a2_stage_kv(ks[0], vs[0], vis[0], k, v, mask, ld, b, h, 0, L, NTHR);
+        a2_stage_kv(ks[0], vs[0], vis[0], k, v, mask, ld, b, h, 0, L);
         a2_commit();
     }
 
@@ -394,14 +386,14 @@ AT_RUN void attn_mma2_fwd_rows(int at_bx, int at_by, int at_bz,
 
     for (int it = 0; it < ntiles; it++) {
         int t0 = it * AM_KT, buf = A2_NBUF == 2 ? (it & 1) : 0;
-        a2_fetch_kv(ks, vs, vis, k, v, mask, ld, b, h, t0, buf, it, ntiles, L, NTHR);
+        a2_fetch_kv(ks, vs, vis, k, v, mask, ld, b, h, t0, buf, it, ntiles, L);
         // Thread j staged vis[buf][j] itself, so it may read it before the
         // barrier; the barrier's AND says whether every key of the tile is
         // visible to every row of the block (the common case: then the
         // scores need no per-element masking).
         bool see_mine = threadIdx.x >= AM_KT || vis[buf][threadIdx.x] != 0;
 #if HPC_CAUSAL
-        see_mine = see_mine && t0 + AM_KT - 1 <= at_bx * QB;
+        see_mine = see_mine && t0 + AM_KT - 1 <= at_bx * AM_QB;
 #endif
         bool all_see = __syncthreads_and(see_mine) != 0;
         a2_fwd_tile(o, m, l, qa, ks[buf], vs[buf], vis[buf], all_see, it, t0, rows, flat, lane, t, scale2, p, seed,
@@ -411,159 +403,7 @@ AT_RUN void attn_mma2_fwd_rows(int at_bx, int at_by, int at_bz,
     a2_fwd_finish(ctx, lse, o, m, l, rows, b, h, t, L, scale2, dscale);
 }
 
-AT_RUN void attn_mma2_fwd_run(int at_bx, int at_by, int at_bz,
-                              st_t *ctx, float *lse, const st_t *q, const st_t *k, const st_t *v, int ld,
-                              const int *mask, int B, int L, float p, u64 seed, u32 step, u32 salt,
-                              unsigned char *keep)
-{
-    attn_mma2_fwd_rows<AM_QB>(at_bx, at_by, at_bz, ctx, lse, q, k, v, ld, mask, B, L, p, seed, step, salt, keep);
-}
-
-// The same with A2_WIDE_QB query rows a block of 8 warps (grid ceil(L /
-// A2_WIDE_QB) x heads x B, 256 threads): each key tile's K and V are
-// staged once for twice the queries, and at L <= 128 a (b, head) has one
-// block, one prologue (HPC_ATTN_FWD=wide in the step).  The same bits as
-// attn_mma2_fwd: a row's work does not depend on its block.
-#define A2_WIDE_QB (2 * AM_QB)
-AT_RUN void attn_mma2_fwd_wide_run(int at_bx, int at_by, int at_bz,
-                                   st_t *ctx, float *lse, const st_t *q, const st_t *k, const st_t *v, int ld,
-                                   const int *mask, int B, int L, float p, u64 seed, u32 step, u32 salt,
-                                   unsigned char *keep)
-{
-    attn_mma2_fwd_rows<A2_WIDE_QB>(at_bx, at_by, at_bz, ctx, lse, q, k, v, ld, mask, B, L, p, seed, step, salt,
-                                   keep);
-}
-
-// == Persistent forward (HPC_ATTN_FWD=persist) ==
-//
-// attn_mma2_fwd_rows<AM_QB>'s work in items of AM_QB query rows of one
-// (b, head), item ((b HEADS) + h) ceil(L / AM_QB) + query tile: a grid of
-// at most A2P_BLOCKS (compiler/emit_ops_attention.c) blocks of 4 warps,
-// block x taking items x, x + grid, ...  The first key tile and the Q tile
-// of a block's next item are fetched while its current item's last tile
-// is computed, so the loads at
-// an item's start (a quarter of the forward's stall samples at 256 x 128,
-// bench/results/2026-12-05-session24.txt, call 9) overlap work, and the
-// block's set-up is paid once.  Q goes through shared memory (two tiles,
-// ldmatrix into the A fragments) instead of straight into registers.  A
-// row's work is attn_mma2_fwd's: the same bits.  Head size up to 64 (two
-// K/V buffers); the shared memory is dynamic: A2P_SMEM_BYTES, which
-// kemit_attn2p_smem_bytes (compiler/emit_attention.h) gives the launch.
-#if AT_D <= 64
-#define A2P_TILE (AM_KT * AM_KS)                                  // elements of one staged K, V or Q tile
-#define A2P_SMEM_BYTES (6 * A2P_TILE * 2 + 2 * AM_KT * 4)         // K, V and Q twice, the masks twice
-static_assert(AM_QB == AM_KT, "a Q tile has a key tile's shape");
-#ifdef HPC_ATTN2P_SMEM_BYTES
-static_assert(A2P_SMEM_BYTES == HPC_ATTN2P_SMEM_BYTES, "the launch's dynamic shared memory is the kernel's layout "
-                                                      "(kemit_attn2p_smem_bytes, compiler/emit_attention.h)");
-#endif
-
-// (b, head, query tile) of item it, nq query tiles a (b, head).
-__device__ __forceinline__ void a2p_item(i64 it, int nq, int *b, int *h, int *qt)
-{
-    i64 bh = it / nq;
-    *qt = (int)(it - bh * nq);
-    *b = (int)(bh / HPC_HEADS);
-    *h = (int)(bh - (i64)*b * HPC_HEADS);
-}
-
-AT_RUN void attn_mma2_fwd_persist_run(int at_bx, int at_nb, st_t *ctx, float *lse, const st_t *q, const st_t *k,
-                                      const st_t *v, int ld, const int *mask, int B, int L, float p, u64 seed,
-                                      u32 step, u32 salt, unsigned char *keep)
-{
-    extern __shared__ __align__(128) unsigned char a2p_smem[];
-    typedef unsigned short Tile[A2P_TILE];
-    Tile *ks = reinterpret_cast<Tile *>(a2p_smem), *vs = ks + 2, *qs = ks + 4;
-    int (*vis)[AM_KT] = reinterpret_cast<int (*)[AM_KT]>(ks + 6);
-    const int nq = (L + AM_QB - 1) / AM_QB;
-    const i64 items = (i64)B * HPC_HEADS * nq;
-    i64 item = at_bx;
-    if (item >= items) return;
-    int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
-    float scale2 = at_scale() * A2_LOG2E, dscale = dropout_scale(p);
-    int b, h, qt;
-    a2p_item(item, nq, &b, &h, &qt);
-    a2_stage(qs[0], q, ld, b, h, qt * AM_QB, AM_QB, L);
-    a2_stage_kv(ks[0], vs[0], vis[0], k, v, mask, ld, b, h, 0, L);
-    a2_commit();
-    int buf = 0, qbuf = 0;   // the key tile's buffer (alternating tile by tile), the item's Q buffer
-    for (; item < items; item += at_nb, qbuf ^= 1) {
-        a2p_item(item, nq, &b, &h, &qt);
-        int r0 = qt * AM_QB + warp * AM_QW;
-        int rows[2] = {r0 + g, r0 + g + 8};
-        i64 bh = (i64)b * HPC_HEADS + h, flat[2];
-        for (int rr = 0; rr < 2; rr++) flat[rr] = (bh * L + rows[rr]) * L;
-        int ntiles = a2_key_tiles(qt * AM_QB, L);
-        i64 next = item + at_nb;
-        u32 qa[AT_D / 16][4];
-        float o[AT_D / 8][4];
-#pragma unroll
-        for (int nd = 0; nd < AT_D / 8; nd++) o[nd][0] = o[nd][1] = o[nd][2] = o[nd][3] = 0.0f;
-        float m[2] = {HPC_NEG_INF, HPC_NEG_INF}, l[2] = {0.0f, 0.0f};
-        for (int it = 0; it < ntiles; it++, buf ^= 1) {
-            int t0 = it * AM_KT;
-            // the next tile of this block's sequence: this item's, or the
-            // next item's first with its Q (both buffers were last read
-            // before the previous tile's closing barrier)
-            if (it + 1 < ntiles) {
-                a2_stage_kv(ks[buf ^ 1], vs[buf ^ 1], vis[buf ^ 1], k, v, mask, ld, b, h, t0 + AM_KT, L);
-            } else if (next < items) {
-                int nb, nh, nqt;
-                a2p_item(next, nq, &nb, &nh, &nqt);
-                a2_stage(qs[qbuf ^ 1], q, ld, nb, nh, nqt * AM_QB, AM_QB, L);
-                a2_stage_kv(ks[buf ^ 1], vs[buf ^ 1], vis[buf ^ 1], k, v, mask, ld, nb, nh, 0, L);
-            }
-            a2_commit();
-            a2_wait1();
-            bool see_mine = threadIdx.x >= AM_KT || vis[buf][threadIdx.x] != 0;
-#if HPC_CAUSAL
-            see_mine = see_mine && t0 + AM_KT - 1 <= qt * AM_QB;
-#endif
-            bool all_see = __syncthreads_and(see_mine) != 0;
-            if (it == 0)   // the A fragments of the warp's 16 rows, as am_load_a reads them
-#pragma unroll
-                for (int kk = 0; kk < AT_D / 16; kk++) a2_ldm4(qa[kk], a2_kn(qs[qbuf], warp * AM_QW, 16 * kk, lane));
-            a2_fwd_tile(o, m, l, qa, ks[buf], vs[buf], vis[buf], all_see, it, t0, rows, flat, lane, t, scale2, p,
-                        seed, step, salt, keep, bh, L);
-            __syncthreads();   // buffer buf is refilled by the next tile's prefetch
-        }
-        a2_fwd_finish(ctx, lse, o, m, l, rows, b, h, t, L, scale2, dscale);
-    }
-}
-#endif
-
 #ifndef HPC_ATTN_NO_KERNELS
-extern "C" __global__ void __launch_bounds__(256, 2)
-KN(attn_mma2_fwd_wide)(st_t *ctx, float *lse, const st_t *q, const st_t *k, const st_t *v, int ld,
-                       const int *mask, int B, int L, float p, u64 seed, u32 step, u32 salt)
-{
-    attn_mma2_fwd_wide_run(blockIdx.x, blockIdx.y, blockIdx.z, ctx, lse, q, k, v, ld, mask, B, L, p, seed, step,
-                           salt, nullptr);
-}
-extern "C" __global__ void __launch_bounds__(256, 2)
-KN(attn_mma2_fwd_wide_keep)(st_t *ctx, float *lse, const st_t *q, const st_t *k, const st_t *v, int ld,
-                            const int *mask, int B, int L, float p, u64 seed, u32 step, u32 salt,
-                            unsigned char *keep)
-{
-    attn_mma2_fwd_wide_run(blockIdx.x, blockIdx.y, blockIdx.z, ctx, lse, q, k, v, ld, mask, B, L, p, seed, step,
-                           salt, keep);
-}
-#if AT_D <= 64
-extern "C" __global__ void __launch_bounds__(128, 4)
-KN(attn_mma2_fwd_persist)(st_t *ctx, float *lse, const st_t *q, const st_t *k, const st_t *v, int ld,
-                          const int *mask, int B, int L, float p, u64 seed, u32 step, u32 salt)
-{
-    attn_mma2_fwd_persist_run(blockIdx.x, gridDim.x, ctx, lse, q, k, v, ld, mask, B, L, p, seed, step, salt,
-                              nullptr);
-}
-extern "C" __global__ void __launch_bounds__(128, 4)
-KN(attn_mma2_fwd_persist_keep)(st_t *ctx, float *lse, const st_t *q, const st_t *k, const st_t *v, int ld,
-                               const int *mask, int B, int L, float p, u64 seed, u32 step, u32 salt,
-                               unsigned char *keep)
-{
-    attn_mma2_fwd_persist_run(blockIdx.x, gridDim.x, ctx, lse, q, k, v, ld, mask, B, L, p, seed, step, salt, keep);
-}
-#endif
 extern "C" __global__ void __launch_bounds__(128)
 KN(attn_mma2_fwd)(st_t *ctx, float *lse, const st_t *q, const st_t *k, const st_t *v, int ld,
                   const int *mask, int B, int L, float p, u64 seed, u32 step, u32 salt)

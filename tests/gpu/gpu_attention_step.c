@@ -28,8 +28,7 @@
  *
  * HPC_ATTN_KERNELS=v1|v2|v3|v4 picks the tensor-core family the step module
  * calls (compiler/emit_ops_attention.c; v4, the default, and v3 have the
- * one-pass backward), HPC_ATTN_FWD=wide v2's forward with 128 query rows a
- * block;
+ * one-pass backward);
  * the checks are the same for all.
  * Usage: gpu_attention_step [check] [bench]   (default both).
  * Exit 0 when every check passes, 1 on a failure, 4 without a GPU. */
