@@ -60,8 +60,7 @@ HpcStatus kemit_attention_source(const KernelConfig *cfg, char **source, char su
     StrBuf body = {0};
     strbuf_addn(&body, consts, (size_t)(end - consts));
     free(full);
-    strbuf_printf(&body, "#define HPC_ATTN4_SMEM_BYTES %d\n#define HPC_ATTN4P_SMEM_BYTES %d\n",
-                  kemit_attn4_smem_bytes(cfg->head_dim), kemit_attn4p_smem_bytes(cfg->head_dim));
+    strbuf_printf(&body, "#define HPC_ATTN4_SMEM_BYTES %d\n", kemit_attn4_smem_bytes(cfg->head_dim));
     for (size_t i = 0; i < ATTN_TEMPLATES; i++) {
         const char *text = kernel_source_find(attn_template(i));
         if (!text) {

@@ -56,14 +56,6 @@ static inline int kemit_attn4_smem_bytes(long long head_dim)
     return (int)((3 * 128 * (head_dim + 8) + 128 * 136) * 2 + 2 * 128 * 4);
 }
 
-/* The same for its persistent form (attn_mma4_bwd_persist,
- * HPC_ATTN_KERNELS=v4p): a second K buffer, for the next (b, head) pair's.
- * HPC_ATTN4P_SMEM_BYTES in both preambles. */
-static inline int kemit_attn4p_smem_bytes(long long head_dim)
-{
-    return kemit_attn4_smem_bytes(head_dim) + (int)(128 * (head_dim + 8) * 2);
-}
-
 /* *source (malloc'd) and suffix for config cfg; HPC_ERR_INPUT when cfg is
  * refused by kemit_source or its head size is above the maximum. */
 HpcStatus kemit_attention_source(const KernelConfig *cfg, char **source, char suffix[KEMIT_SUFFIX_MAX],

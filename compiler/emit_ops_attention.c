@@ -11,8 +11,6 @@
 #define AT_TILE 64   /* query (fwd, dq) or key (dkv) rows per block of the mma kernels */
 #define AT_ONE_PASS_MAX_L 128   /* attn_mma3_bwd: one block per (b, head) owns every key */
 #define AT_ONE_PASS_MAX_D 64    /* ... and its tiles fit 48 KiB of shared memory */
-#define A4P_BLOCKS 264          /* the persistent one-pass backward's grid at most: 2 blocks on each
-                                   of an H100's or H200's 132 SMs */
 
 typedef struct {
     DType dtype;
@@ -68,14 +66,14 @@ static HpcStatus kernel_family(const char **fam, bool *one_pass, HpcError *err)
 {
     const char *e = getenv("HPC_ATTN_KERNELS");
     *one_pass = false;
-    if (!e || !*e || strcmp(e, "v3") == 0 || strcmp(e, "v4") == 0 || strcmp(e, "v4p") == 0) {
+    if (!e || !*e || strcmp(e, "v3") == 0 || strcmp(e, "v4") == 0) {
         *fam = "mma2";
         *one_pass = true;
     } else if (strcmp(e, "v2") == 0) *fam = "mma2";
     else if (strcmp(e, "v1") == 0) *fam = "mma";
     else
         return hpc_fail(err, HPC_ERR_INPUT, "emit_ops: HPC_ATTN_KERNELS=%s is not a kernel variant; set it to "
-                        "v1, v2, v3, v4 or v4p (or leave it unset for v4)", e);
+                        "v1, v2, v3 or v4 (or leave it unset for v4)", e);
     return HPC_OK;
 }
 
@@ -88,18 +86,7 @@ static HpcStatus kernel_family(const char **fam, bool *one_pass, HpcError *err)
 static bool whole_ds(void)
 {
     const char *e = getenv("HPC_ATTN_KERNELS");
-    return !e || !*e || strcmp(e, "v4") == 0 || strcmp(e, "v4p") == 0;
-}
-
-/* v4p: v4 whose padded rows' one-pass phase is persistent
- * (attn_mma4_bwd_persist: at most A4P_BLOCKS blocks, each looping over
- * (b, head) pairs and fetching the next pair's K, Q and dO while it
- * computes the current pair's dQ).  Not yet timed on a GPU, hence a
- * switch; packed rows keep v4's. */
-static bool persist_bwd(void)
-{
-    const char *e = getenv("HPC_ATTN_KERNELS");
-    return e && strcmp(e, "v4p") == 0;
+    return !e || !*e || strcmp(e, "v4") == 0;
 }
 
 static bool is_attention(IrOpKind op) { return op == IR_OP_ATTENTION || op == IR_OP_ATTENTION_BWD; }
@@ -180,10 +167,9 @@ HpcStatus eopa_module_part(const IrGraph *g, StrBuf *src, HpcError *err)
                   ir_dtype_name(c.dtype), (long long)c.hidden, (long long)c.heads, (long long)c.head_dim,
                   c.causal ? ", causal" : "");
     strbuf_printf(src, "#define HPC_DTYPE %d\n#define HPC_HIDDEN %lld\n#define HPC_HEADS %lld\n"
-                  "#define HPC_HEAD_DIM %lld\n#define HPC_CAUSAL %d\n#define HPC_ATTN4_SMEM_BYTES %d\n"
-                  "#define HPC_ATTN4P_SMEM_BYTES %d\n",
+                  "#define HPC_HEAD_DIM %lld\n#define HPC_CAUSAL %d\n#define HPC_ATTN4_SMEM_BYTES %d\n",
                   c.dtype == DT_F16 ? 1 : 2, (long long)c.hidden, (long long)c.heads, (long long)c.head_dim,
-                  c.causal ? 1 : 0, kemit_attn4_smem_bytes(c.head_dim), kemit_attn4p_smem_bytes(c.head_dim));
+                  c.causal ? 1 : 0, kemit_attn4_smem_bytes(c.head_dim));
     /* common.cu's row-layout helpers want these; no attention kernel uses them */
     strbuf_add(src, "#define HPC_ROW_VEC 8\n#define HPC_ROW_THREADS 128\n#define HPC_ROW_NPT 1\n"
                     "#define HPC_ROW_RPB 1\n#define HPC_ATTN_NO_KERNELS 1\n"
@@ -505,18 +491,11 @@ HpcStatus eopa_gen_attention_bwd(EopGen *gen, HpcError *err)
     if (one_pass) {
         /* one block of 256 per (b, head): the whole backward up to
          * AT_ONE_PASS_MAX_L (delta inside), delta alone above it */
-        bool v4 = whole_ds() && c.head_dim <= 64, v4p = v4 && persist_bwd();
-        if (v4p) {   /* (b, head) pairs in a loop: one row of at most A4P_BLOCKS blocks of 256 */
-            s = attn_phase(gen, "attn4p_bwd", &c, EOP_LT_ROWS,
-                           (StepSize){.c0 = 0, .c1 = c.heads, .pB = 1, .pL = 0, .div = 1, .cap = A4P_BLOCKS}, 256);
-            gen->ph[gen->n_phases - 1].min_blocks = 2;
-        } else {
-            s = attn_phase(gen, v4 ? "attn4_bwd" : "attn3_bwd", &c, EOP_LT_HEAD_BLOCKS, (StepSize){.c0 = 1},
-                           (int)c.heads);
-        }
+        bool v4 = whole_ds() && c.head_dim <= 64;
+        s = attn_phase(gen, v4 ? "attn4_bwd" : "attn3_bwd", &c, EOP_LT_HEAD_BLOCKS, (StepSize){.c0 = 1},
+                       (int)c.heads);
         if (v4) {   /* only up to AT_ONE_PASS_MAX_L: delta above it is the next phase */
-            gen->ph[gen->n_phases - 1].shared_bytes =
-                v4p ? kemit_attn4p_smem_bytes(c.head_dim) : kemit_attn4_smem_bytes(c.head_dim);
+            gen->ph[gen->n_phases - 1].shared_bytes = kemit_attn4_smem_bytes(c.head_dim);
             gen->ph[gen->n_phases - 1].at_most_l = AT_ONE_PASS_MAX_L;
         }
         /* the forward's keep bits (input 7) where the graph saves them: never
@@ -531,12 +510,11 @@ HpcStatus eopa_gen_attention_bwd(EopGen *gen, HpcError *err)
             strbuf_add(s, "        hpc_attn::attn_head_bwd_dot_run(blockIdx.x, blockIdx.y, blockIdx.z, (float *)a.scratch,\n"
                           "            (const T *)a.x[0], (const T *)a.x[5], (int)a.B, (int)a.L, 256);\n"
                           "        return;\n    }\n");
-        strbuf_printf(s, "    hpc_attn::attn_mma%d_bwd%s_run(blockIdx.x, %s, %s, %s,\n"
+        strbuf_printf(s, "    hpc_attn::attn_mma%d_bwd_run(blockIdx.x, blockIdx.y, blockIdx.z, %s, %s,\n"
                          "        %s, %lld, (const T *)a.x[0], (const T *)a.x[5], %s,\n"
                          "        %s, %s, %lld, (const float *)a.x[6], (const int *)a.x[4],\n"
                          "        (int)a.B, (int)a.L, p, ctl->seed, ctl->step, salt, %s);\n",
-                      v4 ? 4 : 3, v4p ? "_persist" : "", v4p ? "gridDim.x" : "blockIdx.y, blockIdx.z", ap.dq,
-                      ap.dk, ap.dv, c.ld, ap.q, ap.k, ap.v, c.ld, keep ? "keep" : "nullptr");
+                      v4 ? 4 : 3, ap.dq, ap.dk, ap.dv, c.ld, ap.q, ap.k, ap.v, c.ld, keep ? "keep" : "nullptr");
         if (v4) {   /* delta of longer rows, launched only there */
             s = attn_phase(gen, "attn_bwd_delta", &c, EOP_LT_HEAD_BLOCKS, (StepSize){.c0 = 1}, (int)c.heads);
             gen->ph[gen->n_phases - 1].above_l = AT_ONE_PASS_MAX_L;

@@ -428,24 +428,21 @@ Test(attention_step, auto_form_follows_policy_and_head_size)
 
 /* ---- CUDA: the step module with the fused node compiles --------------- */
 
-/* variant: HPC_ATTN_KERNELS for the emitter ("v1", "v2", "v3", "v4", "v4p"
- * or NULL, unset: v4; v3
- * is v2 with the one-pass backward phase, which computes delta alone for
- * long rows, in place of v2's dot phase; v4, the default, is v3 with that
- * phase's whole-dS kernel, which asks for dynamic shared memory and runs
- * only up to L 128, and a delta phase of its own above; v4p is v4 with
- * that kernel's persistent form: one row of min(B heads, 264) blocks).
- * v2's forward asks for four blocks an SM (head size 16 here). */
+/* variant: HPC_ATTN_KERNELS for the emitter ("v1", "v2", "v3", "v4" or
+ * NULL, unset: v4; v3 is v2 with the one-pass backward phase, which
+ * computes delta alone for long rows, in place of v2's dot phase; v4, the
+ * default, is v3 with that phase's whole-dS kernel, which asks for dynamic
+ * shared memory and runs only up to L 128, and a delta phase of its own
+ * above).  v2's forward asks for four blocks an SM (head size 16 here). */
 static void expect_module_compiles_as(const ModelSpec *s, SpecPrecision policy, int arch, const char *variant)
 {
     if (variant) setenv("HPC_ATTN_KERNELS", variant, 1);
     else unsetenv("HPC_ATTN_KERNELS");
     if (!variant) variant = "v4";
-    bool v4p = strcmp(variant, "v4p") == 0, v4 = v4p || strcmp(variant, "v4") == 0;
+    bool v4 = strcmp(variant, "v4") == 0;
     bool v3 = v4 || strcmp(variant, "v3") == 0, v2 = v3 || strcmp(variant, "v2") == 0;
     long long head_dim = s->stack.hidden / s->stack.heads;
-    unsigned shared = v4p ? (unsigned)kemit_attn4p_smem_bytes(head_dim)
-                      : v4 ? (unsigned)kemit_attn4_smem_bytes(head_dim) : 0u;
+    unsigned shared = v4 ? (unsigned)kemit_attn4_smem_bytes(head_dim) : 0u;
     Pipeline p;
     build(s, policy, ATTN_FORM_FUSED, &p);
     HpcError err = {0};
@@ -461,10 +458,8 @@ static void expect_module_compiles_as(const ModelSpec *s, SpecPrecision policy, 
     }
     cr_expect((strstr(src, "hpc_attn::attn_mma3_bwd_run(") != NULL) == (v3 && !v4), "%s: one-pass backward %s",
               variant, v3 && !v4 ? "missing" : "called");
-    cr_expect((strstr(src, "hpc_attn::attn_mma4_bwd_run(") != NULL) == (v4 && !v4p), "%s: whole-dS backward %s",
-              variant, v4 && !v4p ? "missing" : "called");
-    cr_expect((strstr(src, "hpc_attn::attn_mma4_bwd_persist_run(") != NULL) == v4p,
-              "%s: persistent whole-dS backward %s", variant, v4p ? "missing" : "called");
+    cr_expect((strstr(src, "hpc_attn::attn_mma4_bwd_run(") != NULL) == v4, "%s: whole-dS backward %s", variant,
+              v4 ? "missing" : "called");
     cr_expect(!v2 || strstr(src, "__launch_bounds__(128, 4) attn2_fwd_") != NULL,
               "%s: the forward's launch bounds are not (128, 4)", variant);
     void *cubin;
@@ -501,14 +496,11 @@ static void expect_module_compiles_as(const ModelSpec *s, SpecPrecision policy, 
                 cr_expect_eq(c.phase[k].grid[0], 105u);
                 continue;
             }
-            bool persist = strstr(name, "attn4p_bwd") != NULL;
-            bool whole = persist || strstr(name, "attn4_bwd") != NULL, delta = strstr(name, "attn_bwd_delta") != NULL;
+            bool whole = strstr(name, "attn4_bwd") != NULL, delta = strstr(name, "attn_bwd_delta") != NULL;
             if (strstr(name, "attn3_bwd") || whole || delta) {   /* one block of 256 per (b, head) */
                 /* v4's phases split by L: the one-pass up to 128, delta above */
                 const EopNodeCode *at = delta ? &longer : &c, *not_at = whole ? &longer : delta ? &c : NULL;
-                /* v4p: one row of blocks, one per (b, head) here (3 x 2 < 264) */
-                unsigned gx = persist ? 6 : 1, gy = persist ? 1 : 2, gz = persist ? 1 : 3;
-                cr_expect(at->phase[k].grid[0] == gx && at->phase[k].grid[1] == gy && at->phase[k].grid[2] == gz &&
+                cr_expect(at->phase[k].grid[0] == 1 && at->phase[k].grid[1] == 2 && at->phase[k].grid[2] == 3 &&
                           at->phase[k].block[0] == 256, "%s grid (%u, %u, %u) x %u", name, at->phase[k].grid[0],
                           at->phase[k].grid[1], at->phase[k].grid[2], at->phase[k].block[0]);
                 if (not_at) cr_expect_eq(not_at->phase[k].grid[0], 0u, "%s launched at L %d", name, whole ? 200 : 70);
@@ -520,8 +512,7 @@ static void expect_module_compiles_as(const ModelSpec *s, SpecPrecision policy, 
             /* ceil(L / 64) tiles, 2 heads, 3 rows; after the one-pass
              * phase only where L > 128 (not launched at 70: grid 0) */
             bool one_pass = strstr(c.phase[0].name, "attn3_bwd") != NULL ||
-                            strstr(c.phase[0].name, "attn4_bwd") != NULL ||
-                            strstr(c.phase[0].name, "attn4p_bwd") != NULL;
+                            strstr(c.phase[0].name, "attn4_bwd") != NULL;
             unsigned want = one_pass ? 0 : 2, g0 = c.phase[k].grid[0];
             cr_expect(g0 == want && (!want || (c.phase[k].grid[1] == 2 && c.phase[k].grid[2] == 3 &&
                                                c.phase[k].block[0] == 128)),
@@ -621,21 +612,6 @@ Test(attention_step_cuda, v4_tiny_bf16_causal_sm80, .timeout = 300)
     expect_module_compiles_as(&s, PREC_BF16, 80, "v4");
 }
 
-/* v4p: the whole-dS backward's persistent form. */
-Test(attention_step_cuda, v4p_tiny_fp16_sm90, .timeout = 300)
-{
-    ModelSpec s;
-    tiny_spec(&s, false);
-    expect_module_compiles_as(&s, PREC_FP16, 90, "v4p");
-}
-
-Test(attention_step_cuda, v4p_tiny_bf16_causal_sm80, .timeout = 300)
-{
-    ModelSpec s;
-    tiny_spec(&s, true);
-    expect_module_compiles_as(&s, PREC_BF16, 80, "v4p");
-}
-
 /* env=value is refused by the emitter, naming the setting and the values
  * it takes (choices). */
 static void expect_variant_refused(const char *env, const char *value, const char *choices)
@@ -658,7 +634,7 @@ static void expect_variant_refused(const char *env, const char *value, const cha
 
 Test(attention_step_cuda, unknown_kernel_variant_is_refused)
 {
-    expect_variant_refused("HPC_ATTN_KERNELS", "v9", "v1, v2, v3, v4 or v4p");
+    expect_variant_refused("HPC_ATTN_KERNELS", "v9", "v1, v2, v3 or v4");
 }
 
 /* The fp32 step keeps the unfused chain; forcing the node there is refused

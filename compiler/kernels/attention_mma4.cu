@@ -1,8 +1,7 @@
 // compiler/kernels/attention_mma4.cu — the one-pass tensor-core backward
 // with dS of every query in dynamic shared memory (attn_mma4_bwd, the step's
-// backward by default, HPC_ATTN_KERNELS=v4, up to L 128 and head size 64),
-// and its persistent form (attn_mma4_bwd_persist, v4p); builds on
-// attention_mma3.cu.
+// backward by default, HPC_ATTN_KERNELS=v4, up to L 128 and head size 64);
+// builds on attention_mma3.cu.
 
 #if HPC_HEAD_DIM <= 64 && HPC_DTYPE != 0 && HPC_HEAD_DIM % 16 == 0
 
@@ -173,71 +172,6 @@ AT_RUN void attn_mma4_bwd_run(int at_bx, int at_by, int at_bz,
     a3_put_rows(qs + k0 * AM_KS, dq, ldg, b, h, k0, L, acc, scale, lane);
 }
 
-// == Persistent form (HPC_ATTN_KERNELS=v4p) ==
-//
-// attn_mma4_bwd's work for the (b, head) pairs blockIdx.x, + gridDim.x,
-// ... of B x HEADS (a grid of at most A4P_BLOCKS, compiler/
-// emit_ops_attention.c): the next pair's K and query tiles are fetched
-// while the current pair's dQ is computed, into a second K buffer and the
-// Q and dO rows dK and dV have just left through, so a pair's loads (the
-// kernel's first phase, every block waiting at once in attn_mma4_bwd)
-// overlap another pair's work.  dQ is stored straight from the registers
-// (the Q and dO rows it left through hold the next pair's by then; staged
-// through K instead, behind one more barrier, its accumulators spilled).
-// Two blocks an SM still fit: A4P_SMEM_BYTES, kemit_attn4p_smem_bytes.
-// The same bits as attn_mma4_bwd.
-#define A4P_SMEM_BYTES (A4_SMEM_BYTES + A4_ROWS_BYTES)
-#ifdef HPC_ATTN4P_SMEM_BYTES
-static_assert(A4P_SMEM_BYTES == HPC_ATTN4P_SMEM_BYTES, "the launch's dynamic shared memory is the kernel's layout "
-                                                      "(kemit_attn4p_smem_bytes, compiler/emit_attention.h)");
-#endif
-AT_RUN void attn_mma4_bwd_persist_run(int at_bx, int at_nb, st_t *dq, st_t *dk, st_t *dv, int ldg, const st_t *dctx,
-                                      const st_t *ctx, const st_t *q, const st_t *k, const st_t *v, int ld,
-                                      const float *lse, const int *mask, int B, int L, float p, u64 seed, u32 step,
-                                      u32 salt, const unsigned char *keep)
-{
-    extern __shared__ __align__(128) unsigned char a4_smem[];
-    unsigned short *ks0 = reinterpret_cast<unsigned short *>(a4_smem);   // K of every key, two pairs' buffers
-    unsigned short *qs = ks0 + 2 * A3_KEYS * AM_KS;                       // Q of every query (keep bits in the padding)
-    unsigned short *gs = qs + A3_KEYS * AM_KS;                            // dO of every query
-    unsigned short *dss = gs + A3_KEYS * AM_KS;                           // dS^T, keys x queries
-    float *tl = reinterpret_cast<float *>(dss + A3_KEYS * A4_DSS);       // lse of every query
-    float *dl = tl + A3_KEYS;                                             // delta of every query
-    const i64 items = (i64)B * HPC_HEADS;
-    i64 item = at_bx;
-    if (item >= items) return;
-    int lane = threadIdx.x & 31, k0 = (threadIdx.x >> 5) * AM_QW;
-    float scale = at_scale(), scale2 = scale * A2_LOG2E, dscale = dropout_scale(p);
-    int b = (int)(item / HPC_HEADS), h = (int)(item % HPC_HEADS);
-    a3_prefetch_rows(dctx, ctx, v, ld, b, h, L);
-    a4_stage_head(ks0, qs, gs, tl, q, k, dctx, lse, keep, ld, b, h, L);
-    for (int kb = 0; item < items; item += at_nb, kb ^= 1) {
-        b = (int)(item / HPC_HEADS);
-        h = (int)(item % HPC_HEADS);
-        unsigned short *ks = ks0 + kb * A3_KEYS * AM_KS;
-        float gk[AT_D / 8][4], gv[AT_D / 8][4];
-        a4_head_keys(gk, gv, ks, qs, gs, dss, tl, dl, dctx, ctx, v, ld, mask, b, h, L, p, scale2, dscale, seed, step,
-                     salt, keep);
-        if (k0 < L) a4_put_dkv(qs, gs, dk, dv, ldg, gk, gv, b, h, k0, L, scale, lane);
-        __syncthreads();   // every warp's dK and dV rows have left qs and gs
-        i64 next = item + at_nb;
-        if (next < items) {   // the other K buffer was last read before this pair began
-            int nb = (int)(next / HPC_HEADS), nh = (int)(next % HPC_HEADS);
-            a3_prefetch_rows(dctx, ctx, v, ld, nb, nh, L);
-            a4_stage_head(ks0 + (kb ^ 1) * A3_KEYS * AM_KS, qs, gs, tl, q, k, dctx, lse, keep, ld, nb, nh, L);
-        }
-        if (k0 < L) {   // dQ straight from the registers: Q and dO rows hold the next pair's now
-            float acc[AT_D / 8][4];
-            a4_dq(acc, dss, ks, k0, L, lane);
-            int g = lane >> 2, t = lane & 3;
-#pragma unroll
-            for (int rr = 0; rr < 2; rr++)
-                if (k0 + g + 8 * rr < L) am_put_row(dq, ldg, b, h, k0 + g + 8 * rr, L, acc, rr, scale, t);
-        }
-        __syncthreads();   // K and dss are no longer read
-    }
-}
-
 #ifndef HPC_ATTN_NO_KERNELS
 extern "C" __global__ void __launch_bounds__(256, 2)
 KN(attn_mma4_bwd_keep)(st_t *dq, st_t *dk, st_t *dv, int ldg, const st_t *dctx, const st_t *ctx, const st_t *q,
@@ -255,23 +189,6 @@ KN(attn_mma4_bwd)(st_t *dq, st_t *dk, st_t *dv, int ldg, const st_t *dctx, const
 {
     attn_mma4_bwd_run(blockIdx.x, blockIdx.y, blockIdx.z, dq, dk, dv, ldg, dctx, ctx, q, k, v, ld, lse, mask, B, L, p,
                       seed, step, salt, nullptr);
-}
-extern "C" __global__ void __launch_bounds__(256, 2)
-KN(attn_mma4_bwd_persist_keep)(st_t *dq, st_t *dk, st_t *dv, int ldg, const st_t *dctx, const st_t *ctx,
-                               const st_t *q, const st_t *k, const st_t *v, int ld, const float *lse, const int *mask,
-                               int B, int L, float p, u64 seed, u32 step, u32 salt, const unsigned char *keep)
-{
-    __builtin_assume(keep != nullptr);
-    attn_mma4_bwd_persist_run(blockIdx.x, gridDim.x, dq, dk, dv, ldg, dctx, ctx, q, k, v, ld, lse, mask, B, L, p,
-                              seed, step, salt, keep);
-}
-extern "C" __global__ void __launch_bounds__(256, 2)
-KN(attn_mma4_bwd_persist)(st_t *dq, st_t *dk, st_t *dv, int ldg, const st_t *dctx, const st_t *ctx, const st_t *q,
-                          const st_t *k, const st_t *v, int ld, const float *lse, const int *mask, int B, int L,
-                          float p, u64 seed, u32 step, u32 salt)
-{
-    attn_mma4_bwd_persist_run(blockIdx.x, gridDim.x, dq, dk, dv, ldg, dctx, ctx, q, k, v, ld, lse, mask, B, L, p,
-                              seed, step, salt, nullptr);
 }
 #endif
 

@@ -36,8 +36,8 @@
  * delta attn_head_bwd_dot (the step's v3 phase above L 128) is held to
  * 1e-5 of attn_simt_bwd_dot's, and feeds the families' dQ/dK/dV checks.
  * attn_mma4_bwd (HPC_ATTN_KERNELS=v4: dS of every query in dynamic shared
- * memory) and its persistent form attn_mma4_bwd_persist (v4p) the same way
- * where the one-pass backward runs.
+ * memory, the step's default) the same way where the one-pass backward
+ * runs.
  * With dropout and L <= 128, HPC_ATTN_KEEP=1's pair: attn_mma2_fwd_keep
  * (ctx, and its saved keep bits byte for byte against the cpu's draws) and
  * attn_mma3_bwd_keep and attn_mma4_bwd_keep reading them (dQ, dK, dV as
@@ -49,14 +49,13 @@
  * fully masked row, dQ, dK and dV against the reference's query 0.
  * Check counts: 3306 before the v4 kernel (H200, 2026-12-05), which adds
  * 3 a case where the one-pass backward runs (4 modules x 9 lengths x 2 p)
- * and 3 more for its keep pair (p 0.1): 3306 + 216 + 108 = 3630; the
- * persistent one-pass backward (attn_mma4_bwd_persist, HPC_ATTN_KERNELS=v4p,
- * on a grid of 3 blocks) and its keep pair as v4's: 3630 + 216 + 108 = 3954.
+ * and 3 more for its keep pair (p 0.1): 3306 + 216 + 108 = 3630 (on the
+ * emulator: 1494 at HPC_GPU_TEST_MAX_L=32, 3360 at 128).
  *
  * Output: one "ok"/"FAIL" line per check, timing lines per shape (simt,
- * mma, mma2, mma3 at both register budgets, mma4 and its persistent form,
- * the keep pairs of mma3 and mma4 and mma4's persistent form), then
- * "N checks, M failed"; exit 1 on any failure, 77 without a GPU.
+ * mma, mma2, mma3 at both register budgets, mma4, the keep pairs of mma3
+ * and mma4), then "N checks, M failed"; exit 1 on any failure, 77 without
+ * a GPU.
  * HPC_TEST_SEED=N repeats a seed; HPC_GPU_TEST_NO_TIMING=1 skips timings;
  * HPC_GPU_TEST_MAX_L=N skips the cases longer than N (for tools/cuemu). */
 #include <math.h>
@@ -347,23 +346,15 @@ static void run_mma3(bool r128, const Mod *m, Bufs *d, int B, int L, float p, ui
 /* attn_mma4_bwd (HPC_ATTN_KERNELS=v4): the one-pass backward with dS of
  * every query in dynamic shared memory; keep: reading d->keep
  * (attn_mma4_bwd_keep) instead of drawing.  Same grid and arguments as
- * run_mma3 / run_mma3_keep.  persist: its persistent form
- * (attn_mma4_bwd_persist, HPC_ATTN_KERNELS=v4p) on a grid of
- * persist_bwd_blocks. */
-static unsigned persist_bwd_blocks = 3;   /* checks: each block takes several (b, head) pairs; timings: the step's */
-static void run_mma4(bool keep, bool persist, const Mod *m, Bufs *d, int B, int L, float p, uint64_t seed,
-                     uint32_t step, uint32_t salt)
+ * run_mma3 / run_mma3_keep. */
+static void run_mma4(bool keep, const Mod *m, Bufs *d, int B, int L, float p, uint64_t seed, uint32_t step,
+                     uint32_t salt)
 {
     CUdeviceptr q = d->qkv, k = d->qkv + 2 * (size_t)m->H, v = d->qkv + 4 * (size_t)m->H;
     CUdeviceptr dq = d->dqkv, dk = d->dqkv + 2 * (size_t)m->H, dv = d->dqkv + 4 * (size_t)m->H;
     int ld = 3 * m->H;
     void *a[] = {&dq, &dk, &dv, &ld, &d->dctx, &d->ctx, &q, &k, &v, &ld, &d->lse, &d->mask, &B, &L, &p, &seed,
                  &step, &salt, &d->keep};
-    if (persist) {
-        launch_shared(m, keep ? "attn_mma4_bwd_persist_keep" : "attn_mma4_bwd_persist", persist_bwd_blocks, 1, 1,
-                      256, (unsigned)kemit_attn4p_smem_bytes(m->D), a);
-        return;
-    }
     launch_shared(m, keep ? "attn_mma4_bwd_keep" : "attn_mma4_bwd", 1, (unsigned)m->NH, (unsigned)B, 256,
                   (unsigned)kemit_attn4_smem_bytes(m->D), a);
 }
@@ -389,25 +380,20 @@ static void run_mma3_keep(const Mod *m, Bufs *d, int B, int L, float p, uint64_t
 }
 
 /* The one-pass backwards (L <= 128, D <= 64): v3's kernel at both register
- * budgets, v4's and its persistent form's, and those reading the saved
- * keep bits. */
+ * budgets, v4's, and both reading the saved keep bits. */
 typedef enum {
-    ONE_PASS_MMA3, ONE_PASS_MMA3_R128, ONE_PASS_MMA4, ONE_PASS_MMA4P,
-    ONE_PASS_MMA3_KEEP, ONE_PASS_MMA4_KEEP, ONE_PASS_MMA4P_KEEP
+    ONE_PASS_MMA3, ONE_PASS_MMA3_R128, ONE_PASS_MMA4, ONE_PASS_MMA3_KEEP, ONE_PASS_MMA4_KEEP
 } OnePassKind;
-static const char *const one_pass_tag[] = {"mma3",      "mma3 r128", "mma4",      "mma4 persist",
-                                           "mma3 keep", "mma4 keep", "mma4 persist keep"};
+static const char *const one_pass_tag[] = {"mma3", "mma3 r128", "mma4", "mma3 keep", "mma4 keep"};
 static void run_one_pass(OnePassKind kind, const Mod *m, Bufs *d, int B, int L, float p, uint64_t seed,
                          uint32_t step, uint32_t salt)
 {
     switch (kind) {
     case ONE_PASS_MMA3: run_mma3(false, m, d, B, L, p, seed, step, salt); break;
     case ONE_PASS_MMA3_R128: run_mma3(true, m, d, B, L, p, seed, step, salt); break;
-    case ONE_PASS_MMA4: run_mma4(false, false, m, d, B, L, p, seed, step, salt); break;
-    case ONE_PASS_MMA4P: run_mma4(false, true, m, d, B, L, p, seed, step, salt); break;
+    case ONE_PASS_MMA4: run_mma4(false, m, d, B, L, p, seed, step, salt); break;
     case ONE_PASS_MMA3_KEEP: run_mma3_keep(m, d, B, L, p, seed, step, salt); break;
-    case ONE_PASS_MMA4_KEEP: run_mma4(true, false, m, d, B, L, p, seed, step, salt); break;
-    case ONE_PASS_MMA4P_KEEP: run_mma4(true, true, m, d, B, L, p, seed, step, salt); break;
+    case ONE_PASS_MMA4_KEEP: run_mma4(true, m, d, B, L, p, seed, step, salt); break;
     }
 }
 
@@ -651,13 +637,12 @@ static void test_case(const Mod *m, int L, float p)
             check_strided(m, what, dqkv + g * H, rg + g * H, rows, 3 * H, H, 16 * u);
         }
     }
-    /* The one-pass backwards (v3's at both register budgets, v4's and its
-     * persistent form's), from v2's lse (left in d.lse by the last family
-     * above) and the same delta. */
-    for (int kind = ONE_PASS_MMA3; kind <= ONE_PASS_MMA4P && has_mma3(m, L); kind++)
+    /* The one-pass backwards (v3's at both register budgets, v4's), from
+     * v2's lse (left in d.lse by the last family above) and the same delta. */
+    for (int kind = ONE_PASS_MMA3; kind <= ONE_PASS_MMA4 && has_mma3(m, L); kind++)
         check_one_pass((OnePassKind)kind, m, &d, B, L, p, seed, step, salt, &dqkv, rg, 16 * u);
     /* HPC_ATTN_KEEP=1's pair: v2's forward saving the keep bits (the same
-     * ctx, and the bits the cpu draws), then the one-pass backwards reading
+     * ctx, and the bits the cpu draws), then the one-pass backward reading
      * them (the same gradients) */
     if (p > 0 && L <= KEEP_KEYS) {
         DRV(cu->cuMemsetD8Async(d.ctx, 0xFF, nc * 2, dev.stream));
@@ -669,7 +654,7 @@ static void test_case(const Mod *m, int L, float p)
         snprintf(what, sizeof what, "L%d p%.1f ctx (mma2 fwd keep)", L, p);
         check_strided(m, what, ctx, rc, rows, H, H, 4 * u);
         check_keep_bits(m, &d, B, L, p, seed, step, salt);
-        for (int kind = ONE_PASS_MMA3_KEEP; kind <= ONE_PASS_MMA4P_KEEP && has_mma3(m, L); kind++)
+        for (int kind = ONE_PASS_MMA3_KEEP; kind <= ONE_PASS_MMA4_KEEP && has_mma3(m, L); kind++)
             check_one_pass((OnePassKind)kind, m, &d, B, L, p, seed, step, salt, &dqkv, rg, 16 * u);
     }
     test_first_query(m, &d, qkv, dctx, mask, B, L, p, seed, step, salt);
@@ -833,15 +818,12 @@ static void timing(const Mod *m, int B, int L)
      * computes (S, dP, dV, dK, dQ; v2 computes 7). */
     if (has_mma3(m, L)) {
         run_fwd_keep(m, &d, B, L, p, seed, step, salt);
-        long long pairs = (long long)B * m->NH;
-        persist_bwd_blocks = (unsigned)(pairs < 264 ? pairs : 264);   /* the step's A4P_BLOCKS */
-        for (int kind = ONE_PASS_MMA3; kind <= ONE_PASS_MMA4P_KEEP; kind++) {
+        for (int kind = ONE_PASS_MMA3; kind <= ONE_PASS_MMA4_KEEP; kind++) {
             if (kind >= ONE_PASS_MMA3_KEEP && L > KEEP_KEYS) break;
             float ms = mean_launch_ms((OnePassKind)kind, m, &d, B, L, p, seed, step, salt, e0, e1, iters);
             printf("timing  %-9s B%d L%d NH%d p0.1: %s bwd %.3f ms (%.1f TFLOP/s counted as above, %.1f executed)\n",
                    m->label, B, L, m->NH, one_pass_tag[kind], ms, 2 * f / ms * 1e-9, 2.5 * f / ms * 1e-9);
         }
-        persist_bwd_blocks = 3;
     }
     DRV(cu->cuEventDestroy(e0));
     DRV(cu->cuEventDestroy(e1));
