@@ -49,8 +49,8 @@
  * fully masked row, dQ, dK and dV against the reference's query 0.
  * Check counts: 3306 before the v4 kernel (H200, 2026-12-05), which adds
  * 3 a case where the one-pass backward runs (4 modules x 9 lengths x 2 p)
- * and 3 more for its keep pair (p 0.1): 3306 + 216 + 108 = 3630 (on the
- * emulator: 1494 at HPC_GPU_TEST_MAX_L=32, 3360 at 128).
+ * and 3 more for its keep pair (p 0.1): 3306 + 216 + 108 = 3630 (1494 on
+ * the emulator with HPC_GPU_TEST_MAX_L=32, 2026-12-06).
  *
  * Output: one "ok"/"FAIL" line per check, timing lines per shape (simt,
  * mma, mma2, mma3 at both register budgets, mma4, the keep pairs of mma3
