@@ -57,7 +57,7 @@ int main(int argc, char **argv)
     }
     /* `hpc help COMMAND` is `hpc COMMAND --help` */
     bool help = strcmp(argv[1], "help") == 0;
-    if (cli_is_help(argv[1]) || (help && argc == 2)) {
+    if (cli_is_help(argv[1]) || (help && (argc == 2 || cli_is_help(argv[2]) || strcmp(argv[2], "help") == 0))) {
         print_help(stdout);
         return HPC_OK;
     }

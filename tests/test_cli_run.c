@@ -266,6 +266,8 @@ Test(cli_top, help_command_and_version)
     cr_expect_eq(hpc("run --help", want, sizeof want), 0);
     cr_expect_str_eq(out, want);
     cr_expect(strstr(out, "usage: hpc run [OPTIONS] [MODEL]") == out, "%s", out);
+    cr_expect_eq(hpc("help help", out, sizeof out), 0, "%s", out);
+    cr_expect(strstr(out, "usage: hpc COMMAND") == out, "%s", out);
     rc = hpc("help nope", out, sizeof out);
     cr_expect_eq(rc, 2, "exit %d: %s", rc, out);
     cr_expect_str_eq(out, "hpc: unknown command 'nope' (see `hpc --help`)\n");
