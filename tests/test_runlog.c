@@ -13,15 +13,32 @@
 
 #include "report/runlog.h"
 
+/* A RunLog writing its console lines to memory (c->text: fclose c->out
+ * before reading it) and its JSONL to jsonl (NULL: none). */
+typedef struct {
+    char *text;
+    size_t len;
+    FILE *out;
+} Console;
+
+static RunLog *open_console_log(const char *jsonl, bool bar, Console *c)
+{
+    c->text = NULL;
+    c->len = 0;
+    c->out = open_memstream(&c->text, &c->len);
+    cr_assert_not_null(c->out);
+    HpcError err;
+    RunLog *log = runlog_open(jsonl, c->out, bar, &err);
+    cr_assert_not_null(log, "%s", err.msg);
+    return log;
+}
+
 /* Runs a short fake training into a JSONL file and a memory stream. */
 static char *fake_run(const char *jsonl, bool bar, int64_t every)
 {
-    char *text = NULL;
-    size_t len = 0;
-    FILE *out = open_memstream(&text, &len);
+    Console c;
+    RunLog *log = open_console_log(jsonl, bar, &c);
     HpcError err;
-    RunLog *log = runlog_open(jsonl, out, bar, &err);
-    cr_assert_not_null(log, "%s", err.msg);
     runlog_set_interval(log, every);
     runlog_message(log, "training %s", "cola");
     for (int64_t s = 1; s <= 10; s++) {
@@ -40,8 +57,8 @@ static char *fake_run(const char *jsonl, bool bar, int64_t every)
         if (s == 10) runlog_eval(log, 10, 1, "mcc", 0.38, 0.55);
     }
     cr_assert_eq(runlog_close(log, 2.5e9, &err), HPC_OK, "%s", err.msg);
-    fclose(out);
-    return text;
+    fclose(c.out);
+    return c.text;
 }
 
 static json_t *read_jsonl(const char *path, int *count)
@@ -407,17 +424,14 @@ static char *failed_run(int64_t steps, bool *failed)
     int fd = mkstemp(path);
     cr_assert_geq(fd, 0);
     close(fd);
-    char *text = NULL;
-    size_t len = 0;
-    FILE *out = open_memstream(&text, &len);
-    HpcError err;
-    RunLog *log = runlog_open(path, out, false, &err);
-    cr_assert_not_null(log, "%s", err.msg);
+    Console c;
+    RunLog *log = open_console_log(path, false, &c);
     for (int64_t s = 1; s <= steps; s++)
         runlog_step(log, &(RunLogStep){.step = s, .total_steps = 10, .loss = 0.5, .tokens = 7, .seconds = 0.25});
     runlog_set_failed(log);
+    HpcError err;
     cr_assert_eq(runlog_close(log, 0, &err), HPC_OK, "%s", err.msg);
-    fclose(out);
+    fclose(c.out);
     int n;
     json_t *all = read_jsonl(path, &n);
     json_t *summary = json_array_get(all, (size_t)n - 1);
@@ -425,7 +439,7 @@ static char *failed_run(int64_t steps, bool *failed)
     *failed = json_is_true(json_object_get(summary, "failed"));
     json_decref(all);
     unlink(path);
-    return text;
+    return c.text;
 }
 
 Test(runlog, failed_run_says_stopped_not_done)
