@@ -144,9 +144,8 @@ static void compile_pipe_options(CompileArgs *a)
 static int check_out_path(const char *opt, const char *path, const char *model)
 {
     HpcError err = {0};
-    HpcStatus st = output_check_not_input(opt, path, &(OutputInput){"the model file", model}, 1, &err);
-    if (!st) st = output_check_writable(opt, path, &err);
-    return st ? cli_report(&err) : HPC_OK;
+    return output_check_file(opt, path, &(OutputInput){"the model file", model}, 1, &err) ? cli_report(&err)
+                                                                                         : HPC_OK;
 }
 
 /* The graph in Graphviz form, replaced atomically (runtime/formats/atomic_file.h);

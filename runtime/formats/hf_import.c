@@ -159,8 +159,7 @@ HpcStatus hf_import_save(const HfImport *imp, const char *what, const char *path
     OutputInput inputs[] = {{"the config.json being imported", imp->config_path},
                             {"the weights being imported", st_path},
                             {"the weight index being imported", index_path}};
-    HpcStatus s = output_check_not_input(what, path, inputs, 3, err);
-    if (!s) s = output_check_writable(what, path, err);
+    HpcStatus s = output_check_file(what, path, inputs, 3, err);
     return s ? s : atomic_write_file(path, imp->text, imp->text_len, err);
 }
 

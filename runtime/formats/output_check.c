@@ -68,3 +68,9 @@ HpcStatus output_check_writable(const char *opt, const char *path, HpcError *err
     unlink(probe);
     return HPC_OK;
 }
+
+HpcStatus output_check_file(const char *opt, const char *path, const OutputInput *in, int n, HpcError *err)
+{
+    HpcStatus st = output_check_not_input(opt, path, in, n, err);
+    return st ? st : output_check_writable(opt, path, err);
+}

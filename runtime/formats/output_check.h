@@ -16,8 +16,7 @@
  *
  * Usage:
  *   OutputInput in[] = {{"the model file", model_path}, {"the training data", train_tsv}};
- *   if (output_check_not_input("--predict", predict, in, 2, &err)) return err.code;
- *   if (output_check_writable("--predict", predict, &err)) return err.code;
+ *   if (output_check_file("--predict", predict, in, 2, &err)) return err.code;
  */
 #ifndef HPC_RUNTIME_OUTPUT_CHECK_H
 #define HPC_RUNTIME_OUTPUT_CHECK_H
@@ -41,5 +40,8 @@ HpcStatus output_check_not_input(const char *opt, const char *out, const OutputI
 /* HPC_ERR_IO when path is a directory, its folder is missing or is not a
  * folder, or no file can be created in it.  Creates nothing that stays. */
 HpcStatus output_check_writable(const char *opt, const char *path, HpcError *err);
+
+/* Both, for an output file: not one of in[0..n), and writable. */
+HpcStatus output_check_file(const char *opt, const char *path, const OutputInput *in, int n, HpcError *err);
 
 #endif

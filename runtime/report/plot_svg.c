@@ -355,9 +355,7 @@ static void plot_align_x(PlotPanel *p)
 
 HpcStatus plot_runlog(const char *jsonl_path, const char *svg_path, HpcError *err)
 {
-    HpcStatus st = output_check_not_input("-o", svg_path, &(OutputInput){"the run log being drawn", jsonl_path}, 1,
-                                          err);
-    if (!st) st = output_check_writable("-o", svg_path, err);
+    HpcStatus st = output_check_file("-o", svg_path, &(OutputInput){"the run log being drawn", jsonl_path}, 1, err);
     if (st) return st;
     PlotPanel p[PANEL_COUNT];
     plot_panels_init(p);

@@ -475,8 +475,7 @@ static HpcStatus check_outputs(Trainer *t, HpcError *err)
     HpcStatus st = output_check_not_input("--log", o->jsonl, in, n, err);
     if (!st && o->task && o->predict) {
         in[n++] = (OutputInput){"the --log file", o->jsonl};
-        st = output_check_not_input("--predict", o->predict, in, n, err);
-        if (!st) st = output_check_writable("--predict", o->predict, err);
+        st = output_check_file("--predict", o->predict, in, n, err);
     }
     free(names);
     /* checkpoints stay out of the task's data folder, which later runs read

@@ -547,6 +547,15 @@ static int thread_order(void)
     return order;
 }
 
+/* Runs thread i of block b to its next switch if it can run; whether it did. */
+static int thread_turn(Block *b, int i)
+{
+    if (b->th[i].state != RUNNABLE) return 0;
+    g_cur = &b->th[i];
+    emu_ctx_switch(&b->sched_sp, g_cur->sp);
+    return 1;
+}
+
 /* One round of block b's turns in thread_order's `order`: each runnable
  * thread once (`turns` times over), or under the warps orders each warp in
  * turn until none of its threads can run.  Returns whether any thread ran. */
@@ -559,25 +568,15 @@ static int block_round(Block *b, int order, int turns)
             const int w = order == ORDER_WARPS_REVERSE ? warps - 1 - ww : ww;
             for (int turn = 0, any = 1; any && turn < AHEAD_TURNS; turn++) {
                 any = 0;
-                for (int i = w * 32; i < w * 32 + 32 && i < b->n; i++) {
-                    if (b->th[i].state != RUNNABLE) continue;
-                    g_cur = &b->th[i];
-                    emu_ctx_switch(&b->sched_sp, g_cur->sp);
-                    any = ran = 1;
-                }
+                for (int i = w * 32; i < w * 32 + 32 && i < b->n; i++) any |= thread_turn(b, i);
+                ran |= any;
             }
         }
         return ran;
     }
     const bool reverse = order == ORDER_REVERSE;
     for (int turn = 0; turn < turns; turn++)
-        for (int ii = 0; ii < b->n; ii++) {
-            const int i = reverse ? b->n - 1 - ii : ii;
-            if (b->th[i].state != RUNNABLE) continue;
-            g_cur = &b->th[i];
-            emu_ctx_switch(&b->sched_sp, g_cur->sp);
-            ran = 1;
-        }
+        for (int ii = 0; ii < b->n; ii++) ran |= thread_turn(b, reverse ? b->n - 1 - ii : ii);
     return ran;
 }
 
