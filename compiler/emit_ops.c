@@ -162,7 +162,8 @@ static HpcStatus module_build(const IrGraph *g, StrBuf *src, NameSet *names, Hpc
     return HPC_OK;
 }
 
-/* HPC_GEMM_OWN=1: hpc's own GEMM (compiler/kernels/gemm_wgmma_tma.cu) after
+/* HPC_GEMM_OWN=1: hpc's own GEMM (compiler/kernels/gemm_wgmma_tma.cu and
+ * the ping-pong kernels of gemm_wgmma_pp.cu) after
  * the rest, for the executor to run the f16 linear forwards on in place of
  * cuBLASLt (runtime/cuda/gemm_own.h, which reads the mark lines); =gelu:
  * only those followed by a GELU it computes too. */
@@ -181,6 +182,10 @@ static HpcStatus own_gemm_part(StrBuf *src, HpcError *err)
     strbuf_add(src, "// ---- hpc's own GEMM (HPC_GEMM_OWN) ----\n" STEP_SOURCE_GEMM_OWN_MARK);
     if (gelu_only) strbuf_add(src, STEP_SOURCE_GEMM_OWN_GELU_ONLY_MARK);
     strbuf_add(src, kernel);
+    const char *pingpong = kernel_source_find("gemm_wgmma_pp.cu");   /* after the gt_ helpers it uses */
+    if (!pingpong)
+        return hpc_fail(err, HPC_ERR_INTERNAL, "emit_ops: compiler/kernels/gemm_wgmma_pp.cu is not in the build");
+    strbuf_add(src, pingpong);
     return HPC_OK;
 }
 

@@ -1,5 +1,6 @@
 /* tests/test_gemm_own.c — HPC_GEMM_OWN's wiring, without a GPU: the
- * emitter appends hpc's own GEMM (compiler/kernels/gemm_wgmma_tma.cu) to
+ * emitter appends hpc's own GEMM (compiler/kernels/gemm_wgmma_tma.cu and
+ * gemm_wgmma_pp.cu) to
  * the step module with its mark line only when asked (and under
  * HPC_GEMM_OWN=gelu the second mark), refuses other values (of
  * HPC_GEMM_OWN_STORE too), and the module then compiles for sm_90a with the kernel in the
@@ -86,29 +87,38 @@ Test(gemm_own, module_compiles_for_sm90a, .timeout = 300)
     cr_assert_eq(st, HPC_OK, "%s\n%s", err.msg, log ? log : "");
     cr_expect(memmem(cubin, size, GEMM_OWN_KERNEL, strlen(GEMM_OWN_KERNEL)) != NULL);
     cr_expect(memmem(cubin, size, GEMM_OWN_TS_GELU_KERNEL, strlen(GEMM_OWN_TS_GELU_KERNEL)) != NULL);
+    cr_expect(memmem(cubin, size, GEMM_OWN_PP_GELU_KERNEL, strlen(GEMM_OWN_PP_GELU_KERNEL)) != NULL);
     free(cubin);
     free(log);
     free(own);
 }
 
-/* HPC_GEMM_OWN_STORE: the TMA store unless `direct`; anything else refused. */
+/* HPC_GEMM_OWN_STORE: the TMA store unless `direct` or `pingpong`; anything
+ * else refused.  Each way names its own kernels. */
 Test(gemm_own, store_setting)
 {
     HpcError err = {0};
-    bool ts = false;
+    GemmOwnStore store = GEMM_OWN_DIRECT;
     unsetenv("HPC_GEMM_OWN_STORE");
-    cr_expect_eq(gemm_own_store(&ts, &err), HPC_OK);
-    cr_expect(ts, "unset: the TMA store");
+    cr_expect_eq(gemm_own_store(&store, &err), HPC_OK);
+    cr_expect_eq(store, GEMM_OWN_TMA_STORE, "unset: the TMA store");
     setenv("HPC_GEMM_OWN_STORE", "direct", 1);
-    cr_expect_eq(gemm_own_store(&ts, &err), HPC_OK);
-    cr_expect(!ts);
+    cr_expect_eq(gemm_own_store(&store, &err), HPC_OK);
+    cr_expect_eq(store, GEMM_OWN_DIRECT);
     setenv("HPC_GEMM_OWN_STORE", "tma", 1);
-    cr_expect_eq(gemm_own_store(&ts, &err), HPC_OK);
-    cr_expect(ts);
+    cr_expect_eq(gemm_own_store(&store, &err), HPC_OK);
+    cr_expect_eq(store, GEMM_OWN_TMA_STORE);
+    setenv("HPC_GEMM_OWN_STORE", "pingpong", 1);
+    cr_expect_eq(gemm_own_store(&store, &err), HPC_OK);
+    cr_expect_eq(store, GEMM_OWN_PINGPONG);
     setenv("HPC_GEMM_OWN_STORE", "fast", 1);
-    cr_expect_eq(gemm_own_store(&ts, &err), HPC_ERR_USAGE);
+    cr_expect_eq(gemm_own_store(&store, &err), HPC_ERR_USAGE);
     cr_expect(strstr(err.msg, "HPC_GEMM_OWN_STORE=fast") != NULL, "%s", err.msg);
     unsetenv("HPC_GEMM_OWN_STORE");
+    cr_expect_str_eq(gemm_own_kernel_name(GEMM_OWN_DIRECT, true), GEMM_OWN_GELU_KERNEL);
+    cr_expect_str_eq(gemm_own_kernel_name(GEMM_OWN_TMA_STORE, false), GEMM_OWN_TS_KERNEL);
+    cr_expect_str_eq(gemm_own_kernel_name(GEMM_OWN_PINGPONG, false), GEMM_OWN_PP_KERNEL);
+    cr_expect_str_eq(gemm_own_kernel_name(GEMM_OWN_PINGPONG, true), GEMM_OWN_PP_GELU_KERNEL);
 }
 
 Test(gemm_own, fits_the_linear_forwards_it_computes)
@@ -138,14 +148,20 @@ Test(gemm_own, fills_only_with_a_tile_for_every_sm)
 {
     GemmDesc d;
     CUdeviceptr x = 0x1000, w = 0x2000, b = 0x3000, y = 0x4000;
+    const GemmOwnKernel wide = {NULL, GEMM_OWN_TMA_STORE}, pingpong = {NULL, GEMM_OWN_PINGPONG};
     gemm_desc_linear(&d, GEMM_F16, GEMM_F16, 4096, 3072, 768, x, w, b, y);   /* 32 x 12 tiles */
-    cr_expect(gemm_own_fills(&d, 132), "384 tiles on 132 SMs");
+    cr_expect(gemm_own_fills(&wide, &d, 132), "384 tiles on 132 SMs");
     gemm_desc_linear(&d, GEMM_F16, GEMM_F16, 4096, 768, 768, x, w, b, y);    /* 32 x 3 */
-    cr_expect(!gemm_own_fills(&d, 132), "96 tiles on 132 SMs");
-    cr_expect(gemm_own_fills(&d, 96), "96 tiles on 96 SMs");
+    cr_expect(!gemm_own_fills(&wide, &d, 132), "96 tiles on 132 SMs");
+    cr_expect(gemm_own_fills(&wide, &d, 96), "96 tiles on 96 SMs");
+    cr_expect(!gemm_own_fills(&pingpong, &d, 132), "32 x 6 tiles of 128 x 128 on 132 SMs' 264 warpgroups");
+    cr_expect(gemm_own_fills(&pingpong, &d, 96), "192 tiles on 96 SMs' 192 warpgroups");
+    cr_expect_eq(gemm_own_grid(GEMM_OWN_PINGPONG, &d, 132), 132);
+    cr_expect_eq(gemm_own_grid(GEMM_OWN_TMA_STORE, &d, 132), 96);
     gemm_desc_linear(&d, GEMM_F16, GEMM_F16, 1025, 3072, 768, x, w, b, y);   /* a part row tile counts */
-    cr_expect(gemm_own_fills(&d, 108), "9 x 12 tiles on 108 SMs");
-    cr_expect(!gemm_own_fills(&d, 109), "9 x 12 tiles on 109 SMs");
+    cr_expect(gemm_own_fills(&wide, &d, 108), "9 x 12 tiles on 108 SMs");
+    cr_expect(!gemm_own_fills(&wide, &d, 109), "9 x 12 tiles on 109 SMs");
+    cr_expect_eq(gemm_own_tiles(GEMM_OWN_PINGPONG, &d), 9 * 24);
 }
 
 /* PlanOptions.write_early (what the executor asks for each LINEAR + GELU

@@ -164,12 +164,11 @@ static HpcStatus compile_module(CudaExec *ex, HpcError *err)
                 ex->cache_hit ? "kernel cache hit" : "NVRTC compile", ex->compile_seconds);
     st = CUDA_CHECK(err, cuda_driver()->cuModuleLoadData(&ex->module, cubin));
     free(cubin);
-    bool ts = false;
-    if (!st && own) st = gemm_own_store(&ts, err);
-    if (!st && own) st = gemm_own_kernel(ex->module, ts ? GEMM_OWN_TS_KERNEL : GEMM_OWN_KERNEL, ts, &ex->gemm_own, err);
+    GemmOwnStore store = GEMM_OWN_TMA_STORE;
+    if (!st && own) st = gemm_own_store(&store, err);
+    if (!st && own) st = gemm_own_kernel(ex->module, gemm_own_kernel_name(store, false), store, &ex->gemm_own, err);
     if (!st && own)
-        st = gemm_own_kernel(ex->module, ts ? GEMM_OWN_TS_GELU_KERNEL : GEMM_OWN_GELU_KERNEL, ts, &ex->gemm_own_gelu,
-                             err);
+        st = gemm_own_kernel(ex->module, gemm_own_kernel_name(store, true), store, &ex->gemm_own_gelu, err);
     ex->gemm_own_gelu_only = own && gemm_own_gelu_only(src);
     return st;
 }
@@ -543,7 +542,7 @@ HpcStatus cuda_exec_launch_node(CudaExec *ex, int id, HpcError *err)
             return st || done ? st : launch_phases(ex, id, err);
         }
         if (ex->gemm_own.fn && NODE(id)->op == IR_OP_LINEAR && gemm_own_fits(&d) &&
-            gemm_own_fills(&d, ex->dev->sm_count) && (!ex->gemm_own_gelu_only || ex->gelu_of[id] >= 0)) {
+            gemm_own_fills(&ex->gemm_own, &d, ex->dev->sm_count) && (!ex->gemm_own_gelu_only || ex->gelu_of[id] >= 0)) {
             int act = ex->gelu_of[id];
             CUdeviceptr gelu = act >= 0 ? cuda_exec_ptr(ex, act) : 0;
             st = gemm_own_run(gelu ? &ex->gemm_own_gelu : &ex->gemm_own, &d, gelu, ex->dev->sm_count, ex->dev->stream,

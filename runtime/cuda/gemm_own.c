@@ -21,7 +21,16 @@ bool gemm_own_fits(const GemmDesc *d)
            d->K % 64 == 0 && d->K > 0 && d->M > 0 && d->lda == d->K && d->ldb == d->K && d->ldc == d->N;
 }
 
-bool gemm_own_fills(const GemmDesc *d, int sm_count) { return (d->N / 256) * ((d->M + 127) / 128) >= sm_count; }
+int64_t gemm_own_tiles(GemmOwnStore store, const GemmDesc *d)
+{
+    return (d->N / (store == GEMM_OWN_PINGPONG ? 128 : 256)) * ((d->M + 127) / 128);
+}
+
+bool gemm_own_fills(const GemmOwnKernel *k, const GemmDesc *d, int sm_count)
+{
+    /* ping-pong: a tile for each multiplying warpgroup */
+    return gemm_own_tiles(k->store, d) >= (k->store == GEMM_OWN_PINGPONG ? 2 * sm_count : sm_count);
+}
 
 HpcStatus gemm_own_tensor_map(CUtensorMap *map, CUdeviceptr p, int64_t rows, int64_t cols, unsigned box_rows,
                               HpcError *err)
@@ -34,27 +43,48 @@ HpcStatus gemm_own_tensor_map(CUtensorMap *map, CUdeviceptr p, int64_t rows, int
                                CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE));
 }
 
-HpcStatus gemm_own_kernel(CUmodule mod, const char *name, bool tma_store, GemmOwnKernel *k, HpcError *err)
+/* The dynamic shared memory of the kernels that store so. */
+static unsigned smem_bytes(GemmOwnStore store)
 {
-    k->tma_store = tma_store;
+    return store == GEMM_OWN_PINGPONG    ? GEMM_OWN_PP_SMEM_BYTES
+           : store == GEMM_OWN_TMA_STORE ? GEMM_OWN_TS_SMEM_BYTES
+                                         : GEMM_OWN_SMEM_BYTES;
+}
+
+const char *gemm_own_kernel_name(GemmOwnStore store, bool gelu)
+{
+    switch (store) {
+    case GEMM_OWN_PINGPONG: return gelu ? GEMM_OWN_PP_GELU_KERNEL : GEMM_OWN_PP_KERNEL;
+    case GEMM_OWN_TMA_STORE: return gelu ? GEMM_OWN_TS_GELU_KERNEL : GEMM_OWN_TS_KERNEL;
+    default: return gelu ? GEMM_OWN_GELU_KERNEL : GEMM_OWN_KERNEL;
+    }
+}
+
+HpcStatus gemm_own_kernel(CUmodule mod, const char *name, GemmOwnStore store, GemmOwnKernel *k, HpcError *err)
+{
+    k->store = store;
     HpcStatus st = CUDA_CHECK(err, cuda_driver()->cuModuleGetFunction(&k->fn, mod, name));
-    if (!st)
-        st = cuda_func_allow_shared(k->fn, tma_store ? GEMM_OWN_TS_SMEM_BYTES : GEMM_OWN_SMEM_BYTES, err);
+    if (!st) st = cuda_func_allow_shared(k->fn, smem_bytes(store), err);
     return st;
 }
 
-HpcStatus gemm_own_store(bool *tma_store, HpcError *err)
+HpcStatus gemm_own_store(GemmOwnStore *store, HpcError *err)
 {
     const char *v = getenv("HPC_GEMM_OWN_STORE");
-    *tma_store = !v || !*v || !strcmp(v, "tma");
-    if (*tma_store || !strcmp(v, "direct")) return HPC_OK;
-    return hpc_fail(err, HPC_ERR_USAGE, "HPC_GEMM_OWN_STORE=%s: expected tma (each tile staged in shared memory "
-                    "and stored by the TMA) or direct (stored from registers)", v);
+    *store = GEMM_OWN_TMA_STORE;
+    if (!v || !*v || !strcmp(v, "tma")) return HPC_OK;
+    if (!strcmp(v, "direct")) *store = GEMM_OWN_DIRECT;
+    else if (!strcmp(v, "pingpong")) *store = GEMM_OWN_PINGPONG;
+    else
+        return hpc_fail(err, HPC_ERR_USAGE, "HPC_GEMM_OWN_STORE=%s: expected tma (each tile staged in shared memory "
+                        "and stored by the TMA), direct (stored from registers) or pingpong (128 x 128 tiles, each "
+                        "stored by the TMA while the other warpgroup multiplies)", v);
+    return HPC_OK;
 }
 
-int gemm_own_grid(const GemmDesc *d, int blocks)
+int gemm_own_grid(GemmOwnStore store, const GemmDesc *d, int blocks)
 {
-    int64_t tiles = (d->N / 256) * ((d->M + 127) / 128);
+    int64_t tiles = gemm_own_tiles(store, d);
     if (blocks < 1) blocks = 1;
     return (int)(tiles < blocks ? tiles : blocks);
 }
@@ -63,18 +93,19 @@ HpcStatus gemm_own_run(const GemmOwnKernel *kern, const GemmDesc *d, CUdeviceptr
                        HpcError *err)
 {
     CUtensorMap ta, tw, tc, tg;
+    const bool staged = kern->store != GEMM_OWN_DIRECT;
     HpcStatus st = gemm_own_tensor_map(&ta, d->A, d->M, d->K, 128, err);
-    if (!st) st = gemm_own_tensor_map(&tw, d->B, d->N, d->K, 256, err);
-    if (!st && kern->tma_store) st = gemm_own_tensor_map(&tc, d->C, d->M, d->N, 64, err);
-    if (!st && kern->tma_store && gelu) st = gemm_own_tensor_map(&tg, gelu, d->M, d->N, 64, err);
+    if (!st) st = gemm_own_tensor_map(&tw, d->B, d->N, d->K, kern->store == GEMM_OWN_PINGPONG ? 128 : 256, err);
+    if (!st && staged) st = gemm_own_tensor_map(&tc, d->C, d->M, d->N, 64, err);
+    if (!st && staged && gelu) st = gemm_own_tensor_map(&tg, gelu, d->M, d->N, 64, err);
     if (st) return st;
     CUdeviceptr c = d->C, bias = d->bias;
     int m = (int)d->M, n = (int)d->N, k = (int)d->K;
     void *plain[] = {&ta, &tw, &c, &bias, &m, &n, &k}, *with_gelu[] = {&ta, &tw, &c, &gelu, &bias, &m, &n, &k};
     void *ts[] = {&ta, &tw, &tc, &bias, &m, &n, &k}, *ts_gelu[] = {&ta, &tw, &tc, &tg, &bias, &m, &n, &k};
-    void **args = kern->tma_store ? (gelu ? ts_gelu : ts) : (gelu ? with_gelu : plain);
-    return cuda_launch(kern->fn, (unsigned[3]){(unsigned)gemm_own_grid(d, blocks), 1, 1}, (unsigned[3]){384, 1, 1},
-                       kern->tma_store ? GEMM_OWN_TS_SMEM_BYTES : GEMM_OWN_SMEM_BYTES, stream, args, err);
+    void **args = staged ? (gelu ? ts_gelu : ts) : (gelu ? with_gelu : plain);
+    return cuda_launch(kern->fn, (unsigned[3]){(unsigned)gemm_own_grid(kern->store, d, blocks), 1, 1},
+                       (unsigned[3]){384, 1, 1}, smem_bytes(kern->store), stream, args, err);
 }
 
 HpcStatus gemm_own_dx_dgelu_run(CUfunction f, const GemmOwnDxDgelu *g, int blocks, CUstream stream, HpcError *err)
@@ -87,6 +118,6 @@ HpcStatus gemm_own_dx_dgelu_run(CUfunction f, const GemmOwnDxDgelu *g, int block
     CUdeviceptr du = g->du, u = g->u, y = g->y, part = g->part;
     int m = (int)g->M, n = (int)g->N, k = (int)g->K;
     void *args[] = {&tdy, &tw, &du, &u, &y, &part, &m, &n, &k};
-    return cuda_launch(f, (unsigned[3]){(unsigned)gemm_own_grid(&shape, blocks), 1, 1}, (unsigned[3]){384, 1, 1},
-                       GEMM_OWN_SMEM_BYTES, stream, args, err);
+    return cuda_launch(f, (unsigned[3]){(unsigned)gemm_own_grid(GEMM_OWN_DIRECT, &shape, blocks), 1, 1},
+                       (unsigned[3]){384, 1, 1}, GEMM_OWN_SMEM_BYTES, stream, args, err);
 }

@@ -1,6 +1,8 @@
 /* runtime/cuda/gemm_own.h — hpc's own GEMM (compiler/kernels/gemm_wgmma_tma.cu:
  * TMA, wgmma, 128 x 256 tiles, a persistent grid, each tile stored
- * through shared memory by the TMA or directly) in place of cuBLASLt for
+ * through shared memory by the TMA or directly; gemm_wgmma_pp.cu: 128 x
+ * 128 tiles, one a multiplying warpgroup, each tile's epilogue beside the
+ * other warpgroup's multiplications) in place of cuBLASLt for
  * the step's f16 linear forwards, under HPC_GEMM_OWN=1 (=gelu: only those
  * followed by a GELU).  An experiment until its A/B on a GPU says
  * otherwise: off by default.
@@ -18,8 +20,8 @@
  * memory check, which plan without it, can differ from such a run by
  * those few ranges.
  *
- *   GemmOwnKernel k = {fn, true};   // fn: GEMM_OWN_TS_KERNEL's function
- *   if (gemm_own_fits(&desc) && gemm_own_fills(&desc, dev->sm_count))
+ *   GemmOwnKernel k = {fn, GEMM_OWN_TMA_STORE};   // fn: GEMM_OWN_TS_KERNEL's function
+ *   if (gemm_own_fits(&desc) && gemm_own_fills(&k, &desc, dev->sm_count))
  *       st = gemm_own_run(&k, &desc, 0, dev->sm_count, stream, &err);
  *   else st = gemm_run(&gemm, &desc, &err);
  */
@@ -31,29 +33,40 @@
 #include "cuda/gemm_cublas.h"
 #include "util/error.h"
 
-/* The kernels that store each tile directly from registers, and those
- * that stage it in shared memory for TMA stores (_ts: the stores overlap
- * the warps' next work; HPC_GEMM_OWN_STORE picks, gemm_own_store). */
+/* How a kernel stores its tiles, and so which kernel it is
+ * (HPC_GEMM_OWN_STORE picks, gemm_own_store): from registers; staged in
+ * shared memory for TMA stores (the _ts kernels: the stores overlap the
+ * warps' next work); or staged so, by the ping-pong kernels
+ * (gemm_wgmma_pp.cu), whose whole epilogue overlaps the other
+ * warpgroup's multiplications. */
+typedef enum { GEMM_OWN_DIRECT, GEMM_OWN_TMA_STORE, GEMM_OWN_PINGPONG } GemmOwnStore;
+
 #define GEMM_OWN_KERNEL "gemm_tma_bias_f16"
 #define GEMM_OWN_GELU_KERNEL "gemm_tma_bias_gelu_f16"   /* also writes gelu(y) */
 #define GEMM_OWN_TS_KERNEL "gemm_tma_bias_f16_ts"
 #define GEMM_OWN_TS_GELU_KERNEL "gemm_tma_bias_gelu_f16_ts"
+#define GEMM_OWN_PP_KERNEL "gemm_pp_bias_f16"
+#define GEMM_OWN_PP_GELU_KERNEL "gemm_pp_bias_gelu_f16"
 #define GEMM_OWN_SMEM_BYTES (4 * (128 + 256) * 64 * 2 + 1024 + 2 * 4 * 8)   /* GT_SMEM_BYTES */
 #define GEMM_OWN_TS_SMEM_BYTES (4 * (128 + 256) * 64 * 2 + 128 * 128 * 2 + 1024 + (2 * 4 + 4) * 8)   /* GT_TS_SMEM_BYTES */
+#define GEMM_OWN_PP_SMEM_BYTES (5 * (128 + 128) * 64 * 2 + 4 * 64 * 128 * 2 + 1024 + (2 * 5 + 6) * 8)   /* GP_SMEM_BYTES */
 
 /* One of the kernels as looked up in a module. */
 typedef struct {
     CUfunction fn;
-    bool tma_store;   /* a _ts kernel: C (and G) passed as tensor maps, GEMM_OWN_TS_SMEM_BYTES of shared memory */
+    GemmOwnStore store;
 } GemmOwnKernel;
 
-/* Kernel `name` of module mod into *k, allowed the shared memory its
- * store takes (tma_store: a _ts kernel; the dX kernel stores directly). */
-HpcStatus gemm_own_kernel(CUmodule mod, const char *name, bool tma_store, GemmOwnKernel *k, HpcError *err);
+/* The name of the kernel that stores so, with or without the GELU. */
+const char *gemm_own_kernel_name(GemmOwnStore store, bool gelu);
 
-/* HPC_GEMM_OWN_STORE: "tma" (the default) or "direct"; whether the step
- * takes the _ts kernels.  Fails on any other value. */
-HpcStatus gemm_own_store(bool *tma_store, HpcError *err);
+/* Kernel `name` of module mod into *k, allowed the shared memory its
+ * store takes (the dX kernel stores directly). */
+HpcStatus gemm_own_kernel(CUmodule mod, const char *name, GemmOwnStore store, GemmOwnKernel *k, HpcError *err);
+
+/* HPC_GEMM_OWN_STORE: "tma" (the default), "direct" or "pingpong"; which
+ * kernels the step takes.  Fails on any other value. */
+HpcStatus gemm_own_store(GemmOwnStore *store, HpcError *err);
 
 /* Whether the module source carries the kernel (the compiler's mark), and
  * whether it asks for it only where the linear's GELU comes with it
@@ -65,29 +78,36 @@ bool gemm_own_gelu_only(const char *source);
  * out, packed, one matrix, N a multiple of 256 and K of 64 (M any). */
 bool gemm_own_fits(const GemmDesc *d);
 
-/* Whether d has a 128 x 256 tile for every SM at least: below that the
- * step keeps cuBLASLt's GEMM, which splits small products finer (the
- * 2026-12-05 H200 A/B: own GEMMs on 24-96 tiles made the 32 x 32 step
- * 14 % slower). */
-bool gemm_own_fills(const GemmDesc *d, int sm_count);
+/* The output tiles of d for a kernel that stores so: 128 x 256, or
+ * 128 x 128 for the ping-pong kernels. */
+int64_t gemm_own_tiles(GemmOwnStore store, const GemmDesc *d);
+
+/* Whether d has a tile of k's for every SM at least (ping-pong: for
+ * each of its two multiplying warpgroups): below that the step keeps
+ * cuBLASLt's GEMM, which splits small products finer (the 2026-12-05 H200
+ * A/B: own GEMMs on 24-96 tiles made the 32 x 32 step 14 % slower; the
+ * 2026-12-06 H100 A/B: the ping-pong FFN-up on 192 tiles of 132 SMs
+ * 0.6 % slower). */
+bool gemm_own_fills(const GemmOwnKernel *k, const GemmDesc *d, int sm_count);
 
 /* The TMA map of a (rows, cols) row-major f16 matrix as the kernels read
  * or write it: boxes of 64 columns by box_rows rows in the 128-byte
- * swizzle (128 rows of x and 256 of W by 64 k for the forward; 64 k rows
- * of W by 64 n for the dX kernel; 64 rows of y by 64 n for the TMA
- * store); rows past the matrix read as zeros and are not written. */
+ * swizzle (128 rows of x and 256 of W by 64 k for the forward, 128 of W
+ * for the ping-pong kernels; 64 k rows of W by 64 n for the dX kernel; 64
+ * rows of y by 64 n for the TMA store); rows past the matrix read as zeros
+ * and are not written. */
 HpcStatus gemm_own_tensor_map(CUtensorMap *map, CUdeviceptr p, int64_t rows, int64_t cols, unsigned box_rows,
                               HpcError *err);
 
 /* The blocks gemm_own_run launches for d given at most `blocks` (the
- * device's SM count): one a 128 x 256 tile at most. */
-int gemm_own_grid(const GemmDesc *d, int blocks);
+ * device's SM count): one a tile at most. */
+int gemm_own_grid(GemmOwnStore store, const GemmDesc *d, int blocks);
 
-/* Queues it on stream: the tensor maps of x and W (and with a _ts kernel
- * of y and gelu), then the launch of gemm_own_grid(d, blocks) blocks (the
- * grid is persistent: one block an SM); k is GEMM_OWN_KERNEL's (or
- * _TS_KERNEL's), or with gelu (gelu(y), y's layout) not 0
- * GEMM_OWN_GELU_KERNEL's (_TS_GELU_KERNEL's). */
+/* Queues it on stream: the tensor maps of x and W (and with a staging
+ * kernel of y and gelu), then the launch of gemm_own_grid(k->store, d,
+ * blocks) blocks (the grid is persistent: one block an SM); k is
+ * gemm_own_kernel_name(k->store, gelu != 0)'s, gelu (gelu(y), y's layout)
+ * 0 or not. */
 HpcStatus gemm_own_run(const GemmOwnKernel *k, const GemmDesc *d, CUdeviceptr gelu, int blocks, CUstream stream,
                        HpcError *err);
 

@@ -1,6 +1,7 @@
 /* tests/gpu/gpu_gemm.c — hpc's own GEMMs (compiler/kernels/gemm_wgmma.cu:
  * cp.async and 128 x 128 tiles; gemm_wgmma_tma.cu: TMA, a loading
- * warpgroup, 128 x 256 tiles; both wgmma on sm_90a) against a host
+ * warpgroup, 128 x 256 tiles; gemm_wgmma_pp.cu: 128 x 128 tiles, one a
+ * multiplying warpgroup, taking turns; all wgmma on sm_90a) against a host
  * reference, then timed beside cuBLASLt (the GEMM the step runs today,
  * with its bias epilogue) at BERT-base's linear-layer shapes.
  *
@@ -13,9 +14,10 @@
  * likewise gemm_tma_dx_dgelu_f16 (dU = round(dY W) * gelu'(u), W
  * N-major, with gelu(u) and the 16-row column sums of dU beside it) on
  * two shapes.  The TMA kernels run with each way of storing a tile
- * (directly, and staged for a TMA store: the _ts kernels), their
- * persistent grid also on one to three blocks for more tiles, so that a
- * block's ring and its staging go on from tile to tile, and with M past
+ * (directly, staged for a TMA store: the _ts kernels, and the ping-pong
+ * kernels), their persistent grid also on one to three blocks for more
+ * tiles, so that a block's ring and its staging go on from tile to tile
+ * (ping-pong: its two warpgroups' turns, odd counts too), and with M past
  * the last full tile (rows the TMA store must clip).  Error = ||got - ref||_2 / ||ref||_2 against a double
  * reference of the rounded inputs; limit 2e-3 (f16 output rounding is 2^-11
  * relative; f32 sums over K <= 1024 add far less); a NaN fails.
@@ -23,7 +25,8 @@
  * Timing (on a GPU; HPC_GPU_TEST_NO_TIMING=1 skips it, as tools/cuemu/run.sh
  * does): median of 20 of each kernel alone, CUDA events, at M = 4096 and
  * 32768 tokens: TFLOP/s of ours (cp.async; TMA storing directly; TMA
- * with the TMA store) and of cuBLASLt's (its choice, bias epilogue); for
+ * with the TMA store; ping-pong) and of cuBLASLt's (its choice, bias
+ * epilogue); for
  * the FFN's first GEMM also ours with GELU against
  * cuBLASLt's followed by a GELU pass (16-byte loads and stores, the bytes
  * of the step's gelu_fwd), and the dX GEMM with the GELU backward
@@ -51,8 +54,9 @@ enum { TILE = 128, KTILE = 64, THREADS = 256 };
 
 static CudaDevice g_dev;
 static CUfunction g_fn, g_fn_gelu, g_fn_act, g_fn_dact, g_fn_dx_dgelu;
-/* gemm_wgmma_tma.cu's kernels: [0] storing directly, [1] by the TMA (_ts) */
-static GemmOwnKernel g_tma[2], g_tma_gelu[2];
+/* gemm_wgmma_tma.cu's and gemm_wgmma_pp.cu's kernels by GemmOwnStore:
+ * storing directly, by the TMA (_ts), ping-pong */
+static GemmOwnKernel g_tma[3], g_tma_gelu[3];
 
 /* The GELU pass cuBLASLt's GEMM needs after it, and the GELU backward's
  * after the dX GEMM (timing only). */
@@ -112,9 +116,14 @@ static void load_kernel(void)
         printf("FAIL  gemm_wgmma_tma.cu is not among the embedded kernel sources\n");
         exit(1);
     }
-    size_t len = strlen(HPC_ACTIVATIONS_CUDA) + strlen(src) + strlen(tma) + strlen(gelu_pass_src) + 1;
+    const char *pp = kernel_source_find("gemm_wgmma_pp.cu");
+    if (!pp) {
+        printf("FAIL  gemm_wgmma_pp.cu is not among the embedded kernel sources\n");
+        exit(1);
+    }
+    size_t len = strlen(HPC_ACTIVATIONS_CUDA) + strlen(src) + strlen(tma) + strlen(pp) + strlen(gelu_pass_src) + 1;
     char *full = malloc(len);
-    snprintf(full, len, "%s%s%s%s", HPC_ACTIVATIONS_CUDA, src, tma, gelu_pass_src);
+    snprintf(full, len, "%s%s%s%s%s", HPC_ACTIVATIONS_CUDA, src, tma, pp, gelu_pass_src);
     CUmodule mod = gpu_check_load_sm90a(full, "gemm_wgmma");
     free(full);
     DRV(cuda_driver()->cuModuleGetFunction(&g_fn, mod, "gemm_wgmma_bias_f16"));
@@ -124,15 +133,14 @@ static void load_kernel(void)
     g_smem_bytes = smem_bytes_of(src);
     DRV(cuda_driver()->cuFuncSetAttribute(g_fn, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, g_smem_bytes));
     DRV(cuda_driver()->cuFuncSetAttribute(g_fn_gelu, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, g_smem_bytes));
-    static const char *const names[2][2] = {{GEMM_OWN_KERNEL, GEMM_OWN_GELU_KERNEL},
-                                            {GEMM_OWN_TS_KERNEL, GEMM_OWN_TS_GELU_KERNEL}};
     HpcError err = {0};
-    for (int ts = 0; ts < 2; ts++)
-        if (gemm_own_kernel(mod, names[ts][0], ts, &g_tma[ts], &err) ||
-            gemm_own_kernel(mod, names[ts][1], ts, &g_tma_gelu[ts], &err))
+    for (GemmOwnStore s = GEMM_OWN_DIRECT; s <= GEMM_OWN_PINGPONG; s++)
+        if (gemm_own_kernel(mod, gemm_own_kernel_name(s, false), s, &g_tma[s], &err) ||
+            gemm_own_kernel(mod, gemm_own_kernel_name(s, true), s, &g_tma_gelu[s], &err))
             gpu_check_die("gemm_own_kernel", &err);
     GemmOwnKernel dx;
-    if (gemm_own_kernel(mod, GEMM_OWN_DX_DGELU_KERNEL, false, &dx, &err)) gpu_check_die("gemm_own_kernel", &err);
+    if (gemm_own_kernel(mod, GEMM_OWN_DX_DGELU_KERNEL, GEMM_OWN_DIRECT, &dx, &err))
+        gpu_check_die("gemm_own_kernel", &err);
     g_fn_dx_dgelu = dx.fn;
 }
 
@@ -148,10 +156,10 @@ static void launch(CUdeviceptr c, CUdeviceptr g, CUdeviceptr a, CUdeviceptr w, C
     }
 }
 
-/* gemm_tma_bias_f16, or with g gemm_tma_bias_gelu_f16 (ts: their _ts
- * forms), launched as the step launches it (runtime/cuda/gemm_own.h) on
- * at most `blocks` blocks. */
-static void launch_tma(int ts, CUdeviceptr c, CUdeviceptr g, CUdeviceptr a, CUdeviceptr w, CUdeviceptr bias, int m,
+/* gemm_tma_bias_f16, or with g gemm_tma_bias_gelu_f16 (or their _ts or
+ * ping-pong forms, as store says), launched as the step launches it
+ * (runtime/cuda/gemm_own.h) on at most `blocks` blocks. */
+static void launch_tma(GemmOwnStore store, CUdeviceptr c, CUdeviceptr g, CUdeviceptr a, CUdeviceptr w, CUdeviceptr bias, int m,
                        int n, int k, int blocks)
 {
     GemmDesc d;
@@ -161,7 +169,7 @@ static void launch_tma(int ts, CUdeviceptr c, CUdeviceptr g, CUdeviceptr a, CUde
         printf("FAIL  gemm_own_fits refuses %d x %d x %d\n", m, n, k);
         exit(1);
     }
-    if (gemm_own_run(g ? &g_tma_gelu[ts] : &g_tma[ts], &d, g, blocks, g_dev.stream, &err)) {
+    if (gemm_own_run(g ? &g_tma_gelu[store] : &g_tma[store], &d, g, blocks, g_dev.stream, &err)) {
         printf("FAIL  gemm_own_run %d x %d x %d: %s\n", m, n, k, err.msg);
         exit(1);
     }
@@ -182,14 +190,11 @@ static double rel_err(const uint16_t *got, const double *ref, size_t n, int *nan
     return sqrt(num / den);
 }
 
-/* The ways of computing C (and G) checked and timed: gemm_wgmma.cu's
- * kernel, gemm_wgmma_tma.cu's storing directly or by the TMA. */
-enum { CPASYNC, TMA_DIRECT, TMA_STORE };
-
-/* tma: 0 for gemm_wgmma.cu's kernel, else gemm_wgmma_tma.cu's (ts: its
- * _ts form) on at most tma blocks (fewer than tiles: each block takes
- * several, its ring going on from one tile to the next). */
-static void check_shape_way(int m, int n, int k, int tma, int ts, int gelu, uint64_t seed)
+/* tma: 0 for gemm_wgmma.cu's kernel, else gemm_wgmma_tma.cu's (or
+ * gemm_wgmma_pp.cu's, as store says) on at most tma blocks (fewer than
+ * tiles: each block takes several, its ring going on from one tile to the
+ * next). */
+static void check_shape_way(int m, int n, int k, int tma, GemmOwnStore store, int gelu, uint64_t seed)
 {
     const CudaDriver *cu = cuda_driver();
     uint16_t *a = malloc((size_t)m * k * 2), *w = malloc((size_t)n * k * 2), *c = malloc((size_t)m * n * 2);
@@ -220,7 +225,7 @@ static void check_shape_way(int m, int n, int k, int tma, int ts, int gelu, uint
     DRV(cu->cuMemsetD8(dc, 0xFF, (size_t)m * n * 2));   /* NaN in f16 */
     DRV(cu->cuMemsetD8(dg, 0xFF, (size_t)m * n * 2));
     if (tma)
-        launch_tma(ts, dc, gelu ? dg : 0, da, dw, db, m, n, k, tma);
+        launch_tma(store, dc, gelu ? dg : 0, da, dw, db, m, n, k, tma);
     else
         launch(dc, gelu ? dg : 0, da, dw, db, m, n, k);
     DRV(cu->cuStreamSynchronize(g_dev.stream));
@@ -229,14 +234,13 @@ static void check_shape_way(int m, int n, int k, int tma, int ts, int gelu, uint
     int nan = 0;
     double rel = rel_err(c, ref, (size_t)m * n, &nan);
     const char *name = !tma ? (gelu ? "gemm_wgmma_bias_gelu_f16" : "gemm_wgmma_bias_f16")
-                       : ts ? (gelu ? GEMM_OWN_TS_GELU_KERNEL : GEMM_OWN_TS_KERNEL)
-                            : (gelu ? GEMM_OWN_GELU_KERNEL : GEMM_OWN_KERNEL);
+                            : gemm_own_kernel_name(store, gelu);
     char blocks[32] = "";
     if (tma) {   /* the grid gemm_own_run launches */
         GemmDesc d;
         gemm_desc_linear(&d, GEMM_F16, GEMM_F16, m, n, k, da, dw, db, dc);
-        snprintf(blocks, sizeof blocks, " (%d tiles, %d blocks)", n / 256 * ((m + 127) / 128),
-                 gemm_own_grid(&d, tma < g_dev.sm_count ? tma : g_dev.sm_count));
+        snprintf(blocks, sizeof blocks, " (%d tiles, %d blocks)", (int)gemm_own_tiles(store, &d),
+                 gemm_own_grid(store, &d, tma < g_dev.sm_count ? tma : g_dev.sm_count));
     }
     result(nan == 0 && rel <= 2e-3, "%s M=%d N=%d K=%d%s: C rel L2 %.2e <= 2e-3, %d NaN", name, m, n, k, blocks, rel,
            nan);
@@ -260,15 +264,14 @@ static void check_shape_way(int m, int n, int k, int tma, int ts, int gelu, uint
     free(ref);
 }
 
-/* gemm_wgmma.cu's kernel (tma 0), or gemm_wgmma_tma.cu's both ways. */
+/* gemm_wgmma.cu's kernel (tma 0), or the own GEMM's kernels each way. */
 static void check_shape(int m, int n, int k, int tma, int gelu, uint64_t seed)
 {
     if (!tma) {
-        check_shape_way(m, n, k, 0, 0, gelu, seed);
+        check_shape_way(m, n, k, 0, GEMM_OWN_DIRECT, gelu, seed);
         return;
     }
-    check_shape_way(m, n, k, tma, 0, gelu, seed);
-    check_shape_way(m, n, k, tma, 1, gelu, seed);
+    for (GemmOwnStore s = GEMM_OWN_DIRECT; s <= GEMM_OWN_PINGPONG; s++) check_shape_way(m, n, k, tma, s, gelu, seed);
 }
 
 /* gemm_tma_dx_dgelu_f16 on at most `blocks` blocks: dU = round(dY W) *
@@ -319,7 +322,8 @@ static void check_dx_dgelu(int m, int n, int k, int blocks, uint64_t seed)
     double rel = rel_err(du, ref, (size_t)m * n, &nan);
     GemmDesc shape = {.M = m, .N = n, .K = k};
     result(nan == 0 && rel <= 2e-3, "gemm_tma_dx_dgelu_f16 M=%d N=%d K=%d (%d blocks): dU rel L2 %.2e <= 2e-3, %d NaN",
-           m, n, k, gemm_own_grid(&shape, blocks < g_dev.sm_count ? blocks : g_dev.sm_count), rel, nan);
+           m, n, k, gemm_own_grid(GEMM_OWN_DIRECT, &shape, blocks < g_dev.sm_count ? blocks : g_dev.sm_count), rel,
+           nan);
     /* y = gelu(u); part: the stored dU's column sums over each 16 rows, against
      * the same sums of the dU it wrote, in double */
     uint16_t *y2 = malloc((size_t)m * n * 2);
@@ -367,7 +371,7 @@ static int cmp_float(const void *x, const void *y)
     return (a > b) - (a < b);
 }
 
-enum { OURS, OURS_GELU, CUBLAS, CUBLAS_GELU, TMA, TMA_GELU, TS, TS_GELU, TMA_DX_DGELU, CUBLAS_DX_DGELU };
+enum { OURS, OURS_GELU, CUBLAS, CUBLAS_GELU, TMA, TMA_GELU, TS, TS_GELU, PP, PP_GELU, TMA_DX_DGELU, CUBLAS_DX_DGELU };
 
 /* Median ms of 20 runs of one way of computing C (and G); the DX ways
  * take a as dY and as u, w as W (k x n), c as dG and gout as dU. */
@@ -398,9 +402,11 @@ static float time_one(GemmContext *g, int way, int m, int n, int k, CUdeviceptr 
                 printf("FAIL  cuBLASLt %d x %d x %d: %s\n", m, n, k, err.msg);
                 return -1;
             }
-        } else if (way == TMA || way == TMA_GELU || way == TS || way == TS_GELU) {
-            launch_tma(way == TS || way == TS_GELU, c, way == TMA_GELU || way == TS_GELU ? gout : 0, a, w, b16, m, n,
-                       k, g_dev.sm_count);
+        } else if (way >= TMA && way <= PP_GELU) {
+            const GemmOwnStore store = way <= TMA_GELU ? GEMM_OWN_DIRECT : way <= TS_GELU ? GEMM_OWN_TMA_STORE
+                                                                                            : GEMM_OWN_PINGPONG;
+            launch_tma(store, c, way == TMA_GELU || way == TS_GELU || way == PP_GELU ? gout : 0, a, w, b16, m, n, k,
+                       g_dev.sm_count);
         } else {
             launch(c, way == OURS_GELU ? gout : 0, a, w, b16, m, n, k);
         }
@@ -455,24 +461,27 @@ static void run_timing(void)
     DRV(cu->cuMemsetD8(w, 0x1c, (size_t)3072 * 3072 * 2));
     DRV(cu->cuMemsetD8(b16, 0, 3072 * 2));
     printf("      timing (median of 20, each kernel alone): M x N x K: cp.async ms (TFLOP/s) | TMA ms (TFLOP/s) | "
-           "TMA + TMA store ms (TFLOP/s) | cuBLASLt bias ms (TFLOP/s)\n");
+           "TMA + TMA store ms (TFLOP/s) | ping-pong ms (TFLOP/s) | cuBLASLt bias ms (TFLOP/s)\n");
     for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) {
         int m = shapes[i][0], n = shapes[i][1], k = shapes[i][2];
         float ours = time_one(&g, OURS, m, n, k, a, w, b16, c, gout);
         float tma = time_one(&g, TMA, m, n, k, a, w, b16, c, gout);
         float ts = time_one(&g, TS, m, n, k, a, w, b16, c, gout);
+        float pp = time_one(&g, PP, m, n, k, a, w, b16, c, gout);
         float lt = time_one(&g, CUBLAS, m, n, k, a, w, b16, c, gout);
         double flop = 2.0 * m * n * k;
-        printf("      %5d x %4d x %4d: %7.3f ms (%5.0f) | %7.3f ms (%5.0f) | %7.3f ms (%5.0f) | %7.3f ms (%5.0f)\n", m,
-               n, k, ours, flop / (ours * 1e-3) / 1e12, tma, flop / (tma * 1e-3) / 1e12, ts,
-               flop / (ts * 1e-3) / 1e12, lt, flop / (lt * 1e-3) / 1e12);
+        printf("      %5d x %4d x %4d: %7.3f ms (%5.0f) | %7.3f ms (%5.0f) | %7.3f ms (%5.0f) | %7.3f ms (%5.0f) | "
+               "%7.3f ms (%5.0f)\n", m, n, k, ours, flop / (ours * 1e-3) / 1e12, tma, flop / (tma * 1e-3) / 1e12, ts,
+               flop / (ts * 1e-3) / 1e12, pp, flop / (pp * 1e-3) / 1e12, lt, flop / (lt * 1e-3) / 1e12);
         if (n == 3072 && k == 768) {   /* the FFN's first GEMM and its GELU */
             float og = time_one(&g, OURS_GELU, m, n, k, a, w, b16, c, gout);
             float tg = time_one(&g, TMA_GELU, m, n, k, a, w, b16, c, gout);
             float sg = time_one(&g, TS_GELU, m, n, k, a, w, b16, c, gout);
+            float pg = time_one(&g, PP_GELU, m, n, k, a, w, b16, c, gout);
             float lg = time_one(&g, CUBLAS_GELU, m, n, k, a, w, b16, c, gout);
             printf("      %5d x %4d x %4d + GELU: cp.async fused %7.3f ms | TMA fused %7.3f ms | TMA + TMA store fused "
-                   "%7.3f ms | cuBLASLt + GELU pass %7.3f ms\n", m, n, k, og, tg, sg, lg);
+                   "%7.3f ms | ping-pong fused %7.3f ms | cuBLASLt + GELU pass %7.3f ms\n", m, n, k, og, tg, sg, pg,
+                   lg);
             /* the FFN's second GEMM's dX (K = 768 outputs, N = 3072) and the GELU backward */
             float td = time_one(&g, TMA_DX_DGELU, m, n, k, a, w, b16, c, gout);
             float ld = time_one(&g, CUBLAS_DX_DGELU, m, n, k, a, w, b16, c, gout);

@@ -1,0 +1,222 @@
+// compiler/kernels/gemm_wgmma_pp.cu — C = A W^T + bias (and G = gelu(C))
+// as gemm_wgmma_tma.cu's _ts kernels compute it, scheduled so that a
+// tile's epilogue runs while the tensor cores multiply the next tile
+// ("ping-pong").  In gemm_wgmma_tma.cu both multiplying warpgroups share
+// one 128 x 256 tile, so the tensor cores wait for every epilogue: with
+// the GELU's erf that made the fused FFN-up GEMM about 40 % slower than
+// the plain one (gpu_gemm, H100, 2026-12-05).  Here each multiplying
+// warpgroup owns whole 128 x 128 tiles, and the two take turns: one
+// multiplies while the other adds the bias, computes the GELU and hands
+// its tile to the TMA store.  Used by the step under HPC_GEMM_OWN with
+// HPC_GEMM_OWN_STORE=pingpong (runtime/cuda/gemm_own.h); tests/gpu/gpu_gemm.c
+// checks it and times it beside the others.
+//
+// Needs gemm_wgmma_tma.cu's text before it (the gt_ helpers: mbarriers,
+// TMA loads and stores, the swizzled descriptor, gt_pack, gt_h2f) and
+// act_gelu.  N a multiple of 128, K of 64, M any (the TMA reads zeros past
+// M and its stores clip there).  A, W, C and G come as tensor maps
+// (cuTensorMapEncodeTiled: f16, the 128-byte swizzle; boxes {64, 128}
+// for A and W, {64, 64} for C and G), passed by value.
+//
+// A block of 384 threads: warpgroup 0 loads (one thread issues the TMA
+// copies), warpgroups 1 and 2 multiply.  The block's tiles j = 0, 1, 2, ...
+// (tile blockIdx.x + j gridDim.x, row-major over (M / 128, N / 128)) go to
+// warpgroup 1 + j % 2.  The loader fills one ring of GP_STAGES stages in
+// the order of j; a stage is released by the 128 threads of the warpgroup
+// whose tile it holds.  `turn[w]` orders the multiplications: warpgroup w
+// starts tile j's only after the other has issued all of tile j - 1's.
+// Besides taking turns at the tensor cores, that keeps a warpgroup's waits
+// on the ring within one phase of it (a parity wait cannot tell phase p
+// from phase p + 2).
+//
+// The epilogue, in two rounds of 64 rows: each writes C's rows (bias
+// added, rounded to f16) and G's (gelu of the rounded values) into the
+// warpgroup's 32 KiB staging (C's 16 KiB, then G's; each two 64-column
+// boxes in the 128-byte swizzle, as gemm_wgmma_tma.cu stages them), after
+// which one of its threads issues the TMA stores.  A round first waits
+// until the TMA has read the last round's staging (`freed`), and the
+// issuing thread until all 128 have written (`written`).
+//
+// Launch: grid (min(tiles, SMs)), 384 threads, GP_SMEM_BYTES of dynamic
+// shared memory (cuFuncSetAttribute first).
+
+#define GP_BM 128
+#define GP_BN 128
+#define GP_BK 64
+#define GP_STAGES 5
+#define GP_THREADS 384
+#define GP_A_BYTES (GP_BM * GP_BK * 2)
+#define GP_W_BYTES (GP_BN * GP_BK * 2)
+#define GP_STAGE_BYTES (GP_A_BYTES + GP_W_BYTES)
+#define GP_HALF_BYTES (64 * GP_BN * 2)   // 64 rows of one output
+#define GP_STAGING_BYTES (2 * GP_HALF_BYTES)
+#define GP_SMEM_BYTES (GP_STAGES * GP_STAGE_BYTES + 2 * GP_STAGING_BYTES + 1024 + (2 * GP_STAGES + 6) * 8)
+
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+#define GP_D8(o) "+f"(d[o]), "+f"(d[o + 1]), "+f"(d[o + 2]), "+f"(d[o + 3]), "+f"(d[o + 4]), "+f"(d[o + 5]), \
+                 "+f"(d[o + 6]), "+f"(d[o + 7])
+// d[O..O + 63] (64 rows by 128 columns, 64 f32 a thread) += A (64 x 16,
+// descriptor da) B (16 x 128, K-major, descriptor db)
+#define GP_MMA(O, da, db)                                                                                    \
+    asm volatile("wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16 "                                        \
+                 "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "                    \
+                 "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "           \
+                 "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "           \
+                 "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, "          \
+                 "%64, %65, 1, 1, 1, 0, 0;\n"                                                                 \
+                 : GP_D8(O), GP_D8(O + 8), GP_D8(O + 16), GP_D8(O + 24), GP_D8(O + 32), GP_D8(O + 40),       \
+                   GP_D8(O + 48), GP_D8(O + 56)                                                               \
+                 : "l"(da), "l"(db))
+#else
+#define GP_MMA(O, da, db) (void)(da), (void)(db)
+#endif
+
+// The epilogue of one warpgroup's tile at (m0, n0): d (rows 0..63 in
+// d[0..63], rows 64..127 in d[64..127]; d[64 r + 4 j + 2 h + e] is the
+// tile's (64 r + r0 + 8 h, 8 j + 2 q + e)) + bias to C, and with GELU its
+// gelu to G, through the staging `out` (see the file's head).  `uses`
+// counts the staging's rounds so far (the same in all 128 threads).
+template <bool GELU>
+__device__ __forceinline__ void gp_store_staged(const float *d, const unsigned short *bias, unsigned char *out,
+                                                const gt_tmap *tc, const gt_tmap *tg, unsigned long long *written,
+                                                unsigned long long *freed, unsigned &uses, int m0, int n0)
+{
+    const int t = threadIdx.x & 127, q = t & 3;
+    const int r0 = 16 * (t >> 5) + ((t & 31) >> 2);   // the thread's first row of the round's 64
+    const bool issuer = t == 0;
+#pragma unroll   // the round must be known at compile time: d stays in registers
+    for (int round = 0; round < 2; round++, uses++) {
+        if (uses > 0) {   // the last round's stores must have read the staging
+            if (issuer) {
+                gt_bulk_wait_read();
+                gt_arrive(gt_shared(freed));
+            }
+            gt_wait(gt_shared(freed), (uses - 1) & 1);
+        }
+        // 4 bytes at chunk j % 8 of box j / 8: r0 & 7 = lane / 4 spreads a
+        // warp's 32 stores over all 32 banks
+#pragma unroll
+        for (int j = 0; j < GP_BN / 8; j++) {
+            const unsigned bb = *(const unsigned *)(bias + n0 + 8 * j + 2 * q);
+            const float b0 = gt_h2f((unsigned short)(bb & 0xffffu)), b1 = gt_h2f((unsigned short)(bb >> 16));
+#pragma unroll
+            for (int h = 0; h < 2; h++) {
+                const int r = r0 + 8 * h, i = 64 * round + 4 * j + 2 * h;
+                const unsigned v = gt_pack(d[i] + b0, d[i + 1] + b1);
+                const unsigned at = (unsigned)((j >> 3) * 8192 + r * 128 + (((j & 7) ^ (r & 7)) << 4) + 4 * q);
+                *(unsigned *)(out + at) = v;
+                if (GELU)   // of the stored (rounded) values, as gemm_wgmma.cu
+                    *(unsigned *)(out + GP_HALF_BYTES + at) =
+                        gt_pack(act_gelu(gt_h2f((unsigned short)(v & 0xffffu))), act_gelu(gt_h2f((unsigned short)(v >> 16))));
+            }
+        }
+        gt_fence_async_shared();
+        gt_arrive(gt_shared(written));
+        if (issuer) {
+            gt_wait(gt_shared(written), uses & 1);
+#pragma unroll
+            for (int box = 0; box < 2; box++) {
+                gt_tma_store(tc, n0 + 64 * box, m0 + 64 * round, gt_shared(out + box * 8192));
+                if (GELU) gt_tma_store(tg, n0 + 64 * box, m0 + 64 * round, gt_shared(out + GP_HALF_BYTES + box * 8192));
+            }
+            gt_bulk_commit();
+        }
+    }
+}
+
+template <bool GELU>
+__device__ __forceinline__ void gp_gemm(const gt_tmap *ta, const gt_tmap *tw, const gt_tmap *tc, const gt_tmap *tg,
+                                        const unsigned short *bias, int m, int n, int k)
+{
+    constexpr int S = GP_STAGES;
+    extern __shared__ unsigned char gp_raw[];
+    // the swizzle works on shared addresses: stages and staging at 1024-byte boundaries
+    unsigned char *smem = gp_raw + ((1024 - (gt_shared(gp_raw) & 1023)) & 1023);
+    unsigned char *staging = smem + S * GP_STAGE_BYTES;   // GP_STAGING_BYTES per multiplying warpgroup
+    unsigned long long *full = (unsigned long long *)(staging + 2 * GP_STAGING_BYTES), *empty = full + S;
+    unsigned long long *written = empty + S, *freed = written + 2, *turn = freed + 2;   // one of each a warpgroup
+    const int wg = threadIdx.x >> 7, kts = k / GP_BK, tiles_n = n / GP_BN;
+    const int tiles = tiles_n * ((m + GP_BM - 1) / GP_BM);
+    if (threadIdx.x == 0) {
+        for (int s = 0; s < S; s++) {
+            gt_mbar_init(gt_shared(&full[s]), 1);
+            gt_mbar_init(gt_shared(&empty[s]), 128);
+        }
+        for (int w = 0; w < 2; w++) {
+            gt_mbar_init(gt_shared(&written[w]), 128);
+            gt_mbar_init(gt_shared(&freed[w]), 1);
+            gt_mbar_init(gt_shared(&turn[w]), 128);
+        }
+        asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+    }
+    __syncthreads();
+
+    if (wg == 0) {   // the loader: every tile's k tiles in the order of j
+        GT_REGS_LOADER();
+        if (threadIdx.x == 0) {
+            unsigned it = 0;   // k tiles loaded so far
+            for (int t = blockIdx.x; t < tiles; t += gridDim.x) {
+                const int m0 = (t / tiles_n) * GP_BM, n0 = (t % tiles_n) * GP_BN;
+                for (int kt = 0; kt < kts; kt++, it++) {
+                    const unsigned s = it % S;
+                    gt_wait(gt_shared(&empty[s]), ((it / S) + 1) & 1);   // a fresh barrier passes parity 1
+                    gt_arrive_tx(gt_shared(&full[s]), GP_STAGE_BYTES);
+                    unsigned char *stage = smem + s * GP_STAGE_BYTES;
+                    gt_tma(gt_shared(stage), ta, kt * GP_BK, m0, gt_shared(&full[s]));
+                    gt_tma(gt_shared(stage + GP_A_BYTES), tw, kt * GP_BK, n0, gt_shared(&full[s]));
+                }
+            }
+        }
+        return;
+    }
+
+    GT_REGS_MMA();
+    const int cw = wg - 1;
+    unsigned uses = 0;   // rounds of this warpgroup's staging so far
+    float d[128];
+    for (int j = cw; blockIdx.x + j * gridDim.x < tiles; j += 2) {
+        const int t = blockIdx.x + j * gridDim.x;
+        const int m0 = (t / tiles_n) * GP_BM, n0 = (t % tiles_n) * GP_BN;
+#pragma unroll
+        for (int i = 0; i < 128; i++) d[i] = 0.0f;
+        // tile j - 1 is the other warpgroup's ((j - 1) / 2)-th: its turn[cw] phase
+        if (j > 0) gt_wait(gt_shared(&turn[cw]), ((j - 1) >> 1) & 1);
+        unsigned it = (unsigned)j * kts;   // the ring's count at this tile, as the loader counts
+        for (int kt = 0; kt < kts; kt++, it++) {
+            const unsigned s = it % S;
+            gt_wait(gt_shared(&full[s]), (it / S) & 1);
+            const unsigned short *as = (const unsigned short *)(smem + s * GP_STAGE_BYTES);
+            const unsigned short *ws = (const unsigned short *)(smem + s * GP_STAGE_BYTES + GP_A_BYTES);
+            GT_FENCE();
+#pragma unroll
+            for (int q = 0; q < GP_BK / 16; q++) {   // k16 step q: 32 bytes on in each 128-byte row
+                const unsigned long long db = gt_desc(ws + 16 * q);
+                GP_MMA(0, gt_desc(as + 16 * q), db);
+                GP_MMA(64, gt_desc(as + 64 * GP_BK + 16 * q), db);
+            }
+            GT_COMMIT_WAIT1();   // k tile kt - 1's MMAs are done: its stage goes back to the loader
+            if (kt > 0) gt_arrive(gt_shared(&empty[(it - 1) % S]));
+        }
+        gt_arrive(gt_shared(&turn[1 - cw]));   // the other warpgroup's next tile may start
+        GT_WAIT_ALL();
+        gt_arrive(gt_shared(&empty[(it - 1) % S]));   // the tile's last stage
+        gp_store_staged<GELU>(d, bias, staging + cw * GP_STAGING_BYTES, tc, tg, &written[cw], &freed[cw], uses, m0,
+                              n0);
+    }
+    if ((threadIdx.x & 127) == 0) gt_bulk_wait();   // the staging lives until the TMA is done with it
+}
+
+extern "C" __global__ void __launch_bounds__(GP_THREADS)
+gemm_pp_bias_f16(const __grid_constant__ gt_tmap ta, const __grid_constant__ gt_tmap tw,
+                 const __grid_constant__ gt_tmap tc, const unsigned short *bias, int m, int n, int k)
+{
+    gp_gemm<false>(&ta, &tw, &tc, 0, bias, m, n, k);
+}
+
+extern "C" __global__ void __launch_bounds__(GP_THREADS)
+gemm_pp_bias_gelu_f16(const __grid_constant__ gt_tmap ta, const __grid_constant__ gt_tmap tw,
+                      const __grid_constant__ gt_tmap tc, const __grid_constant__ gt_tmap tg,
+                      const unsigned short *bias, int m, int n, int k)
+{
+    gp_gemm<true>(&ta, &tw, &tc, &tg, bias, m, n, k);
+}
