@@ -11,12 +11,20 @@
 // HPC_GEMM_OWN_STORE=pingpong (runtime/cuda/gemm_own.h); tests/gpu/gpu_gemm.c
 // checks it and times it beside the others.
 //
+// gemm_pp_dx_dgelu_f16 computes the GELU backward's dU = round(dY W) *
+// gelu'(u) in the same schedule, as gemm_wgmma_tma.cu's gemm_tma_dx_dgelu_f16
+// does with a shared tile: W N-major (a linear's weight as stored, read as
+// TMA boxes of 64 n by 64 k rows), u loaded by the TMA into the staging
+// where dU is then written over it, and beside dU gelu(u) (for the FFN's
+// second dW GEMM) and the column sums of the stored dU over each warp's 16
+// rows (for the bias gradient).
+//
 // Needs gemm_wgmma_tma.cu's text before it (the gt_ helpers: mbarriers,
 // TMA loads and stores, the swizzled descriptor, gt_pack, gt_h2f) and
 // act_gelu.  N a multiple of 128, K of 64, M any (the TMA reads zeros past
-// M and its stores clip there).  A, W, C and G come as tensor maps
+// M and its stores clip there).  A, W, C and G (and u) come as tensor maps
 // (cuTensorMapEncodeTiled: f16, the 128-byte swizzle; boxes {64, 128}
-// for A and W, {64, 64} for C and G), passed by value.
+// for A and W, {64, 64} for C, G, u and W N-major), passed by value.
 //
 // A block of 384 threads: warpgroup 0 loads (one thread issues the TMA
 // copies), warpgroups 1 and 2 multiply.  The block's tiles j = 0, 1, 2, ...
@@ -35,7 +43,10 @@
 // boxes in the 128-byte swizzle, as gemm_wgmma_tma.cu stages them), after
 // which one of its threads issues the TMA stores.  A round first waits
 // until the TMA has read the last round's staging (`freed`), and the
-// issuing thread until all 128 have written (`written`).
+// issuing thread until all 128 have written (`written`).  The dX kernel
+// has the TMA load the tile's u into the staging before its MMAs
+// (`uready`), writes dU over it and stores all 128 rows, then writes
+// gelu(u) there and stores that.
 //
 // Launch: grid (min(tiles, SMs)), 384 threads, GP_SMEM_BYTES of dynamic
 // shared memory (cuFuncSetAttribute first).
@@ -50,83 +61,213 @@
 #define GP_STAGE_BYTES (GP_A_BYTES + GP_W_BYTES)
 #define GP_HALF_BYTES (64 * GP_BN * 2)   // 64 rows of one output
 #define GP_STAGING_BYTES (2 * GP_HALF_BYTES)
-#define GP_SMEM_BYTES (GP_STAGES * GP_STAGE_BYTES + 2 * GP_STAGING_BYTES + 1024 + (2 * GP_STAGES + 6) * 8)
+#define GP_SMEM_BYTES (GP_STAGES * GP_STAGE_BYTES + 2 * GP_STAGING_BYTES + 1024 + (2 * GP_STAGES + 8) * 8)
 
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
 #define GP_D8(o) "+f"(d[o]), "+f"(d[o + 1]), "+f"(d[o + 2]), "+f"(d[o + 3]), "+f"(d[o + 4]), "+f"(d[o + 5]), \
                  "+f"(d[o + 6]), "+f"(d[o + 7])
 // d[O..O + 63] (64 rows by 128 columns, 64 f32 a thread) += A (64 x 16,
-// descriptor da) B (16 x 128, K-major, descriptor db)
-#define GP_MMA(O, da, db)                                                                                    \
+// descriptor da) B (16 x 128, descriptor db; TRANS_B 0: K-major, 1: N-major)
+#define GP_MMA(O, da, db, TRANS_B)                                                                           \
     asm volatile("wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16 "                                        \
                  "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "                    \
                  "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "           \
                  "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "           \
                  "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, "          \
-                 "%64, %65, 1, 1, 1, 0, 0;\n"                                                                 \
+                 "%64, %65, 1, 1, 1, 0, " #TRANS_B ";\n"                                                      \
                  : GP_D8(O), GP_D8(O + 8), GP_D8(O + 16), GP_D8(O + 24), GP_D8(O + 32), GP_D8(O + 40),       \
                    GP_D8(O + 48), GP_D8(O + 56)                                                               \
                  : "l"(da), "l"(db))
 #else
-#define GP_MMA(O, da, db) (void)(da), (void)(db)
+#define GP_MMA(O, da, db, TRANS_B) (void)(da), (void)(db)
 #endif
 
-// The epilogue of one warpgroup's tile at (m0, n0): d (rows 0..63 in
-// d[0..63], rows 64..127 in d[64..127]; d[64 r + 4 j + 2 h + e] is the
-// tile's (64 r + r0 + 8 h, 8 j + 2 q + e)) + bias to C, and with GELU its
-// gelu to G, through the staging `out` (see the file's head).  `uses`
-// counts the staging's rounds so far (the same in all 128 threads).
+// What a kernel computes (as gemm_wgmma_tma.cu's GT_ kinds): C = A W^T +
+// bias; that and G = gelu(C); or dU = round(A W, W N-major) * gelu'(u)
+// with gelu(u) and dU's 16-row column sums beside it.
+enum { GP_BIAS, GP_BIAS_GELU, GP_DX_DGELU };
+
+// The tensor maps and pointers of an epilogue: tc stores C (dU), tg G
+// (gelu(u); may be 0 for the dX kernel), tu loads u; part (may be 0) gets
+// the 16-row column sums of dU (row group r = row / 16 at part[r * n +
+// column], for r < ceil(m / 16)).
+struct gp_out {
+    const gt_tmap *tc, *tg, *tu;
+    const unsigned short *bias;
+    float *part;
+    int m, n;
+};
+
+// A staging round's start: the last round's stores must have read the
+// staging (`freed`, phase uses - 1) before it is written again.
+__device__ __forceinline__ void gp_staging_free(unsigned long long *freed, unsigned uses, bool issuer)
+{
+    if (uses == 0) return;
+    if (issuer) {
+        gt_bulk_wait_read();
+        gt_arrive(gt_shared(freed));
+    }
+    gt_wait(gt_shared(freed), (uses - 1) & 1);
+}
+
+// A staging round's end: every thread's writes made visible to the TMA,
+// then (one thread, once all 128 have written: `written`, phase uses)
+// out's two 64-column boxes, and with g the two after them, stored at
+// (n0, row0) of tc and tg.
+__device__ __forceinline__ void gp_staging_store(const gt_tmap *tc, const gt_tmap *tg, const unsigned char *out,
+                                                 unsigned long long *written, unsigned uses, bool issuer, int n0,
+                                                 int row0)
+{
+    gt_fence_async_shared();
+    gt_arrive(gt_shared(written));
+    if (!issuer) return;
+    gt_wait(gt_shared(written), uses & 1);
+#pragma unroll
+    for (int box = 0; box < 2; box++) {
+        gt_tma_store(tc, n0 + 64 * box, row0, gt_shared(out + box * 8192));
+        if (tg) gt_tma_store(tg, n0 + 64 * box, row0, gt_shared(out + GP_HALF_BYTES + box * 8192));
+    }
+    gt_bulk_commit();
+}
+
+// Where the f16 pair of columns 8 j + 2 q of row r (of 64) lies in a
+// staging half: 4 bytes at chunk j % 8 of box j / 8 in the 128-byte
+// swizzle; r & 7 = lane / 4 spreads a warp's 32 stores over all 32 banks.
+__device__ __forceinline__ unsigned gp_at(int r, int j, int q)
+{
+    return (unsigned)((j >> 3) * 8192 + r * 128 + (((j & 7) ^ (r & 7)) << 4) + 4 * q);
+}
+
+// The epilogue of one warpgroup's tile at (m0, n0) for the bias kernels:
+// d (rows 0..63 in d[0..63], rows 64..127 in d[64..127]; d[64 r + 4 j +
+// 2 h + e] is the tile's (64 r + r0 + 8 h, 8 j + 2 q + e)) + bias to C,
+// and with GELU its gelu to G, through the staging `out` in two rounds of
+// 64 rows.  `uses` counts the staging's rounds so far (the same in all
+// 128 threads).
 template <bool GELU>
-__device__ __forceinline__ void gp_store_staged(const float *d, const unsigned short *bias, unsigned char *out,
-                                                const gt_tmap *tc, const gt_tmap *tg, unsigned long long *written,
-                                                unsigned long long *freed, unsigned &uses, int m0, int n0)
+__device__ __forceinline__ void gp_store_bias(const float *d, const gp_out &o, unsigned char *out,
+                                              unsigned long long *written, unsigned long long *freed, unsigned &uses,
+                                              int m0, int n0)
 {
     const int t = threadIdx.x & 127, q = t & 3;
     const int r0 = 16 * (t >> 5) + ((t & 31) >> 2);   // the thread's first row of the round's 64
     const bool issuer = t == 0;
 #pragma unroll   // the round must be known at compile time: d stays in registers
     for (int round = 0; round < 2; round++, uses++) {
-        if (uses > 0) {   // the last round's stores must have read the staging
-            if (issuer) {
-                gt_bulk_wait_read();
-                gt_arrive(gt_shared(freed));
-            }
-            gt_wait(gt_shared(freed), (uses - 1) & 1);
-        }
-        // 4 bytes at chunk j % 8 of box j / 8: r0 & 7 = lane / 4 spreads a
-        // warp's 32 stores over all 32 banks
+        gp_staging_free(freed, uses, issuer);
 #pragma unroll
         for (int j = 0; j < GP_BN / 8; j++) {
-            const unsigned bb = *(const unsigned *)(bias + n0 + 8 * j + 2 * q);
+            const unsigned bb = *(const unsigned *)(o.bias + n0 + 8 * j + 2 * q);
             const float b0 = gt_h2f((unsigned short)(bb & 0xffffu)), b1 = gt_h2f((unsigned short)(bb >> 16));
 #pragma unroll
             for (int h = 0; h < 2; h++) {
                 const int r = r0 + 8 * h, i = 64 * round + 4 * j + 2 * h;
-                const unsigned v = gt_pack(d[i] + b0, d[i + 1] + b1);
-                const unsigned at = (unsigned)((j >> 3) * 8192 + r * 128 + (((j & 7) ^ (r & 7)) << 4) + 4 * q);
+                const unsigned v = gt_pack(d[i] + b0, d[i + 1] + b1), at = gp_at(r, j, q);
                 *(unsigned *)(out + at) = v;
                 if (GELU)   // of the stored (rounded) values, as gemm_wgmma.cu
                     *(unsigned *)(out + GP_HALF_BYTES + at) =
                         gt_pack(act_gelu(gt_h2f((unsigned short)(v & 0xffffu))), act_gelu(gt_h2f((unsigned short)(v >> 16))));
             }
         }
-        gt_fence_async_shared();
-        gt_arrive(gt_shared(written));
-        if (issuer) {
-            gt_wait(gt_shared(written), uses & 1);
-#pragma unroll
-            for (int box = 0; box < 2; box++) {
-                gt_tma_store(tc, n0 + 64 * box, m0 + 64 * round, gt_shared(out + box * 8192));
-                if (GELU) gt_tma_store(tg, n0 + 64 * box, m0 + 64 * round, gt_shared(out + GP_HALF_BYTES + box * 8192));
-            }
-            gt_bulk_commit();
-        }
+        gp_staging_store(o.tc, GELU ? o.tg : 0, out, written, uses, issuer, n0, m0 + 64 * round);
     }
 }
 
-template <bool GELU>
-__device__ __forceinline__ void gp_gemm(const gt_tmap *ta, const gt_tmap *tw, const gt_tmap *tc, const gt_tmap *tg,
-                                        const unsigned short *bias, int m, int n, int k)
+// The dX kernel's u for its tile at (m0, n0): once the staging is free,
+// one thread has the TMA load all 128 rows into it (rows 0..63 in the
+// first half, 64..127 in the second; `uready`, phase tiles), before the
+// tile's MMAs, so that the loads land while the tensor cores work.
+__device__ __forceinline__ void gp_dx_load_u(const gp_out &o, unsigned char *out, unsigned long long *freed,
+                                             unsigned long long *uready, unsigned uses, int m0, int n0)
+{
+    const bool issuer = (threadIdx.x & 127) == 0;
+    gp_staging_free(freed, uses, issuer);
+    if (!issuer) return;
+    gt_arrive_tx(gt_shared(uready), 2 * GP_HALF_BYTES);
+    for (int half = 0; half < 2; half++)
+        for (int box = 0; box < 2; box++)
+            gt_tma(gt_shared(out + half * GP_HALF_BYTES + box * 8192), o.tu, n0 + 64 * box, m0 + 64 * half,
+                   gt_shared(uready));
+}
+
+// The dX kernel's epilogue: dU = round(d) * gelu'(u) written over u in
+// the staging and stored, then gelu(u) (kept in registers meanwhile)
+// written over it once the TMA has read it, and stored; the column sums
+// of the stored dU over each warp's 16 rows to o.part.  Two staging uses
+// (`uses`); `tiles` (this warpgroup's tiles so far) is uready's phase.
+__device__ __forceinline__ void gp_store_dx(const float *d, const gp_out &o, unsigned char *out,
+                                            unsigned long long *written, unsigned long long *freed,
+                                            unsigned long long *uready, unsigned &uses, unsigned tiles, int m0, int n0)
+{
+    const int t = threadIdx.x & 127, q = t & 3, warp = t >> 5;
+    const int r0 = 16 * warp + ((t & 31) >> 2);
+    const bool issuer = t == 0;
+    unsigned y[2][GP_BN / 8][2];   // gelu(u) of this thread's pairs: [half][j][h]
+    gt_wait(gt_shared(uready), tiles & 1);
+#pragma unroll
+    for (int half = 0; half < 2; half++) {
+#pragma unroll
+        for (int j = 0; j < GP_BN / 8; j++) {
+            float cs0 = 0.0f, cs1 = 0.0f;   // the stored dU of this lane's two rows
+#pragma unroll
+            for (int h = 0; h < 2; h++) {
+                const int i = 64 * half + 4 * j + 2 * h;
+                unsigned char *at = out + half * GP_HALF_BYTES + gp_at(r0 + 8 * h, j, q);
+                const unsigned u2 = *(const unsigned *)at, g2 = gt_pack(d[i], d[i + 1]);   // dG rounded, as stored
+                const float ulo = gt_h2f((unsigned short)(u2 & 0xffffu)), uhi = gt_h2f((unsigned short)(u2 >> 16));
+                const unsigned du = gt_pack(gt_h2f((unsigned short)(g2 & 0xffffu)) * actg_gelu(ulo),
+                                            gt_h2f((unsigned short)(g2 >> 16)) * actg_gelu(uhi));
+                y[half][j][h] = gt_pack(act_gelu(ulo), act_gelu(uhi));
+                cs0 += gt_h2f((unsigned short)(du & 0xffffu));   // the stored dU, as BIAS_GRAD reads it
+                cs1 += gt_h2f((unsigned short)(du >> 16));
+                *(unsigned *)at = du;
+            }
+            if (o.part) {   // the 8 lanes of a column pair hold the warp's 16 rows
+                cs0 += __shfl_xor_sync(0xffffffffu, cs0, 4);
+                cs1 += __shfl_xor_sync(0xffffffffu, cs1, 4);
+                cs0 += __shfl_xor_sync(0xffffffffu, cs0, 8);
+                cs1 += __shfl_xor_sync(0xffffffffu, cs1, 8);
+                cs0 += __shfl_xor_sync(0xffffffffu, cs0, 16);
+                cs1 += __shfl_xor_sync(0xffffffffu, cs1, 16);
+                const int group = (m0 + 64 * half + 16 * warp) / 16;
+                if ((t & 31) < 4 && group < (o.m + 15) / 16)
+                    *(float2 *)(o.part + (long long)group * o.n + n0 + 8 * j + 2 * q) = make_float2(cs0, cs1);
+            }
+        }
+    }
+    // dU's two halves are the two halves of the staging: two stores of 64 rows
+    gt_fence_async_shared();
+    gt_arrive(gt_shared(written));
+    if (issuer) {
+        gt_wait(gt_shared(written), uses & 1);
+        for (int half = 0; half < 2; half++)
+            for (int box = 0; box < 2; box++)
+                gt_tma_store(o.tc, n0 + 64 * box, m0 + 64 * half, gt_shared(out + half * GP_HALF_BYTES + box * 8192));
+        gt_bulk_commit();
+    }
+    uses++;
+    if (!o.tg) return;
+    gp_staging_free(freed, uses, issuer);
+#pragma unroll
+    for (int half = 0; half < 2; half++)
+#pragma unroll
+        for (int j = 0; j < GP_BN / 8; j++)
+#pragma unroll
+            for (int h = 0; h < 2; h++) *(unsigned *)(out + half * GP_HALF_BYTES + gp_at(r0 + 8 * h, j, q)) = y[half][j][h];
+    gt_fence_async_shared();
+    gt_arrive(gt_shared(written));
+    if (issuer) {
+        gt_wait(gt_shared(written), uses & 1);
+        for (int half = 0; half < 2; half++)
+            for (int box = 0; box < 2; box++)
+                gt_tma_store(o.tg, n0 + 64 * box, m0 + 64 * half, gt_shared(out + half * GP_HALF_BYTES + box * 8192));
+        gt_bulk_commit();
+    }
+    uses++;
+}
+
+template <int KIND>
+__device__ __forceinline__ void gp_gemm(const gt_tmap *ta, const gt_tmap *tw, const gp_out &o, int k)
 {
     constexpr int S = GP_STAGES;
     extern __shared__ unsigned char gp_raw[];
@@ -134,9 +275,9 @@ __device__ __forceinline__ void gp_gemm(const gt_tmap *ta, const gt_tmap *tw, co
     unsigned char *smem = gp_raw + ((1024 - (gt_shared(gp_raw) & 1023)) & 1023);
     unsigned char *staging = smem + S * GP_STAGE_BYTES;   // GP_STAGING_BYTES per multiplying warpgroup
     unsigned long long *full = (unsigned long long *)(staging + 2 * GP_STAGING_BYTES), *empty = full + S;
-    unsigned long long *written = empty + S, *freed = written + 2, *turn = freed + 2;   // one of each a warpgroup
-    const int wg = threadIdx.x >> 7, kts = k / GP_BK, tiles_n = n / GP_BN;
-    const int tiles = tiles_n * ((m + GP_BM - 1) / GP_BM);
+    unsigned long long *written = empty + S, *freed = written + 2, *turn = freed + 2, *uready = turn + 2;   // one of each a warpgroup
+    const int wg = threadIdx.x >> 7, kts = k / GP_BK, tiles_n = o.n / GP_BN;
+    const int tiles = tiles_n * ((o.m + GP_BM - 1) / GP_BM);
     if (threadIdx.x == 0) {
         for (int s = 0; s < S; s++) {
             gt_mbar_init(gt_shared(&full[s]), 1);
@@ -146,6 +287,7 @@ __device__ __forceinline__ void gp_gemm(const gt_tmap *ta, const gt_tmap *tw, co
             gt_mbar_init(gt_shared(&written[w]), 128);
             gt_mbar_init(gt_shared(&freed[w]), 1);
             gt_mbar_init(gt_shared(&turn[w]), 128);
+            gt_mbar_init(gt_shared(&uready[w]), 1);
         }
         asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
     }
@@ -163,7 +305,13 @@ __device__ __forceinline__ void gp_gemm(const gt_tmap *ta, const gt_tmap *tw, co
                     gt_arrive_tx(gt_shared(&full[s]), GP_STAGE_BYTES);
                     unsigned char *stage = smem + s * GP_STAGE_BYTES;
                     gt_tma(gt_shared(stage), ta, kt * GP_BK, m0, gt_shared(&full[s]));
-                    gt_tma(gt_shared(stage + GP_A_BYTES), tw, kt * GP_BK, n0, gt_shared(&full[s]));
+                    if (KIND == GP_DX_DGELU) {   // W N-major: two boxes of 64 n by 64 k rows
+                        for (int b = 0; b < GP_BN / 64; b++)
+                            gt_tma(gt_shared(stage + GP_A_BYTES + b * 8192), tw, n0 + 64 * b, kt * GP_BK,
+                                   gt_shared(&full[s]));
+                    } else {                     // W K-major: one box of 128 n rows by 64 k
+                        gt_tma(gt_shared(stage + GP_A_BYTES), tw, kt * GP_BK, n0, gt_shared(&full[s]));
+                    }
                 }
             }
         }
@@ -177,6 +325,8 @@ __device__ __forceinline__ void gp_gemm(const gt_tmap *ta, const gt_tmap *tw, co
     for (int j = cw; blockIdx.x + j * gridDim.x < tiles; j += 2) {
         const int t = blockIdx.x + j * gridDim.x;
         const int m0 = (t / tiles_n) * GP_BM, n0 = (t % tiles_n) * GP_BN;
+        unsigned char *out = staging + cw * GP_STAGING_BYTES;
+        if (KIND == GP_DX_DGELU) gp_dx_load_u(o, out, &freed[cw], &uready[cw], uses, m0, n0);
 #pragma unroll
         for (int i = 0; i < 128; i++) d[i] = 0.0f;
         // tile j - 1 is the other warpgroup's ((j - 1) / 2)-th: its turn[cw] phase
@@ -189,10 +339,16 @@ __device__ __forceinline__ void gp_gemm(const gt_tmap *ta, const gt_tmap *tw, co
             const unsigned short *ws = (const unsigned short *)(smem + s * GP_STAGE_BYTES + GP_A_BYTES);
             GT_FENCE();
 #pragma unroll
-            for (int q = 0; q < GP_BK / 16; q++) {   // k16 step q: 32 bytes on in each 128-byte row
-                const unsigned long long db = gt_desc(ws + 16 * q);
-                GP_MMA(0, gt_desc(as + 16 * q), db);
-                GP_MMA(64, gt_desc(as + 64 * GP_BK + 16 * q), db);
+            for (int q = 0; q < GP_BK / 16; q++) {   // k16 step q
+                if (KIND == GP_DX_DGELU) {   // 16 k rows of 128 bytes on
+                    const unsigned long long db = gt_desc_nmajor(ws + 1024 * q);
+                    GP_MMA(0, gt_desc(as + 16 * q), db, 1);
+                    GP_MMA(64, gt_desc(as + 64 * GP_BK + 16 * q), db, 1);
+                } else {                     // 32 bytes on in each 128-byte row
+                    const unsigned long long db = gt_desc(ws + 16 * q);
+                    GP_MMA(0, gt_desc(as + 16 * q), db, 0);
+                    GP_MMA(64, gt_desc(as + 64 * GP_BK + 16 * q), db, 0);
+                }
             }
             GT_COMMIT_WAIT1();   // k tile kt - 1's MMAs are done: its stage goes back to the loader
             if (kt > 0) gt_arrive(gt_shared(&empty[(it - 1) % S]));
@@ -200,8 +356,10 @@ __device__ __forceinline__ void gp_gemm(const gt_tmap *ta, const gt_tmap *tw, co
         gt_arrive(gt_shared(&turn[1 - cw]));   // the other warpgroup's next tile may start
         GT_WAIT_ALL();
         gt_arrive(gt_shared(&empty[(it - 1) % S]));   // the tile's last stage
-        gp_store_staged<GELU>(d, bias, staging + cw * GP_STAGING_BYTES, tc, tg, &written[cw], &freed[cw], uses, m0,
-                              n0);
+        if (KIND == GP_DX_DGELU)
+            gp_store_dx(d, o, out, &written[cw], &freed[cw], &uready[cw], uses, (unsigned)(j >> 1), m0, n0);
+        else
+            gp_store_bias<KIND == GP_BIAS_GELU>(d, o, out, &written[cw], &freed[cw], uses, m0, n0);
     }
     if ((threadIdx.x & 127) == 0) gt_bulk_wait();   // the staging lives until the TMA is done with it
 }
@@ -210,7 +368,8 @@ extern "C" __global__ void __launch_bounds__(GP_THREADS)
 gemm_pp_bias_f16(const __grid_constant__ gt_tmap ta, const __grid_constant__ gt_tmap tw,
                  const __grid_constant__ gt_tmap tc, const unsigned short *bias, int m, int n, int k)
 {
-    gp_gemm<false>(&ta, &tw, &tc, 0, bias, m, n, k);
+    const gp_out o = {&tc, 0, 0, bias, 0, m, n};
+    gp_gemm<GP_BIAS>(&ta, &tw, o, k);
 }
 
 extern "C" __global__ void __launch_bounds__(GP_THREADS)
@@ -218,5 +377,20 @@ gemm_pp_bias_gelu_f16(const __grid_constant__ gt_tmap ta, const __grid_constant_
                       const __grid_constant__ gt_tmap tc, const __grid_constant__ gt_tmap tg,
                       const unsigned short *bias, int m, int n, int k)
 {
-    gp_gemm<true>(&ta, &tw, &tc, &tg, bias, m, n, k);
+    const gp_out o = {&tc, &tg, 0, bias, 0, m, n};
+    gp_gemm<GP_BIAS_GELU>(&ta, &tw, o, k);
+}
+
+// dU = round(dY W) * gelu'(u): dY (M x K) as A, W (K x N, N contiguous: a
+// linear's weight, K its outputs, read as stored), u (tu) and dU (tdu)
+// (M x N); with_y: gelu(u) to ty; part (may be 0): the column sums of the
+// stored dU per 16 rows, ceil(M / 16) rows of N f32.  The maps of u, dU
+// and y have boxes {64, 64}, W's {64, 64} (64 n by 64 k rows).
+extern "C" __global__ void __launch_bounds__(GP_THREADS)
+gemm_pp_dx_dgelu_f16(const __grid_constant__ gt_tmap tdy, const __grid_constant__ gt_tmap tw,
+                     const __grid_constant__ gt_tmap tu, const __grid_constant__ gt_tmap tdu,
+                     const __grid_constant__ gt_tmap ty, int with_y, float *part, int m, int n, int k)
+{
+    const gp_out o = {&tdu, with_y ? &ty : 0, &tu, 0, part, m, n};
+    gp_gemm<GP_DX_DGELU>(&tdy, &tw, o, k);
 }

@@ -108,16 +108,22 @@ HpcStatus gemm_own_run(const GemmOwnKernel *kern, const GemmDesc *d, CUdeviceptr
                        (unsigned[3]){384, 1, 1}, smem_bytes(kern->store), stream, args, err);
 }
 
-HpcStatus gemm_own_dx_dgelu_run(CUfunction f, const GemmOwnDxDgelu *g, int blocks, CUstream stream, HpcError *err)
+HpcStatus gemm_own_dx_dgelu_run(const GemmOwnKernel *k, const GemmOwnDxDgelu *g, int blocks, CUstream stream,
+                                HpcError *err)
 {
-    CUtensorMap tdy, tw;
+    const bool pp = k->store == GEMM_OWN_PINGPONG;
+    CUtensorMap tdy, tw, tu, tdu, ty;
     HpcStatus st = gemm_own_tensor_map(&tdy, g->dy, g->M, g->K, 128, err);
     if (!st) st = gemm_own_tensor_map(&tw, g->w, g->K, g->N, 64, err);
+    if (!st && pp) st = gemm_own_tensor_map(&tu, g->u, g->M, g->N, 64, err);
+    if (!st && pp) st = gemm_own_tensor_map(&tdu, g->du, g->M, g->N, 64, err);
+    if (!st && pp) st = gemm_own_tensor_map(&ty, g->y ? g->y : g->du, g->M, g->N, 64, err);
     if (st) return st;
     GemmDesc shape = {.M = g->M, .N = g->N, .K = g->K};
     CUdeviceptr du = g->du, u = g->u, y = g->y, part = g->part;
-    int m = (int)g->M, n = (int)g->N, k = (int)g->K;
-    void *args[] = {&tdy, &tw, &du, &u, &y, &part, &m, &n, &k};
-    return cuda_launch(f, (unsigned[3]){(unsigned)gemm_own_grid(GEMM_OWN_DIRECT, &shape, blocks), 1, 1},
-                       (unsigned[3]){384, 1, 1}, GEMM_OWN_SMEM_BYTES, stream, args, err);
+    int m = (int)g->M, n = (int)g->N, kk = (int)g->K, with_y = g->y != 0;
+    void *direct[] = {&tdy, &tw, &du, &u, &y, &part, &m, &n, &kk};
+    void *pingpong[] = {&tdy, &tw, &tu, &tdu, &ty, &with_y, &part, &m, &n, &kk};
+    return cuda_launch(k->fn, (unsigned[3]){(unsigned)gemm_own_grid(k->store, &shape, blocks), 1, 1},
+                       (unsigned[3]){384, 1, 1}, smem_bytes(k->store), stream, pp ? pingpong : direct, err);
 }

@@ -49,7 +49,7 @@ typedef enum { GEMM_OWN_DIRECT, GEMM_OWN_TMA_STORE, GEMM_OWN_PINGPONG } GemmOwnS
 #define GEMM_OWN_PP_GELU_KERNEL "gemm_pp_bias_gelu_f16"
 #define GEMM_OWN_SMEM_BYTES (4 * (128 + 256) * 64 * 2 + 1024 + 2 * 4 * 8)   /* GT_SMEM_BYTES */
 #define GEMM_OWN_TS_SMEM_BYTES (4 * (128 + 256) * 64 * 2 + 128 * 128 * 2 + 1024 + (2 * 4 + 4) * 8)   /* GT_TS_SMEM_BYTES */
-#define GEMM_OWN_PP_SMEM_BYTES (5 * (128 + 128) * 64 * 2 + 4 * 64 * 128 * 2 + 1024 + (2 * 5 + 6) * 8)   /* GP_SMEM_BYTES */
+#define GEMM_OWN_PP_SMEM_BYTES (5 * (128 + 128) * 64 * 2 + 4 * 64 * 128 * 2 + 1024 + (2 * 5 + 8) * 8)   /* GP_SMEM_BYTES */
 
 /* One of the kernels as looked up in a module. */
 typedef struct {
@@ -112,19 +112,23 @@ HpcStatus gemm_own_run(const GemmOwnKernel *k, const GemmDesc *d, CUdeviceptr ge
                        HpcError *err);
 
 /* dU = (dY W) * gelu'(u), all f16: the FFN's second linear's dX with the
- * GELU backward in its epilogue (GEMM_OWN_DX_DGELU_KERNEL), not yet used
- * by the step.  dy (M, K), w (K, N) as a linear with K outputs stores its
+ * GELU backward in its epilogue (GEMM_OWN_DX_DGELU_KERNEL, or with the
+ * ping-pong schedule GEMM_OWN_PP_DX_DGELU_KERNEL), not yet used by the
+ * step.  dy (M, K), w (K, N) as a linear with K outputs stores its
  * weight, u the GELU's input and du (M, N); N a multiple of 256, K of 64.
  * Optional (0: not written): y (M, N) f16 gets gelu(u), and part
  * (ceil(M / 16), N) f32 the column sums of the stored dU over each 16
  * rows, as the step's ACT_BWD_BGRAD writes them for its bias gradient. */
 #define GEMM_OWN_DX_DGELU_KERNEL "gemm_tma_dx_dgelu_f16"
+#define GEMM_OWN_PP_DX_DGELU_KERNEL "gemm_pp_dx_dgelu_f16"
 typedef struct {
     CUdeviceptr dy, w, u, du, y, part;
     int64_t M, N, K;
 } GemmOwnDxDgelu;
 
-/* Queues it on stream, as gemm_own_run does (f: the kernel's function). */
-HpcStatus gemm_own_dx_dgelu_run(CUfunction f, const GemmOwnDxDgelu *g, int blocks, CUstream stream, HpcError *err);
+/* Queues it on stream, as gemm_own_run does (k: one of the two kernels,
+ * looked up with the store GEMM_OWN_DIRECT or GEMM_OWN_PINGPONG). */
+HpcStatus gemm_own_dx_dgelu_run(const GemmOwnKernel *k, const GemmOwnDxDgelu *g, int blocks, CUstream stream,
+                                HpcError *err);
 
 #endif

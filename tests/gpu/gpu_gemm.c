@@ -30,7 +30,8 @@
  * the FFN's first GEMM also ours with GELU against
  * cuBLASLt's followed by a GELU pass (16-byte loads and stores, the bytes
  * of the step's gelu_fwd), and the dX GEMM with the GELU backward
- * (gemm_tma_dx_dgelu_f16) against cuBLASLt's dX GEMM and a dGELU pass.
+ * (gemm_tma_dx_dgelu_f16 and the ping-pong one, writing dU and gelu(u))
+ * against cuBLASLt's dX GEMM and a pass writing the same.
  * Printed, not checked: the numbers decide what comes next.  The passes
  * are simpler than the step's kernels and slower (the GELU pass 111 us
  * at 32768 rows against the step's gelu_fwd at 101, H200, 2026-12-05), so
@@ -53,10 +54,12 @@
 enum { TILE = 128, KTILE = 64, THREADS = 256 };
 
 static CudaDevice g_dev;
-static CUfunction g_fn, g_fn_gelu, g_fn_act, g_fn_dact, g_fn_dx_dgelu;
+static CUfunction g_fn, g_fn_gelu, g_fn_act, g_fn_dact;
 /* gemm_wgmma_tma.cu's and gemm_wgmma_pp.cu's kernels by GemmOwnStore:
  * storing directly, by the TMA (_ts), ping-pong */
 static GemmOwnKernel g_tma[3], g_tma_gelu[3];
+/* the dX GEMMs with the GELU backward: [0] gemm_wgmma_tma.cu's, [1] ping-pong */
+static GemmOwnKernel g_dx[2];
 
 /* The GELU pass cuBLASLt's GEMM needs after it, and the GELU backward's
  * after the dX GEMM (timing only). */
@@ -75,13 +78,14 @@ static const char gelu_pass_src[] =
     "        ((uint4 *)g)[i] = v;\n"
     "    }\n"
     "}\n"
-    "/* and the GELU backward's after a dX GEMM: du = dg * gelu'(u) */\n"
-    "extern \"C\" __global__ void dgelu_pass_f16(unsigned short *du, const unsigned short *dg, const unsigned short *u,\n"
+    "/* and the GELU backward's after a dX GEMM: du = dg * gelu'(u), and\n"
+    " * gelu(u) over dg (what the FFN's second dW GEMM reads) */\n"
+    "extern \"C\" __global__ void dgelu_pass_f16(unsigned short *du, unsigned short *dg, const unsigned short *u,\n"
     "                                           long long n8)\n"
     "{\n"
     "    for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n8; i += (long long)gridDim.x * blockDim.x) {\n"
-    "        uint4 v = ((const uint4 *)dg)[i], x = ((const uint4 *)u)[i];\n"
-    "        unsigned *w = (unsigned *)&v, *xs = (unsigned *)&x;\n"
+    "        uint4 v = ((const uint4 *)dg)[i], x = ((const uint4 *)u)[i], y;\n"
+    "        unsigned *w = (unsigned *)&v, *xs = (unsigned *)&x, *ys = (unsigned *)&y;\n"
     "        for (int q = 0; q < 4; q++) {\n"
     "            float lo, hi, ulo, uhi;\n"
     "            asm(\"cvt.f32.f16 %0, %1;\" : \"=f\"(lo) : \"h\"((unsigned short)(w[q] & 0xffffu)));\n"
@@ -89,8 +93,10 @@ static const char gelu_pass_src[] =
     "            asm(\"cvt.f32.f16 %0, %1;\" : \"=f\"(ulo) : \"h\"((unsigned short)(xs[q] & 0xffffu)));\n"
     "            asm(\"cvt.f32.f16 %0, %1;\" : \"=f\"(uhi) : \"h\"((unsigned short)(xs[q] >> 16)));\n"
     "            asm(\"cvt.rn.f16x2.f32 %0, %1, %2;\" : \"=r\"(w[q]) : \"f\"(hi * actg_gelu(uhi)), \"f\"(lo * actg_gelu(ulo)));\n"
+    "            asm(\"cvt.rn.f16x2.f32 %0, %1, %2;\" : \"=r\"(ys[q]) : \"f\"(act_gelu(uhi)), \"f\"(act_gelu(ulo)));\n"
     "        }\n"
     "        ((uint4 *)du)[i] = v;\n"
+    "        ((uint4 *)dg)[i] = y;\n"
     "    }\n"
     "}\n";
 static int g_smem_bytes;
@@ -138,10 +144,9 @@ static void load_kernel(void)
         if (gemm_own_kernel(mod, gemm_own_kernel_name(s, false), s, &g_tma[s], &err) ||
             gemm_own_kernel(mod, gemm_own_kernel_name(s, true), s, &g_tma_gelu[s], &err))
             gpu_check_die("gemm_own_kernel", &err);
-    GemmOwnKernel dx;
-    if (gemm_own_kernel(mod, GEMM_OWN_DX_DGELU_KERNEL, GEMM_OWN_DIRECT, &dx, &err))
+    if (gemm_own_kernel(mod, GEMM_OWN_DX_DGELU_KERNEL, GEMM_OWN_DIRECT, &g_dx[0], &err) ||
+        gemm_own_kernel(mod, GEMM_OWN_PP_DX_DGELU_KERNEL, GEMM_OWN_PINGPONG, &g_dx[1], &err))
         gpu_check_die("gemm_own_kernel", &err);
-    g_fn_dx_dgelu = dx.fn;
 }
 
 /* g: 0 for gemm_wgmma_bias_f16, else gemm_wgmma_bias_gelu_f16's G. */
@@ -274,12 +279,14 @@ static void check_shape(int m, int n, int k, int tma, int gelu, uint64_t seed)
     for (GemmOwnStore s = GEMM_OWN_DIRECT; s <= GEMM_OWN_PINGPONG; s++) check_shape_way(m, n, k, tma, s, gelu, seed);
 }
 
-/* gemm_tma_dx_dgelu_f16 on at most `blocks` blocks: dU = round(dY W) *
- * gelu'(u) against a double reference of the same (the GEMM's result
- * rounded to f16 first, as the step's separate GEMM and GELU backward
- * round it); dY, W random in [-1, 1], u in [-3, 3], dU poisoned first. */
-static void check_dx_dgelu(int m, int n, int k, int blocks, uint64_t seed)
+/* The dX kernel kern (gemm_tma_dx_dgelu_f16 or the ping-pong one) on at
+ * most `blocks` blocks: dU = round(dY W) * gelu'(u) against a double
+ * reference of the same (the GEMM's result rounded to f16 first, as the
+ * step's separate GEMM and GELU backward round it); dY, W random in
+ * [-1, 1], u in [-3, 3], dU poisoned first. */
+static void check_dx_dgelu_with(const GemmOwnKernel *kern, int m, int n, int k, int blocks, uint64_t seed)
 {
+    const char *name = kern->store == GEMM_OWN_PINGPONG ? GEMM_OWN_PP_DX_DGELU_KERNEL : GEMM_OWN_DX_DGELU_KERNEL;
     const CudaDriver *cu = cuda_driver();
     uint16_t *dy = malloc((size_t)m * k * 2), *w = malloc((size_t)k * n * 2), *u = malloc((size_t)m * n * 2);
     uint16_t *du = malloc((size_t)m * n * 2);
@@ -313,17 +320,15 @@ static void check_dx_dgelu(int m, int n, int k, int blocks, uint64_t seed)
     DRV(cu->cuMemsetD32Async(dpart, 0x7fc00000u, (size_t)groups * n, g_dev.stream));   /* NaN in f32 */
     GemmOwnDxDgelu g = {.dy = ddy, .w = dw, .u = dup, .du = ddu, .y = dy2, .part = dpart, .M = m, .N = n, .K = k};
     HpcError err = {0};
-    if (gemm_own_dx_dgelu_run(g_fn_dx_dgelu, &g, blocks < g_dev.sm_count ? blocks : g_dev.sm_count, g_dev.stream,
-                              &err))
+    if (gemm_own_dx_dgelu_run(kern, &g, blocks < g_dev.sm_count ? blocks : g_dev.sm_count, g_dev.stream, &err))
         gpu_check_die("gemm_own_dx_dgelu_run", &err);
     DRV(cu->cuStreamSynchronize(g_dev.stream));
     DRV(cu->cuMemcpyDtoH(du, ddu, (size_t)m * n * 2));
     int nan = 0;
     double rel = rel_err(du, ref, (size_t)m * n, &nan);
     GemmDesc shape = {.M = m, .N = n, .K = k};
-    result(nan == 0 && rel <= 2e-3, "gemm_tma_dx_dgelu_f16 M=%d N=%d K=%d (%d blocks): dU rel L2 %.2e <= 2e-3, %d NaN",
-           m, n, k, gemm_own_grid(GEMM_OWN_DIRECT, &shape, blocks < g_dev.sm_count ? blocks : g_dev.sm_count), rel,
-           nan);
+    result(nan == 0 && rel <= 2e-3, "%s M=%d N=%d K=%d (%d blocks): dU rel L2 %.2e <= 2e-3, %d NaN", name, m, n, k,
+           gemm_own_grid(kern->store, &shape, blocks < g_dev.sm_count ? blocks : g_dev.sm_count), rel, nan);
     /* y = gelu(u); part: the stored dU's column sums over each 16 rows, against
      * the same sums of the dU it wrote, in double */
     uint16_t *y2 = malloc((size_t)m * n * 2);
@@ -345,8 +350,8 @@ static void check_dx_dgelu(int m, int n, int k, int blocks, uint64_t seed)
         }
     double rel_p = sqrt(num / den);
     result(nan_y == 0 && rel_y <= 2e-3 && nan_p == 0 && rel_p <= 1e-5,
-           "gemm_tma_dx_dgelu_f16 M=%d N=%d K=%d: y = gelu(u) rel L2 %.2e <= 2e-3; %d partial column sums of dU rel "
-           "L2 %.2e <= 1e-5; %d NaN", m, n, k, rel_y, groups, rel_p, nan_y + nan_p);
+           "%s M=%d N=%d K=%d: y = gelu(u) rel L2 %.2e <= 2e-3; %d partial column sums of dU rel L2 %.2e <= 1e-5; "
+           "%d NaN", name, m, n, k, rel_y, groups, rel_p, nan_y + nan_p);
     free(y2);
     free(part);
     free(yref);
@@ -363,6 +368,13 @@ static void check_dx_dgelu(int m, int n, int k, int blocks, uint64_t seed)
     free(ref);
 }
 
+/* Both dX kernels. */
+static void check_dx_dgelu(int m, int n, int k, int blocks, uint64_t seed)
+{
+    check_dx_dgelu_with(&g_dx[0], m, n, k, blocks, seed);
+    check_dx_dgelu_with(&g_dx[1], m, n, k, blocks, seed);
+}
+
 /* ---- timing ----------------------------------------------------------------- */
 
 static int cmp_float(const void *x, const void *y)
@@ -371,10 +383,15 @@ static int cmp_float(const void *x, const void *y)
     return (a > b) - (a < b);
 }
 
-enum { OURS, OURS_GELU, CUBLAS, CUBLAS_GELU, TMA, TMA_GELU, TS, TS_GELU, PP, PP_GELU, TMA_DX_DGELU, CUBLAS_DX_DGELU };
+enum {
+    OURS, OURS_GELU, CUBLAS, CUBLAS_GELU, TMA, TMA_GELU, TS, TS_GELU, PP, PP_GELU, TMA_DX_DGELU, PP_DX_DGELU,
+    CUBLAS_DX_DGELU
+};
 
 /* Median ms of 20 runs of one way of computing C (and G); the DX ways
- * take a as dY and as u, w as W (k x n), c as dG and gout as dU. */
+ * take a as dY and as u, w as W (k x n), c as dG and then gelu(u), and
+ * gout as dU (the column sums of dU that the step's GELU backward also
+ * writes are left out of both). */
 static float time_one(GemmContext *g, int way, int m, int n, int k, CUdeviceptr a, CUdeviceptr w,
                       CUdeviceptr b16, CUdeviceptr c, CUdeviceptr gout)
 {
@@ -384,7 +401,7 @@ static float time_one(GemmContext *g, int way, int m, int n, int k, CUdeviceptr 
         gemm_desc_rm(&desc, GEMM_F16, GEMM_F16, m, n, k, a, w, c);
     else
         gemm_desc_linear(&desc, GEMM_F16, GEMM_F16, m, n, k, a, w, b16, c);
-    GemmOwnDxDgelu dx = {.dy = a, .w = w, .u = a, .du = gout, .M = m, .N = n, .K = k};
+    GemmOwnDxDgelu dx = {.dy = a, .w = w, .u = a, .du = gout, .y = c, .M = m, .N = n, .K = k};
     CUevent e0, e1;
     DRV(cu->cuEventCreate(&e0, CU_EVENT_DEFAULT));
     DRV(cu->cuEventCreate(&e1, CU_EVENT_DEFAULT));
@@ -392,8 +409,8 @@ static float time_one(GemmContext *g, int way, int m, int n, int k, CUdeviceptr 
     for (int r = -3; r < 20; r++) {
         HpcError err = {0};
         DRV(cu->cuEventRecord(e0, g_dev.stream));
-        if (way == TMA_DX_DGELU) {
-            if (gemm_own_dx_dgelu_run(g_fn_dx_dgelu, &dx, g_dev.sm_count, g_dev.stream, &err)) {
+        if (way == TMA_DX_DGELU || way == PP_DX_DGELU) {
+            if (gemm_own_dx_dgelu_run(&g_dx[way == PP_DX_DGELU], &dx, g_dev.sm_count, g_dev.stream, &err)) {
                 printf("FAIL  gemm_own_dx_dgelu_run %d x %d x %d: %s\n", m, n, k, err.msg);
                 return -1;
             }
@@ -484,9 +501,10 @@ static void run_timing(void)
                    lg);
             /* the FFN's second GEMM's dX (K = 768 outputs, N = 3072) and the GELU backward */
             float td = time_one(&g, TMA_DX_DGELU, m, n, k, a, w, b16, c, gout);
+            float pd = time_one(&g, PP_DX_DGELU, m, n, k, a, w, b16, c, gout);
             float ld = time_one(&g, CUBLAS_DX_DGELU, m, n, k, a, w, b16, c, gout);
-            printf("      %5d x %4d x %4d dX + GELU backward: TMA fused %7.3f ms | cuBLASLt + dGELU pass %7.3f ms\n",
-                   m, n, k, td, ld);
+            printf("      %5d x %4d x %4d dX + GELU backward: TMA fused %7.3f ms | ping-pong fused %7.3f ms | "
+                   "cuBLASLt + dGELU pass %7.3f ms\n", m, n, k, td, pd, ld);
         }
     }
     cu->cuMemFree(a);
@@ -518,6 +536,7 @@ int main(void)
     check_shape(456, 512, 128, 1, 1, 16);      /* 8 tiles on 1 block, GELU: 16 rounds of each staging */
     check_dx_dgelu(256, 512, 192, all, 14);    /* the dX GEMM with the GELU backward: W N-major */
     check_dx_dgelu(328, 768, 320, 2, 15);      /* 9 tiles on 2 blocks, a part row tile */
+    check_dx_dgelu(456, 512, 128, 1, 17);      /* ping-pong: 16 tiles on 1 block, 32 rounds of u loads */
     if (!getenv("HPC_GPU_TEST_NO_TIMING")) run_timing();
     cuda_device_close(&g_dev);
     return gpu_check_summary();
