@@ -150,6 +150,9 @@ $(CUEMU_LIB): $(CUEMU_SRC) $(wildcard tools/cuemu/*.h)
 # attention kernels' barriers between their shared-memory reads and the
 # next tile's prefetch.
 EMU_CI_TESTS := gpu_pack gpu_attention_step gpu_wgmma gpu_cluster gpu_gemm gpu_runtime
+# and these on a GPU of one SM (HPC_EMU_SM_COUNT=1), so that a small
+# model's GEMMs take the paths the step keeps for shapes that fill a GPU
+EMU_ONE_SM_TESTS := gpu_own_step
 EMU_ORDER_TESTS := gpu_cluster gpu_gemm
 EMU_WARPS_TESTS := gpu_attention_step
 EMU_TESTS    ?= $(EMU_CI_TESTS)
@@ -157,11 +160,15 @@ EMU_TESTS    ?= $(EMU_CI_TESTS)
 test-emu: all $(CUEMU_LIB) $(patsubst %,$(BUILD)/tests/gpu/%,$(EMU_TESTS))
 	@HPC_ROOT=$(CURDIR) sh tools/cuemu/run.sh $(patsubst %,$(BUILD)/tests/gpu/%,$(EMU_TESTS))
 
-test: all $(TEST_BIN) examples $(LINK_CHECKS) $(CUEMU_LIB) $(patsubst %,$(BUILD)/tests/gpu/%,$(EMU_CI_TESTS))
+test: all $(TEST_BIN) examples $(LINK_CHECKS) $(CUEMU_LIB) $(patsubst %,$(BUILD)/tests/gpu/%,$(EMU_CI_TESTS) $(EMU_ONE_SM_TESTS))
 	@sh scripts/check-includes.sh
 	@HPC_ROOT=$(CURDIR) sh tests/run-all.sh $(TEST_BIN)
 	@HPC_ROOT=$(CURDIR) sh tools/cuemu/run.sh $(patsubst %,$(BUILD)/tests/gpu/%,$(EMU_CI_TESTS)) >$(BUILD)/emu-run.log 2>&1 \
 	    && grep '(emulated)' $(BUILD)/emu-run.log | sed 's/^/PASS  /' || { cat $(BUILD)/emu-run.log; exit 1; }
+	@HPC_EMU_SM_COUNT=1 HPC_ROOT=$(CURDIR) sh tools/cuemu/run.sh $(patsubst %,$(BUILD)/tests/gpu/%,$(EMU_ONE_SM_TESTS)) \
+	    >$(BUILD)/emu-run-one-sm.log 2>&1 \
+	    && grep '(emulated)' $(BUILD)/emu-run-one-sm.log | sed 's/^/PASS  HPC_EMU_SM_COUNT=1 /' \
+	    || { cat $(BUILD)/emu-run-one-sm.log; exit 1; }
 	@for order in reverse ahead warps; do \
 	    tests="$(patsubst %,$(BUILD)/tests/gpu/%,$(EMU_ORDER_TESTS))"; \
 	    [ $$order = warps ] && tests="$$tests $(patsubst %,$(BUILD)/tests/gpu/%,$(EMU_WARPS_TESTS))"; \

@@ -5,6 +5,8 @@
 
 #include <stdio.h>
 
+#include "program/act_parts.h"
+
 /* ---- activations: forward, backward, backward + bias gradient ----------
  * The FFN's activation moves B*L*ffn values per pass (BERT-base 256 x 128:
  * 201 MB each way in f16), so these kernels are written for bandwidth:
@@ -17,9 +19,6 @@
  * the partials per column in a fixed order (double), so db has the same
  * bits every run. */
 
-/* ACT_BWD_BGRAD's row blocks: ceil(R / ACT_PART_ROWS), at most ACT_PARTS. */
-#define ACT_PARTS 512
-#define ACT_PART_ROWS 16
 
 static const char *act_name(IrActKind k) { return ir_act_name(k); }
 
@@ -117,8 +116,9 @@ void eopb_act_bwd(EopGen *gen)
                 ldf(INN(0)->dtype), a, ldf(INN(1)->dtype));
 }
 
-/* The row blocks of ACT_BWD_BGRAD for R rows: min(ACT_PARTS, ceil(R / ACT_PART_ROWS)),
- * as a StepSize (the launch) and as kernel text (both phases). */
+/* The row blocks of ACT_BWD_BGRAD for R rows: min(ACT_PARTS, ceil(R /
+ * ACT_PART_ROWS)) launched (a StepSize), of which the first P of
+ * program/act_parts.h work (kernel text, both phases). */
 static StepSize act_parts_size(const IrNode *n)
 {
     StepSize s = sz_rows(n);
@@ -132,8 +132,7 @@ static void act_parts_text(StrBuf *s, const IrNode *n)
 {
     char rows[128];
     rows_expr(n, rows, sizeof rows);
-    strbuf_printf(s, "    const i64 R = %s;\n    const i64 P = min((i64)%d, (R + %d) / %d);\n", rows, ACT_PARTS,
-                  ACT_PART_ROWS - 1, ACT_PART_ROWS);
+    strbuf_printf(s, "    const i64 R = %s;\n" ACT_PARTS_CUDA_TEXT, rows);
 }
 
 /* Phase 1, vector form (C % 8 == 0): block b takes rows b, b + P, ...;
@@ -145,7 +144,7 @@ static void act_bgrad_vec(EopGen *gen, StrBuf *s, const char *a, int y2)
     const IrNode *n = OUTN;
     long long C = (long long)last_dim(n);
     DType dd = INN(0)->dtype, dx = INN(1)->dtype, dt = n->dtype;
-    strbuf_printf(s, "    const i64 b = blockIdx.x;\n    (void)P;\n"
+    strbuf_printf(s, "    const i64 b = blockIdx.x;\n    if (b >= P) return;\n"
                    "    for (int cu = threadIdx.x; cu < %lld; cu += blockDim.x) {\n"
                    "        float acc[8];\n#pragma unroll\n        for (int j = 0; j < 8; j++) acc[j] = 0.0f;\n",
                   C / 8);
@@ -204,7 +203,7 @@ static void act_bgrad_scalar(EopGen *gen, StrBuf *s, const char *a, int y2)
 {
     const IrNode *n = OUTN;
     long long C = (long long)last_dim(n);
-    strbuf_printf(s, "    const i64 b = blockIdx.x;\n    (void)P;\n");
+    strbuf_printf(s, "    const i64 b = blockIdx.x;\n    if (b >= P) return;\n");
     if (y2 >= 0)
         strbuf_printf(s, "    %s *y2 = (%s *)a.yk[1];\n", ctype(gen->g->nodes[y2].dtype), ctype(gen->g->nodes[y2].dtype));
     strbuf_printf(s, "    for (int c = threadIdx.x; c < %lld; c += blockDim.x) {\n        float acc = 0.0f;\n"

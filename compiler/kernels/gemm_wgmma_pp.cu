@@ -16,8 +16,9 @@
 // does with a shared tile: W N-major (a linear's weight as stored, read as
 // TMA boxes of 64 n by 64 k rows), u loaded by the TMA into the staging
 // where dU is then written over it, and beside dU gelu(u) (for the FFN's
-// second dW GEMM) and the column sums of the stored dU over each warp's 16
-// rows (for the bias gradient).
+// second dW GEMM) and the column sums of the stored dU over each 16, 32
+// or 64 rows (for the bias gradient: the partial sums of the step's
+// ACT_BWD_BGRAD, program/act_parts.h).
 //
 // Needs gemm_wgmma_tma.cu's text before it (the gt_ helpers: mbarriers,
 // TMA loads and stores, the swizzled descriptor, gt_pack, gt_h2f) and
@@ -61,7 +62,7 @@
 #define GP_STAGE_BYTES (GP_A_BYTES + GP_W_BYTES)
 #define GP_HALF_BYTES (64 * GP_BN * 2)   // 64 rows of one output
 #define GP_STAGING_BYTES (2 * GP_HALF_BYTES)
-#define GP_SMEM_BYTES (GP_STAGES * GP_STAGE_BYTES + 2 * GP_STAGING_BYTES + 1024 + (2 * GP_STAGES + 8) * 8)
+#define GP_SMEM_BYTES (GP_STAGES * GP_STAGE_BYTES + 2 * GP_STAGING_BYTES + 1024 + (2 * GP_STAGES + 10) * 8)
 
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
 #define GP_D8(o) "+f"(d[o]), "+f"(d[o + 1]), "+f"(d[o + 2]), "+f"(d[o + 3]), "+f"(d[o + 4]), "+f"(d[o + 5]), \
@@ -89,12 +90,14 @@ enum { GP_BIAS, GP_BIAS_GELU, GP_DX_DGELU };
 
 // The tensor maps and pointers of an epilogue: tc stores C (dU), tg G
 // (gelu(u); may be 0 for the dX kernel), tu loads u; part (may be 0) gets
-// the 16-row column sums of dU (row group r = row / 16 at part[r * n +
-// column], for r < ceil(m / 16)).
+// the column sums of the stored dU over each part_rows rows (row group
+// r = row / part_rows at part[r * n + column], for r < ceil(m /
+// part_rows)).
 struct gp_out {
     const gt_tmap *tc, *tg, *tu;
     const unsigned short *bias;
     float *part;
+    int part_rows;   // 16, 32 or 64
     int m, n;
 };
 
@@ -191,61 +194,82 @@ __device__ __forceinline__ void gp_dx_load_u(const gp_out &o, unsigned char *out
 }
 
 // The dX kernel's epilogue: dU = round(d) * gelu'(u) written over u in
-// the staging and stored, then gelu(u) (kept in registers meanwhile)
-// written over it once the TMA has read it, and stored; the column sums
-// of the stored dU over each warp's 16 rows to o.part.  Two staging uses
-// (`uses`); `tiles` (this warpgroup's tiles so far) is uready's phase.
+// the staging and stored (all 128 rows); then, with part, each thread
+// sums two columns of the stored dU in one half of the tile (reading the
+// staging beside the TMA) per `part_rows` (16, 32 or 64) rows into part;
+// then gelu(u), kept in registers meanwhile, written over the staging once
+// the TMA and every thread have read it (`summed`), and stored.  Two
+// staging uses (`uses`); `tiles` (this warpgroup's tiles so far) is
+// uready's and summed's phase.
 __device__ __forceinline__ void gp_store_dx(const float *d, const gp_out &o, unsigned char *out,
                                             unsigned long long *written, unsigned long long *freed,
-                                            unsigned long long *uready, unsigned &uses, unsigned tiles, int m0, int n0)
+                                            unsigned long long *uready, unsigned long long *summed, unsigned &uses,
+                                            unsigned tiles, int m0, int n0)
 {
-    const int t = threadIdx.x & 127, q = t & 3, warp = t >> 5;
-    const int r0 = 16 * warp + ((t & 31) >> 2);
+    const int t = threadIdx.x & 127, q = t & 3;
+    const int r0 = 16 * (t >> 5) + ((t & 31) >> 2);
     const bool issuer = t == 0;
     unsigned y[2][GP_BN / 8][2];   // gelu(u) of this thread's pairs: [half][j][h]
     gt_wait(gt_shared(uready), tiles & 1);
 #pragma unroll
-    for (int half = 0; half < 2; half++) {
+    for (int half = 0; half < 2; half++)
 #pragma unroll
-        for (int j = 0; j < GP_BN / 8; j++) {
-            float cs0 = 0.0f, cs1 = 0.0f;   // the stored dU of this lane's two rows
+        for (int j = 0; j < GP_BN / 8; j++)
 #pragma unroll
             for (int h = 0; h < 2; h++) {
                 const int i = 64 * half + 4 * j + 2 * h;
                 unsigned char *at = out + half * GP_HALF_BYTES + gp_at(r0 + 8 * h, j, q);
                 const unsigned u2 = *(const unsigned *)at, g2 = gt_pack(d[i], d[i + 1]);   // dG rounded, as stored
                 const float ulo = gt_h2f((unsigned short)(u2 & 0xffffu)), uhi = gt_h2f((unsigned short)(u2 >> 16));
-                const unsigned du = gt_pack(gt_h2f((unsigned short)(g2 & 0xffffu)) * actg_gelu(ulo),
-                                            gt_h2f((unsigned short)(g2 >> 16)) * actg_gelu(uhi));
+                *(unsigned *)at = gt_pack(gt_h2f((unsigned short)(g2 & 0xffffu)) * actg_gelu(ulo),
+                                          gt_h2f((unsigned short)(g2 >> 16)) * actg_gelu(uhi));
                 y[half][j][h] = gt_pack(act_gelu(ulo), act_gelu(uhi));
-                cs0 += gt_h2f((unsigned short)(du & 0xffffu));   // the stored dU, as BIAS_GRAD reads it
-                cs1 += gt_h2f((unsigned short)(du >> 16));
-                *(unsigned *)at = du;
             }
-            if (o.part) {   // the 8 lanes of a column pair hold the warp's 16 rows
-                cs0 += __shfl_xor_sync(0xffffffffu, cs0, 4);
-                cs1 += __shfl_xor_sync(0xffffffffu, cs1, 4);
-                cs0 += __shfl_xor_sync(0xffffffffu, cs0, 8);
-                cs1 += __shfl_xor_sync(0xffffffffu, cs1, 8);
-                cs0 += __shfl_xor_sync(0xffffffffu, cs0, 16);
-                cs1 += __shfl_xor_sync(0xffffffffu, cs1, 16);
-                const int group = (m0 + 64 * half + 16 * warp) / 16;
-                if ((t & 31) < 4 && group < (o.m + 15) / 16)
-                    *(float2 *)(o.part + (long long)group * o.n + n0 + 8 * j + 2 * q) = make_float2(cs0, cs1);
-            }
-        }
-    }
-    // dU's two halves are the two halves of the staging: two stores of 64 rows
+    // dU's 128 rows are the staging's two halves; every thread waits for
+    // all writes, as the column sums read other threads' values
     gt_fence_async_shared();
     gt_arrive(gt_shared(written));
+    gt_wait(gt_shared(written), uses & 1);
     if (issuer) {
-        gt_wait(gt_shared(written), uses & 1);
         for (int half = 0; half < 2; half++)
             for (int box = 0; box < 2; box++)
                 gt_tma_store(o.tc, n0 + 64 * box, m0 + 64 * half, gt_shared(out + half * GP_HALF_BYTES + box * 8192));
         gt_bulk_commit();
     }
     uses++;
+    if (o.part) {   // the stored dU (as BIAS_GRAD reads it) summed per part_rows rows
+        // thread t: columns 2 (t % 64) and the next, the rows of half t / 64,
+        // four sums of 16 rows each (independent chains), then combined
+        const int cp = t & 63, half = t >> 6;
+        float s[4][2];
+#pragma unroll
+        for (int g = 0; g < 4; g++) {
+            s[g][0] = s[g][1] = 0.0f;
+#pragma unroll
+            for (int r = 16 * g; r < 16 * g + 16; r++) {
+                const unsigned v = *(const unsigned *)(out + half * GP_HALF_BYTES + gp_at(r, cp >> 2, cp & 3));
+                s[g][0] += gt_h2f((unsigned short)(v & 0xffffu));
+                s[g][1] += gt_h2f((unsigned short)(v >> 16));
+            }
+        }
+        const int per = o.part_rows / 16, groups = (o.m + o.part_rows - 1) / o.part_rows;   // 1, 2 or 4 sums a partial
+#pragma unroll
+        for (int e = 0; e < 2; e++) {   // pairs, then the pairs' sums (registers: indices known when compiled)
+            if (per >= 2) {
+                s[0][e] += s[1][e];
+                s[2][e] += s[3][e];
+            }
+            if (per == 4) s[0][e] += s[2][e];
+        }
+#pragma unroll
+        for (int g = 0; g < 4; g++) {
+            const int group = (m0 + 64 * half + 16 * g) / o.part_rows;
+            if (g % per == 0 && group < groups)
+                *(float2 *)(o.part + (long long)group * o.n + n0 + 2 * cp) = make_float2(s[g][0], s[g][1]);
+        }
+        gt_arrive(gt_shared(summed));
+        gt_wait(gt_shared(summed), tiles & 1);
+    }
     if (!o.tg) return;
     gp_staging_free(freed, uses, issuer);
 #pragma unroll
@@ -275,7 +299,8 @@ __device__ __forceinline__ void gp_gemm(const gt_tmap *ta, const gt_tmap *tw, co
     unsigned char *smem = gp_raw + ((1024 - (gt_shared(gp_raw) & 1023)) & 1023);
     unsigned char *staging = smem + S * GP_STAGE_BYTES;   // GP_STAGING_BYTES per multiplying warpgroup
     unsigned long long *full = (unsigned long long *)(staging + 2 * GP_STAGING_BYTES), *empty = full + S;
-    unsigned long long *written = empty + S, *freed = written + 2, *turn = freed + 2, *uready = turn + 2;   // one of each a warpgroup
+    unsigned long long *written = empty + S, *freed = written + 2, *turn = freed + 2;   // one of each a warpgroup
+    unsigned long long *uready = turn + 2, *summed = uready + 2;                      // the dX kernel's
     const int wg = threadIdx.x >> 7, kts = k / GP_BK, tiles_n = o.n / GP_BN;
     const int tiles = tiles_n * ((o.m + GP_BM - 1) / GP_BM);
     if (threadIdx.x == 0) {
@@ -288,6 +313,7 @@ __device__ __forceinline__ void gp_gemm(const gt_tmap *ta, const gt_tmap *tw, co
             gt_mbar_init(gt_shared(&freed[w]), 1);
             gt_mbar_init(gt_shared(&turn[w]), 128);
             gt_mbar_init(gt_shared(&uready[w]), 1);
+            gt_mbar_init(gt_shared(&summed[w]), 128);
         }
         asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
     }
@@ -295,26 +321,8 @@ __device__ __forceinline__ void gp_gemm(const gt_tmap *ta, const gt_tmap *tw, co
 
     if (wg == 0) {   // the loader: every tile's k tiles in the order of j
         GT_REGS_LOADER();
-        if (threadIdx.x == 0) {
-            unsigned it = 0;   // k tiles loaded so far
-            for (int t = blockIdx.x; t < tiles; t += gridDim.x) {
-                const int m0 = (t / tiles_n) * GP_BM, n0 = (t % tiles_n) * GP_BN;
-                for (int kt = 0; kt < kts; kt++, it++) {
-                    const unsigned s = it % S;
-                    gt_wait(gt_shared(&empty[s]), ((it / S) + 1) & 1);   // a fresh barrier passes parity 1
-                    gt_arrive_tx(gt_shared(&full[s]), GP_STAGE_BYTES);
-                    unsigned char *stage = smem + s * GP_STAGE_BYTES;
-                    gt_tma(gt_shared(stage), ta, kt * GP_BK, m0, gt_shared(&full[s]));
-                    if (KIND == GP_DX_DGELU) {   // W N-major: two boxes of 64 n by 64 k rows
-                        for (int b = 0; b < GP_BN / 64; b++)
-                            gt_tma(gt_shared(stage + GP_A_BYTES + b * 8192), tw, n0 + 64 * b, kt * GP_BK,
-                                   gt_shared(&full[s]));
-                    } else {                     // W K-major: one box of 128 n rows by 64 k
-                        gt_tma(gt_shared(stage + GP_A_BYTES), tw, kt * GP_BK, n0, gt_shared(&full[s]));
-                    }
-                }
-            }
-        }
+        if (threadIdx.x == 0)
+            gt_load_ring<GP_BM, GP_BN, S, KIND == GP_DX_DGELU>(ta, tw, smem, full, empty, tiles, tiles_n, kts);
         return;
     }
 
@@ -357,7 +365,8 @@ __device__ __forceinline__ void gp_gemm(const gt_tmap *ta, const gt_tmap *tw, co
         GT_WAIT_ALL();
         gt_arrive(gt_shared(&empty[(it - 1) % S]));   // the tile's last stage
         if (KIND == GP_DX_DGELU)
-            gp_store_dx(d, o, out, &written[cw], &freed[cw], &uready[cw], uses, (unsigned)(j >> 1), m0, n0);
+            gp_store_dx(d, o, out, &written[cw], &freed[cw], &uready[cw], &summed[cw], uses, (unsigned)(j >> 1), m0,
+                        n0);
         else
             gp_store_bias<KIND == GP_BIAS_GELU>(d, o, out, &written[cw], &freed[cw], uses, m0, n0);
     }
@@ -368,7 +377,7 @@ extern "C" __global__ void __launch_bounds__(GP_THREADS)
 gemm_pp_bias_f16(const __grid_constant__ gt_tmap ta, const __grid_constant__ gt_tmap tw,
                  const __grid_constant__ gt_tmap tc, const unsigned short *bias, int m, int n, int k)
 {
-    const gp_out o = {&tc, 0, 0, bias, 0, m, n};
+    const gp_out o = {&tc, 0, 0, bias, 0, 16, m, n};
     gp_gemm<GP_BIAS>(&ta, &tw, o, k);
 }
 
@@ -377,20 +386,21 @@ gemm_pp_bias_gelu_f16(const __grid_constant__ gt_tmap ta, const __grid_constant_
                       const __grid_constant__ gt_tmap tc, const __grid_constant__ gt_tmap tg,
                       const unsigned short *bias, int m, int n, int k)
 {
-    const gp_out o = {&tc, &tg, 0, bias, 0, m, n};
+    const gp_out o = {&tc, &tg, 0, bias, 0, 16, m, n};
     gp_gemm<GP_BIAS_GELU>(&ta, &tw, o, k);
 }
 
 // dU = round(dY W) * gelu'(u): dY (M x K) as A, W (K x N, N contiguous: a
 // linear's weight, K its outputs, read as stored), u (tu) and dU (tdu)
 // (M x N); with_y: gelu(u) to ty; part (may be 0): the column sums of the
-// stored dU per 16 rows, ceil(M / 16) rows of N f32.  The maps of u, dU
-// and y have boxes {64, 64}, W's {64, 64} (64 n by 64 k rows).
+// stored dU over each part_rows (16, 32 or 64) rows, ceil(M / part_rows)
+// rows of N f32.  The maps of u, dU and y have boxes {64, 64},
+// W's {64, 64} (64 n by 64 k rows).
 extern "C" __global__ void __launch_bounds__(GP_THREADS)
 gemm_pp_dx_dgelu_f16(const __grid_constant__ gt_tmap tdy, const __grid_constant__ gt_tmap tw,
                      const __grid_constant__ gt_tmap tu, const __grid_constant__ gt_tmap tdu,
-                     const __grid_constant__ gt_tmap ty, int with_y, float *part, int m, int n, int k)
+                     const __grid_constant__ gt_tmap ty, int with_y, float *part, int part_rows, int m, int n, int k)
 {
-    const gp_out o = {&tdu, with_y ? &ty : 0, &tu, 0, part, m, n};
+    const gp_out o = {&tdu, with_y ? &ty : 0, &tu, 0, part, part_rows, m, n};
     gp_gemm<GP_DX_DGELU>(&tdy, &tw, o, k);
 }

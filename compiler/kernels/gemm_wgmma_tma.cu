@@ -203,6 +203,37 @@ __device__ __forceinline__ void gt_quad_transpose(unsigned p[4], int q)
     if (hi1) { p[0] = r0; p[2] = r1; } else { p[1] = r0; p[3] = r1; }
 }
 
+// The loading thread's work (the ring of S stages of BM rows of A and
+// BN rows of W by GT_BK): every k tile of the block's tiles (blockIdx.x,
+// + gridDim.x, ..., row-major over (M / BM, N / BN)) in order, each stage
+// once the multiplying threads have released it (`empty`), its bytes
+// announced on `full`.  W K-major: one box of BN rows by GT_BK; N-major
+// (NMAJOR, for dX = dY W): BN / 64 boxes of 64 n by GT_BK k rows.
+template <int BM, int BN, int S, bool NMAJOR>
+__device__ __forceinline__ void gt_load_ring(const gt_tmap *ta, const gt_tmap *tw, unsigned char *smem,
+                                             unsigned long long *full, unsigned long long *empty, int tiles,
+                                             int tiles_n, int kts)
+{
+    constexpr unsigned A_BYTES = BM * GT_BK * 2, STAGE_BYTES = (BM + BN) * GT_BK * 2;
+    unsigned it = 0;   // k tiles loaded so far, over all of this block's tiles
+    for (int t = blockIdx.x; t < tiles; t += gridDim.x) {
+        const int m0 = (t / tiles_n) * BM, n0 = (t % tiles_n) * BN;
+        for (int kt = 0; kt < kts; kt++, it++) {
+            const unsigned s = it % S;
+            gt_wait(gt_shared(&empty[s]), ((it / S) + 1) & 1);   // a fresh barrier passes parity 1
+            gt_arrive_tx(gt_shared(&full[s]), STAGE_BYTES);
+            unsigned char *stage = smem + s * STAGE_BYTES;
+            gt_tma(gt_shared(stage), ta, kt * GT_BK, m0, gt_shared(&full[s]));
+            if (NMAJOR) {
+                for (int j = 0; j < BN / 64; j++)
+                    gt_tma(gt_shared(stage + A_BYTES + j * 8192), tw, n0 + 64 * j, kt * GT_BK, gt_shared(&full[s]));
+            } else {
+                gt_tma(gt_shared(stage + A_BYTES), tw, kt * GT_BK, n0, gt_shared(&full[s]));
+            }
+        }
+    }
+}
+
 // What a kernel computes: C = A W^T + bias; that and G = gelu(C); or
 // C = (A W, W N-major) * gelu'(G), the GELU backward's dU from dY and the
 // GELU's input u = G (the FFN's second linear's dX with the GELU behind it)
@@ -372,26 +403,8 @@ __device__ __forceinline__ void gt_gemm(const gt_tmap *ta, const gt_tmap *tw, co
 
     if (wg == 0) {   // the loader
         GT_REGS_LOADER();
-        if (threadIdx.x == 0) {
-            unsigned it = 0;   // k tiles loaded so far, over all of this block's tiles
-            for (int t = blockIdx.x; t < tiles; t += gridDim.x) {
-                const int m0 = (t / tiles_n) * GT_BM, n0 = (t % tiles_n) * GT_BN;
-                for (int kt = 0; kt < kts; kt++, it++) {
-                    const unsigned s = it % S;
-                    gt_wait(gt_shared(&empty[s]), ((it / S) + 1) & 1);   // a fresh barrier passes parity 1
-                    gt_arrive_tx(gt_shared(&full[s]), GT_STAGE_BYTES);
-                    unsigned char *stage = smem + s * GT_STAGE_BYTES;
-                    gt_tma(gt_shared(stage), ta, kt * GT_BK, m0, gt_shared(&full[s]));
-                    if (KIND == GT_DX_DGELU) {   // W N-major: four boxes of 64 n by 64 k rows
-                        for (int j = 0; j < GT_BN / 64; j++)
-                            gt_tma(gt_shared(stage + GT_A_BYTES + j * 8192), tw, n0 + 64 * j, kt * GT_BK,
-                                   gt_shared(&full[s]));
-                    } else {                     // W K-major: one box of 256 n rows by 64 k
-                        gt_tma(gt_shared(stage + GT_A_BYTES), tw, kt * GT_BK, n0, gt_shared(&full[s]));
-                    }
-                }
-            }
-        }
+        if (threadIdx.x == 0)
+            gt_load_ring<GT_BM, GT_BN, S, KIND == GT_DX_DGELU>(ta, tw, smem, full, empty, tiles, tiles_n, kts);
         return;
     }
 

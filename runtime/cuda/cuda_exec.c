@@ -164,81 +164,8 @@ static HpcStatus compile_module(CudaExec *ex, HpcError *err)
                 ex->cache_hit ? "kernel cache hit" : "NVRTC compile", ex->compile_seconds);
     st = CUDA_CHECK(err, cuda_driver()->cuModuleLoadData(&ex->module, cubin));
     free(cubin);
-    GemmOwnStore store = GEMM_OWN_TMA_STORE;
-    if (!st && own) st = gemm_own_store(&store, err);
-    if (!st && own) st = gemm_own_kernel(ex->module, gemm_own_kernel_name(store, false), store, &ex->gemm_own, err);
-    if (!st && own)
-        st = gemm_own_kernel(ex->module, gemm_own_kernel_name(store, true), store, &ex->gemm_own_gelu, err);
-    ex->gemm_own_gelu_only = own && gemm_own_gelu_only(src);
+    if (!st && own) st = cuda_exec_own_kernels(ex, err);
     return st;
-}
-
-/* Whether the arena bytes of values a and b overlap. */
-static bool values_overlap(const CudaExec *ex, int a, int b)
-{
-    CUdeviceptr pa = cuda_exec_ptr(ex, a), pb = cuda_exec_ptr(ex, b);
-    return pa < pb + (CUdeviceptr)ex->plan.v[b].bytes && pb < pa + (CUdeviceptr)ex->plan.v[a].bytes;
-}
-
-/* Whether node lin is an f16 LINEAR on cuBLASLt with a bias whose output
- * feeds the GELU node right after it (the graph's order is the plan's),
- * and whose weight's shape the own GEMM takes: the same answer before the
- * plan (gelu_outputs_written_early) and after it (pair_gelu). */
-static bool gelu_pair_candidate(const CudaExec *ex, int lin)
-{
-    if (lin + 1 >= ex->g->n) return false;
-    const IrNode *l = NODE(lin), *a = NODE(lin + 1);
-    return l->op == IR_OP_LINEAR && a->op == IR_OP_ACT && a->attr.act.kind == IR_ACT_GELU && a->in[0] == lin &&
-           l->dtype == DT_F16 && a->dtype == DT_F16 && ex->kernels->node[lin].kind == EOP_GEMM &&
-           ex->kernels->node[lin].bias_epilogue && NODE(l->in[1])->dims[0] % 256 == 0 &&
-           NODE(l->in[1])->dims[1] % 64 == 0;
-}
-
-/* With hpc's own GEMM: each f16 LINEAR whose output feeds a GELU node run
- * right after it computes that GELU too (gemm_tma_bias_gelu_f16: the
- * same act_gelu of the same rounded values as the GELU kernel), and the
- * GELU node's launch is skipped (not in runs whose M leaves the LINEAR
- * on cuBLASLt: gemm_own_fills, cuda_exec_launch_node).  Only where
- * writing the GELU's output at the LINEAR cannot touch anything still
- * live: the plan gives that output bytes from the GELU's position on,
- * which at the LINEAR's can only be the LINEAR's input's:
- * gelu_outputs_written_early has the plan start that output at the
- * LINEAR, and the overlap is checked again here. */
-static void pair_gelu(CudaExec *ex)
-{
-    const IrGraph *g = ex->g;
-    ex->gelu_of = xcalloc((size_t)g->n, sizeof *ex->gelu_of);
-    ex->computed_by_gemm = xcalloc((size_t)g->n, sizeof *ex->computed_by_gemm);
-    for (int i = 0; i < g->n; i++) ex->gelu_of[i] = -1;
-    for (int lin = 0; lin < g->n; lin++) {
-        int act = lin + 1;
-        if (!gelu_pair_candidate(ex, lin) || ex->plan.v[act].kind != PLAN_ARENA ||
-            values_overlap(ex, act, NODE(lin)->in[0]))
-            continue;
-        GemmDesc d;   /* the shape but M is every run's (no run is bound yet: M may be 0 here) */
-        cuda_exec_gemm_desc(ex, lin, &d);
-        d.M = 1;
-        if (!gemm_own_fits(&d)) continue;
-        ex->gelu_of[lin] = act;   /* computed_by_gemm[act] is set per launch: small M stays cuBLASLt's */
-    }
-}
-
-/* Before the plan: the GELU nodes pair_gelu will take, when the module
- * carries hpc's own GEMM and the device can run it, so that the plan
- * gives their outputs bytes of their own from the LINEAR on
- * (PlanOptions.write_early).  NULL when there are none. */
-static bool *gelu_outputs_written_early(const CudaExec *ex)
-{
-    const IrGraph *g = ex->g;
-    if (!gemm_own_in_source(ex->kernels->cuda_source) || ex->dev->arch != 90) return NULL;
-    bool *early = xcalloc((size_t)g->n, sizeof *early), any = false;
-    for (int lin = 0; lin < g->n; lin++)
-        if (gelu_pair_candidate(ex, lin)) early[lin + 1] = any = true;
-    if (!any) {
-        free(early);
-        return NULL;
-    }
-    return early;
 }
 
 /* Launch shapes for B, L from the records (recomputed when a run's
@@ -300,7 +227,7 @@ HpcStatus cuda_exec_init_kernels_with(CudaExec *ex, CudaDevice *dev, const IrGra
     ex->dev = dev;
     ex->kernels = kernels;
     PlanOptions po = plan ? *plan : (PlanOptions){0};
-    bool *early = gelu_outputs_written_early(ex);
+    bool *early = cuda_exec_own_written_early(ex);
     po.write_early = early;
     HpcStatus st = plan_step(ex, max_B, max_L, &po, err);
     free(early);
@@ -319,7 +246,7 @@ HpcStatus cuda_exec_init_kernels_with(CudaExec *ex, CudaDevice *dev, const IrGra
                          ex->cubin_from_program ? "the program's cubin" : ex->cache_hit ? "kernel cache hit" : "NVRTC",
                          ex->compile_seconds);
     if (!st) st = lookup_kernels(ex, err);
-    if (!st && ex->gemm_own.fn) pair_gelu(ex);
+    if (!st && ex->gemm_own.fn) cuda_exec_own_pair(ex);
     if (st) cuda_exec_free(ex);
     return st;
 }
@@ -337,6 +264,7 @@ void cuda_exec_free(CudaExec *ex)
     free(ex->fn);
     free(ex->code);
     free(ex->gelu_of);
+    free(ex->dgelu_of);
     free(ex->computed_by_gemm);
     free(ex->param_dev);
     free(ex->master);
@@ -506,7 +434,8 @@ void cuda_exec_gemm_desc(const CudaExec *ex, int id, GemmDesc *d)
     }
 }
 
-static HpcStatus launch_phases(CudaExec *ex, int id, HpcError *err)
+/* Node id's kernels from phase `first` on (0: all of them). */
+static HpcStatus launch_phases(CudaExec *ex, int id, int first, HpcError *err)
 {
     const IrNode *n = NODE(id);
     /* LINEAR_DW_BGRAD's phases (its fallback) write db, its output 1. */
@@ -520,7 +449,7 @@ static HpcStatus launch_phases(CudaExec *ex, int id, HpcError *err)
     if (ex->plan.scratch_off[id] >= 0) a.scratch = ex->arena.base + (CUdeviceptr)ex->plan.scratch_off[id];
     void *args[] = {&a};
     HpcStatus st = HPC_OK;
-    for (int k = 0; k < ex->code[id].n_phases && !st; k++)
+    for (int k = first; k < ex->code[id].n_phases && !st; k++)
         if (ex->code[id].phase[k].grid[0] > 0)   /* 0: not at this shape (StepPhase.above_l) */
             st = cuda_launch(ex->fn[id][k], ex->code[id].phase[k].grid, ex->code[id].phase[k].block,
                              ex->code[id].phase[k].shared_bytes, ex->dev->stream, args, err);
@@ -539,24 +468,14 @@ HpcStatus cuda_exec_launch_node(CudaExec *ex, int id, HpcError *err)
         if (d.epilogue == GEMM_EPI_BGRAD_A) {   /* the column-sum kernels only where cuBLASLt has no epilogue */
             bool done = false;
             st = gemm_run_optional(&ex->gemm, &d, &done, err);
-            return st || done ? st : launch_phases(ex, id, err);
+            return st || done ? st : launch_phases(ex, id, 0, err);
         }
-        if (ex->gemm_own.fn && NODE(id)->op == IR_OP_LINEAR && gemm_own_fits(&d) &&
-            gemm_own_fills(&ex->gemm_own, &d, ex->dev->sm_count) && (!ex->gemm_own_gelu_only || ex->gelu_of[id] >= 0)) {
-            int act = ex->gelu_of[id];
-            CUdeviceptr gelu = act >= 0 ? cuda_exec_ptr(ex, act) : 0;
-            st = gemm_own_run(gelu ? &ex->gemm_own_gelu : &ex->gemm_own, &d, gelu, ex->dev->sm_count, ex->dev->stream,
-                              err);
-            if (act >= 0) ex->computed_by_gemm[act] = true;
-        } else {
-            st = gemm_run(&ex->gemm, &d, err);
-            /* at this M cuBLASLt's GEMM: the paired GELU runs its own launch */
-            if (ex->gelu_of && ex->gelu_of[id] >= 0) ex->computed_by_gemm[ex->gelu_of[id]] = false;
-        }
-        return st ? st : launch_phases(ex, id, err);
-    case EOP_KERNELS:
-        if (ex->computed_by_gemm && ex->computed_by_gemm[id]) return HPC_OK;   /* pair_gelu */
-        return launch_phases(ex, id, err);
+        bool own = false;   /* hpc's own GEMM ran it (cuda_exec_own.c) */
+        st = cuda_exec_own_launch(ex, id, &d, &own, err);
+        if (!st && !own) st = gemm_run(&ex->gemm, &d, err);
+        return st ? st : launch_phases(ex, id, 0, err);
+    case EOP_KERNELS:   /* from the phase the GEMM before it has not done (cuda_exec_own.c) */
+        return launch_phases(ex, id, cuda_exec_own_first_phase(ex, id), err);
     }
     return HPC_OK;
 }

@@ -1,5 +1,6 @@
 /* runtime/cuda/cuda_exec_internal.h — what the executor's own files share
- * (cuda_exec.c launches; cuda_exec_profile.c times those launches).  Not
+ * (cuda_exec.c launches; cuda_exec_own.c decides where hpc's own GEMM runs;
+ * cuda_exec_profile.c times the launches).  Not
  * for callers of the cuda backend: they use cuda_exec.h. */
 #ifndef HPC_RUNTIME_CUDA_EXEC_INTERNAL_H
 #define HPC_RUNTIME_CUDA_EXEC_INTERNAL_H
@@ -15,6 +16,20 @@ HpcStatus cuda_exec_launch_node(CudaExec *ex, int id, HpcError *err);
 
 /* Queues nodes [0, end) of the plan's order, then the tail if any. */
 HpcStatus cuda_exec_launch_step(CudaExec *ex, int end, const CudaExecTail *tail, HpcError *err);
+
+/* hpc's own GEMM in the executor (cuda_exec_own.c).  Before the plan:
+ * which values its GEMMs write one node early (PlanOptions.write_early;
+ * NULL when none, or when the module lacks the kernel or the device is no
+ * sm_90).  After the module loads: its kernels, as HPC_GEMM_OWN_STORE
+ * picks.  After the plan: the pairs (gelu_of, dgelu_of).  At a GEMM
+ * node's launch: runs it on the own GEMM where that applies (*done), and
+ * notes what it computed of the node after it; that node's launch then
+ * starts at cuda_exec_own_first_phase (its phase count: nothing left). */
+bool *cuda_exec_own_written_early(const CudaExec *ex);
+HpcStatus cuda_exec_own_kernels(CudaExec *ex, HpcError *err);
+void cuda_exec_own_pair(CudaExec *ex);
+HpcStatus cuda_exec_own_launch(CudaExec *ex, int id, const GemmDesc *d, bool *done, HpcError *err);
+int cuda_exec_own_first_phase(const CudaExec *ex, int id);
 
 /* HPC_PROFILE (docs/cuda.md): unset, "" or "0" is off; "graph" or
  * "graph:N" times the step inside a CUDA graph, over N replays (default

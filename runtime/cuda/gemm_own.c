@@ -112,6 +112,10 @@ HpcStatus gemm_own_dx_dgelu_run(const GemmOwnKernel *k, const GemmOwnDxDgelu *g,
                                 HpcError *err)
 {
     const bool pp = k->store == GEMM_OWN_PINGPONG;
+    int part_rows = g->part_rows ? g->part_rows : 16;
+    if (part_rows != 16 && !(pp && (part_rows == 32 || part_rows == 64)))
+        return hpc_fail(err, HPC_ERR_INTERNAL, "gemm_own_dx_dgelu_run: column sums over %d rows (the ping-pong kernel "
+                        "sums 16, 32 or 64, the other 16)", part_rows);
     CUtensorMap tdy, tw, tu, tdu, ty;
     HpcStatus st = gemm_own_tensor_map(&tdy, g->dy, g->M, g->K, 128, err);
     if (!st) st = gemm_own_tensor_map(&tw, g->w, g->K, g->N, 64, err);
@@ -123,7 +127,7 @@ HpcStatus gemm_own_dx_dgelu_run(const GemmOwnKernel *k, const GemmOwnDxDgelu *g,
     CUdeviceptr du = g->du, u = g->u, y = g->y, part = g->part;
     int m = (int)g->M, n = (int)g->N, kk = (int)g->K, with_y = g->y != 0;
     void *direct[] = {&tdy, &tw, &du, &u, &y, &part, &m, &n, &kk};
-    void *pingpong[] = {&tdy, &tw, &tu, &tdu, &ty, &with_y, &part, &m, &n, &kk};
+    void *pingpong[] = {&tdy, &tw, &tu, &tdu, &ty, &with_y, &part, &part_rows, &m, &n, &kk};
     return cuda_launch(k->fn, (unsigned[3]){(unsigned)gemm_own_grid(k->store, &shape, blocks), 1, 1},
                        (unsigned[3]){384, 1, 1}, smem_bytes(k->store), stream, pp ? pingpong : direct, err);
 }

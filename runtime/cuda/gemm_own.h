@@ -18,7 +18,10 @@
  * executor asks the plan to give the GELU output its bytes from the
  * LINEAR on (PlanOptions.write_early), so `hpc compile --plan` and the
  * memory check, which plan without it, can differ from such a run by
- * those few ranges.
+ * those few ranges.  With the ping-pong kernels the FFN's second linear's
+ * dX GEMM also does the GELU backward's first phase after it
+ * (GEMM_OWN_PP_DX_DGELU_KERNEL).  Which node pairs, and when:
+ * runtime/cuda/cuda_exec_own.c.
  *
  *   GemmOwnKernel k = {fn, GEMM_OWN_TMA_STORE};   // fn: GEMM_OWN_TS_KERNEL's function
  *   if (gemm_own_fits(&desc) && gemm_own_fills(&k, &desc, dev->sm_count))
@@ -49,7 +52,7 @@ typedef enum { GEMM_OWN_DIRECT, GEMM_OWN_TMA_STORE, GEMM_OWN_PINGPONG } GemmOwnS
 #define GEMM_OWN_PP_GELU_KERNEL "gemm_pp_bias_gelu_f16"
 #define GEMM_OWN_SMEM_BYTES (4 * (128 + 256) * 64 * 2 + 1024 + 2 * 4 * 8)   /* GT_SMEM_BYTES */
 #define GEMM_OWN_TS_SMEM_BYTES (4 * (128 + 256) * 64 * 2 + 128 * 128 * 2 + 1024 + (2 * 4 + 4) * 8)   /* GT_TS_SMEM_BYTES */
-#define GEMM_OWN_PP_SMEM_BYTES (5 * (128 + 128) * 64 * 2 + 4 * 64 * 128 * 2 + 1024 + (2 * 5 + 8) * 8)   /* GP_SMEM_BYTES */
+#define GEMM_OWN_PP_SMEM_BYTES (5 * (128 + 128) * 64 * 2 + 4 * 64 * 128 * 2 + 1024 + (2 * 5 + 10) * 8)   /* GP_SMEM_BYTES */
 
 /* One of the kernels as looked up in a module. */
 typedef struct {
@@ -61,7 +64,8 @@ typedef struct {
 const char *gemm_own_kernel_name(GemmOwnStore store, bool gelu);
 
 /* Kernel `name` of module mod into *k, allowed the shared memory its
- * store takes (the dX kernel stores directly). */
+ * store takes (the dX kernels: GEMM_OWN_DX_DGELU_KERNEL with
+ * GEMM_OWN_DIRECT, GEMM_OWN_PP_DX_DGELU_KERNEL with GEMM_OWN_PINGPONG). */
 HpcStatus gemm_own_kernel(CUmodule mod, const char *name, GemmOwnStore store, GemmOwnKernel *k, HpcError *err);
 
 /* HPC_GEMM_OWN_STORE: "tma" (the default), "direct" or "pingpong"; which
@@ -113,17 +117,19 @@ HpcStatus gemm_own_run(const GemmOwnKernel *k, const GemmDesc *d, CUdeviceptr ge
 
 /* dU = (dY W) * gelu'(u), all f16: the FFN's second linear's dX with the
  * GELU backward in its epilogue (GEMM_OWN_DX_DGELU_KERNEL, or with the
- * ping-pong schedule GEMM_OWN_PP_DX_DGELU_KERNEL), not yet used by the
- * step.  dy (M, K), w (K, N) as a linear with K outputs stores its
- * weight, u the GELU's input and du (M, N); N a multiple of 256, K of 64.
- * Optional (0: not written): y (M, N) f16 gets gelu(u), and part
- * (ceil(M / 16), N) f32 the column sums of the stored dU over each 16
- * rows, as the step's ACT_BWD_BGRAD writes them for its bias gradient. */
+ * ping-pong schedule GEMM_OWN_PP_DX_DGELU_KERNEL).  dy (M, K), w (K, N)
+ * as a linear with K outputs stores its weight, u the GELU's input and du
+ * (M, N); N a multiple of 256, K of 64.  Optional (0: not written): y
+ * (M, N) f16 gets gelu(u), and part (ceil(M / part_rows), N) f32 the
+ * column sums of the stored dU over each part_rows rows, as the step's
+ * ACT_BWD_BGRAD writes them for its bias gradient (program/act_parts.h);
+ * part_rows 16 (0 means 16), or with the ping-pong kernel also 32 or 64. */
 #define GEMM_OWN_DX_DGELU_KERNEL "gemm_tma_dx_dgelu_f16"
 #define GEMM_OWN_PP_DX_DGELU_KERNEL "gemm_pp_dx_dgelu_f16"
 typedef struct {
     CUdeviceptr dy, w, u, du, y, part;
     int64_t M, N, K;
+    int part_rows;
 } GemmOwnDxDgelu;
 
 /* Queues it on stream, as gemm_own_run does (k: one of the two kernels,

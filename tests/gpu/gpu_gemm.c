@@ -49,6 +49,7 @@
 #include "cuda/gemm_own.h"
 #include "gpu_check.h"
 #include "kernel_sources.h"
+#include "program/act_parts.h"
 #include "program/activations.h"
 
 enum { TILE = 128, KTILE = 64, THREADS = 256 };
@@ -283,8 +284,9 @@ static void check_shape(int m, int n, int k, int tma, int gelu, uint64_t seed)
  * most `blocks` blocks: dU = round(dY W) * gelu'(u) against a double
  * reference of the same (the GEMM's result rounded to f16 first, as the
  * step's separate GEMM and GELU backward round it); dY, W random in
- * [-1, 1], u in [-3, 3], dU poisoned first. */
-static void check_dx_dgelu_with(const GemmOwnKernel *kern, int m, int n, int k, int blocks, uint64_t seed)
+ * [-1, 1], u in [-3, 3], dU poisoned first; the column sums of dU over
+ * each `rows` rows. */
+static void check_dx_dgelu_with(const GemmOwnKernel *kern, int m, int n, int k, int blocks, int rows, uint64_t seed)
 {
     const char *name = kern->store == GEMM_OWN_PINGPONG ? GEMM_OWN_PP_DX_DGELU_KERNEL : GEMM_OWN_DX_DGELU_KERNEL;
     const CudaDriver *cu = cuda_driver();
@@ -312,13 +314,14 @@ static void check_dx_dgelu_with(const GemmOwnKernel *kern, int m, int n, int k, 
     DRV(cu->cuMemcpyHtoD(dw, w, (size_t)k * n * 2));
     DRV(cu->cuMemcpyHtoD(dup, u, (size_t)m * n * 2));
     DRV(cu->cuMemsetD8(ddu, 0xFF, (size_t)m * n * 2));   /* NaN in f16 */
-    const int groups = (m + 15) / 16;
+    const int groups = (m + rows - 1) / rows;
     CUdeviceptr dy2, dpart;
     DRV(cu->cuMemAlloc(&dy2, (size_t)m * n * 2));
     DRV(cu->cuMemAlloc(&dpart, (size_t)groups * n * 4));
     DRV(cu->cuMemsetD8(dy2, 0xFF, (size_t)m * n * 2));
     DRV(cu->cuMemsetD32Async(dpart, 0x7fc00000u, (size_t)groups * n, g_dev.stream));   /* NaN in f32 */
-    GemmOwnDxDgelu g = {.dy = ddy, .w = dw, .u = dup, .du = ddu, .y = dy2, .part = dpart, .M = m, .N = n, .K = k};
+    GemmOwnDxDgelu g = {.dy = ddy, .w = dw, .u = dup, .du = ddu, .y = dy2, .part = dpart, .M = m, .N = n, .K = k,
+                        .part_rows = rows};
     HpcError err = {0};
     if (gemm_own_dx_dgelu_run(kern, &g, blocks < g_dev.sm_count ? blocks : g_dev.sm_count, g_dev.stream, &err))
         gpu_check_die("gemm_own_dx_dgelu_run", &err);
@@ -342,7 +345,7 @@ static void check_dx_dgelu_with(const GemmOwnKernel *kern, int m, int n, int k, 
     for (int r = 0; r < groups; r++)
         for (int j = 0; j < n; j++) {
             double s = 0;
-            for (int i = 16 * r; i < 16 * r + 16 && i < m; i++) s += half_to_f32(du[(size_t)i * n + j]);
+            for (int i = rows * r; i < rows * r + rows && i < m; i++) s += half_to_f32(du[(size_t)i * n + j]);
             double got = part[(size_t)r * n + j];
             nan_p += got != got;
             num += (got - s) * (got - s);
@@ -350,8 +353,8 @@ static void check_dx_dgelu_with(const GemmOwnKernel *kern, int m, int n, int k, 
         }
     double rel_p = sqrt(num / den);
     result(nan_y == 0 && rel_y <= 2e-3 && nan_p == 0 && rel_p <= 1e-5,
-           "%s M=%d N=%d K=%d: y = gelu(u) rel L2 %.2e <= 2e-3; %d partial column sums of dU rel L2 %.2e <= 1e-5; "
-           "%d NaN", name, m, n, k, rel_y, groups, rel_p, nan_y + nan_p);
+           "%s M=%d N=%d K=%d: y = gelu(u) rel L2 %.2e <= 2e-3; %d column sums of dU over %d rows, rel L2 %.2e <= "
+           "1e-5; %d NaN", name, m, n, k, rel_y, groups, rows, rel_p, nan_y + nan_p);
     free(y2);
     free(part);
     free(yref);
@@ -368,11 +371,13 @@ static void check_dx_dgelu_with(const GemmOwnKernel *kern, int m, int n, int k, 
     free(ref);
 }
 
-/* Both dX kernels. */
-static void check_dx_dgelu(int m, int n, int k, int blocks, uint64_t seed)
+/* Both dX kernels, the column sums over 16 rows; the ping-pong one also
+ * over `rows` (32 or 64) when not 16. */
+static void check_dx_dgelu(int m, int n, int k, int blocks, int rows, uint64_t seed)
 {
-    check_dx_dgelu_with(&g_dx[0], m, n, k, blocks, seed);
-    check_dx_dgelu_with(&g_dx[1], m, n, k, blocks, seed);
+    check_dx_dgelu_with(&g_dx[0], m, n, k, blocks, 16, seed);
+    check_dx_dgelu_with(&g_dx[1], m, n, k, blocks, 16, seed);
+    if (rows != 16) check_dx_dgelu_with(&g_dx[1], m, n, k, blocks, rows, seed);
 }
 
 /* ---- timing ----------------------------------------------------------------- */
@@ -388,10 +393,14 @@ enum {
     CUBLAS_DX_DGELU
 };
 
+/* The ping-pong dX kernel's column partials while timing: (32768 / 16, 3072) f32. */
+static CUdeviceptr g_part;
+
 /* Median ms of 20 runs of one way of computing C (and G); the DX ways
  * take a as dY and as u, w as W (k x n), c as dG and then gelu(u), and
- * gout as dU (the column sums of dU that the step's GELU backward also
- * writes are left out of both). */
+ * gout as dU; the ping-pong one also writes the column partials the
+ * step's GELU backward writes (program/act_parts.h), which the pass
+ * beside it leaves out. */
 static float time_one(GemmContext *g, int way, int m, int n, int k, CUdeviceptr a, CUdeviceptr w,
                       CUdeviceptr b16, CUdeviceptr c, CUdeviceptr gout)
 {
@@ -402,6 +411,10 @@ static float time_one(GemmContext *g, int way, int m, int n, int k, CUdeviceptr 
     else
         gemm_desc_linear(&desc, GEMM_F16, GEMM_F16, m, n, k, a, w, b16, c);
     GemmOwnDxDgelu dx = {.dy = a, .w = w, .u = a, .du = gout, .y = c, .M = m, .N = n, .K = k};
+    if (way == PP_DX_DGELU) {   /* with the step's column partials (the other kernel sums 16 rows only) */
+        dx.part = g_part;
+        dx.part_rows = (int)act_part_group_rows(m);
+    }
     CUevent e0, e1;
     DRV(cu->cuEventCreate(&e0, CU_EVENT_DEFAULT));
     DRV(cu->cuEventCreate(&e1, CU_EVENT_DEFAULT));
@@ -474,6 +487,7 @@ static void run_timing(void)
     DRV(cu->cuMemAlloc(&b16, 3072 * 2));
     DRV(cu->cuMemAlloc(&c, (size_t)32768 * 3072 * 2));
     DRV(cu->cuMemAlloc(&gout, (size_t)32768 * 3072 * 2));
+    DRV(cu->cuMemAlloc(&g_part, (size_t)32768 / 16 * 3072 * 4));
     DRV(cu->cuMemsetD8(a, 0x3c, (size_t)32768 * 3072 * 2));   /* small finite values */
     DRV(cu->cuMemsetD8(w, 0x1c, (size_t)3072 * 3072 * 2));
     DRV(cu->cuMemsetD8(b16, 0, 3072 * 2));
@@ -512,6 +526,7 @@ static void run_timing(void)
     cu->cuMemFree(b16);
     cu->cuMemFree(c);
     cu->cuMemFree(gout);
+    cu->cuMemFree(g_part);
     gemm_free(&g);
 }
 
@@ -534,9 +549,9 @@ int main(void)
     check_shape(384, 768, 576, 2, 0, 12);      /* 9 tiles on 2 blocks, 9 k tiles each: the ring across tiles */
     check_shape(328, 512, 320, 3, 1, 13);      /* 6 tiles on 3 blocks, GELU, a part row tile */
     check_shape(456, 512, 128, 1, 1, 16);      /* 8 tiles on 1 block, GELU: 16 rounds of each staging */
-    check_dx_dgelu(256, 512, 192, all, 14);    /* the dX GEMM with the GELU backward: W N-major */
-    check_dx_dgelu(328, 768, 320, 2, 15);      /* 9 tiles on 2 blocks, a part row tile */
-    check_dx_dgelu(456, 512, 128, 1, 17);      /* ping-pong: 16 tiles on 1 block, 32 rounds of u loads */
+    check_dx_dgelu(256, 512, 192, all, 32, 14);   /* the dX GEMM with the GELU backward: W N-major */
+    check_dx_dgelu(328, 768, 320, 2, 64, 15);     /* 9 tiles on 2 blocks, a part row tile */
+    check_dx_dgelu(456, 512, 128, 1, 64, 17);     /* ping-pong: 16 tiles on 1 block, as many u loads */
     if (!getenv("HPC_GPU_TEST_NO_TIMING")) run_timing();
     cuda_device_close(&g_dev);
     return gpu_check_summary();
