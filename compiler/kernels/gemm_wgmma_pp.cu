@@ -85,7 +85,7 @@
 
 // What a kernel computes (as gemm_wgmma_tma.cu's GT_ kinds): C = A W^T +
 // bias; that and G = gelu(C); or dU = round(A W, W N-major) * gelu'(u)
-// with gelu(u) and dU's 16-row column sums beside it.
+// with gelu(u) and dU's column sums beside it.
 enum { GP_BIAS, GP_BIAS_GELU, GP_DX_DGELU };
 
 // The tensor maps and pointers of an epilogue: tc stores C (dU), tg G
@@ -114,21 +114,22 @@ __device__ __forceinline__ void gp_staging_free(unsigned long long *freed, unsig
 }
 
 // A staging round's end: every thread's writes made visible to the TMA,
-// then (one thread, once all 128 have written: `written`, phase uses)
-// out's two 64-column boxes, and with g the two after them, stored at
-// (n0, row0) of tc and tg.
-__device__ __forceinline__ void gp_staging_store(const gt_tmap *tc, const gt_tmap *tg, const unsigned char *out,
-                                                 unsigned long long *written, unsigned uses, bool issuer, int n0,
-                                                 int row0)
+// then (one thread, once all 128 have written: `written`, phase uses;
+// with all_wait every thread waits so) the staging's first half (two
+// 64-column boxes) stored at (n0, row_a) of ta, and its second half at
+// (n0, row_b) of tb unless tb is 0.
+__device__ __forceinline__ void gp_staging_store(const gt_tmap *ta, int row_a, const gt_tmap *tb, int row_b,
+                                                 const unsigned char *out, unsigned long long *written, unsigned uses,
+                                                 bool issuer, bool all_wait, int n0)
 {
     gt_fence_async_shared();
     gt_arrive(gt_shared(written));
+    if (all_wait || issuer) gt_wait(gt_shared(written), uses & 1);
     if (!issuer) return;
-    gt_wait(gt_shared(written), uses & 1);
 #pragma unroll
     for (int box = 0; box < 2; box++) {
-        gt_tma_store(tc, n0 + 64 * box, row0, gt_shared(out + box * 8192));
-        if (tg) gt_tma_store(tg, n0 + 64 * box, row0, gt_shared(out + GP_HALF_BYTES + box * 8192));
+        gt_tma_store(ta, n0 + 64 * box, row_a, gt_shared(out + box * 8192));
+        if (tb) gt_tma_store(tb, n0 + 64 * box, row_b, gt_shared(out + GP_HALF_BYTES + box * 8192));
     }
     gt_bulk_commit();
 }
@@ -172,7 +173,7 @@ __device__ __forceinline__ void gp_store_bias(const float *d, const gp_out &o, u
                         gt_pack(act_gelu(gt_h2f((unsigned short)(v & 0xffffu))), act_gelu(gt_h2f((unsigned short)(v >> 16))));
             }
         }
-        gp_staging_store(o.tc, GELU ? o.tg : 0, out, written, uses, issuer, n0, m0 + 64 * round);
+        gp_staging_store(o.tc, m0 + 64 * round, GELU ? o.tg : 0, m0 + 64 * round, out, written, uses, issuer, false, n0);
     }
 }
 
@@ -227,15 +228,7 @@ __device__ __forceinline__ void gp_store_dx(const float *d, const gp_out &o, uns
             }
     // dU's 128 rows are the staging's two halves; every thread waits for
     // all writes, as the column sums read other threads' values
-    gt_fence_async_shared();
-    gt_arrive(gt_shared(written));
-    gt_wait(gt_shared(written), uses & 1);
-    if (issuer) {
-        for (int half = 0; half < 2; half++)
-            for (int box = 0; box < 2; box++)
-                gt_tma_store(o.tc, n0 + 64 * box, m0 + 64 * half, gt_shared(out + half * GP_HALF_BYTES + box * 8192));
-        gt_bulk_commit();
-    }
+    gp_staging_store(o.tc, m0, o.tc, m0 + 64, out, written, uses, issuer, true, n0);
     uses++;
     if (o.part) {   // the stored dU (as BIAS_GRAD reads it) summed per part_rows rows
         // thread t: columns 2 (t % 64) and the next, the rows of half t / 64,
@@ -278,15 +271,7 @@ __device__ __forceinline__ void gp_store_dx(const float *d, const gp_out &o, uns
         for (int j = 0; j < GP_BN / 8; j++)
 #pragma unroll
             for (int h = 0; h < 2; h++) *(unsigned *)(out + half * GP_HALF_BYTES + gp_at(r0 + 8 * h, j, q)) = y[half][j][h];
-    gt_fence_async_shared();
-    gt_arrive(gt_shared(written));
-    if (issuer) {
-        gt_wait(gt_shared(written), uses & 1);
-        for (int half = 0; half < 2; half++)
-            for (int box = 0; box < 2; box++)
-                gt_tma_store(o.tg, n0 + 64 * box, m0 + 64 * half, gt_shared(out + half * GP_HALF_BYTES + box * 8192));
-        gt_bulk_commit();
-    }
+    gp_staging_store(o.tg, m0, o.tg, m0 + 64, out, written, uses, issuer, false, n0);
     uses++;
 }
 
