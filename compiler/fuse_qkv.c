@@ -21,14 +21,6 @@ typedef struct {
     int lin[3];        /* its q, k, v LINEARs */
 } QkvSite;
 
-static int readers(const IrGraph *g, int v)
-{
-    int n = 0;
-    for (int i = 0; i < g->n; i++)
-        for (int k = 0; k < g->nodes[i].n_in; k++) n += g->nodes[i].in[k] == v;
-    return n;
-}
-
 static bool is_role(const IrGraph *g, int v) { return v == g->loss || v == g->logits; }
 
 /* Parameter index of PARAM node v, or -1. */
@@ -57,7 +49,7 @@ static bool match(const IrGraph *g, const ParamList *pl, int a, QkvSite *s)
     for (int k = 0; k < 3; k++) {
         int l = n->in[k];
         const IrNode *ln = &g->nodes[l];
-        if (ln->op != IR_OP_LINEAR || ln->n_in != 3 || readers(g, l) != 1 || is_role(g, l)) return false;
+        if (ln->op != IR_OP_LINEAR || ln->n_in != 3 || ir_readers(g, l) != 1 || is_role(g, l)) return false;
         if (ln->in[0] != g->nodes[n->in[0]].in[0]) return false;   /* one x */
         w[k] = ln->in[1];
         b[k] = ln->in[2];

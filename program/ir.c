@@ -31,6 +31,14 @@ int ir_output(const IrGraph *g, int id, int k)
     return -1;
 }
 
+int ir_readers(const IrGraph *g, int v)
+{
+    int n = 0;
+    for (int i = 0; i < g->n; i++)
+        for (int k = 0; k < g->nodes[i].n_in; k++) n += g->nodes[i].in[k] == v;
+    return n;
+}
+
 const char *ir_dtype_name(DType dt)
 {
     switch (dt) {

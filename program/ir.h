@@ -297,6 +297,9 @@ void ir_free(IrGraph *g);
 /* The value of output k of node id: id itself for k == 0, else its OUTPUT
  * node, or -1 when the graph has none (a pass dropped an unused one). */
 int ir_output(const IrGraph *g, int id, int k);
+
+/* How many inputs of g's nodes are value v (a node reading it twice counts twice). */
+int ir_readers(const IrGraph *g, int v);
 /* Copies loss, logits, n_forward and param_grad of src through map. */
 void ir_copy_roles(IrGraph *g, const IrGraph *src, const int *map);
 

@@ -71,15 +71,6 @@ static void pair_gelu(CudaExec *ex)
     }
 }
 
-/* How many nodes read value v. */
-static int readers(const CudaExec *ex, int v)
-{
-    int n = 0;
-    for (int i = 0; i < ex->g->n; i++)
-        for (int k = 0; k < NODE(i)->n_in; k++) n += NODE(i)->in[k] == v;
-    return n;
-}
-
 /* Whether node dx is an f16 LINEAR_DX on cuBLASLt whose one reader is the
  * GELU's f16 ACT_BWD_BGRAD right after it, of an f16 u, and whose weight's
  * shape the ping-pong dX kernel takes. */
@@ -91,7 +82,7 @@ static bool dgelu_pair_candidate(const CudaExec *ex, int dx)
     return l->op == IR_OP_LINEAR_DX && a->op == IR_OP_ACT_BWD_BGRAD && a->attr.act_bgrad.kind == IR_ACT_GELU &&
            a->in[0] == dx && l->dtype == DT_F16 && a->dtype == DT_F16 && NODE(a->in[1])->dtype == DT_F16 &&
            (y < 0 || NODE(y)->dtype == DT_F16) && ex->kernels->node[dx].kind == EOP_GEMM &&
-           ex->code[dx + 1].n_phases == 2 && readers(ex, dx) == 1 && NODE(l->in[1])->dims[1] % 256 == 0 &&
+           ex->code[dx + 1].n_phases == 2 && ir_readers(ex->g, dx) == 1 && NODE(l->in[1])->dims[1] % 256 == 0 &&
            NODE(l->in[1])->dims[0] % 64 == 0;
 }
 
@@ -168,7 +159,7 @@ void cuda_exec_own_pair(CudaExec *ex)
 static HpcStatus launch_dgelu(CudaExec *ex, int id, int act, const GemmDesc *d, bool *done, HpcError *err)
 {
     const int64_t G = act_part_group_rows(d->M);
-    *done = G <= 64 && gemm_own_fills(&ex->gemm_own_dx, d, ex->dev->sm_count);   /* the kernel's groups */
+    *done = G <= GEMM_OWN_PP_MAX_PART_ROWS && gemm_own_fills(&ex->gemm_own_dx, d, ex->dev->sm_count);
     ex->computed_by_gemm[act] = *done;
     if (!*done) return HPC_OK;
     int y = ir_output(ex->g, act, 2);

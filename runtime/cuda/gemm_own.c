@@ -113,7 +113,7 @@ HpcStatus gemm_own_dx_dgelu_run(const GemmOwnKernel *k, const GemmOwnDxDgelu *g,
 {
     const bool pp = k->store == GEMM_OWN_PINGPONG;
     int part_rows = g->part_rows ? g->part_rows : 16;
-    if (part_rows != 16 && !(pp && (part_rows == 32 || part_rows == 64)))
+    if (part_rows != 16 && !(pp && (part_rows == 32 || part_rows == GEMM_OWN_PP_MAX_PART_ROWS)))
         return hpc_fail(err, HPC_ERR_INTERNAL, "gemm_own_dx_dgelu_run: column sums over %d rows (the ping-pong kernel "
                         "sums 16, 32 or 64, the other 16)", part_rows);
     CUtensorMap tdy, tw, tu, tdu, ty;

@@ -125,6 +125,7 @@ HpcStatus gemm_own_run(const GemmOwnKernel *k, const GemmDesc *d, CUdeviceptr ge
  * ACT_BWD_BGRAD writes them for its bias gradient (program/act_parts.h);
  * part_rows 16 (0 means 16), or with the ping-pong kernel also 32 or 64. */
 #define GEMM_OWN_DX_DGELU_KERNEL "gemm_tma_dx_dgelu_f16"
+#define GEMM_OWN_PP_MAX_PART_ROWS 64   /* the ping-pong kernel's largest part_rows: half its tile */
 #define GEMM_OWN_PP_DX_DGELU_KERNEL "gemm_pp_dx_dgelu_f16"
 typedef struct {
     CUdeviceptr dy, w, u, du, y, part;
