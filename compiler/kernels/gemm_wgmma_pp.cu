@@ -38,13 +38,13 @@
 // on the ring within one phase of it (a parity wait cannot tell phase p
 // from phase p + 2).
 //
-// The epilogue, in two rounds of 64 rows: each writes C's rows (bias
-// added, rounded to f16) and G's (gelu of the rounded values) into the
-// warpgroup's 32 KiB staging (C's 16 KiB, then G's; each two 64-column
-// boxes in the 128-byte swizzle, as gemm_wgmma_tma.cu stages them), after
-// which one of its threads issues the TMA stores.  A round first waits
-// until the TMA has read the last round's staging (`freed`), and the
-// issuing thread until all 128 have written (`written`).  The dX kernel
+// The epilogue, in four rounds of 64 rows by 64 columns: each writes C's
+// box (bias added, rounded to f16) and G's (gelu of the rounded values)
+// into one half of the warpgroup's 32 KiB staging (the 128-byte swizzle,
+// as gemm_wgmma_tma.cu stages them), after which one of its threads
+// issues the TMA stores.  The halves alternate: a round first waits until
+// the TMA has read the round's before last (`freed`), and the issuing
+// thread until all 128 have written (`written`).  The dX kernel
 // has the TMA load the tile's u into the staging before its MMAs
 // (`uready`), writes dU over it and stores all 128 rows, then writes
 // gelu(u) there and stores that.
@@ -61,6 +61,8 @@
 #define GP_W_BYTES (GP_BN * GP_BK * 2)
 #define GP_STAGE_BYTES (GP_A_BYTES + GP_W_BYTES)
 #define GP_HALF_BYTES (64 * GP_BN * 2)   // 64 rows of one output
+#define GP_BOX_BYTES (64 * 64 * 2)       // 64 rows by 64 columns: a TMA box of C, G or u
+#define GP_ROUND_BYTES (2 * GP_BOX_BYTES)   // a bias kernel's round: C's box and G's
 #define GP_STAGING_BYTES (2 * GP_HALF_BYTES)
 #define GP_SMEM_BYTES (GP_STAGES * GP_STAGE_BYTES + 2 * GP_STAGING_BYTES + 1024 + (2 * GP_STAGES + 10) * 8)
 
@@ -101,19 +103,25 @@ struct gp_out {
     int m, n;
 };
 
-// A staging round's start: the last round's stores must have read the
-// staging (`freed`, phase uses - 1) before it is written again.
-__device__ __forceinline__ void gp_staging_free(unsigned long long *freed, unsigned uses, bool issuer)
+// A staging round's start (`freed`, phase uses - 1): the last round's
+// stores must have read the staging before it is written again, or with
+// two_buffers the round's before last (the bias kernels' rounds
+// alternate between two buffers).
+__device__ __forceinline__ void gp_staging_free(unsigned long long *freed, unsigned uses, bool issuer,
+                                                bool two_buffers)
 {
     if (uses == 0) return;
     if (issuer) {
-        gt_bulk_wait_read();
+        if (two_buffers)
+            gt_bulk_wait_read_but_last();
+        else
+            gt_bulk_wait_read();
         gt_arrive(gt_shared(freed));
     }
     gt_wait(gt_shared(freed), (uses - 1) & 1);
 }
 
-// A staging round's end: every thread's writes made visible to the TMA,
+// A dX staging round's end: every thread's writes made visible to the TMA,
 // then (one thread, once all 128 have written: `written`, phase uses;
 // with all_wait every thread waits so) the staging's first half (two
 // 64-column boxes) stored at (n0, row_a) of ta, and its second half at
@@ -128,8 +136,8 @@ __device__ __forceinline__ void gp_staging_store(const gt_tmap *ta, int row_a, c
     if (!issuer) return;
 #pragma unroll
     for (int box = 0; box < 2; box++) {
-        gt_tma_store(ta, n0 + 64 * box, row_a, gt_shared(out + box * 8192));
-        if (tb) gt_tma_store(tb, n0 + 64 * box, row_b, gt_shared(out + GP_HALF_BYTES + box * 8192));
+        gt_tma_store(ta, n0 + 64 * box, row_a, gt_shared(out + box * GP_BOX_BYTES));
+        if (tb) gt_tma_store(tb, n0 + 64 * box, row_b, gt_shared(out + GP_HALF_BYTES + box * GP_BOX_BYTES));
     }
     gt_bulk_commit();
 }
@@ -139,41 +147,82 @@ __device__ __forceinline__ void gp_staging_store(const gt_tmap *ta, int row_a, c
 // swizzle; r & 7 = lane / 4 spreads a warp's 32 stores over all 32 banks.
 __device__ __forceinline__ unsigned gp_at(int r, int j, int q)
 {
-    return (unsigned)((j >> 3) * 8192 + r * 128 + (((j & 7) ^ (r & 7)) << 4) + 4 * q);
+    return (unsigned)((j >> 3) * GP_BOX_BYTES + r * 128 + (((j & 7) ^ (r & 7)) << 4) + 4 * q);
+}
+
+// The 8 x 8 blocks of f16 pairs a thread holds of one staging half, four
+// at a time: chunks j and j + 1 (16 bytes of a row each: columns 8 j ..
+// 8 j + 15) of rows 16 w .. 16 w + 15 (w the thread's warp), in the order
+// of the accumulator's pairs d[4 j + 2 h ..]: (j, h 0), (j, h 1), (j + 1,
+// h 0), (j + 1, h 1).  ldmatrix / stmatrix move them in one instruction
+// where 32-bit loads and stores take four; gp_x4_at is where this lane's
+// row of its block lies (lanes 8 b .. 8 b + 7 give block b's rows).
+__device__ __forceinline__ unsigned gp_x4_at(int j)
+{
+    const int lane = threadIdx.x & 31, w = (threadIdx.x >> 5) & 3;
+    return gp_at(16 * w + 8 * ((lane >> 3) & 1) + (lane & 7), j + (lane >> 4), 0);
+}
+__device__ __forceinline__ void gp_ldsm_x4(unsigned r[4], const unsigned char *p)
+{
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(gt_shared(p))
+                 : "memory");
+}
+__device__ __forceinline__ void gp_stsm_x4(unsigned char *p, const unsigned r[4])
+{
+    asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1, %2, %3, %4};\n"
+                 ::"r"(gt_shared(p)), "r"(r[0]), "r"(r[1]), "r"(r[2]), "r"(r[3])
+                 : "memory");
 }
 
 // The epilogue of one warpgroup's tile at (m0, n0) for the bias kernels:
 // d (rows 0..63 in d[0..63], rows 64..127 in d[64..127]; d[64 r + 4 j +
 // 2 h + e] is the tile's (64 r + r0 + 8 h, 8 j + 2 q + e)) + bias to C,
-// and with GELU its gelu to G, through the staging `out` in two rounds of
-// 64 rows.  `uses` counts the staging's rounds so far (the same in all
-// 128 threads).
+// and with GELU its gelu to G, in four rounds of 64 rows by 64 columns
+// (half = round / 2, box = round % 2).  A round writes C's box and G's
+// into one of the staging's two 16 KiB buffers, then one thread issues
+// their TMA stores; the buffers alternate, so a round waits only until
+// the TMA has read the round's before last, which had a whole round to
+// go (with one 32 KiB round a half, that wait was 7 % of the GELU
+// kernel's warp samples: ncu, H100, 2026-12-06).  `uses` counts the
+// staging's rounds so far (the same in all 128 threads): its parity
+// picks the buffer.
 template <bool GELU>
 __device__ __forceinline__ void gp_store_bias(const float *d, const gp_out &o, unsigned char *out,
                                               unsigned long long *written, unsigned long long *freed, unsigned &uses,
                                               int m0, int n0)
 {
     const int t = threadIdx.x & 127, q = t & 3;
-    const int r0 = 16 * (t >> 5) + ((t & 31) >> 2);   // the thread's first row of the round's 64
     const bool issuer = t == 0;
 #pragma unroll   // the round must be known at compile time: d stays in registers
-    for (int round = 0; round < 2; round++, uses++) {
-        gp_staging_free(freed, uses, issuer);
+    for (int round = 0; round < 4; round++, uses++) {
+        const int half = round >> 1, box = round & 1;
+        unsigned char *buf = out + (uses & 1) * GP_ROUND_BYTES;   // C's box, then G's
+        gp_staging_free(freed, uses, issuer, true);
 #pragma unroll
-        for (int j = 0; j < GP_BN / 8; j++) {
-            const unsigned bb = *(const unsigned *)(o.bias + n0 + 8 * j + 2 * q);
-            const float b0 = gt_h2f((unsigned short)(bb & 0xffffu)), b1 = gt_h2f((unsigned short)(bb >> 16));
+        for (int jb = 0; jb < 8; jb += 2) {   // the box's 16-byte chunks jb, jb + 1: column pairs 8 j + 2 q
+            unsigned c4[4], g4[4];            // in gp_x4_at's order
 #pragma unroll
-            for (int h = 0; h < 2; h++) {
-                const int r = r0 + 8 * h, i = 64 * round + 4 * j + 2 * h;
-                const unsigned v = gt_pack(d[i] + b0, d[i + 1] + b1), at = gp_at(r, j, q);
-                *(unsigned *)(out + at) = v;
+            for (int b = 0; b < 4; b++) {
+                const int j = 8 * box + jb + (b >> 1), h = b & 1, i = 64 * half + 4 * j + 2 * h;
+                const unsigned bb = *(const unsigned *)(o.bias + n0 + 8 * j + 2 * q);
+                const float b0 = gt_h2f((unsigned short)(bb & 0xffffu)), b1 = gt_h2f((unsigned short)(bb >> 16));
+                c4[b] = gt_pack(d[i] + b0, d[i + 1] + b1);
                 if (GELU)   // of the stored (rounded) values, as gemm_wgmma.cu
-                    *(unsigned *)(out + GP_HALF_BYTES + at) =
-                        gt_pack(act_gelu(gt_h2f((unsigned short)(v & 0xffffu))), act_gelu(gt_h2f((unsigned short)(v >> 16))));
+                    g4[b] = gt_pack(act_gelu(gt_h2f((unsigned short)(c4[b] & 0xffffu))),
+                                    act_gelu(gt_h2f((unsigned short)(c4[b] >> 16))));
             }
+            gp_stsm_x4(buf + gp_x4_at(jb), c4);
+            if (GELU) gp_stsm_x4(buf + GP_BOX_BYTES + gp_x4_at(jb), g4);
         }
-        gp_staging_store(o.tc, m0 + 64 * round, GELU ? o.tg : 0, m0 + 64 * round, out, written, uses, issuer, false, n0);
+        gt_fence_async_shared();
+        gt_arrive(gt_shared(written));
+        if (!issuer) continue;
+        gt_wait(gt_shared(written), uses & 1);
+        gt_tma_store(o.tc, n0 + 64 * box, m0 + 64 * half, gt_shared(buf));
+        if (GELU) gt_tma_store(o.tg, n0 + 64 * box, m0 + 64 * half, gt_shared(buf + GP_BOX_BYTES));
+        gt_bulk_commit();
     }
 }
 
@@ -185,12 +234,12 @@ __device__ __forceinline__ void gp_dx_load_u(const gp_out &o, unsigned char *out
                                              unsigned long long *uready, unsigned uses, int m0, int n0)
 {
     const bool issuer = (threadIdx.x & 127) == 0;
-    gp_staging_free(freed, uses, issuer);
+    gp_staging_free(freed, uses, issuer, false);
     if (!issuer) return;
     gt_arrive_tx(gt_shared(uready), 2 * GP_HALF_BYTES);
     for (int half = 0; half < 2; half++)
         for (int box = 0; box < 2; box++)
-            gt_tma(gt_shared(out + half * GP_HALF_BYTES + box * 8192), o.tu, n0 + 64 * box, m0 + 64 * half,
+            gt_tma(gt_shared(out + half * GP_HALF_BYTES + box * GP_BOX_BYTES), o.tu, n0 + 64 * box, m0 + 64 * half,
                    gt_shared(uready));
 }
 
@@ -201,31 +250,51 @@ __device__ __forceinline__ void gp_dx_load_u(const gp_out &o, unsigned char *out
 // then gelu(u), kept in registers meanwhile, written over the staging once
 // the TMA and every thread have read it (`summed`), and stored.  Two
 // staging uses (`uses`); `tiles` (this warpgroup's tiles so far) is
-// uready's and summed's phase.
+// uready's and summed's phase.  u is read and dU written in eight steps
+// of four chunks (two ldmatrix, two stmatrix), the next step's u read
+// before this step's dU is written: with one pair at a time the compiler
+// could not move a read of u above the write before it (the same
+// staging), and each pair waited for its read (ncu, H100, 2026-12-06).
 __device__ __forceinline__ void gp_store_dx(const float *d, const gp_out &o, unsigned char *out,
                                             unsigned long long *written, unsigned long long *freed,
                                             unsigned long long *uready, unsigned long long *summed, unsigned &uses,
                                             unsigned tiles, int m0, int n0)
 {
-    const int t = threadIdx.x & 127, q = t & 3;
-    const int r0 = 16 * (t >> 5) + ((t & 31) >> 2);
+    const int t = threadIdx.x & 127;
     const bool issuer = t == 0;
     unsigned y[2][GP_BN / 8][2];   // gelu(u) of this thread's pairs: [half][j][h]
     gt_wait(gt_shared(uready), tiles & 1);
+    unsigned u[2][4], next[2][4];   // a step's u: [its two ldmatrix][block]
 #pragma unroll
-    for (int half = 0; half < 2; half++)
+    for (int c = 0; c < 2; c++) gp_ldsm_x4(u[c], out + gp_x4_at(2 * c));
 #pragma unroll
-        for (int j = 0; j < GP_BN / 8; j++)
+    for (int step = 0; step < 8; step++) {   // half step / 4, chunks 4 (step % 4) .. + 3
+        const int half = step >> 2, j0 = 4 * (step & 3);
+        if (step < 7) {
+            const int nhalf = (step + 1) >> 2, nj0 = 4 * ((step + 1) & 3);
 #pragma unroll
-            for (int h = 0; h < 2; h++) {
-                const int i = 64 * half + 4 * j + 2 * h;
-                unsigned char *at = out + half * GP_HALF_BYTES + gp_at(r0 + 8 * h, j, q);
-                const unsigned u2 = *(const unsigned *)at, g2 = gt_pack(d[i], d[i + 1]);   // dG rounded, as stored
+            for (int c = 0; c < 2; c++) gp_ldsm_x4(next[c], out + nhalf * GP_HALF_BYTES + gp_x4_at(nj0 + 2 * c));
+        }
+        unsigned du[2][4];
+#pragma unroll
+        for (int c = 0; c < 2; c++)
+#pragma unroll
+            for (int b = 0; b < 4; b++) {
+                const int j = j0 + 2 * c + (b >> 1), h = b & 1, i = 64 * half + 4 * j + 2 * h;
+                const unsigned u2 = u[c][b], g2 = gt_pack(d[i], d[i + 1]);   // dG rounded, as stored
                 const float ulo = gt_h2f((unsigned short)(u2 & 0xffffu)), uhi = gt_h2f((unsigned short)(u2 >> 16));
-                *(unsigned *)at = gt_pack(gt_h2f((unsigned short)(g2 & 0xffffu)) * actg_gelu(ulo),
-                                          gt_h2f((unsigned short)(g2 >> 16)) * actg_gelu(uhi));
+                du[c][b] = gt_pack(gt_h2f((unsigned short)(g2 & 0xffffu)) * actg_gelu(ulo),
+                                   gt_h2f((unsigned short)(g2 >> 16)) * actg_gelu(uhi));
                 y[half][j][h] = gt_pack(act_gelu(ulo), act_gelu(uhi));
             }
+#pragma unroll
+        for (int c = 0; c < 2; c++) gp_stsm_x4(out + half * GP_HALF_BYTES + gp_x4_at(j0 + 2 * c), du[c]);
+        if (step < 7)
+#pragma unroll
+            for (int c = 0; c < 2; c++)
+#pragma unroll
+                for (int b = 0; b < 4; b++) u[c][b] = next[c][b];
+    }
     // dU's 128 rows are the staging's two halves; every thread waits for
     // all writes, as the column sums read other threads' values
     gp_staging_store(o.tc, m0, o.tc, m0 + 64, out, written, uses, issuer, true, n0);
@@ -264,13 +333,14 @@ __device__ __forceinline__ void gp_store_dx(const float *d, const gp_out &o, uns
         gt_wait(gt_shared(summed), tiles & 1);
     }
     if (!o.tg) return;
-    gp_staging_free(freed, uses, issuer);
+    gp_staging_free(freed, uses, issuer, false);
 #pragma unroll
     for (int half = 0; half < 2; half++)
 #pragma unroll
-        for (int j = 0; j < GP_BN / 8; j++)
-#pragma unroll
-            for (int h = 0; h < 2; h++) *(unsigned *)(out + half * GP_HALF_BYTES + gp_at(r0 + 8 * h, j, q)) = y[half][j][h];
+        for (int j = 0; j < GP_BN / 8; j += 2) {
+            const unsigned four[4] = {y[half][j][0], y[half][j][1], y[half][j + 1][0], y[half][j + 1][1]};
+            gp_stsm_x4(out + half * GP_HALF_BYTES + gp_x4_at(j), four);
+        }
     gp_staging_store(o.tg, m0, o.tg, m0 + 64, out, written, uses, issuer, false, n0);
     uses++;
 }

@@ -119,10 +119,14 @@ __device__ __forceinline__ void gt_tma_store(const gt_tmap *map, int x, int y, u
 }
 __device__ __forceinline__ void gt_bulk_commit(void) { asm volatile("cp.async.bulk.commit_group;\n" ::: "memory"); }
 // until this thread's bulk stores have read their shared memory (.read) or
-// are done
+// are done; gt_bulk_wait_read_but_last: all but the last committed group
 __device__ __forceinline__ void gt_bulk_wait_read(void)
 {
     asm volatile("cp.async.bulk.wait_group.read 0;\n" ::: "memory");
+}
+__device__ __forceinline__ void gt_bulk_wait_read_but_last(void)
+{
+    asm volatile("cp.async.bulk.wait_group.read 1;\n" ::: "memory");
 }
 __device__ __forceinline__ void gt_bulk_wait(void) { asm volatile("cp.async.bulk.wait_group 0;\n" ::: "memory"); }
 // this thread's shared-memory writes made visible to the TMA (the async proxy)

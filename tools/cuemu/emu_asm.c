@@ -1,7 +1,7 @@
 /* tools/cuemu/emu_asm.c — inline PTX to calls the host can run (cuemu.h).
  *
  * hpc's kernels hold a few inline PTX statements (conversions, mma.sync,
- * ldmatrix, cp.async, wide stores; wgmma, mbarrier, TMA loads and stores
+ * ldmatrix, stmatrix, cp.async, wide stores; wgmma, mbarrier, TMA loads and stores
  * in the GEMMs of its own, and thread block clusters: %cluster_ctarank, mapa,
  * remote mbarrier arrivals, multicast TMA loads, barrier.cluster).
  * Before g++ sees a (preprocessed) module, emu_rewrite_asm replaces each
@@ -47,6 +47,7 @@ static const Known g_known[] = {
      "emu_asm_mma_16816_bf16"},
     {"ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4]", "emu_asm_ldmatrix_x4"},
     {"ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4]", "emu_asm_ldmatrix_x4_trans"},
+    {"stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1, %2, %3, %4}", "emu_asm_stmatrix_x4"},
     {"cp.async.cg.shared.global [%0], [%1], 16, %2", "emu_asm_cp_async16"},
     {"cp.async.ca.shared.global [%0], [%1], 4, %2", "emu_asm_cp_async4"},
     {"st.global.v4.b32 [%0], {%1, %2, %3, %4}", "emu_asm_st_global_v4_b32"},
@@ -60,6 +61,8 @@ static const Known g_known[] = {
     {"cp.async.bulk.tensor.2d.global.shared::cta.bulk_group [%0, {%1, %2}], [%3]", "emu_asm_tma_store_2d"},
     {"cp.async.bulk.wait_group.read 0", "emu_asm_bulk_wait"},
     {"cp.async.bulk.wait_group 0", "emu_asm_bulk_wait"},
+    {"cp.async.bulk.wait_group.read 1", "emu_asm_bulk_wait_but_last"},
+    {"cp.async.bulk.commit_group", "emu_asm_bulk_commit"},
     /* thread block clusters: a literal % is %% in a template with operands */
     {"mov.u32 %0, %%cluster_ctarank", "emu_asm_cluster_ctarank"},
     {"mov.u32 %0, %cluster_ctarank", "emu_asm_cluster_ctarank"},
@@ -195,7 +198,6 @@ static int only_fences(const char *tpl)
 {
     static const char *const noop[] = {"fence.proxy.async", "wgmma.fence", "wgmma.commit_group", "wgmma.wait_group",
                                        "cp.async.commit_group", "cp.async.wait_group",   /* cp.async copies at once */
-                                       "cp.async.bulk.commit_group",   /* the TMA stores' groups (bulk_wait) */
                                        "fence.mbarrier_init", "setmaxnreg",             /* no caches, no registers */
                                        "prefetch.global.L2"};
     int any = 0;

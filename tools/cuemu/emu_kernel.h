@@ -23,13 +23,14 @@
  *     exited.  A barrier nobody can pass is reported as a deadlock with the
  *     kernel, the block and where the threads wait, not a hang.
  *   - mma.sync m16n8k16 (f16 and bf16, f32 accumulate), ldmatrix x4 (and
- *     .trans) and cp.async are computed from the fragment layouts of the PTX
+ *     .trans), stmatrix x4 and cp.async are computed from the fragment layouts of the PTX
  *     ISA manual; cp.async copies at once, so its waits are no-ops; so do
  *     the TMA's 2-D tensor loads, which complete their bytes on an
  *     mbarrier at once; a failed mbarrier wait lets the other threads run.
  *     A TMA store (shared to global) happens at the issuing thread's next
- *     cp.async.bulk.wait_group, reading the shared bytes then; one still
- *     queued when its block ends is an error.
+ *     cp.async.bulk.wait_group that does not leave its commit group pending
+ *     (wait_group.read 1 leaves the newest), reading the shared bytes then;
+ *     one still queued when its block ends is an error.
  *   - __trap() ends the process with the kernel's name, block and thread;
  *     a thread's stack found overflowed when its block ends, with the
  *     kernel, block and thread too.
@@ -177,8 +178,11 @@ struct Block {
     /* TMA stores issued and not yet waited for (cp.async.bulk.wait_group by
      * the issuing thread performs them: the latest moment the hardware may
      * read the shared bytes, so a staging rewritten before the wait shows) */
-    struct PendingStore { unsigned thread; EmuTensorMap t; int c0, c1; unsigned src; } stores[32];
+    struct PendingStore { unsigned thread; EmuTensorMap t; int c0, c1; unsigned src; unsigned group; } stores[32];
     int n_stores;
+    /* each thread's cp.async.bulk.commit_group count: a queued store's
+     * group is the count its commit made (0 until committed) */
+    unsigned bulk_groups[MAX_THREADS];
 };
 
 /* The blocks that run together (__cluster_dims__; one block without it):
@@ -489,6 +493,7 @@ static void start_block(Block *b, unsigned char *pool, int first)
     b->at_barrier = 0;
     b->bar_and = 1, b->bar_or = 0, b->bar_count = 0;
     b->n_stores = 0;
+    memset(b->bulk_groups, 0, sizeof b->bulk_groups);
     for (int w = 0; w < (b->n + 31) / 32; w++) {
         int lanes = b->n - w * 32 < 32 ? b->n - w * 32 : 32;
         b->warps[w].live = lanes == 32 ? 0xffffffffu : (1u << lanes) - 1;
@@ -834,6 +839,23 @@ static inline void mma_16816(float c[4], const unsigned a[4], unsigned b0, unsig
 /* ldmatrix.m8n8.x4.b16: lanes 8i .. 8i + 7 give the rows of matrix i;
  * register i of a lane holds row lane/4, columns 2 (lane % 4) and +1 of
  * matrix i, or with .trans the same of its transpose. */
+/* stmatrix.m8n8.x4.b16 (not transposed): ldmatrix_x4's inverse, lanes
+ * 8i .. 8i + 7 giving the rows of matrix i, each lane's r[i] its pair of
+ * row lane / 4, columns 2 (lane % 4) and the next. */
+static inline void stmatrix_x4(unsigned short *p, const unsigned r[4])
+{
+    warp_deposit(&p, sizeof p);
+    warp_barrier(0xffffffffu);
+    int lane = (int)g_cur->lane;
+    for (int i = 0; i < 4; i++) {
+        unsigned short *row;
+        memcpy(&row, lane_slot(8 * i + lane / 4), sizeof row);
+        row[2 * (lane % 4)] = (unsigned short)(r[i] & 0xffffu);
+        row[2 * (lane % 4) + 1] = (unsigned short)(r[i] >> 16);
+    }
+    warp_barrier(0xffffffffu);
+}
+
 static inline void ldmatrix_x4(unsigned r[4], const unsigned short *p, int trans)
 {
     warp_deposit(&p, sizeof p);
@@ -1211,7 +1233,7 @@ static inline void tma_store_2d(const void *map, int c0, int c1, unsigned src)
     if (cluster_block(src, &src_offset) != b) die("cp.async.bulk.tensor store from another block's shared memory");
     if (b->n_stores == (int)(sizeof b->stores / sizeof b->stores[0]))
         die("more than 32 TMA stores of a block waiting for cp.async.bulk.wait_group");
-    b->stores[b->n_stores++] = Block::PendingStore{g_cur->linear, tensor_map(map), c0, c1, src_offset};
+    b->stores[b->n_stores++] = Block::PendingStore{g_cur->linear, tensor_map(map), c0, c1, src_offset, 0};
 }
 
 static inline void tma_store_now(const Block *b, const Block::PendingStore &s)
@@ -1232,15 +1254,30 @@ static inline void tma_store_now(const Block *b, const Block::PendingStore &s)
     }
 }
 
-/* cp.async.bulk.wait_group[.read] N (any N: as 0): this thread's queued
- * TMA stores, in the order issued. */
-static inline void bulk_wait(void)
+/* cp.async.bulk.commit_group: this thread's uncommitted stores become its
+ * newest group. */
+static inline void bulk_commit(void)
 {
     Block *b = g_block;
+    unsigned group = ++b->bulk_groups[g_cur->linear];
+    for (int i = 0; i < b->n_stores; i++)
+        if (b->stores[i].thread == g_cur->linear && b->stores[i].group == 0) b->stores[i].group = group;
+}
+
+/* cp.async.bulk.wait_group[.read] N: this thread's queued TMA stores, in the
+ * order issued, but those of its newest `keep_newest` committed groups
+ * (N = 0: all of them, committed or not). */
+static inline void bulk_wait(unsigned keep_newest)
+{
+    Block *b = g_block;
+    const unsigned latest = b->bulk_groups[g_cur->linear];
     int kept = 0;
     for (int i = 0; i < b->n_stores; i++) {
-        if (b->stores[i].thread == g_cur->linear) tma_store_now(b, b->stores[i]);
-        else b->stores[kept++] = b->stores[i];
+        const Block::PendingStore &st = b->stores[i];
+        bool mine = st.thread == g_cur->linear;
+        bool done = mine && (keep_newest == 0 || (st.group != 0 && st.group + keep_newest <= latest));
+        if (done) tma_store_now(b, st);
+        else b->stores[kept++] = st;
     }
     b->n_stores = kept;
 }
@@ -1288,6 +1325,11 @@ static inline void emu_asm_ldmatrix_x4(unsigned &r0, unsigned &r1, unsigned &r2,
     emu::ldmatrix_x4(r, (const unsigned short *)emu::from_shared(addr), 0);
     r0 = r[0], r1 = r[1], r2 = r[2], r3 = r[3];
 }
+static inline void emu_asm_stmatrix_x4(unsigned addr, unsigned r0, unsigned r1, unsigned r2, unsigned r3)
+{
+    const unsigned r[4] = {r0, r1, r2, r3};
+    emu::stmatrix_x4((unsigned short *)emu::from_shared(addr), r);
+}
 static inline void emu_asm_ldmatrix_x4_trans(unsigned &r0, unsigned &r1, unsigned &r2, unsigned &r3, unsigned addr)
 {
     unsigned r[4];
@@ -1320,7 +1362,9 @@ static inline void emu_asm_tma_store_2d(unsigned long long map, int c0, int c1, 
 {
     emu::tma_store_2d((const void *)(uintptr_t)map, c0, c1, src);
 }
-static inline void emu_asm_bulk_wait(void) { emu::bulk_wait(); }
+static inline void emu_asm_bulk_wait(void) { emu::bulk_wait(0); }
+static inline void emu_asm_bulk_wait_but_last(void) { emu::bulk_wait(1); }
+static inline void emu_asm_bulk_commit(void) { emu::bulk_commit(); }
 /* ---- clusters (__cluster_dims__) ---- */
 static inline void emu_asm_cluster_ctarank(unsigned &rank) { rank = emu::g_block->rank; }
 static inline void emu_asm_cluster_nctarank(unsigned &n) { n = (unsigned)emu::g_block->cluster->n; }
