@@ -162,30 +162,56 @@ static HpcStatus module_build(const IrGraph *g, StrBuf *src, NameSet *names, Hpc
     return HPC_OK;
 }
 
-/* HPC_GEMM_OWN=1: hpc's own GEMM (compiler/kernels/gemm_wgmma_tma.cu and
- * the ping-pong kernels of gemm_wgmma_pp.cu) after
- * the rest, for the executor to run the f16 linear forwards on in place of
- * cuBLASLt (runtime/cuda/gemm_own.h, which reads the mark lines); =gelu:
- * only those followed by a GELU it computes too. */
-static HpcStatus own_gemm_part(StrBuf *src, HpcError *err)
+/* Whether g has an f16 LINEAR whose output the GELU right after it reads:
+ * the FFN-up that hpc's own GEMM computes with its GELU (and, in the
+ * backward, the dX GEMM with the GELU's backward). */
+static bool has_f16_linear_gelu(const IrGraph *g)
+{
+    for (int id = 0; id + 1 < g->n; id++) {
+        const IrNode *l = &g->nodes[id], *a = &g->nodes[id + 1];
+        if (l->op == IR_OP_LINEAR && l->dtype == DT_F16 && a->op == IR_OP_ACT && a->attr.act.kind == IR_ACT_GELU &&
+            a->in[0] == id && a->dtype == DT_F16)
+            return true;
+    }
+    return false;
+}
+
+/* hpc's own GEMM (compiler/kernels/gemm_wgmma_tma.cu and the ping-pong
+ * kernels of gemm_wgmma_pp.cu) after the rest, for the executor to run
+ * f16 linears on in place of cuBLASLt on sm_90 (runtime/cuda/gemm_own.h,
+ * which reads the mark lines).  HPC_GEMM_OWN unset or `gelu` (the
+ * default): only the linears followed by a GELU, which the kernel computes
+ * too, and their dX GEMMs with the GELU's backward; unset, the kernels are
+ * appended only where g has such a linear.  `1`: every f16 linear forward
+ * the kernel fits; `0`: none (cuBLASLt for every GEMM). */
+static HpcStatus own_gemm_part(const IrGraph *g, StrBuf *src, HpcError *err)
 {
     const char *v = getenv("HPC_GEMM_OWN");
-    if (!v || !*v || !strcmp(v, "0")) return HPC_OK;
+    if (v && !strcmp(v, "0")) return HPC_OK;
+    if (!v || !*v) {
+        if (!has_f16_linear_gelu(g)) return HPC_OK;
+        v = "gelu";
+    }
     bool gelu_only = !strcmp(v, "gelu");
     if (strcmp(v, "1") != 0 && !gelu_only)
-        return hpc_fail(err, HPC_ERR_USAGE, "HPC_GEMM_OWN=%s: expected 0 (cuBLASLt for every GEMM), 1 (hpc's own "
-                        "GEMM for the f16 linear forwards on sm_90) or gelu (the own GEMM only for the linears "
-                        "followed by a GELU, which it computes too)", v);
+        return hpc_fail(err, HPC_ERR_USAGE, "HPC_GEMM_OWN=%s: expected gelu (the default: hpc's own GEMM on sm_90 for "
+                        "the f16 linears followed by a GELU, which it computes too), 1 (the own GEMM for every f16 "
+                        "linear forward it fits) or 0 (cuBLASLt for every GEMM)", v);
     const char *kernel = kernel_source_find("gemm_wgmma_tma.cu");
     if (!kernel)
         return hpc_fail(err, HPC_ERR_INTERNAL, "emit_ops: compiler/kernels/gemm_wgmma_tma.cu is not in the build");
-    strbuf_add(src, "// ---- hpc's own GEMM (HPC_GEMM_OWN) ----\n" STEP_SOURCE_GEMM_OWN_MARK);
-    if (gelu_only) strbuf_add(src, STEP_SOURCE_GEMM_OWN_GELU_ONLY_MARK);
-    strbuf_add(src, kernel);
     const char *pingpong = kernel_source_find("gemm_wgmma_pp.cu");   /* after the gt_ helpers it uses */
     if (!pingpong)
         return hpc_fail(err, HPC_ERR_INTERNAL, "emit_ops: compiler/kernels/gemm_wgmma_pp.cu is not in the build");
+    strbuf_add(src, "// ---- hpc's own GEMM (HPC_GEMM_OWN) ----\n" STEP_SOURCE_GEMM_OWN_MARK);
+    if (gelu_only) strbuf_add(src, STEP_SOURCE_GEMM_OWN_GELU_ONLY_MARK);
+    /* TMA, mbarriers and wgmma assemble for sm_90a only: elsewhere (another
+     * GPU, `hpc compile --arch`) the module has none of the kernels, and the
+     * executor looks them up only after compiling for sm_90a */
+    strbuf_add(src, "#if defined(__CUDA_ARCH_FEAT_SM90_ALL)\n");
+    strbuf_add(src, kernel);
     strbuf_add(src, pingpong);
+    strbuf_add(src, "#endif   // __CUDA_ARCH_FEAT_SM90_ALL: hpc's own GEMM\n");
     return HPC_OK;
 }
 
@@ -206,7 +232,7 @@ HpcStatus eop_module_source(const IrGraph *g, char **source, HpcError *err)
     free(names.name);
     /* A training graph's module ends with its optimizer (compiler/emit_optim.h). */
     if (!st) st = eopt_render(g, &src, err);
-    if (!st) st = own_gemm_part(&src, err);
+    if (!st) st = own_gemm_part(g, &src, err);
     if (st) {
         strbuf_free(&src);
         return st;

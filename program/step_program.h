@@ -199,12 +199,12 @@ typedef struct {
 } StepCubin;
 
 /* A line of cuda_source saying the module ends with hpc's own GEMM
- * (compiler/kernels/gemm_wgmma_tma.cu, HPC_GEMM_OWN=1): the executor then
- * compiles it for sm_90a and runs the f16 linear forwards on it
- * (runtime/cuda/gemm_own.h). */
+ * (compiler/kernels/gemm_wgmma_tma.cu and gemm_wgmma_pp.cu, HPC_GEMM_OWN):
+ * the executor then compiles it for sm_90a on an sm_90 device and runs
+ * f16 linears on it (runtime/cuda/gemm_own.h). */
 #define STEP_SOURCE_GEMM_OWN_MARK "#define HPC_MODULE_GEMM_OWN 1\n"
-/* Beside it under HPC_GEMM_OWN=gelu: only the linears whose GELU the own
- * GEMM computes too run on it; the others stay cuBLASLt's. */
+/* Beside it under HPC_GEMM_OWN=gelu (the default): only the linears whose
+ * GELU the own GEMM computes too run on it; the others stay cuBLASLt's. */
 #define STEP_SOURCE_GEMM_OWN_GELU_ONLY_MARK "#define HPC_MODULE_GEMM_OWN_GELU_ONLY 1\n"
 
 /* The records of a graph's nodes and the module they name. */

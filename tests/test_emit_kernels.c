@@ -302,7 +302,7 @@ Test(emit_kernels, every_template_file_is_used)
     cr_assert_eq(kemit_attention_source(&kc, &attn, suffix, &err), HPC_OK, "%s", err.msg);
     for (int i = 0; i < kernel_source_count; i++) {
         char mark[128];
-        /* hpc's own GEMMs: appended to the step module under HPC_GEMM_OWN
+        /* hpc's own GEMMs: appended to the step module where an f16 linear feeds a GELU
          * (tests/test_gemm_own.c), or run on their own (tests/gpu/gpu_gemm.c) */
         if (strcmp(kernel_sources[i].name, "gemm_wgmma.cu") == 0 || strcmp(kernel_sources[i].name, "gemm_wgmma_tma.cu") == 0 ||
             strcmp(kernel_sources[i].name, "gemm_wgmma_pp.cu") == 0)

@@ -1,9 +1,10 @@
 /* tests/test_gemm_own.c — HPC_GEMM_OWN's wiring, without a GPU: the
  * emitter appends hpc's own GEMM (compiler/kernels/gemm_wgmma_tma.cu and
- * gemm_wgmma_pp.cu) to
- * the step module with its mark line only when asked (and under
- * HPC_GEMM_OWN=gelu the second mark), refuses other values (of
- * HPC_GEMM_OWN_STORE too), and the module then compiles for sm_90a with the kernel in the
+ * gemm_wgmma_pp.cu) to the step module with its mark lines by default
+ * where an f16 linear feeds a GELU (as HPC_GEMM_OWN=gelu), to no other
+ * module unless HPC_GEMM_OWN=1 asks, and to none under HPC_GEMM_OWN=0;
+ * refuses other values (of HPC_GEMM_OWN_STORE too, whose default is the
+ * ping-pong kernels), and the module then compiles for sm_90a with the kernel in the
  * cubin; gemm_own_fits takes exactly the linear forwards the kernel
  * computes and gemm_own_fills the shapes big enough for it;
  * PlanOptions.write_early keeps a paired GELU output off its
@@ -20,8 +21,8 @@
 #include "pipeline.h"
 #include "compiler/spec_load.h"
 
-/* bert_tiny's fp16 graph with `layers` layers (0: the model's). */
-static void tiny_fp16(Pipeline *p, int layers)
+/* bert_tiny's graph with `layers` layers (0: the model's) under prec. */
+static void tiny_graph(Pipeline *p, int layers, SpecPrecision prec)
 {
     const char *root = getenv("HPC_ROOT");
     char path[512];
@@ -29,16 +30,19 @@ static void tiny_fp16(Pipeline *p, int layers)
     ModelSpec spec;
     cr_assert_eq(spec_load(path, &spec, stderr), 0, "cannot load %s", path);
     if (layers) spec.stack.layers = layers;
-    PipeOptions o = pipeline_defaults(PREC_FP16);
+    PipeOptions o = pipeline_defaults(prec);
     HpcError err = {0};
     cr_assert_eq(pipeline_build(&spec, &o, p, &err), HPC_OK, "%s", err.msg);
 }
 
-/* bert_tiny fp16, one layer: the step module's source under HPC_GEMM_OWN=value. */
-static HpcStatus module_with(const char *value, char **src, HpcError *err)
+static void tiny_fp16(Pipeline *p, int layers) { tiny_graph(p, layers, PREC_FP16); }
+
+/* bert_tiny under prec, one layer: the step module's source under
+ * HPC_GEMM_OWN=value (NULL: unset). */
+static HpcStatus module_of(SpecPrecision prec, const char *value, char **src, HpcError *err)
 {
     Pipeline p;
-    tiny_fp16(&p, 1);
+    tiny_graph(&p, 1, prec);
     if (value) setenv("HPC_GEMM_OWN", value, 1);
     else unsetenv("HPC_GEMM_OWN");
     HpcStatus st = eop_module_source(&p.g, src, err);
@@ -47,31 +51,48 @@ static HpcStatus module_with(const char *value, char **src, HpcError *err)
     return st;
 }
 
-Test(gemm_own, appended_only_when_asked, .timeout = 120)
+static HpcStatus module_with(const char *value, char **src, HpcError *err)
+{
+    return module_of(PREC_FP16, value, src, err);
+}
+
+Test(gemm_own, appended_where_a_gelu_follows, .timeout = 120)
 {
     HpcError err = {0};
-    char *plain = NULL, *off = NULL, *own = NULL;
-    cr_assert_eq(module_with(NULL, &plain, &err), HPC_OK, "%s", err.msg);
+    char *dflt = NULL, *gelu = NULL, *off = NULL, *own = NULL;
+    cr_assert_eq(module_with(NULL, &dflt, &err), HPC_OK, "%s", err.msg);
+    cr_assert_eq(module_with("gelu", &gelu, &err), HPC_OK, "%s", err.msg);
     cr_assert_eq(module_with("0", &off, &err), HPC_OK, "%s", err.msg);
     cr_assert_eq(module_with("1", &own, &err), HPC_OK, "%s", err.msg);
-    cr_expect(!gemm_own_in_source(plain) && !gemm_own_in_source(off));
-    cr_expect_str_eq(plain, off, "HPC_GEMM_OWN=0 is the default module, byte for byte");
-    cr_expect(gemm_own_in_source(own));
+    cr_expect(gemm_own_in_source(dflt) && gemm_own_gelu_only(dflt), "unset: the kernels, marked for the GELU linears");
+    cr_expect(strstr(dflt, GEMM_OWN_PP_GELU_KERNEL) != NULL);
+    cr_expect_str_eq(dflt, gelu, "unset is HPC_GEMM_OWN=gelu, byte for byte");
+    cr_expect(!gemm_own_in_source(off), "HPC_GEMM_OWN=0: cuBLASLt for every GEMM");
+    cr_expect(strncmp(dflt, off, strlen(off)) == 0, "the module without them comes first, unchanged");
+    cr_expect(gemm_own_in_source(own) && !gemm_own_gelu_only(own),
+              "HPC_GEMM_OWN=1: every linear forward the kernel fits");
     cr_expect(strstr(own, GEMM_OWN_KERNEL) != NULL);
-    cr_expect(strncmp(own, plain, strlen(plain)) == 0, "the default module comes first, unchanged");
-    cr_expect(!gemm_own_gelu_only(own), "HPC_GEMM_OWN=1: every linear forward the kernel fits");
-    char *gelu = NULL;
-    cr_assert_eq(module_with("gelu", &gelu, &err), HPC_OK, "%s", err.msg);
-    cr_expect(gemm_own_in_source(gelu) && gemm_own_gelu_only(gelu), "HPC_GEMM_OWN=gelu: the kernel, marked");
-    cr_expect(strstr(gelu, GEMM_OWN_GELU_KERNEL) != NULL);
+    free(dflt);
     free(gelu);
-    free(plain);
     free(off);
     free(own);
     char *bad = NULL;
     cr_expect_eq(module_with("yes", &bad, &err), HPC_ERR_USAGE);
     cr_expect(strstr(err.msg, "HPC_GEMM_OWN=yes") != NULL, "%s", err.msg);
     free(bad);
+}
+
+/* fp32 has no f16 linear: unset, its module is the one HPC_GEMM_OWN=0 gives. */
+Test(gemm_own, not_appended_without_an_f16_linear_gelu, .timeout = 120)
+{
+    HpcError err = {0};
+    char *dflt = NULL, *off = NULL;
+    cr_assert_eq(module_of(PREC_FP32, NULL, &dflt, &err), HPC_OK, "%s", err.msg);
+    cr_assert_eq(module_of(PREC_FP32, "0", &off, &err), HPC_OK, "%s", err.msg);
+    cr_expect(!gemm_own_in_source(dflt));
+    cr_expect_str_eq(dflt, off);
+    free(dflt);
+    free(off);
 }
 
 Test(gemm_own, module_compiles_for_sm90a, .timeout = 300)
@@ -93,15 +114,15 @@ Test(gemm_own, module_compiles_for_sm90a, .timeout = 300)
     free(own);
 }
 
-/* HPC_GEMM_OWN_STORE: the TMA store unless `direct` or `pingpong`; anything
- * else refused.  Each way names its own kernels. */
+/* HPC_GEMM_OWN_STORE: the ping-pong kernels unless `tma` or `direct`;
+ * anything else refused.  Each way names its own kernels. */
 Test(gemm_own, store_setting)
 {
     HpcError err = {0};
     GemmOwnStore store = GEMM_OWN_DIRECT;
     unsetenv("HPC_GEMM_OWN_STORE");
     cr_expect_eq(gemm_own_store(&store, &err), HPC_OK);
-    cr_expect_eq(store, GEMM_OWN_TMA_STORE, "unset: the TMA store");
+    cr_expect_eq(store, GEMM_OWN_PINGPONG, "unset: the ping-pong kernels");
     setenv("HPC_GEMM_OWN_STORE", "direct", 1);
     cr_expect_eq(gemm_own_store(&store, &err), HPC_OK);
     cr_expect_eq(store, GEMM_OWN_DIRECT);

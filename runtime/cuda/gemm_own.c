@@ -71,14 +71,14 @@ HpcStatus gemm_own_kernel(CUmodule mod, const char *name, GemmOwnStore store, Ge
 HpcStatus gemm_own_store(GemmOwnStore *store, HpcError *err)
 {
     const char *v = getenv("HPC_GEMM_OWN_STORE");
-    *store = GEMM_OWN_TMA_STORE;
-    if (!v || !*v || !strcmp(v, "tma")) return HPC_OK;
+    *store = GEMM_OWN_PINGPONG;
+    if (!v || !*v || !strcmp(v, "pingpong")) return HPC_OK;
     if (!strcmp(v, "direct")) *store = GEMM_OWN_DIRECT;
-    else if (!strcmp(v, "pingpong")) *store = GEMM_OWN_PINGPONG;
+    else if (!strcmp(v, "tma")) *store = GEMM_OWN_TMA_STORE;
     else
-        return hpc_fail(err, HPC_ERR_USAGE, "HPC_GEMM_OWN_STORE=%s: expected tma (each tile staged in shared memory "
-                        "and stored by the TMA), direct (stored from registers) or pingpong (128 x 128 tiles, each "
-                        "stored by the TMA while the other warpgroup multiplies)", v);
+        return hpc_fail(err, HPC_ERR_USAGE, "HPC_GEMM_OWN_STORE=%s: expected pingpong (the default: 128 x 128 tiles, "
+                        "each stored by the TMA while the other warpgroup multiplies), tma (128 x 256 tiles staged in "
+                        "shared memory and stored by the TMA) or direct (stored from registers)", v);
     return HPC_OK;
 }
 
