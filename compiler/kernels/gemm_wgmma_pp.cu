@@ -64,8 +64,7 @@
 #define GP_BOX_BYTES (64 * 64 * 2)       // 64 rows by 64 columns: a TMA box of C, G or u
 #define GP_ROUND_BYTES (2 * GP_BOX_BYTES)   // a bias kernel's round: C's box and G's
 #define GP_STAGING_BYTES (2 * GP_HALF_BYTES)
-#define GP_SMEM_BYTES (GP_STAGES * GP_STAGE_BYTES + 2 * GP_STAGING_BYTES + 1024 + (2 * GP_STAGES + 20) * 8)
-#define GP_H_THREADS 512   // gemm_pp_bias_gelu_h_f16: a fourth warpgroup computes G
+#define GP_SMEM_BYTES (GP_STAGES * GP_STAGE_BYTES + 2 * GP_STAGING_BYTES + 1024 + (2 * GP_STAGES + 10) * 8)
 
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
 #define GP_D8(o) "+f"(d[o]), "+f"(d[o + 1]), "+f"(d[o + 2]), "+f"(d[o + 3]), "+f"(d[o + 4]), "+f"(d[o + 5]), \
@@ -82,21 +81,14 @@
                  : GP_D8(O), GP_D8(O + 8), GP_D8(O + 16), GP_D8(O + 24), GP_D8(O + 32), GP_D8(O + 40),       \
                    GP_D8(O + 48), GP_D8(O + 56)                                                               \
                  : "l"(da), "l"(db))
-// gemm_pp_bias_gelu_h_f16's registers: 512 threads start with 128 each;
-// the loader keeps 40 (GT_REGS_LOADER), the GELU warpgroup 64, and the
-// multiplying ones take what that frees
-#define GP_REGS_HELPER() asm volatile("setmaxnreg.dec.sync.aligned.u32 64;\n")
-#define GP_REGS_MMA_H() asm volatile("setmaxnreg.inc.sync.aligned.u32 200;\n")
 #else
 #define GP_MMA(O, da, db, TRANS_B) (void)(da), (void)(db)
-#define GP_REGS_HELPER() (void)0
-#define GP_REGS_MMA_H() (void)0
 #endif
 
 // What a kernel computes (as gemm_wgmma_tma.cu's GT_ kinds): C = A W^T +
 // bias; that and G = gelu(C); or dU = round(A W, W N-major) * gelu'(u)
 // with gelu(u) and dU's column sums beside it.
-enum { GP_BIAS, GP_BIAS_GELU, GP_DX_DGELU, GP_BIAS_GELU_H };
+enum { GP_BIAS, GP_BIAS_GELU, GP_DX_DGELU };
 
 // The tensor maps and pointers of an epilogue: tc stores C (dU), tg G
 // (gelu(u); may be 0 for the dX kernel), tu loads u; part (may be 0) gets
@@ -354,93 +346,6 @@ __device__ __forceinline__ void gp_store_dx(const float *d, const gp_out &o, uns
     uses++;
 }
 
-// gemm_pp_bias_gelu_h_f16's multiplying warpgroup epilogue: C only (bias
-// added, rounded), in the four rounds of gp_store_bias, into two 8 KiB
-// buffers `out` + 0 and + GP_BOX_BYTES that alternate; the GELU
-// warpgroup reads each round's C box from there (gp_gelu_helper).  A
-// buffer is written again once this warpgroup's TMA store of it and the
-// GELU warpgroup have read it: `cread[b]` and `cwritten[b]` are per
-// buffer, so that neither side's parity waits can fall two phases behind.
-__device__ __forceinline__ void gp_store_bias_h(const float *d, const gp_out &o, unsigned char *out,
-                                                unsigned long long *cwritten, unsigned long long *cread,
-                                                unsigned long long *freed, unsigned &uses, int m0, int n0)
-{
-    const int t = threadIdx.x & 127, q = t & 3;
-    const bool issuer = t == 0;
-#pragma unroll
-    for (int round = 0; round < 4; round++, uses++) {
-        const int half = round >> 1, box = round & 1;
-        const unsigned b = uses & 1, k = uses >> 1;   // the buffer, and its uses before this one
-        unsigned c4[4][4];
-#pragma unroll
-        for (int p = 0; p < 4; p++)
-#pragma unroll
-            for (int e = 0; e < 4; e++) {
-                const int j = 8 * box + 2 * p + (e >> 1), h = e & 1, i = 64 * half + 4 * j + 2 * h;
-                const unsigned bb = *(const unsigned *)(o.bias + n0 + 8 * j + 2 * q);
-                c4[p][e] = gt_pack(d[i] + gt_h2f((unsigned short)(bb & 0xffffu)),
-                                   d[i + 1] + gt_h2f((unsigned short)(bb >> 16)));
-            }
-        gp_staging_free(freed, uses, issuer, true);          // this warpgroup's store of the buffer
-        if (k > 0) gt_wait(gt_shared(&cread[b]), (k - 1) & 1);   // the GELU warpgroup's read of it
-        unsigned char *buf = out + b * GP_BOX_BYTES;
-#pragma unroll
-        for (int p = 0; p < 4; p++) gp_stsm_x4(buf + gp_x4_at(2 * p), c4[p]);
-        gt_fence_async_shared();
-        gt_arrive(gt_shared(&cwritten[b]));
-        if (!issuer) continue;
-        gt_wait(gt_shared(&cwritten[b]), k & 1);
-        gt_tma_store(o.tc, n0 + 64 * box, m0 + 64 * half, gt_shared(buf));
-        gt_bulk_commit();
-    }
-}
-
-// gemm_pp_bias_gelu_h_f16's GELU warpgroup: every tile of the block in
-// order (tile j is multiplying warpgroup j % 2's), each round's C box read
-// from that warpgroup's buffer once written (`cwritten`), released
-// (`cread`), its gelu staged in its own two 8 KiB buffers (`gbufs`,
-// alternating; `gwritten`, `gfreed` as `written` and `freed`) and stored.
-__device__ __forceinline__ void gp_gelu_helper(const gp_out &o, unsigned char *staging, unsigned char *gbufs,
-                                               unsigned long long *cwritten, unsigned long long *cread,
-                                               unsigned long long *gwritten, unsigned long long *gfreed, int tiles,
-                                               int tiles_n)
-{
-    const bool issuer = (threadIdx.x & 127) == 0;
-    unsigned hu = 0;   // rounds so far
-    for (int j = 0; blockIdx.x + j * gridDim.x < tiles; j++) {
-        const int t = blockIdx.x + j * gridDim.x, c = j & 1;
-        const int m0 = (t / tiles_n) * GP_BM, n0 = (t % tiles_n) * GP_BN;
-        for (int round = 0; round < 4; round++, hu++) {
-            const int half = round >> 1, box = round & 1;
-            const unsigned u = 4 * (j >> 1) + round, b = u & 1, k = u >> 1;   // the multiplying warpgroup's round
-            gt_wait(gt_shared(&cwritten[2 * c + b]), k & 1);
-            const unsigned char *cbuf = staging + c * GP_STAGING_BYTES + b * GP_BOX_BYTES;
-            unsigned g4[4][4];
-#pragma unroll
-            for (int p = 0; p < 4; p++) {
-                unsigned v[4];
-                gp_ldsm_x4(v, cbuf + gp_x4_at(2 * p));
-#pragma unroll
-                for (int e = 0; e < 4; e++)
-                    g4[p][e] = gt_pack(act_gelu(gt_h2f((unsigned short)(v[e] & 0xffffu))),
-                                       act_gelu(gt_h2f((unsigned short)(v[e] >> 16))));
-            }
-            gt_arrive(gt_shared(&cread[2 * c + b]));   // C's values are in registers (and used)
-            unsigned char *gbuf = gbufs + (hu & 1) * GP_BOX_BYTES;
-            gp_staging_free(gfreed, hu, issuer, true);
-#pragma unroll
-            for (int p = 0; p < 4; p++) gp_stsm_x4(gbuf + gp_x4_at(2 * p), g4[p]);
-            gt_fence_async_shared();
-            gt_arrive(gt_shared(gwritten));
-            if (!issuer) continue;
-            gt_wait(gt_shared(gwritten), hu & 1);
-            gt_tma_store(o.tg, n0 + 64 * box, m0 + 64 * half, gt_shared(gbuf));
-            gt_bulk_commit();
-        }
-    }
-    if (issuer) gt_bulk_wait();
-}
-
 template <int KIND>
 __device__ __forceinline__ void gp_gemm(const gt_tmap *ta, const gt_tmap *tw, const gp_out &o, int k)
 {
@@ -452,8 +357,6 @@ __device__ __forceinline__ void gp_gemm(const gt_tmap *ta, const gt_tmap *tw, co
     unsigned long long *full = (unsigned long long *)(staging + 2 * GP_STAGING_BYTES), *empty = full + S;
     unsigned long long *written = empty + S, *freed = written + 2, *turn = freed + 2;   // one of each a warpgroup
     unsigned long long *uready = turn + 2, *summed = uready + 2;                      // the dX kernel's
-    unsigned long long *cwritten = summed + 2, *cread = cwritten + 4;   // gemm_pp_bias_gelu_h_f16's: [2 w + buffer]
-    unsigned long long *gwritten = cread + 4, *gfreed = gwritten + 1;
     const int wg = threadIdx.x >> 7, kts = k / GP_BK, tiles_n = o.n / GP_BN;
     const int tiles = tiles_n * ((o.m + GP_BM - 1) / GP_BM);
     if (threadIdx.x == 0) {
@@ -468,12 +371,6 @@ __device__ __forceinline__ void gp_gemm(const gt_tmap *ta, const gt_tmap *tw, co
             gt_mbar_init(gt_shared(&uready[w]), 1);
             gt_mbar_init(gt_shared(&summed[w]), 128);
         }
-        for (int i = 0; i < 4; i++) {
-            gt_mbar_init(gt_shared(&cwritten[i]), 128);
-            gt_mbar_init(gt_shared(&cread[i]), 128);
-        }
-        gt_mbar_init(gt_shared(gwritten), 128);
-        gt_mbar_init(gt_shared(gfreed), 1);
         asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
     }
     __syncthreads();
@@ -485,15 +382,7 @@ __device__ __forceinline__ void gp_gemm(const gt_tmap *ta, const gt_tmap *tw, co
         return;
     }
 
-    if (KIND == GP_BIAS_GELU_H && wg == 3) {   // G from the multiplying warpgroups' C, in consumer 0's upper half
-        GP_REGS_HELPER();
-        gp_gelu_helper(o, staging, staging + GP_HALF_BYTES, cwritten, cread, gwritten, gfreed, tiles, tiles_n);
-        return;
-    }
-    if (KIND == GP_BIAS_GELU_H)
-        GP_REGS_MMA_H();
-    else
-        GT_REGS_MMA();
+    GT_REGS_MMA();
     const int cw = wg - 1;
     unsigned uses = 0;   // rounds of this warpgroup's staging so far
     float d[128];
@@ -534,8 +423,6 @@ __device__ __forceinline__ void gp_gemm(const gt_tmap *ta, const gt_tmap *tw, co
         if (KIND == GP_DX_DGELU)
             gp_store_dx(d, o, out, &written[cw], &freed[cw], &uready[cw], &summed[cw], uses, (unsigned)(j >> 1), m0,
                         n0);
-        else if (KIND == GP_BIAS_GELU_H)
-            gp_store_bias_h(d, o, out, &cwritten[2 * cw], &cread[2 * cw], &freed[cw], uses, m0, n0);
         else
             gp_store_bias<KIND == GP_BIAS_GELU>(d, o, out, &written[cw], &freed[cw], uses, m0, n0);
     }
@@ -557,18 +444,6 @@ gemm_pp_bias_gelu_f16(const __grid_constant__ gt_tmap ta, const __grid_constant_
 {
     const gp_out o = {&tc, &tg, 0, bias, 0, 16, m, n};
     gp_gemm<GP_BIAS_GELU>(&ta, &tw, o, k);
-}
-
-// The same with G computed by a fourth warpgroup from the staged C (512
-// threads): the multiplying warpgroups' epilogue is then the plain
-// kernel's.  An experiment (HPC_GEMM_OWN_STORE=pingpong_h).
-extern "C" __global__ void __launch_bounds__(GP_H_THREADS)
-gemm_pp_bias_gelu_h_f16(const __grid_constant__ gt_tmap ta, const __grid_constant__ gt_tmap tw,
-                        const __grid_constant__ gt_tmap tc, const __grid_constant__ gt_tmap tg,
-                        const unsigned short *bias, int m, int n, int k)
-{
-    const gp_out o = {&tc, &tg, 0, bias, 0, 16, m, n};
-    gp_gemm<GP_BIAS_GELU_H>(&ta, &tw, o, k);
 }
 
 // dU = round(dY W) * gelu'(u): dY (M x K) as A, W (K x N, N contiguous: a

@@ -21,18 +21,15 @@ bool gemm_own_fits(const GemmDesc *d)
            d->K % 64 == 0 && d->K > 0 && d->M > 0 && d->lda == d->K && d->ldb == d->K && d->ldc == d->N;
 }
 
-/* Whether the kernels of store are the ping-pong ones (128 x 128 tiles). */
-static bool pingpong(GemmOwnStore store) { return store == GEMM_OWN_PINGPONG || store == GEMM_OWN_PINGPONG_H; }
-
 int64_t gemm_own_tiles(GemmOwnStore store, const GemmDesc *d)
 {
-    return (d->N / (pingpong(store) ? 128 : 256)) * ((d->M + 127) / 128);
+    return (d->N / (store == GEMM_OWN_PINGPONG ? 128 : 256)) * ((d->M + 127) / 128);
 }
 
 bool gemm_own_fills(const GemmOwnKernel *k, const GemmDesc *d, int sm_count)
 {
     /* ping-pong: a tile for each multiplying warpgroup */
-    return gemm_own_tiles(k->store, d) >= (pingpong(k->store) ? 2 * sm_count : sm_count);
+    return gemm_own_tiles(k->store, d) >= (k->store == GEMM_OWN_PINGPONG ? 2 * sm_count : sm_count);
 }
 
 HpcStatus gemm_own_tensor_map(CUtensorMap *map, CUdeviceptr p, int64_t rows, int64_t cols, unsigned box_rows,
@@ -49,7 +46,7 @@ HpcStatus gemm_own_tensor_map(CUtensorMap *map, CUdeviceptr p, int64_t rows, int
 /* The dynamic shared memory of the kernels that store so. */
 static unsigned smem_bytes(GemmOwnStore store)
 {
-    return pingpong(store)               ? GEMM_OWN_PP_SMEM_BYTES
+    return store == GEMM_OWN_PINGPONG    ? GEMM_OWN_PP_SMEM_BYTES
            : store == GEMM_OWN_TMA_STORE ? GEMM_OWN_TS_SMEM_BYTES
                                          : GEMM_OWN_SMEM_BYTES;
 }
@@ -58,7 +55,6 @@ const char *gemm_own_kernel_name(GemmOwnStore store, bool gelu)
 {
     switch (store) {
     case GEMM_OWN_PINGPONG: return gelu ? GEMM_OWN_PP_GELU_KERNEL : GEMM_OWN_PP_KERNEL;
-    case GEMM_OWN_PINGPONG_H: return gelu ? GEMM_OWN_PP_H_GELU_KERNEL : GEMM_OWN_PP_KERNEL;
     case GEMM_OWN_TMA_STORE: return gelu ? GEMM_OWN_TS_GELU_KERNEL : GEMM_OWN_TS_KERNEL;
     default: return gelu ? GEMM_OWN_GELU_KERNEL : GEMM_OWN_KERNEL;
     }
@@ -78,13 +74,11 @@ HpcStatus gemm_own_store(GemmOwnStore *store, HpcError *err)
     *store = GEMM_OWN_PINGPONG;
     if (!v || !*v || !strcmp(v, "pingpong")) return HPC_OK;
     if (!strcmp(v, "direct")) *store = GEMM_OWN_DIRECT;
-    else if (!strcmp(v, "pingpong_h")) *store = GEMM_OWN_PINGPONG_H;
     else if (!strcmp(v, "tma")) *store = GEMM_OWN_TMA_STORE;
     else
         return hpc_fail(err, HPC_ERR_USAGE, "HPC_GEMM_OWN_STORE=%s: expected pingpong (the default: 128 x 128 tiles, "
                         "each stored by the TMA while the other warpgroup multiplies), tma (128 x 256 tiles staged in "
-                        "shared memory and stored by the TMA), direct (stored from registers) or pingpong_h (the ping-pong kernels, "
-                        "the GELU computed by a fourth warpgroup: an experiment)", v);
+                        "shared memory and stored by the TMA) or direct (stored from registers)", v);
     return HPC_OK;
 }
 
@@ -101,7 +95,7 @@ HpcStatus gemm_own_run(const GemmOwnKernel *kern, const GemmDesc *d, CUdeviceptr
     CUtensorMap ta, tw, tc, tg;
     const bool staged = kern->store != GEMM_OWN_DIRECT;
     HpcStatus st = gemm_own_tensor_map(&ta, d->A, d->M, d->K, 128, err);
-    if (!st) st = gemm_own_tensor_map(&tw, d->B, d->N, d->K, pingpong(kern->store) ? 128 : 256, err);
+    if (!st) st = gemm_own_tensor_map(&tw, d->B, d->N, d->K, kern->store == GEMM_OWN_PINGPONG ? 128 : 256, err);
     if (!st && staged) st = gemm_own_tensor_map(&tc, d->C, d->M, d->N, 64, err);
     if (!st && staged && gelu) st = gemm_own_tensor_map(&tg, gelu, d->M, d->N, 64, err);
     if (st) return st;
@@ -111,8 +105,7 @@ HpcStatus gemm_own_run(const GemmOwnKernel *kern, const GemmDesc *d, CUdeviceptr
     void *ts[] = {&ta, &tw, &tc, &bias, &m, &n, &k}, *ts_gelu[] = {&ta, &tw, &tc, &tg, &bias, &m, &n, &k};
     void **args = staged ? (gelu ? ts_gelu : ts) : (gelu ? with_gelu : plain);
     return cuda_launch(kern->fn, (unsigned[3]){(unsigned)gemm_own_grid(kern->store, d, blocks), 1, 1},
-                       (unsigned[3]){kern->store == GEMM_OWN_PINGPONG_H && gelu ? 512u : 384u, 1, 1},
-                       smem_bytes(kern->store), stream, args, err);
+                       (unsigned[3]){384, 1, 1}, smem_bytes(kern->store), stream, args, err);
 }
 
 HpcStatus gemm_own_dx_dgelu_run(const GemmOwnKernel *k, const GemmOwnDxDgelu *g, int blocks, CUstream stream,

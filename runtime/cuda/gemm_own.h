@@ -46,10 +46,7 @@
  * warps' next work); or staged so, by the ping-pong kernels
  * (gemm_wgmma_pp.cu), whose whole epilogue overlaps the other
  * warpgroup's multiplications. */
-typedef enum { GEMM_OWN_DIRECT, GEMM_OWN_TMA_STORE, GEMM_OWN_PINGPONG, GEMM_OWN_PINGPONG_H } GemmOwnStore;
-/* GEMM_OWN_PINGPONG_H (HPC_GEMM_OWN_STORE=pingpong_h, an experiment): the
- * ping-pong kernels, but the GELU one with a fourth warpgroup computing G
- * from the staged C (GEMM_OWN_PP_H_GELU_KERNEL, 512 threads). */
+typedef enum { GEMM_OWN_DIRECT, GEMM_OWN_TMA_STORE, GEMM_OWN_PINGPONG } GemmOwnStore;
 
 #define GEMM_OWN_KERNEL "gemm_tma_bias_f16"
 #define GEMM_OWN_GELU_KERNEL "gemm_tma_bias_gelu_f16"   /* also writes gelu(y) */
@@ -57,10 +54,9 @@ typedef enum { GEMM_OWN_DIRECT, GEMM_OWN_TMA_STORE, GEMM_OWN_PINGPONG, GEMM_OWN_
 #define GEMM_OWN_TS_GELU_KERNEL "gemm_tma_bias_gelu_f16_ts"
 #define GEMM_OWN_PP_KERNEL "gemm_pp_bias_f16"
 #define GEMM_OWN_PP_GELU_KERNEL "gemm_pp_bias_gelu_f16"
-#define GEMM_OWN_PP_H_GELU_KERNEL "gemm_pp_bias_gelu_h_f16"
 #define GEMM_OWN_SMEM_BYTES (4 * (128 + 256) * 64 * 2 + 1024 + 2 * 4 * 8)   /* GT_SMEM_BYTES */
 #define GEMM_OWN_TS_SMEM_BYTES (4 * (128 + 256) * 64 * 2 + 128 * 128 * 2 + 1024 + (2 * 4 + 4) * 8)   /* GT_TS_SMEM_BYTES */
-#define GEMM_OWN_PP_SMEM_BYTES (5 * (128 + 128) * 64 * 2 + 4 * 64 * 128 * 2 + 1024 + (2 * 5 + 20) * 8)   /* GP_SMEM_BYTES */
+#define GEMM_OWN_PP_SMEM_BYTES (5 * (128 + 128) * 64 * 2 + 4 * 64 * 128 * 2 + 1024 + (2 * 5 + 10) * 8)   /* GP_SMEM_BYTES */
 
 /* One of the kernels as looked up in a module. */
 typedef struct {

@@ -58,7 +58,7 @@ static CudaDevice g_dev;
 static CUfunction g_fn, g_fn_gelu, g_fn_act, g_fn_dact;
 /* gemm_wgmma_tma.cu's and gemm_wgmma_pp.cu's kernels by GemmOwnStore:
  * storing directly, by the TMA (_ts), ping-pong */
-static GemmOwnKernel g_tma[4], g_tma_gelu[4];   /* by GemmOwnStore */
+static GemmOwnKernel g_tma[3], g_tma_gelu[3];
 /* the dX GEMMs with the GELU backward: [0] gemm_wgmma_tma.cu's, [1] ping-pong */
 static GemmOwnKernel g_dx[2];
 
@@ -141,7 +141,7 @@ static void load_kernel(void)
     DRV(cuda_driver()->cuFuncSetAttribute(g_fn, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, g_smem_bytes));
     DRV(cuda_driver()->cuFuncSetAttribute(g_fn_gelu, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, g_smem_bytes));
     HpcError err = {0};
-    for (GemmOwnStore s = GEMM_OWN_DIRECT; s <= GEMM_OWN_PINGPONG_H; s++)
+    for (GemmOwnStore s = GEMM_OWN_DIRECT; s <= GEMM_OWN_PINGPONG; s++)
         if (gemm_own_kernel(mod, gemm_own_kernel_name(s, false), s, &g_tma[s], &err) ||
             gemm_own_kernel(mod, gemm_own_kernel_name(s, true), s, &g_tma_gelu[s], &err))
             gpu_check_die("gemm_own_kernel", &err);
@@ -277,9 +277,7 @@ static void check_shape(int m, int n, int k, int tma, int gelu, uint64_t seed)
         check_shape_way(m, n, k, 0, GEMM_OWN_DIRECT, gelu, seed);
         return;
     }
-    for (GemmOwnStore s = GEMM_OWN_DIRECT; s <= GEMM_OWN_PINGPONG_H; s++)
-        if (s != GEMM_OWN_PINGPONG_H || gelu)   /* without the GELU it is the ping-pong kernel */
-            check_shape_way(m, n, k, tma, s, gelu, seed);
+    for (GemmOwnStore s = GEMM_OWN_DIRECT; s <= GEMM_OWN_PINGPONG; s++) check_shape_way(m, n, k, tma, s, gelu, seed);
 }
 
 /* The dX kernel kern (gemm_tma_dx_dgelu_f16 or the ping-pong one) on at
@@ -391,8 +389,8 @@ static int cmp_float(const void *x, const void *y)
 }
 
 enum {
-    OURS, OURS_GELU, CUBLAS, CUBLAS_GELU, TMA, TMA_GELU, TS, TS_GELU, PP, PP_GELU, PP_H_GELU, TMA_DX_DGELU,
-    PP_DX_DGELU, CUBLAS_DX_DGELU
+    OURS, OURS_GELU, CUBLAS, CUBLAS_GELU, TMA, TMA_GELU, TS, TS_GELU, PP, PP_GELU, TMA_DX_DGELU, PP_DX_DGELU,
+    CUBLAS_DX_DGELU
 };
 
 /* The ping-pong dX kernel's column partials while timing: (32768 / 16, 3072) f32. */
@@ -434,11 +432,11 @@ static float time_one(GemmContext *g, int way, int m, int n, int k, CUdeviceptr 
                 printf("FAIL  cuBLASLt %d x %d x %d: %s\n", m, n, k, err.msg);
                 return -1;
             }
-        } else if (way >= TMA && way <= PP_H_GELU) {
+        } else if (way >= TMA && way <= PP_GELU) {
             const GemmOwnStore store = way <= TMA_GELU ? GEMM_OWN_DIRECT : way <= TS_GELU ? GEMM_OWN_TMA_STORE
-                                       : way <= PP_GELU ? GEMM_OWN_PINGPONG : GEMM_OWN_PINGPONG_H;
-            const bool gelu = way == TMA_GELU || way == TS_GELU || way == PP_GELU || way == PP_H_GELU;
-            launch_tma(store, c, gelu ? gout : 0, a, w, b16, m, n, k, g_dev.sm_count);
+                                                                                            : GEMM_OWN_PINGPONG;
+            launch_tma(store, c, way == TMA_GELU || way == TS_GELU || way == PP_GELU ? gout : 0, a, w, b16, m, n, k,
+                       g_dev.sm_count);
         } else {
             launch(c, way == OURS_GELU ? gout : 0, a, w, b16, m, n, k);
         }
@@ -531,11 +529,10 @@ static void run_timing(void)
             float tg = time_one(&g, TMA_GELU, m, n, k, a, w, b16, c, gout);
             float sg = time_one(&g, TS_GELU, m, n, k, a, w, b16, c, gout);
             float pg = time_one(&g, PP_GELU, m, n, k, a, w, b16, c, gout);
-            float hg = time_one(&g, PP_H_GELU, m, n, k, a, w, b16, c, gout);
             float lg = time_one(&g, CUBLAS_GELU, m, n, k, a, w, b16, c, gout);
             printf("      %5d x %4d x %4d + GELU: cp.async fused %7.3f ms | TMA fused %7.3f ms | TMA + TMA store fused "
-                   "%7.3f ms | ping-pong fused %7.3f ms | ping-pong + GELU warpgroup %7.3f ms | cuBLASLt + GELU pass "
-                   "%7.3f ms\n", m, n, k, og, tg, sg, pg, hg, lg);
+                   "%7.3f ms | ping-pong fused %7.3f ms | cuBLASLt + GELU pass %7.3f ms\n", m, n, k, og, tg, sg, pg,
+                   lg);
             /* the FFN's second GEMM's dX (K = 768 outputs, N = 3072) and the GELU backward */
             float td = time_one(&g, TMA_DX_DGELU, m, n, k, a, w, b16, c, gout);
             float pd = time_one(&g, PP_DX_DGELU, m, n, k, a, w, b16, c, gout);
