@@ -108,10 +108,10 @@ typedef struct {
     GemmContext gemm;
     bool gemm_ready;
     CUmodule module;
-    GemmOwnKernel gemm_own;       /* hpc's own GEMM for the f16 linear forwards (HPC_GEMM_OWN=1); fn NULL if none */
+    GemmOwnKernel gemm_own;       /* hpc's own GEMM for f16 linear forwards (HPC_GEMM_OWN, runtime/cuda/gemm_own.h); fn NULL if none */
     GemmOwnKernel gemm_own_gelu;  /* its variant that also writes gelu(y) */
-    GemmOwnKernel gemm_own_dx;    /* the ping-pong dX + GELU backward (HPC_GEMM_OWN_STORE=pingpong); fn NULL if none */
-    bool gemm_own_gelu_only;      /* HPC_GEMM_OWN=gelu: only the linears that compute their GELU run on it */
+    GemmOwnKernel gemm_own_dx;    /* the ping-pong dX + GELU backward (HPC_GEMM_OWN_STORE=pingpong, the default); fn NULL if none */
+    bool gemm_own_gelu_only;      /* HPC_GEMM_OWN=gelu (the default): only the linears that compute their GELU run on it */
     int *gelu_of;              /* (g->n) with gemm_own: the GELU node a LINEAR's launch computes too, or -1 */
     int *dgelu_of;             /* (g->n) with gemm_own: the ACT_BWD_BGRAD whose first phase a LINEAR_DX's
                                 * launch computes too, or -1 (runtime/cuda/cuda_exec_own.c) */

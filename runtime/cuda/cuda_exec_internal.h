@@ -19,8 +19,8 @@ HpcStatus cuda_exec_launch_step(CudaExec *ex, int end, const CudaExecTail *tail,
 
 /* hpc's own GEMM in the executor (cuda_exec_own.c).  Before the plan:
  * which values its GEMMs write one node early (PlanOptions.write_early;
- * NULL when none, or when the module lacks the kernel or the device is no
- * sm_90).  After the module loads: its kernels, as HPC_GEMM_OWN_STORE
+ * NULL when none, or when the module lacks the kernel, the device is no
+ * sm_90 or the program brings its own cubin).  After the module loads: its kernels, as HPC_GEMM_OWN_STORE
  * picks.  After the plan: the pairs (gelu_of, dgelu_of).  At a GEMM
  * node's launch: runs it on the own GEMM where that applies (*done), and
  * notes what it computed of the node after it; that node's launch then

@@ -3,7 +3,7 @@
  * node's work that GEMM then does too:
  *  - an f16 LINEAR whose GELU node runs right after it writes gelu(y) as
  *    well, and the GELU node's launch is skipped (pair_gelu);
- *  - with the ping-pong kernels (HPC_GEMM_OWN_STORE=pingpong), an f16
+ *  - with the ping-pong kernels (HPC_GEMM_OWN_STORE=pingpong, the default), an f16
  *    LINEAR_DX whose one reader is the GELU's ACT_BWD_BGRAD right after it
  *    writes that node's dU, its recomputed gelu(u) and its column
  *    partials (program/act_parts.h), so of that node only the last phase
@@ -121,6 +121,9 @@ bool *cuda_exec_own_written_early(const CudaExec *ex)
 {
     const IrGraph *g = ex->g;
     if (!gemm_own_in_source(ex->kernels->cuda_source) || ex->dev->arch != 90) return NULL;
+    /* a program's own cubin (`hpc compile --arch`) is built without sm_90a:
+     * no own GEMM runs, so its plan keeps every GELU output where it was */
+    if (step_kernels_cubin(ex->kernels, ex->dev->arch)) return NULL;
     bool *early = xcalloc((size_t)g->n, sizeof *early), any = false;
     for (int lin = 0; lin < g->n; lin++)
         if (gelu_pair_candidate(ex, lin)) early[lin + 1] = any = true;
