@@ -14,7 +14,7 @@
 
 const char *const kemit_attn_parts[KEMIT_ATTN_PARTS] = {
     "attention.cu", "attention_mma.cu", "attention_mma2.cu", "attention_mma3.cu", "attention_mma4.cu",
-    "attention_first.cu",
+    "attention_wgmma.cu", "attention_first.cu",
 };
 
 /* The templates, in dependency order: the helpers, then the parts. */
@@ -60,7 +60,8 @@ HpcStatus kemit_attention_source(const KernelConfig *cfg, char **source, char su
     StrBuf body = {0};
     strbuf_addn(&body, consts, (size_t)(end - consts));
     free(full);
-    strbuf_printf(&body, "#define HPC_ATTN4_SMEM_BYTES %d\n", kemit_attn4_smem_bytes(cfg->head_dim));
+    strbuf_printf(&body, "#define HPC_ATTN4_SMEM_BYTES %d\n#define HPC_ATTN5_SMEM_BYTES %d\n",
+                  kemit_attn4_smem_bytes(cfg->head_dim), kemit_attn5_smem_bytes());
     for (size_t i = 0; i < ATTN_TEMPLATES; i++) {
         const char *text = kernel_source_find(attn_template(i));
         if (!text) {

@@ -41,8 +41,8 @@
  * backward with dS of every query); query 0 alone.  A translation unit
  * takes them after common.cu (and philox.cu) and the constants HPC_DTYPE,
  * HPC_HIDDEN, HPC_HEADS, HPC_HEAD_DIM, HPC_CAUSAL and
- * HPC_ATTN4_SMEM_BYTES. */
-#define KEMIT_ATTN_PARTS 6
+ * HPC_ATTN4_SMEM_BYTES (and HPC_ATTN5_SMEM_BYTES). */
+#define KEMIT_ATTN_PARTS 7
 extern const char *const kemit_attn_parts[KEMIT_ATTN_PARTS];
 
 /* Dynamic shared memory a block of the whole-dS one-pass backward
@@ -54,6 +54,18 @@ extern const char *const kemit_attn_parts[KEMIT_ATTN_PARTS];
 static inline int kemit_attn4_smem_bytes(long long head_dim)
 {
     return (int)((3 * 128 * (head_dim + 8) + 128 * 136) * 2 + 2 * 128 * 4);
+}
+
+/* Dynamic shared memory a block of the warpgroup-MMA backward (attn_wg5_bwd,
+ * compiler/kernels/attention_wgmma.cu; head size 64 only) asks for: two
+ * buffers of K, V, Q and dO (128 rows of 128 bytes), the keep bits, lse,
+ * delta and key mask of 128 rows (each buffer padded to a multiple of
+ * 1 KiB), one 16 KiB dS^T box and 1 KiB to align them.
+ * Under sm_80's 163 KiB, so that its fallback (attn_mma4_bwd) launches
+ * there too; HPC_ATTN5_SMEM_BYTES in the modules, asserted by the kernel. */
+static inline int kemit_attn5_smem_bytes(void)
+{
+    return 2 * (4 * 128 * 128 + 128 * 16 + 3 * 128 * 4 + 1536) + 128 * 128 + 1024;
 }
 
 /* *source (malloc'd) and suffix for config cfg; HPC_ERR_INPUT when cfg is

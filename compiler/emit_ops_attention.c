@@ -56,8 +56,9 @@ static AttnPtrs attn_ptrs(const AttnCfg *c, int first)
  * cp.async double buffering), "v3": v2's forward, and the one-pass
  * backward attn_mma3_bwd for rows up to AT_ONE_PASS_MAX_L (v2's dQ and dK/dV
  * kernels for longer rows; v2's backward only above head size
- * AT_ONE_PASS_MAX_D), or "v4", the default: v3 with attn_mma4_bwd as the
- * one-pass backward up to head size 64 (whole_ds).  *fam is the forward's
+ * AT_ONE_PASS_MAX_D), "v4", the default: v3 with attn_mma4_bwd as the
+ * one-pass backward up to head size 64 (whole_ds), or "v5": v4 with the
+ * warpgroup-MMA backward where it applies (wg5_applies).  *fam is the forward's
  * family; *one_pass says whether
  * the backward has the one-pass phase.  Read when the step module is
  * generated, so the choice is part of the module's source and of its cache
@@ -66,14 +67,14 @@ static HpcStatus kernel_family(const char **fam, bool *one_pass, HpcError *err)
 {
     const char *e = getenv("HPC_ATTN_KERNELS");
     *one_pass = false;
-    if (!e || !*e || strcmp(e, "v3") == 0 || strcmp(e, "v4") == 0) {
+    if (!e || !*e || strcmp(e, "v3") == 0 || strcmp(e, "v4") == 0 || strcmp(e, "v5") == 0) {
         *fam = "mma2";
         *one_pass = true;
     } else if (strcmp(e, "v2") == 0) *fam = "mma2";
     else if (strcmp(e, "v1") == 0) *fam = "mma";
     else
         return hpc_fail(err, HPC_ERR_INPUT, "emit_ops: HPC_ATTN_KERNELS=%s is not a kernel variant; set it to "
-                        "v1, v2, v3 or v4 (or leave it unset for v4)", e);
+                        "v1, v2, v3, v4 or v5 (or leave it unset for v4)", e);
     return HPC_OK;
 }
 
@@ -86,8 +87,24 @@ static HpcStatus kernel_family(const char **fam, bool *one_pass, HpcError *err)
 static bool whole_ds(void)
 {
     const char *e = getenv("HPC_ATTN_KERNELS");
-    return !e || !*e || strcmp(e, "v4") == 0;
+    return !e || !*e || strcmp(e, "v4") == 0 || strcmp(e, "v5") == 0;
 }
+
+/* v5: the backward of padded rows up to AT_ONE_PASS_MAX_L on Hopper's
+ * warpgroup MMA (attn_wg5_bwd_run, compiler/kernels/attention_wgmma.cu),
+ * where its kernel is built: f16, head size 64, and the forward's keep bits
+ * saved or no dropout (it draws none).  Elsewhere v5 is v4. */
+static bool wg5_applies(const EopGen *gen, const AttnCfg *c)
+{
+    const char *e = getenv("HPC_ATTN_KERNELS");
+    const IrNode *n = &gen->g->nodes[gen->id];
+    return e && strcmp(e, "v5") == 0 && c->dtype == DT_F16 && c->head_dim == 64 && !c->varlen &&
+           !c->first_query && (n->n_in == 8 || n->attr.attn.p == 0.0f);
+}
+
+/* Blocks of the persistent attn_wg5_bwd: one an SM of an H100 or H200 (its
+ * shared memory allows no second); a GPU with fewer SMs runs them in turn. */
+#define AT_WG5_BLOCKS 132
 
 static bool is_attention(IrOpKind op) { return op == IR_OP_ATTENTION || op == IR_OP_ATTENTION_BWD; }
 
@@ -167,10 +184,14 @@ HpcStatus eopa_module_part(const IrGraph *g, StrBuf *src, HpcError *err)
                   ir_dtype_name(c.dtype), (long long)c.hidden, (long long)c.heads, (long long)c.head_dim,
                   c.causal ? ", causal" : "");
     strbuf_printf(src, "#define HPC_DTYPE %d\n#define HPC_HIDDEN %lld\n#define HPC_HEADS %lld\n"
-                  "#define HPC_HEAD_DIM %lld\n#define HPC_CAUSAL %d\n#define HPC_ATTN4_SMEM_BYTES %d\n",
+                  "#define HPC_HEAD_DIM %lld\n#define HPC_CAUSAL %d\n#define HPC_ATTN4_SMEM_BYTES %d\n"
+                  "#define HPC_ATTN5_SMEM_BYTES %d\n",
                   c.dtype == DT_F16 ? 1 : 2, (long long)c.hidden, (long long)c.heads, (long long)c.head_dim,
-                  c.causal ? 1 : 0, kemit_attn4_smem_bytes(c.head_dim));
+                  c.causal ? 1 : 0, kemit_attn4_smem_bytes(c.head_dim), kemit_attn5_smem_bytes());
     /* common.cu's row-layout helpers want these; no attention kernel uses them */
+    /* v5's backward has sm_90a code (wgmma): the executor compiles for that target */
+    const char *kv = getenv("HPC_ATTN_KERNELS");
+    if (kv && strcmp(kv, "v5") == 0 && c.dtype == DT_F16 && c.head_dim == 64) strbuf_add(src, STEP_SOURCE_SM90A_MARK);
     strbuf_add(src, "#define HPC_ROW_VEC 8\n#define HPC_ROW_THREADS 128\n#define HPC_ROW_NPT 1\n"
                     "#define HPC_ROW_RPB 1\n#define HPC_ATTN_NO_KERNELS 1\n"
                     "namespace hpc_attn {\n");
@@ -488,7 +509,26 @@ HpcStatus eopa_gen_attention_bwd(EopGen *gen, HpcError *err)
         return HPC_OK;
     }
     char skip[64] = "";
-    if (one_pass) {
+    if (one_pass && wg5_applies(gen, &c)) {
+        /* delta of every row first (attn_wg5_bwd stages it with lse), then
+         * the backward up to AT_ONE_PASS_MAX_L, a persistent grid */
+        s = attn_phase(gen, "attn_bwd_delta_all", &c, EOP_LT_HEAD_BLOCKS, (StepSize){.c0 = 1}, (int)c.heads);
+        strbuf_add(s, "    hpc_attn::attn_head_bwd_dot_run(blockIdx.x, blockIdx.y, blockIdx.z, (float *)a.scratch,\n"
+                      "        (const T *)a.x[0], (const T *)a.x[5], (int)a.B, (int)a.L, 256);\n");
+        s = attn_phase(gen, "attn5_bwd", &c, EOP_LT_ROWS,
+                       (StepSize){.c0 = 0, .c1 = c.heads, .pB = 1, .pL = 0, .div = 1, .cap = AT_WG5_BLOCKS}, 256);
+        gen->ph[gen->n_phases - 1].shared_bytes = kemit_attn5_smem_bytes();
+        gen->ph[gen->n_phases - 1].at_most_l = AT_ONE_PASS_MAX_L;
+        bool keep = gen->g->nodes[gen->id].n_in == 8;
+        strbuf_printf(s, "    if (a.L > %d) return;   // launched only up to that length (at_most_l)\n"
+                         "    hpc_attn::attn_wg5_bwd_run(blockIdx.x, %s, %s, %s, %lld, (const T *)a.x[0],\n"
+                         "        (const T *)a.x[5], %s, %s, %s, %lld, (const float *)a.x[6], (const float *)a.scratch,\n"
+                         "        (const int *)a.x[4], (int)a.B, (int)a.L, p, ctl->seed, ctl->step, salt,\n"
+                         "        %s);\n",
+                      AT_ONE_PASS_MAX_L, ap.dq, ap.dk, ap.dv, c.ld, ap.q, ap.k, ap.v, c.ld,
+                      keep ? "(const unsigned char *)a.x[7]" : "nullptr");
+        snprintf(skip, sizeof skip, "    if (a.L <= %d) return;\n", AT_ONE_PASS_MAX_L);
+    } else if (one_pass) {
         /* one block of 256 per (b, head): the whole backward up to
          * AT_ONE_PASS_MAX_L (delta inside), delta alone above it */
         bool v4 = whole_ds() && c.head_dim <= 64;

@@ -151,11 +151,13 @@ static HpcStatus compile_module(CudaExec *ex, HpcError *err)
     NvrtcCacheInfo info;
     double t0 = now_seconds();
     /* hpc's own GEMM needs the architecture-specific target (wgmma); elsewhere
-     * it compiles to nothing, so it is not looked up (gemm_own.h) */
+     * it compiles to nothing, so it is not looked up (gemm_own.h).  The v5
+     * attention backward asks for the target too (its mark) */
     bool own = gemm_own_in_source(src) && ex->dev->arch == 90;
-    const char *sm90a[] = {"--gpu-architecture=sm_90a"};
-    HpcStatus st = nvrtc_compile_cached(src, "hpc_ops", ex->dev->arch, own ? sm90a : NULL, own ? 1 : 0, &cubin, &size,
-                                        &info, err);
+    bool sm90a = ex->dev->arch == 90 && (own || strstr(src, STEP_SOURCE_SM90A_MARK) != NULL);
+    const char *sm90a_opt[] = {"--gpu-architecture=sm_90a"};
+    HpcStatus st = nvrtc_compile_cached(src, "hpc_ops", ex->dev->arch, sm90a ? sm90a_opt : NULL, sm90a ? 1 : 0,
+                                        &cubin, &size, &info, err);
     if (st) return st;
     ex->compile_seconds = now_seconds() - t0;
     ex->cache_hit = info.result == KCACHE_HIT;
