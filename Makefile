@@ -148,7 +148,9 @@ $(CUEMU_LIB): $(CUEMU_SRC) $(wildcard tools/cuemu/*.h)
 # mbarrier protocols (the own GEMM's ring and its TMA-store staging); under
 # `warps` (one warp far ahead of the others) EMU_WARPS_TESTS too, the
 # attention kernels' barriers between their shared-memory reads and the
-# next tile's prefetch.
+# next tile's prefetch (the default's wgmma backward: its buffers a pair
+# ahead), and gpu_attention_step once more with HPC_ATTN_KERNELS=v4 (the
+# backward a module not built for sm_90a runs up to 128 keys).
 EMU_CI_TESTS := gpu_pack gpu_attention_step gpu_wgmma gpu_cluster gpu_gemm gpu_runtime
 # and these on a GPU of one SM (HPC_EMU_SM_COUNT=1), so that a small
 # model's GEMMs take the paths the step keeps for shapes that fill a GPU
@@ -177,6 +179,10 @@ test: all $(TEST_BIN) examples $(LINK_CHECKS) $(CUEMU_LIB) $(patsubst %,$(BUILD)
 	        && grep '(emulated)' $(BUILD)/emu-run-$$order.log | sed "s/^/PASS  HPC_EMU_ORDER=$$order /" \
 	        || { cat $(BUILD)/emu-run-$$order.log; exit 1; }; \
 	done
+	@HPC_ATTN_KERNELS=v4 HPC_EMU_ORDER=warps HPC_ROOT=$(CURDIR) sh tools/cuemu/run.sh $(BUILD)/tests/gpu/gpu_attention_step \
+	    >$(BUILD)/emu-run-v4.log 2>&1 \
+	    && grep '(emulated)' $(BUILD)/emu-run-v4.log | sed 's/^/PASS  HPC_ATTN_KERNELS=v4 HPC_EMU_ORDER=warps /' \
+	    || { cat $(BUILD)/emu-run-v4.log; exit 1; }
 	@sh tests/link/check-no-frontend.sh bin/hpc $(LINK_CHECKS)
 	@$(MAKE) -s -C examples run >$(BUILD)/examples-run.log 2>&1 && echo "PASS  examples/embed_bert_tiny" || { cat $(BUILD)/examples-run.log; exit 1; }
 	@$(MAKE) -s -C examples valgrind >$(BUILD)/examples-vg.log 2>&1 && echo "PASS  examples/embed_bert_tiny under valgrind" || { cat $(BUILD)/examples-vg.log; exit 1; }

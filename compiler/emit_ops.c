@@ -270,6 +270,7 @@ HpcStatus eop_node_record(const IrGraph *g, int id, StepNodeCode *rec, HpcError 
         ph->above_l = gen.ph[p].above_l;
         ph->at_most_l = gen.ph[p].at_most_l;
         ph->shared_bytes = gen.ph[p].shared_bytes;
+        ph->target = gen.ph[p].target;
     }
     eopb_free(&gen);
     return HPC_OK;
@@ -293,7 +294,7 @@ HpcStatus eop_node_code(const IrGraph *g, int id, int64_t B, int64_t L, EopNodeC
     StepNodeCode rec;
     memset(code, 0, sizeof *code);
     HpcStatus st = eop_node_record(g, id, &rec, err);
-    if (!st) step_node_launch(&rec, B, L, code);
+    if (!st) step_node_launch(&rec, B, L, false, code);
     return st;
 }
 

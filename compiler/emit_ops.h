@@ -68,7 +68,7 @@ HpcStatus eop_node_record(const IrGraph *g, int id, StepNodeCode *rec, HpcError 
 HpcStatus eop_kernels_build(const IrGraph *g, StepKernels *k, HpcError *err);
 
 /* How to run node id for a run of B, L: eop_node_record evaluated by
- * step_node_launch. */
+ * step_node_launch, as from a module not built for sm_90a. */
 HpcStatus eop_node_code(const IrGraph *g, int id, int64_t B, int64_t L, EopNodeCode *code,
                         HpcError *err);
 

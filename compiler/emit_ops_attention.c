@@ -56,8 +56,8 @@ static AttnPtrs attn_ptrs(const AttnCfg *c, int first)
  * cp.async double buffering), "v3": v2's forward, and the one-pass
  * backward attn_mma3_bwd for rows up to AT_ONE_PASS_MAX_L (v2's dQ and dK/dV
  * kernels for longer rows; v2's backward only above head size
- * AT_ONE_PASS_MAX_D), "v4", the default: v3 with attn_mma4_bwd as the
- * one-pass backward up to head size 64 (whole_ds), or "v5": v4 with the
+ * AT_ONE_PASS_MAX_D), "v4": v3 with attn_mma4_bwd as the one-pass backward
+ * up to head size 64 (whole_ds), or "v5", the default: v4 with the
  * warpgroup-MMA backward where it applies (wg5_applies).  *fam is the forward's
  * family; *one_pass says whether
  * the backward has the one-pass phase.  Read when the step module is
@@ -74,7 +74,7 @@ static HpcStatus kernel_family(const char **fam, bool *one_pass, HpcError *err)
     else if (strcmp(e, "v1") == 0) *fam = "mma";
     else
         return hpc_fail(err, HPC_ERR_INPUT, "emit_ops: HPC_ATTN_KERNELS=%s is not a kernel variant; set it to "
-                        "v1, v2, v3, v4 or v5 (or leave it unset for v4)", e);
+                        "v1, v2, v3, v4 or v5 (or leave it unset for v5)", e);
     return HPC_OK;
 }
 
@@ -90,21 +90,31 @@ static bool whole_ds(void)
     return !e || !*e || strcmp(e, "v4") == 0 || strcmp(e, "v5") == 0;
 }
 
-/* v5: the backward of padded rows up to AT_ONE_PASS_MAX_L on Hopper's
- * warpgroup MMA (attn_wg5_bwd_run, compiler/kernels/attention_wgmma.cu),
- * where its kernel is built: f16, head size 64, and the forward's keep bits
- * saved or no dropout (it draws none).  Elsewhere v5 is v4. */
-static bool wg5_applies(const EopGen *gen, const AttnCfg *c)
+/* v5, the default (HPC_ATTN_KERNELS unset or v5): the backward of padded
+ * rows of 65 to AT_ONE_PASS_MAX_L keys on Hopper's warpgroup MMA
+ * (attn_wg5_bwd_run, compiler/kernels/attention_wgmma.cu) from a module
+ * built for sm_90a, where its kernel is built: f16, head size 64, and the
+ * forward's keep bits saved or no dropout (it draws none).  Elsewhere v5
+ * is v4.  H100, 2026-12-06: -1.5 % at BERT-base 256 x 128, -2.1 % at
+ * 32 x 128 (bench/results/2026-12-06-session30.txt). */
+static bool wg5_chosen(void)
 {
     const char *e = getenv("HPC_ATTN_KERNELS");
+    return !e || !*e || strcmp(e, "v5") == 0;
+}
+
+static bool wg5_applies(const EopGen *gen, const AttnCfg *c)
+{
     const IrNode *n = &gen->g->nodes[gen->id];
-    return e && strcmp(e, "v5") == 0 && c->dtype == DT_F16 && c->head_dim == 64 && !c->varlen &&
-           !c->first_query && (n->n_in == 8 || n->attr.attn.p == 0.0f);
+    return wg5_chosen() && c->dtype == DT_F16 && c->head_dim == 64 && !c->varlen && !c->first_query &&
+           (n->n_in == 8 || n->attr.attn.p == 0.0f);
 }
 
 /* Blocks of the persistent attn_wg5_bwd: one an SM of an H100 or H200 (its
  * shared memory allows no second); a GPU with fewer SMs runs them in turn. */
 #define AT_WG5_BLOCKS 132
+/* Rows of at most this many keys take v4's backward under v5 (above). */
+#define AT_WG5_MIN_L 64
 
 static bool is_attention(IrOpKind op) { return op == IR_OP_ATTENTION || op == IR_OP_ATTENTION_BWD; }
 
@@ -190,8 +200,7 @@ HpcStatus eopa_module_part(const IrGraph *g, StrBuf *src, HpcError *err)
                   c.causal ? 1 : 0, kemit_attn4_smem_bytes(c.head_dim), kemit_attn5_smem_bytes());
     /* common.cu's row-layout helpers want these; no attention kernel uses them */
     /* v5's backward has sm_90a code (wgmma): the executor compiles for that target */
-    const char *kv = getenv("HPC_ATTN_KERNELS");
-    if (kv && strcmp(kv, "v5") == 0 && c.dtype == DT_F16 && c.head_dim == 64) strbuf_add(src, STEP_SOURCE_SM90A_MARK);
+    if (wg5_chosen() && c.dtype == DT_F16 && c.head_dim == 64) strbuf_add(src, STEP_SOURCE_SM90A_MARK);
     strbuf_add(src, "#define HPC_ROW_VEC 8\n#define HPC_ROW_THREADS 128\n#define HPC_ROW_NPT 1\n"
                     "#define HPC_ROW_RPB 1\n#define HPC_ATTN_NO_KERNELS 1\n"
                     "namespace hpc_attn {\n");
@@ -510,23 +519,54 @@ HpcStatus eopa_gen_attention_bwd(EopGen *gen, HpcError *err)
     }
     char skip[64] = "";
     if (one_pass && wg5_applies(gen, &c)) {
-        /* delta of every row first (attn_wg5_bwd stages it with lse), then
-         * the backward up to AT_ONE_PASS_MAX_L, a persistent grid */
-        s = attn_phase(gen, "attn_bwd_delta_all", &c, EOP_LT_HEAD_BLOCKS, (StepSize){.c0 = 1}, (int)c.heads);
-        strbuf_add(s, "    hpc_attn::attn_head_bwd_dot_run(blockIdx.x, blockIdx.y, blockIdx.z, (float *)a.scratch,\n"
-                      "        (const T *)a.x[0], (const T *)a.x[5], (int)a.B, (int)a.L, 256);\n");
+        /* v4's one-pass phase up to AT_WG5_MIN_L (a block an SM of 128-row
+         * wgmma tiles is mostly idle there: +1.1 % at BERT-base 32 x 32,
+         * H100) and, from a module not built for sm_90a, up to
+         * AT_ONE_PASS_MAX_L (the same kernel: one function, two records);
+         * from an sm_90a module the wgmma backward (delta inside) above
+         * AT_WG5_MIN_L, a persistent grid; delta of longer rows for v2's
+         * dQ and dK/dV phases */
+        bool keep = gen->g->nodes[gen->id].n_in == 8;
+        for (int up = 0; up < 2; up++) {
+            s = attn_phase(gen, "attn4_bwd", &c, EOP_LT_HEAD_BLOCKS, (StepSize){.c0 = 1}, (int)c.heads);
+            EopGenPhase *ph = &gen->ph[gen->n_phases - 1];
+            ph->shared_bytes = kemit_attn4_smem_bytes(c.head_dim);
+            ph->at_most_l = up ? AT_ONE_PASS_MAX_L : AT_WG5_MIN_L;
+            ph->above_l = up ? AT_WG5_MIN_L : 0;
+            ph->target = up ? STEP_TARGET_NOT_SM90A : STEP_TARGET_ANY;
+            if (keep)
+                strbuf_add(s, "    const unsigned char *keep = (const unsigned char *)a.x[7];\n"
+                              "    __builtin_assume(keep != nullptr);\n");
+            strbuf_printf(s, "    if (a.L > %d) return;   // launched only up to that length (at_most_l)\n"
+                             "    hpc_attn::attn_mma4_bwd_run(blockIdx.x, blockIdx.y, blockIdx.z, %s, %s,\n"
+                             "        %s, %lld, (const T *)a.x[0], (const T *)a.x[5], %s,\n"
+                             "        %s, %s, %lld, (const float *)a.x[6], (const int *)a.x[4],\n"
+                             "        (int)a.B, (int)a.L, p, ctl->seed, ctl->step, salt, %s);\n",
+                          AT_ONE_PASS_MAX_L, ap.dq, ap.dk, ap.dv, c.ld, ap.q, ap.k, ap.v, c.ld,
+                          keep ? "keep" : "nullptr");
+        }
         s = attn_phase(gen, "attn5_bwd", &c, EOP_LT_ROWS,
                        (StepSize){.c0 = 0, .c1 = c.heads, .pB = 1, .pL = 0, .div = 1, .cap = AT_WG5_BLOCKS}, 256);
         gen->ph[gen->n_phases - 1].shared_bytes = kemit_attn5_smem_bytes();
+        gen->ph[gen->n_phases - 1].above_l = AT_WG5_MIN_L;
         gen->ph[gen->n_phases - 1].at_most_l = AT_ONE_PASS_MAX_L;
-        bool keep = gen->g->nodes[gen->id].n_in == 8;
-        strbuf_printf(s, "    if (a.L > %d) return;   // launched only up to that length (at_most_l)\n"
+        gen->ph[gen->n_phases - 1].target = STEP_TARGET_SM90A;
+        if (keep)
+            strbuf_add(s, "    const unsigned char *keep = (const unsigned char *)a.x[7];\n"
+                          "    __builtin_assume(keep != nullptr);\n");
+        strbuf_printf(s, "    if (a.L <= %d || a.L > %d) return;   // launched only there (above_l, at_most_l)\n"
                          "    hpc_attn::attn_wg5_bwd_run(blockIdx.x, %s, %s, %s, %lld, (const T *)a.x[0],\n"
                          "        (const T *)a.x[5], %s, %s, %s, %lld, (const float *)a.x[6], (const float *)a.scratch,\n"
                          "        (const int *)a.x[4], (int)a.B, (int)a.L, p, ctl->seed, ctl->step, salt,\n"
                          "        %s);\n",
-                      AT_ONE_PASS_MAX_L, ap.dq, ap.dk, ap.dv, c.ld, ap.q, ap.k, ap.v, c.ld,
-                      keep ? "(const unsigned char *)a.x[7]" : "nullptr");
+                      AT_WG5_MIN_L, AT_ONE_PASS_MAX_L, ap.dq, ap.dk, ap.dv, c.ld, ap.q, ap.k, ap.v, c.ld,
+                      keep ? "keep" : "nullptr");
+        s = attn_phase(gen, "attn_bwd_delta", &c, EOP_LT_HEAD_BLOCKS, (StepSize){.c0 = 1}, (int)c.heads);
+        gen->ph[gen->n_phases - 1].above_l = AT_ONE_PASS_MAX_L;
+        strbuf_printf(s, "    if (a.L <= %d) return;\n"
+                         "    hpc_attn::attn_head_bwd_dot_run(blockIdx.x, blockIdx.y, blockIdx.z, (float *)a.scratch,\n"
+                         "        (const T *)a.x[0], (const T *)a.x[5], (int)a.B, (int)a.L, 256);\n",
+                      AT_ONE_PASS_MAX_L);
         snprintf(skip, sizeof skip, "    if (a.L <= %d) return;\n", AT_ONE_PASS_MAX_L);
     } else if (one_pass) {
         /* one block of 256 per (b, head): the whole backward up to

@@ -23,6 +23,7 @@ typedef struct {
     int64_t above_l;           /* StepPhase.above_l: launched only for rows longer than this; 0: always */
     int64_t at_most_l;         /* StepPhase.at_most_l: launched only for rows up to this long; 0: always */
     int shared_bytes;          /* StepPhase.shared_bytes: dynamic shared memory a block; 0: none */
+    StepTarget target;         /* StepPhase.target: the modules it is launched from */
 } EopGenPhase;
 
 typedef struct {

@@ -83,7 +83,7 @@ static void launch_shape(const StepPhase *ph, int64_t B, int64_t L, EopPhase *ou
     }
 }
 
-void step_node_launch(const StepNodeCode *c, int64_t B, int64_t L, EopNodeCode *out)
+void step_node_launch(const StepNodeCode *c, int64_t B, int64_t L, bool sm90a, EopNodeCode *out)
 {
     memset(out, 0, sizeof *out);
     out->kind = c->kind;
@@ -94,6 +94,8 @@ void step_node_launch(const StepNodeCode *c, int64_t B, int64_t L, EopNodeCode *
         out->phase[p].shared_bytes = (unsigned)c->phase[p].shared_bytes;
         if (c->phase[p].above_l > 0 && L <= c->phase[p].above_l) continue;   /* not launched: grid 0 */
         if (c->phase[p].at_most_l > 0 && L > c->phase[p].at_most_l) continue;
+        if (c->phase[p].target == STEP_TARGET_SM90A && !sm90a) continue;
+        if (c->phase[p].target == STEP_TARGET_NOT_SM90A && sm90a) continue;
         launch_shape(&c->phase[p], B, L, &out->phase[p]);
     }
 }
@@ -340,8 +342,8 @@ static void write_code(const StepNodeCode *c, FILE *out)
     write_size(&c->scratch, out);
     fputc('\n', out);
     for (int p = 0; p < c->n_phases; p++) {
-        fprintf(out, "phase %d %d %" PRId64 " %" PRId64 " %d ", (int)c->phase[p].lt, c->phase[p].threads,
-                c->phase[p].above_l, c->phase[p].at_most_l, (int)c->phase[p].shared_bytes);
+        fprintf(out, "phase %d %d %" PRId64 " %" PRId64 " %d %d ", (int)c->phase[p].lt, c->phase[p].threads,
+                c->phase[p].above_l, c->phase[p].at_most_l, (int)c->phase[p].shared_bytes, (int)c->phase[p].target);
         write_size(&c->phase[p].count, out);
         fprintf(out, " %s\n", c->phase[p].name);
     }
@@ -604,16 +606,18 @@ static HpcStatus read_code(Reader *r, StepKernels *k, int n_nodes)
     for (int ph = 0; ph < c->n_phases; ph++) {
         if (!next_line(r)) return bad(r, "truncated: a code record ends early%s", "");
         StepPhase *s = &c->phase[ph];
-        int lt = 0, shared = 0;
+        int lt = 0, shared = 0, target = 0;
         used = 0;
-        if (sscanf(r->buf, "phase %d %d %" SCNd64 " %" SCNd64 " %d %n", &lt, &s->threads, &s->above_l,
-                   &s->at_most_l, &shared, &used) < 5 ||
+        if (sscanf(r->buf, "phase %d %d %" SCNd64 " %" SCNd64 " %d %d %n", &lt, &s->threads, &s->above_l,
+                   &s->at_most_l, &shared, &target, &used) < 6 ||
             used == 0)
             return bad(r, "expected a phase line%s", "");
         p = r->buf + used;
         s->shared_bytes = shared;
+        s->target = (StepTarget)target;
         if (lt < 0 || lt >= EOP_LT_COUNT || s->threads < 1 || s->threads > 1024 || s->above_l < 0 ||
-            s->at_most_l < 0 || shared < 0 || shared > STEP_PHASE_MAX_SHARED ||
+            s->at_most_l < 0 || shared < 0 || shared > STEP_PHASE_MAX_SHARED || target < STEP_TARGET_ANY ||
+            target > STEP_TARGET_NOT_SM90A ||
             !read_size(&p, &s->count) ||
             *p != ' ' || !copy_name(s->name, sizeof s->name, p + 1) || !s->name[0])
             return bad(r, "a phase line out of range%s", "");

@@ -53,7 +53,7 @@
 #include "program/params.h"
 #include "program/spec.h"
 
-#define EOP_MAX_PHASES 4   /* the v4 attention backward above L 128: one-pass, delta, dQ, dK/dV */
+#define EOP_MAX_PHASES 6   /* the v5 attention backward: v4 up to L 64 and (not sm_90a) to 128, wgmma one-pass, delta, dQ, dK/dV */
 #define EOP_NAME_MAX 96
 /* Row blocks of the column-sum reductions (bias and gamma gradients):
  * enough blocks to fill an H100/H200 at C = 768 (docs/perf.md). */
@@ -77,8 +77,11 @@
  *    block, which a version-7 reader would launch without;
  * 9: a phase's AT_MOST_L (StepPhase.at_most_l): a phase launched only for
  *    rows up to a length, which a version-8 reader would launch at every
- *    length. */
-#define STEP_PROGRAM_VERSION 9
+ *    length;
+ * 10: a phase's TARGET (StepPhase.target): a phase launched only where the
+ *    module is, or is not, built for sm_90a, which a version-9 reader
+ *    would launch everywhere (both of a pair of alternatives). */
+#define STEP_PROGRAM_VERSION 10
 /* A node line lists n_in inputs padded with -1 to at least this many. */
 #define STEP_NODE_MIN_INPUTS 3
 /* Inputs a CUDA kernel takes (EopArgs.x); the emitter refuses a node with more. */
@@ -125,6 +128,14 @@ typedef struct {
 
 int64_t step_size_eval(const StepSize *s, int64_t B, int64_t L);
 
+/* Which modules a phase is launched from: any; only one built for the
+ * architecture-specific sm_90a target (its kernel has wgmma code; the
+ * executor compiles the module so on an sm_90 device when its source has
+ * STEP_SOURCE_SM90A_MARK or STEP_SOURCE_GEMM_OWN_MARK); or only one that
+ * is not (the alternative kernel for the same rows elsewhere: another GPU,
+ * a program's own cubin). */
+typedef enum { STEP_TARGET_ANY = 0, STEP_TARGET_SM90A = 1, STEP_TARGET_NOT_SM90A = 2 } StepTarget;
+
 typedef struct {
     char name[EOP_NAME_MAX];     /* function in the module */
     EopLaunchType lt;
@@ -136,6 +147,7 @@ typedef struct {
                                     from the other side) */
     int32_t shared_bytes;        /* dynamic shared memory a block (bytes, up to STEP_PHASE_MAX_SHARED);
                                     0: the kernel's static arrays only */
+    StepTarget target;           /* launched only where the module is (or is not) built for sm_90a */
 } StepPhase;
 
 /* The most dynamic shared memory a phase may ask for: an sm_90 block's
@@ -231,8 +243,9 @@ typedef struct {
     StepKernels kernels;
 } StepProgram;
 
-/* Grid and block of node code `c` for a run of B, L. */
-void step_node_launch(const StepNodeCode *c, int64_t B, int64_t L, EopNodeCode *out);
+/* Grid and block of node code `c` for a run of B, L from a module built
+ * for sm_90a or not (StepPhase.target). */
+void step_node_launch(const StepNodeCode *c, int64_t B, int64_t L, bool sm90a, EopNodeCode *out);
 
 /* Scratch bytes of every node for B, L into out[0 .. k->n). */
 void step_kernels_scratch(const StepKernels *k, int64_t B, int64_t L, int64_t *out);

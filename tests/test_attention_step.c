@@ -634,7 +634,7 @@ static void expect_variant_refused(const char *env, const char *value, const cha
 
 Test(attention_step_cuda, unknown_kernel_variant_is_refused)
 {
-    expect_variant_refused("HPC_ATTN_KERNELS", "v9", "v1, v2, v3 or v4");
+    expect_variant_refused("HPC_ATTN_KERNELS", "v9", "v1, v2, v3, v4 or v5");
 }
 
 /* The fp32 step keeps the unfused chain; forcing the node there is refused

@@ -178,22 +178,28 @@ Test(step_program, text_round_trip_runs_the_same_step)
     cr_expect_eq(len, len2);
     cr_expect_eq(memcmp(t, t2, len), 0, "write(read(write(p))) differs from write(p)");
     cr_expect_eq(q.policy, PREC_FP16);
-    /* the one-pass attention backward (v4, the default) runs only up to 128
-     * keys (StepPhase.at_most_l), its delta, dQ and dK/dV phases only above
-     * (StepPhase.above_l): the fields survive the text */
-    int above = 0, at_most = 0, full_bwd = 0;
+    /* the one-pass attention backward (v5, the default) runs v4's kernel up
+     * to 64 keys and, from a module not built for sm_90a, up to 128; the
+     * wgmma kernel from 65 to 128 keys from one that is (StepPhase.above_l,
+     * at_most_l, target); its delta, dQ and dK/dV phases only above 128: the
+     * fields survive the text */
+    int above = 0, at_most = 0, sm90a = 0, not_sm90a = 0, full_bwd = 0;
     for (int i = 0; i < p.kernels.n && i < q.kernels.n; i++) {
         full_bwd += p.g.nodes[i].op == IR_OP_ATTENTION_BWD && !p.g.nodes[i].attr.attn.first_query;
         for (int k = 0; k < p.kernels.node[i].n_phases; k++) {
             const StepPhase *a = &p.kernels.node[i].phase[k], *b = &q.kernels.node[i].phase[k];
-            cr_expect(b->above_l == a->above_l && b->at_most_l == a->at_most_l, "node %d phase %d", i, k);
+            cr_expect(b->above_l == a->above_l && b->at_most_l == a->at_most_l && b->target == a->target,
+                      "node %d phase %d", i, k);
             above += a->above_l == 128;
             at_most += a->at_most_l == 128;
+            sm90a += a->target == STEP_TARGET_SM90A;
+            not_sm90a += a->target == STEP_TARGET_NOT_SM90A;
         }
     }
-    cr_expect(full_bwd > 0 && above == 3 * full_bwd && at_most == full_bwd,
-              "%d phases above 128 keys and %d up to it for %d full attention backward nodes", above, at_most,
-              full_bwd);
+    cr_expect(full_bwd > 0 && above == 3 * full_bwd && at_most == 2 * full_bwd && sm90a == full_bwd &&
+                  not_sm90a == full_bwd,
+              "%d phases above 128 keys, %d up to it, %d and %d for sm_90a modules and others, for %d full "
+              "attention backward nodes", above, at_most, sm90a, not_sm90a, full_bwd);
     cr_expect_eq(q.g.n, p.g.n);
     cr_expect_eq(q.pl.n, p.pl.n);
     cr_expect_str_eq(q.pl.p[0].name, p.pl.p[0].name);
@@ -239,7 +245,7 @@ static void expect_refused(const char *text, size_t len, const char *from, const
 }
 
 /* A phase's dynamic shared memory (StepPhase.shared_bytes: the whole-dS
- * attention backward of HPC_ATTN_KERNELS=v4, the default) survives the
+ * attention backward of HPC_ATTN_KERNELS=v4) survives the
  * text, and a phase line asking for more than a block can have is
  * refused. */
 Test(step_program, a_phase_keeps_its_dynamic_shared_memory)
@@ -260,16 +266,20 @@ Test(step_program, a_phase_keeps_its_dynamic_shared_memory)
         }
     cr_expect_gt(asking, 0, "no phase asks for dynamic shared memory under HPC_ATTN_KERNELS=v4");
     /* the first phase line that asks for it, asking for 1 byte past the limit */
-    int lt = 0, threads = 0, shared = 0;
+    int lt = 0, threads = 0, shared = 0, target = 0;
     long long above = 0, at_most = 0;
     for (const char *line = strstr(t, "\nphase "); line; line = strstr(line + 1, "\nphase "))
-        if (sscanf(line + 1, "phase %d %d %lld %lld %d", &lt, &threads, &above, &at_most, &shared) == 5 &&
+        if (sscanf(line + 1, "phase %d %d %lld %lld %d %d", &lt, &threads, &above, &at_most, &shared, &target) == 6 &&
             shared > 0)
             break;
     cr_assert_gt(shared, 0);
     char old[96], bad[96];
-    snprintf(old, sizeof old, "phase %d %d %lld %lld %d ", lt, threads, above, at_most, shared);
-    snprintf(bad, sizeof bad, "phase %d %d %lld %lld %d ", lt, threads, above, at_most, STEP_PHASE_MAX_SHARED + 1);
+    snprintf(old, sizeof old, "phase %d %d %lld %lld %d %d ", lt, threads, above, at_most, shared, target);
+    snprintf(bad, sizeof bad, "phase %d %d %lld %lld %d %d ", lt, threads, above, at_most, STEP_PHASE_MAX_SHARED + 1,
+             target);
+    expect_refused(t, len, old, bad, 0, "a phase line out of range");
+    /* and a target that is none of StepTarget's */
+    snprintf(bad, sizeof bad, "phase %d %d %lld %lld %d %d ", lt, threads, above, at_most, shared, 3);
     expect_refused(t, len, old, bad, 0, "a phase line out of range");
     free(t);
     step_program_free(&p);
@@ -284,8 +294,8 @@ Test(step_program, bad_programs_are_refused_with_the_reason)
     char *t = program_text(&p, &len);
     expect_refused(t, len, NULL, NULL, len / 2, "truncated");
     expect_refused(t, len, NULL, NULL, len - 4, "truncated: no 'end' line");
-    expect_refused(t, len, "step_program 9\n", "step_program 10\n", 0, "format version 10, this hpc reads version 9");
-    expect_refused(t, len, "step_program 9\n", "step_program 8\n", 0, "format version 8, this hpc reads version 9");
+    expect_refused(t, len, "step_program 10\n", "step_program 11\n", 0, "format version 11, this hpc reads version 10");
+    expect_refused(t, len, "step_program 10\n", "step_program 9\n", 0, "format version 9, this hpc reads version 10");
     expect_refused(t, len, "policy fp32\n", "policy fp12\n", 0, "unknown policy 'fp12'");
     expect_refused(t, len, "fused 1\n", "fused 1\nwidgets 3\n", 0, "unknown field 'widgets'");
     expect_refused(t, len, "spec stack.hidden ", "spec stack.width ", 0, "unknown spec field 'stack.width'");

@@ -10,12 +10,14 @@
 // warpgroup multiplies 64 x 64 x 16 while the warps go on, and the next
 // (b, head)'s rows load while this one's are multiplied.  On an H100
 // (2026-12-06): 220 against 255 us a layer at 256 x 128, 31 against 40 at
-// 32 x 128 (with its delta phase); slower at L 32 (one block an SM).
+// 32 x 128 (then with a delta phase before it); slower at L 32 (one block
+// an SM), where the step keeps v4's (AT_WG5_MIN_L).
 //
 // A persistent grid (EOP_LT_ROWS capped at one block an SM) of 256
 // threads, two warpgroups, walks the (b, head) pairs; each pair's K, V, Q,
-// dO (128 rows of 64 f16, the 128-byte swizzle), keep bits, key mask, lse
-// and delta come by cp.async into one of two buffers a pair ahead.
+// dO (128 rows of 64 f16, the 128-byte swizzle), keep bits, key mask and
+// lse come by cp.async into one of two buffers a pair ahead (O into
+// registers), and delta = rowsum(dO O) is summed when the pair begins.
 // Warpgroup w owns keys 64 w .. 64 w + 63 and takes the queries in two
 // halves of 64 (one where L <= 64):
 //   S^T = K_w Q^T and dP^T = V_w dO^T (m64n64, both operands in shared
@@ -28,8 +30,7 @@
 //   half's 64 queries; box 1 over V's rows).
 // Then dQ^T = K^T dS^T (warpgroup w: the queries of box w; K^T and dS^T
 // both MN-major), and dK, dV, dQ leave through the pair's Q, dO and K rows
-// in 16-byte pieces.  delta = rowsum(dO O) comes from the phase before
-// (attn_head_bwd_dot_run).  The keep bits are the forward's
+// in 16-byte pieces.  The keep bits are the forward's
 // (AT_KEEP_BYTES a query row); without them only p = 0 is taken (the step
 // keeps v4 where dropout draws would be needed).  The products are v4's
 // summed in another order; gpu_attention_step holds both to the cpu.
@@ -99,10 +100,11 @@ __device__ __forceinline__ void a5_fence_async(void) { asm volatile("fence.proxy
 
 // Pair (b, h)'s rows into buffer buf, one cp.async group (zeros past L):
 // K, V, Q, dO (thread: 16-byte chunk tid % 8 of rows tid / 8 + 32 j), then
-// the keep bits and the key mask (threads 0..127, where given), lse and
-// delta (threads 128..255).
-__device__ __forceinline__ void a5_stage(unsigned char *buf, const st_t *q, const st_t *k, const st_t *v, int ld,
-                                         const st_t *dctx, const float *lse, const float *delta,
+// the keep bits and the key mask (threads 0..127, where given) and lse
+// (threads 128..255); and the thread's chunks of O (the forward's output)
+// into o, by plain loads that land while the pair before is worked on.
+__device__ __forceinline__ void a5_stage(unsigned char *buf, uint4 o[4], const st_t *q, const st_t *k,
+                                         const st_t *v, int ld, const st_t *dctx, const st_t *ctx, const float *lse,
                                          const unsigned char *keep, const int *mask, int b, int h, int L)
 {
     const i64 bh = (i64)b * HPC_HEADS + h;
@@ -119,6 +121,12 @@ __device__ __forceinline__ void a5_stage(unsigned char *buf, const st_t *q, cons
             a2_cp16(buf + tile * A5_TILE_BYTES + a5_sw(r, c), base + (i64)(in ? r : 0) * stride, in);
         }
     }
+    const st_t *obase = ctx + (i64)b * L * HPC_HIDDEN + h * AT_D + c * 8;
+#pragma unroll
+    for (int j = 0; j < 4; j++) {
+        const int r = r0 + 32 * j;
+        o[j] = r < L ? *reinterpret_cast<const uint4 *>(obase + (i64)r * HPC_HIDDEN) : make_uint4(0u, 0u, 0u, 0u);
+    }
     const int r = threadIdx.x & (A5_ROWS - 1);
     const bool in = r < L;
     if (threadIdx.x < A5_ROWS) {
@@ -126,9 +134,30 @@ __device__ __forceinline__ void a5_stage(unsigned char *buf, const st_t *q, cons
         if (mask != nullptr) a2_cp4(buf + A5_MASK_OFF + r * 4, mask + (i64)b * L + (in ? r : 0), in);
     } else {
         a2_cp4(buf + A5_LSE_OFF + r * 4, lse + bh * L + (in ? r : 0), in);
-        a2_cp4(buf + A5_DELTA_OFF + r * 4, delta + bh * L + (in ? r : 0), in);
     }
     a2_commit();
+}
+
+// delta = rowsum(dO O) of the pair's rows into the buffer, from its staged
+// dO and the thread's chunks of O (a5_stage): the 8 threads of a row (8
+// adjacent lanes) add theirs by shuffles.  Rows past L: 0.
+__device__ __forceinline__ void a5_delta(unsigned char *buf, const uint4 o[4])
+{
+    const int c = threadIdx.x & 7, r0 = threadIdx.x >> 3;
+    const unsigned char *gs = buf + A5_DO * A5_TILE_BYTES;
+    float *delta = reinterpret_cast<float *>(buf + A5_DELTA_OFF);
+#pragma unroll
+    for (int j = 0; j < 4; j++) {
+        const int r = r0 + 32 * j;
+        const uint4 g = *reinterpret_cast<const uint4 *>(gs + a5_sw(r, c));
+        const st_t *ge = reinterpret_cast<const st_t *>(&g), *oe = reinterpret_cast<const st_t *>(&o[j]);
+        float sum = 0.0f;
+#pragma unroll
+        for (int e = 0; e < 8; e++) sum += ld_f(ge[e]) * ld_f(oe[e]);
+#pragma unroll
+        for (int x = 1; x < 8; x <<= 1) sum += __shfl_xor_sync(0xffffffffu, sum, x);
+        if (c == 0) delta[r] = sum;
+    }
 }
 
 // S^T = K_w Q^T and dP^T = V_w dO^T for the queries 64 hq .. of half hq
@@ -264,7 +293,7 @@ AT_RUN void attn_wg5_bwd_run(int at_bx, st_t *dq, st_t *dk, st_t *dv, int ldg, c
 {
     const int pairs = B * HPC_HEADS;
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-    (void)ctx; (void)seed; (void)step; (void)salt;
+    (void)delta; (void)seed; (void)step; (void)salt;
     extern __shared__ __align__(1024) unsigned char a5_smem_raw[];
     unsigned char *smem = a5_smem_raw + ((1024u - (a2_smem(a5_smem_raw) & 1023u)) & 1023u);
     unsigned char *box0 = smem + 2 * A5_BUF_BYTES;   // dS^T of queries 0..63; those of 64.. go over V
@@ -272,18 +301,19 @@ AT_RUN void attn_wg5_bwd_run(int at_bx, st_t *dq, st_t *dk, st_t *dv, int ldg, c
     const float scale = at_scale(), scale2 = scale * A2_LOG2E, dscale = dropout_scale(p);
     const bool drop = p != 0.0f;   // the step launches it with the keep bits wherever p != 0
     int pair = at_bx;
-    if (pair < pairs) a5_stage(smem, q, k, v, ld, dctx, lse, delta, keep, mask, pair / HPC_HEADS, pair % HPC_HEADS, L);
+    uint4 o[4];   // the thread's chunks of O for the pair staged last
+    if (pair < pairs) a5_stage(smem, o, q, k, v, ld, dctx, ctx, lse, keep, mask, pair / HPC_HEADS, pair % HPC_HEADS, L);
     for (int it = 0; pair < pairs; pair += gridDim.x, it++) {
         unsigned char *buf = smem + (it & 1) * A5_BUF_BYTES;
         const int b = pair / HPC_HEADS, h = pair % HPC_HEADS, next = pair + gridDim.x;
+        a2_wait0();         // this pair's group (the only one in flight)
+        __syncthreads();    // every thread's pieces have landed
+        a5_delta(buf, o);   // before o takes the next pair's chunks
         if (next < pairs)
-            a5_stage(smem + ((it + 1) & 1) * A5_BUF_BYTES, q, k, v, ld, dctx, lse, delta, keep, mask,
+            a5_stage(smem + ((it + 1) & 1) * A5_BUF_BYTES, o, q, k, v, ld, dctx, ctx, lse, keep, mask,
                      next / HPC_HEADS, next % HPC_HEADS, L);
-        else
-            a2_commit();   // an empty group: the wait below leaves one group pending either way
-        a2_wait1();
         a5_fence_async();   // the cp.async bytes are read by wgmma (the async proxy)
-        __syncthreads();
+        __syncthreads();    // delta is whole
 
         const int key0 = 64 * w + 16 * (wt >> 5) + ((wt & 31) >> 2);
         bool kvis[2];
@@ -355,9 +385,8 @@ AT_RUN void attn_wg5_bwd_run(int at_bx, st_t *dq, st_t *dk, st_t *dv, int ldg, c
         }
         __syncthreads();   // this buffer is read out before the prefetch two pairs on refills it
     }
-    a2_wait0();
 #else
-    // Not built for sm_90a: attn_mma4_bwd for each pair (delta: its own).
+    // Not built for sm_90a: attn_mma4_bwd for each pair.
     (void)delta;
     for (int pair = at_bx; pair < pairs; pair += gridDim.x) {
         attn_mma4_bwd_run(0, pair % HPC_HEADS, pair / HPC_HEADS, dq, dk, dv, ldg, dctx, ctx, q, k, v, ld, lse, mask,

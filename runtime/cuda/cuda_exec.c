@@ -166,6 +166,7 @@ static HpcStatus compile_module(CudaExec *ex, HpcError *err)
                 ex->cache_hit ? "kernel cache hit" : "NVRTC compile", ex->compile_seconds);
     st = CUDA_CHECK(err, cuda_driver()->cuModuleLoadData(&ex->module, cubin));
     free(cubin);
+    ex->module_sm90a = sm90a;
     if (!st && own) st = cuda_exec_own_kernels(ex, err);
     return st;
 }
@@ -175,7 +176,7 @@ static HpcStatus compile_module(CudaExec *ex, HpcError *err)
 static HpcStatus refresh_code(CudaExec *ex, int64_t B, int64_t L, HpcError *err)
 {
     if (ex->code_B == B && ex->code_L == L) return HPC_OK;
-    for (int i = 0; i < ex->g->n; i++) step_node_launch(&ex->kernels->node[i], B, L, &ex->code[i]);
+    for (int i = 0; i < ex->g->n; i++) step_node_launch(&ex->kernels->node[i], B, L, ex->module_sm90a, &ex->code[i]);
     ex->code_B = B;
     ex->code_L = L;
     return HPC_OK;

@@ -132,6 +132,7 @@ typedef struct {
     double compile_seconds;    /* NVRTC (or cache) time of the module */
     bool cache_hit;            /* no NVRTC ran: a cache hit or the program's cubin */
     bool cubin_from_program;   /* the program carried the cubin for this arch */
+    bool module_sm90a;         /* the module was compiled for sm_90a (StepPhase.target) */
 } CudaExec;
 
 /* Plans, allocates and compiles as described above, from a step program's

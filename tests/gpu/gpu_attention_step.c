@@ -12,13 +12,14 @@
  *     asserted, and the backward's one (B, L, 3H) output is compared block
  *     by block: its dq, dk, dv columns); cases: bert_tiny fp16 B=3 L=77 (odd, padded rows, one
  *     row fully masked), bert_tiny bf16 B=4 L=128, bert_tiny fp16 B=2 L=200 (past
- *     the one-pass backward's 128 rows: the v2 dQ and dK/dV kernels), bert_tiny fp16 B=67
- *     L=48 (134 (b, head) pairs: more than v5's 132 persistent blocks), a tiny GPT-2 (causal)
+ *     the one-pass backward's 128 rows: the v2 dQ and dK/dV kernels), a tiny GPT-2 (causal)
  *     fp16 B=2 L=50, a one-layer BERT-base fp16 B=2 L=128;
  *   - fused vs unfused, both on the GPU, dropout off (spec dropouts 0):
  *     loss and gradients, bert_tiny fp16 B=4 L=96;
  *   - CUDA graph replay of the fused step at another dropout step gives the
- *     eager loss (the kernels read seed and step on the device).
+ *     eager loss (the kernels read seed and step on the device);
+ *   - under v5 (the default), v5 against v4 on the GPU at 134 (b, head)
+ *     pairs, more than v5's 132 persistent blocks (check_v5_vs_v4).
  * Tolerances (relative L2; gradients as tests/gpu/gpu_step.c, floor 1e-3 of
  * the largest gradient norm): fp16 1e-2, bf16 4e-2.  The kernel rounds the
  * probabilities to the storage dtype for P V on the tensor cores and sums
@@ -28,7 +29,7 @@
  * unfused, CUDA graph replay, median of 20.
  *
  * HPC_ATTN_KERNELS=v1|v2|v3|v4|v5 picks the tensor-core family the step module
- * calls (compiler/emit_ops_attention.c; v4, the default, and v3 have the
+ * calls (compiler/emit_ops_attention.c; v5, the default, v4 and v3 have the
  * one-pass backward);
  * the checks are the same for all.
  * Usage: gpu_attention_step [check] [bench]   (default both).
@@ -422,6 +423,43 @@ static void check_fused_vs_unfused(void)
     model_free(&un);
 }
 
+/* v5's persistent blocks against v4 on the GPU (v4 is held to the cpu
+ * above): bert_tiny fp16 B=67 L=128, 134 (b, head) pairs, so two of the
+ * 132 blocks take a second pair from their second buffer.  Against the cpu
+ * this many rows of up to 128 keys fail dK at 1e-2 with v4 as with v5
+ * (2.1e-2 at L=120 on the emulator: the f16 inputs' error, not the
+ * kernels'), while the two kernels, the same products summed in another
+ * order, agree far closer. */
+static void check_v5_vs_v4(void)
+{
+    Model m;
+    if (!model_build(&m, M_TINY, false, PREC_FP16, ATTN_FORM_FUSED)) return;
+    Batch *b = make_batch(&m.spec, 67, 128, -1);
+    double l5 = NAN, l4 = NAN;
+    float **g5 = gpu_step(&m, b, &l5);   /* v5: the caller's setting (unset or v5) */
+    const char *was = getenv("HPC_ATTN_KERNELS");
+    char *saved = was ? xstrdup(was) : NULL;
+    setenv("HPC_ATTN_KERNELS", "v4", 1);
+    float **g4 = gpu_step(&m, b, &l4);
+    if (saved) setenv("HPC_ATTN_KERNELS", saved, 1);
+    else unsetenv("HPC_ATTN_KERNELS");
+    free(saved);
+    if (g5 && g4) {
+        int wq = -1;
+        double w = worst_grad(&m, g5, g4, &wq);
+        result(w <= 2e-3, "bert_tiny fp16 B=67 L=128 (134 pairs) on the GPU: gradients v5 vs v4 worst rel %.3g <= 2e-3 (%s)",
+               w, wq >= 0 ? m.pl.p[wq].name : "-");
+    }
+    for (int q = 0; q < m.pl.n; q++) {
+        if (g5) free(g5[q]);
+        if (g4) free(g4[q]);
+    }
+    free(g5);
+    free(g4);
+    batch_free(b);
+    model_free(&m);
+}
+
 static int cmp_float(const void *a, const void *b)
 {
     float x = *(const float *)a, y = *(const float *)b;
@@ -485,19 +523,15 @@ int main(int argc, char **argv)
     if (!gpu_check_open_device("gpu_attention_step", &g_dev)) return 4;
     const char *variant = getenv("HPC_ATTN_KERNELS");
     printf("gpu_attention_step on %s (sm_%d), attention kernels %s (HPC_ATTN_KERNELS)\n", g_dev.name, g_dev.arch,
-           variant && *variant ? variant : "v4 (default)");
+           variant && *variant ? variant : "v5 (default)");
     if (check) {
         check_vs_cpu(M_TINY, PREC_FP16, 3, 77, 2, 1e-2);
         check_vs_cpu(M_TINY, PREC_BF16, 4, 128, -1, 4e-2);
         check_vs_cpu(M_TINY, PREC_FP16, 2, 200, -1, 1e-2);   /* past the one-pass backward's 128 rows: the v2 kernels */
-        /* 134 (b, head) pairs of 24 to 48 keys: two of the v5 backward's 132
-         * persistent blocks take a second pair, from their second buffer
-         * (at this many pairs dK nears 1e-2 with longer rows, v4 as v5: 9.7e-3
-         * at L=72, 2.1e-2 at L=120: the f16 inputs' error, not the kernels') */
-        check_vs_cpu(M_TINY, PREC_FP16, 67, 48, -1, 1e-2);
         check_vs_cpu(M_GPT2_TINY, PREC_FP16, 2, 50, -1, 1e-2);
         check_vs_cpu(M_BASE_1L, PREC_FP16, 2, 128, -1, 1e-2);
         check_fused_vs_unfused();
+        if (!variant || !*variant || strcmp(variant, "v5") == 0) check_v5_vs_v4();
     }
     if (bench) {
         double af = 0, au = 0;
