@@ -198,9 +198,9 @@ HpcStatus eopa_module_part(const IrGraph *g, StrBuf *src, HpcError *err)
                   "#define HPC_ATTN5_SMEM_BYTES %d\n",
                   c.dtype == DT_F16 ? 1 : 2, (long long)c.hidden, (long long)c.heads, (long long)c.head_dim,
                   c.causal ? 1 : 0, kemit_attn4_smem_bytes(c.head_dim), kemit_attn5_smem_bytes());
-    /* common.cu's row-layout helpers want these; no attention kernel uses them */
     /* v5's backward has sm_90a code (wgmma): the executor compiles for that target */
     if (wg5_chosen() && c.dtype == DT_F16 && c.head_dim == 64) strbuf_add(src, STEP_SOURCE_SM90A_MARK);
+    /* common.cu's row-layout helpers want these; no attention kernel uses them */
     strbuf_add(src, "#define HPC_ROW_VEC 8\n#define HPC_ROW_THREADS 128\n#define HPC_ROW_NPT 1\n"
                     "#define HPC_ROW_RPB 1\n#define HPC_ATTN_NO_KERNELS 1\n"
                     "namespace hpc_attn {\n");

@@ -1,7 +1,8 @@
 // compiler/kernels/attention_wgmma.cu — the one-pass attention backward on
 // Hopper's warpgroup MMA (attn_wg5_bwd_run, HPC_ATTN_KERNELS=v5): rows of
 // at most 128 keys, head size 64, f16.  Builds on attention_mma4.cu, whose
-// backward it runs instead where the module is not built for sm_90a.
+// backward it runs pair by pair where the module is not built for sm_90a
+// (the step never launches it there: StepPhase.target).
 //
 // Why: attn_mma4_bwd (mma.sync, two blocks of 8 warps an SM) takes about
 // 255 us a layer at BERT-base 256 x 128 (H100), twice what its bytes take,
@@ -371,9 +372,9 @@ AT_RUN void attn_wg5_bwd_run(int at_bx, st_t *dq, st_t *dk, st_t *dv, int ldg, c
         {
             const int c = threadIdx.x & 7, r0 = threadIdx.x >> 3;   // chunk c of rows r0 + 32 j
 #pragma unroll
-            for (int o = 0; o < 3; o++) {
-                const unsigned char *tile = o == 0 ? ks : o == 1 ? qs : gs;
-                st_t *base = (o == 0 ? dq : o == 1 ? dk : dv) + (i64)b * L * ldg + h * AT_D + c * 8;
+            for (int out = 0; out < 3; out++) {
+                const unsigned char *tile = out == 0 ? ks : out == 1 ? qs : gs;
+                st_t *base = (out == 0 ? dq : out == 1 ? dk : dv) + (i64)b * L * ldg + h * AT_D + c * 8;
 #pragma unroll
                 for (int j = 0; j < 4; j++) {
                     const int r = r0 + 32 * j;
@@ -383,7 +384,8 @@ AT_RUN void attn_wg5_bwd_run(int at_bx, st_t *dq, st_t *dk, st_t *dv, int ldg, c
                 }
             }
         }
-        __syncthreads();   // this buffer is read out before the prefetch two pairs on refills it
+        __syncthreads();   // every read of this buffer is done before a later stage refills it
+                           // (the next iteration's first barrier orders that as well)
     }
 #else
     // Not built for sm_90a: attn_mma4_bwd for each pair.
