@@ -141,12 +141,15 @@ __device__ __forceinline__ void a5_stage(unsigned char *buf, uint4 o[4], const s
 
 // delta = rowsum(dO O) of the pair's rows into the buffer, from its staged
 // dO and the thread's chunks of O (a5_stage): the 8 threads of a row (8
-// adjacent lanes) add theirs by shuffles.  Rows past L: 0.
-__device__ __forceinline__ void a5_delta(unsigned char *buf, const uint4 o[4])
+// adjacent lanes) add theirs by shuffles.  Rows past L: 0.  The staged lse
+// becomes lse log2 e, +inf past L, so a row past L gets P = 2^-inf = 0
+// without a test of its own.
+__device__ __forceinline__ void a5_delta(unsigned char *buf, const uint4 o[4], int L)
 {
     const int c = threadIdx.x & 7, r0 = threadIdx.x >> 3;
     const unsigned char *gs = buf + A5_DO * A5_TILE_BYTES;
     float *delta = reinterpret_cast<float *>(buf + A5_DELTA_OFF);
+    float *lse = reinterpret_cast<float *>(buf + A5_LSE_OFF);
 #pragma unroll
     for (int j = 0; j < 4; j++) {
         const int r = r0 + 32 * j;
@@ -157,7 +160,10 @@ __device__ __forceinline__ void a5_delta(unsigned char *buf, const uint4 o[4])
         for (int e = 0; e < 8; e++) sum += ld_f(ge[e]) * ld_f(oe[e]);
 #pragma unroll
         for (int x = 1; x < 8; x <<= 1) sum += __shfl_xor_sync(0xffffffffu, sum, x);
-        if (c == 0) delta[r] = sum;
+        if (c == 0) {
+            delta[r] = sum;
+            lse[r] = r < L ? lse[r] * A2_LOG2E : __int_as_float(0x7f800000);
+        }
     }
 }
 
@@ -193,13 +199,15 @@ __device__ __forceinline__ void a5_probs(u32 za[4][4], u32 sa[4][4], const float
     const unsigned short *keep = reinterpret_cast<const unsigned short *>(buf + A5_KEEP_OFF);
     const int lane = wt & 31, g = lane >> 2, t = lane & 3;
     const int key0 = 64 * w + 16 * (wt >> 5) + g;   // the thread's keys: key0 and key0 + 8
+    // the keys' bits in a row's 16-bit word of keep bits (the word of key0 >> 4)
+    const u32 kbit[2] = {1u << (key0 & 15), 1u << ((key0 & 15) + 8)};
     // Element (j, c): key key0 + 8 (c >> 1), query 64 hq + 8 j + 2 t + (c & 1).
 #pragma unroll
     for (int j = 0; j < 8; j++) {
         const int q0 = 64 * hq + 8 * j + 2 * t;   // the pair of queries q0, q0 + 1
-        const float2 l2 = *reinterpret_cast<const float2 *>(lse + q0);
+        const float2 l2 = *reinterpret_cast<const float2 *>(lse + q0);   // lse log2 e, +inf past L
         const float2 d2 = *reinterpret_cast<const float2 *>(delta + q0);
-        const float lq[2] = {l2.x * A2_LOG2E, l2.y * A2_LOG2E}, dq2[2] = {d2.x, d2.y};
+        const float lq[2] = {l2.x, l2.y}, dq2[2] = {d2.x, d2.y};
         u32 kb[2] = {0xFFFFu, 0xFFFFu};   // the 16 keys' bits of the warp, rows q0 and q0 + 1
         if (drop) {
             kb[0] = keep[q0 * (AT_KEEP_BYTES / 2) + (key0 >> 4)];
@@ -209,10 +217,10 @@ __device__ __forceinline__ void a5_probs(u32 za[4][4], u32 sa[4][4], const float
 #pragma unroll
         for (int c = 0; c < 4; c++) {
             const int qi = q0 + (c & 1), key = key0 + 8 * (c >> 1);
-            const bool on = qi < L && kvis[c >> 1] && !(HPC_CAUSAL && key > qi);
+            const bool on = kvis[c >> 1] && !(HPC_CAUSAL && key > qi);   // rows past L: their lse
             float pe = a2_exp2(s[4 * j + c] * scale2 - lq[c & 1]);
             pe = on ? pe : 0.0f;   // a select: a hidden element's exponential cannot leak
-            const float kf = drop ? ((kb[c & 1] >> (key & 15)) & 1u ? dscale : 0.0f) : 1.0f;
+            const float kf = drop ? (kb[c & 1] & kbit[c >> 1] ? dscale : 0.0f) : 1.0f;
             z[c] = pe * kf;
             ds[c] = pe * (dp[4 * j + c] * kf - dq2[c & 1]);
         }
@@ -309,7 +317,7 @@ AT_RUN void attn_wg5_bwd_run(int at_bx, st_t *dq, st_t *dk, st_t *dv, int ldg, c
         const int b = pair / HPC_HEADS, h = pair % HPC_HEADS, next = pair + gridDim.x;
         a2_wait0();         // this pair's group (the only one in flight)
         __syncthreads();    // every thread's pieces have landed
-        a5_delta(buf, o);   // before o takes the next pair's chunks
+        a5_delta(buf, o, L);   // before o takes the next pair's chunks
         if (next < pairs)
             a5_stage(smem + ((it + 1) & 1) * A5_BUF_BYTES, o, q, k, v, ld, dctx, ctx, lse, keep, mask,
                      next / HPC_HEADS, next % HPC_HEADS, L);
@@ -384,8 +392,8 @@ AT_RUN void attn_wg5_bwd_run(int at_bx, st_t *dq, st_t *dk, st_t *dv, int ldg, c
                 }
             }
         }
-        __syncthreads();   // every read of this buffer is done before a later stage refills it
-                           // (the next iteration's first barrier orders that as well)
+        // (no barrier here: the next pair's first one orders these reads of
+        // this buffer before the stage that refills it)
     }
 #else
     // Not built for sm_90a: attn_mma4_bwd for each pair.
