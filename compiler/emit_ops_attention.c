@@ -484,6 +484,19 @@ HpcStatus eopa_gen_attention(EopGen *gen, HpcError *err)
     return HPC_OK;
 }
 
+/* delta of rows longer than AT_ONE_PASS_MAX_L (v2's dQ and dK/dV phases
+ * read it), a phase launched only there, with no dynamic shared memory:
+ * the one-pass kernels of v4 and v5 sum delta themselves. */
+static void delta_above_one_pass(EopGen *gen, const AttnCfg *c)
+{
+    StrBuf *s = attn_phase(gen, "attn_bwd_delta", c, EOP_LT_HEAD_BLOCKS, (StepSize){.c0 = 1}, (int)c->heads);
+    gen->ph[gen->n_phases - 1].above_l = AT_ONE_PASS_MAX_L;
+    strbuf_printf(s, "    if (a.L <= %d) return;\n"
+                     "    hpc_attn::attn_head_bwd_dot_run(blockIdx.x, blockIdx.y, blockIdx.z, (float *)a.scratch,\n"
+                     "        (const T *)a.x[0], (const T *)a.x[5], (int)a.B, (int)a.L, 256);\n",
+                  AT_ONE_PASS_MAX_L);
+}
+
 /* (dctx, q, k, v, mask, ctx, lse) = a.x[0..6]; delta (B, heads, L) f32 in scratch.
  * With the one-pass kernel: phases attn3_bwd (rows up to AT_ONE_PASS_MAX_L:
  * the whole backward; longer rows: delta only) or, v4, attn4_bwd (launched
@@ -561,12 +574,7 @@ HpcStatus eopa_gen_attention_bwd(EopGen *gen, HpcError *err)
                          "        %s);\n",
                       AT_WG5_MIN_L, AT_ONE_PASS_MAX_L, ap.dq, ap.dk, ap.dv, c.ld, ap.q, ap.k, ap.v, c.ld,
                       keep ? "keep" : "nullptr");
-        s = attn_phase(gen, "attn_bwd_delta", &c, EOP_LT_HEAD_BLOCKS, (StepSize){.c0 = 1}, (int)c.heads);
-        gen->ph[gen->n_phases - 1].above_l = AT_ONE_PASS_MAX_L;
-        strbuf_printf(s, "    if (a.L <= %d) return;\n"
-                         "    hpc_attn::attn_head_bwd_dot_run(blockIdx.x, blockIdx.y, blockIdx.z, (float *)a.scratch,\n"
-                         "        (const T *)a.x[0], (const T *)a.x[5], (int)a.B, (int)a.L, 256);\n",
-                      AT_ONE_PASS_MAX_L);
+        delta_above_one_pass(gen, &c);
         snprintf(skip, sizeof skip, "    if (a.L <= %d) return;\n", AT_ONE_PASS_MAX_L);
     } else if (one_pass) {
         /* one block of 256 per (b, head): the whole backward up to
@@ -595,14 +603,7 @@ HpcStatus eopa_gen_attention_bwd(EopGen *gen, HpcError *err)
                          "        %s, %s, %lld, (const float *)a.x[6], (const int *)a.x[4],\n"
                          "        (int)a.B, (int)a.L, p, ctl->seed, ctl->step, salt, %s);\n",
                       v4 ? 4 : 3, ap.dq, ap.dk, ap.dv, c.ld, ap.q, ap.k, ap.v, c.ld, keep ? "keep" : "nullptr");
-        if (v4) {   /* delta of longer rows, launched only there */
-            s = attn_phase(gen, "attn_bwd_delta", &c, EOP_LT_HEAD_BLOCKS, (StepSize){.c0 = 1}, (int)c.heads);
-            gen->ph[gen->n_phases - 1].above_l = AT_ONE_PASS_MAX_L;
-            strbuf_printf(s, "    if (a.L <= %d) return;\n"
-                             "    hpc_attn::attn_head_bwd_dot_run(blockIdx.x, blockIdx.y, blockIdx.z, (float *)a.scratch,\n"
-                             "        (const T *)a.x[0], (const T *)a.x[5], (int)a.B, (int)a.L, 256);\n",
-                          AT_ONE_PASS_MAX_L);
-        }
+        if (v4) delta_above_one_pass(gen, &c);
         /* v2's dQ and dK/dV phases below return at once where it ran */
         snprintf(skip, sizeof skip, "    if (a.L <= %d) return;\n", AT_ONE_PASS_MAX_L);
     } else {

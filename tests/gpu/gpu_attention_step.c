@@ -390,6 +390,14 @@ static float **gpu_step(const Model *m, const Batch *b, double *loss)
     return g;
 }
 
+/* gpu_step's gradients (NULL: nothing) freed. */
+static void free_grads(const Model *m, float **g)
+{
+    if (!g) return;
+    for (int q = 0; q < m->pl.n; q++) free(g[q]);
+    free(g);
+}
+
 static void check_fused_vs_unfused(void)
 {
     Model fu, un;
@@ -412,12 +420,8 @@ static void check_fused_vs_unfused(void)
         result(w <= 2e-2, "bert_tiny fp16 B=4 L=96 on the GPU: gradients fused vs unfused worst rel %.3g <= 2e-2 (%s)",
                w, wq >= 0 ? fu.pl.p[wq].name : "-");
     }
-    for (int q = 0; q < fu.pl.n; q++) {
-        if (gf) free(gf[q]);
-        if (gu) free(gu[q]);
-    }
-    free(gf);
-    free(gu);
+    free_grads(&fu, gf);
+    free_grads(&fu, gu);
     batch_free(b);
     model_free(&fu);
     model_free(&un);
@@ -450,12 +454,8 @@ static void check_v5_vs_v4(void)
         result(w <= 2e-3, "bert_tiny fp16 B=67 L=128 (134 pairs) on the GPU: gradients v5 vs v4 worst rel %.3g <= 2e-3 (%s)",
                w, wq >= 0 ? m.pl.p[wq].name : "-");
     }
-    for (int q = 0; q < m.pl.n; q++) {
-        if (g5) free(g5[q]);
-        if (g4) free(g4[q]);
-    }
-    free(g5);
-    free(g4);
+    free_grads(&m, g5);
+    free_grads(&m, g4);
     batch_free(b);
     model_free(&m);
 }
