@@ -85,6 +85,8 @@ static void print_intro(FILE *f, const StepProgram *p)
                 fprintf(f, "; only where L > %lld", (long long)c->phase[k].above_l);
             if (c->phase[k].at_most_l > 0)
                 fprintf(f, "; only where L <= %lld", (long long)c->phase[k].at_most_l);
+            if (c->phase[k].target == STEP_TARGET_SM90A) fprintf(f, "; only from a module built for sm_90a");
+            if (c->phase[k].target == STEP_TARGET_NOT_SM90A) fprintf(f, "; only from a module not built for sm_90a");
             fputc('\n', f);
         }
         if (c->n_phases && (c->scratch.c0 || c->scratch.c1)) {

@@ -13,7 +13,7 @@
  *     by block: its dq, dk, dv columns); cases: bert_tiny fp16 B=3 L=77 (odd, padded rows, one
  *     row fully masked), bert_tiny bf16 B=4 L=128, bert_tiny fp16 B=2 L=200 (past
  *     the one-pass backward's 128 rows: the v2 dQ and dK/dV kernels), a tiny GPT-2 (causal)
- *     fp16 B=2 L=50, a one-layer BERT-base fp16 B=2 L=128;
+ *     fp16 B=2 L=50 and L=100 (v5's kernel past 64 keys), a one-layer BERT-base fp16 B=2 L=128;
  *   - fused vs unfused, both on the GPU, dropout off (spec dropouts 0):
  *     loss and gradients, bert_tiny fp16 B=4 L=96;
  *   - CUDA graph replay of the fused step at another dropout step gives the
@@ -529,6 +529,7 @@ int main(int argc, char **argv)
         check_vs_cpu(M_TINY, PREC_BF16, 4, 128, -1, 4e-2);
         check_vs_cpu(M_TINY, PREC_FP16, 2, 200, -1, 1e-2);   /* past the one-pass backward's 128 rows: the v2 kernels */
         check_vs_cpu(M_GPT2_TINY, PREC_FP16, 2, 50, -1, 1e-2);
+        check_vs_cpu(M_GPT2_TINY, PREC_FP16, 2, 100, -1, 1e-2);   /* causal past 64 keys: v5's kernel */
         check_vs_cpu(M_BASE_1L, PREC_FP16, 2, 128, -1, 1e-2);
         check_fused_vs_unfused();
         if (!variant || !*variant || strcmp(variant, "v5") == 0) check_v5_vs_v4();
