@@ -78,7 +78,7 @@ static HpcStatus kernel_family(const char **fam, bool *one_pass, HpcError *err)
     return HPC_OK;
 }
 
-/* v4, the default: v3 with the one-pass backward (padded and packed rows)
+/* v4 (and v5, the default, below): v3 with the one-pass backward (padded and packed rows)
  * holding dS of every query in dynamic shared memory (attn_mma4_bwd,
  * compiler/kernels/attention_mma4.cu; H200, BERT-base 256 x 128: 256 -> 235
  * us a layer, bench/results/2026-12-05-session24.txt).  Its phase runs

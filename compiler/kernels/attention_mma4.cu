@@ -1,7 +1,9 @@
 // compiler/kernels/attention_mma4.cu — the one-pass tensor-core backward
-// with dS of every query in dynamic shared memory (attn_mma4_bwd, the step's
-// backward by default, HPC_ATTN_KERNELS=v4, up to L 128 and head size 64);
-// builds on attention_mma3.cu.
+// with dS of every query in dynamic shared memory (attn_mma4_bwd: the
+// step's backward up to L 128 and head size 64 under HPC_ATTN_KERNELS=v4,
+// and under v5, the default, wherever attention_wgmma.cu's is not used:
+// up to L 64, bf16, packed rows, modules not built for sm_90a); builds on
+// attention_mma3.cu.
 
 #if HPC_HEAD_DIM <= 64 && HPC_DTYPE != 0 && HPC_HEAD_DIM % 16 == 0
 
