@@ -61,8 +61,10 @@ static inline int kemit_attn4_smem_bytes(long long head_dim)
  * buffers of K, V, Q and dO (128 rows of 128 bytes), the keep bits, lse,
  * delta and key mask of 128 rows (each buffer padded to a multiple of
  * 1 KiB), one 16 KiB dS^T box and 1 KiB to align them.
- * Under sm_80's 163 KiB, as its sm_80 code (attn_mma4_bwd pair by pair)
- * would need; HPC_ATTN5_SMEM_BYTES in the modules, asserted by the kernel. */
+ * Under sm_80's 163 KiB: the executor allows every phase its shared
+ * memory when it loads a module, launched there or not (cuda_exec.c's
+ * lookup_kernels).  HPC_ATTN5_SMEM_BYTES in the modules, asserted by the
+ * kernel. */
 static inline int kemit_attn5_smem_bytes(void)
 {
     return 2 * (4 * 128 * 128 + 128 * 16 + 3 * 128 * 4 + 1536) + 128 * 128 + 1024;

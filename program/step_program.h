@@ -219,7 +219,7 @@ typedef struct {
  * architecture-specific sm_90a target (the warpgroup-MMA attention
  * backward, v5, the default): the executor compiles it for sm_90a on an
  * sm_90 device too.  Their phases are launched only from such a module
- * (StepPhase.target); elsewhere they compile to sm_80 code never run. */
+ * (StepPhase.target); elsewhere their bodies are a trap, never run. */
 #define STEP_SOURCE_SM90A_MARK "#define HPC_MODULE_SM90A 1\n"
 /* Beside it under HPC_GEMM_OWN=gelu (the default): only the linears whose
  * GELU the own GEMM computes too run on it; the others stay cuBLASLt's. */

@@ -1,8 +1,9 @@
 // compiler/kernels/attention_wgmma.cu — the one-pass attention backward on
 // Hopper's warpgroup MMA (attn_wg5_bwd_run, HPC_ATTN_KERNELS=v5): rows of
-// at most 128 keys, head size 64, f16.  Builds on attention_mma4.cu, whose
-// backward it runs pair by pair where the module is not built for sm_90a
-// (the step never launches it there: StepPhase.target).
+// at most 128 keys, head size 64, f16.  Builds on attention_mma2.cu's
+// helpers (cp.async, exp2) and attention_mma.cu's am_pack.  Its code is
+// sm_90a's only: the step never launches it from another module
+// (StepPhase.target), where v4's attn_mma4_bwd takes the same rows.
 //
 // Why: attn_mma4_bwd (mma.sync, two blocks of 8 warps an SM) takes about
 // 255 us a layer at BERT-base 256 x 128 (H100), twice what its bytes take,
@@ -51,9 +52,6 @@ static_assert(A5_ROWS == AT_KEEP_KEYS, "the saved keep bits cover every key");
 #ifdef HPC_ATTN5_SMEM_BYTES
 static_assert(A5_SMEM_BYTES == HPC_ATTN5_SMEM_BYTES, "the launch's dynamic shared memory is the kernel's layout "
                                                     "(kemit_attn5_smem_bytes, compiler/emit_attention.h)");
-#endif
-#ifdef HPC_ATTN4_SMEM_BYTES
-static_assert(A5_SMEM_BYTES >= HPC_ATTN4_SMEM_BYTES, "the fallback runs attn_mma4_bwd in the same memory");
 #endif
 enum { A5_K = 0, A5_V = 1, A5_Q = 2, A5_DO = 3 };   // the tiles of a buffer, in order
 
@@ -396,13 +394,13 @@ AT_RUN void attn_wg5_bwd_run(int at_bx, st_t *dq, st_t *dk, st_t *dv, int ldg, c
         // this buffer before the stage that refills it)
     }
 #else
-    // Not built for sm_90a: attn_mma4_bwd for each pair.
-    (void)delta;
-    for (int pair = at_bx; pair < pairs; pair += gridDim.x) {
-        attn_mma4_bwd_run(0, pair % HPC_HEADS, pair / HPC_HEADS, dq, dk, dv, ldg, dctx, ctx, q, k, v, ld, lse, mask,
-                          B, L, p, seed, step, salt, keep);
-        __syncthreads();   // its shared rows are read out before the next pair's land
-    }
+    // Not built for sm_90a: never launched (StepPhase.target; v4's phase
+    // takes these rows there).  A launch that bypassed that stops here
+    // rather than leave dQ, dK and dV unwritten.
+    (void)at_bx; (void)pairs; (void)dq; (void)dk; (void)dv; (void)ldg; (void)dctx; (void)ctx; (void)q; (void)k;
+    (void)v; (void)ld; (void)lse; (void)delta; (void)mask; (void)L; (void)p; (void)seed; (void)step; (void)salt;
+    (void)keep;
+    __trap();
 #endif
 }
 

@@ -390,6 +390,15 @@ static float **gpu_step(const Model *m, const Batch *b, double *loss)
     return g;
 }
 
+/* Every parameter gradient of ga against gb (two GPU steps of m): the
+ * worst relative error within tol, named by `what`. */
+static void expect_grads_close(const Model *m, float **ga, float **gb, double tol, const char *what)
+{
+    int wq = -1;
+    double w = worst_grad(m, ga, gb, &wq);
+    result(w <= tol, "%s: gradients worst rel %.3g <= %.0e (%s)", what, w, tol, wq >= 0 ? m->pl.p[wq].name : "-");
+}
+
 /* gpu_step's gradients (NULL: nothing) freed. */
 static void free_grads(const Model *m, float **g)
 {
@@ -415,10 +424,7 @@ static void check_fused_vs_unfused(void)
         double le = fabs(lf - lu) / fabs(lu);
         result(le <= 2e-2, "bert_tiny fp16 B=4 L=96 on the GPU: loss fused %.7f unfused %.7f rel %.3g <= 2e-2", lf,
                lu, le);
-        int wq = -1;
-        double w = worst_grad(&fu, gf, gu, &wq);
-        result(w <= 2e-2, "bert_tiny fp16 B=4 L=96 on the GPU: gradients fused vs unfused worst rel %.3g <= 2e-2 (%s)",
-               w, wq >= 0 ? fu.pl.p[wq].name : "-");
+        expect_grads_close(&fu, gf, gu, 2e-2, "bert_tiny fp16 B=4 L=96 on the GPU, fused vs unfused");
     }
     free_grads(&fu, gf);
     free_grads(&fu, gu);
@@ -448,12 +454,7 @@ static void check_v5_vs_v4(void)
     if (saved) setenv("HPC_ATTN_KERNELS", saved, 1);
     else unsetenv("HPC_ATTN_KERNELS");
     free(saved);
-    if (g5 && g4) {
-        int wq = -1;
-        double w = worst_grad(&m, g5, g4, &wq);
-        result(w <= 2e-3, "bert_tiny fp16 B=67 L=128 (134 pairs) on the GPU: gradients v5 vs v4 worst rel %.3g <= 2e-3 (%s)",
-               w, wq >= 0 ? m.pl.p[wq].name : "-");
-    }
+    if (g5 && g4) expect_grads_close(&m, g5, g4, 2e-3, "bert_tiny fp16 B=67 L=128 (134 pairs) on the GPU, v5 vs v4");
     free_grads(&m, g5);
     free_grads(&m, g4);
     batch_free(b);
