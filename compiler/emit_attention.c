@@ -14,7 +14,7 @@
 
 const char *const kemit_attn_parts[KEMIT_ATTN_PARTS] = {
     "attention.cu", "attention_mma.cu", "attention_mma2.cu", "attention_mma3.cu", "attention_mma4.cu",
-    "attention_wgmma.cu", "attention_first.cu",
+    "attention_wgmma.cu", "attention_wgmma_fwd.cu", "attention_first.cu",
 };
 
 /* The templates, in dependency order: the helpers, then the parts. */

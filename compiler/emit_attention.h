@@ -42,7 +42,7 @@
  * takes them after common.cu (and philox.cu) and the constants HPC_DTYPE,
  * HPC_HIDDEN, HPC_HEADS, HPC_HEAD_DIM, HPC_CAUSAL and
  * HPC_ATTN4_SMEM_BYTES (and HPC_ATTN5_SMEM_BYTES). */
-#define KEMIT_ATTN_PARTS 7
+#define KEMIT_ATTN_PARTS 8
 extern const char *const kemit_attn_parts[KEMIT_ATTN_PARTS];
 
 /* Dynamic shared memory a block of the whole-dS one-pass backward

@@ -110,6 +110,13 @@ static bool wg5_applies(const EopGen *gen, const AttnCfg *c)
            (n->n_in == 8 || n->attr.attn.p == 0.0f);
 }
 
+/* The wgmma forward (attn_wg5_fwd_run) takes padded f16 rows at head size
+ * 64 under v5; it draws the dropout bits itself, so it needs no saved ones. */
+static bool wg5_fwd_applies(const AttnCfg *c)
+{
+    return wg5_chosen() && c->dtype == DT_F16 && c->head_dim == 64 && !c->varlen && !c->first_query;
+}
+
 /* Blocks of the persistent attn_wg5_bwd: one an SM of an H100 or H200 (its
  * shared memory allows no second); a GPU with fewer SMs runs them in turn. */
 #define AT_WG5_BLOCKS 132
@@ -450,6 +457,25 @@ static HpcStatus gen_attention_bwd_varlen(EopGen *gen, const AttnCfg *c, const c
     return HPC_OK;
 }
 
+/* The forward's phase of ceil(L / AT_TILE) query tiles of 128 threads
+ * (attn_mma2_fwd or v1's attn_mma_fwd); keep: the keep bits' argument. */
+static EopGenPhase *fwd_tiles_phase(EopGen *gen, const AttnCfg *c, const char *fam, const AttnPtrs *ap,
+                                    const char *keep)
+{
+    StrBuf *s = attn_phase(gen, fam[3] ? "attn2_fwd" : "attn_fwd", c, EOP_LT_HEAD_TILES, tiles_of_l(), (int)c->heads);
+    EopGenPhase *ph = &gen->ph[gen->n_phases - 1];
+    /* v2 up to head size 64: four blocks an SM (128 registers) instead of
+     * the three that its 138 registers allow, since the forward is bound by
+     * issue, not memory (H200, BERT-base 256 x 128: 184 -> 171 us a layer);
+     * larger heads keep their registers */
+    if (fam[3] && c->head_dim <= 64) ph->min_blocks = 4;
+    strbuf_printf(s, "    hpc_attn::attn_%s_fwd_run(blockIdx.x, blockIdx.y, blockIdx.z, (T *)a.y, (float *)a.yk[0],\n"
+                     "        %s, %s, %s, %lld, (const int *)a.x[3],\n"
+                     "        (int)a.B, (int)a.L, p, ctl->seed, ctl->step, salt%s);\n",
+                  fam, ap->q, ap->k, ap->v, c->ld, keep);
+    return ph;
+}
+
 HpcStatus eopa_gen_attention(EopGen *gen, HpcError *err)
 {
     AttnCfg c;
@@ -469,18 +495,34 @@ HpcStatus eopa_gen_attention(EopGen *gen, HpcError *err)
                       ap.q, ap.k, ap.v, c.ld);
         return HPC_OK;
     }
-    s = attn_phase(gen, fam[3] ? "attn2_fwd" : "attn_fwd", &c, EOP_LT_HEAD_TILES, tiles_of_l(), (int)c.heads);
-    /* v2 up to head size 64: four blocks an SM (128 registers) instead of
-     * the three that its 138 registers allow, since the forward is bound by
-     * issue, not memory (H200, BERT-base 256 x 128: 184 -> 171 us a layer);
-     * larger heads keep their registers */
-    if (fam[3] && c.head_dim <= 64) gen->ph[gen->n_phases - 1].min_blocks = 4;
     /* v2: the keep bits (output 2) where the graph saves them, else nullptr */
-    strbuf_printf(s, "    hpc_attn::attn_%s_fwd_run(blockIdx.x, blockIdx.y, blockIdx.z, (T *)a.y, (float *)a.yk[0],\n"
+    const char *keep = !fam[3] ? "" : ir_output(gen->g, gen->id, 2) >= 0 ? ", (unsigned char *)a.yk[1]" : ", nullptr";
+    if (!wg5_fwd_applies(&c)) {
+        fwd_tiles_phase(gen, &c, fam, &ap, keep);
+        return HPC_OK;
+    }
+    /* v5: v2's kernel up to AT_WG5_MIN_L keys (any module), above
+     * AT_ONE_PASS_MAX_L (sm_90a modules) and at every length from a module
+     * not built for sm_90a; the wgmma forward between (sm_90a).  v2's
+     * three records have one body, so one kernel. */
+    fwd_tiles_phase(gen, &c, fam, &ap, keep)->at_most_l = AT_WG5_MIN_L;
+    EopGenPhase *longer = fwd_tiles_phase(gen, &c, fam, &ap, keep);
+    longer->above_l = AT_ONE_PASS_MAX_L;
+    longer->target = STEP_TARGET_SM90A;
+    EopGenPhase *other = fwd_tiles_phase(gen, &c, fam, &ap, keep);
+    other->above_l = AT_WG5_MIN_L;
+    other->target = STEP_TARGET_NOT_SM90A;
+    s = attn_phase(gen, "attn5_fwd", &c, EOP_LT_HEAD_TILES, tiles_of_l(), (int)c.heads);
+    EopGenPhase *ph = &gen->ph[gen->n_phases - 1];
+    ph->min_blocks = 4;   /* 128 registers: four warpgroups an SM, one loading while others multiply */
+    ph->above_l = AT_WG5_MIN_L;
+    ph->at_most_l = AT_ONE_PASS_MAX_L;
+    ph->target = STEP_TARGET_SM90A;
+    strbuf_printf(s, "    if (a.L <= %d || a.L > %d) return;   // launched only there (above_l, at_most_l)\n"
+                     "    hpc_attn::attn_wg5_fwd_run(blockIdx.x, blockIdx.y, blockIdx.z, (T *)a.y, (float *)a.yk[0],\n"
                      "        %s, %s, %s, %lld, (const int *)a.x[3],\n"
                      "        (int)a.B, (int)a.L, p, ctl->seed, ctl->step, salt%s);\n",
-                  fam, ap.q, ap.k, ap.v, c.ld,
-                  !fam[3] ? "" : ir_output(gen->g, gen->id, 2) >= 0 ? ", (unsigned char *)a.yk[1]" : ", nullptr");
+                  AT_WG5_MIN_L, AT_ONE_PASS_MAX_L, ap.q, ap.k, ap.v, c.ld, keep);
     return HPC_OK;
 }
 

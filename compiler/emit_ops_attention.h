@@ -13,14 +13,17 @@
  *                  attn_mma_bwd_dq         HEAD_TILES (a.y dq)
  *                  attn_mma_bwd_dkv        HEAD_TILES (a.yk[0] dk, a.yk[1] dv)
  * HPC_ATTN_KERNELS (read when the module is generated) picks the family:
- *   v5 (the default)  v4, but for padded f16 rows at head size 64 (keep
- *                  bits saved or no dropout) attn5_bwd: attn_wg5_bwd_run,
- *                  the backward on Hopper's warpgroup MMA (delta inside),
- *                  ROWS min(heads x B, 132) x 256, launched only for
- *                  64 < L <= 128 from a module built for sm_90a
- *                  (StepPhase.target; the module carries
- *                  STEP_SOURCE_SM90A_MARK); v4's attn4_bwd up to L 64,
- *                  and up to 128 from any other module
+ *   v5 (the default)  v4, but for padded f16 rows at head size 64, from a
+ *                  module built for sm_90a (StepPhase.target; the module
+ *                  carries STEP_SOURCE_SM90A_MARK) and for 64 < L <= 128:
+ *                  attn5_fwd: attn_wg5_fwd_run, the forward on Hopper's
+ *                  warpgroup MMA, HEAD_TILES as v2's (128 threads); v2's
+ *                  attn2_fwd at every other length and from any other
+ *                  module (three records, one kernel);
+ *                  where the keep bits are saved or there is no dropout,
+ *                  attn5_bwd: attn_wg5_bwd_run, the backward on the same
+ *                  (delta inside), ROWS min(heads x B, 132) x 256; v4's
+ *                  attn4_bwd up to L 64, and up to 128 from any other module
  *   v4             attn_mma2_fwd (phase attn2_fwd); ATTENTION_BWD up to
  *                  head size 64:
  *                  attn4_bwd: attn_mma4_bwd, the one-pass backward (delta

@@ -181,11 +181,14 @@ Test(step_program, text_round_trip_runs_the_same_step)
     /* the one-pass attention backward (v5, the default) runs v4's kernel up
      * to 64 keys and, from a module not built for sm_90a, up to 128; the
      * wgmma kernel from 65 to 128 keys from one that is (StepPhase.above_l,
-     * at_most_l, target); its delta, dQ and dK/dV phases only above 128: the
-     * fields survive the text */
-    int above = 0, at_most = 0, sm90a = 0, not_sm90a = 0, full_bwd = 0;
+     * at_most_l, target); its delta, dQ and dK/dV phases only above 128.
+     * The forward: v2's kernel up to 64 keys, above 128 (sm_90a) and at
+     * every length (not sm_90a), the wgmma forward from 65 to 128 (sm_90a).
+     * The fields survive the text. */
+    int above = 0, at_most = 0, sm90a = 0, not_sm90a = 0, full_bwd = 0, full_fwd = 0;
     for (int i = 0; i < p.kernels.n && i < q.kernels.n; i++) {
         full_bwd += p.g.nodes[i].op == IR_OP_ATTENTION_BWD && !p.g.nodes[i].attr.attn.first_query;
+        full_fwd += p.g.nodes[i].op == IR_OP_ATTENTION && !p.g.nodes[i].attr.attn.first_query;
         for (int k = 0; k < p.kernels.node[i].n_phases; k++) {
             const StepPhase *a = &p.kernels.node[i].phase[k], *b = &q.kernels.node[i].phase[k];
             cr_expect(b->above_l == a->above_l && b->at_most_l == a->at_most_l && b->target == a->target,
@@ -196,10 +199,11 @@ Test(step_program, text_round_trip_runs_the_same_step)
             not_sm90a += a->target == STEP_TARGET_NOT_SM90A;
         }
     }
-    cr_expect(full_bwd > 0 && above == 3 * full_bwd && at_most == 2 * full_bwd && sm90a == full_bwd &&
-                  not_sm90a == full_bwd,
+    cr_expect(full_bwd > 0 && full_fwd == full_bwd && above == 3 * full_bwd + full_fwd &&
+                  at_most == 2 * full_bwd + full_fwd && sm90a == full_bwd + 2 * full_fwd &&
+                  not_sm90a == full_bwd + full_fwd,
               "%d phases above 128 keys, %d up to it, %d and %d for sm_90a modules and others, for %d full "
-              "attention backward nodes", above, at_most, sm90a, not_sm90a, full_bwd);
+              "attention backward and %d forward nodes", above, at_most, sm90a, not_sm90a, full_bwd, full_fwd);
     cr_expect_eq(q.g.n, p.g.n);
     cr_expect_eq(q.pl.n, p.pl.n);
     cr_expect_str_eq(q.pl.p[0].name, p.pl.p[0].name);

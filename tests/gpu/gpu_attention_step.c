@@ -19,7 +19,11 @@
  *   - CUDA graph replay of the fused step at another dropout step gives the
  *     eager loss (the kernels read seed and step on the device);
  *   - under v5 (the default), v5 against v4 on the GPU at 134 (b, head)
- *     pairs, more than v5's 132 persistent blocks (check_v5_vs_v4).
+ *     pairs, more than v5's 132 persistent blocks, every third row without
+ *     padding (v5's forward skips the hiding there): loss and gradients
+ *     (check_v5_vs_v4).  v5's forward and backward both run from L 65 to
+ *     128 at head size 64 in f16: bert_tiny L 77, GPT-2 L 100 (causal),
+ *     BERT-base L 128 above check them against the cpu.
  * Tolerances (relative L2; gradients as tests/gpu/gpu_step.c, floor 1e-3 of
  * the largest gradient norm): fp16 1e-2, bf16 4e-2.  The kernel rounds the
  * probabilities to the storage dtype for P V on the tensor cores and sums
@@ -445,6 +449,14 @@ static void check_v5_vs_v4(void)
     Model m;
     if (!model_build(&m, M_TINY, false, PREC_FP16, ATTN_FORM_FUSED)) return;
     Batch *b = make_batch(&m.spec, 67, 128, -1);
+    /* every third row without padding: v5's forward takes its path for
+     * blocks that see every key there, the masked path elsewhere */
+    for (int64_t r = 0; r < 67; r += 3)
+        for (int64_t t = 0; t < 128; t++) {
+            b->attention_mask[r * 128 + t] = 1;
+            if (b->input_ids[r * 128 + t] == 0)
+                b->input_ids[r * 128 + t] = (int32_t)(1 + rnd() % (uint32_t)(m.spec.stack.vocab_size - 1));
+        }
     double l5 = NAN, l4 = NAN;
     float **g5 = gpu_step(&m, b, &l5);   /* v5: the caller's setting (unset or v5) */
     const char *was = getenv("HPC_ATTN_KERNELS");
@@ -454,7 +466,16 @@ static void check_v5_vs_v4(void)
     if (saved) setenv("HPC_ATTN_KERNELS", saved, 1);
     else unsetenv("HPC_ATTN_KERNELS");
     free(saved);
-    if (g5 && g4) expect_grads_close(&m, g5, g4, 2e-3, "bert_tiny fp16 B=67 L=128 (134 pairs) on the GPU, v5 vs v4");
+    if (g5 && g4) {
+        double le = fabs(l5 - l4) / fmax(fabs(l4), 1e-30);
+        /* v4's forward (v2's) rounds P to f16 against the running maximum
+         * of each 64-key tile, v5's against the row's: the key weights'
+         * small gradients differ by 1.5e-3 (emulator, 2026-12-06); the
+         * backwards alone agreed to 1e-7 */
+        result(le <= 1e-4, "bert_tiny fp16 B=67 L=128 (134 pairs) on the GPU: loss v5 %.7f v4 %.7f rel %.3g <= 1e-4",
+               l5, l4, le);
+        expect_grads_close(&m, g5, g4, 5e-3, "bert_tiny fp16 B=67 L=128 (134 pairs) on the GPU, v5 vs v4");
+    }
     free_grads(&m, g5);
     free_grads(&m, g4);
     batch_free(b);
