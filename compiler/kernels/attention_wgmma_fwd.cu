@@ -15,7 +15,7 @@
 // ldmatrix.  Here every key of a row fits one pass, so the softmax is
 // exact (no rescaling), and one warpgroup instruction multiplies 64 x 64 x
 // 16 from shared memory while the warps draw the dropout bits.  On an H100
-// (2026-12-06): 107 against 143 us a layer at 256 x 128, still bound by
+// (2026-12-06): 103 against 147 us a layer at 256 x 128, still bound by
 // issue (ncu: about 540 of a warp's 1,862 instructions are the Philox
 // draws, which the keep bits' contract fixes, and 579 the softmax).
 //
