@@ -217,12 +217,8 @@ AT_RUN void attn_wg5_fwd_run(int at_bx, int at_by, int at_bz, st_t *ctx, float *
         mref[rr] = mx[rr] == HPC_NEG_INF ? 0.0f : mx[rr] * scale2;
     }
     u32 pa[2][4][4];
-    {
-        const u32 k0[2][2] = {{kw[0][0][0], kw[0][0][1]}, {kw[0][1][0], kw[0][1][1]}};
-        const u32 k1[2][2] = {{kw[1][0][0], kw[1][0][1]}, {kw[1][1][0], kw[1][1][1]}};
-        f5_probs(pa[0], s0, l, mref, k0, scale2);
-        f5_probs(pa[1], s1, l, mref, k1, scale2);
-    }
+    f5_probs(pa[0], s0, l, mref, kw[0], scale2);
+    f5_probs(pa[1], s1, l, mref, kw[1], scale2);
 
     a2_wait0();         // V
     a5_fence_async();
