@@ -101,13 +101,19 @@ HpcStatus eopb_ln_residual(EopGen *gen, HpcError *err)
  * memory and the block writes one partial, 3 x D f32, to
  * sf[b * 3 D + q D + column] (q: dgamma, dbeta, dbias).
  *
- * P = min(cap, ceil(R / G)) depends on the run's rows only, so the sums
- * (hence every bit of dgamma, dbeta, dbias) are the same run to run: one
- * row per group when the rows are few (B32 L32: 256 blocks, partials
- * 2.4 MB), one wave of resident blocks when they are many (cap = 132 SMs
- * of an H100/H200 times the blocks per SM that __launch_bounds__ asks for:
- * 264 at D = 768, partials 2.4 MB).  The old design had 512 blocks of one
- * row group (4 per SM, 12 warps) and 4.7 MB of partials at every shape.
+ * P = min(cap, ceil(R / (G M))) depends on the run's rows only, so the
+ * sums (hence every bit of dgamma, dbeta, dbias) are the same run to run:
+ * LNB_MIN_ROWS (M, 2) rows per group when the rows are few (B32 L32: 128
+ * blocks, partials 1.2 MB), one wave of resident blocks when they are many
+ * (cap = 132 SMs of an H100/H200 times the blocks per SM that
+ * __launch_bounds__ asks for: 264 at D = 768, partials 2.4 MB).  Why two
+ * rows and not one: each block writes a whole partial row however few rows
+ * it reduced, and at B32 L32 one row a group made the partials 2.4 MB
+ * beside 7.9 MB of rows; two made the step 0.011 ms faster (H100,
+ * 2026-12-06: 3.694 against 3.705 ms, three rounds each, the ranges apart),
+ * three 0.016 ms slower (86 blocks leave SMs idle).  The old design had 512
+ * blocks of one row group (4 per SM, 12 warps) and 4.7 MB of partials at
+ * every shape.
  *
  * Phase 2: one block of LNB_SUM_WARPS warps per 32 of the 3 D partial
  * columns (72 blocks at D = 768, not 24), lane = column so a warp's loads
@@ -161,6 +167,8 @@ HpcStatus eopb_ln_residual(EopGen *gen, HpcError *err)
  * Static SASS (scripts/sass-stats.sh, BERT-base fp16, the f32-dy kernel):
  * v2 355 instructions a row in its loop, v3 343 (686 for two rows). */
 
+#define LNB_MIN_ROWS 2   /* rows a group takes at least (M): the comment above */
+
 typedef struct {
     int groups;       /* row groups a block */
     int per;          /* rows a block's pass needs before a second block: G x M */
@@ -192,7 +200,7 @@ static HpcStatus ln_bwd_shape(const EopGen *gen, long long D, LnBwdShape *sh, Hp
      * 14 registers, an f32 s with a 16-bit dy, spill 4 to 24 bytes) */
     bool xhat = fuse_ln_attr_get(OUTN).xhat;
     int row_regs = 4 * (lnb_raw_vectors(INN(0)->dtype) + lnb_raw_vectors(INN(1)->dtype)) + (xhat ? 1 : 2);
-    int g = 0, cap = 0, m = 1, ahead = row_regs <= 13 ? 2 : 1, got = 0, used = 0, version = 2;
+    int g = 0, cap = 0, m = LNB_MIN_ROWS, ahead = row_regs <= 13 ? 2 : 1, got = 0, used = 0, version = 2;
     const char *e = getenv("HPC_LN_BWD");
     if (e && *e && strcmp(e, "v2") != 0) {
         bool plain_v3 = strcmp(e, "v3") == 0;
