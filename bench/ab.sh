@@ -7,7 +7,8 @@
 #   sh bench/ab.sh NAME=BIN[:VAR=VALUE,...] NAME=BIN[:...] ...
 #
 # Each variant is a name, a bench_hpc binary and optional environment
-# settings, e.g.
+# settings (a comma that does not start a NAME= setting belongs to the
+# value before it, so HPC_LN_BWD=v2,4,264,2 is one setting), e.g.
 #   sh bench/ab.sh base=build/lab/bench_hpc_base new=build/bench/bench_hpc
 #   sh bench/ab.sh on=build/bench/bench_hpc off=build/bench/bench_hpc:HPC_FUSE_EMB=0
 # The variants run in turn, ROUNDS times over (alternating, so a drift of
@@ -37,8 +38,18 @@ for v in "$@"; do
     case $v in *=*) ;; *) echo "bench/ab.sh: $v: expected NAME=BIN[:VAR=VALUE,...]" >&2; exit 2 ;; esac
     [ -x "$bin" ] || { echo "bench/ab.sh: $name: $bin is not an executable" >&2; exit 2; }
 done
-# env settings of a variant, space separated for env(1)
-settings() { case $1 in *:*) echo "${1#*:}" | tr ',' ' ' ;; esac; }
+# env settings of a variant, space separated for env(1): split at commas,
+# except that a piece which does not start a new NAME= setting continues the
+# value before it (HPC_LN_BWD=v2,4,264,2 stays one setting)
+settings() {
+    case $1 in *:*) echo "${1#*:}" | awk -F, '{
+        out = ""
+        for (i = 1; i <= NF; i++)
+            if (out == "" || $i ~ /^[A-Za-z_][A-Za-z0-9_]*=/) out = out (out == "" ? "" : " ") $i
+            else out = out "," $i
+        print out }' ;;
+    esac
+}
 run=0
 lines=$(mktemp)
 errs=$(mktemp)
