@@ -111,7 +111,7 @@ HpcStatus eopb_ln_residual(EopGen *gen, HpcError *err)
  * it reduced, and at B32 L32 one row a group made the partials 2.4 MB
  * beside 7.9 MB of rows; two made the step 0.011 ms faster (H100,
  * 2026-12-06: 3.694 against 3.705 ms, three rounds each, the ranges apart),
- * three 0.016 ms slower (86 blocks leave SMs idle).  The old design had 512
+ * three 0.018 ms slower (86 blocks leave SMs idle).  The old design had 512
  * blocks of one row group (4 per SM, 12 warps) and 4.7 MB of partials at
  * every shape.
  *
