@@ -217,8 +217,8 @@ typedef struct {
 #define STEP_SOURCE_GEMM_OWN_MARK "#define HPC_MODULE_GEMM_OWN 1\n"
 /* A line of cuda_source saying the module has other kernels for the
  * architecture-specific sm_90a target (the warpgroup-MMA attention
- * forward and backward, v5, the default): the executor compiles it for sm_90a on an
- * sm_90 device too.  Their phases are launched only from such a module
+ * forward and backward, v5, the default): the executor compiles it for
+ * sm_90a on an sm_90 device too.  Their phases are launched only from such a module
  * (StepPhase.target); elsewhere their bodies are a trap, never run. */
 #define STEP_SOURCE_SM90A_MARK "#define HPC_MODULE_SM90A 1\n"
 /* Beside it under HPC_GEMM_OWN=gelu (the default): only the linears whose

@@ -29,8 +29,9 @@
 //  3. S = Q K^T as two m64n64 accumulators (keys 0..63 and 64..127, 4 k16
 //     steps each, both operands K-major in shared memory);
 //  4. in registers: hidden keys (past L, the padding mask, causal) to
-//     -inf (skipped where the block sees every key), the row maximum m, P = 2^(S scale log2 e - m'), l = sum P, the
-//     dropped elements to 0, rounded to f16 as the A operand of
+//     -inf (skipped where the block sees every key), the row maximum m,
+//     P = 2^(S scale log2 e - m'), l = sum P, the dropped elements to 0,
+//     rounded to f16 as the A operand of
 //  5. O = P V (8 k16 steps, V MN-major in shared memory);
 //  6. ctx = O (1 / (1 - p)) / l and lse = m scale + ln l (+inf where l is
 //     0: a row that sees no key) out; O through Q's tile in 16-byte pieces.
