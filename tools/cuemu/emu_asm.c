@@ -11,7 +11,8 @@
  * from the template (whitespace, "\n" and the final ';' ignored) in
  * g_known; a wgmma.mma_async of any n by rewrite_wgmma; a template of
  * fences and waits alone (wgmma's, cp.async's, the TMA stores' commits,
- * mbarrier init's, setmaxnreg) by emu_asm_nothing.  An
+ * mbarrier init's) by emu_asm_nothing; setmaxnreg by
+ * emu_asm_setmaxnreg(inc, count), which keeps the block's register pool.  An
  * operand's expression is copied as written: outputs bind to references,
  * inputs pass by value.  A template the table does not know becomes
  * emu_asm_unknown("template"), which ends the run if it is ever reached,
@@ -189,6 +190,21 @@ static const char *read_operands(const char *p, Buf *args, int *count, Operands 
     }
 }
 
+/* setmaxnreg.{inc,dec}.sync.aligned.u32 N as emu_asm_setmaxnreg(inc, N);
+ * 0 for any other template. */
+static int rewrite_setmaxnreg(const char *tpl, Buf *out)
+{
+    int inc = !strncmp(tpl, "setmaxnreg.inc.sync.aligned.u32 ", 32);
+    if (!inc && strncmp(tpl, "setmaxnreg.dec.sync.aligned.u32 ", 32)) return 0;
+    char *end;
+    long n = strtol(tpl + 32, &end, 10);
+    if (end == tpl + 32 || *end) return 0;
+    char call[64];
+    snprintf(call, sizeof call, "emu_asm_setmaxnreg(%d, %ld)", inc, n);
+    puts_(out, call);
+    return 1;
+}
+
 /* ---- warpgroup MMA ------------------------------------------------------ */
 
 /* Whether every instruction of the template only orders memory or waits
@@ -198,7 +214,7 @@ static int only_fences(const char *tpl)
 {
     static const char *const noop[] = {"fence.proxy.async", "wgmma.fence", "wgmma.commit_group", "wgmma.wait_group",
                                        "cp.async.commit_group", "cp.async.wait_group",   /* cp.async copies at once */
-                                       "fence.mbarrier_init", "setmaxnreg",             /* no caches, no registers */
+                                       "fence.mbarrier_init",                           /* no caches */
                                        "prefetch.global.L2"};
     int any = 0;
     for (const char *p = tpl; *p;) {
@@ -361,7 +377,9 @@ static const char *rewrite_one(const char *p, Buf *out)
         return NULL;
     }
     normalise(tpl.s);
-    int special = only_fences(tpl.s) ? (puts_(out, "emu_asm_nothing()"), 1) : rewrite_wgmma(tpl.s, &ops, out);
+    int special = only_fences(tpl.s)       ? (puts_(out, "emu_asm_nothing()"), 1)
+                  : rewrite_setmaxnreg(tpl.s, out) ? 1
+                                                 : rewrite_wgmma(tpl.s, &ops, out);
     for (int i = 0; i < ops.n; i++) free(ops.v[i]);
     if (special) {
         free(tpl.s);

@@ -183,6 +183,10 @@ struct Block {
     /* each thread's cp.async.bulk.commit_group count: a queued store's
      * group is the count its commit made (0 until committed) */
     unsigned bulk_groups[MAX_THREADS];
+    /* setmaxnreg: each warp's registers a thread (0: the launch's, not yet
+     * changed) and the block's pool of registers its decs gave back */
+    int warp_regs[MAX_THREADS / 32];
+    int reg_pool;
 };
 
 /* The blocks that run together (__cluster_dims__; one block without it):
@@ -675,6 +679,8 @@ static void run_grid(const char *name, const Dims *d, const unsigned cdim[3], vo
                     b->shared_top = (d->dynamic_smem + 127) / 128 * 128;
                     b->n_sites = 0;
                     b->n_mbars = 0;
+                    memset(b->warp_regs, 0, sizeof b->warp_regs);
+                    b->reg_pool = 0;
                 }
                 run_cluster(&cluster);
             }
@@ -1155,6 +1161,46 @@ static inline unsigned mbar_try_wait(unsigned addr, unsigned parity)
     return 0;
 }
 
+/* The registers a thread of a block of n threads starts with, as ptxas
+ * gives a kernel that uses setmaxnreg: its __launch_bounds__ maximum, the
+ * 65536 registers of an SM shared by the block's warps, rounded down to 8
+ * (168 at 384 threads, 96 at 640; the "Used N registers" ptxas -v prints
+ * for hpc's kernels). */
+static inline int launch_regs(int n)
+{
+    int r = 65536 / (((n + 31) / 32) * 32) / 8 * 8;
+    return r > 248 ? 248 : r;
+}
+
+/* setmaxnreg.inc / .dec to `count` registers a thread, accounted once a
+ * warp (its lane 0): a dec gives the difference back to the block's pool,
+ * an inc waits until the pool holds what it takes.  Only the block's own
+ * decs fill the pool (PTX ISA: "a pool of available registers is
+ * maintained per-CTA"), so an inc the decs cannot cover never completes:
+ * on a GPU the kernel hangs, here it is reported as a deadlock. */
+static inline void setmaxnreg(bool inc, int count)
+{
+    Block *b = g_block;
+    if (g_cur->lane != 0) return;
+    int &cur = b->warp_regs[g_cur->warp];
+    if (!cur) cur = launch_regs(b->n);
+    if (count % 8 || count < 24 || count > 256 || (inc ? count < cur : count > cur))
+        die(inc ? "setmaxnreg.inc to fewer registers than the warp has, or not a multiple of 8 in [24, 256]"
+                : "setmaxnreg.dec to more registers than the warp has, or not a multiple of 8 in [24, 256]");
+    if (!inc) {
+        b->reg_pool += 32 * (cur - count);
+        cur = count;
+        return;
+    }
+    while (b->reg_pool < 32 * (count - cur)) {
+        if (++b->cluster->spins > 100000000LL)
+            die("setmaxnreg.inc waits for registers the block's decs never give back (a deadlock on a GPU)");
+        yield();
+    }
+    b->reg_pool -= 32 * (count - cur);
+    cur = count;
+}
+
 /* A box of the 2-D tensor map at (c0 inner, c1 outer) into block b's
  * shared memory at dst, rows of box[0] elements one after another, in the
  * map's swizzle (the 16-byte chunk index XORed with shared-address bits
@@ -1347,6 +1393,7 @@ static inline void emu_cp_async(unsigned dst, const void *src, int bytes, int sr
 static inline void emu_asm_cp_async16(unsigned dst, const void *src, int n) { emu_cp_async(dst, src, 16, n); }
 static inline void emu_asm_cp_async4(unsigned dst, const void *src, int n) { emu_cp_async(dst, src, 4, n); }
 static inline void emu_asm_nothing(void) {}
+static inline void emu_asm_setmaxnreg(bool inc, int count) { emu::setmaxnreg(inc, count); }
 static inline void emu_asm_mbar_init(unsigned addr, int count) { emu::mbar_init(addr, count); }
 static inline void emu_asm_mbar_arrive(unsigned addr) { emu::mbar_arrive(emu::g_block, addr, 0); }
 static inline void emu_asm_mbar_arrive_expect_tx(unsigned addr, unsigned bytes)
