@@ -64,13 +64,7 @@
 #define GP_BOX_BYTES (64 * 64 * 2)       // 64 rows by 64 columns: a TMA box of C, G or u
 #define GP_ROUND_BYTES (2 * GP_BOX_BYTES)   // a bias kernel's round: C's box and G's
 #define GP_STAGING_BYTES (2 * GP_HALF_BYTES)
-// WPT multiplying warpgroups a tile (1, or 2: the pair kernels below): 2
-// WPT of them, each with GP_STAGING_BYTES / WPT of staging (64 KiB in
-// all either way); the barriers: full, empty (a stage each), turn (two)
-// and written, freed, uready, summed (one each a multiplying warpgroup).
-#define GP_THREADS_W(WPT) (128 * (1 + 2 * (WPT)))
-#define GP_SMEM_BYTES_W(WPT) (GP_STAGES * GP_STAGE_BYTES + 2 * GP_STAGING_BYTES + 1024 + (2 * GP_STAGES + 2 + 8 * (WPT)) * 8)
-#define GP_SMEM_BYTES GP_SMEM_BYTES_W(1)
+#define GP_SMEM_BYTES (GP_STAGES * GP_STAGE_BYTES + 2 * GP_STAGING_BYTES + 1024 + (2 * GP_STAGES + 10) * 8)
 
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
 #define GP_D8(o) "+f"(d[o]), "+f"(d[o + 1]), "+f"(d[o + 2]), "+f"(d[o + 3]), "+f"(d[o + 4]), "+f"(d[o + 5]), \
@@ -87,18 +81,8 @@
                  : GP_D8(O), GP_D8(O + 8), GP_D8(O + 16), GP_D8(O + 24), GP_D8(O + 32), GP_D8(O + 40),       \
                    GP_D8(O + 48), GP_D8(O + 56)                                                               \
                  : "l"(da), "l"(db))
-// Registers of the pair kernels' 640 threads, launched with 96 each
-// (65536 / 640 rounded down to 8): 24 a loader thread, 112 a multiplying
-// one.  setmaxnreg.inc takes only what the block's own decs gave back (the
-// SM's unallocated registers do not count): 72 x 128 freed >= 16 x 512
-// taken.  120 (24 more a thread, from the SM's spare 4096 and the decs'
-// 9216) hung on an H100.
-#define GP2_REGS_LOADER() asm volatile("setmaxnreg.dec.sync.aligned.u32 24;\n")
-#define GP2_REGS_MMA() asm volatile("setmaxnreg.inc.sync.aligned.u32 112;\n")
 #else
 #define GP_MMA(O, da, db, TRANS_B) (void)(da), (void)(db)
-#define GP2_REGS_LOADER() (void)0
-#define GP2_REGS_MMA() (void)0
 #endif
 
 // What a kernel computes (as gemm_wgmma_tma.cu's GT_ kinds): C = A W^T +
@@ -204,22 +188,19 @@ __device__ __forceinline__ void gp_stsm_x4(unsigned char *p, const unsigned r[4]
 // kernel's warp samples; now the rounds' waits, mostly for the issuing
 // thread to finish the round before, are 5 %: ncu, H100, 2026-12-06).
 // `uses` counts the staging's rounds so far (the same in all 128
-// threads): its parity picks the buffer.  HALVES 1 (a pair kernel's
-// warpgroup: its 64 rows, d[0..63], at m0): two rounds in the one 16 KiB
-// buffer its staging holds, each waiting until the TMA has read the last.
-template <bool GELU, int HALVES>
+// threads): its parity picks the buffer.
+template <bool GELU>
 __device__ __forceinline__ void gp_store_bias(const float *d, const gp_out &o, unsigned char *out,
                                               unsigned long long *written, unsigned long long *freed, unsigned &uses,
                                               int m0, int n0)
 {
     const int t = threadIdx.x & 127, q = t & 3;
     const bool issuer = t == 0;
-    constexpr bool two_buffers = HALVES == 2;
 #pragma unroll   // the round must be known at compile time: d stays in registers
-    for (int round = 0; round < 2 * HALVES; round++, uses++) {
+    for (int round = 0; round < 4; round++, uses++) {
         const int half = round >> 1, box = round & 1;
-        unsigned char *buf = out + (two_buffers ? (uses & 1) * GP_ROUND_BYTES : 0);   // C's box, then G's
-        gp_staging_free(freed, uses, issuer, two_buffers);
+        unsigned char *buf = out + (uses & 1) * GP_ROUND_BYTES;   // C's box, then G's
+        gp_staging_free(freed, uses, issuer, true);
 #pragma unroll
         for (int jb = 0; jb < 8; jb += 2) {   // the box's 16-byte chunks jb, jb + 1: column pairs 8 j + 2 q
             unsigned c4[4], g4[4];            // in gp_x4_at's order
@@ -249,17 +230,15 @@ __device__ __forceinline__ void gp_store_bias(const float *d, const gp_out &o, u
 // The dX kernel's u for its tile at (m0, n0): once the staging is free,
 // one thread has the TMA load all 128 rows into it (rows 0..63 in the
 // first half, 64..127 in the second; `uready`, phase tiles), before the
-// tile's MMAs, so that the loads land while the tensor cores work.  A pair
-// kernel's warpgroup (HALVES 1) loads its 64 rows from m0.
-template <int HALVES>
+// tile's MMAs, so that the loads land while the tensor cores work.
 __device__ __forceinline__ void gp_dx_load_u(const gp_out &o, unsigned char *out, unsigned long long *freed,
                                              unsigned long long *uready, unsigned uses, int m0, int n0)
 {
     const bool issuer = (threadIdx.x & 127) == 0;
     gp_staging_free(freed, uses, issuer, false);
     if (!issuer) return;
-    gt_arrive_tx(gt_shared(uready), HALVES * GP_HALF_BYTES);
-    for (int half = 0; half < HALVES; half++)
+    gt_arrive_tx(gt_shared(uready), 2 * GP_HALF_BYTES);
+    for (int half = 0; half < 2; half++)
         for (int box = 0; box < 2; box++)
             gt_tma(gt_shared(out + half * GP_HALF_BYTES + box * GP_BOX_BYTES), o.tu, n0 + 64 * box, m0 + 64 * half,
                    gt_shared(uready));
@@ -277,9 +256,6 @@ __device__ __forceinline__ void gp_dx_load_u(const gp_out &o, unsigned char *out
 // before this step's dU is written: with one pair at a time the compiler
 // could not move a read of u above the write before it (the same
 // staging), and each pair waited for its read (ncu, H100, 2026-12-06).
-// HALVES 1 (a pair kernel's warpgroup): its 64 rows at m0, d[0..63]; the
-// column sums by its first 64 threads.
-template <int HALVES>
 __device__ __forceinline__ void gp_store_dx(const float *d, const gp_out &o, unsigned char *out,
                                             unsigned long long *written, unsigned long long *freed,
                                             unsigned long long *uready, unsigned long long *summed, unsigned &uses,
@@ -287,15 +263,15 @@ __device__ __forceinline__ void gp_store_dx(const float *d, const gp_out &o, uns
 {
     const int t = threadIdx.x & 127;
     const bool issuer = t == 0;
-    unsigned y[HALVES][GP_BN / 8][2];   // gelu(u) of this thread's pairs: [half][j][h]
+    unsigned y[2][GP_BN / 8][2];   // gelu(u) of this thread's pairs: [half][j][h]
     gt_wait(gt_shared(uready), tiles & 1);
     unsigned u[2][4], next[2][4];   // a step's u: [its two ldmatrix][block]
 #pragma unroll
     for (int c = 0; c < 2; c++) gp_ldsm_x4(u[c], out + gp_x4_at(2 * c));
 #pragma unroll
-    for (int step = 0; step < 4 * HALVES; step++) {   // half step / 4, chunks 4 (step % 4) .. + 3
+    for (int step = 0; step < 8; step++) {   // half step / 4, chunks 4 (step % 4) .. + 3
         const int half = step >> 2, j0 = 4 * (step & 3);
-        if (step < 4 * HALVES - 1) {
+        if (step < 7) {
             const int nhalf = (step + 1) >> 2, nj0 = 4 * ((step + 1) & 3);
 #pragma unroll
             for (int c = 0; c < 2; c++) gp_ldsm_x4(next[c], out + nhalf * GP_HALF_BYTES + gp_x4_at(nj0 + 2 * c));
@@ -314,7 +290,7 @@ __device__ __forceinline__ void gp_store_dx(const float *d, const gp_out &o, uns
             }
 #pragma unroll
         for (int c = 0; c < 2; c++) gp_stsm_x4(out + half * GP_HALF_BYTES + gp_x4_at(j0 + 2 * c), du[c]);
-        if (step < 4 * HALVES - 1)
+        if (step < 7)
 #pragma unroll
             for (int c = 0; c < 2; c++)
 #pragma unroll
@@ -322,9 +298,9 @@ __device__ __forceinline__ void gp_store_dx(const float *d, const gp_out &o, uns
     }
     // dU's 128 rows are the staging's two halves; every thread waits for
     // all writes, as the column sums read other threads' values
-    gp_staging_store(o.tc, m0, HALVES == 2 ? o.tc : nullptr, m0 + 64, out, written, uses, issuer, true, n0);
+    gp_staging_store(o.tc, m0, o.tc, m0 + 64, out, written, uses, issuer, true, n0);
     uses++;
-    if (o.part && (HALVES == 2 || t < 64)) {   // the stored dU (as BIAS_GRAD reads it) summed per part_rows rows
+    if (o.part) {   // the stored dU (as BIAS_GRAD reads it) summed per part_rows rows
         // thread t: columns 2 (t % 64) and the next, the rows of half t / 64,
         // four sums of 16 rows each (independent chains), then combined
         const int cp = t & 63, half = t >> 6;
@@ -354,52 +330,44 @@ __device__ __forceinline__ void gp_store_dx(const float *d, const gp_out &o, uns
             if (g % per == 0 && group < groups)
                 *(float2 *)(o.part + (long long)group * o.n + n0 + 2 * cp) = make_float2(s[g][0], s[g][1]);
         }
-    }
-    if (o.part) {
         gt_arrive(gt_shared(summed));
         gt_wait(gt_shared(summed), tiles & 1);
     }
     if (!o.tg) return;
     gp_staging_free(freed, uses, issuer, false);
 #pragma unroll
-    for (int half = 0; half < HALVES; half++)
+    for (int half = 0; half < 2; half++)
 #pragma unroll
         for (int j = 0; j < GP_BN / 8; j += 2) {
             const unsigned four[4] = {y[half][j][0], y[half][j][1], y[half][j + 1][0], y[half][j + 1][1]};
             gp_stsm_x4(out + half * GP_HALF_BYTES + gp_x4_at(j), four);
         }
-    gp_staging_store(o.tg, m0, HALVES == 2 ? o.tg : nullptr, m0 + 64, out, written, uses, issuer, false, n0);
+    gp_staging_store(o.tg, m0, o.tg, m0 + 64, out, written, uses, issuer, false, n0);
     uses++;
 }
 
-// WPT 1: warpgroups 1 and 2 take turns, each with whole 128 x 128 tiles.
-// WPT 2 (the pair kernels): warpgroups 1, 2 share a tile (rows 0..63 and
-// 64..127: one m64n128 MMA a k16 step each) and 3, 4 the next, the pairs
-// taking turns; each warpgroup's epilogue is then half a tile's.
-template <int KIND, int WPT>
+template <int KIND>
 __device__ __forceinline__ void gp_gemm(const gt_tmap *ta, const gt_tmap *tw, const gp_out &o, int k)
 {
-    constexpr int S = GP_STAGES, CONSUMERS = 2 * WPT, ROWS = GP_BM / WPT;
-    constexpr int STAGING = GP_STAGING_BYTES / WPT;   // a multiplying warpgroup's
+    constexpr int S = GP_STAGES;
     extern __shared__ unsigned char gp_raw[];
     // the swizzle works on shared addresses: stages and staging at 1024-byte boundaries
     unsigned char *smem = gp_raw + ((1024 - (gt_shared(gp_raw) & 1023)) & 1023);
-    unsigned char *staging = smem + S * GP_STAGE_BYTES;   // STAGING per multiplying warpgroup
-    unsigned long long *full = (unsigned long long *)(staging + CONSUMERS * STAGING), *empty = full + S;
-    unsigned long long *turn = empty + S;   // one a pair (WPT 1: a warpgroup)
-    unsigned long long *written = turn + 2, *freed = written + CONSUMERS;   // one of each a warpgroup
-    unsigned long long *uready = freed + CONSUMERS, *summed = uready + CONSUMERS;   // the dX kernel's
+    unsigned char *staging = smem + S * GP_STAGE_BYTES;   // GP_STAGING_BYTES per multiplying warpgroup
+    unsigned long long *full = (unsigned long long *)(staging + 2 * GP_STAGING_BYTES), *empty = full + S;
+    unsigned long long *written = empty + S, *freed = written + 2, *turn = freed + 2;   // one of each a warpgroup
+    unsigned long long *uready = turn + 2, *summed = uready + 2;                      // the dX kernel's
     const int wg = threadIdx.x >> 7, kts = k / GP_BK, tiles_n = o.n / GP_BN;
     const int tiles = tiles_n * ((o.m + GP_BM - 1) / GP_BM);
     if (threadIdx.x == 0) {
         for (int s = 0; s < S; s++) {
             gt_mbar_init(gt_shared(&full[s]), 1);
-            gt_mbar_init(gt_shared(&empty[s]), 128 * WPT);
+            gt_mbar_init(gt_shared(&empty[s]), 128);
         }
-        for (int p = 0; p < 2; p++) gt_mbar_init(gt_shared(&turn[p]), 128 * WPT);
-        for (int w = 0; w < CONSUMERS; w++) {
+        for (int w = 0; w < 2; w++) {
             gt_mbar_init(gt_shared(&written[w]), 128);
             gt_mbar_init(gt_shared(&freed[w]), 1);
+            gt_mbar_init(gt_shared(&turn[w]), 128);
             gt_mbar_init(gt_shared(&uready[w]), 1);
             gt_mbar_init(gt_shared(&summed[w]), 128);
         }
@@ -408,37 +376,30 @@ __device__ __forceinline__ void gp_gemm(const gt_tmap *ta, const gt_tmap *tw, co
     __syncthreads();
 
     if (wg == 0) {   // the loader: every tile's k tiles in the order of j
-        if (WPT == 1)
-            GT_REGS_LOADER();
-        else
-            GP2_REGS_LOADER();
+        GT_REGS_LOADER();
         if (threadIdx.x == 0)
             gt_load_ring<GP_BM, GP_BN, S, KIND == GP_DX_DGELU>(ta, tw, smem, full, empty, tiles, tiles_n, kts);
         return;
     }
 
-    if (WPT == 1)
-        GT_REGS_MMA();
-    else
-        GP2_REGS_MMA();
-    const int cw = wg - 1, pair = cw / WPT, part = cw % WPT;   // part: the warpgroup's rows of its pair's tiles
+    GT_REGS_MMA();
+    const int cw = wg - 1;
     unsigned uses = 0;   // rounds of this warpgroup's staging so far
-    float d[64 * (2 / WPT)];
-    constexpr int HI = WPT == 1 ? 64 : 0;   // rows 64..127's accumulators (WPT 1 only: a valid index either way)
-    for (int j = pair; blockIdx.x + j * gridDim.x < tiles; j += 2) {
+    float d[128];
+    for (int j = cw; blockIdx.x + j * gridDim.x < tiles; j += 2) {
         const int t = blockIdx.x + j * gridDim.x;
-        const int m0 = (t / tiles_n) * GP_BM + ROWS * part, n0 = (t % tiles_n) * GP_BN;   // this warpgroup's rows
-        unsigned char *out = staging + cw * STAGING;
-        if (KIND == GP_DX_DGELU) gp_dx_load_u<2 / WPT>(o, out, &freed[cw], &uready[cw], uses, m0, n0);
+        const int m0 = (t / tiles_n) * GP_BM, n0 = (t % tiles_n) * GP_BN;
+        unsigned char *out = staging + cw * GP_STAGING_BYTES;
+        if (KIND == GP_DX_DGELU) gp_dx_load_u(o, out, &freed[cw], &uready[cw], uses, m0, n0);
 #pragma unroll
-        for (int i = 0; i < 64 * (2 / WPT); i++) d[i] = 0.0f;
-        // tile j - 1 is the other pair's ((j - 1) / 2)-th: its turn[pair] phase
-        if (j > 0) gt_wait(gt_shared(&turn[pair]), ((j - 1) >> 1) & 1);
+        for (int i = 0; i < 128; i++) d[i] = 0.0f;
+        // tile j - 1 is the other warpgroup's ((j - 1) / 2)-th: its turn[cw] phase
+        if (j > 0) gt_wait(gt_shared(&turn[cw]), ((j - 1) >> 1) & 1);
         unsigned it = (unsigned)j * kts;   // the ring's count at this tile, as the loader counts
         for (int kt = 0; kt < kts; kt++, it++) {
             const unsigned s = it % S;
             gt_wait(gt_shared(&full[s]), (it / S) & 1);
-            const unsigned short *as = (const unsigned short *)(smem + s * GP_STAGE_BYTES) + ROWS * part * GP_BK;
+            const unsigned short *as = (const unsigned short *)(smem + s * GP_STAGE_BYTES);
             const unsigned short *ws = (const unsigned short *)(smem + s * GP_STAGE_BYTES + GP_A_BYTES);
             GT_FENCE();
 #pragma unroll
@@ -446,24 +407,24 @@ __device__ __forceinline__ void gp_gemm(const gt_tmap *ta, const gt_tmap *tw, co
                 if (KIND == GP_DX_DGELU) {   // 16 k rows of 128 bytes on
                     const unsigned long long db = gt_desc_nmajor(ws + 1024 * q);
                     GP_MMA(0, gt_desc(as + 16 * q), db, 1);
-                    if (WPT == 1) GP_MMA(HI, gt_desc(as + 64 * GP_BK + 16 * q), db, 1);
+                    GP_MMA(64, gt_desc(as + 64 * GP_BK + 16 * q), db, 1);
                 } else {                     // 32 bytes on in each 128-byte row
                     const unsigned long long db = gt_desc(ws + 16 * q);
                     GP_MMA(0, gt_desc(as + 16 * q), db, 0);
-                    if (WPT == 1) GP_MMA(HI, gt_desc(as + 64 * GP_BK + 16 * q), db, 0);
+                    GP_MMA(64, gt_desc(as + 64 * GP_BK + 16 * q), db, 0);
                 }
             }
             GT_COMMIT_WAIT1();   // k tile kt - 1's MMAs are done: its stage goes back to the loader
             if (kt > 0) gt_arrive(gt_shared(&empty[(it - 1) % S]));
         }
-        gt_arrive(gt_shared(&turn[1 - pair]));   // the other pair's next tile may start
+        gt_arrive(gt_shared(&turn[1 - cw]));   // the other warpgroup's next tile may start
         GT_WAIT_ALL();
         gt_arrive(gt_shared(&empty[(it - 1) % S]));   // the tile's last stage
         if (KIND == GP_DX_DGELU)
-            gp_store_dx<2 / WPT>(d, o, out, &written[cw], &freed[cw], &uready[cw], &summed[cw], uses,
-                                 (unsigned)(j >> 1), m0, n0);
+            gp_store_dx(d, o, out, &written[cw], &freed[cw], &uready[cw], &summed[cw], uses, (unsigned)(j >> 1), m0,
+                        n0);
         else
-            gp_store_bias<KIND == GP_BIAS_GELU, 2 / WPT>(d, o, out, &written[cw], &freed[cw], uses, m0, n0);
+            gp_store_bias<KIND == GP_BIAS_GELU>(d, o, out, &written[cw], &freed[cw], uses, m0, n0);
     }
     if ((threadIdx.x & 127) == 0) gt_bulk_wait();   // the staging lives until the TMA is done with it
 }
@@ -473,7 +434,7 @@ gemm_pp_bias_f16(const __grid_constant__ gt_tmap ta, const __grid_constant__ gt_
                  const __grid_constant__ gt_tmap tc, const unsigned short *bias, int m, int n, int k)
 {
     const gp_out o = {&tc, 0, 0, bias, 0, 16, m, n};
-    gp_gemm<GP_BIAS, 1>(&ta, &tw, o, k);
+    gp_gemm<GP_BIAS>(&ta, &tw, o, k);
 }
 
 extern "C" __global__ void __launch_bounds__(GP_THREADS)
@@ -482,7 +443,7 @@ gemm_pp_bias_gelu_f16(const __grid_constant__ gt_tmap ta, const __grid_constant_
                       const unsigned short *bias, int m, int n, int k)
 {
     const gp_out o = {&tc, &tg, 0, bias, 0, 16, m, n};
-    gp_gemm<GP_BIAS_GELU, 1>(&ta, &tw, o, k);
+    gp_gemm<GP_BIAS_GELU>(&ta, &tw, o, k);
 }
 
 // dU = round(dY W) * gelu'(u): dY (M x K) as A, W (K x N, N contiguous: a
@@ -497,34 +458,5 @@ gemm_pp_dx_dgelu_f16(const __grid_constant__ gt_tmap tdy, const __grid_constant_
                      const __grid_constant__ gt_tmap ty, int with_y, float *part, int part_rows, int m, int n, int k)
 {
     const gp_out o = {&tdu, with_y ? &ty : 0, &tu, 0, part, part_rows, m, n};
-    gp_gemm<GP_DX_DGELU, 1>(&tdy, &tw, o, k);
-}
-
-// The pair kernels: the same products in the same order (each output's
-// sum over k is one warpgroup's, as above), with two warpgroups a tile
-// (gp_gemm's WPT 2): 640 threads, GP_SMEM_BYTES_W(2) of shared memory.
-extern "C" __global__ void __launch_bounds__(GP_THREADS_W(2))
-gemm_pp2_bias_f16(const __grid_constant__ gt_tmap ta, const __grid_constant__ gt_tmap tw,
-                  const __grid_constant__ gt_tmap tc, const unsigned short *bias, int m, int n, int k)
-{
-    const gp_out o = {&tc, 0, 0, bias, 0, 16, m, n};
-    gp_gemm<GP_BIAS, 2>(&ta, &tw, o, k);
-}
-
-extern "C" __global__ void __launch_bounds__(GP_THREADS_W(2))
-gemm_pp2_bias_gelu_f16(const __grid_constant__ gt_tmap ta, const __grid_constant__ gt_tmap tw,
-                       const __grid_constant__ gt_tmap tc, const __grid_constant__ gt_tmap tg,
-                       const unsigned short *bias, int m, int n, int k)
-{
-    const gp_out o = {&tc, &tg, 0, bias, 0, 16, m, n};
-    gp_gemm<GP_BIAS_GELU, 2>(&ta, &tw, o, k);
-}
-
-extern "C" __global__ void __launch_bounds__(GP_THREADS_W(2))
-gemm_pp2_dx_dgelu_f16(const __grid_constant__ gt_tmap tdy, const __grid_constant__ gt_tmap tw,
-                      const __grid_constant__ gt_tmap tu, const __grid_constant__ gt_tmap tdu,
-                      const __grid_constant__ gt_tmap ty, int with_y, float *part, int part_rows, int m, int n, int k)
-{
-    const gp_out o = {&tdu, with_y ? &ty : 0, &tu, 0, part, part_rows, m, n};
-    gp_gemm<GP_DX_DGELU, 2>(&tdy, &tw, o, k);
+    gp_gemm<GP_DX_DGELU>(&tdy, &tw, o, k);
 }

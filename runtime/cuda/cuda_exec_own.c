@@ -140,8 +140,8 @@ HpcStatus cuda_exec_own_kernels(CudaExec *ex, HpcError *err)
     HpcStatus st = gemm_own_store(&store, err);
     if (!st) st = gemm_own_kernel(ex->module, gemm_own_kernel_name(store, false), store, &ex->gemm_own, err);
     if (!st) st = gemm_own_kernel(ex->module, gemm_own_kernel_name(store, true), store, &ex->gemm_own_gelu, err);
-    if (!st && gemm_own_dx_kernel_name(store))
-        st = gemm_own_kernel(ex->module, gemm_own_dx_kernel_name(store), store, &ex->gemm_own_dx, err);
+    if (!st && store == GEMM_OWN_PINGPONG)
+        st = gemm_own_kernel(ex->module, GEMM_OWN_PP_DX_DGELU_KERNEL, store, &ex->gemm_own_dx, err);
     ex->gemm_own_gelu_only = gemm_own_gelu_only(ex->kernels->cuda_source);
     return st;
 }

@@ -21,17 +21,15 @@ bool gemm_own_fits(const GemmDesc *d)
            d->K % 64 == 0 && d->K > 0 && d->M > 0 && d->lda == d->K && d->ldb == d->K && d->ldc == d->N;
 }
 
-bool gemm_own_pingpong(GemmOwnStore store) { return store == GEMM_OWN_PINGPONG || store == GEMM_OWN_PAIRS; }
-
 int64_t gemm_own_tiles(GemmOwnStore store, const GemmDesc *d)
 {
-    return (d->N / (gemm_own_pingpong(store) ? 128 : 256)) * ((d->M + 127) / 128);
+    return (d->N / (store == GEMM_OWN_PINGPONG ? 128 : 256)) * ((d->M + 127) / 128);
 }
 
 bool gemm_own_fills(const GemmOwnKernel *k, const GemmDesc *d, int sm_count)
 {
-    /* ping-pong: a tile for each of the two that take turns */
-    return gemm_own_tiles(k->store, d) >= (gemm_own_pingpong(k->store) ? 2 * sm_count : sm_count);
+    /* ping-pong: a tile for each multiplying warpgroup */
+    return gemm_own_tiles(k->store, d) >= (k->store == GEMM_OWN_PINGPONG ? 2 * sm_count : sm_count);
 }
 
 HpcStatus gemm_own_tensor_map(CUtensorMap *map, CUdeviceptr p, int64_t rows, int64_t cols, unsigned box_rows,
@@ -48,31 +46,18 @@ HpcStatus gemm_own_tensor_map(CUtensorMap *map, CUdeviceptr p, int64_t rows, int
 /* The dynamic shared memory of the kernels that store so. */
 static unsigned smem_bytes(GemmOwnStore store)
 {
-    return store == GEMM_OWN_PAIRS       ? GEMM_OWN_PP2_SMEM_BYTES
-           : store == GEMM_OWN_PINGPONG  ? GEMM_OWN_PP_SMEM_BYTES
+    return store == GEMM_OWN_PINGPONG    ? GEMM_OWN_PP_SMEM_BYTES
            : store == GEMM_OWN_TMA_STORE ? GEMM_OWN_TS_SMEM_BYTES
                                          : GEMM_OWN_SMEM_BYTES;
 }
 
-/* A block's threads: a loading warpgroup and two multiplying ones, or
- * four for the pair kernels. */
-static unsigned block_threads(GemmOwnStore store) { return store == GEMM_OWN_PAIRS ? 640 : 384; }
-
 const char *gemm_own_kernel_name(GemmOwnStore store, bool gelu)
 {
     switch (store) {
-    case GEMM_OWN_PAIRS: return gelu ? GEMM_OWN_PP2_GELU_KERNEL : GEMM_OWN_PP2_KERNEL;
     case GEMM_OWN_PINGPONG: return gelu ? GEMM_OWN_PP_GELU_KERNEL : GEMM_OWN_PP_KERNEL;
     case GEMM_OWN_TMA_STORE: return gelu ? GEMM_OWN_TS_GELU_KERNEL : GEMM_OWN_TS_KERNEL;
     default: return gelu ? GEMM_OWN_GELU_KERNEL : GEMM_OWN_KERNEL;
     }
-}
-
-const char *gemm_own_dx_kernel_name(GemmOwnStore store)
-{
-    return store == GEMM_OWN_PAIRS      ? GEMM_OWN_PP2_DX_DGELU_KERNEL
-           : store == GEMM_OWN_PINGPONG ? GEMM_OWN_PP_DX_DGELU_KERNEL
-                                        : NULL;
 }
 
 HpcStatus gemm_own_kernel(CUmodule mod, const char *name, GemmOwnStore store, GemmOwnKernel *k, HpcError *err)
@@ -88,13 +73,11 @@ HpcStatus gemm_own_store(GemmOwnStore *store, HpcError *err)
     const char *v = getenv("HPC_GEMM_OWN_STORE");
     *store = GEMM_OWN_PINGPONG;
     if (!v || !*v || !strcmp(v, "pingpong")) return HPC_OK;
-    if (!strcmp(v, "pairs")) *store = GEMM_OWN_PAIRS;
-    else if (!strcmp(v, "direct")) *store = GEMM_OWN_DIRECT;
+    if (!strcmp(v, "direct")) *store = GEMM_OWN_DIRECT;
     else if (!strcmp(v, "tma")) *store = GEMM_OWN_TMA_STORE;
     else
         return hpc_fail(err, HPC_ERR_USAGE, "HPC_GEMM_OWN_STORE=%s: expected pingpong (the default: 128 x 128 tiles, "
-                        "each stored by the TMA while the other warpgroup multiplies), pairs (the same with two warpgroups a "
-                        "tile, 64 rows each, and two such pairs taking turns), tma (128 x 256 tiles staged in "
+                        "each stored by the TMA while the other warpgroup multiplies), tma (128 x 256 tiles staged in "
                         "shared memory and stored by the TMA) or direct (stored from registers)", v);
     return HPC_OK;
 }
@@ -112,7 +95,7 @@ HpcStatus gemm_own_run(const GemmOwnKernel *kern, const GemmDesc *d, CUdeviceptr
     CUtensorMap ta, tw, tc, tg;
     const bool staged = kern->store != GEMM_OWN_DIRECT;
     HpcStatus st = gemm_own_tensor_map(&ta, d->A, d->M, d->K, 128, err);
-    if (!st) st = gemm_own_tensor_map(&tw, d->B, d->N, d->K, gemm_own_pingpong(kern->store) ? 128 : 256, err);
+    if (!st) st = gemm_own_tensor_map(&tw, d->B, d->N, d->K, kern->store == GEMM_OWN_PINGPONG ? 128 : 256, err);
     if (!st && staged) st = gemm_own_tensor_map(&tc, d->C, d->M, d->N, 64, err);
     if (!st && staged && gelu) st = gemm_own_tensor_map(&tg, gelu, d->M, d->N, 64, err);
     if (st) return st;
@@ -122,13 +105,13 @@ HpcStatus gemm_own_run(const GemmOwnKernel *kern, const GemmDesc *d, CUdeviceptr
     void *ts[] = {&ta, &tw, &tc, &bias, &m, &n, &k}, *ts_gelu[] = {&ta, &tw, &tc, &tg, &bias, &m, &n, &k};
     void **args = staged ? (gelu ? ts_gelu : ts) : (gelu ? with_gelu : plain);
     return cuda_launch(kern->fn, (unsigned[3]){(unsigned)gemm_own_grid(kern->store, d, blocks), 1, 1},
-                       (unsigned[3]){block_threads(kern->store), 1, 1}, smem_bytes(kern->store), stream, args, err);
+                       (unsigned[3]){384, 1, 1}, smem_bytes(kern->store), stream, args, err);
 }
 
 HpcStatus gemm_own_dx_dgelu_run(const GemmOwnKernel *k, const GemmOwnDxDgelu *g, int blocks, CUstream stream,
                                 HpcError *err)
 {
-    const bool pp = gemm_own_pingpong(k->store);
+    const bool pp = k->store == GEMM_OWN_PINGPONG;
     int part_rows = g->part_rows ? g->part_rows : 16;
     if (part_rows != 16 && !(pp && (part_rows == 32 || part_rows == GEMM_OWN_PP_MAX_PART_ROWS)))
         return hpc_fail(err, HPC_ERR_INTERNAL, "gemm_own_dx_dgelu_run: column sums over %d rows (the ping-pong kernel "
@@ -146,6 +129,5 @@ HpcStatus gemm_own_dx_dgelu_run(const GemmOwnKernel *k, const GemmOwnDxDgelu *g,
     void *direct[] = {&tdy, &tw, &du, &u, &y, &part, &m, &n, &kk};
     void *pingpong[] = {&tdy, &tw, &tu, &tdu, &ty, &with_y, &part, &part_rows, &m, &n, &kk};
     return cuda_launch(k->fn, (unsigned[3]){(unsigned)gemm_own_grid(k->store, &shape, blocks), 1, 1},
-                       (unsigned[3]){block_threads(k->store), 1, 1}, smem_bytes(k->store), stream,
-                       pp ? pingpong : direct, err);
+                       (unsigned[3]){384, 1, 1}, smem_bytes(k->store), stream, pp ? pingpong : direct, err);
 }

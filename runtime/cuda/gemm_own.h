@@ -46,13 +46,7 @@
  * warps' next work); or staged so, by the ping-pong kernels
  * (gemm_wgmma_pp.cu), whose whole epilogue overlaps the other
  * warpgroup's multiplications. */
-typedef enum { GEMM_OWN_DIRECT, GEMM_OWN_TMA_STORE, GEMM_OWN_PINGPONG, GEMM_OWN_PAIRS } GemmOwnStore;
-/* GEMM_OWN_PAIRS (HPC_GEMM_OWN_STORE=pairs): the ping-pong schedule with
- * two multiplying warpgroups a tile, 64 rows each, and two such pairs
- * taking turns (gemm_wgmma_pp.cu's pair kernels): each warpgroup's
- * epilogue is half a tile's.  What is said of the ping-pong kernels below
- * holds for them too (gemm_own_pingpong). */
-bool gemm_own_pingpong(GemmOwnStore store);
+typedef enum { GEMM_OWN_DIRECT, GEMM_OWN_TMA_STORE, GEMM_OWN_PINGPONG } GemmOwnStore;
 
 #define GEMM_OWN_KERNEL "gemm_tma_bias_f16"
 #define GEMM_OWN_GELU_KERNEL "gemm_tma_bias_gelu_f16"   /* also writes gelu(y) */
@@ -63,9 +57,6 @@ bool gemm_own_pingpong(GemmOwnStore store);
 #define GEMM_OWN_SMEM_BYTES (4 * (128 + 256) * 64 * 2 + 1024 + 2 * 4 * 8)   /* GT_SMEM_BYTES */
 #define GEMM_OWN_TS_SMEM_BYTES (4 * (128 + 256) * 64 * 2 + 128 * 128 * 2 + 1024 + (2 * 4 + 4) * 8)   /* GT_TS_SMEM_BYTES */
 #define GEMM_OWN_PP_SMEM_BYTES (5 * (128 + 128) * 64 * 2 + 4 * 64 * 128 * 2 + 1024 + (2 * 5 + 10) * 8)   /* GP_SMEM_BYTES */
-#define GEMM_OWN_PP2_KERNEL "gemm_pp2_bias_f16"
-#define GEMM_OWN_PP2_GELU_KERNEL "gemm_pp2_bias_gelu_f16"
-#define GEMM_OWN_PP2_SMEM_BYTES (5 * (128 + 128) * 64 * 2 + 4 * 64 * 128 * 2 + 1024 + (2 * 5 + 18) * 8)   /* GP_SMEM_BYTES_W(2) */
 
 /* One of the kernels as looked up in a module. */
 typedef struct {
@@ -81,7 +72,7 @@ const char *gemm_own_kernel_name(GemmOwnStore store, bool gelu);
  * GEMM_OWN_DIRECT, GEMM_OWN_PP_DX_DGELU_KERNEL with GEMM_OWN_PINGPONG). */
 HpcStatus gemm_own_kernel(CUmodule mod, const char *name, GemmOwnStore store, GemmOwnKernel *k, HpcError *err);
 
-/* HPC_GEMM_OWN_STORE: "pingpong" (the default), "pairs", "tma" or "direct"; which
+/* HPC_GEMM_OWN_STORE: "pingpong" (the default), "tma" or "direct"; which
  * kernels the step takes.  Fails on any other value. */
 HpcStatus gemm_own_store(GemmOwnStore *store, HpcError *err);
 
@@ -140,9 +131,6 @@ HpcStatus gemm_own_run(const GemmOwnKernel *k, const GemmDesc *d, CUdeviceptr ge
 #define GEMM_OWN_DX_DGELU_KERNEL "gemm_tma_dx_dgelu_f16"
 #define GEMM_OWN_PP_MAX_PART_ROWS 64   /* the ping-pong kernel's largest part_rows: half its tile */
 #define GEMM_OWN_PP_DX_DGELU_KERNEL "gemm_pp_dx_dgelu_f16"
-#define GEMM_OWN_PP2_DX_DGELU_KERNEL "gemm_pp2_dx_dgelu_f16"
-/* The dX kernel of the ping-pong kernels that store so, or NULL. */
-const char *gemm_own_dx_kernel_name(GemmOwnStore store);
 typedef struct {
     CUdeviceptr dy, w, u, du, y, part;
     int64_t M, N, K;

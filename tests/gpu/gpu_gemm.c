@@ -57,10 +57,10 @@ enum { TILE = 128, KTILE = 64, THREADS = 256 };
 static CudaDevice g_dev;
 static CUfunction g_fn, g_fn_gelu, g_fn_act, g_fn_dact;
 /* gemm_wgmma_tma.cu's and gemm_wgmma_pp.cu's kernels by GemmOwnStore:
- * storing directly, by the TMA (_ts), ping-pong, ping-pong in pairs */
-static GemmOwnKernel g_tma[4], g_tma_gelu[4];
-/* the dX GEMMs with the GELU backward: [0] gemm_wgmma_tma.cu's, [1] ping-pong, [2] in pairs */
-static GemmOwnKernel g_dx[3];
+ * storing directly, by the TMA (_ts), ping-pong */
+static GemmOwnKernel g_tma[3], g_tma_gelu[3];
+/* the dX GEMMs with the GELU backward: [0] gemm_wgmma_tma.cu's, [1] ping-pong */
+static GemmOwnKernel g_dx[2];
 
 /* The GELU pass cuBLASLt's GEMM needs after it, and the GELU backward's
  * after the dX GEMM (timing only). */
@@ -141,13 +141,12 @@ static void load_kernel(void)
     DRV(cuda_driver()->cuFuncSetAttribute(g_fn, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, g_smem_bytes));
     DRV(cuda_driver()->cuFuncSetAttribute(g_fn_gelu, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, g_smem_bytes));
     HpcError err = {0};
-    for (GemmOwnStore s = GEMM_OWN_DIRECT; s <= GEMM_OWN_PAIRS; s++)
+    for (GemmOwnStore s = GEMM_OWN_DIRECT; s <= GEMM_OWN_PINGPONG; s++)
         if (gemm_own_kernel(mod, gemm_own_kernel_name(s, false), s, &g_tma[s], &err) ||
             gemm_own_kernel(mod, gemm_own_kernel_name(s, true), s, &g_tma_gelu[s], &err))
             gpu_check_die("gemm_own_kernel", &err);
     if (gemm_own_kernel(mod, GEMM_OWN_DX_DGELU_KERNEL, GEMM_OWN_DIRECT, &g_dx[0], &err) ||
-        gemm_own_kernel(mod, GEMM_OWN_PP_DX_DGELU_KERNEL, GEMM_OWN_PINGPONG, &g_dx[1], &err) ||
-        gemm_own_kernel(mod, GEMM_OWN_PP2_DX_DGELU_KERNEL, GEMM_OWN_PAIRS, &g_dx[2], &err))
+        gemm_own_kernel(mod, GEMM_OWN_PP_DX_DGELU_KERNEL, GEMM_OWN_PINGPONG, &g_dx[1], &err))
         gpu_check_die("gemm_own_kernel", &err);
 }
 
@@ -278,7 +277,7 @@ static void check_shape(int m, int n, int k, int tma, int gelu, uint64_t seed)
         check_shape_way(m, n, k, 0, GEMM_OWN_DIRECT, gelu, seed);
         return;
     }
-    for (GemmOwnStore s = GEMM_OWN_DIRECT; s <= GEMM_OWN_PAIRS; s++) check_shape_way(m, n, k, tma, s, gelu, seed);
+    for (GemmOwnStore s = GEMM_OWN_DIRECT; s <= GEMM_OWN_PINGPONG; s++) check_shape_way(m, n, k, tma, s, gelu, seed);
 }
 
 /* The dX kernel kern (gemm_tma_dx_dgelu_f16 or the ping-pong one) on at
@@ -289,7 +288,7 @@ static void check_shape(int m, int n, int k, int tma, int gelu, uint64_t seed)
  * each `rows` rows. */
 static void check_dx_dgelu_with(const GemmOwnKernel *kern, int m, int n, int k, int blocks, int rows, uint64_t seed)
 {
-    const char *name = gemm_own_pingpong(kern->store) ? gemm_own_dx_kernel_name(kern->store) : GEMM_OWN_DX_DGELU_KERNEL;
+    const char *name = kern->store == GEMM_OWN_PINGPONG ? GEMM_OWN_PP_DX_DGELU_KERNEL : GEMM_OWN_DX_DGELU_KERNEL;
     const CudaDriver *cu = cuda_driver();
     uint16_t *dy = malloc((size_t)m * k * 2), *w = malloc((size_t)k * n * 2), *u = malloc((size_t)m * n * 2);
     uint16_t *du = malloc((size_t)m * n * 2);
@@ -372,15 +371,13 @@ static void check_dx_dgelu_with(const GemmOwnKernel *kern, int m, int n, int k, 
     free(ref);
 }
 
-/* The three dX kernels, the column sums over 16 rows; the ping-pong ones
- * also over `rows` (32 or 64) when not 16. */
+/* Both dX kernels, the column sums over 16 rows; the ping-pong one also
+ * over `rows` (32 or 64) when not 16. */
 static void check_dx_dgelu(int m, int n, int k, int blocks, int rows, uint64_t seed)
 {
     check_dx_dgelu_with(&g_dx[0], m, n, k, blocks, 16, seed);
-    for (int pp = 1; pp <= 2; pp++) {
-        check_dx_dgelu_with(&g_dx[pp], m, n, k, blocks, 16, seed);
-        if (rows != 16) check_dx_dgelu_with(&g_dx[pp], m, n, k, blocks, rows, seed);
-    }
+    check_dx_dgelu_with(&g_dx[1], m, n, k, blocks, 16, seed);
+    if (rows != 16) check_dx_dgelu_with(&g_dx[1], m, n, k, blocks, rows, seed);
 }
 
 /* ---- timing ----------------------------------------------------------------- */
@@ -392,8 +389,8 @@ static int cmp_float(const void *x, const void *y)
 }
 
 enum {
-    OURS, OURS_GELU, CUBLAS, CUBLAS_GELU, TMA, TMA_GELU, TS, TS_GELU, PP, PP_GELU, PP2, PP2_GELU, TMA_DX_DGELU,
-    PP_DX_DGELU, PP2_DX_DGELU, CUBLAS_DX_DGELU
+    OURS, OURS_GELU, CUBLAS, CUBLAS_GELU, TMA, TMA_GELU, TS, TS_GELU, PP, PP_GELU, TMA_DX_DGELU, PP_DX_DGELU,
+    CUBLAS_DX_DGELU
 };
 
 /* The ping-pong dX kernel's column partials while timing: (32768 / 16, 3072) f32. */
@@ -414,7 +411,7 @@ static float time_one(GemmContext *g, int way, int m, int n, int k, CUdeviceptr 
     else
         gemm_desc_linear(&desc, GEMM_F16, GEMM_F16, m, n, k, a, w, b16, c);
     GemmOwnDxDgelu dx = {.dy = a, .w = w, .u = a, .du = gout, .y = c, .M = m, .N = n, .K = k};
-    if (way == PP_DX_DGELU || way == PP2_DX_DGELU) {   /* with the step's column partials (the other kernel sums 16 rows only) */
+    if (way == PP_DX_DGELU) {   /* with the step's column partials (the other kernel sums 16 rows only) */
         dx.part = g_part;
         dx.part_rows = (int)act_part_group_rows(m);
     }
@@ -425,8 +422,8 @@ static float time_one(GemmContext *g, int way, int m, int n, int k, CUdeviceptr 
     for (int r = -3; r < 20; r++) {
         HpcError err = {0};
         DRV(cu->cuEventRecord(e0, g_dev.stream));
-        if (way == TMA_DX_DGELU || way == PP_DX_DGELU || way == PP2_DX_DGELU) {
-            if (gemm_own_dx_dgelu_run(&g_dx[way == PP2_DX_DGELU ? 2 : way == PP_DX_DGELU], &dx, g_dev.sm_count, g_dev.stream, &err)) {
+        if (way == TMA_DX_DGELU || way == PP_DX_DGELU) {
+            if (gemm_own_dx_dgelu_run(&g_dx[way == PP_DX_DGELU], &dx, g_dev.sm_count, g_dev.stream, &err)) {
                 printf("FAIL  gemm_own_dx_dgelu_run %d x %d x %d: %s\n", m, n, k, err.msg);
                 return -1;
             }
@@ -435,11 +432,10 @@ static float time_one(GemmContext *g, int way, int m, int n, int k, CUdeviceptr 
                 printf("FAIL  cuBLASLt %d x %d x %d: %s\n", m, n, k, err.msg);
                 return -1;
             }
-        } else if (way >= TMA && way <= PP2_GELU) {
+        } else if (way >= TMA && way <= PP_GELU) {
             const GemmOwnStore store = way <= TMA_GELU ? GEMM_OWN_DIRECT : way <= TS_GELU ? GEMM_OWN_TMA_STORE
-                                       : way <= PP_GELU ? GEMM_OWN_PINGPONG : GEMM_OWN_PAIRS;
-            launch_tma(store, c, way == TMA_GELU || way == TS_GELU || way == PP_GELU || way == PP2_GELU ? gout : 0, a,
-                       w, b16, m, n, k,
+                                                                                            : GEMM_OWN_PINGPONG;
+            launch_tma(store, c, way == TMA_GELU || way == TS_GELU || way == PP_GELU ? gout : 0, a, w, b16, m, n, k,
                        g_dev.sm_count);
         } else {
             launch(c, way == OURS_GELU ? gout : 0, a, w, b16, m, n, k);
@@ -516,37 +512,33 @@ static void run_timing(void)
     upload_random(w, (size_t)3072 * 3072, 0.05f, 12);   /* sums of 3072 products stay well inside f16 */
     upload_random(b16, 3072, 1.0f, 13);
     printf("      timing (median of 20, each kernel alone): M x N x K: cp.async ms (TFLOP/s) | TMA ms (TFLOP/s) | "
-           "TMA + TMA store ms (TFLOP/s) | ping-pong ms (TFLOP/s) | in pairs ms (TFLOP/s) | cuBLASLt bias ms (TFLOP/s)\n");
+           "TMA + TMA store ms (TFLOP/s) | ping-pong ms (TFLOP/s) | cuBLASLt bias ms (TFLOP/s)\n");
     for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) {
         int m = shapes[i][0], n = shapes[i][1], k = shapes[i][2];
         float ours = time_one(&g, OURS, m, n, k, a, w, b16, c, gout);
         float tma = time_one(&g, TMA, m, n, k, a, w, b16, c, gout);
         float ts = time_one(&g, TS, m, n, k, a, w, b16, c, gout);
         float pp = time_one(&g, PP, m, n, k, a, w, b16, c, gout);
-        float p2 = time_one(&g, PP2, m, n, k, a, w, b16, c, gout);
         float lt = time_one(&g, CUBLAS, m, n, k, a, w, b16, c, gout);
         double flop = 2.0 * m * n * k;
         printf("      %5d x %4d x %4d: %7.3f ms (%5.0f) | %7.3f ms (%5.0f) | %7.3f ms (%5.0f) | %7.3f ms (%5.0f) | "
-               "%7.3f ms (%5.0f) | %7.3f ms (%5.0f)\n", m, n, k, ours, flop / (ours * 1e-3) / 1e12, tma,
-               flop / (tma * 1e-3) / 1e12, ts, flop / (ts * 1e-3) / 1e12, pp, flop / (pp * 1e-3) / 1e12, p2,
-               flop / (p2 * 1e-3) / 1e12, lt, flop / (lt * 1e-3) / 1e12);
+               "%7.3f ms (%5.0f)\n", m, n, k, ours, flop / (ours * 1e-3) / 1e12, tma, flop / (tma * 1e-3) / 1e12, ts,
+               flop / (ts * 1e-3) / 1e12, pp, flop / (pp * 1e-3) / 1e12, lt, flop / (lt * 1e-3) / 1e12);
         if (n == 3072 && k == 768) {   /* the FFN's first GEMM and its GELU */
             float og = time_one(&g, OURS_GELU, m, n, k, a, w, b16, c, gout);
             float tg = time_one(&g, TMA_GELU, m, n, k, a, w, b16, c, gout);
             float sg = time_one(&g, TS_GELU, m, n, k, a, w, b16, c, gout);
             float pg = time_one(&g, PP_GELU, m, n, k, a, w, b16, c, gout);
-            float p2g = time_one(&g, PP2_GELU, m, n, k, a, w, b16, c, gout);
             float lg = time_one(&g, CUBLAS_GELU, m, n, k, a, w, b16, c, gout);
             printf("      %5d x %4d x %4d + GELU: cp.async fused %7.3f ms | TMA fused %7.3f ms | TMA + TMA store fused "
-                   "%7.3f ms | ping-pong fused %7.3f ms | in pairs fused %7.3f ms | cuBLASLt + GELU pass %7.3f ms\n",
-                   m, n, k, og, tg, sg, pg, p2g, lg);
+                   "%7.3f ms | ping-pong fused %7.3f ms | cuBLASLt + GELU pass %7.3f ms\n", m, n, k, og, tg, sg, pg,
+                   lg);
             /* the FFN's second GEMM's dX (K = 768 outputs, N = 3072) and the GELU backward */
             float td = time_one(&g, TMA_DX_DGELU, m, n, k, a, w, b16, c, gout);
             float pd = time_one(&g, PP_DX_DGELU, m, n, k, a, w, b16, c, gout);
-            float p2d = time_one(&g, PP2_DX_DGELU, m, n, k, a, w, b16, c, gout);
             float ld = time_one(&g, CUBLAS_DX_DGELU, m, n, k, a, w, b16, c, gout);
             printf("      %5d x %4d x %4d dX + GELU backward: TMA fused %7.3f ms | ping-pong fused %7.3f ms | "
-                   "in pairs fused %7.3f ms | cuBLASLt + dGELU pass %7.3f ms\n", m, n, k, td, pd, p2d, ld);
+                   "cuBLASLt + dGELU pass %7.3f ms\n", m, n, k, td, pd, ld);
         }
     }
     cu->cuMemFree(a);

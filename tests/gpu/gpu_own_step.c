@@ -30,9 +30,6 @@
  *     bias gradient by several percent), NaN fails; the three worst and
  *     the FFN bias gradients' worst are printed.
  *
- * HPC_GEMM_OWN_STORE in the environment picks the own executor's kernels
- * (pairs: the ping-pong kernels in pairs; unset: the default's).
- *
  * Exit 0 when every check passes, 1 on a failure, 4 without an sm_90 GPU
  * (the own GEMMs are Hopper's). */
 #include <math.h>
@@ -175,9 +172,6 @@ int main(void)
 {
     gpu_check_flush = 1;
     if (!gpu_check_open_sm90("gpu_own_step", "hpc's own GEMMs (wgmma)", &g_dev)) return 4;
-    const char *store_env = getenv("HPC_GEMM_OWN_STORE");   /* open_exec unsets it */
-    char store[32] = "";
-    if (store_env) snprintf(store, sizeof store, "%s", store_env);
     const char *root = getenv("HPC_ROOT");
     char path[512];
     snprintf(path, sizeof path, "%s/models/bert_base.model", root ? root : ".");
@@ -207,7 +201,7 @@ int main(void)
     float **w = gpu_check_random_params(&p.pl, PREC_FP16, uniform);
     CudaExec own, ref;
     if (open_exec(&ref, &p.g, &p.pl, w, "0", NULL)) {
-        if (open_exec(&own, &p.g, &p.pl, w, NULL, *store ? store : NULL)) {
+        if (open_exec(&own, &p.g, &p.pl, w, NULL, NULL)) {
             if (emulated) {
                 check_shape(&spec, &p.g, &p.pl, &own, &ref, 8, 64);
             } else {
