@@ -197,7 +197,7 @@ struct Cluster {
     int live;                     /* threads of all its blocks that have not exited */
     int arrived;                  /* at the cluster barrier's current generation */
     unsigned gen;
-    long long spins;              /* failed mbarrier waits since a phase last completed */
+    long long spins;              /* failed waits (mbarrier, setmaxnreg.inc) since one last completed */
 };
 
 enum { SHARED_BYTES = 232448 };   /* sm_90's most a block may have */
@@ -1149,15 +1149,22 @@ static inline void mbar_arrive_cluster(unsigned addr)
     mbar_arrive(b, offset, 0);
 }
 
+/* A failed wait: the thread lets the others (the cluster's included) run
+ * first; after 10^8 failed waits with no progress in between, the run
+ * stops with `deadlock`. */
+static inline void wait_turn(const char *deadlock)
+{
+    if (++g_block->cluster->spins > 100000000LL) die(deadlock);
+    yield();
+}
+
 /* Whether the phase of parity `parity` has completed (the current phase's
- * parity differs); if not, the thread lets the others (the cluster's
- * included) run first. */
+ * parity differs); if not, wait_turn. */
 static inline unsigned mbar_try_wait(unsigned addr, unsigned parity)
 {
     Block::Mbar *m = mbar_at(g_block, addr, 0);
     if ((m->phases & 1u) != (parity & 1u)) return 1;
-    if (++g_block->cluster->spins > 100000000LL) die("mbarrier waits that never complete (a deadlock)");
-    yield();
+    wait_turn("mbarrier waits that never complete (a deadlock)");
     return 0;
 }
 
@@ -1192,12 +1199,10 @@ static inline void setmaxnreg(bool inc, int count)
         cur = count;
         return;
     }
-    while (b->reg_pool < 32 * (count - cur)) {
-        if (++b->cluster->spins > 100000000LL)
-            die("setmaxnreg.inc waits for registers the block's decs never give back (a deadlock on a GPU)");
-        yield();
-    }
+    while (b->reg_pool < 32 * (count - cur))
+        wait_turn("setmaxnreg.inc waits for registers the block's decs never give back (a deadlock on a GPU)");
     b->reg_pool -= 32 * (count - cur);
+    b->cluster->spins = 0;   /* progress, as a completed mbarrier phase */
     cur = count;
 }
 
