@@ -81,8 +81,16 @@
                  : GP_D8(O), GP_D8(O + 8), GP_D8(O + 16), GP_D8(O + 24), GP_D8(O + 32), GP_D8(O + 40),       \
                    GP_D8(O + 48), GP_D8(O + 56)                                                               \
                  : "l"(da), "l"(db))
+// The same with the descriptors given by their low words (the start and
+// LBO fields: 32-bit arithmetic on them is all that changes from one MMA to
+// the next) and GP_DESC_HI, the high word every descriptor here shares (SBO
+// 1024, the 128-byte swizzle).
+#define GP_DESC_HI 0x40000040ull
+#define GP_MMA_LO(O, alo, blo, TRANS_B) \
+    GP_MMA(O, (GP_DESC_HI << 32) | (unsigned long long)(alo), (GP_DESC_HI << 32) | (unsigned long long)(blo), TRANS_B)
 #else
 #define GP_MMA(O, da, db, TRANS_B) (void)(da), (void)(db)
+#define GP_MMA_LO(O, alo, blo, TRANS_B) (void)(alo), (void)(blo)
 #endif
 
 // What a kernel computes (as gemm_wgmma_tma.cu's GT_ kinds): C = A W^T +
@@ -384,6 +392,12 @@ __device__ __forceinline__ void gp_gemm(const gt_tmap *ta, const gt_tmap *tw, co
 
     GT_REGS_MMA();
     const int cw = wg - 1;
+    // stage 0's descriptors of A's first 64 rows and of W (K-major, or
+    // N-major for the dX kernel's W as stored), their low words: each MMA's
+    // descriptors are these plus offsets, where gt_desc per MMA took about
+    // 18 instructions an MMA in the loop (ncu, H100, thirty-third session)
+    const unsigned desc_a = (unsigned)gt_desc(smem),
+                   desc_w = (unsigned)(KIND == GP_DX_DGELU ? gt_desc_nmajor(smem + GP_A_BYTES) : gt_desc(smem + GP_A_BYTES));
     unsigned uses = 0;   // rounds of this warpgroup's staging so far
     float d[128];
     for (int j = cw; blockIdx.x + j * gridDim.x < tiles; j += 2) {
@@ -399,19 +413,22 @@ __device__ __forceinline__ void gp_gemm(const gt_tmap *ta, const gt_tmap *tw, co
         for (int kt = 0; kt < kts; kt++, it++) {
             const unsigned s = it % S;
             gt_wait(gt_shared(&full[s]), (it / S) & 1);
-            const unsigned short *as = (const unsigned short *)(smem + s * GP_STAGE_BYTES);
-            const unsigned short *ws = (const unsigned short *)(smem + s * GP_STAGE_BYTES + GP_A_BYTES);
+            // stage s's descriptors: the start field (address >> 4) moves by
+            // the stage, then by each k16 step (never past its 14 bits: shared
+            // addresses stay below 2^18)
+            const unsigned at = s * (GP_STAGE_BYTES >> 4), a0 = desc_a + at, w0 = desc_w + at;
             GT_FENCE();
 #pragma unroll
             for (int q = 0; q < GP_BK / 16; q++) {   // k16 step q
+                const unsigned da = a0 + 2 * q, da_hi = da + ((64 * GP_BK * 2) >> 4);   // rows 0.., 64..
                 if (KIND == GP_DX_DGELU) {   // 16 k rows of 128 bytes on
-                    const unsigned long long db = gt_desc_nmajor(ws + 1024 * q);
-                    GP_MMA(0, gt_desc(as + 16 * q), db, 1);
-                    GP_MMA(64, gt_desc(as + 64 * GP_BK + 16 * q), db, 1);
+                    const unsigned db = w0 + ((1024 * 2) >> 4) * q;
+                    GP_MMA_LO(0, da, db, 1);
+                    GP_MMA_LO(64, da_hi, db, 1);
                 } else {                     // 32 bytes on in each 128-byte row
-                    const unsigned long long db = gt_desc(ws + 16 * q);
-                    GP_MMA(0, gt_desc(as + 16 * q), db, 0);
-                    GP_MMA(64, gt_desc(as + 64 * GP_BK + 16 * q), db, 0);
+                    const unsigned db = w0 + 2 * q;
+                    GP_MMA_LO(0, da, db, 0);
+                    GP_MMA_LO(64, da_hi, db, 0);
                 }
             }
             GT_COMMIT_WAIT1();   // k tile kt - 1's MMAs are done: its stage goes back to the loader
