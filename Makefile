@@ -171,6 +171,11 @@ test: all $(TEST_BIN) examples $(LINK_CHECKS) $(CUEMU_LIB) $(patsubst %,$(BUILD)
 	    >$(BUILD)/emu-run-one-sm.log 2>&1 \
 	    && grep '(emulated)' $(BUILD)/emu-run-one-sm.log | sed 's/^/PASS  HPC_EMU_SM_COUNT=1 /' \
 	    || { cat $(BUILD)/emu-run-one-sm.log; exit 1; }
+	@# the dX-into-f32 experiment (HPC_GEMM_OWN_DX_ACC=1, off by default) in the step too
+	@HPC_GEMM_OWN_DX_ACC=1 HPC_EMU_SM_COUNT=1 HPC_ROOT=$(CURDIR) sh tools/cuemu/run.sh $(BUILD)/tests/gpu/gpu_own_step \
+	    >$(BUILD)/emu-run-dx-acc.log 2>&1 \
+	    && grep '(emulated)' $(BUILD)/emu-run-dx-acc.log | sed 's/^/PASS  HPC_GEMM_OWN_DX_ACC=1 HPC_EMU_SM_COUNT=1 /' \
+	    || { cat $(BUILD)/emu-run-dx-acc.log; exit 1; }
 	@for order in reverse ahead warps; do \
 	    tests="$(patsubst %,$(BUILD)/tests/gpu/%,$(EMU_ORDER_TESTS))"; \
 	    [ $$order = warps ] && tests="$$tests $(patsubst %,$(BUILD)/tests/gpu/%,$(EMU_WARPS_TESTS))"; \
