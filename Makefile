@@ -142,52 +142,18 @@ $(CUEMU_LIB): $(CUEMU_SRC) $(wildcard tools/cuemu/*.h)
 	    -isystem $(CUDA_HOME)/include -Itools/cuemu -I. -Iruntime -Iutil \
 	    -DCUEMU_PRELUDE='"$(CURDIR)/tools/cuemu/emu_kernel.h"' -Wl,-z,defs -o $@.tmp $(CUEMU_SRC) -ldl -lpthread -lm
 	@mv $@.tmp $@   # a running check keeps the old file
-# `make test` runs EMU_CI_TESTS (about a minute and a half here), and
-# EMU_ORDER_TESTS again with the threads taking turns in three other
-# orders (HPC_EMU_ORDER, docs/cuemu.md): the checks of the cluster and
-# mbarrier protocols (the own GEMM's ring and its TMA-store staging); under
-# `warps` (one warp far ahead of the others) EMU_WARPS_TESTS too, the
-# attention kernels' barriers between their shared-memory reads and the
-# next tile's prefetch (the default's wgmma backward: its buffers a pair
-# ahead), and gpu_attention_step once more with HPC_ATTN_KERNELS=v4 (the
-# backward a module not built for sm_90a runs up to 128 keys).
-EMU_CI_TESTS := gpu_pack gpu_attention_step gpu_wgmma gpu_cluster gpu_gemm gpu_runtime
-# and these on a GPU of one SM (HPC_EMU_SM_COUNT=1), so that a small
-# model's GEMMs take the paths the step keeps for shapes that fill a GPU
-EMU_ONE_SM_TESTS := gpu_own_step
-EMU_ORDER_TESTS := gpu_cluster gpu_gemm
-EMU_WARPS_TESTS := gpu_attention_step
+# `make test` runs the jobs of tests/emu/ci.jobs (which says why each) in
+# parallel lanes, tests/emu/run-ci.sh; these are their programs.
+EMU_CI_TESTS := $(sort $(shell sed -e 's/\#.*//' tests/emu/ci.jobs | awk 'NF { print $$NF }'))
 EMU_TESTS    ?= $(EMU_CI_TESTS)
 .PHONY: test-emu
 test-emu: all $(CUEMU_LIB) $(patsubst %,$(BUILD)/tests/gpu/%,$(EMU_TESTS))
 	@HPC_ROOT=$(CURDIR) sh tools/cuemu/run.sh $(patsubst %,$(BUILD)/tests/gpu/%,$(EMU_TESTS))
 
-test: all $(TEST_BIN) examples $(LINK_CHECKS) $(CUEMU_LIB) $(patsubst %,$(BUILD)/tests/gpu/%,$(EMU_CI_TESTS) $(EMU_ONE_SM_TESTS))
+test: all $(TEST_BIN) examples $(LINK_CHECKS) $(CUEMU_LIB) $(patsubst %,$(BUILD)/tests/gpu/%,$(EMU_CI_TESTS))
 	@sh scripts/check-includes.sh
 	@HPC_ROOT=$(CURDIR) sh tests/run-all.sh $(TEST_BIN)
-	@HPC_ROOT=$(CURDIR) sh tools/cuemu/run.sh $(patsubst %,$(BUILD)/tests/gpu/%,$(EMU_CI_TESTS)) >$(BUILD)/emu-run.log 2>&1 \
-	    && grep '(emulated)' $(BUILD)/emu-run.log | sed 's/^/PASS  /' || { cat $(BUILD)/emu-run.log; exit 1; }
-	@HPC_EMU_SM_COUNT=1 HPC_ROOT=$(CURDIR) sh tools/cuemu/run.sh $(patsubst %,$(BUILD)/tests/gpu/%,$(EMU_ONE_SM_TESTS)) \
-	    >$(BUILD)/emu-run-one-sm.log 2>&1 \
-	    && grep '(emulated)' $(BUILD)/emu-run-one-sm.log | sed 's/^/PASS  HPC_EMU_SM_COUNT=1 /' \
-	    || { cat $(BUILD)/emu-run-one-sm.log; exit 1; }
-	@# the dX-into-f32 experiment (HPC_GEMM_OWN_DX_ACC=1, off by default) in the step too
-	@HPC_GEMM_OWN_DX_ACC=1 HPC_EMU_SM_COUNT=1 HPC_ROOT=$(CURDIR) sh tools/cuemu/run.sh $(BUILD)/tests/gpu/gpu_own_step \
-	    >$(BUILD)/emu-run-dx-acc.log 2>&1 \
-	    && grep '(emulated)' $(BUILD)/emu-run-dx-acc.log | sed 's/^/PASS  HPC_GEMM_OWN_DX_ACC=1 HPC_EMU_SM_COUNT=1 /' \
-	    || { cat $(BUILD)/emu-run-dx-acc.log; exit 1; }
-	@for order in reverse ahead warps; do \
-	    tests="$(patsubst %,$(BUILD)/tests/gpu/%,$(EMU_ORDER_TESTS))"; \
-	    [ $$order = warps ] && tests="$$tests $(patsubst %,$(BUILD)/tests/gpu/%,$(EMU_WARPS_TESTS))"; \
-	    HPC_EMU_ORDER=$$order HPC_ROOT=$(CURDIR) sh tools/cuemu/run.sh $$tests \
-	        >$(BUILD)/emu-run-$$order.log 2>&1 \
-	        && grep '(emulated)' $(BUILD)/emu-run-$$order.log | sed "s/^/PASS  HPC_EMU_ORDER=$$order /" \
-	        || { cat $(BUILD)/emu-run-$$order.log; exit 1; }; \
-	done
-	@HPC_ATTN_KERNELS=v4 HPC_EMU_ORDER=warps HPC_ROOT=$(CURDIR) sh tools/cuemu/run.sh $(BUILD)/tests/gpu/gpu_attention_step \
-	    >$(BUILD)/emu-run-v4.log 2>&1 \
-	    && grep '(emulated)' $(BUILD)/emu-run-v4.log | sed 's/^/PASS  HPC_ATTN_KERNELS=v4 HPC_EMU_ORDER=warps /' \
-	    || { cat $(BUILD)/emu-run-v4.log; exit 1; }
+	@HPC_ROOT=$(CURDIR) sh tests/emu/run-ci.sh
 	@sh tests/link/check-no-frontend.sh bin/hpc $(LINK_CHECKS)
 	@$(MAKE) -s -C examples run >$(BUILD)/examples-run.log 2>&1 && echo "PASS  examples/embed_bert_tiny" || { cat $(BUILD)/examples-run.log; exit 1; }
 	@$(MAKE) -s -C examples valgrind >$(BUILD)/examples-vg.log 2>&1 && echo "PASS  examples/embed_bert_tiny under valgrind" || { cat $(BUILD)/examples-vg.log; exit 1; }
