@@ -15,10 +15,11 @@ out=$root/build/emu-ci
 
 if [ "${EMU_CI_ONE:-}" = 1 ]; then   # one job: N SETTING... PROGRAM (xargs calls this)
     n=$1; shift
-    settings=""
+    settings="" program=""
     for word in "$@"; do
         case $word in *=*) settings="$settings $word" ;; *) program=$word ;; esac
     done
+    [ -n "$program" ] || { echo "run-ci.sh: job $n names no program" >"$out/$n.log"; exit 0; }
     start=$(date +%s)
     # shellcheck disable=SC2086   # the settings are words on purpose
     env $settings sh "$root/tools/cuemu/run.sh" "$root/build/tests/gpu/$program" >"$out/$n.log" 2>&1
