@@ -183,9 +183,7 @@ static bool has_f16_linear_gelu(const IrGraph *g)
  * default): only the linears followed by a GELU, which the kernel computes
  * too, and their dX GEMMs with the GELU's backward; unset, the kernels are
  * appended only where g has such a linear.  `1`: every f16 linear forward
- * the kernel fits; `0`: none (cuBLASLt for every GEMM).  With
- * HPC_GEMM_OWN_DX_ACC=1 the module also has the ping-pong dX GEMM that adds
- * into f32 (LINEAR_DX_ACC), an experiment. */
+ * the kernel fits; `0`: none (cuBLASLt for every GEMM). */
 static HpcStatus own_gemm_part(const IrGraph *g, StrBuf *src, HpcError *err)
 {
     const char *v = getenv("HPC_GEMM_OWN");
@@ -207,8 +205,6 @@ static HpcStatus own_gemm_part(const IrGraph *g, StrBuf *src, HpcError *err)
         return hpc_fail(err, HPC_ERR_INTERNAL, "emit_ops: compiler/kernels/gemm_wgmma_pp.cu is not in the build");
     strbuf_add(src, "// ---- hpc's own GEMM (HPC_GEMM_OWN) ----\n" STEP_SOURCE_GEMM_OWN_MARK);
     if (gelu_only) strbuf_add(src, STEP_SOURCE_GEMM_OWN_GELU_ONLY_MARK);
-    const char *dx_acc = getenv("HPC_GEMM_OWN_DX_ACC");   /* 1: the dX-into-f32 kernel too (not yet timed) */
-    if (dx_acc && !strcmp(dx_acc, "1")) strbuf_add(src, STEP_SOURCE_GEMM_OWN_DX_ACC_MARK);
     /* TMA, mbarriers and wgmma assemble for sm_90a only: elsewhere (another
      * GPU, `hpc compile --arch`) the module has none of the kernels, and the
      * executor looks them up only after compiling for sm_90a */

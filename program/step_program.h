@@ -224,11 +224,6 @@ typedef struct {
 /* Beside it under HPC_GEMM_OWN=gelu (the default): only the linears whose
  * GELU the own GEMM computes too run on it; the others stay cuBLASLt's. */
 #define STEP_SOURCE_GEMM_OWN_GELU_ONLY_MARK "#define HPC_MODULE_GEMM_OWN_GELU_ONLY 1\n"
-/* Beside it under HPC_GEMM_OWN_DX_ACC=1 (an experiment, off by default):
- * the module also has the ping-pong dX GEMM into f32
- * (gemm_pp_dx_acc_f32), which the executor then runs the LINEAR_DX_ACC
- * nodes on where it fits and fills the GPU. */
-#define STEP_SOURCE_GEMM_OWN_DX_ACC_MARK "#define HPC_GEMM_OWN_DX_ACC 1\n"
 
 /* The records of a graph's nodes and the module they name. */
 typedef struct {

@@ -5,8 +5,7 @@
  * module unless HPC_GEMM_OWN=1 asks, and to none under HPC_GEMM_OWN=0;
  * refuses other values (of HPC_GEMM_OWN_STORE too, whose default is the
  * ping-pong kernels), and the module then compiles for sm_90a with the kernel in the
- * cubin (with HPC_GEMM_OWN_DX_ACC=1 the dX-into-f32 kernel too) and no
- * wgmma serialized; gemm_own_fits takes exactly the linear forwards the kernel
+ * cubin; gemm_own_fits takes exactly the linear forwards the kernel
  * computes and gemm_own_fills the shapes big enough for it;
  * PlanOptions.write_early keeps a paired GELU output off its
  * LINEAR's input.  (The kernel's numbers: tests/gpu/gpu_gemm.c and gpu_step with
@@ -100,9 +99,7 @@ Test(gemm_own, module_compiles_for_sm90a, .timeout = 300)
 {
     HpcError err = {0};
     char *own = NULL;
-    setenv("HPC_GEMM_OWN_DX_ACC", "1", 1);   /* the experiment's dX-into-f32 kernel too */
     cr_assert_eq(module_with("1", &own, &err), HPC_OK, "%s", err.msg);
-    unsetenv("HPC_GEMM_OWN_DX_ACC");
     const char *opts[] = {"--gpu-architecture=sm_90a"};
     void *cubin = NULL;
     size_t size = 0;
@@ -125,7 +122,6 @@ Test(gemm_own, module_compiles_for_sm90a, .timeout = 300)
     cr_expect(memmem(cubin, size, GEMM_OWN_KERNEL, strlen(GEMM_OWN_KERNEL)) != NULL);
     cr_expect(memmem(cubin, size, GEMM_OWN_TS_GELU_KERNEL, strlen(GEMM_OWN_TS_GELU_KERNEL)) != NULL);
     cr_expect(memmem(cubin, size, GEMM_OWN_PP_GELU_KERNEL, strlen(GEMM_OWN_PP_GELU_KERNEL)) != NULL);
-    cr_expect(memmem(cubin, size, GEMM_OWN_PP_DX_ACC_KERNEL, strlen(GEMM_OWN_PP_DX_ACC_KERNEL)) != NULL);
     free(cubin);
     free(log);
     free(own);

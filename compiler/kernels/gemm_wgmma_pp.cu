@@ -20,10 +20,6 @@
 // or 64 rows (for the bias gradient: the partial sums of the step's
 // ACT_BWD_BGRAD, program/act_parts.h).
 //
-// gemm_pp_dx_acc_f32 (HPC_GEMM_OWN_DX_ACC=1 only, not yet timed) is the
-// same dX GEMM adding into an f32 C: D = C + dY W, its epilogue straight
-// from registers to global memory.
-//
 // Needs gemm_wgmma_tma.cu's text before it (the gt_ helpers: mbarriers,
 // TMA loads and stores, the swizzled descriptor, gt_pack, gt_h2f) and
 // act_gelu.  N a multiple of 128, K of 64, M any (the TMA reads zeros past
@@ -100,7 +96,7 @@
 // What a kernel computes (as gemm_wgmma_tma.cu's GT_ kinds): C = A W^T +
 // bias; that and G = gelu(C); or dU = round(A W, W N-major) * gelu'(u)
 // with gelu(u) and dU's column sums beside it.
-enum { GP_BIAS, GP_BIAS_GELU, GP_DX_DGELU, GP_DX_ACC };
+enum { GP_BIAS, GP_BIAS_GELU, GP_DX_DGELU };
 
 // The tensor maps and pointers of an epilogue: tc stores C (dU), tg G
 // (gelu(u); may be 0 for the dX kernel), tu loads u; part (may be 0) gets
@@ -113,8 +109,6 @@ struct gp_out {
     float *part;
     int part_rows;   // 16, 32 or 64
     int m, n;
-    const float *acc_in;   // the dX-into-f32 kernel's C (read) and D (written; may be acc_in)
-    float *acc_out;
 };
 
 // A staging round's start (`freed`, phase uses - 1): the last round's
@@ -360,39 +354,10 @@ __device__ __forceinline__ void gp_store_dx(const float *d, const gp_out &o, uns
     uses++;
 }
 
-// The dX-into-f32 kernel's epilogue: D = C + d, f32, straight between
-// registers and global memory (no staging: nothing is rounded or
-// reordered).  A quad's four float2 of one j are 32 contiguous bytes of a
-// row, whole sectors; a row's 16 pairs are all loaded before any is
-// written, so the loads are in flight together.  Rows past m are skipped.
-__device__ __forceinline__ void gp_store_acc(const float *d, const gp_out &o, int m0, int n0)
-{
-    const int t = threadIdx.x & 127, lane = t & 31, q = lane & 3;
-    const int r0 = 16 * (t >> 5) + (lane >> 2);   // the thread's rows r0, r0 + 8 of each 64-row half
-#pragma unroll
-    for (int half = 0; half < 2; half++)
-#pragma unroll
-        for (int h = 0; h < 2; h++) {
-            const int row = m0 + 64 * half + r0 + 8 * h;
-            if (row >= o.m) continue;
-            const long long at = (long long)row * o.n + n0 + 2 * q;
-            float2 c[GP_BN / 8];
-#pragma unroll
-            for (int j = 0; j < GP_BN / 8; j++) c[j] = *(const float2 *)(o.acc_in + at + 8 * j);
-#pragma unroll
-            for (int j = 0; j < GP_BN / 8; j++) {
-                const int i = 64 * half + 4 * j + 2 * h;
-                *(float2 *)(o.acc_out + at + 8 * j) = make_float2(c[j].x + d[i], c[j].y + d[i + 1]);
-            }
-        }
-}
-
 template <int KIND>
 __device__ __forceinline__ void gp_gemm(const gt_tmap *ta, const gt_tmap *tw, const gp_out &o, int k)
 {
     constexpr int S = GP_STAGES;
-    // the dX kernels read W (K x N) as stored: N-major tiles, trans-b 1
-    constexpr bool GP_NMAJOR_W = KIND == GP_DX_DGELU || KIND == GP_DX_ACC;
     extern __shared__ unsigned char gp_raw[];
     // the swizzle works on shared addresses: stages and staging at 1024-byte boundaries
     unsigned char *smem = gp_raw + ((1024 - (gt_shared(gp_raw) & 1023)) & 1023);
@@ -421,7 +386,7 @@ __device__ __forceinline__ void gp_gemm(const gt_tmap *ta, const gt_tmap *tw, co
     if (wg == 0) {   // the loader: every tile's k tiles in the order of j
         GT_REGS_LOADER();
         if (threadIdx.x == 0)
-            gt_load_ring<GP_BM, GP_BN, S, GP_NMAJOR_W>(ta, tw, smem, full, empty, tiles, tiles_n, kts);
+            gt_load_ring<GP_BM, GP_BN, S, KIND == GP_DX_DGELU>(ta, tw, smem, full, empty, tiles, tiles_n, kts);
         return;
     }
 
@@ -432,7 +397,7 @@ __device__ __forceinline__ void gp_gemm(const gt_tmap *ta, const gt_tmap *tw, co
     // descriptors are these plus offsets, where gt_desc per MMA took about
     // 18 instructions an MMA in the loop (ncu, H100, thirty-third session)
     const unsigned desc_a = (unsigned)gt_desc(smem),
-                   desc_w = (unsigned)(GP_NMAJOR_W ? gt_desc_nmajor(smem + GP_A_BYTES) : gt_desc(smem + GP_A_BYTES));
+                   desc_w = (unsigned)(KIND == GP_DX_DGELU ? gt_desc_nmajor(smem + GP_A_BYTES) : gt_desc(smem + GP_A_BYTES));
     unsigned uses = 0;   // rounds of this warpgroup's staging so far
     float d[128];
     for (int j = cw; blockIdx.x + j * gridDim.x < tiles; j += 2) {
@@ -456,7 +421,7 @@ __device__ __forceinline__ void gp_gemm(const gt_tmap *ta, const gt_tmap *tw, co
 #pragma unroll
             for (int q = 0; q < GP_BK / 16; q++) {   // k16 step q
                 const unsigned da = a0 + 2 * q, da_hi = da + ((64 * GP_BK * 2) >> 4);   // rows 0.., 64..
-                if (GP_NMAJOR_W) {           // 16 k rows of 128 bytes on
+                if (KIND == GP_DX_DGELU) {   // 16 k rows of 128 bytes on
                     const unsigned db = w0 + ((1024 * 2) >> 4) * q;
                     GP_MMA_LO(0, da, db, 1);
                     GP_MMA_LO(64, da_hi, db, 1);
@@ -475,8 +440,6 @@ __device__ __forceinline__ void gp_gemm(const gt_tmap *ta, const gt_tmap *tw, co
         if (KIND == GP_DX_DGELU)
             gp_store_dx(d, o, out, &written[cw], &freed[cw], &uready[cw], &summed[cw], uses, (unsigned)(j >> 1), m0,
                         n0);
-        else if (KIND == GP_DX_ACC)
-            gp_store_acc(d, o, m0, n0);
         else
             gp_store_bias<KIND == GP_BIAS_GELU>(d, o, out, &written[cw], &freed[cw], uses, m0, n0);
     }
@@ -514,18 +477,3 @@ gemm_pp_dx_dgelu_f16(const __grid_constant__ gt_tmap tdy, const __grid_constant_
     const gp_out o = {&tdu, with_y ? &ty : 0, &tu, 0, part, part_rows, m, n};
     gp_gemm<GP_DX_DGELU>(&tdy, &tw, o, k);
 }
-
-#ifdef HPC_GEMM_OWN_DX_ACC
-// D = C + dY W, f32: the dX GEMM that adds into the residual stream's
-// gradient (LINEAR_DX_ACC), dY and W as gemm_pp_dx_dgelu_f16 reads them;
-// c and d (M x N f32, N contiguous) may be one buffer.  Only in modules
-// compiled with HPC_GEMM_OWN_DX_ACC=1 (compiler/emit_ops.c): an experiment
-// not yet timed, so the default module does not pay its compile time.
-extern "C" __global__ void __launch_bounds__(GP_THREADS)
-gemm_pp_dx_acc_f32(const __grid_constant__ gt_tmap tdy, const __grid_constant__ gt_tmap tw, const float *c,
-                   float *d, int m, int n, int k)
-{
-    const gp_out o = {0, 0, 0, 0, 0, 16, m, n, c, d};
-    gp_gemm<GP_DX_ACC>(&tdy, &tw, o, k);
-}
-#endif

@@ -111,14 +111,12 @@ typedef struct {
     GemmOwnKernel gemm_own;       /* hpc's own GEMM for f16 linear forwards (HPC_GEMM_OWN, runtime/cuda/gemm_own.h); fn NULL if none */
     GemmOwnKernel gemm_own_gelu;  /* its variant that also writes gelu(y) */
     GemmOwnKernel gemm_own_dx;    /* the ping-pong dX + GELU backward (HPC_GEMM_OWN_STORE=pingpong, the default); fn NULL if none */
-    GemmOwnKernel gemm_own_dx_acc;   /* the ping-pong dX into f32 (HPC_GEMM_OWN_DX_ACC=1 when compiled); fn NULL if none */
     bool gemm_own_gelu_only;      /* HPC_GEMM_OWN=gelu (the default): only the linears that compute their GELU run on it */
     int *gelu_of;              /* (g->n) with gemm_own: the GELU node a LINEAR's launch computes too, or -1 */
     int *dgelu_of;             /* (g->n) with gemm_own: the ACT_BWD_BGRAD whose first phase a LINEAR_DX's
                                 * launch computes too, or -1 (runtime/cuda/cuda_exec_own.c) */
     bool *computed_by_gemm;    /* (g->n) with gemm_own: whether that node's GEMM, at its last launch, did
                                 * its work too (then its launch is skipped, or starts at the last phase) */
-    int own_dx_acc_launches;   /* LINEAR_DX_ACC nodes queued on gemm_own_dx_acc so far (launched or captured) */
     const StepKernels *kernels;/* launch records and source (borrowed, or owned_kernels) */
     StepKernels *owned_kernels;/* cuda_exec_init's own, else NULL */
     CUfunction (*fn)[EOP_MAX_PHASES];   /* (g->n) kernels of each node */

@@ -8,10 +8,7 @@
  *    writes that node's dU, its recomputed gelu(u) and its column
  *    partials (program/act_parts.h), so of that node only the last phase
  *    (the partials' sum) runs, and the dX output itself is never written
- *    (pair_dgelu);
- *  - in a module compiled with HPC_GEMM_OWN_DX_ACC=1 (an experiment), a
- *    LINEAR_DX_ACC (D = C + dY W in f32) on the ping-pong dX-into-f32
- *    kernel.
+ *    (pair_dgelu).
  * Each pairing holds only where the plan lets the GEMM write those bytes
  * one node early, and only at shapes the own GEMM fills the GPU with
  * (gemm_own_fills): elsewhere the node keeps cuBLASLt's GEMM and its
@@ -145,8 +142,6 @@ HpcStatus cuda_exec_own_kernels(CudaExec *ex, HpcError *err)
     if (!st) st = gemm_own_kernel(ex->module, gemm_own_kernel_name(store, true), store, &ex->gemm_own_gelu, err);
     if (!st && store == GEMM_OWN_PINGPONG)
         st = gemm_own_kernel(ex->module, GEMM_OWN_PP_DX_DGELU_KERNEL, store, &ex->gemm_own_dx, err);
-    if (!st && store == GEMM_OWN_PINGPONG && gemm_own_dx_acc_in_source(ex->kernels->cuda_source))
-        st = gemm_own_kernel(ex->module, GEMM_OWN_PP_DX_ACC_KERNEL, store, &ex->gemm_own_dx_acc, err);
     ex->gemm_own_gelu_only = gemm_own_gelu_only(ex->kernels->cuda_source);
     return st;
 }
@@ -184,13 +179,6 @@ HpcStatus cuda_exec_own_launch(CudaExec *ex, int id, const GemmDesc *d, bool *do
     *done = false;
     if (!ex->gemm_own.fn) return HPC_OK;
     if (ex->dgelu_of[id] >= 0) return launch_dgelu(ex, id, ex->dgelu_of[id], d, done, err);
-    if (NODE(id)->op == IR_OP_LINEAR_DX_ACC) {   /* only with the dX-into-f32 kernel (HPC_GEMM_OWN_DX_ACC=1) */
-        *done = ex->gemm_own_dx_acc.fn && gemm_own_dx_acc_fits(d) &&
-                gemm_own_fills(&ex->gemm_own_dx_acc, d, ex->dev->sm_count);
-        if (!*done) return HPC_OK;
-        ex->own_dx_acc_launches++;
-        return gemm_own_dx_acc_run(&ex->gemm_own_dx_acc, d, ex->dev->sm_count, ex->dev->stream, err);
-    }
     int act = ex->gelu_of[id];
     if (NODE(id)->op != IR_OP_LINEAR || !gemm_own_fits(d) || !gemm_own_fills(&ex->gemm_own, d, ex->dev->sm_count) ||
         (ex->gemm_own_gelu_only && act < 0)) {

@@ -14,11 +14,6 @@ bool gemm_own_gelu_only(const char *source)
     return source && strstr(source, STEP_SOURCE_GEMM_OWN_GELU_ONLY_MARK) != NULL;
 }
 
-bool gemm_own_dx_acc_in_source(const char *source)
-{
-    return source && strstr(source, STEP_SOURCE_GEMM_OWN_DX_ACC_MARK) != NULL;
-}
-
 bool gemm_own_fits(const GemmDesc *d)
 {
     return d->ab_type == GEMM_F16 && d->c_type == GEMM_F16 && d->epilogue == GEMM_EPI_BIAS && d->batch == 1 &&
@@ -135,25 +130,4 @@ HpcStatus gemm_own_dx_dgelu_run(const GemmOwnKernel *k, const GemmOwnDxDgelu *g,
     void *pingpong[] = {&tdy, &tw, &tu, &tdu, &ty, &with_y, &part, &part_rows, &m, &n, &kk};
     return cuda_launch(k->fn, (unsigned[3]){(unsigned)gemm_own_grid(k->store, &shape, blocks), 1, 1},
                        (unsigned[3]){384, 1, 1}, smem_bytes(k->store), stream, pp ? pingpong : direct, err);
-}
-
-bool gemm_own_dx_acc_fits(const GemmDesc *d)
-{
-    return d->ab_type == GEMM_F16 && d->c_type == GEMM_F32 && d->epilogue == GEMM_EPI_NONE && d->batch == 1 &&
-           !d->trans_a && !d->trans_b && d->alpha == 1.0f && d->beta == 1.0f && d->N % 128 == 0 &&
-           d->K % 64 == 0 && d->K > 0 && d->M > 0 && d->lda == d->K && d->ldb == d->N && d->ldc == d->N;
-}
-
-HpcStatus gemm_own_dx_acc_run(const GemmOwnKernel *k, const GemmDesc *d, int blocks, CUstream stream,
-                              HpcError *err)
-{
-    CUtensorMap tdy, tw;
-    HpcStatus st = gemm_own_tensor_map(&tdy, d->A, d->M, d->K, 128, err);
-    if (!st) st = gemm_own_tensor_map(&tw, d->B, d->K, d->N, 64, err);   /* N-major: 64 n by 64 k rows */
-    if (st) return st;
-    CUdeviceptr c = d->C, out = d->D ? d->D : d->C;
-    int m = (int)d->M, n = (int)d->N, kk = (int)d->K;
-    void *args[] = {&tdy, &tw, &c, &out, &m, &n, &kk};
-    return cuda_launch(k->fn, (unsigned[3]){(unsigned)gemm_own_grid(GEMM_OWN_PINGPONG, d, blocks), 1, 1},
-                       (unsigned[3]){384, 1, 1}, GEMM_OWN_PP_SMEM_BYTES, stream, args, err);
 }

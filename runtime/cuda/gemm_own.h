@@ -142,21 +142,4 @@ typedef struct {
 HpcStatus gemm_own_dx_dgelu_run(const GemmOwnKernel *k, const GemmOwnDxDgelu *g, int blocks, CUstream stream,
                                 HpcError *err);
 
-/* D = C + dY W in f32 (LINEAR_DX_ACC: the dX GEMM adding into the residual
- * stream's gradient) on the ping-pong schedule, GEMM_OWN_PP_DX_ACC_KERNEL:
- * only in a module whose source has STEP_SOURCE_GEMM_OWN_DX_ACC_MARK
- * (HPC_GEMM_OWN_DX_ACC=1 when compiled: an experiment, not yet timed). */
-#define GEMM_OWN_PP_DX_ACC_KERNEL "gemm_pp_dx_acc_f32"
-bool gemm_own_dx_acc_in_source(const char *source);
-
-/* Whether the kernel computes d: dY (M, K) and W (K, N) f16, packed, as
- * LINEAR_DX_ACC passes them (cuda_exec_gemm_desc), C and D (M, N) f32, beta
- * 1, no epilogue, N a multiple of 128 and K of 64. */
-bool gemm_own_dx_acc_fits(const GemmDesc *d);
-
-/* Queues it on stream (k looked up with GEMM_OWN_PINGPONG): the tensor
- * maps of dY and W, then a persistent grid as gemm_own_run's. */
-HpcStatus gemm_own_dx_acc_run(const GemmOwnKernel *k, const GemmDesc *d, int blocks, CUstream stream,
-                              HpcError *err);
-
 #endif

@@ -51,7 +51,6 @@
 #include "kernel_sources.h"
 #include "program/act_parts.h"
 #include "program/activations.h"
-#include "program/step_program.h"
 
 enum { TILE = 128, KTILE = 64, THREADS = 256 };
 
@@ -62,7 +61,6 @@ static CUfunction g_fn, g_fn_gelu, g_fn_act, g_fn_dact;
 static GemmOwnKernel g_tma[3], g_tma_gelu[3];
 /* the dX GEMMs with the GELU backward: [0] gemm_wgmma_tma.cu's, [1] ping-pong */
 static GemmOwnKernel g_dx[2];
-static GemmOwnKernel g_dx_acc;   /* gemm_pp_dx_acc_f32 (the module defines HPC_GEMM_OWN_DX_ACC) */
 
 /* The GELU pass cuBLASLt's GEMM needs after it, and the GELU backward's
  * after the dX GEMM (timing only). */
@@ -130,11 +128,9 @@ static void load_kernel(void)
         printf("FAIL  gemm_wgmma_pp.cu is not among the embedded kernel sources\n");
         exit(1);
     }
-    size_t len = strlen(STEP_SOURCE_GEMM_OWN_DX_ACC_MARK) + strlen(HPC_ACTIVATIONS_CUDA) + strlen(src) + strlen(tma) +
-                 strlen(pp) + strlen(gelu_pass_src) + 1;
+    size_t len = strlen(HPC_ACTIVATIONS_CUDA) + strlen(src) + strlen(tma) + strlen(pp) + strlen(gelu_pass_src) + 1;
     char *full = malloc(len);
-    snprintf(full, len, "%s%s%s%s%s%s", STEP_SOURCE_GEMM_OWN_DX_ACC_MARK, HPC_ACTIVATIONS_CUDA, src, tma, pp,
-             gelu_pass_src);
+    snprintf(full, len, "%s%s%s%s%s", HPC_ACTIVATIONS_CUDA, src, tma, pp, gelu_pass_src);
     CUmodule mod = gpu_check_load_sm90a(full, "gemm_wgmma");
     free(full);
     DRV(cuda_driver()->cuModuleGetFunction(&g_fn, mod, "gemm_wgmma_bias_f16"));
@@ -150,8 +146,7 @@ static void load_kernel(void)
             gemm_own_kernel(mod, gemm_own_kernel_name(s, true), s, &g_tma_gelu[s], &err))
             gpu_check_die("gemm_own_kernel", &err);
     if (gemm_own_kernel(mod, GEMM_OWN_DX_DGELU_KERNEL, GEMM_OWN_DIRECT, &g_dx[0], &err) ||
-        gemm_own_kernel(mod, GEMM_OWN_PP_DX_DGELU_KERNEL, GEMM_OWN_PINGPONG, &g_dx[1], &err) ||
-        gemm_own_kernel(mod, GEMM_OWN_PP_DX_ACC_KERNEL, GEMM_OWN_PINGPONG, &g_dx_acc, &err))
+        gemm_own_kernel(mod, GEMM_OWN_PP_DX_DGELU_KERNEL, GEMM_OWN_PINGPONG, &g_dx[1], &err))
         gpu_check_die("gemm_own_kernel", &err);
 }
 
@@ -385,78 +380,6 @@ static void check_dx_dgelu(int m, int n, int k, int blocks, int rows, uint64_t s
     if (rows != 16) check_dx_dgelu_with(&g_dx[1], m, n, k, blocks, rows, seed);
 }
 
-/* The dX GEMM into f32 (gemm_pp_dx_acc_f32) on at most `blocks` blocks:
- * D = C + dY W against a double reference; dY, W random in [-1, 1], C in
- * [-4, 4]; in place (D = C, as the step runs LINEAR_DX_ACC) or into a
- * separate D poisoned with NaN first.  Gated by the f32 result's rounding
- * of K products (far under 1e-4). */
-static void check_dx_acc(int m, int n, int k, int blocks, bool in_place, uint64_t seed)
-{
-    const CudaDriver *cu = cuda_driver();
-    uint16_t *dy = malloc((size_t)m * k * 2), *w = malloc((size_t)k * n * 2);
-    float *c = malloc((size_t)m * n * 4), *got = malloc((size_t)m * n * 4);
-    double *ref = malloc((size_t)m * n * sizeof *ref);
-    uint64_t rng = seed;
-    for (size_t i = 0; i < (size_t)m * k; i++) dy[i] = half_from_f32(uniform(&rng));
-    for (size_t i = 0; i < (size_t)k * n; i++) w[i] = half_from_f32(uniform(&rng));
-    for (size_t i = 0; i < (size_t)m * n; i++) c[i] = 4.0f * uniform(&rng);
-    for (int i = 0; i < m; i++)
-        for (int j = 0; j < n; j++) {
-            double acc = c[(size_t)i * n + j];
-            for (int q = 0; q < k; q++)
-                acc += (double)half_to_f32(dy[(size_t)i * k + q]) * half_to_f32(w[(size_t)q * n + j]);
-            ref[(size_t)i * n + j] = acc;
-        }
-    CUdeviceptr ddy, dw, dc, dd;
-    DRV(cu->cuMemAlloc(&ddy, (size_t)m * k * 2));
-    DRV(cu->cuMemAlloc(&dw, (size_t)k * n * 2));
-    DRV(cu->cuMemAlloc(&dc, (size_t)m * n * 4));
-    DRV(cu->cuMemcpyHtoD(ddy, dy, (size_t)m * k * 2));
-    DRV(cu->cuMemcpyHtoD(dw, w, (size_t)k * n * 2));
-    DRV(cu->cuMemcpyHtoD(dc, c, (size_t)m * n * 4));
-    dd = dc;
-    if (!in_place) {
-        DRV(cu->cuMemAlloc(&dd, (size_t)m * n * 4));
-        DRV(cu->cuMemsetD32Async(dd, 0x7fc00000u, (size_t)m * n, g_dev.stream));   /* NaN in f32 */
-    }
-    GemmDesc d;
-    gemm_desc_rm(&d, GEMM_F16, GEMM_F32, m, n, k, ddy, dw, dc);
-    d.beta = 1.0f;
-    d.D = dd;
-    HpcError err = {0};
-    if (!gemm_own_dx_acc_fits(&d)) {
-        result(false, "%s M=%d N=%d K=%d: gemm_own_dx_acc_fits refused the step's LINEAR_DX_ACC desc",
-               GEMM_OWN_PP_DX_ACC_KERNEL, m, n, k);
-    } else {
-        if (gemm_own_dx_acc_run(&g_dx_acc, &d, blocks < g_dev.sm_count ? blocks : g_dev.sm_count, g_dev.stream, &err))
-            gpu_check_die("gemm_own_dx_acc_run", &err);
-        DRV(cu->cuStreamSynchronize(g_dev.stream));
-        DRV(cu->cuMemcpyDtoH(got, dd, (size_t)m * n * 4));
-        int nan = 0;
-        double num = 0, den = 0;
-        for (size_t i = 0; i < (size_t)m * n; i++) {
-            nan += got[i] != got[i];
-            num += (got[i] - ref[i]) * (got[i] - ref[i]);
-            den += ref[i] * ref[i];
-        }
-        double rel = sqrt(num / den);
-        GemmDesc shape = {.M = m, .N = n, .K = k};
-        result(nan == 0 && rel <= 1e-6, "%s M=%d N=%d K=%d (%d blocks, %s): D = C + dY W rel L2 %.2e <= 1e-6, %d NaN",
-               GEMM_OWN_PP_DX_ACC_KERNEL, m, n, k,
-               gemm_own_grid(GEMM_OWN_PINGPONG, &shape, blocks < g_dev.sm_count ? blocks : g_dev.sm_count),
-               in_place ? "in place" : "into another buffer", rel, nan);
-    }
-    if (dd != dc) cu->cuMemFree(dd);
-    cu->cuMemFree(ddy);
-    cu->cuMemFree(dw);
-    cu->cuMemFree(dc);
-    free(dy);
-    free(w);
-    free(c);
-    free(got);
-    free(ref);
-}
-
 /* ---- timing ----------------------------------------------------------------- */
 
 static int cmp_float(const void *x, const void *y)
@@ -467,7 +390,7 @@ static int cmp_float(const void *x, const void *y)
 
 enum {
     OURS, OURS_GELU, CUBLAS, CUBLAS_GELU, TMA, TMA_GELU, TS, TS_GELU, PP, PP_GELU, TMA_DX_DGELU, PP_DX_DGELU,
-    CUBLAS_DX_DGELU, PP_DX_ACC, CUBLAS_DX_ACC
+    CUBLAS_DX_DGELU
 };
 
 /* The ping-pong dX kernel's column partials while timing: (32768 / 16, 3072) f32. */
@@ -485,11 +408,7 @@ static float time_one(GemmContext *g, int way, int m, int n, int k, CUdeviceptr 
     GemmDesc desc;
     if (way == CUBLAS_DX_DGELU)
         gemm_desc_rm(&desc, GEMM_F16, GEMM_F16, m, n, k, a, w, c);
-    else if (way == PP_DX_ACC || way == CUBLAS_DX_ACC) {   /* c as f32 (M, N), added into in place */
-        gemm_desc_rm(&desc, GEMM_F16, GEMM_F32, m, n, k, a, w, c);
-        desc.beta = 1.0f;
-        desc.D = c;
-    } else
+    else
         gemm_desc_linear(&desc, GEMM_F16, GEMM_F16, m, n, k, a, w, b16, c);
     GemmOwnDxDgelu dx = {.dy = a, .w = w, .u = a, .du = gout, .y = c, .M = m, .N = n, .K = k};
     if (way == PP_DX_DGELU) {   /* with the step's column partials (the other kernel sums 16 rows only) */
@@ -508,12 +427,7 @@ static float time_one(GemmContext *g, int way, int m, int n, int k, CUdeviceptr 
                 printf("FAIL  gemm_own_dx_dgelu_run %d x %d x %d: %s\n", m, n, k, err.msg);
                 return -1;
             }
-        } else if (way == PP_DX_ACC) {
-            if (gemm_own_dx_acc_run(&g_dx_acc, &desc, g_dev.sm_count, g_dev.stream, &err)) {
-                printf("FAIL  gemm_own_dx_acc_run %d x %d x %d: %s\n", m, n, k, err.msg);
-                return -1;
-            }
-        } else if (way == CUBLAS || way == CUBLAS_GELU || way == CUBLAS_DX_DGELU || way == CUBLAS_DX_ACC) {
+        } else if (way == CUBLAS || way == CUBLAS_GELU || way == CUBLAS_DX_DGELU) {
             if (gemm_run(g, &desc, &err)) {
                 printf("FAIL  cuBLASLt %d x %d x %d: %s\n", m, n, k, err.msg);
                 return -1;
@@ -579,7 +493,6 @@ static void run_timing(void)
     static const int shapes[][3] = {
         {4096, 2304, 768}, {4096, 768, 768}, {4096, 3072, 768}, {4096, 768, 3072},        /* B32 L128 */
         {32768, 2304, 768}, {32768, 768, 768}, {32768, 3072, 768}, {32768, 768, 3072},    /* B256 L128 */
-        {32768, 768, 2304},                                                                /* Q/K/V's dX */
     };
     const CudaDriver *cu = cuda_driver();
     GemmContext g;
@@ -627,12 +540,6 @@ static void run_timing(void)
             printf("      %5d x %4d x %4d dX + GELU backward: TMA fused %7.3f ms | ping-pong fused %7.3f ms | "
                    "cuBLASLt + dGELU pass %7.3f ms\n", m, n, k, td, pd, ld);
         }
-        if (n == 768 && k >= 2304) {   /* the FFN-up's and Q/K/V's dX, added into the f32 residual gradient */
-            float pa = time_one(&g, PP_DX_ACC, m, n, k, a, w, b16, c, gout);
-            float la = time_one(&g, CUBLAS_DX_ACC, m, n, k, a, w, b16, c, gout);
-            printf("      %5d x %4d x %4d dX into f32 (+C): ping-pong %7.3f ms (%5.0f) | cuBLASLt %7.3f ms (%5.0f)\n", m,
-                   n, k, pa, flop / (pa * 1e-3) / 1e12, la, flop / (la * 1e-3) / 1e12);
-        }
     }
     cu->cuMemFree(a);
     cu->cuMemFree(w);
@@ -665,8 +572,6 @@ int main(void)
     check_dx_dgelu(256, 512, 192, all, 32, 14);   /* the dX GEMM with the GELU backward: W N-major */
     check_dx_dgelu(328, 768, 320, 2, 64, 15);     /* 9 tiles on 2 blocks, a part row tile */
     check_dx_dgelu(456, 512, 128, 1, 64, 17);     /* ping-pong: 16 tiles on 1 block, as many u loads */
-    check_dx_acc(256, 384, 192, all, true, 18);   /* the dX GEMM into f32, in place: 6 tiles, 3 k tiles */
-    check_dx_acc(328, 512, 320, 2, false, 19);    /* 12 tiles on 2 blocks, a part row tile, D apart from C */
     if (!getenv("HPC_GPU_TEST_NO_TIMING")) run_timing();
     cuda_device_close(&g_dev);
     return gpu_check_summary();

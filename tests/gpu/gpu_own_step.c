@@ -29,9 +29,6 @@
  *     propagates; a column partial lost or counted twice moves the FFN's
  *     bias gradient by several percent), NaN fails; the three worst and
  *     the FFN bias gradients' worst are printed.
- * With HPC_GEMM_OWN_DX_ACC=1 in the environment (an experiment: the dX
- * GEMMs into f32 on the own kernel too) the own executor runs it, and a
- * check says at least one LINEAR_DX_ACC took it.
  *
  * Exit 0 when every check passes, 1 on a failure, 4 without an sm_90 GPU
  * (the own GEMMs are Hopper's). */
@@ -158,12 +155,6 @@ static void check_shape(const ModelSpec *spec, const IrGraph *g, const ParamList
     if (run(ref, b, tag) && run(own, b, tag)) {
         int fwd = computed_by_gemm(own, IR_OP_ACT), bwd = computed_by_gemm(own, IR_OP_ACT_BWD_BGRAD);
         result(fwd > 0 && bwd > 0, "%s: the own GEMM did %d GELU nodes and %d GELU-backward nodes", tag, fwd, bwd);
-        const char *dx_acc = getenv("HPC_GEMM_OWN_DX_ACC");   /* the experiment's kernel in the own step too */
-        if (dx_acc && !strcmp(dx_acc, "1")) {
-            int before = own->own_dx_acc_launches;
-            own->own_dx_acc_launches = 0;
-            result(before > 0, "%s: HPC_GEMM_OWN_DX_ACC=1: %d LINEAR_DX_ACC nodes on gemm_pp_dx_acc_f32", tag, before);
-        }
         HpcError err = {0};
         double lo, lr;
         if (cuda_exec_loss(own, &lo, &err) || cuda_exec_loss(ref, &lr, &err)) {
