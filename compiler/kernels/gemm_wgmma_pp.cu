@@ -83,11 +83,10 @@
                  : "l"(da), "l"(db))
 // The same with the descriptors given by their low words (the start and
 // LBO fields: 32-bit arithmetic on them is all that changes from one MMA to
-// the next) and GP_DESC_HI, the high word every descriptor here shares (SBO
-// 1024, the 128-byte swizzle).
-#define GP_DESC_HI 0x40000040ull
-#define GP_MMA_LO(O, alo, blo, TRANS_B) \
-    GP_MMA(O, (GP_DESC_HI << 32) | (unsigned long long)(alo), (GP_DESC_HI << 32) | (unsigned long long)(blo), TRANS_B)
+// the next) and GT_DESC_HI, the high word gt_desc and gt_desc_nmajor share.
+#define GP_MMA_LO(O, alo, blo, TRANS_B)                                                                     \
+    GP_MMA(O, ((unsigned long long)GT_DESC_HI << 32) | (unsigned long long)(alo),                            \
+           ((unsigned long long)GT_DESC_HI << 32) | (unsigned long long)(blo), TRANS_B)
 #else
 #define GP_MMA(O, da, db, TRANS_B) (void)(da), (void)(db)
 #define GP_MMA_LO(O, alo, blo, TRANS_B) (void)(alo), (void)(blo)

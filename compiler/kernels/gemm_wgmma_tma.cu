@@ -136,10 +136,13 @@ __device__ __forceinline__ void gt_fence_async_shared(void)
 }
 
 // A K-major operand in the 128-byte swizzle: start >> 4, LBO unused, SBO 1024.
+// The high word every descriptor here shares: SBO 1024 bytes (the next
+// 8-row atom) and the 128-byte swizzle (bits 62-63 of the descriptor).
+#define GT_DESC_HI ((1024u >> 4) | (1u << 30))
 __device__ __forceinline__ unsigned long long gt_desc(const void *smem)
 {
-    return (unsigned long long)((gt_shared(smem) >> 4) & 0x3FFFu) | (1ull << 16) | ((1024ull >> 4) << 32) |
-           (1ull << 62);
+    return (unsigned long long)((gt_shared(smem) >> 4) & 0x3FFFu) | (1ull << 16) |
+           ((unsigned long long)GT_DESC_HI << 32);
 }
 
 // An N-major operand in the 128-byte swizzle (W as stored, for dX = dY W):
@@ -147,8 +150,8 @@ __device__ __forceinline__ unsigned long long gt_desc(const void *smem)
 // on (LBO: the TMA box of 64 n by 64 k rows) and along K 1024 (SBO).
 __device__ __forceinline__ unsigned long long gt_desc_nmajor(const void *smem)
 {
-    return (unsigned long long)((gt_shared(smem) >> 4) & 0x3FFFu) | ((8192ull >> 4) << 16) | ((1024ull >> 4) << 32) |
-           (1ull << 62);
+    return (unsigned long long)((gt_shared(smem) >> 4) & 0x3FFFu) | ((8192ull >> 4) << 16) |
+           ((unsigned long long)GT_DESC_HI << 32);
 }
 
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
