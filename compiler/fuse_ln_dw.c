@@ -24,6 +24,15 @@
  * dy^T 1 = colsum(dy) = db, and an LN_DW_FIX_DB makes dW and db from raw.
  * Nothing reads dy a second time; the GEMM does 1 % more work.
  *
+ * The fixes come last.  A fix whose gradient nothing reads but UNSTACK
+ * views (the parameters' gradients, BERT's Q/K/V parts) goes to the end of
+ * the graph with those views, after every other node, so its inputs (raw,
+ * db, gamma and beta) live to the end of the step: the CUDA optimizer can
+ * then read raw where it lies and apply the fix itself, and the executor
+ * stops before the trailing fixes (runtime/cuda/cuda_optim.h, "Deferred
+ * fixes").  Other fixes (the gradient of a tied weight, summed after) stay
+ * right after their GEMM.
+ *
  * Runs on the rebuilt graph (after fuse.c's rebuild): a copy node for node
  * with the fix nodes inserted, the precision plan re-indexed alike. */
 #include <stdio.h>
@@ -39,6 +48,7 @@ typedef struct {
     int ln;     /* the LN_RESIDUAL site whose xhat it reads */
     int xhat, gamma, beta, db;
     bool ones;  /* db from xhat's ones column: LINEAR_DW + LN_DW_FIX_DB */
+    bool last;  /* the fix goes to the graph's end (readers_only_views) */
 } DwSite;
 
 static const IrNode *nd(const IrGraph *g, int id) { return &g->nodes[id]; }
@@ -81,7 +91,7 @@ static bool match(const IrGraph *g, int i, DwSite *s)
     if (xh < 0 || nd(g, xh)->dtype != DT_F16 || db < 0) return false;
     bool own = nd(g, db)->op == IR_OP_OUTPUT && nd(g, db)->in[0] == i;
     if (!(db < i || own) || nd(g, db)->dims[0] != n->dims[0]) return false;
-    *s = (DwSite){i, ln, xh, nd(g, ln)->in[2], nd(g, ln)->in[3], db, false};
+    *s = (DwSite){i, ln, xh, nd(g, ln)->in[2], nd(g, ln)->in[3], db, false, false};
     return true;
 }
 
@@ -104,6 +114,43 @@ static bool ones_ok(const IrGraph *g, const DwSite *sites, int n_sites, const Dw
             if (u->in[k] == s->xhat && u->op != IR_OP_LN_RESIDUAL_BWD) return false;
     }
     return true;
+}
+
+/* Whether nothing reads the parts of UNSTACK u (part 0 is u itself, parts
+ * 1 and 2 its OUTPUTs, which read u). */
+static bool parts_unread(const IrGraph *g, int u)
+{
+    for (int q = u + 1; q < g->n; q++) {
+        const IrNode *w = nd(g, q);
+        for (int k = 0; k < w->n_in; k++) {
+            const IrNode *x = nd(g, w->in[k]);
+            if (w->in[k] == u ? w->op != IR_OP_OUTPUT : x->op == IR_OP_OUTPUT && x->in[0] == u) return false;
+        }
+    }
+    return true;
+}
+
+/* Whether v's readers are UNSTACKs whose parts nothing reads (a parameter's
+ * gradient, alone or cut into its Q/K/V parts), but for v's own OUTPUTs
+ * with `own_outputs`. */
+static bool readers_only_views(const IrGraph *g, int v, bool own_outputs)
+{
+    for (int j = v + 1; j < g->n; j++) {
+        const IrNode *u = nd(g, j);
+        bool reads = false;
+        for (int k = 0; k < u->n_in; k++) reads |= u->in[k] == v;
+        if (!reads || (own_outputs && u->op == IR_OP_OUTPUT && u->in[0] == v)) continue;
+        if (u->op != IR_OP_UNSTACK || !parts_unread(g, j)) return false;
+    }
+    return true;
+}
+
+/* Whether site s's fix can go last: its gradient (the GEMM's value as the
+ * graph's readers see it) and, with `ones`, the db it makes are read by
+ * views alone.  The GEMM's own db output (no `ones`) stays in place. */
+static bool can_go_last(const IrGraph *g, const DwSite *s)
+{
+    return readers_only_views(g, s->gemm, true) && (!s->ones || readers_only_views(g, s->db, false));
 }
 
 static bool site_widened(const DwSite *sites, int n_sites, int ln)
@@ -159,6 +206,17 @@ void fuse_ln_dw(IrGraph *g, PrecisionPlan *plan, bool ones, FuseStats *st)
         sites[k].ones = ones_ok(g, sites, n_sites, &sites[k]);
         n_ones += sites[k].ones;
     }
+    /* late[v]: v's readers wait for the end (its fix goes last); moved[j]:
+     * node j reads such a value and is appended after the last fixes */
+    bool *late = xcalloc((size_t)g->n, sizeof *late), *moved = xcalloc((size_t)g->n, sizeof *moved);
+    int *gemm_site = xmalloc((size_t)g->n * sizeof *gemm_site);
+    for (int j = 0; j < g->n; j++) gemm_site[j] = -1;
+    for (int k = 0; k < n_sites; k++) {
+        sites[k].last = can_go_last(g, &sites[k]);
+        late[sites[k].gemm] = sites[k].last;
+        if (sites[k].ones) late[sites[k].db] = sites[k].last;
+        gemm_site[sites[k].gemm] = k;
+    }
     IrGraph out;
     ir_init(&out);
     out.region = g->region;
@@ -169,11 +227,14 @@ void fuse_ln_dw(IrGraph *g, PrecisionPlan *plan, bool ones, FuseStats *st)
         const IrNode *n = nd(g, j);
         /* a site's fix goes after the GEMM's outputs, before any other node */
         if (pending >= 0 && n->op != IR_OP_OUTPUT) {
-            append_fix(g, &out, &sites[pending], map, info, plan);
+            if (!sites[pending].last) append_fix(g, &out, &sites[pending], map, info, plan);
             pending = -1;
         }
         /* a widened site's GEMM has no db output: its fix makes db */
         if (pending >= 0 && sites[pending].ones && j == sites[pending].db) continue;
+        bool own_output = n->op == IR_OP_OUTPUT && gemm_site[n->in[0]] >= 0;   /* the GEMM's db, not its fix's */
+        for (int k = 0; k < n->n_in && !own_output; k++) moved[j] |= late[n->in[k]] || moved[n->in[k]];
+        if (moved[j]) continue;
         IrNode c = *n;
         bool site = next < n_sites && sites[next].gemm == j;
         if (site) {
@@ -191,10 +252,22 @@ void fuse_ln_dw(IrGraph *g, PrecisionPlan *plan, bool ones, FuseStats *st)
         if (info) info[id] = plan->info[j];
         if (site) pending = next++;
     }
-    if (pending >= 0) append_fix(g, &out, &sites[pending], map, info, plan);
+    if (pending >= 0 && !sites[pending].last) append_fix(g, &out, &sites[pending], map, info, plan);
+    for (int k = 0; k < n_sites; k++)
+        if (sites[k].last) append_fix(g, &out, &sites[k], map, info, plan);
+    for (int j = 0; j < g->n; j++) {   /* the views of the last fixes, in their order */
+        if (!moved[j]) continue;
+        int id = ir_copy_node(&out, nd(g, j), map);
+        out.nodes[id].dtype = nd(g, j)->dtype;
+        map[j] = id;
+        if (info) info[id] = plan->info[j];
+    }
     fuse_replace_graph(g, &out, map, plan, info);
     st->ln_dw_from_xhat = n_sites;
     st->ln_db_from_ones = n_ones;
     free(map);
     free(sites);
+    free(late);
+    free(moved);
+    free(gemm_site);
 }

@@ -92,10 +92,19 @@ static int widened_sites(const IrGraph *g)
             for (int k = 0; k < u->n_in; k++) {
                 if (u->in[k] != xh) continue;
                 if (u->op == IR_OP_LINEAR_DW) {
-                    bool fixed = false;   /* the fix comes right after the GEMM */
-                    for (int f = j + 1; f < g->n && f <= j + 2; f++)
-                        fixed |= g->nodes[f].op == IR_OP_LN_DW_FIX_DB && g->nodes[f].in[0] == j;
-                    cr_expect(fixed, "%s: no ln_dw_fix_db after it", u->name);
+                    /* the fix comes right after the GEMM, or among the
+                     * fixes and views that end the graph (fuse_ln_dw.c) */
+                    int fix = -1;
+                    for (int f = j + 1; f < g->n; f++)
+                        if (g->nodes[f].op == IR_OP_LN_DW_FIX_DB && g->nodes[f].in[0] == j) fix = f;
+                    cr_expect(fix >= 0, "%s: no ln_dw_fix_db after it", u->name);
+                    for (int f = fix + 1; fix > j + 2 && f < g->n; f++) {
+                        IrOpKind op = g->nodes[f].op;
+                        cr_expect(op == IR_OP_LN_DW_FIX || op == IR_OP_LN_DW_FIX_DB || op == IR_OP_UNSTACK ||
+                                      op == IR_OP_OUTPUT,
+                                  "%s: its fix is not among the last nodes (%s after it)", u->name,
+                                  ir_op_name(op));
+                    }
                 } else {
                     cr_expect_eq(u->op, IR_OP_LN_RESIDUAL_BWD, "%s reads a widened xhat (%s)", u->name,
                                  ir_op_name(u->op));
