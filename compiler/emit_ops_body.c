@@ -222,7 +222,9 @@ static void gen_unstack(EopGen *gen)
 }
 
 /* LN_DW_FIX (compiler/fuse_ln_dw.c): y = raw * gamma[col] + db[row] * beta[col]
- * over the (out, in) weight gradient; may write over raw (program/plan.c:
+ * over the (out, in) weight gradient, as one fused multiply-add of raw *
+ * gamma onto db * beta (the optimizer's opt_fix computes the same values
+ * bit for bit, compiler/emit_optim.c); may write over raw (program/plan.c:
  * each thread reads and writes the same elements).  With in % 8 == 0 (every
  * hidden size hpc trains), 8 columns of one row a thread through 16-byte
  * loads and stores: the fix is a pass over the f32 gradient per LayerNorm
@@ -254,7 +256,7 @@ static void gen_dw_fix(EopGen *gen, bool db_in_raw)
         char dbl[128] = "";
         if (db_in_raw) snprintf(dbl, sizeof dbl, "        const float db = %s;\n", db);
         strbuf_printf(s, "%s    EOP_FOR(i, n) {\n        const i64 o = i / %lldLL, c = i - o * %lldLL;\n"
-                       "%s        y[i] = %s(%s(%s) * %s(x1[c]) + %s * %s(x2[c]));\n%s    }\n",
+                       "%s        y[i] = %s(__fmaf_rn(%s(%s), %s(x1[c]), %s * %s(x2[c])));\n%s    }\n",
                     decl, in, in, dbl, st, ldf(INN(0)->dtype), elem, ldf(INN(1)->dtype), db_in_raw ? "db" : db,
                     ldf(INN(2)->dtype), put);
         return;
@@ -268,7 +270,7 @@ static void gen_dw_fix(EopGen *gen, bool db_in_raw)
                    "        float r[8], gm[8], bt[8];\n"
                    "        ld8_%s(%s, r);\n        ld8_%s(x1 + c, gm);\n        ld8_%s(x2 + c, bt);\n"
                    "        const float db = %s;\n"
-                   "#pragma unroll\n        for (int j = 0; j < 8; j++) r[j] = r[j] * gm[j] + db * bt[j];\n"
+                   "#pragma unroll\n        for (int j = 0; j < 8; j++) r[j] = __fmaf_rn(r[j], gm[j], db * bt[j]);\n"
                    "        st8_%s(y + i0, r);\n%s    }\n",
                 num, decl, in, in, ir_dtype_name(INN(0)->dtype), vec, ir_dtype_name(INN(1)->dtype),
                 ir_dtype_name(INN(2)->dtype), db, ir_dtype_name(OUTN->dtype), put);

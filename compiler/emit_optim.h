@@ -10,23 +10,26 @@
  * model size is baked in: every tensor is described by a device table.
  *
  * Kernels (names fixed; runtime/cuda/cuda_optim.h holds the device structs
- * CudaOptTensor, CudaOptParams, CudaOptState, CudaOptChunk and launches
- * them; C = chunks of at most 4096 elements, T = tensors):
+ * CudaOptTensor, CudaOptParams, CudaOptState, CudaOptChunk, CudaOptFix and
+ * launches them; C = chunks of at most 4096 elements, T = tensors; F = a
+ * CudaOptFix per tensor, or NULL: the gradients a fix describes are read as
+ * raw * gamma + db * beta, "Deferred fixes" in cuda_optim.h):
  *   opt_check_norm(double *part_sq, int *part_inf, const CudaOptTensor *t, const CudaOptChunk *c,
- *                  int C, const CudaOptState *state, const int *poison)      ceil(C/4) x 256
- *       per 4 chunks: sum of (grad / scale)^2 (f64) and a non-finite flag
+ *                  int C, const CudaOptState *state, const int *poison, F)   ceil(C/4) x 256
+ *       per 4 chunks: sum of (grad / scale)^2 (f64) and a non-finite flag;
+ *       copies each fix's gamma and beta into its snap
  *   opt_decide(void *decision, CudaOptState *state, const double *part_sq, const int *part_inf,
  *              int P, CudaOptParams prm, int *poison)                        1 x 1024
  *       skip, norm, clip, lr, bias corrections; loss scaler and step counters
  *   opt_lamb_norms(double *part_pu, const void *decision, const CudaOptTensor *t,
- *                  const CudaOptChunk *c, CudaOptParams prm)                 C x 256 (LAMB)
+ *                  const CudaOptChunk *c, CudaOptParams prm, F)              C x 256 (LAMB)
  *   opt_lamb_ratio(float *ratio, const double *part_pu, const int *chunk_first,
  *                  const void *decision)                                     T x 256 (LAMB)
  *   opt_update(const void *decision, const CudaOptTensor *t, const CudaOptChunk *c,
- *              const float *lamb_ratio|NULL, CudaOptParams prm)              C x 256
+ *              const float *lamb_ratio|NULL, CudaOptParams prm, F)           C x 256
  *       AdamW, Adam, SGD(-momentum), LAMB: master, m, v and the 16-bit copy
  *   opt_accumulate(const CudaOptTensor *t, const uint64_t *src, const CudaOptChunk *c,
- *                  float mul, int first)                                     C x 256
+ *                  float mul, int first, F)                                  C x 256
  *       grad (=|+=) src * mul: gradient accumulation
  *
  * Usage:

@@ -209,6 +209,21 @@ static HpcStatus plan_step(CudaExec *ex, int64_t max_B, int64_t max_L, const Pla
     return st;
 }
 
+/* The first of the backward nodes that end g and are LN_DW_FIX(_DB)s,
+ * UNSTACKs (the views of their values) and the OUTPUTs of both
+ * (CudaExec.fix_from; g->n when g does not end so). */
+static int trailing_fixes(const IrGraph *g)
+{
+    int t = g->n;
+    while (t > g->n_forward) {
+        const IrNode *n = &g->nodes[t - 1];
+        IrOpKind op = n->op == IR_OP_OUTPUT ? g->nodes[n->in[0]].op : n->op;
+        if (op != IR_OP_LN_DW_FIX && op != IR_OP_LN_DW_FIX_DB && op != IR_OP_UNSTACK) break;
+        t--;
+    }
+    return t;
+}
+
 HpcStatus cuda_exec_init_kernels(CudaExec *ex, CudaDevice *dev, const IrGraph *g, const ParamList *pl,
                                  const StepKernels *kernels, int64_t max_B, int64_t max_L, HpcError *err)
 {
@@ -250,6 +265,7 @@ HpcStatus cuda_exec_init_kernels_with(CudaExec *ex, CudaDevice *dev, const IrGra
                          ex->compile_seconds);
     if (!st) st = lookup_kernels(ex, err);
     if (!st && ex->gemm_own.fn) cuda_exec_own_pair(ex);
+    if (!st) ex->fix_from = trailing_fixes(g);
     if (st) cuda_exec_free(ex);
     return st;
 }
@@ -567,6 +583,8 @@ HpcStatus cuda_exec_stage(CudaExec *ex, const Batch *batch, const CudaRunOptions
 static HpcStatus launch_run(CudaExec *ex, const CudaRunOptions *opts, HpcError *err)
 {
     int end = opts->backward ? ex->plan.n_order : ex->plan.n_forward;
+    if (opts->backward && opts->tail && opts->tail->applies_fixes) end = ex->fix_from;
+    ex->fixes_pending = end < ex->plan.n_order && opts->backward;
     CudaProfileMode mode;
     int replays;
     HpcStatus st = cuda_exec_profile_mode(&mode, &replays, err);
@@ -605,6 +623,10 @@ HpcStatus cuda_exec_read(CudaExec *ex, int v, float *out, HpcError *err)
 {
     if (v < 0 || v >= ex->g->n)
         return hpc_fail(err, HPC_ERR_USAGE, "cuda_exec_read: no value %d (the graph has %d)", v, ex->g->n);
+    if (ex->fixes_pending && v >= ex->fix_from)   /* the schedule is the node order (program/plan.h) */
+        return hpc_fail(err, HPC_ERR_USAGE, "cuda_exec_read: %s was not written: the last run's tail (the "
+                        "optimizer) applied its LayerNorm fix itself; read it after a run without the tail",
+                        NODE(v)->name);
     const IrNode *n = NODE(v);
     if (!ir_dtype_is_float(n->dtype))
         return hpc_fail(err, HPC_ERR_USAGE, "cuda_exec_read: value %d (%s) is an integer value", v, n->name);

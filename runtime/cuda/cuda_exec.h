@@ -75,6 +75,8 @@ typedef struct {
     uint64_t key;
     const char *label;
     double bytes;
+    bool applies_fixes;        /* the tail applies the trailing fixes itself (CudaExec.fix_from):
+                                  the step's launches stop before them */
 } CudaExecTail;
 
 typedef struct {
@@ -128,6 +130,12 @@ typedef struct {
     EopCtl ctl_host;
     CudaExecGraph graphs[CUDA_EXEC_MAX_GRAPHS];
     int n_graphs;
+    int fix_from;              /* the trailing fixes: nodes [fix_from, g->n) are the LN_DW_FIX(_DB)s that
+                                * compiler/fuse_ln_dw.c put last, their views and outputs (g->n: none).
+                                * A tail with applies_fixes reads their raw gradients and fixes them
+                                * itself (runtime/cuda/cuda_optim.h), so a run with it stops there */
+    bool fixes_pending;        /* the last run stopped before the trailing fixes: their values were
+                                * never written (cuda_exec_read refuses them) */
     int64_t B, L;              /* binding of the last run */
     double compile_seconds;    /* NVRTC (or cache) time of the module */
     bool cache_hit;            /* no NVRTC ran: a cache hit or the program's cubin */
@@ -184,12 +192,17 @@ HpcStatus cuda_exec_sync(CudaExec *ex, HpcError *err);
 HpcStatus cuda_exec_loss(CudaExec *ex, double *loss, HpcError *err);
 
 /* Copies float value v of the last run to out (numel under the last run's
- * B, L), converted to f32 (waits).  HPC_ERR_USAGE for an integer value. */
+ * B, L), converted to f32 (waits).  HPC_ERR_USAGE for an integer value,
+ * and for a value of the trailing fixes after a run whose tail applied
+ * them (the optimizer has changed gamma and beta since: run without the
+ * tail to read those gradients). */
 HpcStatus cuda_exec_read(CudaExec *ex, int v, float *out, HpcError *err);
 
 /* Device pointer of value v (arena or parameter storage).  After a
  * backward run, cuda_exec_ptr(ex, g->param_grad[p]) is parameter p's f32
- * gradient (times the loss scale), valid until the next run. */
+ * gradient (times the loss scale), valid until the next run; but not for
+ * a value of the trailing fixes (v >= fix_from) after a run whose tail
+ * applied them: that run never wrote it. */
 CUdeviceptr cuda_exec_ptr(const CudaExec *ex, int v);
 
 /* Storage of parameter p (an index of the ParamList that owns storage) in

@@ -15,6 +15,7 @@ _Static_assert(sizeof(CudaOptChunk) == 16, "opt_chunk layout");
 _Static_assert(sizeof(CudaOptTensor) == 56, "opt_tensor layout");
 _Static_assert(sizeof(CudaOptParams) == 120, "opt_params layout");
 _Static_assert(sizeof(CudaOptState) == 64, "opt_state layout");
+_Static_assert(sizeof(CudaOptFix) == 64, "opt_fix layout");
 /* The kernels' numeric codes for these enums. */
 _Static_assert(OPT_ADAMW == 0 && OPT_ADAM == 1 && OPT_SGD == 2 && OPT_LAMB == 3, "optimizer codes");
 _Static_assert(SCHED_LINEAR == 1 && SCHED_COSINE == 2, "schedule codes");
@@ -72,9 +73,23 @@ HpcStatus cuda_optim_kernels(CUmodule module, CudaOptKernels *k, HpcError *err)
     return HPC_OK;
 }
 
-HpcStatus cuda_optim_plan_build(CudaOptPlan *p, const CudaOptTensor *t, const uint64_t *src_grads, int count,
-                                const CudaOptParams *prm, const CudaOptState *init, CudaOptAlloc alloc,
-                                void *ctx, CUstream s, HpcError *err)
+/* The snaps' block for fixes[0..count) (2 cols floats for each with a
+ * gamma) and each fix's snap in it; returns the block's bytes (0: none). */
+static size_t snap_layout(CudaOptFix *fixes, int count, CUdeviceptr block)
+{
+    size_t bytes = 0;
+    for (int k = 0; k < count; k++) {
+        if (!fixes[k].raw || !fixes[k].gamma) continue;
+        fixes[k].snap = block + bytes;
+        bytes += ((size_t)fixes[k].cols * 8 + 255) & ~(size_t)255;
+    }
+    return bytes;
+}
+
+HpcStatus cuda_optim_plan_build(CudaOptPlan *p, const CudaOptTensor *t, const uint64_t *src_grads,
+                                const CudaOptFix *fixes, int count, const CudaOptParams *prm,
+                                const CudaOptState *init, CudaOptAlloc alloc, void *ctx, CUstream s,
+                                HpcError *err)
 {
     const CudaDriver *cu = cuda_driver();
     memset(p, 0, sizeof *p);
@@ -102,6 +117,15 @@ HpcStatus cuda_optim_plan_build(CudaOptPlan *p, const CudaOptTensor *t, const ui
         st = alloc(ctx, &p->part_pu, nc * 16, "LAMB partials", err);
         if (!st) st = alloc(ctx, &p->ratio, nt * 4, "LAMB ratios", err);
     }
+    CudaOptFix *fx = fixes ? xmalloc(nt * sizeof *fx) : NULL;
+    if (fx) memcpy(fx, fixes, (size_t)count * sizeof *fx);
+    size_t snap_bytes = fx ? snap_layout(fx, count, 0) : 0;
+    if (!st && fx) st = alloc(ctx, &p->fixes, nt * sizeof *fx, "optimizer fix table", err);
+    if (!st && snap_bytes) st = alloc(ctx, &p->snaps, snap_bytes, "optimizer gamma and beta snaps", err);
+    if (!st && fx) {
+        snap_layout(fx, count, p->snaps);
+        st = CUDA_CHECK(err, cu->cuMemcpyHtoDAsync(p->fixes, fx, (size_t)count * sizeof *fx, s));
+    }
     if (!st && count) st = CUDA_CHECK(err, cu->cuMemcpyHtoDAsync(p->tensors, t, (size_t)count * sizeof *t, s));
     if (!st && count && src_grads)
         st = CUDA_CHECK(err, cu->cuMemcpyHtoDAsync(p->src_grads, src_grads, (size_t)count * 8, s));
@@ -114,6 +138,7 @@ HpcStatus cuda_optim_plan_build(CudaOptPlan *p, const CudaOptTensor *t, const ui
     free(numel);
     free(chunks);
     free(first);
+    free(fx);
     return st;
 }
 
@@ -122,18 +147,19 @@ static HpcStatus launch1(CUfunction f, unsigned grid, unsigned block, CUstream s
     return cuda_launch(f, (unsigned[3]){grid, 1, 1}, (unsigned[3]){block, 1, 1}, 0, s, args, err);
 }
 
-HpcStatus cuda_optim_queue_step(const CudaOptKernels *k, const CudaOptPlan *p, CUstream s, HpcError *err)
+HpcStatus cuda_optim_queue_step(const CudaOptKernels *k, const CudaOptPlan *p, bool fixed, CUstream s,
+                                HpcError *err)
 {
     if (p->n_chunks == 0) return HPC_OK;
     CudaOptPlan v = *p;   /* kernel arguments are read through pointers */
-    CUdeviceptr ratio = p->prm.kind == OPT_LAMB ? p->ratio : 0;
-    void *check_args[] = {&v.part_sq, &v.part_inf, &v.tensors, &v.chunks, &v.n_chunks, &v.state, &v.poison};
+    CUdeviceptr ratio = p->prm.kind == OPT_LAMB ? p->ratio : 0, fixes = fixed ? p->fixes : 0;
+    void *check_args[] = {&v.part_sq, &v.part_inf, &v.tensors, &v.chunks, &v.n_chunks, &v.state, &v.poison, &fixes};
     void *decide_args[] = {&v.decision, &v.state, &v.part_sq, &v.part_inf, &v.parts, &v.prm, &v.poison};
-    void *update_args[] = {&v.decision, &v.tensors, &v.chunks, &ratio, &v.prm};
+    void *update_args[] = {&v.decision, &v.tensors, &v.chunks, &ratio, &v.prm, &fixes};
     HpcStatus st = launch1(k->check, (unsigned)p->parts, 256, s, check_args, err);
     if (!st) st = launch1(k->decide, 1, 1024, s, decide_args, err);
     if (!st && p->prm.kind == OPT_LAMB) {
-        void *norm_args[] = {&v.part_pu, &v.decision, &v.tensors, &v.chunks, &v.prm};
+        void *norm_args[] = {&v.part_pu, &v.decision, &v.tensors, &v.chunks, &v.prm, &fixes};
         void *ratio_args[] = {&v.ratio, &v.part_pu, &v.chunk_first, &v.decision};
         st = launch1(k->lamb_norms, (unsigned)p->n_chunks, 256, s, norm_args, err);
         if (!st) st = launch1(k->lamb_ratio, (unsigned)p->count, 256, s, ratio_args, err);
@@ -142,12 +168,13 @@ HpcStatus cuda_optim_queue_step(const CudaOptKernels *k, const CudaOptPlan *p, C
 }
 
 HpcStatus cuda_optim_queue_accumulate(const CudaOptKernels *k, const CudaOptPlan *p, float mul, int first,
-                                      CUstream s, HpcError *err)
+                                      bool fixed, CUstream s, HpcError *err)
 {
     if (p->n_chunks == 0) return HPC_OK;
     HPC_ASSERT(p->src_grads);
     CudaOptPlan v = *p;
-    void *args[] = {&v.tensors, &v.src_grads, &v.chunks, &mul, &first};
+    CUdeviceptr fixes = fixed ? p->fixes : 0;
+    void *args[] = {&v.tensors, &v.src_grads, &v.chunks, &mul, &first, &fixes};
     return launch1(k->accumulate, (unsigned)p->n_chunks, 256, s, args, err);
 }
 
@@ -191,9 +218,55 @@ static CUdeviceptr low_copy(const CudaExec *ex, int p)
     return low ? low : cuda_exec_param_ptr(ex, p, DT_BF16);
 }
 
+/* How the tails read value v, a parameter's gradient: plain (0: it comes
+ * before the executor's trailing fixes), through a fix (1, *f filled:
+ * the gradient of an LN_DW_FIX or LN_DW_FIX_DB, its db output, or a view
+ * of rows of either), or not at all (-1: another trailing value, or one
+ * these kernels cannot read: then no tail applies the fixes). */
+static int fix_of(const CudaExec *ex, int v, CudaOptFix *f)
+{
+    const IrGraph *g = ex->g;
+    *f = (CudaOptFix){0};
+    if (v < ex->fix_from) return 0;
+    int b;
+    int64_t off;
+    if (!plan_view_of(g, v, &b, &off)) b = v, off = 0;
+    const IrNode *n = &g->nodes[b];
+    /* the bias gradient LN_DW_FIX_DB copies out of raw's ones column */
+    bool bias = n->op == IR_OP_OUTPUT && n->attr.output.index == 1 && g->nodes[n->in[0]].op == IR_OP_LN_DW_FIX_DB;
+    const IrNode *x = &g->nodes[bias ? n->in[0] : b];
+    if (x->op != IR_OP_LN_DW_FIX && x->op != IR_OP_LN_DW_FIX_DB) return -1;
+    bool f32 = x->dtype == DT_F32;
+    for (int k = 0; k < x->n_in; k++) f32 &= g->nodes[x->in[k]].dtype == DT_F32;
+    const IrNode *raw = &g->nodes[x->in[0]];
+    int64_t cols = x->dims[1], ld = raw->dims[raw->rank - 1], e = off / 4;   /* v's first element in b */
+    if (!f32 || off % 4 || (!bias && e % cols) || ir_numel(&g->nodes[v], 1, 1) >= INT32_MAX) return -1;
+    int64_t row0 = bias ? e : e / cols;
+    CUdeviceptr r = cuda_exec_ptr(ex, x->in[0]);
+    if (bias) {
+        *f = (CudaOptFix){.raw = r + (CUdeviceptr)((row0 * ld + cols) * 4), .cols = 1, .ld = ld};
+        return 1;
+    }
+    *f = (CudaOptFix){.raw = r + (CUdeviceptr)(row0 * ld * 4), .gamma = cuda_exec_ptr(ex, x->in[1]),
+                      .beta = cuda_exec_ptr(ex, x->in[2]), .cols = cols, .ld = ld};
+    if (x->op == IR_OP_LN_DW_FIX)
+        f->db = cuda_exec_ptr(ex, x->in[3]) + (CUdeviceptr)(row0 * 4), f->db_ld = 1;
+    else
+        f->db = r + (CUdeviceptr)((row0 * ld + cols) * 4), f->db_ld = ld;
+    return 1;
+}
+
+/* Whether HPC_OPT_LN_FIX allows the tails to apply the fixes (unset or 1). */
+static bool fixes_wanted(void)
+{
+    const char *e = getenv("HPC_OPT_LN_FIX");
+    return !e || strcmp(e, "0") != 0;
+}
+
 /* One CudaOptTensor per parameter with a gradient, state zeroed (m, v and
  * the gradient sums in one allocation each, not one per tensor); src[]
- * gets the executor's gradient of each. */
+ * gets the executor's gradient of each, host_fix how the tails read it
+ * (all plain unless applies_fixes). */
 static HpcStatus build_tensors(CudaOptim *o, const SpecTraining *tr, uint64_t *src, HpcError *err)
 {
     const IrGraph *g = o->ex->g;
@@ -202,17 +275,23 @@ static HpcStatus build_tensors(CudaOptim *o, const SpecTraining *tr, uint64_t *s
     optim_config_from_spec(&oc, tr);
     size_t *bytes = xcalloc((size_t)pl->n + 1, sizeof *bytes);
     CUdeviceptr *ptrs = xcalloc((size_t)pl->n + 1, sizeof *ptrs);
+    int fixed = 0, unread = 0;
     for (int p = 0; p < pl->n; p++) {
         if (g->param_grad[p] < 0) continue;
         HPC_ASSERT(pl->p[p].tied_to < 0);
         int64_t n = params_numel(&pl->p[p]);
         CudaOptTensor *t = &o->host_t[o->count];
         src[o->count] = cuda_exec_ptr(o->ex, g->param_grad[p]);
+        int how = fixes_wanted() ? fix_of(o->ex, g->param_grad[p], &o->host_fix[o->count]) : 0;
+        fixed += how > 0;
+        unread += how < 0;
         *t = (CudaOptTensor){.master = cuda_exec_param_ptr(o->ex, p, DT_F32), .grad = src[o->count], .n = n,
                              .decay = pl->p[p].decay, .low = low_copy(o->ex, p)};
         bytes[o->count] = (size_t)n * 4;
         o->param[o->count++] = p;
     }
+    o->applies_fixes = fixed > 0 && unread == 0;
+    if (!o->applies_fixes) memset(o->host_fix, 0, (size_t)(pl->n + 1) * sizeof *o->host_fix);
     HpcStatus st = HPC_OK;
     if (optim_needs_m(&oc) && !(st = zeroed_packed(o, &o->m_block, ptrs, bytes, "optimizer m", err)))
         for (int i = 0; i < o->count; i++) o->host_t[i].m = ptrs[i];
@@ -231,14 +310,21 @@ static HpcStatus arena_alloc_cb(void *ctx, CUdeviceptr *p, size_t bytes, const c
     return arena_alloc(ctx, p, bytes, what, err);
 }
 
+/* Work `what` (CudaOptTailCtx) of o; `fixed`: after a run that stopped
+ * before the executor's trailing fixes (a tail's). */
+static HpcStatus queue_work(CudaOptim *o, int what, bool fixed, CUstream s, HpcError *err)
+{
+    float mul = (float)(1.0 / (double)o->grad_accum);
+    HpcStatus st = HPC_OK;
+    /* with gradient sums the fixes apply as the micro-batch's gradients are added */
+    if (o->grad_accum > 1) st = cuda_optim_queue_accumulate(&o->k, &o->plan, mul, what == 0, fixed, s, err);
+    return st || what != 2 ? st : cuda_optim_queue_step(&o->k, &o->plan, fixed && o->grad_accum == 1, s, err);
+}
+
 static HpcStatus tail_queue(void *ctx, CUstream s, HpcError *err)
 {
     const CudaOptTailCtx *c = ctx;
-    CudaOptim *o = c->o;
-    float mul = (float)(1.0 / (double)o->grad_accum);
-    HpcStatus st = HPC_OK;
-    if (o->grad_accum > 1) st = cuda_optim_queue_accumulate(&o->k, &o->plan, mul, c->what == 0, s, err);
-    return st || c->what != 2 ? st : cuda_optim_queue_step(&o->k, &o->plan, s, err);
+    return queue_work(c->o, c->what, c->o->applies_fixes, s, err);
 }
 
 /* Tail keys unique over every CudaOptim of the process (graphs of an
@@ -253,7 +339,7 @@ static void init_tails(CudaOptim *o)
         o->tails[i] = (CudaExecTail){.queue = tail_queue, .ctx = &o->tail_ctx[i], .key = base | (uint64_t)(i + 1),
                                      .label = i == 2 ? "optimizer + loss scaler (multi-tensor, in the step graph)"
                                                      : "gradient accumulation",
-                                     .bytes = i == 2 ? bytes : 0};
+                                     .bytes = i == 2 ? bytes : 0, .applies_fixes = o->applies_fixes};
     }
 }
 
@@ -269,6 +355,7 @@ HpcStatus cuda_optim_init(CudaOptim *o, CudaExec *ex, const ModelSpec *spec, Spe
     o->param = xcalloc((size_t)np, sizeof *o->param);
     o->host_t = xcalloc((size_t)np, sizeof *o->host_t);
     o->acc = xcalloc((size_t)np, sizeof *o->acc);
+    o->host_fix = xcalloc((size_t)np, sizeof *o->host_fix);
     uint64_t *src = xcalloc((size_t)np, sizeof *src);
     (void)policy;   /* the copies' dtype is the graph's (low_copy) */
     HpcStatus st = build_tensors(o, &spec->train, src, err);
@@ -277,8 +364,9 @@ HpcStatus cuda_optim_init(CudaOptim *o, CudaExec *ex, const ModelSpec *spec, Spe
     if (!st && o->count > 0) st = cuda_optim_kernels(ex->module, &o->k, err);
     CudaOptState init = {.scale = (float)ls.scale};
     if (!st)
-        st = cuda_optim_plan_build(&o->plan, o->host_t, o->grad_accum > 1 ? src : NULL, o->count, &prm, &init,
-                                   arena_alloc_cb, &ex->arena, ex->dev->stream, err);
+        st = cuda_optim_plan_build(&o->plan, o->host_t, o->grad_accum > 1 ? src : NULL,
+                                   o->applies_fixes ? o->host_fix : NULL, o->count, &prm, &init, arena_alloc_cb,
+                                   &ex->arena, ex->dev->stream, err);
     free(src);
     if (!st) init_tails(o);
     if (st) cuda_optim_free(o);
@@ -294,24 +382,25 @@ void cuda_optim_free(CudaOptim *o)
     if (o->acc_block) arena_release(a, o->acc_block);
     const CudaOptPlan *p = &o->plan;
     CUdeviceptr bufs[] = {p->tensors, p->src_grads, p->chunks, p->chunk_first, p->state, p->decision,
-                          p->part_sq, p->part_inf, p->part_pu, p->ratio, p->poison};
+                          p->part_sq, p->part_inf, p->part_pu, p->ratio, p->poison, p->fixes, p->snaps};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
         if (bufs[i]) arena_release(a, bufs[i]);
     free(o->param);
     free(o->host_t);
     free(o->acc);
+    free(o->host_fix);
     memset(o, 0, sizeof *o);
 }
 
 HpcStatus cuda_optim_accumulate(CudaOptim *o, int64_t micro, HpcError *err)
 {
     if (o->grad_accum <= 1) return HPC_OK;
-    return tail_queue(&o->tail_ctx[micro == 0 ? 0 : 1], o->ex->dev->stream, err);
+    return queue_work(o, micro == 0 ? 0 : 1, false, o->ex->dev->stream, err);
 }
 
 HpcStatus cuda_optim_step(CudaOptim *o, HpcError *err)
 {
-    return cuda_optim_queue_step(&o->k, &o->plan, o->ex->dev->stream, err);
+    return cuda_optim_queue_step(&o->k, &o->plan, false, o->ex->dev->stream, err);
 }
 
 const CudaExecTail *cuda_optim_accumulate_tail(CudaOptim *o, int64_t micro)

@@ -772,7 +772,7 @@ static void test_optimizer(const Mod *m, SpecOptimizer kind)
     CudaOptPlan plan;
     CudaOptKernels kern = opt_kernels(m);
     HpcError err;
-    if (cuda_optim_plan_build(&plan, dt, src, OPT_TENSORS, &prm, &st0, opt_alloc, NULL, dev.stream, &err))
+    if (cuda_optim_plan_build(&plan, dt, src, NULL, OPT_TENSORS, &prm, &st0, opt_alloc, NULL, dev.stream, &err))
         die("cuda_optim_plan_build", &err);
     const char *kname = spec_optimizer_name(kind);
     OptimReport rep = {0};
@@ -785,7 +785,7 @@ static void test_optimizer(const Mod *m, SpecOptimizer kind)
                 float inf = INFINITY;
                 DRV(cu->cuMemcpyHtoD(src[1] + 17 * 4, &inf, 4));
             }
-            if (cuda_optim_queue_accumulate(&kern, &plan, 0.5f, h == 0, dev.stream, &err))
+            if (cuda_optim_queue_accumulate(&kern, &plan, 0.5f, h == 0, false, dev.stream, &err))
                 die("accumulate", &err);
         }
         bool poisoned = s == 4;
@@ -793,7 +793,7 @@ static void test_optimizer(const Mod *m, SpecOptimizer kind)
             DRV(cu->cuMemsetD32Async(plan.poison, 1, 1, dev.stream));
             grads[0][0] = INFINITY;
         }
-        if (cuda_optim_queue_step(&kern, &plan, dev.stream, &err)) die("cuda_optim_queue_step", &err);
+        if (cuda_optim_queue_step(&kern, &plan, false, dev.stream, &err)) die("cuda_optim_queue_step", &err);
         double lr = schedule_lr(&sc, ost.step);
         optim_step(&oc, &ost, t, OPT_TENSORS, (float)(1.0 / ls.scale), lr, &rep);
         ls_update(&ls, rep.found_inf);
@@ -1183,7 +1183,7 @@ static void run_opt_step(const Mod *m, void *ctx)
     (void)m;
     OptTiming *t = ctx;
     HpcError err;
-    if (cuda_optim_queue_step(&t->k, t->plan, dev.stream, &err)) die("cuda_optim_queue_step", &err);
+    if (cuda_optim_queue_step(&t->k, t->plan, false, dev.stream, &err)) die("cuda_optim_queue_step", &err);
 }
 
 static void time_kernels(const Mod *m)
@@ -1323,7 +1323,7 @@ static void time_kernels(const Mod *m)
         CudaOptState st0 = {.scale = 1.0f};
         CudaOptPlan plan;
         HpcError err;
-        if (cuda_optim_plan_build(&plan, dt, NULL, NT, &prm, &st0, opt_alloc, NULL, dev.stream, &err))
+        if (cuda_optim_plan_build(&plan, dt, NULL, NULL, NT, &prm, &st0, opt_alloc, NULL, dev.stream, &err))
             die("cuda_optim_plan_build", &err);
         OptTiming ot = {opt_kernels(m), &plan};
         double bytes = cuda_optim_step_bytes(dt, NT, OPT_ADAMW);
