@@ -8,7 +8,8 @@
  * train 3 steps on the same batches with the same dropout seed, the
  * optimizer as the step's tail in a CUDA graph (the third step replays
  * it), as runtime/train/train_cuda.c does; then again with grad_accum = 2
- * (the fixes applied as the micro-batches' gradients are summed).  Checks:
+ * (the fixes applied as the micro-batches' gradients are summed), and with
+ * LAMB (its norm pass reads the gradients too).  Checks:
  *   - the fold is on in one and off in the other (the tail's
  *     applies_fixes), and it covers the tensors it should: the gradients
  *     of the FFN-up weights, the Q/K/V weights and biases and the pooler;
@@ -106,13 +107,15 @@ static double change_error(const float *a, const float *b, const float *w0, int6
     return r > 0 ? sqrt(d / r) : sqrt(d);
 }
 
-static void check_accum(ModelSpec spec, const IrGraph *g, const ParamList *pl, float **w, int accum)
+static void check_accum(ModelSpec spec, const IrGraph *g, const ParamList *pl, float **w, int accum,
+                        SpecOptimizer kind)
 {
     spec.train.grad_accum = accum;
     spec.train.max_grad_norm = 1.0;
+    spec.train.optimizer = kind;
     const bool emulated = getenv("HPC_CUDA_EMU") != NULL;
-    char tag[64];
-    snprintf(tag, sizeof tag, "bert_tiny fp16 B=%d L=%d grad_accum %d", B, L, accum);
+    char tag[80];
+    snprintf(tag, sizeof tag, "bert_tiny fp16 B=%d L=%d %s grad_accum %d", B, L, spec_optimizer_name(kind), accum);
     Trainer on, off;
     if (!open_trainer(&on, &spec, g, pl, w, NULL)) return;
     if (!open_trainer(&off, &spec, g, pl, w, "0")) {
@@ -205,8 +208,9 @@ int main(void)
         return gpu_check_summary();
     }
     float **w = gpu_check_random_params(&p.pl, PREC_FP16, uniform);
-    check_accum(spec, &p.g, &p.pl, w, 1);
-    check_accum(spec, &p.g, &p.pl, w, 2);
+    check_accum(spec, &p.g, &p.pl, w, 1, OPT_ADAMW);
+    check_accum(spec, &p.g, &p.pl, w, 2, OPT_ADAMW);
+    check_accum(spec, &p.g, &p.pl, w, 1, OPT_LAMB);
     for (int q = 0; q < p.pl.n; q++)
         if (p.pl.p[q].tied_to < 0) free(w[q]);
     free(w);
