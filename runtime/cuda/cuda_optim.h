@@ -44,8 +44,9 @@
  * gradient as raw, gamma, beta and db where they lie and computes the fix
  * as it goes (CudaOptFix, the kernels' opt_fix: the same arithmetic, so
  * the same bits), and its tails say so (CudaExecTail.applies_fixes): the
- * step skips about 24 passes over 50 M f32 gradients of BERT-base, each a
- * read and a write, for no added bytes in the optimizer.  gamma and beta
+ * step skips BERT-base's 24 fix passes (48 M f32 gradient elements in all,
+ * each read and written), and the optimizer reads raw's bytes in place of
+ * the fixed gradient's.  gamma and beta
  * are parameters the update itself changes, so the norm pass copies them
  * (the snaps) and the update reads the copies.  Only the tails apply the
  * fixes; cuda_optim_step and cuda_optim_accumulate on their own read the
