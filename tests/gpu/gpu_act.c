@@ -261,9 +261,7 @@ static void run_case(Case c)
     }
     if (inited) cuda_exec_free(&ex);
     batch_free(b);
-    for (int q = 0; q < P.pl.n; q++)
-        if (P.pl.p[q].tied_to < 0) free(w[q]);
-    free(w);
+    gpu_check_free_params(&P.pl, w);
     pipeline_free(&P);
 }
 

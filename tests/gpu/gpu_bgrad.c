@@ -298,9 +298,7 @@ static void node_case(SpecPrecision prec, bool force_fallback, double tol)
     if (st) result(0, "%s: %s", tag, err.msg);
     cpu_exec_free(&cx);
     batch_free(b);
-    for (int q = 0; q < P.pl.n; q++)
-        if (P.pl.p[q].tied_to < 0) free(w[q]);
-    free(w);
+    gpu_check_free_params(&P.pl, w);
     pipeline_free(&P);
     unsetenv("HPC_GEMM_BGRAD");
 }

@@ -13,6 +13,9 @@
  *   - gpu_check_random_batch(s, B, L, labels, rnd): rows of random length in
  *     [L/2, L] (padded after), ids in [1, vocab), and with labels set a
  *     class in [0, num_labels) per row;
+ *   - gpu_check_load_model(file, s): models/FILE under $HPC_ROOT (or the
+ *     working directory) into *s, or a failed check naming the path;
+ *   - gpu_check_free_params(pl, w): frees what gpu_check_random_params made;
  *   - gpu_check_max_grad_norm(g, cx): the largest L2 norm of a parameter
  *     gradient on the cpu executor (the step tests take 1e-3 of it as the
  *     floor of their relative errors).
@@ -31,6 +34,7 @@
 #include "program/ir.h"
 #include "program/params.h"
 #include "program/spec.h"
+#include "compiler/spec_load.h"
 
 static inline float **gpu_check_random_params(const ParamList *pl, SpecPrecision prec, float (*uniform)(void))
 {
@@ -50,6 +54,23 @@ static inline float **gpu_check_random_params(const ParamList *pl, SpecPrecision
     for (int q = 0; q < pl->n; q++)
         if (pl->p[q].tied_to >= 0) w[q] = w[pl->p[q].tied_to];
     return w;
+}
+
+static inline void gpu_check_free_params(const ParamList *pl, float **w)
+{
+    for (int q = 0; q < pl->n; q++)
+        if (pl->p[q].tied_to < 0) free(w[q]);
+    free(w);
+}
+
+static inline bool gpu_check_load_model(const char *file, ModelSpec *s)
+{
+    const char *root = getenv("HPC_ROOT");
+    char path[512];
+    snprintf(path, sizeof path, "%s/models/%s", root ? root : ".", file);
+    if (spec_load(path, s, stderr) == 0) return true;
+    result(0, "cannot load %s (run from the repository root or set HPC_ROOT)", path);
+    return false;
 }
 
 static inline Batch *gpu_check_random_batch(const ModelSpec *s, int64_t B, int64_t L, bool labels,

@@ -192,9 +192,7 @@ static void check_case(bool causal, SpecPrecision prec, int64_t B, int64_t L, do
     }
     cpu_exec_free(&cx);
     batch_free(b);
-    for (int q = 0; q < P.pl.n; q++)
-        if (P.pl.p[q].tied_to < 0) free(w[q]);
-    free(w);
+    gpu_check_free_params(&P.pl, w);
     pipeline_free(&P);
 }
 

@@ -34,7 +34,6 @@
 #include "precision.h"
 #include "program/ir.h"
 #include "program/params.h"
-#include "compiler/spec_load.h"
 #include "gpu_check.h"
 #include "gpu_check_model.h"
 
@@ -192,15 +191,9 @@ int main(void)
 {
     gpu_check_flush = 1;
     if (!gpu_check_open_device("gpu_opt_fix", &g_dev)) return 4;
-    const char *root = getenv("HPC_ROOT");
-    char path[512];
-    snprintf(path, sizeof path, "%s/models/bert_tiny.model", root ? root : ".");
     ModelSpec spec;
     HpcError err = {0};
-    if (spec_load(path, &spec, stderr) != 0) {
-        result(0, "cannot load %s (run from the repository root or set HPC_ROOT)", path);
-        return gpu_check_summary();
-    }
+    if (!gpu_check_load_model("bert_tiny.model", &spec)) return gpu_check_summary();
     PipeOptions po = pipeline_defaults(PREC_FP16);
     Pipeline p;
     if (pipeline_build(&spec, &po, &p, &err)) {
@@ -211,9 +204,7 @@ int main(void)
     check_accum(spec, &p.g, &p.pl, w, 1, OPT_ADAMW);
     check_accum(spec, &p.g, &p.pl, w, 2, OPT_ADAMW);
     check_accum(spec, &p.g, &p.pl, w, 1, OPT_LAMB);
-    for (int q = 0; q < p.pl.n; q++)
-        if (p.pl.p[q].tied_to < 0) free(w[q]);
-    free(w);
+    gpu_check_free_params(&p.pl, w);
     pipeline_free(&p);
     cuda_device_close(&g_dev);
     return gpu_check_summary();

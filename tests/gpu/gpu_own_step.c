@@ -172,15 +172,9 @@ int main(void)
 {
     gpu_check_flush = 1;
     if (!gpu_check_open_sm90("gpu_own_step", "hpc's own GEMMs (wgmma)", &g_dev)) return 4;
-    const char *root = getenv("HPC_ROOT");
-    char path[512];
-    snprintf(path, sizeof path, "%s/models/bert_base.model", root ? root : ".");
     ModelSpec spec;
     HpcError err = {0};
-    if (spec_load(path, &spec, stderr) != 0) {
-        result(0, "cannot load %s (run from the repository root or set HPC_ROOT)", path);
-        return gpu_check_summary();
-    }
+    if (!gpu_check_load_model("bert_base.model", &spec)) return gpu_check_summary();
     const bool emulated = getenv("HPC_CUDA_EMU") != NULL;
     snprintf(spec.name, sizeof spec.name, "bert_base");
     if (emulated) {   /* BERT-base at 32768 rows is hours on a CPU */
@@ -213,9 +207,7 @@ int main(void)
         }
         cuda_exec_free(&ref);
     }
-    for (int q = 0; q < p.pl.n; q++)
-        if (p.pl.p[q].tied_to < 0) free(w[q]);
-    free(w);
+    gpu_check_free_params(&p.pl, w);
     pipeline_free(&p);
     cuda_device_close(&g_dev);
     return gpu_check_summary();

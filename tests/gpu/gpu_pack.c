@@ -222,9 +222,7 @@ static void check_case(Case c, SpecPrecision prec, double tol, bool every_token)
     if (inited) cuda_exec_free(&ex);
     cpu_exec_free(&cx);
     batch_free(b);
-    for (int q = 0; q < p.pl.n; q++)
-        if (p.pl.p[q].tied_to < 0) free(w[q]);
-    free(w);
+    gpu_check_free_params(&p.pl, w);
     pipeline_free(&p);
 }
 

@@ -206,9 +206,7 @@ static void run_case(SpecPrecision prec, bool fuse_qkv)
         if (fuse_qkv && prec != PREC_FP32) check_view_refused(&P, tag);
     }
     if (st) result(0, "%s: %s", tag, err.msg);
-    for (int q = 0; q < P.pl.n; q++)
-        if (P.pl.p[q].tied_to < 0) free(w[q]);
-    free(w);
+    gpu_check_free_params(&P.pl, w);
     pipeline_free(&P);
 }
 

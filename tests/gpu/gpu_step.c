@@ -85,15 +85,6 @@ typedef enum { V_SEQ_CLS, V_REGRESSION, V_MLM, V_CLM, V_CCLS } Variant;
 static const char *const variant_names[] = {"classifier", "regression", "masked-lm", "causal-lm",
                                             "causal classifier"};
 
-static int load_model(ModelSpec *s, const char *file)
-{
-    const char *root = getenv("HPC_ROOT");
-    char path[512];
-    snprintf(path, sizeof path, "%s/models/%s", root ? root : ".", file);
-    if (spec_load(path, s, stderr) == 0) return 1;
-    result(0, "cannot load %s (run from the repository root or set HPC_ROOT)", path);
-    return 0;
-}
 
 /* BERT-base / bert_tiny with a 2-label classifier and dropout 0.1 (the
  * spec defaults), or the tiny shape with another head: regression, the
@@ -101,8 +92,8 @@ static int load_model(ModelSpec *s, const char *file)
 static int make_spec(ModelSpec *s, bool tiny, Variant v)
 {
     spec_defaults(s);
-    if (v == V_MLM && !load_model(s, "bert_base_mlm.model")) return 0;
-    if ((v == V_CLM || v == V_CCLS) && !load_model(s, "gpt2_small.model")) return 0;
+    if (v == V_MLM && !gpu_check_load_model("bert_base_mlm.model", s)) return 0;
+    if ((v == V_CLM || v == V_CCLS) && !gpu_check_load_model("gpt2_small.model", s)) return 0;
     snprintf(s->name, sizeof s->name, "%s %s", tiny ? "bert_tiny" : "bert_base", variant_names[v]);
     if (v == V_CLM) snprintf(s->name, sizeof s->name, "gpt2_tiny causal-lm");
     if (v == V_CCLS) { /* GPT2ForSequenceClassification: pools the last real token */
