@@ -48,7 +48,7 @@ typedef struct {
     int ln;     /* the LN_RESIDUAL site whose xhat it reads */
     int xhat, gamma, beta, db;
     bool ones;  /* db from xhat's ones column: LINEAR_DW + LN_DW_FIX_DB */
-    bool last;  /* the fix goes to the graph's end (readers_only_views) */
+    bool last;  /* the fix goes to the graph's end (can_go_last) */
 } DwSite;
 
 static const IrNode *nd(const IrGraph *g, int id) { return &g->nodes[id]; }
