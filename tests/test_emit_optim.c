@@ -193,10 +193,13 @@ static char *layout_probe(int size_shift)
                   F(CudaOptState, total_skips), F(CudaOptState, grad_norm), F(CudaOptState, clip_coef),
                   F(CudaOptState, lr)};
     Field c[] = {F(CudaOptChunk, tensor), F(CudaOptChunk, len), F(CudaOptChunk, begin)};
+    Field fx[] = {F(CudaOptFix, raw), F(CudaOptFix, gamma), F(CudaOptFix, beta), F(CudaOptFix, db),
+                  F(CudaOptFix, snap), F(CudaOptFix, cols), F(CudaOptFix, ld), F(CudaOptFix, db_ld)};
     probe_struct(&b, "opt_tensor", sizeof(CudaOptTensor), t, (int)(sizeof t / sizeof t[0]), size_shift);
     probe_struct(&b, "opt_params", sizeof(CudaOptParams), p, (int)(sizeof p / sizeof p[0]), 0);
     probe_struct(&b, "opt_state", sizeof(CudaOptState), st, (int)(sizeof st / sizeof st[0]), 0);
     probe_struct(&b, "opt_chunk", sizeof(CudaOptChunk), c, (int)(sizeof c / sizeof c[0]), 0);
+    probe_struct(&b, "opt_fix", sizeof(CudaOptFix), fx, (int)(sizeof fx / sizeof fx[0]), 0);
     strbuf_printf(&b, "static_assert(OPT_ADAMW == %d && OPT_ADAM == %d && OPT_SGD == %d && OPT_LAMB == %d, "
                   "\"optimizer codes\");\n", OPT_ADAMW, OPT_ADAM, OPT_SGD, OPT_LAMB);
     strbuf_printf(&b, "static_assert(SCHED_LINEAR == %d && SCHED_COSINE == %d && LS_DYNAMIC == %d, \"codes\");\n",
