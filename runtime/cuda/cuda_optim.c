@@ -276,13 +276,14 @@ static HpcStatus build_tensors(CudaOptim *o, const SpecTraining *tr, uint64_t *s
     size_t *bytes = xcalloc((size_t)pl->n + 1, sizeof *bytes);
     CUdeviceptr *ptrs = xcalloc((size_t)pl->n + 1, sizeof *ptrs);
     int fixed = 0, unread = 0;
+    bool wanted = fixes_wanted();
     for (int p = 0; p < pl->n; p++) {
         if (g->param_grad[p] < 0) continue;
         HPC_ASSERT(pl->p[p].tied_to < 0);
         int64_t n = params_numel(&pl->p[p]);
         CudaOptTensor *t = &o->host_t[o->count];
         src[o->count] = cuda_exec_ptr(o->ex, g->param_grad[p]);
-        int how = fixes_wanted() ? fix_of(o->ex, g->param_grad[p], &o->host_fix[o->count]) : 0;
+        int how = wanted ? fix_of(o->ex, g->param_grad[p], &o->host_fix[o->count]) : 0;
         fixed += how > 0;
         unread += how < 0;
         *t = (CudaOptTensor){.master = cuda_exec_param_ptr(o->ex, p, DT_F32), .grad = src[o->count], .n = n,

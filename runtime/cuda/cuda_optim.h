@@ -46,9 +46,9 @@
  * the same bits), and its tails say so (CudaExecTail.applies_fixes): the
  * step skips BERT-base's 24 fix passes (48 M f32 gradient elements in all,
  * each read and written), and the optimizer reads raw's bytes in place of
- * the fixed gradient's.  gamma and beta
- * are parameters the update itself changes, so the norm pass copies them
- * (the snaps) and the update reads the copies.  Only the tails apply the
+ * the fixed gradient's.  gamma and beta are parameters the update itself
+ * changes, so the norm pass copies them (the snaps) and the update reads
+ * the copies.  Only the tails apply the
  * fixes; cuda_optim_step and cuda_optim_accumulate on their own read the
  * executor's fixed gradients (a run without such a tail ran the fixes).
  * HPC_OPT_LN_FIX=0 turns this off (the executor runs the fixes).
