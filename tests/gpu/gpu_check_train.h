@@ -4,6 +4,10 @@
  * gpu_opt_early).
  *
  * Promises:
+ *   - gpu_train_model(file, spec, p, w, uniform): models/FILE loaded, its
+ *     fp16 step graph built into *p and random parameters drawn into *w
+ *     (gpu_check_random_params); false, after a failed check, when either
+ *     fails;
  *   - gpu_train_open(t, dev, spec, g, pl, B, L, w, env, value): an executor
  *     over g (bounds B, L) with the weights w, and its optimizer opened
  *     with the environment variable env set to value (NULL: unset; env is
@@ -25,7 +29,8 @@
  *     emulator (HPC_CUDA_EMU set: one thread, no float atomics racing) one
  *     that all are equal bit for bit; on a GPU how many are, printed;
  *   - gpu_train_close(t) frees what gpu_train_open made.
- * Static functions; include after gpu_check.h in a test's .c. */
+ * Static functions; include after gpu_check.h and gpu_check_model.h in a
+ * test's .c. */
 #ifndef HPC_TESTS_GPU_CHECK_TRAIN_H
 #define HPC_TESTS_GPU_CHECK_TRAIN_H
 
@@ -37,9 +42,24 @@
 #include "cuda/cuda_exec.h"
 #include "cuda/cuda_optim.h"
 #include "data/batch.h"
+#include "pipeline.h"
 #include "program/ir.h"
 #include "program/params.h"
 #include "program/spec.h"
+
+static inline bool gpu_train_model(const char *file, ModelSpec *spec, Pipeline *p, float ***w,
+                                   float (*uniform)(void))
+{
+    HpcError err = {0};
+    if (!gpu_check_load_model(file, spec)) return false;
+    PipeOptions po = pipeline_defaults(PREC_FP16);
+    if (pipeline_build(spec, &po, p, &err)) {
+        result(0, "%s fp16: build the graph: %s", file, err.msg);
+        return false;
+    }
+    *w = gpu_check_random_params(&p->pl, PREC_FP16, uniform);
+    return true;
+}
 
 typedef struct {
     CudaExec ex;
