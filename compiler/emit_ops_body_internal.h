@@ -109,24 +109,6 @@ static inline int ln_nu(long long D) { return (int)((D / 8 + ln_threads(D) - 1) 
 StrBuf *eopb_ln_row_phase(EopGen *gen, const char *base, const IrNode *rows_of, long long D);
 /* mean and rstd of the row in xv[NU][8] (two passes over the registers, f32). */
 void eopb_ln_row_stats(StrBuf *s, long long D, double eps);
-
-/* How a row kernel spreads its rows over threads: a block of ln_threads(D)
- * a row (EOP_LT_ROWS, what the two functions above emit), or one warp a
- * row, four rows a block of 128 (EOP_LT_WARP_ROWS): up to 64 rows an SM
- * in flight instead of 21 at D = 768, for the few rows of small batches
- * (HPC_LN_FWD=warp, the LayerNorm site's forward); rows of D up to 1024
- * only (a lane holds at most 32 of its row's values), blocks past that. */
-typedef struct {
-    bool warp;
-    int threads;      /* T: threads a row */
-    int nu;           /* 8-column chunks a thread: ceil(D / 8 / T) */
-    const char *tid;  /* the thread's index in its row, in the kernel's C */
-} LnRows;
-LnRows eopb_ln_rows(long long D, bool warp);
-/* eopb_ln_row_phase and eopb_ln_row_stats for either spread; the warp
- * phase also declares lane. */
-StrBuf *eopb_ln_rows_phase(EopGen *gen, const char *base, const IrNode *rows_of, long long D, const LnRows *lr);
-void eopb_ln_rows_stats(StrBuf *s, long long D, double eps, const LnRows *lr);
 /* Whether the node's output and inputs are all float. */
 bool eopb_ln_vec_dtypes(const EopGen *gen);
 

@@ -20,35 +20,16 @@ static void ln_stats_text(StrBuf *s, const char *ld, long long D, double eps)
                 D, ld, D, D, ld, D, eps);
 }
 
-LnRows eopb_ln_rows(long long D, bool warp)
-{
-    /* past 1024 columns a lane would hold more than 32 values of its row */
-    if (!warp || D > 1024) return (LnRows){false, ln_threads(D), ln_nu(D), "threadIdx.x"};
-    return (LnRows){true, 32, (int)((D / 8 + 31) / 32), "lane"};
-}
-
-StrBuf *eopb_ln_rows_phase(EopGen *gen, const char *base, const IrNode *rows_of, long long D, const LnRows *lr)
+/* A block-per-row phase over the rows of `rows_of`: declares sh, R, row. */
+StrBuf *eopb_ln_row_phase(EopGen *gen, const char *base, const IrNode *rows_of, long long D)
 {
     char rows[128], tag[32];
     rows_expr(rows_of, rows, sizeof rows);
     snprintf(tag, sizeof tag, "h%lld", D);
-    if (!lr->warp) {
-        StrBuf *s = eopb_phase(gen, base, tag, EOP_LT_ROWS, sz_rows(rows_of), lr->threads);
-        strbuf_printf(s, "    __shared__ float sh[32];\n    const i64 R = %s;\n    const i64 row = blockIdx.x;\n"
-                       "    if (row >= R) return;\n", rows);
-        return s;
-    }
-    StrBuf *s = eopb_phase(gen, base, tag, EOP_LT_WARP_ROWS, sz_rows(rows_of), 128);
-    /* a warp's rows end together, so its early return leaves no barrier waiting */
-    strbuf_printf(s, "    const i64 R = %s;\n    const i64 row = (i64)blockIdx.x * 4 + (threadIdx.x >> 5);\n"
-                   "    const int lane = threadIdx.x & 31;\n    if (row >= R) return;\n", rows);
+    StrBuf *s = eopb_phase(gen, base, tag, EOP_LT_ROWS, sz_rows(rows_of), ln_threads(D));
+    strbuf_printf(s, "    __shared__ float sh[32];\n    const i64 R = %s;\n    const i64 row = blockIdx.x;\n"
+                   "    if (row >= R) return;\n", rows);
     return s;
-}
-
-StrBuf *eopb_ln_row_phase(EopGen *gen, const char *base, const IrNode *rows_of, long long D)
-{
-    LnRows lr = eopb_ln_rows(D, false);
-    return eopb_ln_rows_phase(gen, base, rows_of, D, &lr);
 }
 
 /* Loads row `row` of PTR (dtype dt, D columns) into NAME[NU][8] (zeros past D). */
@@ -63,23 +44,17 @@ static void ln_row_load(StrBuf *s, const char *name, const char *ptr, DType dt, 
 }
 
 /* mean and rstd of the row in xv (two passes over the registers, f32). */
-void eopb_ln_rows_stats(StrBuf *s, long long D, double eps, const LnRows *lr)
-{
-    const char *sum_open = lr->warp ? "warp_sum(" : "block_sum(", *sum_close = lr->warp ? ")" : ", sh)";
-    strbuf_printf(s, "    float s1 = 0.0f;\n#pragma unroll\n    for (int u = 0; u < %d; u++)\n"
-                   "        for (int j = 0; j < 8; j++) s1 += xv[u][j];\n"
-                   "    const float mean = %ss1%s * (1.0f / %lld);\n    float q = 0.0f;\n"
-                   "#pragma unroll\n    for (int u = 0; u < %d; u++)\n"
-                   "        if (%s + %d * u < %lld)\n"
-                   "            for (int j = 0; j < 8; j++) {\n                float d = xv[u][j] - mean;\n                q += d * d;\n            }\n"
-                   "    const float rstd = 1.0f / sqrtf(%sq%s * (1.0f / %lld) + (float)%.9g);\n",
-                lr->nu, sum_open, sum_close, D, lr->nu, lr->tid, lr->threads, D / 8, sum_open, sum_close, D, eps);
-}
-
 void eopb_ln_row_stats(StrBuf *s, long long D, double eps)
 {
-    LnRows lr = eopb_ln_rows(D, false);
-    eopb_ln_rows_stats(s, D, eps, &lr);
+    int nu = ln_nu(D), T = ln_threads(D);
+    strbuf_printf(s, "    float s1 = 0.0f;\n#pragma unroll\n    for (int u = 0; u < %d; u++)\n"
+                   "        for (int j = 0; j < 8; j++) s1 += xv[u][j];\n"
+                   "    const float mean = block_sum(s1, sh) * (1.0f / %lld);\n    float q = 0.0f;\n"
+                   "#pragma unroll\n    for (int u = 0; u < %d; u++)\n"
+                   "        if (threadIdx.x + %d * u < %lld)\n"
+                   "            for (int j = 0; j < 8; j++) {\n                float d = xv[u][j] - mean;\n                q += d * d;\n            }\n"
+                   "    const float rstd = 1.0f / sqrtf(block_sum(q, sh) * (1.0f / %lld) + (float)%.9g);\n",
+                nu, D, nu, T, D / 8, D, eps);
 }
 
 bool eopb_ln_vec_dtypes(const EopGen *gen)

@@ -23,38 +23,19 @@ static HpcStatus ln_site_check(const EopGen *gen, long long D, HpcError *err)
                     "on the cpu backend", gen->id, OUTN->name, D);
 }
 
-/* HPC_LN_FWD (a hook for comparisons, read when the module is generated,
- * so part of the kernels' text and cache key): unset or "block", a block
- * of ln_threads(D) a row; "warp", a warp a row (LnRows), the kernel's name
- * ending in _w. */
-static HpcStatus ln_fwd_rows(const EopGen *gen, long long D, LnRows *lr, HpcError *err)
-{
-    const char *e = getenv("HPC_LN_FWD");
-    bool warp = e && strcmp(e, "warp") == 0;
-    if (e && *e && !warp && strcmp(e, "block") != 0)
-        return hpc_fail(err, HPC_ERR_INPUT, "emit_ops: node %d (%s): HPC_LN_FWD=%s is not a variant; set it to "
-                        "block or warp, or leave it unset", gen->id, OUTN->name, e);
-    *lr = eopb_ln_rows(D, warp);
-    return HPC_OK;
-}
-
 HpcStatus eopb_ln_residual(EopGen *gen, HpcError *err)
 {
     const IrNode *n = OUTN;
     long long D = (long long)last_dim(n);
     HpcStatus st = ln_site_check(gen, D, err);
-    LnRows lr;
-    if (!st) st = ln_fwd_rows(gen, D, &lr, err);
     if (st) return st;
     IrLnFusedAttr la = fuse_ln_attr_get(n);
     IrFusedAttr fa = {la.p, (int32_t)la.salt, 0, (uint8_t)la.mid, 0, 0};
-    int nu = lr.nu, T = lr.threads;
-    const char *tid = lr.tid;
-    char vm[64], va[64], base[32];
+    int nu = ln_nu(D);
+    char vm[64], va[64];
     eopb_round_expr((DType)la.mid, "dropout_elem(m8, j, on, xv8[j], dscale)", vm, sizeof vm);
     eopb_round_expr((DType)la.aux, "v + rv8[j]", va, sizeof va);
-    snprintf(base, sizeof base, "%s%s", n->n_in == 5 ? "ln_residual_bias_fwd" : "ln_residual_fwd", lr.warp ? "_w" : "");
-    StrBuf *s = eopb_ln_rows_phase(gen, base, n, D, &lr);
+    StrBuf *s = eopb_ln_row_phase(gen, n->n_in == 5 ? "ln_residual_bias_fwd" : "ln_residual_fwd", n, D);
     eopb_dropout_consts(gen, s, fa);
     /* la.xhat: output 3 is xhat = (s - mean) * rstd in f16, written with y; s stays in registers */
     DType saved = la.xhat ? DT_F16 : (DType)la.aux;
@@ -62,12 +43,12 @@ HpcStatus eopb_ln_residual(EopGen *gen, HpcError *err)
     strbuf_printf(s, "    float *o_mean = (float *)a.yk[0], *o_rstd = (float *)a.yk[1];\n"
                    "    %s *o_sum = (%s *)a.yk[2];\n    %s *o_low = (%s *)a.yk[3];\n"
                    "    float xv[%d][8];\n#pragma unroll\n    for (int u = 0; u < %d; u++) {\n"
-                   "        const int cu = %s + %d * u;\n"
+                   "        const int cu = threadIdx.x + %d * u;\n"
                    "        for (int j = 0; j < 8; j++) xv[u][j] = 0.0f;\n        if (cu >= %lld) continue;\n"
                    "        const i64 e0 = row * %lldLL + cu * 8;\n        float xv8[8], rv8[8];\n"
                    "        ld8_%s(x0 + e0, xv8);\n        ld8_%s(x1 + e0, rv8);\n",
                 ctype(saved), ctype(saved), ctype((DType)la.low), ctype((DType)la.low),
-                nu, nu, tid, T, D / 8, D, ir_dtype_name(INN(0)->dtype), ir_dtype_name(INN(1)->dtype));
+                nu, nu, ln_threads(D), D / 8, D, ir_dtype_name(INN(0)->dtype), ir_dtype_name(INN(1)->dtype));
     if (n->n_in == 5)
         strbuf_printf(s, "        float bv8[8];\n        ld8_%s(x4 + cu * 8, bv8);\n"
                        "        for (int j = 0; j < 8; j++) xv8[j] += bv8[j];\n", ir_dtype_name(INN(4)->dtype));
@@ -77,15 +58,15 @@ HpcStatus eopb_ln_residual(EopGen *gen, HpcError *err)
                 vm, va);
     if (!la.xhat) strbuf_printf(s, "        if (o_sum) st8_%s(o_sum + e0, xv[u]);\n", aux);
     strbuf_add(s, "    }\n");
-    eopb_ln_rows_stats(s, D, (double)(float)la.eps, &lr);
-    strbuf_printf(s, "    if (%s == 0) {\n        if (o_mean) o_mean[row] = mean;\n        if (o_rstd) o_rstd[row] = rstd;\n    }\n"
-                   "#pragma unroll\n    for (int u = 0; u < %d; u++) {\n        const int cu = %s + %d * u;\n"
+    eopb_ln_row_stats(s, D, (double)(float)la.eps);
+    strbuf_printf(s, "    if (threadIdx.x == 0) {\n        if (o_mean) o_mean[row] = mean;\n        if (o_rstd) o_rstd[row] = rstd;\n    }\n"
+                   "#pragma unroll\n    for (int u = 0; u < %d; u++) {\n        const int cu = threadIdx.x + %d * u;\n"
                    "        if (cu >= %lld) break;\n        float g[8], bt[8], r[8]%s;\n"
                    "        ld8_%s(x2 + cu * 8, g);\n        ld8_%s(x3 + cu * 8, bt);\n"
                    "%s"
                    "        st8_%s(y + row * %lldLL + cu * 8, r);\n"
                    "        if (o_low) st8_%s(o_low + row * %lldLL + cu * 8, r);\n",
-                tid, nu, tid, T, D / 8, la.xhat ? ", h[8]" : "", ir_dtype_name(INN(2)->dtype),
+                nu, ln_threads(D), D / 8, la.xhat ? ", h[8]" : "", ir_dtype_name(INN(2)->dtype),
                 ir_dtype_name(INN(3)->dtype),
                 la.xhat ? "        for (int j = 0; j < 8; j++) {\n            h[j] = (xv[u][j] - mean) * rstd;\n"
                           "            r[j] = h[j] * g[j] + bt[j];\n        }\n"
@@ -98,10 +79,10 @@ HpcStatus eopb_ln_residual(EopGen *gen, HpcError *err)
     strbuf_add(s, "    }\n");
     if (la.xhat && XS > D) {
         HPC_ASSERT(XS == D + 8);
-        strbuf_printf(s, "    if (o_sum && %s == 0) {\n"
+        strbuf_printf(s, "    if (o_sum && threadIdx.x == 0) {\n"
                        "        const float one[8] = {1.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};\n"
                        "        st8_%s(o_sum + row * %lldLL + %lldLL, one);\n    }\n",
-                    tid, aux, XS, D);
+                    aux, XS, D);
     }
     return HPC_OK;
 }

@@ -15,8 +15,7 @@
  * CudaOptFix per tensor, or NULL: the gradients a fix describes are read as
  * raw * gamma + db * beta, "Deferred fixes" in cuda_optim.h):
  *   opt_check_norm(double *part_sq, int *part_inf, const CudaOptTensor *t, const CudaOptChunk *c,
- *                  int C, const CudaOptState *state, const int *poison, F,
- *                  int block0)                              ceil(C/4) x 256, or n blocks from block0
+ *                  int C, const CudaOptState *state, const int *poison, F)   ceil(C/4) x 256
  *       per 4 chunks: sum of (grad / scale)^2 (f64) and a non-finite flag;
  *       copies each fix's gamma and beta into its snap
  *   opt_decide(void *decision, CudaOptState *state, const double *part_sq, const int *part_inf,

@@ -499,7 +499,7 @@ HpcStatus cuda_exec_launch_node(CudaExec *ex, int id, HpcError *err)
     return HPC_OK;
 }
 
-static HpcStatus launch_all(CudaExec *ex, int end, const CudaExecTail *tail, HpcError *err)
+static HpcStatus launch_all(CudaExec *ex, int end, HpcError *err)
 {
     HpcStatus st = HPC_OK;
     for (int t = 0; t < end && !st; t++) {
@@ -509,26 +509,8 @@ static HpcStatus launch_all(CudaExec *ex, int end, const CudaExecTail *tail, Hpc
             snprintf(err->msg + len, sizeof err->msg - len, " (node %d, %s)", ex->plan.order[t],
                      NODE(ex->plan.order[t])->name);
         }
-        if (!st && tail && tail->after) st = tail->after(tail->ctx, t, ex->dev->stream, err);
     }
     return st;
-}
-
-/* The value whose storage holds v's bytes: through views and in-place chains. */
-static int storage_root(const PlanValue *pv, int v)
-{
-    for (int hops = 0; pv[v].storage >= 0 && pv[v].storage != v && hops < 1 << 20; hops++) v = pv[v].storage;
-    return v;
-}
-
-int cuda_exec_final_at(const CudaExec *ex, int v)
-{
-    const PlanValue *pv = ex->plan.v;
-    int root = storage_root(pv, v), at = -1;
-    /* views are written by no kernel; every arena value of the same storage is */
-    for (int u = 0; u < ex->g->n; u++)
-        if (pv[u].kind == PLAN_ARENA && pv[u].def > at && storage_root(pv, u) == root) at = pv[u].def;
-    return at;
 }
 
 static CudaExecGraph *graph_slot(CudaExec *ex, bool backward, uint64_t tail_key)
@@ -546,7 +528,7 @@ static CudaExecGraph *graph_slot(CudaExec *ex, bool backward, uint64_t tail_key)
 /* The step's nodes, then the tail (the optimizer) on the same stream. */
 HpcStatus cuda_exec_launch_step(CudaExec *ex, int end, const CudaExecTail *tail, HpcError *err)
 {
-    HpcStatus st = launch_all(ex, end, tail, err);
+    HpcStatus st = launch_all(ex, end, err);
     return st || !tail ? st : tail->queue(tail->ctx, ex->dev->stream, err);
 }
 

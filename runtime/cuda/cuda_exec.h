@@ -71,12 +71,6 @@
  * `bytes`. */
 typedef struct {
     HpcStatus (*queue)(void *ctx, CUstream stream, HpcError *err);
-    /* or NULL; else called after the launch of each node of the step, pos
-     * its schedule position, before the next one's (the optimizer's norm
-     * pass queues its parts beside the backward from here); the
-     * profiler's launches (HPC_PROFILE) skip it, and queue must then do
-     * everything */
-    HpcStatus (*after)(void *ctx, int pos, CUstream stream, HpcError *err);
     void *ctx;
     uint64_t key;
     const char *label;
@@ -210,12 +204,6 @@ HpcStatus cuda_exec_read(CudaExec *ex, int v, float *out, HpcError *err);
  * a value of the trailing fixes (v >= fix_from) after a run whose tail
  * applied them: that run never wrote it. */
 CUdeviceptr cuda_exec_ptr(const CudaExec *ex, int v);
-
-/* The schedule position of the last launch that writes value v's bytes
- * (its storage's: an in-place chain's last writer; a view's base), -1
- * for none (a batch input, a parameter): after that position's node a
- * reader on another stream may start. */
-int cuda_exec_final_at(const CudaExec *ex, int v);
 
 /* Storage of parameter p (an index of the ParamList that owns storage) in
  * dtype dt: the f32 master for DT_F32, the low copy the graph reads for

@@ -6,7 +6,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cuda/cuda_optim_early.h"
 #include "train/lossscale.h"
 #include "train/optim.h"
 #include "train/schedule.h"
@@ -148,26 +147,17 @@ static HpcStatus launch1(CUfunction f, unsigned grid, unsigned block, CUstream s
     return cuda_launch(f, (unsigned[3]){grid, 1, 1}, (unsigned[3]){block, 1, 1}, 0, s, args, err);
 }
 
-HpcStatus cuda_optim_queue_check(const CudaOptKernels *k, const CudaOptPlan *p, bool fixed, int block0, int blocks,
-                                 CUstream s, HpcError *err)
-{
-    if (p->n_chunks == 0 || blocks <= 0) return HPC_OK;
-    HPC_ASSERT(block0 >= 0 && block0 + blocks <= p->parts);
-    CudaOptPlan v = *p;   /* kernel arguments are read through pointers */
-    CUdeviceptr fixes = fixed ? p->fixes : 0;
-    void *args[] = {&v.part_sq, &v.part_inf, &v.tensors, &v.chunks, &v.n_chunks, &v.state, &v.poison, &fixes, &block0};
-    return launch1(k->check, (unsigned)blocks, 256, s, args, err);
-}
-
-HpcStatus cuda_optim_queue_after_check(const CudaOptKernels *k, const CudaOptPlan *p, bool fixed, CUstream s,
-                                       HpcError *err)
+HpcStatus cuda_optim_queue_step(const CudaOptKernels *k, const CudaOptPlan *p, bool fixed, CUstream s,
+                                HpcError *err)
 {
     if (p->n_chunks == 0) return HPC_OK;
-    CudaOptPlan v = *p;
+    CudaOptPlan v = *p;   /* kernel arguments are read through pointers */
     CUdeviceptr ratio = p->prm.kind == OPT_LAMB ? p->ratio : 0, fixes = fixed ? p->fixes : 0;
+    void *check_args[] = {&v.part_sq, &v.part_inf, &v.tensors, &v.chunks, &v.n_chunks, &v.state, &v.poison, &fixes};
     void *decide_args[] = {&v.decision, &v.state, &v.part_sq, &v.part_inf, &v.parts, &v.prm, &v.poison};
     void *update_args[] = {&v.decision, &v.tensors, &v.chunks, &ratio, &v.prm, &fixes};
-    HpcStatus st = launch1(k->decide, 1, 1024, s, decide_args, err);
+    HpcStatus st = launch1(k->check, (unsigned)p->parts, 256, s, check_args, err);
+    if (!st) st = launch1(k->decide, 1, 1024, s, decide_args, err);
     if (!st && p->prm.kind == OPT_LAMB) {
         void *norm_args[] = {&v.part_pu, &v.decision, &v.tensors, &v.chunks, &v.prm, &fixes};
         void *ratio_args[] = {&v.ratio, &v.part_pu, &v.chunk_first, &v.decision};
@@ -175,13 +165,6 @@ HpcStatus cuda_optim_queue_after_check(const CudaOptKernels *k, const CudaOptPla
         if (!st) st = launch1(k->lamb_ratio, (unsigned)p->count, 256, s, ratio_args, err);
     }
     return st ? st : launch1(k->update, (unsigned)p->n_chunks, 256, s, update_args, err);
-}
-
-HpcStatus cuda_optim_queue_step(const CudaOptKernels *k, const CudaOptPlan *p, bool fixed, CUstream s,
-                                HpcError *err)
-{
-    HpcStatus st = cuda_optim_queue_check(k, p, fixed, 0, p->parts, s, err);
-    return st ? st : cuda_optim_queue_after_check(k, p, fixed, s, err);
 }
 
 HpcStatus cuda_optim_queue_accumulate(const CudaOptKernels *k, const CudaOptPlan *p, float mul, int first,
@@ -236,12 +219,11 @@ static CUdeviceptr low_copy(const CudaExec *ex, int p)
 }
 
 /* How the tails read value v, a parameter's gradient: plain (0: it comes
- * before the executor's trailing fixes), through a fix (1, *f filled and
- * *node the fix's node: the gradient of an LN_DW_FIX or LN_DW_FIX_DB, its
- * db output, or a view of rows of either), or not at all (-1: another
- * trailing value, or one these kernels cannot read: then no tail applies
- * the fixes). */
-static int fix_of(const CudaExec *ex, int v, CudaOptFix *f, int *node)
+ * before the executor's trailing fixes), through a fix (1, *f filled:
+ * the gradient of an LN_DW_FIX or LN_DW_FIX_DB, its db output, or a view
+ * of rows of either), or not at all (-1: another trailing value, or one
+ * these kernels cannot read: then no tail applies the fixes). */
+static int fix_of(const CudaExec *ex, int v, CudaOptFix *f)
 {
     const IrGraph *g = ex->g;
     *f = (CudaOptFix){0};
@@ -261,7 +243,6 @@ static int fix_of(const CudaExec *ex, int v, CudaOptFix *f, int *node)
     if (!f32 || off % 4 || (!bias && e % cols) || ir_numel(&g->nodes[v], 1, 1) >= INT32_MAX) return -1;
     int64_t row0 = bias ? e : e / cols;
     CUdeviceptr r = cuda_exec_ptr(ex, x->in[0]);
-    *node = (int)(x - g->nodes);
     if (bias) {
         *f = (CudaOptFix){.raw = r + (CUdeviceptr)((row0 * ld + cols) * 4), .cols = 1, .ld = ld};
         return 1;
@@ -273,22 +254,6 @@ static int fix_of(const CudaExec *ex, int v, CudaOptFix *f, int *node)
     else
         f->db = r + (CUdeviceptr)((row0 * ld + cols) * 4), f->db_ld = ld;
     return 1;
-}
-
-/* The schedule position after which the optimizer may read gradient v:
- * its own final write, or, read through the fix of node `fix` (not -1),
- * the final writes of what the fix reads (raw, db; gamma and beta are
- * parameters). */
-static int gradient_ready(const CudaExec *ex, int v, int fix)
-{
-    if (fix < 0) return cuda_exec_final_at(ex, v);
-    int at = -1;
-    const IrNode *x = &ex->g->nodes[fix];
-    for (int k = 0; k < x->n_in; k++) {
-        int f = cuda_exec_final_at(ex, x->in[k]);
-        if (f > at) at = f;
-    }
-    return at;
 }
 
 /* Whether HPC_OPT_LN_FIX allows the tails to apply the fixes (unset or 1). */
@@ -310,7 +275,6 @@ static HpcStatus build_tensors(CudaOptim *o, const SpecTraining *tr, uint64_t *s
     optim_config_from_spec(&oc, tr);
     size_t *bytes = xcalloc((size_t)pl->n + 1, sizeof *bytes);
     CUdeviceptr *ptrs = xcalloc((size_t)pl->n + 1, sizeof *ptrs);
-    int *ready = xcalloc((size_t)pl->n + 1, sizeof *ready);
     int fixed = 0, unread = 0;
     bool wanted = fixes_wanted();
     for (int p = 0; p < pl->n; p++) {
@@ -319,9 +283,8 @@ static HpcStatus build_tensors(CudaOptim *o, const SpecTraining *tr, uint64_t *s
         int64_t n = params_numel(&pl->p[p]);
         CudaOptTensor *t = &o->host_t[o->count];
         src[o->count] = cuda_exec_ptr(o->ex, g->param_grad[p]);
-        int node = -1, how = wanted ? fix_of(o->ex, g->param_grad[p], &o->host_fix[o->count], &node) : 0;
+        int how = wanted ? fix_of(o->ex, g->param_grad[p], &o->host_fix[o->count]) : 0;
         fixed += how > 0;
-        ready[o->count] = gradient_ready(o->ex, g->param_grad[p], node);
         unread += how < 0;
         *t = (CudaOptTensor){.master = cuda_exec_param_ptr(o->ex, p, DT_F32), .grad = src[o->count], .n = n,
                              .decay = pl->p[p].decay, .low = low_copy(o->ex, p)};
@@ -330,10 +293,6 @@ static HpcStatus build_tensors(CudaOptim *o, const SpecTraining *tr, uint64_t *s
     }
     o->applies_fixes = fixed > 0 && unread == 0;
     if (!o->applies_fixes) memset(o->host_fix, 0, (size_t)(pl->n + 1) * sizeof *o->host_fix);
-    /* where the executor runs the fixes, a fixed gradient is final after its fix */
-    for (int i = 0; i < o->count; i++)
-        o->ready[i] = o->applies_fixes ? ready[i] : cuda_exec_final_at(o->ex, g->param_grad[o->param[i]]);
-    free(ready);
     HpcStatus st = HPC_OK;
     if (optim_needs_m(&oc) && !(st = zeroed_packed(o, &o->m_block, ptrs, bytes, "optimizer m", err)))
         for (int i = 0; i < o->count; i++) o->host_t[i].m = ptrs[i];
@@ -360,23 +319,13 @@ static HpcStatus queue_work(CudaOptim *o, int what, bool fixed, CUstream s, HpcE
     HpcStatus st = HPC_OK;
     /* with gradient sums the fixes apply as the micro-batch's gradients are added */
     if (o->grad_accum > 1) st = cuda_optim_queue_accumulate(&o->k, &o->plan, mul, what == 0, fixed, s, err);
-    if (st || what != 2) return st;
-    fixed = fixed && o->grad_accum == 1;
-    if (!o->early.n) return cuda_optim_queue_step(&o->k, &o->plan, fixed, s, err);
-    st = cuda_optim_early_finish(o, fixed, s, err);
-    return st ? st : cuda_optim_queue_after_check(&o->k, &o->plan, fixed, s, err);
+    return st || what != 2 ? st : cuda_optim_queue_step(&o->k, &o->plan, fixed && o->grad_accum == 1, s, err);
 }
 
 static HpcStatus tail_queue(void *ctx, CUstream s, HpcError *err)
 {
     const CudaOptTailCtx *c = ctx;
     return queue_work(c->o, c->what, c->o->applies_fixes, s, err);
-}
-
-static HpcStatus tail_after(void *ctx, int pos, CUstream s, HpcError *err)
-{
-    const CudaOptTailCtx *c = ctx;
-    return cuda_optim_early_after(c->o, pos, c->o->applies_fixes, s, err);
 }
 
 /* Tail keys unique over every CudaOptim of the process (graphs of an
@@ -393,7 +342,6 @@ static void init_tails(CudaOptim *o)
                                                      : "gradient accumulation",
                                      .bytes = i == 2 ? bytes : 0, .applies_fixes = o->applies_fixes};
     }
-    if (o->early.n) o->tails[2].after = tail_after;
 }
 
 HpcStatus cuda_optim_init(CudaOptim *o, CudaExec *ex, const ModelSpec *spec, SpecPrecision policy,
@@ -409,7 +357,6 @@ HpcStatus cuda_optim_init(CudaOptim *o, CudaExec *ex, const ModelSpec *spec, Spe
     o->host_t = xcalloc((size_t)np, sizeof *o->host_t);
     o->acc = xcalloc((size_t)np, sizeof *o->acc);
     o->host_fix = xcalloc((size_t)np, sizeof *o->host_fix);
-    o->ready = xcalloc((size_t)np, sizeof *o->ready);
     uint64_t *src = xcalloc((size_t)np, sizeof *src);
     (void)policy;   /* the copies' dtype is the graph's (low_copy) */
     HpcStatus st = build_tensors(o, &spec->train, src, err);
@@ -422,9 +369,6 @@ HpcStatus cuda_optim_init(CudaOptim *o, CudaExec *ex, const ModelSpec *spec, Spe
                                    o->applies_fixes ? o->host_fix : NULL, o->count, &prm, &init, arena_alloc_cb,
                                    &ex->arena, ex->dev->stream, err);
     free(src);
-    /* the step's last launch before its tail: before the trailing fixes where the tails apply them */
-    if (!st && o->count > 0)
-        st = cuda_optim_early_init(o, (o->applies_fixes ? ex->fix_from : ex->plan.n_order) - 1, err);
     if (!st) init_tails(o);
     if (st) cuda_optim_free(o);
     return st;
@@ -442,12 +386,10 @@ void cuda_optim_free(CudaOptim *o)
                           p->part_sq, p->part_inf, p->part_pu, p->ratio, p->poison, p->fixes, p->snaps};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
         if (bufs[i]) arena_release(a, bufs[i]);
-    cuda_optim_early_free(o);
     free(o->param);
     free(o->host_t);
     free(o->acc);
     free(o->host_fix);
-    free(o->ready);
     memset(o, 0, sizeof *o);
 }
 

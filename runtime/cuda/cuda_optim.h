@@ -53,14 +53,6 @@
  * executor's fixed gradients (a run without such a tail ran the fixes).
  * HPC_OPT_LN_FIX=0 turns this off (the executor runs the fixes).
  *
- * The norm pass beside the backward (HPC_OPT_EARLY_NORM=1; off by
- * default).  The step's tail then also has an `after` hook (CudaExecTail):
- * the executor calls it after each node's launch, and it launches the
- * parts of opt_check_norm whose gradients are final from there on, on a
- * second stream (cuda_optim_early.h), so only the rest of the pass (the
- * embeddings') waits for the backward to end.  The same bits as the pass
- * in one launch; gradient accumulation goes without it.
- *
  * Ownership: borrows the executor (which must outlive it, and whose module
  * holds the kernels); the device buffers (m, v, accumulators, tables,
  * state, partials) come from the executor's arena (counted in its peak)
@@ -210,14 +202,6 @@ HpcStatus cuda_optim_plan_build(CudaOptPlan *p, const CudaOptTensor *t, const ui
  * `fixed`: the tensors' gradients through the plan's fixes. */
 HpcStatus cuda_optim_queue_step(const CudaOptKernels *k, const CudaOptPlan *p, bool fixed, CUstream s,
                                 HpcError *err);
-/* The step in parts: the check (norm pass) of blocks [block0, block0 +
- * blocks) of its p->parts (each writes its own partial, so the parts may
- * run apart, in any order), then, once every block's check is done, the
- * rest. */
-HpcStatus cuda_optim_queue_check(const CudaOptKernels *k, const CudaOptPlan *p, bool fixed, int block0, int blocks,
-                                 CUstream s, HpcError *err);
-HpcStatus cuda_optim_queue_after_check(const CudaOptKernels *k, const CudaOptPlan *p, bool fixed, CUstream s,
-                                       HpcError *err);
 
 /* Queues acc = (first ? 0 : acc) + src * mul for every tensor (acc is the
  * tensor's grad, src its src_grads entry, through the plan's fixes when
@@ -233,23 +217,6 @@ typedef struct {
     int what;                     /* 0: accumulate (first), 1: accumulate, 2: [accumulate +] step */
 } CudaOptTailCtx;
 
-/* The norm pass beside the backward (cuda_optim_early.c): the check's
- * blocks cut into groups, each launched on a second stream as soon as the
- * step's launches pass the node after which its gradients are final. */
-typedef struct {
-    int block0, blocks;           /* check blocks [block0, block0 + blocks) */
-    int ready;                    /* the schedule position after which their gradients are final */
-} CudaOptEarlyGroup;
-
-typedef struct {
-    CudaOptEarlyGroup *group;     /* (n) by ready; NULL when the pass runs in the tail alone */
-    int n;
-    CUstream side;                /* the groups' stream */
-    CUevent fork, join;           /* main -> side before a group, side -> main before opt_decide */
-    int last;                     /* the schedule position of the step's last launch before the tail */
-    int queued;                   /* groups queued so far in the launches under way */
-} CudaOptEarly;
-
 struct CudaOptim {
     CudaExec *ex;                 /* borrowed */
     CudaOptKernels k;
@@ -264,8 +231,6 @@ struct CudaOptim {
     int64_t grad_accum;
     CudaOptTailCtx tail_ctx[3];
     CudaExecTail tails[3];
-    int *ready;                   /* (count) the schedule position after which each gradient is final */
-    CudaOptEarly early;
 };
 
 /* Builds the tensor table from the executor's graph (every parameter with

@@ -39,11 +39,8 @@
  * under v3 (compiler/emit_ops_ln_site.c, "LN_RESIDUAL_BWD v3": two rows'
  * loads in flight; its lines say "v3"), set before the cases' modules are
  * generated and put back after; at R = 4099 v3's row loop runs both of its
- * slots and stops after either (D = 4096 is v2's kernel under v3 too).
- * Then once more with the forward a warp a row (HPC_LN_FWD=warp, "warp":
- * at D = 128 half a warp's lanes hold no chunk, at D = 1024 each holds 4;
- * D = 4096 keeps the block-a-row kernel).  The forward-only bias form runs
- * in the first and the warp pass.
+ * slots and stops after either (D = 4096 is v2's kernel under v3 too).  The
+ * forward-only bias form runs in the first pass only.
  *
  * Exit 0 when every check passes, 1 on a failed check, 4 without a GPU. */
 #include <math.h>
@@ -195,10 +192,7 @@ static void both_close(Both *b)
     free(b->w);
 }
 
-/* the pass: the kernels as given, the backward under HPC_LN_BWD=v3, the
- * forward under HPC_LN_FWD=warp */
-enum { PASS_GIVEN, PASS_V3, PASS_WARP } g_pass;
-static const char *const pass_tag[] = {"", " v3", " warp"};
+static bool g_v3;     /* the cases under HPC_LN_BWD=v3 */
 static bool g_xhat;   /* the cases under HPC_LN_SAVE=xhat */
 static bool g_ones;   /* and with xhat's ones column */
 
@@ -232,7 +226,7 @@ static void site_case(int64_t R, int64_t D, DType low)
 {
     char tag[96];
     snprintf(tag, sizeof tag, "ln_residual%s R=%lld D=%lld %s%s", g_ones ? " xhat+ones" : g_xhat ? " xhat" : "",
-             (long long)R, (long long)D, ir_dtype_name(low), pass_tag[g_pass]);
+             (long long)R, (long long)D, ir_dtype_name(low), g_v3 ? " v3" : "");
     LnSite u, f;
     ln_site_build(&u, R, D, low, 1e-12, 0.1f);
     HpcError err = {0};
@@ -277,7 +271,7 @@ static void site_case(int64_t R, int64_t D, DType low)
         both_close(&b);
     }
     ln_site_free(&f);
-    if (low == DT_F16 && !g_ones && g_pass != PASS_V3 && ln_site_fuse(&u, &f, NULL, &err) == 2) {
+    if (low == DT_F16 && !g_ones && !g_v3 && ln_site_fuse(&u, &f, NULL, &err) == 2) {
         /* the bias form, appended last and run forward: LN_RESIDUAL(x, r, gamma, beta, bias) */
         int64_t bd[2] = {D, 0};
         int pb = params_add(&f.pl, "bias", 1, bd, PARAM_INIT_NORMAL, false, false);
@@ -326,7 +320,7 @@ static void dw_fix_case(int64_t out, int64_t in, bool ones)
     params_free(&pl);
 }
 
-/* Every site case under the HPC_LN_BWD and HPC_LN_FWD set: plain, then HPC_LN_SAVE=xhat,
+/* Every site case under the HPC_LN_BWD set: plain, then HPC_LN_SAVE=xhat,
  * then xhat with its ones column (HPC_LN_SAVE is left at xhat). */
 static void site_cases(void)
 {
@@ -351,42 +345,36 @@ static void site_cases(void)
     g_ones = g_xhat = false;
 }
 
-/* NAME set to VALUE, or unset where VALUE is NULL. */
-static void restore_env(const char *name, const char *value)
-{
-    if (value) setenv(name, value, 1);
-    else unsetenv(name);
-}
-
 int main(void)
 {
     gpu_check_gap = " ";   /* this program\'s lines always had one space */
     if (!gpu_check_open_device("gpu_lnfuse", &g_dev)) return 4;
     printf("gpu_lnfuse on %s (sm_%d)\n", g_dev.name, g_dev.arch);
-    const char *was = getenv("HPC_LN_SAVE"), *was_bwd = getenv("HPC_LN_BWD"), *was_fwd = getenv("HPC_LN_FWD");
+    const char *was = getenv("HPC_LN_SAVE"), *was_bwd = getenv("HPC_LN_BWD");
     char *saved = was ? strdup(was) : NULL, *saved_bwd = was_bwd ? strdup(was_bwd) : NULL;
-    char *saved_fwd = was_fwd ? strdup(was_fwd) : NULL;
-    for (g_pass = PASS_GIVEN; g_pass <= PASS_WARP; g_pass++) {
-        /* HPC_LN_BWD and HPC_LN_FWD are read when a case's module is
-         * generated (both_open): first as given (unset: v2 and blocks), then
-         * v3, then the warp-a-row forward */
-        restore_env("HPC_LN_BWD", g_pass == PASS_V3 ? "v3" : saved_bwd);
-        restore_env("HPC_LN_FWD", g_pass == PASS_WARP ? "warp" : saved_fwd);
-        restore_env("HPC_LN_SAVE", saved);
+    for (int variant = 2; variant <= 3; variant++) {
+        /* HPC_LN_BWD is read when a case's module is generated (both_open):
+         * first as given (unset: v2), then v3 */
+        g_v3 = variant == 3;
+        if (g_v3) setenv("HPC_LN_BWD", "v3", 1);
+        else if (saved_bwd) setenv("HPC_LN_BWD", saved_bwd, 1);
+        else unsetenv("HPC_LN_BWD");
+        if (saved) setenv("HPC_LN_SAVE", saved, 1);
+        else unsetenv("HPC_LN_SAVE");
         site_cases();
     }
-    restore_env("HPC_LN_BWD", saved_bwd);
-    restore_env("HPC_LN_FWD", saved_fwd);
+    if (saved_bwd) setenv("HPC_LN_BWD", saved_bwd, 1);
+    else unsetenv("HPC_LN_BWD");
     free(saved_bwd);
-    free(saved_fwd);
-    g_pass = PASS_GIVEN;
+    g_v3 = false;
     dw_fix_case(768, 768, false);
     dw_fix_case(3072, 768, false);
     dw_fix_case(5, 24, false);
     dw_fix_case(2304, 768, true);
     dw_fix_case(768, 768, true);
     dw_fix_case(5, 20, true);   /* in % 8 != 0: the one-element loop */
-    restore_env("HPC_LN_SAVE", saved);
+    if (saved) setenv("HPC_LN_SAVE", saved, 1);
+    else unsetenv("HPC_LN_SAVE");
     free(saved);
     cuda_device_close(&g_dev);
     return gpu_check_summary();
