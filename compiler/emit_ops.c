@@ -133,8 +133,9 @@ static bool nameset_add(NameSet *s, const char *name)
 
 static void add_kernel(StrBuf *src, const EopGenPhase *ph, const char *name)
 {
+    /* the block each launch type gets (program/step_program.c) */
     int threads = ph->lt == EOP_LT_ONE ? 1024 : ph->lt == EOP_LT_ROWS ? ph->threads
-                : ph->lt == EOP_LT_HEAD_TILES ? 128 : 256;
+                : ph->lt == EOP_LT_HEAD_TILES || ph->lt == EOP_LT_WARP_ROWS ? 128 : 256;
     /* EOP_LT_HEAD_BLOCKS (the one-pass attention backward): two blocks an
      * SM, 128 registers, measured faster than one block with 192 */
     int min_blocks = ph->lt == EOP_LT_HEAD_BLOCKS ? 2 : ph->min_blocks;
