@@ -226,6 +226,10 @@ $(BENCH_BIN): bench/bench_hpc.c $(LIBS)
 $(BUILD)/bench/mem_probe: bench/mem_probe.c $(LIBS)
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS) -o $@ $< $(LIBS) $(LDLIBS)
+# bench/graph_branch.c: what a second-stream branch costs a step-shaped CUDA graph (issue #15), a GPU tool.
+$(BUILD)/bench/graph_branch: bench/graph_branch.c $(LIBS)
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS) -o $@ $< $(LIBS) $(LDLIBS)
 # bench/gemm_candidates.c: every cuBLASLt candidate for BERT-base's GEMMs (issue #15), an H200
 # tool; it links cuBLASLt and the CUDA runtime directly (hpc opens the driver and cuBLASLt with dlopen).
 $(BUILD)/bench/gemm_candidates: bench/gemm_candidates.c

@@ -64,7 +64,7 @@
     X(cuMemcpyHtoDAsync) X(cuMemcpyDtoHAsync) X(cuMemcpyDtoDAsync)            \
     X(cuMemsetD8) X(cuMemsetD8Async) X(cuMemsetD32Async)                      \
     X(cuStreamCreate) X(cuStreamDestroy) X(cuStreamSynchronize) X(cuStreamQuery) \
-    X(cuStreamIsCapturing)                                                    \
+    X(cuStreamIsCapturing) X(cuStreamWaitEvent)                               \
     X(cuEventCreate) X(cuEventDestroy) X(cuEventRecord) X(cuEventRecordWithFlags) \
     X(cuEventSynchronize) X(cuEventElapsedTime) X(cuEventQuery)               \
     X(cuStreamBeginCapture) X(cuStreamEndCapture) X(cuGraphInstantiate)       \
