@@ -24,7 +24,6 @@
  * a GPU. */
 #include <stdio.h>
 #include <stdlib.h>
-#include <string.h>
 
 #include "cuda/cuda_driver.h"
 #include "cuda/nvrtc_compile.h"
@@ -152,27 +151,26 @@ int main(int argc, char **argv)
     }
     Probe p = {.n = n};
     HpcStatus st = open_probe(&p, &dev, &err);
-    int fork16[17];
+    int none[] = {-1}, mid[] = {n / 2, -1}, late[] = {n - 8, -1}, fork16[17];
     for (int k = 0; k < 16; k++) fork16[k] = (k + 1) * n / 17;
     fork16[16] = -1;
     const struct {
         const char *name, *what;
-        int forks[17];
+        const int *forks;   /* the launches a branch follows, -1 ended */
         unsigned side_blocks;
     } graphs[] = {
-        {"chain", "the chain alone", {-1}, 0},
-        {"fork1", "one kernel on a second stream, forked after launch N / 2", {n / 2, -1}, BLOCKS},
-        {"late1", "the same forked after launch N - 8", {n - 8, -1}, BLOCKS},
-        {"empty1", "one fork, its branch a kernel of one block", {n / 2, -1}, 1},
-        {"fork16", "16 forks, a kernel each", {0}, BLOCKS},
+        {"chain", "the chain alone", none, 0},
+        {"fork1", "one kernel on a second stream, forked after launch N / 2", mid, BLOCKS},
+        {"late1", "the same forked after launch N - 8", late, BLOCKS},
+        {"empty1", "one fork, its branch a kernel of one block", mid, 1},
+        {"fork16", "16 forks, a kernel each", fork16, BLOCKS},
     };
     printf("graph_branch on %s: a chain of %d launches of %d x %d threads\n", dev.name, n, BLOCKS, THREADS);
     double base = 0;
     for (size_t i = 0; i < sizeof graphs / sizeof *graphs && !st; i++) {
-        const int *forks = strcmp(graphs[i].name, "fork16") == 0 ? fork16 : graphs[i].forks;
         CUgraphExec exec = NULL;
         double us = 0;
-        st = capture(&p, forks, graphs[i].side_blocks, &exec, &err);
+        st = capture(&p, graphs[i].forks, graphs[i].side_blocks, &exec, &err);
         if (!st) st = time_graph(&p, exec, &us, &err);
         if (exec) cuda_driver()->cuGraphExecDestroy(exec);
         if (st) break;
