@@ -182,7 +182,7 @@ Test(gemm_own, fills_only_with_a_tile_for_every_sm)
 {
     GemmDesc d;
     CUdeviceptr x = 0x1000, w = 0x2000, b = 0x3000, y = 0x4000;
-    const GemmOwnKernel wide = {NULL, GEMM_OWN_TMA_STORE}, pingpong = {NULL, GEMM_OWN_PINGPONG};
+    const GemmOwnKernel wide = {NULL, GEMM_OWN_TMA_STORE, 0}, pingpong = {NULL, GEMM_OWN_PINGPONG, 0};
     gemm_desc_linear(&d, GEMM_F16, GEMM_F16, 4096, 3072, 768, x, w, b, y);   /* 32 x 12 tiles */
     cr_expect(gemm_own_fills(&wide, &d, 132), "384 tiles on 132 SMs");
     gemm_desc_linear(&d, GEMM_F16, GEMM_F16, 4096, 768, 768, x, w, b, y);    /* 32 x 3 */
@@ -196,6 +196,37 @@ Test(gemm_own, fills_only_with_a_tile_for_every_sm)
     cr_expect(gemm_own_fills(&wide, &d, 108), "9 x 12 tiles on 108 SMs");
     cr_expect(!gemm_own_fills(&wide, &d, 109), "9 x 12 tiles on 109 SMs");
     cr_expect_eq(gemm_own_tiles(GEMM_OWN_PINGPONG, &d), 9 * 24);
+}
+
+/* HPC_GEMM_OWN_MIN_TILES sets the tiles a product needs in place of the
+ * GPU's warpgroups (an A/B's knob), and refuses what is not a count. */
+Test(gemm_own, min_tiles_from_the_environment)
+{
+    GemmDesc d;
+    CUdeviceptr x = 0x1000, w = 0x2000, b = 0x3000, y = 0x4000;
+    HpcError err = {0};
+    int64_t n = -1;
+    unsetenv("HPC_GEMM_OWN_MIN_TILES");
+    cr_assert_eq(gemm_own_min_tiles(&n, &err), HPC_OK);
+    cr_expect_eq(n, 0, "unset: the rule of gemm_own_fills");
+    setenv("HPC_GEMM_OWN_MIN_TILES", "192", 1);
+    cr_assert_eq(gemm_own_min_tiles(&n, &err), HPC_OK);
+    cr_expect_eq(n, 192);
+    GemmOwnKernel pingpong = {NULL, GEMM_OWN_PINGPONG, n};
+    gemm_desc_linear(&d, GEMM_F16, GEMM_F16, 1024, 3072, 768, x, w, b, y);   /* 8 x 24 tiles */
+    cr_expect(gemm_own_fills(&pingpong, &d, 132), "192 tiles where 192 are asked for");
+    gemm_desc_linear(&d, GEMM_F16, GEMM_F16, 32, 3072, 768, x, w, b, y);     /* 1 x 24 */
+    cr_expect(!gemm_own_fills(&pingpong, &d, 132), "24 tiles where 192 are asked for");
+    pingpong.min_tiles = 0;
+    gemm_desc_linear(&d, GEMM_F16, GEMM_F16, 1024, 3072, 768, x, w, b, y);
+    cr_expect(!gemm_own_fills(&pingpong, &d, 132), "192 tiles on 132 SMs' 264 warpgroups");
+    const char *bad[] = {"0", "-3", "12x", "many"};
+    for (int i = 0; i < 4; i++) {
+        setenv("HPC_GEMM_OWN_MIN_TILES", bad[i], 1);
+        cr_expect_eq(gemm_own_min_tiles(&n, &err), HPC_ERR_USAGE, "%s refused", bad[i]);
+        cr_expect(strstr(err.msg, "HPC_GEMM_OWN_MIN_TILES") != NULL, "the message names the setting: %s", err.msg);
+    }
+    unsetenv("HPC_GEMM_OWN_MIN_TILES");
 }
 
 /* PlanOptions.write_early (what the executor asks for each LINEAR + GELU

@@ -142,6 +142,9 @@ HpcStatus cuda_exec_own_kernels(CudaExec *ex, HpcError *err)
     if (!st) st = gemm_own_kernel(ex->module, gemm_own_kernel_name(store, true), store, &ex->gemm_own_gelu, err);
     if (!st && store == GEMM_OWN_PINGPONG)
         st = gemm_own_kernel(ex->module, GEMM_OWN_PP_DX_DGELU_KERNEL, store, &ex->gemm_own_dx, err);
+    int64_t min_tiles = 0;
+    if (!st) st = gemm_own_min_tiles(&min_tiles, err);
+    ex->gemm_own.min_tiles = ex->gemm_own_gelu.min_tiles = ex->gemm_own_dx.min_tiles = min_tiles;
     ex->gemm_own_gelu_only = gemm_own_gelu_only(ex->kernels->cuda_source);
     return st;
 }

@@ -28,8 +28,23 @@ int64_t gemm_own_tiles(GemmOwnStore store, const GemmDesc *d)
 
 bool gemm_own_fills(const GemmOwnKernel *k, const GemmDesc *d, int sm_count)
 {
+    if (k->min_tiles > 0) return gemm_own_tiles(k->store, d) >= k->min_tiles;
     /* ping-pong: a tile for each multiplying warpgroup */
     return gemm_own_tiles(k->store, d) >= (k->store == GEMM_OWN_PINGPONG ? 2 * sm_count : sm_count);
+}
+
+HpcStatus gemm_own_min_tiles(int64_t *min_tiles, HpcError *err)
+{
+    const char *v = getenv("HPC_GEMM_OWN_MIN_TILES");
+    *min_tiles = 0;
+    if (!v || !*v) return HPC_OK;
+    char *end;
+    long long n = strtoll(v, &end, 10);
+    if (*end || n < 1 || n > 1000000)
+        return hpc_fail(err, HPC_ERR_USAGE, "HPC_GEMM_OWN_MIN_TILES=%s: expected the output tiles (1 to 1000000) a "
+                        "product needs for hpc's own GEMM, or unset for one a multiplying warpgroup", v);
+    *min_tiles = n;
+    return HPC_OK;
 }
 
 HpcStatus gemm_own_tensor_map(CUtensorMap *map, CUdeviceptr p, int64_t rows, int64_t cols, unsigned box_rows,
@@ -63,6 +78,7 @@ const char *gemm_own_kernel_name(GemmOwnStore store, bool gelu)
 HpcStatus gemm_own_kernel(CUmodule mod, const char *name, GemmOwnStore store, GemmOwnKernel *k, HpcError *err)
 {
     k->store = store;
+    k->min_tiles = 0;
     HpcStatus st = CUDA_CHECK(err, cuda_driver()->cuModuleGetFunction(&k->fn, mod, name));
     if (!st) st = cuda_func_allow_shared(k->fn, smem_bytes(store), err);
     return st;

@@ -27,7 +27,7 @@
  * (GEMM_OWN_PP_DX_DGELU_KERNEL).  Which node pairs, and when:
  * runtime/cuda/cuda_exec_own.c.
  *
- *   GemmOwnKernel k = {fn, GEMM_OWN_PINGPONG};   // fn: GEMM_OWN_PP_KERNEL's function
+ *   GemmOwnKernel k = {fn, GEMM_OWN_PINGPONG, 0};   // fn: GEMM_OWN_PP_KERNEL's function
  *   if (gemm_own_fits(&desc) && gemm_own_fills(&k, &desc, dev->sm_count))
  *       st = gemm_own_run(&k, &desc, 0, dev->sm_count, stream, &err);
  *   else st = gemm_run(&gemm, &desc, &err);
@@ -62,6 +62,7 @@ typedef enum { GEMM_OWN_DIRECT, GEMM_OWN_TMA_STORE, GEMM_OWN_PINGPONG } GemmOwnS
 typedef struct {
     CUfunction fn;
     GemmOwnStore store;
+    int64_t min_tiles;   /* 0: gemm_own_fills' rule; else the tiles a shape needs (HPC_GEMM_OWN_MIN_TILES) */
 } GemmOwnKernel;
 
 /* The name of the kernel that stores so, with or without the GELU. */
@@ -91,12 +92,17 @@ bool gemm_own_fits(const GemmDesc *d);
 int64_t gemm_own_tiles(GemmOwnStore store, const GemmDesc *d);
 
 /* Whether d has a tile of k's for every SM at least (ping-pong: for
- * each of its two multiplying warpgroups): below that the step keeps
- * cuBLASLt's GEMM, which splits small products finer (the 2026-12-05 H200
- * A/B: own GEMMs on 24-96 tiles made the 32 x 32 step 14 % slower; the
- * 2026-12-06 H100 A/B: the ping-pong FFN-up on 192 tiles of 132 SMs
- * 0.6 % slower). */
+ * each of its two multiplying warpgroups), or k->min_tiles tiles where
+ * that is set: below that the step keeps cuBLASLt's GEMM, which splits
+ * small products finer (the 2026-12-05 H200 A/B: the shared-tile own
+ * GEMMs on 24-96 tiles made the 32 x 32 step 14 % slower). */
 bool gemm_own_fills(const GemmOwnKernel *k, const GemmDesc *d, int sm_count);
+
+/* HPC_GEMM_OWN_MIN_TILES: unset or empty 0 (gemm_own_fills' rule), else
+ * a count of output tiles from 1 up, so that an A/B can try the own
+ * kernels on smaller products (BERT-base at 32 x 32: 192 tiles).  Fails
+ * on anything else. */
+HpcStatus gemm_own_min_tiles(int64_t *min_tiles, HpcError *err);
 
 /* The TMA map of a (rows, cols) row-major f16 matrix as the kernels read
  * or write it: boxes of 64 columns by box_rows rows in the 128-byte

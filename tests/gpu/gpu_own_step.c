@@ -18,6 +18,8 @@
  * so that small shapes take the own GEMMs) the model is bert_tiny
  * (hidden 128, FFN 512, 2 layers) at B=8 L=64 instead: the pairing and
  * the kernels' work in the step, at the partials over 16 rows only.
+ * With HPC_GEMM_OWN_MIN_TILES set (192 or less) the GPU run also checks
+ * B x L = 32 x 32, whose products have 192 tiles.
  * The checks:
  *   - the pairs were taken: the number of GELU nodes and of GELU-backward
  *     nodes whose work the own GEMM did at the last launch (at least one
@@ -202,6 +204,8 @@ int main(void)
                 check_shape(&spec, &p.g, &p.pl, &own, &ref, 32, 128);
                 check_shape(&spec, &p.g, &p.pl, &own, &ref, 96, 128);
                 check_shape(&spec, &p.g, &p.pl, &own, &ref, 256, 128);
+                /* below a tile a warpgroup only where HPC_GEMM_OWN_MIN_TILES lets it (192 tiles) */
+                if (getenv("HPC_GEMM_OWN_MIN_TILES")) check_shape(&spec, &p.g, &p.pl, &own, &ref, 32, 32);
             }
             cuda_exec_free(&own);
         }
