@@ -116,15 +116,17 @@ void eopb_act_bwd(EopGen *gen)
                 ldf(INN(0)->dtype), a, ldf(INN(1)->dtype));
 }
 
-/* The row blocks of ACT_BWD_BGRAD for R rows: min(ACT_PARTS, ceil(R /
- * ACT_PART_ROWS)) launched (a StepSize), of which the first P of
- * program/act_parts.h work (kernel text, both phases). */
-static StepSize act_parts_size(const IrNode *n)
+/* The blocks of ACT_BWD_BGRAD's first phase for R rows and `slices`
+ * column slices: at least slices x min(ACT_PARTS, ceil(R / ACT_PART_ROWS))
+ * launched (a StepSize), of which slices x P (P of program/act_parts.h,
+ * kernel text) work. */
+static StepSize act_parts_size(const IrNode *n, int slices)
 {
     StepSize s = sz_rows(n);
-    s.c0 = ACT_PART_ROWS - 1;
+    s.c1 *= slices;
+    s.c0 = (int64_t)slices * (ACT_PART_ROWS - 1);
     s.div = ACT_PART_ROWS;
-    s.cap = ACT_PARTS;
+    s.cap = (int64_t)slices * ACT_PARTS;
     return s;
 }
 
@@ -135,19 +137,42 @@ static void act_parts_text(StrBuf *s, const IrNode *n)
     strbuf_printf(s, "    const i64 R = %s;\n" ACT_PARTS_CUDA_TEXT, rows);
 }
 
-/* Phase 1, vector form (C % 8 == 0): block b takes rows b, b + P, ...;
- * thread t columns 8t .. 8t + 7 (and t + blockDim.x ... when C / 8 is
- * larger), four rows in flight.  dx is rounded to its dtype and the
- * stored value summed, as BIAS_GRAD reads it; y (output 2) is act(x). */
+/* Phase 1, vector form (C % 8 == 0).  Blocks of ACT_LANES x T threads
+ * (act_vec_threads): block (s, b), s the column slice, b < P, has thread
+ * (y, t) on the 8 columns of chunk s T + t over rows b + y P, b + (y +
+ * ACT_LANES) P, ... (four rows' loads in flight); the lanes' sums meet in
+ * shared memory in lane order (the same bits every run) and lane 0 writes
+ * partial b.  So each partial's rows are read by ACT_LANES threads at once,
+ * and the C / 8 chunks of a row by several blocks: at BERT-base 32 x 32
+ * (1024 rows, 16 a partial) 192 blocks of 512 threads, each thread's four
+ * rows in flight at once, where one block a partial (64 blocks of 384)
+ * had each thread walk its 16 rows four at a time.  dx is rounded to its
+ * dtype and the stored value summed, as BIAS_GRAD reads it; y (output 2)
+ * is act(x). */
+#define ACT_LANES 4
+
+/* Threads of a lane (T): one a chunk of 8 columns, 32 to 128. */
+static int act_vec_threads(long long C)
+{
+    long long t = (C / 8 + 31) / 32 * 32;
+    return t < 32 ? 32 : t > 128 ? 128 : (int)t;
+}
+
+static int act_vec_slices(long long C) { return (int)((C / 8 + act_vec_threads(C) - 1) / act_vec_threads(C)); }
+
 static void act_bgrad_vec(EopGen *gen, StrBuf *s, const char *a, int y2)
 {
     const IrNode *n = OUTN;
     long long C = (long long)last_dim(n);
+    int T = act_vec_threads(C), S = act_vec_slices(C);
     DType dd = INN(0)->dtype, dx = INN(1)->dtype, dt = n->dtype;
-    strbuf_printf(s, "    const i64 b = blockIdx.x;\n    if (b >= P) return;\n"
-                   "    for (int cu = threadIdx.x; cu < %lld; cu += blockDim.x) {\n"
-                   "        float acc[8];\n#pragma unroll\n        for (int j = 0; j < 8; j++) acc[j] = 0.0f;\n",
-                  C / 8);
+    strbuf_printf(s, "    if (blockIdx.x >= %d * P) return;\n"
+                   "    const i64 b = blockIdx.x %% P, Y = %d, step = Y * P;\n"
+                   "    const int t = threadIdx.x %% %d, lane = threadIdx.x / %d, cu = (int)(blockIdx.x / P) * %d + t;\n"
+                   "    __shared__ float4 handed[%d][%d][2];   // lanes 1.. to lane 0\n"
+                   "    float acc[8];\n#pragma unroll\n    for (int j = 0; j < 8; j++) acc[j] = 0.0f;\n"
+                   "    if (cu < %lld) {\n",
+                  S, ACT_LANES, T, T, T, ACT_LANES - 1, T, C / 8);
     if (y2 >= 0)
         strbuf_printf(s, "        %s *y2 = (%s *)a.yk[1];\n", ctype(gen->g->nodes[y2].dtype), ctype(gen->g->nodes[y2].dtype));
     /* one row: q0 (dy) and q1 (x) chunks of row r at column block cu */
@@ -176,26 +201,35 @@ static void act_bgrad_vec(EopGen *gen, StrBuf *s, const char *a, int y2)
         snprintf(ptr, sizeof ptr, "y2 + r * %lldLL + cu * 8", C);
         act_store8(s, gen->g->nodes[y2].dtype, "x", ptr, NULL, "            ");
     }
-    strbuf_printf(s, "        };\n        i64 r = b;\n"
-                   "        for (; r + 3 * P < R; r += 4 * P) {\n"
+    strbuf_printf(s, "        };\n        i64 r = b + lane * P;\n"
+                   "        for (; r + 3 * step < R; r += 4 * step) {\n"
                    "            eop_v16 q0[4][%d], q1[4][%d];\n"
                    "#pragma unroll\n            for (int u = 0; u < 4; u++) {\n"
-                   "                const i64 vi = (r + u * P) * %lldLL + cu;\n",
+                   "                const i64 vi = (r + u * step) * %lldLL + cu;\n",
                   act_chunks(dd), act_chunks(dx), C / 8);
     act_raw_load(s, 0, dd, "vi", "                ");
     act_raw_load(s, 1, dx, "vi", "                ");
-    strbuf_printf(s, "            }\n#pragma unroll\n            for (int u = 0; u < 4; u++) row(q0[u], q1[u], r + u * P);\n"
+    strbuf_printf(s, "            }\n#pragma unroll\n            for (int u = 0; u < 4; u++) row(q0[u], q1[u], r + u * step);\n"
                    "        }\n"
-                   "        for (; r < R; r += P) {\n            eop_v16 q0[1][%d], q1[1][%d];\n"
+                   "        for (; r < R; r += step) {\n            eop_v16 q0[1][%d], q1[1][%d];\n"
                    "            const int u = 0;\n            const i64 vi = r * %lldLL + cu;\n",
                   act_chunks(dd), act_chunks(dx), C / 8);
     act_raw_load(s, 0, dd, "vi", "            ");
     act_raw_load(s, 1, dx, "vi", "            ");
-    strbuf_printf(s, "            row(q0[0], q1[0], r);\n        }\n"
-                   "        float4 *pp = (float4 *)(sf + b * %lldLL + cu * 8);\n"
-                   "        pp[0] = make_float4(acc[0], acc[1], acc[2], acc[3]);\n"
-                   "        pp[1] = make_float4(acc[4], acc[5], acc[6], acc[7]);\n    }\n",
-                  C);
+    strbuf_printf(s, "            row(q0[0], q1[0], r);\n        }\n    }\n"
+                   "    if (lane > 0) {\n"
+                   "        handed[lane - 1][t][0] = make_float4(acc[0], acc[1], acc[2], acc[3]);\n"
+                   "        handed[lane - 1][t][1] = make_float4(acc[4], acc[5], acc[6], acc[7]);\n    }\n"
+                   "    __syncthreads();\n"
+                   "    if (lane > 0 || cu >= %lld) return;\n"
+                   "    for (int k = 0; k < Y - 1; k++) {\n"
+                   "        const float4 h0 = handed[k][t][0], h1 = handed[k][t][1];\n"
+                   "        acc[0] += h0.x, acc[1] += h0.y, acc[2] += h0.z, acc[3] += h0.w;\n"
+                   "        acc[4] += h1.x, acc[5] += h1.y, acc[6] += h1.z, acc[7] += h1.w;\n    }\n"
+                   "    float4 *pp = (float4 *)(sf + b * %lldLL + cu * 8);\n"
+                   "    pp[0] = make_float4(acc[0], acc[1], acc[2], acc[3]);\n"
+                   "    pp[1] = make_float4(acc[4], acc[5], acc[6], acc[7]);\n",
+                  C / 8, C);
 }
 
 /* Phase 1, any C: one column per thread per row. */
@@ -228,9 +262,9 @@ void eopb_act_bwd_bgrad(EopGen *gen)
     char tag[64], base[48];
     eopb_shape_tag(n, tag, sizeof tag);
     snprintf(base, sizeof base, "%s_bwd_bgrad%s", a, vec ? "8" : "");
-    long long work = vec ? C / 8 : C;
-    int threads = work >= 512 ? 512 : work <= 64 ? 64 : (int)((work + 31) / 32 * 32);
-    StrBuf *s = eopb_phase(gen, base, tag, EOP_LT_ROWS, act_parts_size(n), threads);
+    int threads = C >= 512 ? 512 : C <= 64 ? 64 : (int)((C + 31) / 32 * 32);
+    if (vec) threads = ACT_LANES * act_vec_threads(C);
+    StrBuf *s = eopb_phase(gen, base, tag, EOP_LT_ROWS, act_parts_size(n, vec ? act_vec_slices(C) : 1), threads);
     act_parts_text(s, n);
     if (vec) act_bgrad_vec(gen, s, a, y2);
     else act_bgrad_scalar(gen, s, a, y2);
