@@ -95,7 +95,11 @@ int64_t gemm_own_tiles(GemmOwnStore store, const GemmDesc *d);
  * each of its two multiplying warpgroups), or k->min_tiles tiles where
  * that is set: below that the step keeps cuBLASLt's GEMM, which splits
  * small products finer (the 2026-12-05 H200 A/B: the shared-tile own
- * GEMMs on 24-96 tiles made the 32 x 32 step 14 % slower). */
+ * GEMMs on 24-96 tiles made the 32 x 32 step 14 % slower; 2026-12-07,
+ * H100: the ping-pong GELU pairs on 192 tiles, HPC_GEMM_OWN_MIN_TILES=192,
+ * 3.568 against 3.525 ms, the FFN-up with its GELU 19.9 us a layer
+ * against 13.9 + 7.7 for cuBLASLt and the GELU pass, event records in
+ * each). */
 bool gemm_own_fills(const GemmOwnKernel *k, const GemmDesc *d, int sm_count);
 
 /* HPC_GEMM_OWN_MIN_TILES: unset or empty 0 (gemm_own_fills' rule), else
