@@ -102,7 +102,7 @@ int64_t gemm_own_tiles(GemmOwnStore store, const GemmDesc *d);
  * each). */
 bool gemm_own_fills(const GemmOwnKernel *k, const GemmDesc *d, int sm_count);
 
-/* HPC_GEMM_OWN_MIN_TILES: unset or empty 0 (gemm_own_fills' rule), else
+/* HPC_GEMM_OWN_MIN_TILES: unset or empty gives 0 (gemm_own_fills' rule), else
  * a count of output tiles from 1 up, so that an A/B can try the own
  * kernels on smaller products (BERT-base at 32 x 32: 192 tiles).  Fails
  * on anything else. */
