@@ -141,6 +141,11 @@ static void plan_lifetimes(StepPlan *p, const IrGraph *g, bool keep_all, const b
     if (g->logits >= 0) p->v[g->logits].last = end;
     for (int q = 0; q < g->n_params && g->param_grad; q++)
         if (g->param_grad[q] >= 0) p->v[g->param_grad[q]].last = end;
+    /* The optimizer reads the token ids after the step to know which rows
+     * of an embedding table the step touched (runtime/cuda/cuda_optim.h,
+     * "Untouched rows"); batch inputs are small (under 1 MB at 256 x 128). */
+    for (int i = 0; i < g->n; i++)
+        if (is_batch_input(&g->nodes[i])) p->v[i].last = end;
     /* PlanOptions.keep_all: nothing shares memory, so a test can read any
      * value after the step (tests/gpu/gpu_attention_step.c); a debugging
      * aid, never for training (the arena grows to the sum of all values). */

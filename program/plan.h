@@ -11,9 +11,10 @@
  *   - the lifetime of every value, as schedule positions [def, last]: def
  *     the position of the node that writes it (-1 for batch inputs, which
  *     are uploaded before the first launch), last the position of its last
- *     reader.  The loss, the logits and every parameter gradient are pinned
- *     live to the end of the step (the host or the optimizer reads them
- *     after the step);
+ *     reader.  The loss, the logits, every parameter gradient and every
+ *     batch input are pinned live to the end of the step (the host or the
+ *     optimizer reads them after the step: the optimizer reads the token
+ *     ids to skip the embedding rows the step did not touch);
  *   - an offset in one device block (the arena) for every value the step
  *     computes, and for the scratch memory of each node (emit_ops.h says
  *     how much a kernel needs): knowing every lifetime, the ranges are

@@ -80,8 +80,12 @@
  *    length;
  * 10: a phase's TARGET (StepPhase.target): a phase launched only where the
  *    module is, or is not, built for sm_90a, which a version-9 reader
- *    would launch everywhere (both of a pair of alternatives). */
-#define STEP_PROGRAM_VERSION 10
+ *    would launch everywhere (both of a pair of alternatives);
+ * 11: the optimizer kernels read a byte a chunk saying which chunks of an
+ *    embedding table's gradient the step touched, set by a new kernel,
+ *    opt_mark_rows (runtime/cuda/cuda_optim_rows.h); a version-10 module's
+ *    optimizer kernels take fewer arguments. */
+#define STEP_PROGRAM_VERSION 11
 /* A node line lists n_in inputs padded with -1 to at least this many. */
 #define STEP_NODE_MIN_INPUTS 3
 /* Inputs a CUDA kernel takes (EopArgs.x); the emitter refuses a node with more. */

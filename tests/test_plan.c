@@ -81,6 +81,14 @@ static void check_plan(SpecPrecision prec)
                          pl.p[q].name);
         }
     cr_expect_gt(grads, 30);
+    int inputs = 0;
+    for (int i = 0; i < g.n; i++)
+        if (g.nodes[i].op == IR_OP_INPUT && g.nodes[i].attr.input.kind == IR_IN_INPUT_IDS) {
+            inputs++;
+            cr_expect_eq(p.v[i].last, p.n_order, "the token ids (%s) are not pinned: the optimizer reads them",
+                         g.nodes[i].name);
+        }
+    cr_expect_eq(inputs, 1);
     PlanMemory m;
     plan_memory(&p, &g, &pl, &s.train, &m);
     cr_expect_lt(m.arena * 2, m.unshared, "arena %lld vs unshared %lld: little sharing",

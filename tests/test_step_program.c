@@ -298,8 +298,8 @@ Test(step_program, bad_programs_are_refused_with_the_reason)
     char *t = program_text(&p, &len);
     expect_refused(t, len, NULL, NULL, len / 2, "truncated");
     expect_refused(t, len, NULL, NULL, len - 4, "truncated: no 'end' line");
-    expect_refused(t, len, "step_program 10\n", "step_program 11\n", 0, "format version 11, this hpc reads version 10");
-    expect_refused(t, len, "step_program 10\n", "step_program 9\n", 0, "format version 9, this hpc reads version 10");
+    expect_refused(t, len, "step_program 11\n", "step_program 12\n", 0, "format version 12, this hpc reads version 11");
+    expect_refused(t, len, "step_program 11\n", "step_program 10\n", 0, "format version 10, this hpc reads version 11");
     expect_refused(t, len, "policy fp32\n", "policy fp12\n", 0, "unknown policy 'fp12'");
     expect_refused(t, len, "fused 1\n", "fused 1\nwidgets 3\n", 0, "unknown field 'widgets'");
     expect_refused(t, len, "spec stack.hidden ", "spec stack.width ", 0, "unknown spec field 'stack.width'");

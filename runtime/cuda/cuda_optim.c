@@ -55,12 +55,14 @@ double cuda_optim_step_bytes(const CudaOptTensor *t, int count, SpecOptimizer ki
     return total;
 }
 
-const char *const cuda_optim_kernel_names[6] = {"opt_check_norm", "opt_decide", "opt_lamb_norms",
-                                                "opt_lamb_ratio", "opt_update", "opt_accumulate"};
+const char *const cuda_optim_kernel_names[7] = {"opt_check_norm", "opt_decide",     "opt_lamb_norms",
+                                                "opt_lamb_ratio", "opt_update",     "opt_accumulate",
+                                                "opt_mark_rows"};
 
 HpcStatus cuda_optim_kernels(CUmodule module, CudaOptKernels *k, HpcError *err)
 {
-    CUfunction *dst[] = {&k->check, &k->decide, &k->lamb_norms, &k->lamb_ratio, &k->update, &k->accumulate};
+    CUfunction *dst[] = {&k->check,  &k->decide,     &k->lamb_norms, &k->lamb_ratio,
+                         &k->update, &k->accumulate, &k->mark_rows};
     for (size_t i = 0; i < sizeof dst / sizeof dst[0]; i++) {
         CUresult r = cuda_driver()->cuModuleGetFunction(dst[i], module, cuda_optim_kernel_names[i]);
         if (r == CUDA_ERROR_NOT_FOUND)
@@ -142,9 +144,46 @@ HpcStatus cuda_optim_plan_build(CudaOptPlan *p, const CudaOptTensor *t, const ui
     return st;
 }
 
+HpcStatus cuda_optim_plan_rows(CudaOptPlan *p, const CudaOptTensor *t, const CudaOptRows *rows, int n,
+                               CudaOptAlloc alloc, void *ctx, CUstream s, HpcError *err)
+{
+    HPC_ASSERT(n >= 0 && n <= CUDA_OPTIM_MAX_ROW_TABLES);
+    if (n == 0 || p->n_chunks == 0) return HPC_OK;
+    int64_t *numel = xcalloc((size_t)p->count + 1, sizeof *numel);
+    int *first = xcalloc((size_t)p->count + 1, sizeof *first);
+    for (int k = 0; k < p->count; k++) numel[k] = t[k].n;
+    cuda_optim_chunks(numel, p->count, NULL, first);
+    for (int i = 0; i < n; i++) {
+        HPC_ASSERT(numel[rows[i].tensor] == rows[i].rows * rows[i].cols);
+        p->rows[i] = rows[i];
+        p->rows[i].first = first[rows[i].tensor];
+        p->rows[i].n = first[rows[i].tensor + 1] - first[rows[i].tensor];
+    }
+    free(numel);
+    free(first);
+    HpcStatus st = alloc(ctx, &p->live, (size_t)p->n_chunks, "optimizer live chunks", err);
+    if (!st) st = CUDA_CHECK(err, cuda_driver()->cuMemsetD8Async(p->live, 1, (size_t)p->n_chunks, s));
+    if (!st) p->n_rows = n;
+    return st;
+}
+
 static HpcStatus launch1(CUfunction f, unsigned grid, unsigned block, CUstream s, void **args, HpcError *err)
 {
     return cuda_launch(f, (unsigned[3]){grid, 1, 1}, (unsigned[3]){block, 1, 1}, 0, s, args, err);
+}
+
+/* opt_mark_rows for each of p's row tables. */
+static HpcStatus queue_marks(const CudaOptKernels *k, const CudaOptPlan *p, CUstream s, HpcError *err)
+{
+    HpcStatus st = HPC_OK;
+    for (int i = 0; !st && i < p->n_rows; i++) {
+        CudaOptRows r = p->rows[i];
+        HPC_ASSERT(r.n_ids >= 0 && r.n_ids <= INT32_MAX);
+        int n_ids = (int)r.n_ids;
+        void *args[] = {(void *)&p->live, &r.first, &r.n, &r.ids, &n_ids, &r.rows, &r.cols};
+        st = launch1(k->mark_rows, 1, 1024, s, args, err);
+    }
+    return st;
 }
 
 HpcStatus cuda_optim_queue_step(const CudaOptKernels *k, const CudaOptPlan *p, bool fixed, CUstream s,
@@ -153,13 +192,16 @@ HpcStatus cuda_optim_queue_step(const CudaOptKernels *k, const CudaOptPlan *p, b
     if (p->n_chunks == 0) return HPC_OK;
     CudaOptPlan v = *p;   /* kernel arguments are read through pointers */
     CUdeviceptr ratio = p->prm.kind == OPT_LAMB ? p->ratio : 0, fixes = fixed ? p->fixes : 0;
-    void *check_args[] = {&v.part_sq, &v.part_inf, &v.tensors, &v.chunks, &v.n_chunks, &v.state, &v.poison, &fixes};
+    CUdeviceptr live = p->n_rows > 0 ? p->live : 0;
+    void *check_args[] = {&v.part_sq, &v.part_inf, &v.tensors, &v.chunks, &v.n_chunks,
+                          &v.state,   &v.poison,   &fixes,     &live};
     void *decide_args[] = {&v.decision, &v.state, &v.part_sq, &v.part_inf, &v.parts, &v.prm, &v.poison};
-    void *update_args[] = {&v.decision, &v.tensors, &v.chunks, &ratio, &v.prm, &fixes};
-    HpcStatus st = launch1(k->check, (unsigned)p->parts, 256, s, check_args, err);
+    void *update_args[] = {&v.decision, &v.tensors, &v.chunks, &ratio, &v.prm, &fixes, &live};
+    HpcStatus st = queue_marks(k, p, s, err);
+    if (!st) st = launch1(k->check, (unsigned)p->parts, 256, s, check_args, err);
     if (!st) st = launch1(k->decide, 1, 1024, s, decide_args, err);
     if (!st && p->prm.kind == OPT_LAMB) {
-        void *norm_args[] = {&v.part_pu, &v.decision, &v.tensors, &v.chunks, &v.prm, &fixes};
+        void *norm_args[] = {&v.part_pu, &v.decision, &v.tensors, &v.chunks, &v.prm, &fixes, &live};
         void *ratio_args[] = {&v.ratio, &v.part_pu, &v.chunk_first, &v.decision};
         st = launch1(k->lamb_norms, (unsigned)p->n_chunks, 256, s, norm_args, err);
         if (!st) st = launch1(k->lamb_ratio, (unsigned)p->count, 256, s, ratio_args, err);
@@ -311,21 +353,56 @@ static HpcStatus arena_alloc_cb(void *ctx, CUdeviceptr *p, size_t bytes, const c
     return arena_alloc(ctx, p, bytes, what, err);
 }
 
-/* Work `what` (CudaOptTailCtx) of o; `fixed`: after a run that stopped
- * before the executor's trailing fixes (a tail's). */
-static HpcStatus queue_work(CudaOptim *o, int what, bool fixed, CUstream s, HpcError *err)
+/* o's plan for a step: marking the row tables from the ids of the run just
+ * queued (`rows`: a tail's, right after that run), or not at all. */
+static CudaOptPlan step_plan(const CudaOptim *o, bool rows)
+{
+    CudaOptPlan v = o->plan;
+    if (!rows) v.n_rows = 0;
+    for (int i = 0; i < v.n_rows; i++)
+        v.rows[i].n_ids = ir_numel(&o->ex->g->nodes[o->row_ids[i]], o->ex->B, o->ex->L);
+    return v;
+}
+
+/* Work `what` (CudaOptTailCtx) of o; `tail`: queued right after the run
+ * whose gradients it reads, which stopped before the executor's trailing
+ * fixes when o applies them. */
+static HpcStatus queue_work(CudaOptim *o, int what, bool tail, CUstream s, HpcError *err)
 {
     float mul = (float)(1.0 / (double)o->grad_accum);
+    bool fixed = tail && o->applies_fixes;
     HpcStatus st = HPC_OK;
     /* with gradient sums the fixes apply as the micro-batch's gradients are added */
     if (o->grad_accum > 1) st = cuda_optim_queue_accumulate(&o->k, &o->plan, mul, what == 0, fixed, s, err);
-    return st || what != 2 ? st : cuda_optim_queue_step(&o->k, &o->plan, fixed && o->grad_accum == 1, s, err);
+    if (st || what != 2) return st;
+    CudaOptPlan v = step_plan(o, tail);
+    return cuda_optim_queue_step(&o->k, &v, fixed && o->grad_accum == 1, s, err);
 }
 
 static HpcStatus tail_queue(void *ctx, CUstream s, HpcError *err)
 {
     const CudaOptTailCtx *c = ctx;
-    return queue_work(c->o, c->what, c->o->applies_fixes, s, err);
+    return queue_work(c->o, c->what, true, s, err);
+}
+
+/* The untouched-rows tables of o (cuda_optim_rows.h): only with grad_accum
+ * 1, and not for a gradient read through a fix. */
+static HpcStatus init_rows(CudaOptim *o, HpcError *err)
+{
+    int64_t min_chunks;
+    HpcStatus st = cuda_optim_rows_min_chunks(&min_chunks, err);
+    if (st || o->grad_accum > 1 || o->count == 0 || !cuda_optim_rows_wanted()) return st;
+    CudaOptRowTable tab[CUDA_OPTIM_MAX_ROW_TABLES];
+    CudaOptRows rows[CUDA_OPTIM_MAX_ROW_TABLES];
+    int n_tab = cuda_optim_row_tables(o->ex->g, o->param, o->count, min_chunks, tab), n = 0;
+    for (int i = 0; i < n_tab; i++) {
+        if (o->host_fix[tab[i].tensor].raw) continue;
+        o->row_ids[n] = tab[i].ids;
+        rows[n++] = (CudaOptRows){.tensor = tab[i].tensor, .ids = cuda_exec_ptr(o->ex, tab[i].ids),
+                                  .rows = tab[i].rows, .cols = tab[i].cols};
+    }
+    return cuda_optim_plan_rows(&o->plan, o->host_t, rows, n, arena_alloc_cb, &o->ex->arena, o->ex->dev->stream,
+                                err);
 }
 
 /* Tail keys unique over every CudaOptim of the process (graphs of an
@@ -369,6 +446,7 @@ HpcStatus cuda_optim_init(CudaOptim *o, CudaExec *ex, const ModelSpec *spec, Spe
                                    o->applies_fixes ? o->host_fix : NULL, o->count, &prm, &init, arena_alloc_cb,
                                    &ex->arena, ex->dev->stream, err);
     free(src);
+    if (!st) st = init_rows(o, err);
     if (!st) init_tails(o);
     if (st) cuda_optim_free(o);
     return st;
@@ -383,7 +461,8 @@ void cuda_optim_free(CudaOptim *o)
     if (o->acc_block) arena_release(a, o->acc_block);
     const CudaOptPlan *p = &o->plan;
     CUdeviceptr bufs[] = {p->tensors, p->src_grads, p->chunks, p->chunk_first, p->state, p->decision,
-                          p->part_sq, p->part_inf, p->part_pu, p->ratio, p->poison, p->fixes, p->snaps};
+                          p->part_sq, p->part_inf, p->part_pu, p->ratio, p->poison, p->fixes, p->snaps,
+                          p->live};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
         if (bufs[i]) arena_release(a, bufs[i]);
     free(o->param);
@@ -401,7 +480,9 @@ HpcStatus cuda_optim_accumulate(CudaOptim *o, int64_t micro, HpcError *err)
 
 HpcStatus cuda_optim_step(CudaOptim *o, HpcError *err)
 {
-    return cuda_optim_queue_step(&o->k, &o->plan, false, o->ex->dev->stream, err);
+    /* dense: its gradients may have been summed over ranks (cuda_optim_rows.h) */
+    CudaOptPlan v = step_plan(o, false);
+    return cuda_optim_queue_step(&o->k, &v, false, o->ex->dev->stream, err);
 }
 
 const CudaExecTail *cuda_optim_accumulate_tail(CudaOptim *o, int64_t micro)

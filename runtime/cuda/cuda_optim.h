@@ -4,8 +4,9 @@
  * driving the multi-tensor kernels that end the step program's own CUDA
  * module (rendered by compiler/emit_optim.c into the step's source, so
  * they are compiled, cached and exported with the step and need no module
- * of their own): opt_check_norm, opt_decide, [opt_lamb_norms,
- * opt_lamb_ratio,] opt_update, and opt_accumulate for gradient accumulation.
+ * of their own): [opt_mark_rows,] opt_check_norm, opt_decide,
+ * [opt_lamb_norms, opt_lamb_ratio,] opt_update, and opt_accumulate for
+ * gradient accumulation.
  * Every parameter tensor is cut into chunks of at most CUDA_OPTIM_CHUNK
  * elements (cuda_optim_chunks), so each pass is one launch over all of
  * them with 16-byte accesses.  Everything a step decides lives on the
@@ -53,6 +54,10 @@
  * executor's fixed gradients (a run without such a tail ran the fixes).
  * HPC_OPT_LN_FIX=0 turns this off (the executor runs the fixes).
  *
+ * Untouched rows.  In the step's tail with grad_accum 1, the chunks of an
+ * embedding table's gradient that hold no row of the step's tokens are
+ * taken as 0 without loads (runtime/cuda/cuda_optim_rows.h); the same bits.
+ *
  * Ownership: borrows the executor (which must outlive it, and whose module
  * holds the kernels); the device buffers (m, v, accumulators, tables,
  * state, partials) come from the executor's arena (counted in its peak)
@@ -76,8 +81,18 @@
 #include <stdint.h>
 
 #include "cuda/cuda_exec.h"
+#include "cuda/cuda_optim_rows.h"
 #include "util/error.h"
 #include "program/spec.h"
+
+/* The arguments of one opt_mark_rows launch (cuda_optim_rows.h). */
+typedef struct {
+    int tensor;          /* in the plan's table */
+    int first, n;        /* its chunks: cuda_optim_plan_rows fills them */
+    CUdeviceptr ids;     /* i32 token ids of the table */
+    int64_t n_ids;       /* how many the step has: set before each queue */
+    int64_t rows, cols;  /* the table */
+} CudaOptRows;
 
 /* Device structs of the optimizer kernels (layouts fixed: the kernels of
  * compiler/emit_optim.c see the same fields in the same order as
@@ -157,11 +172,11 @@ double cuda_optim_step_bytes(const CudaOptTensor *t, int count, SpecOptimizer ki
 
 /* The kernels of one compiled module. */
 typedef struct {
-    CUfunction check, decide, lamb_norms, lamb_ratio, update, accumulate;
+    CUfunction check, decide, lamb_norms, lamb_ratio, update, accumulate, mark_rows;
 } CudaOptKernels;
 
 /* The kernel names, in CudaOptKernels order. */
-extern const char *const cuda_optim_kernel_names[6];
+extern const char *const cuda_optim_kernel_names[7];
 
 /* Looks the kernels up in a module whose source holds the optimizer block
  * (a training step's module, or compiler/emit_optim.h's module alone);
@@ -183,6 +198,12 @@ typedef struct {
     CUdeviceptr poison;       /* i32: set = the next check writes +inf into the first gradient */
     CUdeviceptr fixes, snaps; /* (count) CudaOptFix and the snaps' block; 0 when no tensor is fixed */
     CudaOptParams prm;
+    /* Untouched rows (cuda_optim_rows.h): live, a byte a chunk (0 unless
+     * cuda_optim_plan_rows ran), and the tables opt_mark_rows marks in it
+     * before each step's norm pass (none when n_rows is 0). */
+    CUdeviceptr live;
+    int n_rows;
+    CudaOptRows rows[CUDA_OPTIM_MAX_ROW_TABLES];
 } CudaOptPlan;
 
 /* Device allocation for cuda_optim_plan_build (the arena in the trainer,
@@ -198,8 +219,16 @@ HpcStatus cuda_optim_plan_build(CudaOptPlan *p, const CudaOptTensor *t, const ui
                                 const CudaOptState *init, CudaOptAlloc alloc, void *ctx, CUstream s,
                                 HpcError *err);
 
-/* Queues one optimizer step of plan p: check, decide, [LAMB,] update;
- * `fixed`: the tensors' gradients through the plan's fixes. */
+/* Gives plan p, built for the tensors t, the tables rows[0..n) (n <=
+ * CUDA_OPTIM_MAX_ROW_TABLES; tensor, ids, rows and cols set; first and n
+ * are filled here) and live, every chunk marked read (queued on s). */
+HpcStatus cuda_optim_plan_rows(CudaOptPlan *p, const CudaOptTensor *t, const CudaOptRows *rows, int n,
+                               CudaOptAlloc alloc, void *ctx, CUstream s, HpcError *err);
+
+/* Queues one optimizer step of plan p: [mark the rows' chunks,] check,
+ * decide, [LAMB,] update; `fixed`: the tensors' gradients through the
+ * plan's fixes.  Each of p->rows[0..p->n_rows) is marked from its n_ids
+ * ids, which must be this step's. */
 HpcStatus cuda_optim_queue_step(const CudaOptKernels *k, const CudaOptPlan *p, bool fixed, CUstream s,
                                 HpcError *err);
 
@@ -226,6 +255,7 @@ struct CudaOptim {
     CUdeviceptr *acc;             /* (count) f32 accumulators, 0 when grad_accum == 1 */
     CUdeviceptr m_block, v_block, acc_block;   /* one allocation each for every tensor's m, v, acc */
     CudaOptFix *host_fix;         /* (count) how each gradient is read through its fix (raw 0: plain) */
+    int row_ids[CUDA_OPTIM_MAX_ROW_TABLES];   /* the ids node of each of plan.rows (cuda_optim_rows.h) */
     bool applies_fixes;           /* the tails apply the executor's trailing fixes ("Deferred fixes") */
     CudaOptPlan plan;
     int64_t grad_accum;

@@ -36,6 +36,7 @@
 #include "program/params.h"
 #include "gpu_check.h"
 #include "gpu_check_model.h"
+#include "gpu_check_trainer.h"
 
 enum { B = 4, L = 32, STEPS = 3 };
 
@@ -44,66 +45,11 @@ static uint64_t g_rng = 0x2545f4914f6cdd1dull;
 static uint32_t rnd(void) { return (uint32_t)(gpu_check_xorshift(&g_rng) >> 32); }
 static float uniform(void) { return gpu_check_uniform24(rnd() >> 8); }
 
-typedef struct {
-    CudaExec ex;
-    CudaOptim opt;
-    bool open_ex, open_opt;
-} Trainer;
-
-/* An executor and its optimizer over g with the weights w, HPC_OPT_LN_FIX
- * as given (NULL: unset). */
-static bool open_trainer(Trainer *t, const ModelSpec *spec, const IrGraph *g, const ParamList *pl, float **w,
+/* An executor and its optimizer with HPC_OPT_LN_FIX as given (NULL: unset). */
+static bool open_trainer(GpuTrainer *t, const ModelSpec *spec, const IrGraph *g, const ParamList *pl, float **w,
                          const char *fix)
 {
-    HpcError err = {0};
-    memset(t, 0, sizeof *t);
-    HpcStatus st = cuda_exec_init(&t->ex, &g_dev, g, pl, B, L, &err);
-    t->open_ex = !st;
-    if (!st) st = cuda_exec_set_params(&t->ex, w, &err);
-    if (fix) setenv("HPC_OPT_LN_FIX", fix, 1);
-    if (!st) st = cuda_optim_init(&t->opt, &t->ex, spec, PREC_FP16, 100, &err);
-    unsetenv("HPC_OPT_LN_FIX");
-    t->open_opt = !st;
-    if (st) result(0, "open with HPC_OPT_LN_FIX=%s: %s", fix ? fix : "(unset)", err.msg);
-    return !st;
-}
-
-static void close_trainer(Trainer *t)
-{
-    if (t->open_opt) cuda_optim_free(&t->opt);
-    if (t->open_ex) cuda_exec_free(&t->ex);
-}
-
-/* One optimizer step over `accum` micro-batches (the tails as train_cuda.c
- * queues them); the loss of the last. */
-static bool train_step(Trainer *t, Batch *const *micro, int accum, uint32_t *micro_step, double *loss)
-{
-    HpcError err = {0};
-    HpcStatus st = HPC_OK;
-    for (int m = 0; m < accum && !st; m++) {
-        CudaRunOptions o = {.training = true, .backward = true, .seed = 11, .step = (*micro_step)++,
-                            .loss_scale_dev = cuda_optim_scale_ptr(&t->opt), .graph = true,
-                            .tail = m == accum - 1 ? cuda_optim_step_tail(&t->opt)
-                                                   : cuda_optim_accumulate_tail(&t->opt, m)};
-        st = cuda_exec_run(&t->ex, micro[m], &o, &err);
-    }
-    if (!st) st = cuda_exec_loss(&t->ex, loss, &err);
-    if (st) result(0, "train step: %s", err.msg);
-    return !st;
-}
-
-/* Relative L2 of the two changes from w0, NaN when either is not finite. */
-static double change_error(const float *a, const float *b, const float *w0, int64_t n, bool *bitwise)
-{
-    double d = 0, r = 0;
-    *bitwise = memcmp(a, b, (size_t)n * sizeof *a) == 0;
-    for (int64_t i = 0; i < n; i++) {
-        if (!isfinite(a[i]) || !isfinite(b[i])) return NAN;
-        double da = (double)a[i] - w0[i], db = (double)b[i] - w0[i];
-        d += (da - db) * (da - db);
-        r += db * db;
-    }
-    return r > 0 ? sqrt(d / r) : sqrt(d);
+    return gpu_trainer_open(t, &g_dev, spec, g, pl, w, B, L, "HPC_OPT_LN_FIX", fix);
 }
 
 static void check_accum(ModelSpec spec, const IrGraph *g, const ParamList *pl, float **w, int accum,
@@ -112,13 +58,12 @@ static void check_accum(ModelSpec spec, const IrGraph *g, const ParamList *pl, f
     spec.train.grad_accum = accum;
     spec.train.max_grad_norm = 1.0;
     spec.train.optimizer = kind;
-    const bool emulated = getenv("HPC_CUDA_EMU") != NULL;
     char tag[80];
     snprintf(tag, sizeof tag, "bert_tiny fp16 B=%d L=%d %s grad_accum %d", B, L, spec_optimizer_name(kind), accum);
-    Trainer on, off;
+    GpuTrainer on, off;
     if (!open_trainer(&on, &spec, g, pl, w, NULL)) return;
     if (!open_trainer(&off, &spec, g, pl, w, "0")) {
-        close_trainer(&on);
+        gpu_trainer_close(&on);
         return;
     }
     int fixed = 0, expected = 0;
@@ -141,7 +86,8 @@ static void check_accum(ModelSpec spec, const IrGraph *g, const ParamList *pl, f
     bool ran = true;
     for (int s = 0; s < STEPS && ran; s++) {
         double lo = 0, lf = 0;
-        ran = train_step(&on, micro[s], accum, &ms_on, &lo) && train_step(&off, micro[s], accum, &ms_off, &lf);
+        ran = gpu_trainer_step(&on, micro[s], accum, &ms_on, &lo) &&
+              gpu_trainer_step(&off, micro[s], accum, &ms_off, &lf);
         double e = fabs(lo - lf) / fmax(fabs(lf), 1e-30);
         worst_loss = isnan(e) || e > worst_loss ? e : worst_loss;
     }
@@ -155,36 +101,14 @@ static void check_accum(ModelSpec spec, const IrGraph *g, const ParamList *pl, f
         result(cuda_exec_read(&on.ex, v, tmp, &err) == HPC_ERR_USAGE,
                "%s: a fixed gradient is not read after a folded run (%s)", tag, err.msg);
         free(tmp);
-        double worst = 0;
-        int worst_q = -1, same = 0, count = 0;
-        for (int i = 0; i < on.opt.count; i++) {
-            int q = on.opt.param[i];
-            int64_t n = params_numel(&pl->p[q]);
-            float *a = xmalloc((size_t)n * sizeof *a), *b = xmalloc((size_t)n * sizeof *b);
-            if (cuda_optim_read_master(&on.opt, q, a, &err) || cuda_optim_read_master(&off.opt, q, b, &err)) {
-                result(0, "%s: read %s: %s", tag, pl->p[q].name, err.msg);
-            } else {
-                bool bitwise;
-                double e = change_error(a, b, w[q], n, &bitwise);
-                same += bitwise;
-                count++;
-                if (isnan(e) || isnan(worst) || e > worst) {
-                    worst = isnan(worst) ? worst : e;
-                    worst_q = q;
-                }
-            }
-            free(a);
-            free(b);
-        }
-        result(worst <= 1e-3, "%s: %d masters after %d steps, the change's worst rel L2 %.3g <= 1e-3 (%s)", tag,
-               count, STEPS, worst, worst_q >= 0 ? pl->p[worst_q].name : "-");
-        if (emulated) result(same == count, "%s: %d of %d masters equal bit for bit (the emulator)", tag, same, count);
-        else printf("       %d of %d masters equal bit for bit\n", same, count);
+        char what[120];
+        snprintf(what, sizeof what, "%s, %d steps", tag, STEPS);
+        gpu_trainer_compare_masters(&on, &off, pl, w, what, 1e-3);
     }
     for (int s = 0; s < STEPS; s++)
         for (int m = 0; m < accum; m++) batch_free(micro[s][m]);
-    close_trainer(&off);
-    close_trainer(&on);
+    gpu_trainer_close(&off);
+    gpu_trainer_close(&on);
 }
 
 int main(void)

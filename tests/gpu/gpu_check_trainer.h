@@ -1,0 +1,130 @@
+/* tests/gpu/gpu_check_trainer.h — an executor with its optimizer, trained
+ * as runtime/train/train_cuda.c trains (the optimizer as the tail of the
+ * step's CUDA graph), for the tests that train two of them apart in one
+ * setting and compare the weights (gpu_opt_fix, gpu_opt_rows).
+ *
+ * Promises:
+ *   - gpu_trainer_open(t, dev, spec, g, pl, w, B, L, var, value): an
+ *     executor over g for batches up to B x L with the weights w and its
+ *     optimizer, the environment variable var set to value while the
+ *     optimizer is set up (value NULL: unset); false after a failed check
+ *     naming the setting;
+ *   - gpu_trainer_close(t): frees what opened;
+ *   - gpu_trainer_step(t, micro, accum, micro_step, loss): one optimizer
+ *     step over accum micro-batches (dropout seed 11, the micro-step
+ *     counter *micro_step), the loss of the last; false after a failed
+ *     check;
+ *   - gpu_trainer_change_error(a, b, w0, n, bitwise): the relative L2 of
+ *     a's change from w0 against b's, NaN when either is not finite;
+ *     *bitwise whether a and b are equal bit for bit;
+ *   - gpu_trainer_compare_masters(a, b, pl, w0, tag, bound): every master
+ *     of a against b's: one check that the worst change error is at most
+ *     bound; on the emulator (HPC_CUDA_EMU: one thread, no float atomics
+ *     racing) one more that every master is equal bit for bit, on a GPU a
+ *     line saying how many are.
+ * Static functions; include after gpu_check.h in a test's .c. */
+#ifndef HPC_TESTS_GPU_CHECK_TRAINER_H
+#define HPC_TESTS_GPU_CHECK_TRAINER_H
+
+#include <math.h>
+#include <stdbool.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cuda/cuda_exec.h"
+#include "cuda/cuda_optim.h"
+#include "program/params.h"
+
+typedef struct {
+    CudaExec ex;
+    CudaOptim opt;
+    bool open_ex, open_opt;
+} GpuTrainer;
+
+static inline bool gpu_trainer_open(GpuTrainer *t, CudaDevice *dev, const ModelSpec *spec, const IrGraph *g,
+                                    const ParamList *pl, float **w, int64_t B, int64_t L, const char *var,
+                                    const char *value)
+{
+    HpcError err = {0};
+    memset(t, 0, sizeof *t);
+    HpcStatus st = cuda_exec_init(&t->ex, dev, g, pl, B, L, &err);
+    t->open_ex = !st;
+    if (!st) st = cuda_exec_set_params(&t->ex, w, &err);
+    if (value) setenv(var, value, 1);
+    if (!st) st = cuda_optim_init(&t->opt, &t->ex, spec, PREC_FP16, 100, &err);
+    if (value) unsetenv(var);
+    t->open_opt = !st;
+    if (st) result(0, "open with %s=%s: %s", var, value ? value : "(unset)", err.msg);
+    return !st;
+}
+
+static inline void gpu_trainer_close(GpuTrainer *t)
+{
+    if (t->open_opt) cuda_optim_free(&t->opt);
+    if (t->open_ex) cuda_exec_free(&t->ex);
+}
+
+static inline bool gpu_trainer_step(GpuTrainer *t, Batch *const *micro, int accum, uint32_t *micro_step,
+                                    double *loss)
+{
+    HpcError err = {0};
+    HpcStatus st = HPC_OK;
+    for (int m = 0; m < accum && !st; m++) {
+        CudaRunOptions o = {.training = true, .backward = true, .seed = 11, .step = (*micro_step)++,
+                            .loss_scale_dev = cuda_optim_scale_ptr(&t->opt), .graph = true,
+                            .tail = m == accum - 1 ? cuda_optim_step_tail(&t->opt)
+                                                   : cuda_optim_accumulate_tail(&t->opt, m)};
+        st = cuda_exec_run(&t->ex, micro[m], &o, &err);
+    }
+    if (!st) st = cuda_exec_loss(&t->ex, loss, &err);
+    if (st) result(0, "train step: %s", err.msg);
+    return !st;
+}
+
+static inline double gpu_trainer_change_error(const float *a, const float *b, const float *w0, int64_t n,
+                                              bool *bitwise)
+{
+    double d = 0, r = 0;
+    *bitwise = memcmp(a, b, (size_t)n * sizeof *a) == 0;
+    for (int64_t i = 0; i < n; i++) {
+        if (!isfinite(a[i]) || !isfinite(b[i])) return NAN;
+        double da = (double)a[i] - w0[i], db = (double)b[i] - w0[i];
+        d += (da - db) * (da - db);
+        r += db * db;
+    }
+    return r > 0 ? sqrt(d / r) : sqrt(d);
+}
+
+static inline void gpu_trainer_compare_masters(GpuTrainer *a, GpuTrainer *b, const ParamList *pl, float **w0,
+                                               const char *tag, double bound)
+{
+    HpcError err = {0};
+    double worst = 0;
+    int worst_q = -1, same = 0, count = 0;
+    for (int i = 0; i < a->opt.count; i++) {
+        int q = a->opt.param[i];
+        int64_t n = params_numel(&pl->p[q]);
+        float *x = xmalloc((size_t)n * sizeof *x), *y = xmalloc((size_t)n * sizeof *y);
+        if (cuda_optim_read_master(&a->opt, q, x, &err) || cuda_optim_read_master(&b->opt, q, y, &err)) {
+            result(0, "%s: read %s: %s", tag, pl->p[q].name, err.msg);
+        } else {
+            bool bitwise;
+            double e = gpu_trainer_change_error(x, y, w0[q], n, &bitwise);
+            same += bitwise;
+            count++;
+            if (isnan(e) || isnan(worst) || e > worst) {
+                worst = isnan(worst) ? worst : e;
+                worst_q = q;
+            }
+        }
+        free(x);
+        free(y);
+    }
+    result(worst <= bound, "%s: %d masters, the change's worst rel L2 %.3g <= %.0e (%s)", tag, count, worst, bound,
+           worst_q >= 0 ? pl->p[worst_q].name : "-");
+    if (getenv("HPC_CUDA_EMU")) result(same == count, "%s: %d of %d masters equal bit for bit (the emulator)", tag,
+                                       same, count);
+    else printf("       %d of %d masters equal bit for bit\n", same, count);
+}
+
+#endif
