@@ -6,8 +6,8 @@
  * Promises:
  *   - gpu_trainer_open(t, dev, spec, g, pl, w, B, L, var, value): an
  *     executor over g for batches up to B x L with the weights w and its
- *     optimizer, the environment variable var set to value while the
- *     optimizer is set up (value NULL: unset); false after a failed check
+ *     optimizer, the environment variable var set to value while both
+ *     are set up (value NULL: unset); false after a failed check
  *     naming the setting;
  *   - gpu_trainer_close(t): frees what opened;
  *   - gpu_trainer_step(t, micro, accum, micro_step, loss): one optimizer
@@ -47,10 +47,10 @@ static inline bool gpu_trainer_open(GpuTrainer *t, CudaDevice *dev, const ModelS
 {
     HpcError err = {0};
     memset(t, 0, sizeof *t);
+    if (value) setenv(var, value, 1);
     HpcStatus st = cuda_exec_init(&t->ex, dev, g, pl, B, L, &err);
     t->open_ex = !st;
     if (!st) st = cuda_exec_set_params(&t->ex, w, &err);
-    if (value) setenv(var, value, 1);
     if (!st) st = cuda_optim_init(&t->opt, &t->ex, spec, PREC_FP16, 100, &err);
     if (value) unsetenv(var);
     t->open_opt = !st;
