@@ -1,6 +1,5 @@
 /* program/plan.c — schedule, liveness and best-fit arena offsets; see plan.h. */
 #include "program/plan.h"
-#include "program/plan_side.h"
 
 #include <stdarg.h>
 #include <stdlib.h>
@@ -121,8 +120,7 @@ static bool is_batch_input(const IrNode *n)
     return n->op == IR_OP_INPUT && n->attr.input.kind != IR_IN_LOSS_SCALE;
 }
 
-static void plan_lifetimes(StepPlan *p, const IrGraph *g, bool keep_all, const bool *write_early,
-                           const bool *side)
+static void plan_lifetimes(StepPlan *p, const IrGraph *g, bool keep_all, const bool *write_early)
 {
     for (int i = 0; i < g->n; i++) {
         const IrNode *n = &g->nodes[i];
@@ -153,14 +151,6 @@ static void plan_lifetimes(StepPlan *p, const IrGraph *g, bool keep_all, const b
      * aid, never for training (the arena grows to the sum of all values). */
     if (keep_all)
         for (int i = 0; i < g->n; i++) p->v[i].last = end;
-    /* PlanOptions.side: what a side node reads lives to its join */
-    for (int i = 0; side && i < g->n; i++) {
-        if (!side[i]) continue;
-        int join = plan_side_join(g, side, i), last = join < end ? join : end;
-        const IrNode *n = &g->nodes[i];
-        for (int k = 0; k < n->n_in; k++)
-            if (p->v[n->in[k]].last < last) p->v[n->in[k]].last = last;
-    }
 }
 
 /* Value i may be written over its in-place input a: the node that writes
@@ -429,7 +419,7 @@ HpcStatus plan_build_scratch_with(const IrGraph *g, int64_t B, int64_t L, const 
         p->scratch_bytes[i] = s > 0 ? align_up(s) : 0;
         p->scratch_off[i] = -1;
     }
-    plan_lifetimes(p, g, opt && opt->keep_all, opt ? opt->write_early : NULL, opt ? opt->side : NULL);
+    plan_lifetimes(p, g, opt && opt->keep_all, opt ? opt->write_early : NULL);
     plan_views(p, g);
     plan_inplace(p, g);
     plan_offsets(p);

@@ -128,9 +128,6 @@ typedef struct {
     const bool *write_early; /* (g->n) or NULL: value i is also written by the node just before
                               * it (hpc's own GEMM writes gelu(y) with y: runtime/cuda/gemm_own.h),
                               * so its bytes are its own from that node on */
-    const bool *side;        /* (g->n) or NULL: the side nodes (program/plan_side.h), which the
-                              * executor may run on a second stream: every input of one lives
-                              * to its join (plan_side_join), so nothing overwrites it sooner */
 } PlanOptions;
 
 /* plan_build_scratch with options (opt may be NULL). */

@@ -2,7 +2,6 @@
 #include "cuda/cuda_exec.h"
 #include "cuda/cuda_exec_internal.h"
 
-#include <limits.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -205,7 +204,7 @@ static HpcStatus plan_step(CudaExec *ex, int64_t max_B, int64_t max_L, const Pla
                         "recompile the program with `hpc compile MODEL`", ex->kernels->n, ex->g->n);
     int64_t *scratch = xcalloc((size_t)(ex->g->n > 0 ? ex->g->n : 1), sizeof *scratch);
     step_kernels_scratch(ex->kernels, max_B, max_L, scratch);
-    HpcStatus st = cuda_exec_side_plan(ex, max_B, max_L, scratch, opt, err);
+    HpcStatus st = plan_build_scratch_with(ex->g, max_B, max_L, scratch, opt, &ex->plan, err);
     free(scratch);
     return st;
 }
@@ -279,7 +278,6 @@ void cuda_exec_free(CudaExec *ex)
         if (ex->graphs[i].exec && cu) cu->cuGraphExecDestroy(ex->graphs[i].exec);
     if (ex->module && cu) cu->cuModuleUnload(ex->module);
     if (ex->gemm_ready) gemm_free(&ex->gemm);
-    cuda_exec_side_free(ex);
     arena_free(&ex->arena);
     plan_free(&ex->plan);
     free(ex->fn);
@@ -501,30 +499,18 @@ HpcStatus cuda_exec_launch_node(CudaExec *ex, int id, HpcError *err)
     return HPC_OK;
 }
 
-/* Nodes [0, end) in schedule order; in a capture the side nodes beside
- * (cuda_exec_side.c), the device stream waiting for them at their joins
- * and at the end. */
 static HpcStatus launch_all(CudaExec *ex, int end, HpcError *err)
 {
     HpcStatus st = HPC_OK;
-    int join = INT_MAX;   /* the first join of the side work queued */
     for (int t = 0; t < end && !st; t++) {
-        int id = ex->plan.order[t];
-        if (t >= join) {
-            st = cuda_exec_side_join(ex, err);
-            join = INT_MAX;
-        }
-        bool beside = false;
-        if (!st && ex->capturing) st = cuda_exec_side_launch(ex, id, &beside, err);
-        if (beside && ex->side.join[id] < join) join = ex->side.join[id];
-        if (!st && !beside) st = cuda_exec_launch_node(ex, id, err);
+        st = cuda_exec_launch_node(ex, ex->plan.order[t], err);
         if (st) {
             size_t len = strlen(err->msg);
             snprintf(err->msg + len, sizeof err->msg - len, " (node %d, %s)", ex->plan.order[t],
                      NODE(ex->plan.order[t])->name);
         }
     }
-    return st || join == INT_MAX ? st : cuda_exec_side_join(ex, err);
+    return st;
 }
 
 static CudaExecGraph *graph_slot(CudaExec *ex, bool backward, uint64_t tail_key)
@@ -557,9 +543,7 @@ static HpcStatus run_graph(CudaExec *ex, int end, bool backward, const CudaExecT
         CUgraph graph = NULL;
         HpcStatus st = CUDA_CHECK(err, cu->cuStreamBeginCapture(ex->dev->stream, CU_STREAM_CAPTURE_MODE_RELAXED));
         if (st) return st;
-        ex->capturing = true;
         HpcStatus run = cuda_exec_launch_step(ex, end, tail, err);
-        ex->capturing = false;
         st = CUDA_CHECK(err, cu->cuStreamEndCapture(ex->dev->stream, &graph));
         if (run) st = run;
         if (!st) st = CUDA_CHECK(err, cu->cuGraphInstantiate(&s->exec, graph, 0));

@@ -93,27 +93,6 @@ typedef struct {
 
 #define CUDA_EXEC_MAX_GRAPHS 8
 
-/* The weight-gradient GEMMs beside the step (program/plan_side.h,
- * runtime/cuda/cuda_exec_side.c): in a captured step, each side node runs
- * on a second stream from its position to its join.  HPC_DW_STREAM=0
- * turns it off, 1 on whatever it costs; unset (the default) takes it where
- * the plan's arena grows by at most CUDA_EXEC_SIDE_GROWTH_PCT (BERT-base
- * at 32 x 32: 425.1 -> 428.1 MiB; at 32 x 128 it would grow 2.7 %, and
- * the memory goal of issue 15 there has 12 MiB to spare). */
-#define CUDA_EXEC_SIDE_GROWTH_PCT 1
-typedef struct {
-    bool *node;                /* (g->n) the side nodes, or NULL: none (every node on the device stream) */
-    int *join;                 /* (g->n) a side node's join position (plan_side_join), else -1 */
-    int n;
-    CUstream stream;
-    CUevent fork, done;        /* recorded on the device stream at a fork, on the side stream after its GEMM */
-    CUdeviceptr ws;            /* the side GEMMs' workspace, ws_bytes */
-    size_t ws_bytes;
-    CUdeviceptr *retired;      /* smaller workspaces it replaced (graphs captured before may use them) */
-    int n_retired;
-    long queued;               /* GEMMs queued on the side stream so far (in captures) */
-} CudaExecSide;
-
 typedef struct {
     int64_t B, L;
     bool backward;
@@ -151,8 +130,6 @@ typedef struct {
     EopCtl ctl_host;
     CudaExecGraph graphs[CUDA_EXEC_MAX_GRAPHS];
     int n_graphs;
-    CudaExecSide side;
-    bool capturing;            /* launching into a graph capture: side nodes go to the side stream */
     int fix_from;              /* the trailing fixes: nodes [fix_from, g->n) are the LN_DW_FIX(_DB)s that
                                 * compiler/fuse_ln_dw.c put last, their views and outputs (g->n: none).
                                 * A tail with applies_fixes reads their raw gradients and fixes them

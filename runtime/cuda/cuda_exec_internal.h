@@ -1,7 +1,6 @@
 /* runtime/cuda/cuda_exec_internal.h — what the executor's own files share
  * (cuda_exec.c launches; cuda_exec_own.c decides where hpc's own GEMM runs;
- * cuda_exec_side.c runs the dW GEMMs beside; cuda_exec_profile.c times the
- * launches).  Not
+ * cuda_exec_profile.c times the launches).  Not
  * for callers of the cuda backend: they use cuda_exec.h. */
 #ifndef HPC_RUNTIME_CUDA_EXEC_INTERNAL_H
 #define HPC_RUNTIME_CUDA_EXEC_INTERNAL_H
@@ -31,18 +30,6 @@ HpcStatus cuda_exec_own_kernels(CudaExec *ex, HpcError *err);
 void cuda_exec_own_pair(CudaExec *ex);
 HpcStatus cuda_exec_own_launch(CudaExec *ex, int id, const GemmDesc *d, bool *done, HpcError *err);
 int cuda_exec_own_first_phase(const CudaExec *ex, int id);
-
-/* The side stream (cuda_exec_side.c).  side_plan builds ex->plan from
- * the node scratch and opt, with PlanOptions.side as HPC_DW_STREAM says
- * (HPC_ERR_USAGE for a bad value), and sets up ex->side where it is used.
- * side_launch, while capturing: node `id` is queued beside (*beside: a
- * join is due) or left to the caller (a node that is no side node);
- * side_join makes the device stream wait for the side work queued. */
-HpcStatus cuda_exec_side_plan(CudaExec *ex, int64_t max_B, int64_t max_L, const int64_t *scratch,
-                              const PlanOptions *opt, HpcError *err);
-HpcStatus cuda_exec_side_launch(CudaExec *ex, int id, bool *beside, HpcError *err);
-HpcStatus cuda_exec_side_join(CudaExec *ex, HpcError *err);
-void cuda_exec_side_free(CudaExec *ex);
 
 /* HPC_PROFILE (docs/cuda.md): unset, "" or "0" is off; "graph" or
  * "graph:N" times the step inside a CUDA graph, over N replays (default

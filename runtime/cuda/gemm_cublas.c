@@ -671,42 +671,6 @@ HpcStatus gemm_run(GemmContext *g, const GemmDesc *d, HpcError *err)
     return st ? st : run_or_record(g, p, d, err);
 }
 
-/* The plan made for d's shape, or NULL (none yet, or one gemm_prime has
- * not made). */
-static GemmPlan *plan_made(const GemmContext *g, const GemmDesc *d)
-{
-    PlanKey key;
-    plan_key(&key, g, d, false);
-    for (int i = 0; i < g->num_plans; i++)
-        if (memcmp(&g->plans[i].key, &key, sizeof key) == 0) return g->plans[i].deferred ? NULL : &g->plans[i];
-    return NULL;
-}
-
-bool gemm_plan_workspace(const GemmContext *g, const GemmDesc *d, size_t *need)
-{
-    const GemmPlan *p = plan_made(g, d);
-    *need = p ? p->ws_need : 0;
-    return p != NULL;
-}
-
-HpcStatus gemm_run_on(GemmContext *g, const GemmDesc *d, CUstream stream, CUdeviceptr workspace,
-                      size_t workspace_bytes, bool *ran, HpcError *err)
-{
-    *ran = false;
-    GemmPlan *p = g->record_only ? NULL : plan_made(g, d);
-    if (!p || p->ws_need > workspace_bytes) return HPC_OK;
-    HpcStatus st = validate(d, err);
-    if (!st) st = gemm_plan_point(p, d, err);
-    if (st) return st;
-    GemmContext on = *g;   /* the same handle and plan, another stream and workspace */
-    on.stream = stream;
-    on.workspace = workspace;
-    on.workspace_held = workspace_bytes;
-    st = CUDA_CHECK(err, gemm_matmul_with(&on, p, d, &p->algo));
-    *ran = !st;
-    return st;
-}
-
 HpcStatus gemm_run_optional(GemmContext *g, const GemmDesc *d, bool *epilogue_done, HpcError *err)
 {
     GemmPlan *p;

@@ -175,18 +175,6 @@ size_t gemm_workspace_needed(const GemmContext *g);
 /* Queues one (batched) GEMM on g->stream. */
 HpcStatus gemm_run(GemmContext *g, const GemmDesc *d, HpcError *err);
 
-/* gemm_run on another stream with another workspace, for a GEMM whose
- * shape already has a plan (made by an earlier gemm_run) that needs at
- * most workspace_bytes: *ran says whether it was queued; nothing is
- * queued, made or timed otherwise (run it with gemm_run).  For the
- * executor's side stream (runtime/cuda/cuda_exec.h), which must not share
- * g's workspace with the GEMMs on g->stream. */
-HpcStatus gemm_run_on(GemmContext *g, const GemmDesc *d, CUstream stream, CUdeviceptr workspace,
-                      size_t workspace_bytes, bool *ran, HpcError *err);
-
-/* Whether d's shape has a plan made, and the workspace it needs. */
-bool gemm_plan_workspace(const GemmContext *g, const GemmDesc *d, size_t *need);
-
 /* As gemm_run, for a GEMM whose bias-gradient epilogue (GEMM_EPI_BGRAD_A)
  * may be left out: *epilogue_done says whether d->bias was written.  The
  * choice is made once per shape (with the plan), so every later call of
