@@ -27,15 +27,6 @@ static const char eop_prelude[] =
     "#define EOP_NEG_INF __int_as_float(0xff800000)\n"
     "#define EOP_FOR(i, n) for (i64 i = (i64)blockIdx.x * blockDim.x + threadIdx.x; i < (n); "
     "i += (i64)gridDim.x * blockDim.x)\n"
-    "// Every node kernel starts here.  The executor may launch it while the kernel\n"
-    "// before it still runs (programmatic dependent launch, sm_90 on: its blocks get\n"
-    "// resident early); it touches no memory until that kernel, and so every\n"
-    "// kernel before it, has finished.  Launched plainly it returns at once.\n"
-    "#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900\n"
-    "#define EOP_GRID_WAIT() asm volatile(\"griddepcontrol.wait;\" ::: \"memory\")\n"
-    "#else\n"
-    "#define EOP_GRID_WAIT() do { } while (0)\n"
-    "#endif\n"
     "__device__ __forceinline__ float ld_f32(float v) { return v; }\n"
     "__device__ __forceinline__ float ld_f16(unsigned short h)\n"
     "{ float f; asm(\"cvt.f32.f16 %0, %1;\" : \"=f\"(f) : \"h\"(h)); return f; }\n"
@@ -152,7 +143,6 @@ static void add_kernel(StrBuf *src, const EopGenPhase *ph, const char *name)
     if (min_blocks > 0) snprintf(mb, sizeof mb, ", %d", min_blocks);
     strbuf_printf(src, "\nextern \"C\" __global__ void __launch_bounds__(%d%s) %s(EopArgs a)\n{\n", threads, mb,
                   name);
-    strbuf_add(src, "    " STEP_SOURCE_GRID_WAIT "\n");
     strbuf_add(src, ph->body.p);
     strbuf_add(src, "}\n");
 }

@@ -19,11 +19,7 @@
  * device memory (dropout seed and step, training flag, loss scale: read on
  * the device so a captured CUDA graph replays any step), a.B and a.L the
  * run's batch and padded length.  Every other size is a constant in the
- * kernel's text.  Each starts with STEP_SOURCE_GRID_WAIT (griddepcontrol.wait
- * on sm_90 and later), so the executor may launch it before the kernel
- * ahead of it has finished (programmatic dependent launch,
- * runtime/cuda/cuda_exec.c; a module whose source holds the line allows
- * that for all of its node kernels).
+ * kernel's text.
  *
  * Names say what a kernel does, its output dtype and its row size, plus six
  * hex digits of an FNV-1a hash of its text: `add_f16_n128_3fa9c1`,

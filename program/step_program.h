@@ -228,12 +228,6 @@ typedef struct {
 /* Beside it under HPC_GEMM_OWN=gelu (the default): only the linears whose
  * GELU the own GEMM computes too run on it; the others stay cuBLASLt's. */
 #define STEP_SOURCE_GEMM_OWN_GELU_ONLY_MARK "#define HPC_MODULE_GEMM_OWN_GELU_ONLY 1\n"
-/* The first statement of every node kernel of a module that has it
- * (compiler/emit_ops.c, EOP_GRID_WAIT: griddepcontrol.wait on sm_90 and
- * later): the executor may then launch node kernels before the kernel
- * ahead of them has finished (cuda_launch_early).  A module without it
- * (a program compiled before 2026-12-07) is launched plainly. */
-#define STEP_SOURCE_GRID_WAIT "EOP_GRID_WAIT();"
 
 /* The records of a graph's nodes and the module they name. */
 typedef struct {

@@ -303,23 +303,6 @@ HpcStatus cuda_launch(CUfunction f, const unsigned grid[3], const unsigned block
     return st;
 }
 
-HpcStatus cuda_launch_early(CUfunction f, const unsigned grid[3], const unsigned block[3],
-                            unsigned shmem, CUstream stream, void **args, HpcError *err)
-{
-    long long t0 = phase_clock_on() ? mono_ns() : -1;
-    CUlaunchAttribute early = {.id = CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION};
-    early.value.programmaticStreamSerializationAllowed = 1;
-    CUlaunchConfig c = {.gridDimX = grid[0], .gridDimY = grid[1], .gridDimZ = grid[2], .blockDimX = block[0],
-                        .blockDimY = block[1], .blockDimZ = block[2], .sharedMemBytes = shmem, .hStream = stream,
-                        .attrs = &early, .numAttrs = 1};
-    HpcStatus st = CUDA_CHECK(err, g_driver.cuLaunchKernelEx(&c, f, args, NULL));
-    if (t0 >= 0) {
-        launch_calls++;
-        launch_ns += mono_ns() - t0;
-    }
-    return st;
-}
-
 void cuda_launch_stats(long *calls, double *seconds)
 {
     *calls = launch_calls;

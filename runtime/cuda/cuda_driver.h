@@ -58,7 +58,6 @@
     X(cuCtxSetCurrent) X(cuCtxGetCurrent) X(cuCtxSynchronize) X(cuCtxGetDevice) \
     X(cuModuleLoadData) X(cuModuleUnload) X(cuModuleGetFunction)              \
     X(cuFuncSetAttribute) X(cuFuncGetAttribute) X(cuLaunchKernel)             \
-    X(cuLaunchKernelEx)                                                       \
     X(cuMemAlloc) X(cuMemFree) X(cuMemGetInfo)                                \
     X(cuMemAllocHost) X(cuMemFreeHost)                                        \
     X(cuMemcpyHtoD) X(cuMemcpyDtoH) X(cuMemcpyDtoD)                           \
@@ -167,13 +166,6 @@ HpcStatus cuda_func_allow_shared(CUfunction f, unsigned shmem, HpcError *err);
  * cuda_func_allow_shared(f) first (the driver refuses the launch otherwise). */
 HpcStatus cuda_launch(CUfunction f, const unsigned grid[3], const unsigned block[3],
                       unsigned shmem, CUstream stream, void **args, HpcError *err);
-
-/* cuda_launch as a programmatic dependent launch (sm_90 and later): f may
- * start before the kernel queued ahead of it on `stream` has finished, so
- * f must wait for it (griddepcontrol.wait, compiler/emit_ops.h's
- * EOP_GRID_WAIT) before it touches memory. */
-HpcStatus cuda_launch_early(CUfunction f, const unsigned grid[3], const unsigned block[3],
-                            unsigned shmem, CUstream stream, void **args, HpcError *err);
 
 /* Calls of cuda_launch so far and the host seconds spent in them, counted
  * only while start-up recording is on (util/phase_clock.h: HPC_STARTUP=1),

@@ -209,21 +209,6 @@ static HpcStatus plan_step(CudaExec *ex, int64_t max_B, int64_t max_L, const Pla
     return st;
 }
 
-/* HPC_PDL: unset or "1" launches node kernels early where the device and
- * the module allow it (CudaExec.launch_early), "0" never. */
-static HpcStatus choose_early_launch(CudaExec *ex, HpcError *err)
-{
-    const char *v = getenv("HPC_PDL");
-    if (v && *v && strcmp(v, "0") != 0 && strcmp(v, "1") != 0)
-        return hpc_fail(err, HPC_ERR_USAGE, "HPC_PDL=%s: expected 0 (every node kernel waits for the one ahead "
-                        "to finish before it is launched) or 1 / unset (launched early where the GPU is sm_90 or "
-                        "later and the program's kernels wait first)", v);
-    const char *src = ex->kernels->cuda_source;
-    ex->launch_early = !(v && strcmp(v, "0") == 0) && ex->dev->arch >= 90 && src &&
-                       strstr(src, STEP_SOURCE_GRID_WAIT) != NULL;
-    return HPC_OK;
-}
-
 /* The first of the backward nodes that end g and are LN_DW_FIX(_DB)s,
  * UNSTACKs (the views of their values) and the OUTPUTs of both
  * (CudaExec.fix_from; g->n when g does not end so). */
@@ -279,7 +264,6 @@ HpcStatus cuda_exec_init_kernels_with(CudaExec *ex, CudaDevice *dev, const IrGra
                          ex->cubin_from_program ? "the program's cubin" : ex->cache_hit ? "kernel cache hit" : "NVRTC",
                          ex->compile_seconds);
     if (!st) st = lookup_kernels(ex, err);
-    if (!st) st = choose_early_launch(ex, err);
     if (!st && ex->gemm_own.fn) cuda_exec_own_pair(ex);
     if (!st) ex->fix_from = trailing_fixes(g);
     if (st) cuda_exec_free(ex);
@@ -484,13 +468,10 @@ static HpcStatus launch_phases(CudaExec *ex, int id, int first, HpcError *err)
     if (ex->plan.scratch_off[id] >= 0) a.scratch = ex->arena.base + (CUdeviceptr)ex->plan.scratch_off[id];
     void *args[] = {&a};
     HpcStatus st = HPC_OK;
-    for (int k = first; k < ex->code[id].n_phases && !st; k++) {
-        const EopPhase *ph = &ex->code[id].phase[k];
-        if (ph->grid[0] == 0) continue;   /* not at this shape (StepPhase.above_l) */
-        /* early: its blocks get resident while the kernel ahead finishes (it waits first) */
-        st = (ex->launch_early ? cuda_launch_early : cuda_launch)(ex->fn[id][k], ph->grid, ph->block,
-                                                                  ph->shared_bytes, ex->dev->stream, args, err);
-    }
+    for (int k = first; k < ex->code[id].n_phases && !st; k++)
+        if (ex->code[id].phase[k].grid[0] > 0)   /* 0: not at this shape (StepPhase.above_l) */
+            st = cuda_launch(ex->fn[id][k], ex->code[id].phase[k].grid, ex->code[id].phase[k].block,
+                             ex->code[id].phase[k].shared_bytes, ex->dev->stream, args, err);
     return st;
 }
 

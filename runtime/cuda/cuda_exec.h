@@ -141,9 +141,6 @@ typedef struct {
     bool cache_hit;            /* no NVRTC ran: a cache hit or the program's cubin */
     bool cubin_from_program;   /* the program carried the cubin for this arch */
     bool module_sm90a;         /* the module was compiled for sm_90a (StepPhase.target) */
-    bool launch_early;         /* node kernels go out as programmatic dependent launches
-                                * (cuda_launch_early): an sm_90+ device, a module whose kernels
-                                * wait first (STEP_SOURCE_GRID_WAIT), HPC_PDL not 0 */
 } CudaExec;
 
 /* Plans, allocates and compiles as described above, from a step program's

@@ -17,11 +17,8 @@
  * function allows; a grid that is no multiple of the kernel's
  * __cluster_dims__, or a cluster of more than 8 blocks, ends the run) and
  * enqueues the grid's run with a copy of the parameters, so a captured
- * launch replays with the values of its capture.  cuLaunchKernelEx takes
- * the programmatic dependent launch attribute only, and runs the grid
- * after the one ahead of it as any launch (what the kernel's
- * griddepcontrol.wait would wait for); another attribute ends the run.
- * HPC_EMU_TRACE=1 prints every launch. */
+ * launch replays with the values of its capture.  HPC_EMU_TRACE=1 prints
+ * every launch. */
 #define _GNU_SOURCE
 #include "cuemu.h"
 #include "emu_asm.h"
@@ -491,15 +488,4 @@ EMU_API CUresult cuLaunchKernel(CUfunction f, unsigned gx, unsigned gy, unsigned
     CUresult r = emu_stream_enqueue(s, run_launch, l, sizeof *l + bytes);
     free(l);
     return r;
-}
-
-EMU_API CUresult cuLaunchKernelEx(const CUlaunchConfig *c, CUfunction f, void **params, void **extra)
-{
-    if (!c) return CUDA_ERROR_INVALID_VALUE;
-    for (unsigned i = 0; i < c->numAttrs; i++)
-        if (c->attrs[i].id != CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION)
-            emu_die("cuLaunchKernelEx: launch attribute %d is not emulated (kernel %s)", (int)c->attrs[i].id,
-                    f ? f->name : "?");
-    return cuLaunchKernel(f, c->gridDimX, c->gridDimY, c->gridDimZ, c->blockDimX, c->blockDimY, c->blockDimZ,
-                          c->sharedMemBytes, c->hStream, params, extra);
 }
