@@ -62,6 +62,7 @@ static void print_intro(FILE *f, const StepProgram *p)
                "// scaler (hpc's compiler/emit_optim.h), with their own signatures: one\n"
                "// multi-tensor pass each over a table of 4096-element chunks (structs opt_tensor,\n"
                "// opt_chunk, opt_params, opt_state in the block), queued after the backward:\n"
+               "//   [opt_mark_rows  1 x 1024 per embedding table whose untouched rows are skipped]\n"
                "//   opt_check_norm  ceil(chunks / 4) x 256\n"
                "//   opt_decide      1 x 1024\n"
                "//   [LAMB: opt_lamb_norms  chunks x 256, opt_lamb_ratio  tensors x 256]\n"
