@@ -16,6 +16,7 @@
 
 #include "cuda/cuda_optim.h"
 #include "cuda/cuda_optim_rows.h"
+#include "compiler/spec_load.h"
 #include "pipeline.h"
 #include "program/ir.h"
 #include "program/params.h"
@@ -23,12 +24,10 @@
 
 static void bert_tiny(ModelSpec *s)
 {
-    spec_defaults(s);
-    snprintf(s->name, sizeof s->name, "bert_tiny");
-    s->stack.hidden = 128;
-    s->stack.layers = 2;
-    s->stack.heads = 2;
-    s->stack.ffn = 512;
+    char path[512];
+    const char *root = getenv("HPC_ROOT");
+    snprintf(path, sizeof path, "%s/models/bert_tiny.model", root ? root : ".");
+    cr_assert_eq(spec_load(path, s, stderr), 0, "cannot load %s", path);
 }
 
 /* The tables of the graph of s, the optimizer's tensors being every

@@ -17,12 +17,17 @@
  *   - gpu_trainer_change_error(a, b, w0, n, bitwise): the relative L2 of
  *     a's change from w0 against b's, NaN when either is not finite;
  *     *bitwise whether a and b are equal bit for bit;
+ *   - gpu_trainer_bert_tiny(spec, p, w, uniform): models/bert_tiny.model
+ *     into *spec, its fp16 graph into *p (pipeline_build) and random
+ *     parameters into *w (gpu_check_random_params with uniform); false
+ *     after a failed check (then nothing is left to free);
  *   - gpu_trainer_compare_masters(a, b, pl, w0, tag, bound): every master
  *     of a against b's: one check that the worst change error is at most
  *     bound; on the emulator (HPC_CUDA_EMU: one thread, no float atomics
  *     racing) one more that every master is equal bit for bit, on a GPU a
  *     line saying how many are.
- * Static functions; include after gpu_check.h in a test's .c. */
+ * Static functions; include after gpu_check.h and gpu_check_model.h in a
+ * test's .c. */
 #ifndef HPC_TESTS_GPU_CHECK_TRAINER_H
 #define HPC_TESTS_GPU_CHECK_TRAINER_H
 
@@ -33,6 +38,7 @@
 
 #include "cuda/cuda_exec.h"
 #include "cuda/cuda_optim.h"
+#include "pipeline.h"
 #include "program/params.h"
 
 typedef struct {
@@ -79,6 +85,20 @@ static inline bool gpu_trainer_step(GpuTrainer *t, Batch *const *micro, int accu
     if (!st) st = cuda_exec_loss(&t->ex, loss, &err);
     if (st) result(0, "train step: %s", err.msg);
     return !st;
+}
+
+static inline bool gpu_trainer_bert_tiny(ModelSpec *spec, Pipeline *p, float ***w, float (*uniform)(void))
+{
+    HpcError err = {0};
+    if (!gpu_check_load_model("bert_tiny.model", spec)) return false;
+    PipeOptions po = pipeline_defaults(PREC_FP16);
+    if (pipeline_build(spec, &po, p, &err)) {
+        result(0, "bert_tiny fp16: build the graph: %s", err.msg);
+        pipeline_free(p);
+        return false;
+    }
+    *w = gpu_check_random_params(&p->pl, PREC_FP16, uniform);
+    return true;
 }
 
 static inline double gpu_trainer_change_error(const float *a, const float *b, const float *w0, int64_t n,

@@ -215,15 +215,9 @@ int main(void)
     gpu_check_flush = 1;
     if (!gpu_check_open_device("gpu_opt_rows", &g_dev)) return 4;
     ModelSpec spec;
-    HpcError err = {0};
-    if (!gpu_check_load_model("bert_tiny.model", &spec)) return gpu_check_summary();
-    PipeOptions po = pipeline_defaults(PREC_FP16);
     Pipeline p;
-    if (pipeline_build(&spec, &po, &p, &err)) {
-        result(0, "bert_tiny fp16: build the graph: %s", err.msg);
-        return gpu_check_summary();
-    }
-    float **w = gpu_check_random_params(&p.pl, PREC_FP16, uniform);
+    float **w;
+    if (!gpu_trainer_bert_tiny(&spec, &p, &w, uniform)) return gpu_check_summary();
     check_training(spec, &p.g, &p.pl, w, OPT_ADAMW);
     check_training(spec, &p.g, &p.pl, w, OPT_LAMB);
     check_accum_is_dense(spec, &p.g, &p.pl, w);
