@@ -4,7 +4,9 @@
 #include <criterion/criterion.h>
 #include <float.h>
 #include <math.h>
+#include <stdio.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "num_parse.h"
@@ -163,4 +165,32 @@ Test(num_text, ranges_for_messages)
     cr_expect_str_eq(num_real_wanted((NumRange){0, 1, true, true}, buf, sizeof buf), "a number in (0, 1)");
     cr_expect_str_eq(num_real_wanted((NumRange){0, 10, true, false}, buf, sizeof buf), "a number in (0, 10]");
     cr_expect_str_eq(num_real_wanted((NumRange){0, 1e6, false, false}, buf, sizeof buf), "a number in [0, 1e+06]");
+}
+
+/* An integer setting from the environment: the default when unset or
+ * empty, the value when it is an integer in range, a usage error naming
+ * the variable, its text, the range and the meaning otherwise. */
+Test(num_env, integer_settings)
+{
+    HpcError err = {0};
+    int64_t v = 0;
+    unsetenv("HPC_TEST_SETTING");
+    cr_expect_eq(num_env_int("HPC_TEST_SETTING", 1, 1000, 7, "what it is", &v, &err), HPC_OK);
+    cr_expect_eq(v, 7);
+    setenv("HPC_TEST_SETTING", "", 1);
+    cr_expect_eq(num_env_int("HPC_TEST_SETTING", 1, 1000, 7, "what it is", &v, &err), HPC_OK);
+    cr_expect_eq(v, 7);
+    setenv("HPC_TEST_SETTING", "192", 1);
+    cr_expect_eq(num_env_int("HPC_TEST_SETTING", 1, 1000, 7, "what it is", &v, &err), HPC_OK);
+    cr_expect_eq(v, 192);
+    const char *bad[] = {"0", "1001", "-3", "12abc", " 5", "x", "99999999999999999999"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        setenv("HPC_TEST_SETTING", bad[i], 1);
+        err = (HpcError){0};
+        cr_expect_eq(num_env_int("HPC_TEST_SETTING", 1, 1000, 7, "what it is", &v, &err), HPC_ERR_USAGE, "%s", bad[i]);
+        char want[160];
+        snprintf(want, sizeof want, "HPC_TEST_SETTING=%s: expected an integer in [1, 1000]", bad[i]);
+        cr_expect(strstr(err.msg, want) && strstr(err.msg, "what it is"), "%s", err.msg);
+    }
+    unsetenv("HPC_TEST_SETTING");
 }

@@ -119,3 +119,21 @@ const char *num_reason(NumStatus st)
 {
     return st == NUM_UNDERFLOW ? "too close to zero for a double (the smallest is 2.2e-308)" : "";
 }
+
+HpcStatus num_env_int(const char *name, int64_t lo, int64_t hi, int64_t unset, const char *meaning, int64_t *out,
+                      HpcError *err)
+{
+    const char *v = getenv(name);
+    *out = unset;
+    if (!v || !*v) return HPC_OK;
+    int64_t n;
+    NumStatus st = num_int(v, lo, hi, &n);
+    if (st) {
+        char want[96];
+        return hpc_fail(err, HPC_ERR_USAGE, "%s=%s: expected %s%s%s: %s", name, v,
+                        num_int_wanted(lo, hi, want, sizeof want), *num_reason(st) ? ", " : "", num_reason(st),
+                        meaning);
+    }
+    *out = n;
+    return HPC_OK;
+}

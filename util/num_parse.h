@@ -21,6 +21,10 @@
  *   }
  *
  * -> "--steps 0: expected an integer in [1, 1000]".
+ *
+ * num_env_int does the same for an integer setting in the environment
+ * (HPC_GEMM_OWN_MIN_TILES, HPC_OPT_ROWS_MIN_CHUNKS), with the usage error
+ * that names it.
  */
 #ifndef HPC_UTIL_NUM_PARSE_H
 #define HPC_UTIL_NUM_PARSE_H
@@ -28,6 +32,8 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+
+#include "error.h"
 
 typedef enum {
     NUM_OK = 0,
@@ -67,5 +73,11 @@ const char *num_real_wanted(NumRange r, char *buf, size_t cap);
  * and NUM_RANGE (the range says it), else e.g. "too close to zero for a
  * double (the smallest is 2.2e-308)". */
 const char *num_reason(NumStatus st);
+
+/* The environment variable `name` as an integer in [lo, hi] into *out;
+ * `unset` when it is unset or empty.  Anything else is HPC_ERR_USAGE:
+ * "NAME=V: expected an integer in [lo, hi]: MEANING". */
+HpcStatus num_env_int(const char *name, int64_t lo, int64_t hi, int64_t unset, const char *meaning, int64_t *out,
+                      HpcError *err);
 
 #endif

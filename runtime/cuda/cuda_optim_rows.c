@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "cuda/cuda_optim.h"
+#include "util/num_parse.h"
 
 /* The ids node of embedding gradient v (EMBEDDING_BWD itself, or table j of
  * an EMBED_LN_BWD: the node for j = 0, its OUTPUT j for j = 1, 2), or -1. */
@@ -54,15 +55,8 @@ bool cuda_optim_rows_wanted(void)
 
 HpcStatus cuda_optim_rows_min_chunks(int64_t *min_chunks, HpcError *err)
 {
-    const char *v = getenv("HPC_OPT_ROWS_MIN_CHUNKS");
-    *min_chunks = CUDA_OPTIM_ROWS_MIN_CHUNKS;
-    if (!v || !*v) return HPC_OK;
-    char *end;
-    long long n = strtoll(v, &end, 10);
-    if (*end || n < 1 || n > 1000000000)
-        return hpc_fail(err, HPC_ERR_USAGE, "HPC_OPT_ROWS_MIN_CHUNKS=%s: expected the chunks of %d elements (1 to "
-                        "1000000000) an embedding table needs for the optimizer to skip its untouched rows, or "
-                        "unset for %d", v, CUDA_OPTIM_CHUNK, CUDA_OPTIM_ROWS_MIN_CHUNKS);
-    *min_chunks = n;
-    return HPC_OK;
+    _Static_assert(CUDA_OPTIM_CHUNK == 4096 && CUDA_OPTIM_ROWS_MIN_CHUNKS == 256, "the message's figures");
+    return num_env_int("HPC_OPT_ROWS_MIN_CHUNKS", 1, 1000000000, CUDA_OPTIM_ROWS_MIN_CHUNKS,
+                       "the chunks of 4096 elements an embedding table needs for the optimizer to skip its "
+                       "untouched rows, or unset for 256", min_chunks, err);
 }

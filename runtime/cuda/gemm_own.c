@@ -6,6 +6,7 @@
 
 #include "cuda/cuda_driver.h"
 #include "program/step_program.h"
+#include "util/num_parse.h"
 
 bool gemm_own_in_source(const char *source) { return source && strstr(source, STEP_SOURCE_GEMM_OWN_MARK) != NULL; }
 
@@ -35,16 +36,9 @@ bool gemm_own_fills(const GemmOwnKernel *k, const GemmDesc *d, int sm_count)
 
 HpcStatus gemm_own_min_tiles(int64_t *min_tiles, HpcError *err)
 {
-    const char *v = getenv("HPC_GEMM_OWN_MIN_TILES");
-    *min_tiles = 0;
-    if (!v || !*v) return HPC_OK;
-    char *end;
-    long long n = strtoll(v, &end, 10);
-    if (*end || n < 1 || n > 1000000)
-        return hpc_fail(err, HPC_ERR_USAGE, "HPC_GEMM_OWN_MIN_TILES=%s: expected the output tiles (1 to 1000000) a "
-                        "product needs for hpc's own GEMM, or unset for one a multiplying warpgroup", v);
-    *min_tiles = n;
-    return HPC_OK;
+    return num_env_int("HPC_GEMM_OWN_MIN_TILES", 1, 1000000, 0,
+                       "the output tiles a product needs for hpc's own GEMM, or unset for one a multiplying "
+                       "warpgroup", min_tiles, err);
 }
 
 HpcStatus gemm_own_tensor_map(CUtensorMap *map, CUdeviceptr p, int64_t rows, int64_t cols, unsigned box_rows,
