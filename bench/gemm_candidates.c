@@ -17,6 +17,16 @@
  * rounds of 5 runs after one warm-up), the algorithm's id, tile, split-K
  * and reduction scheme, and how much the best of all beats h8.
  *
+ * --search: also configurations cuBLASLt accepts beyond what its
+ * heuristic returns: (1) each algorithm id (cublasLtMatmulAlgoGetIds) with
+ * each of its tiles and stages, split-K 1-4 where supported, CTA swizzling
+ * off and on, custom options up to 3; (2) the neighbours of the heuristic's
+ * 8, each with its own stages but every tile of its algorithm, custom
+ * options up to 15 and split-K 1-4.  Each accepted one is timed once
+ * (three runs), the fastest SEARCH_FINALISTS again as the others are, and
+ * a line per GEMM says how much the best beats h8 and with what
+ * configuration.
+ *
  * --cold: also each candidate of the first 8 with a cold L2, as in the step,
  * where a GEMM's weights were last read a whole step earlier and its
  * activations by another kernel: before each run a 256 MiB buffer is
@@ -33,6 +43,7 @@
  *   build/bench/gemm_candidates              # T = 32768, 4096, 1024
  *   build/bench/gemm_candidates 4096         # one T
  *   build/bench/gemm_candidates --cold 1024  # and the 8 candidates cold
+ *   build/bench/gemm_candidates --search 1024  # and beyond the heuristic
  *
  * Needs a GPU and libcublasLt; not part of `make test`. */
 #include <cublasLt.h>
@@ -58,7 +69,7 @@
         }                                                                                        \
     } while (0)
 
-enum { HEURISTIC_ASK = 64, HPC_CANDIDATES = 8, ROUNDS = 3, RUNS = 5 };
+enum { HEURISTIC_ASK = 64, HPC_CANDIDATES = 8, ROUNDS = 3, RUNS = 5, SEARCH_IDS = 128, SEARCH_FINALISTS = 6 };
 static const size_t WORKSPACE = 32u << 20;
 static const size_t FLUSH_BYTES = 256u << 20;   /* written before each cold run: five times the L2 */
 
@@ -151,13 +162,15 @@ static int config_int(const cublasLtMatmulAlgo_t *a, cublasLtMatmulAlgoConfigAtt
 
 static void describe(const cublasLtMatmulAlgo_t *a, char *buf, size_t size)
 {
-    snprintf(buf, size, "id %d tile %d split %d red %d", config_int(a, CUBLASLT_ALGO_CONFIG_ID),
-             config_int(a, CUBLASLT_ALGO_CONFIG_TILE_ID), config_int(a, CUBLASLT_ALGO_CONFIG_SPLITK_NUM),
-             config_int(a, CUBLASLT_ALGO_CONFIG_REDUCTION_SCHEME));
+    snprintf(buf, size, "id %d tile %d stages %d split %d red %d swz %d opt %d cl %d",
+             config_int(a, CUBLASLT_ALGO_CONFIG_ID), config_int(a, CUBLASLT_ALGO_CONFIG_TILE_ID),
+             config_int(a, CUBLASLT_ALGO_CONFIG_STAGES_ID), config_int(a, CUBLASLT_ALGO_CONFIG_SPLITK_NUM),
+             config_int(a, CUBLASLT_ALGO_CONFIG_REDUCTION_SCHEME), config_int(a, CUBLASLT_ALGO_CONFIG_CTA_SWIZZLING),
+             config_int(a, CUBLASLT_ALGO_CONFIG_CUSTOM_OPTION), config_int(a, CUBLASLT_ALGO_CONFIG_CLUSTER_SHAPE_ID));
 }
 
 /* The best time so far and the algorithm that gave it. */
-typedef struct { double us; char what[64]; int tried; } Best;
+typedef struct { double us; char what[128]; int tried; } Best;
 
 static void offer(Best *b, double us, const cublasLtMatmulAlgo_t *a)
 {
@@ -165,6 +178,131 @@ static void offer(Best *b, double us, const cublasLtMatmulAlgo_t *a)
     if (us < 0 || (b->us >= 0 && us >= b->us)) return;
     b->us = us;
     describe(a, b->what, sizeof b->what);
+}
+
+/* Microseconds of one quick timing (one warm-up, then three runs), or -1. */
+static double time_quick(const Problem *p, const cublasLtMatmulAlgo_t *algo)
+{
+    if (run_once(p, algo) != CUBLAS_STATUS_SUCCESS) return -1;
+    CHECK_CUDA(cudaEventRecord(ev0, stream));
+    for (int i = 0; i < 3; i++)
+        if (run_once(p, algo) != CUBLAS_STATUS_SUCCESS) return -1;
+    CHECK_CUDA(cudaEventRecord(ev1, stream));
+    CHECK_CUDA(cudaEventSynchronize(ev1));
+    float ms = 0;
+    CHECK_CUDA(cudaEventElapsedTime(&ms, ev0, ev1));
+    return 1000.0 * ms / 3;
+}
+
+/* An int array capability of algo (tile or stages ids) into v (at most
+ * cap); returns how many. */
+static int cap_ids(const cublasLtMatmulAlgo_t *algo, cublasLtMatmulAlgoCapAttributes_t attr, int *v, int cap)
+{
+    size_t bytes = 0;
+    if (cublasLtMatmulAlgoCapGetAttribute(algo, attr, NULL, 0, &bytes) != CUBLAS_STATUS_SUCCESS) return 0;
+    int n = (int)(bytes / sizeof(int));
+    if (n > cap) n = cap;
+    if (n > 0 && cublasLtMatmulAlgoCapGetAttribute(algo, attr, v, (size_t)n * sizeof(int), &bytes) != CUBLAS_STATUS_SUCCESS)
+        return 0;
+    return n;
+}
+
+static int cap_int(const cublasLtMatmulAlgo_t *algo, cublasLtMatmulAlgoCapAttributes_t attr)
+{
+    int v = 0;
+    size_t written = 0;
+    cublasLtMatmulAlgoCapGetAttribute(algo, attr, &v, sizeof v, &written);
+    return v;
+}
+
+/* The search's fastest few so far. */
+typedef struct {
+    cublasLtMatmulAlgo_t algo[SEARCH_FINALISTS];
+    double us[SEARCH_FINALISTS];
+    int n, tried;
+} Finalists;
+
+/* base with tile, stages (< 0: base's own), split-K k, swizzle w and custom
+ * option o: quick-timed if cuBLASLt accepts it, kept if among the fastest. */
+static void try_config(const Problem *p, const cublasLtMatmulAlgo_t *base, int tile, int stages, int k, int w, int o,
+                       Finalists *f)
+{
+    cublasLtMatmulAlgo_t a = *base;
+    uint32_t red = k > 1 ? CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE : CUBLASLT_REDUCTION_SCHEME_NONE;
+    cublasLtMatmulAlgoConfigSetAttribute(&a, CUBLASLT_ALGO_CONFIG_TILE_ID, &tile, sizeof tile);
+    if (stages >= 0) cublasLtMatmulAlgoConfigSetAttribute(&a, CUBLASLT_ALGO_CONFIG_STAGES_ID, &stages, sizeof stages);
+    cublasLtMatmulAlgoConfigSetAttribute(&a, CUBLASLT_ALGO_CONFIG_SPLITK_NUM, &k, sizeof k);
+    cublasLtMatmulAlgoConfigSetAttribute(&a, CUBLASLT_ALGO_CONFIG_REDUCTION_SCHEME, &red, sizeof red);
+    cublasLtMatmulAlgoConfigSetAttribute(&a, CUBLASLT_ALGO_CONFIG_CTA_SWIZZLING, &w, sizeof w);
+    cublasLtMatmulAlgoConfigSetAttribute(&a, CUBLASLT_ALGO_CONFIG_CUSTOM_OPTION, &o, sizeof o);
+    if (!accepted(p, &a)) return;
+    f->tried++;
+    double us = time_quick(p, &a);
+    if (us < 0) return;
+    int slot = f->n < SEARCH_FINALISTS ? f->n++ : -1;
+    if (slot < 0) {   /* replace the slowest finalist */
+        int worst = 0;
+        for (int i = 1; i < SEARCH_FINALISTS; i++)
+            if (f->us[i] > f->us[worst]) worst = i;
+        if (us >= f->us[worst]) return;
+        slot = worst;
+    }
+    f->algo[slot] = a;
+    f->us[slot] = us;
+}
+
+/* (1): every algorithm id with its tiles and stages. */
+static void search_ids(const Problem *p, const GemmShape *s, Finalists *f)
+{
+    cudaDataType_t ab = CUDA_R_16F;
+    int ids[SEARCH_IDS], n_ids = 0;
+    if (cublasLtMatmulAlgoGetIds(lt, CUBLAS_COMPUTE_32F, CUDA_R_32F, ab, ab, s->c_type, s->c_type, SEARCH_IDS, ids,
+                                 &n_ids) != CUBLAS_STATUS_SUCCESS)
+        return;
+    for (int i = 0; i < n_ids; i++) {
+        cublasLtMatmulAlgo_t base;
+        if (cublasLtMatmulAlgoInit(lt, CUBLAS_COMPUTE_32F, CUDA_R_32F, ab, ab, s->c_type, s->c_type, ids[i], &base) !=
+            CUBLAS_STATUS_SUCCESS)
+            continue;
+        int tiles[64], stages[64];
+        int n_tiles = cap_ids(&base, CUBLASLT_ALGO_CAP_TILE_IDS, tiles, 64);
+        int n_stages = cap_ids(&base, CUBLASLT_ALGO_CAP_STAGES_IDS, stages, 64);
+        if (n_tiles == 0) tiles[n_tiles++] = CUBLASLT_MATMUL_TILE_UNDEFINED;
+        if (n_stages == 0) stages[n_stages++] = CUBLASLT_MATMUL_STAGES_UNDEFINED;
+        int splits = cap_int(&base, CUBLASLT_ALGO_CAP_SPLITK_SUPPORT) ? 4 : 1;
+        int swizzles = cap_int(&base, CUBLASLT_ALGO_CAP_CTA_SWIZZLING_SUPPORT) ? 2 : 1;
+        int options = cap_int(&base, CUBLASLT_ALGO_CAP_CUSTOM_OPTION_MAX);
+        if (options > 3) options = 3;
+        for (int t = 0; t < n_tiles; t++)
+            for (int g = 0; g < n_stages; g++)
+                for (int k = 1; k <= splits; k++)
+                    for (int w = 0; w < swizzles; w++)
+                        for (int o = 0; o <= options; o++) try_config(p, &base, tiles[t], stages[g], k, w, o, f);
+    }
+}
+
+/* --search (the header comment): the configurations quick-timed, the
+ * fastest SEARCH_FINALISTS timed as the others; into b. */
+static void search(const Problem *p, const GemmShape *s, const cublasLtMatmulHeuristicResult_t *res, int found,
+                   Best *b)
+{
+    Finalists f = {.n = 0, .tried = 0};
+    for (int i = 0; i < found && i < HPC_CANDIDATES; i++) {   /* (2) the heuristic's neighbours */
+        int tiles[64];
+        int n_tiles = cap_ids(&res[i].algo, CUBLASLT_ALGO_CAP_TILE_IDS, tiles, 64);
+        if (n_tiles == 0) tiles[n_tiles++] = config_int(&res[i].algo, CUBLASLT_ALGO_CONFIG_TILE_ID);
+        int splits = cap_int(&res[i].algo, CUBLASLT_ALGO_CAP_SPLITK_SUPPORT) ? 4 : 1;
+        int options = cap_int(&res[i].algo, CUBLASLT_ALGO_CAP_CUSTOM_OPTION_MAX);
+        int w = config_int(&res[i].algo, CUBLASLT_ALGO_CONFIG_CTA_SWIZZLING);
+        if (options > 15) options = 15;
+        for (int t = 0; t < n_tiles; t++)
+            for (int k = 1; k <= splits; k++)
+                for (int o = 0; o <= options; o++) try_config(p, &res[i].algo, tiles[t], -1, k, w, o, &f);
+    }
+    search_ids(p, s, &f);
+    b->tried = f.tried;
+    for (int i = 0; i < f.n; i++) offer(b, time_algo(p, &f.algo[i]), &f.algo[i]);
+    b->tried = f.tried;
 }
 
 static void *random_f16(size_t n)
@@ -220,7 +358,7 @@ static void problem_free(Problem *p)
     cudaFree(p->bias);
 }
 
-static void measure(const GemmShape *s, int tokens, int cold)
+static void measure(const GemmShape *s, int tokens, int cold, int searching)
 {
     Problem p;
     problem_init(&p, s);
@@ -268,6 +406,13 @@ static void measure(const GemmShape *s, int tokens, int cold)
            s->name, tokens, s->m, s->n, s->k, h0.us, h0.us > 0 ? tflop / h0.us : 0, h0.what, h8.us, h8.what, found,
            all.us, all.what, split.tried, split.us, split.what, best > 0 ? tflop / best : 0,
            h8.us > 0 && best > 0 ? 100.0 * (best - h8.us) / h8.us : 0);
+    if (searching) {
+        Best sb = {-1, "-", 0};
+        search(&p, s, res, found, &sb);
+        printf("%-12s T=%-6d search | h8 %7.1f us | searched(%d) %7.1f us %4.0f TF/s [%s] | %+.1f%% against h8\n", s->name,
+               tokens, h8.us, sb.tried, sb.us, sb.us > 0 ? tflop / sb.us : 0, sb.what,
+               h8.us > 0 && sb.us > 0 ? 100.0 * (sb.us - h8.us) / h8.us : 0);
+    }
     if (cold) {
         /* the warm choice (hpc's: the fastest warm of the first 8) against the fastest cold */
         int n = found < HPC_CANDIDATES ? found : HPC_CANDIDATES, warm_pick = -1;
@@ -290,17 +435,17 @@ static void measure(const GemmShape *s, int tokens, int cold)
 
 int main(int argc, char **argv)
 {
-    int tokens[3] = {32768, 4096, 1024}, n_tokens = 3, cold = 0;
+    int tokens[3] = {32768, 4096, 1024}, n_tokens = 3, cold = 0, searching = 0;
     int arg = 1;
-    if (arg < argc && strcmp(argv[arg], "--cold") == 0) {
-        cold = 1;
-        arg++;
+    for (; arg < argc && (strcmp(argv[arg], "--cold") == 0 || strcmp(argv[arg], "--search") == 0); arg++) {
+        if (argv[arg][2] == 'c') cold = 1;
+        else searching = 1;
     }
     if (arg < argc) {
         tokens[0] = atoi(argv[arg]);
         n_tokens = 1;
         if (tokens[0] < 1 || arg + 1 < argc) {
-            fprintf(stderr, "usage: gemm_candidates [--cold] [TOKENS]   (B x L, default 32768, 4096 and 1024)\n");
+            fprintf(stderr, "usage: gemm_candidates [--cold] [--search] [TOKENS]   (B x L, default 32768, 4096 and 1024)\n");
             return 2;
         }
     }
@@ -327,20 +472,20 @@ int main(int argc, char **argv)
             snprintf(fwd.name, sizeof fwd.name, "fwd %dx%d", out, in);
             snprintf(dx.name, sizeof dx.name, "dx %dx%d", out, in);
             snprintf(dw.name, sizeof dw.name, "dw %dx%d", out, in);
-            measure(&fwd, T, cold);
-            measure(&dx, T, cold);
-            measure(&dw, T, cold);
+            measure(&fwd, T, cold, searching);
+            measure(&dx, T, cold, searching);
+            measure(&dw, T, cold, searching);
             if (out == 2304) {
                 GemmShape bgrad = dw;
                 bgrad.epilogue = CUBLASLT_EPILOGUE_BGRADB;
                 snprintf(bgrad.name, sizeof bgrad.name, "dw+bgrad %d", out);
-                measure(&bgrad, T, cold);
+                measure(&bgrad, T, cold, searching);
                 /* x as (T, in + 8) with a column of ones (and 7 of zeros):
                  * the plain GEMM's row `in` of C is the bias gradient */
                 GemmShape ones = dw;
                 ones.m = ones.lda = ones.ldc = in + 8;
                 snprintf(ones.name, sizeof ones.name, "dw+ones %d", out);
-                measure(&ones, T, cold);
+                measure(&ones, T, cold, searching);
             }
         }
     }
