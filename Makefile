@@ -236,6 +236,12 @@ $(BUILD)/bench/gemm_candidates: bench/gemm_candidates.c
 	@mkdir -p $(@D)
 	$(CC) -std=c11 -O2 -Wall -Wextra -isystem $(CUDA_HOME)/include -o $@ $< -L$(CUDA_HOME)/lib64 \
 		-Wl,-rpath,$(CUDA_HOME)/lib64 -lcublasLt -lcudart
+# bench/dw_batched.c: the 12 layers' dW GEMMs one call each against one batched call (issue #15), a GPU
+# tool linking cuBLASLt and the CUDA runtime as gemm_candidates does.
+$(BUILD)/bench/dw_batched: bench/dw_batched.c
+	@mkdir -p $(@D)
+	$(CC) -std=c11 -O2 -Wall -Wextra -isystem $(CUDA_HOME)/include -o $@ $< -L$(CUDA_HOME)/lib64 \
+		-Wl,-rpath,$(CUDA_HOME)/lib64 -lcublasLt -lcudart
 # bench/finetune_quality.sh: fp16 fine-tune quality against PyTorch AMP.
 QUALITY_BIN := $(BUILD)/bench/grad_error
 $(QUALITY_BIN): bench/grad_error.c $(LIBS)
