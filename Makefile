@@ -232,13 +232,13 @@ $(BUILD)/bench/graph_branch: bench/graph_branch.c $(LIBS)
 	$(CC) $(CFLAGS) -o $@ $< $(LIBS) $(LDLIBS)
 # bench/gemm_candidates.c: every cuBLASLt candidate for BERT-base's GEMMs (issue #15), an H200
 # tool; it links cuBLASLt and the CUDA runtime directly (hpc opens the driver and cuBLASLt with dlopen).
-$(BUILD)/bench/gemm_candidates: bench/gemm_candidates.c
+$(BUILD)/bench/gemm_candidates: bench/gemm_candidates.c bench/cuda_tool.h
 	@mkdir -p $(@D)
 	$(CC) -std=c11 -O2 -Wall -Wextra -isystem $(CUDA_HOME)/include -o $@ $< -L$(CUDA_HOME)/lib64 \
 		-Wl,-rpath,$(CUDA_HOME)/lib64 -lcublasLt -lcudart
 # bench/dw_batched.c: the 12 layers' dW GEMMs one call each against one batched call (issue #15), a GPU
 # tool linking cuBLASLt and the CUDA runtime as gemm_candidates does.
-$(BUILD)/bench/dw_batched: bench/dw_batched.c
+$(BUILD)/bench/dw_batched: bench/dw_batched.c bench/cuda_tool.h
 	@mkdir -p $(@D)
 	$(CC) -std=c11 -O2 -Wall -Wextra -isystem $(CUDA_HOME)/include -o $@ $< -L$(CUDA_HOME)/lib64 \
 		-Wl,-rpath,$(CUDA_HOME)/lib64 -lcublasLt -lcudart

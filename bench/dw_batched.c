@@ -28,14 +28,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define CHECK_CUDA(x)                                                                              \
-    do {                                                                                           \
-        cudaError_t e_ = (x);                                                                      \
-        if (e_ != cudaSuccess) {                                                                   \
-            fprintf(stderr, "dw_batched: %s:%d: %s\n", __FILE__, __LINE__, cudaGetErrorString(e_)); \
-            exit(1);                                                                               \
-        }                                                                                          \
-    } while (0)
+#define TOOL_NAME "dw_batched"
+#include "cuda_tool.h"
 
 enum { LAYERS = 12, CANDIDATES = 8, ROUNDS = 3, RUNS = 5 };
 static const size_t WORKSPACE = 32u << 20;
@@ -119,24 +113,21 @@ static int run(const Call *k, int i)
 
 /* Microseconds of one pass over n calls with algorithm pick[c] each, the
  * best of ROUNDS rounds of RUNS passes; -1 if any call fails. */
+typedef struct { const Call *k; const int *pick; int n; } Pass;
+
+static int run_pass(const void *ctx)
+{
+    const Pass *p = ctx;
+    for (int c = 0; c < p->n; c++)
+        if (!run(&p->k[c], p->pick[c])) return 0;
+    return 1;
+}
+
 static double time_calls(const Call *k, const int *pick, int n)
 {
-    for (int c = 0; c < n; c++)
-        if (!run(&k[c], pick[c])) return -1;
-    double best = -1;
-    for (int r = 0; r < ROUNDS; r++) {
-        CHECK_CUDA(cudaEventRecord(ev0, stream));
-        for (int i = 0; i < RUNS; i++)
-            for (int c = 0; c < n; c++)
-                if (!run(&k[c], pick[c])) return -1;
-        CHECK_CUDA(cudaEventRecord(ev1, stream));
-        CHECK_CUDA(cudaEventSynchronize(ev1));
-        float ms = 0;
-        CHECK_CUDA(cudaEventElapsedTime(&ms, ev0, ev1));
-        double us = 1000.0 * ms / RUNS;
-        if (best < 0 || us < best) best = us;
-    }
-    return best;
+    Pass p = {k, pick, n};
+    if (!run_pass(&p)) return -1;   /* the warm-up */
+    return tool_best_us(run_pass, &p, stream, ev0, ev1, ROUNDS, RUNS);
 }
 
 /* The fastest of call k's candidates alone (its index into *pick); its time. */
@@ -154,25 +145,13 @@ static double best_alone(const Call *k, int *pick)
     return best;
 }
 
-static void *device_f16(size_t n)
-{
-    _Float16 *h = malloc(n * sizeof *h);
-    if (!h) exit(1);
-    for (size_t i = 0; i < n; i++) h[i] = (_Float16)((float)(rand() % 2001 - 1000) / 4000.0f);
-    void *d = NULL;
-    CHECK_CUDA(cudaMalloc(&d, n * sizeof *h));
-    CHECK_CUDA(cudaMemcpy(d, h, n * sizeof *h, cudaMemcpyHostToDevice));
-    free(h);
-    return d;
-}
-
 static void measure(int out, int in, int T)
 {
     size_t nx = (size_t)T * in, ndy = (size_t)T * out, nw = (size_t)out * in;
     /* one block of 12 layers' operands, the layers nx (ndy, nw) elements apart */
-    char *x = device_f16(nx * LAYERS), *dy = device_f16(ndy * LAYERS);
+    char *x = tool_random_f16(nx * LAYERS), *dy = tool_random_f16(ndy * LAYERS);
     float *dw = NULL;
-    CHECK_CUDA(cudaMalloc((void **)&dw, nw * LAYERS * sizeof *dw));
+    TOOL_CHECK_CUDA(cudaMalloc((void **)&dw, nw * LAYERS * sizeof *dw));
     Call seq[LAYERS], strided, pointers;
     int pick[LAYERS], ok = 1;
     for (int l = 0; l < LAYERS; l++)
@@ -194,12 +173,12 @@ static void measure(int out, int in, int T)
         hc[l] = dw + nw * l;
     }
     void *da = NULL, *db = NULL, *dc = NULL;
-    CHECK_CUDA(cudaMalloc(&da, sizeof ha));
-    CHECK_CUDA(cudaMalloc(&db, sizeof hb));
-    CHECK_CUDA(cudaMalloc(&dc, sizeof hc));
-    CHECK_CUDA(cudaMemcpy(da, ha, sizeof ha, cudaMemcpyHostToDevice));
-    CHECK_CUDA(cudaMemcpy(db, hb, sizeof hb, cudaMemcpyHostToDevice));
-    CHECK_CUDA(cudaMemcpy(dc, hc, sizeof hc, cudaMemcpyHostToDevice));
+    TOOL_CHECK_CUDA(cudaMalloc(&da, sizeof ha));
+    TOOL_CHECK_CUDA(cudaMalloc(&db, sizeof hb));
+    TOOL_CHECK_CUDA(cudaMalloc(&dc, sizeof hc));
+    TOOL_CHECK_CUDA(cudaMemcpy(da, ha, sizeof ha, cudaMemcpyHostToDevice));
+    TOOL_CHECK_CUDA(cudaMemcpy(db, hb, sizeof hb, cudaMemcpyHostToDevice));
+    TOOL_CHECK_CUDA(cudaMemcpy(dc, hc, sizeof hc, cudaMemcpyHostToDevice));
     double t_pointers = call_init(&pointers, out, in, T, LAYERS, 1, da, db, dc) ? best_alone(&pointers, &pp) : -1;
     char s1[32] = "-", s2[32] = "-", s3[32] = "-";
     if (t_seq >= 0) snprintf(s1, sizeof s1, "%.1f", t_seq);
@@ -231,11 +210,7 @@ int main(int argc, char **argv)
             }
         }
     }
-    CHECK_CUDA(cudaSetDevice(0));
-    CHECK_CUDA(cudaStreamCreate(&stream));
-    CHECK_CUDA(cudaEventCreate(&ev0));
-    CHECK_CUDA(cudaEventCreate(&ev1));
-    CHECK_CUDA(cudaMalloc(&workspace, WORKSPACE));
+    tool_setup(&stream, &ev0, &ev1, &workspace, WORKSPACE);
     if (cublasLtCreate(&lt) != CUBLAS_STATUS_SUCCESS) return 1;
     static const int linears[4][2] = {{2304, 768}, {768, 768}, {3072, 768}, {768, 3072}};   /* (out, in) */
     for (int t = 0; t < n; t++)

@@ -52,14 +52,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define CHECK_CUDA(x)                                                                            \
-    do {                                                                                         \
-        cudaError_t e_ = (x);                                                                    \
-        if (e_ != cudaSuccess) {                                                                 \
-            fprintf(stderr, "gemm_candidates: %s:%d: %s\n", __FILE__, __LINE__, cudaGetErrorString(e_)); \
-            exit(1);                                                                             \
-        }                                                                                        \
-    } while (0)
+#define TOOL_NAME "gemm_candidates"
+#include "cuda_tool.h"
+
 #define CHECK_LT(x)                                                                              \
     do {                                                                                         \
         cublasStatus_t s_ = (x);                                                                 \
@@ -100,23 +95,21 @@ static cublasStatus_t run_once(const Problem *p, const cublasLtMatmulAlgo_t *alg
                           workspace, WORKSPACE, stream);
 }
 
+/* A problem and one algorithm, for tool_best_us. */
+typedef struct { const Problem *p; const cublasLtMatmulAlgo_t *algo; } Run;
+
+static int run_it(const void *ctx)
+{
+    const Run *r = ctx;
+    return run_once(r->p, r->algo) == CUBLAS_STATUS_SUCCESS;
+}
+
 /* Microseconds per run of algo, or -1 if cuBLASLt refuses to run it. */
 static double time_algo(const Problem *p, const cublasLtMatmulAlgo_t *algo)
 {
-    if (run_once(p, algo) != CUBLAS_STATUS_SUCCESS) return -1;
-    double best = -1;
-    for (int r = 0; r < ROUNDS; r++) {
-        CHECK_CUDA(cudaEventRecord(ev0, stream));
-        for (int i = 0; i < RUNS; i++)
-            if (run_once(p, algo) != CUBLAS_STATUS_SUCCESS) return -1;
-        CHECK_CUDA(cudaEventRecord(ev1, stream));
-        CHECK_CUDA(cudaEventSynchronize(ev1));
-        float ms = 0;
-        CHECK_CUDA(cudaEventElapsedTime(&ms, ev0, ev1));
-        double us = 1000.0 * ms / RUNS;
-        if (best < 0 || us < best) best = us;
-    }
-    return best;
+    Run r = {p, algo};
+    if (!run_it(&r)) return -1;
+    return tool_best_us(run_it, &r, stream, ev0, ev1, ROUNDS, RUNS);
 }
 
 /* Microseconds of one run of algo with a cold L2: the mean over RUNS runs,
@@ -129,13 +122,13 @@ static double time_algo_cold(const Problem *p, const cublasLtMatmulAlgo_t *algo)
     for (int r = 0; r < ROUNDS; r++) {
         double sum = 0;
         for (int i = 0; i < RUNS; i++) {
-            CHECK_CUDA(cudaMemsetAsync(flush, r + i + 1, FLUSH_BYTES, stream));
-            CHECK_CUDA(cudaEventRecord(ev0, stream));
+            TOOL_CHECK_CUDA(cudaMemsetAsync(flush, r + i + 1, FLUSH_BYTES, stream));
+            TOOL_CHECK_CUDA(cudaEventRecord(ev0, stream));
             if (run_once(p, algo) != CUBLAS_STATUS_SUCCESS) return -1;
-            CHECK_CUDA(cudaEventRecord(ev1, stream));
-            CHECK_CUDA(cudaEventSynchronize(ev1));
+            TOOL_CHECK_CUDA(cudaEventRecord(ev1, stream));
+            TOOL_CHECK_CUDA(cudaEventSynchronize(ev1));
             float ms = 0;
-            CHECK_CUDA(cudaEventElapsedTime(&ms, ev0, ev1));
+            TOOL_CHECK_CUDA(cudaEventElapsedTime(&ms, ev0, ev1));
             sum += 1000.0 * ms;
         }
         if (best < 0 || sum / RUNS < best) best = sum / RUNS;
@@ -183,15 +176,9 @@ static void offer(Best *b, double us, const cublasLtMatmulAlgo_t *a)
 /* Microseconds of one quick timing (one warm-up, then three runs), or -1. */
 static double time_quick(const Problem *p, const cublasLtMatmulAlgo_t *algo)
 {
-    if (run_once(p, algo) != CUBLAS_STATUS_SUCCESS) return -1;
-    CHECK_CUDA(cudaEventRecord(ev0, stream));
-    for (int i = 0; i < 3; i++)
-        if (run_once(p, algo) != CUBLAS_STATUS_SUCCESS) return -1;
-    CHECK_CUDA(cudaEventRecord(ev1, stream));
-    CHECK_CUDA(cudaEventSynchronize(ev1));
-    float ms = 0;
-    CHECK_CUDA(cudaEventElapsedTime(&ms, ev0, ev1));
-    return 1000.0 * ms / 3;
+    Run r = {p, algo};
+    if (!run_it(&r)) return -1;
+    return tool_best_us(run_it, &r, stream, ev0, ev1, 1, 3);
 }
 
 /* An int array capability of algo (tile or stages ids) into v (at most
@@ -305,18 +292,6 @@ static void search(const Problem *p, const GemmShape *s, const cublasLtMatmulHeu
     b->tried = f.tried;
 }
 
-static void *random_f16(size_t n)
-{
-    _Float16 *h = malloc(n * sizeof *h);
-    if (!h) exit(1);
-    for (size_t i = 0; i < n; i++) h[i] = (_Float16)((float)(rand() % 2001 - 1000) / 4000.0f);
-    void *d = NULL;
-    CHECK_CUDA(cudaMalloc(&d, n * sizeof *h));
-    CHECK_CUDA(cudaMemcpy(d, h, n * sizeof *h, cudaMemcpyHostToDevice));
-    free(h);
-    return d;
-}
-
 static void problem_init(Problem *p, const GemmShape *s)
 {
     size_t a_rows = s->trans_a ? s->k : s->m, a_cols = s->trans_a ? s->m : s->k;
@@ -324,12 +299,12 @@ static void problem_init(Problem *p, const GemmShape *s)
     size_t c_size = s->c_type == CUDA_R_32F ? 4 : 2, bias_len = s->m > s->n ? s->m : s->n;
     p->alpha = 1.0f;
     p->beta = s->beta;
-    p->a = random_f16(a_rows * a_cols);
-    p->b = random_f16(b_rows * b_cols);
-    CHECK_CUDA(cudaMalloc(&p->c, (size_t)s->m * s->n * c_size));
-    CHECK_CUDA(cudaMemset(p->c, 0, (size_t)s->m * s->n * c_size));
-    CHECK_CUDA(cudaMalloc(&p->bias, bias_len * 4));
-    CHECK_CUDA(cudaMemset(p->bias, 0, bias_len * 4));
+    p->a = tool_random_f16(a_rows * a_cols);
+    p->b = tool_random_f16(b_rows * b_cols);
+    TOOL_CHECK_CUDA(cudaMalloc(&p->c, (size_t)s->m * s->n * c_size));
+    TOOL_CHECK_CUDA(cudaMemset(p->c, 0, (size_t)s->m * s->n * c_size));
+    TOOL_CHECK_CUDA(cudaMalloc(&p->bias, bias_len * 4));
+    TOOL_CHECK_CUDA(cudaMemset(p->bias, 0, bias_len * 4));
     CHECK_LT(cublasLtMatmulDescCreate(&p->op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
     cublasOperation_t ta = s->trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, tb = s->trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
     CHECK_LT(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta));
@@ -449,12 +424,8 @@ int main(int argc, char **argv)
             return 2;
         }
     }
-    CHECK_CUDA(cudaSetDevice(0));
-    CHECK_CUDA(cudaStreamCreate(&stream));
-    CHECK_CUDA(cudaEventCreate(&ev0));
-    CHECK_CUDA(cudaEventCreate(&ev1));
-    CHECK_CUDA(cudaMalloc(&workspace, WORKSPACE));
-    if (cold) CHECK_CUDA(cudaMalloc(&flush, FLUSH_BYTES));
+    tool_setup(&stream, &ev0, &ev1, &workspace, WORKSPACE);
+    if (cold) TOOL_CHECK_CUDA(cudaMalloc(&flush, FLUSH_BYTES));
     CHECK_LT(cublasLtCreate(&lt));
     /* (out, in) of BERT-base's linears */
     static const int linears[4][2] = {{2304, 768}, {768, 768}, {3072, 768}, {768, 3072}};
