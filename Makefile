@@ -150,9 +150,18 @@ EMU_TESTS    ?= $(EMU_CI_TESTS)
 test-emu: all $(CUEMU_LIB) $(patsubst %,$(BUILD)/tests/gpu/%,$(EMU_TESTS))
 	@HPC_ROOT=$(CURDIR) sh tools/cuemu/run.sh $(patsubst %,$(BUILD)/tests/gpu/%,$(EMU_TESTS))
 
-test: all $(TEST_BIN) examples $(LINK_CHECKS) $(CUEMU_LIB) $(patsubst %,$(BUILD)/tests/gpu/%,$(EMU_CI_TESTS))
+# The emulator's own checks of what no GPU check reaches (tests/emu/*.c,
+# linked to the emulator directly).
+EMU_SELF_TESTS := $(patsubst tests/emu/%.c,$(BUILD)/tests/emu/%,$(wildcard tests/emu/*.c))
+$(BUILD)/tests/emu/%: tests/emu/%.c $(CUEMU_LIB)
+	@mkdir -p $(@D)
+	$(CC) -std=gnu11 $(OPT) -Wall -Wextra -Werror -isystem $(CUDA_HOME)/include -o $@ $< $(CUEMU_LIB) \
+	    -Wl,-rpath,$(CURDIR)/$(BUILD)/cuemu
+
+test: all $(TEST_BIN) examples $(LINK_CHECKS) $(CUEMU_LIB) $(patsubst %,$(BUILD)/tests/gpu/%,$(EMU_CI_TESTS)) $(EMU_SELF_TESTS)
 	@sh scripts/check-includes.sh
 	@HPC_ROOT=$(CURDIR) sh tests/run-all.sh $(TEST_BIN)
+	@HPC_ROOT=$(CURDIR) sh tests/run-all.sh $(EMU_SELF_TESTS)
 	@HPC_ROOT=$(CURDIR) sh tests/emu/run-ci.sh
 	@sh tests/link/check-no-frontend.sh bin/hpc $(LINK_CHECKS)
 	@$(MAKE) -s -C examples run >$(BUILD)/examples-run.log 2>&1 && echo "PASS  examples/embed_bert_tiny" || { cat $(BUILD)/examples-run.log; exit 1; }

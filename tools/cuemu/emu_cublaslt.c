@@ -10,7 +10,7 @@
  * MatmulAlgoCheck and Matmul.
  *
  * cublasLtMatmul computes, column-major as cuBLASLt defines it, for each
- * matrix of a strided batch,
+ * matrix of a batch (strided, or of pointer arrays: below),
  *     D = F(alpha * op(A) op(B) + beta * C)
  * where F is the epilogue (nvmath-python's statement of cuBLASLt's
  * semantics, "F(alpha a @ b + beta c), where F is the epilog":
@@ -19,6 +19,18 @@
  * pointers, CUBLASLT_POINTER_MODE_HOST, the only mode) and every pointer
  * and size are read at the call, so a captured graph replays the call.
  * C is not read when beta == 0.
+ *
+ * Batches: CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT matrices, by default
+ * (CUBLASLT_BATCH_MODE_STRIDED) STRIDED_BATCH_OFFSET elements apart; with
+ * CUBLASLT_MATRIX_LAYOUT_BATCH_MODE = CUBLASLT_BATCH_MODE_POINTER_ARRAY
+ * (uint32_t; all four layouts of a call alike) A, B, C and D are device
+ * arrays of batch-count device pointers, one matrix each, anywhere, and
+ * the stride is ignored.  The arrays are read when the queued GEMM runs
+ * (an earlier copy on the stream, or in the graph, may write them); each
+ * matrix is computed exactly as one matrix of a strided batch.  C may be D
+ * (the same array, Cdesc's ld equal to Ddesc's) or apart; matrix by matrix,
+ * C[i] == D[i] is in place, any other overlap among the C and D matrices
+ * dies (the GPU's result would depend on the order of its blocks).
  *
  * Numerics: the operands are converted to float exactly; each element of
  * op(A) op(B) is a float sum over k in increasing order of float products
@@ -66,8 +78,8 @@
  *   alpha and beta do not scale the BGRADA/BGRADB sums (hpc passes alpha 1).
  * GELU is cuBLASLt's tanh form, 0.5 x (1 + tanh(0.7978845608 (x + 0.044715 x^3))),
  * and gelu' its exact derivative.  Epilogues other than DEFAULT need a batch
- * count of 1 (no BIAS_BATCH_STRIDE / AUX_BATCH_STRIDE); the RELU family is
- * not emulated: CUBLAS_STATUS_NOT_SUPPORTED.
+ * count of 1 and the strided mode (no BIAS_BATCH_STRIDE / AUX_BATCH_STRIDE);
+ * the RELU family is not emulated: CUBLAS_STATUS_NOT_SUPPORTED.
  *
  * The heuristic offers three algorithms (config IDs 0, 1, 2; no workspace;
  * one wave) that compute the same bits, so hpc's tuner has candidates to
@@ -77,15 +89,17 @@
  *
  * Errors: what the real library reports by status is reported by status
  * (CUBLAS_STATUS_NOT_INITIALIZED for a NULL handle, INVALID_VALUE for NULL
- * descriptors, wrong attribute sizes, inconsistent shapes, missing epilogue
- * pointers, C == D with differing layouts, C and D overlapping without
- * being the same matrix (a byte-range test); NOT_SUPPORTED for types,
- * epilogues and attributes not emulated); with CUBLASLT_LOG_LEVEL >= 1 (the
- * real library's variable) each such status is explained on stderr.  What
- * the GPU would turn into a fault or silent corruption dies (emu_die): an
+ * descriptors, wrong attribute sizes, an unknown batch mode, inconsistent
+ * shapes, batch counts or batch modes, missing epilogue pointers, C == D
+ * with differing layouts, C and D overlapping without being the same
+ * matrix (a byte-range test); NOT_SUPPORTED for types, epilogues and
+ * attributes not emulated); with CUBLASLT_LOG_LEVEL >= 1 (the real
+ * library's variable) each such status is explained on stderr.  What the
+ * GPU would turn into a fault or silent corruption dies (emu_die): an
  * operand not inside one live allocation (checked at the call and again
- * when the queued GEMM runs, so a graph replayed after a free is caught), a
- * memory order other than column-major.
+ * when the queued GEMM runs, so a graph replayed after a free is caught;
+ * a pointer array's entries only when it runs), overlapping matrices of a
+ * pointer-array batch as above, a memory order other than column-major.
  *
  * Thread safety: no global state; handles, descriptors and calls on
  * different threads do not interact (gemm_prime's workers run concurrently).
@@ -144,7 +158,8 @@ typedef struct {
     uint64_t rows, cols;
     int64_t ld;
     int32_t batch;
-    int64_t stride;         /* elements between the matrices of a batch */
+    uint32_t mode;          /* cublasLtBatchMode_t: STRIDED (0, the default) or POINTER_ARRAY */
+    int64_t stride;         /* elements between the matrices of a strided batch */
 } Layout;
 
 typedef struct {
@@ -381,6 +396,7 @@ cublasStatus_t CUBLASWINAPI cublasLtMatrixLayoutCreate(cublasLtMatrixLayout_t *m
     l->cols = cols;
     l->ld = ld;
     l->batch = 1;
+    l->mode = CUBLASLT_BATCH_MODE_STRIDED;
     *matLayout = (cublasLtMatrixLayout_t)(void *)l;
     return CUBLAS_STATUS_SUCCESS;
 }
@@ -416,6 +432,17 @@ cublasStatus_t CUBLASWINAPI cublasLtMatrixLayoutSetAttribute(cublasLtMatrixLayou
         if (st) return st;
         if (n < 1) return fail(CUBLAS_STATUS_INVALID_VALUE, fn, "batch count %d", (int)n);
         l->batch = n;
+        return CUBLAS_STATUS_SUCCESS;
+    }
+    case CUBLASLT_MATRIX_LAYOUT_BATCH_MODE: {
+        uint32_t mode = 0;
+        cublasStatus_t st = take(&mode, sizeof mode, buf, sizeInBytes, fn, a);
+        if (st) return st;
+        if (mode != CUBLASLT_BATCH_MODE_STRIDED && mode != CUBLASLT_BATCH_MODE_POINTER_ARRAY)
+            return fail(CUBLAS_STATUS_INVALID_VALUE, fn, "batch mode %u: not CUBLASLT_BATCH_MODE_STRIDED (%d) or "
+                        "CUBLASLT_BATCH_MODE_POINTER_ARRAY (%d)", mode, (int)CUBLASLT_BATCH_MODE_STRIDED,
+                        (int)CUBLASLT_BATCH_MODE_POINTER_ARRAY);
+        l->mode = mode;
         return CUBLAS_STATUS_SUCCESS;
     }
     case CUBLASLT_MATRIX_LAYOUT_ORDER: {
@@ -522,8 +549,9 @@ typedef struct {
     int trans_a, trans_b;
     int32_t ab_type, cd_type, bias_type, aux_type;
     int flags;              /* EPI_* */
+    int ptr_array;          /* CUBLASLT_BATCH_MODE_POINTER_ARRAY: A, B, C, D are arrays of matrix pointers */
     int64_t lda, ldb, ldc, ldd, aux_ld;
-    int64_t stride_a, stride_b, stride_c, stride_d;
+    int64_t stride_a, stride_b, stride_c, stride_d;   /* 0 with pointer arrays */
 } Problem;
 
 /* Whether the compute, scale and matrix types form an emulated combination. */
@@ -555,9 +583,11 @@ static int span_fits(int64_t rows, int64_t cols, int64_t ld, int64_t batch, int6
            !__builtin_add_overflow(x, y, &z) && !__builtin_add_overflow(z, rows, &z) && z <= INT64_MAX / 4;
 }
 
-/* A layout's dimensions as checked int64 values. */
+/* A layout's dimensions as checked int64 values (the stride only where a
+ * strided batch uses it: a pointer-array batch spans one matrix a pointer). */
 static cublasStatus_t layout_dims(const Layout *l, const char *name, int64_t *rows, int64_t *cols, const char *fn)
 {
+    int strided = l->mode == CUBLASLT_BATCH_MODE_STRIDED;
     if (l->rows > INT32_MAX || l->cols > INT32_MAX)
         return fail(CUBLAS_STATUS_NOT_SUPPORTED, fn, "%s is %llu x %llu: more than int32 rows or columns", name,
                     (unsigned long long)l->rows, (unsigned long long)l->cols);
@@ -566,10 +596,10 @@ static cublasStatus_t layout_dims(const Layout *l, const char *name, int64_t *ro
     if (l->ld < (*rows > 1 ? *rows : 1))
         return fail(CUBLAS_STATUS_INVALID_VALUE, fn, "%s has %lld rows but leading dimension %lld", name,
                     (long long)*rows, (long long)l->ld);
-    if (l->stride < 0)
+    if (strided && l->stride < 0)
         return fail(CUBLAS_STATUS_INVALID_VALUE, fn, "%s has a negative batch stride %lld", name,
                     (long long)l->stride);
-    if (!span_fits(*rows, *cols, l->ld, l->batch, l->stride))
+    if (!span_fits(*rows, *cols, l->ld, strided ? l->batch : 1, strided ? l->stride : 0))
         return fail(CUBLAS_STATUS_INVALID_VALUE, fn, "%s (ld %lld, batch %d, stride %lld) spans more than 2^63 bytes",
                     name, (long long)l->ld, (int)l->batch, (long long)l->stride);
     return CUBLAS_STATUS_SUCCESS;
@@ -613,10 +643,17 @@ static cublasStatus_t problem_make(Problem *p, cublasLtHandle_t h, cublasLtMatmu
     if (a->batch != dd->batch || b->batch != dd->batch || c->batch != dd->batch)
         return fail(CUBLAS_STATUS_INVALID_VALUE, fn, "batch counts differ: A %d B %d C %d D %d", (int)a->batch,
                     (int)b->batch, (int)c->batch, (int)dd->batch);
+    if (a->mode != dd->mode || b->mode != dd->mode || c->mode != dd->mode)
+        return fail(CUBLAS_STATUS_INVALID_VALUE, fn, "batch modes differ: A %u B %u C %u D %u (0 strided, 1 pointer "
+                    "array; the four layouts of one matmul need the same)", a->mode, b->mode, c->mode, dd->mode);
     p->batch = dd->batch;
+    p->ptr_array = dd->mode == CUBLASLT_BATCH_MODE_POINTER_ARRAY;
     if (flags && p->batch != 1)
         return fail(CUBLAS_STATUS_NOT_SUPPORTED, fn, "epilogue %u with batch count %d: epilogues are emulated for "
                     "batch count 1 only", d->epilogue, (int)p->batch);
+    if (flags && p->ptr_array)
+        return fail(CUBLAS_STATUS_NOT_SUPPORTED, fn, "epilogue %u with CUBLASLT_BATCH_MODE_POINTER_ARRAY: epilogues "
+                    "are emulated for strided batches only", d->epilogue);
     p->flags = flags;
     p->ab_type = a->type;
     p->cd_type = dd->type;
@@ -629,7 +666,9 @@ static cublasStatus_t problem_make(Problem *p, cublasLtHandle_t h, cublasLtMatmu
                         "%lld rows of D", (long long)p->aux_ld, (long long)p->m);
     }
     p->lda = a->ld; p->ldb = b->ld; p->ldc = c->ld; p->ldd = dd->ld;
-    p->stride_a = a->stride; p->stride_b = b->stride; p->stride_c = c->stride; p->stride_d = dd->stride;
+    if (!p->ptr_array) {   /* a pointer-array batch has no use for the strides */
+        p->stride_a = a->stride; p->stride_b = b->stride; p->stride_c = c->stride; p->stride_d = dd->stride;
+    }
     return CUBLAS_STATUS_SUCCESS;
 }
 
@@ -790,12 +829,33 @@ static void check_memory(const char *when, const char *name, const void *ptr, in
                 bytes);
 }
 
-/* The operand extents of a job (shared by the call and the queued run). */
+/* Dies unless a pointer array, batch device pointers at ptr, lies in one
+ * live allocation (before any entry of it is read). */
+static void check_array(const char *when, const char *name, const void *ptr, int64_t batch)
+{
+    size_t bytes = (size_t)batch * sizeof(uint64_t);
+    if ((uintptr_t)ptr % sizeof(uint64_t))
+        emu_die("cublasLtMatmul (%s): the pointer array of %s at %p is not aligned to its 8-byte entries", when, name,
+                ptr);
+    if (!emu_mem_valid(ptr, bytes))
+        emu_die("cublasLtMatmul (%s): the pointer array of %s at %p, %zu bytes (batch count %lld), is not inside one "
+                "live device allocation", when, name, ptr, bytes, (long long)batch);
+}
+
+/* The operand extents of a job (shared by the call and the queued run;
+ * neither calls it for an empty D, which reads and writes nothing). */
 static void job_check_memory(const Job *j, const char *when)
 {
     const Problem *p = &j->p;
     int64_t ar = p->trans_a ? p->k : p->m, ac = p->trans_a ? p->m : p->k;
     int64_t br = p->trans_b ? p->n : p->k, bc = p->trans_b ? p->k : p->n;
+    if (p->ptr_array) {   /* the arrays here; the matrices they name when the GEMM runs (ptr_array_matrices) */
+        if (span_elems(ar, ac, p->lda, 1, 0)) check_array(when, "A", j->A, p->batch);
+        if (span_elems(br, bc, p->ldb, 1, 0)) check_array(when, "B", j->B, p->batch);
+        if (j->beta != 0.0f) check_array(when, "C", j->C, p->batch);
+        check_array(when, "D", j->D, p->batch);
+        return;   /* no epilogue with pointer arrays (problem_make) */
+    }
     check_memory(when, "A", j->A, span_elems(ar, ac, p->lda, p->batch, p->stride_a), p->ab_type);
     check_memory(when, "B", j->B, span_elems(br, bc, p->ldb, p->batch, p->stride_b), p->ab_type);
     if (j->beta != 0.0f)
@@ -956,23 +1016,135 @@ static void gemm_one(const Job *jb, const void *A, const void *B, const void *C,
     bias_grad_operand(jb, w);
 }
 
+/* ---- pointer-array batches ------------------------------------------------------------------------------- */
+
+/* The operands of one matrix of a pointer-array batch. */
+typedef struct {
+    const void *A, *B, *C;
+    void *D;
+} Mats;
+
+/* Entry b of a device array of device pointers. */
+static void *array_entry(const void *array, int64_t b)
+{
+    uint64_t v;
+    memcpy(&v, (const char *)array + (size_t)b * sizeof v, sizeof v);
+    return (void *)(uintptr_t)v;
+}
+
+/* A byte range of a C or D matrix, for the overlap sweep. */
+typedef struct {
+    uintptr_t lo, hi;   /* [lo, hi) */
+    int64_t b;          /* its index in the batch */
+    int is_d;           /* written (D[b], or C[b] == D[b] in place) */
+} Span;
+
+static int span_cmp(const void *x, const void *y)
+{
+    const Span *a = x, *b = y;
+    return a->lo < b->lo ? -1 : a->lo > b->lo;
+}
+
+/* Dies where the GPU's result would depend on the order of its blocks: a D
+ * matrix sharing a byte with another D, or with a C that is not its own
+ * in-place C (C matrices may share bytes: they are only read).  One sweep
+ * by start address: a range meets an earlier one iff it starts below the
+ * largest end so far (of the D ranges, for a C). */
+static void check_overlaps(const Job *jb, const Mats *x, const char *when)
+{
+    const Problem *p = &jb->p;
+    size_t cd = type_size(p->cd_type);
+    size_t c_bytes = (size_t)span_elems(p->m, p->n, p->ldc, 1, 0) * cd;
+    size_t d_bytes = (size_t)span_elems(p->m, p->n, p->ldd, 1, 0) * cd;
+    Span *s = xcalloc((size_t)(2 * p->batch), sizeof *s);
+    size_t n = 0;
+    for (int64_t b = 0; b < p->batch; b++) {
+        s[n++] = (Span){(uintptr_t)x[b].D, (uintptr_t)x[b].D + d_bytes, b, 1};
+        if (jb->beta == 0.0f) continue;   /* C is not read */
+        if (x[b].C == x[b].D) {
+            if (p->ldc != p->ldd)
+                emu_die("cublasLtMatmul (%s): C[%lld] == D[%lld] in place, but C's ld %lld differs from D's %lld",
+                        when, (long long)b, (long long)b, (long long)p->ldc, (long long)p->ldd);
+            continue;   /* in place: D's range stands for both */
+        }
+        s[n++] = (Span){(uintptr_t)x[b].C, (uintptr_t)x[b].C + c_bytes, b, 0};
+    }
+    qsort(s, n, sizeof *s, span_cmp);
+    const Span *far_any = NULL, *far_d = NULL;   /* the ranges reaching furthest so far */
+    for (size_t i = 0; i < n; i++) {
+        const Span *hit = s[i].is_d ? far_any : far_d;
+        if (hit && s[i].lo < hit->hi)
+            emu_die("cublasLtMatmul (%s): pointer-array batch: %s[%lld] at %p and %s[%lld] at %p overlap (D matrices "
+                    "must not share bytes with another D or C matrix)", when, hit->is_d ? "D" : "C", (long long)hit->b,
+                    (void *)hit->lo, s[i].is_d ? "D" : "C", (long long)s[i].b, (void *)s[i].lo);
+        if (!far_any || s[i].hi > far_any->hi) far_any = &s[i];
+        if (s[i].is_d && (!far_d || s[i].hi > far_d->hi)) far_d = &s[i];
+    }
+    free(s);
+}
+
+/* Every matrix's operands, read from the pointer arrays as the queued GEMM
+ * runs (an earlier copy on the stream or in the graph may have written
+ * them), each checked as one matrix of a strided batch is; an operand not
+ * read (A and B with k == 0, C with beta == 0) stays NULL.  Free the result. */
+static Mats *ptr_array_matrices(const Job *jb, const char *when)
+{
+    const Problem *p = &jb->p;
+    int64_t ar = p->trans_a ? p->k : p->m, ac = p->trans_a ? p->m : p->k;
+    int64_t br = p->trans_b ? p->n : p->k, bc = p->trans_b ? p->k : p->n;
+    int64_t a_elems = span_elems(ar, ac, p->lda, 1, 0), b_elems = span_elems(br, bc, p->ldb, 1, 0);
+    int64_t c_elems = jb->beta != 0.0f ? span_elems(p->m, p->n, p->ldc, 1, 0) : 0;
+    int64_t d_elems = span_elems(p->m, p->n, p->ldd, 1, 0);
+    Mats *x = xcalloc((size_t)p->batch, sizeof *x);
+    char name[32];
+    for (int64_t b = 0; b < p->batch; b++) {
+        if (a_elems) {
+            x[b].A = array_entry(jb->A, b);
+            snprintf(name, sizeof name, "A[%lld]", (long long)b);
+            check_memory(when, name, x[b].A, a_elems, p->ab_type);
+        }
+        if (b_elems) {
+            x[b].B = array_entry(jb->B, b);
+            snprintf(name, sizeof name, "B[%lld]", (long long)b);
+            check_memory(when, name, x[b].B, b_elems, p->ab_type);
+        }
+        if (c_elems) {
+            x[b].C = array_entry(jb->C, b);
+            snprintf(name, sizeof name, "C[%lld]", (long long)b);
+            check_memory(when, name, x[b].C, c_elems, p->cd_type);
+        }
+        x[b].D = array_entry(jb->D, b);
+        snprintf(name, sizeof name, "D[%lld]", (long long)b);
+        check_memory(when, name, x[b].D, d_elems, p->cd_type);
+    }
+    check_overlaps(jb, x, when);
+    return x;
+}
+
 /* The stream's work item: every matrix of the batch, in order. */
 static void run_matmul(void *arg)
 {
     const Job *jb = arg;
     const Problem *p = &jb->p;
-    job_check_memory(jb, "when the queued GEMM ran");
-    if (p->m == 0 || p->n == 0) return;
+    if (p->m == 0 || p->n == 0) return;   /* nothing to read or write (the call checked nothing either) */
+    const char *when = "when the queued GEMM ran";
+    job_check_memory(jb, when);
+    Mats *x = p->ptr_array ? ptr_array_matrices(jb, when) : NULL;
     Work w;
     work_alloc(&w, p);
     size_t ab = type_size(p->ab_type), cd = type_size(p->cd_type);
     for (int64_t b = 0; b < p->batch; b++) {
+        if (x) {   /* the same arithmetic, matrix by matrix, as a strided batch */
+            gemm_one(jb, x[b].A, x[b].B, x[b].C, x[b].D, &w);
+            continue;
+        }
         const char *A = (const char *)jb->A + (size_t)(b * p->stride_a) * ab;
         const char *B = (const char *)jb->B + (size_t)(b * p->stride_b) * ab;
         const char *C = jb->beta != 0.0f ? (const char *)jb->C + (size_t)(b * p->stride_c) * cd : NULL;
         char *D = (char *)jb->D + (size_t)(b * p->stride_d) * cd;
         gemm_one(jb, A, B, C, D, &w);
     }
+    free(x);
     work_free(&w);
 }
 
@@ -1019,14 +1191,15 @@ cublasStatus_t CUBLASWINAPI cublasLtMatmul(cublasLtHandle_t lightHandle, cublasL
         return fail(CUBLAS_STATUS_INVALID_VALUE, fn, "epilogue %u needs CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER",
                     d->epilogue);
     /* "in-place (C == D and Cdesc == Ddesc)" or out-of-place, apart */
-    int same_layout = p->ldc == p->ldd && (p->batch == 1 || p->stride_c == p->stride_d);
+    int same_layout = p->ldc == p->ldd && (p->batch == 1 || p->ptr_array || p->stride_c == p->stride_d);
     if (C == D && !same_layout)
         return fail(CUBLAS_STATUS_INVALID_VALUE, fn, "C == D in place, but C (ld %lld, stride %lld) and D (ld %lld, "
                     "stride %lld) differ in layout", (long long)p->ldc, (long long)p->stride_c, (long long)p->ldd,
                     (long long)p->stride_d);
     size_t c_bytes = (size_t)span_elems(p->m, p->n, p->ldc, p->batch, p->stride_c) * type_size(p->cd_type);
     size_t d_bytes = (size_t)span_elems(p->m, p->n, p->ldd, p->batch, p->stride_d) * type_size(p->cd_type);
-    if (jb.beta != 0.0f && C != D && overlaps(C, c_bytes, D, d_bytes))
+    /* (pointer arrays: their matrices are checked when the GEMM runs, check_overlaps) */
+    if (!p->ptr_array && jb.beta != 0.0f && C != D && overlaps(C, c_bytes, D, d_bytes))
         return fail(CUBLAS_STATUS_INVALID_VALUE, fn, "C %p and D %p overlap without being the same matrix", C,
                     (void *)D);
     if (!empty) job_check_memory(&jb, "at the call");
