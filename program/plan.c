@@ -127,15 +127,21 @@ static void plan_lifetimes(StepPlan *p, const IrGraph *g, bool keep_all, const b
         PlanValue *v = &p->v[i];
         v->kind = n->op == IR_OP_PARAM ? PLAN_PARAM : PLAN_ARENA;
         v->offset = -1;
+        int at = p->position[i];
         /* A projection is written when its multi-output op runs. */
-        v->def = is_batch_input(n) ? -1 : n->op == IR_OP_OUTPUT ? p->v[n->in[0]].def : i;
-        if (write_early && write_early[i] && v->def > 0) v->def--;   /* PlanOptions.write_early */
+        v->def = is_batch_input(n) ? -1 : n->op == IR_OP_OUTPUT ? p->v[n->in[0]].def : at;
+        /* PlanOptions.write_early: from the node before it in the graph, which the schedule keeps right
+         * before it (plan_order.c moves only dW GEMMs) */
+        if (write_early && write_early[i] && i > 0 && v->def > 0 && p->position[i - 1] < v->def)
+            v->def = p->position[i - 1];
         v->last = v->def < 0 ? 0 : v->def;
         int64_t bytes = ir_numel(n, p->B, p->L) * (int64_t)plan_dtype_size(n->dtype);
         v->bytes = align_up(bytes > 0 ? bytes : 1);
-        for (int k = 0; k < n->n_in; k++)
-            if (p->v[n->in[k]].last < i) p->v[n->in[k]].last = i;
     }
+    /* after every def: a node the schedule moved may read a value defined later in the array */
+    for (int i = 0; i < g->n; i++)
+        for (int k = 0; k < g->nodes[i].n_in; k++)
+            if (p->v[g->nodes[i].in[k]].last < p->position[i]) p->v[g->nodes[i].in[k]].last = p->position[i];
     int end = p->n_order;
     if (g->loss >= 0) p->v[g->loss].last = end;
     if (g->logits >= 0) p->v[g->logits].last = end;
@@ -199,7 +205,7 @@ static int collect_ranges(const StepPlan *p, Range *r)
     for (int i = 0; i < p->n; i++) {
         if (p->v[i].kind == PLAN_ARENA && p->v[i].storage == i)
             r[n++] = (Range){i, p->v[i].def, p->v[i].last, p->v[i].bytes, 0};
-        if (p->scratch_bytes[i] > 0) r[n++] = (Range){-i - 1, i, i, p->scratch_bytes[i], 0};
+        if (p->scratch_bytes[i] > 0) r[n++] = (Range){-i - 1, p->position[i], p->position[i], p->scratch_bytes[i], 0};
     }
     return n;
 }
@@ -393,24 +399,20 @@ HpcStatus plan_build_scratch(const IrGraph *g, int64_t B, int64_t L, const int64
     return plan_build_scratch_with(g, B, L, scratch, NULL, p, err);
 }
 
-HpcStatus plan_build_scratch_with(const IrGraph *g, int64_t B, int64_t L, const int64_t *scratch,
-                                  const PlanOptions *opt, StepPlan *p, HpcError *err)
+/* The plan of g in schedule `order` (NULL: the graph's order). */
+static void plan_in_order(const IrGraph *g, int64_t B, int64_t L, const int64_t *scratch, const PlanOptions *opt,
+                          const int *order, StepPlan *p)
 {
     memset(p, 0, sizeof *p);
-    if (B < 1 || L < 1 || g->n < 1)
-        return hpc_fail(err, HPC_ERR_USAGE, "plan_build: batch %lld and length %lld must be >= 1 "
-                        "and the graph non-empty", (long long)B, (long long)L);
-    for (int i = 0; i < g->n; i++)
-        if (g->nodes[i].dtype == DT_F64)
-            return hpc_fail(err, HPC_ERR_INPUT, "plan_build: value %d (%s) is f64, which the GPU "
-                            "step does not store; plan the f32/f16/bf16 graph", i, g->nodes[i].name);
     p->B = B;
     p->L = L;
     p->n = g->n;
     p->n_order = g->n;
     p->n_forward = g->n_forward;
     p->order = xmalloc((size_t)g->n * sizeof *p->order);
-    for (int i = 0; i < g->n; i++) p->order[i] = i;
+    p->position = xmalloc((size_t)g->n * sizeof *p->position);
+    for (int t = 0; t < g->n; t++) p->order[t] = order ? order[t] : t;
+    for (int t = 0; t < g->n; t++) p->position[p->order[t]] = t;
     p->v = xcalloc((size_t)g->n, sizeof *p->v);
     p->scratch_off = xmalloc((size_t)g->n * sizeof *p->scratch_off);
     p->scratch_bytes = xmalloc((size_t)g->n * sizeof *p->scratch_bytes);
@@ -424,12 +426,48 @@ HpcStatus plan_build_scratch_with(const IrGraph *g, int64_t B, int64_t L, const 
     plan_inplace(p, g);
     plan_offsets(p);
     plan_view_offsets(p, g);
+}
+
+/* PlanOptions.dw_group, or HPC_DW_GROUP (0: never, 1: always) in its place. */
+static PlanDwGroup dw_group_mode(const PlanOptions *opt)
+{
+    if (opt && opt->dw_group != PLAN_DW_GROUP_AUTO) return opt->dw_group;
+    const char *env = getenv("HPC_DW_GROUP");
+    if (env && strcmp(env, "0") == 0) return PLAN_DW_GROUP_NEVER;
+    if (env && strcmp(env, "1") == 0) return PLAN_DW_GROUP_ALWAYS;
+    return PLAN_DW_GROUP_AUTO;
+}
+
+HpcStatus plan_build_scratch_with(const IrGraph *g, int64_t B, int64_t L, const int64_t *scratch,
+                                  const PlanOptions *opt, StepPlan *p, HpcError *err)
+{
+    memset(p, 0, sizeof *p);
+    if (B < 1 || L < 1 || g->n < 1)
+        return hpc_fail(err, HPC_ERR_USAGE, "plan_build: batch %lld and length %lld must be >= 1 "
+                        "and the graph non-empty", (long long)B, (long long)L);
+    for (int i = 0; i < g->n; i++)
+        if (g->nodes[i].dtype == DT_F64)
+            return hpc_fail(err, HPC_ERR_INPUT, "plan_build: value %d (%s) is f64, which the GPU "
+                            "step does not store; plan the f32/f16/bf16 graph", i, g->nodes[i].name);
+    plan_in_order(g, B, L, scratch, opt, NULL, p);
+    PlanDwGroup mode = dw_group_mode(opt);
+    int *order = xmalloc((size_t)g->n * sizeof *order);
+    if (mode != PLAN_DW_GROUP_NEVER && plan_order_dw_groups(g, order) > 0) {
+        /* the dW GEMMs side by side, where that costs no memory (plan_order.c) */
+        StepPlan grouped;
+        plan_in_order(g, B, L, scratch, opt, order, &grouped);
+        bool keep = mode == PLAN_DW_GROUP_ALWAYS || grouped.arena_bytes <= p->arena_bytes;
+        plan_free(keep ? p : &grouped);
+        if (keep) *p = grouped;
+    }
+    free(order);
     return HPC_OK;
 }
 
 void plan_free(StepPlan *p)
 {
     free(p->order);
+    free(p->position);
     free(p->v);
     free(p->scratch_off);
     free(p->scratch_bytes);
@@ -514,8 +552,8 @@ static bool check_inplace(const StepPlan *p, const IrGraph *g, int i, char *why,
     if (role)
         return check_fail(why, why_size, "node %d writes over value %d in place, which the step must keep "
                           "(loss, logits or a gradient)", i, a);
-    for (int j = i + 1; j < g->n; j++)
-        for (int q = 0; q < g->nodes[j].n_in; q++)
+    for (int j = 0; j < g->n; j++)
+        for (int q = 0; q < g->nodes[j].n_in && p->position[j] > p->position[i]; q++)
             if (g->nodes[j].in[q] == a)
                 return check_fail(why, why_size, "node %d writes over value %d in place, which node %d reads "
                                   "later", i, a, j);
@@ -555,7 +593,7 @@ bool plan_check(const StepPlan *p, const IrGraph *g, char *why, size_t why_size)
     for (int i = 0; i < g->n; i++) {
         const PlanValue *v = &p->v[i];
         for (int k = 0; k < g->nodes[i].n_in; k++)
-            if (p->v[g->nodes[i].in[k]].last < i || p->v[g->nodes[i].in[k]].def > i)
+            if (p->v[g->nodes[i].in[k]].last < p->position[i] || p->v[g->nodes[i].in[k]].def > p->position[i])
                 return check_fail(why, why_size, "value %d is not live when node %d reads it",
                                   g->nodes[i].in[k], i);
         int b;

@@ -7,8 +7,17 @@
  *   - the schedule: the node order of one training step.  The IR keeps
  *     inputs before their users, so the schedule is the node array order
  *     (forward nodes first, so an evaluation runs the prefix
- *     [0, n_forward) of the same plan);
- *   - the lifetime of every value, as schedule positions [def, last]: def
+ *     [0, n_forward) of the same plan), but for the weight-gradient GEMMs
+ *     of one shape (the layers' LINEAR_DWs), which move side by side to
+ *     the last one's place (program/plan_order.c), so the CUDA executor
+ *     runs each group as one batched call.  That keeps their inputs alive
+ *     longer, so the plan is made both ways and the grouped one kept only
+ *     where its arena is no larger (BERT-base fp16: at 32 x 32, not at
+ *     32 x 128); PlanOptions.dw_group or HPC_DW_GROUP=0 / 1 decide
+ *     otherwise.  Moved or not, the forward prefix and the nodes after the
+ *     last moved one keep their positions;
+ *   - the lifetime of every value, as schedule positions [def, last]
+ *     (StepPlan.position maps a node to its position): def
  *     the position of the node that writes it (-1 for batch inputs, which
  *     are uploaded before the first launch), last the position of its last
  *     reader.  The loss, the logits, every parameter gradient and every
@@ -103,6 +112,7 @@ typedef struct {
 typedef struct {
     int64_t B, L;           /* the bounds the plan was made for */
     int *order;             /* (n_order) node ids in schedule order */
+    int *position;          /* (n) node i's position in order */
     int n_order;
     int n_forward;          /* the first n_forward positions are the forward pass */
     PlanValue *v;           /* (n) per value (node) of the graph */
@@ -121,6 +131,15 @@ typedef struct {
 HpcStatus plan_build_scratch(const IrGraph *g, int64_t B, int64_t L, const int64_t *scratch, StepPlan *p,
                              HpcError *err);
 
+/* Whether the schedule puts the dW GEMMs of one shape side by side (see the
+ * top): AUTO, the default, where that does not grow the arena, unless
+ * HPC_DW_GROUP says 0 (never) or 1 (always). */
+typedef enum { PLAN_DW_GROUP_AUTO, PLAN_DW_GROUP_NEVER, PLAN_DW_GROUP_ALWAYS } PlanDwGroup;
+
+/* The schedule with those groups (program/plan_order.c): fills order (g->n
+ * node ids) and returns how many dW GEMMs moved (0: the graph's order). */
+int plan_order_dw_groups(const IrGraph *g, int *order);
+
 /* How a plan may differ from the default (NULL or zeroed = the default). */
 typedef struct {
     bool keep_all;   /* every value lives to the end of the step, nothing shares memory:
@@ -128,6 +147,7 @@ typedef struct {
     const bool *write_early; /* (g->n) or NULL: value i is also written by the node just before
                               * it (hpc's own GEMM writes gelu(y) with y: runtime/cuda/gemm_own.h),
                               * so its bytes are its own from that node on */
+    PlanDwGroup dw_group;    /* the dW GEMMs side by side (see above) */
 } PlanOptions;
 
 /* plan_build_scratch with options (opt may be NULL). */

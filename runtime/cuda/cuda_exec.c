@@ -266,6 +266,7 @@ HpcStatus cuda_exec_init_kernels_with(CudaExec *ex, CudaDevice *dev, const IrGra
     if (!st) st = lookup_kernels(ex, err);
     if (!st && ex->gemm_own.fn) cuda_exec_own_pair(ex);
     if (!st) ex->fix_from = trailing_fixes(g);
+    if (!st) st = cuda_exec_dw_batch_init(ex, err);
     if (st) cuda_exec_free(ex);
     return st;
 }
@@ -285,6 +286,7 @@ void cuda_exec_free(CudaExec *ex)
     free(ex->gelu_of);
     free(ex->dgelu_of);
     free(ex->computed_by_gemm);
+    cuda_exec_dw_batch_free(ex);
     free(ex->param_dev);
     free(ex->master);
     if (ex->owned_kernels) {
@@ -499,11 +501,20 @@ HpcStatus cuda_exec_launch_node(CudaExec *ex, int id, HpcError *err)
     return HPC_OK;
 }
 
+HpcStatus cuda_exec_launch_at(CudaExec *ex, int *t, int end, HpcError *err)
+{
+    int batch = cuda_exec_dw_batch_len(ex, *t, end);
+    if (batch < 2) return cuda_exec_launch_node(ex, ex->plan.order[*t], err);
+    HpcStatus st = cuda_exec_dw_batch_launch(ex, *t, err);
+    *t += batch - 1;
+    return st;
+}
+
 static HpcStatus launch_all(CudaExec *ex, int end, HpcError *err)
 {
     HpcStatus st = HPC_OK;
     for (int t = 0; t < end && !st; t++) {
-        st = cuda_exec_launch_node(ex, ex->plan.order[t], err);
+        st = cuda_exec_launch_at(ex, &t, end, err);
         if (st) {
             size_t len = strlen(err->msg);
             snprintf(err->msg + len, sizeof err->msg - len, " (node %d, %s)", ex->plan.order[t],

@@ -93,6 +93,14 @@ typedef struct {
 
 #define CUDA_EXEC_MAX_GRAPHS 8
 
+/* Consecutive dW GEMMs of one shape run as one batched call
+ * (runtime/cuda/cuda_exec_dw_batch.c). */
+typedef struct {
+    int first, count;          /* plan positions [first, first + count) */
+    CUdeviceptr tables;        /* device: count dy pointers, count x pointers, count dW pointers */
+    int align;                 /* the smallest alignment of those matrices, bytes */
+} CudaExecDwRun;
+
 typedef struct {
     int64_t B, L;
     bool backward;
@@ -141,6 +149,9 @@ typedef struct {
     bool cache_hit;            /* no NVRTC ran: a cache hit or the program's cubin */
     bool cubin_from_program;   /* the program carried the cubin for this arch */
     bool module_sm90a;         /* the module was compiled for sm_90a (StepPhase.target) */
+    CudaExecDwRun *dw_runs;    /* the batched dW GEMMs (none under HPC_DW_BATCH=0) */
+    int n_dw_runs;
+    int *dw_run_at;            /* (plan.n_order) the run starting at that position, or -1; NULL if off */
 } CudaExec;
 
 /* Plans, allocates and compiles as described above, from a step program's

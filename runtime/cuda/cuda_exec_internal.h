@@ -14,6 +14,11 @@ void cuda_exec_gemm_desc(const CudaExec *ex, int id, GemmDesc *d);
  * views) on the device stream. */
 HpcStatus cuda_exec_launch_node(CudaExec *ex, int id, HpcError *err);
 
+/* Queues the launch at plan position *t, as the step makes it: a batched
+ * run of dW GEMMs (cuda_exec_dw_batch.c) starting there is one launch, and
+ * *t moves to its last member. */
+HpcStatus cuda_exec_launch_at(CudaExec *ex, int *t, int end, HpcError *err);
+
 /* Queues nodes [0, end) of the plan's order, then the tail if any. */
 HpcStatus cuda_exec_launch_step(CudaExec *ex, int end, const CudaExecTail *tail, HpcError *err);
 
@@ -30,6 +35,16 @@ HpcStatus cuda_exec_own_kernels(CudaExec *ex, HpcError *err);
 void cuda_exec_own_pair(CudaExec *ex);
 HpcStatus cuda_exec_own_launch(CudaExec *ex, int id, const GemmDesc *d, bool *done, HpcError *err);
 int cuda_exec_own_first_phase(const CudaExec *ex, int id);
+
+/* The batched dW GEMMs (cuda_exec_dw_batch.c).  _init, after the kernels
+ * are looked up: finds the runs and writes their pointer tables (nothing
+ * under HPC_DW_BATCH=0).  _len: the length of the run that starts at plan
+ * position t, if it ends by `end`; else 0 (its members then run alone).
+ * _launch: queues that run as one call. */
+HpcStatus cuda_exec_dw_batch_init(CudaExec *ex, HpcError *err);
+void cuda_exec_dw_batch_free(CudaExec *ex);
+int cuda_exec_dw_batch_len(const CudaExec *ex, int t, int end);
+HpcStatus cuda_exec_dw_batch_launch(CudaExec *ex, int t, HpcError *err);
 
 /* HPC_PROFILE (docs/cuda.md): unset, "" or "0" is off; "graph" or
  * "graph:N" times the step inside a CUDA graph, over N replays (default

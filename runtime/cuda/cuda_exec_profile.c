@@ -226,7 +226,7 @@ HpcStatus cuda_exec_profile_eager(CudaExec *ex, int end, const CudaExecTail *tai
     for (int t = 0; t < end && !st; t++) {
         int id = ex->plan.order[t];
         if (!launches(ex, id)) continue;
-        st = cuda_exec_launch_node(ex, id, err);
+        st = cuda_exec_launch_at(ex, &t, end, err);
         node[n_ev] = id;
         if (!st) st = CUDA_CHECK(err, cu->cuEventRecord(ev[n_ev++], ex->dev->stream));
     }
@@ -267,7 +267,7 @@ static HpcStatus capture_nodes(CudaExec *ex, int end, const CUevent *ev, CUgraph
     for (int t = 0; t < end && !run; t++) {
         int id = ex->plan.order[t];
         if (!launches(ex, id)) continue;
-        run = cuda_exec_launch_node(ex, id, err);
+        run = cuda_exec_launch_at(ex, &t, end, err);
         if (!run && ev) run = CUDA_CHECK(err, cu->cuEventRecordWithFlags(ev[n_ev++], s, CU_EVENT_RECORD_EXTERNAL));
     }
     HpcError end_err = {0};   /* a failed launch's message is the one to keep */

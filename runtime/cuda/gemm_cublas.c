@@ -100,6 +100,10 @@ static HpcStatus validate(const GemmDesc *d, HpcError *err)
     if (uses_aux(d->epilogue) && (!d->aux || d->ld_aux < d->N || d->ld_aux % 8))
         return bad(err, d, "GELU aux needs a pointer and ld_aux >= N, a multiple of 8");
     if (!d->A || !d->B || !d->C) return bad(err, d, "null matrix pointer");
+    if (d->pointer_array && (d->epilogue != GEMM_EPI_NONE || d->beta != 0.0f || (d->D && d->D != d->C) ||
+                             d->pointer_align < 1))
+        return bad(err, d, "a pointer-array batch writes in place, reads no C, has no epilogue and states "
+                           "its matrices' alignment");
     return HPC_OK;
 }
 
@@ -120,6 +124,8 @@ static void plan_key(PlanKey *k, const GemmContext *g, const GemmDesc *d, bool o
     k->reads_c = d->beta != 0.0f;
     k->align_a = alignment(d->A); k->align_b = alignment(d->B); k->align_c = alignment(d->C);
     k->align_d = alignment(out_ptr(d));
+    k->pointer_array = d->pointer_array;
+    if (d->pointer_array) k->align_a = k->align_b = k->align_c = k->align_d = d->pointer_align;
     k->align_bias = uses_bias(d->epilogue) ? alignment(d->bias) : 0;
     k->align_aux = uses_aux(d->epilogue) ? alignment(d->aux) : 0;
 }
@@ -142,6 +148,7 @@ static void plan_destroy(GemmPlan *p)
     memset(p, 0, sizeof *p);
 }
 
+/* stride < 0: a batch of pointer arrays (GemmDesc.pointer_array). */
 static HpcStatus layout(cublasLtMatrixLayout_t *l, cudaDataType_t t, int64_t rows, int64_t cols,
                         int64_t ld, int64_t batch, int64_t stride, HpcError *err)
 {
@@ -151,6 +158,11 @@ static HpcStatus layout(cublasLtMatrixLayout_t *l, cudaDataType_t t, int64_t row
     int32_t count = (int32_t)batch;
     st = CUDA_CHECK(err, cublasLtMatrixLayoutSetAttribute(*l, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT,
                                                           &count, sizeof count));
+    if (!st && stride < 0) {
+        uint32_t mode = CUBLASLT_BATCH_MODE_POINTER_ARRAY;
+        return CUDA_CHECK(err, cublasLtMatrixLayoutSetAttribute(*l, CUBLASLT_MATRIX_LAYOUT_BATCH_MODE, &mode,
+                                                                sizeof mode));
+    }
     if (!st)
         st = CUDA_CHECK(err, cublasLtMatrixLayoutSetAttribute(
                                  *l, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, &stride,
@@ -161,12 +173,13 @@ static HpcStatus layout(cublasLtMatrixLayout_t *l, cudaDataType_t t, int64_t row
 static HpcStatus plan_layouts(GemmPlan *p, const GemmDesc *d, HpcError *err)
 {
     cudaDataType_t ab = cuda_type(d->ab_type), c = cuda_type(d->c_type);
+    bool ptrs = d->pointer_array;
     HpcStatus st = layout(&p->la, ab, d->trans_b ? d->K : d->N, d->trans_b ? d->N : d->K,
-                          d->ldb, d->batch, d->stride_b, err);
+                          d->ldb, d->batch, ptrs ? -1 : d->stride_b, err);
     if (!st)
         st = layout(&p->lb, ab, d->trans_a ? d->M : d->K, d->trans_a ? d->K : d->M, d->lda,
-                    d->batch, d->stride_a, err);
-    if (!st) st = layout(&p->lc, c, d->N, d->M, d->ldc, d->batch, d->stride_c, err);
+                    d->batch, ptrs ? -1 : d->stride_a, err);
+    if (!st) st = layout(&p->lc, c, d->N, d->M, d->ldc, d->batch, ptrs ? -1 : d->stride_c, err);
     return st;
 }
 
@@ -250,7 +263,8 @@ static void tune_keys(const GemmContext *g, const GemmPlan *p, char *buf, char *
         .c_type = c_type, .bias_type = bias ? gemm_dtype_name((GemmDtype)k->c_type) : "-",
         .epilogue = gemm_epilogue_name(p->epilogue), .align_a = k->align_a, .align_b = k->align_b,
         .align_c = align_c, .align_bias = bias ? k->align_bias : 0,
-        .align_aux = uses_aux(p->epilogue) ? k->align_aux : 0, .workspace = g->workspace_bytes};
+        .align_aux = uses_aux(p->epilogue) ? k->align_aux : 0, .workspace = g->workspace_bytes,
+        .pointer_array = k->pointer_array};
     gemm_tune_key(&s, buf, size);
     if (class_key) gemm_tune_class_key(&s, class_key, size);
 }

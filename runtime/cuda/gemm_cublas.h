@@ -9,7 +9,14 @@
  *   op(A) (M, K): A stored (M, K), lda >= K; with trans_a stored (K, M), lda >= M
  *   op(B) (K, N): B stored (K, N), ldb >= N; with trans_b stored (N, K), ldb >= K
  *   C stored (M, N), ldc >= N.  batch > 1: matrix i starts at ptr + i*stride
- *   (strides in elements).
+ *   (strides in elements); or, with pointer_array, A, B and C are device
+ *   arrays of `batch` pointers, one matrix each, anywhere (cuBLASLt's
+ *   CUBLASLT_BATCH_MODE_POINTER_ARRAY; strides unused).  Such a call
+ *   writes in place (D = 0), reads no C (beta 0), has no epilogue, and
+ *   states in pointer_align the smallest alignment, in bytes, of the
+ *   matrices the arrays point to (cuBLASLt cannot see them when it
+ *   chooses an algorithm).  The executor runs the layers' dW GEMMs of one
+ *   shape so (runtime/cuda/cuda_exec_dw_batch.c).
  *
  * Precision: A and B share ab_type (f32, f16, bf16); C has c_type (f32, or
  * equal to ab_type); accumulation is always fp32.  Accumulating into an f32
@@ -106,6 +113,8 @@ typedef enum {
 typedef struct {
     int64_t M, N, K;
     int64_t batch;              /* 1 for a plain GEMM */
+    bool pointer_array;         /* A, B, C are device arrays of batch pointers (see above) */
+    int pointer_align;          /* pointer_array: the matrices' smallest alignment, bytes */
     bool trans_a, trans_b;
     GemmDtype ab_type, c_type;
     CUdeviceptr A; int64_t lda, stride_a;

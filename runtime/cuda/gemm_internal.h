@@ -20,6 +20,7 @@ typedef struct {
     int trans_a, trans_b, ab_type, c_type, epilogue, allow_tf32;
     int optional;               /* gemm_run_optional: the epilogue may be dropped */
     int reads_c;                /* beta != 0: timed (and cached) apart from beta = 0 */
+    int pointer_array;          /* A, B, C are arrays of matrix pointers (GemmDesc.pointer_array) */
     int align_a, align_b, align_c, align_d, align_bias, align_aux;
 } PlanKey;
 

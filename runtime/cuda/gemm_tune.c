@@ -41,12 +41,12 @@ static void key_text(const GemmTuneShape *s, const char *prefix, int64_t M, int6
                      size_t size)
 {
     snprintf(buf, size, "%s%s|lt=%zu|M=%lld N=%lld K=%lld b=%lld lda=%lld ldb=%lld ldc=%lld sa=%lld sb=%lld "
-             "sc=%lld aux=%lld tA=%d tB=%d %s->%s epi=%s bias=%s tf32=%d al=%d/%d/%d/%d/%d ws=%zu",
+             "sc=%lld aux=%lld tA=%d tB=%d %s->%s epi=%s bias=%s tf32=%d al=%d/%d/%d/%d/%d ws=%zu%s",
              prefix, s->gpu, s->lt_version, (long long)M, (long long)N, (long long)K, (long long)s->batch,
              (long long)s->lda, (long long)s->ldb, (long long)s->ldc, (long long)s->stride_a,
              (long long)s->stride_b, (long long)s->stride_c, (long long)s->ld_aux, s->trans_a, s->trans_b,
              s->ab_type, s->c_type, s->epilogue, s->bias_type, s->tf32, s->align_a, s->align_b, s->align_c,
-             s->align_bias, s->align_aux, s->workspace);
+             s->align_bias, s->align_aux, s->workspace, s->pointer_array ? " ptrs" : "");
 }
 
 void gemm_tune_key(const GemmTuneShape *s, char *buf, size_t size)

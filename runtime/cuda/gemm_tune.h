@@ -76,6 +76,7 @@ typedef struct {
     const char *epilogue;       /* the epilogue the algorithm runs ("none" for a plain GEMM) */
     int align_a, align_b, align_c, align_bias, align_aux;
     size_t workspace;
+    int pointer_array;          /* a batch of pointer arrays ("ptrs" in the key), not strided */
 } GemmTuneShape;
 
 /* The key of s, printable ASCII without tabs (truncated to size). */

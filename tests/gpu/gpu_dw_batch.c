@@ -1,0 +1,127 @@
+/* tests/gpu/gpu_dw_batch.c — the layers' dW GEMMs of one shape as one
+ * batched cuBLASLt call (program/plan_order.c puts them side by side,
+ * runtime/cuda/cuda_exec_dw_batch.c runs them through pointer arrays)
+ * train as the GEMMs one by one do.
+ *
+ * BERT-tiny's shape with 5 layers in fp16, random parameters, three
+ * executors with an optimizer each: the schedule grouped and batched
+ * (HPC_DW_GROUP=1), grouped but each GEMM alone (HPC_DW_GROUP=1,
+ * HPC_DW_BATCH=0), and the graph's order (HPC_DW_GROUP=0).  All train 3
+ * steps on the same batches of 4 x 32 tokens, the optimizer as the step's
+ * tail in a CUDA graph (the third step replays it).  Checks:
+ *   - the grouped plans hold every dW GEMM group side by side and pass
+ *     plan_check; the batched executor found at least 4 runs (the four
+ *     weight shapes of layers 0-3; the last layer sees only token 0), the
+ *     other two none;
+ *   - each step's loss agrees with the graph-order run's; after the last
+ *     step every master's change from the initial weights agrees to 1e-3
+ *     relative L2 (NaN fails), bit for bit on the emulator (one thread;
+ *     on a GPU the batched call may pick another algorithm, and the
+ *     embedding backward's atomics differ in the last bits anyway).
+ * Exit 0 when every check passes, 1 on a failure, 4 without a GPU. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cuda/cuda_exec.h"
+#include "cuda/cuda_optim.h"
+#include "pipeline.h"
+#include "precision.h"
+#include "program/ir.h"
+#include "program/params.h"
+#include "program/plan.h"
+#include "gpu_check.h"
+#include "gpu_check_model.h"
+#include "gpu_check_trainer.h"
+
+enum { B = 4, L = 32, STEPS = 3, LAYERS = 5 };
+
+static CudaDevice g_dev;
+static uint64_t g_rng = 0x2545f4914f6cdd1dull;
+static uint32_t rnd(void) { return (uint32_t)(gpu_check_xorshift(&g_rng) >> 32); }
+static float uniform(void) { return gpu_check_uniform24(rnd() >> 8); }
+
+/* HPC_DW_GROUP=group while the executor plans; var=value beside it. */
+static bool open_trainer(GpuTrainer *t, const ModelSpec *spec, const Pipeline *p, float **w, const char *group,
+                         const char *var, const char *value)
+{
+    setenv("HPC_DW_GROUP", group, 1);
+    bool ok = gpu_trainer_open(t, &g_dev, spec, &p->g, &p->pl, w, B, L, var, value);
+    unsetenv("HPC_DW_GROUP");
+    return ok;
+}
+
+static bool is_identity(const StepPlan *p)
+{
+    for (int t = 0; t < p->n_order; t++)
+        if (p->order[t] != t) return false;
+    return true;
+}
+
+int main(void)
+{
+    gpu_check_flush = 1;
+    if (!gpu_check_open_device("gpu_dw_batch", &g_dev)) return 4;
+    ModelSpec spec;
+    Pipeline p;
+    HpcError err = {0};
+    if (!gpu_check_load_model("bert_tiny.model", &spec)) return gpu_check_summary();
+    spec.stack.layers = LAYERS;
+    spec.train.max_grad_norm = 1.0;
+    PipeOptions po = pipeline_defaults(PREC_FP16);
+    if (pipeline_build(&spec, &po, &p, &err)) {
+        result(0, "bert_tiny 5 layers fp16: build the graph: %s", err.msg);
+        return gpu_check_summary();
+    }
+    float **w = gpu_check_random_params(&p.pl, PREC_FP16, uniform);
+    const char *tag = "bert_tiny 5 layers fp16 B=4 L=32";
+    GpuTrainer batched, alone, plain;
+    bool opened = open_trainer(&batched, &spec, &p, w, "1", "HPC_DW_BATCH", NULL);
+    opened = open_trainer(&alone, &spec, &p, w, "1", "HPC_DW_BATCH", "0") && opened;
+    opened = open_trainer(&plain, &spec, &p, w, "0", "HPC_DW_BATCH", NULL) && opened;
+    if (opened) {
+        char why[512] = "";
+        bool valid = plan_check(&batched.ex.plan, &p.g, why, sizeof why) &&
+                     plan_check(&alone.ex.plan, &p.g, why, sizeof why);
+        result(valid && !is_identity(&batched.ex.plan) && !is_identity(&alone.ex.plan) &&
+                   is_identity(&plain.ex.plan),
+               "%s: HPC_DW_GROUP=1 plans the grouped schedule, valid (%s), HPC_DW_GROUP=0 the graph's", tag, why);
+        int members = 0;
+        for (int r = 0; r < batched.ex.n_dw_runs; r++) members += batched.ex.dw_runs[r].count;
+        result(batched.ex.n_dw_runs >= 4 && members >= 4 * (LAYERS - 1) && alone.ex.n_dw_runs == 0 &&
+                   plain.ex.n_dw_runs == 0,
+               "%s: %d batched runs of %d dW GEMMs (want >= 4 of >= %d); %d with HPC_DW_BATCH=0, %d in the "
+               "graph's order", tag, batched.ex.n_dw_runs, members, 4 * (LAYERS - 1), alone.ex.n_dw_runs,
+               plain.ex.n_dw_runs);
+        Batch *batch[STEPS];
+        for (int s = 0; s < STEPS; s++) batch[s] = gpu_check_random_batch(&spec, B, L, true, rnd);
+        uint32_t ms[3] = {0, 0, 0};
+        double worst = 0;
+        bool ran = true;
+        for (int s = 0; s < STEPS && ran; s++) {
+            double lb = 0, la = 0, lp = 0;
+            ran = gpu_trainer_step(&batched, &batch[s], 1, &ms[0], &lb) &&
+                  gpu_trainer_step(&alone, &batch[s], 1, &ms[1], &la) &&
+                  gpu_trainer_step(&plain, &batch[s], 1, &ms[2], &lp);
+            double e = fmax(fabs(lb - lp), fabs(la - lp)) / fmax(fabs(lp), 1e-30);
+            worst = isnan(e) || e > worst ? e : worst;
+        }
+        if (ran) {
+            result(worst <= 1e-3, "%s: %d steps' losses agree: worst rel %.3g <= 1e-3", tag, STEPS, worst);
+            char what[160];
+            snprintf(what, sizeof what, "%s, %d steps, batched against the graph's order", tag, STEPS);
+            gpu_trainer_compare_masters(&batched, &plain, &p.pl, w, what, 1e-3);
+            snprintf(what, sizeof what, "%s, %d steps, batched against the grouped GEMMs alone", tag, STEPS);
+            gpu_trainer_compare_masters(&batched, &alone, &p.pl, w, what, 1e-3);
+        }
+        for (int s = 0; s < STEPS; s++) batch_free(batch[s]);
+    }
+    gpu_trainer_close(&plain);
+    gpu_trainer_close(&alone);
+    gpu_trainer_close(&batched);
+    gpu_check_free_params(&p.pl, w);
+    pipeline_free(&p);
+    cuda_device_close(&g_dev);
+    return gpu_check_summary();
+}

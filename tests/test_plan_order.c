@@ -1,0 +1,141 @@
+/* tests/test_plan_order.c — the schedule with the dW GEMMs of one shape side
+ * by side (program/plan_order.c) and plan.c's choice of it.
+ *
+ * On BERT-base fp16 (the last layer for token 0, the default): the order is
+ * a permutation in which every node comes after its inputs, the forward
+ * pass and the nodes after the last dW GEMM keep their positions, and the
+ * 11 layers' Q/K/V, attention-output, FFN-up and FFN-down dW GEMMs each
+ * stand side by side.  The plan keeps that order at 32 x 32, where the
+ * arena stays the same, and not at 32 x 128, where it would grow (unless
+ * told to: PLAN_DW_GROUP_ALWAYS, a valid plan with a larger arena); never
+ * under PLAN_DW_GROUP_NEVER.  On a hand-made graph a dW GEMM read before
+ * its group's last member stays where it is. */
+#include <criterion/criterion.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "compiler/ir_build.h"
+#include "compiler/spec_load.h"
+#include "pipeline.h"
+#include "program/ir.h"
+#include "program/plan.h"
+
+static void bert_base(Pipeline *pp)
+{
+    ModelSpec s;
+    const char *root = getenv("HPC_ROOT");
+    char path[512];
+    snprintf(path, sizeof path, "%s/models/bert_base.model", root ? root : ".");
+    cr_assert_eq(spec_load(path, &s, stderr), 0, "cannot load %s", path);
+    PipeOptions o = pipeline_defaults(PREC_FP16);
+    HpcError err = {0};
+    cr_assert_eq(pipeline_build(&s, &o, pp, &err), HPC_OK, "%s", err.msg);
+}
+
+/* Runs of at least `min` consecutive LINEAR_DWs of one shape in order. */
+static int long_dw_runs(const IrGraph *g, const int *order, int min)
+{
+    int runs = 0;
+    for (int t = 0; t < g->n;) {
+        int len = 1;
+        const IrNode *a = &g->nodes[order[t]];
+        while (a->op == IR_OP_LINEAR_DW && t + len < g->n) {
+            const IrNode *b = &g->nodes[order[t + len]];
+            if (b->op != IR_OP_LINEAR_DW || !ir_same_shape(a, b)) break;
+            len++;
+        }
+        runs += a->op == IR_OP_LINEAR_DW && len >= min;
+        t += len;
+    }
+    return runs;
+}
+
+static bool is_identity(const StepPlan *p)
+{
+    for (int t = 0; t < p->n_order; t++)
+        if (p->order[t] != t) return false;
+    return true;
+}
+
+Test(plan_order, bert_base_groups_are_a_valid_schedule)
+{
+    Pipeline pp;
+    bert_base(&pp);
+    const IrGraph *g = &pp.g;
+    int *order = malloc((size_t)g->n * sizeof *order), *pos = malloc((size_t)g->n * sizeof *pos);
+    int moved = plan_order_dw_groups(g, order);
+    cr_expect_geq(moved, 40, "%d dW GEMMs moved", moved);
+    for (int i = 0; i < g->n; i++) pos[i] = -1;
+    for (int t = 0; t < g->n; t++) {
+        cr_assert(order[t] >= 0 && order[t] < g->n && pos[order[t]] < 0, "position %d: node %d", t, order[t]);
+        pos[order[t]] = t;
+    }
+    int last_dw = -1;
+    for (int i = 0; i < g->n; i++) {
+        for (int k = 0; k < g->nodes[i].n_in; k++)
+            cr_expect_lt(pos[g->nodes[i].in[k]], pos[i], "node %d (%s) before its input %d", i, g->nodes[i].name,
+                         g->nodes[i].in[k]);
+        if (pos[i] != i) cr_expect_geq(i, g->n_forward, "forward node %d (%s) moved", i, g->nodes[i].name);
+        if (g->nodes[i].op == IR_OP_LINEAR_DW) last_dw = i;
+    }
+    /* the trailing LN_DW_FIXes among them: the CUDA executor stops before them (cuda_exec.h, fix_from) */
+    for (int i = last_dw + 1; i < g->n; i++) cr_expect_eq(pos[i], i, "node %d after the last dW GEMM moved", i);
+    cr_expect_geq(long_dw_runs(g, order, 11), 4, "the four weight shapes of 11 layers side by side");
+    free(order);
+    free(pos);
+    pipeline_free(&pp);
+}
+
+Test(plan_order, plan_keeps_groups_where_the_arena_stays)
+{
+    Pipeline pp;
+    bert_base(&pp);
+    const IrGraph *g = &pp.g;
+    HpcError err = {0};
+    char why[512] = "";
+    StepPlan small, big, big_forced, small_never;
+    cr_assert_eq(plan_build_scratch_with(g, 32, 32, NULL, NULL, &small, &err), HPC_OK, "%s", err.msg);
+    cr_assert_eq(plan_build_scratch_with(g, 32, 128, NULL, NULL, &big, &err), HPC_OK, "%s", err.msg);
+    PlanOptions always = {.dw_group = PLAN_DW_GROUP_ALWAYS}, never = {.dw_group = PLAN_DW_GROUP_NEVER};
+    cr_assert_eq(plan_build_scratch_with(g, 32, 128, NULL, &always, &big_forced, &err), HPC_OK, "%s", err.msg);
+    cr_assert_eq(plan_build_scratch_with(g, 32, 32, NULL, &never, &small_never, &err), HPC_OK, "%s", err.msg);
+    cr_expect(!is_identity(&small) && long_dw_runs(g, small.order, 11) >= 4, "32 x 32: grouped");
+    cr_expect_leq(small.arena_bytes, small_never.arena_bytes);
+    cr_expect(is_identity(&small_never), "PLAN_DW_GROUP_NEVER: the graph's order");
+    cr_expect(is_identity(&big), "32 x 128: the graph's order");
+    cr_expect(!is_identity(&big_forced), "32 x 128, PLAN_DW_GROUP_ALWAYS: grouped");
+    cr_expect_gt(big_forced.arena_bytes, big.arena_bytes, "the groups keep dy and x alive longer");
+    printf("plan_order bert_base fp16: 32x32 arena %.1f MiB grouped (%.1f not); 32x128 %.1f MiB (%.1f grouped)\n",
+           small.arena_bytes / 1048576.0, small_never.arena_bytes / 1048576.0, big.arena_bytes / 1048576.0,
+           big_forced.arena_bytes / 1048576.0);
+    StepPlan *all[] = {&small, &big, &big_forced, &small_never};
+    for (int k = 0; k < 4; k++) {
+        cr_expect(plan_check(all[k], g, why, sizeof why), "plan %d: %s", k, why);
+        for (int t = 0; t < all[k]->n_order; t++) cr_expect_eq(all[k]->position[all[k]->order[t]], t);
+        plan_free(all[k]);
+    }
+    pipeline_free(&pp);
+}
+
+/* p0 (4, 8) and p1 (4, 16) f16; dw_a, dw_b, dw_c = LINEAR_DW(p0, p1); r
+ * reads dw_a before dw_c, q reads nothing moved.  Graph order: p0 p1 dw_a
+ * r dw_b q dw_c; dw_a must stay, dw_b joins dw_c. */
+Test(plan_order, a_member_read_early_stays)
+{
+    IrGraph g;
+    ir_init(&g);
+    int p0 = ir_param(&g, 0, DT_F16, 2, (int64_t[]){4, 8}, "p0");
+    int p1 = ir_param(&g, 1, DT_F16, 2, (int64_t[]){4, 16}, "p1");
+    int dw_a = ir_add(&g, IR_OP_LINEAR_DW, (int[]){p0, p1}, 2, NULL, "dw_a");
+    int r = ir_add(&g, IR_OP_ADD, (int[]){dw_a, dw_a}, 2, NULL, "r");
+    int dw_b = ir_add(&g, IR_OP_LINEAR_DW, (int[]){p0, p1}, 2, NULL, "dw_b");
+    int q = ir_add(&g, IR_OP_ADD, (int[]){r, r}, 2, NULL, "q");
+    int dw_c = ir_add(&g, IR_OP_LINEAR_DW, (int[]){p0, p1}, 2, NULL, "dw_c");
+    cr_assert_eq(g.nodes[dw_c].dims[0], 8);
+    g.n_forward = dw_a;   /* ir_add counts every node as forward (autodiff sets the split) */
+    int order[7];
+    cr_expect_eq(plan_order_dw_groups(&g, order), 1);
+    int want[7] = {p0, p1, dw_a, r, q, dw_b, dw_c};
+    for (int t = 0; t < 7; t++) cr_expect_eq(order[t], want[t], "position %d: %d, want %d", t, order[t], want[t]);
+    ir_free(&g);
+}
