@@ -247,10 +247,11 @@ $(BUILD)/bench/gemm_candidates: bench/gemm_candidates.c bench/cuda_tool.h
 		-Wl,-rpath,$(CUDA_HOME)/lib64 -lcublasLt -lcudart
 # bench/dw_batched.c: the 12 layers' dW GEMMs one call each against one batched call (issue #15), a GPU
 # tool linking cuBLASLt and the CUDA runtime as gemm_candidates does.
-$(BUILD)/bench/dw_batched: bench/dw_batched.c bench/cuda_tool.h
+# bench/dw_ptr_check.c: the pointer-array batch of those GEMMs against one call a layer, per algorithm.
+$(BUILD)/bench/dw_batched $(BUILD)/bench/dw_ptr_check: $(BUILD)/bench/%: bench/%.c bench/cuda_tool.h
 	@mkdir -p $(@D)
 	$(CC) -std=c11 -O2 -Wall -Wextra -isystem $(CUDA_HOME)/include -o $@ $< -L$(CUDA_HOME)/lib64 \
-		-Wl,-rpath,$(CUDA_HOME)/lib64 -lcublasLt -lcudart
+		-Wl,-rpath,$(CUDA_HOME)/lib64 -lcublasLt -lcudart -lm
 # bench/finetune_quality.sh: fp16 fine-tune quality against PyTorch AMP.
 QUALITY_BIN := $(BUILD)/bench/grad_error
 $(QUALITY_BIN): bench/grad_error.c $(LIBS)

@@ -138,10 +138,20 @@ static void plan_lifetimes(StepPlan *p, const IrGraph *g, bool keep_all, const b
         int64_t bytes = ir_numel(n, p->B, p->L) * (int64_t)plan_dtype_size(n->dtype);
         v->bytes = align_up(bytes > 0 ? bytes : 1);
     }
-    /* after every def: a node the schedule moved may read a value defined later in the array */
-    for (int i = 0; i < g->n; i++)
+    /* a span of dW GEMMs one batched call may run (plan_dw_spans) is one node: its outputs are written
+     * at its first position */
+    for (int t = 0; t < p->n_order; t++) {
+        int end = p->dw_span_end[t];
+        for (int k = t; end >= 0 && k <= end; k++) p->v[p->order[k]].def = p->v[p->order[k]].last = t;
+        if (end >= 0) t = end;
+    }
+    /* after every def: a node the schedule moved may read a value defined later in the array; a span's
+     * members read their inputs up to its last position */
+    for (int i = 0; i < g->n; i++) {
+        int at = p->dw_span_end[p->position[i]] >= 0 ? p->dw_span_end[p->position[i]] : p->position[i];
         for (int k = 0; k < g->nodes[i].n_in; k++)
-            if (p->v[g->nodes[i].in[k]].last < p->position[i]) p->v[g->nodes[i].in[k]].last = p->position[i];
+            if (p->v[g->nodes[i].in[k]].last < at) p->v[g->nodes[i].in[k]].last = at;
+    }
     int end = p->n_order;
     if (g->loss >= 0) p->v[g->loss].last = end;
     if (g->logits >= 0) p->v[g->logits].last = end;
@@ -413,6 +423,8 @@ static void plan_in_order(const IrGraph *g, int64_t B, int64_t L, const int64_t 
     p->position = xmalloc((size_t)g->n * sizeof *p->position);
     for (int t = 0; t < g->n; t++) p->order[t] = order ? order[t] : t;
     for (int t = 0; t < g->n; t++) p->position[p->order[t]] = t;
+    p->dw_span_end = xmalloc((size_t)g->n * sizeof *p->dw_span_end);
+    plan_dw_spans(g, p->order, g->n, p->dw_span_end);
     p->v = xcalloc((size_t)g->n, sizeof *p->v);
     p->scratch_off = xmalloc((size_t)g->n * sizeof *p->scratch_off);
     p->scratch_bytes = xmalloc((size_t)g->n * sizeof *p->scratch_bytes);
@@ -428,14 +440,15 @@ static void plan_in_order(const IrGraph *g, int64_t B, int64_t L, const int64_t 
     plan_view_offsets(p, g);
 }
 
-/* PlanOptions.dw_group, or HPC_DW_GROUP (0: never, 1: always) in its place. */
+/* PlanOptions.dw_group, or in its place HPC_DW_GROUP: 1 always, auto;
+ * unset or anything else: never (see plan.h). */
 static PlanDwGroup dw_group_mode(const PlanOptions *opt)
 {
-    if (opt && opt->dw_group != PLAN_DW_GROUP_AUTO) return opt->dw_group;
+    if (opt && opt->dw_group != PLAN_DW_GROUP_DEFAULT) return opt->dw_group;
     const char *env = getenv("HPC_DW_GROUP");
-    if (env && strcmp(env, "0") == 0) return PLAN_DW_GROUP_NEVER;
     if (env && strcmp(env, "1") == 0) return PLAN_DW_GROUP_ALWAYS;
-    return PLAN_DW_GROUP_AUTO;
+    if (env && strcmp(env, "auto") == 0) return PLAN_DW_GROUP_AUTO;
+    return PLAN_DW_GROUP_NEVER;
 }
 
 HpcStatus plan_build_scratch_with(const IrGraph *g, int64_t B, int64_t L, const int64_t *scratch,
@@ -456,7 +469,8 @@ HpcStatus plan_build_scratch_with(const IrGraph *g, int64_t B, int64_t L, const 
         /* the dW GEMMs side by side, where that costs no memory (plan_order.c) */
         StepPlan grouped;
         plan_in_order(g, B, L, scratch, opt, order, &grouped);
-        bool keep = mode == PLAN_DW_GROUP_ALWAYS || grouped.arena_bytes <= p->arena_bytes;
+        bool keep = mode == PLAN_DW_GROUP_ALWAYS ||
+                    grouped.arena_bytes <= p->arena_bytes + p->arena_bytes / PLAN_DW_GROUP_GROWTH;
         plan_free(keep ? p : &grouped);
         if (keep) *p = grouped;
     }
@@ -468,6 +482,7 @@ void plan_free(StepPlan *p)
 {
     free(p->order);
     free(p->position);
+    free(p->dw_span_end);
     free(p->v);
     free(p->scratch_off);
     free(p->scratch_bytes);
@@ -592,6 +607,12 @@ bool plan_check(const StepPlan *p, const IrGraph *g, char *why, size_t why_size)
 {
     for (int i = 0; i < g->n; i++) {
         const PlanValue *v = &p->v[i];
+        int end = p->dw_span_end[p->position[i]];   /* a span of dW GEMMs: one node from def to end */
+        for (int k = 0; k < g->nodes[i].n_in && end >= 0; k++)
+            if (p->v[g->nodes[i].in[k]].last < end || v->def > p->position[i])
+                return check_fail(why, why_size, "dW GEMM %d (%s) of a span ending at %d: input %d dies at %d, "
+                                  "its output is written from %d", i, g->nodes[i].name, end, g->nodes[i].in[k],
+                                  p->v[g->nodes[i].in[k]].last, v->def);
         for (int k = 0; k < g->nodes[i].n_in; k++)
             if (p->v[g->nodes[i].in[k]].last < p->position[i] || p->v[g->nodes[i].in[k]].def > p->position[i])
                 return check_fail(why, why_size, "value %d is not live when node %d reads it",

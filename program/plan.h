@@ -10,11 +10,12 @@
  *     [0, n_forward) of the same plan), but for the weight-gradient GEMMs
  *     of one shape (the layers' LINEAR_DWs), which move side by side to
  *     the last one's place (program/plan_order.c), so the CUDA executor
- *     runs each group as one batched call.  That keeps their inputs alive
- *     longer, so the plan is made both ways and the grouped one kept only
- *     where its arena is no larger (BERT-base fp16: at 32 x 32, not at
- *     32 x 128); PlanOptions.dw_group or HPC_DW_GROUP=0 / 1 decide
- *     otherwise.  Moved or not, the forward prefix and the nodes after the
+ *     runs each group as one batched call, where PlanOptions.dw_group or
+ *     HPC_DW_GROUP asks for it (not by default).  That keeps their inputs
+ *     alive longer (and all of a group's inputs and outputs at once:
+ *     plan_dw_spans), so under AUTO the plan is made both ways and the
+ *     grouped one kept only where its arena grows by at most 5 %
+ *     (BERT-base fp16: at 32 x 32, not at 32 x 128).  Moved or not, the forward prefix and the nodes after the
  *     last moved one keep their positions;
  *   - the lifetime of every value, as schedule positions [def, last]
  *     (StepPlan.position maps a node to its position): def
@@ -113,6 +114,7 @@ typedef struct {
     int64_t B, L;           /* the bounds the plan was made for */
     int *order;             /* (n_order) node ids in schedule order */
     int *position;          /* (n) node i's position in order */
+    int *dw_span_end;       /* (n_order) plan_dw_spans of order: where a batchable span of dW GEMMs ends */
     int n_order;
     int n_forward;          /* the first n_forward positions are the forward pass */
     PlanValue *v;           /* (n) per value (node) of the graph */
@@ -132,13 +134,24 @@ HpcStatus plan_build_scratch(const IrGraph *g, int64_t B, int64_t L, const int64
                              HpcError *err);
 
 /* Whether the schedule puts the dW GEMMs of one shape side by side (see the
- * top): AUTO, the default, where that does not grow the arena, unless
- * HPC_DW_GROUP says 0 (never) or 1 (always). */
-typedef enum { PLAN_DW_GROUP_AUTO, PLAN_DW_GROUP_NEVER, PLAN_DW_GROUP_ALWAYS } PlanDwGroup;
+ * top): NEVER, AUTO (where the arena grows by at most 1/PLAN_DW_GROUP_GROWTH)
+ * or ALWAYS; DEFAULT takes HPC_DW_GROUP (1 always, auto; unset or 0:
+ * never, until the batched call is checked on a GPU: NOTES.md). */
+typedef enum { PLAN_DW_GROUP_DEFAULT, PLAN_DW_GROUP_NEVER, PLAN_DW_GROUP_AUTO, PLAN_DW_GROUP_ALWAYS } PlanDwGroup;
+#define PLAN_DW_GROUP_GROWTH 20   /* 5 %: BERT-base fp16 at 32 x 32, 425.1 -> 444.6 MiB; not 32 x 128 (+52 %) */
 
 /* The schedule with those groups (program/plan_order.c): fills order (g->n
  * node ids) and returns how many dW GEMMs moved (0: the graph's order). */
 int plan_order_dw_groups(const IrGraph *g, int *order);
+
+/* The spans of a schedule (order: n node ids) that one batched call may run:
+ * maximal stretches of consecutive LINEAR_DWs of one group's shapes.
+ * span_end[t]: the position of the last node of t's span, or -1 where t is
+ * in none.  The plan treats a span as one node: every member's output is
+ * written from the span's first position and every member's inputs live to
+ * its last (a batched call reads all inputs and writes all outputs at
+ * once), so the executor may batch any run inside one (StepPlan.dw_span_end). */
+void plan_dw_spans(const IrGraph *g, const int *order, int n, int *span_end);
 
 /* How a plan may differ from the default (NULL or zeroed = the default). */
 typedef struct {

@@ -78,3 +78,15 @@ int plan_order_dw_groups(const IrGraph *g, int *order)
     free(group);
     return moved;
 }
+
+void plan_dw_spans(const IrGraph *g, const int *order, int n, int *span_end)
+{
+    for (int t = 0; t < n;) {
+        int len = 1, a = order[t];
+        while (nd(g, a)->op == IR_OP_LINEAR_DW && t + len < n && nd(g, order[t + len])->op == IR_OP_LINEAR_DW &&
+               same_group(g, a, order[t + len]))
+            len++;
+        for (int k = 0; k < len; k++) span_end[t + k] = len > 1 ? t + len - 1 : -1;
+        t += len;
+    }
+}

@@ -1,9 +1,9 @@
 /* runtime/cuda/cuda_exec_dw_batch.c — the layers' dW GEMMs of one shape as
  * one batched cuBLASLt call.
  *
- * compiler/fuse_dw_group.c puts the LINEAR_DWs of one operand shape side
- * by side in the graph (BERT-base: 11 Q/K/V, 11 attention-output, 11 FFN
- * up, 11 FFN down).  At small token counts each such GEMM leaves most SMs
+ * The plan's schedule puts the LINEAR_DWs of one operand shape side by
+ * side where HPC_DW_GROUP asks for it (program/plan_order.c; BERT-base:
+ * 11 Q/K/V, 11 attention-output, 11 FFN up, 11 FFN down).  At small token counts each such GEMM leaves most SMs
  * idle (768 x 768 x 1024: 36-48 tiles for 132 SMs); one call of batch 11
  * fills them.  Their operands lie anywhere in the arena, so the call takes
  * cuBLASLt's pointer arrays (GemmDesc.pointer_array): device tables of the
@@ -11,15 +11,23 @@
  * moves.  The token count (the GEMMs' K) is the call's, so one table
  * serves every B and L.
  *
- * A run is a maximal stretch of consecutive plan positions whose nodes are
- * LINEAR_DWs on cuBLASLt with equal GEMM descriptors but for their
- * pointers; no member reads another's output (a dW GEMM reads dy and x,
- * never a weight gradient), so the members may run in any order, or at
- * once.  cuBLASLt computes each matrix of a batch as a call of its own
+ * A run is a maximal stretch of consecutive plan positions, inside one of
+ * the plan's spans (StepPlan.dw_span_end), whose nodes are LINEAR_DWs on
+ * cuBLASLt with equal GEMM descriptors but for their pointers; no member
+ * reads another's output (a dW GEMM reads dy and x, never a weight
+ * gradient), so the members may run in any order, or at once.  At once
+ * needs the plan's span: there every member's inputs live to its end and
+ * every output owns its bytes from its start.  Without that (the first
+ * form, 2026-12-07) a member's output could share bytes with an earlier
+ * member's input, dead by the plan once that member had run: the batched
+ * call wrote one over the other (non-finite gradients on an H100; the
+ * emulator, computing the members in order, could not show it).  cuBLASLt computes each matrix of a batch as a call of its own
  * would with the same algorithm; the batched call may choose another
  * algorithm than the single calls, so the gradients may differ from the
  * unbatched ones in the last bits (fp32 sums in another order), as a new
- * cuBLASLt version's choice would.  HPC_DW_BATCH=0 runs every member alone. */
+ * cuBLASLt version's choice would (bench/dw_ptr_check found every
+ * candidate equal to one call a layer on an H100).  HPC_DW_BATCH=0 runs
+ * every member alone. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -85,11 +93,12 @@ HpcStatus cuda_exec_dw_batch_init(CudaExec *ex, HpcError *err)
     for (int t = 0; t < n; t++) ex->dw_run_at[t] = -1;
     HpcStatus st = HPC_OK;
     for (int t = 0; t < n && !st;) {
-        int id = ex->plan.order[t], len = 1;
+        int id = ex->plan.order[t], len = 1, span_end = ex->plan.dw_span_end[t];
         if (batchable(ex, id)) {
             GemmDesc first, d;
             cuda_exec_gemm_desc(ex, id, &first);
-            while (t + len < n && batchable(ex, ex->plan.order[t + len])) {
+            /* only inside the plan's span, whose inputs live and outputs are written across it (plan.h) */
+            while (t + len <= span_end && batchable(ex, ex->plan.order[t + len])) {
                 cuda_exec_gemm_desc(ex, ex->plan.order[t + len], &d);
                 if (!same_call(&first, &d)) break;
                 len++;

@@ -1046,8 +1046,10 @@ static int span_cmp(const void *x, const void *y)
 }
 
 /* Dies where the GPU's result would depend on the order of its blocks: a D
- * matrix sharing a byte with another D, or with a C that is not its own
- * in-place C (C matrices may share bytes: they are only read).  One sweep
+ * matrix sharing a byte with another D, with any A or B matrix, or with a
+ * C that is not its own in-place C (A, B and C matrices may share bytes:
+ * they are only read; a D over another matrix's input is what hpc's first
+ * batched dW GEMMs did, runtime/cuda/cuda_exec_dw_batch.c).  One sweep
  * by start address: a range meets an earlier one iff it starts below the
  * largest end so far (of the D ranges, for a C). */
 static void check_overlaps(const Job *jb, const Mats *x, const char *when)
@@ -1056,10 +1058,15 @@ static void check_overlaps(const Job *jb, const Mats *x, const char *when)
     size_t cd = type_size(p->cd_type);
     size_t c_bytes = (size_t)span_elems(p->m, p->n, p->ldc, 1, 0) * cd;
     size_t d_bytes = (size_t)span_elems(p->m, p->n, p->ldd, 1, 0) * cd;
-    Span *s = xcalloc((size_t)(2 * p->batch), sizeof *s);
+    size_t ab = type_size(p->ab_type);
+    size_t a_bytes = (size_t)span_elems(p->trans_a ? p->k : p->m, p->trans_a ? p->m : p->k, p->lda, 1, 0) * ab;
+    size_t b_bytes = (size_t)span_elems(p->trans_b ? p->n : p->k, p->trans_b ? p->k : p->n, p->ldb, 1, 0) * ab;
+    Span *s = xcalloc((size_t)(4 * p->batch), sizeof *s);
     size_t n = 0;
     for (int64_t b = 0; b < p->batch; b++) {
         s[n++] = (Span){(uintptr_t)x[b].D, (uintptr_t)x[b].D + d_bytes, b, 1};
+        if (x[b].A) s[n++] = (Span){(uintptr_t)x[b].A, (uintptr_t)x[b].A + a_bytes, b, 0};
+        if (x[b].B) s[n++] = (Span){(uintptr_t)x[b].B, (uintptr_t)x[b].B + b_bytes, b, 0};
         if (jb->beta == 0.0f) continue;   /* C is not read */
         if (x[b].C == x[b].D) {
             if (p->ldc != p->ldd)
@@ -1075,8 +1082,9 @@ static void check_overlaps(const Job *jb, const Mats *x, const char *when)
         const Span *hit = s[i].is_d ? far_any : far_d;
         if (hit && s[i].lo < hit->hi)
             emu_die("cublasLtMatmul (%s): pointer-array batch: %s[%lld] at %p and %s[%lld] at %p overlap (D matrices "
-                    "must not share bytes with another D or C matrix)", when, hit->is_d ? "D" : "C", (long long)hit->b,
-                    (void *)hit->lo, s[i].is_d ? "D" : "C", (long long)s[i].b, (void *)s[i].lo);
+                    "must not share bytes with another matrix of the batch: A, B, C or D)", when,
+                    hit->is_d ? "D" : "an input", (long long)hit->b, (void *)hit->lo, s[i].is_d ? "D" : "an input",
+                    (long long)s[i].b, (void *)s[i].lo);
         if (!far_any || s[i].hi > far_any->hi) far_any = &s[i];
         if (s[i].is_d && (!far_d || s[i].hi > far_d->hi)) far_d = &s[i];
     }
