@@ -424,7 +424,8 @@ static void plan_in_order(const IrGraph *g, int64_t B, int64_t L, const int64_t 
     for (int t = 0; t < g->n; t++) p->order[t] = order ? order[t] : t;
     for (int t = 0; t < g->n; t++) p->position[p->order[t]] = t;
     p->dw_span_end = xmalloc((size_t)g->n * sizeof *p->dw_span_end);
-    plan_dw_spans(g, p->order, g->n, p->dw_span_end);
+    for (int t = 0; t < g->n; t++) p->dw_span_end[t] = -1;   /* the graph's order: no batched spans */
+    if (order) plan_dw_spans(g, p->order, g->n, p->dw_span_end);
     p->v = xcalloc((size_t)g->n, sizeof *p->v);
     p->scratch_off = xmalloc((size_t)g->n * sizeof *p->scratch_off);
     p->scratch_bytes = xmalloc((size_t)g->n * sizeof *p->scratch_bytes);
@@ -466,7 +467,7 @@ HpcStatus plan_build_scratch_with(const IrGraph *g, int64_t B, int64_t L, const 
     PlanDwGroup mode = dw_group_mode(opt);
     int *order = xmalloc((size_t)g->n * sizeof *order);
     if (mode != PLAN_DW_GROUP_NEVER && plan_order_dw_groups(g, order) > 0) {
-        /* the dW GEMMs side by side, where that costs no memory (plan_order.c) */
+        /* the dW GEMMs side by side (plan_order.c), under AUTO where that costs little memory */
         StepPlan grouped;
         plan_in_order(g, B, L, scratch, opt, order, &grouped);
         bool keep = mode == PLAN_DW_GROUP_ALWAYS ||

@@ -15,8 +15,9 @@
  *     alive longer (and all of a group's inputs and outputs at once:
  *     plan_dw_spans), so under AUTO the plan is made both ways and the
  *     grouped one kept only where its arena grows by at most 5 %
- *     (BERT-base fp16: at 32 x 32, not at 32 x 128).  Moved or not, the forward prefix and the nodes after the
- *     last moved one keep their positions;
+ *     (BERT-base fp16: at 32 x 32, not at 32 x 128).  Grouped or not,
+ *     the forward prefix and the nodes after the last dW GEMM keep their
+ *     positions;
  *   - the lifetime of every value, as schedule positions [def, last]
  *     (StepPlan.position maps a node to its position): def
  *     the position of the node that writes it (-1 for batch inputs, which
@@ -138,14 +139,15 @@ HpcStatus plan_build_scratch(const IrGraph *g, int64_t B, int64_t L, const int64
  * or ALWAYS; DEFAULT takes HPC_DW_GROUP (1 always, auto; unset or 0:
  * never, until the batched call is checked on a GPU: NOTES.md). */
 typedef enum { PLAN_DW_GROUP_DEFAULT, PLAN_DW_GROUP_NEVER, PLAN_DW_GROUP_AUTO, PLAN_DW_GROUP_ALWAYS } PlanDwGroup;
-#define PLAN_DW_GROUP_GROWTH 20   /* 5 %: BERT-base fp16 at 32 x 32, 425.1 -> 444.6 MiB; not 32 x 128 (+52 %) */
+#define PLAN_DW_GROUP_GROWTH 20   /* 5 %: BERT-base fp16 at 32 x 32, 425.1 -> 444.6 MiB; not 32 x 128 (+51 %) */
 
 /* The schedule with those groups (program/plan_order.c): fills order (g->n
  * node ids) and returns how many dW GEMMs moved (0: the graph's order). */
 int plan_order_dw_groups(const IrGraph *g, int *order);
 
-/* The spans of a schedule (order: n node ids) that one batched call may run:
- * maximal stretches of consecutive LINEAR_DWs of one group's shapes.
+/* The spans of a grouped schedule (order: n node ids; plan.c marks none in
+ * the graph's order) that one batched call may run: maximal stretches of
+ * consecutive LINEAR_DWs of one group's shapes.
  * span_end[t]: the position of the last node of t's span, or -1 where t is
  * in none.  The plan treats a span as one node: every member's output is
  * written from the span's first position and every member's inputs live to

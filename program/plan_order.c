@@ -14,8 +14,9 @@
  * BERT-base's 48 calls at 1024 tokens, alone and warm).  A dW GEMM feeds
  * nothing in the backward pass but the optimizer (its gradient) or an
  * LN_DW_FIX at the graph's end, so it may run later; its operands (dy and
- * x) then live longer, which the memory plan sees: plan.c keeps this
- * order only where the arena does not grow.
+ * x) then live longer, which the memory plan sees: plan.c takes this order
+ * only where asked (HPC_DW_GROUP), under `auto` where the arena grows by at
+ * most 5 %.
  *
  * A member moves only where no node between it and the group's last
  * member reads it; the moved members keep their order among themselves,

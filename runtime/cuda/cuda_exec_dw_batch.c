@@ -3,9 +3,9 @@
  *
  * The plan's schedule puts the LINEAR_DWs of one operand shape side by
  * side where HPC_DW_GROUP asks for it (program/plan_order.c; BERT-base:
- * 11 Q/K/V, 11 attention-output, 11 FFN up, 11 FFN down).  At small token counts each such GEMM leaves most SMs
- * idle (768 x 768 x 1024: 36-48 tiles for 132 SMs); one call of batch 11
- * fills them.  Their operands lie anywhere in the arena, so the call takes
+ * 11 Q/K/V, 11 attention-output, 11 FFN up, 11 FFN down).  At small
+ * token counts each such GEMM leaves most SMs idle (768 x 768 x 1024:
+ * 36-48 tiles for 132 SMs); one call of batch 11 fills them.  Their operands lie anywhere in the arena, so the call takes
  * cuBLASLt's pointer arrays (GemmDesc.pointer_array): device tables of the
  * members' dy, x and dW pointers, written once here since the arena never
  * moves.  The token count (the GEMMs' K) is the call's, so one table
@@ -21,8 +21,10 @@
  * form, 2026-12-07) a member's output could share bytes with an earlier
  * member's input, dead by the plan once that member had run: the batched
  * call wrote one over the other (non-finite gradients on an H100; the
- * emulator, computing the members in order, could not show it).  cuBLASLt computes each matrix of a batch as a call of its own
- * would with the same algorithm; the batched call may choose another
+ * emulator, computing the members in order, could not show it).
+ *
+ * cuBLASLt computes each matrix of a batch as a call of its own would
+ * with the same algorithm; the batched call may choose another
  * algorithm than the single calls, so the gradients may differ from the
  * unbatched ones in the last bits (fp32 sums in another order), as a new
  * cuBLASLt version's choice would (bench/dw_ptr_check found every
