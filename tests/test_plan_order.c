@@ -10,7 +10,8 @@
  * where it would grow by half (unless told to: PLAN_DW_GROUP_ALWAYS, a
  * valid plan with a larger arena); never under PLAN_DW_GROUP_NEVER or by
  * default.  plan_check checks every span of dW GEMMs: their
- * inputs live to its end, their outputs are written from its start.  On a hand-made graph a dW GEMM read before
+ * inputs live to its end, their outputs are written from its start; and
+ * no member's output shares arena bytes with another member's input.  On a hand-made graph a dW GEMM read before
  * its group's last member stays where it is. */
 #include <criterion/criterion.h>
 #include <stdio.h>
@@ -50,6 +51,33 @@ static int long_dw_runs(const IrGraph *g, const int *order, int min)
         t += len;
     }
     return runs;
+}
+
+static bool bytes_overlap(const StepPlan *p, int a, int b)
+{
+    const PlanValue *x = &p->v[a], *y = &p->v[b];
+    if (x->offset < 0 || y->offset < 0) return false;   /* parameters: outside the arena */
+    return x->offset < y->offset + y->bytes && y->offset < x->offset + x->bytes;
+}
+
+/* Spans of dW GEMMs in p whose member's output shares arena bytes with
+ * another member's input: one batched call reads and writes them at once
+ * (the first form of the batched call did, on an H100). */
+static int spans_overlapping(const StepPlan *p, const IrGraph *g, int *spans)
+{
+    int bad = 0;
+    *spans = 0;
+    for (int t = 0; t < p->n_order; t++) {
+        int end = p->dw_span_end[t];
+        if (end < 0) continue;
+        (*spans)++;
+        for (int a = t; a <= end; a++)
+            for (int b = t; b <= end; b++)
+                for (int k = 0; k < 2; k++)
+                    if (a != b && bytes_overlap(p, p->order[a], g->nodes[p->order[b]].in[k])) bad++;
+        t = end;
+    }
+    return bad;
 }
 
 static bool is_identity(const StepPlan *p)
@@ -111,6 +139,13 @@ Test(plan_order, plan_keeps_groups_where_the_arena_stays)
     printf("plan_order bert_base fp16: 32x32 arena %.1f MiB grouped (%.1f not); 32x128 %.1f MiB (%.1f grouped)\n",
            small.arena_bytes / 1048576.0, small_never.arena_bytes / 1048576.0, big.arena_bytes / 1048576.0,
            big_forced.arena_bytes / 1048576.0);
+    int spans = 0;
+    cr_expect_eq(spans_overlapping(&small, g, &spans), 0, "32 x 32: a span's output over another member's input");
+    cr_expect_geq(spans, 4);
+    cr_expect_eq(spans_overlapping(&big_forced, g, &spans), 0, "32 x 128: a span's output over another's input");
+    cr_expect_geq(spans, 4);
+    cr_expect_eq(spans_overlapping(&small_never, g, &spans), 0);
+    cr_expect_eq(spans, 0, "the graph's order has no spans");
     StepPlan *all[] = {&small, &big, &big_forced, &small_never};
     for (int k = 0; k < 4; k++) {
         cr_expect(plan_check(all[k], g, why, sizeof why), "plan %d: %s", k, why);
