@@ -55,31 +55,7 @@ static int call_init(Call *k, int out, int in, int T, int batch, int pointer_arr
                      void *dw)
 {
     memset(k, 0, sizeof *k);
-    cublasOperation_t tn = CUBLAS_OP_N, tt = CUBLAS_OP_T;
-    if (cublasLtMatmulDescCreate(&k->op, CUBLAS_COMPUTE_32F, CUDA_R_32F) != CUBLAS_STATUS_SUCCESS) return 0;
-    cublasLtMatmulDescSetAttribute(k->op, CUBLASLT_MATMUL_DESC_TRANSA, &tn, sizeof tn);
-    cublasLtMatmulDescSetAttribute(k->op, CUBLASLT_MATMUL_DESC_TRANSB, &tt, sizeof tt);
-    /* A = x as (in, T) column-major, B = dy as (out, T) transposed: C (in, out) */
-    cublasLtMatrixLayoutCreate(&k->la, CUDA_R_16F, in, T, in);
-    cublasLtMatrixLayoutCreate(&k->lb, CUDA_R_16F, out, T, out);
-    cublasLtMatrixLayoutCreate(&k->lc, CUDA_R_32F, in, out, in);
-    if (batch > 1) {
-        uint32_t mode = pointer_array ? CUBLASLT_BATCH_MODE_POINTER_ARRAY : CUBLASLT_BATCH_MODE_STRIDED;
-        int32_t n = batch;
-        int64_t sa = (int64_t)in * T, sb = (int64_t)out * T, sc = (int64_t)in * out;
-        cublasLtMatrixLayout_t l[3] = {k->la, k->lb, k->lc};
-        int64_t strides[3] = {sa, sb, sc};
-        for (int i = 0; i < 3; i++) {
-            cublasLtMatrixLayoutSetAttribute(l[i], CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &n, sizeof n);
-            if (pointer_array &&
-                cublasLtMatrixLayoutSetAttribute(l[i], CUBLASLT_MATRIX_LAYOUT_BATCH_MODE, &mode, sizeof mode) !=
-                    CUBLAS_STATUS_SUCCESS)
-                return 0;
-            if (!pointer_array)
-                cublasLtMatrixLayoutSetAttribute(l[i], CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, &strides[i],
-                                                 sizeof strides[i]);
-        }
-    }
+    if (!tool_dw_desc(&k->op, &k->la, &k->lb, &k->lc, out, in, T, batch, pointer_array)) return 0;
     k->a = x;
     k->b = dy;
     k->c = dw;

@@ -41,24 +41,12 @@ typedef struct {
     cublasLtMatrixLayout_t la, lb, lc;
 } Desc;
 
-/* hpc's dW call in cuBLASLt's terms: C (in, out) column-major = x (in, T) dy^T. */
+/* hpc's dW call, pointer arrays when batched (cuda_tool.h). */
 static void desc_make(Desc *k, int out, int in, int T, int batch)
 {
-    cublasOperation_t tn = CUBLAS_OP_N, tt = CUBLAS_OP_T;
-    cublasLtMatmulDescCreate(&k->op, CUBLAS_COMPUTE_32F, CUDA_R_32F);
-    cublasLtMatmulDescSetAttribute(k->op, CUBLASLT_MATMUL_DESC_TRANSA, &tn, sizeof tn);
-    cublasLtMatmulDescSetAttribute(k->op, CUBLASLT_MATMUL_DESC_TRANSB, &tt, sizeof tt);
-    cublasLtMatrixLayoutCreate(&k->la, CUDA_R_16F, in, T, in);
-    cublasLtMatrixLayoutCreate(&k->lb, CUDA_R_16F, out, T, out);
-    cublasLtMatrixLayoutCreate(&k->lc, CUDA_R_32F, in, out, in);
-    if (batch > 1) {
-        uint32_t mode = CUBLASLT_BATCH_MODE_POINTER_ARRAY;
-        int32_t n = batch;
-        cublasLtMatrixLayout_t l[3] = {k->la, k->lb, k->lc};
-        for (int i = 0; i < 3; i++) {
-            cublasLtMatrixLayoutSetAttribute(l[i], CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &n, sizeof n);
-            cublasLtMatrixLayoutSetAttribute(l[i], CUBLASLT_MATRIX_LAYOUT_BATCH_MODE, &mode, sizeof mode);
-        }
+    if (!tool_dw_desc(&k->op, &k->la, &k->lb, &k->lc, out, in, T, batch, 1)) {
+        fprintf(stderr, "dw_ptr_check: cuBLASLt refused the descriptors of dW %dx%d batch %d\n", out, in, batch);
+        exit(1);
     }
 }
 

@@ -53,14 +53,6 @@ static bool same_call(const GemmDesc *a, const GemmDesc *b)
     return memcmp(&x, &y, sizeof x) == 0;
 }
 
-/* The largest power of two up to 256 that divides p. */
-static int align_of(CUdeviceptr p)
-{
-    int a = 256;
-    while (a > 1 && p % (CUdeviceptr)a) a /= 2;
-    return a;
-}
-
 /* The run's three pointer tables in one device buffer: dy pointers, x
  * pointers, dW pointers. */
 static HpcStatus make_tables(CudaExec *ex, CudaExecDwRun *r, HpcError *err)
@@ -75,7 +67,7 @@ static HpcStatus make_tables(CudaExec *ex, CudaExecDwRun *r, HpcError *err)
         host[n + k] = d.B;
         host[2 * n + k] = d.C;
         for (int t = 0; t < 3; t++) {
-            int a = align_of(host[t * n + k]);
+            int a = gemm_alignment(host[t * n + k]);
             if (a < r->align) r->align = a;
         }
     }

@@ -65,9 +65,7 @@ static int uses_aux(GemmEpilogue e)
     return e == GEMM_EPI_GELU_AUX_BIAS || e == GEMM_EPI_DGELU_BGRAD;
 }
 
-/* Largest power of two (<= 256) dividing the address: cuBLASLt picks
- * kernels assuming 256-byte alignment unless told otherwise. */
-static int alignment(CUdeviceptr p)
+int gemm_alignment(CUdeviceptr p)
 {
     int a = 256;
     while (a > 1 && p % (CUdeviceptr)a) a /= 2;
@@ -122,12 +120,12 @@ static void plan_key(PlanKey *k, const GemmContext *g, const GemmDesc *d, bool o
     k->ld_aux = uses_aux(d->epilogue) ? d->ld_aux : 0;
     k->allow_tf32 = d->ab_type == GEMM_F32 && g->allow_tf32;
     k->reads_c = d->beta != 0.0f;
-    k->align_a = alignment(d->A); k->align_b = alignment(d->B); k->align_c = alignment(d->C);
-    k->align_d = alignment(out_ptr(d));
+    k->align_a = gemm_alignment(d->A); k->align_b = gemm_alignment(d->B); k->align_c = gemm_alignment(d->C);
+    k->align_d = gemm_alignment(out_ptr(d));
     k->pointer_array = d->pointer_array;
     if (d->pointer_array) k->align_a = k->align_b = k->align_c = k->align_d = d->pointer_align;
-    k->align_bias = uses_bias(d->epilogue) ? alignment(d->bias) : 0;
-    k->align_aux = uses_aux(d->epilogue) ? alignment(d->aux) : 0;
+    k->align_bias = uses_bias(d->epilogue) ? gemm_alignment(d->bias) : 0;
+    k->align_aux = uses_aux(d->epilogue) ? gemm_alignment(d->aux) : 0;
 }
 
 /* ---- plans ----------------------------------------------------------------- */

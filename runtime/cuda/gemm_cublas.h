@@ -232,6 +232,11 @@ void gemm_desc_rm(GemmDesc *d, GemmDtype ab, GemmDtype c, int64_t M, int64_t N, 
 void gemm_desc_linear(GemmDesc *d, GemmDtype ab, GemmDtype c, int64_t tokens, int64_t out,
                       int64_t in, CUdeviceptr x, CUdeviceptr W, CUdeviceptr bias, CUdeviceptr y);
 
+/* The largest power of two (<= 256) dividing the address: cuBLASLt picks
+ * kernels assuming 256-byte alignment unless told otherwise (a plan's
+ * key; GemmDesc.pointer_align of a pointer-array batch). */
+int gemm_alignment(CUdeviceptr p);
+
 /* Bytes of one element. */
 size_t gemm_dtype_size(GemmDtype t);
 const char *gemm_dtype_name(GemmDtype t);
