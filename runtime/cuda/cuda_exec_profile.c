@@ -69,10 +69,13 @@ static void profile_key(const CudaExec *ex, int id, ProfRow *r)
     if (r->gemm) {
         GemmDesc d;
         cuda_exec_gemm_desc(ex, id, &d);
-        used = (size_t)snprintf(r->key, sizeof r->key, "gemm %s %s->%s M%lld N%lld K%lld x%lld%s%s%s",
+        /* a batched run of dW GEMMs starting here (cuda_exec_dw_batch.c) is one call of them all */
+        int run = cuda_exec_dw_batch_len(ex, ex->plan.position[id], ex->plan.n_order);
+        if (run > 1) d.batch = run;
+        used = (size_t)snprintf(r->key, sizeof r->key, "gemm %s %s->%s M%lld N%lld K%lld x%lld%s%s%s%s",
                                 r->op, prof_dtype_name(d.ab_type), prof_dtype_name(d.c_type), (long long)d.M,
                                 (long long)d.N, (long long)d.K, (long long)d.batch, d.trans_a ? " tA" : "",
-                                d.trans_b ? " tB" : "", c->bias_epilogue ? " +bias"
+                                d.trans_b ? " tB" : "", run > 1 ? " ptrs" : "", c->bias_epilogue ? " +bias"
                                 : d.epilogue == GEMM_EPI_BGRAD_A ? " +bgrad" : d.beta != 0 ? " +C" : "");
         r->flops = 2.0 * (double)d.M * (double)d.N * (double)d.K * (double)d.batch;
     } else {
@@ -252,9 +255,13 @@ HpcStatus cuda_exec_profile_eager(CudaExec *ex, int end, const CudaExecTail *tai
 /* ---- the graph profile (HPC_PROFILE=graph) ------------------------------ */
 
 /* Captures the launching nodes of [0, end) into *exec: with `ev`, an event
- * record node (CU_EVENT_RECORD_EXTERNAL) before the first and after each;
- * with ev NULL, the launches alone. */
-static HpcStatus capture_nodes(CudaExec *ex, int end, const CUevent *ev, CUgraphExec *exec, HpcError *err)
+ * record node (CU_EVENT_RECORD_EXTERNAL) before the first and after each
+ * launch, node[k] the node launched before event k, *n_ev the events
+ * recorded (a batched run of dW GEMMs is one launch, named by its first
+ * member: fewer events than profile_events counted); with ev NULL, the
+ * launches alone. */
+static HpcStatus capture_nodes(CudaExec *ex, int end, const CUevent *ev, int *node, int *n_ev_out, CUgraphExec *exec,
+                               HpcError *err)
 {
     const CudaDriver *cu = cuda_driver();
     CUstream s = ex->dev->stream;
@@ -267,9 +274,11 @@ static HpcStatus capture_nodes(CudaExec *ex, int end, const CUevent *ev, CUgraph
     for (int t = 0; t < end && !run; t++) {
         int id = ex->plan.order[t];
         if (!launches(ex, id)) continue;
+        if (ev) node[n_ev] = id;
         run = cuda_exec_launch_at(ex, &t, end, err);
         if (!run && ev) run = CUDA_CHECK(err, cu->cuEventRecordWithFlags(ev[n_ev++], s, CU_EVENT_RECORD_EXTERNAL));
     }
+    if (n_ev_out) *n_ev_out = n_ev;
     HpcError end_err = {0};   /* a failed launch's message is the one to keep */
     st = CUDA_CHECK(run ? &end_err : err, cu->cuStreamEndCapture(s, &graph));
     if (run) st = run;
@@ -347,10 +356,10 @@ HpcStatus cuda_exec_profile_graph(CudaExec *ex, int end, const CudaExecTail *tai
 {
     const CudaDriver *cu = cuda_driver();
     CUstream s = ex->dev->stream;
-    int n_events = profile_events(ex, end), n_graph_ev = n_events - 1;   /* the timed graph's: the start, one a node */
+    int n_events = profile_events(ex, end), n_graph_ev = 0;   /* the timed graph's: the start, one a launch */
     CUevent *ev = xcalloc((size_t)n_events, sizeof *ev), mark[2] = {0};
     int *node = xcalloc((size_t)n_events, sizeof *node);
-    double *gap = xcalloc((size_t)replays * (size_t)n_graph_ev, sizeof *gap);   /* [replay][event] */
+    double *gap = xcalloc((size_t)replays * (size_t)n_events, sizeof *gap);   /* [replay][event], n_graph_ev used */
     double *plain = xcalloc((size_t)replays, sizeof *plain);
     double *ms = xcalloc((size_t)n_events, sizeof *ms);
     CUgraphExec timed = NULL, bare = NULL;
@@ -358,8 +367,8 @@ HpcStatus cuda_exec_profile_graph(CudaExec *ex, int end, const CudaExecTail *tai
     HpcStatus st = inputs_save(ex, &inputs, err);
     if (!st) st = create_events(ev, n_events, err);
     if (!st) st = create_events(mark, 2, err);
-    if (!st) st = capture_nodes(ex, end, ev, &timed, err);
-    if (!st) st = capture_nodes(ex, end, NULL, &bare, err);
+    if (!st) st = capture_nodes(ex, end, ev, node, &n_graph_ev, &timed, err);
+    if (!st) st = capture_nodes(ex, end, NULL, NULL, NULL, &bare, err);
     /* the two graphs in turn, so a drift of the clocks shows in both alike */
     for (int r = 0; r < replays && !st; r++) {
         float f = 0;
@@ -374,7 +383,7 @@ HpcStatus cuda_exec_profile_graph(CudaExec *ex, int end, const CudaExecTail *tai
         plain[r] = f;
         for (int k = 1; k < n_graph_ev && !st; k++) {
             st = CUDA_CHECK(err, cu->cuEventElapsedTime(&f, ev[k - 1], ev[k]));
-            gap[(size_t)r * (size_t)n_graph_ev + (size_t)k] = f;
+            gap[(size_t)r * (size_t)n_events + (size_t)k] = f;
         }
     }
     /* the tail once, eagerly, after the last replay: the call is one step */
@@ -389,15 +398,12 @@ HpcStatus cuda_exec_profile_graph(CudaExec *ex, int end, const CudaExecTail *tai
         tail_ms = f;
     }
     if (!st) {
-        int k = 1;
         double with_events = 0;
-        for (int t = 0; t < end; t++)
-            if (launches(ex, ex->plan.order[t])) {
-                node[k] = ex->plan.order[t];
-                ms[k] = median_of(gap + k, replays, n_graph_ev);
-                with_events += ms[k++];
-            }
-        int n = k;
+        for (int k = 1; k < n_graph_ev; k++) {
+            ms[k] = median_of(gap + k, replays, n_events);
+            with_events += ms[k];
+        }
+        int n = n_graph_ev;
         if (tail) {
             node[n] = -1;
             ms[n++] = tail_ms;

@@ -103,7 +103,7 @@ static void check_accum(ModelSpec spec, const IrGraph *g, const ParamList *pl, f
         free(tmp);
         char what[120];
         snprintf(what, sizeof what, "%s, %d steps", tag, STEPS);
-        gpu_trainer_compare_masters(&on, &off, pl, w, what, 1e-3);
+        gpu_trainer_compare_masters(&on, &off, pl, w, what, 1e-3, NULL);
     }
     for (int s = 0; s < STEPS; s++)
         for (int m = 0; m < accum; m++) batch_free(micro[s][m]);

@@ -151,7 +151,7 @@ static void check_training(ModelSpec spec, const IrGraph *g, const ParamList *pl
         result(worst_loss <= 1e-3, "%s: %d steps' losses agree: worst rel %.3g <= 1e-3", tag, STEPS, worst_loss);
         char what[120];
         snprintf(what, sizeof what, "%s, %d steps", tag, STEPS);
-        gpu_trainer_compare_masters(&on, &off, pl, w, what, 1e-3);
+        gpu_trainer_compare_masters(&on, &off, pl, w, what, 1e-3, NULL);
         int64_t rows = 0;
         int differ = untouched_rows_differing(&on, &off, on.opt.param[word], pl, batch, STEPS, &rows);
         result(differ == 0 && rows > 0, "%s: the %lld word-table rows no step touched are equal bit for bit (%d "
