@@ -239,9 +239,15 @@ static void node_case(SpecPrecision prec, bool keep_all, double tol)
     for (int q = 0; q < P.pl.n; q++)
         if (P.pl.p[q].tied_to < 0) cpu_exec_bind_param(&cx, q, w[q]);
     CudaExec ex;
+    double t0 = gpu_check_seconds();
     HpcStatus st = cuda_exec_init_with(&ex, &g_dev, &P.g, &P.pl, B, L, &(PlanOptions){.keep_all = keep_all}, &err);
     if (!st) st = cuda_exec_set_params(&ex, w, &err);
     if (!st) {
+        /* where a slow run's time goes (2026-12-07: this program ran past 150 s on an H100 once) */
+        double t1 = gpu_check_seconds();
+        printf("      %s: set up in %.2f s, the module %s in %.2f s\n", tag, t1 - t0,
+               ex.cache_hit ? "from the cache" : "compiled", ex.compile_seconds);
+        t0 = t1;
         int in_place = 0;
         for (int i = 0; i < P.g.n; i++) in_place += P.g.nodes[i].op == IR_OP_LINEAR_DX_ACC && ex.plan.v[i].storage != i;
         result(in_place == (keep_all ? 0 : want), "%s: %d values written in place (%d expected)", tag, in_place,
@@ -268,6 +274,7 @@ static void node_case(SpecPrecision prec, bool keep_all, double tol)
                 free(gpu);
                 free(ref);
             }
+            printf("      %s: the step and the cpu reference in %.2f s\n", tag, gpu_check_seconds() - t0);
             result(!isnan(worst) && worst <= tol && nv > 0, "%s: %d %s, worst rel L2 %.3g (%s) <= %.0e", tag, nv,
                    keep_all ? "linear_dx_acc values" : "parameter gradients", worst,
                    worst_v >= 0 ? P.g.nodes[worst_v].name : "-", tol);
@@ -283,6 +290,7 @@ static void node_case(SpecPrecision prec, bool keep_all, double tol)
 
 int main(void)
 {
+    gpu_check_flush = 1;   /* each line reaches a log at once, also when a time limit stops the program */
     if (!gpu_check_open_device("gpu_accum", &g_dev)) return 4;
     printf("gpu_accum on %s (sm_%d)\n", g_dev.name, g_dev.arch);
     unsetenv("HPC_FUSE_ACCUM");   /* the rule on, whatever the caller set */

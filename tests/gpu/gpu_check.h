@@ -26,7 +26,9 @@
  *     a failed hpc call;
  *   - gpu_check_xorshift(&state): one xorshift64 step (the fixed-seed data
  *     generators of the step tests; each keeps its own seed and bits) and
- *     gpu_check_uniform24(bits) maps 24 random bits onto [-1, 1).
+ *     gpu_check_uniform24(bits) maps 24 random bits onto [-1, 1);
+ *   - gpu_check_seconds(): a monotonic clock in seconds, for the lines that
+ *     say where a long program's time went.
  * Everything is static: include it in the test's .c, nothing to link. */
 #ifndef HPC_TESTS_GPU_CHECK_H
 #define HPC_TESTS_GPU_CHECK_H
@@ -36,6 +38,7 @@
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <time.h>
 
 #include "cuda/cuda_driver.h"
 #include "cuda/nvrtc_compile.h"
@@ -167,6 +170,13 @@ static inline uint64_t gpu_check_xorshift(uint64_t *state)
 static inline float gpu_check_uniform24(uint32_t bits24)
 {
     return (float)bits24 * (2.0f / 16777216.0f) - 1.0f;
+}
+
+static inline double gpu_check_seconds(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
 }
 
 #endif

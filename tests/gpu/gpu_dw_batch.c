@@ -28,12 +28,14 @@
  *     embedding backward's atomics differ in the last bits anyway).  The
  *     attention key biases are left out of the masters' check (their
  *     difference is printed): softmax ignores a shift of a score row, so
- *     their exact gradient is zero and the computed one is rounding
- *     noise, and Adam's first steps move a weight by about lr times the
- *     sign of its gradient whatever its size: a last-bit difference
- *     anywhere before step 2 changes their masters' change wholesale
- *     (BERT-base 32 x 128 on an H100, 2026-12-07: 0.24 against the graph's
- *     order).
+ *     their exact gradient is zero (tests/test_autodiff.c holds it) and
+ *     the computed one is rounding noise, and Adam's first steps move a
+ *     weight by about lr times the sign of its gradient whatever its
+ *     size, so a last-bit difference anywhere before step 2 can change
+ *     their masters' change wholesale.  That is the likely reading of
+ *     BERT-base at 32 x 128 on an H100 (2026-12-07): 0.24 against the
+ *     graph's order on a key bias, the losses within 2.2e-5; the
+ *     gradient check above came after and has not run on a GPU yet.
  * Exit 0 when every check passes, 1 on a failure, 4 without a GPU. */
 #include <math.h>
 #include <stdio.h>

@@ -46,7 +46,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "autodiff.h"
@@ -67,13 +66,6 @@
 #include "gpu_check_model.h"
 
 static CudaDevice g_dev;
-
-static double seconds(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
-}
 
 static uint64_t g_rng = 0x2545f4914f6cdd1dull;
 static uint32_t rnd(void) { return (uint32_t)(gpu_check_xorshift(&g_rng) >> 32); }
@@ -208,12 +200,12 @@ static int run_cpu(const Model *m, CpuExec *cx, const Batch *b, bool train, floa
 {
     HpcError err = {0};
     CpuRunOptions o = {.training = train, .backward = train, .seed = 99, .step = step, .loss_scale = scale};
-    double t0 = seconds();
+    double t0 = gpu_check_seconds();
     if (cpu_exec_run(cx, b, &o, &err)) {
         result(0, "%s cpu step: %s", m->spec.name, err.msg);
         return 0;
     }
-    printf("      cpu reference %s: %.2f s\n", train ? "step" : "eval", seconds() - t0);
+    printf("      cpu reference %s: %.2f s\n", train ? "step" : "eval", gpu_check_seconds() - t0);
     return 1;
 }
 
