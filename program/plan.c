@@ -442,14 +442,23 @@ static void plan_in_order(const IrGraph *g, int64_t B, int64_t L, const int64_t 
 }
 
 /* PlanOptions.dw_group, or in its place HPC_DW_GROUP: 1 always, auto;
- * unset or anything else: never (see plan.h). */
-static PlanDwGroup dw_group_mode(const PlanOptions *opt)
+ * unset, empty or 0: never (see plan.h); HPC_ERR_USAGE for anything else,
+ * so a misspelt setting is not measured as the default. */
+static HpcStatus dw_group_mode(const PlanOptions *opt, PlanDwGroup *mode, HpcError *err)
 {
-    if (opt && opt->dw_group != PLAN_DW_GROUP_DEFAULT) return opt->dw_group;
+    *mode = PLAN_DW_GROUP_NEVER;
+    if (opt && opt->dw_group != PLAN_DW_GROUP_DEFAULT) {
+        *mode = opt->dw_group;
+        return HPC_OK;
+    }
     const char *env = getenv("HPC_DW_GROUP");
-    if (env && strcmp(env, "1") == 0) return PLAN_DW_GROUP_ALWAYS;
-    if (env && strcmp(env, "auto") == 0) return PLAN_DW_GROUP_AUTO;
-    return PLAN_DW_GROUP_NEVER;
+    if (!env || !*env || strcmp(env, "0") == 0) return HPC_OK;
+    if (strcmp(env, "1") == 0) *mode = PLAN_DW_GROUP_ALWAYS;
+    else if (strcmp(env, "auto") == 0) *mode = PLAN_DW_GROUP_AUTO;
+    else return hpc_fail(err, HPC_ERR_USAGE, "HPC_DW_GROUP=%s: expected 0 (the graph's order), 1 (the dW GEMMs "
+                         "of one shape side by side) or auto (side by side where the arena grows by at most "
+                         "%d %%)", env, 100 / PLAN_DW_GROUP_GROWTH);
+    return HPC_OK;
 }
 
 HpcStatus plan_build_scratch_with(const IrGraph *g, int64_t B, int64_t L, const int64_t *scratch,
@@ -463,8 +472,10 @@ HpcStatus plan_build_scratch_with(const IrGraph *g, int64_t B, int64_t L, const 
         if (g->nodes[i].dtype == DT_F64)
             return hpc_fail(err, HPC_ERR_INPUT, "plan_build: value %d (%s) is f64, which the GPU "
                             "step does not store; plan the f32/f16/bf16 graph", i, g->nodes[i].name);
+    PlanDwGroup mode;
+    HpcStatus st = dw_group_mode(opt, &mode, err);
+    if (st) return st;
     plan_in_order(g, B, L, scratch, opt, NULL, p);
-    PlanDwGroup mode = dw_group_mode(opt);
     int *order = xmalloc((size_t)g->n * sizeof *order);
     if (mode != PLAN_DW_GROUP_NEVER && plan_order_dw_groups(g, order) > 0) {
         /* the dW GEMMs side by side (plan_order.c), under AUTO where that costs little memory */

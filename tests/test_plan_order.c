@@ -16,6 +16,7 @@
 #include <criterion/criterion.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "compiler/ir_build.h"
 #include "compiler/spec_load.h"
@@ -164,22 +165,58 @@ Test(plan_order, plan_keeps_groups_where_the_arena_stays)
 /* p0 (4, 8) and p1 (4, 16) f16; dw_a, dw_b, dw_c = LINEAR_DW(p0, p1); r
  * reads dw_a before dw_c, q reads nothing moved.  Graph order: p0 p1 dw_a
  * r dw_b q dw_c; dw_a must stay, dw_b joins dw_c. */
+static void early_reader_graph(IrGraph *g)
+{
+    ir_init(g);
+    int p0 = ir_param(g, 0, DT_F16, 2, (int64_t[]){4, 8}, "p0");
+    int p1 = ir_param(g, 1, DT_F16, 2, (int64_t[]){4, 16}, "p1");
+    int dw_a = ir_add(g, IR_OP_LINEAR_DW, (int[]){p0, p1}, 2, NULL, "dw_a");
+    int r = ir_add(g, IR_OP_ADD, (int[]){dw_a, dw_a}, 2, NULL, "r");
+    ir_add(g, IR_OP_LINEAR_DW, (int[]){p0, p1}, 2, NULL, "dw_b");
+    ir_add(g, IR_OP_ADD, (int[]){r, r}, 2, NULL, "q");
+    int dw_c = ir_add(g, IR_OP_LINEAR_DW, (int[]){p0, p1}, 2, NULL, "dw_c");
+    cr_assert_eq(g->nodes[dw_c].dims[0], 8);
+    g->n_forward = dw_a;   /* ir_add counts every node as forward (autodiff sets the split) */
+}
+
 Test(plan_order, a_member_read_early_stays)
 {
     IrGraph g;
-    ir_init(&g);
-    int p0 = ir_param(&g, 0, DT_F16, 2, (int64_t[]){4, 8}, "p0");
-    int p1 = ir_param(&g, 1, DT_F16, 2, (int64_t[]){4, 16}, "p1");
-    int dw_a = ir_add(&g, IR_OP_LINEAR_DW, (int[]){p0, p1}, 2, NULL, "dw_a");
-    int r = ir_add(&g, IR_OP_ADD, (int[]){dw_a, dw_a}, 2, NULL, "r");
-    int dw_b = ir_add(&g, IR_OP_LINEAR_DW, (int[]){p0, p1}, 2, NULL, "dw_b");
-    int q = ir_add(&g, IR_OP_ADD, (int[]){r, r}, 2, NULL, "q");
-    int dw_c = ir_add(&g, IR_OP_LINEAR_DW, (int[]){p0, p1}, 2, NULL, "dw_c");
-    cr_assert_eq(g.nodes[dw_c].dims[0], 8);
-    g.n_forward = dw_a;   /* ir_add counts every node as forward (autodiff sets the split) */
+    early_reader_graph(&g);
     int order[7];
     cr_expect_eq(plan_order_dw_groups(&g, order), 1);
-    int want[7] = {p0, p1, dw_a, r, q, dw_b, dw_c};
+    int want[7] = {0, 1, 2, 3, 5, 4, 6};   /* p0 p1 dw_a r q dw_b dw_c */
     for (int t = 0; t < 7; t++) cr_expect_eq(order[t], want[t], "position %d: %d, want %d", t, order[t], want[t]);
+    ir_free(&g);
+}
+
+/* HPC_DW_GROUP as plan.h says: 1 groups, 0 and empty keep the graph's
+ * order, anything else fails with HPC_ERR_USAGE naming the setting. */
+Test(plan_order, the_setting_is_read_or_refused)
+{
+    IrGraph g;
+    early_reader_graph(&g);
+    StepPlan p;
+    HpcError err = {0};
+    setenv("HPC_DW_GROUP", "1", 1);
+    cr_assert_eq(plan_build_scratch_with(&g, 1, 1, NULL, NULL, &p, &err), HPC_OK, "%s", err.msg);
+    cr_expect(!is_identity(&p), "HPC_DW_GROUP=1: dw_b next to dw_c");
+    plan_free(&p);
+    static const char *const order_kept[] = {"0", ""};
+    for (int k = 0; k < 2; k++) {
+        setenv("HPC_DW_GROUP", order_kept[k], 1);
+        cr_assert_eq(plan_build_scratch_with(&g, 1, 1, NULL, NULL, &p, &err), HPC_OK, "%s", err.msg);
+        cr_expect(is_identity(&p), "HPC_DW_GROUP='%s': the graph's order", order_kept[k]);
+        plan_free(&p);
+    }
+    setenv("HPC_DW_GROUP", "yes", 1);
+    cr_expect_eq(plan_build_scratch_with(&g, 1, 1, NULL, NULL, &p, &err), HPC_ERR_USAGE);
+    cr_expect(strstr(err.msg, "HPC_DW_GROUP=yes") && strstr(err.msg, "auto"), "%s", err.msg);
+    /* PlanOptions.dw_group wins over the environment */
+    cr_assert_eq(plan_build_scratch_with(&g, 1, 1, NULL, &(PlanOptions){.dw_group = PLAN_DW_GROUP_NEVER}, &p, &err),
+                 HPC_OK, "%s", err.msg);
+    cr_expect(is_identity(&p));
+    plan_free(&p);
+    unsetenv("HPC_DW_GROUP");
     ir_free(&g);
 }
