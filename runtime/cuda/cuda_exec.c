@@ -247,7 +247,8 @@ HpcStatus cuda_exec_init_kernels_with(CudaExec *ex, CudaDevice *dev, const IrGra
     PlanOptions po = plan ? *plan : (PlanOptions){0};
     bool *early = cuda_exec_own_written_early(ex);
     po.write_early = early;
-    HpcStatus st = plan_step(ex, max_B, max_L, &po, err);
+    HpcStatus st = cuda_exec_dw_batch_setting(ex, err);   /* a usage error before any work */
+    if (!st) st = plan_step(ex, max_B, max_L, &po, err);
     free(early);
     phase_mark("step plan for the run's bounds (arena offsets)");
     if (!st) st = arena_init_with(&ex->arena, dev->allocator, "activations and gradients",

@@ -149,6 +149,7 @@ typedef struct {
     bool cache_hit;            /* no NVRTC ran: a cache hit or the program's cubin */
     bool cubin_from_program;   /* the program carried the cubin for this arch */
     bool module_sm90a;         /* the module was compiled for sm_90a (StepPhase.target) */
+    bool dw_batch_off;         /* HPC_DW_BATCH=0: a group's dW GEMMs one by one */
     CudaExecDwRun *dw_runs;    /* the batched dW GEMMs (none under HPC_DW_BATCH=0) */
     int n_dw_runs;
     int *dw_run_at;            /* (plan.n_order) the run starting at that position, or -1; NULL if off */

@@ -78,10 +78,19 @@ static HpcStatus make_tables(CudaExec *ex, CudaExecDwRun *r, HpcError *err)
     return st;
 }
 
-HpcStatus cuda_exec_dw_batch_init(CudaExec *ex, HpcError *err)
+HpcStatus cuda_exec_dw_batch_setting(CudaExec *ex, HpcError *err)
 {
     const char *env = getenv("HPC_DW_BATCH");
-    if (env && strcmp(env, "0") == 0) return HPC_OK;
+    ex->dw_batch_off = env && strcmp(env, "0") == 0;
+    if (env && *env && !ex->dw_batch_off && strcmp(env, "1") != 0)
+        return hpc_fail(err, HPC_ERR_USAGE, "HPC_DW_BATCH=%s: expected 1 (a group's dW GEMMs as one batched call, "
+                        "the default) or 0 (one by one)", env);
+    return HPC_OK;
+}
+
+HpcStatus cuda_exec_dw_batch_init(CudaExec *ex, HpcError *err)
+{
+    if (ex->dw_batch_off) return HPC_OK;
     int n = ex->plan.n_order;
     ex->dw_run_at = xmalloc((size_t)(n > 0 ? n : 1) * sizeof *ex->dw_run_at);
     for (int t = 0; t < n; t++) ex->dw_run_at[t] = -1;

@@ -36,11 +36,14 @@ void cuda_exec_own_pair(CudaExec *ex);
 HpcStatus cuda_exec_own_launch(CudaExec *ex, int id, const GemmDesc *d, bool *done, HpcError *err);
 int cuda_exec_own_first_phase(const CudaExec *ex, int id);
 
-/* The batched dW GEMMs (cuda_exec_dw_batch.c).  _init, after the kernels
- * are looked up: finds the runs and writes their pointer tables (nothing
- * under HPC_DW_BATCH=0).  _len: the length of the run that starts at plan
+/* The batched dW GEMMs (cuda_exec_dw_batch.c).  _setting, first thing
+ * in set-up: reads HPC_DW_BATCH into ex->dw_batch_off (HPC_ERR_USAGE for
+ * a value other than 0, 1 or empty).  _init, after the kernels are looked
+ * up: finds the runs and writes their pointer tables (nothing under
+ * HPC_DW_BATCH=0).  _len: the length of the run that starts at plan
  * position t, if it ends by `end`; else 0 (its members then run alone).
  * _launch: queues that run as one call. */
+HpcStatus cuda_exec_dw_batch_setting(CudaExec *ex, HpcError *err);
 HpcStatus cuda_exec_dw_batch_init(CudaExec *ex, HpcError *err);
 void cuda_exec_dw_batch_free(CudaExec *ex);
 int cuda_exec_dw_batch_len(const CudaExec *ex, int t, int end);

@@ -36,6 +36,8 @@
  *     BERT-base at 32 x 128 on an H100 (2026-12-07): 0.24 against the
  *     graph's order on a key bias, the losses within 2.2e-5; the
  *     gradient check above came after and has not run on a GPU yet.
+ * And a misspelt HPC_DW_GROUP or HPC_DW_BATCH stops the executor's set-up
+ * with a usage error naming it.
  * Exit 0 when every check passes, 1 on a failure, 4 without a GPU. */
 #include <math.h>
 #include <stdio.h>
@@ -200,10 +202,36 @@ static void check_model(const char *file, int layers, int64_t B, int64_t L, cons
     pipeline_free(&p);
 }
 
+/* HPC_DW_GROUP and HPC_DW_BATCH misspelt: the executor's set-up stops
+ * with a usage error naming the setting, not the default measured. */
+static void check_settings(void)
+{
+    ModelSpec spec;
+    Pipeline p;
+    float **w;
+    if (!gpu_trainer_bert_tiny(&spec, &p, &w, uniform)) return;
+    static const char *const var[] = {"HPC_DW_GROUP", "HPC_DW_BATCH"};
+    for (int k = 0; k < 2; k++) {
+        CudaExec ex;
+        HpcError err = {0};
+        setenv(var[k], "yes", 1);
+        HpcStatus st = cuda_exec_init(&ex, &g_dev, &p.g, &p.pl, 4, 32, &err);
+        unsetenv(var[k]);
+        char want[40];
+        snprintf(want, sizeof want, "%s=yes", var[k]);
+        result(st == HPC_ERR_USAGE && strstr(err.msg, want), "%s=yes: the set-up stops with a usage error (%s)",
+               var[k], err.msg);
+        if (!st) cuda_exec_free(&ex);
+    }
+    gpu_check_free_params(&p.pl, w);
+    pipeline_free(&p);
+}
+
 int main(void)
 {
     gpu_check_flush = 1;
     if (!gpu_check_open_device("gpu_dw_batch", &g_dev)) return 4;
+    check_settings();
     /* BERT-tiny's shape with 5 layers: the four weight shapes of layers 0-3 */
     check_model("bert_tiny.model", 5, 4, 32, "1", 4);
     /* BERT-base on a GPU (the emulator would take hours): at 32 x 32 as the
