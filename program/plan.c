@@ -619,12 +619,19 @@ bool plan_check(const StepPlan *p, const IrGraph *g, char *why, size_t why_size)
 {
     for (int i = 0; i < g->n; i++) {
         const PlanValue *v = &p->v[i];
-        int end = p->dw_span_end[p->position[i]];   /* a span of dW GEMMs: one node from def to end */
-        for (int k = 0; k < g->nodes[i].n_in && end >= 0; k++)
-            if (p->v[g->nodes[i].in[k]].last < end || v->def > p->position[i])
-                return check_fail(why, why_size, "dW GEMM %d (%s) of a span ending at %d: input %d dies at %d, "
-                                  "its output is written from %d", i, g->nodes[i].name, end, g->nodes[i].in[k],
-                                  p->v[g->nodes[i].in[k]].last, v->def);
+        int end = p->dw_span_end[p->position[i]];   /* a span of dW GEMMs: one node from its start to end */
+        if (end >= 0) {
+            int start = p->position[i];
+            while (start > 0 && p->dw_span_end[start - 1] == end) start--;
+            if (v->def != start)
+                return check_fail(why, why_size, "dW GEMM %d (%s) of the span [%d, %d]: its output is written "
+                                  "from %d, not the span's start", i, g->nodes[i].name, start, end, v->def);
+            for (int k = 0; k < g->nodes[i].n_in; k++)
+                if (p->v[g->nodes[i].in[k]].last < end)
+                    return check_fail(why, why_size, "dW GEMM %d (%s) of the span [%d, %d]: input %d dies at %d",
+                                      i, g->nodes[i].name, start, end, g->nodes[i].in[k],
+                                      p->v[g->nodes[i].in[k]].last);
+        }
         for (int k = 0; k < g->nodes[i].n_in; k++)
             if (p->v[g->nodes[i].in[k]].last < p->position[i] || p->v[g->nodes[i].in[k]].def > p->position[i])
                 return check_fail(why, why_size, "value %d is not live when node %d reads it",

@@ -20,6 +20,7 @@
 
 #include "compiler/ir_build.h"
 #include "compiler/spec_load.h"
+#include "cpu_step.h"
 #include "pipeline.h"
 #include "program/ir.h"
 #include "program/plan.h"
@@ -27,10 +28,7 @@
 static void bert_base(Pipeline *pp)
 {
     ModelSpec s;
-    const char *root = getenv("HPC_ROOT");
-    char path[512];
-    snprintf(path, sizeof path, "%s/models/bert_base.model", root ? root : ".");
-    cr_assert_eq(spec_load(path, &s, stderr), 0, "cannot load %s", path);
+    cpu_step_load_model("bert_base.model", &s);
     PipeOptions o = pipeline_defaults(PREC_FP16);
     HpcError err = {0};
     cr_assert_eq(pipeline_build(&s, &o, pp, &err), HPC_OK, "%s", err.msg);
@@ -147,6 +145,19 @@ Test(plan_order, plan_keeps_groups_where_the_arena_stays)
     cr_expect_geq(spans, 4);
     cr_expect_eq(spans_overlapping(&small_never, g, &spans), 0);
     cr_expect_eq(spans, 0, "the graph's order has no spans");
+    /* plan_check finds the first form's lifetimes: a span's second member written from its own position */
+    bool tampered = false;
+    for (int t = 1; t < small.n_order && !tampered; t++)
+        if (small.dw_span_end[t] >= 0 && small.dw_span_end[t - 1] == small.dw_span_end[t]) {
+            PlanValue *member = &small.v[small.order[t]];
+            int def = member->def;
+            member->def = t;
+            cr_expect(!plan_check(&small, g, why, sizeof why), "a member written from its own position passes");
+            cr_expect(strstr(why, "not the span's start"), "%s", why);
+            member->def = def;
+            tampered = true;
+        }
+    cr_expect(tampered, "32 x 32: a span with a second member");
     StepPlan *all[] = {&small, &big, &big_forced, &small_never};
     for (int k = 0; k < 4; k++) {
         cr_expect(plan_check(all[k], g, why, sizeof why), "plan %d: %s", k, why);
