@@ -21,12 +21,17 @@
  *     into *spec, its fp16 graph into *p (pipeline_build) and random
  *     parameters into *w (gpu_check_random_params with uniform); false
  *     after a failed check (then nothing is left to free);
- *   - gpu_trainer_compare_masters(a, b, pl, w0, tag, bound, apart): every
- *     master of a against b's: one check that the worst change error is
- *     at most bound, leaving out the masters whose name ends in `apart`
- *     (NULL: none; their worst is printed); on the emulator (HPC_CUDA_EMU:
- *     one thread, no float atomics racing) one more that every master is
- *     equal bit for bit, on a GPU a line saying how many are.
+ *   - gpu_trainer_masters_error(a, b, pl, w0, apart, &d): every master of
+ *     a against b's change error, no check: the worst of those whose name
+ *     does not end in `apart` (NULL: none), the worst of those that do,
+ *     how many are equal bit for bit; false after a failed read (a failed
+ *     check);
+ *   - gpu_trainer_compare_masters(a, b, pl, w0, tag, bound, apart): the
+ *     same, and one check that the worst change error is at most bound
+ *     (the `apart` masters' worst is printed); on the emulator
+ *     (HPC_CUDA_EMU: one thread, no float atomics racing) one more that
+ *     every master is equal bit for bit, on a GPU a line saying how many
+ *     are.  Returns the worst.
  * Static functions; include after gpu_check.h and gpu_check_model.h in a
  * test's .c. */
 #ifndef HPC_TESTS_GPU_CHECK_TRAINER_H
@@ -122,40 +127,57 @@ static inline bool gpu_trainer_name_ends(const char *name, const char *suffix)
     return n >= k && strcmp(name + n - k, suffix) == 0;
 }
 
-static inline void gpu_trainer_compare_masters(GpuTrainer *a, GpuTrainer *b, const ParamList *pl, float **w0,
-                                               const char *tag, double bound, const char *apart)
+typedef struct {
+    double worst, worst_apart;   /* NaN when a master is not finite */
+    int worst_q;                 /* the parameter of `worst`; -1: none */
+    int count, n_apart, same;    /* masters compared, of them `apart`, equal bit for bit */
+} GpuMastersDiff;
+
+static inline bool gpu_trainer_masters_error(GpuTrainer *a, GpuTrainer *b, const ParamList *pl, float **w0,
+                                             const char *apart, GpuMastersDiff *d)
 {
     HpcError err = {0};
-    double worst = 0, worst_apart = 0;
-    int worst_q = -1, same = 0, count = 0, n_apart = 0;
+    bool read = true;
+    *d = (GpuMastersDiff){.worst_q = -1};
     for (int i = 0; i < a->opt.count; i++) {
         int q = a->opt.param[i];
         int64_t n = params_numel(&pl->p[q]);
         float *x = xmalloc((size_t)n * sizeof *x), *y = xmalloc((size_t)n * sizeof *y);
         if (cuda_optim_read_master(&a->opt, q, x, &err) || cuda_optim_read_master(&b->opt, q, y, &err)) {
-            result(0, "%s: read %s: %s", tag, pl->p[q].name, err.msg);
+            result(0, "read the master of %s: %s", pl->p[q].name, err.msg);
+            read = false;
         } else {
             bool bitwise;
             double e = gpu_trainer_change_error(x, y, w0[q], n, &bitwise);
-            same += bitwise;
-            count++;
+            d->same += bitwise;
+            d->count++;
             if (apart && gpu_trainer_name_ends(pl->p[q].name, apart)) {
-                n_apart++;
-                worst_apart = isnan(e) || e > worst_apart ? e : worst_apart;
-            } else if (isnan(e) || isnan(worst) || e > worst) {
-                worst = isnan(worst) ? worst : e;
-                worst_q = q;
+                d->n_apart++;
+                d->worst_apart = isnan(e) || e > d->worst_apart ? e : d->worst_apart;
+            } else if (isnan(e) || isnan(d->worst) || e > d->worst) {
+                d->worst = isnan(d->worst) ? d->worst : e;
+                d->worst_q = q;
             }
         }
         free(x);
         free(y);
     }
-    result(worst <= bound, "%s: %d masters, the change's worst rel L2 %.3g <= %.0e (%s)", tag, count - n_apart,
-           worst, bound, worst_q >= 0 ? pl->p[worst_q].name : "-");
-    if (n_apart) printf("       %d masters *%s apart: the change's worst rel L2 %.3g\n", n_apart, apart, worst_apart);
-    if (getenv("HPC_CUDA_EMU")) result(same == count, "%s: %d of %d masters equal bit for bit (the emulator)", tag,
-                                       same, count);
-    else printf("       %d of %d masters equal bit for bit\n", same, count);
+    return read;
+}
+
+static inline double gpu_trainer_compare_masters(GpuTrainer *a, GpuTrainer *b, const ParamList *pl, float **w0,
+                                                 const char *tag, double bound, const char *apart)
+{
+    GpuMastersDiff d;
+    if (!gpu_trainer_masters_error(a, b, pl, w0, apart, &d)) return NAN;
+    result(d.worst <= bound, "%s: %d masters, the change's worst rel L2 %.3g <= %.3g (%s)", tag, d.count - d.n_apart,
+           d.worst, bound, d.worst_q >= 0 ? pl->p[d.worst_q].name : "-");
+    if (d.n_apart)
+        printf("       %d masters *%s apart: the change's worst rel L2 %.3g\n", d.n_apart, apart, d.worst_apart);
+    if (getenv("HPC_CUDA_EMU")) result(d.same == d.count, "%s: %d of %d masters equal bit for bit (the emulator)", tag,
+                                       d.same, d.count);
+    else printf("       %d of %d masters equal bit for bit\n", d.same, d.count);
+    return d.worst;
 }
 
 #endif

@@ -23,19 +23,22 @@
  *     direct check of the batched GEMMs and of the plan around them;
  *   - each step's loss agrees with the graph-order run's; after the last
  *     step every master's change from the initial weights agrees to 1e-3
- *     relative L2 (NaN fails), bit for bit on the emulator (one thread;
- *     on a GPU the batched call may pick another algorithm, and the
- *     embedding backward's atomics differ in the last bits anyway).  The
+ *     relative L2 (NaN fails), or on a GPU to SPREAD times the run-to-run
+ *     spread where that is larger; bit for bit on the emulator (one
+ *     thread).  On a GPU the embedding backward's float atomics sum in
+ *     another order each run, and training amplifies that last-bit
+ *     difference: on an H100 (2026-12-07) BERT-base at 32 x 128 gave one
+ *     pass's gradients equal bit for bit but for the position embeddings
+ *     (7e-8), and after 3 steps no master equal, the worst change 0.0036
+ *     apart.  So on a GPU a fourth trainer runs the graph's order again
+ *     and its masters' difference from the first is the spread.  The
  *     attention key biases are left out of the masters' check (their
  *     difference is printed): softmax ignores a shift of a score row, so
  *     their exact gradient is zero (tests/test_autodiff.c holds it) and
  *     the computed one is rounding noise, and Adam's first steps move a
  *     weight by about lr times the sign of its gradient whatever its
  *     size, so a last-bit difference anywhere before step 2 can change
- *     their masters' change wholesale.  That is the likely reading of
- *     BERT-base at 32 x 128 on an H100 (2026-12-07): 0.24 against the
- *     graph's order on a key bias, the losses within 2.2e-5; the
- *     gradient check above came after and has not run on a GPU yet.
+ *     their masters' change wholesale (0.27 in that run).
  * And a misspelt HPC_DW_GROUP or HPC_DW_BATCH stops the executor's set-up
  * with a usage error naming it.
  * Exit 0 when every check passes, 1 on a failure, 4 without a GPU. */
@@ -56,6 +59,9 @@
 #include "gpu_check_trainer.h"
 
 enum { STEPS = 3 };
+/* On a GPU the masters may differ from the graph order's by this many times
+ * the graph order's own run-to-run difference (the top of this file). */
+#define SPREAD 4.0
 #define KEY_BIAS "attention.self.key.bias"   /* the masters' check leaves these out (above) */
 
 static CudaDevice g_dev;
@@ -139,10 +145,12 @@ static void check_model(const char *file, int layers, int64_t B, int64_t L, cons
         return;
     }
     float **w = gpu_check_random_params(&p.pl, PREC_FP16, uniform);
-    GpuTrainer batched, alone, plain;
+    GpuTrainer batched, alone, plain, again = {0};
+    bool twice = !getenv("HPC_CUDA_EMU");   /* the graph's order run again: the spread (above) */
     bool opened = open_trainer(&batched, &spec, &p, w, B, L, group, "HPC_DW_BATCH", NULL);
     opened = open_trainer(&alone, &spec, &p, w, B, L, group, "HPC_DW_BATCH", "0") && opened;
     opened = open_trainer(&plain, &spec, &p, w, B, L, "0", "HPC_DW_BATCH", NULL) && opened;
+    if (twice) opened = open_trainer(&again, &spec, &p, w, B, L, "0", "HPC_DW_BATCH", NULL) && opened;
     if (opened) {
         char why[512] = "";
         bool valid = plan_check(&batched.ex.plan, &p.g, why, sizeof why) &&
@@ -159,7 +167,7 @@ static void check_model(const char *file, int layers, int64_t B, int64_t L, cons
         for (int s = 0; s < STEPS; s++) batch[s] = gpu_check_random_batch(&spec, B, L, true, rnd);
         HpcError run_err = {0};
         bool ran = gradients_only(&batched, batch[0], &run_err) && gradients_only(&alone, batch[0], &run_err) &&
-                   gradients_only(&plain, batch[0], &run_err);
+                   gradients_only(&plain, batch[0], &run_err) && (!twice || gradients_only(&again, batch[0], &run_err));
         if (ran) {
             char what[200];
             snprintf(what, sizeof what, "%s, one pass's gradients, batched against the graph's order", tag);
@@ -169,13 +177,14 @@ static void check_model(const char *file, int layers, int64_t B, int64_t L, cons
         } else {
             result(0, "%s: a pass without the optimizer: %s", tag, run_err.msg);
         }
-        uint32_t ms[3] = {0, 0, 0};
+        uint32_t ms[4] = {0, 0, 0, 0};
         double worst = 0;
         for (int s = 0; s < STEPS && ran; s++) {
-            double lb = 0, la = 0, lp = 0;
+            double lb = 0, la = 0, lp = 0, lg = 0;
             ran = gpu_trainer_step(&batched, &batch[s], 1, &ms[0], &lb) &&
                   gpu_trainer_step(&alone, &batch[s], 1, &ms[1], &la) &&
-                  gpu_trainer_step(&plain, &batch[s], 1, &ms[2], &lp);
+                  gpu_trainer_step(&plain, &batch[s], 1, &ms[2], &lp) &&
+                  (!twice || gpu_trainer_step(&again, &batch[s], 1, &ms[3], &lg));
             double e = fmax(fabs(lb - lp), fabs(la - lp)) / fmax(fabs(lp), 1e-30);
             worst = isnan(e) || e > worst ? e : worst;
         }
@@ -187,14 +196,25 @@ static void check_model(const char *file, int layers, int64_t B, int64_t L, cons
                    "%s: no step skipped (finite gradients): %lld batched, %lld alone, %lld in the graph's order %s",
                    tag, (long long)sb.total_skips, (long long)sa.total_skips, (long long)sp.total_skips, err.msg);
             result(worst <= 1e-3, "%s: %d steps' losses agree: worst rel %.3g <= 1e-3", tag, STEPS, worst);
+            double bound = 1e-3;
+            GpuMastersDiff spread;
+            if (twice && gpu_trainer_masters_error(&again, &plain, &p.pl, w, KEY_BIAS, &spread)) {
+                /* NaN in the spread fails the checks below, as NaN in them would */
+                bound = isnan(spread.worst) ? NAN : fmax(bound, SPREAD * spread.worst);
+                printf("       %s: the graph's order run twice, %d steps: the change's worst rel L2 %.3g (%s), "
+                       "%.3g on the key biases, %d of %d masters equal bit for bit: the run-to-run spread\n",
+                       tag, STEPS, spread.worst, spread.worst_q >= 0 ? p.pl.p[spread.worst_q].name : "-",
+                       spread.worst_apart, spread.same, spread.count);
+            }
             char what[200];
             snprintf(what, sizeof what, "%s, %d steps, batched against the graph's order", tag, STEPS);
-            gpu_trainer_compare_masters(&batched, &plain, &p.pl, w, what, 1e-3, KEY_BIAS);
+            gpu_trainer_compare_masters(&batched, &plain, &p.pl, w, what, bound, KEY_BIAS);
             snprintf(what, sizeof what, "%s, %d steps, batched against the grouped GEMMs alone", tag, STEPS);
-            gpu_trainer_compare_masters(&batched, &alone, &p.pl, w, what, 1e-3, KEY_BIAS);
+            gpu_trainer_compare_masters(&batched, &alone, &p.pl, w, what, bound, KEY_BIAS);
         }
         for (int s = 0; s < STEPS; s++) batch_free(batch[s]);
     }
+    if (twice) gpu_trainer_close(&again);
     gpu_trainer_close(&plain);
     gpu_trainer_close(&alone);
     gpu_trainer_close(&batched);
