@@ -441,20 +441,20 @@ static void plan_in_order(const IrGraph *g, int64_t B, int64_t L, const int64_t 
     plan_view_offsets(p, g);
 }
 
-/* PlanOptions.dw_group, or in its place HPC_DW_GROUP: 1 always, auto;
- * unset, empty or 0: never (see plan.h); HPC_ERR_USAGE for anything else,
- * so a misspelt setting is not measured as the default. */
+/* PlanOptions.dw_group, or in its place HPC_DW_GROUP: 1 always, 0 never;
+ * unset, empty or auto: AUTO (see plan.h); HPC_ERR_USAGE for anything
+ * else, so a misspelt setting is not measured as the default. */
 static HpcStatus dw_group_mode(const PlanOptions *opt, PlanDwGroup *mode, HpcError *err)
 {
-    *mode = PLAN_DW_GROUP_NEVER;
+    *mode = PLAN_DW_GROUP_AUTO;
     if (opt && opt->dw_group != PLAN_DW_GROUP_DEFAULT) {
         *mode = opt->dw_group;
         return HPC_OK;
     }
     const char *env = getenv("HPC_DW_GROUP");
-    if (!env || !*env || strcmp(env, "0") == 0) return HPC_OK;
+    if (!env || !*env || strcmp(env, "auto") == 0) return HPC_OK;
     if (strcmp(env, "1") == 0) *mode = PLAN_DW_GROUP_ALWAYS;
-    else if (strcmp(env, "auto") == 0) *mode = PLAN_DW_GROUP_AUTO;
+    else if (strcmp(env, "0") == 0) *mode = PLAN_DW_GROUP_NEVER;
     else return hpc_fail(err, HPC_ERR_USAGE, "HPC_DW_GROUP=%s: expected 0 (the graph's order), 1 (the dW GEMMs "
                          "of one shape side by side) or auto (side by side where the arena grows by at most "
                          "%d %%)", env, 100 / PLAN_DW_GROUP_GROWTH);

@@ -11,7 +11,7 @@
  *     of one shape (the layers' LINEAR_DWs), which move side by side to
  *     the last one's place (program/plan_order.c), so the CUDA executor
  *     runs each group as one batched call, where PlanOptions.dw_group or
- *     HPC_DW_GROUP asks for it (not by default).  That keeps their inputs
+ *     HPC_DW_GROUP asks for it (AUTO by default).  That keeps their inputs
  *     alive longer (and all of a group's inputs and outputs at once:
  *     plan_dw_spans), so under AUTO the plan is made both ways and the
  *     grouped one kept only where its arena grows by at most 5 %
@@ -136,9 +136,9 @@ HpcStatus plan_build_scratch(const IrGraph *g, int64_t B, int64_t L, const int64
 
 /* Whether the schedule puts the dW GEMMs of one shape side by side (see the
  * top): NEVER, AUTO (where the arena grows by at most 1/PLAN_DW_GROUP_GROWTH)
- * or ALWAYS; DEFAULT takes HPC_DW_GROUP (1 always, auto; unset, empty or
- * 0: never, until the batched call is checked on a GPU: NOTES.md; any
- * other value: plan_build fails with HPC_ERR_USAGE naming it). */
+ * or ALWAYS; DEFAULT takes HPC_DW_GROUP (1 always, 0 never; unset, empty
+ * or auto: AUTO; any other value: plan_build fails with HPC_ERR_USAGE
+ * naming it). */
 typedef enum { PLAN_DW_GROUP_DEFAULT, PLAN_DW_GROUP_NEVER, PLAN_DW_GROUP_AUTO, PLAN_DW_GROUP_ALWAYS } PlanDwGroup;
 #define PLAN_DW_GROUP_GROWTH 20   /* 5 %: BERT-base fp16 at 32 x 32, 425.1 -> 444.6 MiB; not 32 x 128 (+51 %) */
 

@@ -8,8 +8,8 @@
  * stand side by side.  Under PLAN_DW_GROUP_AUTO the plan keeps that order
  * at 32 x 32, where the arena grows by under 5 %, and not at 32 x 128,
  * where it would grow by half (unless told to: PLAN_DW_GROUP_ALWAYS, a
- * valid plan with a larger arena); never under PLAN_DW_GROUP_NEVER or by
- * default.  plan_check checks every span of dW GEMMs: their
+ * valid plan with a larger arena); never under PLAN_DW_GROUP_NEVER; by
+ * default as AUTO.  plan_check checks every span of dW GEMMs: their
  * inputs live to its end, their outputs are written from its start; and
  * no member's output shares arena bytes with another member's input.  On a hand-made graph a dW GEMM read before
  * its group's last member stays where it is. */
@@ -164,11 +164,14 @@ Test(plan_order, plan_keeps_groups_where_the_arena_stays)
         for (int t = 0; t < all[k]->n_order; t++) cr_expect_eq(all[k]->position[all[k]->order[t]], t);
         plan_free(all[k]);
     }
-    if (!getenv("HPC_DW_GROUP")) {   /* the default is NEVER, for now (plan.h) */
-        StepPlan dflt;
-        cr_assert_eq(plan_build_scratch_with(g, 32, 32, NULL, NULL, &dflt, &err), HPC_OK, "%s", err.msg);
-        cr_expect(is_identity(&dflt), "the default at 32 x 32: the graph's order");
-        plan_free(&dflt);
+    if (!getenv("HPC_DW_GROUP")) {   /* the default is AUTO (plan.h) */
+        StepPlan dflt_small, dflt_big;
+        cr_assert_eq(plan_build_scratch_with(g, 32, 32, NULL, NULL, &dflt_small, &err), HPC_OK, "%s", err.msg);
+        cr_assert_eq(plan_build_scratch_with(g, 32, 128, NULL, NULL, &dflt_big, &err), HPC_OK, "%s", err.msg);
+        cr_expect(!is_identity(&dflt_small), "the default at 32 x 32: grouped, as AUTO");
+        cr_expect(is_identity(&dflt_big), "the default at 32 x 128: the graph's order, as AUTO");
+        plan_free(&dflt_small);
+        plan_free(&dflt_big);
     }
     pipeline_free(&pp);
 }
@@ -201,8 +204,9 @@ Test(plan_order, a_member_read_early_stays)
     ir_free(&g);
 }
 
-/* HPC_DW_GROUP as plan.h says: 1 groups, 0 and empty keep the graph's
- * order, anything else fails with HPC_ERR_USAGE naming the setting. */
+/* HPC_DW_GROUP as plan.h says: 1 groups, 0 keeps the graph's order,
+ * anything but those, auto and empty fails with HPC_ERR_USAGE naming the
+ * setting. */
 Test(plan_order, the_setting_is_read_or_refused)
 {
     IrGraph g;
@@ -213,13 +217,13 @@ Test(plan_order, the_setting_is_read_or_refused)
     cr_assert_eq(plan_build_scratch_with(&g, 1, 1, NULL, NULL, &p, &err), HPC_OK, "%s", err.msg);
     cr_expect(!is_identity(&p), "HPC_DW_GROUP=1: dw_b next to dw_c");
     plan_free(&p);
-    static const char *const order_kept[] = {"0", ""};
-    for (int k = 0; k < 2; k++) {
-        setenv("HPC_DW_GROUP", order_kept[k], 1);
-        cr_assert_eq(plan_build_scratch_with(&g, 1, 1, NULL, NULL, &p, &err), HPC_OK, "%s", err.msg);
-        cr_expect(is_identity(&p), "HPC_DW_GROUP='%s': the graph's order", order_kept[k]);
-        plan_free(&p);
-    }
+    setenv("HPC_DW_GROUP", "0", 1);
+    cr_assert_eq(plan_build_scratch_with(&g, 1, 1, NULL, NULL, &p, &err), HPC_OK, "%s", err.msg);
+    cr_expect(is_identity(&p), "HPC_DW_GROUP=0: the graph's order");
+    plan_free(&p);
+    setenv("HPC_DW_GROUP", "", 1);
+    cr_assert_eq(plan_build_scratch_with(&g, 1, 1, NULL, NULL, &p, &err), HPC_OK, "%s", err.msg);
+    plan_free(&p);
     setenv("HPC_DW_GROUP", "yes", 1);
     cr_expect_eq(plan_build_scratch_with(&g, 1, 1, NULL, NULL, &p, &err), HPC_ERR_USAGE);
     cr_expect(strstr(err.msg, "HPC_DW_GROUP=yes") && strstr(err.msg, "auto"), "%s", err.msg);
