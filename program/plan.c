@@ -477,15 +477,22 @@ HpcStatus plan_build_scratch_with(const IrGraph *g, int64_t B, int64_t L, const 
     if (st) return st;
     plan_in_order(g, B, L, scratch, opt, NULL, p);
     int *order = xmalloc((size_t)g->n * sizeof *order);
-    if (mode != PLAN_DW_GROUP_NEVER && plan_order_dw_groups(g, order) > 0) {
+    int moved = plan_order_dw_groups(g, order);
+    int64_t other = 0;
+    if (mode != PLAN_DW_GROUP_NEVER && moved > 0) {
         /* the dW GEMMs side by side (plan_order.c), under AUTO where that costs little memory */
         StepPlan grouped;
         plan_in_order(g, B, L, scratch, opt, order, &grouped);
         bool keep = mode == PLAN_DW_GROUP_ALWAYS ||
                     grouped.arena_bytes <= p->arena_bytes + p->arena_bytes / PLAN_DW_GROUP_GROWTH;
+        other = keep ? p->arena_bytes : grouped.arena_bytes;
         plan_free(keep ? p : &grouped);
         if (keep) *p = grouped;
+        p->dw_grouped = keep;
     }
+    p->dw_mode = mode;
+    p->dw_moved = moved;
+    p->dw_other_arena = other;
     free(order);
     return HPC_OK;
 }
@@ -686,6 +693,23 @@ static void print_mib(FILE *out, const char *what, int64_t bytes)
     fprintf(out, "  %-22s %10.1f MiB\n", what, (double)bytes / (1024.0 * 1024.0));
 }
 
+/* Which schedule the plan took for the dW GEMM groups, and the arena of the
+ * other one, so the memory figure above can be read against HPC_DW_GROUP. */
+static void print_dw_schedule(const StepPlan *p, FILE *out)
+{
+    if (p->dw_moved == 0) return;   /* no groups: the graph's order is the only schedule */
+    static const char *const setting[] = {"", "0", "auto", "1"};
+    double other = (double)p->dw_other_arena / (1024.0 * 1024.0);
+    if (p->dw_grouped)
+        fprintf(out, "  schedule: the dW GEMMs of one shape side by side (HPC_DW_GROUP=%s; the graph's order "
+                "would plan %.1f MiB)\n", setting[p->dw_mode], other);
+    else if (p->dw_other_arena > 0)
+        fprintf(out, "  schedule: the graph's order (HPC_DW_GROUP=%s; the dW GEMMs side by side would plan "
+                "%.1f MiB, more than %d %% over)\n", setting[p->dw_mode], other, 100 / PLAN_DW_GROUP_GROWTH);
+    else
+        fprintf(out, "  schedule: the graph's order (HPC_DW_GROUP=%s)\n", setting[p->dw_mode]);
+}
+
 void plan_print(const StepPlan *p, const IrGraph *g, const ParamList *pl,
                 const SpecTraining *train, FILE *out)
 {
@@ -700,6 +724,7 @@ void plan_print(const StepPlan *p, const IrGraph *g, const ParamList *pl,
     print_mib(out, "parameters (low copy)", m.params_low);
     print_mib(out, "optimizer state", m.optimizer);
     print_mib(out, "total", m.total);
+    print_dw_schedule(p, out);
     fprintf(out, "%5s %5s  %-40s %6s %12s %12s  %s\n", "pos", "id", "value", "dtype", "bytes",
             "offset", "live");
     for (int t = 0; t < p->n_order; t++) {

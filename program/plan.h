@@ -89,6 +89,14 @@ typedef enum {
                     * no kernel writes it; arena views also have their `offset` */
 } PlanKind;
 
+/* Whether the schedule puts the dW GEMMs of one shape side by side (see the
+ * top): NEVER, AUTO (where the arena grows by at most 1/PLAN_DW_GROUP_GROWTH)
+ * or ALWAYS; DEFAULT takes HPC_DW_GROUP (1 always, 0 never; unset, empty
+ * or auto: AUTO; any other value: plan_build fails with HPC_ERR_USAGE
+ * naming it). */
+typedef enum { PLAN_DW_GROUP_DEFAULT, PLAN_DW_GROUP_NEVER, PLAN_DW_GROUP_AUTO, PLAN_DW_GROUP_ALWAYS } PlanDwGroup;
+#define PLAN_DW_GROUP_GROWTH 20   /* 5 %: BERT-base fp16 at 32 x 32, 425.1 -> 444.6 MiB; not 32 x 128 (+51 %) */
+
 typedef struct {
     PlanKind kind;
     int64_t bytes;     /* at the plan's B, L; rounded up to PLAN_ALIGN */
@@ -123,6 +131,12 @@ typedef struct {
     int64_t *scratch_bytes; /* (n) bytes of node i's scratch (0 if none) */
     int n;
     int64_t arena_bytes;    /* size of the planned block */
+    /* The dW GEMMs side by side or not (plan_print says which, and why): */
+    PlanDwGroup dw_mode;    /* the mode the plan was made under (never DEFAULT) */
+    int dw_moved;           /* dW GEMMs the grouped schedule moves (plan_order_dw_groups); 0: no groups */
+    bool dw_grouped;        /* the schedule holds them side by side */
+    int64_t dw_other_arena; /* the arena of the schedule not taken; 0 where none was planned
+                             * (no groups, or NEVER) */
 } StepPlan;
 
 /* Builds the plan of g for bounds B, L with node i's scratch bytes at B, L
@@ -133,14 +147,6 @@ typedef struct {
  * store (f64). */
 HpcStatus plan_build_scratch(const IrGraph *g, int64_t B, int64_t L, const int64_t *scratch, StepPlan *p,
                              HpcError *err);
-
-/* Whether the schedule puts the dW GEMMs of one shape side by side (see the
- * top): NEVER, AUTO (where the arena grows by at most 1/PLAN_DW_GROUP_GROWTH)
- * or ALWAYS; DEFAULT takes HPC_DW_GROUP (1 always, 0 never; unset, empty
- * or auto: AUTO; any other value: plan_build fails with HPC_ERR_USAGE
- * naming it). */
-typedef enum { PLAN_DW_GROUP_DEFAULT, PLAN_DW_GROUP_NEVER, PLAN_DW_GROUP_AUTO, PLAN_DW_GROUP_ALWAYS } PlanDwGroup;
-#define PLAN_DW_GROUP_GROWTH 20   /* 5 %: BERT-base fp16 at 32 x 32, 425.1 -> 444.6 MiB; not 32 x 128 (+51 %) */
 
 /* The schedule with those groups (program/plan_order.c): fills order (g->n
  * node ids) and returns how many dW GEMMs moved (0: the graph's order). */

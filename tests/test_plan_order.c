@@ -25,14 +25,17 @@
 #include "program/ir.h"
 #include "program/plan.h"
 
-static void bert_base(Pipeline *pp)
+static void bert_base_spec(Pipeline *pp, ModelSpec *s_out)
 {
     ModelSpec s;
     cpu_step_load_model("bert_base.model", &s);
+    if (s_out) *s_out = s;
     PipeOptions o = pipeline_defaults(PREC_FP16);
     HpcError err = {0};
     cr_assert_eq(pipeline_build(&s, &o, pp, &err), HPC_OK, "%s", err.msg);
 }
+
+static void bert_base(Pipeline *pp) { bert_base_spec(pp, NULL); }
 
 /* Runs of at least `min` consecutive LINEAR_DWs of one shape in order. */
 static int long_dw_runs(const IrGraph *g, const int *order, int min)
@@ -118,7 +121,8 @@ Test(plan_order, bert_base_groups_are_a_valid_schedule)
 Test(plan_order, plan_keeps_groups_where_the_arena_stays)
 {
     Pipeline pp;
-    bert_base(&pp);
+    ModelSpec spec;
+    bert_base_spec(&pp, &spec);
     const IrGraph *g = &pp.g;
     HpcError err = {0};
     char why[512] = "";
@@ -135,6 +139,23 @@ Test(plan_order, plan_keeps_groups_where_the_arena_stays)
     cr_expect(is_identity(&big), "32 x 128: the graph's order");
     cr_expect(!is_identity(&big_forced), "32 x 128, PLAN_DW_GROUP_ALWAYS: grouped");
     cr_expect_gt(big_forced.arena_bytes, big.arena_bytes, "the groups keep dy and x alive longer");
+    /* what plan_print reports: the choice and the other schedule's arena */
+    cr_expect(small.dw_grouped && small.dw_mode == PLAN_DW_GROUP_AUTO && small.dw_moved > 0);
+    cr_expect_eq(small.dw_other_arena, small_never.arena_bytes, "32 x 32: the graph order's arena beside");
+    cr_expect(!big.dw_grouped && big.dw_moved > 0);
+    cr_expect_eq(big.dw_other_arena, big_forced.arena_bytes, "32 x 128: the grouped arena beside");
+    cr_expect(big_forced.dw_grouped && big_forced.dw_mode == PLAN_DW_GROUP_ALWAYS);
+    cr_expect_eq(big_forced.dw_other_arena, big.arena_bytes);
+    cr_expect(!small_never.dw_grouped && small_never.dw_mode == PLAN_DW_GROUP_NEVER);
+    cr_expect_eq(small_never.dw_other_arena, 0, "NEVER plans no other schedule");
+    char *text = NULL;
+    size_t text_len = 0;
+    FILE *f = open_memstream(&text, &text_len);
+    plan_print(&big, g, &pp.pl, &spec.train, f);
+    fclose(f);
+    cr_expect(strstr(text, "schedule: the graph's order (HPC_DW_GROUP=auto; the dW GEMMs side by side would plan"),
+              "%.400s", text);
+    free(text);
     printf("plan_order bert_base fp16: 32x32 arena %.1f MiB grouped (%.1f not); 32x128 %.1f MiB (%.1f grouped)\n",
            small.arena_bytes / 1048576.0, small_never.arena_bytes / 1048576.0, big.arena_bytes / 1048576.0,
            big_forced.arena_bytes / 1048576.0);
