@@ -181,7 +181,8 @@ static char *layout_probe(int size_shift)
     strbuf_add(&b, "\n// ---- layout probe (tests/test_emit_optim.c) ----\n");
     free(src);
     Field t[] = {F(CudaOptTensor, master), F(CudaOptTensor, grad), F(CudaOptTensor, m), F(CudaOptTensor, v),
-                 F(CudaOptTensor, low), F(CudaOptTensor, n), F(CudaOptTensor, decay), F(CudaOptTensor, pad_)};
+                 F(CudaOptTensor, low), F(CudaOptTensor, n), F(CudaOptTensor, decay), F(CudaOptTensor, grad_dtype),
+                 F(CudaOptTensor, src_dtype)};
     Field p[] = {F(CudaOptParams, kind), F(CudaOptParams, nesterov), F(CudaOptParams, sched_kind),
                  F(CudaOptParams, ls_mode), F(CudaOptParams, beta1), F(CudaOptParams, beta2), F(CudaOptParams, eps),
                  F(CudaOptParams, weight_decay), F(CudaOptParams, momentum), F(CudaOptParams, max_grad_norm),

@@ -48,7 +48,8 @@ double cuda_optim_step_bytes(const CudaOptTensor *t, int count, SpecOptimizer ki
     for (int k = 0; k < count; k++) {
         /* check reads g; update reads g, p (+ m, v) and writes p (+ m, v, low);
          * LAMB's norm pass reads g, p, m, v and writes m, v once more. */
-        double per = 4 + 4 + 8 + (t[k].m ? 8 : 0) + (t[k].v ? 8 : 0) + (t[k].low ? 2 : 0);
+        double g = t[k].grad_dtype == CUDA_OPT_GRAD_F32 ? 4 : 2;
+        double per = g + g + 8 + (t[k].m ? 8 : 0) + (t[k].v ? 8 : 0) + (t[k].low ? 2 : 0);
         if (kind == OPT_LAMB) per += 24;
         total += per * (double)t[k].n;
     }
@@ -298,6 +299,14 @@ static int fix_of(const CudaExec *ex, int v, CudaOptFix *f)
     return 1;
 }
 
+/* The kernels' code of a parameter gradient's dtype (the graph's: f32, or
+ * f16 / bf16 where the precision plan stores it low). */
+static uint8_t grad_dtype(DType dt)
+{
+    HPC_ASSERT(dt == DT_F32 || dt == DT_F16 || dt == DT_BF16);
+    return dt == DT_F16 ? CUDA_OPT_GRAD_F16 : dt == DT_BF16 ? CUDA_OPT_GRAD_BF16 : CUDA_OPT_GRAD_F32;
+}
+
 /* Whether HPC_OPT_LN_FIX allows the tails to apply the fixes (unset or 1). */
 static bool fixes_wanted(void)
 {
@@ -328,8 +337,10 @@ static HpcStatus build_tensors(CudaOptim *o, const SpecTraining *tr, uint64_t *s
         int how = wanted ? fix_of(o->ex, g->param_grad[p], &o->host_fix[o->count]) : 0;
         fixed += how > 0;
         unread += how < 0;
+        uint8_t gdt = grad_dtype(g->nodes[g->param_grad[p]].dtype);
         *t = (CudaOptTensor){.master = cuda_exec_param_ptr(o->ex, p, DT_F32), .grad = src[o->count], .n = n,
-                             .decay = pl->p[p].decay, .low = low_copy(o->ex, p)};
+                             .decay = pl->p[p].decay, .low = low_copy(o->ex, p), .grad_dtype = gdt,
+                             .src_dtype = gdt};
         bytes[o->count] = (size_t)n * 4;
         o->param[o->count++] = p;
     }
@@ -342,7 +353,10 @@ static HpcStatus build_tensors(CudaOptim *o, const SpecTraining *tr, uint64_t *s
         for (int i = 0; i < o->count; i++) o->host_t[i].v = ptrs[i];
     if (!st && o->grad_accum > 1 &&
         !(st = arena_alloc_packed(&o->ex->arena, &o->acc_block, o->acc, bytes, o->count, "gradient sums", err)))
-        for (int i = 0; i < o->count; i++) o->host_t[i].grad = o->acc[i];
+        for (int i = 0; i < o->count; i++) {   /* the sums are f32; opt_accumulate reads src_dtype */
+            o->host_t[i].grad = o->acc[i];
+            o->host_t[i].grad_dtype = CUDA_OPT_GRAD_F32;
+        }
     free(bytes);
     free(ptrs);
     return st;

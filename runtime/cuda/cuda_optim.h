@@ -23,9 +23,11 @@
  * host work separates them; train_cuda.c does that.  cuda_optim_step queues
  * the same kernels on their own.
  *
- * Gradients.  The executor leaves each parameter's f32 gradient (times the
+ * Gradients.  The executor leaves each parameter's gradient (times the
  * loss scale) in its arena after a backward run, overwritten by the next
- * run.  With grad_accum == 1 the optimizer reads those directly.  With
+ * run: f32, or f16 / bf16 where the graph stores it so (the kernels widen
+ * each element as they load it; the sums over micro-batches are f32).
+ * With grad_accum == 1 the optimizer reads those directly.  With
  * grad_accum = A > 1 each micro-batch adds grad / A into a buffer per
  * parameter (the first micro-batch overwrites): cuda_optim_accumulate, or
  * the tails, so the optimizer sees the mean over micro-batches, as the cpu
@@ -97,14 +99,20 @@ typedef struct {
 /* Device structs of the optimizer kernels (layouts fixed: the kernels of
  * compiler/emit_optim.c see the same fields in the same order as
  * opt_tensor, opt_params, opt_state; pointers are device addresses). */
+/* The dtype of a gradient the kernels read (CudaOptTensor.grad_dtype and
+ * src_dtype; the kernels' OPT_G_*): f32, or the 16 bits of f16 / bf16. */
+enum { CUDA_OPT_GRAD_F32 = 0, CUDA_OPT_GRAD_F16 = 1, CUDA_OPT_GRAD_BF16 = 2 };
+
 typedef struct {
     uint64_t master;   /* float (n): f32 master weights, updated */
-    uint64_t grad;     /* const float (n): gradient times the loss scale */
+    uint64_t grad;     /* (n) of grad_dtype: gradient times the loss scale */
     uint64_t m, v;     /* float (n): optimizer state, 0 where not needed */
     uint64_t low;      /* f16/bf16 (n): copy written after the update, or 0 */
     int64_t n;
     int32_t decay;     /* weight decay applies to this tensor */
-    int32_t pad_;
+    uint8_t grad_dtype;   /* CUDA_OPT_GRAD_*: of grad (f32 where grad is the accumulator) */
+    uint8_t src_dtype;    /* CUDA_OPT_GRAD_*: of the executor's gradient, which opt_accumulate reads */
+    uint8_t pad_[2];
 } CudaOptTensor;
 
 typedef struct {

@@ -704,13 +704,35 @@ static CudaOptKernels opt_kernels(const Mod *m)
     return k;
 }
 
+/* The executor's gradients of one tensor in dtype gdt (CUDA_OPT_GRAD_*):
+ * x rounded to it in place, and uploaded to p. */
+static void opt_put_grads(CUdeviceptr p, float *x, int64_t n, int gdt)
+{
+    if (gdt == CUDA_OPT_GRAD_F32) {
+        DRV(cu->cuMemcpyHtoD(p, x, (size_t)n * 4));
+        return;
+    }
+    SpecPrecision pr = gdt == CUDA_OPT_GRAD_F16 ? PREC_FP16 : PREC_BF16;
+    uint16_t *h = malloc((size_t)n * 2);
+    for (int64_t i = 0; i < n; i++) {
+        h[i] = prec_from_f32(pr, x[i]);
+        x[i] = prec_to_f32(pr, h[i]);
+    }
+    DRV(cu->cuMemcpyHtoD(p, h, (size_t)n * 2));
+    free(h);
+}
+
 /* runtime/cuda/cuda_optim.c's launch sequence (chunk table, check, decide,
  * update) against runtime/train/optim.c + lossscale.c over 5 steps: sizes
  * across chunk boundaries and below one float4, one tensor whose pointers
  * are 4 bytes off 16 (the scalar path), clipping active, step 3 overflows
  * (nothing may change, the scale backs off), the poison hook on step 4
- * (skipped again), grad_accum = 2 through opt_accumulate. */
-static void test_optimizer(const Mod *m, SpecOptimizer kind)
+ * (skipped again).  The executor's gradients are of dtype gdt
+ * (CUDA_OPT_GRAD_*: f32, or f16 / bf16 as AMP keeps weight gradients);
+ * with `direct` the update reads them (grad_accum = 1; the poison hook
+ * writes a 16-bit inf there), else grad_accum = 2 through opt_accumulate
+ * into f32 sums. */
+static void test_optimizer(const Mod *m, SpecOptimizer kind, int gdt, bool direct)
 {
     static const int64_t sizes[OPT_TENSORS] = {1000, 4096 * 3 + 1, 768, 77777, 5, 4099};
     const int misaligned = 5;   /* tensor whose device buffers start 4 bytes past 16 */
@@ -745,7 +767,6 @@ static void test_optimizer(const Mod *m, SpecOptimizer kind)
             /* two micro-batches whose mean is the gradient; norm well over 1: clipping is active */
             halves[k][0][i] = rnd_sym(1) * 1024.0f * 0.05f;
             halves[k][1][i] = rnd_sym(1) * 1024.0f * 0.05f;
-            grads[k][i] = (float)(halves[k][0][i] * 0.5f) + halves[k][1][i] * 0.5f;
         }
         t[k].grad = grads[k];
         if (kind == OPT_SGD) { free(t[k].v); t[k].v = NULL; }
@@ -759,10 +780,21 @@ static void test_optimizer(const Mod *m, SpecOptimizer kind)
         if (low) poison(dbufs[k][4], n * 2);
         poison(dbufs[k][1], n * 4);   /* the accumulator: the first micro-batch overwrites it */
         src[k] = dbufs[k][5];         /* the executor's gradient of one micro-batch */
-        dt[k] = (CudaOptTensor){.master = dbufs[k][0], .grad = dbufs[k][1], .m = dbufs[k][2],
+        /* the gradients as the executor stores them, the cpu's from the same values */
+        opt_put_grads(src[k], halves[k][0], n, gdt);
+        opt_put_grads(src[k], halves[k][1], n, gdt);
+        for (int64_t i = 0; i < n; i++)
+            grads[k][i] = direct ? halves[k][0][i] : (float)(halves[k][0][i] * 0.5f) + halves[k][1][i] * 0.5f;
+        dt[k] = (CudaOptTensor){.master = dbufs[k][0], .grad = direct ? src[k] : dbufs[k][1], .m = dbufs[k][2],
                                  .v = t[k].v ? dbufs[k][3] : 0, .low = low ? dbufs[k][4] : 0, .n = n,
-                                 .decay = t[k].decay};
+                                 .decay = t[k].decay, .grad_dtype = direct ? gdt : CUDA_OPT_GRAD_F32,
+                                 .src_dtype = gdt};
     }
+    size_t gsize = gdt == CUDA_OPT_GRAD_F32 ? 4 : 2;
+    /* +inf in the executor's dtype */
+    float inf32 = INFINITY;
+    uint16_t inf16 = gdt == CUDA_OPT_GRAD_F16 ? 0x7c00 : 0x7f80;
+    const void *inf = gsize == 4 ? (const void *)&inf32 : (const void *)&inf16;
     CudaOptParams prm = {.kind = kind, .nesterov = oc.nesterov, .sched_kind = sc.kind, .ls_mode = lc.mode,
                           .beta1 = oc.beta1, .beta2 = oc.beta2, .eps = oc.eps, .weight_decay = oc.weight_decay,
                           .momentum = oc.momentum, .max_grad_norm = oc.max_grad_norm, .lr = sc.lr,
@@ -774,18 +806,18 @@ static void test_optimizer(const Mod *m, SpecOptimizer kind)
     HpcError err;
     if (cuda_optim_plan_build(&plan, dt, src, NULL, OPT_TENSORS, &prm, &st0, opt_alloc, NULL, dev.stream, &err))
         die("cuda_optim_plan_build", &err);
-    const char *kname = spec_optimizer_name(kind);
+    char kname[32];
+    snprintf(kname, sizeof kname, "%s%s%s", spec_optimizer_name(kind),
+             gdt == CUDA_OPT_GRAD_F32 ? "" : gdt == CUDA_OPT_GRAD_F16 ? " f16 grads" : " bf16 grads",
+             direct ? " direct" : "");
     OptimReport rep = {0};
     for (int s = 0; s < 6; s++) {
         if (s == 3) grads[1][17] = INFINITY;   /* an overflowing step */
-        for (int h = 0; h < 2; h++) {
-            sync();   /* the last accumulation has read src */
-            for (int k = 0; k < OPT_TENSORS; k++) DRV(cu->cuMemcpyHtoD(src[k], halves[k][h], sizes[k] * 4));
-            if (s == 3 && h == 1) {
-                float inf = INFINITY;
-                DRV(cu->cuMemcpyHtoD(src[1] + 17 * 4, &inf, 4));
-            }
-            if (cuda_optim_queue_accumulate(&kern, &plan, 0.5f, h == 0, false, dev.stream, &err))
+        for (int h = 0; h < (direct ? 1 : 2); h++) {
+            sync();   /* the last accumulation or step has read src */
+            for (int k = 0; k < OPT_TENSORS; k++) opt_put_grads(src[k], halves[k][h], sizes[k], gdt);
+            if (s == 3 && h == (direct ? 0 : 1)) DRV(cu->cuMemcpyHtoD(src[1] + 17 * gsize, inf, gsize));
+            if (!direct && cuda_optim_queue_accumulate(&kern, &plan, 0.5f, h == 0, false, dev.stream, &err))
                 die("accumulate", &err);
         }
         bool poisoned = s == 4;
@@ -797,8 +829,8 @@ static void test_optimizer(const Mod *m, SpecOptimizer kind)
         double lr = schedule_lr(&sc, ost.step);
         optim_step(&oc, &ost, t, OPT_TENSORS, (float)(1.0 / ls.scale), lr, &rep);
         ls_update(&ls, rep.found_inf);
-        if (poisoned) grads[0][0] = 0.5f * halves[0][0][0] + 0.5f * halves[0][1][0];
-        if (s == 3) grads[1][17] = 0.5f * halves[1][0][17] + 0.5f * halves[1][1][17];
+        if (poisoned) grads[0][0] = direct ? halves[0][0][0] : 0.5f * halves[0][0][0] + 0.5f * halves[0][1][0];
+        if (s == 3) grads[1][17] = direct ? halves[1][0][17] : 0.5f * halves[1][0][17] + 0.5f * halves[1][1][17];
         if (s == 3 || s == 4) {
             checks++;
             if (!rep.found_inf) failures++;
@@ -1315,7 +1347,8 @@ static void time_kernels(const Mod *m)
             bufs[k][3] = dalloc(ns[k] * 4);
             DRV(cu->cuMemsetD8Async(bufs[k][3], 0, ns[k] * 4, dev.stream));   /* v >= 0 */
             bufs[k][4] = es == 2 ? dalloc(ns[k] * 2) : 0;
-            dt[k] = (CudaOptTensor){bufs[k][0], bufs[k][1], bufs[k][2], bufs[k][3], bufs[k][4], ns[k], k % 2, 0};
+            dt[k] = (CudaOptTensor){.master = bufs[k][0], .grad = bufs[k][1], .m = bufs[k][2], .v = bufs[k][3],
+                                     .low = bufs[k][4], .n = ns[k], .decay = k % 2};
         }
         CudaOptParams prm = {.kind = OPT_ADAMW, .beta1 = 0.9, .beta2 = 0.999, .eps = 1e-8, .weight_decay = 0.01,
                               .max_grad_norm = 1.0, .lr = 1e-4, .sched_kind = SCHED_CONSTANT,
@@ -1444,10 +1477,16 @@ int main(void)
         test_xent(&m, false, 3);                 /* narrower than one vector */
         test_mse(&m, false);
         test_mse(&m, true);
-        test_optimizer(&m, OPT_ADAMW);
-        test_optimizer(&m, OPT_ADAM);
-        test_optimizer(&m, OPT_SGD);
-        test_optimizer(&m, OPT_LAMB);
+        test_optimizer(&m, OPT_ADAMW, CUDA_OPT_GRAD_F32, false);
+        test_optimizer(&m, OPT_ADAM, CUDA_OPT_GRAD_F32, false);
+        test_optimizer(&m, OPT_SGD, CUDA_OPT_GRAD_F32, false);
+        test_optimizer(&m, OPT_LAMB, CUDA_OPT_GRAD_F32, false);
+        /* 16-bit gradients (a weight gradient as AMP keeps it), read directly and summed over micro-batches */
+        test_optimizer(&m, OPT_ADAMW, CUDA_OPT_GRAD_F32, true);
+        test_optimizer(&m, OPT_ADAMW, CUDA_OPT_GRAD_F16, true);
+        test_optimizer(&m, OPT_ADAMW, CUDA_OPT_GRAD_F16, false);
+        test_optimizer(&m, OPT_LAMB, CUDA_OPT_GRAD_BF16, true);
+        test_optimizer(&m, OPT_SGD, CUDA_OPT_GRAD_BF16, false);
         cu->cuModuleUnload(mc.mod);
         mods[d] = m;
     }
