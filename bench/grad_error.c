@@ -140,7 +140,9 @@ static HpcStatus build(const ModelSpec *spec, SpecPrecision policy, unsigned kee
     if (!st && fused_attention && fuse_qkv_requested()) st = fuse_qkv_graph(&raw, &b->pl, NULL, err);
     b->fused_attention = fused_attention;
     if (!st) st = autodiff_build(&raw, &b->pl, err);
-    PrecisionOptions o = {.keep_f32 = keep};
+    /* HPC_WEIGHT_GRAD=low: the LINEARs' weight and bias gradients low, as AMP keeps them */
+    const char *wg = getenv("HPC_WEIGHT_GRAD");
+    PrecisionOptions o = {.keep_f32 = keep, .low_weight_grads = wg && strcmp(wg, "low") == 0};
     PrecisionPlan pp;
     memset(&pp, 0, sizeof pp);
     if (!st) st = precision_plan_opts(&raw, spec, policy, &o, &mixed, &pp, err);
@@ -315,7 +317,9 @@ static void usage(void)
           "--keep: none, default, all, or a comma list of embeddings, residual, norm, grads, probs, act\n"
           "--dropout-seed: dropout on, the same masks in every run (seed S, the batch index as the step)\n"
           "--attention: the form of the measured graphs' attention (default auto: the trainer's, fused\n"
-          "             under fp16/bf16; HPC_ATTENTION in the environment overrides auto)\n",
+          "             under fp16/bf16; HPC_ATTENTION in the environment overrides auto)\n"
+          "HPC_WEIGHT_GRAD=low in the environment: every plan keeps the LINEARs' weight and bias\n"
+          "gradients in 16 bits, as PyTorch AMP does (compiler/precision.h)\n",
           stderr);
 }
 

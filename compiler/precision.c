@@ -18,8 +18,10 @@ typedef struct {
     int (*low_param)[2];       /* (n_params) id in out of the f16 / bf16 copy, -1 */
     bool *grad_f32;            /* (in->n) a parameter gradient: stored in f32 */
     bool *grad_sum;            /* (in->n) an ADD summing a parameter's gradient */
+    bool *lin_grad;            /* (in->n) a LINEAR's weight or bias gradient (mark_linear_grads) */
     bool backward;             /* the node being planned is a backward node */
     unsigned keep;             /* PrecisionOptions.keep_f32 */
+    bool low_dw;               /* PrecisionOptions.low_weight_grads */
     int *user;                 /* (in->n) the forward LINEAR (weight) or MATMUL (operand)
                                   reading a value: -1 none, -2 several */
     int *dropout_of_salt;      /* (in->n) forward DROPOUT with that salt, -1 */
@@ -111,6 +113,39 @@ static bool produces_param_grad(IrOpKind op)
            op == IR_OP_EMBEDDING_BWD || op == IR_OP_ADD;
 }
 
+/* For low_weight_grads: marks in P->lin_grad the gradients of the
+ * parameters a forward LINEAR reads as its weight or bias (directly or
+ * stacked: fuse_qkv), which AMP keeps in 16 bits (the dW GEMM's output, the
+ * column sum of a 16-bit dy); for a stacked one also its UNSTACK and the
+ * node that UNSTACK splits.  A gradient summed from several uses (a tied
+ * weight) stays f32, as the sum of its contributions. */
+static void mark_linear_grads(Planner *P)
+{
+    const IrGraph *g = P->in;
+    if (!g->param_grad) return;
+    for (int i = 0; i < g->n_forward; i++) {
+        const IrNode *n = &g->nodes[i];
+        if (n->op != IR_OP_LINEAR) continue;
+        for (int k = 1; k < n->n_in && k < 3; k++) {
+            const IrNode *w = &g->nodes[n->in[k]];
+            int parts = w->op == IR_OP_STACK ? w->n_in : 1;
+            for (int j = 0; j < parts; j++) {
+                const IrNode *q = w->op == IR_OP_STACK ? &g->nodes[w->in[j]] : w;
+                if (q->op != IR_OP_PARAM || q->attr.param.index >= g->n_params) continue;
+                int v = g->param_grad[q->attr.param.index], s = v;
+                if (v < 0) continue;
+                const IrNode *u = &g->nodes[v];
+                if (u->op == IR_OP_OUTPUT && g->nodes[u->in[0]].op == IR_OP_UNSTACK) s = u->in[0], u = &g->nodes[s];
+                int src = u->op == IR_OP_UNSTACK ? u->in[0] : s;
+                IrOpKind op = g->nodes[src].op;
+                /* only a gradient one GEMM or column sum writes: not a sum of uses (a tied weight) */
+                if (op != IR_OP_LINEAR_DW && op != IR_OP_BIAS_GRAD) continue;
+                P->lin_grad[v] = P->lin_grad[s] = P->lin_grad[src] = true;
+            }
+        }
+    }
+}
+
 /* Marks v (and, through gradient-summing ADDs, its contributions) as a
  * parameter gradient stored in f32, if v is used by nothing else. */
 static void mark_grad(Planner *P, const int *n_uses, int v, int allowed_uses)
@@ -120,16 +155,18 @@ static void mark_grad(Planner *P, const int *n_uses, int v, int allowed_uses)
      * UNSTACK's three parts are the gradients, so they, the UNSTACK (read
      * by its two OUTPUT nodes) and the gradient it splits are f32. */
     if (n->backward && n->op == IR_OP_OUTPUT && P->in->nodes[n->in[0]].op == IR_OP_UNSTACK) {
-        if (n_uses[v] == allowed_uses) P->grad_f32[v] = true;
+        if (n_uses[v] == allowed_uses && !(P->low_dw && P->lin_grad[v])) P->grad_f32[v] = true;
         return;
     }
     if (n->backward && n->op == IR_OP_UNSTACK) {
         if (n_uses[v] != allowed_uses + 2) return;
+        if (P->low_dw && P->lin_grad[v]) return;   /* views of the low gradient */
         P->grad_f32[v] = true;
         mark_grad(P, n_uses, n->in[0], 1);
         return;
     }
     if (!n->backward || !produces_param_grad(n->op) || n_uses[v] != allowed_uses) return;
+    if (P->low_dw && P->lin_grad[v]) return;   /* stored low, as AMP keeps it */
     P->grad_f32[v] = true;
     if (n->op != IR_OP_ADD) return;
     P->grad_sum[v] = true;
@@ -327,6 +364,7 @@ static DType backward_storage(Planner *P, int i, const int *ins, DType low)
 {
     const IrNode *n = &P->in->nodes[i];
     if (!(P->keep & PREC_KEEP_GRADS)) return low;
+    if (P->low_dw && P->lin_grad[i] && n->op == IR_OP_BIAS_GRAD) return low;   /* as AMP keeps it */
     /* A GEMM's input gradient is low: its input was low (autocast's cast),
      * and autograd stores the gradient of that cast in 16 bits; the sums
      * and f32-compute ops after it widen it to the value's format. */
@@ -397,7 +435,8 @@ static void plan_op(Planner *P, int i)
 }
 
 /* Parameter gradients the f32 rule could not cover (a gradient value also
- * used elsewhere) get a cast, so the optimizer always reads f32. */
+ * used elsewhere) get a cast, so the optimizer reads f32; but for
+ * low_weight_grads, which the optimizer reads as they are. */
 static void plan_param_grads(Planner *P)
 {
     const IrGraph *in = P->in;
@@ -408,7 +447,8 @@ static void plan_param_grads(Planner *P)
     P->backward = true;
     for (int p = 0; p < in->n_params; p++) {
         int v = in->param_grad[p];
-        out->param_grad[p] = v < 0 ? -1 : value_as(P, v, DT_F32, region_of(in, v));
+        bool as_is = v >= 0 && P->low_dw && P->lin_grad[v];
+        out->param_grad[p] = v < 0 ? -1 : as_is ? P->plan->map[v] : value_as(P, v, DT_F32, region_of(in, v));
     }
 }
 
@@ -462,6 +502,7 @@ static void planner_init(Planner *P, const IrGraph *in, IrGraph *out, PrecisionP
     for (int i = 0; i < in->n; i++) P->cast[i][0] = P->cast[i][1] = P->cast[i][2] = -1;
     P->grad_f32 = xcalloc((size_t)(in->n > 0 ? in->n : 1), sizeof *P->grad_f32);
     P->grad_sum = xcalloc((size_t)(in->n > 0 ? in->n : 1), sizeof *P->grad_sum);
+    P->lin_grad = xcalloc((size_t)(in->n > 0 ? in->n : 1), sizeof *P->lin_grad);
     P->user = xmalloc((size_t)(in->n > 0 ? in->n : 1) * sizeof *P->user);
     P->dropout_of_salt = xmalloc((size_t)(in->n > 0 ? in->n : 1) * sizeof *P->dropout_of_salt);
     P->target = xmalloc((size_t)(in->n > 0 ? in->n : 1) * sizeof *P->target);
@@ -475,6 +516,7 @@ static void planner_free(Planner *P)
     free(P->low_param);
     free(P->grad_f32);
     free(P->grad_sum);
+    free(P->lin_grad);
     free(P->user);
     free(P->dropout_of_salt);
     free(P->target);
@@ -542,6 +584,11 @@ HpcStatus precision_plan_opts(const IrGraph *in, const ModelSpec *spec, SpecPrec
     if (env && *env && !precision_keep_parse(env, &o.keep_f32))
         return hpc_fail(err, HPC_ERR_USAGE, "HPC_KEEP_F32=%s: want none, default, all or a comma list of "
                         "embeddings, residual, norm, grads, probs, act, scores", env);
+    const char *wg = opts ? NULL : getenv("HPC_WEIGHT_GRAD");
+    if (wg && *wg && strcmp(wg, "low") != 0 && strcmp(wg, "f32") != 0)
+        return hpc_fail(err, HPC_ERR_USAGE, "HPC_WEIGHT_GRAD=%s: want f32 (the default) or low (weight "
+                        "gradients as the dW GEMM writes them)", wg);
+    if (wg && strcmp(wg, "low") == 0) o.low_weight_grads = true;
     if (o.keep_f32 & ~(unsigned)PREC_KEEP_ALL)
         return hpc_fail(err, HPC_ERR_USAGE, "precision_plan: unknown keep_f32 bits 0x%x", o.keep_f32);
     HpcStatus st = plan_check_input(in, policy, err);
@@ -553,7 +600,9 @@ HpcStatus precision_plan_opts(const IrGraph *in, const ModelSpec *spec, SpecPrec
     Planner P;
     planner_init(&P, in, out, plan);
     P.keep = plan->keep_f32;
+    P.low_dw = plan->low_weight_grads = policy != PREC_FP32 && o.low_weight_grads;
     index_users(&P);
+    if (P.low_dw) mark_linear_grads(&P);
     mark_param_grads(&P);
     int n_forward = 0;
     for (int i = 0; i < in->n; i++) {

@@ -137,11 +137,16 @@ enum {
 
 typedef struct {
     unsigned keep_f32;        /* PREC_KEEP_* bits */
+    bool low_weight_grads;    /* a weight gradient that one LINEAR_DW writes is stored low (the dW
+                               * GEMM's 16-bit output, as PyTorch AMP keeps it before .grad), not
+                               * f32; HPC_WEIGHT_GRAD=low in place of opts (not by default:
+                               * NOTES.md) */
 } PrecisionOptions;
 
 typedef struct {
     SpecPrecision policy;     /* PREC_FP32, PREC_FP16 or PREC_BF16 */
     unsigned keep_f32;        /* the PrecisionOptions it was planned with */
+    bool low_weight_grads;    /* likewise (and the policy is not fp32) */
     DType region_dtype[3];    /* (PrecRegion) the "low" dtype of each region */
     PrecNodeInfo *info;       /* (out->n) per node of the planned graph */
     int n;

@@ -19,8 +19,10 @@ static void report_header(const PrecisionPlan *pl, FILE *out)
             pl->policy == PREC_FP32 ? "" : pl->keep_f32 == 0 ? " (every activation and gradient is low)"
                                                               : " (docs/precision.md)");
     fprintf(out, "%d casts inserted; %d of %d parameters keep a low-precision copy written by the "
-            "optimizer; master weights, optimizer state and parameter gradients are f32\n",
-            pl->n_casts, low_copies, pl->n_params);
+            "optimizer; master weights, optimizer state and parameter gradients are f32%s\n",
+            pl->n_casts, low_copies, pl->n_params,
+            pl->low_weight_grads ? ", but the weight gradients that dW GEMMs write, which are low "
+                                   "(HPC_WEIGHT_GRAD=low)" : "");
     fprintf(out, "%5s  %-18s %-11s %-10s %-16s %-7s %-6s %s\n", "id", "op", "class", "region",
             "inputs", "compute", "output", "name");
 }

@@ -195,7 +195,8 @@ static char *layout_probe(int size_shift)
                   F(CudaOptState, lr)};
     Field c[] = {F(CudaOptChunk, tensor), F(CudaOptChunk, len), F(CudaOptChunk, begin)};
     Field fx[] = {F(CudaOptFix, raw), F(CudaOptFix, gamma), F(CudaOptFix, beta), F(CudaOptFix, db),
-                  F(CudaOptFix, snap), F(CudaOptFix, cols), F(CudaOptFix, ld), F(CudaOptFix, db_ld)};
+                  F(CudaOptFix, snap), F(CudaOptFix, cols), F(CudaOptFix, ld), F(CudaOptFix, db_ld),
+                  F(CudaOptFix, db_low)};
     probe_struct(&b, "opt_tensor", sizeof(CudaOptTensor), t, (int)(sizeof t / sizeof t[0]), size_shift);
     probe_struct(&b, "opt_params", sizeof(CudaOptParams), p, (int)(sizeof p / sizeof p[0]), 0);
     probe_struct(&b, "opt_state", sizeof(CudaOptState), st, (int)(sizeof st / sizeof st[0]), 0);

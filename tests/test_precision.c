@@ -449,6 +449,60 @@ Test(precision, environment_hook)
     params_free(&f.pl);
 }
 
+/* PrecisionOptions.low_weight_grads (HPC_WEIGHT_GRAD=low): every LINEAR's
+ * weight and bias gradient is stored low with no cast after it (as AMP
+ * keeps them), the LayerNorm and embedding gradients stay f32; the variable
+ * refuses other values. */
+Test(precision, low_weight_grads)
+{
+    Fixture f;
+    spec_bert_tiny(&f.spec);
+    HpcError err;
+    ir_init(&f.g);
+    ir_init(&f.out);
+    params_init(&f.pl);
+    cr_assert_eq(lower_model(&f.spec, &f.g, &f.pl, &err), HPC_OK);
+    cr_assert_eq(autodiff_build(&f.g, &f.pl, &err), HPC_OK);
+    PrecisionOptions o = {.keep_f32 = PREC_KEEP_DEFAULT, .low_weight_grads = true};
+    cr_assert_eq(precision_plan_opts(&f.g, &f.spec, PREC_FP16, &o, &f.out, &f.plan, &err), HPC_OK, "%s", err.msg);
+    cr_expect(f.plan.low_weight_grads);
+    int low = 0, wide = 0;
+    for (int p = 0; p < f.pl.n; p++) {
+        int v = f.out.param_grad[p];
+        if (v < 0) continue;
+        const char *name = f.pl.p[p].name;
+        bool linear = !strstr(name, "LayerNorm") && !strstr(name, "embeddings");
+        DType dt = node(&f.out, v)->dtype;
+        cr_expect_eq(dt, linear ? DT_F16 : DT_F32, "%s: %s", name, ir_dtype_name(dt));
+        cr_expect_neq(node(&f.out, v)->op, IR_OP_CAST, "%s comes through a cast", name);
+        low += dt == DT_F16;
+        wide += dt == DT_F32;
+    }
+    cr_expect_gt(low, 0);
+    cr_expect_gt(wide, 0);
+    precision_plan_free(&f.plan);
+    ir_free(&f.out);
+    ir_init(&f.out);
+    setenv("HPC_WEIGHT_GRAD", "low", 1);   /* the hook: the same plan */
+    cr_assert_eq(precision_plan(&f.g, &f.spec, PREC_FP16, &f.out, &f.plan, &err), HPC_OK, "%s", err.msg);
+    cr_expect(f.plan.low_weight_grads);
+    precision_plan_free(&f.plan);
+    ir_free(&f.out);
+    ir_init(&f.out);
+    cr_assert_eq(precision_plan(&f.g, &f.spec, PREC_FP32, &f.out, &f.plan, &err), HPC_OK, "%s", err.msg);
+    cr_expect(!f.plan.low_weight_grads, "fp32 keeps every gradient f32");
+    precision_plan_free(&f.plan);
+    ir_free(&f.out);
+    ir_init(&f.out);
+    setenv("HPC_WEIGHT_GRAD", "f16", 1);
+    cr_expect_eq(precision_plan(&f.g, &f.spec, PREC_FP16, &f.out, &f.plan, &err), HPC_ERR_USAGE);
+    cr_expect(strstr(err.msg, "HPC_WEIGHT_GRAD=f16") != NULL, "%s", err.msg);
+    unsetenv("HPC_WEIGHT_GRAD");
+    ir_free(&f.out);
+    ir_free(&f.g);
+    params_free(&f.pl);
+}
+
 Test(precision, fp32_policy_changes_nothing)
 {
     Fixture f;

@@ -211,10 +211,12 @@ HpcStatus cuda_exec_loss(CudaExec *ex, double *loss, HpcError *err);
 HpcStatus cuda_exec_read(CudaExec *ex, int v, float *out, HpcError *err);
 
 /* Device pointer of value v (arena or parameter storage).  After a
- * backward run, cuda_exec_ptr(ex, g->param_grad[p]) is parameter p's f32
- * gradient (times the loss scale), valid until the next run; but not for
- * a value of the trailing fixes (v >= fix_from) after a run whose tail
- * applied them: that run never wrote it. */
+ * backward run, cuda_exec_ptr(ex, g->param_grad[p]) is parameter p's
+ * gradient (times the loss scale) in its node's dtype (f32, or 16 bits
+ * for a LINEAR's under HPC_WEIGHT_GRAD=low: compiler/precision.h), valid
+ * until the next run; but not for a value of the trailing fixes
+ * (v >= fix_from) after a run whose tail applied them: that run never
+ * wrote it. */
 CUdeviceptr cuda_exec_ptr(const CudaExec *ex, int v);
 
 /* Storage of parameter p (an index of the ParamList that owns storage) in

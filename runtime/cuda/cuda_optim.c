@@ -15,7 +15,7 @@ _Static_assert(sizeof(CudaOptChunk) == 16, "opt_chunk layout");
 _Static_assert(sizeof(CudaOptTensor) == 56, "opt_tensor layout");
 _Static_assert(sizeof(CudaOptParams) == 120, "opt_params layout");
 _Static_assert(sizeof(CudaOptState) == 64, "opt_state layout");
-_Static_assert(sizeof(CudaOptFix) == 64, "opt_fix layout");
+_Static_assert(sizeof(CudaOptFix) == 72, "opt_fix layout");
 /* The kernels' numeric codes for these enums. */
 _Static_assert(OPT_ADAMW == 0 && OPT_ADAM == 1 && OPT_SGD == 2 && OPT_LAMB == 3, "optimizer codes");
 _Static_assert(SCHED_LINEAR == 1 && SCHED_COSINE == 2, "schedule codes");
@@ -279,23 +279,30 @@ static int fix_of(const CudaExec *ex, int v, CudaOptFix *f)
     bool bias = n->op == IR_OP_OUTPUT && n->attr.output.index == 1 && g->nodes[n->in[0]].op == IR_OP_LN_DW_FIX_DB;
     const IrNode *x = &g->nodes[bias ? n->in[0] : b];
     if (x->op != IR_OP_LN_DW_FIX && x->op != IR_OP_LN_DW_FIX_DB) return -1;
-    bool f32 = x->dtype == DT_F32;
-    for (int k = 0; k < x->n_in; k++) f32 &= g->nodes[x->in[k]].dtype == DT_F32;
     const IrNode *raw = &g->nodes[x->in[0]];
-    int64_t cols = x->dims[1], ld = raw->dims[raw->rank - 1], e = off / 4;   /* v's first element in b */
-    if (!f32 || off % 4 || (!bias && e % cols) || ir_numel(&g->nodes[v], 1, 1) >= INT32_MAX) return -1;
+    /* raw and the fixed gradient of one dtype (f32, or 16 bits: HPC_WEIGHT_GRAD=low),
+     * gamma and beta f32, a separate db f32 or raw's */
+    DType dt = raw->dtype;
+    bool typed = (dt == DT_F32 || dt == DT_F16 || dt == DT_BF16) && x->dtype == dt && g->nodes[v].dtype == dt;
+    for (int k = 1; k < 3 && k < x->n_in; k++) typed &= g->nodes[x->in[k]].dtype == DT_F32;
+    DType db_dt = x->op == IR_OP_LN_DW_FIX ? g->nodes[x->in[3]].dtype : dt;
+    typed &= db_dt == DT_F32 || db_dt == dt;
+    int64_t es = dt == DT_F32 ? 4 : 2;
+    int64_t cols = x->dims[1], ld = raw->dims[raw->rank - 1], e = off / es;   /* v's first element in b */
+    if (!typed || off % es || (!bias && e % cols) || ir_numel(&g->nodes[v], 1, 1) >= INT32_MAX) return -1;
     int64_t row0 = bias ? e : e / cols;
     CUdeviceptr r = cuda_exec_ptr(ex, x->in[0]);
     if (bias) {
-        *f = (CudaOptFix){.raw = r + (CUdeviceptr)((row0 * ld + cols) * 4), .cols = 1, .ld = ld};
+        *f = (CudaOptFix){.raw = r + (CUdeviceptr)((row0 * ld + cols) * es), .cols = 1, .ld = ld};
         return 1;
     }
-    *f = (CudaOptFix){.raw = r + (CUdeviceptr)(row0 * ld * 4), .gamma = cuda_exec_ptr(ex, x->in[1]),
+    *f = (CudaOptFix){.raw = r + (CUdeviceptr)(row0 * ld * es), .gamma = cuda_exec_ptr(ex, x->in[1]),
                       .beta = cuda_exec_ptr(ex, x->in[2]), .cols = cols, .ld = ld};
     if (x->op == IR_OP_LN_DW_FIX)
-        f->db = cuda_exec_ptr(ex, x->in[3]) + (CUdeviceptr)(row0 * 4), f->db_ld = 1;
+        f->db = cuda_exec_ptr(ex, x->in[3]) + (CUdeviceptr)(row0 * (db_dt == DT_F32 ? 4 : 2)), f->db_ld = 1;
     else
-        f->db = r + (CUdeviceptr)((row0 * ld + cols) * 4), f->db_ld = ld;
+        f->db = r + (CUdeviceptr)((row0 * ld + cols) * es), f->db_ld = ld;
+    f->db_low = db_dt != DT_F32;
     return 1;
 }
 

@@ -149,11 +149,15 @@ typedef struct {
 /* A gradient read through its fix (device layout of the kernels'
  * opt_fix): element (r, c) of the (rows, cols) tensor is
  * raw[r ld + c] * gamma[c] + db[r db_ld] * beta[c], or raw[r ld + c] where
- * gamma is 0 (a bias gradient in raw's ones column).  raw 0: plain.
- * Pointers are device addresses of f32; snap is cuda_optim_plan_build's. */
+ * gamma is 0 (a bias gradient in raw's ones column), rounded to the
+ * tensor's grad_dtype as the LN_DW_FIX kernel stores it.  raw 0: plain.
+ * Pointers are device addresses: raw of the tensor's grad_dtype, db too
+ * where db_low (in raw's ones column), else f32, gamma and beta f32; snap
+ * is cuda_optim_plan_build's. */
 typedef struct {
     uint64_t raw, gamma, beta, db, snap;
     int64_t cols, ld, db_ld;
+    int32_t db_low, pad_;
 } CudaOptFix;
 
 /* One chunk: elements [begin, begin + len) of tensor `tensor` (device
