@@ -47,7 +47,8 @@ static void spec_gpt_tiny(ModelSpec *s)
     s->head.decoder_bias = false;
 }
 
-static void fixture_plan_keep(Fixture *f, SpecPrecision policy, unsigned keep)
+/* f->spec lowered and differentiated into f->g; f->out empty. */
+static void fixture_lower(Fixture *f)
 {
     HpcError err;
     ir_init(&f->g);
@@ -55,6 +56,12 @@ static void fixture_plan_keep(Fixture *f, SpecPrecision policy, unsigned keep)
     params_init(&f->pl);
     cr_assert_eq(lower_model(&f->spec, &f->g, &f->pl, &err), HPC_OK);
     cr_assert_eq(autodiff_build(&f->g, &f->pl, &err), HPC_OK);
+}
+
+static void fixture_plan_keep(Fixture *f, SpecPrecision policy, unsigned keep)
+{
+    HpcError err;
+    fixture_lower(f);
     PrecisionOptions o = {.keep_f32 = keep};
     HpcStatus st = precision_plan_opts(&f->g, &f->spec, policy, &o, &f->out, &f->plan, &err);
     cr_assert_eq(st, HPC_OK, "%s", err.msg);
@@ -64,11 +71,7 @@ static void fixture_plan_keep(Fixture *f, SpecPrecision policy, unsigned keep)
 static void fixture_plan(Fixture *f, SpecPrecision policy)
 {
     HpcError err;
-    ir_init(&f->g);
-    ir_init(&f->out);
-    params_init(&f->pl);
-    cr_assert_eq(lower_model(&f->spec, &f->g, &f->pl, &err), HPC_OK);
-    cr_assert_eq(autodiff_build(&f->g, &f->pl, &err), HPC_OK);
+    fixture_lower(f);
     unsetenv("HPC_KEEP_F32");
     HpcStatus st = precision_plan(&f->g, &f->spec, policy, &f->out, &f->plan, &err);
     cr_assert_eq(st, HPC_OK, "%s", err.msg);
@@ -426,11 +429,7 @@ Test(precision, environment_hook)
     Fixture f;
     spec_bert_tiny(&f.spec);
     HpcError err;
-    ir_init(&f.g);
-    ir_init(&f.out);
-    params_init(&f.pl);
-    cr_assert_eq(lower_model(&f.spec, &f.g, &f.pl, &err), HPC_OK);
-    cr_assert_eq(autodiff_build(&f.g, &f.pl, &err), HPC_OK);
+    fixture_lower(&f);
     setenv("HPC_KEEP_F32", "none", 1);
     cr_assert_eq(precision_plan(&f.g, &f.spec, PREC_FP16, &f.out, &f.plan, &err), HPC_OK, "%s", err.msg);
     cr_expect_eq(f.plan.keep_f32, 0u);
@@ -458,11 +457,7 @@ Test(precision, low_weight_grads)
     Fixture f;
     spec_bert_tiny(&f.spec);
     HpcError err;
-    ir_init(&f.g);
-    ir_init(&f.out);
-    params_init(&f.pl);
-    cr_assert_eq(lower_model(&f.spec, &f.g, &f.pl, &err), HPC_OK);
-    cr_assert_eq(autodiff_build(&f.g, &f.pl, &err), HPC_OK);
+    fixture_lower(&f);
     PrecisionOptions o = {.keep_f32 = PREC_KEEP_DEFAULT, .low_weight_grads = true};
     cr_assert_eq(precision_plan_opts(&f.g, &f.spec, PREC_FP16, &o, &f.out, &f.plan, &err), HPC_OK, "%s", err.msg);
     cr_expect(f.plan.low_weight_grads);
