@@ -114,11 +114,17 @@ static bool produces_param_grad(IrOpKind op)
 }
 
 /* For low_weight_grads: marks in P->lin_grad the gradients of the
- * parameters a forward LINEAR reads as its weight or bias (directly or
- * stacked: fuse_qkv), which AMP keeps in 16 bits (the dW GEMM's output, the
- * column sum of a 16-bit dy); for a stacked one also its UNSTACK and the
- * node that UNSTACK splits.  A gradient summed from several uses (a tied
- * weight) stays f32, as the sum of its contributions. */
+ * parameters a forward LINEAR reads as its weight (directly or stacked:
+ * fuse_qkv), which AMP keeps in 16 bits (the dW GEMM's output); for a
+ * stacked one also its UNSTACK and the node that UNSTACK splits.  A bias
+ * gradient is marked only where stacked: the Q/K/V bias gradient becomes
+ * the dW GEMM's extra columns (fuse_dw, one dtype with the weight's), while
+ * an unstacked bias gradient stays f32 so that the LayerNorm site after its
+ * LINEAR sums it in its backward kernel (fuse_layernorm), as without the
+ * option, and no dW GEMM takes a bias epilogue for it (the BGRADB epilogue
+ * costs a GEMM 15-35 %); a bias is 768 values, its bytes do not matter.  A
+ * gradient summed from several uses (a tied weight) stays f32, as the sum
+ * of its contributions. */
 static void mark_linear_grads(Planner *P)
 {
     const IrGraph *g = P->in;
@@ -128,6 +134,7 @@ static void mark_linear_grads(Planner *P)
         if (n->op != IR_OP_LINEAR) continue;
         for (int k = 1; k < n->n_in && k < 3; k++) {
             const IrNode *w = &g->nodes[n->in[k]];
+            if (k == 2 && w->op != IR_OP_STACK) continue;   /* an unstacked bias: f32 (above) */
             int parts = w->op == IR_OP_STACK ? w->n_in : 1;
             for (int j = 0; j < parts; j++) {
                 const IrNode *q = w->op == IR_OP_STACK ? &g->nodes[w->in[j]] : w;

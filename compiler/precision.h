@@ -139,8 +139,9 @@ typedef struct {
     unsigned keep_f32;        /* PREC_KEEP_* bits */
     bool low_weight_grads;    /* a weight gradient that one LINEAR_DW writes is stored low (the dW
                                * GEMM's 16-bit output, as PyTorch AMP keeps it before .grad), not
-                               * f32; HPC_WEIGHT_GRAD=low in place of opts (not by default:
-                               * NOTES.md) */
+                               * f32, and so is a stacked Q/K/V bias's (the other bias gradients
+                               * stay f32: precision.c, mark_linear_grads); HPC_WEIGHT_GRAD=low in
+                               * place of opts (not by default: NOTES.md) */
 } PrecisionOptions;
 
 typedef struct {

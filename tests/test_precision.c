@@ -11,6 +11,7 @@
 
 #include "autodiff.h"
 #include "cpu/cpu_exec.h"
+#include "fuse_qkv.h"
 #include "lower.h"
 #include "precision.h"
 #include "train/init.h"
@@ -449,15 +450,28 @@ Test(precision, environment_hook)
 }
 
 /* PrecisionOptions.low_weight_grads (HPC_WEIGHT_GRAD=low): every LINEAR's
- * weight and bias gradient is stored low with no cast after it (as AMP
- * keeps them), the LayerNorm and embedding gradients stay f32; the variable
- * refuses other values. */
+ * weight gradient and the stacked Q/K/V bias gradients are stored low with
+ * no cast after them (as AMP keeps them); the other bias gradients (summed
+ * at their LayerNorm site), the LayerNorm and embedding gradients stay
+ * f32; the variable refuses other values. */
 Test(precision, low_weight_grads)
 {
     Fixture f;
     spec_bert_tiny(&f.spec);
     HpcError err;
-    fixture_lower(&f);
+    /* lowered with the fused attention and the Q/K/V stacks, as the
+     * pipeline lowers it under fp16 (stacked where a bias's bytes keep the
+     * packing's alignment: hidden 128) */
+    f.spec.stack.hidden = 128;
+    f.spec.stack.ffn = 256;
+    ir_init(&f.g);
+    ir_init(&f.out);
+    params_init(&f.pl);
+    int sites = 0;
+    cr_assert_eq(lower_model_attention(&f.spec, true, false, &f.g, &f.pl, &err), HPC_OK);
+    cr_assert_eq(fuse_qkv_graph(&f.g, &f.pl, &sites, &err), HPC_OK, "%s", err.msg);
+    cr_assert_eq(sites, (int)f.spec.stack.layers);
+    cr_assert_eq(autodiff_build(&f.g, &f.pl, &err), HPC_OK);
     PrecisionOptions o = {.keep_f32 = PREC_KEEP_DEFAULT, .low_weight_grads = true};
     cr_assert_eq(precision_plan_opts(&f.g, &f.spec, PREC_FP16, &o, &f.out, &f.plan, &err), HPC_OK, "%s", err.msg);
     cr_expect(f.plan.low_weight_grads);
@@ -467,8 +481,10 @@ Test(precision, low_weight_grads)
         if (v < 0) continue;
         const char *name = f.pl.p[p].name;
         bool linear = !strstr(name, "LayerNorm") && !strstr(name, "embeddings");
+        bool qkv = strstr(name, ".query.") || strstr(name, ".key.") || strstr(name, ".value.");
+        bool low_grad = linear && (strstr(name, ".weight") || qkv);
         DType dt = node(&f.out, v)->dtype;
-        cr_expect_eq(dt, linear ? DT_F16 : DT_F32, "%s: %s", name, ir_dtype_name(dt));
+        cr_expect_eq(dt, low_grad ? DT_F16 : DT_F32, "%s: %s", name, ir_dtype_name(dt));
         cr_expect_neq(node(&f.out, v)->op, IR_OP_CAST, "%s comes through a cast", name);
         low += dt == DT_F16;
         wide += dt == DT_F32;
