@@ -117,12 +117,13 @@ static bool produces_param_grad(IrOpKind op)
  * parameters a forward LINEAR reads as its weight (directly or stacked:
  * fuse_qkv), which AMP keeps in 16 bits (the dW GEMM's output); for a
  * stacked one also its UNSTACK and the node that UNSTACK splits.  A bias
- * gradient is marked only where stacked: the Q/K/V bias gradient becomes
- * the dW GEMM's extra columns (fuse_dw, one dtype with the weight's), while
- * an unstacked bias gradient stays f32 so that the LayerNorm site after its
- * LINEAR sums it in its backward kernel (fuse_layernorm), as without the
- * option, and no dW GEMM takes a bias epilogue for it (the BGRADB epilogue
- * costs a GEMM 15-35 %); a bias is 768 values, its bytes do not matter.  A
+ * gradient is marked only where stacked: the Q/K/V bias gradient comes
+ * out of the dW GEMM (its ones column, docs/fuse.md: xhat_ones), one dtype
+ * with the weight's, while an unstacked bias gradient stays f32 so that the
+ * LayerNorm site after its LINEAR sums it in its backward kernel
+ * (fuse_layernorm), as without the option, and no dW GEMM takes a bias
+ * epilogue for it (the BGRADB epilogue costs a GEMM 15-35 %); a bias is one
+ * row of its weight, its bytes do not matter.  A
  * gradient summed from several uses (a tied weight) stays f32, as the sum
  * of its contributions. */
 static void mark_linear_grads(Planner *P)

@@ -520,6 +520,39 @@ Test(fuse_count, bert_base_launches_drop)
     pipeline_free(&fused);
 }
 
+/* HPC_WEIGHT_GRAD=low changes dtypes only: BERT-base's fused fp16 graph has
+ * the default's ops and inputs node for node, so the attention-output and
+ * FFN-down bias gradients stay with their LayerNorm sites and no dW GEMM
+ * gains a bias epilogue (compiler/precision.c, mark_linear_grads). */
+Test(fuse_count, low_weight_grads_fuse_as_default)
+{
+    ModelSpec s;
+    cpu_step_load_model("bert_base.model", &s);
+    PipeOptions o = pipeline_defaults(PREC_FP16);
+    HpcError err = {0};
+    Pipeline def, low;
+    cr_assert_eq(pipeline_build(&s, &o, &def, &err), HPC_OK, "%s", err.msg);
+    setenv("HPC_WEIGHT_GRAD", "low", 1);
+    HpcStatus st = pipeline_build(&s, &o, &low, &err);
+    unsetenv("HPC_WEIGHT_GRAD");
+    cr_assert_eq(st, HPC_OK, "%s", err.msg);
+    cr_assert(low.prec.low_weight_grads && !def.prec.low_weight_grads);
+    cr_assert_eq(low.g.n, def.g.n);
+    int retyped = 0;
+    for (int i = 0; i < def.g.n; i++) {
+        const IrNode *a = &def.g.nodes[i], *b = &low.g.nodes[i];
+        cr_expect_eq(a->op, b->op, "%s: %s against %s", a->name, ir_op_name(a->op), ir_op_name(b->op));
+        cr_expect_eq(a->n_in, b->n_in, "%s", a->name);
+        for (int k = 0; k < a->n_in && k < b->n_in; k++)
+            cr_expect_eq(a->in[k], b->in[k], "%s: input %d", a->name, k);
+        retyped += a->dtype != b->dtype;
+    }
+    cr_expect_gt(retyped, 0, "the option changed no dtype");
+    cr_expect_eq(low.fuse.linear_dw_bgrad, def.fuse.linear_dw_bgrad);
+    pipeline_free(&def);
+    pipeline_free(&low);
+}
+
 static char *read_all(const char *path)
 {
     FILE *f = fopen(path, "rb");
