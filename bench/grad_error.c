@@ -140,7 +140,7 @@ static HpcStatus build(const ModelSpec *spec, SpecPrecision policy, unsigned kee
     if (!st && fused_attention && fuse_qkv_requested()) st = fuse_qkv_graph(&raw, &b->pl, NULL, err);
     b->fused_attention = fused_attention;
     if (!st) st = autodiff_build(&raw, &b->pl, err);
-    /* HPC_WEIGHT_GRAD=low: the LINEARs' weight and bias gradients low, as AMP keeps them */
+    /* HPC_WEIGHT_GRAD=low: the LINEARs' weight gradients (and the Q/K/V bias's) low, as AMP keeps them */
     const char *wg = getenv("HPC_WEIGHT_GRAD");
     PrecisionOptions o = {.keep_f32 = keep, .low_weight_grads = wg && strcmp(wg, "low") == 0};
     PrecisionPlan pp;
@@ -318,8 +318,8 @@ static void usage(void)
           "--dropout-seed: dropout on, the same masks in every run (seed S, the batch index as the step)\n"
           "--attention: the form of the measured graphs' attention (default auto: the trainer's, fused\n"
           "             under fp16/bf16; HPC_ATTENTION in the environment overrides auto)\n"
-          "HPC_WEIGHT_GRAD=low in the environment: every plan keeps the LINEARs' weight and bias\n"
-          "gradients in 16 bits, as PyTorch AMP does (compiler/precision.h)\n",
+          "HPC_WEIGHT_GRAD=low in the environment: every plan keeps the LINEARs' weight gradients\n"
+          "(and the Q/K/V bias's) in 16 bits, as PyTorch AMP does (compiler/precision.h)\n",
           stderr);
 }
 
