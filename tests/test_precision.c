@@ -48,15 +48,32 @@ static void spec_gpt_tiny(ModelSpec *s)
     s->head.decoder_bias = false;
 }
 
-/* f->spec lowered and differentiated into f->g; f->out empty. */
-static void fixture_lower(Fixture *f)
+/* f->spec lowered and differentiated into f->g; f->out empty.  With
+ * qkv_stacks, lowered as the pipeline lowers it under fp16: the fused
+ * attention and the Q/K/V stacks (compiler/fuse_qkv.h), one a layer. */
+static void fixture_lower_as(Fixture *f, bool qkv_stacks)
 {
     HpcError err;
     ir_init(&f->g);
     ir_init(&f->out);
     params_init(&f->pl);
-    cr_assert_eq(lower_model(&f->spec, &f->g, &f->pl, &err), HPC_OK);
+    cr_assert_eq(lower_model_attention(&f->spec, qkv_stacks, false, &f->g, &f->pl, &err), HPC_OK, "%s", err.msg);
+    if (qkv_stacks) {
+        int sites = 0;
+        cr_assert_eq(fuse_qkv_graph(&f->g, &f->pl, &sites, &err), HPC_OK, "%s", err.msg);
+        cr_assert_eq(sites, (int)f->spec.stack.layers);
+    }
     cr_assert_eq(autodiff_build(&f->g, &f->pl, &err), HPC_OK);
+}
+
+static void fixture_lower(Fixture *f) { fixture_lower_as(f, false); }
+
+/* f->plan and f->out dropped, so the same f->g is planned again. */
+static void fixture_replan(Fixture *f)
+{
+    precision_plan_free(&f->plan);
+    ir_free(&f->out);
+    ir_init(&f->out);
 }
 
 static void fixture_plan_keep(Fixture *f, SpecPrecision policy, unsigned keep)
@@ -435,9 +452,7 @@ Test(precision, environment_hook)
     cr_assert_eq(precision_plan(&f.g, &f.spec, PREC_FP16, &f.out, &f.plan, &err), HPC_OK, "%s", err.msg);
     cr_expect_eq(f.plan.keep_f32, 0u);
     cr_expect_eq(f.plan.n_casts, 2);
-    precision_plan_free(&f.plan);
-    ir_free(&f.out);
-    ir_init(&f.out);
+    fixture_replan(&f);
     setenv("HPC_KEEP_F32", "residual,wrong", 1);
     cr_expect_eq(precision_plan(&f.g, &f.spec, PREC_FP16, &f.out, &f.plan, &err), HPC_ERR_USAGE);
     cr_expect(strstr(err.msg, "HPC_KEEP_F32=residual,wrong") != NULL, "%s", err.msg);
@@ -459,19 +474,11 @@ Test(precision, low_weight_grads)
     Fixture f;
     spec_bert_tiny(&f.spec);
     HpcError err;
-    /* lowered with the fused attention and the Q/K/V stacks, as the
-     * pipeline lowers it under fp16 (stacked where a bias's bytes keep the
-     * packing's alignment: hidden 128) */
+    /* with the Q/K/V stacks (made where a bias's bytes keep the packing's
+     * alignment: hidden 128) */
     f.spec.stack.hidden = 128;
     f.spec.stack.ffn = 256;
-    ir_init(&f.g);
-    ir_init(&f.out);
-    params_init(&f.pl);
-    int sites = 0;
-    cr_assert_eq(lower_model_attention(&f.spec, true, false, &f.g, &f.pl, &err), HPC_OK);
-    cr_assert_eq(fuse_qkv_graph(&f.g, &f.pl, &sites, &err), HPC_OK, "%s", err.msg);
-    cr_assert_eq(sites, (int)f.spec.stack.layers);
-    cr_assert_eq(autodiff_build(&f.g, &f.pl, &err), HPC_OK);
+    fixture_lower_as(&f, true);
     PrecisionOptions o = {.keep_f32 = PREC_KEEP_DEFAULT, .low_weight_grads = true};
     cr_assert_eq(precision_plan_opts(&f.g, &f.spec, PREC_FP16, &o, &f.out, &f.plan, &err), HPC_OK, "%s", err.msg);
     cr_expect(f.plan.low_weight_grads);
@@ -491,20 +498,14 @@ Test(precision, low_weight_grads)
     }
     cr_expect_gt(low, 0);
     cr_expect_gt(wide, 0);
-    precision_plan_free(&f.plan);
-    ir_free(&f.out);
-    ir_init(&f.out);
+    fixture_replan(&f);
     setenv("HPC_WEIGHT_GRAD", "low", 1);   /* the hook: the same plan */
     cr_assert_eq(precision_plan(&f.g, &f.spec, PREC_FP16, &f.out, &f.plan, &err), HPC_OK, "%s", err.msg);
     cr_expect(f.plan.low_weight_grads);
-    precision_plan_free(&f.plan);
-    ir_free(&f.out);
-    ir_init(&f.out);
+    fixture_replan(&f);
     cr_assert_eq(precision_plan(&f.g, &f.spec, PREC_FP32, &f.out, &f.plan, &err), HPC_OK, "%s", err.msg);
     cr_expect(!f.plan.low_weight_grads, "fp32 keeps every gradient f32");
-    precision_plan_free(&f.plan);
-    ir_free(&f.out);
-    ir_init(&f.out);
+    fixture_replan(&f);
     setenv("HPC_WEIGHT_GRAD", "f16", 1);
     cr_expect_eq(precision_plan(&f.g, &f.spec, PREC_FP16, &f.out, &f.plan, &err), HPC_ERR_USAGE);
     cr_expect(strstr(err.msg, "HPC_WEIGHT_GRAD=f16") != NULL, "%s", err.msg);
