@@ -123,9 +123,8 @@ static bool produces_param_grad(IrOpKind op)
  * LayerNorm site after its LINEAR sums it in its backward kernel
  * (fuse_layernorm), as without the option, and no dW GEMM takes a bias
  * epilogue for it (the BGRADB epilogue costs a GEMM 15-35 %); a bias is one
- * row of its weight, its bytes do not matter.  A
- * gradient summed from several uses (a tied weight) stays f32, as the sum
- * of its contributions. */
+ * row of its weight, its bytes do not matter.  A gradient summed from
+ * several uses (a tied weight) stays f32, as the sum of its contributions. */
 static void mark_linear_grads(Planner *P)
 {
     const IrGraph *g = P->in;

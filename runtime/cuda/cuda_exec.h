@@ -214,10 +214,9 @@ HpcStatus cuda_exec_read(CudaExec *ex, int v, float *out, HpcError *err);
  * backward run, cuda_exec_ptr(ex, g->param_grad[p]) is parameter p's
  * gradient (times the loss scale) in its node's dtype (f32, or 16 bits
  * for a LINEAR's weight or a Q/K/V bias under HPC_WEIGHT_GRAD=low:
- * compiler/precision.h), valid
- * until the next run; but not for a value of the trailing fixes
- * (v >= fix_from) after a run whose tail applied them: that run never
- * wrote it. */
+ * compiler/precision.h), valid until the next run; but not for a value
+ * of the trailing fixes (v >= fix_from) after a run whose tail applied
+ * them: that run never wrote it. */
 CUdeviceptr cuda_exec_ptr(const CudaExec *ex, int v);
 
 /* Storage of parameter p (an index of the ParamList that owns storage) in
